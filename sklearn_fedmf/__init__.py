@@ -1,0 +1,7 @@
+"""sklearn_fedmf: federated matrix factorization and completion as scikit-learn estimators."""
+
+from .completion import FedMCADMM
+
+__version__ = "0.1.0"
+
+__all__ = ["FedMCADMM", "__version__"]

@@ -1,0 +1,282 @@
+"""The scikit-learn contract shared by the matrix-completion estimators.
+
+A subclass supplies the algorithm (``_make_protocol``), how to read the global factor and the
+client factors out of the engine's states, and its extra parameter constraints. Everything a
+user touches (validation, client partition, centring, warm start, fold-in, predict, score)
+lives here once.
+"""
+
+from __future__ import annotations
+
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ._data import check_like, check_ratings, resolve_clients, split_clients
+from ._engine import initialize_federation, make_entropy, run_federation
+from ._kernels import grad_rows, ridge_fold_in, squared_error, values_at
+from ._prox import prox_elastic_net
+
+__all__ = ["FederatedMFBase"]
+
+
+class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Base class of the federated matrix-completion estimators (not for direct use)."""
+
+    _parameter_constraints: dict = {
+        "n_components": [Interval(Integral, 1, None, closed="left")],
+        "n_clients": [Interval(Integral, 1, None, closed="left")],
+        "partition": [StrOptions({"random", "contiguous"})],
+        "clients_per_round": [
+            Interval(Integral, 1, None, closed="left"),
+            Interval(Real, 0, 1, closed="right"),
+            None,
+        ],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "alpha_u": [Interval(Real, 0, None, closed="left")],
+        "alpha_v": [Interval(Real, 0, None, closed="left")],
+        "l1_ratio": [Interval(Real, 0, 1, closed="both")],
+        "positive": ["boolean"],
+        "center": ["boolean"],
+        "clip": ["boolean"],
+        "dropout": [Interval(Real, 0, 1, closed="left")],
+        "eval_every": [Interval(Integral, 0, None, closed="left")],
+        "callback": [callable, None],
+        "warm_start": ["boolean"],
+        "random_state": ["random_state"],
+        "n_jobs": [Integral, None],
+        "verbose": ["verbose"],
+    }
+
+    # ---- to be provided by subclasses -------------------------------------------------
+    def _make_protocol(self, n_items, n_clients):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _read_components(self, server_state, broadcast):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _read_user_factors(self, client_state):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # ---- fit ----------------------------------------------------------------------------
+    def _fit(self, X, clients, eval_set):
+        first_fit = not (self.warm_start and hasattr(self, "_federation"))
+        X = validate_data(
+            self, X, accept_sparse=True, ensure_all_finite="allow-nan",
+            dtype=[np.float64, np.float32], reset=first_fit,
+        )
+        X = check_ratings(X)
+        n_rows, n_items = X.shape
+        if self.n_components > n_items:
+            raise ValueError(
+                f"n_components={self.n_components} is larger than the number of items "
+                f"({n_items}); the rank cannot exceed the number of columns."
+            )
+        eval_X = check_like(eval_set, X, name="eval_set") if eval_set is not None else None
+        if clients is None and self.n_clients > n_rows:
+            raise ValueError(
+                f"n_clients={self.n_clients} is larger than the number of rows "
+                f"(n_samples = {n_rows}); every client needs at least one row."
+            )
+        labels, codes, n_clients = resolve_clients(
+            n_rows, clients, self.n_clients, self.partition, make_entropy(self.random_state)
+        )
+        if isinstance(self.clients_per_round, Integral) and self.clients_per_round > n_clients:
+            raise ValueError(
+                f"clients_per_round={self.clients_per_round} is larger than the number of "
+                f"clients ({n_clients})."
+            )
+        if X.nnz == 0:
+            raise ValueError("X has no observed entry; there is nothing to fit.")
+
+        if first_fit:
+            # Each client sends only the sum and the count of its ratings (an aggregate).
+            self.mean_ = float(X.data.mean()) if self.center else 0.0
+            self.rating_range_ = (float(X.data.min()), float(X.data.max()))
+        X = _shift(X, -self.mean_)
+        if eval_X is not None:
+            eval_X = _shift(eval_X, -self.mean_)
+        blocks = split_clients(X, codes, n_clients, eval_X)
+        _warn_unobserved(X)
+
+        entropy = (
+            self._entropy if not first_fit else make_entropy(self.random_state)
+        )
+        protocol = self._make_protocol(n_items, n_clients)
+        if first_fit:
+            state, init_bytes = initialize_federation(
+                protocol, blocks, entropy=entropy, n_jobs=self.n_jobs
+            )
+        else:
+            state, init_bytes = self._federation, 0
+            if len(state.client_states) != n_clients or self.clients_.shape[0] != n_rows:
+                raise ValueError(
+                    "warm_start=True needs the same rows and client partition as the previous "
+                    "fit; set warm_start=False to start over."
+                )
+        state = run_federation(
+            protocol, blocks, max_iter=self.max_iter, clients_per_round=self.clients_per_round,
+            entropy=entropy, n_jobs=self.n_jobs, tol=self.tol, dropout=self.dropout,
+            eval_every=self.eval_every, callback=self.callback, verbose=self.verbose,
+            state=state, init_bytes=init_bytes, label=type(self).__name__,
+        )
+        self._federation, self._entropy = state, entropy
+        self.components_ = self._read_components(state.server_state, state.broadcast)
+        U = np.zeros((n_rows, self.n_components))
+        for block, client_state in zip(blocks, state.client_states):
+            U[block.rows] = self._read_user_factors(client_state)
+        self.user_factors_ = U
+        self.clients_ = labels
+        self.n_clients_ = n_clients
+        self.n_iter_ = state.n_rounds
+        self.history_ = list(state.history)
+        return self
+
+    def fit_transform(self, X, y=None, **fit_params):
+        """Fit and return the federated user factors ``user_factors_`` (one row per user)."""
+        return self.fit(X, y, **fit_params).user_factors_
+
+    # ---- fold-in, prediction, scoring ---------------------------------------------------
+    def _check_X(self, X, name="X"):
+        check_is_fitted(self)
+        X = validate_data(
+            self, X, accept_sparse=True, ensure_all_finite="allow-nan",
+            dtype=[np.float64, np.float32], reset=False,
+        )
+        return _shift(check_ratings(X, name=name), -self.mean_)
+
+    def transform(self, X):
+        """Fold-in: each row's factors with ``components_`` fixed, from its observed entries.
+
+        This is what a new client computes on its own. With squared-l2 regularization
+        (``l1_ratio=0``, ``positive=False``) it is one exact ridge solve per row; otherwise
+        proximal-gradient iterations. Rows with no observation get zero factors.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_rows, n_items)
+
+        Returns
+        -------
+        U : ndarray of shape (n_rows, n_components)
+        """
+        return self._fold_in(self._check_X(X))
+
+    def _fold_in(self, Xc):
+        Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
+        U = np.zeros((Xc.shape[0], Vt.shape[1]))
+        alpha_u = self.alpha_u
+        ridge_fold_in(Xc.indptr, Xc.indices, Xc.data, Vt, alpha_u * (1 - self.l1_ratio), U)
+        if self.l1_ratio == 0 and not self.positive:
+            return U
+        # Proximal gradient with the global step 1/lambda_max(V V^T), which bounds every row's
+        # Lipschitz constant; started from the ridge solution.
+        step = 1.0 / max(np.linalg.eigvalsh(Vt.T @ Vt)[-1], 1e-12)
+        U = prox_elastic_net(U, step, alpha_u, self.l1_ratio, self.positive)
+        G = np.empty_like(U)
+        for _ in range(500):
+            grad_rows(Xc.indptr, Xc.indices, Xc.data, U, Vt, G)
+            U_new = prox_elastic_net(U - step * G, step, alpha_u, self.l1_ratio, self.positive)
+            if np.abs(U_new - U).max() <= 1e-10 * max(1.0, np.abs(U).max()):
+                return U_new
+            U = U_new
+        return U
+
+    def inverse_transform(self, X):
+        """Ratings reconstructed from user factors: ``X @ components_ + mean_``."""
+        check_is_fitted(self)
+        return np.asarray(X) @ self.components_ + self.mean_
+
+    def predict(self, X):
+        """Predicted ratings for the rows of ``X`` (dense, ``(n_rows, n_items)``) by fold-in.
+
+        Rows with no observed entry (cold start) predict the training mean ``mean_`` for
+        every item. With ``clip=True`` predictions are clipped to the training rating range.
+        """
+        Xc = self._check_X(X)
+        P = self._fold_in(Xc) @ self.components_ + self.mean_
+        cold = np.diff(Xc.indptr) == 0
+        P[cold] = self.mean_ if self.center else self._raw_mean()
+        return self._clip(P)
+
+    def _raw_mean(self):
+        return float(np.mean(self.rating_range_))
+
+    def _clip(self, values):
+        if self.clip:
+            return np.clip(values, *self.rating_range_)
+        return values
+
+    def score(self, X, y=None):
+        """Negative RMSE (greater is better).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_rows, n_items)
+            Observed ratings of the rows, used for fold-in.
+        y : {array-like, sparse matrix} of shape (n_rows, n_items), default=None
+            Held-out ratings of the same rows; the error is measured at its stored entries.
+            When None, the error is measured at ``X``'s own entries.
+
+        Returns
+        -------
+        score : float
+            ``-sqrt(mean squared error)`` over the evaluated entries.
+        """
+        Xc = self._check_X(X)
+        target = Xc if y is None else check_like(y, Xc, name="y")
+        if y is not None:
+            target = _shift(target, -self.mean_)
+        if target.nnz == 0:
+            raise ValueError("There is no rating to score: the evaluated matrix is empty.")
+        U = self._fold_in(Xc)
+        Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
+        pred = np.empty(target.nnz)
+        values_at(target.indptr, target.indices, U, Vt, pred)
+        cold = np.repeat(np.diff(Xc.indptr) == 0, np.diff(target.indptr))
+        pred[cold] = 0.0 if self.center else self._raw_mean()
+        pred = self._clip(pred + self.mean_) - self.mean_
+        return -float(np.sqrt(np.mean((pred - target.data) ** 2)))
+
+    @property
+    def _n_features_out(self):
+        return self.components_.shape[0]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.input_tags.allow_nan = True
+        tags.target_tags.required = False
+        return tags
+
+
+def _shift(X, delta):
+    """A copy of the CSR ``X`` with ``delta`` added to every stored value."""
+    if not delta:
+        return X
+    X = X.copy()
+    X.data += delta
+    return X
+
+
+def _warn_unobserved(X):
+    empty_cols = int(np.count_nonzero(np.bincount(X.indices, minlength=X.shape[1]) == 0))
+    if empty_cols:
+        warnings.warn(
+            f"{empty_cols} item column(s) have no training rating; their factors only follow "
+            "the regularization, so predictions for them are arbitrary.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def squared_error_of(block_X, U, Vt):
+    """Sum of squared residuals of ``U Vt^T`` at the stored entries of ``block_X``."""
+    if block_X is None or block_X.nnz == 0:
+        return 0.0
+    return squared_error(block_X.indptr, block_X.indices, block_X.data, U, Vt)

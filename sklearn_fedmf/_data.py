@@ -1,0 +1,184 @@
+"""Data contract: rating matrices, client partitions and per-client blocks.
+
+A rating matrix has users as rows and items as columns. In a scipy.sparse matrix every
+*stored* entry is an observation (an explicit zero included); in a dense array NaN marks
+a missing entry. Everything downstream works on canonical CSR float64 matrices.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils import check_random_state
+
+__all__ = [
+    "ClientBlock",
+    "check_ratings",
+    "check_like",
+    "resolve_clients",
+    "split_clients",
+]
+
+
+def check_ratings(X, *, name="X", dtype=np.float64):
+    """Return ``X`` as a canonical CSR matrix whose stored entries are the observations.
+
+    Parameters
+    ----------
+    X : {array-like, sparse matrix} of shape (n_rows, n_items)
+        Sparse: every stored entry is observed. Dense: NaN marks a missing entry.
+    name : str
+        Name used in error messages.
+    dtype : numpy dtype
+        Floating dtype of the result.
+
+    Returns
+    -------
+    X_csr : scipy.sparse.csr_matrix
+        Sorted indices, no duplicates, explicit zeros kept.
+    """
+    if sp.issparse(X):
+        if X.ndim != 2:
+            raise ValueError(f"{name} must be 2-dimensional, got {X.ndim} dimensions.")
+        X = sp.csr_matrix(X, dtype=dtype, copy=True)
+        if not X.has_canonical_format:
+            # scipy would silently sum duplicates; a rating observed twice is ambiguous.
+            X.sort_indices()
+            rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+            dup = (np.diff(rows) == 0) & (np.diff(X.indices) == 0)
+            if dup.any():
+                raise ValueError(
+                    f"{name} has duplicate entries (the same row and column stored twice); "
+                    "aggregate them before fitting."
+                )
+            X.has_canonical_format = True
+    else:
+        if hasattr(X, "to_numpy"):
+            X = X.to_numpy(dtype=dtype, na_value=np.nan)
+        try:
+            X = np.asarray(X, dtype=dtype)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name} must contain numbers (NaN marks a missing entry): {exc}")
+        if X.ndim != 2:
+            raise ValueError(
+                f"{name} must be a 2-dimensional rating matrix (users x items), got an array "
+                f"with {X.ndim} dimension(s) and shape {X.shape}."
+            )
+        if np.isinf(X).any():
+            raise ValueError(f"{name} contains infinite values.")
+        observed = ~np.isnan(X)
+        X = sp.csr_matrix((X[observed], np.nonzero(observed)), shape=X.shape, dtype=dtype)
+    if X.shape[0] < 1 or X.shape[1] < 1:
+        raise ValueError(f"{name} must have at least one row and one column, got shape {X.shape}.")
+    if not np.isfinite(X.data).all():
+        raise ValueError(
+            f"{name} stores NaN or infinite values; in a sparse matrix every stored entry is an "
+            "observation, so drop missing entries instead of storing NaN."
+        )
+    return X
+
+
+def check_like(Y, X, *, name="y"):
+    """Validate a held-out rating matrix that must have the shape of ``X``."""
+    Y = check_ratings(Y, name=name, dtype=X.dtype)
+    if Y.shape != X.shape:
+        raise ValueError(
+            f"{name} must have the same shape as X {X.shape} (held-out ratings of the same rows), "
+            f"got {Y.shape}."
+        )
+    return Y
+
+
+def resolve_clients(n_rows, clients, n_clients, partition, random_state):
+    """Return ``(labels, codes)``: the client label of each row and its integer code.
+
+    ``codes`` holds integers ``0 .. n_clients - 1`` (in sorted label order).
+    """
+    if clients is not None:
+        labels = np.asarray(clients)
+        if labels.ndim != 1 or labels.shape[0] != n_rows:
+            raise ValueError(
+                f"clients must hold one label per row of X: expected shape ({n_rows},), "
+                f"got {labels.shape}."
+            )
+        if labels.dtype.kind == "f" and np.isnan(labels).any():
+            raise ValueError("clients contains NaN labels.")
+        uniques, codes = np.unique(labels, return_inverse=True)
+        return labels, codes.astype(np.intp), len(uniques)
+    if n_clients > n_rows:
+        raise ValueError(
+            f"n_clients={n_clients} is larger than the number of rows ({n_rows}): every client "
+            "needs at least one row."
+        )
+    if partition == "contiguous":
+        codes = np.repeat(np.arange(n_clients), _block_sizes(n_rows, n_clients))
+    else:
+        rng = check_random_state(random_state)
+        perm = rng.permutation(n_rows)
+        codes = np.empty(n_rows, dtype=np.intp)
+        codes[perm] = np.repeat(np.arange(n_clients), _block_sizes(n_rows, n_clients))
+    codes = codes.astype(np.intp)
+    return codes.copy(), codes, n_clients
+
+
+def _block_sizes(n, k):
+    base, extra = divmod(n, k)
+    return np.array([base + 1] * extra + [base] * (k - extra))
+
+
+class ClientBlock(NamedTuple):
+    """One client's training data, built once per fit.
+
+    Attributes
+    ----------
+    rows : ndarray of shape (m_i,)
+        Global row indices owned by the client (ascending).
+    X : csr_matrix of shape (m_i, n_items)
+        The client's observed ratings.
+    row_of_entry : ndarray of shape (nnz_i,)
+        Local row of each stored entry (the COO row array of ``X``).
+    X_eval : csr_matrix or None
+        Held-out ratings of the same rows (``eval_set``), never used for training.
+    """
+
+    rows: np.ndarray
+    X: sp.csr_matrix
+    row_of_entry: np.ndarray
+    X_eval: sp.csr_matrix | None
+
+    @property
+    def n_rows(self):
+        return self.X.shape[0]
+
+    @property
+    def nnz(self):
+        return self.X.nnz
+
+
+def split_clients(X, codes, n_clients, X_eval=None):
+    """Cut ``X`` (and ``X_eval``) into per-client CSR blocks, raising on empty clients."""
+    counts = np.bincount(codes, minlength=n_clients)
+    if (counts == 0).any():
+        empty = np.flatnonzero(counts == 0)[:5].tolist()
+        raise ValueError(f"Clients {empty} own no rows; every client needs at least one row.")
+    order = np.argsort(codes, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    blocks = []
+    for c in range(n_clients):
+        rows = order[bounds[c] : bounds[c + 1]]
+        Xi = X[rows]
+        Xi.has_canonical_format = True
+        row_of_entry = np.repeat(np.arange(len(rows), dtype=np.int64), np.diff(Xi.indptr))
+        Ei = X_eval[rows] if X_eval is not None else None
+        blocks.append(ClientBlock(rows, Xi, row_of_entry, Ei))
+    return blocks
+
+
+def check_n(value, name, low=1):
+    """Raise a clear error unless ``value`` is an integer >= ``low``."""
+    if not isinstance(value, numbers.Integral) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
+    return int(value)

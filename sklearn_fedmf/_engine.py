@@ -1,0 +1,392 @@
+"""The federated engine: rounds, client sampling, parallel local updates, aggregation.
+
+An algorithm is a :class:`FederatedProtocol`: a bundle of pure functions (bind their
+hyperparameters with :func:`functools.partial`), no ``self`` and no global random state.
+The engine owns everything else: seeds, sampling, joblib dispatch, failures, byte counts,
+history, callbacks, early stopping and progress.
+
+Protocol functions
+------------------
+init_server(rng) -> (server_state, broadcast)
+    Global state before round 1 and the first broadcast (e.g. ``V^0``).
+init_client(block, broadcast, rng) -> (client_state, upload or None)
+    Runs once per client; the upload (e.g. FedMC-ADMM's ``Y_i^0``) reaches ``server_init_uploads``.
+server_init_uploads(server_state, uploads) -> (server_state, broadcast)
+    Optional; receives ``{client: upload}`` of every client after ``init_client``.
+client_update(client_state, block, broadcast, rng, selected) -> (client_state, upload or None)
+    One round of local work. ``selected`` is False only for clients that compute without
+    uploading (``update_all=True``, e.g. FedMAvg's partial client communication).
+server_update(server_state, uploads, round) -> (server_state, broadcast)
+    ``uploads`` maps client index -> upload for the clients whose update arrived, in
+    ascending client order; it may be empty when every sampled client failed.
+client_metrics(client_state, block, broadcast) -> dict of additive sums
+    Simulation diagnostics (losses, squared errors, counts); summed over clients.
+combine_metrics(server_state, sums) -> dict
+    Turns the summed diagnostics into the history record (``objective``, ``train_rmse``,
+    ``eval_rmse``, ...).
+
+Every random draw comes from ``numpy.random.SeedSequence(entropy, spawn_key=(kind, round,
+client))``, so results do not depend on ``n_jobs``, the joblib backend or the order in which
+clients finish.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from joblib import effective_n_jobs
+from sklearn.utils.parallel import Parallel, delayed
+
+__all__ = ["FederatedProtocol", "FederationState", "run_federation", "nbytes", "make_entropy"]
+
+_INIT_CLIENT, _UPDATE_CLIENT, _SERVER_ROUND, _INIT_SERVER = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class FederatedProtocol:
+    """The pure functions that define one federated algorithm (see the module docstring)."""
+
+    init_server: Callable
+    init_client: Callable
+    client_update: Callable
+    server_update: Callable
+    client_metrics: Callable
+    combine_metrics: Callable
+    server_init_uploads: Callable | None = None
+    update_all: bool = False  # non-sampled clients also run client_update (no upload)
+    broadcast_to_all: bool = False  # the broadcast reaches every client, not only the sampled
+
+
+@dataclass
+class FederationState:
+    """Everything a fit needs to continue (``warm_start``)."""
+
+    server_state: Any
+    client_states: list
+    broadcast: Any
+    n_rounds: int = 0
+    history: list = field(default_factory=list)
+
+
+def make_entropy(random_state):
+    """Turn an sklearn ``random_state`` into an integer seed for SeedSequence."""
+    if random_state is None:
+        return int(np.random.SeedSequence().entropy)
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(np.iinfo(np.int32).max))
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(np.iinfo(np.int64).max))
+    return int(random_state)
+
+
+def _rng(entropy, *key):
+    return np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=key))
+
+
+def nbytes(obj):
+    """Size in bytes of what a message holds (arrays, sparse matrices, containers, scalars)."""
+    if obj is None:
+        return 0
+    if isinstance(obj, np.ndarray):
+        return obj.nbytes
+    if sp.issparse(obj):
+        return obj.data.nbytes + obj.indices.nbytes + obj.indptr.nbytes
+    if isinstance(obj, dict):
+        return sum(nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(nbytes(v) for v in obj)
+    if isinstance(obj, (int, float, np.number, bool)):
+        return 8
+    raise TypeError(f"Cannot count the bytes of a message part of type {type(obj).__name__}.")
+
+
+def _run_clients(items, fn, broadcast, entropy, round_index, with_selected):
+    """Run one joblib task: several clients in a row. Failures are caught per client."""
+    out = []
+    for client, state, block, selected in items:
+        rng = _rng(entropy, _UPDATE_CLIENT, round_index, client)
+        try:
+            if with_selected:
+                new_state, upload = fn(state, block, broadcast, rng, selected)
+            else:
+                new_state, upload = fn(block, broadcast, rng)
+            out.append((client, new_state, upload, None))
+        except Exception as exc:  # a failing client must not bring the federation down
+            out.append((client, state, None, f"{type(exc).__name__}: {exc}"))
+    return out
+
+
+def _metrics_task(items, fn, broadcast):
+    total = {}
+    for state, block in items:
+        for key, value in fn(state, block, broadcast).items():
+            total[key] = total.get(key, 0.0) + value
+    return total
+
+
+def _batches(items, n_jobs, weights):
+    """Split ``items`` into contiguous batches of similar total weight, ~2 per worker."""
+    n_batches = min(len(items), 2 * n_jobs) if n_jobs > 1 else 1
+    if n_batches <= 1:
+        return [items]
+    cum = np.cumsum(weights, dtype=float)
+    cuts = np.searchsorted(cum, cum[-1] * np.arange(1, n_batches) / n_batches)
+    edges = np.unique(np.concatenate([[0], cuts, [len(items)]]))
+    return [items[a:b] for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+def _parallel_map(task, batches, n_jobs, *args):
+    if len(batches) == 1:
+        return [task(batches[0], *args)]
+    return Parallel(n_jobs=n_jobs, prefer="threads")(delayed(task)(b, *args) for b in batches)
+
+
+def initialize_federation(protocol, blocks, *, entropy, n_jobs=None):
+    """Run ``init_server`` and every client's ``init_client``; return ``(state, init_bytes)``."""
+    server_state, broadcast = protocol.init_server(_rng(entropy, _INIT_SERVER))
+    n_jobs = effective_n_jobs(n_jobs)
+    items = [(c, None, b, True) for c, b in enumerate(blocks)]
+    weights = [b.nnz + 1 for b in blocks]
+
+    def task(batch, bcast):
+        out = []
+        for client, _, block, _ in batch:
+            state, upload = protocol.init_client(block, bcast, _rng(entropy, _INIT_CLIENT, client))
+            out.append((client, state, upload))
+        return out
+
+    results = [r for part in _parallel_map(task, _batches(items, n_jobs, weights), n_jobs,
+                                           broadcast) for r in part]
+    results.sort(key=lambda r: r[0])
+    client_states = [r[1] for r in results]
+    uploads = {r[0]: r[2] for r in results if r[2] is not None}
+    init_bytes = nbytes(broadcast) * len(blocks) + sum(nbytes(u) for u in uploads.values())
+    if protocol.server_init_uploads is not None:
+        server_state, broadcast = protocol.server_init_uploads(server_state, uploads)
+    return FederationState(server_state, client_states, broadcast), init_bytes
+
+
+def _n_sampled(clients_per_round, n_clients):
+    if clients_per_round is None:
+        return n_clients
+    if isinstance(clients_per_round, float) and clients_per_round <= 1.0:
+        return max(1, int(math.ceil(clients_per_round * n_clients)))
+    n = int(clients_per_round)
+    if n > n_clients:
+        raise ValueError(
+            f"clients_per_round={clients_per_round} is larger than the number of clients "
+            f"({n_clients})."
+        )
+    return n
+
+
+def run_federation(
+    protocol,
+    blocks,
+    *,
+    max_iter,
+    clients_per_round=None,
+    entropy=0,
+    n_jobs=None,
+    tol=0.0,
+    dropout=0.0,
+    eval_every=1,
+    callback=None,
+    verbose=0,
+    state=None,
+    init_bytes=0,
+    label="federation",
+):
+    """Run ``max_iter`` communication rounds of ``protocol`` on the client ``blocks``.
+
+    Parameters
+    ----------
+    protocol : FederatedProtocol
+    blocks : list of ClientBlock
+        One per client, in client order.
+    max_iter : int
+        Rounds to run in this call (added to ``state.n_rounds`` when warm starting).
+    clients_per_round : int, float in (0, 1] or None
+        Clients sampled uniformly without replacement each round; None means all.
+    entropy : int
+        Root seed; round ``k`` and client ``i`` use ``SeedSequence(entropy, (kind, k, i))``.
+    n_jobs : int or None
+        Workers for the local updates (joblib; threads unless a backend is configured).
+    tol : float
+        Stop when the relative change of the objective between two evaluations is below
+        ``tol`` (0 disables early stopping).
+    dropout : float in [0, 1)
+        Probability that a sampled client fails in a round (it then contributes nothing and
+        keeps its state).
+    eval_every : int
+        Evaluate the diagnostics every ``eval_every`` rounds (and at the last round).
+    callback : callable or None
+        ``callback(round, info)`` after every round; returning True stops the fit. ``info``
+        has keys ``server_state``, ``broadcast``, ``sampled``, ``uploads``, ``record``.
+    verbose : int
+        0 silent, 1 a progress bar, 2 one line per round.
+    state : FederationState
+        Initialized (or warm) state from :func:`initialize_federation`.
+    init_bytes : int
+        Bytes of the initial exchange; counted in the first round's record.
+
+    Returns
+    -------
+    state : FederationState
+        With ``history`` extended by one record per round.
+    """
+    n_clients = len(blocks)
+    n_sampled = _n_sampled(clients_per_round, n_clients)
+    n_jobs_eff = effective_n_jobs(n_jobs)
+    weights = np.array([b.nnz + b.n_rows for b in blocks], dtype=float)
+    progress = _Progress(label, max_iter, verbose)
+    previous_objective = _last_objective(state.history)
+    start_round = state.n_rounds
+
+    for k in range(start_round, start_round + max_iter):
+        tic = time.perf_counter()
+        server_rng = _rng(entropy, _SERVER_ROUND, k)
+        sampled = np.sort(server_rng.choice(n_clients, size=n_sampled, replace=False))
+        dropped = set(sampled[server_rng.random(n_sampled) < dropout].tolist()) if dropout else set()
+        selected = set(sampled.tolist())
+        run = range(n_clients) if protocol.update_all else sampled
+        items = [
+            (int(c), state.client_states[c], blocks[c], int(c) in selected)
+            for c in run
+            if int(c) not in dropped
+        ]
+        outcomes = _parallel_map(
+            _run_clients,
+            _batches(items, n_jobs_eff, weights[[it[0] for it in items]] if items else []),
+            n_jobs,
+            protocol.client_update,
+            state.broadcast,
+            entropy,
+            k,
+            True,
+        ) if items else []
+        uploads, failures = {}, len(dropped)
+        for client, new_state, upload, error in (o for part in outcomes for o in part):
+            if error is not None:
+                failures += 1
+                if verbose >= 2:
+                    print(f"[{label}] round {k + 1}: client {client} failed: {error}",
+                          file=sys.stderr)
+                continue
+            state.client_states[client] = new_state
+            if client in selected and upload is not None:
+                uploads[client] = upload
+        uploads = dict(sorted(uploads.items()))
+        recipients = n_clients if protocol.broadcast_to_all else n_sampled
+        bytes_down = nbytes(state.broadcast) * recipients
+        bytes_up = sum(nbytes(u) for u in uploads.values())
+        if uploads:
+            state.server_state, state.broadcast = protocol.server_update(
+                state.server_state, uploads, k
+            )
+        seconds = time.perf_counter() - tic
+
+        record = {
+            "round": k + 1,
+            "n_sampled": n_sampled,
+            "n_failed": failures,
+            "bytes_uploaded": bytes_up + (init_bytes if k == start_round else 0),
+            "bytes_downloaded": bytes_down,
+            "seconds": seconds,
+        }
+        last = k == start_round + max_iter - 1
+        if eval_every and ((k + 1) % eval_every == 0 or last):
+            record.update(evaluate(protocol, state, blocks, n_jobs))
+        state.history.append(record)
+        state.n_rounds = k + 1
+        progress.update(record)
+
+        stop = False
+        if callback is not None:
+            info = {
+                "server_state": state.server_state,
+                "broadcast": state.broadcast,
+                "sampled": sampled,
+                "uploads": uploads,
+                "record": record,
+            }
+            stop = bool(callback(k + 1, info))
+        objective = record.get("objective")
+        if objective is not None:
+            if not np.isfinite(objective):
+                progress.close()
+                raise FloatingPointError(
+                    f"The objective became {objective} at round {k + 1}; the iterates diverged. "
+                    "Lower the step sizes or raise the regularization."
+                )
+            if (
+                tol
+                and previous_objective is not None
+                and abs(previous_objective - objective) <= tol * max(abs(previous_objective), 1e-300)
+            ):
+                stop = True
+            previous_objective = objective
+        if stop:
+            break
+    progress.close()
+    return state
+
+
+def evaluate(protocol, state, blocks, n_jobs=None):
+    """Sum ``client_metrics`` over every client and combine them on the server."""
+    n_jobs_eff = effective_n_jobs(n_jobs)
+    items = list(zip(state.client_states, blocks))
+    weights = np.array([b.nnz + 1 for b in blocks], dtype=float)
+    parts = _parallel_map(
+        _metrics_task, _batches(items, n_jobs_eff, weights), n_jobs,
+        protocol.client_metrics, state.broadcast,
+    )
+    sums = {}
+    for part in parts:
+        for key, value in part.items():
+            sums[key] = sums.get(key, 0.0) + value
+    return protocol.combine_metrics(state.server_state, sums)
+
+
+def _last_objective(history):
+    for record in reversed(history):
+        if "objective" in record:
+            return record["objective"]
+    return None
+
+
+class _Progress:
+    """A dependency-free progress bar on stderr (verbose=1) or a line per round (verbose>=2)."""
+
+    def __init__(self, label, total, verbose):
+        self.label, self.total, self.verbose = label, total, verbose
+        self.done, self.t0 = 0, time.perf_counter()
+
+    def update(self, record):
+        self.done += 1
+        if not self.verbose:
+            return
+        extra = ""
+        for key in ("objective", "train_rmse", "eval_rmse"):
+            if key in record:
+                extra += f" {key}={record[key]:.4g}"
+        elapsed = time.perf_counter() - self.t0
+        if self.verbose >= 2:
+            print(f"[{self.label}] round {record['round']}{extra} ({elapsed:.1f}s)", file=sys.stderr)
+            return
+        width = 30
+        filled = int(width * self.done / max(self.total, 1))
+        bar = "#" * filled + "-" * (width - filled)
+        print(f"\r{self.label:>10} [{bar}] {self.done}/{self.total}{extra} {elapsed:.1f}s",
+              end="", file=sys.stderr, flush=True)
+
+    def close(self):
+        if self.verbose == 1 and self.done:
+            print(file=sys.stderr, flush=True)

@@ -1,0 +1,386 @@
+"""FedMC-ADMM: linearized ADMM for federated matrix completion (Hytla et al., Algorithm 1).
+
+Objective (the paper's (1); ``p`` clients, ``f_i = 1/2 ||P_Omega_i(M_i - U_i V)||^2``)::
+
+    F(U, V) = (1/p) sum_i [f_i(U_i, V) + R_i(U_i)] + R(V)
+
+The 1/p multiplies the data term and ``R_i`` but not ``R(V)``: against a plain sum of squared
+errors, ``alpha_v`` acts ``p`` times stronger than in centralized MF.
+
+Item-side arrays are kept transposed (``Vt``, ``Wt``, ``Yt`` of shape ``(n_items, r)``) so that
+the kernels read an item's factor contiguously; uploads and the broadcast use that layout.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from numbers import Integral, Real
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from .._base import FederatedMFBase, squared_error_of
+from .._engine import FederatedProtocol
+from .._kernels import grad_cols, grad_rows
+from .._prox import elastic_net_value, prox_elastic_net
+
+__all__ = ["FedMCADMM"]
+
+EPS_LIPSCHITZ = 1e-8  # floor of L_W and L_U (spec 1.4): avoids 0/0 once l1 zeroes a factor
+
+
+# ---- pure solver functions ------------------------------------------------------------------
+def init_server(rng, *, n_items, n_components, init_scale):
+    """``V^0``: i.i.d. ``init_scale * Uniform[0, 1)`` (the papers' initialization)."""
+    Vt = init_scale * rng.random((n_items, n_components))
+    return {"Vt": Vt, "Z": None}, Vt
+
+
+def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive):
+    """Private ``U_i^0``, ``W_i^0 = V^0`` and ``Y_i^0 = -(1/p) grad_V f_i(U_i^0, V^0)``.
+
+    Returns the client state and its one-time upload ``Y_i^0`` (spec A18).
+    """
+    U = init_scale * rng.random((block.n_rows, Vt.shape[1]))
+    if positive:
+        U = np.maximum(U, 0.0)
+    if dual_init == "paper":
+        Yt = np.empty_like(Vt)
+        X = block.X
+        grad_cols(X.indptr, X.indices, X.data, U, Vt, Yt)
+        Yt /= -n_clients
+    else:
+        Yt = np.zeros_like(Vt)
+    return {"U": U, "Wt": Vt.copy(), "Yt": Yt}, {"Y": Yt}
+
+
+def server_init_uploads(server_state, uploads, *, beta, n_clients):
+    """Store ``Z_i = W_i^0 + Y_i^0 / beta`` for every client (``W_i^0 = V^0``)."""
+    Vt = server_state["Vt"]
+    Z = np.repeat(Vt[None], n_clients, axis=0)
+    for i, upload in uploads.items():
+        Z[i] += upload["Y"] / beta
+    return {"Vt": Vt, "Z": Z}, Vt
+
+
+def u_loop(U, Wt, X, n_steps, alpha_u, l1_ratio, positive):
+    """``n_steps`` proximal-gradient steps (P-14) on ``U`` against the client's own ``W_i``."""
+    L_W = max(np.linalg.norm(Wt.T @ Wt), EPS_LIPSCHITZ)
+    G = np.empty_like(U)
+    for _ in range(n_steps):
+        grad_rows(X.indptr, X.indices, X.data, U, Wt, G)
+        U = prox_elastic_net(U - G / L_W, 1.0 / L_W, alpha_u, l1_ratio, positive)
+    return U
+
+
+def w_loop_linearized(U, Wt, Vt, Yt, X, n_steps, beta, n_clients):
+    """``n_steps`` linearized W steps (P-15), started at the client's stored ``W_i``.
+
+    Also returns the last step's starting point and ``L_U`` (for the Lemma 4.5 check).
+    """
+    L = max(np.linalg.norm(U.T @ U), EPS_LIPSCHITZ) / n_clients
+    H = np.empty_like(Wt)
+    target = beta * Vt - Yt
+    W_prev = Wt
+    for _ in range(n_steps):
+        W_prev = Wt
+        grad_cols(X.indptr, X.indices, X.data, U, Wt, H)
+        Wt = (L * Wt + target - H / n_clients) / (L + beta)
+    return Wt, W_prev, L * n_clients
+
+
+def w_exact(U, Vt, Yt, X, beta, n_clients):
+    """Remark 4.1: the exact W minimizer, one ``r x r`` solve per item column.
+
+    ``(G_j / p + beta I) w_j = (U^T P(M) / p + beta V - Y)_j`` with
+    ``G_j = sum_{t observed in column j} u_t u_t^T``; an unobserved column gives ``v_j - y_j/beta``.
+    """
+    r = U.shape[1]
+    pattern = sp.csr_matrix((np.ones(X.nnz), X.indices, X.indptr), shape=X.shape)
+    outer = (U[:, :, None] * U[:, None, :]).reshape(U.shape[0], r * r)
+    gram = np.asarray(pattern.T @ outer).reshape(-1, r, r) / n_clients
+    gram += beta * np.eye(r)
+    rhs = np.asarray(X.T @ U) / n_clients + beta * Vt - Yt
+    return np.linalg.solve(gram, rhs[:, :, None])[:, :, 0]
+
+
+def client_update(state, block, Vt, rng, selected, *, n_clients, beta, local_iter, alpha_u,
+                  l1_ratio, positive, w_update):
+    """One active round of client ``i`` (Algorithm 1, step 3); uploads ``(W_i, Y_i)``."""
+    X = block.X
+    U = u_loop(state["U"], state["Wt"], X, local_iter, alpha_u, l1_ratio, positive)
+    if w_update == "linearized":
+        Wt = w_loop_linearized(U, state["Wt"], Vt, state["Yt"], X, local_iter, beta, n_clients)[0]
+    else:
+        Wt = w_exact(U, Vt, state["Yt"], X, beta, n_clients)
+    Yt = state["Yt"] + beta * (Wt - Vt)  # dual step with the OLD global V^k (Lemma 4.5)
+    return {"U": U, "Wt": Wt, "Yt": Yt}, {"W": Wt, "Y": Yt}
+
+
+def server_update(server_state, uploads, round_index, *, beta, n_clients, alpha_v, l1_ratio,
+                  positive):
+    """(P-16): ``V = prox_{R/(p beta)}((1/p) sum_i (W_i + Y_i / beta))`` over ALL clients.
+
+    Non-sampled clients enter with the ``Z_i`` they last sent. ``Z`` is updated in place: the
+    server owns it and it is far too large to copy every round.
+    """
+    Z = server_state["Z"]
+    for i, upload in uploads.items():
+        np.add(upload["W"], upload["Y"] / beta, out=Z[i])
+    A = Z.sum(axis=0) / n_clients  # fixed client order: deterministic, no drift
+    Vt = prox_elastic_net(A, 1.0 / (n_clients * beta), alpha_v, l1_ratio, positive)
+    return {"Vt": Vt, "Z": Z}, Vt
+
+
+def client_metrics(state, block, Vt, *, alpha_u, l1_ratio):
+    """Additive diagnostics of one client at the global ``V`` (not its local copy)."""
+    U = state["U"]
+    sse = squared_error_of(block.X, U, Vt)
+    gap = state["Wt"] - Vt
+    return {
+        "loss": 0.5 * sse + elastic_net_value(U, alpha_u, l1_ratio),
+        "sse": sse,
+        "n": block.nnz,
+        "sse_eval": squared_error_of(block.X_eval, U, Vt),
+        "n_eval": 0 if block.X_eval is None else block.X_eval.nnz,
+        "consensus": float(np.vdot(gap, gap)),
+    }
+
+
+def combine_metrics(server_state, sums, *, n_clients, alpha_v, l1_ratio):
+    """The objective ``F(U^k, V^k)`` (spec 6.1), train/eval RMSE and the consensus gap."""
+    record = {
+        "objective": sums["loss"] / n_clients
+        + elastic_net_value(server_state["Vt"], alpha_v, l1_ratio),
+        "train_rmse": float(np.sqrt(sums["sse"] / max(sums["n"], 1))),
+        "consensus_gap": sums["consensus"],
+    }
+    if sums["n_eval"]:
+        record["eval_rmse"] = float(np.sqrt(sums["sse_eval"] / sums["n_eval"]))
+    return record
+
+
+def make_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u, alpha_v,
+                  l1_ratio, positive, w_update, init_scale, dual_init):
+    """Bind the hyperparameters to the pure functions above."""
+    reg_v = dict(alpha_v=alpha_v, l1_ratio=l1_ratio)
+    return FederatedProtocol(
+        init_server=partial(init_server, n_items=n_items, n_components=n_components,
+                            init_scale=init_scale),
+        init_client=partial(init_client, n_clients=n_clients, init_scale=init_scale,
+                            dual_init=dual_init, positive=positive),
+        server_init_uploads=partial(server_init_uploads, beta=beta, n_clients=n_clients),
+        client_update=partial(client_update, n_clients=n_clients, beta=beta,
+                              local_iter=local_iter, alpha_u=alpha_u, l1_ratio=l1_ratio,
+                              positive=positive, w_update=w_update),
+        server_update=partial(server_update, beta=beta, n_clients=n_clients, positive=positive,
+                              **reg_v),
+        client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio),
+        combine_metrics=partial(combine_metrics, n_clients=n_clients, **reg_v),
+    )
+
+
+# ---- estimator ----------------------------------------------------------------------------
+class FedMCADMM(FederatedMFBase):
+    """Federated matrix completion by linearized ADMM (FedMC-ADMM).
+
+    Each client owns a block of rows (users). In a round, ``clients_per_round`` sampled
+    clients run ``local_iter`` proximal-gradient steps on their private user factors ``U_i``,
+    ``local_iter`` linearized steps on their copy ``W_i`` of the item factor, and a dual step,
+    then upload ``(W_i, Y_i)``; the server sets ``V`` to the proximal point of the average of
+    ``W_i + Y_i / beta`` over all clients. ``U_i`` and the ratings never leave a client.
+
+    Parameters
+    ----------
+    n_components : int, default=5
+        Rank ``r`` of the factorization.
+    beta : float, default=1.0
+        ADMM penalty. Large values slow the global factor down (each round moves ``V`` by about
+        a gradient step of size ``1/(p*beta)``); small values slow consensus. Tune it.
+    local_iter : int, default=10
+        Local steps ``N`` of the U loop and of the W loop in each round.
+    n_clients : int, default=10
+        Number of clients ``p`` the rows are split into when ``clients`` is not given to fit.
+    partition : {"random", "contiguous"}, default="random"
+        How rows are assigned to ``n_clients`` clients (random is seeded by ``random_state``).
+    clients_per_round : int, float or None, default=None
+        Clients sampled (uniformly, without replacement) each round: a count, a fraction in
+        (0, 1], or None for all clients.
+    max_iter : int, default=100
+        Communication rounds.
+    tol : float, default=0.0
+        Stop when the relative change of the objective falls below ``tol``; 0 runs all rounds.
+    alpha_u, alpha_v : float, default=1e-6
+        Regularization strength of the user factors (``lambda``) and the item factor
+        (``gamma``). The regularizer is ``alpha * l1_ratio * ||.||_1 +
+        0.5 * alpha * (1 - l1_ratio) * ||.||_F^2``, as in :class:`~sklearn.decomposition.NMF`.
+    l1_ratio : float, default=0.0
+        0 is squared l2 (the paper's (65)-(68)), 1 is l1 (soft-thresholding, (70)-(73)).
+    positive : bool, default=False
+        Constrain both factors to be nonnegative.
+    w_update : {"linearized", "exact"}, default="linearized"
+        The paper's linearized W loop, or the exact per-column solve of Remark 4.1.
+    init_scale : float, default=1.0
+        Factors start i.i.d. ``init_scale * Uniform[0, 1)``.
+    dual_init : {"paper", "zeros"}, default="paper"
+        ``Y_i^0 = -(1/p) grad_V f_i(U_i^0, V^0)`` (uploaded once by every client) or zero.
+    center : bool, default=True
+        Subtract the global training mean (an aggregate of client sums and counts) before
+        factorizing; ``False`` is the paper's raw objective.
+    clip : bool, default=False
+        Clip predictions to the training rating range.
+    dropout : float, default=0.0
+        Probability that a sampled client fails in a round (it then keeps its state and sends
+        nothing); failures are counted in ``history_``.
+    eval_every : int, default=1
+        Record the objective and RMSEs every ``eval_every`` rounds (0 never; costs one pass
+        over every client's ratings).
+    callback : callable, default=None
+        ``callback(round, info)`` after each round; returning True stops the fit.
+    warm_start : bool, default=False
+        Continue from the previous fit's state for ``max_iter`` more rounds.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the partition, the initialization and every round's sampling.
+    n_jobs : int, default=None
+        Parallel local updates (joblib; threads unless a backend is configured).
+    verbose : int, default=0
+        1 shows a progress bar, 2 a line per round.
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (n_components, n_items)
+        The global item factor ``V``.
+    user_factors_ : ndarray of shape (n_users, n_components)
+        The client-local factors ``U`` in row order (kept for analysis only).
+    mean_ : float
+        Training mean subtracted from the ratings (0 when ``center=False``).
+    n_iter_ : int
+        Rounds run.
+    n_clients_ : int
+    clients_ : ndarray of shape (n_users,)
+        Client label of each row.
+    history_ : list of dict
+        One record per round: ``round``, ``objective``, ``train_rmse``, ``eval_rmse`` (with
+        ``eval_set``), ``consensus_gap``, ``bytes_uploaded``, ``bytes_downloaded``,
+        ``n_sampled``, ``n_failed``, ``seconds``.
+    n_features_in_ : int
+
+    See Also
+    --------
+    sklearn_fedmf.FedMAvg : Federated model averaging, the paper's baseline.
+
+    References
+    ----------
+    P. Hytla, T. T. A. Nghia, D. N. Phan, A. Rice. A Linearized Alternating Direction
+    Multiplier Method for Federated Matrix Completion Problems.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fedmf import FedMCADMM
+    >>> rng = np.random.default_rng(0)
+    >>> M = rng.normal(size=(60, 2)) @ rng.normal(size=(2, 30))
+    >>> X = np.where(rng.random(M.shape) < 0.6, M, np.nan)
+    >>> model = FedMCADMM(n_components=2, n_clients=4, max_iter=200, random_state=0).fit(X)
+    >>> bool(model.score(X) > -0.05)
+    True
+    """
+
+    _parameter_constraints: dict = {
+        **FederatedMFBase._parameter_constraints,
+        "beta": [Interval(Real, 0, None, closed="neither")],
+        "local_iter": [Interval(Integral, 1, None, closed="left")],
+        "w_update": [StrOptions({"linearized", "exact"})],
+        "init_scale": [Interval(Real, 0, None, closed="neither")],
+        "dual_init": [StrOptions({"paper", "zeros"})],
+    }
+
+    def __init__(
+        self,
+        n_components=5,
+        *,
+        beta=1.0,
+        local_iter=10,
+        n_clients=10,
+        partition="random",
+        clients_per_round=None,
+        max_iter=100,
+        tol=0.0,
+        alpha_u=1e-6,
+        alpha_v=1e-6,
+        l1_ratio=0.0,
+        positive=False,
+        w_update="linearized",
+        init_scale=1.0,
+        dual_init="paper",
+        center=True,
+        clip=False,
+        dropout=0.0,
+        eval_every=1,
+        callback=None,
+        warm_start=False,
+        random_state=None,
+        n_jobs=None,
+        verbose=0,
+    ):
+        self.n_components = n_components
+        self.beta = beta
+        self.local_iter = local_iter
+        self.n_clients = n_clients
+        self.partition = partition
+        self.clients_per_round = clients_per_round
+        self.max_iter = max_iter
+        self.tol = tol
+        self.alpha_u = alpha_u
+        self.alpha_v = alpha_v
+        self.l1_ratio = l1_ratio
+        self.positive = positive
+        self.w_update = w_update
+        self.init_scale = init_scale
+        self.dual_init = dual_init
+        self.center = center
+        self.clip = clip
+        self.dropout = dropout
+        self.eval_every = eval_every
+        self.callback = callback
+        self.warm_start = warm_start
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None, *, clients=None, eval_set=None):
+        """Run the federation on the rating matrix ``X``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_users, n_items)
+            Training ratings: sparse (every stored entry observed) or dense with NaN missing.
+        y : Ignored
+        clients : array-like of shape (n_users,), default=None
+            Client label of each row; when None rows are split into ``n_clients`` clients.
+        eval_set : {array-like, sparse matrix} of shape (n_users, n_items), default=None
+            Held-out ratings of the same rows, scored every round with the current federated
+            factors (``history_[k]["eval_rmse"]``).
+
+        Returns
+        -------
+        self : FedMCADMM
+        """
+        return self._fit(X, clients, eval_set)
+
+    def _make_protocol(self, n_items, n_clients):
+        return make_protocol(
+            n_items=n_items, n_clients=n_clients, n_components=self.n_components,
+            beta=self.beta, local_iter=self.local_iter, alpha_u=self.alpha_u,
+            alpha_v=self.alpha_v, l1_ratio=self.l1_ratio, positive=self.positive,
+            w_update=self.w_update, init_scale=self.init_scale, dual_init=self.dual_init,
+        )
+
+    def _read_components(self, server_state, broadcast):
+        return np.ascontiguousarray(server_state["Vt"].T)
+
+    def _read_user_factors(self, client_state):
+        return client_state["U"]

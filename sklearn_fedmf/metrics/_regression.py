@@ -1,0 +1,44 @@
+"""Rating-prediction errors at the stored entries of a held-out matrix."""
+
+import numpy as np
+
+from .._data import check_ratings
+
+
+def _residuals(y_true, y_pred):
+    y_true = check_ratings(y_true, name="y_true")
+    y_pred = np.asarray(y_pred, dtype=float)
+    if y_pred.shape != y_true.shape:
+        raise ValueError(f"y_pred has shape {y_pred.shape}, expected {y_true.shape}.")
+    rows = np.repeat(np.arange(y_true.shape[0]), np.diff(y_true.indptr))
+    if y_true.nnz == 0:
+        raise ValueError("y_true has no stored rating to evaluate.")
+    return y_pred[rows, y_true.indices] - y_true.data
+
+
+def rmse(y_true, y_pred):
+    """Root mean squared error at the observed entries of ``y_true``.
+
+    Parameters
+    ----------
+    y_true : {array-like, sparse matrix} of shape (n_rows, n_items)
+        Held-out ratings (sparse: stored entries; dense: NaN is missing).
+    y_pred : array-like of shape (n_rows, n_items)
+        Dense predictions, e.g. from ``estimator.predict``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fedmf.metrics import rmse
+    >>> rmse([[1.0, np.nan], [3.0, 4.0]], [[2.0, 0.0], [3.0, 4.0]])
+    0.5773502691896257
+    """
+    return float(np.sqrt(np.mean(_residuals(y_true, y_pred) ** 2)))
+
+
+def mae(y_true, y_pred):
+    """Mean absolute error at the observed entries of ``y_true`` (see :func:`rmse`)."""
+    return float(np.mean(np.abs(_residuals(y_true, y_pred))))
+
+
+__all__ = ["rmse", "mae"]
