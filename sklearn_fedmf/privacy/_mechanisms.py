@@ -1,0 +1,297 @@
+"""Local differential-privacy mechanisms applied by a client to an upload before sending it.
+
+Every function is pure: noise comes only from the ``numpy.random.Generator`` passed in (the
+engine hands each client a fresh one per round), and inputs are never modified in place.
+
+What a guarantee covers
+-----------------------
+A mechanism protects **one release** (one upload of one client in one round) against a change
+of the client's data that moves the released matrix by at most ``sensitivity``:
+
+- ``gaussian``: ``(epsilon, delta)``-DP when the change is bounded in l2 by ``sensitivity``
+  (the classical bound ``sigma = sensitivity * sqrt(2 ln(1.25 / delta)) / epsilon``, proven for
+  ``epsilon < 1``; larger values are accepted with a :class:`PrivacyWarning`);
+- ``laplace``: ``(epsilon, 0)``-DP for an l1 change of at most ``sensitivity``
+  (``scale = sensitivity / epsilon``);
+- ``bernoulli``: randomized response, ``epsilon``-DP **per bit** of a 0/1 matrix
+  (flip probability ``1 / (1 + e^epsilon)``).
+
+What it does not cover
+----------------------
+- **Without clipping there is no formal bound**: nothing limits how far one row of a client's
+  data moves a factor, so the nominal sensitivity (1 for a relaxed entry in [0, 1]) is a
+  calibration, not a proof. :func:`check_privacy` warns about it.
+- With ``sensitivity="entry"`` the noise is calibrated per entry: the guarantee holds for a
+  neighbour that changes one entry of the upload, not the whole matrix. ``"matrix"`` calibrates
+  to the whole ``shape`` (``theta * sqrt(size)`` in l2, ``theta * size`` in l1).
+- **Composition**: a client releasing ``T`` uploads spends, by basic composition,
+  ``(T * epsilon, T * delta)`` (:func:`compose_basic`); estimators report both figures.
+- The server's aggregate and everything computed from it are post-processing, hence covered.
+
+Examples
+--------
+>>> import numpy as np
+>>> from sklearn_fedmf.privacy import clip_entries, laplace_noise, laplace_epsilon
+>>> rng = np.random.default_rng(0)
+>>> V = np.array([[0.1, -0.5, 0.3]])
+>>> W = laplace_noise(clip_entries(V, 0.2), scale=0.04, rng=rng)  # RFRec's upload
+>>> W.shape, round(laplace_epsilon(0.04, sensitivity=2 * 0.2), 6)   # range of [-d, d] is 2d
+((1, 3), 10.0)
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+
+import numpy as np
+
+__all__ = [
+    "MECHANISMS",
+    "PrivacyWarning",
+    "check_privacy",
+    "clip_entries",
+    "compose_basic",
+    "flip_probability",
+    "gaussian_noise",
+    "gaussian_sigma",
+    "laplace_epsilon",
+    "laplace_noise",
+    "laplace_scale",
+    "noise_scale",
+    "privatize",
+    "randomized_response",
+    "sensitivity_of",
+]
+
+MECHANISMS = ("gaussian", "laplace", "bernoulli")
+
+
+class PrivacyWarning(UserWarning):
+    """A privacy setting whose guarantee is weaker than its parameters suggest."""
+
+
+def _check_epsilon(epsilon):
+    if not isinstance(epsilon, numbers.Real) or not epsilon > 0 or not math.isfinite(epsilon):
+        raise ValueError(
+            f"epsilon must be a finite number > 0, got {epsilon!r} (epsilon = 0 would need "
+            "infinite noise)."
+        )
+    return float(epsilon)
+
+
+def _check_positive(value, name):
+    if not isinstance(value, numbers.Real) or not value > 0 or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
+    return float(value)
+
+
+# ---- noise-scale formulas ------------------------------------------------------------------
+def gaussian_sigma(epsilon, delta, sensitivity=1.0):
+    """Standard deviation of the classical Gaussian mechanism.
+
+    ``sigma = sensitivity * sqrt(2 ln(1.25 / delta)) / epsilon`` (Dwork & Roth, Thm. A.1);
+    the Felb paper writes ``ln(5 / (4 delta))``, the same number, and calls sigma a "variance".
+
+    Parameters
+    ----------
+    epsilon : float > 0
+    delta : float in (0, 1)
+    sensitivity : float > 0, default=1.0
+        l2 sensitivity of the released quantity.
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.privacy import gaussian_sigma
+    >>> round(gaussian_sigma(1.0, 0.05), 4)
+    2.5373
+    """
+    epsilon = _check_epsilon(epsilon)
+    if not isinstance(delta, numbers.Real) or not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1) for the Gaussian mechanism, got {delta!r}.")
+    sensitivity = _check_positive(sensitivity, "sensitivity")
+    return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
+
+
+def laplace_scale(epsilon, sensitivity=1.0):
+    """Scale ``b = sensitivity / epsilon`` of the Laplace mechanism (l1 sensitivity).
+
+    The density is ``exp(-|x| / b) / (2 b)``; the variance is ``2 b^2``.
+    """
+    return _check_positive(sensitivity, "sensitivity") / _check_epsilon(epsilon)
+
+
+def laplace_epsilon(scale, sensitivity=1.0):
+    """The epsilon that Laplace noise of ``scale`` buys for an l1 ``sensitivity``.
+
+    The inverse of :func:`laplace_scale`; e.g. RFRec clips entries to ``[-d, d]`` (range, hence
+    per-entry sensitivity, ``2 d``) and reports ``epsilon = 2 d / s``.
+    """
+    return _check_positive(sensitivity, "sensitivity") / _check_positive(scale, "scale")
+
+
+def flip_probability(epsilon):
+    """Randomized-response flip probability ``1 / (1 + e^epsilon)`` (epsilon-DP per bit).
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.privacy import flip_probability
+    >>> round(flip_probability(1.0), 6)
+    0.268941
+    """
+    epsilon = _check_epsilon(epsilon)
+    return 1.0 / (1.0 + math.exp(epsilon)) if epsilon < 700 else 0.0
+
+
+def sensitivity_of(mechanism, clip=None, shape=None, kind="entry"):
+    """The sensitivity ``Delta`` used to calibrate ``mechanism``.
+
+    Parameters
+    ----------
+    mechanism : {"gaussian", "laplace", "bernoulli"}
+    clip : float or None
+        Entrywise clipping threshold ``theta``; None means no clipping (nominal range 1).
+    shape : tuple of int, optional
+        Shape of the released matrix; needed for ``kind="matrix"``.
+    kind : {"entry", "matrix"} or float
+        ``"entry"``: ``theta`` (1.0 unclipped), one entry of the upload changes.
+        ``"matrix"``: every entry may change by ``theta``: ``theta * sqrt(size)`` in l2
+        (Gaussian), ``theta * size`` in l1 (Laplace). A float is used as is.
+        Randomized response has no sensitivity (it works per bit): 1.0 is returned.
+    """
+    if not isinstance(kind, str):
+        return _check_positive(kind, "sensitivity")
+    if mechanism == "bernoulli":
+        return 1.0
+    theta = 1.0 if clip is None else _check_positive(clip, "clip")
+    if kind == "entry":
+        return theta
+    if kind != "matrix":
+        raise ValueError(f"sensitivity must be 'entry', 'matrix' or a number, got {kind!r}.")
+    if shape is None:
+        raise ValueError("sensitivity='matrix' needs the shape of the released matrix.")
+    size = math.prod(shape)
+    return theta * (math.sqrt(size) if mechanism == "gaussian" else size)
+
+
+def noise_scale(mechanism, epsilon, delta=None, sensitivity=1.0):
+    """Gaussian ``sigma``, Laplace ``b`` or randomized-response flip probability."""
+    if mechanism == "gaussian":
+        return gaussian_sigma(epsilon, delta, sensitivity)
+    if mechanism == "laplace":
+        return laplace_scale(epsilon, sensitivity)
+    if mechanism == "bernoulli":
+        return flip_probability(epsilon)
+    raise ValueError(f"Unknown mechanism {mechanism!r}; expected one of {MECHANISMS}.")
+
+
+def compose_basic(epsilon, delta, n_releases):
+    """Basic sequential composition: ``n_releases`` releases cost ``(n eps, n delta)``."""
+    n = int(n_releases)
+    return n * float(epsilon), n * float(delta or 0.0)
+
+
+# ---- mechanisms ----------------------------------------------------------------------------
+def clip_entries(X, threshold):
+    """Clamp every entry to ``[-threshold, threshold]`` (a new array)."""
+    threshold = _check_positive(threshold, "clip threshold")
+    return np.clip(np.asarray(X, dtype=float), -threshold, threshold)
+
+
+def gaussian_noise(X, sigma, rng):
+    """``X + N`` with ``N`` i.i.d. ``Normal(0, sigma^2)`` per entry (a new array)."""
+    X = np.asarray(X, dtype=float)
+    return X + rng.normal(0.0, sigma, size=X.shape)
+
+
+def laplace_noise(X, scale, rng):
+    """``X + L`` with ``L`` i.i.d. ``Laplace(0, scale)`` per entry (a new array)."""
+    X = np.asarray(X, dtype=float)
+    return X + rng.laplace(0.0, scale, size=X.shape)
+
+
+def randomized_response(X, p, rng):
+    """Flip each entry with probability ``p``: ``x -> 1 - x`` (XOR on 0/1 entries).
+
+    On real values in [0, 1] a flipped entry becomes ``1 - x``, i.e. ``X + B * (1 - 2X)``.
+    """
+    if not 0 <= p <= 1:
+        raise ValueError(f"The flip probability must be in [0, 1], got {p!r}.")
+    X = np.asarray(X, dtype=float)
+    flips = rng.random(X.shape) < p
+    return np.where(flips, 1.0 - X, X)
+
+
+def check_privacy(mechanism, epsilon, delta=None, clip=None, sensitivity="entry"):
+    """Validate a privacy setting once per fit and warn where the guarantee is weak.
+
+    Returns ``None`` when ``mechanism`` is None. Raises ValueError on invalid parameters;
+    emits :class:`PrivacyWarning` for Gaussian noise with ``epsilon >= 1`` (outside the proven
+    range of the classical bound) and for unclipped Gaussian/Laplace noise (no formal bound).
+    """
+    if mechanism is None:
+        return None
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"Unknown privacy mechanism {mechanism!r}; expected one of {MECHANISMS}.")
+    _check_epsilon(epsilon)
+    if mechanism == "gaussian":
+        gaussian_sigma(epsilon, delta)
+        if epsilon >= 1:
+            warnings.warn(
+                f"The classical Gaussian mechanism bound is proven for epsilon < 1; with "
+                f"epsilon={epsilon} the (epsilon, delta) guarantee is nominal.",
+                PrivacyWarning, stacklevel=3,
+            )
+    if clip is not None:
+        _check_positive(clip, "clip")
+    if mechanism != "bernoulli" and clip is None and not isinstance(sensitivity, numbers.Real):
+        warnings.warn(
+            f"{mechanism} noise without clipping: nothing bounds how much one row changes the "
+            "upload, so the noise is calibrated to a nominal sensitivity and gives no formal "
+            "guarantee. Set clip to bound it.",
+            PrivacyWarning, stacklevel=3,
+        )
+    return mechanism
+
+
+def privatize(X, rng, *, mechanism, epsilon, delta=None, clip=None, sensitivity="entry"):
+    """Clip (optionally) then noise one upload; the result never shares memory with ``X``.
+
+    Parameters
+    ----------
+    X : ndarray
+        The matrix a client is about to send.
+    rng : numpy.random.Generator
+        The client's generator for this round.
+    mechanism : {"gaussian", "laplace", "bernoulli"} or None
+        None returns a copy of ``X`` unchanged.
+    epsilon, delta : float
+        Per-release budget (``delta`` only for ``"gaussian"``).
+    clip : float or None
+        Entrywise clipping threshold ``theta`` applied before the noise (Gaussian, Laplace).
+    sensitivity : {"entry", "matrix"} or float
+        See :func:`sensitivity_of`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fedmf.privacy import privatize
+    >>> V = np.full((2, 3), 0.7)
+    >>> W = privatize(V, np.random.default_rng(0), mechanism="gaussian", epsilon=0.5,
+    ...               delta=0.05, clip=1.5)
+    >>> W.shape, bool(np.shares_memory(W, V))
+    ((2, 3), False)
+    """
+    X = np.asarray(X, dtype=float)
+    if mechanism is None:
+        return X.copy()
+    if mechanism == "bernoulli":
+        return randomized_response(X, flip_probability(epsilon), rng)
+    if clip is not None:
+        X = clip_entries(X, clip)
+    delta_s = sensitivity_of(mechanism, clip, X.shape, sensitivity)
+    scale = noise_scale(mechanism, epsilon, delta, delta_s)
+    if mechanism == "gaussian":
+        return gaussian_noise(X, scale, rng)
+    return laplace_noise(X, scale, rng)
