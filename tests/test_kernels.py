@@ -1,0 +1,147 @@
+"""The numba kernels of ``sklearn_fedmf._kernels`` against dense masked numpy oracles.
+
+Every block has empty rows, empty columns and explicit zeros (observed ratings equal to 0,
+which must count as observations). Tests use small float64 blocks, so dense oracles are cheap.
+"""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sklearn_fedmf._kernels import grad_cols, grad_rows, ridge_fold_in, squared_error, values_at
+
+RTOL = 1e-10  # the spec's "exact"
+
+
+def _block(seed, n_rows=13, n_items=9, density=0.45, unsorted=False):
+    """A CSR block and its dense (values, mask) twin, with the awkward cases built in."""
+    rng = np.random.default_rng(seed)
+    mask = rng.random((n_rows, n_items)) < density
+    mask[[2, 7]] = False  # empty rows
+    mask[:, [0, 5]] = False  # empty columns
+    values = rng.normal(size=(n_rows, n_items))
+    rows, cols = np.nonzero(mask)
+    values[rows[::4], cols[::4]] = 0.0  # explicit zeros: observed, not missing
+    values[~mask] = 0.0
+    X = sp.csr_matrix((values[rows, cols], (rows, cols)), shape=mask.shape)
+    assert X.nnz == mask.sum() and np.count_nonzero(X.data == 0) > 0
+    if unsorted:  # the kernels must not rely on sorted column indices
+        for t in range(n_rows):
+            a, b = X.indptr[t], X.indptr[t + 1]
+            perm = a + rng.permutation(b - a)
+            X.indices[a:b], X.data[a:b] = X.indices[perm].copy(), X.data[perm].copy()
+        X.has_sorted_indices = False
+    return X, values, mask
+
+
+def _factors(seed, n_rows, n_items, r=3):
+    rng = np.random.default_rng(seed + 100)
+    return rng.normal(size=(n_rows, r)), np.ascontiguousarray(rng.normal(size=(n_items, r)))
+
+
+def _assert_close(actual, desired):
+    err = np.linalg.norm(np.asarray(actual) - desired)
+    assert err <= RTOL * max(np.linalg.norm(desired), 1e-300), err
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("unsorted", [False, True])
+def test_grad_rows_matches_dense_oracle(seed, unsorted):
+    X, M, mask = _block(seed, unsorted=unsorted)
+    U, Wt = _factors(seed, *X.shape)
+    E = mask * (U @ Wt.T - M)
+    out = np.full_like(U, np.nan)  # every row, empty ones included, must be overwritten
+    half_loss = grad_rows(X.indptr, X.indices, X.data, U, Wt, out)
+    _assert_close(out, E @ Wt)
+    _assert_close(half_loss, 0.5 * np.sum(E**2))
+    assert np.all(out[[2, 7]] == 0.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("unsorted", [False, True])
+def test_grad_cols_matches_dense_oracle(seed, unsorted):
+    X, M, mask = _block(seed, unsorted=unsorted)
+    U, Wt = _factors(seed, *X.shape)
+    E = mask * (U @ Wt.T - M)
+    out = np.full_like(Wt, np.nan)
+    half_loss = grad_cols(X.indptr, X.indices, X.data, U, Wt, out)
+    _assert_close(out, (U.T @ E).T)
+    _assert_close(half_loss, 0.5 * np.sum(E**2))
+    assert np.all(out[[0, 5]] == 0.0)  # empty item columns get a zero gradient
+
+
+def test_explicit_zeros_are_observations():
+    # A stored 0 rating must contribute a residual U.W - 0; dropping it would change the loss.
+    X, M, mask = _block(3)
+    U, Wt = _factors(3, *X.shape)
+    dropped = X.copy()
+    dropped.eliminate_zeros()
+    full = squared_error(X.indptr, X.indices, X.data, U, Wt)
+    partial = squared_error(dropped.indptr, dropped.indices, dropped.data, U, Wt)
+    zero_entries = mask & (M == 0)
+    _assert_close(full - partial, np.sum((U @ Wt.T)[zero_entries] ** 2))
+    assert full - partial > 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_squared_error_matches_dense_oracle(seed):
+    X, M, mask = _block(seed)
+    U, Wt = _factors(seed, *X.shape)
+    _assert_close(squared_error(X.indptr, X.indices, X.data, U, Wt),
+                  np.sum((mask * (U @ Wt.T - M)) ** 2))
+
+
+def test_squared_error_of_empty_block_is_zero():
+    X = sp.csr_matrix((4, 6))
+    U, Wt = _factors(0, 4, 6)
+    assert squared_error(X.indptr, X.indices, X.data, U, Wt) == 0.0
+
+
+@pytest.mark.parametrize("unsorted", [False, True])
+def test_values_at_matches_dense_product(unsorted):
+    X, _, _ = _block(4, unsorted=unsorted)
+    U, Wt = _factors(4, *X.shape)
+    out = np.full(X.nnz, np.nan)
+    values_at(X.indptr, X.indices, U, Wt, out)
+    rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+    _assert_close(out, (U @ Wt.T)[rows, X.indices])
+
+
+def _ridge_oracle(M, mask, Wt, alpha):
+    """Row-wise argmin 1/2 sum_j (m_tj - u.w_j)^2 + alpha/2 ||u||^2 by a dense (augmented) lstsq."""
+    r = Wt.shape[1]
+    out = np.zeros((M.shape[0], r))
+    for t in range(M.shape[0]):
+        obs = mask[t]
+        if not obs.any():
+            continue  # documented: rows without entries get 0
+        A = np.vstack([Wt[obs], np.sqrt(alpha) * np.eye(r)])
+        b = np.concatenate([M[t, obs], np.zeros(r)])
+        out[t] = np.linalg.lstsq(A, b, rcond=None)[0]
+    return out
+
+
+@pytest.mark.parametrize("alpha", [1e-6, 0.3, 5.0])
+def test_ridge_fold_in_matches_dense_ridge(alpha):
+    X, M, mask = _block(5)
+    _, Wt = _factors(5, *X.shape)
+    out = np.full((X.shape[0], Wt.shape[1]), np.nan)
+    ridge_fold_in(X.indptr, X.indices, X.data, Wt, alpha, out)
+    _assert_close(out, _ridge_oracle(M, mask, Wt, alpha))
+    assert np.all(out[[2, 7]] == 0.0)
+
+
+def test_ridge_fold_in_without_penalty_is_least_squares():
+    # alpha = 0 is documented for rows with >= r entries in general position (and empty rows).
+    X, M, mask = _block(6, density=0.9)
+    counts = mask.sum(axis=1)
+    assert np.all((counts == 0) | (counts >= 3))
+    _, Wt = _factors(6, *X.shape)
+    out = np.full((X.shape[0], 3), np.nan)
+    ridge_fold_in(X.indptr, X.indices, X.data, Wt, 0.0, out)
+    _assert_close(out, _ridge_oracle(M, mask, Wt, 0.0))
+    # Least squares: the residual of each row is orthogonal to its observed item factors.
+    for t in np.flatnonzero(counts):
+        obs = mask[t]
+        resid = M[t, obs] - Wt[obs] @ out[t]
+        assert np.linalg.norm(Wt[obs].T @ resid) <= 1e-9 * np.linalg.norm(M[t, obs])
