@@ -1,0 +1,175 @@
+"""Scores of Boolean reconstructions, computed without densifying (Felb spec sections 7.3, 9).
+
+A reconstruction is given either as a matrix (dense or sparse, 0/1) or as Boolean factors
+``(U, V)``, meaning ``U o V = min(1, U V)`` (the OR of ANDs). With factors, the true positives
+are counted at the stored ones of the data only, and ``|U o V|`` is counted per distinct row
+pattern of ``U``, so no ``n x m`` matrix is formed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = [
+    "boolean_counts",
+    "check_binary",
+    "f1_boolean",
+    "integrality_gap",
+    "rmsd",
+    "rmsd_sum_clients",
+]
+
+_CHUNK = 1 << 16  # entries (or patterns) per chunk: bounds the temporary memory
+
+
+def check_binary(X, name="X"):
+    """Return ``X`` as a CSR float64 matrix that stores exactly its ones.
+
+    Dense and sparse inputs are accepted; every entry (stored entry, for sparse) must be 0 or
+    1, NaN included in the rejects: in a binary matrix every entry is observed, absent = 0.
+    """
+    if sp.issparse(X):
+        X = sp.csr_matrix(X, dtype=np.float64, copy=True)
+        X.sum_duplicates()
+        values = X.data
+    else:
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2:
+            raise ValueError(f"{name} must be 2-dimensional, got shape {X.shape}.")
+        values = X.ravel()
+    bad = (values != 0) & (values != 1)
+    if bad.any():
+        example = values[bad][0]
+        raise ValueError(
+            f"{name} must be binary (every entry 0 or 1; absent entries of a sparse matrix are 0), "
+            f"found the value {example!r}."
+        )
+    X = sp.csr_matrix(X)
+    X.eliminate_zeros()
+    X.sort_indices()
+    return X
+
+
+def _factors(pred):
+    U, V = (np.asarray(F) for F in pred)
+    U = U if U.dtype == bool else U > 0.5
+    V = V if V.dtype == bool else V > 0.5
+    if U.ndim != 2 or V.ndim != 2 or U.shape[1] != V.shape[0]:
+        raise ValueError(f"Factors of incompatible shapes {U.shape} and {V.shape}.")
+    return U, V
+
+
+def _predicted_ones(U, V):
+    """``|U o V|`` grouped by the distinct Boolean rows of ``U``."""
+    if U.shape[0] == 0:
+        return 0
+    patterns, counts = np.unique(np.packbits(U, axis=1), axis=0, return_counts=True)
+    P = np.unpackbits(patterns, axis=1, count=U.shape[1]).astype(np.float64)
+    Vf = V.astype(np.float64)
+    total = 0
+    step = max(1, _CHUNK // max(V.shape[1], 1))
+    for a in range(0, len(P), step):
+        covered = np.count_nonzero(P[a : a + step] @ Vf > 0, axis=1)
+        total += int(covered @ counts[a : a + step])
+    return total
+
+
+def boolean_counts(X, pred):
+    """``(tp, n_true, n_pred)``: ones in common, ones in ``X``, ones in the reconstruction.
+
+    Parameters
+    ----------
+    X : {array-like, sparse matrix} of shape (n, m), binary
+    pred : {array-like, sparse matrix} of shape (n, m), or tuple (U, V)
+        A 0/1 reconstruction, or Boolean factors (entries > 1/2 count as 1) whose Boolean
+        product is the reconstruction.
+    """
+    X = check_binary(X)
+    if isinstance(pred, tuple):
+        U, V = _factors(pred)
+        if (U.shape[0], V.shape[1]) != X.shape:
+            raise ValueError(f"The factors reconstruct {(U.shape[0], V.shape[1])}, X is {X.shape}.")
+        rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+        Vt = np.ascontiguousarray(V.T)
+        tp = 0
+        for a in range(0, X.nnz, _CHUNK):  # O(chunk k) memory
+            r, c = rows[a : a + _CHUNK], X.indices[a : a + _CHUNK]
+            tp += int(np.count_nonzero((U[r] & Vt[c]).any(axis=1)))
+        return tp, X.nnz, _predicted_ones(U, V)
+    P = check_binary(pred, name="the reconstruction")
+    if P.shape != X.shape:
+        raise ValueError(f"The reconstruction has shape {P.shape}, X has {X.shape}.")
+    return int(X.multiply(P).sum()), X.nnz, P.nnz
+
+
+def f1_boolean(X, pred):
+    """F1 of a Boolean reconstruction: ``2 |X and Xhat| / (|X| + |Xhat|)`` (1.0 if both empty).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fedmf.metrics import f1_boolean
+    >>> X = np.array([[1, 1, 0], [0, 1, 1]])
+    >>> U, V = np.array([[1], [1]]), np.array([[1, 1, 0]])
+    >>> f1_boolean(X, (U, V))  # reconstruction [[1,1,0],[1,1,0]]: tp = 3
+    0.75
+    """
+    tp, n_true, n_pred = boolean_counts(X, pred)
+    return 1.0 if n_true + n_pred == 0 else 2.0 * tp / (n_true + n_pred)
+
+
+def rmsd(X, pred):
+    """Root mean squared deviation ``sqrt(Hamming(X, Xhat) / (n m))`` of a 0/1 reconstruction.
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.metrics import rmsd
+    >>> rmsd([[1, 0], [0, 0]], [[0, 0], [0, 0]])  # sqrt(density) for an empty reconstruction
+    0.5
+    """
+    X = check_binary(X)
+    tp, n_true, n_pred = boolean_counts(X, pred)
+    n, m = X.shape
+    return float(np.sqrt((n_true + n_pred - 2 * tp) / (n * m)))
+
+
+def rmsd_sum_clients(X, pred, clients):
+    """Sum over clients of the per-client RMSD: the scale of the Felb paper's Table 3.
+
+    About ``C * rmsd`` for equal-sized clients (``C * sqrt(density)`` for an empty
+    reconstruction, spec section 7.5).
+    """
+    X = check_binary(X)
+    clients = np.asarray(clients)
+    if clients.shape != (X.shape[0],):
+        raise ValueError(f"clients must hold one label per row ({X.shape[0]}).")
+    total = 0.0
+    for label in np.unique(clients):
+        rows = np.flatnonzero(clients == label)
+        if isinstance(pred, tuple):
+            part = (np.asarray(pred[0])[rows], pred[1])
+        else:
+            part = pred[rows] if sp.issparse(pred) else np.asarray(pred)[rows]
+        total += rmsd(X[rows], part)
+    return total
+
+
+def integrality_gap(X, reduce="mean"):
+    """Distance of relaxed values to {0, 1}: ``min(|x|, |1 - x|)``, averaged or maximized.
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.metrics import integrality_gap
+    >>> integrality_gap([[0.0, 0.25], [0.9, 1.0]]), integrality_gap([[0.0, 0.25]], "max")
+    (0.0875, 0.25)
+    """
+    X = np.asarray(X, dtype=float)
+    if X.size == 0:
+        return 0.0
+    gap = np.minimum(np.abs(X), np.abs(1.0 - X))
+    if reduce == "mean":
+        return float(gap.mean())
+    if reduce == "max":
+        return float(gap.max())
+    raise ValueError(f"reduce must be 'mean' or 'max', got {reduce!r}.")
