@@ -12,11 +12,12 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._data import check_like, check_ratings, resolve_clients, split_clients
+from ._data import check_like, check_ratings, reject_duplicates, resolve_clients, split_clients
 from ._engine import initialize_federation, make_entropy, run_federation
 from ._kernels import grad_rows, ridge_fold_in, squared_error, values_at
 from ._prox import prox_elastic_net
@@ -66,6 +67,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
     # ---- fit ----------------------------------------------------------------------------
     def _fit(self, X, clients, eval_set):
         first_fit = not (self.warm_start and hasattr(self, "_federation"))
+        reject_duplicates(X)
         X = validate_data(
             self, X, accept_sparse=True, ensure_all_finite="allow-nan",
             dtype=[np.float64, np.float32], reset=first_fit,
@@ -96,11 +98,11 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
 
         if first_fit:
             # Each client sends only the sum and the count of its ratings (an aggregate).
-            self.mean_ = float(X.data.mean()) if self.center else 0.0
+            self.mean_ = float(X.data.mean())
             self.rating_range_ = (float(X.data.min()), float(X.data.max()))
-        X = _shift(X, -self.mean_)
+        X = _shift(X, -self._offset)
         if eval_X is not None:
-            eval_X = _shift(eval_X, -self.mean_)
+            eval_X = _shift(eval_X, -self._offset)
         blocks = split_clients(X, codes, n_clients, eval_X)
         _warn_unobserved(X)
 
@@ -113,7 +115,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
                 protocol, blocks, entropy=entropy, n_jobs=self.n_jobs
             )
         else:
-            state, init_bytes = self._federation, 0
+            state, init_bytes = self._federation, (0, 0)
             if len(state.client_states) != n_clients or self.clients_.shape[0] != n_rows:
                 raise ValueError(
                     "warm_start=True needs the same rows and client partition as the previous "
@@ -138,17 +140,22 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         return self
 
     def fit_transform(self, X, y=None, **fit_params):
-        """Fit and return the federated user factors ``user_factors_`` (one row per user)."""
-        return self.fit(X, y, **fit_params).user_factors_
+        """Fit, then fold ``X`` in: the same as ``fit(X).transform(X)``.
+
+        The federated factors of the last round, which each client computed against its
+        own (possibly stale) copy of the item factor, are ``user_factors_``.
+        """
+        return self.fit(X, y, **fit_params).transform(X)
 
     # ---- fold-in, prediction, scoring ---------------------------------------------------
     def _check_X(self, X, name="X"):
         check_is_fitted(self)
+        reject_duplicates(X, name)
         X = validate_data(
             self, X, accept_sparse=True, ensure_all_finite="allow-nan",
             dtype=[np.float64, np.float32], reset=False,
         )
-        return _shift(check_ratings(X, name=name), -self.mean_)
+        return _shift(check_ratings(X, name=name), -self._offset)
 
     def transform(self, X):
         """Fold-in: each row's factors with ``components_`` fixed, from its observed entries.
@@ -188,9 +195,10 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         return U
 
     def inverse_transform(self, X):
-        """Ratings reconstructed from user factors: ``X @ components_ + mean_``."""
+        """Ratings reconstructed from user factors (``X @ components_``, plus ``mean_`` when
+        ``center=True``)."""
         check_is_fitted(self)
-        return np.asarray(X) @ self.components_ + self.mean_
+        return np.asarray(X) @ self.components_ + self._offset
 
     def predict(self, X):
         """Predicted ratings for the rows of ``X`` (dense, ``(n_rows, n_items)``) by fold-in.
@@ -199,13 +207,15 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         every item. With ``clip=True`` predictions are clipped to the training rating range.
         """
         Xc = self._check_X(X)
-        P = self._fold_in(Xc) @ self.components_ + self.mean_
+        P = self._fold_in(Xc) @ self.components_ + self._offset
         cold = np.diff(Xc.indptr) == 0
-        P[cold] = self.mean_ if self.center else self._raw_mean()
+        P[cold] = self.mean_
         return self._clip(P)
 
-    def _raw_mean(self):
-        return float(np.mean(self.rating_range_))
+    @property
+    def _offset(self):
+        """What was subtracted from the ratings before factorizing."""
+        return self.mean_ if self.center else 0.0
 
     def _clip(self, values):
         if self.clip:
@@ -221,7 +231,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
             Observed ratings of the rows, used for fold-in.
         y : {array-like, sparse matrix} of shape (n_rows, n_items), default=None
             Held-out ratings of the same rows; the error is measured at its stored entries.
-            When None, the error is measured at ``X``'s own entries.
+            When None, the error is measured at ``X``'s own entries. A 1-D ``y`` (the
+            target vector that pipelines and generic scikit-learn tools pass through) carries
+            no held-out rating and is ignored, as ``KMeans.score`` ignores ``y``.
 
         Returns
         -------
@@ -229,9 +241,11 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
             ``-sqrt(mean squared error)`` over the evaluated entries.
         """
         Xc = self._check_X(X)
+        if y is not None and not sp.issparse(y) and np.ndim(y) == 1:
+            y = None
         target = Xc if y is None else check_like(y, Xc, name="y")
         if y is not None:
-            target = _shift(target, -self.mean_)
+            target = _shift(target, -self._offset)
         if target.nnz == 0:
             raise ValueError("There is no rating to score: the evaluated matrix is empty.")
         U = self._fold_in(Xc)
@@ -239,8 +253,8 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         pred = np.empty(target.nnz)
         values_at(target.indptr, target.indices, U, Vt, pred)
         cold = np.repeat(np.diff(Xc.indptr) == 0, np.diff(target.indptr))
-        pred[cold] = 0.0 if self.center else self._raw_mean()
-        pred = self._clip(pred + self.mean_) - self.mean_
+        pred[cold] = self.mean_ - self._offset
+        pred = self._clip(pred + self._offset) - self._offset
         return -float(np.sqrt(np.mean((pred - target.data) ** 2)))
 
     @property

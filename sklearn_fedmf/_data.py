@@ -17,6 +17,7 @@ from sklearn.utils import check_random_state
 __all__ = [
     "ClientBlock",
     "check_ratings",
+    "reject_duplicates",
     "check_like",
     "resolve_clients",
     "split_clients",
@@ -43,25 +44,18 @@ def check_ratings(X, *, name="X", dtype=np.float64):
     if sp.issparse(X):
         if X.ndim != 2:
             raise ValueError(f"{name} must be 2-dimensional, got {X.ndim} dimensions.")
+        reject_duplicates(X, name)
         X = sp.csr_matrix(X, dtype=dtype, copy=True)
-        if not X.has_canonical_format:
-            # scipy would silently sum duplicates; a rating observed twice is ambiguous.
-            X.sort_indices()
-            rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
-            dup = (np.diff(rows) == 0) & (np.diff(X.indices) == 0)
-            if dup.any():
-                raise ValueError(
-                    f"{name} has duplicate entries (the same row and column stored twice); "
-                    "aggregate them before fitting."
-                )
-            X.has_canonical_format = True
+        X.sort_indices()
     else:
         if hasattr(X, "to_numpy"):
             X = X.to_numpy(dtype=dtype, na_value=np.nan)
         try:
             X = np.asarray(X, dtype=dtype)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"{name} must contain numbers (NaN marks a missing entry): {exc}")
+            raise ValueError(
+                f"{name} must contain numbers (NaN marks a missing entry): {exc}"
+            ) from exc
         if X.ndim != 2:
             raise ValueError(
                 f"{name} must be a 2-dimensional rating matrix (users x items), got an array "
@@ -79,6 +73,23 @@ def check_ratings(X, *, name="X", dtype=np.float64):
             "observation, so drop missing entries instead of storing NaN."
         )
     return X
+
+
+def reject_duplicates(X, name="X"):
+    """Raise if a sparse ``X`` stores the same (row, column) twice.
+
+    scipy sums duplicates when converting formats; a rating observed twice is ambiguous, so
+    this runs on the caller's matrix before any conversion.
+    """
+    if not sp.issparse(X) or getattr(X, "has_canonical_format", False):
+        return
+    coo = X.tocoo()
+    keys = coo.row.astype(np.int64) * X.shape[1] + coo.col
+    if np.unique(keys).size != keys.size:
+        raise ValueError(
+            f"{name} has duplicate entries (the same row and column stored twice); aggregate "
+            "them before fitting."
+        )
 
 
 def check_like(Y, X, *, name="y"):

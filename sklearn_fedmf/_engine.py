@@ -149,7 +149,10 @@ def _parallel_map(task, batches, n_jobs, *args):
 
 
 def initialize_federation(protocol, blocks, *, entropy, n_jobs=None):
-    """Run ``init_server`` and every client's ``init_client``; return ``(state, init_bytes)``."""
+    """Run ``init_server`` and every client's ``init_client``.
+
+    Returns ``(state, (bytes_up, bytes_down))`` of this initial exchange.
+    """
     server_state, broadcast = protocol.init_server(_rng(entropy, _INIT_SERVER))
     n_jobs = effective_n_jobs(n_jobs)
     items = [(c, None, b, True) for c, b in enumerate(blocks)]
@@ -167,7 +170,7 @@ def initialize_federation(protocol, blocks, *, entropy, n_jobs=None):
     results.sort(key=lambda r: r[0])
     client_states = [r[1] for r in results]
     uploads = {r[0]: r[2] for r in results if r[2] is not None}
-    init_bytes = nbytes(broadcast) * len(blocks) + sum(nbytes(u) for u in uploads.values())
+    init_bytes = (sum(nbytes(u) for u in uploads.values()), nbytes(broadcast) * len(blocks))
     if protocol.server_init_uploads is not None:
         server_state, broadcast = protocol.server_init_uploads(server_state, uploads)
     return FederationState(server_state, client_states, broadcast), init_bytes
@@ -201,7 +204,7 @@ def run_federation(
     callback=None,
     verbose=0,
     state=None,
-    init_bytes=0,
+    init_bytes=(0, 0),
     label="federation",
 ):
     """Run ``max_iter`` communication rounds of ``protocol`` on the client ``blocks``.
@@ -234,8 +237,9 @@ def run_federation(
         0 silent, 1 a progress bar, 2 one line per round.
     state : FederationState
         Initialized (or warm) state from :func:`initialize_federation`.
-    init_bytes : int
-        Bytes of the initial exchange; counted in the first round's record.
+    init_bytes : tuple of int
+        Bytes (uploaded, downloaded) of the initial exchange; counted in the first round's
+        record.
 
     Returns
     -------
@@ -246,6 +250,7 @@ def run_federation(
     n_sampled = _n_sampled(clients_per_round, n_clients)
     n_jobs_eff = effective_n_jobs(n_jobs)
     weights = np.array([b.nnz + b.n_rows for b in blocks], dtype=float)
+    init_up, init_down = init_bytes
     progress = _Progress(label, max_iter, verbose)
     previous_objective = _last_objective(state.history)
     start_round = state.n_rounds
@@ -254,7 +259,8 @@ def run_federation(
         tic = time.perf_counter()
         server_rng = _rng(entropy, _SERVER_ROUND, k)
         sampled = np.sort(server_rng.choice(n_clients, size=n_sampled, replace=False))
-        dropped = set(sampled[server_rng.random(n_sampled) < dropout].tolist()) if dropout else set()
+        failing = server_rng.random(n_sampled) < dropout if dropout else []
+        dropped = set(sampled[failing].tolist()) if dropout else set()
         selected = set(sampled.tolist())
         run = range(n_clients) if protocol.update_all else sampled
         items = [
@@ -297,8 +303,8 @@ def run_federation(
             "round": k + 1,
             "n_sampled": n_sampled,
             "n_failed": failures,
-            "bytes_uploaded": bytes_up + (init_bytes if k == start_round else 0),
-            "bytes_downloaded": bytes_down,
+            "bytes_uploaded": bytes_up + (init_up if k == start_round else 0),
+            "bytes_downloaded": bytes_down + (init_down if k == start_round else 0),
             "seconds": seconds,
         }
         last = k == start_round + max_iter - 1
@@ -329,7 +335,8 @@ def run_federation(
             if (
                 tol
                 and previous_objective is not None
-                and abs(previous_objective - objective) <= tol * max(abs(previous_objective), 1e-300)
+                and abs(previous_objective - objective)
+                <= tol * max(abs(previous_objective), 1e-300)
             ):
                 stop = True
             previous_objective = objective
@@ -379,7 +386,8 @@ class _Progress:
                 extra += f" {key}={record[key]:.4g}"
         elapsed = time.perf_counter() - self.t0
         if self.verbose >= 2:
-            print(f"[{self.label}] round {record['round']}{extra} ({elapsed:.1f}s)", file=sys.stderr)
+            print(f"[{self.label}] round {record['round']}{extra} ({elapsed:.1f}s)",
+                  file=sys.stderr)
             return
         width = 30
         filled = int(width * self.done / max(self.total, 1))

@@ -255,7 +255,8 @@ class FedMCADMM(FederatedMFBase):
     user_factors_ : ndarray of shape (n_users, n_components)
         The client-local factors ``U`` in row order (kept for analysis only).
     mean_ : float
-        Training mean subtracted from the ratings (0 when ``center=False``).
+        Mean training rating: subtracted before factorizing when ``center=True``, and the
+        prediction for rows without any observed rating (cold start).
     n_iter_ : int
         Rounds run.
     n_clients_ : int
