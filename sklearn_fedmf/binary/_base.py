@@ -1,0 +1,165 @@
+"""The scikit-learn contract shared by the federated Boolean factorizations.
+
+Unlike ratings, every entry of a binary matrix is observed (absent = 0). Rows are partitioned
+over clients exactly as in :class:`~sklearn_fedmf._base.FederatedMFBase`; ``components_`` is
+the Boolean ``k x m`` factor, ``transform`` gives Boolean row factors by fold-in (U-only Elb
+steps against the fixed ``components_``), ``predict`` the Boolean reconstruction and ``score``
+its F1 against the input.
+"""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.preprocessing import binarize
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._data import resolve_clients, split_clients
+from .._engine import make_entropy, partition_rng
+from ..metrics._binary import check_binary, f1_boolean
+from ._elb import local_steps
+
+__all__ = ["BooleanFactorizationBase", "fold_in"]
+
+
+def fold_in(A, V, *, n_steps, **schedule):
+    """Boolean row factors of the binary CSR ``A`` with the Boolean ``V`` fixed.
+
+    ``U`` starts at the share of each component's columns that the row contains (a
+    deterministic, row-wise start, so each row is solved independently of the others) and
+    takes ``n_steps`` U-only Elb steps on the training schedule; the result is rounded at 1/2.
+    """
+    V = np.asarray(V, dtype=np.float64)
+    sizes = np.maximum(V.sum(axis=1), 1.0)
+    U = np.asarray(A @ V.T) / sizes
+    U, _, _, _ = local_steps(U, U, V, V, A, None, None, t0=0, n_steps=n_steps,
+                             update_v=False, gamma=0.0, proximity="sequential", **schedule)
+    return U > 0.5
+
+
+class BooleanFactorizationBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Base class of the federated Boolean factorizations (not for direct use)."""
+
+    _parameter_constraints: dict = {
+        "n_components": [Interval(Integral, 1, None, closed="left")],
+        "n_clients": [Interval(Integral, 1, None, closed="left")],
+        "partition": [StrOptions({"random", "contiguous"})],
+        "binarize": [Real, None],
+        "callback": [callable, None],
+        "random_state": ["random_state"],
+        "n_jobs": [Integral, None],
+        "verbose": ["verbose"],
+    }
+
+    def _fold_in_params(self):  # pragma: no cover - abstract
+        """``n_steps`` and the step/schedule keywords of :func:`fold_in`."""
+        raise NotImplementedError
+
+    def _check_binary(self, X, reset):
+        X = validate_data(self, X, accept_sparse=True, dtype=[np.float64, np.float32],
+                          reset=reset)
+        if self.binarize is not None:  # as in BernoulliNB: x -> 1[x > threshold]
+            X = binarize(X, threshold=self.binarize)
+        return check_binary(X)
+
+    def _client_blocks(self, X, clients):
+        """Validate ``X`` and cut it into client blocks; return ``(X, labels, blocks, entropy)``."""
+        X = self._check_binary(X, reset=True)
+        n_rows, n_cols = X.shape
+        if self.n_components > n_cols:
+            raise ValueError(
+                f"n_components={self.n_components} is larger than the number of columns "
+                f"({n_cols})."
+            )
+        if clients is None and self.n_clients > n_rows:
+            raise ValueError(
+                f"n_clients={self.n_clients} is larger than the number of rows "
+                f"(n_samples = {n_rows}); every client needs at least one row."
+            )
+        entropy = make_entropy(self.random_state)
+        labels, codes, n_clients = resolve_clients(
+            n_rows, clients, self.n_clients, self.partition, partition_rng(entropy)
+        )
+        return X, labels, split_clients(X, codes, n_clients), entropy
+
+    def _stack_rows(self, blocks, parts, width, dtype):
+        out = np.zeros((sum(b.n_rows for b in blocks), width), dtype=dtype)
+        for block, part in zip(blocks, parts):
+            out[block.rows] = part
+        return out
+
+    def fit_transform(self, X, y=None, **fit_params):
+        """Fit, then fold ``X`` in: the same as ``fit(X).transform(X)``.
+
+        The clients' own rounded factors of the last round, fitted against their local copy
+        of ``V`` rather than the final ``components_``, are ``user_factors_``.
+        """
+        return self.fit(X, y, **fit_params).transform(X)
+
+    def transform(self, X):
+        """Boolean row factors of new rows with ``components_`` fixed (fold-in).
+
+        Each row is solved on its own (what a new client computes locally): U-only Elb
+        proximal steps against the Boolean ``components_`` on the training regularization
+        schedule, rounded at 1/2.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features), binary
+
+        Returns
+        -------
+        U : ndarray of bool, shape (n_samples, n_components)
+        """
+        check_is_fitted(self)
+        A = self._check_binary(X, reset=False)
+        return fold_in(A, self.components_, **self._fold_in_params())
+
+    def inverse_transform(self, X):
+        """Boolean product ``U o components_`` (``min(1, U V)``), a dense bool array."""
+        check_is_fitted(self)
+        U = np.asarray(X, dtype=np.float64) > 0.5
+        return (U.astype(np.float64) @ self.components_.astype(np.float64)) > 0
+
+    def predict(self, X):
+        """Boolean reconstruction of the rows of ``X``: ``transform(X) o components_``.
+
+        Returns a dense bool array of shape (n_samples, n_features); use :meth:`transform`
+        and the factors for large inputs (:mod:`sklearn_fedmf.metrics` scores them without
+        densifying).
+        """
+        return self.inverse_transform(self.transform(X))
+
+    def score(self, X, y=None):
+        """F1 of the Boolean reconstruction of ``X`` against ``X`` itself (greater is better).
+
+        ``2 |X and Xhat| / (|X| + |Xhat|)`` with ``Xhat = transform(X) o components_``,
+        computed from the factors without densifying (1.0 when both are empty).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features), binary
+        y : Ignored
+
+        Returns
+        -------
+        score : float
+        """
+        check_is_fitted(self)
+        A = self._check_binary(X, reset=False)
+        return f1_boolean(A, (fold_in(A, self.components_, **self._fold_in_params()),
+                              self.components_))
+
+    @property
+    def _n_features_out(self):
+        return self.components_.shape[0]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.target_tags.required = False
+        tags.transformer_tags.preserves_dtype = []  # Boolean factors, whatever the input dtype
+        return tags

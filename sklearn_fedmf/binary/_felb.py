@@ -1,0 +1,414 @@
+"""Felb and Felb-MU: federated binary matrix factorization by proximal optimization.
+
+Dalleiger, Vreeken and Kamp, Algorithm 1, as resolved by the Felb spec. One engine round is
+one synchronization: every client runs ``sync_every`` (b) Gauss-Seidel iPALM steps on its
+private ``U_i`` and its copy ``V_i`` (pulled towards the last ``Vh``), then uploads ``V_i``
+(k x m, privatized when DP is on); the server averages the uploads and applies the Elb prox
+with the current ``lambda_t``; the clients restart from the broadcast ``Vh``. The broadcast
+also carries the global local-step counter ``t``, which fixes ``lambda_t`` on every client.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from .._engine import FederatedProtocol, initialize_federation, run_federation
+from ..metrics._binary import boolean_counts
+from ..privacy import check_privacy, compose_basic, noise_scale, privatize, sensitivity_of
+from ._base import BooleanFactorizationBase
+from ._elb import PROX_MODES, elb_value, integrality_gap_values, lam_at, local_steps, loss_terms
+from ._elb import prox_elb as _prox_elb
+
+__all__ = ["Felb"]
+
+
+# ---- pure protocol functions ----------------------------------------------------------------
+def init_server(rng, *, n_components, n_items, lam):
+    """Shared random start ``Vh^0 ~ U[0, 1)^(k x m)`` (spec 2.6) and step counter 0."""
+    Vh = rng.random((n_components, n_items))
+    return {"Vh": Vh, "t": 0, "lam": lam}, {"Vh": Vh, "t": 0}
+
+
+def init_client(block, broadcast, rng, *, n_components):
+    """Private ``U_i^0 ~ U[0, 1)``; ``V_i`` starts at ``Vh^0`` with the first broadcast."""
+    U = rng.random((block.n_rows, n_components))
+    return {"U": U, "U_prev": U, "V": broadcast["Vh"]}, None
+
+
+def client_update(state, block, broadcast, rng, selected, *, sync_every, schedule, step,
+                  privacy):
+    """``sync_every`` local steps from ``V_i = V_i_prev = Vh`` (inertia reset), then upload."""
+    Vh = broadcast["Vh"]
+    A = block.X
+    U, U_prev, V, _ = local_steps(
+        state["U"], state["U_prev"], Vh, Vh, A, A.T.tocsr(), Vh, t0=broadcast["t"],
+        n_steps=sync_every, sync_every=sync_every, **schedule, **step,
+    )
+    upload = privatize(V, rng, **privacy)  # a fresh array: never the client's own V_i
+    return {"U": U, "U_prev": U_prev, "V": V}, upload
+
+
+def server_update(server_state, uploads, round_index, *, sync_every, n_clients, server_step,
+                  kappa, schedule, prox_mode):
+    """``Vh = prox(mean of the uploads; eta_s kappa, eta_s lambda_t)`` (spec 2.5)."""
+    mean = sum(uploads.values()) / len(uploads)  # ascending client order: deterministic
+    t_end = server_state["t"] + sync_every
+    lam_t = _lam_of_step(t_end - 1, sync_every, **schedule)
+    eta = 1.0 / n_clients if server_step == "1/C" else float(server_step)
+    Vh = _prox_elb(mean, eta * kappa, eta * lam_t, prox_mode)
+    return {"Vh": Vh, "t": t_end, "lam": lam_t}, {"Vh": Vh, "t": t_end}
+
+
+def _lam_of_step(t, sync_every, *, lam, growth, lam_max, rate_unit):
+    return lam_at(t if rate_unit == "local" else t // sync_every, lam, growth, lam_max)
+
+
+def client_metrics(state, block, broadcast, *, kappa, gamma, sync_every, schedule):
+    """Relaxed loss ``F_i`` (with the client's pre-sync ``V_i``) and Boolean counts at ``Vh``."""
+    U, V, Vh = state["U"], state["V"], broadcast["Vh"]
+    lam_t = _lam_of_step(max(broadcast["t"] - 1, 0), sync_every, **schedule)
+    drift = V - Vh
+    loss = (0.5 * loss_terms(block.X, U, V) + elb_value(U, kappa, lam_t)
+            + elb_value(V, kappa, lam_t) + 0.5 * gamma * float(np.vdot(drift, drift)))
+    tp, n_true, n_pred = boolean_counts(block.X, (U > 0.5, Vh > 0.5))
+    return {"loss": loss, "tp": tp, "n_true": n_true, "n_pred": n_pred,
+            "n_entries": U.shape[0] * Vh.shape[1], "gap_u": integrality_gap_values(U).sum(),
+            "n_u": U.size}
+
+
+def combine_metrics(server_state, sums, *, kappa, n_clients):
+    """History record: the global objective Phi, F1/RMSD of the Boolean model, gaps, lambda_t."""
+    Vh, lam_t = server_state["Vh"], server_state["lam"]
+    gap_v = integrality_gap_values(Vh)
+    both = sums["n_true"] + sums["n_pred"]
+    return {
+        "objective": sums["loss"] + n_clients * elb_value(Vh, kappa, lam_t),
+        "f1": 1.0 if both == 0 else 2.0 * sums["tp"] / both,
+        "rmsd": float(np.sqrt((both - 2 * sums["tp"]) / sums["n_entries"])),
+        "integrality_gap_u": sums["gap_u"] / sums["n_u"],
+        "integrality_gap_v": float(gap_v.mean()),
+        "integrality_gap_v_max": float(gap_v.max()),
+        "lambda_t": lam_t,
+    }
+
+
+def make_protocol(*, n_items, n_clients, n_components, sync_every, kappa, lam, growth, lam_max,
+                  rate_unit, beta, gamma, update, prox_mode, proximity, step_scale,
+                  server_step, privacy):
+    """Bind the hyperparameters to the pure functions above."""
+    schedule = dict(lam=lam, growth=growth, lam_max=lam_max, rate_unit=rate_unit)
+    step = dict(kappa=kappa, beta=beta, gamma=gamma, update=update, prox_mode=prox_mode,
+                proximity=proximity, step_scale=step_scale)
+    return FederatedProtocol(
+        init_server=partial(init_server, n_components=n_components, n_items=n_items, lam=lam),
+        init_client=partial(init_client, n_components=n_components),
+        client_update=partial(client_update, sync_every=sync_every, schedule=schedule,
+                              step=step, privacy=privacy),
+        server_update=partial(server_update, sync_every=sync_every, n_clients=n_clients,
+                              server_step=server_step, kappa=kappa, schedule=schedule,
+                              prox_mode=prox_mode),
+        client_metrics=partial(client_metrics, kappa=kappa, gamma=gamma, sync_every=sync_every,
+                               schedule=schedule),
+        combine_metrics=partial(combine_metrics, kappa=kappa, n_clients=n_clients),
+        broadcast_to_all=True,
+    )
+
+
+# ---- estimator ----------------------------------------------------------------------------
+class Felb(BooleanFactorizationBase):
+    """Federated Boolean matrix factorization by proximal optimization (Felb and Felb-MU).
+
+    The rows of a binary matrix ``A`` are held by clients. Each client fits its rows as
+    ``A_i ~ U_i o Vh`` through a continuous relaxation: iPALM steps on a private ``U_i`` and a
+    local copy ``V_i`` with the Elb regularizer (two elastic nets centred at 0 and 1, whose
+    weight ``lambda_t`` grows every step and drives the factors to {0, 1}) and a proximity pull
+    ``gamma`` towards the global ``Vh``. Every ``sync_every`` steps the clients upload ``V_i``
+    (k x m, optionally differentially private), the server sets ``Vh`` to the Elb prox of their
+    average, and the clients continue from ``Vh``. ``U_i`` and ``A_i`` never leave a client.
+    At the end every factor is rounded at 1/2, so ``components_`` and the reconstructions are
+    exactly Boolean.
+
+    Parameters
+    ----------
+    n_components : int, default=10
+        Number of Boolean components ``k``.
+    sync_every : int, default=10
+        Local steps ``b`` between two synchronizations (the paper's local rounds).
+    max_iter : int, default=100
+        Synchronizations ``T`` (communication rounds); ``T * sync_every`` local steps in all.
+    kappa : float, default=1e-3
+        L1 weight of the Elb regularizer (constant).
+    lam : float, default=0.1
+        Initial quadratic weight of the Elb regularizer.
+    growth : float, default=1.05
+        ``lambda_t = min(lam * growth**t, lam_max)``.
+    lam_max : float, default=1e12
+        Cap of ``lambda_t`` (``1.05**t`` overflows near ``t = 14500``).
+    rate_unit : {"local", "sync"}, default="local"
+        ``t`` counts local steps, or synchronizations (exponent ``t // sync_every``).
+    beta : float, default=1e-3
+        iPALM inertia (0 is plain PALM). The V inertia is reset at every synchronization.
+    gamma : float, default=1.0
+        Weight of the proximity pull of ``V_i`` towards the last ``Vh``.
+    update : {"palm", "mu"}, default="palm"
+        ``"palm"``: Felb, steps ``step_scale / max(||Gram||_F, 1e-4)``. ``"mu"``: Felb-MU,
+        per-entry multiplicative-update steps ``Xbar / (Xbar Gram)``, evaluated at the
+        extrapolated point clamped at 0 (entries that reach exactly 0 stay 0: zeros of ``Vh``
+        are absorbing, a faithful consequence of the method).
+    prox_mode : {"exact_nonneg", "exact", "paper", "paper_nonneg"}, default="exact_nonneg"
+        The exact prox of the Elb regularizer on ``x >= 0`` (the spec's correction), or the
+        paper's eq. 6 (which omits the soft-threshold dead zones), clamped at 0 or not.
+    proximity : {"sequential", "joint"}, default="sequential"
+        The paper's Elb prox followed by the proximity prox, or their exact joint prox.
+    step_scale : float, default=1.0
+        Multiplies the Lipschitz steps (``update="palm"`` only).
+    server_step : float or "1/C", default=1.0
+        Step ``eta_s`` of the server's Elb prox; ``"1/C"`` is the exact minimizer of the
+        server subproblem.
+    privacy : {None, "gaussian", "laplace", "bernoulli"}, default=None
+        Local differential privacy applied to every upload ``V_i`` (see
+        :mod:`sklearn_fedmf.privacy`): Gaussian or Laplace noise per entry after optional
+        clipping, or randomized response (``v -> 1 - v`` with probability
+        ``1 / (1 + e^epsilon)``). The guarantee is **per release** and, with
+        ``sensitivity="entry"``, per entry of the upload; over ``max_iter`` releases basic
+        composition gives ``(max_iter * epsilon, max_iter * delta)``, reported in
+        ``privacy_spent_``. Without ``clip`` the sensitivity is nominal (no formal bound).
+    epsilon : float, default=1.0
+        Privacy budget per release (> 0).
+    delta : float, default=0.05
+        ``delta`` of the Gaussian mechanism.
+    clip : float or None, default=None
+        Entrywise clipping threshold ``theta`` before the noise (the spec suggests 1.5).
+    sensitivity : {"entry", "matrix"} or float, default="entry"
+        Sensitivity the noise is calibrated to (:func:`sklearn_fedmf.privacy.sensitivity_of`).
+    n_clients : int, default=10
+        Number of clients the rows are split into when ``clients`` is not given to fit.
+    partition : {"random", "contiguous"}, default="random"
+        How rows are assigned to ``n_clients`` clients (random is seeded by ``random_state``).
+    binarize : float or None, default=None
+        None: ``X`` must be binary (a ValueError otherwise). A float maps every entry to
+        ``x > binarize`` first, as :class:`~sklearn.naive_bayes.BernoulliNB` does (e.g. 3.25
+        keeps ratings >= 3.5 of a rating matrix).
+    tol : float, default=0.0
+        Stop when the relative change of the relaxed objective between syncs is below ``tol``.
+    callback : callable, default=None
+        ``callback(round, info)`` after each synchronization (``info["uploads"]`` maps client
+        -> upload); returning True stops the fit.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the partition, the initialization and the privacy noise.
+    n_jobs : int, default=None
+        Parallel local updates (joblib; threads unless a backend is configured).
+    verbose : int, default=0
+        1 shows a progress bar, 2 a line per synchronization.
+
+    Attributes
+    ----------
+    components_ : ndarray of bool, shape (n_components, n_features)
+        The global Boolean factor ``Vh > 1/2``.
+    components_relaxed_ : ndarray of shape (n_components, n_features)
+        The relaxed ``Vh`` before rounding.
+    user_factors_ : ndarray of bool, shape (n_samples, n_components)
+        The clients' Boolean ``U_i > 1/2`` in row order (kept for analysis only; in a real
+        federation they never leave their client).
+    user_factors_relaxed_ : ndarray of shape (n_samples, n_components)
+    n_iter_ : int
+        Synchronizations run.
+    n_clients_ : int
+    clients_ : ndarray of shape (n_samples,)
+        Client label of each row.
+    history_ : list of dict
+        One record per synchronization: ``objective`` (relaxed Phi at ``lambda_t``), ``f1``
+        and ``rmsd`` of the Boolean model on the training rows, ``integrality_gap_u``,
+        ``integrality_gap_v``, ``integrality_gap_v_max``, ``lambda_t``, ``bytes_uploaded``,
+        ``bytes_downloaded``, ``seconds``.
+    privacy_spent_ : dict or None
+        ``mechanism``, ``noise_scale`` (sigma, Laplace scale or flip probability),
+        ``epsilon``/``delta`` per release, ``n_releases`` and the basic-composition totals
+        ``epsilon_total``/``delta_total`` of each client.
+    n_features_in_ : int
+
+    See Also
+    --------
+    sklearn_fedmf.binary.AggregatedBMF : One-shot aggregation of local factorizations.
+
+    References
+    ----------
+    S. Dalleiger, J. Vreeken, M. Kamp. Federated Binary Matrix Factorization using Proximal
+    Optimization.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fedmf.binary import Felb
+    >>> X = np.zeros((40, 12), dtype=int)
+    >>> X[:20, :6] = 1
+    >>> X[20:, 6:] = 1
+    >>> model = Felb(n_components=2, n_clients=4, max_iter=30, random_state=0).fit(X)
+    >>> model.components_.dtype, model.score(X)
+    (dtype('bool'), 1.0)
+    """
+
+    _parameter_constraints: dict = {
+        **BooleanFactorizationBase._parameter_constraints,
+        "sync_every": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "kappa": [Interval(Real, 0, None, closed="left")],
+        "lam": [Interval(Real, 0, None, closed="left")],
+        "growth": [Interval(Real, 1, None, closed="left")],
+        "lam_max": [Interval(Real, 0, None, closed="neither")],
+        "rate_unit": [StrOptions({"local", "sync"})],
+        "beta": [Interval(Real, 0, 1, closed="left")],
+        "gamma": [Interval(Real, 0, None, closed="left")],
+        "update": [StrOptions({"palm", "mu"})],
+        "prox_mode": [StrOptions(set(PROX_MODES))],
+        "proximity": [StrOptions({"sequential", "joint"})],
+        "step_scale": [Interval(Real, 0, None, closed="neither")],
+        "server_step": [Interval(Real, 0, None, closed="neither"), StrOptions({"1/C"})],
+        "privacy": [StrOptions({"gaussian", "laplace", "bernoulli"}), None],
+        "epsilon": [Interval(Real, 0, None, closed="neither")],
+        "delta": [Interval(Real, 0, 1, closed="neither")],
+        "clip": [Interval(Real, 0, None, closed="neither"), None],
+        "sensitivity": [StrOptions({"entry", "matrix"}), Interval(Real, 0, None, closed="neither")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+    }
+
+    def __init__(
+        self,
+        n_components=10,
+        *,
+        sync_every=10,
+        max_iter=100,
+        kappa=1e-3,
+        lam=0.1,
+        growth=1.05,
+        lam_max=1e12,
+        rate_unit="local",
+        beta=1e-3,
+        gamma=1.0,
+        update="palm",
+        prox_mode="exact_nonneg",
+        proximity="sequential",
+        step_scale=1.0,
+        server_step=1.0,
+        privacy=None,
+        epsilon=1.0,
+        delta=0.05,
+        clip=None,
+        sensitivity="entry",
+        n_clients=10,
+        partition="random",
+        binarize=None,
+        tol=0.0,
+        callback=None,
+        random_state=None,
+        n_jobs=None,
+        verbose=0,
+    ):
+        self.n_components = n_components
+        self.sync_every = sync_every
+        self.max_iter = max_iter
+        self.kappa = kappa
+        self.lam = lam
+        self.growth = growth
+        self.lam_max = lam_max
+        self.rate_unit = rate_unit
+        self.beta = beta
+        self.gamma = gamma
+        self.update = update
+        self.prox_mode = prox_mode
+        self.proximity = proximity
+        self.step_scale = step_scale
+        self.server_step = server_step
+        self.privacy = privacy
+        self.epsilon = epsilon
+        self.delta = delta
+        self.clip = clip
+        self.sensitivity = sensitivity
+        self.n_clients = n_clients
+        self.partition = partition
+        self.binarize = binarize
+        self.tol = tol
+        self.callback = callback
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None, *, clients=None):
+        """Run the federation on the binary matrix ``X``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Binary data (0/1); in a sparse matrix absent entries are 0.
+        y : Ignored
+        clients : array-like of shape (n_samples,), default=None
+            Client label of each row; when None rows are split into ``n_clients`` clients.
+
+        Returns
+        -------
+        self : Felb
+        """
+        X, labels, blocks, entropy = self._client_blocks(X, clients)
+        privacy = self._privacy(X.shape[1])
+        protocol = make_protocol(
+            n_items=X.shape[1], n_clients=len(blocks), n_components=self.n_components,
+            sync_every=self.sync_every, kappa=self.kappa, lam=self.lam, growth=self.growth,
+            lam_max=self.lam_max, rate_unit=self.rate_unit, beta=self.beta, gamma=self.gamma,
+            update=self.update, prox_mode=self.prox_mode, proximity=self.proximity,
+            step_scale=self.step_scale, server_step=self.server_step, privacy=privacy,
+        )
+        state, init_bytes = initialize_federation(protocol, blocks, entropy=entropy,
+                                                  n_jobs=self.n_jobs)
+        state = run_federation(
+            protocol, blocks, max_iter=self.max_iter, entropy=entropy, n_jobs=self.n_jobs,
+            tol=self.tol, callback=self.callback, verbose=self.verbose, state=state,
+            init_bytes=init_bytes, label=type(self).__name__,
+        )
+        Vh = state.server_state["Vh"]
+        U = self._stack_rows(blocks, [s["U"] for s in state.client_states],
+                             self.n_components, np.float64)
+        self.components_relaxed_ = Vh
+        self.components_ = Vh > 0.5
+        self.user_factors_relaxed_ = U
+        self.user_factors_ = U > 0.5
+        self.clients_ = labels
+        self.n_clients_ = len(blocks)
+        self.n_iter_ = state.n_rounds
+        self.history_ = list(state.history)
+        self.privacy_spent_ = self._privacy_spent(privacy, X.shape[1])
+        return self
+
+    def _privacy(self, n_items):
+        check_privacy(self.privacy, self.epsilon, self.delta, self.clip, self.sensitivity)
+        return dict(mechanism=self.privacy, epsilon=self.epsilon, delta=self.delta,
+                    clip=self.clip, sensitivity=self.sensitivity)
+
+    def _privacy_spent(self, privacy, n_items):
+        if self.privacy is None:
+            return None
+        shape = (self.n_components, n_items)
+        sens = sensitivity_of(self.privacy, self.clip, shape, self.sensitivity)
+        delta = self.delta if self.privacy == "gaussian" else 0.0
+        eps_total, delta_total = compose_basic(self.epsilon, delta, self.n_iter_)
+        return {
+            "mechanism": self.privacy,
+            "noise_scale": noise_scale(self.privacy, self.epsilon, self.delta, sens),
+            "sensitivity": sens,
+            "epsilon": float(self.epsilon),
+            "delta": float(delta),
+            "n_releases": self.n_iter_,
+            "epsilon_total": eps_total,
+            "delta_total": delta_total,
+        }
+
+    def _fold_in_params(self):
+        return dict(n_steps=self.max_iter * self.sync_every, kappa=self.kappa, lam=self.lam,
+                    growth=self.growth, lam_max=self.lam_max, rate_unit=self.rate_unit,
+                    sync_every=self.sync_every, beta=self.beta, update=self.update,
+                    prox_mode=self.prox_mode, step_scale=self.step_scale)
