@@ -1,7 +1,8 @@
 """sklearn_fedmf: federated matrix factorization and completion as scikit-learn estimators."""
 
-from .completion import FedMCADMM, RFRec
+from .binary import AggregatedBMF, Felb
+from .completion import FedMCADMM
 
 __version__ = "0.1.0"
 
-__all__ = ["FedMCADMM", "RFRec", "__version__"]
+__all__ = ["AggregatedBMF", "FedMCADMM", "Felb", "__version__"]
