@@ -66,7 +66,7 @@ def client_update(state, block, broadcast, rng, selected, *, n_components, local
 
 
 def server_update(server_state, uploads, round_index, *, aggregation):
-    Vh = aggregate_boolean(np.stack(list(uploads.values())), aggregation)
+    Vh = aggregate_boolean(np.stack([uploads[c] for c in sorted(uploads)]), aggregation)
     return {"Vh": Vh}, Vh
 
 

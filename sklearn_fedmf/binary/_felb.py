@@ -56,7 +56,7 @@ def client_update(state, block, broadcast, rng, selected, *, sync_every, schedul
 def server_update(server_state, uploads, round_index, *, sync_every, n_clients, server_step,
                   kappa, schedule, prox_mode):
     """``Vh = prox(mean of the uploads; eta_s kappa, eta_s lambda_t)`` (spec 2.5)."""
-    mean = sum(uploads.values()) / len(uploads)  # ascending client order: deterministic
+    mean = sum(uploads[c] for c in sorted(uploads)) / len(uploads)  # order-independent
     t_end = server_state["t"] + sync_every
     lam_t = _lam_of_step(t_end - 1, sync_every, **schedule)
     eta = 1.0 / n_clients if server_step == "1/C" else float(server_step)
@@ -77,7 +77,7 @@ def client_metrics(state, block, broadcast, *, kappa, gamma, sync_every, schedul
             + elb_value(V, kappa, lam_t) + 0.5 * gamma * float(np.vdot(drift, drift)))
     tp, n_true, n_pred = boolean_counts(block.X, (U > 0.5, Vh > 0.5))
     return {"loss": loss, "tp": tp, "n_true": n_true, "n_pred": n_pred,
-            "n_entries": U.shape[0] * Vh.shape[1], "gap_u": integrality_gap_values(U).sum(),
+            "n_entries": U.shape[0] * Vh.shape[1], "gap_u": float(integrality_gap_values(U).sum()),
             "n_u": U.size}
 
 
