@@ -16,9 +16,10 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
+from threadpoolctl import threadpool_limits
 
 from ._data import check_like, check_ratings, reject_duplicates, resolve_clients, split_clients
-from ._engine import initialize_federation, make_entropy, run_federation
+from ._engine import initialize_federation, make_entropy, partition_rng, run_federation
 from ._kernels import grad_rows, ridge_fold_in, squared_error, values_at
 from ._prox import prox_elastic_net
 
@@ -85,8 +86,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
                 f"n_clients={self.n_clients} is larger than the number of rows "
                 f"(n_samples = {n_rows}); every client needs at least one row."
             )
+        entropy = make_entropy(self.random_state) if first_fit else self._entropy
         labels, codes, n_clients = resolve_clients(
-            n_rows, clients, self.n_clients, self.partition, make_entropy(self.random_state)
+            n_rows, clients, self.n_clients, self.partition, partition_rng(entropy)
         )
         if isinstance(self.clients_per_round, Integral) and self.clients_per_round > n_clients:
             raise ValueError(
@@ -106,10 +108,24 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         blocks = split_clients(X, codes, n_clients, eval_X)
         _warn_unobserved(X)
 
-        entropy = (
-            self._entropy if not first_fit else make_entropy(self.random_state)
-        )
         protocol = self._make_protocol(n_items, n_clients)
+        # The parallelism is across clients; BLAS threads on the small per-client products
+        # only fight over the cores (measured: 100x slower dot products on a busy machine).
+        with threadpool_limits(limits=1, user_api="blas"):
+            state, init_bytes = self._run(protocol, blocks, first_fit, entropy, n_clients, n_rows)
+        self._federation, self._entropy = state, entropy
+        self.components_ = self._read_components(state.server_state, state.broadcast)
+        U = np.zeros((n_rows, self.n_components))
+        for block, client_state in zip(blocks, state.client_states):
+            U[block.rows] = self._read_user_factors(client_state)
+        self.user_factors_ = U
+        self.clients_ = labels
+        self.n_clients_ = n_clients
+        self.n_iter_ = state.n_rounds
+        self.history_ = list(state.history)
+        return self
+
+    def _run(self, protocol, blocks, first_fit, entropy, n_clients, n_rows):
         if first_fit:
             state, init_bytes = initialize_federation(
                 protocol, blocks, entropy=entropy, n_jobs=self.n_jobs
@@ -127,17 +143,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
             eval_every=self.eval_every, callback=self.callback, verbose=self.verbose,
             state=state, init_bytes=init_bytes, label=type(self).__name__,
         )
-        self._federation, self._entropy = state, entropy
-        self.components_ = self._read_components(state.server_state, state.broadcast)
-        U = np.zeros((n_rows, self.n_components))
-        for block, client_state in zip(blocks, state.client_states):
-            U[block.rows] = self._read_user_factors(client_state)
-        self.user_factors_ = U
-        self.clients_ = labels
-        self.n_clients_ = n_clients
-        self.n_iter_ = state.n_rounds
-        self.history_ = list(state.history)
-        return self
+        return state, init_bytes
 
     def fit_transform(self, X, y=None, **fit_params):
         """Fit, then fold ``X`` in: the same as ``fit(X).transform(X)``.

@@ -12,7 +12,6 @@ from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.utils import check_random_state
 
 __all__ = [
     "ClientBlock",
@@ -104,9 +103,10 @@ def check_like(Y, X, *, name="y"):
 
 
 def resolve_clients(n_rows, clients, n_clients, partition, random_state):
-    """Return ``(labels, codes)``: the client label of each row and its integer code.
+    """Return ``(labels, codes, n_clients)`` for the rows of a matrix.
 
-    ``codes`` holds integers ``0 .. n_clients - 1`` (in sorted label order).
+    ``labels`` is each row's client label, ``codes`` its integer code ``0 .. n_clients - 1``
+    (in sorted label order). ``random_state`` is a numpy Generator (random partition only).
     """
     if clients is not None:
         labels = np.asarray(clients)
@@ -127,8 +127,7 @@ def resolve_clients(n_rows, clients, n_clients, partition, random_state):
     if partition == "contiguous":
         codes = np.repeat(np.arange(n_clients), _block_sizes(n_rows, n_clients))
     else:
-        rng = check_random_state(random_state)
-        perm = rng.permutation(n_rows)
+        perm = random_state.permutation(n_rows)
         codes = np.empty(n_rows, dtype=np.intp)
         codes[perm] = np.repeat(np.arange(n_clients), _block_sizes(n_rows, n_clients))
     codes = codes.astype(np.intp)

@@ -19,6 +19,14 @@ client_update(client_state, block, broadcast, rng, selected) -> (client_state, u
 server_update(server_state, uploads, round) -> (server_state, broadcast)
     ``uploads`` maps client index -> upload for the clients whose update arrived, in
     ascending client order; it may be empty when every sampled client failed.
+client_prepare(client_state, block, broadcast, rng, selected) -> (client_state, stats or None)
+    Optional first phase of a round, for a local update that needs a global quantity of
+    the same round (e.g. FedMAvg's step size from every client's Gram matrix). The clients
+    of the round run it first; their ``stats`` reach ``server_prepare``.
+server_prepare(server_state, stats, round) -> (server_state, message)
+    Optional; turns ``{client: stats}`` into the ``message`` that ``client_update`` then
+    receives as its ``broadcast`` (a client keeps what it needs of the round's first
+    broadcast in its state). Stats and message are counted like uploads and broadcasts.
 client_metrics(client_state, block, broadcast) -> dict of additive sums
     Simulation diagnostics (losses, squared errors, counts); summed over clients.
 combine_metrics(server_state, sums) -> dict
@@ -46,7 +54,8 @@ from sklearn.utils.parallel import Parallel, delayed
 
 __all__ = ["FederatedProtocol", "FederationState", "run_federation", "nbytes", "make_entropy"]
 
-_INIT_CLIENT, _UPDATE_CLIENT, _SERVER_ROUND, _INIT_SERVER = 0, 1, 2, 3
+_INIT_CLIENT, _UPDATE_CLIENT, _SERVER_ROUND, _INIT_SERVER, _PARTITION = 0, 1, 2, 3, 4
+_PREPARE_CLIENT = 5
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,10 @@ class FederatedProtocol:
     server_init_uploads: Callable | None = None
     update_all: bool = False  # non-sampled clients also run client_update (no upload)
     broadcast_to_all: bool = False  # the broadcast reaches every client, not only the sampled
+    client_prepare: Callable | None = None  # optional first phase of a round (module doc)
+    server_prepare: Callable | None = None
+    server_every_round: bool = False  # server_update runs even when no upload arrived
+    dropout_mode: str = "offline"  # "upload_loss": a dropped client computes, its upload is lost
 
 
 @dataclass
@@ -90,6 +103,11 @@ def _rng(entropy, *key):
     return np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=key))
 
 
+def partition_rng(entropy):
+    """The generator that assigns rows to clients (``partition="random"``)."""
+    return _rng(entropy, _PARTITION)
+
+
 def nbytes(obj):
     """Size in bytes of what a message holds (arrays, sparse matrices, containers, scalars)."""
     if obj is None:
@@ -104,14 +122,16 @@ def nbytes(obj):
         return sum(nbytes(v) for v in obj)
     if isinstance(obj, (int, float, np.number, bool)):
         return 8
+    if isinstance(getattr(obj, "nbytes", None), (int, np.integer)):
+        return int(obj.nbytes)  # a message type that reports its own size
     raise TypeError(f"Cannot count the bytes of a message part of type {type(obj).__name__}.")
 
 
-def _run_clients(items, fn, broadcast, entropy, round_index, with_selected):
+def _run_clients(items, fn, broadcast, entropy, round_index, with_selected, kind=_UPDATE_CLIENT):
     """Run one joblib task: several clients in a row. Failures are caught per client."""
     out = []
     for client, state, block, selected in items:
-        rng = _rng(entropy, _UPDATE_CLIENT, round_index, client)
+        rng = _rng(entropy, kind, round_index, client)
         try:
             if with_selected:
                 new_state, upload = fn(state, block, broadcast, rng, selected)
@@ -123,12 +143,34 @@ def _run_clients(items, fn, broadcast, entropy, round_index, with_selected):
     return out
 
 
+def _client_phase(fn, items, broadcast, kind, *, state, n_jobs, n_jobs_eff, weights, entropy, k,
+                  verbose, label):
+    """Run ``fn`` on the clients of ``items``; keep their new states.
+
+    Returns ``({client: message}``, in ascending client order, ``failed clients)``.
+    """
+    if not items:
+        return {}, []
+    outcomes = _parallel_map(
+        _run_clients, _batches(items, n_jobs_eff, weights[[it[0] for it in items]]), n_jobs,
+        fn, broadcast, entropy, k, True, kind,
+    )
+    messages, failed = {}, []
+    for client, new_state, message, error in (o for part in outcomes for o in part):
+        if error is not None:
+            failed.append(client)
+            if verbose >= 2:
+                print(f"[{label}] round {k + 1}: client {client} failed: {error}",
+                      file=sys.stderr)
+            continue
+        state.client_states[client] = new_state
+        if message is not None:
+            messages[client] = message
+    return dict(sorted(messages.items())), failed
+
+
 def _metrics_task(items, fn, broadcast):
-    total = {}
-    for state, block in items:
-        for key, value in fn(state, block, broadcast).items():
-            total[key] = total.get(key, 0.0) + value
-    return total
+    return [fn(state, block, broadcast) for state, block in items]
 
 
 def _batches(items, n_jobs, weights):
@@ -232,7 +274,8 @@ def run_federation(
         Evaluate the diagnostics every ``eval_every`` rounds (and at the last round).
     callback : callable or None
         ``callback(round, info)`` after every round; returning True stops the fit. ``info``
-        has keys ``server_state``, ``broadcast``, ``sampled``, ``uploads``, ``record``.
+        has keys ``server_state``, ``broadcast``, ``sampled``, ``uploads``, ``record`` and
+        ``stats`` (what ``client_prepare`` sent; empty without one).
     verbose : int
         0 silent, 1 a progress bar, 2 one line per round.
     state : FederationState
@@ -264,36 +307,31 @@ def run_federation(
         selected = set(sampled.tolist())
         run = range(n_clients) if protocol.update_all else sampled
         items = [
-            (int(c), state.client_states[c], blocks[c], int(c) in selected)
+            (int(c), state.client_states[c], blocks[c],
+             int(c) in selected and int(c) not in dropped)
             for c in run
-            if int(c) not in dropped
+            if int(c) not in dropped or protocol.dropout_mode == "upload_loss"
         ]
-        outcomes = _parallel_map(
-            _run_clients,
-            _batches(items, n_jobs_eff, weights[[it[0] for it in items]] if items else []),
-            n_jobs,
-            protocol.client_update,
-            state.broadcast,
-            entropy,
-            k,
-            True,
-        ) if items else []
-        uploads, failures = {}, len(dropped)
-        for client, new_state, upload, error in (o for part in outcomes for o in part):
-            if error is not None:
-                failures += 1
-                if verbose >= 2:
-                    print(f"[{label}] round {k + 1}: client {client} failed: {error}",
-                          file=sys.stderr)
-                continue
-            state.client_states[client] = new_state
-            if client in selected and upload is not None:
-                uploads[client] = upload
-        uploads = dict(sorted(uploads.items()))
+        phase = dict(state=state, n_jobs=n_jobs, n_jobs_eff=n_jobs_eff, weights=weights,
+                     entropy=entropy, k=k, verbose=verbose, label=label)
+        broadcast, stats, failed = state.broadcast, {}, []
+        if protocol.client_prepare is not None:
+            stats, failed = _client_phase(protocol.client_prepare, items, broadcast,
+                                          _PREPARE_CLIENT, **phase)
+            items = [(c, state.client_states[c], b, sel) for c, _, b, sel in items
+                     if c not in failed]
+            state.server_state, broadcast = protocol.server_prepare(state.server_state, stats, k)
+        uploads, failed_update = _client_phase(protocol.client_update, items, broadcast,
+                                               _UPDATE_CLIENT, **phase)
+        uploads = {c: u for c, u in uploads.items() if c in selected}
+        failures = len(dropped) + len(failed) + len(failed_update)
         recipients = n_clients if protocol.broadcast_to_all else n_sampled
         bytes_down = nbytes(state.broadcast) * recipients
         bytes_up = sum(nbytes(u) for u in uploads.values())
-        if uploads:
+        if protocol.client_prepare is not None:
+            bytes_down += nbytes(broadcast) * recipients
+            bytes_up += sum(nbytes(s) for s in stats.values())
+        if uploads or protocol.server_every_round:
             state.server_state, state.broadcast = protocol.server_update(
                 state.server_state, uploads, k
             )
@@ -321,6 +359,7 @@ def run_federation(
                 "broadcast": state.broadcast,
                 "sampled": sampled,
                 "uploads": uploads,
+                "stats": stats,
                 "record": record,
             }
             stop = bool(callback(k + 1, info))
@@ -356,8 +395,8 @@ def evaluate(protocol, state, blocks, n_jobs=None):
         protocol.client_metrics, state.broadcast,
     )
     sums = {}
-    for part in parts:
-        for key, value in part.items():
+    for metrics in (m for part in parts for m in part):  # client order: n_jobs-independent
+        for key, value in metrics.items():
             sums[key] = sums.get(key, 0.0) + value
     return protocol.combine_metrics(state.server_state, sums)
 
