@@ -1,5 +1,6 @@
 """Federated matrix-completion estimators."""
 
 from ._fedmc_admm import FedMCADMM
+from ._rfrec import RFRec
 
-__all__ = ["FedMCADMM"]
+__all__ = ["FedMCADMM", "RFRec"]
