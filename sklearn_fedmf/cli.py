@@ -65,6 +65,33 @@ METHODS = {
                   "n_clients": [50, 100], "n_components": [5, 10]},
         ),
         Method(
+            "fedmavg", "sklearn_fedmf.completion:FedMAvg", "completion", "FedMAvg",
+            "its item-factor copy W_i after Q2 local steps",
+            fixed={"variant": "fedmc_admm"},  # the baseline as the FedMC-ADMM paper restates it
+            grid={"alpha_u": [1e-6, 1.0, 10.0], "local_iter_u": [5, 10],
+                  "local_iter_v": [5, 10], "n_clients": [50, 100], "n_components": [5, 10]},
+        ),
+        Method(
+            "fedmgs", "sklearn_fedmf.completion:FedMGS", "completion", "FedMGS",
+            "the V-gradient of its squared error and its r x r Gram U_i^T U_i",
+            grid={"alpha_u": [1e-6, 1.0, 10.0], "local_iter_u": [5, 10],
+                  "n_clients": [50, 100], "n_components": [5, 10]},
+        ),
+        Method(
+            "rfrec", "sklearn_fedmf.completion:RFRec", "completion", "RFRec",
+            "its item-matrix copy V_(c) (optionally clipped + Laplace noise)",
+            fixed={"variant": "rfrec"},
+            grid={"reg_consensus": [1.0, 10.0, 100.0], "alpha_u": [0.1, 1.0],
+                  "n_clients": [50, 100], "n_components": [5, 10]},
+        ),
+        Method(
+            "rfrecf", "sklearn_fedmf.completion:RFRec", "completion", "RFRecF",
+            "its item-matrix copy V_(c), only when its coin flips to averaging",
+            fixed={"variant": "rfrecf"},
+            grid={"reg_consensus": [1.0, 10.0, 100.0], "p": [0.3, 0.5, 0.7],
+                  "n_clients": [50, 100], "n_components": [5, 10]},
+        ),
+        Method(
             "felb", "sklearn_fedmf.binary:Felb", "binary", "Felb",
             "its item-factor copy V_i (optionally with local DP noise)",
             grid={"lam": [0.01, 0.1], "gamma": [0.1, 1.0], "sync_every": [5, 10],
@@ -221,6 +248,9 @@ def _check_sizes(X, args):
         )
     cpr = args.clients_per_round
     if isinstance(cpr, int) and args.clients is not None and cpr > args.clients:
+        if "clients_per_round" not in args.explicit:  # the default 10 with fewer clients
+            args.clients_per_round = args.clients
+            return _check_sizes(X, args)
         raise CommandError(
             f"impossible sizes: --clients-per-round {cpr} is more than --clients {args.clients}"
         )
@@ -229,8 +259,12 @@ def _check_sizes(X, args):
 
 
 # ---- run --------------------------------------------------------------------------------------
-def fit_method(method, estimator, X_train, X_test=None):
-    """Fit, time, and summarize one estimator; warnings become one ``note`` line each."""
+def fit_method(method, estimator, X_train, X_test=None, seen=None):
+    """Fit, time, and summarize one estimator.
+
+    Each distinct warning becomes one ``note`` line (once per command: ``seen`` holds those
+    already printed) and is kept in the result.
+    """
     import inspect
 
     fit_params = {}
@@ -241,8 +275,12 @@ def fit_method(method, estimator, X_train, X_test=None):
         tic = time.perf_counter()
         estimator.fit(X_train, **fit_params)
         seconds = time.perf_counter() - tic
-    for message in dict.fromkeys(str(w.message).splitlines()[0] for w in caught):
-        _note(f"{method.label}: {message}")
+    messages = list(dict.fromkeys(str(w.message).splitlines()[0] for w in caught))
+    seen = set() if seen is None else seen
+    for message in messages:
+        if message not in seen:
+            _note(message)
+            seen.add(message)
     history = [_jsonable(r) for r in getattr(estimator, "history_", [])]
     summary = {
         "rounds": int(getattr(estimator, "n_iter_", len(history))),
@@ -258,7 +296,7 @@ def fit_method(method, estimator, X_train, X_test=None):
         summary["eval_rmse"] = -float(estimator.score(X_train, X_test))
     return {"method": method.name, "label": method.label, "kind": method.kind,
             "estimator": type(estimator).__name__, "params": _jsonable(estimator.get_params()),
-            "summary": summary, "history": history}
+            "summary": summary, "warnings": messages, "history": history}
 
 
 def cmd_run(args):
@@ -275,10 +313,10 @@ def cmd_run(args):
         X_train, X_test = train_test_split_ratings(X, args.test_size, random_state=args.seed)
     print(f"data: {name}: {X.shape[0]} users x {X.shape[1]} items, {X.nnz} ratings"
           + (f" ({X_train.nnz} train / {X_test.nnz} test)" if X_test is not None else ""))
-    results = []
+    results, seen = [], set()
     for method in methods:
         estimator = make_estimator(method, args, verbose=0 if args.quiet else 1)
-        results.append(fit_method(method, estimator, X_train, X_test))
+        results.append(fit_method(method, estimator, X_train, X_test, seen))
     print()
     print(format_table(results))
     out.mkdir(parents=True, exist_ok=True)
@@ -581,7 +619,8 @@ def build_parser():
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                help="'run' when omitted")
 
     run = sub.add_parser(
         "run", help="fit one or more methods, print a table, write curves.png and history.json",

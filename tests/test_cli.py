@@ -1,0 +1,235 @@
+"""The ``fedmf`` command: main job on reduced sizes, data specs, tune, errors and --help."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.base import clone
+from sklearn.model_selection import KFold
+
+from sklearn_fedmf import cli
+from sklearn_fedmf.cli import MAIN_JOB, METHODS, build_parser, main
+from sklearn_fedmf.model_selection import train_test_split_ratings
+
+FED = ["--data", "synthetic:200x60x3000", "--clients", "10", "--clients-per-round", "3",
+       "--rounds", "4"]
+SMALL = [*FED, "--quiet"]
+
+
+def run(argv, capsys):
+    status = main(argv)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def table_rows(out, labels):
+    return {label: line.split() for line in out.splitlines() for label in labels
+            if line.startswith(label + " ")}
+
+
+def test_main_job_on_reduced_sizes(tmp_path, capsys):
+    status, out, _ = run([*SMALL, "--out", str(tmp_path)], capsys)
+    assert status == 0
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = json.loads((tmp_path / "history.json").read_text())
+    labels = [METHODS[name].label for name in MAIN_JOB]
+    assert [r["label"] for r in report["results"]] == labels
+    rows = table_rows(out, labels)
+    assert set(rows) == set(labels)
+    for result in report["results"]:
+        history, summary = result["history"], result["summary"]
+        assert [h["round"] for h in history] == [1, 2, 3, 4]
+        assert summary["eval_rmse"] == history[-1]["eval_rmse"]
+        assert summary["bytes_uploaded"] == sum(h["bytes_uploaded"] for h in history) > 0
+        params = result["params"]
+        assert (params["n_clients"], params["clients_per_round"], params["max_iter"],
+                params["n_components"], params["random_state"]) == (10, 3, 4, 5, 0)
+        # the row: method, rounds, train RMSE, test RMSE, seconds, MB up, MB down
+        row = rows[result["label"]]
+        assert row[1] == "4" and row[3] == f"{summary['eval_rmse']:.4f}"
+        assert row[5] == f"{summary['bytes_uploaded'] / 1e6:.1f}"
+    fedmavg = report["results"][labels.index("FedMAvg")]
+    assert fedmavg["params"]["variant"] == "fedmc_admm"
+
+
+def test_bare_command_is_the_papers_protocol(monkeypatch):
+    seen = []
+    monkeypatch.setattr(cli, "cmd_run", lambda args: seen.append(args) or 0)
+    assert main([]) == 0 and main(["--rounds", "7"]) == 0
+    args = seen[0]
+    assert args.method.split(",") == list(MAIN_JOB) == ["fedmc-admm", "fedmavg"]
+    assert (args.data, args.test_size, args.clients, args.clients_per_round, args.rounds,
+            args.rank, args.seed, args.out) == ("embedded", 0.2, 100, 10, 100, 5, 0, "fedmf-out")
+    assert seen[1].rounds == 7
+
+
+def test_embedded_data_split_80_20(tmp_path, capsys):
+    status, out, _ = run(["run", "--method", "fedmc-admm", "--rounds", "2", "--quiet",
+                          "--out", str(tmp_path)], capsys)
+    assert status == 0
+    assert "610 users x 9724 items, 100836 ratings" in out
+    train, test = _counts(out)
+    assert train + test == 100836 and abs(test / 100836 - 0.2) < 0.01
+
+
+def _counts(out):
+    text = out.split("ratings (")[1]
+    train = int(text.split(" train")[0])
+    test = int(text.split("/ ")[1].split(" test")[0])
+    return train, test
+
+
+def test_same_model_for_one_and_two_jobs(tmp_path, capsys):
+    histories = []
+    for jobs in ("1", "2"):
+        assert run([*SMALL, "--method", "fedmc-admm", "--jobs", jobs,
+                    "--out", str(tmp_path / jobs)], capsys)[0] == 0
+        report = json.loads((tmp_path / jobs / "history.json").read_text())
+        histories.append([{k: v for k, v in h.items() if k != "seconds"}
+                          for h in report["results"][0]["history"]])
+    assert histories[0] == histories[1]
+
+
+def test_binary_method_on_binarized_ratings(tmp_path, capsys):
+    status, out, _ = run(["run", "--method", "felb", "--data", "synthetic:120x40x1500",
+                          "--clients", "4", "--rounds", "3", "--rank", "4", "--quiet",
+                          "--out", str(tmp_path)], capsys)
+    assert status == 0
+    header = next(line for line in out.splitlines() if line.startswith("method"))
+    assert header.split()[2:4] == ["F1", "RMSD"]
+    summary = json.loads((tmp_path / "history.json").read_text())["results"][0]["summary"]
+    assert 0.0 <= summary["f1"] <= 1.0 and summary["rounds"] == 3
+
+
+def test_binarize_keeps_ratings_at_or_above_threshold():
+    # every stored entry is a rating, including the low 1.0
+    X = sp.csr_matrix(np.array([[5.0, 3.0, 1.0], [3.5, 0.5, 4.0]]))
+    B = cli.binarize(X)
+    assert B.toarray().tolist() == [[1, 0, 0], [1, 0, 1]]
+    assert B.nnz == 3 and set(B.data) == {1.0}
+
+
+def test_without_matplotlib_the_json_is_still_written(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    status, _, err = run([*SMALL, "--method", "fedmc-admm", "--out", str(tmp_path)], capsys)
+    assert status == 0
+    assert "matplotlib is not installed" in err
+    assert (tmp_path / "history.json").exists() and not (tmp_path / "curves.png").exists()
+
+
+def test_tune_ranks_candidates_by_the_documented_cv(tmp_path, capsys):
+    argv = ["tune", "--method", "fedmc-admm", *FED, "--cv", "2", "--grid", "beta=0.1,1",
+            "--grid", "alpha_u=1e-6,1", "--out", str(tmp_path)]
+    status, out, _ = run(argv, capsys)
+    assert status == 0
+    ranked = json.loads((tmp_path / "tune.json").read_text())["ranked"]
+    assert len(ranked) == 4
+    scores = [r["score"] for r in ranked]
+    assert scores == sorted(scores)
+    best = ranked[0]["params"]
+    assert f"alpha_u={best['alpha_u']!r}, beta={best['beta']!r}" in out
+    # Oracle: the same CV built by hand (users in KFold, X = train, y = held-out ratings).
+    X, _ = cli.load_data("synthetic:200x60x3000", 0)
+    X_train, X_test = train_test_split_ratings(X, 0.2, random_state=0)
+    model = METHODS["fedmc-admm"].load()(n_clients=10, clients_per_round=3, max_iter=4,
+                                         n_components=5, random_state=0, **best)
+    folds = KFold(2, shuffle=True, random_state=0).split(X_train)
+    expected = -np.mean([clone(model).fit(X_train[fit]).score(X_train[held], X_test[held])
+                         for fit, held in folds])
+    assert ranked[0]["score"] == pytest.approx(expected, rel=1e-10)
+
+
+def test_tune_halving_uses_rounds_as_resource(tmp_path, capsys):
+    argv = ["tune", "--method", "fedmc-admm", *FED, "--rounds", "9", "--cv", "2",
+            "--grid", "beta=0.1,1,10", "--halving", "--out", str(tmp_path)]
+    assert run(argv, capsys)[0] == 0
+    ranked = json.loads((tmp_path / "tune.json").read_text())["ranked"]
+    # 3 candidates at 3 rounds, then the best one at 9 rounds (factor 3)
+    assert sorted(r["rounds"] for r in ranked) == [3, 3, 3, 9]
+    assert ranked[0]["rounds"] == 9
+
+
+def _bad_file(tmp_path):
+    path = tmp_path / "ratings.dat"
+    path.write_text("this is not a rating\n")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["run", "--method", "nope"], "unknown method 'nope'"),
+        (["run", "--data", "{tmp}/missing"], "no such file or directory"),
+        (["run", "--data", "{bad}"], "ratings.dat"),
+        (["run", "--data", "synthetic:10x10x500"], "impossible sizes"),
+        (["run", "--data", "synthetic:40x30x300", "--clients", "50"], "impossible sizes"),
+        (["run", "--data", "synthetic:40x30x300", "--rank", "31"], "impossible sizes"),
+        (["run", "--method", "fedmc-admm,felb"], "cannot share a run"),
+        (["tune", "--method", "fedmc-admm,fedmavg"], "one method at a time"),
+        (["tune", "--grid", "nonsense=1,2", "--data", "synthetic:40x30x300", "--clients", "5"],
+         "no parameter"),
+    ],
+)
+def test_errors_are_one_line(argv, fragment, tmp_path, capsys):
+    argv = [a.format(tmp=tmp_path, bad=_bad_file(tmp_path)) for a in argv]
+    status, _, err = run([*argv, "--out", str(tmp_path / "out")], capsys)
+    assert status == 1
+    assert err.startswith("fedmf: error: ") and err.count("\n") == 1
+    assert fragment in err and "Traceback" not in err
+
+
+def test_bad_option_is_one_line_exit_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--rounds", "abc"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "--rounds" in err
+
+
+def test_help_documents_every_option():
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    assert set(commands) == {"run", "tune", "methods"}
+    for name, sub in [("fedmf", parser), *commands.items()]:
+        text = " ".join(sub.format_help().split())
+        for action in sub._actions:
+            assert action.help, f"{name}: {action.option_strings or action.dest} has no help"
+            for option in action.option_strings:
+                assert option in text
+
+
+def test_movielens_files_in_each_format(tmp_path):
+    rows = [(1, 10, 4.0, 1), (1, 20, 3.0, 2), (2, 10, 5.0, 3), (3, 30, 1.0, 4)]
+    (tmp_path / "ml-100k").mkdir()
+    (tmp_path / "ml-100k" / "u.data").write_text("".join(
+        f"{u}\t{i}\t{int(r)}\t{t}\n" for u, i, r, t in rows))
+    (tmp_path / "ml-1m").mkdir()
+    (tmp_path / "ml-1m" / "ratings.dat").write_text("".join(
+        f"{u}::{i}::{int(r)}::{t}\n" for u, i, r, t in rows))
+    (tmp_path / "ml-latest").mkdir()
+    (tmp_path / "ml-latest" / "ratings.csv").write_text(
+        "userId,movieId,rating,timestamp\n" + "".join(f"{u},{i},{r},{t}\n" for u, i, r, t in rows)
+    )
+    for folder, variant in [("ml-100k", "100k"), ("ml-1m", "1m"), ("ml-latest", "latest")]:
+        for spec in (tmp_path / folder, next((tmp_path / folder).iterdir())):
+            X, name = cli.load_data(str(spec))
+            assert f"MovieLens {variant} " in name
+            assert X.shape == (3, 3) and X.nnz == 4 and X.sum() == 13.0
+    X, _ = cli.load_data(str(tmp_path))  # a parent folder: the first release found inside
+    assert X.nnz == 4
+
+
+def test_methods_lists_the_registry(capsys):
+    assert main(["methods"]) == 0
+    out = capsys.readouterr().out
+    for name in cli.available_methods():
+        assert any(line.startswith(name + " ") for line in out.splitlines())
+    assert set(MAIN_JOB) <= set(cli.available_methods())
+
+
+def test_python_dash_m_runs_the_command():
+    result = subprocess.run([sys.executable, "-m", "sklearn_fedmf", "--version"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.startswith("fedmf ")
