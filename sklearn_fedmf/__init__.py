@@ -1,8 +1,12 @@
 """sklearn_fedmf: federated matrix factorization and completion as scikit-learn estimators."""
 
 from .binary import AggregatedBMF, Felb
-from .completion import FedMCADMM, RFRec
+from .cluster import FederatedClustering
+from .completion import FedMAvg, FedMCADMM, FedMGS, RFRec
 
 __version__ = "0.1.0"
 
-__all__ = ["AggregatedBMF", "FedMCADMM", "Felb", "RFRec", "__version__"]
+__all__ = [
+    "AggregatedBMF", "FedMAvg", "FedMCADMM", "FedMGS", "FederatedClustering", "Felb", "RFRec",
+    "__version__",
+]

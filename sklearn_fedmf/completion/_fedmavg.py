@@ -1,0 +1,499 @@
+"""FedMAvg: federated model averaging for matrix completion (Wang & Chang, Algorithm 1).
+
+Orientation (spec fedmavg_fedmgs.md, 1.3): the paper's global ``W`` is our item factor
+(``components_ = V``, kept transposed as ``Vt`` of shape ``(n_items, r)``); the paper's local
+``H_p`` is client ``p``'s user factors ``U_p^T``.
+
+``variant="wang_chang"`` (spec 3 and 8.3) minimizes the plain sum of squared errors::
+
+    F(U, V) = sum_p [1/2 ||P_Omega_p(M_p - U_p V)||^2 + h(U_p)] + h(V) = sum_p omega_p F_p
+    F_p = (1/omega_p) [1/2 ||P_Omega_p(M_p - U_p V)||^2 + h(U_p)] + h(V)
+
+with ``omega_p = |Omega_p| / |Omega|`` (``client_weights="entries"``, G16) or ``n_p / n``. Every
+step is a factor times a Lipschitz bound (G3), so the loss scaling only weighs the
+regularizers. ``variant="fedmc_admm"`` is the baseline exactly as restated in the FedMC-ADMM
+paper (fedmc_admm.md, 5): no 1/p in the U step, the data gradient of the W step divided by
+``p``, ``d_i = 5 lambda_max(U_i^T U_i)``, ``c = 1/2 lambda_max(V V^T)``, ``Q1 = Q2 = 10``.
+
+Rounds (3.3): every client (``participation="pcc"``) or only the sampled ones (``"pcp"``)
+take ``Q1`` proximal-gradient steps on ``U_p`` against the broadcast ``V``; each sampled
+client then takes ``Q2`` gradient steps on its own copy ``W_p`` of ``V``, started at ``V``,
+and uploads ``W_p``; the server averages the uploads. With ``w_step="global"`` the W step
+size needs every client's ``U_p^T U_p`` of this round: clients send that ``r x r`` Gram in a
+first exchange (the engine's prepare phase) and the server answers with the step.
+
+Sampling: the engine draws ``clients_per_round`` clients uniformly without replacement. The
+paper draws with replacement proportionally to ``omega`` so that the plain mean is unbiased
+for ``sum_p omega_p W_p``; here ``aggregation="weighted"`` averages the uploads with weights
+``omega_p`` (renormalized over the senders: eq. (8) at full participation, a ratio estimate
+otherwise) and ``"sampled_mean"`` takes the plain mean ((9), and the FedMC-ADMM restatement).
+On balanced clients the two schemes coincide.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from .._base import FederatedMFBase, squared_error_of
+from .._engine import FederatedProtocol
+from .._kernels import grad_cols, grad_rows
+from .._prox import elastic_net_value, prox_elastic_net
+
+__all__ = ["FedMAvg"]
+
+EPS_LIPSCHITZ = 1e-12  # floor of every Lipschitz bound: a zero factor must not give 0/0
+
+
+# ---- pure solver functions ------------------------------------------------------------------
+def lambda_max(S):
+    """Largest eigenvalue of a symmetric matrix (0 for an empty one)."""
+    return float(np.linalg.eigvalsh(S)[-1]) if S.size else 0.0
+
+
+def q2_schedule(round_number, local_iter_v, q_hat):
+    """``Q2^s``: constant ``local_iter_v``, or ``floor(q_hat / s) + 1`` when it is None (3.2)."""
+    if local_iter_v is not None:
+        return int(local_iter_v)
+    return int(q_hat) // int(round_number) + 1
+
+
+def prox_nonsmooth(Z, t, alpha, l1_ratio, positive):
+    """Prox of the l1 part of the elastic net and of the sign constraint (the l2 part is
+    smooth and taken in the gradient)."""
+    if not (alpha * l1_ratio) and not positive:
+        return Z
+    return prox_elastic_net(Z, t, alpha * l1_ratio, 1.0, positive)
+
+
+def u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive):
+    """``n_steps`` proximal-gradient steps of size ``1/c`` on ``U`` with ``V`` fixed (11)."""
+    ridge = alpha * (1.0 - l1_ratio)
+    G = np.empty_like(U)
+    for _ in range(n_steps):
+        grad_rows(X.indptr, X.indices, X.data, U, Vt, G)
+        U = prox_nonsmooth(U - (G + ridge * U) / c, 1.0 / c, alpha, l1_ratio, positive)
+    return U
+
+
+def w_steps(Wt, U, X, n_steps, d, scale, alpha, l1_ratio, positive):
+    """``n_steps`` gradient steps (13) on a local copy of ``V``: gradient
+    ``scale * grad_V 1/2||P(M - U W)||^2 + ridge * W``. Unprojected unless the regularizer has a
+    nonsmooth part, which is then applied as a prox at every step."""
+    ridge = alpha * (1.0 - l1_ratio)
+    G = np.empty_like(Wt)
+    for _ in range(n_steps):
+        grad_cols(X.indptr, X.indices, X.data, U, Wt, G)
+        Wt = prox_nonsmooth(Wt - (scale * G + ridge * Wt) / d, 1.0 / d, alpha, l1_ratio, positive)
+    return Wt
+
+
+def client_weight(block, client_weights):
+    return block.nnz if client_weights == "entries" else block.n_rows
+
+
+def init_server(rng, *, n_items, n_components, init_scale):
+    """``V^0``: i.i.d. ``init_scale * Uniform[0, 1)``."""
+    Vt = init_scale * rng.random((n_items, n_components))
+    return {"Vt": Vt}, {"Vt": Vt}
+
+
+def init_client(block, broadcast, rng, *, init_scale, positive, client_weights, send_gram):
+    """Private ``U_p^0``; uploads its size (for ``omega``) and, for the global step, its Gram."""
+    U = init_scale * rng.random((block.n_rows, broadcast["Vt"].shape[1]))
+    if positive:
+        U = np.maximum(U, 0.0)
+    upload = {"size": float(client_weight(block, client_weights))}
+    if send_gram:
+        upload["gram"] = U.T @ U
+    return {"U": U}, upload
+
+
+def server_init_uploads(server_state, uploads, *, n_clients, q2_first):
+    """``omega_p`` from the clients' sizes; the Grams start the cache of the global step."""
+    sizes = np.array([uploads[p]["size"] for p in range(n_clients)])
+    total = float(max(sizes.sum(), 1.0))
+    grams = None
+    if "gram" in uploads[0]:
+        grams = np.stack([uploads[p]["gram"] for p in range(n_clients)])
+    Vt = server_state["Vt"]
+    state = {"Vt": Vt, "weights": sizes / total, "total": total, "grams": grams}
+    # the broadcast carries the total size so that each client can form its own omega_p
+    return state, {"Vt": Vt, "q2": q2_first, "total": total}
+
+
+def u_phase(state, block, broadcast, *, variant, c_factor, alpha_u, l1_ratio, positive,
+            local_iter_u, client_weights):
+    """Q1 steps on ``U_p`` against the broadcast ``V^s``; keeps the broadcast for the W phase."""
+    Vt = broadcast["Vt"]
+    L = lambda_max(Vt.T @ Vt) + (alpha_u * (1.0 - l1_ratio) if variant == "wang_chang" else 0.0)
+    c = c_factor * max(L, EPS_LIPSCHITZ)
+    U = u_steps(state["U"], Vt, block.X, local_iter_u, c, alpha_u, l1_ratio, positive)
+    omega = client_weight(block, client_weights) / broadcast["total"]
+    return {"U": U, "Vt": Vt, "q2": broadcast["q2"], "omega": omega}
+
+
+def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alpha_v, l1_ratio,
+            positive):
+    """Q2 local steps from ``V^s``; returns the upload ``{"W": W_p}``."""
+    U, omega = state["U"], state["omega"]
+    ridge = alpha_v * (1.0 - l1_ratio)
+    if variant == "fedmc_admm":
+        scale = 1.0 / n_clients
+        d = d_factor * max(lambda_max(U.T @ U), EPS_LIPSCHITZ)  # d_i = 5 lambda_max(U_i^T U_i)
+    else:
+        scale = 1.0 / omega
+        d_local = d_factor * max(lambda_max(U.T @ U) / omega + ridge, EPS_LIPSCHITZ)
+        d = {"global": d_global, "local": d_local}.get(w_step)
+        if w_step == "guarded":  # G5: never a step longer than 1/(0.51 L_Wp) locally
+            d = max(d_global, 0.51 * d_local / d_factor)
+    Wt = w_steps(state["Vt"], U, block.X, state["q2"], d, scale, alpha_v, l1_ratio, positive)
+    return {"W": Wt}
+
+
+def client_prepare(state, block, broadcast, rng, selected, **params):
+    """Prepare phase (global step only): the U phase, then send ``U_p^T U_p``."""
+    new = u_phase(state, block, broadcast, **params)
+    return new, {"gram": new["U"].T @ new["U"]}
+
+
+def server_prepare(server_state, stats, round_index, *, d_factor, alpha_v, l1_ratio):
+    """The global step ``d = d_factor (lambda_max(sum_p U_p^T U_p) + ridge)`` (3.4, 8.3)."""
+    grams = server_state["grams"].copy()
+    for p, stat in stats.items():
+        grams[p] = stat["gram"]
+    L = lambda_max(grams.sum(axis=0)) + alpha_v * (1.0 - l1_ratio)
+    return {**server_state, "grams": grams}, {"d": d_factor * max(L, EPS_LIPSCHITZ)}
+
+
+def client_update(state, block, broadcast, rng, selected, *, prepared, u_params, w_params):
+    """Main phase: (U phase unless prepared) then, if sampled, the W phase and the upload."""
+    if not prepared:
+        state = u_phase(state, block, broadcast, **u_params)
+    keep = {"U": state["U"]}
+    if not selected:
+        return keep, None
+    d_global = broadcast["d"] if prepared else None
+    return keep, w_phase(state, block, d_global, **w_params)
+
+
+def server_update(server_state, uploads, round_index, *, aggregation, local_iter_v, q_hat):
+    """``V^{s+1}``: the (weighted) mean of the uploaded local copies (8)-(10)."""
+    clients = list(uploads)
+    if aggregation == "weighted":
+        w = server_state["weights"][clients]
+        w = w / w.sum()
+    else:
+        w = np.full(len(clients), 1.0 / len(clients))
+    Vt = sum(wi * uploads[p]["W"] for wi, p in zip(w, clients))
+    q2 = q2_schedule(round_index + 2, local_iter_v, q_hat)
+    return {**server_state, "Vt": Vt}, {"Vt": Vt, "q2": q2, "total": server_state["total"]}
+
+
+def client_metrics(state, block, broadcast, *, alpha_u, l1_ratio):
+    """Additive diagnostics of one client at the global ``V``."""
+    U, Vt = state["U"], broadcast["Vt"]
+    sse = squared_error_of(block.X, U, Vt)
+    return {
+        "loss": 0.5 * sse + elastic_net_value(U, alpha_u, l1_ratio),
+        "sse": sse,
+        "n": block.nnz,
+        "sse_eval": squared_error_of(block.X_eval, U, Vt),
+        "n_eval": 0 if block.X_eval is None else block.X_eval.nnz,
+    }
+
+
+def combine_metrics(server_state, sums, *, loss_scale, alpha_v, l1_ratio):
+    """The objective (``sum`` of client losses, ``1/p`` of it for the FedMC-ADMM variant)."""
+    record = {
+        "objective": loss_scale * sums["loss"]
+        + elastic_net_value(server_state["Vt"], alpha_v, l1_ratio),
+        "train_rmse": float(np.sqrt(sums["sse"] / max(sums["n"], 1))),
+    }
+    if sums["n_eval"]:
+        record["eval_rmse"] = float(np.sqrt(sums["sse_eval"] / sums["n_eval"]))
+    return record
+
+
+def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, local_iter_v,
+                  q_hat, participation, aggregation, c_factor, d_factor, w_step, client_weights,
+                  alpha_u, alpha_v, l1_ratio, positive, init_scale):
+    """Bind the hyperparameters to the pure functions above."""
+    prepared = variant == "wang_chang" and w_step in ("global", "guarded")
+    u_params = dict(variant=variant, c_factor=c_factor, alpha_u=alpha_u, l1_ratio=l1_ratio,
+                    positive=positive, local_iter_u=local_iter_u, client_weights=client_weights)
+    w_params = dict(variant=variant, n_clients=n_clients, d_factor=d_factor, w_step=w_step,
+                    alpha_v=alpha_v, l1_ratio=l1_ratio, positive=positive)
+    q2_first = q2_schedule(1, local_iter_v, q_hat)
+    return FederatedProtocol(
+        init_server=partial(init_server, n_items=n_items, n_components=n_components,
+                            init_scale=init_scale),
+        init_client=partial(init_client, init_scale=init_scale, positive=positive,
+                            client_weights=client_weights, send_gram=prepared),
+        server_init_uploads=partial(server_init_uploads, n_clients=n_clients,
+                                    q2_first=q2_first),
+        client_prepare=partial(client_prepare, **u_params) if prepared else None,
+        server_prepare=partial(server_prepare, d_factor=d_factor, alpha_v=alpha_v,
+                               l1_ratio=l1_ratio) if prepared else None,
+        client_update=partial(client_update, prepared=prepared, u_params=u_params,
+                              w_params=w_params),
+        server_update=partial(server_update, aggregation=aggregation,
+                              local_iter_v=local_iter_v, q_hat=q_hat),
+        client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio),
+        combine_metrics=partial(combine_metrics, alpha_v=alpha_v, l1_ratio=l1_ratio,
+                                loss_scale=1.0 / n_clients if variant == "fedmc_admm" else 1.0),
+        update_all=participation == "pcc",
+        broadcast_to_all=participation == "pcc",
+    )
+
+
+# ---- estimator ----------------------------------------------------------------------------
+class FedMAvg(FederatedMFBase):
+    """Federated matrix completion by model averaging (FedMAvg, Wang & Chang).
+
+    Each client owns a block of rows (users). In a round every client (partial client
+    *communication*, the default) or only the sampled ones take ``local_iter_u``
+    proximal-gradient steps on their private user factors ``U_p`` against the broadcast item
+    factor ``V``; each of the ``clients_per_round`` sampled clients then takes ``Q2`` gradient
+    steps on its own copy of ``V`` and uploads it; the server averages the copies. ``U_p``
+    and the ratings never leave a client.
+
+    Parameters
+    ----------
+    n_components : int, default=5
+        Rank ``r`` of the factorization.
+    variant : {"wang_chang", "fedmc_admm"}, default="wang_chang"
+        ``"wang_chang"``: the paper's algorithm on the sum of squared errors, steps as factors
+        of Lipschitz bounds (spec 3, 8.3). ``"fedmc_admm"``: the baseline as restated in the
+        FedMC-ADMM paper (objective ``(1/p) sum_i [f_i + R_i] + R(V)``, W gradient divided by
+        ``p``, ``d_i = d_factor lambda_max(U_i^T U_i)``, ``c = c_factor lambda_max(V V^T)``,
+        plain mean of the uploads, ``Q1 = Q2 = 10``).
+    local_iter_u : int, default=10
+        Local steps ``Q1`` on the user factors per round.
+    local_iter_v : int or None, default=None
+        Local steps ``Q2`` on the item-factor copy. None means the variant's schedule: the
+        diminishing ``Q2^s = floor(q_hat / s) + 1`` (``"wang_chang"``) or 10.
+    q_hat : int, default=5
+        ``Q_hat`` of the diminishing schedule (only when ``local_iter_v`` is None).
+    participation : {"pcc", "pcp"}, default="pcc"
+        ``"pcc"``: every client updates ``U_p`` every round and only the sampled ones upload
+        (partial client communication; the broadcast reaches all). ``"pcp"``: only the sampled
+        clients compute (partial participation, the paper's Fig. 2a baseline).
+    aggregation : {"weighted", "sampled_mean"} or None, default=None
+        ``"weighted"``: ``sum omega_p W_p / sum omega_p`` over the received copies (eq. (8) at
+        full participation); ``"sampled_mean"``: their plain mean. None: ``"weighted"`` for
+        ``"wang_chang"``, ``"sampled_mean"`` for ``"fedmc_admm"``.
+    c_factor : float or None, default=None
+        The U step is ``1 / (c_factor * L_U)`` with ``L_U = lambda_max(V V^T) + ridge``
+        (``"wang_chang"``, default 0.51) or ``lambda_max(V V^T)`` (``"fedmc_admm"``, 0.5).
+    d_factor : float, default=5.0
+        The W step is ``1 / (d_factor * L_W)`` (see ``w_step``).
+    w_step : {"global", "local", "guarded"} or None, default=None
+        ``L_W`` of the W step (``"wang_chang"``): ``"global"`` uses ``lambda_max(sum_p U_p^T
+        U_p) + ridge`` of this round (clients send their ``r x r`` Gram in a first exchange),
+        ``"local"`` the client's own ``lambda_max(U_p^T U_p) / omega_p + ridge``, ``"guarded"``
+        the global step but never above ``1/(0.51 L_Wp)`` (spec G5). None: ``"global"``; the
+        ``"fedmc_admm"`` variant always uses its local ``d_i``.
+    client_weights : {"entries", "rows"}, default="entries"
+        ``omega_p`` proportional to the client's observed ratings or to its rows (G16).
+    n_clients : int, default=10
+        Number of clients ``p`` when ``clients`` is not given to fit.
+    partition : {"random", "contiguous"}, default="random"
+        How rows are assigned to ``n_clients`` clients.
+    clients_per_round : int, float or None, default=None
+        Clients sampled (uniformly, without replacement) each round: a count, a fraction in
+        (0, 1], or None for all.
+    max_iter : int, default=100
+        Communication rounds.
+    tol : float, default=0.0
+        Stop when the relative change of the objective falls below ``tol``.
+    alpha_u, alpha_v : float, default=1e-6
+        Regularization of the user and item factors: ``alpha * l1_ratio * ||.||_1 + 0.5 *
+        alpha * (1 - l1_ratio) * ||.||_F^2``. The l2 part is smooth (in the gradient), the l1
+        part and ``positive`` act as a prox at every local step.
+    l1_ratio : float, default=0.0
+    positive : bool, default=False
+        Constrain both factors to be nonnegative.
+    init_scale : float, default=1.0
+        Factors start i.i.d. ``init_scale * Uniform[0, 1)``.
+    center : bool, default=True
+        Subtract the global training mean before factorizing.
+    clip : bool, default=False
+        Clip predictions to the training rating range.
+    dropout : float, default=0.0
+        Probability that a sampled client fails in a round.
+    eval_every : int, default=1
+        Record the objective and RMSEs every ``eval_every`` rounds (0 never).
+    callback : callable, default=None
+        ``callback(round, info)`` after each round; returning True stops the fit.
+    warm_start : bool, default=False
+        Continue from the previous fit's state for ``max_iter`` more rounds.
+    random_state : int, RandomState instance or None, default=None
+    n_jobs : int, default=None
+    verbose : int, default=0
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (n_components, n_items)
+        The global item factor ``V`` (the paper's ``W``).
+    user_factors_ : ndarray of shape (n_users, n_components)
+        The client-local factors (the paper's ``H^T``), kept for analysis only.
+    mean_ : float
+    n_iter_ : int
+    n_clients_ : int
+    clients_ : ndarray of shape (n_users,)
+    history_ : list of dict
+        One record per round: ``objective``, ``train_rmse``, ``eval_rmse``, bytes (the
+        one-time sizes and, for the global step, Grams are in round 1), ``seconds``...
+    n_features_in_ : int
+
+    See Also
+    --------
+    sklearn_fedmf.FedMGS : Gradient sharing, the paper's second algorithm.
+    sklearn_fedmf.FedMCADMM : Linearized ADMM, which the FedMC-ADMM paper compares with this.
+
+    References
+    ----------
+    S. Wang and T.-H. Chang. Federated Matrix Factorization: Algorithm Design and Application
+    to Data Clustering. IEEE Trans. Signal Process., 2022.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fedmf import FedMAvg
+    >>> rng = np.random.default_rng(0)
+    >>> M = rng.normal(size=(60, 2)) @ rng.normal(size=(2, 30))
+    >>> X = np.where(rng.random(M.shape) < 0.6, M, np.nan)
+    >>> model = FedMAvg(n_components=2, n_clients=4, max_iter=300, random_state=0).fit(X)
+    >>> bool(model.score(X) > -0.1)
+    True
+    """
+
+    _parameter_constraints: dict = {
+        **FederatedMFBase._parameter_constraints,
+        "variant": [StrOptions({"wang_chang", "fedmc_admm"})],
+        "local_iter_u": [Interval(Integral, 1, None, closed="left")],
+        "local_iter_v": [Interval(Integral, 1, None, closed="left"), None],
+        "q_hat": [Interval(Integral, 0, None, closed="left")],
+        "participation": [StrOptions({"pcc", "pcp"})],
+        "aggregation": [StrOptions({"weighted", "sampled_mean"}), None],
+        "c_factor": [Interval(Real, 0, None, closed="neither"), None],
+        "d_factor": [Interval(Real, 0, None, closed="neither")],
+        "w_step": [StrOptions({"global", "local", "guarded"}), None],
+        "client_weights": [StrOptions({"entries", "rows"})],
+        "init_scale": [Interval(Real, 0, None, closed="neither")],
+    }
+
+    def __init__(
+        self,
+        n_components=5,
+        *,
+        variant="wang_chang",
+        local_iter_u=10,
+        local_iter_v=None,
+        q_hat=5,
+        participation="pcc",
+        aggregation=None,
+        c_factor=None,
+        d_factor=5.0,
+        w_step=None,
+        client_weights="entries",
+        n_clients=10,
+        partition="random",
+        clients_per_round=None,
+        max_iter=100,
+        tol=0.0,
+        alpha_u=1e-6,
+        alpha_v=1e-6,
+        l1_ratio=0.0,
+        positive=False,
+        init_scale=1.0,
+        center=True,
+        clip=False,
+        dropout=0.0,
+        eval_every=1,
+        callback=None,
+        warm_start=False,
+        random_state=None,
+        n_jobs=None,
+        verbose=0,
+    ):
+        self.n_components = n_components
+        self.variant = variant
+        self.local_iter_u = local_iter_u
+        self.local_iter_v = local_iter_v
+        self.q_hat = q_hat
+        self.participation = participation
+        self.aggregation = aggregation
+        self.c_factor = c_factor
+        self.d_factor = d_factor
+        self.w_step = w_step
+        self.client_weights = client_weights
+        self.n_clients = n_clients
+        self.partition = partition
+        self.clients_per_round = clients_per_round
+        self.max_iter = max_iter
+        self.tol = tol
+        self.alpha_u = alpha_u
+        self.alpha_v = alpha_v
+        self.l1_ratio = l1_ratio
+        self.positive = positive
+        self.init_scale = init_scale
+        self.center = center
+        self.clip = clip
+        self.dropout = dropout
+        self.eval_every = eval_every
+        self.callback = callback
+        self.warm_start = warm_start
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None, *, clients=None, eval_set=None):
+        """Run the federation on the rating matrix ``X``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_users, n_items)
+            Training ratings: sparse (every stored entry observed) or dense with NaN missing.
+        y : Ignored
+        clients : array-like of shape (n_users,), default=None
+            Client label of each row; when None rows are split into ``n_clients`` clients.
+        eval_set : {array-like, sparse matrix} of shape (n_users, n_items), default=None
+            Held-out ratings of the same rows, scored every round.
+
+        Returns
+        -------
+        self : FedMAvg
+        """
+        if self.variant == "fedmc_admm" and self.w_step not in (None, "local"):
+            raise ValueError(
+                f'variant="fedmc_admm" uses its own local step d_i; w_step={self.w_step!r} '
+                'needs variant="wang_chang".'
+            )
+        return self._fit(X, clients, eval_set)
+
+    def _make_protocol(self, n_items, n_clients):
+        paper = self.variant == "fedmc_admm"
+        return make_protocol(
+            n_items=n_items, n_clients=n_clients, n_components=self.n_components,
+            variant=self.variant, local_iter_u=self.local_iter_u,
+            local_iter_v=self.local_iter_v if self.local_iter_v or not paper else 10,
+            q_hat=self.q_hat, participation=self.participation,
+            aggregation=self.aggregation or ("sampled_mean" if paper else "weighted"),
+            c_factor=self.c_factor or (0.5 if paper else 0.51), d_factor=self.d_factor,
+            w_step="local" if paper else (self.w_step or "global"),
+            client_weights=self.client_weights, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
+            l1_ratio=self.l1_ratio, positive=self.positive, init_scale=self.init_scale,
+        )
+
+    def _read_components(self, server_state, broadcast):
+        return np.ascontiguousarray(server_state["Vt"].T)
+
+    def _read_user_factors(self, client_state):
+        return client_state["U"]
