@@ -152,12 +152,15 @@ class ClientBlock(NamedTuple):
         Local row of each stored entry (the COO row array of ``X``).
     X_eval : csr_matrix or None
         Held-out ratings of the same rows (``eval_set``), never used for training.
+    Xt : csr_matrix of shape (n_items, m_i)
+        ``X`` transposed (items as rows), for kernels that sweep item columns.
     """
 
     rows: np.ndarray
     X: sp.csr_matrix
     row_of_entry: np.ndarray
     X_eval: sp.csr_matrix | None
+    Xt: sp.csr_matrix | None = None
 
     @property
     def n_rows(self):
@@ -183,7 +186,9 @@ def split_clients(X, codes, n_clients, X_eval=None):
         Xi.has_canonical_format = True
         row_of_entry = np.repeat(np.arange(len(rows), dtype=np.int64), np.diff(Xi.indptr))
         Ei = X_eval[rows] if X_eval is not None else None
-        blocks.append(ClientBlock(rows, Xi, row_of_entry, Ei))
+        Xt = Xi.T.tocsr()
+        Xt.sort_indices()
+        blocks.append(ClientBlock(rows, Xi, row_of_entry, Ei, Xt))
     return blocks
 
 

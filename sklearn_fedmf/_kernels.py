@@ -14,7 +14,16 @@ Factor layout: ``U`` is ``(m_i, r)``; the item factor is passed transposed, ``Wt
 import numpy as np
 from numba import njit
 
-__all__ = ["grad_rows", "grad_cols", "squared_error", "values_at", "ridge_fold_in"]
+__all__ = [
+    "grad_rows",
+    "grad_cols",
+    "squared_error",
+    "values_at",
+    "ridge_fold_in",
+    "prox_grad_rows",
+    "linearized_cols",
+    "squared_distance",
+]
 
 _jit = njit(cache=True, nogil=True, fastmath=False)
 
@@ -111,3 +120,104 @@ def ridge_fold_in(indptr, indices, data, Wt, alpha, out):
             out[t, :] = np.linalg.solve(G, b)
         else:
             out[t, :] = np.linalg.lstsq(G, b)[0]
+
+
+@_jit
+def _prox_entry(x, l1, shrink, positive):
+    """Entrywise prox of the elastic net (``sklearn_fedmf._prox.prox_elastic_net``)."""
+    if positive:
+        z = x - l1
+        z = z if z > 0.0 else 0.0
+    elif l1 != 0.0:
+        z = abs(x) - l1
+        z = (1.0 if x > 0.0 else -1.0 if x < 0.0 else 0.0) * (z if z > 0.0 else 0.0)
+    else:
+        z = x
+    return z / shrink
+
+
+@_jit
+def prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positive, out):
+    """``n_steps`` proximal-gradient steps ``U <- prox(U - grad_U / L)`` with ``Wt`` fixed.
+
+    Rows do not interact when ``Wt`` is fixed, so each row runs all its steps while its
+    entries are in cache; the arithmetic is the same as step-by-step over the whole block.
+    """
+    r = U.shape[1]
+    g = np.empty(r)
+    u = np.empty(r)
+    for t in range(U.shape[0]):
+        for a in range(r):
+            u[a] = U[t, a]
+        for _ in range(n_steps):
+            for a in range(r):
+                g[a] = 0.0
+            for s in range(indptr[t], indptr[t + 1]):
+                j = indices[s]
+                e = -data[s]
+                for a in range(r):
+                    e += u[a] * Wt[j, a]
+                for a in range(r):
+                    g[a] += e * Wt[j, a]
+            for a in range(r):
+                u[a] = _prox_entry(u[a] - g[a] / L, l1, shrink, positive)
+        for a in range(r):
+            out[t, a] = u[a]
+
+
+@_jit
+def linearized_cols(indptr, indices, data, U, Wt, target, L, beta, n_clients, n_steps, out,
+                    out_prev):
+    """FedMC-ADMM's W loop, one item column at a time (columns do not interact).
+
+    ``indptr/indices/data`` are the client's block transposed (items x users, CSR). Each step
+    is ``w <- (L w + target - h / p) / (L + beta)`` with ``h = U^T P_Omega(U w - m)`` for the
+    column; ``L`` is already divided by ``p``. ``out_prev`` receives the last step's start.
+    """
+    r = U.shape[1]
+    h = np.empty(r)
+    w = np.empty(r)
+    # Multiplying by inverses instead of dividing: this loop is division-bound otherwise.
+    keep = L / (L + beta)
+    inv_denom = 1.0 / (L + beta)
+    inv_p = 1.0 / n_clients
+    # A column no user of the client rated has h = 0: the steps are the affine map
+    # w <- keep * w + c, whose k-fold composition is keep^k w + c (1 - keep^k) / (1 - keep).
+    last, before = keep**n_steps, keep ** (n_steps - 1)
+    sum_last = (1.0 - last) / (1.0 - keep) * inv_denom
+    sum_before = (1.0 - before) / (1.0 - keep) * inv_denom
+    for j in range(Wt.shape[0]):
+        start, stop = indptr[j], indptr[j + 1]
+        if start == stop:
+            for a in range(r):
+                out_prev[j, a] = before * Wt[j, a] + sum_before * target[j, a]
+                out[j, a] = last * Wt[j, a] + sum_last * target[j, a]
+            continue
+        for a in range(r):
+            w[a] = Wt[j, a]
+        for _ in range(n_steps):
+            for a in range(r):
+                out_prev[j, a] = w[a]
+                h[a] = 0.0
+            for s in range(start, stop):
+                t = indices[s]
+                e = -data[s]
+                for a in range(r):
+                    e += U[t, a] * w[a]
+                for a in range(r):
+                    h[a] += e * U[t, a]
+            for a in range(r):
+                w[a] = keep * w[a] + (target[j, a] - h[a] * inv_p) * inv_denom
+        for a in range(r):
+            out[j, a] = w[a]
+
+
+@_jit
+def squared_distance(A, B):
+    """``||A - B||_F^2`` for two arrays of the same 2-D shape."""
+    total = 0.0
+    for i in range(A.shape[0]):
+        for a in range(A.shape[1]):
+            d = A[i, a] - B[i, a]
+            total += d * d
+    return total

@@ -290,7 +290,7 @@ def _T(A):
 @pytest.mark.parametrize("n_steps", [1, 4])
 def test_w_step_minimizes_its_quadratic(n_steps):
     block, d, U, W0, V, Y, p, beta = _w_inputs()
-    Wt, Wpt, L_used = w_loop_linearized(U, _T(W0), _T(V), _T(Y), block.X, n_steps, beta, p)
+    Wt, Wpt, L_used = w_loop_linearized(U, _T(W0), _T(V), _T(Y), block.Xt, n_steps, beta, p)
     W, W_prev = Wt.T, Wpt.T
     L_U = lipschitz(U.T @ U)
     assert_close(L_used, L_U)
@@ -318,7 +318,7 @@ def test_w_loop_iterates_p67():
     L_U, W = lipschitz(U.T @ U), W0
     for _ in range(4):
         W = (L_U / p * W + beta * V - grad_V(U, W, d) / p - Y) / (L_U / p + beta)
-    assert_close(w_loop_linearized(U, _T(W0), _T(V), _T(Y), block.X, 4, beta, p)[0].T, W)
+    assert_close(w_loop_linearized(U, _T(W0), _T(V), _T(Y), block.Xt, 4, beta, p)[0].T, W)
 
 
 def _server_uploads(seed, p=3, n=7, r=2):
@@ -449,7 +449,7 @@ def test_w_step_fixed_point(n_steps):
     # W_i = V and Y_i = -(1/p) grad_V f_i(U_i, V): both W updates return V unchanged.
     block, d, U, _, V, _, p, beta = _w_inputs(seed=8)
     Y = -grad_V(U, V, d) / p
-    W = w_loop_linearized(U, _T(V), _T(V), _T(Y), block.X, n_steps, beta, p)[0].T
+    W = w_loop_linearized(U, _T(V), _T(V), _T(Y), block.Xt, n_steps, beta, p)[0].T
     assert_close(W, V)
     assert_close(w_exact(U, _T(V), _T(Y), block.X, beta, p).T, V)
 
@@ -552,11 +552,11 @@ def replay(problem, r, i, before, after, V_k, n_inner, beta):
             u_loop(Us[-1], before["Wt"], block.X, 1, r["alpha_u"], r["l1_ratio"], r["positive"])
         )
     for _ in range(n_inner):
-        Ws.append(w_loop_linearized(Us[-1], Ws[-1], V_k, before["Yt"], block.X, 1, beta, p)[0])
+        Ws.append(w_loop_linearized(Us[-1], Ws[-1], V_k, before["Yt"], block.Xt, 1, beta, p)[0])
     assert_close(Us[-1], after["U"])
     assert_close(Ws[-1], after["Wt"])
     Wt, W_prev, L_U = w_loop_linearized(
-        Us[-1], before["Wt"], V_k, before["Yt"], block.X, n_inner, beta, p
+        Us[-1], before["Wt"], V_k, before["Yt"], block.Xt, n_inner, beta, p
     )
     assert_close(W_prev, Ws[-2])
     W0 = before["Wt"].T

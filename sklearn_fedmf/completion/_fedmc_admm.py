@@ -23,7 +23,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._base import FederatedMFBase, squared_error_of
 from .._engine import FederatedProtocol
-from .._kernels import grad_cols, grad_rows
+from .._kernels import grad_cols, linearized_cols, prox_grad_rows, squared_distance
 from .._prox import elastic_net_value, prox_elastic_net
 
 __all__ = ["FedMCADMM"]
@@ -65,30 +65,40 @@ def server_init_uploads(server_state, uploads, *, beta, n_clients):
     return {"Vt": Vt, "Z": Z}, Vt
 
 
+def _check_block(X, A, B):
+    """The compiled kernels do not check bounds: ``X`` must be ``(len(A), len(B))``."""
+    if X.shape != (A.shape[0], B.shape[0]):
+        raise ValueError(f"Block of shape {X.shape} does not match factors {A.shape}, {B.shape}.")
+
+
 def u_loop(U, Wt, X, n_steps, alpha_u, l1_ratio, positive):
-    """``n_steps`` proximal-gradient steps (P-14) on ``U`` against the client's own ``W_i``."""
+    """``n_steps`` proximal-gradient steps (P-14) on ``U`` against the client's own ``W_i``.
+
+    ``U <- prox_{R_i / L_W}(U - grad_U f_i(U, W_i) / L_W)`` with ``L_W = ||W_i W_i^T||_F``.
+    """
+    _check_block(X, U, Wt)
     L_W = max(np.linalg.norm(Wt.T @ Wt), EPS_LIPSCHITZ)
-    G = np.empty_like(U)
-    for _ in range(n_steps):
-        grad_rows(X.indptr, X.indices, X.data, U, Wt, G)
-        U = prox_elastic_net(U - G / L_W, 1.0 / L_W, alpha_u, l1_ratio, positive)
-    return U
+    step = 1.0 / L_W
+    out = np.empty_like(U)
+    prox_grad_rows(X.indptr, X.indices, X.data, U, Wt, L_W, n_steps,
+                   step * alpha_u * l1_ratio, 1.0 + step * alpha_u * (1.0 - l1_ratio),
+                   positive, out)
+    return out
 
 
-def w_loop_linearized(U, Wt, Vt, Yt, X, n_steps, beta, n_clients):
+def w_loop_linearized(U, Wt, Vt, Yt, Xt, n_steps, beta, n_clients):
     """``n_steps`` linearized W steps (P-15), started at the client's stored ``W_i``.
 
-    Also returns the last step's starting point and ``L_U`` (for the Lemma 4.5 check).
+    ``W <- ((L_U/p) W + beta V - grad_V f_i(U, W)/p - Y) / (L_U/p + beta)``; ``Xt`` is the
+    client's block transposed. Also returns the last step's starting point and ``L_U`` (for
+    the Lemma 4.5 identity).
     """
-    L = max(np.linalg.norm(U.T @ U), EPS_LIPSCHITZ) / n_clients
-    H = np.empty_like(Wt)
-    target = beta * Vt - Yt
-    W_prev = Wt
-    for _ in range(n_steps):
-        W_prev = Wt
-        grad_cols(X.indptr, X.indices, X.data, U, Wt, H)
-        Wt = (L * Wt + target - H / n_clients) / (L + beta)
-    return Wt, W_prev, L * n_clients
+    _check_block(Xt, Wt, U)
+    L_U = max(np.linalg.norm(U.T @ U), EPS_LIPSCHITZ)
+    out, out_prev = np.empty_like(Wt), np.empty_like(Wt)
+    linearized_cols(Xt.indptr, Xt.indices, Xt.data, U, Wt, beta * Vt - Yt, L_U / n_clients,
+                    beta, n_clients, n_steps, out, out_prev)
+    return out, out_prev, L_U
 
 
 def w_exact(U, Vt, Yt, X, beta, n_clients):
@@ -112,7 +122,8 @@ def client_update(state, block, Vt, rng, selected, *, n_clients, beta, local_ite
     X = block.X
     U = u_loop(state["U"], state["Wt"], X, local_iter, alpha_u, l1_ratio, positive)
     if w_update == "linearized":
-        Wt = w_loop_linearized(U, state["Wt"], Vt, state["Yt"], X, local_iter, beta, n_clients)[0]
+        Wt = w_loop_linearized(U, state["Wt"], Vt, state["Yt"], block.Xt, local_iter, beta,
+                               n_clients)[0]
     else:
         Wt = w_exact(U, Vt, state["Yt"], X, beta, n_clients)
     Yt = state["Yt"] + beta * (Wt - Vt)  # dual step with the OLD global V^k (Lemma 4.5)
@@ -138,14 +149,13 @@ def client_metrics(state, block, Vt, *, alpha_u, l1_ratio):
     """Additive diagnostics of one client at the global ``V`` (not its local copy)."""
     U = state["U"]
     sse = squared_error_of(block.X, U, Vt)
-    gap = state["Wt"] - Vt
     return {
         "loss": 0.5 * sse + elastic_net_value(U, alpha_u, l1_ratio),
         "sse": sse,
         "n": block.nnz,
         "sse_eval": squared_error_of(block.X_eval, U, Vt),
         "n_eval": 0 if block.X_eval is None else block.X_eval.nnz,
-        "consensus": float(np.vdot(gap, gap)),
+        "consensus": squared_distance(state["Wt"], Vt),
     }
 
 
