@@ -148,8 +148,6 @@ class ClientBlock(NamedTuple):
         Global row indices owned by the client (ascending).
     X : csr_matrix of shape (m_i, n_items)
         The client's observed ratings.
-    row_of_entry : ndarray of shape (nnz_i,)
-        Local row of each stored entry (the COO row array of ``X``).
     X_eval : csr_matrix or None
         Held-out ratings of the same rows (``eval_set``), never used for training.
     Xt : csr_matrix of shape (n_items, m_i)
@@ -158,9 +156,13 @@ class ClientBlock(NamedTuple):
 
     rows: np.ndarray
     X: sp.csr_matrix
-    row_of_entry: np.ndarray
     X_eval: sp.csr_matrix | None
     Xt: sp.csr_matrix | None = None
+
+    @property
+    def row_of_entry(self):
+        """Local row of each stored entry (the COO row array of ``X``), built on demand."""
+        return np.repeat(np.arange(self.X.shape[0]), np.diff(self.X.indptr))
 
     @property
     def n_rows(self):
@@ -184,11 +186,10 @@ def split_clients(X, codes, n_clients, X_eval=None):
         rows = order[bounds[c] : bounds[c + 1]]
         Xi = X[rows]
         Xi.has_canonical_format = True
-        row_of_entry = np.repeat(np.arange(len(rows), dtype=np.int64), np.diff(Xi.indptr))
         Ei = X_eval[rows] if X_eval is not None else None
         Xt = Xi.T.tocsr()
         Xt.sort_indices()
-        blocks.append(ClientBlock(rows, Xi, row_of_entry, Ei, Xt))
+        blocks.append(ClientBlock(rows, Xi, Ei, Xt))
     return blocks
 
 

@@ -173,10 +173,15 @@ def _metrics_task(items, fn, broadcast):
     return [fn(state, block, broadcast) for state, block in items]
 
 
+# Below this much work (stored ratings plus rows) in a round, dispatching to workers costs
+# more than it saves; results do not depend on it (tests set it to 0 to exercise the workers).
+MIN_PARALLEL_WORK = 20_000
+
+
 def _batches(items, n_jobs, weights):
     """Split ``items`` into contiguous batches of similar total weight, ~2 per worker."""
     n_batches = min(len(items), 2 * n_jobs) if n_jobs > 1 else 1
-    if n_batches <= 1:
+    if n_batches <= 1 or np.sum(weights) < MIN_PARALLEL_WORK:
         return [items]
     cum = np.cumsum(weights, dtype=float)
     cuts = np.searchsorted(cum, cum[-1] * np.arange(1, n_batches) / n_batches)
