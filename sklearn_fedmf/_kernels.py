@@ -137,28 +137,73 @@ def _prox_entry(x, l1, shrink, positive):
 
 
 @_jit
+def _gram_pays(nnz, r, n_steps):
+    """Whether forming a row's ``r x r`` Gram once beats ``n_steps`` passes over its entries."""
+    return nnz * (r * r + 2 * r) + n_steps * 2 * r * r < n_steps * 4 * r * nnz
+
+
+@_jit
+def _row_gram(indptr, indices, data, t, F, G, b):
+    """``G = sum_j f_j f_j^T`` and ``b = sum_j m_tj f_j`` over the stored entries of row ``t``."""
+    r = F.shape[1]
+    G[:, :] = 0.0
+    b[:] = 0.0
+    for s in range(indptr[t], indptr[t + 1]):
+        j = indices[s]
+        for a in range(r):
+            fa = F[j, a]
+            b[a] += data[s] * fa
+            for c in range(a, r):
+                G[a, c] += fa * F[j, c]
+    for a in range(r):
+        for c in range(a):
+            G[a, c] = G[c, a]
+
+
+@_jit
+def _row_gradient(indptr, indices, data, t, x, F, use_gram, G, b, g):
+    """``g = sum_j (x . f_j - m_tj) f_j`` over row ``t``: from the Gram, or entry by entry."""
+    r = F.shape[1]
+    if use_gram:
+        for a in range(r):
+            acc = -b[a]
+            for c in range(r):
+                acc += G[a, c] * x[c]
+            g[a] = acc
+        return
+    for a in range(r):
+        g[a] = 0.0
+    for s in range(indptr[t], indptr[t + 1]):
+        j = indices[s]
+        e = -data[s]
+        for a in range(r):
+            e += x[a] * F[j, a]
+        for a in range(r):
+            g[a] += e * F[j, a]
+
+
+@_jit
 def prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positive, out):
     """``n_steps`` proximal-gradient steps ``U <- prox(U - grad_U / L)`` with ``Wt`` fixed.
 
-    Rows do not interact when ``Wt`` is fixed, so each row runs all its steps while its
-    entries are in cache; the arithmetic is the same as step-by-step over the whole block.
+    Rows do not interact when ``Wt`` is fixed, so each row runs all its steps at once. Its
+    gradient is ``G_t u - b_t`` with ``G_t = sum_j w_j w_j^T`` and ``b_t = sum_j m_tj w_j``;
+    for rows with enough ratings these are formed once and each step costs ``O(r^2)``
+    instead of a pass over the row's entries (the same iterates up to rounding).
     """
     r = U.shape[1]
+    G = np.empty((r, r))
+    b = np.empty(r)
     g = np.empty(r)
     u = np.empty(r)
     for t in range(U.shape[0]):
+        use_gram = _gram_pays(indptr[t + 1] - indptr[t], r, n_steps)
+        if use_gram:
+            _row_gram(indptr, indices, data, t, Wt, G, b)
         for a in range(r):
             u[a] = U[t, a]
         for _ in range(n_steps):
-            for a in range(r):
-                g[a] = 0.0
-            for s in range(indptr[t], indptr[t + 1]):
-                j = indices[s]
-                e = -data[s]
-                for a in range(r):
-                    e += u[a] * Wt[j, a]
-                for a in range(r):
-                    g[a] += e * Wt[j, a]
+            _row_gradient(indptr, indices, data, t, u, Wt, use_gram, G, b, g)
             for a in range(r):
                 u[a] = _prox_entry(u[a] - g[a] / L, l1, shrink, positive)
         for a in range(r):
@@ -172,9 +217,12 @@ def linearized_cols(indptr, indices, data, U, Wt, target, L, beta, n_clients, n_
 
     ``indptr/indices/data`` are the client's block transposed (items x users, CSR). Each step
     is ``w <- (L w + target - h / p) / (L + beta)`` with ``h = U^T P_Omega(U w - m)`` for the
-    column; ``L`` is already divided by ``p``. ``out_prev`` receives the last step's start.
+    column (from the column's Gram when that pays, as in :func:`prox_grad_rows`); ``L`` is
+    already divided by ``p``. ``out_prev`` receives the last step's starting point.
     """
     r = U.shape[1]
+    G = np.empty((r, r))
+    b = np.empty(r)
     h = np.empty(r)
     w = np.empty(r)
     # Multiplying by inverses instead of dividing: this loop is division-bound otherwise.
@@ -187,25 +235,22 @@ def linearized_cols(indptr, indices, data, U, Wt, target, L, beta, n_clients, n_
     sum_last = (1.0 - last) / (1.0 - keep) * inv_denom
     sum_before = (1.0 - before) / (1.0 - keep) * inv_denom
     for j in range(Wt.shape[0]):
-        start, stop = indptr[j], indptr[j + 1]
-        if start == stop:
+        nnz = indptr[j + 1] - indptr[j]
+        if nnz == 0:
             for a in range(r):
                 out_prev[j, a] = before * Wt[j, a] + sum_before * target[j, a]
                 out[j, a] = last * Wt[j, a] + sum_last * target[j, a]
             continue
+        use_gram = _gram_pays(nnz, r, n_steps)
+        if use_gram:
+            _row_gram(indptr, indices, data, j, U, G, b)
         for a in range(r):
             w[a] = Wt[j, a]
-        for _ in range(n_steps):
-            for a in range(r):
-                out_prev[j, a] = w[a]
-                h[a] = 0.0
-            for s in range(start, stop):
-                t = indices[s]
-                e = -data[s]
+        for step in range(n_steps):
+            if step == n_steps - 1:
                 for a in range(r):
-                    e += U[t, a] * w[a]
-                for a in range(r):
-                    h[a] += e * U[t, a]
+                    out_prev[j, a] = w[a]
+            _row_gradient(indptr, indices, data, j, w, U, use_gram, G, b, h)
             for a in range(r):
                 w[a] = keep * w[a] + (target[j, a] - h[a] * inv_p) * inv_denom
         for a in range(r):
