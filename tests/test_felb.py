@@ -420,3 +420,25 @@ def test_binary_input_contract():
 def test_sklearn_compatible(estimator, check):
     # binarize=0.0 maps the checks' real-valued data to 0/1; the default rejects it
     check(estimator)
+
+
+@pytest.mark.parametrize("mode", _elb.PROX_MODES)
+@pytest.mark.parametrize("update", ["palm", "mu"])
+@pytest.mark.parametrize("proximity", ["sequential", "joint"])
+def test_fused_step_matches_numpy_composition(mode, update, proximity):
+    A, U, V, Vh = _small_problem(11)
+    V_prev = V + 0.01
+    kw = dict(kappa=0.02, lam_t=0.4, beta=0.1, update=update, prox_mode=mode)
+    Vbar = V + 0.1 * (V - V_prev)
+    Vbar = np.maximum(Vbar, 0) if update == "mu" else Vbar
+    Q = U.T @ U
+    G = Q @ Vbar - (A.T @ U).T
+    eta = Vbar / (Q @ Vbar) if update == "mu" else 1 / np.linalg.norm(Q)
+    X, s = Vbar - eta * G, eta * 0.7
+    if proximity == "joint":
+        expected = _elb.prox_elb((X + s * Vh) / (1 + s), eta * 0.02 / (1 + s),
+                                 eta * 0.4 / (1 + s), mode)
+    else:
+        expected = _elb.prox_proximity(_elb.prox_elb(X, eta * 0.02, eta * 0.4, mode), s, Vh)
+    V_new, _ = _elb.v_step(V, V_prev, U, A.T.tocsr(), Vh, gamma=0.7, proximity=proximity, **kw)
+    np.testing.assert_allclose(V_new, expected, rtol=1e-12, atol=1e-14)

@@ -19,7 +19,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._engine import FederatedProtocol, initialize_federation, run_federation
 from ..metrics._binary import boolean_counts
 from ..privacy import check_privacy, compose_basic, flip_probability, privatize
-from ._base import BooleanFactorizationBase
+from ._base import BooleanFactorizationBase, single_threaded_blas
 from ._elb import PROX_MODES, local_steps
 
 __all__ = ["AggregatedBMF", "aggregate_boolean"]
@@ -234,13 +234,14 @@ class AggregatedBMF(BooleanFactorizationBase):
             combine_metrics=combine_metrics,
             broadcast_to_all=True,
         )
-        state, init_bytes = initialize_federation(protocol, blocks, entropy=entropy,
-                                                  n_jobs=self.n_jobs)
-        state = run_federation(
-            protocol, blocks, max_iter=1, entropy=entropy, n_jobs=self.n_jobs,
-            callback=self.callback, verbose=self.verbose, state=state, init_bytes=init_bytes,
-            label=type(self).__name__,
-        )
+        with single_threaded_blas():
+            state, init_bytes = initialize_federation(protocol, blocks, entropy=entropy,
+                                                      n_jobs=self.n_jobs)
+            state = run_federation(
+                protocol, blocks, max_iter=1, entropy=entropy, n_jobs=self.n_jobs,
+                callback=self.callback, verbose=self.verbose, state=state, init_bytes=init_bytes,
+                label=type(self).__name__,
+            )
         self.components_ = state.server_state["Vh"]
         self.user_factors_ = self._stack_rows(
             blocks, [s["U"] for s in state.client_states], self.n_components, bool)

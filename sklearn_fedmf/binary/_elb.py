@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 
 __all__ = [
     "PROX_MODES",
@@ -96,25 +97,87 @@ def loss_terms(A, U, V, AVt=None):
     return max(fit, 0.0)
 
 
-def _steps(Xbar, grad, denom_or_gram, update, step_scale):
-    """Step size: ``step_scale / max(||Gram||_F, 1e-4)`` (PALM) or per entry (MU)."""
-    if update == "palm":
-        return step_scale / max(np.linalg.norm(denom_or_gram), EPS_LIPSCHITZ)
-    return Xbar / np.maximum(denom_or_gram, EPS_MU)
+_MODE_CODE = {mode: i for i, mode in enumerate(PROX_MODES)}
+
+
+@njit(cache=True, nogil=True)
+def _prox_scalar(x, a, c, mode):
+    if mode >= 2:  # paper's eq. 6, optionally clamped at 0
+        y = x - a * np.sign(x) if x <= 0.5 else x - a * np.sign(x - 1.0) + c
+        y /= 1.0 + c
+        return max(y, 0.0) if mode == 3 else y
+    if x <= 0.5:
+        y = max(x - a, 0.0) if mode == 0 else np.sign(x) * max(abs(x) - a, 0.0)
+        return y / (1.0 + c)
+    d = x - 1.0
+    return 1.0 + np.sign(d) * max(abs(d) - a, 0.0) / (1.0 + c)
+
+
+@njit(cache=True, nogil=True)
+def _step_kernel(Xbar, XG, B, eta0, mu, kappa, lam, gamma, Vh, joint, mode, out):
+    """Fused gradient step, Elb prox and proximity pull in one pass over the entries.
+
+    The gradient is ``XG - B`` (``Xbar Gram - A V^T`` or ``Gram Xbar - U^T A``); ``eta = eta0``
+    (PALM) or ``Xbar / max(XG, eps)`` per entry (MU). ``gamma = 0`` skips the proximity
+    (``Vh`` is then unused). ``B`` may be a transposed view.
+    """
+    for i in range(Xbar.shape[0]):
+        for j in range(Xbar.shape[1]):
+            xb, xg = Xbar[i, j], XG[i, j]
+            eta = xb / max(xg, EPS_MU) if mu else eta0
+            x = xb - eta * (xg - B[i, j])
+            a, c = eta * kappa, eta * lam
+            if gamma > 0.0:
+                s = eta * gamma
+                if joint:
+                    y = _prox_scalar((x + s * Vh[i, j]) / (1.0 + s), a / (1.0 + s),
+                                     c / (1.0 + s), mode)
+                else:
+                    y = (_prox_scalar(x, a, c, mode) + s * Vh[i, j]) / (1.0 + s)
+            else:
+                y = _prox_scalar(x, a, c, mode)
+            out[i, j] = y
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _extrapolate_kernel(X, X_prev, beta, clamp, out):
+    for i in range(X.shape[0]):
+        for j in range(X.shape[1]):
+            y = X[i, j] + beta * (X[i, j] - X_prev[i, j])
+            out[i, j] = max(y, 0.0) if clamp else y
+    return out
+
+
+def _extrapolate(X, X_prev, beta, mu):
+    """``X + beta (X - X_prev)``; clamped at 0 for MU, where a negative extrapolation would
+    make the step negative and blow up (spec 3)."""
+    if not beta and not mu:
+        return X
+    return _extrapolate_kernel(X, X_prev, float(beta), mu, np.empty_like(X))
+
+
+def _prox_step(Xbar, XG, B, gram, *, kappa, lam_t, update, prox_mode, step_scale, gamma=0.0,
+               Vh=None, proximity="sequential"):
+    mu = update == "mu"
+    eta0 = 0.0 if mu else step_scale / max(np.linalg.norm(gram), EPS_LIPSCHITZ)
+    if not gamma or Vh is None:
+        gamma, Vh = 0.0, Xbar
+    return _step_kernel(Xbar, XG, B, eta0, mu, float(kappa), float(lam_t), float(gamma),
+                        np.asarray(Vh, dtype=np.float64), proximity == "joint",
+                        _MODE_CODE[prox_mode], np.empty_like(Xbar))
 
 
 def u_step(U, U_prev, V, A, *, kappa, lam_t, beta, update="palm", prox_mode="exact_nonneg",
            step_scale=1.0):
-    """One inertial proximal step on ``U`` (spec 2.3 / 3); returns ``(U_new, U)``."""
-    Ubar = U + beta * (U - U_prev) if beta else U
-    if update == "mu":
-        # a negative extrapolation would make the MU step negative and blow up (spec 3)
-        Ubar = np.maximum(Ubar, 0.0)
+    """One inertial proximal step on ``U`` (spec 2.3 / 3); returns ``(U_new, U)``.
+
+    PALM: ``eta = step_scale / max(||V V^T||_F, 1e-4)``; MU: ``eta = Ubar / (Ubar V V^T)``.
+    """
+    Ubar = _extrapolate(U, U_prev, beta, update == "mu")
     S = V @ V.T
-    UbarS = Ubar @ S
-    G = UbarS - A @ V.T
-    eta = _steps(Ubar, G, S if update == "palm" else UbarS, update, step_scale)
-    return prox_elb(Ubar - eta * G, eta * kappa, eta * lam_t, prox_mode), U
+    return _prox_step(Ubar, Ubar @ S, A @ V.T, S, kappa=kappa, lam_t=lam_t, update=update,
+                      prox_mode=prox_mode, step_scale=step_scale), U
 
 
 def v_step(V, V_prev, U, At, Vh, *, kappa, lam_t, beta, gamma, update="palm",
@@ -124,21 +187,11 @@ def v_step(V, V_prev, U, At, Vh, *, kappa, lam_t, beta, gamma, update="palm",
     ``At`` is ``A.T`` as CSR (``U^T A`` is computed as ``(A^T U)^T``). ``proximity`` is the
     paper's ``"sequential"`` Elb prox then proximity prox, or the exact ``"joint"`` prox.
     """
-    Vbar = V + beta * (V - V_prev) if beta else V
-    if update == "mu":
-        Vbar = np.maximum(Vbar, 0.0)
+    Vbar = _extrapolate(V, V_prev, beta, update == "mu")
     Q = U.T @ U
-    QVbar = Q @ Vbar
-    G = QVbar - (At @ U).T
-    eta = _steps(Vbar, G, Q if update == "palm" else QVbar, update, step_scale)
-    X = Vbar - eta * G
-    if not gamma or Vh is None:
-        return prox_elb(X, eta * kappa, eta * lam_t, prox_mode), V
-    s = eta * gamma
-    if proximity == "joint":
-        return prox_elb(prox_proximity(X, s, Vh), eta * kappa / (1 + s),
-                        eta * lam_t / (1 + s), prox_mode), V
-    return prox_proximity(prox_elb(X, eta * kappa, eta * lam_t, prox_mode), s, Vh), V
+    return _prox_step(Vbar, Q @ Vbar, (At @ U).T, Q, kappa=kappa, lam_t=lam_t, update=update,
+                      prox_mode=prox_mode, step_scale=step_scale, gamma=gamma, Vh=Vh,
+                      proximity=proximity), V
 
 
 def local_steps(U, U_prev, V, V_prev, A, At, Vh, *, t0, n_steps, lam, growth, lam_max,

@@ -20,7 +20,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._engine import FederatedProtocol, initialize_federation, run_federation
 from ..metrics._binary import boolean_counts
 from ..privacy import check_privacy, compose_basic, noise_scale, privatize, sensitivity_of
-from ._base import BooleanFactorizationBase
+from ._base import BooleanFactorizationBase, single_threaded_blas
 from ._elb import PROX_MODES, elb_value, integrality_gap_values, lam_at, local_steps, loss_terms
 from ._elb import prox_elb as _prox_elb
 
@@ -363,13 +363,14 @@ class Felb(BooleanFactorizationBase):
             update=self.update, prox_mode=self.prox_mode, proximity=self.proximity,
             step_scale=self.step_scale, server_step=self.server_step, privacy=privacy,
         )
-        state, init_bytes = initialize_federation(protocol, blocks, entropy=entropy,
-                                                  n_jobs=self.n_jobs)
-        state = run_federation(
-            protocol, blocks, max_iter=self.max_iter, entropy=entropy, n_jobs=self.n_jobs,
-            tol=self.tol, callback=self.callback, verbose=self.verbose, state=state,
-            init_bytes=init_bytes, label=type(self).__name__,
-        )
+        with single_threaded_blas():
+            state, init_bytes = initialize_federation(protocol, blocks, entropy=entropy,
+                                                      n_jobs=self.n_jobs)
+            state = run_federation(
+                protocol, blocks, max_iter=self.max_iter, entropy=entropy, n_jobs=self.n_jobs,
+                tol=self.tol, callback=self.callback, verbose=self.verbose, state=state,
+                init_bytes=init_bytes, label=type(self).__name__,
+            )
         Vh = state.server_state["Vh"]
         U = self._stack_rows(blocks, [s["U"] for s in state.client_states],
                              self.n_components, np.float64)
