@@ -19,7 +19,13 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
 from ._data import check_like, check_ratings, reject_duplicates, resolve_clients, split_clients
-from ._engine import initialize_federation, make_entropy, partition_rng, run_federation
+from ._engine import (
+    initialize_federation,
+    make_entropy,
+    partition_rng,
+    resident_blocks,
+    run_federation,
+)
 from ._kernels import grad_rows, ridge_fold_in, squared_error, values_at
 from ._prox import prox_elastic_net
 
@@ -106,12 +112,14 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         if eval_X is not None:
             eval_X = _shift(eval_X, -self._offset)
         blocks = split_clients(X, codes, n_clients, eval_X)
+        self.n_users_ = n_rows
         _warn_unobserved(X)
 
         protocol = self._make_protocol(n_items, n_clients)
         # The parallelism is across clients; BLAS threads on the small per-client products
         # only fight over the cores (measured: 100x slower dot products on a busy machine).
-        with threadpool_limits(limits=1, user_api="blas"):
+        # On a Dask backend the blocks go to the workers once for the whole fit.
+        with threadpool_limits(limits=1, user_api="blas"), resident_blocks(blocks):
             state, init_bytes = self._run(protocol, blocks, first_fit, entropy, n_clients, n_rows)
         self._federation, self._entropy = state, entropy
         self.components_ = self._read_components(state.server_state, state.broadcast)

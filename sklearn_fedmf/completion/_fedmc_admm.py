@@ -31,6 +31,20 @@ __all__ = ["FedMCADMM"]
 EPS_LIPSCHITZ = 1e-8  # floor of L_W and L_U (spec 1.4): avoids 0/0 once l1 zeroes a factor
 
 
+AUTO_BETA = 0.3  # beta="auto" = AUTO_BETA * initial_curvature(...), measured (bench_beta.py)
+
+
+def initial_curvature(n_rows, n_clients, n_components, init_scale):
+    """``b0 = E||U_i^0^T U_i^0||_F / p`` for ``U_i^0`` i.i.d. ``init_scale * Uniform[0, 1)``.
+
+    ``E[U^T U]`` has ``m_i s^2 / 3`` on the diagonal and ``m_i s^2 / 4`` off it, with ``m_i``
+    the average number of rows per client.
+    """
+    r = n_components
+    rows_per_client = n_rows / n_clients
+    return rows_per_client * init_scale**2 * np.sqrt(r / 9 + r * (r - 1) / 16) / n_clients
+
+
 # ---- pure solver functions ------------------------------------------------------------------
 def init_server(rng, *, n_items, n_components, init_scale):
     """``V^0``: i.i.d. ``init_scale * Uniform[0, 1)`` (the papers' initialization)."""
@@ -206,9 +220,14 @@ class FedMCADMM(FederatedMFBase):
     ----------
     n_components : int, default=5
         Rank ``r`` of the factorization.
-    beta : float, default=1.0
+    beta : float or "auto", default="auto"
         ADMM penalty. Large values slow the global factor down (each round moves ``V`` by about
-        a gradient step of size ``1/(p*beta)``); small values slow consensus. Tune it.
+        a gradient step of size ``1/(p*beta)``); small values slow consensus. ``"auto"`` is
+        ``0.3 * b0`` with ``b0 = E||U_i^0^T U_i^0||_F / p`` (the initial W-step curvature: rows
+        per client, ``init_scale`` and rank only). Measured on the spec's synthetic recipe and
+        on MovieLens latest-small, ``0.1 * b0`` to ``1 * b0`` works in both, while a fixed
+        ``beta`` good for one is off by orders of magnitude for the other (see
+        ``benchmarks/bench_beta.py``). The value used is ``beta_``.
     local_iter : int, default=10
         Local steps ``N`` of the U loop and of the W loop in each round.
     n_clients : int, default=10
@@ -260,6 +279,8 @@ class FedMCADMM(FederatedMFBase):
 
     Attributes
     ----------
+    beta_ : float
+        The ADMM penalty used.
     components_ : ndarray of shape (n_components, n_items)
         The global item factor ``V``.
     user_factors_ : ndarray of shape (n_users, n_components)
@@ -269,6 +290,8 @@ class FedMCADMM(FederatedMFBase):
         prediction for rows without any observed rating (cold start).
     n_iter_ : int
         Rounds run.
+    n_users_ : int
+        Rows (users) of the training matrix.
     n_clients_ : int
     clients_ : ndarray of shape (n_users,)
         Client label of each row.
@@ -301,7 +324,7 @@ class FedMCADMM(FederatedMFBase):
 
     _parameter_constraints: dict = {
         **FederatedMFBase._parameter_constraints,
-        "beta": [Interval(Real, 0, None, closed="neither")],
+        "beta": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "local_iter": [Interval(Integral, 1, None, closed="left")],
         "w_update": [StrOptions({"linearized", "exact"})],
         "init_scale": [Interval(Real, 0, None, closed="neither")],
@@ -312,7 +335,7 @@ class FedMCADMM(FederatedMFBase):
         self,
         n_components=5,
         *,
-        beta=1.0,
+        beta="auto",
         local_iter=10,
         n_clients=10,
         partition="random",
@@ -383,9 +406,15 @@ class FedMCADMM(FederatedMFBase):
         return self._fit(X, clients, eval_set)
 
     def _make_protocol(self, n_items, n_clients):
+        if self.beta == "auto":
+            self.beta_ = AUTO_BETA * initial_curvature(
+                self.n_users_, n_clients, self.n_components, self.init_scale
+            )
+        else:
+            self.beta_ = float(self.beta)
         return make_protocol(
             n_items=n_items, n_clients=n_clients, n_components=self.n_components,
-            beta=self.beta, local_iter=self.local_iter, alpha_u=self.alpha_u,
+            beta=self.beta_, local_iter=self.local_iter, alpha_u=self.alpha_u,
             alpha_v=self.alpha_v, l1_ratio=self.l1_ratio, positive=self.positive,
             w_update=self.w_update, init_scale=self.init_scale, dual_init=self.dual_init,
         )
