@@ -47,7 +47,7 @@ def main():
                  {"beta": model.beta}))
 
     grid = {
-        "alpha_u": [0.1, 1.0, 3.0],
+        "alpha_u": [0.3, 3.0],
         "beta": [0.01, 0.1],
         "local_iter": [5, 10],
         "n_clients": [10, 100],
