@@ -400,10 +400,11 @@ def test_dropout_loses_uploads_only():
                for r, a in zip(est.history_[1:], arrivals[1:]))
 
 
-def test_divergence_raises_and_names_learning_rate():
+@pytest.mark.parametrize("eval_every", [1, 0])
+def test_divergence_raises_and_names_learning_rate(eval_every):
     R, mask = toy()
-    with pytest.raises(FloatingPointError, match="learning_rate"):
-        model(learning_rate=2.0, max_iter=50).fit(to_csr(R, mask))
+    with pytest.raises(FloatingPointError, match="Lower learning_rate"):
+        model(learning_rate=0.2, max_iter=50, eval_every=eval_every).fit(to_csr(R, mask))
 
 
 def test_default_is_one_client_per_user_and_sigmoid_predicts_in_range():

@@ -19,6 +19,14 @@ the broadcast as simulation plumbing, never counted as communication); a client 
 rated columns ``P`` (one row per (client, item) pair). An upload is the client's whole
 ``n_items x d`` matrix, sent as :class:`ItemMatrixUpload` (its rated columns over ``W``) whose
 ``nbytes`` is the dense matrix the paper sends. Item arrays are item-major, ``(n_items, d)``.
+
+Engine mapping: one engine client is one paper client (one user by default), so sampling,
+lost uploads (``dropout``), byte counts and the callback's ``uploads`` are per paper client.
+Every client steps each round (``update_all``); a client that is not sampled, or whose upload
+is lost, still receives ``Vbar`` (the upload-loss model of spec 4.1; the engine's
+``dropout_mode="upload_loss"``). The "offline" model, where a dropped client freezes, would
+break the shared-column representation and is not offered. The cost is Python overhead per
+client and round (~0.1 ms; ``benchmarks/bench_rfrec.py --table cost``), not memory.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from sklearn.utils.validation import _num_samples, check_is_fitted
 from .._base import FederatedMFBase, _shift
 from .._data import check_like
 from .._engine import FederatedProtocol
-from .._kernels import ridge_fold_in, values_at
+from .._kernels import ridge_fold_in
 from ..privacy import PrivacyWarning, clip_entries, laplace_epsilon, laplace_noise
 
 __all__ = ["RFRec", "ItemMatrixUpload"]
@@ -127,6 +135,79 @@ def _fit_grads(indptr, pair, data, U, P, sigmoid, shift, span, gU, gP):
                 gP[q, a] += g * U[t, a]
     return loss
 
+
+
+@njit(cache=True, nogil=True)
+def _client_grads(indptr, pair, data, U, P, Vbar, cols, sigmoid, shift, span, alpha_u, reg_v,
+                  reg, scale, gU, gP):
+    """``scale * grad (fit + ridges) + reg * (P - Vbar[cols])``: RFRec's step (``scale=1``)
+    or RFRecF's main update (``reg=0``, ``scale = 1 / (1 - p)``)."""
+    _fit_grads(indptr, pair, data, U, P, sigmoid, shift, span, gU, gP)
+    for t in range(U.shape[0]):
+        for a in range(U.shape[1]):
+            gU[t, a] = scale * (gU[t, a] + 2.0 * alpha_u * U[t, a])
+    for q in range(P.shape[0]):
+        j = cols[q]
+        for a in range(P.shape[1]):
+            gP[q, a] = scale * (gP[q, a] + 2.0 * reg_v * P[q, a]) + reg * (P[q, a] - Vbar[j, a])
+
+
+@njit(cache=True, nogil=True)
+def _client_sums(indptr, pair, data, U, P, W, Vbar, cols, sigmoid, shift, span):
+    """One client's additive pieces of ``F`` on its rated columns and the errors of the
+    federated model ``u . vbar``: ``(fit, psi_rated, sq_rated, sse, sum |e|)``."""
+    d = U.shape[1]
+    fit = sse = ae = psi = sq = 0.0
+    for t in range(U.shape[0]):
+        for s in range(indptr[t], indptr[t + 1]):
+            q, j = pair[s], cols[pair[s]]
+            z = 0.0
+            zbar = 0.0
+            for a in range(d):
+                z += U[t, a] * P[q, a]
+                zbar += U[t, a] * Vbar[j, a]
+            if sigmoid:
+                e = 1.0 / (1.0 + np.exp(-z)) - (data[s] + shift) / span
+                ebar = span / (1.0 + np.exp(-zbar)) - shift - data[s]
+            else:
+                e = z - data[s]
+                ebar = zbar - data[s]
+            fit += e * e
+            sse += ebar * ebar
+            ae += abs(ebar)
+    for q in range(P.shape[0]):
+        j = cols[q]
+        for a in range(d):
+            psi += (P[q, a] - Vbar[j, a]) ** 2 - (W[j, a] - Vbar[j, a]) ** 2
+            sq += P[q, a] ** 2 - W[j, a] ** 2
+    return fit, psi, sq, sse, ae
+
+
+
+@njit(cache=True, nogil=True)
+def _errors_at(indptr, indices, data, U, Vbar, sigmoid, shift, span):
+    """``(sum e^2, sum |e|)`` of the federated model ``u . vbar`` on the rating scale."""
+    sse = ae = 0.0
+    for t in range(U.shape[0]):
+        for s in range(indptr[t], indptr[t + 1]):
+            z = 0.0
+            for a in range(U.shape[1]):
+                z += U[t, a] * Vbar[indices[s], a]
+            if sigmoid:
+                e = span / (1.0 + np.exp(-z)) - shift - data[s]
+            else:
+                e = z - data[s]
+            sse += e * e
+            ae += abs(e)
+    return sse, ae
+
+@njit(cache=True, nogil=True)
+def _scatter_delta(acc, cols, values, base):
+    """``acc[cols] += values - base[cols]`` (``cols`` unique)."""
+    for q in range(cols.shape[0]):
+        j = cols[q]
+        for a in range(acc.shape[1]):
+            acc[j, a] += values[q, a] - base[j, a]
 
 @njit(cache=True, nogil=True)
 def _sigmoid_fold_in(indptr, indices, data, Vt, alpha, shift, span, n_steps, out):
@@ -263,14 +344,10 @@ def client_update(state, block, bc, rng, selected, *, variant, schedule, lr, reg
     action = _action(variant, schedule, bc.coin)
     if action in ("step", "main"):
         gU, gP = np.empty_like(U), np.empty_like(P)
-        _fit_grads(X.indptr, state["pair"], X.data, U, P, link == "sigmoid", shift, span, gU, gP)
-        gU += 2 * alpha_u * U
-        gP += 2 * reg_v * P
-        if action == "step":
-            gP += reg * (P - bc.Vbar[cols])
-        else:  # RFRecF's main update: grad f / (1 - p)
-            gU /= 1 - p
-            gP /= 1 - p
+        step = action == "step"  # else RFRecF's main update: grad f / (1 - p), no psi
+        _client_grads(X.indptr, state["pair"], X.data, U, P, bc.Vbar, cols, link == "sigmoid",
+                      shift, span, alpha_u, reg_v, reg if step else 0.0,
+                      1.0 if step else 1 / (1 - p), gU, gP)
         if opt is not None:
             opt["t"] += 1
         U, P = _optimize(U, gU, opt, "U", lr, optimizer), _optimize(P, gP, opt, "P", lr, optimizer)
@@ -303,7 +380,7 @@ def _aggregate(uploads, W, rng, *, clip_delta, noise_scale):
     base = clip_entries(W, clip_delta) if clip_delta else W
     acc = np.zeros_like(W)
     for up in uploads.values():
-        acc[up.cols] += up.values - base[up.cols]  # cols are unique within a client
+        _scatter_delta(acc, up.cols, up.values, base)
     Vbar = base + acc / n
     if noise_scale:
         Vbar += _laplace_mean(rng, n, noise_scale, W.shape)
@@ -356,34 +433,29 @@ def server_update(server_state, uploads, k, *, variant, schedule, lr, reg, reg_v
 def client_metrics(state, block, bc, *, alpha_u, eta, link, shift, span):
     """Additive pieces of ``F`` (rated columns; the shared ones are added on the server),
     and the errors of the federated model ``u_i . vbar_j`` on the training and eval entries."""
-    X, cols, U = block.X, state["cols"], state["U"]
+    X, U, sigmoid = block.X, state["U"], link == "sigmoid"
     P = _pulled(state, bc, eta)
-    gU, gP = np.empty_like(U), np.empty_like(P)
-    fit = _fit_grads(X.indptr, state["pair"], X.data, U, P, link == "sigmoid", shift, span,
-                     gU, gP)
-    Wc, Vc = bc.W[cols], bc.Vbar[cols]
-    out = {
-        "fit": fit,
-        "reg_u": alpha_u * float(np.vdot(U, U)),
-        "psi_rated": float(np.vdot(P - Vc, P - Vc) - np.vdot(Wc - Vc, Wc - Vc)),
-        "sq_rated": float(np.vdot(P, P) - np.vdot(Wc, Wc)),
-        "scale": float(np.vdot(X.data, X.data)) + X.nnz,
-    }
-    for name, Y in (("", X), ("eval_", block.X_eval)):
-        err = _errors(Y, U, bc.Vbar, link, shift, span) if Y is not None else np.zeros(0)
-        out[name + "sse"] = float(np.vdot(err, err))
-        out[name + "ae"] = float(np.abs(err).sum())
-        out[name + "n"] = err.size
+    fit, psi, sq, sse, ae = _client_sums(X.indptr, state["pair"], X.data, U, P, bc.W, bc.Vbar,
+                                         state["cols"], sigmoid, shift, span)
+    out = {"fit": fit, "reg_u": alpha_u * float(np.vdot(U, U)), "psi_rated": psi,
+           "sq_rated": sq, "scale": float(np.vdot(X.data, X.data)) + X.nnz,
+           "sse": sse, "ae": ae, "n": X.nnz, "eval_sse": 0.0, "eval_ae": 0.0, "eval_n": 0}
+    Y = block.X_eval
+    if Y is not None and Y.nnz:
+        out["eval_sse"], out["eval_ae"] = _errors_at(Y.indptr, Y.indices, Y.data, U, bc.Vbar,
+                                                     sigmoid, shift, span)
+        out["eval_n"] = Y.nnz
     return out
 
 
-def _errors(Y, U, Vbar, link, shift, span):
-    """Prediction minus rating at the stored entries of ``Y``, on the rating scale."""
-    z = np.empty(Y.nnz)
-    values_at(Y.indptr, Y.indices, U, Vbar, z)
-    if link == "sigmoid":  # to the (shifted) rating scale: r - offset = span * y - shift
-        return span / (1 + np.exp(-z)) - shift - Y.data
-    return z - Y.data
+def _diverged(what, lr, optimizer):
+    return (
+        f"{what[0].upper()}{what[1:]}; the iterates diverged. Lower learning_rate (now {lr}; "
+        f"optimizer={optimizer!r}). Plain gradient descent needs learning_rate below about "
+        "1 / L, the Lipschitz constant of the gradient, which grows with the number of ratings "
+        "per user and per item: the paper's 0.05 / 0.025 are settings of the authors' Adam "
+        "code, not safe gradient steps (optimizer='adam' is scale-free)."
+    )
 
 
 def combine_metrics(server_state, sums, *, n_clients, reg, alpha_v, lr, optimizer, variant):
@@ -394,14 +466,9 @@ def combine_metrics(server_state, sums, *, n_clients, reg, alpha_v, lr, optimize
     ridge = alpha_v / n_clients * (sums["sq_rated"] + n_clients * float(np.vdot(W, W)))
     objective = sums["fit"] + sums["reg_u"] + ridge + reg * psi
     if not np.isfinite(objective) or objective > _EXPLODE * sums["scale"]:
-        raise FloatingPointError(
-            f"The {variant} objective reached {objective:.4g} (ratings: sum r^2 + nnz = "
-            f"{sums['scale']:.4g}); the iterates diverged. Lower learning_rate (now {lr}; "
-            f"optimizer={optimizer!r}). Plain gradient descent needs learning_rate below about "
-            "1 / L, the Lipschitz constant of the gradient, which grows with the number of "
-            "ratings per user and per item: the paper's 0.05 / 0.025 are settings of the "
-            "authors' Adam code, not safe gradient steps (optimizer='adam' is scale-free)."
-        )
+        raise FloatingPointError(_diverged(
+            f"the {variant} objective reached {objective:.4g} (ratings: sum r^2 + nnz = "
+            f"{sums['scale']:.4g})", lr, optimizer))
     change = np.linalg.norm(Vbar - s["Vbar_prev"]) / max(np.linalg.norm(s["Vbar_prev"]), 1e-300)
     record = {
         "objective": objective,
@@ -686,14 +753,25 @@ class RFRec(FederatedMFBase):
                 "pull_eta <= 1.", UserWarning, stacklevel=2,
             )
         self._fit(X, clients, eval_set)
-        if not (np.isfinite(self.components_).all() and np.isfinite(self.user_factors_).all()):
-            raise FloatingPointError(
-                "The factors became non-finite; the iterates diverged. Lower learning_rate."
-            )
+        self._check_diverged(X)
         self.comm_rounds_ = self._federation.server_state["comm_rounds"]
         self.epsilon_ = (laplace_epsilon(self.noise_scale, 2 * self.clip_delta)
                          if self.clip_delta and self.noise_scale else None)
         return self
+
+    def _check_diverged(self, X):
+        """Raise unless the federated model's training error is finite and of the ratings'
+        order (the objective is only checked on evaluated rounds, ``eval_every``)."""
+        Xc = _shift(self._check_X(X), self.mean_ if self.center else 0.0)
+        rows = np.repeat(np.arange(Xc.shape[0]), np.diff(Xc.indptr))
+        z = np.einsum("ij,ji->i", self.user_factors_[rows], self.components_[:, Xc.indices])
+        with np.errstate(all="ignore"):
+            rmse = np.sqrt(np.mean((self._to_ratings(z) - Xc.data) ** 2))
+        lo, hi = self.rating_range_
+        if not rmse <= _EXPLODE * (hi - lo + 1):
+            raise FloatingPointError(_diverged(
+                f"the training RMSE of the federated model is {rmse:.4g} for ratings in "
+                f"[{lo:g}, {hi:g}]", self.learning_rate, self.optimizer))
 
     def _check_privacy(self):
         if self.noise_scale and not self.clip_delta:
