@@ -36,23 +36,34 @@ combine_metrics(server_state, sums) -> dict
 Every random draw comes from ``numpy.random.SeedSequence(entropy, spawn_key=(kind, round,
 client))``, so results do not depend on ``n_jobs``, the joblib backend or the order in which
 clients finish.
+
+Under joblib's Dask backend, :func:`resident_blocks` sends each client's data block to one
+worker once; the engine's tasks then carry its key instead of the data (see that function).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import sys
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from joblib import effective_n_jobs
+from joblib.parallel import get_active_backend
 from sklearn.utils.parallel import Parallel, delayed
 
-__all__ = ["FederatedProtocol", "FederationState", "run_federation", "nbytes", "make_entropy"]
+__all__ = [
+    "FederatedProtocol", "FederationState", "run_federation", "nbytes", "make_entropy",
+    "resident_blocks",
+]
 
 _INIT_CLIENT, _UPDATE_CLIENT, _SERVER_ROUND, _INIT_SERVER, _PARTITION = 0, 1, 2, 3, 4
 _PREPARE_CLIENT = 5
@@ -151,8 +162,8 @@ def _client_phase(fn, items, broadcast, kind, *, state, n_jobs, n_jobs_eff, weig
     """
     if not items:
         return {}, []
-    outcomes = _parallel_map(
-        _run_clients, _batches(items, n_jobs_eff, weights[[it[0] for it in items]]), n_jobs,
+    outcomes = _dispatch(
+        _run_clients, items, weights[[it[0] for it in items]], n_jobs, n_jobs_eff,
         fn, broadcast, entropy, k, True, kind,
     )
     messages, failed = {}, []
@@ -170,7 +181,7 @@ def _client_phase(fn, items, broadcast, kind, *, state, n_jobs, n_jobs_eff, weig
 
 
 def _metrics_task(items, fn, broadcast):
-    return [fn(state, block, broadcast) for state, block in items]
+    return [fn(state, block, broadcast) for _, state, block in items]
 
 
 # Below this much work (stored ratings plus rows) in a round, dispatching to workers costs
@@ -178,30 +189,153 @@ def _metrics_task(items, fn, broadcast):
 MIN_PARALLEL_WORK = 20_000
 
 
-def _batches(items, n_jobs, weights):
-    """Split ``items`` into contiguous batches of similar total weight, ~2 per worker."""
+def _batches(items, n_jobs, weights, homes=None):
+    """Split ``items`` into contiguous batches of similar total weight, ~2 per worker.
+
+    With ``homes`` (the worker holding each item's block), a batch never spans two homes.
+    """
     n_batches = min(len(items), 2 * n_jobs) if n_jobs > 1 else 1
     if n_batches <= 1 or np.sum(weights) < MIN_PARALLEL_WORK:
         return [items]
     cum = np.cumsum(weights, dtype=float)
     cuts = np.searchsorted(cum, cum[-1] * np.arange(1, n_batches) / n_batches)
+    if homes is not None:
+        cuts = np.concatenate([cuts, np.flatnonzero(np.diff(homes)) + 1])
     edges = np.unique(np.concatenate([[0], cuts, [len(items)]]))
     return [items[a:b] for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
 
-def _parallel_map(task, batches, n_jobs, *args):
+def _dispatch(task, items, weights, n_jobs, n_jobs_eff, *args):
+    """Run ``task(batch, *args)`` on batches of ``items`` (tuples ``(client, state, block,
+    ...)``), in this process for a single batch, else through joblib; results in batch order.
+
+    Inside :func:`resident_blocks` the dispatched items carry the key of their block on the
+    Dask cluster instead of the block, and batches follow the blocks' home workers.
+    """
+    placement = _placement.get()
+    homes = None if placement is None else placement.home[[it[0] for it in items]]
+    batches = _batches(items, n_jobs_eff, weights, homes)
     if len(batches) == 1:
         return [task(batches[0], *args)]
-    return Parallel(n_jobs=n_jobs, prefer="threads")(delayed(task)(b, *args) for b in batches)
+    if placement is None:
+        return Parallel(n_jobs=n_jobs, prefer="threads")(delayed(task)(b, *args) for b in batches)
+    batches = [[(it[0], it[1], placement.futures[it[0]], *it[3:]) for it in b] for b in batches]
+    parts = Parallel(n_jobs=n_jobs)(delayed(_aligned_call)(task, b, *args) for b in batches)
+    return _aligned(parts)
 
 
+def _aligned_call(task, *args):
+    return task(*_aligned(args))
+
+
+def _aligned(obj):
+    """``obj`` with every array that arrived unaligned copied to fresh memory.
+
+    Dask cuts arrays out of one network buffer at any byte offset; numpy and BLAS kernels
+    round differently on such arrays, which would break bit-identical results.
+    """
+    if isinstance(obj, np.ndarray):
+        return obj.copy(order="K") if obj.ctypes.data % 16 else obj
+    if sp.issparse(obj):
+        for name in ("data", "indices", "indptr", "row", "col"):
+            if isinstance(getattr(obj, name, None), np.ndarray):
+                setattr(obj, name, _aligned(getattr(obj, name)))  # a received copy: ours
+        return obj
+    if type(obj) is dict:
+        return {k: _aligned(v) for k, v in obj.items()}
+    if type(obj) in (list, tuple):
+        return type(obj)(_aligned(v) for v in obj)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a NamedTuple such as a block
+        return type(obj)(*(_aligned(v) for v in obj))
+    return obj
+
+
+# ---- client data resident on Dask workers -----------------------------------------------------
+@dataclass(frozen=True)
+class _Placement:
+    blocks: list  # the driver's blocks (identity tells which fit the placement serves)
+    futures: list  # one dask Future per client
+    home: np.ndarray  # index of the worker holding each client's block
+
+
+_placement: ContextVar[_Placement | None] = ContextVar("sklearn_fedmf_placement", default=None)
+
+
+def _dask_client():
+    """The ``distributed.Client`` of an active joblib Dask backend, else None."""
+    dask_backend = sys.modules.get("joblib._dask")  # loaded only once a Dask backend is used
+    if dask_backend is None:
+        return None
+    backend, _ = get_active_backend()
+    return backend.client if isinstance(backend, dask_backend.DaskDistributedBackend) else None
+
+
+@contextmanager
+def resident_blocks(blocks):
+    """Keep the client ``blocks`` on the Dask workers for the body of the ``with``.
+
+    Under ``joblib.parallel_config(backend="dask")`` each block is sent once to one worker
+    (its home; clients are assigned contiguously, balanced by stored entries and worker
+    cores); the engine calls inside the ``with`` (:func:`initialize_federation`,
+    :func:`run_federation`, :func:`evaluate`) then pass its key, not the data, and never mix
+    two homes in one task, so the scheduler runs each task where its data already is. Only
+    client states, broadcasts and uploads cross the network each round. A nested call with
+    the same blocks reuses the outer placement; with any other backend this does nothing.
+    The blocks are released from the cluster when the ``with`` ends.
+    """
+    current = _placement.get()
+    client = _dask_client()
+    if client is None or (current is not None and _same_blocks(current.blocks, blocks)):
+        yield
+        return
+    cores = client.ncores()
+    workers = sorted(cores)
+    share = np.cumsum([cores[w] for w in workers], dtype=float)
+    cum = np.cumsum([_weight(b) for b in blocks], dtype=float)
+    home = np.searchsorted(share / share[-1], (cum - 0.5 * np.diff(cum, prepend=0)) / cum[-1])
+    home = np.minimum(home, len(workers) - 1)
+    futures = [None] * len(blocks)
+    for w, address in enumerate(workers):
+        mine = np.flatnonzero(home == w)
+        if mine.size:
+            sent = client.scatter([blocks[c] for c in mine], workers=[address], hash=False)
+            for c, future in zip(mine, sent):  # realigned once, where the block lives
+                futures[c] = client.submit(_aligned, future, workers=[address], pure=False)
+    token = _placement.set(_Placement(list(blocks), futures, home))
+    try:
+        yield
+    finally:
+        _placement.reset(token)
+        client.cancel(futures)
+
+
+def _keeps_blocks_resident(fn):
+    """Run ``fn`` inside ``resident_blocks`` of its ``blocks`` argument."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with resident_blocks(signature.bind(*args, **kwargs).arguments["blocks"]):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _same_blocks(a, b):
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def _weight(block):
+    return getattr(block, "nnz", 0) + getattr(block, "n_rows", 0) + 1
+
+
+@_keeps_blocks_resident
 def initialize_federation(protocol, blocks, *, entropy, n_jobs=None):
     """Run ``init_server`` and every client's ``init_client``.
 
     Returns ``(state, (bytes_up, bytes_down))`` of this initial exchange.
     """
     server_state, broadcast = protocol.init_server(_rng(entropy, _INIT_SERVER))
-    n_jobs = effective_n_jobs(n_jobs)
     items = [(c, None, b, True) for c, b in enumerate(blocks)]
     weights = [b.nnz + 1 for b in blocks]
 
@@ -212,8 +346,8 @@ def initialize_federation(protocol, blocks, *, entropy, n_jobs=None):
             out.append((client, state, upload))
         return out
 
-    results = [r for part in _parallel_map(task, _batches(items, n_jobs, weights), n_jobs,
-                                           broadcast) for r in part]
+    parts = _dispatch(task, items, weights, n_jobs, effective_n_jobs(n_jobs), broadcast)
+    results = [r for part in parts for r in part]
     results.sort(key=lambda r: r[0])
     client_states = [r[1] for r in results]
     uploads = {r[0]: r[2] for r in results if r[2] is not None}
@@ -237,6 +371,7 @@ def _n_sampled(clients_per_round, n_clients):
     return n
 
 
+@_keeps_blocks_resident
 def run_federation(
     protocol,
     blocks,
@@ -390,13 +525,13 @@ def run_federation(
     return state
 
 
+@_keeps_blocks_resident
 def evaluate(protocol, state, blocks, n_jobs=None):
     """Sum ``client_metrics`` over every client and combine them on the server."""
-    n_jobs_eff = effective_n_jobs(n_jobs)
-    items = list(zip(state.client_states, blocks))
+    items = [(c, s, b) for c, (s, b) in enumerate(zip(state.client_states, blocks))]
     weights = np.array([b.nnz + 1 for b in blocks], dtype=float)
-    parts = _parallel_map(
-        _metrics_task, _batches(items, n_jobs_eff, weights), n_jobs,
+    parts = _dispatch(
+        _metrics_task, items, weights, n_jobs, effective_n_jobs(n_jobs),
         protocol.client_metrics, state.broadcast,
     )
     sums = {}
