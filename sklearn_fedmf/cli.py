@@ -55,6 +55,11 @@ class Method:
             return None
 
 
+# The RFRec authors' code settings: the paper's plain gradient steps (learning_rate 0.05)
+# diverge on MovieLens, Adam is scale-free (RFRec docstring; benchmarks/bench_rfrec.py).
+_RFREC_CODE = {"optimizer": "adam", "link": "sigmoid", "learning_rate": 0.1,
+               "reg_consensus": 20.0}
+
 METHODS = {
     m.name: m
     for m in [
@@ -80,15 +85,15 @@ METHODS = {
         Method(
             "rfrec", "sklearn_fedmf.completion:RFRec", "completion", "RFRec",
             "its item-matrix copy V_(c) (optionally clipped + Laplace noise)",
-            fixed={"variant": "rfrec"},
-            grid={"reg_consensus": [1.0, 10.0, 100.0], "alpha_u": [0.1, 1.0],
+            fixed={"variant": "rfrec", **_RFREC_CODE},
+            grid={"reg_consensus": [5.0, 20.0, 80.0], "learning_rate": [0.03, 0.1],
                   "n_clients": [50, 100], "n_components": [5, 10]},
         ),
         Method(
             "rfrecf", "sklearn_fedmf.completion:RFRec", "completion", "RFRecF",
             "its item-matrix copy V_(c), only when its coin flips to averaging",
-            fixed={"variant": "rfrecf"},
-            grid={"reg_consensus": [1.0, 10.0, 100.0], "p": [0.3, 0.5, 0.7],
+            fixed={"variant": "rfrecf", "p": 0.8, "pull_eta": 1.0, **_RFREC_CODE},
+            grid={"reg_consensus": [5.0, 20.0, 80.0], "p": [0.5, 0.8],
                   "n_clients": [50, 100], "n_components": [5, 10]},
         ),
         Method(
@@ -121,13 +126,13 @@ class CommandError(Exception):
 # ---- data -------------------------------------------------------------------------------------
 def load_data(spec, seed=0):
     """``(X, description)`` for a ``--data`` value (see ``fedmf run --help``)."""
-    from .datasets import fetch_movielens, load_movielens, make_ratings
+    from .datasets import fetch_movielens, load_movielens, make_binary_tiles, make_ratings
 
     if spec in ("embedded", "movielens", "latest-small"):
         return load_movielens().X, "MovieLens latest-small (embedded)"
     if spec.startswith("synthetic:"):
-        sizes = _parse_sizes(spec[len("synthetic:"):])
-        n_users, n_items, n_ratings = sizes
+        n_users, n_items, n_ratings = _parse_sizes(spec[len("synthetic:"):],
+                                                   "synthetic:USERSxITEMSxRATINGS")
         if n_ratings > n_users * n_items:
             raise CommandError(
                 f"impossible sizes in --data {spec}: {n_ratings} ratings do not fit in "
@@ -135,6 +140,10 @@ def load_data(spec, seed=0):
             )
         data = make_ratings(n_users, n_items, n_ratings, random_state=seed)
         return data.X, f"synthetic {n_users} x {n_items}, {n_ratings} ratings"
+    if spec.startswith("tiles:"):
+        rows, cols, tiles = _parse_sizes(spec[len("tiles:"):], "tiles:ROWSxCOLSxTILES")
+        data = make_binary_tiles(rows, cols, tiles, random_state=seed)
+        return data.X, f"binary tiles {rows} x {cols}, {tiles} tiles"
     if spec.startswith("movielens:"):
         variant = spec.split(":", 1)[1]
         return fetch_movielens(variant).X, f"MovieLens {variant}"
@@ -149,19 +158,36 @@ def load_data(spec, seed=0):
     return load_movielens(variant, path=file).X, f"MovieLens {variant} ({file})"
 
 
-def _parse_sizes(text):
+def _parse_sizes(text, form):
     scale = {"": 1, "k": 10**3, "m": 10**6}
     parts = text.lower().split("x")
     match = [re.fullmatch(r"(\d+(?:\.\d+)?)([km]?)", p.strip()) for p in parts]
+    prefix = form.split(":")[0]
     if len(parts) != 3 or not all(match):
-        raise CommandError(
-            f"--data synthetic:{text}: expected synthetic:USERSxITEMSxRATINGS, "
-            "e.g. synthetic:2000x500x50k"
-        )
+        raise CommandError(f"--data {prefix}:{text}: expected {form}, e.g. {prefix}:2000x500x50k")
     sizes = [int(float(m[1]) * scale[m[2]]) for m in match]
-    if min(sizes[:2]) < 1:
-        raise CommandError(f"--data synthetic:{text}: users and items must be at least 1")
+    if min(sizes[:2]) < 1 or (prefix == "tiles" and sizes[2] < 1):
+        raise CommandError(f"--data {prefix}:{text}: impossible sizes (each must be at least 1)")
     return sizes
+
+
+def prepare_data(args, kind):
+    """``(X, X_fit, X_test, description)``: ratings split 80/20 per user, or 0/1 data."""
+    tiles = args.data.startswith("tiles:")
+    if tiles and kind != "binary":
+        raise CommandError(f"--data {args.data} is binary data, for the binary methods "
+                           "(felb, felb-mu) only")
+    X, name = load_data(args.data, args.seed)
+    _check_sizes(X, args)
+    if kind == "binary":
+        if not tiles:
+            X_fit = binarize(X)
+            name += f", binarized at rating >= {BINARY_THRESHOLD}"
+        return X, X if tiles else X_fit, None, name
+    from .model_selection import train_test_split_ratings
+
+    X_train, X_test = train_test_split_ratings(X, args.test_size, random_state=args.seed)
+    return X, X_train, X_test, name
 
 
 def _movielens_file(path):
@@ -302,17 +328,12 @@ def fit_method(method, estimator, X_train, X_test=None, seen=None):
 def cmd_run(args):
     methods = _methods(args.method)
     out = Path(args.out)
-    X, name = load_data(args.data, args.seed)
-    _check_sizes(X, args)
-    if methods[0].kind == "binary":
-        X_train, X_test = binarize(X), None
-        name += f", binarized at rating >= {BINARY_THRESHOLD}"
+    X, X_train, X_test, name = prepare_data(args, methods[0].kind)
+    if X_test is None:  # binary
+        print(f"data: {name}: {X.shape[0]} rows x {X.shape[1]} columns, {X_train.nnz} ones")
     else:
-        from .model_selection import train_test_split_ratings
-
-        X_train, X_test = train_test_split_ratings(X, args.test_size, random_state=args.seed)
-    print(f"data: {name}: {X.shape[0]} users x {X.shape[1]} items, {X.nnz} ratings"
-          + (f" ({X_train.nnz} train / {X_test.nnz} test)" if X_test is not None else ""))
+        print(f"data: {name}: {X.shape[0]} users x {X.shape[1]} items, {X.nnz} ratings "
+              f"({X_train.nnz} train / {X_test.nnz} test)")
     results, seen = [], set()
     for method in methods:
         estimator = make_estimator(method, args, verbose=0 if args.quiet else 1)
@@ -389,9 +410,10 @@ def plot_histories(results, path, title):
             if pts:
                 ax.plot(*zip(*pts), label=r["label"], lw=1.8)
     axes[0].set_yscale("log")
-    axes[0].set_title("Training objective")
+    axes[0].set_title("Relaxed objective (its weight lambda_t grows)" if binary
+                      else "Training objective")
     axes[0].set_ylabel("objective (log scale)")
-    axes[1].set_title("F1 per round" if binary else "Test RMSE")
+    axes[1].set_title("F1 on the training data" if binary else "Test RMSE")
     axes[1].set_ylabel(right_label)
     for ax in axes:
         ax.set_xlabel("communication round")
@@ -411,14 +433,7 @@ def cmd_tune(args):
     if len(methods) != 1:
         raise CommandError(f"--method {args.method}: tune takes one method at a time")
     method = methods[0]
-    X, name = load_data(args.data, args.seed)
-    _check_sizes(X, args)
-    if method.kind == "binary":
-        X_fit, y_fit = binarize(X), None
-    else:
-        from .model_selection import train_test_split_ratings
-
-        X_fit, y_fit = train_test_split_ratings(X, args.test_size, random_state=args.seed)
+    X, X_fit, y_fit, name = prepare_data(args, method.kind)
     grid = dict(args.grid) if args.grid else dict(method.grid)
     estimator = make_estimator(method, args, verbose=0)
     unknown = sorted(set(grid) - set(estimator.get_params()))
@@ -575,9 +590,11 @@ def _common(parser, *, rounds):
                       help="'embedded' (MovieLens latest-small shipped with the package, the "
                            "default), a MovieLens ratings file or folder (u.data, ratings.dat "
                            "or ratings.csv; 100K, 1M, 10M, 20M, 25M, latest), "
-                           "'movielens:VARIANT' (fetch_movielens: download once, then cached) "
-                           "or 'synthetic:USERSxITEMSxRATINGS' (make_ratings, e.g. "
-                           "synthetic:2000x500x50k)")
+                           "'movielens:VARIANT' (fetch_movielens: download once, then cached), "
+                           "'synthetic:USERSxITEMSxRATINGS' (make_ratings, e.g. "
+                           "synthetic:2000x500x50k) or, for binary methods, "
+                           "'tiles:ROWSxCOLSxTILES' (make_binary_tiles). Binary methods "
+                           "binarize ratings at >= 3.5")
     data.add_argument("--test-size", type=float, default=p["test_size"], metavar="FRACTION",
                       help="held-out fraction of each user's ratings (default: %(default)s)")
     fed = parser.add_argument_group("federation")

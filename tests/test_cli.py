@@ -93,11 +93,14 @@ def test_same_model_for_one_and_two_jobs(tmp_path, capsys):
     assert histories[0] == histories[1]
 
 
-def test_binary_method_on_binarized_ratings(tmp_path, capsys):
-    status, out, _ = run(["run", "--method", "felb", "--data", "synthetic:120x40x1500",
-                          "--clients", "4", "--rounds", "3", "--rank", "4", "--quiet",
-                          "--out", str(tmp_path)], capsys)
+@pytest.mark.parametrize("data", ["synthetic:120x40x1500", "tiles:120x40x3"])
+def test_binary_method_on_binary_data(data, tmp_path, capsys):
+    status, out, _ = run(["run", "--method", "felb", "--data", data, "--clients", "4",
+                          "--rounds", "3", "--rank", "4", "--quiet", "--out", str(tmp_path)],
+                         capsys)
     assert status == 0
+    assert "120 rows x 40 columns" in out
+    assert ("binarized at rating >= 3.5" in out) == data.startswith("synthetic")
     header = next(line for line in out.splitlines() if line.startswith("method"))
     assert header.split()[2:4] == ["F1", "RMSD"]
     summary = json.loads((tmp_path / "history.json").read_text())["results"][0]["summary"]
@@ -168,6 +171,8 @@ def _bad_file(tmp_path):
         (["run", "--data", "synthetic:40x30x300", "--clients", "50"], "impossible sizes"),
         (["run", "--data", "synthetic:40x30x300", "--rank", "31"], "impossible sizes"),
         (["run", "--method", "fedmc-admm,felb"], "cannot share a run"),
+        (["run", "--method", "fedmc-admm", "--data", "tiles:50x20x3"], "binary data"),
+        (["run", "--data", "tiles:50x20"], "expected tiles:ROWSxCOLSxTILES"),
         (["tune", "--method", "fedmc-admm,fedmavg"], "one method at a time"),
         (["tune", "--grid", "nonsense=1,2", "--data", "synthetic:40x30x300", "--clients", "5"],
          "no parameter"),
