@@ -172,7 +172,7 @@ def _bad_file(tmp_path):
         (["run", "--data", "synthetic:40x30x300", "--rank", "31"], "impossible sizes"),
         (["run", "--method", "fedmc-admm,felb"], "cannot share a run"),
         (["run", "--method", "fedmc-admm", "--data", "tiles:50x20x3"], "binary data"),
-        (["run", "--data", "tiles:50x20"], "expected tiles:ROWSxCOLSxTILES"),
+        (["run", "--method", "felb", "--data", "tiles:50x20"], "expected tiles:ROWSxCOLSxTILES"),
         (["tune", "--method", "fedmc-admm,fedmavg"], "one method at a time"),
         (["tune", "--grid", "nonsense=1,2", "--data", "synthetic:40x30x300", "--clients", "5"],
          "no parameter"),
