@@ -1,0 +1,81 @@
+"""Sphinx configuration. Build with ``python -m sphinx -b html docs docs/_build/html``."""
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from docutils import nodes
+from docutils.parsers.rst import Directive
+from docutils.statemachine import StringList
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import sklearn_fedmf  # noqa: E402
+
+project = "sklearn_fedmf"
+author = "sklearn_fedmf developers"
+copyright = "sklearn_fedmf developers; BSD-3-Clause"
+version = release = sklearn_fedmf.__version__
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.mathjax",
+    "numpydoc",
+]
+autosummary_generate = False  # summary tables only; the entries are autodoc directives below
+autodoc_default_options = {"member-order": "bysource"}
+numpydoc_show_class_members = False  # autodoc lists the members
+numpydoc_class_members_toctree = False
+exclude_patterns = ["_build"]
+html_theme = "alabaster"
+html_theme_options = {"description": "Federated matrix factorization for scikit-learn",
+                      "fixed_sidebar": True}
+html_title = f"sklearn_fedmf {release}"
+
+
+class FedmfHelp(Directive):
+    """``.. fedmf-help:: run`` renders ``fedmf run --help`` from the parser itself."""
+
+    optional_arguments = 1
+    final_argument_whitespace = True
+
+    def run(self):
+        from sklearn_fedmf.cli import build_parser
+
+        os.environ["COLUMNS"] = "88"  # argparse wraps to the terminal width
+        parser = build_parser()
+        words = shlex.split(self.arguments[0]) if self.arguments else []
+        if words:
+            parser = parser._subparsers._group_actions[0].choices[words[0]]
+        text = parser.format_help()
+        return [nodes.literal_block(text, text)]
+
+
+class FedmfMethods(Directive):
+    """``.. fedmf-methods::`` a table of the command's method registry and default grids."""
+
+    def run(self):
+        from sklearn_fedmf.cli import METHODS
+
+        lines = [".. list-table::", "   :header-rows: 1", "   :widths: 12 30 26 32", "",
+                 "   * - name", "     - estimator", "     - a client uploads",
+                 "     - default ``tune`` grid"]
+        for m in METHODS.values():
+            fixed = ", ".join(f"{k}={v!r}" for k, v in m.fixed.items())
+            target = m.target.replace(":", ".")
+            grid = "; ".join(f"``{k}`` " + ", ".join(f"{v:g}" if isinstance(v, float) else str(v)
+                                                     for v in values)
+                             for k, values in m.grid.items())
+            lines += [f"   * - ``{m.name}``", f"     - :class:`{target}`"
+                      + (f" (``{fixed}``)" if fixed else ""), f"     - {m.sends}",
+                      f"     - {grid}"]
+        node = nodes.section()
+        self.state.nested_parse(StringList(lines), self.content_offset, node)
+        return node.children
+
+
+def setup(app):
+    app.add_directive("fedmf-help", FedmfHelp)
+    app.add_directive("fedmf-methods", FedmfMethods)
