@@ -412,13 +412,14 @@ def plot_histories(results, path, title):
     axes[0].set_yscale("log")
     axes[0].set_title("Relaxed objective (its weight lambda_t grows)" if binary
                       else "Training objective")
-    axes[0].set_ylabel("objective (log scale)")
+    axes[0].set_ylabel("objective (log scale)" if len(results) == 1
+                       else "objective, each method's own (log scale)")
     axes[1].set_title("F1 on the training data" if binary else "Test RMSE")
     axes[1].set_ylabel(right_label)
     for ax in axes:
         ax.set_xlabel("communication round")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize="small", framealpha=0.7)
     fig.suptitle(title)
     fig.savefig(path, dpi=110)
     plt.close(fig)
