@@ -107,7 +107,7 @@ def run(tasks, n_jobs):
     return Parallel(n_jobs=n_jobs)(delayed(evaluate)(*t[0], **t[1]) for t in tasks)
 
 
-def table_main(X, seeds, quick, n_jobs):
+def table_main(X, seeds, quick, n_jobs, variants=None):
     tasks = [((MODELS[name], X, seed, quick), {}) for name in MODELS for seed in seeds]
     results = iter(run(tasks, n_jobs))
     print(f"\nml-latest-small {X.shape}, 80/20 split, seeds {list(seeds)}: mean (std)")
@@ -122,8 +122,12 @@ def table_main(X, seeds, quick, n_jobs):
     print("ML-1M, paper Table 2: RFRec 0.8831 / 0.6937, RFRecF 0.8840 / 0.6906 (RMSE / MAE)")
 
 
-def table_dropout(X, seeds, quick, n_jobs):
-    makes = {"RFRec": MODELS["RFRec (code)"], "RFRecF": MODELS["RFRecF (code)"]}
+def _variants(names):
+    return {v: MODELS[f"{v} (code)"] for v in names}
+
+
+def table_dropout(X, seeds, quick, n_jobs, variants=("RFRec", "RFRecF")):
+    makes = _variants(variants)
     tasks = [((makes[v], X, s, quick), {"dropout": d}) for v in makes for d in DROPS
              for s in seeds]
     results = iter(run(tasks, n_jobs))
@@ -138,8 +142,8 @@ def table_dropout(X, seeds, quick, n_jobs):
             print(f"{v + ' ' + metric.upper():16s}" + "".join(f"{c:>18s}" for c in cells))
 
 
-def table_sensitivity(X, seeds, quick, n_jobs):
-    makes = {"RFRec": MODELS["RFRec (code)"], "RFRecF": MODELS["RFRecF (code)"]}
+def table_sensitivity(X, seeds, quick, n_jobs, variants=("RFRec", "RFRecF")):
+    makes = _variants(variants)
 
     def params(v, a, lam):
         p = dict(learning_rate=a, reg_consensus=lam)
@@ -163,7 +167,7 @@ def table_sensitivity(X, seeds, quick, n_jobs):
             print(f"{a:<8g}" + "".join(f"{c:>18s}" for c in cells))
 
 
-def table_cost(X, seeds, quick, n_jobs):
+def table_cost(X, seeds, quick, n_jobs, variants=None):
     """Seconds per round and state memory: one engine client per user vs 200 groups."""
     data = {"ml-latest-small": X}
     if not quick:
@@ -208,6 +212,8 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, default=None,
                         help="number of splits/seeds (default 5 for main, 1 otherwise)")
     parser.add_argument("--n-jobs", type=int, default=2, help="fits run in parallel")
+    parser.add_argument("--variants", nargs="+", choices=["RFRec", "RFRecF"],
+                        default=["RFRec", "RFRecF"], help="for the dropout and sensitivity tables")
     parser.add_argument("--quick", action="store_true", help="smoke run: 150 users, 5 rounds")
     args = parser.parse_args(argv)
     X = load(args.quick)
@@ -215,7 +221,7 @@ def main(argv=None):
     for table in tables:
         n_seeds = args.seeds or (5 if table == "main" and not args.quick else 1)
         tic = time.perf_counter()
-        globals()[f"table_{table}"](X, range(n_seeds), args.quick, args.n_jobs)
+        globals()[f"table_{table}"](X, range(n_seeds), args.quick, args.n_jobs, args.variants)
         print(f"({time.perf_counter() - tic:.0f} s)")
 
 

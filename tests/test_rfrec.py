@@ -317,16 +317,17 @@ def test_uploads_hold_only_each_clients_item_matrix():
     rec = est.history_[-1]
     assert rec["bytes_uploaded"] == 6 * m * d * 8 and rec["bytes_downloaded"] == 6 * m * d * 8
     # the dense debug mode sends the same matrices
-    dense = model(max_iter=2, simulate_uploads=True)
-    _, dense_uploads = run_and_log(dense, X)
-    ref = model(max_iter=2)
-    _, ref_uploads = run_and_log(ref, X)
-    W = ref._federation.broadcast.W
-    for c, V_c in dense_uploads[-1].items():
-        assert isinstance(V_c, np.ndarray) and V_c.shape == (m, d)
-        np.testing.assert_allclose(V_c, ref_uploads[-1][c].toarray(W), atol=1e-15)
-    np.testing.assert_allclose(dense.components_, ref.components_, atol=1e-14)
-    assert ref.comm_rounds_ == 4
+    for optimizer in ("gd", "adam"):
+        dense = model(max_iter=2, simulate_uploads=True, optimizer=optimizer)
+        _, dense_uploads = run_and_log(dense, X)
+        ref = model(max_iter=2, optimizer=optimizer)
+        _, ref_uploads = run_and_log(ref, X)
+        W = ref._federation.broadcast.W
+        for c, V_c in dense_uploads[-1].items():
+            assert isinstance(V_c, np.ndarray) and V_c.shape == (m, d)
+            np.testing.assert_allclose(V_c, ref_uploads[-1][c].toarray(W), atol=1e-15)
+        np.testing.assert_allclose(dense.components_, ref.components_, atol=1e-14)
+        assert ref.comm_rounds_ == 4
 
 
 @pytest.mark.parametrize("schedule", ["l2gd", "algorithm2"])
