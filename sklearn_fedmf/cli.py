@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import inspect
 import json
 import os
 import re
@@ -274,12 +275,10 @@ def _check_sizes(X, args):
         )
     cpr = args.clients_per_round
     if isinstance(cpr, int) and args.clients is not None and cpr > args.clients:
-        if "clients_per_round" not in args.explicit:  # the default 10 with fewer clients
-            args.clients_per_round = args.clients
-            return _check_sizes(X, args)
-        raise CommandError(
-            f"impossible sizes: --clients-per-round {cpr} is more than --clients {args.clients}"
-        )
+        if "clients_per_round" in args.explicit:
+            raise CommandError(f"impossible sizes: --clients-per-round {cpr} is more than "
+                               f"--clients {args.clients}")
+        args.clients_per_round = args.clients  # the default 10 with fewer clients: all of them
     if args.rank is not None and args.rank > n_items:
         raise CommandError(f"impossible sizes: --rank {args.rank} is more than {n_items} items")
 
@@ -291,8 +290,6 @@ def fit_method(method, estimator, X_train, X_test=None, seen=None):
     Each distinct warning becomes one ``note`` line (once per command: ``seen`` holds those
     already printed) and is kept in the result.
     """
-    import inspect
-
     fit_params = {}
     if X_test is not None and "eval_set" in inspect.signature(estimator.fit).parameters:
         fit_params["eval_set"] = X_test
