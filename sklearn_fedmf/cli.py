@@ -67,7 +67,7 @@ METHODS = {
         Method(
             "fedmc-admm", "sklearn_fedmf.completion:FedMCADMM", "completion", "FedMC-ADMM",
             "its item-factor copy W_i and dual Y_i",
-            grid={"alpha_u": [1e-6, 1.0, 10.0], "beta": [0.1, 1.0, 10.0], "local_iter": [5, 10],
+            grid={"alpha_u": [1e-6, 1.0, 10.0], "beta": ["auto", 0.01, 0.1], "local_iter": [5, 10],
                   "n_clients": [50, 100], "n_components": [5, 10]},
         ),
         Method(
