@@ -9,6 +9,7 @@ from sklearn_fedmf import AggregatedBMF, Felb
 from sklearn_fedmf._data import split_clients
 from sklearn_fedmf.binary import _elb, _felb
 from sklearn_fedmf.binary._aggregated import aggregate_boolean
+from sklearn_fedmf.datasets import make_binary_tiles
 from sklearn_fedmf.metrics import f1_boolean
 from sklearn_fedmf.privacy import gaussian_sigma
 
@@ -16,18 +17,12 @@ PREDICT_IS_A_MATRIX = "predict returns the (n_samples, n_features) Boolean recon
 
 
 def tiles(n=800, m=80, k=4, density=1.0, noise=0.0, seed=0):
-    """Spec 8.10's disjoint tiles: rows and columns cut at random into k + 1 groups, tile l =
-    row group l x column group l (the last groups stay empty), thinned, then XOR noise."""
-    rng = np.random.default_rng(seed)
-    rows = np.array_split(rng.permutation(n), k + 1)
-    cols = np.array_split(rng.permutation(m), k + 1)
-    U, V = np.zeros((n, k), bool), np.zeros((k, m), bool)
-    for lab in range(k):
-        U[rows[lab], lab] = True
-        V[lab, cols[lab]] = True
-    truth = (U.astype(int) @ V.astype(int)) > 0
-    X = (truth & (rng.random((n, m)) < density)) ^ (rng.random((n, m)) < noise)
-    return sp.csr_matrix(X.astype(float)), truth
+    """Spec 8.10's disjoint tiles (rows and columns cut at random into k + 1 groups, tile l =
+    row group l x column group l), thinned to ``density``, then XOR noise; returns the data
+    and the noise-free full tiles (the ground truth of F1*)."""
+    data = make_binary_tiles(n, m, k, noise=noise, tile_density=density, overlap=False,
+                             random_state=seed)
+    return data.X, data.X_clean
 
 
 def brute_force_prox(x, a, c, lo=0.0, hi=3.0, step=1e-5):
@@ -388,9 +383,11 @@ def test_sparse_and_dense_inputs_agree():
     X, _ = tiles(100, 25, 2, density=0.9, noise=0.05, seed=10)
     kw = dict(n_components=2, n_clients=3, max_iter=10, random_state=0)
     a = Felb(**kw).fit(X)
-    b = Felb(**kw).fit(X.toarray().astype(bool))
-    np.testing.assert_allclose(a.components_relaxed_, b.components_relaxed_, atol=1e-10)
-    np.testing.assert_allclose(a.user_factors_relaxed_, b.user_factors_relaxed_, atol=1e-10)
+    for other in (X.toarray().astype(bool), sp.csc_matrix(X), sp.coo_array(X)):
+        b = Felb(**kw).fit(other)
+        np.testing.assert_allclose(a.components_relaxed_, b.components_relaxed_, atol=1e-10)
+        np.testing.assert_allclose(a.user_factors_relaxed_, b.user_factors_relaxed_,
+                                   atol=1e-10)
 
 
 def test_binary_input_contract():
