@@ -46,6 +46,7 @@ class Method:
     sends: str  # what a client uploads, for ``fedmf methods``
     fixed: dict = field(default_factory=dict)
     grid: dict = field(default_factory=dict)
+    objective: str = ""  # methods with the same label here record the same objective function
 
     def load(self):
         """The estimator class, or None when it is not part of this installation."""
@@ -69,6 +70,7 @@ METHODS = {
             "its item-factor copy W_i and dual Y_i",
             grid={"alpha_u": [1e-6, 1.0, 10.0], "beta": ["auto", 0.01, 0.1], "local_iter": [5, 10],
                   "n_clients": [50, 100], "n_components": [5, 10]},
+            objective="fedmc",
         ),
         Method(
             "fedmavg", "sklearn_fedmf.completion:FedMAvg", "completion", "FedMAvg",
@@ -76,6 +78,7 @@ METHODS = {
             fixed={"variant": "fedmc_admm"},  # the baseline as the FedMC-ADMM paper restates it
             grid={"alpha_u": [1e-6, 1.0, 10.0], "local_iter_u": [5, 10],
                   "local_iter_v": [5, 10], "n_clients": [50, 100], "n_components": [5, 10]},
+            objective="fedmc",  # (1/p) sum_i [f_i + R_i] + R(V), as FedMC-ADMM's
         ),
         Method(
             "fedmgs", "sklearn_fedmf.completion:FedMGS", "completion", "FedMGS",
@@ -318,8 +321,16 @@ def fit_method(method, estimator, X_train, X_test=None, seen=None):
     if method.kind == "completion" and "eval_rmse" not in summary and X_test is not None:
         summary["eval_rmse"] = -float(estimator.score(X_train, X_test))
     return {"method": method.name, "label": method.label, "kind": method.kind,
+            "objective": _objective_id(method, estimator),
             "estimator": type(estimator).__name__, "params": _jsonable(estimator.get_params()),
             "summary": summary, "warnings": messages, "history": history}
+
+
+def _objective_id(method, estimator):
+    """Which objective ``history_`` records: shared only while the variant is unchanged."""
+    params = estimator.get_params()
+    unchanged = all(params.get(k) == v for k, v in method.fixed.items())
+    return method.objective if method.objective and unchanged else method.name
 
 
 def cmd_run(args):
@@ -409,7 +420,8 @@ def plot_histories(results, path, title):
     axes[0].set_yscale("log")
     axes[0].set_title("Relaxed objective (its weight lambda_t grows)" if binary
                       else "Training objective")
-    axes[0].set_ylabel("objective (log scale)" if len(results) == 1
+    same = len({r["objective"] for r in results}) == 1
+    axes[0].set_ylabel("objective (log scale)" if same
                        else "objective, each method's own (log scale)")
     axes[1].set_title("F1 on the training data" if binary else "Test RMSE")
     axes[1].set_ylabel(right_label)
