@@ -368,6 +368,9 @@ def _setup(args, X, name, kind):
 
 def _title(setup):
     parts = [setup["name"].split(" (")[0]]
+    if setup["test_size"]:
+        held = round(100 * setup["test_size"])
+        parts.append(f"{100 - held}/{held} hold-out")
     if setup["clients"]:
         parts.append(f"{setup['clients']} clients")
     if setup["clients_per_round"] and setup["kind"] == "completion":
