@@ -407,6 +407,7 @@ def plot_histories(results, path, title):
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         _note("matplotlib is not installed, so no figure was drawn (pip install "
               "'sklearn_fedmf[plot]'); the histories are in the JSON file")
@@ -429,6 +430,7 @@ def plot_histories(results, path, title):
     axes[1].set_title("F1 on the training data" if binary else "Test RMSE")
     axes[1].set_ylabel(right_label)
     for ax in axes:
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_xlabel("communication round")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small", framealpha=0.7)
