@@ -328,3 +328,15 @@ def test_bad_init_and_too_many_clients_raise():
         FederatedClustering(3, n_clients=21).fit(X)
     with pytest.raises(ValueError, match="clients_per_round=5 is larger"):
         FederatedClustering(3, n_clients=4, clients_per_round=5).fit(X)
+
+
+def test_n_init_keeps_the_cheapest_of_several_federations():
+    X, _ = blobs(n=90)
+    params = dict(n_clients=3, max_iter=15, random_state=0)
+    single = FederatedClustering(3, **params).fit(X)
+    runs = []
+    best = FederatedClustering(3, n_init=3, callback=lambda k, info: runs.append(k) and False,
+                               **params).fit(X)
+    assert runs.count(1) == 3  # three federations ran
+    assert best.score(X) >= single.score(X)  # the first start is the n_init=1 run
+    assert best.n_iter_ == len(best.history_) <= 15

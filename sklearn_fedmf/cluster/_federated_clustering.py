@@ -112,6 +112,16 @@ def nearest_center(X, W):
     return labels, np.maximum(dist[np.arange(len(labels)), labels], 0.0)
 
 
+def clustering_cost(X, W, onehot):
+    """Each sample's cluster and cost: ``min_{k, t >= 0} ||x - t w_k||^2`` (one-sparse ONMF), or
+    ``min_k ||x - w_k||^2`` (K-means)."""
+    if onehot:
+        return nearest_center(X, W)
+    labels, _, gain = one_sparse_fit(X, W)
+    sq = np.asarray(X.multiply(X).sum(axis=1)).ravel() if sp.issparse(X) else (X * X).sum(1)
+    return labels, np.maximum(sq - gain, 0.0)
+
+
 def one_hot(labels, n_clusters):
     A = np.zeros((len(labels), n_clusters))
     A[np.arange(len(labels)), labels] = 1.0
@@ -442,6 +452,11 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     init : {"random"} or array-like of shape (n_clusters, n_features), default="random"
         ``"random"``: centers and memberships i.i.d. ``U[0, a)``, ``a = sqrt(mean|X| / K)``.
         An array: initial centers; each sample starts from its best one-sparse fit to them.
+    n_init : int, default=1
+        Federations run from different random starts (as in ``KMeans``); the one with the
+        lowest final clustering cost (``-score`` on the training samples: one scalar per
+        client) is kept. Communication grows ``n_init``-fold; ``history_`` is the kept run's.
+        With an array ``init`` a single run is made.
     dropout : float, default=0.0
         Probability that a sampled client fails in a round.
     callback : callable, default=None
@@ -512,6 +527,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "init": [StrOptions({"random"}), "array-like"],
+        "n_init": [Interval(Integral, 1, None, closed="left")],
         "dropout": [Interval(Real, 0, 1, closed="left")],
         "callback": [callable, None],
         "random_state": ["random_state"],
@@ -546,6 +562,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         max_iter=1000,
         tol=1e-8,
         init="random",
+        n_init=1,
         dropout=0.0,
         callback=None,
         random_state=None,
@@ -576,6 +593,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.max_iter = max_iter
         self.tol = tol
         self.init = init
+        self.n_init = n_init
         self.dropout = dropout
         self.callback = callback
         self.random_state = random_state
@@ -656,14 +674,28 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                 rho_max=(self.rho_max if self.rho_max is not None else (1.0 if mgs else 100.0))
                 * scale,
             )
-        state, init_bytes = initialize_federation(protocol, blocks, entropy=entropy,
-                                                  n_jobs=self.n_jobs)
-        state = run_rounds(
-            protocol, blocks, state, max_iter=self.max_iter, tol=self.tol, schedule=schedule,
-            nu=nu, callback=self.callback, verbose=self.verbose, label=type(self).__name__,
-            init_bytes=init_bytes, clients_per_round=self.clients_per_round, entropy=entropy,
-            n_jobs=self.n_jobs, dropout=self.dropout,
-        )
+        starts = [entropy]
+        if centers is None and self.n_init > 1:  # further starts: spawned, reproducible seeds
+            starts += [int(c.generate_state(1, np.uint64)[0])
+                       for c in np.random.SeedSequence(entropy).spawn(self.n_init - 1)]
+        best = None
+        for start in starts:
+            state, init_bytes = initialize_federation(protocol, blocks, entropy=start,
+                                                      n_jobs=self.n_jobs)
+            state = run_rounds(
+                protocol, blocks, state, max_iter=self.max_iter, tol=self.tol,
+                schedule=schedule, nu=nu, callback=self.callback, verbose=self.verbose,
+                label=type(self).__name__, init_bytes=init_bytes,
+                clients_per_round=self.clients_per_round, entropy=start, n_jobs=self.n_jobs,
+                dropout=self.dropout,
+            )
+            if len(starts) > 1:
+                cost = sum(clustering_cost(b.X, state.server_state["W"], onehot)[1].sum()
+                           for b in blocks)
+                if best is not None and cost >= best[0]:
+                    continue
+            best = (None if len(starts) == 1 else cost, state)
+        state = best[1]
         W = state.server_state["W"]
         A = np.zeros((n_samples, K))
         for block, client_state in zip(blocks, state.client_states):
@@ -682,13 +714,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         return self
 
     def _assign(self, X):
-        W = self.cluster_centers_.T
-        if self.h_constraint == "onehot":
-            labels, dist = nearest_center(X, W)
-            return labels, dist
-        labels, _, gain = one_sparse_fit(X, W)
-        sq = np.asarray(X.multiply(X).sum(axis=1)).ravel() if sp.issparse(X) else (X * X).sum(1)
-        return labels, np.maximum(sq - gain, 0.0)
+        return clustering_cost(X, self.cluster_centers_.T, self.h_constraint == "onehot")
 
     def predict(self, X):
         """The cluster of each sample: ``argmax_k max(0, w_k.x)^2 / ||w_k||^2``, the exact

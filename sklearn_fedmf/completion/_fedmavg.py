@@ -133,7 +133,8 @@ def u_phase(state, block, broadcast, *, variant, c_factor, alpha_u, l1_ratio, po
     L = lambda_max(Vt.T @ Vt) + (alpha_u * (1.0 - l1_ratio) if variant == "wang_chang" else 0.0)
     c = c_factor * max(L, EPS_LIPSCHITZ)
     U = u_steps(state["U"], Vt, block.X, local_iter_u, c, alpha_u, l1_ratio, positive)
-    omega = client_weight(block, client_weights) / broadcast["total"]
+    # a client without ratings has a zero gradient: any omega > 0 gives it the same steps
+    omega = max(client_weight(block, client_weights), 1.0) / broadcast["total"]
     return {"U": U, "Vt": Vt, "q2": broadcast["q2"], "omega": omega}
 
 
@@ -148,9 +149,12 @@ def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alp
     else:
         scale = 1.0 / omega
         d_local = d_factor * max(lambda_max(U.T @ U) / omega + ridge, EPS_LIPSCHITZ)
-        d = {"global": d_global, "local": d_local}.get(w_step)
-        if w_step == "guarded":  # G5: never a step longer than 1/(0.51 L_Wp) locally
+        if w_step == "local":
+            d = d_local
+        elif w_step == "guarded":  # G5: never a step longer than 1/(0.51 L_Wp) locally
             d = max(d_global, 0.51 * d_local / d_factor)
+        else:
+            d = d_global
     Wt = w_steps(state["Vt"], U, block.X, state["q2"], d, scale, alpha_v, l1_ratio, positive)
     return {"W": Wt}
 
@@ -184,11 +188,8 @@ def client_update(state, block, broadcast, rng, selected, *, prepared, u_params,
 def server_update(server_state, uploads, round_index, *, aggregation, local_iter_v, q_hat):
     """``V^{s+1}``: the (weighted) mean of the uploaded local copies (8)-(10)."""
     clients = list(uploads)
-    if aggregation == "weighted":
-        w = server_state["weights"][clients]
-        w = w / w.sum()
-    else:
-        w = np.full(len(clients), 1.0 / len(clients))
+    w = server_state["weights"][clients] if aggregation == "weighted" else np.ones(len(clients))
+    w = w / w.sum() if w.sum() > 0 else np.full(len(clients), 1.0 / len(clients))
     Vt = sum(wi * uploads[p]["W"] for wi, p in zip(w, clients))
     q2 = q2_schedule(round_index + 2, local_iter_v, q_hat)
     return {**server_state, "Vt": Vt}, {"Vt": Vt, "q2": q2, "total": server_state["total"]}
