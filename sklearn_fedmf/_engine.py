@@ -285,10 +285,10 @@ def resident_blocks(blocks):
     """
     current = _placement.get()
     client = _dask_client()
-    if client is None or (current is not None and _same_blocks(current.blocks, blocks)):
-        yield
+    cores = {} if client is None else client.ncores()
+    if not cores or (current is not None and _same_blocks(current.blocks, blocks)):
+        yield  # not on Dask, no worker yet (joblib waits for one), or already resident
         return
-    cores = client.ncores()
     workers = sorted(cores)
     share = np.cumsum([cores[w] for w in workers], dtype=float)
     cum = np.cumsum([_weight(b) for b in blocks], dtype=float)
