@@ -49,6 +49,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -57,7 +58,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from joblib import effective_n_jobs
+from joblib._parallel_backends import ThreadingBackend
 from joblib.parallel import get_active_backend
+from sklearn import config_context, get_config
 from sklearn.utils.parallel import Parallel, delayed
 
 __all__ = [
@@ -217,6 +220,18 @@ def _dispatch(task, items, weights, n_jobs, n_jobs_eff, *args):
     batches = _batches(items, n_jobs_eff, weights, homes)
     if len(batches) == 1:
         return [task(batches[0], *args)]
+    if placement is None and isinstance(get_active_backend(prefer="threads")[0],
+                                        ThreadingBackend):
+        # The default: our own threads. joblib's result loop polls every 10 ms, which costs
+        # more than a whole round of a small problem (measured: 13 ms per call vs 0.07 ms).
+        config = get_config()  # thread-local in scikit-learn: hand it over as Parallel does
+
+        def run(batch):
+            with config_context(**config):
+                return task(batch, *args)
+
+        with ThreadPoolExecutor(min(n_jobs_eff, len(batches))) as pool:
+            return list(pool.map(run, batches))
     if placement is None:
         return Parallel(n_jobs=n_jobs, prefer="threads")(delayed(task)(b, *args) for b in batches)
     batches = [[(it[0], it[1], placement.futures[it[0]], *it[3:]) for it in b] for b in batches]

@@ -1,0 +1,60 @@
+"""The engine's dispatch: results do not depend on the backend, and the default thread path
+does not go through joblib's result loop (which polls every 10 ms: more than a small round)."""
+
+import threading
+from contextlib import nullcontext
+
+import numpy as np
+import pytest
+from joblib import parallel_config
+
+from sklearn_fedmf import FedMCADMM, _engine
+
+
+@pytest.fixture(autouse=True)
+def always_dispatch(monkeypatch):
+    monkeypatch.setattr(_engine, "MIN_PARALLEL_WORK", 0)  # small problems still use workers
+
+
+def _problem():
+    rng = np.random.default_rng(3)
+    M = rng.normal(size=(150, 3)) @ rng.normal(size=(3, 60))
+    return np.where(rng.random(M.shape) < 0.4, M, np.nan)
+
+
+PARAMS = dict(n_components=3, n_clients=6, clients_per_round=4, max_iter=4, local_iter=3,
+              random_state=0)
+
+
+def _strip(history):
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in history]
+
+
+@pytest.mark.parametrize("backend", [None, "threading", "loky"])
+def test_backends_reproduce_the_sequential_fit(backend):
+    X = _problem()
+    ref = FedMCADMM(n_jobs=1, **PARAMS).fit(X)
+    with parallel_config(backend=backend) if backend else nullcontext():
+        par = FedMCADMM(n_jobs=2, **PARAMS).fit(X)
+    np.testing.assert_array_equal(par.components_, ref.components_)
+    np.testing.assert_array_equal(par.user_factors_, ref.user_factors_)
+    assert _strip(par.history_) == _strip(ref.history_)
+
+
+def test_default_threads_bypass_joblib_parallel(monkeypatch):
+    class NoParallel:
+        def __init__(self, *args, **kwargs):
+            raise AssertionError("the default thread path must not build a joblib Parallel")
+
+    threads = set()
+    real = _engine._run_clients
+
+    def recording(items, *args):
+        threads.add(threading.get_ident())
+        return real(items, *args)
+
+    monkeypatch.setattr(_engine, "Parallel", NoParallel)
+    monkeypatch.setattr(_engine, "_run_clients", recording)
+    FedMCADMM(n_jobs=2, **PARAMS).fit(_problem())
+    assert threading.get_ident() not in threads  # the clients ran on worker threads
+    assert 1 <= len(threads) <= 2
