@@ -134,7 +134,7 @@ def bench_movielens(args):
     ml = load_movielens()
     X = binarize(ml.X, threshold=3.25).tocsr()  # ratings >= 3.5 (half-star steps)
     X.eliminate_zeros()
-    C, k, T = 50, 20, 100
+    C, k, T = args.ml_clients, 20, 100
     if args.quick:
         X, C, T = X[:100].tocsr(), 10, 5
     density = X.nnz / np.prod(X.shape)
@@ -160,6 +160,8 @@ def main():
     parser.add_argument("--methods", nargs="+", default=None, choices=sorted(METHODS))
     parser.add_argument("--seeds", type=int, default=None)
     parser.add_argument("--n-jobs", type=int, default=2)
+    parser.add_argument("--ml-clients", type=int, default=50,
+                        help="clients of the MovieLens run (the paper's setting is 50)")
     args = parser.parse_args()
     for section in args.only:
         section_args = argparse.Namespace(**vars(args))
