@@ -9,6 +9,7 @@ lives here once.
 from __future__ import annotations
 
 import warnings
+from abc import ABCMeta, abstractmethod
 from numbers import Integral, Real
 
 import numpy as np
@@ -32,7 +33,9 @@ from ._prox import prox_elastic_net
 __all__ = ["FederatedMFBase"]
 
 
-class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class FederatedMFBase(
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator, metaclass=ABCMeta
+):
     """Base class of the federated matrix-completion estimators (not for direct use)."""
 
     _parameter_constraints: dict = {
@@ -61,15 +64,18 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         "verbose": ["verbose"],
     }
 
-    # ---- to be provided by subclasses -------------------------------------------------
-    def _make_protocol(self, n_items, n_clients):  # pragma: no cover - abstract
-        raise NotImplementedError
+    # ---- provided by each estimator ---------------------------------------------------
+    @abstractmethod
+    def _make_protocol(self, n_items, n_clients):
+        """The algorithm's :class:`~sklearn_fedmf._engine.FederatedProtocol`."""
 
-    def _read_components(self, server_state, broadcast):  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _read_components(self, server_state, broadcast):
+        """The global item factor ``(n_components, n_items)`` from the server's state."""
 
-    def _read_user_factors(self, client_state):  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _read_user_factors(self, client_state):
+        """A client's user factors ``(m_i, n_components)`` from its state."""
 
     # ---- fit ----------------------------------------------------------------------------
     def _fit(self, X, clients, eval_set):
