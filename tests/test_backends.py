@@ -46,15 +46,22 @@ def test_default_threads_bypass_joblib_parallel(monkeypatch):
         def __init__(self, *args, **kwargs):
             raise AssertionError("the default thread path must not build a joblib Parallel")
 
-    threads = set()
+    threads, running, peak, lock = set(), [0], [0], threading.Lock()
     real = _engine._run_clients
 
     def recording(items, *args):
-        threads.add(threading.get_ident())
-        return real(items, *args)
+        with lock:
+            threads.add(threading.get_ident())
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        try:
+            return real(items, *args)
+        finally:
+            with lock:
+                running[0] -= 1
 
     monkeypatch.setattr(_engine, "Parallel", NoParallel)
     monkeypatch.setattr(_engine, "_run_clients", recording)
     FedMCADMM(n_jobs=2, **PARAMS).fit(_problem())
-    assert threading.get_ident() not in threads  # the clients ran on worker threads
-    assert 1 <= len(threads) <= 2
+    assert threads and threading.get_ident() not in threads  # the clients ran on pool threads
+    assert peak[0] <= 2  # never more batches at once than n_jobs
