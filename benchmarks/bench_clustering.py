@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/bench_clustering.py --table synthetic --case 1   # Case 1 split
     python benchmarks/bench_clustering.py --table synthetic --case 2   # Case 2 (Table I)
+    python benchmarks/bench_clustering.py --case 2 --only FedMGS:10    # one row of it
     python benchmarks/bench_clustering.py --table digits               # 20 label-skewed clients
     python benchmarks/bench_clustering.py --quick                      # smoke run, small sizes
 
@@ -96,7 +97,7 @@ def print_row(name, m, results, paper, digits=1):
           f"{mean['rounds']:7.0f} {mean['seconds']:8.1f} {mean['MB up']:9.1f}", flush=True)
 
 
-def synthetic_table(case, sizes, rounds, seeds, n_clients, ms, n_jobs):
+def synthetic_table(case, sizes, rounds, seeds, n_clients, ms, n_jobs, only=None):
     X, y = make_synthetic(*sizes, seed=0)
     clients = partition_fedmf_cases(n_clients=n_clients, case=case, X=X, method="kmeans",
                                     random_state=0) if case == 2 else \
@@ -110,11 +111,14 @@ def synthetic_table(case, sizes, rounds, seeds, n_clients, ms, n_jobs):
     print(header + "\n" + "-" * len(header))
     for algorithm in ("FedMAvg", "FedMGS"):
         for m in ms:
+            if only and f"{algorithm}:{m}" not in only:
+                continue
             results = [run(algorithm, m, X, y, clients, rounds, s, n_jobs) for s in range(seeds)]
             paper = TABLE_I_SYN.get((algorithm, m)) if case == 2 else None
             print_row(algorithm, m, results, paper)
-    print_row("K-means++", None, [kmeans_acc(X, y, s) for s in range(seeds)], None)
-    if case == 2:
+    if not only or "K-means++" in only:
+        print_row("K-means++", None, [kmeans_acc(X, y, s) for s in range(seeds)], None)
+    if case == 2 and not only:
         for name in ("KM||", "BEL", "CAL"):
             print(f"{name:12s} {'-':>4s} {'(not run)':>14s} {TABLE_I_SYN[(name, None)]:9.1f}")
 
@@ -148,6 +152,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=1000)
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--n-jobs", type=int, default=1)
+    parser.add_argument("--only", nargs="+", default=None,
+                        help="synthetic: rows to run, e.g. FedMAvg:10 FedMGS:100 K-means++ "
+                             "(a full table takes ~30 min on 2 cores)")
     parser.add_argument("--n-init", type=int, default=10, help="digits: starts per fit")
     parser.add_argument("--rho0", type=float, default=1e-4, help="digits: initial penalty")
     parser.add_argument("--q-hat", type=int, default=100, help="digits: FedMAvg's Q_hat")
@@ -162,7 +169,7 @@ def main():
         digits_table(50, 1, args.n_jobs, True, (None, 10), 5)
     elif args.table == "synthetic":
         synthetic_table(args.case, (10000, 2000, 20), args.rounds, args.seeds, 100, (10, 100),
-                        args.n_jobs)
+                        args.n_jobs, args.only)
     else:
         digits_table(args.rounds, args.seeds, args.n_jobs, False,
                      [None if m == 20 else m for m in args.m], args.q_hat,

@@ -31,6 +31,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+from threadpoolctl import threadpool_limits
 
 from .._data import resolve_clients
 from .._engine import (
@@ -39,6 +40,7 @@ from .._engine import (
     initialize_federation,
     make_entropy,
     partition_rng,
+    resident_blocks,
     run_federation,
 )
 
@@ -460,7 +462,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     dropout : float, default=0.0
         Probability that a sampled client fails in a round.
     callback : callable, default=None
-        ``callback(round, info)`` after each round; returning True stops the fit.
+        ``callback(round, info)`` after each round (of each of the ``n_init`` federations);
+        returning True stops that federation.
     random_state : int, RandomState instance or None, default=None
     n_jobs : int, default=None
     verbose : int, default=0
@@ -679,22 +682,25 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
             starts += [int(c.generate_state(1, np.uint64)[0])
                        for c in np.random.SeedSequence(entropy).spawn(self.n_init - 1)]
         best = None
-        for start in starts:
-            state, init_bytes = initialize_federation(protocol, blocks, entropy=start,
-                                                      n_jobs=self.n_jobs)
-            state = run_rounds(
-                protocol, blocks, state, max_iter=self.max_iter, tol=self.tol,
-                schedule=schedule, nu=nu, callback=self.callback, verbose=self.verbose,
-                label=type(self).__name__, init_bytes=init_bytes,
-                clients_per_round=self.clients_per_round, entropy=start, n_jobs=self.n_jobs,
-                dropout=self.dropout,
-            )
-            if len(starts) > 1:
-                cost = sum(clustering_cost(b.X, state.server_state["W"], onehot)[1].sum()
-                           for b in blocks)
-                if best is not None and cost >= best[0]:
-                    continue
-            best = (None if len(starts) == 1 else cost, state)
+        # Parallelism is across clients: BLAS threads on the small per-client products only
+        # fight over the cores (as in FederatedMFBase).
+        with threadpool_limits(limits=1, user_api="blas"), resident_blocks(blocks):
+            for start in starts:
+                state, init_bytes = initialize_federation(protocol, blocks, entropy=start,
+                                                          n_jobs=self.n_jobs)
+                state = run_rounds(
+                    protocol, blocks, state, max_iter=self.max_iter, tol=self.tol,
+                    schedule=schedule, nu=nu, callback=self.callback, verbose=self.verbose,
+                    label=type(self).__name__, init_bytes=init_bytes,
+                    clients_per_round=self.clients_per_round, entropy=start,
+                    n_jobs=self.n_jobs, dropout=self.dropout,
+                )
+                cost = 0.0
+                if len(starts) > 1:  # one scalar per client: its samples' clustering cost
+                    cost = sum(clustering_cost(b.X, state.server_state["W"], onehot)[1].sum()
+                               for b in blocks)
+                if best is None or cost < best[0]:
+                    best = (cost, state)
         state = best[1]
         W = state.server_state["W"]
         A = np.zeros((n_samples, K))
