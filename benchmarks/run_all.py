@@ -33,7 +33,7 @@ METHODS = {
     "FedMCADMM": (dict(local_iter=10), "local_iter"),
     "FedMAvg": (dict(local_iter_u=10), "local_iter_u"),
     "FedMGS": (dict(local_iter_u=10), "local_iter_u"),
-    "RFRec": ({}, None),  # one local gradient step per round
+    "RFRec": (dict(optimizer="adam"), None),  # one local step per round; plain GD diverges
     "Felb": (dict(sync_every=10, binarize=3.5), "sync_every"),  # Boolean: ratings >= 4
 }
 DENSE_ONLY = {"Felb"}  # Boolean factorization of the full matrix: not at the Netflix shape
@@ -58,6 +58,34 @@ def cached_matrix(shape_name, quick, cache_dir):
     return X
 
 
+def thread_capacity(n_threads=2, n=30_000_000):
+    """How much faster ``n_threads`` threads run a perfectly parallel nogil loop than one.
+
+    ``n_threads`` on idle cores; less when other processes hold the cores. It calibrates the
+    n_jobs speed-ups of a shared machine.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from numba import njit
+
+    @njit(nogil=True)
+    def spin(n):
+        s = 0.0
+        for i in range(n):
+            s += (i % 7) * 0.5
+        return s
+
+    spin(10)
+    tic = time.perf_counter()
+    for _ in range(n_threads):
+        spin(n)
+    one = time.perf_counter() - tic
+    tic = time.perf_counter()
+    with ThreadPoolExecutor(n_threads) as pool:
+        list(pool.map(spin, [n] * n_threads))
+    return one / (time.perf_counter() - tic)
+
+
 def run_one(method, shape_name, n_jobs, rounds, quick, cache_dir):
     """Fit one configuration in this process; return its figures."""
     import sklearn_fedmf
@@ -78,9 +106,11 @@ def run_one(method, shape_name, n_jobs, rounds, quick, cache_dir):
         params["callback"] = lambda k, info: sampled.append(np.asarray(info["sampled"]))
     estimator.set_params(**params)
 
+    capacity = thread_capacity()
     tic, cpu = time.perf_counter(), time.process_time()
     estimator.fit(X)
     fit_seconds, cpu_seconds = time.perf_counter() - tic, time.process_time() - cpu
+    capacity = (capacity + thread_capacity()) / 2
 
     history = estimator.history_
     labels = np.unique(estimator.clients_, return_inverse=True)[1]
@@ -95,7 +125,7 @@ def run_one(method, shape_name, n_jobs, rounds, quick, cache_dir):
     return {
         "method": method, "shape": shape_name, "n_jobs": n_jobs, "rounds": len(history),
         "nnz": int(X.nnz), "fit_seconds": fit_seconds, "cpu_seconds": cpu_seconds,
-        "round_seconds": round_seconds, "load": os.getloadavg()[0],
+        "round_seconds": round_seconds, "load": os.getloadavg()[0], "capacity": capacity,
         "throughput": touched * steps / round_seconds,
         "metric": metric, "final": float(history[-1][metric]) if metric else float("nan"),
     }
@@ -129,10 +159,12 @@ def print_table(rows, rounds):
           "s/round. peak RSS: the fit's own process, data included. final: training RMSE at "
           "the last round (Felb: its RMSD; its throughput counts every cell of the binarized "
           "matrix). CPU s: the fit's CPU time, all threads; load: the machine's 1-minute load "
-          "average at the end of the fit (other processes share the cores).")
+          "average at the end of the fit (other processes share the cores); 2-thr: how much "
+          "faster 2 threads ran a perfectly parallel loop than 1 just before and after the fit "
+          "(2.0 on idle cores): the ceiling of any n_jobs=2 speed-up at that time.")
     head = (f"{'method':<11}{'shape':<9}{'ratings':>12}{'n_jobs':>7}{'rounds':>7}{'fit s':>9}"
             f"{'CPU s':>9}{'s/round':>10}{'ratings x steps/s':>19}{'peak RSS GB':>13}"
-            f"{'final':>9}{'load':>6}")
+            f"{'final':>9}{'load':>6}{'2-thr':>7}")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -142,7 +174,7 @@ def print_table(rows, rounds):
         print(f"{r['method']:<11}{r['shape']:<9}{r['nnz']:>12,}{r['n_jobs']:>7}{r['rounds']:>7}"
               f"{r['fit_seconds']:>9.1f}{r['cpu_seconds']:>9.1f}{r['round_seconds']:>10.4f}"
               f"{r['throughput']:>19.3g}{r['peak_gb']:>13.2f}{r['final']:>9.4f}"
-              f"{r['load']:>6.1f}")
+              f"{r['load']:>6.1f}{r['capacity']:>7.2f}")
 
 
 def main(argv=None):
