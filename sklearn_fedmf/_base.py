@@ -14,7 +14,12 @@ from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    TransformerMixin,
+    _fit_context,
+)
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
@@ -78,6 +83,29 @@ class FederatedMFBase(
         """A client's user factors ``(m_i, n_components)`` from its state."""
 
     # ---- fit ----------------------------------------------------------------------------
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None, *, clients=None, eval_set=None):
+        """Run the federation on the rating matrix ``X``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_users, n_items)
+            Training ratings: sparse (every stored entry observed) or dense with NaN missing.
+        y : Ignored
+            Not used, present for API consistency by convention.
+        clients : array-like of shape (n_users,), default=None
+            Client label of each row; when None rows are split into ``n_clients`` clients.
+        eval_set : {array-like, sparse matrix} of shape (n_users, n_items), default=None
+            Held-out ratings of the same rows, scored every round with the current federated
+            factors (``history_[k]["eval_rmse"]``).
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
+        return self._fit(X, clients, eval_set)
+
     def _fit(self, X, clients, eval_set):
         first_fit = not (self.warm_start and hasattr(self, "_federation"))
         reject_duplicates(X)

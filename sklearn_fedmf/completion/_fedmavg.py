@@ -36,7 +36,6 @@ from functools import partial
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._base import FederatedMFBase, squared_error_of
@@ -454,32 +453,12 @@ class FedMAvg(FederatedMFBase):
         self.n_jobs = n_jobs
         self.verbose = verbose
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None, *, clients=None, eval_set=None):
-        """Run the federation on the rating matrix ``X``.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_users, n_items)
-            Training ratings: sparse (every stored entry observed) or dense with NaN missing.
-        y : Ignored
-        clients : array-like of shape (n_users,), default=None
-            Client label of each row; when None rows are split into ``n_clients`` clients.
-        eval_set : {array-like, sparse matrix} of shape (n_users, n_items), default=None
-            Held-out ratings of the same rows, scored every round.
-
-        Returns
-        -------
-        self : FedMAvg
-        """
+    def _make_protocol(self, n_items, n_clients):
         if self.variant == "fedmc_admm" and self.w_step not in (None, "local"):
             raise ValueError(
                 f'variant="fedmc_admm" uses its own local step d_i; w_step={self.w_step!r} '
                 'needs variant="wang_chang".'
             )
-        return self._fit(X, clients, eval_set)
-
-    def _make_protocol(self, n_items, n_clients):
         paper = self.variant == "fedmc_admm"
         return make_protocol(
             n_items=n_items, n_clients=n_clients, n_components=self.n_components,

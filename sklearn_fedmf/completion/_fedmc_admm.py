@@ -18,7 +18,6 @@ from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._base import FederatedMFBase, squared_error_of
@@ -383,27 +382,6 @@ class FedMCADMM(FederatedMFBase):
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
-
-    @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None, *, clients=None, eval_set=None):
-        """Run the federation on the rating matrix ``X``.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_users, n_items)
-            Training ratings: sparse (every stored entry observed) or dense with NaN missing.
-        y : Ignored
-        clients : array-like of shape (n_users,), default=None
-            Client label of each row; when None rows are split into ``n_clients`` clients.
-        eval_set : {array-like, sparse matrix} of shape (n_users, n_items), default=None
-            Held-out ratings of the same rows, scored every round with the current federated
-            factors (``history_[k]["eval_rmse"]``).
-
-        Returns
-        -------
-        self : FedMCADMM
-        """
-        return self._fit(X, clients, eval_set)
 
     def _make_protocol(self, n_items, n_clients):
         if self.beta == "auto":
