@@ -9,6 +9,7 @@ its F1 against the input.
 
 from __future__ import annotations
 
+from abc import ABCMeta, abstractmethod
 from numbers import Integral, Real
 
 import numpy as np
@@ -48,7 +49,9 @@ def fold_in(A, V, *, n_steps, **schedule):
     return U > 0.5
 
 
-class BooleanFactorizationBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class BooleanFactorizationBase(
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator, metaclass=ABCMeta
+):
     """Base class of the federated Boolean factorizations (not for direct use)."""
 
     _parameter_constraints: dict = {
@@ -62,9 +65,9 @@ class BooleanFactorizationBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin
         "verbose": ["verbose"],
     }
 
-    def _fold_in_params(self):  # pragma: no cover - abstract
+    @abstractmethod
+    def _fold_in_params(self):
         """``n_steps`` and the step/schedule keywords of :func:`fold_in`."""
-        raise NotImplementedError
 
     def _check_binary(self, X, reset):
         X = validate_data(self, X, accept_sparse=True, dtype=[np.float64, np.float32],
