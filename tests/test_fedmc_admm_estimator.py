@@ -326,3 +326,16 @@ def test_random_partition_is_seeded_and_clients_are_respected(ratings):
     model = small_model().fit(X, clients=labels)
     assert model.n_clients_ == 3
     np.testing.assert_array_equal(model.clients_, labels)
+
+
+def test_inputs_are_never_modified(ratings):
+    X, Y, _ = ratings
+    X_before, Y_before = X.copy(), Y.copy()
+    dense = np.where(X.toarray() != 0, X.toarray(), np.nan)
+    dense_before = dense.copy()
+    model = small_model(center=True).fit(X, eval_set=Y)
+    model.predict(X), model.score(X, Y), model.transform(dense), model.fit(dense)
+    for after, before in ((X, X_before), (Y, Y_before)):
+        np.testing.assert_array_equal(after.data, before.data)
+        np.testing.assert_array_equal(after.indices, before.indices)
+    np.testing.assert_array_equal(dense, dense_before)
