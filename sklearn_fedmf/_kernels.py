@@ -26,6 +26,9 @@ __all__ = [
 ]
 
 _jit = njit(cache=True, nogil=True, fastmath=False)
+# Small helpers are inlined into the loops that call them (numba IR inlining): a call per
+# entry or per step would otherwise cost more than the arithmetic.
+_inline = njit(cache=True, nogil=True, inline="always")
 
 
 @_jit
@@ -122,7 +125,7 @@ def ridge_fold_in(indptr, indices, data, Wt, alpha, out):
             out[t, :] = np.linalg.lstsq(G, b)[0]
 
 
-@_jit
+@_inline
 def _prox_entry(x, l1, shrink, positive):
     """Entrywise prox of the elastic net (``sklearn_fedmf._prox.prox_elastic_net``)."""
     if positive:
@@ -136,13 +139,13 @@ def _prox_entry(x, l1, shrink, positive):
     return z / shrink
 
 
-@_jit
+@_inline
 def _gram_pays(nnz, r, n_steps):
     """Whether forming a row's ``r x r`` Gram once beats ``n_steps`` passes over its entries."""
     return nnz * (r * r + 2 * r) + n_steps * 2 * r * r < n_steps * 4 * r * nnz
 
 
-@_jit
+@_inline
 def _row_gram(indptr, indices, data, t, F, G, b):
     """``G = sum_j f_j f_j^T`` and ``b = sum_j m_tj f_j`` over the stored entries of row ``t``."""
     r = F.shape[1]
@@ -160,7 +163,7 @@ def _row_gram(indptr, indices, data, t, F, G, b):
             G[a, c] = G[c, a]
 
 
-@_jit
+@_inline
 def _row_gradient(indptr, indices, data, t, x, F, use_gram, G, b, g):
     """``g = sum_j (x . f_j - m_tj) f_j`` over row ``t``: from the Gram, or entry by entry."""
     r = F.shape[1]
