@@ -16,7 +16,12 @@ import numpy as np
 from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._engine import FederatedProtocol, initialize_federation, run_federation
+from .._engine import (
+    FederatedProtocol,
+    initialize_federation,
+    resident_blocks,
+    run_federation,
+)
 from ..metrics._binary import boolean_counts
 from ..privacy import check_privacy, compose_basic, flip_probability, privatize
 from ._base import BooleanFactorizationBase, single_threaded_blas
@@ -234,7 +239,7 @@ class AggregatedBMF(BooleanFactorizationBase):
             combine_metrics=combine_metrics,
             broadcast_to_all=True,
         )
-        with single_threaded_blas():
+        with single_threaded_blas(), resident_blocks(blocks):  # Dask: blocks sent once
             state, init_bytes = initialize_federation(protocol, blocks, entropy=entropy,
                                                       n_jobs=self.n_jobs)
             state = run_federation(

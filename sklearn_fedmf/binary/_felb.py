@@ -17,7 +17,12 @@ import numpy as np
 from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._engine import FederatedProtocol, initialize_federation, run_federation
+from .._engine import (
+    FederatedProtocol,
+    initialize_federation,
+    resident_blocks,
+    run_federation,
+)
 from ..metrics._binary import boolean_counts
 from ..privacy import check_privacy, compose_basic, noise_scale, privatize, sensitivity_of
 from ._base import BooleanFactorizationBase, single_threaded_blas
@@ -363,7 +368,7 @@ class Felb(BooleanFactorizationBase):
             update=self.update, prox_mode=self.prox_mode, proximity=self.proximity,
             step_scale=self.step_scale, server_step=self.server_step, privacy=privacy,
         )
-        with single_threaded_blas():
+        with single_threaded_blas(), resident_blocks(blocks):  # Dask: blocks sent once
             state, init_bytes = initialize_federation(protocol, blocks, entropy=entropy,
                                                       n_jobs=self.n_jobs)
             state = run_federation(
