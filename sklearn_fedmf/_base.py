@@ -335,7 +335,7 @@ def _warn_unobserved(X):
             f"{empty_cols} item column(s) have no training rating; their factors only follow "
             "the regularization, so predictions for them are arbitrary.",
             UserWarning,
-            stacklevel=3,
+            stacklevel=5,  # the caller of fit (through _fit_context and _fit)
         )
 
 
