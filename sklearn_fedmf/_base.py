@@ -35,7 +35,17 @@ from ._engine import (
 from ._kernels import grad_rows, ridge_fold_in, squared_error, values_at
 from ._prox import prox_elastic_net
 
-__all__ = ["FederatedMFBase"]
+__all__ = ["FederatedMFBase", "FEDERATION_CONSTRAINTS"]
+
+# Parameters every federated estimator shares (DESIGN section 4), validated the same way.
+FEDERATION_CONSTRAINTS: dict = {
+    "n_clients": [Interval(Integral, 1, None, closed="left")],
+    "partition": [StrOptions({"random", "contiguous"})],
+    "callback": [callable, None],
+    "random_state": ["random_state"],
+    "n_jobs": [Integral, None],
+    "verbose": ["verbose"],
+}
 
 
 class FederatedMFBase(
@@ -44,9 +54,8 @@ class FederatedMFBase(
     """Base class of the federated matrix-completion estimators (not for direct use)."""
 
     _parameter_constraints: dict = {
+        **FEDERATION_CONSTRAINTS,
         "n_components": [Interval(Integral, 1, None, closed="left")],
-        "n_clients": [Interval(Integral, 1, None, closed="left")],
-        "partition": [StrOptions({"random", "contiguous"})],
         "clients_per_round": [
             Interval(Integral, 1, None, closed="left"),
             Interval(Real, 0, 1, closed="right"),
@@ -62,11 +71,7 @@ class FederatedMFBase(
         "clip": ["boolean"],
         "dropout": [Interval(Real, 0, 1, closed="left")],
         "eval_every": [Interval(Integral, 0, None, closed="left")],
-        "callback": [callable, None],
         "warm_start": ["boolean"],
-        "random_state": ["random_state"],
-        "n_jobs": [Integral, None],
-        "verbose": ["verbose"],
     }
 
     # ---- provided by each estimator ---------------------------------------------------

@@ -15,10 +15,11 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.preprocessing import binarize
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
+from .._base import FEDERATION_CONSTRAINTS
 from .._data import resolve_clients, split_clients
 from .._engine import make_entropy, partition_rng
 from ..metrics._binary import check_binary, f1_boolean
@@ -55,14 +56,9 @@ class BooleanFactorizationBase(
     """Base class of the federated Boolean factorizations (not for direct use)."""
 
     _parameter_constraints: dict = {
+        **FEDERATION_CONSTRAINTS,
         "n_components": [Interval(Integral, 1, None, closed="left")],
-        "n_clients": [Interval(Integral, 1, None, closed="left")],
-        "partition": [StrOptions({"random", "contiguous"})],
         "binarize": [Real, None],
-        "callback": [callable, None],
-        "random_state": ["random_state"],
-        "n_jobs": [Integral, None],
-        "verbose": ["verbose"],
     }
 
     @abstractmethod

@@ -33,6 +33,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
+from .._base import FEDERATION_CONSTRAINTS
 from .._data import resolve_clients
 from .._engine import (
     FederatedProtocol,
@@ -505,13 +506,12 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     """
 
     _parameter_constraints: dict = {
+        **FEDERATION_CONSTRAINTS,
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "algorithm": [StrOptions({"fedmgs", "fedmavg"})],
         "local_iter_u": [Interval(Integral, 1, None, closed="left")],
         "local_iter_v": [Interval(Integral, 1, None, closed="left"), None],
         "q_hat": [Interval(Integral, 0, None, closed="left")],
-        "n_clients": [Interval(Integral, 1, None, closed="left")],
-        "partition": [StrOptions({"random", "contiguous"})],
         "clients_per_round": [Interval(Integral, 1, None, closed="left"),
                               Interval(Real, 0, 1, closed="right"), None],
         "participation": [StrOptions({"pcc", "pcp"})],
@@ -532,10 +532,6 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         "init": [StrOptions({"random"}), "array-like"],
         "n_init": [Interval(Integral, 1, None, closed="left")],
         "dropout": [Interval(Real, 0, 1, closed="left")],
-        "callback": [callable, None],
-        "random_state": ["random_state"],
-        "n_jobs": [Integral, None],
-        "verbose": ["verbose"],
     }
 
     def __init__(
