@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sklearn_fedmf._kernels import grad_cols, grad_rows, ridge_fold_in, squared_error, values_at
+from sklearn_fedmf._kernels import (
+    grad_cols,
+    grad_rows,
+    linearized_cols,
+    ridge_fold_in,
+    squared_error,
+    values_at,
+)
 
 RTOL = 1e-10  # the spec's "exact"
 
@@ -145,3 +152,44 @@ def test_ridge_fold_in_without_penalty_is_least_squares():
         obs = mask[t]
         resid = M[t, obs] - Wt[obs] @ out[t]
         assert np.linalg.norm(Wt[obs].T @ resid) <= 1e-9 * np.linalg.norm(M[t, obs])
+
+
+@pytest.mark.parametrize("n_steps", [1, 2, 10])
+@pytest.mark.parametrize("unsorted", [False, True])
+def test_linearized_cols_matches_dense_iteration(n_steps, unsorted):
+    # Items as rows: every count of raters from 0 to 12 occurs, so every path of the kernel
+    # runs (closed form, k < r coordinates, Gram, entry by entry) and each k group holds
+    # several columns, at r = 5.
+    r, p, beta = 5, 4, 0.7
+    rng = np.random.default_rng(n_steps)
+    n_items, n_users = 39, 12
+    mask = np.zeros((n_items, n_users), dtype=bool)
+    for j in range(n_items):
+        mask[j, rng.permutation(n_users)[: j % 13]] = True
+    rows, cols = np.nonzero(mask)
+    values = np.where(rng.random(rows.size) < 0.2, 0.0, rng.normal(size=rows.size))
+    Xt = sp.csr_matrix((values, (rows, cols)), shape=mask.shape)
+    assert Xt.nnz == mask.sum()
+    if unsorted:
+        for j in range(n_items):
+            a, b = Xt.indptr[j], Xt.indptr[j + 1]
+            perm = a + rng.permutation(b - a)
+            Xt.indices[a:b], Xt.data[a:b] = Xt.indices[perm].copy(), Xt.data[perm].copy()
+    M = np.zeros(mask.shape)
+    M[rows, cols] = values
+    U = rng.normal(size=(n_users, r))
+    W0 = np.ascontiguousarray(rng.normal(size=(n_items, r)))
+    target = rng.normal(size=(n_items, r))
+    L = np.linalg.norm(U.T @ U) / p
+    W, W_prev = W0.copy(), None
+    for _ in range(n_steps):  # w <- (L w + target - h / p) / (L + beta), h = U^T P(U w - m)
+        W_prev = W
+        H = ((W @ U.T - M) * mask) @ U
+        W = (L * W + target - H / p) / (L + beta)
+    out, out_prev = np.full_like(W0, np.nan), np.full_like(W0, np.nan)
+    linearized_cols(Xt.indptr, Xt.indices, Xt.data, U, W0, target, L, beta, p, n_steps, out,
+                    out_prev)
+    _assert_close(out, W)
+    _assert_close(out_prev, W_prev)
+    if n_steps == 1:  # the last step starts at the stored W: exactly
+        np.testing.assert_array_equal(out_prev, W0)
