@@ -23,6 +23,7 @@ from sklearn_fedmf._data import check_ratings, split_clients
 from sklearn_fedmf._engine import evaluate, initialize_federation, nbytes, run_federation
 from sklearn_fedmf._prox import soft_threshold
 from sklearn_fedmf.completion._fedmc_admm import (
+    RESUM_EVERY,
     make_protocol,
     server_init_uploads,
     server_update,
@@ -425,6 +426,29 @@ def test_server_sums_stale_copies_and_ignores_report_order():
     )
 
 
+def test_server_running_sum_tracks_the_exact_sum():
+    # The server adds the sampled clients' changes to a running sum and re-sums exactly
+    # every RESUM_EVERY rounds: V stays within rounding of the exact sum, and equals it
+    # bit for bit at a re-sum round.
+    p, beta, n, r = 6, 0.8, 7, 3
+    rng = np.random.default_rng(11)
+    V0 = rng.normal(size=(n, r))
+    Y0 = {i: {"Y": rng.normal(size=(n, r))} for i in range(p)}
+    state = server_init_uploads({"Vt": V0, "Z": None}, Y0, beta=beta, n_clients=p)[0]
+    kw = dict(beta=beta, n_clients=p, alpha_v=0.1, l1_ratio=0.0, positive=False)
+    for k in range(2 * RESUM_EVERY + 1):
+        uploads = {int(i): {"W": rng.normal(size=(n, r)), "Y": rng.normal(size=(n, r))}
+                   for i in np.sort(rng.choice(p, 2, replace=False))}
+        exact = copy.deepcopy(state)
+        exact.pop("Z_sum", None)  # without a running sum the server sums all p copies
+        V_exact = server_update(exact, uploads, k, **kw)[0]["Vt"]
+        state, V = server_update(state, uploads, k, **kw)
+        if k % RESUM_EVERY == 0:
+            np.testing.assert_array_equal(V, V_exact)
+        else:
+            assert_close(V, V_exact)
+
+
 def test_exact_w_equals_a_dense_solve_of_p11():
     block, d, U, _, V, Y, p, beta = _w_inputs(seed=7)
     r, n = V.shape
@@ -731,8 +755,9 @@ def test_uploads_hold_exactly_w_and_y_of_item_shape():
                 np.testing.assert_array_equal(up[key], cs[local])
                 assert not np.shares_memory(up[key], cs["U"])
                 assert not np.shares_memory(up[key], block.X.data)
-        # The server holds V and the Z_i = W_i + Y_i / beta, nothing of U_i or M_i ...
-        assert set(state.server_state) == {"Vt", "Z"}
+        # The server holds V, the Z_i = W_i + Y_i / beta and their running sum, nothing of U_i
+        # or M_i ...
+        assert set(state.server_state) == {"Vt", "Z", "Z_sum"}
         for cs, block in zip(state.client_states, problem.blocks):
             for arr in state.server_state.values():
                 assert not np.shares_memory(arr, cs["U"])

@@ -31,6 +31,7 @@ EPS_LIPSCHITZ = 1e-8  # floor of L_W and L_U (spec 1.4): avoids 0/0 once l1 zero
 
 
 AUTO_BETA = 0.3  # beta="auto" = AUTO_BETA * initial_curvature(...), measured (bench_beta.py)
+RESUM_EVERY = 20  # rounds between exact sums of the server's aggregate
 
 
 def initial_curvature(n_rows, n_clients, n_components, init_scale):
@@ -147,15 +148,25 @@ def server_update(server_state, uploads, round_index, *, beta, n_clients, alpha_
                   positive):
     """(P-16): ``V = prox_{R/(p beta)}((1/p) sum_i (W_i + Y_i / beta))`` over ALL clients.
 
-    Non-sampled clients enter with the ``Z_i`` they last sent. ``Z`` is updated in place: the
-    server owns it and it is far too large to copy every round.
+    Non-sampled clients enter with the ``Z_i`` they last sent. ``Z`` and its running sum are
+    updated in place: the server owns them and they are far too large to copy every round.
+    The sum takes the sampled clients' changes (``O(|S| n r)`` instead of re-reading all
+    ``p`` copies) and is recomputed exactly every ``RESUM_EVERY`` rounds, which bounds the
+    rounding drift (spec 9). Both orders are fixed: the result does not depend on ``n_jobs``.
     """
-    Z = server_state["Z"]
+    Z, total = server_state["Z"], server_state.get("Z_sum")
+    exact = total is None or round_index % RESUM_EVERY == 0
     for i, upload in uploads.items():
-        np.add(upload["W"], upload["Y"] / beta, out=Z[i])
-    A = Z.sum(axis=0) / n_clients  # fixed client order: deterministic, no drift
-    Vt = prox_elastic_net(A, 1.0 / (n_clients * beta), alpha_v, l1_ratio, positive)
-    return {"Vt": Vt, "Z": Z}, Vt
+        Z_new = upload["W"] + upload["Y"] / beta
+        if not exact:
+            total += Z_new
+            total -= Z[i]
+        Z[i] = Z_new
+    if exact:
+        total = Z.sum(axis=0)
+    Vt = prox_elastic_net(total / n_clients, 1.0 / (n_clients * beta), alpha_v, l1_ratio,
+                          positive)
+    return {"Vt": Vt, "Z": Z, "Z_sum": total}, Vt
 
 
 def client_metrics(state, block, Vt, *, alpha_u, l1_ratio):
