@@ -222,8 +222,10 @@ def _dispatch(task, items, weights, n_jobs, n_jobs_eff, *args):
     homes = None if placement is None else placement.home[[it[0] for it in items]]
     own_threads = placement is None and isinstance(get_active_backend(prefer="threads")[0],
                                                     ThreadingBackend)
-    # A task on our own pool costs ~20 us, so small batches there; joblib's cost more.
-    batches = _batches(items, n_jobs_eff, weights, homes, per_worker=8 if own_threads else 2)
+    # A task on our own pool costs ~25 us: one per client while the clients are few (a round's
+    # sample; best balance), else ~2 per worker as for joblib, whose tasks cost more.
+    few = own_threads and len(items) <= 8 * n_jobs_eff
+    batches = _batches(items, n_jobs_eff, weights, homes, per_worker=8 if few else 2)
     if len(batches) == 1:
         return [task(batches[0], *args)]
     if placement is not None:
