@@ -164,22 +164,56 @@ def _gram_pays(nnz, r, n_steps):
     return nnz * (r * r + 2 * r) + n_steps * 2 * r * r < n_steps * 4 * r * nnz
 
 
-@_inline
-def _row_gram(indptr, indices, data, t, F, G, b):
-    """``G = sum_j f_j f_j^T`` and ``b = sum_j m_tj f_j`` over the stored entries of row ``t``."""
-    r = F.shape[1]
-    G[:, :] = 0.0
-    b[:] = 0.0
-    for s in range(indptr[t], indptr[t + 1]):
-        j = indices[s]
-        for a in range(r):
-            fa = F[j, a]
-            b[a] += data[s] * fa
-            for c in range(a, r):
-                G[a, c] += fa * F[j, c]
+# Reassociating lets LLVM vectorize the reductions. The summation order then depends only on
+# the length (no peeling for alignment: tested), so results stay the same for any n_jobs.
+_reduce = njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+
+
+@_reduce
+def _gram_of_gathered(Bt, k, x, G, b):
+    """``G = Bt[:, :k] Bt[:, :k]^T`` and ``b = Bt[:, :k] x[:k]`` as contiguous dot products."""
+    r = Bt.shape[0]
     for a in range(r):
-        for c in range(a):
-            G[a, c] = G[c, a]
+        Ba = Bt[a]
+        acc = 0.0
+        for s in range(k):
+            acc += x[s] * Ba[s]
+        b[a] = acc
+        for c in range(a, r):
+            Bc = Bt[c]
+            acc = 0.0
+            for s in range(k):
+                acc += Ba[s] * Bc[s]
+            G[a, c] = acc
+            G[c, a] = acc
+
+
+@_inline
+def _row_gram(indptr, indices, data, t, F, Bt, x, G, b):
+    """``G = sum_j f_j f_j^T`` and ``b = sum_j m_tj f_j`` over the stored entries of row ``t``.
+
+    The row's factors are gathered into the rows of ``Bt`` (``r x k``, at least ``k`` long)
+    first: accumulating into ``G`` entry by entry is bound by the latency of its updates
+    (2.3x slower).
+    """
+    lo, k = indptr[t], indptr[t + 1] - indptr[t]
+    for s in range(k):
+        j = indices[lo + s]
+        x[s] = data[lo + s]
+        for a in range(F.shape[1]):
+            Bt[a, s] = F[j, a]
+    _gram_of_gathered(Bt, k, x, G, b)
+
+
+@_inline
+def _gram_buffers(indptr, r, n_steps):
+    """Gather buffers long enough for every row of ``indptr`` whose Gram pays."""
+    longest = 0
+    for t in range(len(indptr) - 1):
+        k = indptr[t + 1] - indptr[t]
+        if k > longest and _gram_pays(k, r, n_steps):
+            longest = k
+    return np.empty((r, longest)), np.empty(longest)
 
 
 @_inline
@@ -218,10 +252,11 @@ def prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positiv
     b = np.empty(r)
     g = np.empty(r)
     u = np.empty(r)
+    Bt, x = _gram_buffers(indptr, r, n_steps)
     for t in range(U.shape[0]):
         use_gram = _gram_pays(indptr[t + 1] - indptr[t], r, n_steps)
         if use_gram:
-            _row_gram(indptr, indices, data, t, Wt, G, b)
+            _row_gram(indptr, indices, data, t, Wt, Bt, x, G, b)
         for a in range(r):
             u[a] = U[t, a]
         for _ in range(n_steps):
@@ -295,6 +330,7 @@ def linearized_cols(indptr, indices, data, U, Wt, target, L, beta, n_clients, n_
     acc, acc_prev = np.zeros(vec_at[r]), np.zeros(vec_at[r])
     T = np.empty(max(np.max(count * np.arange(r + 1)), 1))
     G, b, h, w = np.empty((r, r)), np.empty(r), np.empty(r), np.empty(r)
+    Bt, x = _gram_buffers(indptr, r, n_steps)
     filled = np.zeros(r + 1, np.int64)
     for j in range(n):
         lo, k = indptr[j], indptr[j + 1] - indptr[j]
@@ -320,7 +356,7 @@ def linearized_cols(indptr, indices, data, U, Wt, target, L, beta, n_clients, n_
         cols[col_at[g_k] + f] = j
         v, m = vec_at[g_k] + f, mat_at[g_k] + f
         if use_gram:
-            _row_gram(indptr, indices, data, j, U, G, b)
+            _row_gram(indptr, indices, data, j, U, Bt, x, G, b)
             for a in range(r):
                 S[v + a * n_g] = Wt[j, a]
                 D[v + a * n_g] = target[j, a] * inv_denom + gamma * b[a]

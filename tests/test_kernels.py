@@ -12,6 +12,7 @@ from sklearn_fedmf._kernels import (
     grad_cols,
     grad_rows,
     linearized_cols,
+    prox_grad_rows,
     ridge_fold_in,
     squared_error,
     values_at,
@@ -193,3 +194,39 @@ def test_linearized_cols_matches_dense_iteration(n_steps, unsorted):
     _assert_close(out_prev, W_prev)
     if n_steps == 1:  # the last step starts at the stored W: exactly
         np.testing.assert_array_equal(out_prev, W0)
+
+
+def _varied_block(seed, n_rows, n_cols, max_k):
+    """CSR rows holding 0, 1, ..., max_k entries (cycling), some of them explicit zeros."""
+    rng = np.random.default_rng(seed)
+    mask = np.zeros((n_rows, n_cols), dtype=bool)
+    for t in range(n_rows):
+        mask[t, rng.permutation(n_cols)[: t % (max_k + 1)]] = True
+    rows, cols = np.nonzero(mask)
+    values = np.where(rng.random(rows.size) < 0.2, 0.0, rng.normal(size=rows.size))
+    X = sp.csr_matrix((values, (rows, cols)), shape=mask.shape)
+    M = np.zeros(mask.shape)
+    M[rows, cols] = values
+    return X, M, mask
+
+
+@pytest.mark.parametrize("n_steps", [1, 10])
+@pytest.mark.parametrize("l1, shrink, positive", [(0.0, 1.3, False), (0.05, 1.0, False),
+                                                  (0.02, 1.1, True)])
+def test_prox_grad_rows_matches_dense_iteration(n_steps, l1, shrink, positive):
+    # Rows with 0 to 40 entries at r = 5: both the entry-by-entry and the Gram path run.
+    r, L = 5, 30.0
+    X, M, mask = _varied_block(n_steps, 82, 45, 40)
+    rng = np.random.default_rng(3)
+    U0, Wt = rng.normal(size=(X.shape[0], r)), np.ascontiguousarray(rng.normal(size=(45, r)))
+    U = U0.copy()
+    for _ in range(n_steps):
+        Z = U - ((U @ Wt.T - M) * mask) @ Wt / L
+        if positive:
+            Z = np.maximum(Z - l1, 0.0)
+        else:
+            Z = np.sign(Z) * np.maximum(np.abs(Z) - l1, 0.0)
+        U = Z / shrink
+    out = np.full_like(U0, np.nan)
+    prox_grad_rows(X.indptr, X.indices, X.data, U0, Wt, L, n_steps, l1, shrink, positive, out)
+    _assert_close(out, U)
