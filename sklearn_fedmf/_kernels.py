@@ -433,12 +433,12 @@ def linearized_cols(indptr, indices, data, U, Wt, target, L, beta, n_clients, n_
                     out_prev[j, a] += c_before * U[iq, a]
 
 
-@_jit
+@_reduce
 def squared_distance(A, B):
-    """``||A - B||_F^2`` for two arrays of the same 2-D shape."""
+    """``||A - B||_F^2`` for two C-contiguous arrays of the same 2-D shape."""
+    a, b = A.reshape(A.size), B.reshape(B.size)
     total = 0.0
-    for i in range(A.shape[0]):
-        for a in range(A.shape[1]):
-            d = A[i, a] - B[i, a]
-            total += d * d
+    for i in range(a.size):
+        d = a[i] - b[i]
+        total += d * d
     return total

@@ -14,6 +14,7 @@ from sklearn_fedmf._kernels import (
     linearized_cols,
     prox_grad_rows,
     ridge_fold_in,
+    squared_distance,
     squared_error,
     values_at,
 )
@@ -230,3 +231,11 @@ def test_prox_grad_rows_matches_dense_iteration(n_steps, l1, shrink, positive):
     out = np.full_like(U0, np.nan)
     prox_grad_rows(X.indptr, X.indices, X.data, U0, Wt, L, n_steps, l1, shrink, positive, out)
     _assert_close(out, U)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (7, 3), (3706, 5)])
+def test_squared_distance_matches_numpy(shape):
+    rng = np.random.default_rng(sum(shape))
+    A, B = rng.normal(size=shape), rng.normal(size=shape)
+    _assert_close(squared_distance(A, B), np.sum((A - B) ** 2))
+    assert squared_distance(A, A) == 0.0
