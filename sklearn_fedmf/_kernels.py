@@ -272,7 +272,8 @@ def linearized_cols(indptr, indices, data, U, Wt, target, L, beta, n_clients, n_
                     out_prev):
     """FedMC-ADMM's W loop over the item columns (which do not interact).
 
-    ``indptr/indices/data`` are the client's block transposed (items x users, CSR). Each step
+    ``indptr/indices/data`` are the client's block transposed (items x users, CSR); ``Wt``,
+    ``target``, ``out`` and ``out_prev`` must be C-contiguous. Each step
     is ``w <- (L w + target - h / p) / (L + beta)`` with ``h = U^T P_Omega(U w - m)`` for the
     column; ``L`` is already divided by ``p``. ``out_prev`` receives the last step's starting
     point. So a step is the affine map ``w <- keep w + c - gamma B^T B w``, with ``B`` the
@@ -302,10 +303,13 @@ def linearized_cols(indptr, indices, data, U, Wt, target, L, beta, n_clients, n_
         pow_last, sigma_last = keep * pow_last, keep * sigma_last + 1.0
     # Every column starts from the part of its solution that ignores its ratings, the closed
     # form w_t = keep^t w_0 + sigma_t t_j / (L + beta); the rated columns then correct it.
-    for j in range(n):
-        for a in range(r):
-            out_prev[j, a] = pow_before * Wt[j, a] + (sigma_before * inv_denom) * target[j, a]
-            out[j, a] = pow_last * Wt[j, a] + (sigma_last * inv_denom) * target[j, a]
+    # (Flat views: one long vectorized loop; all four arrays are C-contiguous.)
+    w0, t0 = Wt.reshape(Wt.size), target.reshape(target.size)
+    o, o_prev = out.reshape(out.size), out_prev.reshape(out_prev.size)
+    c_last, c_before = sigma_last * inv_denom, sigma_before * inv_denom
+    for i in range(w0.size):
+        o_prev[i] = pow_before * w0[i] + c_before * t0[i]
+        o[i] = pow_last * w0[i] + c_last * t0[i]
     # Pack the rated columns' state once, structure-of-arrays: few-rater columns grouped by
     # k, Gram columns in one group; entry (q, f) of a group at [start + q * count + f] for its
     # f-th column. The steps then run as long loops over a group's columns (vectorized, no

@@ -322,6 +322,15 @@ def test_w_loop_iterates_p67():
     assert_close(w_loop_linearized(U, _T(W0), _T(V), _T(Y), block.Xt, 4, beta, p)[0].T, W)
 
 
+def test_w_loop_accepts_any_memory_order():
+    block, d, U, W0, V, Y, p, beta = _w_inputs(seed=6)
+    c_order = w_loop_linearized(U, _T(W0), _T(V), _T(Y), block.Xt, 3, beta, p)
+    f_order = w_loop_linearized(U, np.asfortranarray(W0.T), np.asfortranarray(V.T),
+                                np.asfortranarray(Y.T), block.Xt, 3, beta, p)
+    for a, b in zip(c_order, f_order):
+        np.testing.assert_array_equal(a, b)
+
+
 def _server_uploads(seed, p=3, n=7, r=2):
     rng = np.random.default_rng(seed)
     Ws = [rng.normal(size=(n, r)) for _ in range(p)]

@@ -109,9 +109,11 @@ def w_loop_linearized(U, Wt, Vt, Yt, Xt, n_steps, beta, n_clients):
     """
     _check_block(Xt, Wt, U)
     L_U = max(np.linalg.norm(U.T @ U), EPS_LIPSCHITZ)
-    out, out_prev = np.empty_like(Wt), np.empty_like(Wt)
-    linearized_cols(Xt.indptr, Xt.indices, Xt.data, U, Wt, beta * Vt - Yt, L_U / n_clients,
-                    beta, n_clients, n_steps, out, out_prev)
+    Wt = np.ascontiguousarray(Wt)  # the kernel's flat passes need C order (a no-op here)
+    out, out_prev = np.empty(Wt.shape), np.empty(Wt.shape)
+    linearized_cols(Xt.indptr, Xt.indices, Xt.data, U, Wt,
+                    np.ascontiguousarray(beta * Vt - Yt), L_U / n_clients, beta, n_clients,
+                    n_steps, out, out_prev)
     return out, out_prev, L_U
 
 
@@ -179,7 +181,8 @@ def client_metrics(state, block, Vt, *, alpha_u, l1_ratio):
         "n": block.nnz,
         "sse_eval": squared_error_of(block.X_eval, U, Vt),
         "n_eval": 0 if block.X_eval is None else block.X_eval.nnz,
-        "consensus": squared_distance(state["Wt"], Vt),
+        "consensus": squared_distance(np.ascontiguousarray(state["Wt"]),
+                                      np.ascontiguousarray(Vt)),
     }
 
 
