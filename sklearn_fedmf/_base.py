@@ -346,6 +346,6 @@ def _warn_unobserved(X):
 
 def squared_error_of(block_X, U, Vt):
     """Sum of squared residuals of ``U Vt^T`` at the stored entries of ``block_X``."""
-    if block_X is None or block_X.nnz == 0:
+    if block_X is None:  # (an empty block needs no test: the kernel then sums nothing)
         return 0.0
     return squared_error(block_X.indptr, block_X.indices, block_X.data, U, Vt)

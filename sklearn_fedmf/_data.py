@@ -170,7 +170,7 @@ class ClientBlock(NamedTuple):
 
     @property
     def nnz(self):
-        return self.X.nnz
+        return int(self.X.indptr[-1])  # canonical CSR; scipy's nnz property costs 10x more
 
 
 def split_clients(X, codes, n_clients, X_eval=None):
