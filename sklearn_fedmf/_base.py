@@ -150,7 +150,7 @@ class FederatedMFBase(
         X = _shift(X, -self._offset)
         if eval_X is not None:
             eval_X = _shift(eval_X, -self._offset)
-        blocks = split_clients(X, codes, n_clients, eval_X)
+        blocks = split_clients(X, codes, n_clients, eval_X, n_jobs=self.n_jobs)
         self.n_users_ = n_rows
         _warn_unobserved(X)
 

@@ -18,7 +18,7 @@ def low_rank_ratings(m=120, n=40, r=2, density=0.5, test_fraction=0.2, seed=0):
 @pytest.fixture(autouse=True)
 def always_dispatch_to_workers(monkeypatch):
     """Tests use small data: make the engine use its workers anyway when n_jobs > 1."""
-    monkeypatch.setattr("sklearn_fedmf._engine.MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr("sklearn_fedmf._dispatch.MIN_PARALLEL_WORK", 0)
 
 
 @pytest.fixture

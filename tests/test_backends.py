@@ -8,12 +8,8 @@ import numpy as np
 import pytest
 from joblib import parallel_config
 
-from sklearn_fedmf import FedMCADMM, _engine
-
-
-@pytest.fixture(autouse=True)
-def always_dispatch(monkeypatch):
-    monkeypatch.setattr(_engine, "MIN_PARALLEL_WORK", 0)  # small problems still use workers
+from sklearn_fedmf import FedMCADMM, _data, _dispatch, _engine
+from sklearn_fedmf._data import check_ratings, split_clients
 
 
 def _problem():
@@ -60,8 +56,41 @@ def test_default_threads_bypass_joblib_parallel(monkeypatch):
             with lock:
                 running[0] -= 1
 
-    monkeypatch.setattr(_engine, "Parallel", NoParallel)
+    monkeypatch.setattr(_dispatch, "Parallel", NoParallel)
     monkeypatch.setattr(_engine, "_run_clients", recording)
     FedMCADMM(n_jobs=2, **PARAMS).fit(_problem())
     assert threads and threading.get_ident() not in threads  # the clients ran on pool threads
     assert peak[0] <= 2  # never more batches at once than n_jobs
+
+
+def test_one_thread_pool_per_engine_call(monkeypatch):
+    # Starting a pool costs 0.3 ms, a sizable part of a small round: the rounds (and the
+    # evaluations) of one run_federation call share one pool.
+    made = []
+
+    class CountingPool(_dispatch.ThreadPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            made.append(self)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(_dispatch, "ThreadPoolExecutor", CountingPool)
+    model = FedMCADMM(n_jobs=2, **{**PARAMS, "max_iter": 12}).fit(_problem())
+    assert model.n_iter_ == 12
+    assert 1 <= len(made) <= 2  # initialize_federation, run_federation
+    assert all(pool._shutdown for pool in made)  # and none is left running
+
+
+def test_blocks_cut_on_threads_are_the_blocks_cut_in_order(monkeypatch):
+    X = check_ratings(_problem())
+    codes = np.random.default_rng(0).integers(0, 7, X.shape[0])
+    eval_X = X.copy()
+    eval_X.data += 1.0
+    serial = split_clients(X, codes, 7, eval_X)
+    monkeypatch.setattr(_data, "PARALLEL_SPLIT_NNZ", 0)
+    threaded = split_clients(X, codes, 7, eval_X, n_jobs=2)
+    assert len(threaded) == len(serial) == 7
+    for a, b in zip(serial, threaded):
+        np.testing.assert_array_equal(a.rows, b.rows)
+        for m, n in ((a.X, b.X), (a.Xt, b.Xt), (a.X_eval, b.X_eval)):
+            assert m.shape == n.shape and (m != n).nnz == 0
+            np.testing.assert_array_equal(m.indptr, n.indptr)

@@ -20,6 +20,7 @@ from sklearn_fedmf import (  # noqa: E402
     FedMGS,
     Felb,
     RFRec,
+    _dispatch,  # noqa: E402
     _engine,  # noqa: E402
 )
 from sklearn_fedmf._data import ClientBlock  # noqa: E402
@@ -33,12 +34,6 @@ def dask_client():
         dashboard_address=None,
     ) as cluster, distributed.Client(cluster) as client:
         yield client
-
-
-@pytest.fixture(autouse=True)
-def always_dispatch(monkeypatch):
-    # The test problems are small; make the engine send every round to the workers anyway.
-    monkeypatch.setattr(_engine, "MIN_PARALLEL_WORK", 0)
 
 
 def _ratings():
@@ -88,18 +83,18 @@ def test_fedmcadmm_on_dask_reproduces_local_fit_and_scatters_blocks_once(dask_cl
         scattered.append(data)
         return real_scatter(data, *args, **kwargs)
 
-    class RecordingParallel(_engine.Parallel):
+    class RecordingParallel(_dispatch.Parallel):
         def __call__(self, iterable):
             tasks = list(iterable)
             dispatched.append(tasks)
             return super().__call__(tasks)
 
     def keep_block_keys(round_index, info):
-        block_keys.update(f.key for f in _engine._placement.get().futures)
+        block_keys.update(f.key for f in _dispatch._placement.get().futures)
 
     block_keys = set()
     monkeypatch.setattr(dask_client, "scatter", scatter)
-    monkeypatch.setattr(_engine, "Parallel", RecordingParallel)
+    monkeypatch.setattr(_dispatch, "Parallel", RecordingParallel)
     dask_client.run(_clear_transfer_log)
     with distributed.get_task_stream(dask_client) as stream:
         with parallel_config(backend="dask"):

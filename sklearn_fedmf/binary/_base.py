@@ -90,7 +90,7 @@ class BooleanFactorizationBase(
         labels, codes, n_clients = resolve_clients(
             n_rows, clients, self.n_clients, self.partition, partition_rng(entropy)
         )
-        return X, labels, split_clients(X, codes, n_clients), entropy
+        return X, labels, split_clients(X, codes, n_clients, n_jobs=self.n_jobs), entropy
 
     def _stack_rows(self, blocks, parts, width, dtype):
         out = np.zeros((sum(b.n_rows for b in blocks), width), dtype=dtype)
