@@ -22,7 +22,13 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._base import FederatedMFBase, squared_error_of
 from .._engine import FederatedProtocol
-from .._kernels import grad_cols, linearized_cols, prox_grad_rows, squared_distance
+from .._kernels import (
+    grad_cols,
+    linearized_cols,
+    prox_grad_rows,
+    replace_and_accumulate,
+    squared_distance,
+)
 from .._prox import elastic_net_value, prox_elastic_net
 
 __all__ = ["FedMCADMM"]
@@ -159,11 +165,11 @@ def server_update(server_state, uploads, round_index, *, beta, n_clients, alpha_
     Z, total = server_state["Z"], server_state.get("Z_sum")
     exact = total is None or round_index % RESUM_EVERY == 0
     for i, upload in uploads.items():
-        Z_new = upload["W"] + upload["Y"] / beta
-        if not exact:
-            total += Z_new
-            total -= Z[i]
-        Z[i] = Z_new
+        W, Y = np.ascontiguousarray(upload["W"]), np.ascontiguousarray(upload["Y"])
+        if exact:
+            np.add(W, Y / beta, out=Z[i])
+        else:
+            replace_and_accumulate(Z[i], total, W, Y, beta)
     if exact:
         total = Z.sum(axis=0)
     Vt = prox_elastic_net(total / n_clients, 1.0 / (n_clients * beta), alpha_v, l1_ratio,
