@@ -240,8 +240,9 @@ def _row_gradient(indptr, indices, data, t, x, F, use_gram, G, b, g):
 
 
 @_jit
-def prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positive, out):
-    """``n_steps`` proximal-gradient steps ``U <- prox(U - grad_U / L)`` with ``Wt`` fixed.
+def prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positive, ridge, out):
+    """``n_steps`` proximal-gradient steps ``U <- prox(U - (grad_U + ridge U) / L)``, ``Wt``
+    fixed (``ridge``: a squared-l2 term taken in the gradient rather than in the prox).
 
     Rows do not interact when ``Wt`` is fixed, so each row runs all its steps at once. Its
     gradient is ``G_t u - b_t`` with ``G_t = sum_j w_j w_j^T`` and ``b_t = sum_j m_tj w_j``;
@@ -263,7 +264,7 @@ def prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positiv
         for _ in range(n_steps):
             _row_gradient(indptr, indices, data, t, u, Wt, use_gram, G, b, g)
             for a in range(r):
-                u[a] = _prox_entry(u[a] - g[a] / L, l1, shrink, positive)
+                u[a] = _prox_entry(u[a] - (g[a] + ridge * u[a]) / L, l1, shrink, positive)
         for a in range(r):
             out[t, a] = u[a]
 

@@ -94,3 +94,12 @@ def test_blocks_cut_on_threads_are_the_blocks_cut_in_order(monkeypatch):
         for m, n in ((a.X, b.X), (a.Xt, b.Xt), (a.X_eval, b.X_eval)):
             assert m.shape == n.shape and (m != n).nnz == 0
             np.testing.assert_array_equal(m.indptr, n.indptr)
+
+
+def test_client_generators_are_made_on_first_use_and_draw_the_keyed_stream():
+    lazy = _engine._LazyGenerator(7, _engine._UPDATE_CLIENT, 3, 11)
+    assert lazy._generator is None  # nothing built until a client draws
+    eager = _engine._rng(7, _engine._UPDATE_CLIENT, 3, 11)
+    np.testing.assert_array_equal(lazy.random(5), eager.random(5))
+    np.testing.assert_array_equal(lazy.normal(size=(2, 3)), eager.normal(size=(2, 3)))
+    assert lazy.integers(1000) == eager.integers(1000)

@@ -229,7 +229,17 @@ def test_prox_grad_rows_matches_dense_iteration(n_steps, l1, shrink, positive):
             Z = np.sign(Z) * np.maximum(np.abs(Z) - l1, 0.0)
         U = Z / shrink
     out = np.full_like(U0, np.nan)
-    prox_grad_rows(X.indptr, X.indices, X.data, U0, Wt, L, n_steps, l1, shrink, positive, out)
+    prox_grad_rows(X.indptr, X.indices, X.data, U0, Wt, L, n_steps, l1, shrink, positive, 0.0,
+                   out)
+    _assert_close(out, U)
+    # a ridge term in the gradient: U <- prox(U - (grad + ridge U) / L)
+    U, ridge = U0.copy(), 0.7
+    for _ in range(n_steps):
+        Z = U - (((U @ Wt.T - M) * mask) @ Wt + ridge * U) / L
+        Z = np.maximum(Z - l1, 0.0) if positive else np.sign(Z) * np.maximum(np.abs(Z) - l1, 0)
+        U = Z / shrink
+    prox_grad_rows(X.indptr, X.indices, X.data, U0, Wt, L, n_steps, l1, shrink, positive, ridge,
+                   out)
     _assert_close(out, U)
 
 

@@ -40,7 +40,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._base import FederatedMFBase, squared_error_of
 from .._engine import FederatedProtocol
-from .._kernels import grad_cols, grad_rows
+from .._kernels import grad_cols, prox_grad_rows
 from .._prox import elastic_net_value, prox_elastic_net
 
 __all__ = ["FedMAvg"]
@@ -70,13 +70,16 @@ def prox_nonsmooth(Z, t, alpha, l1_ratio, positive):
 
 
 def u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive):
-    """``n_steps`` proximal-gradient steps of size ``1/c`` on ``U`` with ``V`` fixed (11)."""
-    ridge = alpha * (1.0 - l1_ratio)
-    G = np.empty_like(U)
-    for _ in range(n_steps):
-        grad_rows(X.indptr, X.indices, X.data, U, Vt, G)
-        U = prox_nonsmooth(U - (G + ridge * U) / c, 1.0 / c, alpha, l1_ratio, positive)
-    return U
+    """``n_steps`` proximal-gradient steps of size ``1/c`` on ``U`` with ``V`` fixed (11).
+
+    The ridge part of the regularizer is in the gradient, the l1 part and the sign constraint
+    in the prox (:func:`prox_nonsmooth`); the fused kernel runs each row's steps at once.
+    """
+    out = np.empty(U.shape)
+    prox_grad_rows(X.indptr, X.indices, X.data, np.ascontiguousarray(U),
+                   np.ascontiguousarray(Vt), c, n_steps, alpha * l1_ratio / c, 1.0, positive,
+                   alpha * (1.0 - l1_ratio), out)
+    return out
 
 
 def w_steps(Wt, U, X, n_steps, d, scale, alpha, l1_ratio, positive):

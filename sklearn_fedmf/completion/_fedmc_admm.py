@@ -102,7 +102,7 @@ def u_loop(U, Wt, X, n_steps, alpha_u, l1_ratio, positive):
     out = np.empty_like(U)
     prox_grad_rows(X.indptr, X.indices, X.data, U, Wt, L_W, n_steps,
                    step * alpha_u * l1_ratio, 1.0 + step * alpha_u * (1.0 - l1_ratio),
-                   positive, out)
+                   positive, 0.0, out)
     return out
 
 
