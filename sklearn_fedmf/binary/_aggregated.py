@@ -25,7 +25,7 @@ from .._engine import (
 from ..metrics._binary import boolean_counts
 from ..privacy import check_privacy, compose_basic, flip_probability, privatize
 from ._base import BooleanFactorizationBase, single_threaded_blas
-from ._elb import PROX_MODES, local_steps
+from ._elb import PROX_MODES, local_steps, transposed_block
 
 __all__ = ["AggregatedBMF", "aggregate_boolean"]
 
@@ -62,7 +62,7 @@ def client_update(state, block, broadcast, rng, selected, *, n_components, local
     A = block.X
     U = rng.random((block.n_rows, n_components))
     V = rng.random((n_components, A.shape[1]))
-    U, _, V, _ = local_steps(U, U, V, V, A, A.T.tocsr(), None, t0=0, n_steps=local_iter,
+    U, _, V, _ = local_steps(U, U, V, V, A, transposed_block(block), None, t0=0, n_steps=local_iter,
                              sync_every=1, rate_unit="local", gamma=0.0,
                              proximity="sequential", **solver)
     V_bool = V > 0.5

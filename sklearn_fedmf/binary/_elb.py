@@ -26,6 +26,7 @@ __all__ = [
     "loss_terms",
     "prox_elb",
     "prox_proximity",
+    "transposed_block",
     "u_step",
     "v_step",
 ]
@@ -79,6 +80,12 @@ def integrality_gap_values(X):
     """``min(|x|, |1 - x|)`` per entry."""
     X = np.asarray(X, dtype=float)
     return np.minimum(np.abs(X), np.abs(1.0 - X))
+
+
+def transposed_block(block):
+    """``A^T`` as CSR: the one cut once per fit with the block, else made here."""
+    Xt = getattr(block, "Xt", None)
+    return Xt if Xt is not None else block.X.T.tocsr()
 
 
 def lam_at(t, lam, growth, lam_max):

@@ -26,7 +26,15 @@ from .._engine import (
 from ..metrics._binary import boolean_counts
 from ..privacy import check_privacy, compose_basic, noise_scale, privatize, sensitivity_of
 from ._base import BooleanFactorizationBase, single_threaded_blas
-from ._elb import PROX_MODES, elb_value, integrality_gap_values, lam_at, local_steps, loss_terms
+from ._elb import (
+    PROX_MODES,
+    elb_value,
+    integrality_gap_values,
+    lam_at,
+    local_steps,
+    loss_terms,
+    transposed_block,
+)
 from ._elb import prox_elb as _prox_elb
 
 __all__ = ["Felb"]
@@ -51,7 +59,7 @@ def client_update(state, block, broadcast, rng, selected, *, sync_every, schedul
     Vh = broadcast["Vh"]
     A = block.X
     U, U_prev, V, _ = local_steps(
-        state["U"], state["U_prev"], Vh, Vh, A, A.T.tocsr(), Vh, t0=broadcast["t"],
+        state["U"], state["U_prev"], Vh, Vh, A, transposed_block(block), Vh, t0=broadcast["t"],
         n_steps=sync_every, sync_every=sync_every, **schedule, **step,
     )
     upload = privatize(V, rng, **privacy)  # a fresh array: never the client's own V_i
