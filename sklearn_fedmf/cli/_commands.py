@@ -1,0 +1,191 @@
+"""The subcommands of ``fedmf``: ``run`` (fit, time and summarize methods), ``tune`` (grid
+search of one method) and ``methods`` (list the registry)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from ._data import prepare_data
+from ._messages import CommandError, _note
+from ._registry import METHODS, _methods, available_methods, make_estimator
+from ._report import format_search, format_table, plot_histories
+
+
+def fit_method(method, estimator, X_train, X_test=None, seen=None):
+    """Fit, time, and summarize one estimator.
+
+    Each distinct warning becomes one ``note`` line (once per command: ``seen`` holds those
+    already printed) and is kept in the result.
+    """
+    fit_params = {}
+    if X_test is not None and "eval_set" in inspect.signature(estimator.fit).parameters:
+        fit_params["eval_set"] = X_test
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tic = time.perf_counter()
+        estimator.fit(X_train, **fit_params)
+        seconds = time.perf_counter() - tic
+    messages = list(dict.fromkeys(str(w.message).splitlines()[0] for w in caught))
+    seen = set() if seen is None else seen
+    for message in messages:
+        if message not in seen:
+            _note(message)
+            seen.add(message)
+    history = [_jsonable(r) for r in getattr(estimator, "history_", [])]
+    summary = {
+        "rounds": int(getattr(estimator, "n_iter_", len(history))),
+        "seconds": seconds,
+        "bytes_uploaded": int(sum(r.get("bytes_uploaded", 0) for r in history)),
+        "bytes_downloaded": int(sum(r.get("bytes_downloaded", 0) for r in history)),
+    }
+    for key in ("train_rmse", "eval_rmse", "f1", "rmsd", "objective"):
+        values = [r[key] for r in history if key in r]
+        if values:
+            summary[key] = float(values[-1])
+    if method.kind == "completion" and "eval_rmse" not in summary and X_test is not None:
+        summary["eval_rmse"] = -float(estimator.score(X_train, X_test))
+    return {"method": method.name, "label": method.label, "kind": method.kind,
+            "objective": _objective_id(method, estimator),
+            "estimator": type(estimator).__name__, "params": _jsonable(estimator.get_params()),
+            "summary": summary, "warnings": messages, "history": history}
+
+
+def _objective_id(method, estimator):
+    """Which objective ``history_`` records: shared only while the variant is unchanged."""
+    params = estimator.get_params()
+    unchanged = all(params.get(k) == v for k, v in method.fixed.items())
+    return method.objective if method.objective and unchanged else method.name
+
+
+def cmd_run(args):
+    methods = _methods(args.method)
+    out = Path(args.out)
+    X, X_train, X_test, name = prepare_data(args, methods[0].kind)
+    if X_test is None:  # binary
+        print(f"data: {name}: {X.shape[0]} rows x {X.shape[1]} columns, {X_train.nnz} ones")
+    else:
+        print(f"data: {name}: {X.shape[0]} users x {X.shape[1]} items, {X.nnz} ratings "
+              f"({X_train.nnz} train / {X_test.nnz} test)")
+    results, seen = [], set()
+    for method in methods:
+        estimator = make_estimator(method, args, verbose=0 if args.quiet else 1)
+        results.append(fit_method(method, estimator, X_train, X_test, seen))
+    print()
+    print(format_table(results))
+    out.mkdir(parents=True, exist_ok=True)
+    setup = _setup(args, X, name, methods[0].kind)
+    report = {"command": "run", "data": setup, "results": results}
+    (out / "history.json").write_text(json.dumps(report, indent=1))
+    print(f"\nwrote {out / 'history.json'}")
+    png = plot_histories(results, out / "curves.png", _title(setup))
+    if png is not None:
+        print(f"wrote {png}")
+    return 0
+
+
+def _setup(args, X, name, kind):
+    return {"name": name, "shape": list(X.shape), "nnz": int(X.nnz), "kind": kind,
+            "seed": args.seed, "test_size": None if kind == "binary" else args.test_size,
+            "clients": args.clients, "clients_per_round": args.clients_per_round,
+            "rounds": args.rounds, "rank": args.rank}
+
+
+def _title(setup):
+    parts = [setup["name"].split(" (")[0]]
+    if setup["test_size"]:
+        held = round(100 * setup["test_size"])
+        parts.append(f"{100 - held}/{held} hold-out")
+    if setup["clients"]:
+        parts.append(f"{setup['clients']} clients")
+    if setup["clients_per_round"] and setup["kind"] == "completion":
+        parts.append(f"{setup['clients_per_round']} per round")
+    if setup["rank"]:
+        parts.append(f"rank {setup['rank']}")
+    return ", ".join(parts)
+
+
+def cmd_tune(args):
+    from sklearn.model_selection import GridSearchCV, KFold
+
+    methods = _methods(args.method)
+    if len(methods) != 1:
+        raise CommandError(f"--method {args.method}: tune takes one method at a time")
+    method = methods[0]
+    X, X_fit, y_fit, name = prepare_data(args, method.kind)
+    grid = dict(args.grid) if args.grid else dict(method.grid)
+    estimator = make_estimator(method, args, verbose=0)
+    unknown = sorted(set(grid) - set(estimator.get_params()))
+    if unknown:
+        raise CommandError(f"--grid: {method.name} has no parameter {', '.join(unknown)}")
+    fold_rows = X.shape[0] - -(-X.shape[0] // args.cv)
+    if max(grid.get("n_clients", [0]) + [estimator.get_params().get("n_clients", 0)]) > fold_rows:
+        raise CommandError(
+            f"impossible sizes: a grid or --clients value of n_clients exceeds the {fold_rows} "
+            f"users of a training fold ({args.cv}-fold CV over {X.shape[0]} users)"
+        )
+    cv = KFold(args.cv, shuffle=True, random_state=args.seed)
+    common = dict(cv=cv, n_jobs=args.jobs, error_score="raise", refit=False)
+    if args.halving:
+        from sklearn.experimental import enable_halving_search_cv  # noqa: F401
+        from sklearn.model_selection import HalvingGridSearchCV
+
+        grid.pop("max_iter", None)
+        search = HalvingGridSearchCV(estimator.set_params(n_jobs=None), grid,
+                                     resource="max_iter", max_resources=args.rounds,
+                                     factor=3, random_state=args.seed, **common)
+    else:
+        search = GridSearchCV(estimator.set_params(n_jobs=None), grid, **common)
+    n_candidates = int(np.prod([len(v) for v in grid.values()]))
+    print(f"data: {name}: {X.shape[0]} users x {X.shape[1]} items; tuning {method.label}: "
+          f"{n_candidates} candidates x {args.cv} folds"
+          + (" (successive halving on rounds)" if args.halving else ""), flush=True)
+    tic = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        search.fit(X_fit, y_fit)
+    seconds = time.perf_counter() - tic
+    table, ranked = format_search(search, method.kind, args.top)
+    print(table)
+    best = ranked[0]
+    print(f"\nbest parameters ({seconds:.1f} s): "
+          + ", ".join(f"{k}={v!r}" for k, v in sorted(best["params"].items()) if k != "max_iter")
+          + (f", rounds={best['rounds']}" if "rounds" in best else ""))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"command": "tune", "method": method.name, "halving": args.halving,
+              "data": {"name": name, "shape": list(X.shape), "nnz": int(X.nnz)},
+              "cv": args.cv, "seconds": seconds, "grid": grid, "ranked": ranked}
+    (out / "tune.json").write_text(json.dumps(_jsonable(report), indent=1))
+    print(f"wrote {out / 'tune.json'}")
+    return 0
+
+
+def cmd_methods(args):
+    available = available_methods()
+    print(f"{'name':<12} {'estimator':<32} {'kind':<11} a client uploads")
+    for m in METHODS.values():
+        if m.name in available:
+            fixed = ", ".join(f"{k}={v!r}" for k, v in m.fixed.items())
+            est = m.target.replace(":", ".") + (f"({fixed})" if fixed else "")
+            print(f"{m.name:<12} {est:<32} {m.kind:<11} {m.sends}")
+    return 0
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (np.integer, np.bool_)):
+        return obj.item()
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return repr(obj)

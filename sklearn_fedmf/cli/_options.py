@@ -1,0 +1,102 @@
+"""The option types and shared options of the ``fedmf`` argument parser."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+
+from ._registry import PROTOCOL
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line instead of usage + message
+        print(f"{self.prog}: error: {message} (see '{self.prog} --help')", file=sys.stderr)
+        sys.exit(2)
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _count_or_fraction(text):
+    try:
+        value = float(text) if "." in text else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a count or a fraction, got {text!r}") from None
+    if value <= 0 or (isinstance(value, float) and value > 1):
+        raise argparse.ArgumentTypeError(f"expected a count >= 1 or a fraction in (0, 1], "
+                                         f"got {text!r}")
+    return value
+
+
+def _literal(text):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _assignment(text):
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return key.strip(), _literal(value.strip())
+
+
+def _grid_entry(text):
+    key, sep, values = text.partition("=")
+    if not sep or not key.strip() or not values.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=V1,V2,..., got {text!r}")
+    return key.strip(), [_literal(v.strip()) for v in values.split(",")]
+
+
+class _Explicit(argparse.Action):
+    """Store the value and remember that the user gave the option."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.explicit = {*getattr(namespace, "explicit", set()), self.dest}
+
+
+def _common(parser, *, rounds):
+    p = PROTOCOL
+    data = parser.add_argument_group("data")
+    data.add_argument("--data", default="embedded", metavar="SPEC",
+                      help="'embedded' (MovieLens latest-small shipped with the package, the "
+                           "default), a MovieLens ratings file or folder (u.data, ratings.dat "
+                           "or ratings.csv; 100K, 1M, 10M, 20M, 25M, latest), "
+                           "'movielens:VARIANT' (fetch_movielens: download once, then cached), "
+                           "'synthetic:USERSxITEMSxRATINGS' (make_ratings, e.g. "
+                           "synthetic:2000x500x50k) or, for binary methods, "
+                           "'tiles:ROWSxCOLSxTILES' (make_binary_tiles). Binary methods "
+                           "binarize ratings at >= 3.5")
+    data.add_argument("--test-size", type=float, default=p["test_size"], metavar="FRACTION",
+                      help="held-out fraction of each user's ratings (default: %(default)s)")
+    fed = parser.add_argument_group("federation")
+    fed.add_argument("--clients", type=_positive_int, default=p["clients"], action=_Explicit,
+                     help="number of clients the users are split into (default: %(default)s)")
+    fed.add_argument("--clients-per-round", type=_count_or_fraction, action=_Explicit,
+                     default=p["clients_per_round"], metavar="M",
+                     help="clients sampled each round: a count, or a fraction like 0.1 "
+                          "(default: %(default)s)")
+    fed.add_argument("--rounds", type=_positive_int, default=rounds, action=_Explicit,
+                     help="communication rounds (default: %(default)s)")
+    fed.add_argument("--rank", type=_positive_int, default=p["rank"], action=_Explicit,
+                     help="rank / number of components (default: %(default)s)")
+    fed.add_argument("--jobs", type=int, default=1, action=_Explicit,
+                     help="parallel workers (joblib n_jobs; -1 = all cores; default: 1, "
+                          "fastest on the small embedded data)")
+    fed.add_argument("--seed", type=int, default=p["seed"],
+                     help="seed of the split, the partition and every round (default: "
+                          "%(default)s)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", default="fedmf-out", metavar="DIR",
+                     help="folder for the figure and JSON files (default: %(default)s)")
+    parser.set_defaults(explicit=set())

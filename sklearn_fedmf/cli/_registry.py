@@ -1,0 +1,143 @@
+"""The method registry of the ``fedmf`` command: each method's estimator class, variant and
+default grid, and the mapping of command-line options onto estimator parameters."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+from ._messages import CommandError, _note
+
+MAIN_JOB = ("fedmc-admm", "fedmavg")
+PROTOCOL = dict(clients=100, clients_per_round=10, rounds=100, rank=5, seed=0, test_size=0.2)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One entry of the registry: an estimator class, the parameters of its variant, a grid."""
+
+    name: str
+    target: str  # "module:Class"
+    kind: str  # "completion" (ratings, held-out RMSE) or "binary" (0/1 data, F1)
+    label: str
+    sends: str  # what a client uploads, for ``fedmf methods``
+    fixed: dict = field(default_factory=dict)
+    grid: dict = field(default_factory=dict)
+    objective: str = ""  # methods with the same label here record the same objective function
+
+    def load(self):
+        """The estimator class, or None when it is not part of this installation."""
+        module, _, cls = self.target.partition(":")
+        try:
+            return getattr(importlib.import_module(module), cls)
+        except (ImportError, AttributeError):
+            return None
+
+
+# The RFRec authors' code settings: the paper's plain gradient steps (learning_rate 0.05)
+# diverge on MovieLens, Adam is scale-free (RFRec docstring; benchmarks/bench_rfrec.py).
+_RFREC_CODE = {"optimizer": "adam", "link": "sigmoid", "learning_rate": 0.1,
+               "reg_consensus": 20.0}
+
+METHODS = {
+    m.name: m
+    for m in [
+        Method(
+            "fedmc-admm", "sklearn_fedmf.completion:FedMCADMM", "completion", "FedMC-ADMM",
+            "its item-factor copy W_i and dual Y_i",
+            grid={"alpha_u": [1e-6, 1.0, 10.0], "beta": ["auto", 0.01, 0.1], "local_iter": [5, 10],
+                  "n_clients": [50, 100], "n_components": [5, 10]},
+            objective="fedmc",
+        ),
+        Method(
+            "fedmavg", "sklearn_fedmf.completion:FedMAvg", "completion", "FedMAvg",
+            "its item-factor copy W_i after Q2 local steps",
+            fixed={"variant": "fedmc_admm"},  # the baseline as the FedMC-ADMM paper restates it
+            grid={"alpha_u": [1e-6, 1.0, 10.0], "local_iter_u": [5, 10],
+                  "local_iter_v": [5, 10], "n_clients": [50, 100], "n_components": [5, 10]},
+            objective="fedmc",  # (1/p) sum_i [f_i + R_i] + R(V), as FedMC-ADMM's
+        ),
+        Method(
+            "fedmgs", "sklearn_fedmf.completion:FedMGS", "completion", "FedMGS",
+            "the V-gradient of its squared error and its r x r Gram U_i^T U_i",
+            grid={"alpha_u": [1e-6, 1.0, 10.0], "local_iter_u": [5, 10],
+                  "n_clients": [50, 100], "n_components": [5, 10]},
+        ),
+        Method(
+            "rfrec", "sklearn_fedmf.completion:RFRec", "completion", "RFRec",
+            "its item-matrix copy V_(c) (optionally clipped + Laplace noise)",
+            fixed={"variant": "rfrec", **_RFREC_CODE},
+            grid={"reg_consensus": [5.0, 20.0, 80.0], "learning_rate": [0.03, 0.1],
+                  "n_clients": [50, 100], "n_components": [5, 10]},
+        ),
+        Method(
+            "rfrecf", "sklearn_fedmf.completion:RFRec", "completion", "RFRecF",
+            "its item-matrix copy V_(c), only when its coin flips to averaging",
+            fixed={"variant": "rfrecf", "p": 0.8, "pull_eta": 1.0, **_RFREC_CODE},
+            grid={"reg_consensus": [5.0, 20.0, 80.0], "p": [0.5, 0.8],
+                  "n_clients": [50, 100], "n_components": [5, 10]},
+        ),
+        Method(
+            "felb", "sklearn_fedmf.binary:Felb", "binary", "Felb",
+            "its item-factor copy V_i (optionally with local DP noise)",
+            grid={"lam": [0.01, 0.1], "gamma": [0.1, 1.0], "sync_every": [5, 10],
+                  "n_clients": [10, 50], "n_components": [10, 20]},
+        ),
+        Method(
+            "felb-mu", "sklearn_fedmf.binary:Felb", "binary", "Felb-MU",
+            "its item-factor copy V_i (optionally with local DP noise)",
+            fixed={"update": "mu"},
+            grid={"lam": [0.01, 0.1], "gamma": [0.1, 1.0], "sync_every": [5, 10],
+                  "n_clients": [10, 50], "n_components": [10, 20]},
+        ),
+    ]
+}
+
+# command-line option -> estimator parameter
+_OPTION_PARAMS = {
+    "clients": "n_clients", "clients_per_round": "clients_per_round", "rounds": "max_iter",
+    "rank": "n_components", "jobs": "n_jobs", "seed": "random_state",
+}
+
+
+def available_methods():
+    """Registry entries whose estimator exists in this installation."""
+    return {name: m for name, m in METHODS.items() if m.load() is not None}
+
+
+def _methods(text):
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    available = available_methods()
+    for name in names:
+        if name not in available:
+            raise CommandError(
+                f"unknown method {name!r}; available: {', '.join(available)}"
+            )
+    if len({available[n].kind for n in names}) > 1:
+        raise CommandError(
+            "rating-completion and binary methods cannot share a run (different data and "
+            "metrics); run them separately"
+        )
+    return [available[n] for n in names]
+
+
+def make_estimator(method, args, *, verbose=0):
+    """The estimator of ``method`` with the command-line options mapped onto its parameters."""
+    cls = method.load()
+    params = cls().get_params()
+    chosen = {**method.fixed}
+    for option, param in _OPTION_PARAMS.items():
+        value = getattr(args, option, None)
+        if value is None:
+            continue
+        if param in params:
+            chosen[param] = value
+        elif option in args.explicit:
+            _note(f"{method.name} has no parameter {param}; --{option.replace('_', '-')} ignored")
+    if "verbose" in params:
+        chosen["verbose"] = verbose
+    for key, value in (getattr(args, "set", None) or []):
+        if key not in params:
+            raise CommandError(f"--set {key}=...: {method.name} has no parameter {key!r}")
+        chosen[key] = value
+    return cls(**chosen)
