@@ -1,0 +1,356 @@
+"""The pure functions of :class:`~sklearn_fedmf.FederatedClustering`: the H and W steps of
+orthogonal NMF, the FedMGS and FedMAvg client and server updates, ``make_protocol``, which binds
+them into the engine's ``FederatedProtocol``, and the SNCP round loop that raises ``rho``."""
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._engine import FederatedProtocol, evaluate, run_federation
+
+EPS = 1e-300  # floor of a Lipschitz constant (an all-zero factor)
+
+
+class SampleBlock(NamedTuple):
+    """One client's samples (dense array or CSR) and their global row indices."""
+
+    rows: np.ndarray
+    X: np.ndarray | sp.csr_matrix
+
+    @property
+    def n_rows(self):
+        return self.X.shape[0]
+
+    @property
+    def nnz(self):  # work weight for the engine's load balancing
+        return self.X.nnz if sp.issparse(self.X) else self.X.size
+
+
+# ---- pure solver functions ------------------------------------------------------------------
+def spectral_norm(S):
+    """Largest absolute eigenvalue of a symmetric matrix."""
+    return float(np.abs(np.linalg.eigvalsh(S)).max()) if S.size else 0.0
+
+
+def penalty_matrix(n_clusters, rho, nu):
+    """``B = rho 1 1^T + (nu - rho) I``: ``grad_h R_H = B h`` for the penalty (35)."""
+    return rho * np.ones((n_clusters, n_clusters)) + (nu - rho) * np.eye(n_clusters)
+
+
+def h_steps(A, X, W, *, n_total, rho, nu, c_factor, n_steps):
+    """``n_steps`` projected-gradient steps (11) on the memberships ``A`` (rows = samples).
+
+    ``A <- max(0, A - (A Hc - (2/N) X W) / c)`` with ``Hc = (2/N) W^T W + B`` and
+    ``c = c_factor * ||Hc||_2``: the ``omega_p`` of client ``p`` cancels between its gradient
+    and its constant ``c_p = c_factor * L_Hp``, so any stack of clients' rows is updated at once.
+    """
+    Hc = (2.0 / n_total) * (W.T @ W) + penalty_matrix(W.shape[1], rho, nu)
+    c = c_factor * max(spectral_norm(Hc), EPS)
+    Y = (2.0 / n_total) * np.asarray(X @ W)
+    for _ in range(n_steps):
+        A = np.maximum(A - (A @ Hc - Y) / c, 0.0)
+    return A
+
+
+def one_sparse_fit(X, W):
+    """Best single cluster and scale per sample: ``max_k max(0, x.w_k)^2 / ||w_k||^2`` (2.5).
+
+    Returns ``(labels, scale, gain)``; ``||x - scale w_label||^2 = ||x||^2 - gain``.
+    """
+    norms = (W * W).sum(axis=0)
+    dots = np.maximum(np.asarray(X @ W), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gains = np.where(norms > 0, dots**2 / norms, -np.inf)
+    labels = np.argmax(gains, axis=1)
+    best = gains[np.arange(len(labels)), labels]
+    scale = np.where(np.isfinite(best), dots[np.arange(len(labels)), labels], 0.0)
+    scale = scale / np.where(norms[labels] > 0, norms[labels], 1.0)
+    return labels, scale, np.where(np.isfinite(best), best, 0.0)
+
+
+def nearest_center(X, W):
+    """K-means assignment: ``argmin_k ||x - w_k||^2``, and that squared distance."""
+    sq = np.asarray(X.multiply(X).sum(axis=1)).ravel() if sp.issparse(X) else (X * X).sum(1)
+    dist = sq[:, None] - 2.0 * np.asarray(X @ W) + (W * W).sum(axis=0)
+    labels = np.argmin(dist, axis=1)
+    return labels, np.maximum(dist[np.arange(len(labels)), labels], 0.0)
+
+
+def clustering_cost(X, W, onehot):
+    """Each sample's cluster and cost: ``min_{k, t >= 0} ||x - t w_k||^2`` (one-sparse ONMF), or
+    ``min_k ||x - w_k||^2`` (K-means)."""
+    if onehot:
+        return nearest_center(X, W)
+    labels, _, gain = one_sparse_fit(X, W)
+    sq = np.asarray(X.multiply(X).sum(axis=1)).ravel() if sp.issparse(X) else (X * X).sum(1)
+    return labels, np.maximum(sq - gain, 0.0)
+
+
+def one_hot(labels, n_clusters):
+    A = np.zeros((len(labels), n_clusters))
+    A[np.arange(len(labels)), labels] = 1.0
+    return A
+
+
+def local_w_steps(W, AtA, XtA, n_rows, d, n_steps):
+    """FedMAvg's ``n_steps`` unprojected steps ``W <- W - (W A_p - B_p) / d`` in closed form.
+
+    ``A_p = (2/n_p) A^T A``, ``B_p = (2/n_p) X^T A``. With ``A_p = V diag(lam) V^T`` and
+    ``r = 1 - lam/d``: ``W_Q = W V diag(r^Q) V^T + (B_p/d) V diag(sum_{i<Q} r^i) V^T`` (8.2).
+    """
+    lam, V = np.linalg.eigh((2.0 / n_rows) * AtA)
+    x = lam / d
+    power = (1.0 - x) ** n_steps
+    with np.errstate(divide="ignore", invalid="ignore"):
+        small = np.abs(x) < 0.5  # 1 - r^Q loses digits there: use expm1/log1p
+        geo = np.where(small, -np.expm1(n_steps * np.log1p(-np.where(small, x, 0.0))) / x,
+                       (1.0 - power) / x)
+    geo = np.where(x == 0, float(n_steps), geo)
+    Bp = (2.0 / n_rows) * XtA
+    return (W @ V) * power @ V.T + (Bp @ V) * (geo / d) @ V.T
+
+
+def project_w(W, box):
+    """``P_W``: the box ``[min X, max X]`` (None: unconstrained)."""
+    return W if box is None else np.clip(W, box[0], box[1])
+
+
+def q2_schedule(round_number, local_iter_v, q_hat):
+    """``Q2^s``: constant, or ``floor(q_hat / s) + 1`` when ``local_iter_v`` is None (3.2)."""
+    return int(local_iter_v) if local_iter_v is not None else q_hat // round_number + 1
+
+
+def _with_stats(A, X, sq):
+    """Client state: memberships plus the two Grams every later step needs."""
+    return {"A": A, "AtA": A.T @ A, "XtA": np.asarray(X.T @ A), "sq": sq}
+
+
+def init_server(rng, *, n_features, n_clusters, amplitude, centers, box, rho, q2_first):
+    """``W^1 = P_W(W^0)`` (G1), ``W^0`` i.i.d. ``U[0, a)`` or the given centers."""
+    W0 = centers.T.copy() if centers is not None else amplitude * rng.random((n_features,
+                                                                              n_clusters))
+    W = project_w(W0, box)
+    return {"W": W, "rho": rho}, {"W": W, "rho": rho, "q2": q2_first}
+
+
+def init_client(block, broadcast, rng, *, amplitude, from_centers, onehot, upload):
+    """``H_p^0``: i.i.d. ``U[0, a)``, or the best one-sparse fit to the given centers."""
+    X, W = block.X, broadcast["W"]
+    K = W.shape[1]
+    if from_centers and onehot:
+        A = one_hot(nearest_center(X, W)[0], K)
+    elif from_centers:
+        labels, scale, _ = one_sparse_fit(X, W)
+        A = one_hot(labels, K) * scale[:, None]
+    else:
+        A = amplitude * rng.random((block.n_rows, K))
+        if onehot:
+            A = one_hot(np.argmax(A, axis=1), K)
+    sq = float(X.multiply(X).sum()) if sp.issparse(X) else float(np.vdot(X, X))
+    state = _with_stats(A, X, sq)
+    if upload == "grams":  # FedMGS: G7's one-time upload of H_p H_p^T and X_p H_p^T
+        return state, {"AtA": state["AtA"], "XtA": state["XtA"]}
+    if upload == "gram":  # FedMAvg with the global step: H_p H_p^T for the server's cache
+        return state, {"gram": state["AtA"]}
+    return state, None
+
+
+def h_phase(state, block, broadcast, *, n_total, nu, c_factor, local_iter_u, onehot):
+    """The H phase of a round with ``W^s`` fixed: ``Q1`` PGD steps, or the assignment."""
+    if onehot:
+        A = one_hot(nearest_center(block.X, broadcast["W"])[0], broadcast["W"].shape[1])
+    else:
+        A = h_steps(state["A"], block.X, broadcast["W"], n_total=n_total,
+                    rho=broadcast["rho"], nu=nu, c_factor=c_factor, n_steps=local_iter_u)
+    return _with_stats(A, block.X, state["sq"])
+
+
+def init_uploads(server_state, uploads, *, n_clients, q2):
+    """The server caches every client's one-time Grams (FedMGS's G1/G2, FedMAvg's step)."""
+    cache = {key: np.stack([uploads[p][key] for p in range(n_clients)]) for key in uploads[0]}
+    state = {**server_state, **cache}
+    return state, {"W": state["W"], "rho": state["rho"], "q2": q2}
+
+
+# -- FedMGS (Algorithm 2) --
+
+
+def mgs_client_update(state, block, broadcast, rng, selected, *, h_params):
+    """Sampled client: H phase, then send ``H_p H_p^T`` and ``X_p H_p^T`` (full values)."""
+    new = h_phase(state, block, broadcast, **h_params)
+    return new, {"AtA": new["AtA"], "XtA": new["XtA"]}
+
+
+def mgs_server_update(server_state, uploads, round_index, *, n_total, d_factor, q2, box):
+    """Rebuild ``G1 = (2/N) H H^T``, ``G2 = (2/N) X H^T`` and take ``Q2`` projected steps (32).
+
+    The caches are updated in place (the server owns them); the sums are recomputed in client
+    order, so no rounding drift accumulates.
+    """
+    for p, upload in uploads.items():
+        server_state["AtA"][p] = upload["AtA"]
+        server_state["XtA"][p] = upload["XtA"]
+    G1 = (2.0 / n_total) * server_state["AtA"].sum(axis=0)
+    G2 = (2.0 / n_total) * server_state["XtA"].sum(axis=0)
+    d = d_factor * max(spectral_norm(G1), EPS)
+    W = server_state["W"]
+    for _ in range(q2):
+        W = project_w(W - (W @ G1 - G2) / d, box)
+    rho = server_state["rho"]
+    return {**server_state, "W": W}, {"W": W, "rho": rho, "q2": q2}
+
+
+# -- FedMAvg (Algorithm 1) --
+def mavg_prepare(state, block, broadcast, rng, selected, *, h_params):
+    """Prepare phase (global step): H phase, keep ``W^s``, send ``H_p H_p^T``."""
+    new = h_phase(state, block, broadcast, **h_params)
+    return {**new, "round": broadcast}, {"gram": new["AtA"]}
+
+
+def mavg_server_prepare(server_state, stats, round_index, *, n_total, d_factor):
+    """``d^s = d_factor (2/N) lambda_max(H^s H^s^T)`` over all clients (3.4)."""
+    grams = server_state["gram"].copy()
+    for p, stat in stats.items():
+        grams[p] = stat["gram"]
+    d = d_factor * (2.0 / n_total) * spectral_norm(grams.sum(axis=0))
+    return {**server_state, "gram": grams}, {"d": max(d, EPS)}
+
+
+def mavg_client_update(state, block, message, rng, selected, *, h_params, d_factor, w_step):
+    """H phase (unless prepared), then, if sampled, Q2 local W steps and the upload of W_p."""
+    if w_step == "local":
+        state = {**h_phase(state, block, message, **h_params), "round": message}
+    broadcast = state.pop("round")
+    if not selected:
+        return state, None
+    n_p = block.n_rows
+    d_local = d_factor * (2.0 / n_p) * spectral_norm(state["AtA"])
+    if w_step == "local":
+        d = d_local
+    elif w_step == "guarded":  # G5: never longer than 1/(0.51 L_Wp) on this client
+        d = max(message["d"], 0.51 * d_local / d_factor)
+    else:
+        d = message["d"]
+    W = local_w_steps(broadcast["W"], state["AtA"], state["XtA"], n_p, max(d, EPS),
+                      broadcast["q2"])
+    return state, {"W": W}
+
+
+def mavg_server_update(server_state, uploads, round_index, *, weights, aggregation,
+                       local_iter_v, q_hat, box):
+    """``W^{s+1} = P_W(average of the uploaded W_p)`` ((8)-(10))."""
+    clients = list(uploads)
+    w = weights[clients] if aggregation == "weighted" else np.ones(len(clients))
+    w = w / w.sum()
+    W = project_w(sum(wi * uploads[p]["W"] for wi, p in zip(w, clients)), box)
+    q2 = q2_schedule(round_index + 2, local_iter_v, q_hat)
+    return {**server_state, "W": W}, {"W": W, "rho": server_state["rho"], "q2": q2}
+
+
+# -- diagnostics --
+def client_metrics(state, block, broadcast):
+    """``||X_p - A_p W^T||^2`` from the Grams, the penalty sum and ``||A_p||^2``."""
+    W, AtA = broadcast["W"], state["AtA"]
+    fit = state["sq"] - 2.0 * np.vdot(W, state["XtA"]) + np.vdot(W.T @ W, AtA)
+    trace = float(np.trace(AtA))
+    return {"fit": max(fit, 0.0), "penalty": float(AtA.sum()) - trace, "h_sq": trace}
+
+
+def combine_metrics(server_state, sums, *, n_total, nu):
+    """The penalized objective (2) at ``(W^{s+1}, H^s)`` (G9) and its parts."""
+    rho = server_state["rho"]
+    fit = sums["fit"] / n_total
+    return {
+        "objective": fit + 0.5 * rho * sums["penalty"] + 0.5 * nu * sums["h_sq"],
+        "fit": fit, "penalty": sums["penalty"], "h_sq": sums["h_sq"], "rho": rho,
+    }
+
+
+def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_total, amplitude,
+                  centers, box, rho, nu, onehot, local_iter_u, local_iter_v, q_hat,
+                  participation, aggregation, c_factor, d_factor, w_step):
+    """Bind the hyperparameters to the pure functions above."""
+    h_params = dict(n_total=n_total, nu=nu, c_factor=c_factor, local_iter_u=local_iter_u,
+                    onehot=onehot)
+    mgs = algorithm == "fedmgs"
+    prepared = not mgs and w_step != "local"
+    q2_first = q2_schedule(1, local_iter_v, q_hat)
+    common = dict(
+        init_server=partial(init_server, n_features=n_features, n_clusters=n_clusters,
+                            amplitude=amplitude, centers=centers, box=box, rho=rho,
+                            q2_first=q2_first),
+        init_client=partial(init_client, amplitude=amplitude, from_centers=centers is not None,
+                            onehot=onehot,
+                            upload="grams" if mgs else ("gram" if prepared else None)),
+        client_metrics=client_metrics,
+        combine_metrics=partial(combine_metrics, n_total=n_total, nu=nu),
+    )
+    if mgs:
+        return FederatedProtocol(
+            **common,
+            server_init_uploads=partial(init_uploads, n_clients=n_clients, q2=q2_first),
+            client_update=partial(mgs_client_update, h_params=h_params),
+            server_update=partial(mgs_server_update, n_total=n_total, d_factor=d_factor,
+                                  q2=q2_first, box=box),
+        )
+    return FederatedProtocol(
+        **common,
+        server_init_uploads=(partial(init_uploads, n_clients=n_clients, q2=q2_first)
+                             if prepared else None),
+        client_prepare=partial(mavg_prepare, h_params=h_params) if prepared else None,
+        server_prepare=partial(mavg_server_prepare, n_total=n_total,
+                               d_factor=d_factor) if prepared else None,
+        client_update=partial(mavg_client_update, h_params=h_params, d_factor=d_factor,
+                              w_step=w_step),
+        server_update=partial(mavg_server_update, weights=weights, aggregation=aggregation,
+                              local_iter_v=local_iter_v, q_hat=q_hat, box=box),
+        update_all=participation == "pcc",
+        broadcast_to_all=participation == "pcc",
+    )
+
+
+# ---- SNCP: rounds one at a time, the penalty schedule between them (2.4) -------------------
+def sncp_rho(rho, rel_change, round_number, *, rho_tol, growth, force_every, rho_max):
+    """Next ``rho``: times ``growth`` when the objective stalls (``rel_change < rho_tol``) or
+    every ``force_every`` rounds (the reference code's forced increase), capped at ``rho_max``."""
+    forced = bool(force_every) and round_number % force_every == 0
+    return min(rho * growth, rho_max) if rel_change < rho_tol or forced else rho
+
+
+def run_rounds(protocol, blocks, state, *, max_iter, tol, schedule, nu, callback, verbose,
+               label, **engine):
+    """Run the federation round by round; between rounds the server may raise ``rho``.
+
+    ``epsilon_s = |F_s - F_{s-1}| / F_{s-1}`` with ``F_s = F(W^{s+1}, H^s)`` evaluated centrally
+    (G9); after a raise of ``rho`` the previous value is re-based on the new ``rho``. Stops
+    when ``epsilon_s < tol``, after ``max_iter`` rounds, or when ``callback`` returns True.
+    """
+    F_prev = evaluate(protocol, state, blocks, engine.get("n_jobs"))["objective"]
+    init_bytes = engine.pop("init_bytes")
+    stop = []  # what the user's callback returned, round by round
+    hook = None if callback is None else (lambda k, info: stop.append(bool(callback(k, info))))
+    for s in range(max_iter):
+        state = run_federation(protocol, blocks, max_iter=1, tol=0.0, eval_every=1,
+                               callback=hook, state=state, label=label,
+                               init_bytes=init_bytes if s == 0 else (0, 0), **engine)
+        record = state.history[-1]
+        F = record["objective"]
+        record["rel_change"] = eps = abs(F - F_prev) / max(abs(F_prev), EPS)
+        if verbose:
+            print(f"[{label}] round {record['round']} objective={F:.6g} rho={record['rho']:.3g}"
+                  f" rel_change={eps:.3g}", file=sys.stderr)
+        if (stop and stop[-1]) or eps < tol:
+            break
+        if schedule is not None:
+            rho = sncp_rho(record["rho"], eps, state.n_rounds, **schedule)
+            if rho != record["rho"]:
+                state.server_state = {**state.server_state, "rho": rho}
+                state.broadcast = {**state.broadcast, "rho": rho}
+                F = record["fit"] + 0.5 * rho * record["penalty"] + 0.5 * nu * record["h_sq"]
+        F_prev = F
+    return state
