@@ -18,7 +18,14 @@ from ._commands import cmd_methods, cmd_run, cmd_tune, fit_method  # noqa: F401
 from ._data import BINARY_THRESHOLD, binarize, load_data, prepare_data  # noqa: F401
 from ._messages import CommandError, _one_line  # noqa: F401
 from ._options import _assignment, _common, _grid_entry, _Parser, _positive_int
-from ._registry import MAIN_JOB, METHODS, PROTOCOL, Method, available_methods, make_estimator  # noqa: F401
+from ._registry import (  # noqa: F401
+    MAIN_JOB,
+    METHODS,
+    PROTOCOL,
+    Method,
+    available_methods,
+    make_estimator,
+)
 from ._report import format_search, format_table, plot_histories  # noqa: F401
 
 __all__ = ["main", "METHODS"]

@@ -45,7 +45,7 @@ from .._data import check_like
 from .._kernels import ridge_fold_in
 from ..privacy import PrivacyWarning, laplace_epsilon
 from ._rfrec_kernels import _sigmoid_fold_in
-from ._rfrec_solver import (  # noqa: F401  (_coin, _pulled: the tests import them from here)
+from ._rfrec_solver import (  # noqa: F401  (the tests import _coin and _pulled from here)
     _EXPLODE,
     ItemMatrixUpload,
     _coin,
