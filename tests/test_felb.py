@@ -165,6 +165,39 @@ def objective(A, U, V, kappa, lam):
             + _elb.elb_value(V, kappa, lam))
 
 
+@pytest.mark.parametrize("update, prox_mode, proximity, beta, gamma, update_v", [
+    ("palm", "exact_nonneg", "sequential", 0.0, 0.0, True),
+    ("palm", "exact", "joint", 0.4, 0.7, True),
+    ("palm", "paper_nonneg", "sequential", 0.3, 0.5, True),
+    ("mu", "paper", "sequential", 0.2, 0.3, True),
+    ("mu", "exact_nonneg", "joint", 0.0, 0.9, True),
+    ("palm", "exact_nonneg", "sequential", 0.5, 0.0, False),
+])
+def test_local_steps_compose_u_and_v_steps(update, prox_mode, proximity, beta, gamma,
+                                            update_v):
+    # The compiled local_steps against the step-by-step composition of u_step and v_step,
+    # with the growing lambda schedule.
+    rng = np.random.default_rng(5)
+    A = sp.csr_matrix((rng.random((40, 30)) < 0.3).astype(float))
+    At = A.T.tocsr()
+    U0, U1 = rng.random((40, 4)), rng.random((40, 4))
+    V0, V1, Vh = rng.random((4, 30)), rng.random((4, 30)), rng.random((4, 30))
+    schedule = dict(lam=0.05, growth=1.3, lam_max=2.0, rate_unit="sync", sync_every=3)
+    step = dict(kappa=2e-3, beta=beta, update=update, prox_mode=prox_mode, step_scale=0.9)
+    U, U_prev, V, V_prev = U1, U0, V1, V0
+    for t in range(2, 9):
+        lam_t = _elb.lam_at(t // 3, 0.05, 1.3, 2.0)
+        U, U_prev = _elb.u_step(U, U_prev, V, A, lam_t=lam_t, **step)
+        if update_v:
+            V, V_prev = _elb.v_step(V, V_prev, U, At, Vh, lam_t=lam_t, gamma=gamma,
+                                    proximity=proximity, **step)
+    got = _elb.local_steps(U1, U0, V1, V0, A, At if update_v else None, Vh, t0=2, n_steps=7,
+                           update_v=update_v, gamma=gamma, proximity=proximity, **schedule,
+                           **step)
+    for mine, theirs in zip(got, (U, U_prev, V, V_prev)):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
+
+
 def test_monotone_descent_restricted_setting():
     # gamma = 0, constant lambda, beta = 0, Lipschitz steps, no sync: F never increases
     rng = np.random.default_rng(8)

@@ -22,7 +22,7 @@ from .._engine import (
     resident_blocks,
     run_federation,
 )
-from ..metrics._binary import boolean_counts
+from ..metrics._binary import factor_counts
 from ..privacy import check_privacy, compose_basic, flip_probability, privatize
 from ._base import BooleanFactorizationBase, single_threaded_blas
 from ._elb import PROX_MODES, local_steps, transposed_block
@@ -76,7 +76,7 @@ def server_update(server_state, uploads, round_index, *, aggregation):
 
 
 def client_metrics(state, block, Vh):
-    tp, n_true, n_pred = boolean_counts(block.X, (state["U"], Vh))
+    tp, n_true, n_pred = factor_counts(block.X, state["U"], Vh)  # X: checked at fit
     return {"tp": tp, "n_true": n_true, "n_pred": n_pred, "n_entries": block.X.shape[0]
             * block.X.shape[1]}
 

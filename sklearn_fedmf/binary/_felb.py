@@ -23,7 +23,7 @@ from .._engine import (
     resident_blocks,
     run_federation,
 )
-from ..metrics._binary import boolean_counts
+from ..metrics._binary import factor_counts
 from ..privacy import check_privacy, compose_basic, noise_scale, privatize, sensitivity_of
 from ._base import BooleanFactorizationBase, single_threaded_blas
 from ._elb import (
@@ -88,7 +88,7 @@ def client_metrics(state, block, broadcast, *, kappa, gamma, sync_every, schedul
     drift = V - Vh
     loss = (0.5 * loss_terms(block.X, U, V) + elb_value(U, kappa, lam_t)
             + elb_value(V, kappa, lam_t) + 0.5 * gamma * float(np.vdot(drift, drift)))
-    tp, n_true, n_pred = boolean_counts(block.X, (U > 0.5, Vh > 0.5))
+    tp, n_true, n_pred = factor_counts(block.X, U > 0.5, Vh > 0.5)  # X: checked at fit
     return {"loss": loss, "tp": tp, "n_true": n_true, "n_pred": n_pred,
             "n_entries": U.shape[0] * Vh.shape[1], "gap_u": float(integrality_gap_values(U).sum()),
             "n_u": U.size}

@@ -75,6 +75,19 @@ def _predicted_ones(U, V):
     return total
 
 
+def factor_counts(X, U, V):
+    """:func:`boolean_counts` of Boolean factors ``U``, ``V`` against a binary CSR ``X`` that
+    :func:`check_binary` already returned (the federated fits call it every round)."""
+    U, V = _factors((U, V))
+    rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+    Vt = np.ascontiguousarray(V.T)
+    tp = 0
+    for a in range(0, X.nnz, _CHUNK):  # O(chunk k) memory
+        r, c = rows[a : a + _CHUNK], X.indices[a : a + _CHUNK]
+        tp += int(np.count_nonzero((U[r] & Vt[c]).any(axis=1)))
+    return tp, X.nnz, _predicted_ones(U, V)
+
+
 def boolean_counts(X, pred):
     """``(tp, n_true, n_pred)``: ones in common, ones in ``X``, ones in the reconstruction.
 
@@ -90,13 +103,7 @@ def boolean_counts(X, pred):
         U, V = _factors(pred)
         if (U.shape[0], V.shape[1]) != X.shape:
             raise ValueError(f"The factors reconstruct {(U.shape[0], V.shape[1])}, X is {X.shape}.")
-        rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
-        Vt = np.ascontiguousarray(V.T)
-        tp = 0
-        for a in range(0, X.nnz, _CHUNK):  # O(chunk k) memory
-            r, c = rows[a : a + _CHUNK], X.indices[a : a + _CHUNK]
-            tp += int(np.count_nonzero((U[r] & Vt[c]).any(axis=1)))
-        return tp, X.nnz, _predicted_ones(U, V)
+        return factor_counts(X, U, V)
     P = check_binary(pred, name="the reconstruction")
     if P.shape != X.shape:
         raise ValueError(f"The reconstruction has shape {P.shape}, X has {X.shape}.")
