@@ -240,7 +240,7 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
     m, r = U.shape
     n = V.shape[1]
     S, Q = np.empty((r, r)), np.empty((r, r))
-    XGu, Bu, Vt = np.empty((m, r)), np.empty((m, r)), np.empty((n, r))
+    XGu, Bu, Vt, Ut = np.empty((m, r)), np.empty((m, r)), np.empty((n, r)), np.empty((r, m))
     XGv, Bv = np.empty((r, n)), np.empty((r, n))
     extrapolate = beta != 0.0 or mu
     for s in range(lam_ts.shape[0]):
@@ -272,14 +272,10 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
             continue
         # V block with the new U: gradient (U^T U) Vbar - U^T A, pulled towards Vh
         Vbar = _extrapolate_kernel(V, V_prev, beta, mu, np.empty_like(V)) if extrapolate else V
-        norm = 0.0
-        for a in range(r):
-            for c in range(r):
-                acc = 0.0
-                for i in range(m):
-                    acc += U[i, a] * U[i, c]
-                Q[a, c] = acc
-                norm += acc * acc
+        for i in range(m):
+            for a in range(r):
+                Ut[a, i] = U[i, a]
+        norm = gram_of_rows(Ut, Q)
         for a in range(r):
             for j in range(n):
                 XGv[a, j] = 0.0
@@ -293,7 +289,7 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
                 for p in range(At_indptr[j], At_indptr[j + 1]):
                     acc += At_data[p] * U[At_indices[p], a]
                 Bv[a, j] = acc
-        eta0 = 0.0 if mu else step_scale / max(math.sqrt(norm), EPS_LIPSCHITZ)
+        eta0 = 0.0 if mu else step_scale / max(norm, EPS_LIPSCHITZ)
         V_new = _step_kernel(Vbar, XGv, Bv, eta0, mu, kappa, lam_t, gamma, Vh, joint, mode,
                              np.empty_like(V))
         V_prev, V = V, V_new
