@@ -401,6 +401,9 @@ def test_dropout_loses_uploads_only():
                for r, a in zip(est.history_[1:], arrivals[1:]))
 
 
+# The iterates are meant to blow up here; numpy's overflow warnings on the way are expected.
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 @pytest.mark.parametrize("eval_every", [1, 0])
 def test_divergence_raises_and_names_learning_rate(eval_every):
     R, mask = toy()
