@@ -63,7 +63,9 @@ def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive):
 
     Returns the client state and its one-time upload ``Y_i^0`` (spec A18).
     """
-    U = init_scale * rng.random((block.n_rows, Vt.shape[1]))
+    dtype = block.X.dtype  # float32 data: the client computes in float32
+    Vt = Vt.astype(dtype, copy=False)
+    U = (init_scale * rng.random((block.n_rows, Vt.shape[1]))).astype(dtype, copy=False)
     if positive:
         U = np.maximum(U, 0.0)
     if dual_init == "paper":
@@ -78,7 +80,7 @@ def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive):
 
 def server_init_uploads(server_state, uploads, *, beta, n_clients):
     """Store ``Z_i = W_i^0 + Y_i^0 / beta`` for every client (``W_i^0 = V^0``)."""
-    Vt = server_state["Vt"]
+    Vt = server_state["Vt"].astype(next(iter(uploads.values()))["Y"].dtype, copy=False)
     Z = np.repeat(Vt[None], n_clients, axis=0)
     for i, upload in uploads.items():
         Z[i] += upload["Y"] / beta
@@ -116,7 +118,7 @@ def w_loop_linearized(U, Wt, Vt, Yt, Xt, n_steps, beta, n_clients):
     _check_block(Xt, Wt, U)
     L_U = max(np.linalg.norm(U.T @ U), EPS_LIPSCHITZ)
     Wt = np.ascontiguousarray(Wt)  # the kernel's flat passes need C order (a no-op here)
-    out, out_prev = np.empty(Wt.shape), np.empty(Wt.shape)
+    out, out_prev = np.empty_like(Wt), np.empty_like(Wt)
     linearized_cols(Xt.indptr, Xt.indices, Xt.data, U, Wt,
                     np.ascontiguousarray(beta * Vt - Yt), L_U / n_clients, beta, n_clients,
                     n_steps, out, out_prev)
@@ -208,6 +210,10 @@ def combine_metrics(server_state, sums, *, n_clients, alpha_v, l1_ratio):
 def make_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u, alpha_v,
                   l1_ratio, positive, w_update, init_scale, dual_init):
     """Bind the hyperparameters to the pure functions above."""
+    # Python floats: a numpy float64 scalar (e.g. from a GridSearchCV grid) would promote
+    # float32 arrays to float64 in every product.
+    beta, alpha_u, alpha_v, l1_ratio, init_scale = (
+        float(v) for v in (beta, alpha_u, alpha_v, l1_ratio, init_scale))
     reg_v = dict(alpha_v=alpha_v, l1_ratio=l1_ratio)
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items, n_components=n_components,
@@ -324,6 +330,13 @@ class FedMCADMM(FederatedMFBase):
     --------
     sklearn_fedmf.FedMAvg : Federated model averaging, the paper's baseline.
 
+    Notes
+    -----
+    A float32 ``X`` is fitted in float32: the factors, the client states, the server's copies
+    and the messages (half the bytes in ``history_``) are float32, and so are
+    ``components_``, ``user_factors_`` and ``transform``'s output. Sums (objective, residuals)
+    are still accumulated in float64. Any other input is fitted in float64.
+
     References
     ----------
     P. Hytla, T. T. A. Nghia, D. N. Phan, A. Rice. A Linearized Alternating Direction
@@ -340,6 +353,8 @@ class FedMCADMM(FederatedMFBase):
     >>> bool(model.score(X) > -0.05)
     True
     """
+
+    _fit_dtypes = (np.float64, np.float32)  # float32 X: factors, messages, states in float32
 
     _parameter_constraints: dict = {
         **FederatedMFBase._parameter_constraints,
