@@ -9,6 +9,7 @@ the Netflix shape (~50 s and ~1.5 GB to generate) is built once.
     python benchmarks/run_all.py --quick                       # tiny shapes, seconds
     python benchmarks/run_all.py --shapes ml1m                 # ML-1M shape, every method
     python benchmarks/run_all.py --shapes netflix --methods FedMCADMM --rounds 100
+    python benchmarks/run_all.py --shapes netflix --methods FedMCADMM --float32
 
 Workload (the papers'): 100 clients, 10 sampled per round, N = 10 local steps, rank 5 on the
 ML-1M shape and 13 on the Netflix shape, ``random_state=0``; the fit uses all ratings.
@@ -86,11 +87,13 @@ def thread_capacity(n_threads=2, n=30_000_000):
     return one / (time.perf_counter() - tic)
 
 
-def run_one(method, shape_name, n_jobs, rounds, quick, cache_dir):
+def run_one(method, shape_name, n_jobs, rounds, quick, cache_dir, float32=False):
     """Fit one configuration in this process; return its figures."""
     import sklearn_fedmf
 
     X = cached_matrix(shape_name, quick, cache_dir)
+    if float32:  # (estimators without a float32 solver convert back to float64)
+        X = X.astype(np.float32)
     settings, steps_param = METHODS[method]
     estimator = getattr(sklearn_fedmf, method)()
     names = estimator.get_params()
@@ -122,8 +125,11 @@ def run_one(method, shape_name, n_jobs, rounds, quick, cache_dir):
     round_seconds = float(np.median([r["seconds"] for r in history]))
     steps = params[steps_param] if steps_param else 1
     metric = next((k for k in ("train_rmse", "rmsd", "objective") if k in history[-1]), None)
+    in_float32 = getattr(estimator, "components_", None) is not None and \
+        estimator.components_.dtype == np.float32
     return {
-        "method": method, "shape": shape_name, "n_jobs": n_jobs, "rounds": len(history),
+        "method": method + (" f32" if in_float32 else ""), "shape": shape_name,
+        "n_jobs": n_jobs, "rounds": len(history),
         "nnz": int(X.nnz), "fit_seconds": fit_seconds, "cpu_seconds": cpu_seconds,
         "round_seconds": round_seconds, "load": os.getloadavg()[0], "capacity": capacity,
         "throughput": touched * steps / round_seconds,
@@ -131,10 +137,10 @@ def run_one(method, shape_name, n_jobs, rounds, quick, cache_dir):
     }
 
 
-def run_in_subprocess(method, shape_name, n_jobs, rounds, quick, cache_dir):
+def run_in_subprocess(method, shape_name, n_jobs, rounds, quick, cache_dir, float32=False):
     """Run one configuration in a fresh Python; add its peak RSS (the child's own rusage)."""
     spec = json.dumps(dict(method=method, shape_name=shape_name, n_jobs=n_jobs, rounds=rounds,
-                           quick=quick, cache_dir=str(cache_dir)))
+                           quick=quick, cache_dir=str(cache_dir), float32=float32))
     child = subprocess.Popen([sys.executable, __file__, "--worker", spec],
                              stdout=subprocess.PIPE, text=True)
     out = child.stdout.read()
@@ -162,16 +168,16 @@ def print_table(rows, rounds):
           "average at the end of the fit (other processes share the cores); 2-thr: how much "
           "faster 2 threads ran a perfectly parallel loop than 1 just before and after the fit "
           "(2.0 on idle cores): the ceiling of any n_jobs=2 speed-up at that time.")
-    head = (f"{'method':<11}{'shape':<9}{'ratings':>12}{'n_jobs':>7}{'rounds':>7}{'fit s':>9}"
+    head = (f"{'method':<15}{'shape':<9}{'ratings':>12}{'n_jobs':>7}{'rounds':>7}{'fit s':>9}"
             f"{'CPU s':>9}{'s/round':>10}{'ratings x steps/s':>19}{'peak RSS GB':>13}"
             f"{'final':>9}{'load':>6}{'2-thr':>7}")
     print(head)
     print("-" * len(head))
     for r in rows:
         if "error" in r:
-            print(f"{r['method']:<11}{r['shape']:<9}{'':>12}{r['n_jobs']:>7}  {r['error']}")
+            print(f"{r['method']:<15}{r['shape']:<9}{'':>12}{r['n_jobs']:>7}  {r['error']}")
             continue
-        print(f"{r['method']:<11}{r['shape']:<9}{r['nnz']:>12,}{r['n_jobs']:>7}{r['rounds']:>7}"
+        print(f"{r['method']:<15}{r['shape']:<9}{r['nnz']:>12,}{r['n_jobs']:>7}{r['rounds']:>7}"
               f"{r['fit_seconds']:>9.1f}{r['cpu_seconds']:>9.1f}{r['round_seconds']:>10.4f}"
               f"{r['throughput']:>19.3g}{r['peak_gb']:>13.2f}{r['final']:>9.4f}"
               f"{r['load']:>6.1f}{r['capacity']:>7.2f}")
@@ -186,6 +192,8 @@ def main(argv=None):
     parser.add_argument("--n-jobs", default="1,2", help="comma list of n_jobs values")
     parser.add_argument("--cache-dir", default=Path(os.environ.get(
         "XDG_CACHE_HOME", Path.home() / ".cache")) / "sklearn_fedmf" / "benchmarks")
+    parser.add_argument("--float32", action="store_true",
+                        help="fit float32 data (FedMCADMM then runs in float32)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -212,7 +220,7 @@ def main(argv=None):
                 continue
             for n_jobs in (int(n) for n in args.n_jobs.split(",")):
                 rows.append(run_in_subprocess(method, shape_name, n_jobs, rounds, args.quick,
-                                              args.cache_dir))
+                                              args.cache_dir, args.float32))
                 print(f"# done: {rows[-1]}", file=sys.stderr, flush=True)
     print_table(rows, rounds)
 
