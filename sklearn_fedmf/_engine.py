@@ -123,6 +123,8 @@ class _LazyGenerator:
         self._entropy, self._key, self._generator = entropy, key, None
 
     def __getattr__(self, name):  # only for what the slots do not hold: the Generator's API
+        if name in _LazyGenerator.__slots__:  # an unset slot (e.g. while unpickling)
+            raise AttributeError(name)
         if self._generator is None:
             self._generator = _rng(self._entropy, *self._key)
         return getattr(self._generator, name)
