@@ -181,7 +181,7 @@ def table_cost(X, seeds, quick, n_jobs, variants=None):
     for name, Xd in data.items():
         n, m = Xd.shape
         rows = np.repeat(np.arange(n), np.diff(Xd.indptr))
-        for n_clients in (None, 200):
+        for n_clients in (None, min(200, n // 2)):  # (the --quick data has 150 users)
             times = []
             for jobs in (1, 2):
                 est = RFRec(learning_rate=1e-3, max_iter=rounds, eval_every=0, n_jobs=jobs,
