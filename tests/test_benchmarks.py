@@ -1,0 +1,39 @@
+"""Every benchmark script still runs: its ``--quick`` smoke run exits 0 and prints its table.
+
+The figures themselves are measured by hand (they depend on the machine); what this guards
+against is a script left behind by a change of the code it times.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+# script, extra arguments, a line fragment its table must print
+SMOKE_RUNS = [
+    ("bench_fedmcadmm.py", [], "reference (numpy/scipy, per client)"),
+    ("bench_beta.py", [], "beta / b0"),
+    ("bench_completion.py", [], "test RMSE"),
+    ("bench_movielens.py", [], "FedMCADMM, GridSearchCV-tuned"),
+    ("bench_clustering.py", [], "ACC %"),
+    ("bench_felb.py", [], "best F1*"),
+    ("bench_rfrec.py", ["--table", "cost"], "s/round (1)"),
+    ("run_all.py", ["--shapes", "ml1m", "--methods", "FedMCADMM,FedMAvg", "--cache-dir", "."],
+     "ratings x steps/s"),
+    ("bench_dask.py", ["--cache-dir", "."], "Dask LocalCluster"),
+]
+
+
+@pytest.mark.parametrize("script, args, expected", SMOKE_RUNS, ids=[s for s, _, _ in SMOKE_RUNS])
+def test_benchmark_smoke_run(script, args, expected, tmp_path):
+    if script == "bench_dask.py":
+        pytest.importorskip("distributed", reason="the optional 'dask' extra is not installed")
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--quick", *args],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,  # outputs, caches: here
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert expected in done.stdout, done.stdout[-2000:]
