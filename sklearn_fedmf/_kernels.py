@@ -4,8 +4,13 @@ Each kernel fuses the sampled dense-dense product (the residual ``e = P_Omega(U 
 stored entries only) with the sparse-dense product that consumes it, in one pass over the
 entries and without allocating an ``nnz x r`` gather. They are compiled with numba (``nogil``,
 so joblib's threading backend runs clients truly in parallel; ``cache`` so the compilation is
-paid once per machine). ``benchmarks/bench_kernels.py`` measures them against the numpy/scipy
-formulation, which the tests use as the oracle.
+paid once per machine). ``tests/test_kernels.py`` checks each against a dense numpy oracle;
+``benchmarks/bench_fedmcadmm.py`` times them, inside the estimator, against a plain
+numpy/scipy implementation of the same algorithm.
+
+Reductions that LLVM may vectorize are compiled with ``fastmath={"reassoc", "contract"}``
+(``_reduce``): their summation order then depends on the length only, not on the alignment of
+the arrays, so results stay the same for any ``n_jobs`` and backend.
 
 Factor layout: ``U`` is ``(m_i, r)``; the item factor is passed transposed, ``Wt`` of shape
 ``(n_items, r)``, C-contiguous, so that an entry's item row is a contiguous read.
