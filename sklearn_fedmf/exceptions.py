@@ -1,0 +1,71 @@
+"""Warnings and errors of sklearn_fedmf.
+
+Every warning the package raises is of one of these classes, so a user can filter each on its
+own (``warnings.filterwarnings("ignore", category=UnobservedItemsWarning)``). An estimator
+raises each warning at most once per fit.
+"""
+
+from sklearn.exceptions import ConvergenceWarning
+
+__all__ = [
+    "FedMFWarning",
+    "UnobservedItemsWarning",
+    "DataWarning",
+    "ClientFailureWarning",
+    "DegenerateFitWarning",
+    "PrivacyWarning",
+    "ClientDropout",
+    "ClientError",
+    "FederationError",
+]
+
+
+class FedMFWarning(UserWarning):
+    """Base class of every warning of sklearn_fedmf."""
+
+
+class UnobservedItemsWarning(FedMFWarning):
+    """Some item columns have no training rating: their predictions are uninformed."""
+
+
+class DataWarning(FedMFWarning):
+    """The input data looks unlike what the caller probably meant (for example a dense integer
+    matrix that is mostly zeros while ``missing_values=np.nan``)."""
+
+
+class ClientFailureWarning(FedMFWarning):
+    """Clients failed during a fit run with ``on_client_error="skip"``; the fit went on
+    without them."""
+
+
+class DegenerateFitWarning(ConvergenceWarning, FedMFWarning):
+    """A fit ended at a trivial solution (all-zero factors, a frozen model, no decrease of the
+    objective) or without meeting ``tol``. A :class:`~sklearn.exceptions.ConvergenceWarning`,
+    so scikit-learn's own filters for it apply."""
+
+
+class PrivacyWarning(FedMFWarning):
+    """A privacy budget is reported with a loose bound (for example basic composition when the
+    ``privacy`` extra is not installed), or a noise setting gives no protection."""
+
+
+class ClientDropout(Exception):  # noqa: N818  (a simulated event, not a bug)
+    """Raised on purpose by a protocol's client function to simulate a failed client.
+
+    The engine counts the client as failed in that round (``n_failed`` in ``history_``), as
+    it does for ``dropout``; any other exception in client code propagates.
+    """
+
+
+class ClientError(RuntimeError):
+    """An exception raised in client code, re-raised with the client index and the round."""
+
+    def __init__(self, message, *, client=None, round=None):
+        super().__init__(message)
+        self.client = client
+        self.round = round
+
+
+class FederationError(RuntimeError):
+    """The federation could not go on (for example a lost Dask worker that could not be
+    recovered, or every sampled client of a round failed)."""
