@@ -2,11 +2,13 @@
 
 from .binary import AggregatedBMF, Felb
 from .cluster import FederatedClustering
+from ._rating_regressor import RatingRegressor
 from .completion import FedMAvg, FedMCADMM, FedMGS, RFRec
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AggregatedBMF", "FedMAvg", "FedMCADMM", "FedMGS", "FederatedClustering", "Felb", "RFRec",
+    "RatingRegressor",
     "__version__",
 ]

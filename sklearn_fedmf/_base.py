@@ -32,10 +32,11 @@ from ._engine import (
     resident_blocks,
     run_federation,
 )
-from ._kernels import grad_rows, ridge_fold_in, squared_error, values_at
+from ._kernels import grad_rows, ridge_fold_in, squared_error
+from ._pairs import FactorModel, predict_pairs
 from ._prox import prox_elastic_net
 
-__all__ = ["FederatedMFBase", "FEDERATION_CONSTRAINTS"]
+__all__ = ["FederatedMFBase", "FEDERATION_CONSTRAINTS", "MAX_DENSE_ENTRIES", "check_dense_size"]
 
 # Parameters every federated estimator shares (DESIGN section 4), validated the same way.
 FEDERATION_CONSTRAINTS: dict = {
@@ -254,21 +255,77 @@ class FederatedMFBase(
 
     def inverse_transform(self, X):
         """Ratings reconstructed from user factors (``X @ components_``, plus ``mean_`` when
-        ``center=True``)."""
+        ``center=True``).
+
+        The result is dense ``(n_rows, n_items)``: above ``MAX_DENSE_ENTRIES`` entries this
+        raises (see :meth:`predict`).
+        """
         check_is_fitted(self)
-        return np.asarray(X) @ self.components_ + self._offset
+        X = np.asarray(X)
+        check_dense_size(X.shape[0], self.components_.shape[1], "inverse_transform(X)")
+        return X @ self.components_ + self._offset
 
-    def predict(self, X):
-        """Predicted ratings for the rows of ``X`` (dense, ``(n_rows, n_items)``) by fold-in.
+    def predict(self, X, at=None):
+        """Predicted ratings for the rows of ``X`` by fold-in.
 
-        Rows with no observed entry (cold start) predict the training mean ``mean_`` for
-        every item. With ``clip=True`` predictions are clipped to the training rating range.
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_rows, n_items)
+            Observed ratings of the rows; each row's factors are folded in from them.
+        at : {array-like, sparse matrix} of shape (n_rows, n_items), default=None
+            Where to predict: the stored entries of a sparse matrix (its values are ignored;
+            dense: the non-NaN entries). Then the result is a CSR matrix with exactly that
+            pattern, computed in O(nnz x rank) memory.
+
+        Returns
+        -------
+        ratings : ndarray of shape (n_rows, n_items) or csr_matrix
+            Dense (every entry) when ``at`` is None. A dense result is refused above
+            ``MAX_DENSE_ENTRIES`` = 50 million entries (400 MB) with an error, raised before
+            anything is allocated, that names the alternatives: ``predict(X, at=pattern)`` or
+            :class:`~sklearn_fedmf.RatingRegressor` for (user, item) pairs and top-N lists.
+
+        Notes
+        -----
+        Rows with no observed entry (cold start) predict the model's fallback: the training
+        mean ``mean_`` (plus the item's bias in a model with biases). With ``clip=True``
+        predictions are clipped to the training rating range.
         """
         Xc = self._check_X(X)
-        P = self._fold_in(Xc) @ self.components_ + self._offset
+        if at is not None:
+            pattern = check_like(at, Xc, name="at")
+            values = self._predict_entries(Xc, pattern)
+            return sp.csr_matrix((values, pattern.indices, pattern.indptr), shape=pattern.shape)
+        n_rows, n_items = Xc.shape
+        check_dense_size(n_rows, n_items, "predict(X)")
+        model = self._factor_model(Xc)
+        P = np.asarray(model.user_factors, dtype=np.float64) @ model.item_factors.T
+        P += model.offset
+        if model.user_bias is not None:
+            P += model.user_bias[:, None]
+        if model.item_bias is not None:
+            P += model.item_bias
+        if model.link is not None:
+            P = model.link(P)
         cold = np.diff(Xc.indptr) == 0
-        P[cold] = self.mean_
+        if cold.any():
+            P[cold] = predict_pairs(model, np.full(n_items, -1), np.arange(n_items), self.mean_)
         return self._clip(P)
+
+    def _factor_model(self, Xc=None):
+        """The model as :class:`~sklearn_fedmf._pairs.FactorModel`: the fitted users' factors,
+        or, given the centred CSR ``Xc``, its rows' factors by fold-in."""
+        U = self.user_factors_ if Xc is None else self._fold_in(Xc)
+        Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
+        return FactorModel(U, Vt, None, None, self._offset)
+
+    def _predict_entries(self, Xc, pattern):
+        """Predicted ratings at the stored entries of ``pattern``, fold-in on ``Xc``."""
+        model = self._factor_model(Xc)
+        rows = np.repeat(np.arange(pattern.shape[0]), np.diff(pattern.indptr))
+        cold = np.diff(Xc.indptr) == 0
+        users = np.where(cold[rows], -1, rows)
+        return self._clip(predict_pairs(model, users, pattern.indices, self.mean_))
 
     @property
     def _offset(self):
@@ -296,23 +353,20 @@ class FederatedMFBase(
         Returns
         -------
         score : float
-            ``-sqrt(mean squared error)`` over the evaluated entries.
+            ``-sqrt(mean squared error)`` over the evaluated entries (computed there only:
+            no dense matrix).
         """
         Xc = self._check_X(X)
         if y is not None and not sp.issparse(y) and np.ndim(y) == 1:
             y = None
-        target = Xc if y is None else check_like(y, Xc, name="y")
-        if y is not None:
-            target = _shift(target, -self._offset)
+        if y is None:
+            target = Xc.copy()
+            target.data += self._offset  # back to the rating scale
+        else:
+            target = check_like(y, Xc, name="y")
         if target.nnz == 0:
             raise ValueError("There is no rating to score: the evaluated matrix is empty.")
-        U = self._fold_in(Xc)
-        Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
-        pred = np.empty(target.nnz)
-        values_at(target.indptr, target.indices, U, Vt, pred)
-        cold = np.repeat(np.diff(Xc.indptr) == 0, np.diff(target.indptr))
-        pred[cold] = self.mean_ - self._offset
-        pred = self._clip(pred + self._offset) - self._offset
+        pred = self._predict_entries(Xc, target)
         return -float(np.sqrt(np.mean((pred - target.data) ** 2)))
 
     @property
@@ -326,6 +380,22 @@ class FederatedMFBase(
         tags.input_tags.allow_nan = True
         tags.target_tags.required = False
         return tags
+
+
+# Above this many entries, a dense users x items result is refused (400 MB in float64).
+MAX_DENSE_ENTRIES = 50_000_000
+
+
+def check_dense_size(n_rows, n_items, what):
+    """Raise, before anything is allocated, if a dense ``n_rows x n_items`` result is large."""
+    if n_rows * n_items > MAX_DENSE_ENTRIES:
+        raise ValueError(
+            f"{what} would build a dense {n_rows} x {n_items} matrix "
+            f"({n_rows * n_items * 8 / 1e9:.1f} GB), above MAX_DENSE_ENTRIES = "
+            f"{MAX_DENSE_ENTRIES:_} entries. Predict where you need it: predict(X, at=pattern) "
+            "with a sparse pattern of the same shape, or sklearn_fedmf.RatingRegressor for "
+            "(user, item) pairs (predict) and top-N lists (recommend)."
+        )
 
 
 def _shift(X, delta):

@@ -35,13 +35,11 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
-from .._base import FederatedMFBase, _shift
-from .._data import check_like
+from .._base import FederatedMFBase, _shift, check_dense_size
 from .._kernels import ridge_fold_in
 from ..privacy import PrivacyWarning, laplace_epsilon
 from ._rfrec_kernels import _sigmoid_fold_in
@@ -367,33 +365,16 @@ class RFRec(FederatedMFBase):
         return lo + (hi - lo) / (1 + np.exp(-Z))
 
     def inverse_transform(self, X):
-        """Ratings from user factors: ``link(X @ components_)``."""
+        """Ratings from user factors: ``link(X @ components_)`` (dense; refused above
+        ``MAX_DENSE_ENTRIES`` entries, see ``predict``)."""
         check_is_fitted(self)
-        return self._to_ratings(np.asarray(X) @ self.components_)
+        X = np.asarray(X)
+        check_dense_size(X.shape[0], self.components_.shape[1], "inverse_transform(X)")
+        return self._to_ratings(X @ self.components_)
 
-    def predict(self, X):
-        """Predicted ratings for the rows of ``X`` (dense, ``(n_rows, n_items)``) by fold-in.
-
-        Rows with no observed entry predict the training mean ``mean_``.
-        """
+    def _factor_model(self, Xc=None):
+        # The sigmoid link maps the raw score u . v to the rating range (no offset).
+        model = super()._factor_model(Xc)
         if self.link == "identity":
-            return super().predict(X)
-        Xc = self._check_X(X)
-        P = self._to_ratings(self._fold_in(Xc) @ self.components_)
-        P[np.diff(Xc.indptr) == 0] = self.mean_
-        return self._clip(P)
-
-    def score(self, X, y=None):
-        """Negative RMSE of the fold-in predictions (see ``FederatedMFBase.score``)."""
-        if self.link == "identity":
-            return super().score(X, y)
-        pred = self.predict(X)
-        offset = self.mean_ if self.center else 0.0
-        if y is None or (not sp.issparse(y) and np.ndim(y) == 1):
-            target = _shift(self._check_X(X), offset)  # back to the rating scale
-        else:
-            target = check_like(y, self._check_X(X), name="y")
-        if target.nnz == 0:
-            raise ValueError("There is no rating to score: the evaluated matrix is empty.")
-        rows = np.repeat(np.arange(target.shape[0]), np.diff(target.indptr))
-        return -float(np.sqrt(np.mean((pred[rows, target.indices] - target.data) ** 2)))
+            return model
+        return model._replace(offset=0.0, link=self._to_ratings)
