@@ -14,12 +14,12 @@ from sklearn.utils.validation import (
     _check_feature_names,
     _check_n_features,
     _check_sample_weight,
+    check_array,
     check_consistent_length,
     check_is_fitted,
     column_or_1d,
 )
 
-from ._data import reject_duplicates
 from ._pairs import FactorModel, predict_pairs, top_n
 
 __all__ = ["RatingRegressor"]
@@ -123,17 +123,16 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
     def _columns(self, X, *, reset):
         """``(user ids, item ids, client labels or None)`` of the rows of ``X``."""
         if not hasattr(X, "iloc"):
-            X = X if isinstance(X, np.ndarray) else np.array(X, dtype=object)
-            if X.ndim != 2:
-                raise ValueError(
-                    f"Expected a 2D array of (user, item) id pairs, got {X.ndim}D array "
-                    "instead; reshape your data (one pair per row)."
-                )
+            # ids of mixed types stay themselves (np.asarray would turn 1 and "a" into str)
+            X = X if isinstance(X, np.ndarray) or sp.issparse(X) else np.array(X, dtype=object)
+            X = check_array(X, dtype=None, ensure_all_finite=False,
+                            ensure_min_features=2 if reset else 1,  # else: n_features_in_
+                            input_name="X")
+        elif X.shape[0] == 0:
+            raise ValueError(f"Found array with 0 sample(s) (shape={X.shape}) while a minimum "
+                             "of 1 is required.")
         _check_feature_names(self, X, reset=reset)
         _check_n_features(self, X, reset=reset)
-        if X.shape[0] == 0:
-            raise ValueError("Found array with 0 sample(s) (shape=%r) while a minimum of 1 is "
-                             "required." % (X.shape,))
         users = self._column(X, self.user_col, "user_col")
         items = self._column(X, self.item_col, "item_col")
         clients = None
@@ -174,7 +173,7 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         X : {array-like, DataFrame} of shape (n_ratings, n_columns)
             One (user, item) pair of ids per row (columns ``user_col`` and ``item_col``).
         y : array-like of shape (n_ratings,)
-            The ratings.
+            The ratings. A pair listed more than once is fitted at its mean rating.
         clients : array-like of shape (n_ratings,), default=None
             The client label of each rating's user (ignored when ``client_col`` is set).
 
@@ -185,6 +184,8 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         users, items, labels = self._columns(X, reset=True)
         y = np.asarray(column_or_1d(y, warn=True), dtype=np.float64)
         check_consistent_length(users, y)
+        if len(y) < 2:
+            raise ValueError(f"n_samples={len(y)}: a factor model needs at least 2 ratings.")
         if not np.isfinite(y).all():
             raise ValueError("y contains NaN or infinity.")
         if labels is None and clients is not None:
@@ -194,9 +195,7 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         self.items_, item_codes = _factorize(items)
         self._user_index, self._item_index = pd.Index(self.users_), pd.Index(self.items_)
         shape = (len(self.users_), len(self.items_))
-        R = sp.coo_matrix((y, (user_codes, item_codes)), shape=shape)
-        reject_duplicates(R, "X")  # a (user, item) pair rated twice
-        R = R.tocsr()
+        R = _mean_matrix(y, user_codes, item_codes, shape)
         user_clients = None if labels is None else _client_of_users(labels, user_codes,
                                                                     self.users_)
         estimator = self._base_estimator()
@@ -299,9 +298,8 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         folds &= i[unseen] >= 0  # an unseen item cannot inform a user's factors
         keep[unseen[folds]] = False
         rows = unseen[folds]
-        R = sp.coo_matrix((y[rows], (g[folds], i[rows])), shape=(len(new_ids), len(self.items_)))
-        reject_duplicates(R, "X")
-        new_model = est._factor_model(est._check_X(R.tocsr()))
+        R = _mean_matrix(y[rows], g[folds], i[rows], (len(new_ids), len(self.items_)))
+        new_model = est._factor_model(est._check_X(R))
         has_fold_in = np.bincount(g[folds], minlength=len(new_ids)) > 0
         pred = np.empty(len(y))
         seen_rows = np.flatnonzero(u >= 0)
@@ -413,6 +411,9 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.string = True
         tags.input_tags.categorical = True
+        # Generic checks feed continuous features: every row is then a new user and a new
+        # item with a single rating, which no factor model can fit (R^2 > 0.5 is not met).
+        tags.regressor_tags.poor_score = True
         return tags
 
 
@@ -443,6 +444,15 @@ def _factorize(values):
         codes, uniques = pd.factorize(values)
         uniques = np.asarray(uniques, dtype=object)
     return uniques, codes.reshape(-1).astype(np.int64)
+
+
+def _mean_matrix(values, rows, cols, shape):
+    """CSR matrix of ``values`` at ``(rows, cols)``; a pair given more than once holds the
+    mean of its values (least squares on the repeated pair fits that mean)."""
+    total = sp.coo_matrix((values, (rows, cols)), shape=shape).tocsr()
+    count = sp.coo_matrix((np.ones(len(values)), (rows, cols)), shape=shape).tocsr()
+    total.data /= count.data  # tocsr sums duplicates: the two share one sorted pattern
+    return total
 
 
 def _client_of_users(labels, user_codes, users):
