@@ -177,6 +177,7 @@ def top_n(model, users, n, *, seen=None, candidates=None, budget=BATCH_BYTES):
             S += model.user_bias[rows][:, None]
         _select_top(S, rows, indptr, indices, col_pos, n, out_idx[start : start + batch],
                     out_val[start : start + batch])
+        del S  # (else the next batch's block is allocated while this one is alive)
     # scores to ratings (the link is increasing, so it keeps the ranking)
     found = out_idx >= 0
     out_val[found] += model.offset

@@ -5,7 +5,9 @@ MovieLens latest-small under the papers' protocol (80/20 hold-out with seed 0, 1
 sampled per round, 100 rounds, rank 5). It prints a table of final test RMSE, seconds and bytes
 communicated and writes ``curves.png`` (objective and test RMSE per round) and
 ``history.json`` to ``--out``. ``fedmf run`` takes any method and data set, ``fedmf tune``
-runs a (halving) grid search and ``fedmf methods`` lists the registry.
+runs a (halving) grid search (entry-wise folds of the ratings by default), ``fedmf recommend``
+fits on a ratings file, saves the model and prints users' top-N items, and ``fedmf methods``
+lists the registry.
 
 Every error prints one line on stderr and exits non-zero; ``FEDMF_DEBUG=1`` shows tracebacks.
 """
@@ -17,6 +19,7 @@ import sys
 from ._commands import cmd_methods, cmd_run, cmd_tune, fit_method  # noqa: F401
 from ._data import BINARY_THRESHOLD, binarize, load_data, prepare_data  # noqa: F401
 from ._messages import CommandError, _one_line  # noqa: F401
+from ._ratings import cmd_recommend, load_pairs  # noqa: F401
 from ._options import _assignment, _common, _grid_entry, _Parser, _positive_int
 from ._registry import (  # noqa: F401
     MAIN_JOB,
@@ -69,12 +72,16 @@ def build_parser():
 
     tune = sub.add_parser(
         "tune", help="grid search (GridSearchCV or HalvingGridSearchCV) of one method",
-        description="Cross-validate a grid of parameters. Users are split into --cv folds "
-                    "(KFold); each candidate is fit on the training ratings of the other folds' "
-                    "users and scored on the held-out ratings of the fold's users by fold-in "
-                    "(X = training matrix, y = held-out matrix; binary methods: F1 on the "
-                    "fold's rows). Default grids: the papers' lambda (alpha_u), beta, N "
-                    "(local_iter), p (n_clients) and rank (n_components).")
+        description="Cross-validate a grid of parameters. Rating methods (--split ratings, "
+                    "the default): the ratings are split into --cv folds (KFold, the papers' "
+                    "entry-wise protocol) and each candidate, wrapped in RatingRegressor, is "
+                    "fit on the other folds' ratings and scored by RMSE on the fold's. With "
+                    "--split users (and for binary methods) the users are split instead: each "
+                    "candidate is fit on the training ratings of the other folds' users and "
+                    "scored on the held-out ratings of the fold's users by fold-in (X = "
+                    "training matrix, y = held-out matrix; binary methods: F1 on the fold's "
+                    "rows). Default grids: the papers' lambda (alpha_u), beta, N (local_iter), "
+                    "p (n_clients) and rank (n_components).")
     tune.add_argument("--method", default="fedmc-admm", metavar="NAME",
                       help=f"one of {names} (default: %(default)s)")
     tune.add_argument("--grid", type=_grid_entry, action="append", metavar="NAME=V1,V2",
@@ -86,13 +93,50 @@ def build_parser():
                            "to --rounds")
     tune.add_argument("--top", type=_positive_int, default=15,
                       help="rows of the ranked table to print (default: %(default)s)")
+    tune.add_argument("--split", choices=("ratings", "users"), default="ratings",
+                      help="what the folds hold out for rating methods: ratings of users who "
+                           "stay in training (entry-wise, the default) or whole users "
+                           "(fold-in)")
+    _ratings_columns(tune)
     _common(tune, rounds=50)
     tune.set_defaults(func=cmd_tune)
+
+    rec = sub.add_parser(
+        "recommend", help="fit on a ratings file, save the model, print users' top-N items",
+        description="Fit one rating method, wrapped in RatingRegressor, on every rating of "
+                    "--data (a MovieLens file or folder, the embedded data, or any CSV with "
+                    "a header: --user-col, --item-col, --rating-col), save it with joblib "
+                    "(--save) and print the top-N unrated items of each --user with the "
+                    "data's own ids. --model loads a saved model instead of fitting.")
+    rec.add_argument("--method", default="fedmavg", metavar="NAME",
+                     help=f"one rating method among {names} (default: %(default)s)")
+    rec.add_argument("--user", action="append", metavar="ID",
+                     help="a user id of the data (repeatable); an unknown id gets the "
+                          "cold-start list (the most rated items)")
+    rec.add_argument("--top", type=_positive_int, default=10,
+                     help="items per user (default: %(default)s)")
+    rec.add_argument("--include-seen", action="store_true",
+                     help="also list items the user has rated")
+    rec.add_argument("--model", metavar="FILE", help="a model saved by an earlier run")
+    rec.add_argument("--save", metavar="FILE",
+                     help="where to save the fitted model (default: OUT/model.joblib)")
+    rec.add_argument("--set", type=_assignment, action="append", metavar="NAME=VALUE",
+                     help="any other estimator parameter, e.g. --set alpha_u=10")
+    _ratings_columns(rec)
+    _common(rec, rounds=PROTOCOL["rounds"])
+    rec.set_defaults(func=cmd_recommend)
 
     methods = sub.add_parser("methods", help="list the installed methods",
                              description="List the methods of this installation.")
     methods.set_defaults(func=cmd_methods)
     return parser
+
+
+def _ratings_columns(parser):
+    cols = parser.add_argument_group("columns of a CSV ratings file")
+    cols.add_argument("--user-col", default="userId", help="(default: %(default)s)")
+    cols.add_argument("--item-col", default="movieId", help="(default: %(default)s)")
+    cols.add_argument("--rating-col", default="rating", help="(default: %(default)s)")
 
 
 def main(argv=None):

@@ -1,5 +1,5 @@
 """The subcommands of ``fedmf``: ``run`` (fit, time and summarize methods), ``tune`` (grid
-search of one method) and ``methods`` (list the registry)."""
+search of one method) and ``methods`` (list the registry); ``recommend`` is in ``_ratings``."""
 
 from __future__ import annotations
 
@@ -123,6 +123,10 @@ def cmd_tune(args):
     unknown = sorted(set(grid) - set(estimator.get_params()))
     if unknown:
         raise CommandError(f"--grid: {method.name} has no parameter {', '.join(unknown)}")
+    if method.kind == "completion" and args.split == "ratings":
+        from ._ratings import tune_entrywise
+
+        return tune_entrywise(args, method, grid, estimator)
     fold_rows = X.shape[0] - -(-X.shape[0] // args.cv)
     if max(grid.get("n_clients", [0]) + [estimator.get_params().get("n_clients", 0)]) > fold_rows:
         raise CommandError(
