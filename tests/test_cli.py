@@ -4,13 +4,15 @@ import json
 import subprocess
 import sys
 
+import joblib
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 from sklearn.base import clone
-from sklearn.model_selection import KFold
+from sklearn.model_selection import KFold, cross_validate
 
-from sklearn_fedmf import cli
+from sklearn_fedmf import RatingRegressor, cli
 from sklearn_fedmf.cli import MAIN_JOB, METHODS, build_parser, main
 from sklearn_fedmf.model_selection import train_test_split_ratings
 
@@ -127,7 +129,7 @@ def test_without_matplotlib_the_json_is_still_written(tmp_path, capsys, monkeypa
 
 def test_tune_ranks_candidates_by_the_documented_cv(tmp_path, capsys):
     argv = ["tune", "--method", "fedmc-admm", *FED, "--cv", "2", "--grid", "beta=0.1,1",
-            "--grid", "alpha_u=1e-6,1", "--out", str(tmp_path)]
+            "--grid", "alpha_u=1e-6,1", "--split", "users", "--out", str(tmp_path)]
     status, out, _ = run(argv, capsys)
     assert status == 0
     ranked = json.loads((tmp_path / "tune.json").read_text())["ranked"]
@@ -147,9 +149,52 @@ def test_tune_ranks_candidates_by_the_documented_cv(tmp_path, capsys):
     assert ranked[0]["score"] == pytest.approx(expected, rel=1e-10)
 
 
+def test_tune_on_ratings_folds_the_ratings_by_default(tmp_path, capsys):
+    argv = ["tune", "--method", "fedmavg", *FED, "--cv", "3", "--grid", "alpha_u=0.1,10",
+            "--out", str(tmp_path)]
+    status, out, _ = run(argv, capsys)
+    assert status == 0 and "folds of the ratings (entry-wise)" in out
+    ranked = json.loads((tmp_path / "tune.json").read_text())["ranked"]
+    assert [r["score"] for r in ranked] == sorted(r["score"] for r in ranked)
+    # Oracle: scikit-learn's cross_validate over the ratings, through RatingRegressor
+    X = cli.load_data("synthetic:200x60x3000", 0)[0].tocoo()
+    pairs = np.column_stack([X.row, X.col])
+    model = RatingRegressor(METHODS["fedmavg"].load()(
+        variant="fedmc_admm", n_clients=10, clients_per_round=3, max_iter=4, n_components=5,
+        random_state=0, **ranked[0]["params"]))
+    scores = cross_validate(model, pairs, X.data, cv=KFold(3, shuffle=True, random_state=0),
+                            scoring="neg_root_mean_squared_error")["test_score"]
+    assert ranked[0]["score"] == pytest.approx(-scores.mean(), rel=1e-10)
+
+
+def test_recommend_saves_the_model_and_lists_unrated_items_by_their_ids(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    users, items = np.nonzero(rng.random((60, 25)) < 0.4)
+    frame = pd.DataFrame({"who": [f"u{k}" for k in users], "film": [f"m{k}" for k in items],
+                          "stars": rng.integers(1, 6, users.size)})
+    frame.to_csv(tmp_path / "r.csv", index=False)
+    common = ["--user", "u3", "--user", "stranger", "--top", "4"]
+    argv = ["recommend", "--data", str(tmp_path / "r.csv"), "--user-col", "who",
+            "--item-col", "film", "--rating-col", "stars", "--clients", "5", "--rounds", "5",
+            "--save", str(tmp_path / "m.joblib"), *common]
+    status, out, _ = run(argv, capsys)
+    assert status == 0 and f"wrote {tmp_path / 'm.joblib'}" in out
+    lists = out.split("top-4 for user ")[1:]
+    listed = [line.split()[1] for line in lists[0].splitlines()[2:] if line.strip()]
+    assert len(listed) == 4 and not set(listed) & set(frame.film[frame.who == "u3"])
+    model = joblib.load(tmp_path / "m.joblib")
+    assert listed == model.recommend("u3", n=4)[0].tolist()
+    popular = frame.film.value_counts(sort=False).sort_index()
+    cold = [line.split()[1] for line in lists[1].splitlines()[2:] if line.strip()]
+    assert cold == popular.sort_values(ascending=False, kind="stable").index[:4].tolist()
+    # a saved model serves without refitting, with the same lists
+    status, again, _ = run(["recommend", "--model", str(tmp_path / "m.joblib"), *common], capsys)
+    assert status == 0 and again.split("top-4")[1:] == out.split("top-4")[1:]
+
+
 def test_tune_halving_uses_rounds_as_resource(tmp_path, capsys):
     argv = ["tune", "--method", "fedmc-admm", *FED, "--rounds", "9", "--cv", "2",
-            "--grid", "beta=0.1,1,10", "--halving", "--out", str(tmp_path)]
+            "--grid", "beta=0.1,1,10", "--halving", "--out", str(tmp_path)]  # (entry-wise)
     assert run(argv, capsys)[0] == 0
     ranked = json.loads((tmp_path / "tune.json").read_text())["ranked"]
     # 3 candidates at 3 rounds, then the best one at 9 rounds (factor 3)
@@ -198,7 +243,7 @@ def test_bad_option_is_one_line_exit_2(capsys):
 def test_help_documents_every_option():
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices
-    assert set(commands) == {"run", "tune", "methods"}
+    assert set(commands) == {"run", "tune", "recommend", "methods"}
     for name, sub in [("fedmf", parser), *commands.items()]:
         text = " ".join(sub.format_help().split())
         for action in sub._actions:
