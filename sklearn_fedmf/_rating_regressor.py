@@ -131,7 +131,10 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         elif X.shape[0] == 0:
             raise ValueError(f"Found array with 0 sample(s) (shape={X.shape}) while a minimum "
                              "of 1 is required.")
-        _check_feature_names(self, X, reset=reset)
+        if reset or hasattr(X, "columns"):
+            # (pairs given as a plain list or array after a DataFrame fit are positional, as
+            # documented: no "feature names" warning for them)
+            _check_feature_names(self, X, reset=reset)
         _check_n_features(self, X, reset=reset)
         users = self._column(X, self.user_col, "user_col")
         items = self._column(X, self.item_col, "item_col")

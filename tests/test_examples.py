@@ -17,6 +17,7 @@ ROWS = {
     "plot_federated_clustering.py": ["k-means (pooled data)", "FedMGS (gradient sharing)",
                                      "FedMAvg (model averaging)"],
     "plot_binary_factorization.py": ["Felb ", "Felb-MU", "AggregatedBMF (one shot)"],
+    "plot_recommend.py": ["global mean", "FedMAvg", "top-10 for user"],
 }
 
 
