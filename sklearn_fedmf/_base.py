@@ -386,15 +386,18 @@ class FederatedMFBase(
 MAX_DENSE_ENTRIES = 50_000_000
 
 
-def check_dense_size(n_rows, n_items, what):
+_PAIR_API = ("Predict where you need it: predict(X, at=pattern) with a sparse pattern of the "
+             "same shape, or sklearn_fedmf.RatingRegressor for (user, item) pairs (predict) "
+             "and top-N lists (recommend).")
+
+
+def check_dense_size(n_rows, n_items, what, hint=_PAIR_API):
     """Raise, before anything is allocated, if a dense ``n_rows x n_items`` result is large."""
     if n_rows * n_items > MAX_DENSE_ENTRIES:
         raise ValueError(
             f"{what} would build a dense {n_rows} x {n_items} matrix "
             f"({n_rows * n_items * 8 / 1e9:.1f} GB), above MAX_DENSE_ENTRIES = "
-            f"{MAX_DENSE_ENTRIES:_} entries. Predict where you need it: predict(X, at=pattern) "
-            "with a sparse pattern of the same shape, or sklearn_fedmf.RatingRegressor for "
-            "(user, item) pairs (predict) and top-N lists (recommend)."
+            f"{MAX_DENSE_ENTRIES:_} entries. {hint}"
         )
 
 

@@ -297,3 +297,15 @@ def test_dense_guard_raises_before_any_work(fitted, monkeypatch, name):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert est.predict(R, at=R).nnz == R.nnz  # the pattern API is never refused
+
+
+def test_binary_predict_is_guarded_too(monkeypatch):
+    from sklearn_fedmf import Felb
+
+    X = (np.random.default_rng(0).random((30, 10)) < 0.3).astype(float)
+    model = Felb(n_components=2, n_clients=3, max_iter=3, random_state=0).fit(X)
+    assert model.predict(X).shape == (30, 10)
+    monkeypatch.setattr(base, "MAX_DENSE_ENTRIES", 299)
+    monkeypatch.setattr(type(model), "transform", lambda *a: pytest.fail("work started"))
+    with pytest.raises(ValueError, match=r"30 x 10 matrix.*transform\(X\) and components_"):
+        model.predict(X)

@@ -16,10 +16,10 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.preprocessing import binarize
 from sklearn.utils._param_validation import Interval
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
-from .._base import FEDERATION_CONSTRAINTS
+from .._base import FEDERATION_CONSTRAINTS, check_dense_size
 from .._data import resolve_clients, split_clients
 from .._engine import make_entropy, partition_rng
 from ..metrics._binary import check_binary, f1_boolean
@@ -127,18 +127,23 @@ class BooleanFactorizationBase(
             return fold_in(A, self.components_, **self._fold_in_params())
 
     def inverse_transform(self, X):
-        """Boolean product ``U o components_`` (``min(1, U V)``), a dense bool array."""
+        """Boolean product ``U o components_`` (``min(1, U V)``), a dense bool array
+        (refused above ``MAX_DENSE_ENTRIES`` entries, see :meth:`predict`)."""
         check_is_fitted(self)
+        _check_dense(self, _num_samples(X), "inverse_transform(X)")
         U = np.asarray(X, dtype=np.float64) > 0.5
         return (U.astype(np.float64) @ self.components_.astype(np.float64)) > 0
 
     def predict(self, X):
         """Boolean reconstruction of the rows of ``X``: ``transform(X) o components_``.
 
-        Returns a dense bool array of shape (n_samples, n_features); use :meth:`transform`
-        and the factors for large inputs (:mod:`sklearn_fedmf.metrics` scores them without
-        densifying).
+        Returns a dense bool array of shape (n_samples, n_features); above
+        ``sklearn_fedmf._base.MAX_DENSE_ENTRIES`` (50 million) entries it raises before any
+        work: use :meth:`transform` and the factors for large inputs
+        (:mod:`sklearn_fedmf.metrics` scores them without densifying).
         """
+        check_is_fitted(self)
+        _check_dense(self, _num_samples(X), "predict(X)")
         return self.inverse_transform(self.transform(X))
 
     def score(self, X, y=None):
@@ -172,3 +177,10 @@ class BooleanFactorizationBase(
         tags.target_tags.required = False
         tags.transformer_tags.preserves_dtype = []  # Boolean factors, whatever the input dtype
         return tags
+
+
+def _check_dense(estimator, n_rows, what):
+    check_dense_size(n_rows, estimator.components_.shape[1], what,
+                     hint="Use transform(X) and components_ instead: the factors are the "
+                          "compact result (sklearn_fedmf.metrics scores them without "
+                          "densifying).")
