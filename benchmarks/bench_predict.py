@@ -146,7 +146,8 @@ def memory_table(quick):
     n_users, n_items, seconds, peak, model, rss0, rss1 = done.stdout.split()[-7:]
     print(f"\nrecommend top-10 for all {int(n_users):,} users x {int(n_items):,} items "
           "(fresh process)")
-    print(f"{'seconds':>9}{'model MB':>10}{'peak MB above the model':>25}{'process peak RSS MB':>21}")
+    print(f"{'seconds':>9}{'model MB':>10}{'peak MB above the model':>25}"
+          f"{'process peak RSS MB':>21}")
     print(f"{float(seconds):>9.1f}{int(model) / 1e6:>10.0f}{int(peak) / 1e6:>25.0f}"
           f"{max(int(rss0), int(rss1)) / 1e6:>21.0f}")
 

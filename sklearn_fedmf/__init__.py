@@ -1,8 +1,8 @@
 """sklearn_fedmf: federated matrix factorization and completion as scikit-learn estimators."""
 
+from ._rating_regressor import RatingRegressor
 from .binary import AggregatedBMF, Felb
 from .cluster import FederatedClustering
-from ._rating_regressor import RatingRegressor
 from .completion import FedMAvg, FedMCADMM, FedMGS, RFRec
 
 __version__ = "0.1.0"

@@ -16,7 +16,8 @@ Pure functions on numpy arrays, shared by ``RatingRegressor`` and the matrix est
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit, prange

@@ -19,8 +19,8 @@ import sys
 from ._commands import cmd_methods, cmd_run, cmd_tune, fit_method  # noqa: F401
 from ._data import BINARY_THRESHOLD, binarize, load_data, prepare_data  # noqa: F401
 from ._messages import CommandError, _one_line  # noqa: F401
-from ._ratings import cmd_recommend, load_pairs  # noqa: F401
 from ._options import _assignment, _common, _grid_entry, _Parser, _positive_int
+from ._ratings import cmd_recommend, load_pairs  # noqa: F401
 from ._registry import (  # noqa: F401
     MAIN_JOB,
     METHODS,

@@ -154,6 +154,12 @@ def cmd_tune(args):
         warnings.simplefilter("ignore")
         search.fit(X_fit, y_fit)
     seconds = time.perf_counter() - tic
+    data = {"name": name, "shape": list(X.shape), "nnz": int(X.nnz)}
+    return report_search(args, method, search, seconds, grid, data)
+
+
+def report_search(args, method, search, seconds, grid, data, **extra):
+    """Print the ranked table and the best parameters of a search; write ``tune.json``."""
     table, ranked = format_search(search, method.kind, args.top)
     print(table)
     best = ranked[0]
@@ -162,9 +168,8 @@ def cmd_tune(args):
           + (f", rounds={best['rounds']}" if "rounds" in best else ""))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    report = {"command": "tune", "method": method.name, "halving": args.halving,
-              "data": {"name": name, "shape": list(X.shape), "nnz": int(X.nnz)},
-              "cv": args.cv, "seconds": seconds, "grid": grid, "ranked": ranked}
+    report = {"command": "tune", "method": method.name, "halving": args.halving, **extra,
+              "data": data, "cv": args.cv, "seconds": seconds, "grid": grid, "ranked": ranked}
     (out / "tune.json").write_text(json.dumps(_jsonable(report), indent=1))
     print(f"wrote {out / 'tune.json'}")
     return 0

@@ -3,7 +3,6 @@ top-N with the original ids) and the entry-wise cross-validation of ``tune``."""
 
 from __future__ import annotations
 
-import json
 import time
 import warnings
 from pathlib import Path
@@ -12,11 +11,11 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
+from ._commands import report_search
 from ._data import _check_sizes, _movielens_file, load_data
 from ._messages import CommandError
 from ._options import _literal
 from ._registry import _methods, make_estimator
-from ._report import format_search
 
 PREFIX = "estimator__"
 
@@ -147,20 +146,5 @@ def tune_entrywise(args, method, grid, estimator):
     view = SimpleNamespace(cv_results_=results, param_grid={k: None for k in grid
                                                             if k != "max_iter" or
                                                             not args.halving})
-    table, ranked = format_search(view, method.kind, args.top)
-    print(table)
-    best = ranked[0]
-    print(f"\nbest parameters ({seconds:.1f} s): "
-          + ", ".join(f"{k}={v!r}" for k, v in sorted(best["params"].items()) if k != "max_iter")
-          + (f", rounds={best['rounds']}" if "rounds" in best else ""))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    from ._commands import _jsonable
-
-    report = {"command": "tune", "method": method.name, "halving": args.halving,
-              "split": "ratings", "data": {"name": name, "shape": [n_users, n_items],
-                                           "nnz": len(y)},
-              "cv": args.cv, "seconds": seconds, "grid": grid, "ranked": ranked}
-    (out / "tune.json").write_text(json.dumps(_jsonable(report), indent=1))
-    print(f"wrote {out / 'tune.json'}")
-    return 0
+    data = {"name": name, "shape": [n_users, n_items], "nnz": len(y)}
+    return report_search(args, method, view, seconds, grid, data, split="ratings")
