@@ -33,7 +33,7 @@ from ._engine import (
     run_federation,
 )
 from ._kernels import grad_rows, ridge_fold_in, squared_error
-from ._pairs import FactorModel, predict_pairs
+from ._pairs import FactorModel, predict_pairs, score_block
 from ._prox import prox_elastic_net
 
 __all__ = ["FederatedMFBase", "FEDERATION_CONSTRAINTS", "MAX_DENSE_ENTRIES", "check_dense_size"]
@@ -299,12 +299,8 @@ class FederatedMFBase(
         n_rows, n_items = Xc.shape
         check_dense_size(n_rows, n_items, "predict(X)")
         model = self._factor_model(Xc)
-        P = np.asarray(model.user_factors, dtype=np.float64) @ model.item_factors.T
+        P = score_block(model, np.arange(n_rows))
         P += model.offset
-        if model.user_bias is not None:
-            P += model.user_bias[:, None]
-        if model.item_bias is not None:
-            P += model.item_bias
         if model.link is not None:
             P = model.link(P)
         cold = np.diff(Xc.indptr) == 0

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["FactorModel", "predict_pairs", "top_n", "BATCH_BYTES"]
+__all__ = ["FactorModel", "predict_pairs", "score_block", "top_n", "BATCH_BYTES"]
 
 # Scratch memory of one scoring batch of ``top_n`` (the dense block of scores).
 BATCH_BYTES = 64 * 2**20
@@ -130,6 +130,20 @@ def _select_top(S, rows, seen_indptr, seen_indices, col_pos, n, out_idx, out_val
                 best_i[k] = j
 
 
+def score_block(model, users):
+    """Dense scores ``b_u + b_i + U[users] . V`` of every item (without offset and link).
+
+    The caller bounds the block's size (``len(users) x n_items`` float64).
+    """
+    V = np.asarray(model.item_factors, dtype=np.float64)
+    S = np.asarray(model.user_factors[users], dtype=np.float64) @ V.T
+    if model.item_bias is not None:
+        S += model.item_bias
+    if model.user_bias is not None:
+        S += model.user_bias[users][:, None]
+    return S
+
+
 def top_n(model, users, n, *, seen=None, candidates=None, budget=BATCH_BYTES):
     """Each user's ``n`` best-scored items, in batches of bounded memory.
 
@@ -158,24 +172,22 @@ def top_n(model, users, n, *, seen=None, candidates=None, budget=BATCH_BYTES):
     """
     n_items = model.item_factors.shape[0]
     cand = np.arange(n_items) if candidates is None else np.asarray(candidates, dtype=np.int64)
-    V = np.ascontiguousarray(model.item_factors[cand].T, dtype=np.float64)
-    item_shift = np.zeros(cand.shape[0]) if model.item_bias is None else model.item_bias[cand]
     col_pos = np.full(n_items, -1, dtype=np.int64)
     col_pos[cand] = np.arange(cand.shape[0])
     if seen is None:
         indptr, indices = np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     else:
         indptr, indices = seen.indptr, seen.indices
+    ranked = model if candidates is None else model._replace(
+        item_factors=model.item_factors[cand],
+        item_bias=None if model.item_bias is None else model.item_bias[cand])
     users = np.asarray(users, dtype=np.int64)
     out_idx = np.empty((users.shape[0], n), dtype=np.int64)
     out_val = np.empty((users.shape[0], n))
     batch = max(1, budget // (8 * max(1, cand.shape[0])))
     for start in range(0, users.shape[0], batch):
         rows = users[start : start + batch]
-        S = np.asarray(model.user_factors[rows], dtype=np.float64) @ V
-        S += item_shift
-        if model.user_bias is not None:
-            S += model.user_bias[rows][:, None]
+        S = score_block(ranked, rows)
         _select_top(S, rows, indptr, indices, col_pos, n, out_idx[start : start + batch],
                     out_val[start : start + batch])
         del S  # (else the next batch's block is allocated while this one is alive)
