@@ -147,7 +147,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         if clients is None and self.n_clients > n_rows:
             raise ValueError(
                 f"n_clients={self.n_clients} is larger than the number of rows "
-                f"(n_samples = {n_rows}); every client needs at least one row."
+                f"(n_samples={n_rows}); every client needs at least one row."
             )
         entropy = self._entropy if warm else make_entropy(self.random_state)
         labels, codes, n_clients = resolve_clients(

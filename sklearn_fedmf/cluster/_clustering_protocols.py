@@ -91,6 +91,23 @@ def clustering_cost(X, W, onehot):
     return labels, np.maximum(sq - gain, 0.0)
 
 
+def center_distances(X, W, onehot):
+    """Each sample's distance to each cluster: ``min_{t >= 0} ||x - t w_k||`` (to the ray of
+    ``w_k``; ``||x||`` for a zero center), or ``||x - w_k||`` in the K-means mode.
+
+    The cost :func:`clustering_cost` takes is the square of the row minimum.
+    """
+    sq = np.asarray(X.multiply(X).sum(axis=1)).ravel() if sp.issparse(X) else (X * X).sum(1)
+    dots = np.asarray(X @ W)
+    norms = (W * W).sum(axis=0)
+    if onehot:
+        d2 = sq[:, None] - 2.0 * dots + norms
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            d2 = sq[:, None] - np.where(norms > 0, np.maximum(dots, 0.0) ** 2 / norms, 0.0)
+    return np.sqrt(np.maximum(d2, 0.0))
+
+
 def one_hot(labels, n_clusters):
     A = np.zeros((len(labels), n_clusters))
     A[np.arange(len(labels)), labels] = 1.0
