@@ -3,13 +3,11 @@
 Oracles from spec fedmavg_fedmgs.md, section 7 (numbers in the test names' docstrings).
 """
 
-import warnings
 
 import numpy as np
 import pytest
 from joblib import parallel_config
 from sklearn.cluster import KMeans
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sklearn_fedmf import FederatedClustering
 from sklearn_fedmf._engine import nbytes
@@ -21,29 +19,6 @@ from sklearn_fedmf.cluster._federated_clustering import (
     sncp_rho,
 )
 from sklearn_fedmf.metrics import clustering_accuracy
-
-ONMF_ON_CENTRED_BLOBS = (
-    "the check clusters standardized blobs around the origin; orthogonal NMF clusters by "
-    "direction with nonnegative memberships (the paper's model, spec 2.2), which cannot "
-    "separate them. The K-means mode (h_constraint='onehot', checked below) passes."
-)
-
-
-@parametrize_with_checks(
-    [
-        FederatedClustering(n_clusters=3, n_clients=2, max_iter=20, random_state=0),
-        FederatedClustering(n_clusters=3, n_clients=2, max_iter=20, h_constraint="onehot",
-                            algorithm="fedmavg", random_state=0),
-    ],
-    expected_failed_checks=lambda est: (
-        {"check_clustering": ONMF_ON_CENTRED_BLOBS}
-        if est.h_constraint == "nonnegative" else {}
-    ),
-)
-def test_sklearn_compatible(estimator, check):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # negative data for the ONMF model
-        check(estimator)
 
 
 def blobs(n=240, m=12, k=3, noise=0.3, seed=0):
