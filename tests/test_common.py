@@ -10,6 +10,8 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sklearn_fedmf import (
@@ -21,7 +23,10 @@ from sklearn_fedmf import (
     Felb,
     RFRec,
 )
-from sklearn_fedmf.exceptions import FedMFWarning
+from sklearn_fedmf._fit import objective_not_decreasing
+from sklearn_fedmf.exceptions import DataWarning, DegenerateFitWarning, FedMFWarning
+
+from .conftest import low_rank_ratings
 
 PREDICT_IS_A_MATRIX = (
     "predict returns the (n_rows, n_items) matrix of predicted ratings (the Boolean "
@@ -113,7 +118,7 @@ IDS = [type(est).__name__ for _, est in FITTED]
 
 def _use(estimator, X):
     """Fit, then every method that reads X; returns the outputs."""
-    est = estimator.fit(X)
+    est = clone(estimator).fit(X)
     out = [est.transform(X), est.score(X)]
     if hasattr(est, "predict"):
         out.append(est.predict(X))
@@ -164,8 +169,9 @@ def test_each_warning_at_most_once_per_fit(kind, estimator):
         X[:] = 0.0  # nothing to factorize: an all-zero reconstruction (DegenerateFitWarning)
     if kind == "samples":
         X[0, 1] = -1.0  # negative entries: DataWarning
+    estimator = clone(estimator)
     if "tol" in estimator.get_params():
-        estimator = estimator.set_params(tol=1e-300)  # never met: DegenerateFitWarning
+        estimator.set_params(tol=1e-300)  # never met: DegenerateFitWarning
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         estimator.fit(X)
@@ -173,3 +179,120 @@ def test_each_warning_at_most_once_per_fit(kind, estimator):
     assert categories, "the data above should provoke at least one warning"
     assert all(issubclass(c, FedMFWarning) for c in categories), categories
     assert len(categories) == len(set(categories)), categories
+
+
+# ---- missing_values (the ratings estimators) -------------------------------------------------
+RATINGS = [est for kind, est in FITTED if kind == "ratings"]
+RATINGS_IDS = [type(est).__name__ for est in RATINGS]
+
+
+def _zero_filled():
+    """Integer ratings 1..5 with 0 for "not rated" (70% of the entries), and the same
+    observations as a sparse matrix."""
+    rng = np.random.default_rng(1)
+    R = np.where(rng.random((30, 12)) < 0.3, rng.integers(1, 6, size=(30, 12)), 0)
+    R[:, 0] = rng.integers(1, 6, size=30)  # every item rated by someone
+    return R, sp.csr_matrix(R)
+
+
+@pytest.mark.parametrize("estimator", RATINGS, ids=RATINGS_IDS)
+def test_missing_values_zero_fits_the_observed_ratings_only(estimator):
+    R, S = _zero_filled()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)  # missing_values=0: nothing to warn about
+        dense = clone(estimator).set_params(missing_values=0).fit(R)
+    sparse = clone(estimator).fit(S)
+    np.testing.assert_array_equal(dense.components_, sparse.components_)
+    assert dense.mean_ == sparse.mean_ and dense.mean_ >= 1  # no rating of 0 went in
+    np.testing.assert_array_equal(dense.predict(R), sparse.predict(S))
+    assert dense.score(R) == sparse.score(S)
+
+
+@pytest.mark.parametrize("estimator", RATINGS, ids=RATINGS_IDS)
+def test_zero_filled_integer_matrix_warns_with_the_default(estimator):
+    R, _ = _zero_filled()
+    with pytest.warns(DataWarning, match="missing_values=0"):
+        model = clone(estimator).fit(R)
+    assert model.mean_ == pytest.approx(R.mean())  # every 0 fitted as a rating, as it says
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)
+        clone(estimator).fit(R.astype(float))  # a float matrix holds what it says
+
+
+def test_missing_values_semantics():
+    R, S = _zero_filled()
+    est = FedMCADMM(n_components=2, n_clients=3, max_iter=2, random_state=0)
+    bad = R.astype(float)
+    bad[0, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        clone(est).set_params(missing_values=0).fit(bad)
+    # sparse input: every stored entry is a rating, an explicit 0 included, whatever
+    # missing_values says
+    S = S.astype(float)
+    S[0, 1] = 0.0  # an explicit zero: stored
+    a = clone(est).set_params(missing_values=0).fit(S)
+    b = clone(est).fit(S)
+    np.testing.assert_array_equal(a.components_, b.components_)
+    assert a.mean_ < sp.csr_matrix(R).data.mean()  # the stored 0 counted
+
+
+# ---- degenerate fits -----------------------------------------------------------------------
+def _degenerate_cases():
+    zeros = np.zeros((30, 12))
+    X, _, _ = low_rank_ratings(m=40, n=12)
+    return [
+        (Felb(n_components=2, n_clients=3, max_iter=3, random_state=0), zeros, "all zero"),
+        (AggregatedBMF(n_components=2, n_clients=3, local_iter=5, random_state=0), zeros,
+         "all zero"),
+        (FedMCADMM(n_components=2, n_clients=3, max_iter=5, l1_ratio=1.0, alpha_u=1e6,
+                   alpha_v=1e6, random_state=0), X, "all zero"),
+        (FederatedClustering(n_clusters=2, n_clients=3, max_iter=3, tol=0, random_state=0),
+         zeros, "center is zero"),
+    ]
+
+
+@pytest.mark.parametrize("estimator, X, reason", _degenerate_cases(),
+                         ids=lambda p: type(p).__name__ if hasattr(p, "fit") else "")
+def test_a_trivial_result_warns_once_and_says_so(estimator, X, reason):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        estimator.fit(X)
+    degenerate = [w for w in caught if issubclass(w.category, DegenerateFitWarning)]
+    assert len(degenerate) == 1 and reason in str(degenerate[0].message)
+    assert issubclass(DegenerateFitWarning, ConvergenceWarning)
+    assert reason in estimator.degenerate_
+
+
+@pytest.mark.parametrize("kind, estimator", FITTED, ids=IDS)
+def test_a_healthy_fit_does_not_warn(kind, estimator):
+    if kind == "binary":
+        X = np.zeros((30, 12))
+        X[:15, :6] = X[15:, 6:] = 1  # two tiles
+    else:
+        X = _data(kind)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateFitWarning)
+        model = clone(estimator).set_params(
+            **({"tol": 0.0} if "tol" in estimator.get_params() else {})).fit(X)
+    assert model.degenerate_ is None and model.converged_
+
+
+def test_tol_never_met_warns_and_sets_converged():
+    X, _, _ = low_rank_ratings(m=40, n=12)
+    est = FedMCADMM(n_components=2, n_clients=3, max_iter=4, random_state=0)
+    with pytest.warns(DegenerateFitWarning, match="tol=1e-300 was not met within max_iter=4"):
+        assert not clone(est).set_params(tol=1e-300).fit(X).converged_
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateFitWarning)
+        model = clone(est).set_params(tol=0.5, max_iter=50).fit(X)  # met early
+    assert model.converged_ and model.n_iter_ < 50
+
+
+def test_objective_not_decreasing():
+    def history(*objectives):
+        return [{"objective": o} for o in objectives] + [{"round": 9}]  # (unevaluated round)
+
+    assert objective_not_decreasing(history(3.0, 2.0, 2.5)) is None
+    assert "frozen" in objective_not_decreasing(history(2.0, 2.0, 2.0))
+    assert "did not decrease" in objective_not_decreasing(history(2.0, 1.0, 2.0))
+    assert objective_not_decreasing(history(2.0)) is None  # one evaluation: nothing to compare
