@@ -133,6 +133,12 @@ class AggregatedBMF(BooleanFactorizationBase):
         The clients' local Boolean ``U_i`` in row order (analysis only).
     n_clients_, clients_, n_iter_, history_, privacy_spent_, n_features_in_
         As in :class:`Felb` (one round: ``n_iter_ == 1``).
+    converged_ : bool
+        Always True (a single round, no ``tol``).
+    degenerate_ : str or None
+        Why the fitted model is trivial (an all-zero Boolean reconstruction), or None. A
+        fit with a ``degenerate_`` reason raises a
+        :class:`~sklearn_fedmf.exceptions.DegenerateFitWarning`.
 
     Examples
     --------

@@ -237,6 +237,12 @@ class Felb(BooleanFactorizationBase):
         ``mechanism``, ``noise_scale`` (sigma, Laplace scale or flip probability),
         ``epsilon``/``delta`` per release, ``n_releases`` and the basic-composition totals
         ``epsilon_total``/``delta_total`` of each client.
+    converged_ : bool
+        False when ``tol`` > 0 was not met within ``max_iter`` rounds.
+    degenerate_ : str or None
+        Why the fitted model is trivial (an all-zero Boolean reconstruction), or None. A
+        fit that ends with ``converged_`` False or a ``degenerate_`` reason raises one
+        :class:`~sklearn_fedmf.exceptions.DegenerateFitWarning`.
     n_features_in_ : int
 
     See Also

@@ -164,6 +164,12 @@ class FederatedClustering(
     history_ : list of dict
         One record per round: ``objective``, ``fit``, ``penalty``, ``rho``, ``rel_change``,
         bytes, ``seconds``.
+    converged_ : bool
+        False when ``tol`` > 0 was not met within ``max_iter`` rounds.
+    degenerate_ : str or None
+        Why the fitted model is trivial (all-zero centers or memberships), or None. A fit
+        that ends with ``converged_`` False or a ``degenerate_`` reason raises one
+        :class:`~sklearn_fedmf.exceptions.DegenerateFitWarning`.
     n_features_in_ : int
 
     References

@@ -295,6 +295,10 @@ class FedMCADMM(FederatedMFBase):
         ``callback(round, info)`` after each round; returning True stops the fit.
     warm_start : bool, default=False
         Continue from the previous fit's state for ``max_iter`` more rounds.
+    missing_values : float, default=np.nan
+        The placeholder of a missing rating in dense ``X`` (NaN by default; ``0`` for a
+        matrix where 0 means "not rated"), as in :class:`~sklearn.impute.SimpleImputer`. In
+        sparse input every stored entry is a rating, an explicit 0 included.
     random_state : int, RandomState instance or None, default=None
         Seeds the partition, the initialization and every round's sampling.
     n_jobs : int, default=None
@@ -324,6 +328,13 @@ class FedMCADMM(FederatedMFBase):
         One record per round: ``round``, ``objective``, ``train_rmse``, ``eval_rmse`` (with
         ``eval_set``), ``consensus_gap``, ``bytes_uploaded``, ``bytes_downloaded``,
         ``n_sampled``, ``n_failed``, ``seconds``.
+    converged_ : bool
+        False when ``tol`` > 0 was not met within ``max_iter`` rounds.
+    degenerate_ : str or None
+        Why the fitted model is trivial (all-zero factors, a frozen model, an objective
+        that did not decrease), or None. A fit that ends with ``converged_`` False or a
+        ``degenerate_`` reason raises one
+        :class:`~sklearn_fedmf.exceptions.DegenerateFitWarning`.
     n_features_in_ : int
 
     See Also
