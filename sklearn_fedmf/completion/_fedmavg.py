@@ -336,9 +336,7 @@ class FedMAvg(FederatedMFBase):
     warm_start : bool, default=False
         Continue from the previous fit's state for ``max_iter`` more rounds.
     missing_values : float, default=np.nan
-        The placeholder of a missing rating in dense ``X`` (NaN by default; ``0`` for a
-        matrix where 0 means "not rated"), as in :class:`~sklearn.impute.SimpleImputer`. In
-        sparse input every stored entry is a rating, an explicit 0 included.
+        As in :class:`~sklearn_fedmf.FedMCADMM`.
     random_state : int, RandomState instance or None, default=None
     n_jobs : int, default=None
     verbose : int, default=0
@@ -356,13 +354,8 @@ class FedMAvg(FederatedMFBase):
     history_ : list of dict
         One record per round: ``objective``, ``train_rmse``, ``eval_rmse``, bytes (the
         one-time sizes and, for the global step, Grams are in round 1), ``seconds``...
-    converged_ : bool
-        False when ``tol`` > 0 was not met within ``max_iter`` rounds.
-    degenerate_ : str or None
-        Why the fitted model is trivial (all-zero factors, a frozen model, an objective
-        that did not decrease), or None. A fit that ends with ``converged_`` False or a
-        ``degenerate_`` reason raises one
-        :class:`~sklearn_fedmf.exceptions.DegenerateFitWarning`.
+    converged_, degenerate_
+        As in :class:`~sklearn_fedmf.FedMCADMM`.
     n_features_in_ : int
 
     See Also

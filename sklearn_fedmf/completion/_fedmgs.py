@@ -182,9 +182,7 @@ class FedMGS(FederatedMFBase):
         ``callback(round, info)`` after each round; returning True stops the fit.
     warm_start : bool, default=False
     missing_values : float, default=np.nan
-        The placeholder of a missing rating in dense ``X`` (NaN by default; ``0`` for a
-        matrix where 0 means "not rated"), as in :class:`~sklearn.impute.SimpleImputer`. In
-        sparse input every stored entry is a rating, an explicit 0 included.
+        As in :class:`~sklearn_fedmf.FedMCADMM`.
     random_state : int, RandomState instance or None, default=None
     n_jobs : int, default=None
     verbose : int, default=0
@@ -201,13 +199,8 @@ class FedMGS(FederatedMFBase):
     clients_ : ndarray of shape (n_users,)
     history_ : list of dict
         One record per round (round 1's bytes include every client's initial gradient).
-    converged_ : bool
-        False when ``tol`` > 0 was not met within ``max_iter`` rounds.
-    degenerate_ : str or None
-        Why the fitted model is trivial (all-zero factors, a frozen model, an objective
-        that did not decrease), or None. A fit that ends with ``converged_`` False or a
-        ``degenerate_`` reason raises one
-        :class:`~sklearn_fedmf.exceptions.DegenerateFitWarning`.
+    converged_, degenerate_
+        As in :class:`~sklearn_fedmf.FedMCADMM`.
     n_features_in_ : int
 
     See Also

@@ -133,12 +133,8 @@ class RFRec(FederatedMFBase):
     dropout : float, default=0.0
         Probability that a sampled client's upload is lost in a round (it still steps and
         receives ``Vbar``: the upload-loss model of Table 3).
-    eval_every, callback, warm_start, random_state, n_jobs, verbose
+    eval_every, callback, warm_start, missing_values, random_state, n_jobs, verbose
         As in :class:`~sklearn_fedmf.FedMCADMM`.
-    missing_values : float, default=np.nan
-        The placeholder of a missing rating in dense ``X`` (NaN by default; ``0`` for a
-        matrix where 0 means "not rated"), as in :class:`~sklearn.impute.SimpleImputer`. In
-        sparse input every stored entry is a rating, an explicit 0 included.
 
     Attributes
     ----------
@@ -160,13 +156,8 @@ class RFRec(FederatedMFBase):
         ``train_rmse``, ``eval_rmse``/``eval_mae`` (``eval_set``, federated factors),
         ``consensus_gap`` (``sum_c ||V_(c) - Vbar||^2``), ``vbar_change``, ``comm_rounds``,
         ``coin`` (RFRecF), bytes, ``n_sampled``, ``n_failed``, ``seconds``.
-    converged_ : bool
-        False when ``tol`` > 0 was not met within ``max_iter`` rounds.
-    degenerate_ : str or None
-        Why the fitted model is trivial (all-zero factors, a frozen model, an objective
-        that did not decrease), or None. A fit that ends with ``converged_`` False or a
-        ``degenerate_`` reason raises one
-        :class:`~sklearn_fedmf.exceptions.DegenerateFitWarning`.
+    converged_, degenerate_
+        As in :class:`~sklearn_fedmf.FedMCADMM`.
     n_features_in_ : int
 
     Notes
