@@ -130,6 +130,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         eval_X = None
         if eval_set is not None:
             eval_X = check_like(eval_set, X, name="eval_set", missing_values=self.missing_values)
+            if eval_X.nnz == 0:
+                raise ValueError("eval_set has no rating to score; pass held-out ratings or "
+                                 "eval_set=None.")
         if X.nnz == 0:
             raise ValueError("X has no observed entry; there is nothing to fit.")
         if reset:
@@ -213,8 +216,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     def inverse_transform(self, X):
         """Ratings reconstructed from user factors (``X @ components_``, plus ``mean_`` when
         ``center=True``)."""
-        check_is_fitted(self)
-        return np.asarray(X) @ self.components_ + self._offset
+        return self._check_factors(X) @ self.components_ + self._offset
 
     def predict(self, X):
         """Predicted ratings for the rows of ``X`` (dense, ``(n_rows, n_items)``) by fold-in.

@@ -33,6 +33,7 @@ from numbers import Integral
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_array, check_is_fitted
 from threadpoolctl import threadpool_limits
 
 from ._data import resolve_clients, split_clients
@@ -187,19 +188,32 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
                 "fit; set warm_start=False to start over."
             )
 
-    def _run(self, protocol, blocks, ctx, entropy=None):
+    def _run(self, protocol, blocks, ctx):
         """Initialize (or continue) the federation and run its rounds."""
-        entropy = ctx.entropy if entropy is None else entropy
         if ctx.warm:
             state, init_bytes = self._federation, (0, 0)
         else:
-            state, init_bytes = initialize_federation(protocol, blocks, entropy=entropy,
+            state, init_bytes = initialize_federation(protocol, blocks, entropy=ctx.entropy,
                                                       n_jobs=self.n_jobs)
         return run_federation(
-            protocol, blocks, **self._engine_params(), entropy=entropy, n_jobs=self.n_jobs,
+            protocol, blocks, **self._engine_params(), entropy=ctx.entropy, n_jobs=self.n_jobs,
             callback=self.callback, verbose=self.verbose, state=state, init_bytes=init_bytes,
             label=type(self).__name__,
         )
+
+    def _check_factors(self, X):
+        """Validate row factors for ``inverse_transform``: a 2-D array with one column per
+        component (what ``transform`` returns)."""
+        check_is_fitted(self)
+        X = check_array(X, dtype=None)
+        n_components = self.components_.shape[0]
+        if X.shape[1] != n_components:
+            raise ValueError(
+                f"X has {X.shape[1]} columns but {type(self).__name__} has n_components="
+                f"{n_components}: inverse_transform takes the row factors that transform "
+                "returns."
+            )
+        return X
 
     # ---- degenerate results ---------------------------------------------------------------
     def _tol_met(self, history):

@@ -296,3 +296,23 @@ def test_objective_not_decreasing():
     assert "frozen" in objective_not_decreasing(history(2.0, 2.0, 2.0))
     assert "did not decrease" in objective_not_decreasing(history(2.0, 1.0, 2.0))
     assert objective_not_decreasing(history(2.0)) is None  # one evaluation: nothing to compare
+
+
+@pytest.mark.parametrize("kind, estimator", [f for f in FITTED if f[0] != "samples"],
+                         ids=[i for (k, _), i in zip(FITTED, IDS) if k != "samples"])
+def test_inverse_transform_names_the_rank_it_needs(kind, estimator):
+    X = _data(kind)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FedMFWarning)
+        model = clone(estimator).fit(X)
+    U = model.transform(X)
+    assert model.inverse_transform(U).shape == X.shape
+    with pytest.raises(ValueError, match="X has 3 columns but .* has n_components=2"):
+        model.inverse_transform(np.ones((4, 3)))
+
+
+def test_an_empty_eval_set_is_an_error():
+    X, _, _ = low_rank_ratings(m=40, n=12)
+    with pytest.raises(ValueError, match="eval_set has no rating"):
+        FedMCADMM(n_components=2, n_clients=3, max_iter=2).fit(X, eval_set=np.full(X.shape,
+                                                                                 np.nan))

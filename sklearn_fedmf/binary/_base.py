@@ -153,8 +153,7 @@ class BooleanFactorizationBase(
 
     def inverse_transform(self, X):
         """Boolean product ``U o components_`` (``min(1, U V)``), a dense bool array."""
-        check_is_fitted(self)
-        U = np.asarray(X, dtype=np.float64) > 0.5
+        U = self._check_factors(X).astype(np.float64) > 0.5
         return (U.astype(np.float64) @ self.components_.astype(np.float64)) > 0
 
     def predict(self, X):

@@ -38,7 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import _num_samples, check_is_fitted
+from sklearn.utils.validation import _num_samples
 
 from .._base import FederatedMFBase, _shift
 from .._data import check_like
@@ -368,8 +368,7 @@ class RFRec(FederatedMFBase):
 
     def inverse_transform(self, X):
         """Ratings from user factors: ``link(X @ components_)``."""
-        check_is_fitted(self)
-        return self._to_ratings(np.asarray(X) @ self.components_)
+        return self._to_ratings(self._check_factors(X) @ self.components_)
 
     def predict(self, X):
         """Predicted ratings for the rows of ``X`` (dense, ``(n_rows, n_items)``) by fold-in.
