@@ -57,9 +57,10 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
 
     def __init__(self, n_components, *, n_clients, partition, clients_per_round, max_iter, tol,
                  alpha_u, alpha_v, center, clip, dropout, eval_every, callback, warm_start,
-                 missing_values, random_state, n_jobs, verbose):
+                 missing_values, random_state, n_jobs, verbose, on_client_error):
         super().__init__(n_clients=n_clients, partition=partition, callback=callback,
-                         random_state=random_state, n_jobs=n_jobs, verbose=verbose)
+                         random_state=random_state, n_jobs=n_jobs, verbose=verbose,
+                         on_client_error=on_client_error)
         self.n_components = n_components
         self.clients_per_round = clients_per_round
         self.max_iter = max_iter

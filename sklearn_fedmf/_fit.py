@@ -56,6 +56,7 @@ FEDERATION_CONSTRAINTS: dict = {
     "random_state": ["random_state"],
     "n_jobs": [Integral, None],
     "verbose": ["verbose"],
+    "on_client_error": [StrOptions({"raise", "skip"})],
 }
 
 
@@ -101,13 +102,15 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
 
     _parameter_constraints: dict = dict(FEDERATION_CONSTRAINTS)
 
-    def __init__(self, *, n_clients, partition, callback, random_state, n_jobs, verbose):
+    def __init__(self, *, n_clients, partition, callback, random_state, n_jobs, verbose,
+                 on_client_error):
         self.n_clients = n_clients
         self.partition = partition
         self.callback = callback
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.on_client_error = on_client_error
 
     # ---- hooks ----------------------------------------------------------------------------
     @abstractmethod
@@ -198,7 +201,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         return run_federation(
             protocol, blocks, **self._engine_params(), entropy=ctx.entropy, n_jobs=self.n_jobs,
             callback=self.callback, verbose=self.verbose, state=state, init_bytes=init_bytes,
-            label=type(self).__name__,
+            label=type(self).__name__, on_client_error=self.on_client_error,
         )
 
     def _check_factors(self, X):

@@ -15,7 +15,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._engine import FederatedProtocol
+from .._engine import FederatedProtocol, Participation
 from ..metrics._binary import factor_counts
 from ..privacy import check_privacy, compose_basic, flip_probability, privatize
 from ._base import BooleanFactorizationBase
@@ -124,6 +124,15 @@ class AggregatedBMF(BooleanFactorizationBase):
     random_state : int, RandomState instance or None, default=None
     n_jobs : int, default=None
     verbose : int, default=0
+    on_client_error : {"raise", "skip"}, default="raise"
+        An exception in a client's code raises a
+        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
+        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
+        previous state for that round and counts in ``history_``'s ``n_failed``, a
+        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
+        round in which every sampled client failed raises
+        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
+        (``dropout``) are counted either way.
 
     Attributes
     ----------
@@ -188,10 +197,12 @@ class AggregatedBMF(BooleanFactorizationBase):
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
         super().__init__(
             n_components, binarize=binarize, n_clients=n_clients, partition=partition,
             callback=callback, random_state=random_state, n_jobs=n_jobs, verbose=verbose,
+            on_client_error=on_client_error,
         )
         self.aggregation = aggregation
         self.local_iter = local_iter
@@ -222,7 +233,7 @@ class AggregatedBMF(BooleanFactorizationBase):
             server_update=partial(server_update, aggregation=self.aggregation),
             client_metrics=client_metrics,
             combine_metrics=combine_metrics,
-            broadcast_to_all=True,
+            participation=Participation(receives="all"),
         )
 
     def _collect(self, state, blocks, ctx):

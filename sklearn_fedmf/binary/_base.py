@@ -60,9 +60,10 @@ class BooleanFactorizationBase(
     }
 
     def __init__(self, n_components, *, binarize, n_clients, partition, callback, random_state,
-                 n_jobs, verbose):
+                 n_jobs, verbose, on_client_error):
         super().__init__(n_clients=n_clients, partition=partition, callback=callback,
-                         random_state=random_state, n_jobs=n_jobs, verbose=verbose)
+                         random_state=random_state, n_jobs=n_jobs, verbose=verbose,
+                         on_client_error=on_client_error)
         self.n_components = n_components
         self.binarize = binarize
 

@@ -16,7 +16,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._engine import FederatedProtocol
+from .._engine import FederatedProtocol, Participation
 from ..metrics._binary import factor_counts
 from ..privacy import check_privacy, compose_basic, noise_scale, privatize, sensitivity_of
 from ._base import BooleanFactorizationBase
@@ -122,7 +122,7 @@ def make_protocol(*, n_items, n_clients, n_components, sync_every, kappa, lam, g
         client_metrics=partial(client_metrics, kappa=kappa, gamma=gamma, sync_every=sync_every,
                                schedule=schedule),
         combine_metrics=partial(combine_metrics, kappa=kappa, n_clients=n_clients),
-        broadcast_to_all=True,
+        participation=Participation(receives="all"),
     )
 
 
@@ -212,6 +212,15 @@ class Felb(BooleanFactorizationBase):
         Parallel local updates (joblib; threads unless a backend is configured).
     verbose : int, default=0
         1 shows a progress bar, 2 a line per synchronization.
+    on_client_error : {"raise", "skip"}, default="raise"
+        An exception in a client's code raises a
+        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
+        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
+        previous state for that round and counts in ``history_``'s ``n_failed``, a
+        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
+        round in which every sampled client failed raises
+        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
+        (``dropout``) are counted either way.
 
     Attributes
     ----------
@@ -321,10 +330,12 @@ class Felb(BooleanFactorizationBase):
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
         super().__init__(
             n_components, binarize=binarize, n_clients=n_clients, partition=partition,
             callback=callback, random_state=random_state, n_jobs=n_jobs, verbose=verbose,
+            on_client_error=on_client_error,
         )
         self.sync_every = sync_every
         self.max_iter = max_iter

@@ -146,6 +146,15 @@ class FederatedClustering(
     random_state : int, RandomState instance or None, default=None
     n_jobs : int, default=None
     verbose : int, default=0
+    on_client_error : {"raise", "skip"}, default="raise"
+        An exception in a client's code raises a
+        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
+        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
+        previous state for that round and counts in ``history_``'s ``n_failed``, a
+        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
+        round in which every sampled client failed raises
+        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
+        (``dropout``) are counted either way.
 
     Attributes
     ----------
@@ -251,9 +260,11 @@ class FederatedClustering(
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
         super().__init__(n_clients=n_clients, partition=partition, callback=callback,
-                         random_state=random_state, n_jobs=n_jobs, verbose=verbose)
+                         random_state=random_state, n_jobs=n_jobs, verbose=verbose,
+                         on_client_error=on_client_error)
         self.n_clusters = n_clusters
         self.algorithm = algorithm
         self.local_iter_u = local_iter_u
@@ -382,7 +393,7 @@ class FederatedClustering(
                 schedule=schedule, nu=nu, callback=self.callback, verbose=self.verbose,
                 label=type(self).__name__, init_bytes=init_bytes,
                 clients_per_round=self.clients_per_round, entropy=start,
-                n_jobs=self.n_jobs, dropout=self.dropout,
+                n_jobs=self.n_jobs, dropout=self.dropout, on_client_error=self.on_client_error,
             )
             cost = 0.0
             if len(starts) > 1:  # one scalar per client: its samples' clustering cost

@@ -305,6 +305,15 @@ class FedMCADMM(FederatedMFBase):
         Parallel local updates (joblib; threads unless a backend is configured).
     verbose : int, default=0
         1 shows a progress bar, 2 a line per round.
+    on_client_error : {"raise", "skip"}, default="raise"
+        An exception in a client's code raises a
+        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
+        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
+        previous state for that round and counts in ``history_``'s ``n_failed``, a
+        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
+        round in which every sampled client failed raises
+        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
+        (``dropout``) are counted either way.
 
     Attributes
     ----------
@@ -404,6 +413,7 @@ class FedMCADMM(FederatedMFBase):
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
         super().__init__(
             n_components,
@@ -411,7 +421,7 @@ class FedMCADMM(FederatedMFBase):
             max_iter=max_iter, tol=tol, alpha_u=alpha_u, alpha_v=alpha_v, center=center,
             clip=clip, dropout=dropout, eval_every=eval_every, callback=callback,
             warm_start=warm_start, missing_values=missing_values, random_state=random_state,
-            n_jobs=n_jobs, verbose=verbose,
+            n_jobs=n_jobs, verbose=verbose, on_client_error=on_client_error,
         )
         self.beta = beta
         self.local_iter = local_iter
