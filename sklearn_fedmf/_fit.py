@@ -17,6 +17,8 @@ just before):
     The per-client data blocks (default: CSR row blocks of ``ctx.X``).
 ``_make_protocol(ctx)``
     The algorithm's :class:`~sklearn_fedmf._engine.FederatedProtocol`.
+``_before_rounds(protocol, state, blocks)``
+    The initialized federation state, adjusted before round 1 (default: unchanged).
 ``_collect(state, blocks, ctx)``
     Set the family's fitted attributes from the final engine state.
 ``_degenerate(state, blocks, ctx, history)``
@@ -130,6 +132,10 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
     def _collect(self, state, blocks, ctx):
         """Set the family's fitted attributes from the final ``FederationState``."""
 
+    def _before_rounds(self, protocol, state, blocks):
+        """The federation state the first round starts from (default: as initialized)."""
+        return state
+
     def _degenerate(self, state, blocks, ctx, history):
         """Why the fitted model is trivial, or None (checked once, at the end of every fit;
         ``history`` holds this fit's rounds)."""
@@ -198,6 +204,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         else:
             state, init_bytes = initialize_federation(protocol, blocks, entropy=ctx.entropy,
                                                       n_jobs=self.n_jobs)
+            state = self._before_rounds(protocol, state, blocks)
         return run_federation(
             protocol, blocks, **self._engine_params(), entropy=ctx.entropy, n_jobs=self.n_jobs,
             callback=self.callback, verbose=self.verbose, state=state, init_bytes=init_bytes,

@@ -21,6 +21,7 @@ set of clients (8.2): a client runs it on its rows, a simulator may batch client
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from numbers import Integral, Real
 
 import numpy as np
@@ -34,7 +35,6 @@ from sklearn.base import (
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from .._engine import initialize_federation
 from .._fit import FederatedEstimator
 from ..exceptions import DataWarning
 from ._clustering_protocols import (  # noqa: F401  (the tests import the unused ones from here)
@@ -47,8 +47,8 @@ from ._clustering_protocols import (  # noqa: F401  (the tests import the unused
     make_protocol,
     one_sparse_fit,
     penalty_matrix,
-    run_rounds,
     sncp_rho,
+    start_rounds,
 )
 
 __all__ = ["FederatedClustering"]
@@ -362,6 +362,7 @@ class FederatedClustering(
             q_hat=self.q_hat, participation=self.participation,
             aggregation=self.aggregation or "weighted", c_factor=self.c_factor,
             d_factor=self.d_factor or (0.501 if mgs else 5.0), w_step=self.w_step,
+            tol=self.tol, schedule=self._sncp_schedule(ctx),
         )
 
     def _sncp_schedule(self, ctx):
@@ -376,25 +377,24 @@ class FederatedClustering(
             * ctx.info["scale"],
         )
 
+    def _engine_params(self):
+        # every round is evaluated (SNCP needs F_s); tol is SNCP's own test (after_round)
+        return dict(max_iter=self.max_iter, tol=0.0, eval_every=1,
+                    clients_per_round=self.clients_per_round, dropout=self.dropout)
+
+    def _before_rounds(self, protocol, state, blocks):
+        return start_rounds(protocol, state, blocks, self.n_jobs)
+
     def _run(self, protocol, blocks, ctx):
         """``n_init`` federations from spawned seeds; keep the lowest clustering cost."""
         starts = [ctx.entropy]
         if ctx.info["centers"] is None and self.n_init > 1:  # spawned, reproducible seeds
             starts += [int(c.generate_state(1, np.uint64)[0])
                        for c in np.random.SeedSequence(ctx.entropy).spawn(self.n_init - 1)]
-        schedule, nu = self._sncp_schedule(ctx), self._penalties(ctx)[1]
         onehot = self.h_constraint == "onehot"
         best = None
         for start in starts:
-            state, init_bytes = initialize_federation(protocol, blocks, entropy=start,
-                                                      n_jobs=self.n_jobs)
-            state = run_rounds(
-                protocol, blocks, state, max_iter=self.max_iter, tol=self.tol,
-                schedule=schedule, nu=nu, callback=self.callback, verbose=self.verbose,
-                label=type(self).__name__, init_bytes=init_bytes,
-                clients_per_round=self.clients_per_round, entropy=start,
-                n_jobs=self.n_jobs, dropout=self.dropout, on_client_error=self.on_client_error,
-            )
+            state = super()._run(protocol, blocks, replace(ctx, entropy=start))
             cost = 0.0
             if len(starts) > 1:  # one scalar per client: its samples' clustering cost
                 cost = sum(clustering_cost(b.X, state.server_state["W"], onehot)[1].sum()
