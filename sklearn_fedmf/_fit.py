@@ -171,7 +171,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
             )
         ctx = FitContext(X, n_rows, X.shape[1], n_clients, labels, codes, entropy, warm, info)
         blocks = self._make_blocks(ctx)
-        self._check_partition(blocks, ctx)
+        self._check_warm_partition(ctx)
         protocol = self._make_protocol(ctx)
         # The parallelism is across clients; BLAS threads on the small per-client products
         # only fight over the cores (measured: 100x slower dot products on a busy machine).
@@ -188,8 +188,8 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         self._check_result(state, blocks, ctx, state.history[start:])
         return self
 
-    def _check_partition(self, blocks, ctx):
-        """Hook for a family's partition checks (the warm-start partition by default)."""
+    def _check_warm_partition(self, ctx):
+        """A warm start continues the same clients: same rows, same partition."""
         if ctx.warm and (len(self._federation.client_states) != ctx.n_clients
                          or self.clients_.shape[0] != ctx.n_rows):
             raise ValueError(
