@@ -39,6 +39,7 @@ QUICK = {"netflix": (20_000, 3_000, 13, 40_000), "ml1m": (1_000, 800, 20, 50_000
 def random_model(n_users, n_items, rank, n_seen, seed=0):
     """A fitted RatingRegressor with random factors, and its seen pattern (users, items)."""
     from sklearn_fedmf import FedMAvg, RatingRegressor
+    from sklearn_fedmf.exceptions import FedMFWarning
 
     rng = np.random.default_rng(seed)
     users = np.concatenate([np.arange(n_users), rng.integers(0, n_users, n_seen - n_users)])
@@ -47,8 +48,8 @@ def random_model(n_users, n_items, rank, n_seen, seed=0):
     y = rng.integers(1, 6, n_seen).astype(float)
     reg = RatingRegressor(FedMAvg(n_components=rank, n_clients=10, max_iter=1, eval_every=0,
                                   random_state=0))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings():  # one round on random ratings: it says so
+        warnings.simplefilter("ignore", FedMFWarning)
         reg.fit(np.column_stack([users, items]), y)
     est = reg.estimator_
     est.user_factors_ = rng.normal(scale=0.3, size=(n_users, rank))

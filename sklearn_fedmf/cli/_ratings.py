@@ -13,7 +13,7 @@ import pandas as pd
 
 from ._commands import report_search
 from ._data import _check_sizes, _movielens_file, load_data
-from ._messages import CommandError
+from ._messages import CommandError, _note
 from ._options import _literal
 from ._registry import _methods, make_estimator
 
@@ -80,9 +80,11 @@ def cmd_recommend(args):
                      args)
         model = RatingRegressor(make_estimator(methods[0], args, verbose=0))
         tic = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             model.fit(X, y)
+        for message in dict.fromkeys(str(w.message).splitlines()[0] for w in caught):
+            _note(message)
         save = Path(args.save) if args.save else Path(args.out) / "model.joblib"
         save.parent.mkdir(parents=True, exist_ok=True)
         joblib.dump(model, save)
