@@ -23,6 +23,7 @@ __all__ = [
     "grad_rows",
     "grad_cols",
     "squared_error",
+    "values_at",
     "ridge_fold_in",
     "prox_grad_rows",
     "linearized_cols",
@@ -106,6 +107,19 @@ def squared_error(indptr, indices, data, U, Wt):
             l0 += e * e
             s += 1
     return (l0 + l1) + (l2 + l3)
+
+
+@_jit
+def values_at(indptr, indices, U, Wt, out):
+    """``out[s] = U[row(s)] . Wt[col(s)]`` for every stored entry ``s``."""
+    r = U.shape[1]
+    for t in range(U.shape[0]):
+        for s in range(indptr[t], indptr[t + 1]):
+            j = indices[s]
+            v = 0.0
+            for a in range(r):
+                v += U[t, a] * Wt[j, a]
+            out[s] = v
 
 
 @_jit
