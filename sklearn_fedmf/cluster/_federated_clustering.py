@@ -160,8 +160,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     >>> model = FederatedClustering(n_clusters=2, n_clients=3, random_state=0).fit(X)
     >>> bool(len(set(model.labels_[:3])) == 1 and model.labels_[0] != model.labels_[3])
     True
-    >>> model.predict([[5.0, 0.0]])[0] == model.labels_[0]
-    np.True_
+    >>> bool(model.predict([[5.0, 0.0]])[0] == model.labels_[0])
+    True
     """
 
     _parameter_constraints: dict = {

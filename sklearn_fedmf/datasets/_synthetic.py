@@ -90,8 +90,8 @@ def make_ratings(
     --------
     >>> from sklearn_fedmf.datasets import make_ratings
     >>> data = make_ratings(100, 50, 1000, random_state=0)
-    >>> data.X.shape, data.X.nnz, data.X.data.min(), data.X.data.max()
-    ((100, 50), 1000, np.float64(1.0), np.float64(5.0))
+    >>> data.X.shape, data.X.nnz, float(data.X.data.min()), float(data.X.data.max())
+    ((100, 50), 1000, 1.0, 5.0)
     """
     n_users = _check_int(n_users, "n_users", 1)
     n_items = _check_int(n_items, "n_items", 1)
