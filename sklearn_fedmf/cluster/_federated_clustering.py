@@ -77,6 +77,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     n_clients : int, default=10
         Number of clients when ``clients`` is not given to fit.
     partition : {"random", "contiguous"}, default="random"
+        How rows are assigned to ``n_clients`` clients when ``clients`` is not given to fit
+        (``"random"`` is seeded by ``random_state``).
     clients_per_round : int, float or None, default=None
         Clients sampled (uniformly, without replacement) each round; None means all.
     participation : {"pcc", "pcp"}, default="pcc"
@@ -100,6 +102,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     rho0, nu : float, default=1e-8, 1e-10
         Initial penalty and ridge weights, relative to ``||X||^2 / N``.
     rho_growth : float, default=1.5
+        Factor by which SNCP multiplies ``rho`` each time it raises it.
     rho_tol : float or None, default=None
         Raise ``rho`` when the relative change of the objective is below it; None: 5e-5
         (FedMGS) or 1e-5 (FedMAvg).
@@ -125,8 +128,11 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         ``callback(round, info)`` after each round (of each of the ``n_init`` federations);
         returning True stops that federation.
     random_state : int, RandomState instance or None, default=None
+        Seeds the partition, the initializations and every round's sampling.
     n_jobs : int, default=None
+        Parallel client updates (joblib; threads unless a backend is configured).
     verbose : int, default=0
+        Progress output on stderr while fitting (0: none).
 
     Attributes
     ----------

@@ -319,6 +319,7 @@ class FedMAvg(FederatedMFBase):
         alpha * (1 - l1_ratio) * ||.||_F^2``. The l2 part is smooth (in the gradient), the l1
         part and ``positive`` act as a prox at every local step.
     l1_ratio : float, default=0.0
+        Mix of the elastic net: 0 is squared l2, 1 is l1 (soft-thresholding).
     positive : bool, default=False
         Constrain both factors to be nonnegative.
     init_scale : float, default=1.0
@@ -336,8 +337,11 @@ class FedMAvg(FederatedMFBase):
     warm_start : bool, default=False
         Continue from the previous fit's state for ``max_iter`` more rounds.
     random_state : int, RandomState instance or None, default=None
+        Seeds the partition, the initialization and every round's sampling.
     n_jobs : int, default=None
+        Parallel local updates (joblib; threads unless a backend is configured).
     verbose : int, default=0
+        1 shows a progress bar, 2 a line per round.
 
     Attributes
     ----------

@@ -159,6 +159,8 @@ class FedMGS(FederatedMFBase):
     n_clients : int, default=10
         Number of clients ``p`` when ``clients`` is not given to fit.
     partition : {"random", "contiguous"}, default="random"
+        How rows are assigned to ``n_clients`` clients when ``clients`` is not given to fit
+        (``"random"`` is seeded by ``random_state``).
     clients_per_round : int, float or None, default=None
         Clients sampled (uniformly, without replacement) each round; None means all.
     max_iter : int, default=100
@@ -169,6 +171,7 @@ class FedMGS(FederatedMFBase):
         Elastic-net regularization of the user and item factors (as in
         :class:`~sklearn_fedmf.FedMAvg`).
     l1_ratio : float, default=0.0
+        Mix of the elastic net: 0 is squared l2, 1 is l1 (soft-thresholding).
     positive : bool, default=False
         Constrain both factors to be nonnegative.
     init_scale : float, default=1.0
@@ -176,14 +179,22 @@ class FedMGS(FederatedMFBase):
     center : bool, default=True
         Subtract the global training mean before factorizing.
     clip : bool, default=False
+        Clip predictions to the training rating range.
     dropout : float, default=0.0
+        Probability that a sampled client fails in a round (it then sends nothing);
+        failures are counted in ``history_``.
     eval_every : int, default=1
+        Record the objective and RMSEs every ``eval_every`` rounds (0 never).
     callback : callable, default=None
         ``callback(round, info)`` after each round; returning True stops the fit.
     warm_start : bool, default=False
+        Continue from the previous fit's state for ``max_iter`` more rounds.
     random_state : int, RandomState instance or None, default=None
+        Seeds the partition, the initialization and every round's sampling.
     n_jobs : int, default=None
+        Parallel local updates (joblib; threads unless a backend is configured).
     verbose : int, default=0
+        1 shows a progress bar, 2 a line per round.
 
     Attributes
     ----------

@@ -74,6 +74,9 @@ class RFRec(FederatedMFBase):
     n_components : int, default=20
         Latent dimension ``d``.
     variant : {"rfrec", "rfrecf"}, default="rfrec"
+        ``"rfrec"``: a gradient step on the regularized problem and an average every
+        round (Algorithm 1). ``"rfrecf"``: the communication-free variant, a coin per round
+        between a local step and a pull towards ``Vbar`` (Algorithm 2; see ``p``).
     reg_consensus : float, default=10.0
         The paper's ``lambda``, multiplying ``1/2 sum_c ||V_(c) - Vbar||^2``. The authors' code
         has no 1/2: its ``lam_L = 10`` is ``reg_consensus=20``. Large values tie every copy to
@@ -102,6 +105,8 @@ class RFRec(FederatedMFBase):
         None: one client per user (the paper). An int groups the users into that many clients
         (``partition``); the code used 200 contiguous groups.
     partition : {"random", "contiguous"}, default="random"
+        How rows are assigned to ``n_clients`` clients when ``clients`` is not given to fit
+        (``"random"`` is seeded by ``random_state``).
     clients_per_round : int, float or None, default=None
         Clients whose upload is used each round (a fresh random subset). The others still step
         and receive ``Vbar``; their upload is lost (spec 4.1).

@@ -9,6 +9,8 @@ import scipy.sparse as sp
 from scipy.special import logsumexp
 from sklearn.utils import Bunch, check_random_state
 
+from .._data import check_int
+
 __all__ = ["make_ratings", "make_binary_tiles"]
 
 
@@ -19,12 +21,6 @@ def _check_generator(random_state):
     if random_state is None or isinstance(random_state, numbers.Integral):
         return np.random.default_rng(random_state)
     return np.random.default_rng(check_random_state(random_state).randint(2**31 - 1))
-
-
-def _check_int(value, name, low):
-    if not isinstance(value, numbers.Integral) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
-    return int(value)
 
 
 def make_ratings(
@@ -93,11 +89,11 @@ def make_ratings(
     >>> data.X.shape, data.X.nnz, float(data.X.data.min()), float(data.X.data.max())
     ((100, 50), 1000, 1.0, 5.0)
     """
-    n_users = _check_int(n_users, "n_users", 1)
-    n_items = _check_int(n_items, "n_items", 1)
-    n_ratings = _check_int(n_ratings, "n_ratings", 0)
-    k = _check_int(n_components, "n_components", 1)
-    chunk_size = _check_int(chunk_size, "chunk_size", 1)
+    n_users = check_int(n_users, "n_users", 1)
+    n_items = check_int(n_items, "n_items", 1)
+    n_ratings = check_int(n_ratings, "n_ratings", 0)
+    k = check_int(n_components, "n_components", 1)
+    chunk_size = check_int(chunk_size, "chunk_size", 1)
     if n_ratings > n_users * n_items:
         raise ValueError(
             f"n_ratings={n_ratings} exceeds the number of cells n_users * n_items = "
@@ -296,9 +292,9 @@ def make_binary_tiles(
     >>> bool(((data.U @ data.V) != data.X.toarray()).sum() == 0)
     True
     """
-    n_rows = _check_int(n_rows, "n_rows", 1)
-    n_cols = _check_int(n_cols, "n_cols", 1)
-    k = _check_int(n_tiles, "n_tiles", 1)
+    n_rows = check_int(n_rows, "n_rows", 1)
+    n_cols = check_int(n_cols, "n_cols", 1)
+    k = check_int(n_tiles, "n_tiles", 1)
     for name, value in (("noise", noise), ("tile_density", tile_density)):
         if not 0 <= value <= 1:
             raise ValueError(f"{name} must be in [0, 1], got {value!r}.")
