@@ -24,7 +24,14 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
-from ._data import check_like, check_ratings, reject_duplicates, resolve_clients, split_clients
+from ._data import (
+    check_factors,
+    check_like,
+    check_ratings,
+    reject_duplicates,
+    resolve_clients,
+    split_clients,
+)
 from ._engine import (
     initialize_federation,
     make_entropy,
@@ -256,7 +263,8 @@ class FederatedMFBase(
         """Ratings reconstructed from user factors (``X @ components_``, plus ``mean_`` when
         ``center=True``)."""
         check_is_fitted(self)
-        return np.asarray(X) @ self.components_ + self._offset
+        X = check_factors(X, self.components_.shape[0], type(self).__name__)
+        return X @ self.components_ + self._offset
 
     def predict(self, X):
         """Predicted ratings for the rows of ``X`` (dense, ``(n_rows, n_items)``) by fold-in.

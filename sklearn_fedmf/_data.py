@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 from joblib import effective_n_jobs
+from sklearn.utils import check_array
 
 __all__ = [
     "ClientBlock",
@@ -94,12 +95,18 @@ def reject_duplicates(X, name="X"):
 
 
 def check_like(Y, X, *, name="y"):
-    """Validate a held-out rating matrix that must have the shape of ``X``."""
+    """Validate a held-out rating matrix: the shape of ``X``, at least one observed rating."""
     Y = check_ratings(Y, name=name, dtype=X.dtype)
     if Y.shape != X.shape:
         raise ValueError(
             f"{name} must have the same shape as X {X.shape} (held-out ratings of the same rows), "
             f"got {Y.shape}."
+        )
+    if Y.nnz == 0:  # scoring on nothing would give NaN (or, per round, a silently missing key)
+        raise ValueError(
+            f"{name} has no observed rating (every entry is missing), so there is nothing to "
+            "evaluate" + ("; pass eval_set=None to fit without held-out ratings." if
+                          name == "eval_set" else ".")
         )
     return Y
 
@@ -205,6 +212,19 @@ def split_clients(X, codes, n_clients, X_eval=None, n_jobs=None):
         return [block(c) for c in range(n_clients)]
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(block, range(n_clients)))
+
+
+def check_factors(X, n_components, owner):
+    """Validate user factors given to ``inverse_transform``: 2-D, finite, one column per
+    component of the fitted ``owner`` (named in the error)."""
+    X = check_array(X, dtype=[np.float64, np.float32], input_name="X")
+    if X.shape[1] != n_components:
+        raise ValueError(
+            f"X has {X.shape[1]} columns, but {owner} has {n_components} components: "
+            "inverse_transform takes user factors of shape (n_samples, n_components), such as "
+            "the output of transform."
+        )
+    return X
 
 
 def check_int(value, name, low=1):

@@ -20,7 +20,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
 from .._base import FEDERATION_CONSTRAINTS
-from .._data import resolve_clients, split_clients
+from .._data import check_factors, resolve_clients, split_clients
 from .._engine import make_entropy, partition_rng
 from ..metrics._binary import check_binary, f1_boolean
 from ._elb import local_steps
@@ -129,7 +129,7 @@ class BooleanFactorizationBase(
     def inverse_transform(self, X):
         """Boolean product ``U o components_`` (``min(1, U V)``), a dense bool array."""
         check_is_fitted(self)
-        U = np.asarray(X, dtype=np.float64) > 0.5
+        U = check_factors(X, self.components_.shape[0], type(self).__name__) > 0.5
         return (U.astype(np.float64) @ self.components_.astype(np.float64)) > 0
 
     def predict(self, X):

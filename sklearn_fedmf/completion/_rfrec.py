@@ -41,7 +41,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from .._base import FederatedMFBase, _shift
-from .._data import check_like
+from .._data import check_factors, check_like
 from .._kernels import ridge_fold_in
 from ..privacy import PrivacyWarning, laplace_epsilon
 from ._rfrec_kernels import _sigmoid_fold_in
@@ -374,7 +374,8 @@ class RFRec(FederatedMFBase):
     def inverse_transform(self, X):
         """Ratings from user factors: ``link(X @ components_)``."""
         check_is_fitted(self)
-        return self._to_ratings(np.asarray(X) @ self.components_)
+        X = check_factors(X, self.components_.shape[0], type(self).__name__)
+        return self._to_ratings(X @ self.components_)
 
     def predict(self, X):
         """Predicted ratings for the rows of ``X`` (dense, ``(n_rows, n_items)``) by fold-in.
