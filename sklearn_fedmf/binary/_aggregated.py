@@ -225,6 +225,7 @@ class AggregatedBMF(BooleanFactorizationBase):
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
             Binary data (0/1); in a sparse matrix absent entries are 0.
         y : Ignored
+            Not used, present for API consistency by convention.
         clients : array-like of shape (n_samples,), default=None
             Client label of each row; when None rows are split into ``n_clients`` clients.
 

@@ -274,6 +274,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
             The samples (the paper's clustering data are nonnegative; with negative entries
             the nonnegative-membership model is questionable and a warning is raised).
         y : Ignored
+            Not used, present for API consistency by convention.
         clients : array-like of shape (n_samples,), default=None
             Client label of each sample; when None samples are split into ``n_clients``.
 
@@ -390,10 +391,12 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The samples to assign (each one on its own: what a new client computes locally).
 
         Returns
         -------
         labels : ndarray of shape (n_samples,)
+            Index of the cluster of each sample.
         """
         check_is_fitted(self)
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
@@ -407,11 +410,14 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The samples to score.
         y : Ignored
+            Not used, present for API consistency by convention.
 
         Returns
         -------
         score : float
+            The negated cost (0 is a perfect fit).
         """
         check_is_fitted(self)
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)

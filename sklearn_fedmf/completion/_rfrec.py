@@ -277,6 +277,7 @@ class RFRec(FederatedMFBase):
         X : {array-like, sparse matrix} of shape (n_users, n_items)
             Training ratings: sparse (every stored entry observed) or dense with NaN missing.
         y : Ignored
+            Not used, present for API consistency by convention.
         clients : array-like of shape (n_users,), default=None
             Client label of each row; None means one client per user unless ``n_clients``.
         eval_set : {array-like, sparse matrix} of shape (n_users, n_items), default=None
@@ -372,7 +373,18 @@ class RFRec(FederatedMFBase):
         return lo + (hi - lo) / (1 + np.exp(-Z))
 
     def inverse_transform(self, X):
-        """Ratings from user factors: ``link(X @ components_)``."""
+        """Ratings from user factors: ``link(X @ components_)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_components)
+            User vectors, e.g. the output of :meth:`transform`.
+
+        Returns
+        -------
+        ratings : ndarray of shape (n_samples, n_items)
+            Dense ratings on the training scale.
+        """
         check_is_fitted(self)
         X = check_factors(X, self.components_.shape[0], type(self).__name__)
         return self._to_ratings(X @ self.components_)
@@ -381,6 +393,16 @@ class RFRec(FederatedMFBase):
         """Predicted ratings for the rows of ``X`` (dense, ``(n_rows, n_items)``) by fold-in.
 
         Rows with no observed entry predict the training mean ``mean_``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_rows, n_items)
+            Observed ratings of the rows, folded in (see :meth:`transform`).
+
+        Returns
+        -------
+        ratings : ndarray of shape (n_rows, n_items)
+            Predicted rating of every item for every row.
         """
         if self.link == "identity":
             return super().predict(X)
@@ -390,7 +412,22 @@ class RFRec(FederatedMFBase):
         return self._clip(P)
 
     def score(self, X, y=None):
-        """Negative RMSE of the fold-in predictions (see ``FederatedMFBase.score``)."""
+        """Negative RMSE of the fold-in predictions (greater is better).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_rows, n_items)
+            Observed ratings of the rows, used for fold-in.
+        y : {array-like, sparse matrix} of shape (n_rows, n_items), default=None
+            Held-out ratings of the same rows; the error is measured at its stored entries.
+            When None (or a 1-D target vector passed through by scikit-learn tools), the
+            error is measured at ``X``'s own entries.
+
+        Returns
+        -------
+        score : float
+            ``-sqrt(mean squared error)`` over the evaluated entries.
+        """
         if self.link == "identity":
             return super().score(X, y)
         pred = self.predict(X)
