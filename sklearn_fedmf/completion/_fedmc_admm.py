@@ -22,14 +22,9 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._base import FederatedMFBase, squared_error_of
 from .._engine import FederatedProtocol
-from .._kernels import (
-    grad_cols,
-    linearized_cols,
-    prox_grad_rows,
-    replace_and_accumulate,
-    squared_distance,
-)
+from .._kernels import grad_cols, prox_grad_rows
 from .._prox import elastic_net_value, prox_elastic_net
+from ._fedmc_admm_kernels import linearized_cols, replace_and_accumulate, squared_distance
 
 __all__ = ["FedMCADMM"]
 
