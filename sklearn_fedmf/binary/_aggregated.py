@@ -34,7 +34,7 @@ def aggregate_boolean(V_stack, aggregation):
     """Combine ``C`` Boolean ``k x m`` matrices (stacked on axis 0) elementwise.
 
     ``"round"``: ``round(mean)`` with ties (mean 1/2) to 0; ``"majority"``:
-    ``sum >= C/2`` (ties to 1); ``"or"``: any (spec section 6, eqs. 11-13).
+    ``sum >= C/2`` (ties to 1); ``"or"``: any (the paper's Appendix B, Algorithm 2, eqs. 11-13).
     """
     counts = np.asarray(V_stack, dtype=np.int64).sum(axis=0)
     n = len(V_stack)

@@ -1,6 +1,6 @@
 """Federated clustering by orthogonal NMF with FedMAvg or FedMGS (Wang & Chang, II-B and V).
 
-Orientation (spec fedmavg_fedmgs.md, 1.3): rows of ``X`` are samples, held by the clients;
+Orientation (the paper's model (1)-(3) holds samples as columns): rows of ``X`` are samples, held by the clients;
 the paper's ``X`` is ``X.T``. The global factor ``W`` (``n_features x K``) is
 ``cluster_centers_.T``; client ``p`` keeps ``A_p = H_p^T`` (``n_p x K``), its samples'
 memberships. The model of all the paper's experiments (35)-(36)::

@@ -1,10 +1,10 @@
 """FedMAvg: federated model averaging for matrix completion (Wang & Chang, Algorithm 1).
 
-Orientation (spec fedmavg_fedmgs.md, 1.3): the paper's global ``W`` is our item factor
+Orientation: the paper's (its model (1)-(3) splits the data by columns) global ``W`` is our item factor
 (``components_ = V``, kept transposed as ``Vt`` of shape ``(n_items, r)``); the paper's local
 ``H_p`` is client ``p``'s user factors ``U_p^T``.
 
-``variant="wang_chang"`` (spec 3 and 8.3) minimizes the plain sum of squared errors::
+``variant="wang_chang"`` (the paper's Algorithm 1 on a masked loss) minimizes the plain sum of squared errors::
 
     F(U, V) = sum_p [1/2 ||P_Omega_p(M_p - U_p V)||^2 + h(U_p)] + h(V) = sum_p omega_p F_p
     F_p = (1/omega_p) [1/2 ||P_Omega_p(M_p - U_p V)||^2 + h(U_p)] + h(V)
@@ -271,7 +271,7 @@ class FedMAvg(FederatedMFBase):
         Rank ``r`` of the factorization.
     variant : {"wang_chang", "fedmc_admm"}, default="wang_chang"
         ``"wang_chang"``: the paper's algorithm on the sum of squared errors, steps as factors
-        of Lipschitz bounds (spec 3, 8.3). ``"fedmc_admm"``: the baseline as restated in the
+        of Lipschitz bounds (Algorithm 1). ``"fedmc_admm"``: the baseline as restated in the
         FedMC-ADMM paper (objective ``(1/p) sum_i [f_i + R_i] + R(V)``, W gradient divided by
         ``p``, ``d_i = d_factor lambda_max(U_i^T U_i)``, ``c = c_factor lambda_max(V V^T)``,
         plain mean of the uploads, ``Q1 = Q2 = 10``).
@@ -299,7 +299,7 @@ class FedMAvg(FederatedMFBase):
         ``L_W`` of the W step (``"wang_chang"``): ``"global"`` uses ``lambda_max(sum_p U_p^T
         U_p) + ridge`` of this round (clients send their ``r x r`` Gram in a first exchange),
         ``"local"`` the client's own ``lambda_max(U_p^T U_p) / omega_p + ridge``, ``"guarded"``
-        the global step but never above ``1/(0.51 L_Wp)`` (spec G5). None: ``"global"``; the
+        the global step but never above ``1/(0.51 L_Wp)`` (a stability guard the paper does not need: its theory assumes the global constant). None: ``"global"``; the
         ``"fedmc_admm"`` variant always uses its local ``d_i``.
     client_weights : {"entries", "rows"}, default="entries"
         ``omega_p`` proportional to the client's observed ratings or to its rows (G16).

@@ -5,7 +5,8 @@ factor ``V`` (the paper's ``W``) lives on the server, client ``p`` keeps ``U_p``
 
     F(U, V) = sum_p [1/2 ||P_Omega_p(M_p - U_p V)||^2 + h(U_p)] + h(V)
 
-Why this is not the paper's FedMGS verbatim (spec 8.3, G17). For the full-observation loss
+Why this is not the paper's FedMGS verbatim (its Remark 2 restricts it to the full-observation
+Frobenius loss). For the full-observation loss
 the gradient in ``W`` is linear with two data aggregates, ``grad = W G1 - G2`` (29), so from
 ``H_p H_p^T`` and ``X_p H_p^T`` the server rebuilds the exact gradient at any ``W`` and runs
 ``Q2`` projected steps alone. With missing entries every item has its own Gram
@@ -153,9 +154,9 @@ class FedMGS(FederatedMFBase):
     local_iter_u : int, default=10
         Local steps ``Q1`` on the user factors per round.
     c_factor : float, default=0.51
-        The U step is ``1 / (c_factor * (lambda_max(V V^T) + ridge))`` (spec 4.4).
+        The U step is ``1 / (c_factor * (lambda_max(V V^T) + ridge))`` (Algorithm 2's steps).
     d_factor : float, default=0.501
-        The V step is ``1 / (d_factor * (lambda_max(sum_p U_p^T U_p) + ridge))`` (spec 4.4).
+        The V step is ``1 / (d_factor * (lambda_max(sum_p U_p^T U_p) + ridge))`` (Algorithm 2's steps).
     n_clients : int, default=10
         Number of clients ``p`` when ``clients`` is not given to fit.
     partition : {"random", "contiguous"}, default="random"

@@ -26,8 +26,8 @@ class ItemMatrixUpload:
     Stored as the rated columns ``values`` at ``cols`` over the columns every client shares
     (``shared``, public: a function of the broadcasts), so the simulation never materializes
     ``N`` dense matrices. ``nbytes`` is the size of the dense matrix the paper sends. With
-    ``noise_scale > 0`` the per-entry Laplace noise is drawn in aggregate by the server (spec
-    8.5, exact in distribution); ``simulate_uploads=True`` sends dense noisy arrays instead.
+    ``noise_scale > 0`` the per-entry Laplace noise is drawn in aggregate by the server (exact in
+    distribution: a sum of Laplace draws is drawn as one); ``simulate_uploads=True`` sends dense noisy arrays instead.
     """
 
     cols: np.ndarray
@@ -76,7 +76,7 @@ def _coin(seed, k, p):
 
 
 def _action(variant, schedule, coin):
-    """What every client does in a round, from ``(zeta_{k-1}, zeta_k)`` (spec 3.2)."""
+    """What every client does in a round, from ``(zeta_{k-1}, zeta_k)`` (Algorithm 2's coins)."""
     if variant == "rfrec":
         return "step"
     prev, now = coin
@@ -183,7 +183,7 @@ def client_update(state, block, bc, rng, selected, *, variant, schedule, lr, reg
 
 
 def _aggregate(uploads, W, rng, *, clip_delta, noise_scale):
-    """``Vbar = mean of the uploads`` (spec 8.4), noise summed exactly (spec 8.5)."""
+    """``Vbar = mean of the uploads`` (Algorithm 1's aggregation), noise summed exactly."""
     n = len(uploads)
     if isinstance(next(iter(uploads.values())), np.ndarray):
         total = np.zeros_like(W)

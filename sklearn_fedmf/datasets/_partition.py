@@ -200,7 +200,7 @@ def partition_label_skew(y, n_clients, classes_per_client=2, random_state=None):
 
 
 def partition_fedmf_cases(y=None, n_clients=100, *, case=1, X=None, method=None, random_state=None):
-    """The client splits of the FedMAvg/FedMGS experiments (spec fedmavg_fedmgs.md, 6.3).
+    """The client splits of the FedMAvg/FedMGS experiments (Wang and Chang, Section V).
 
     - ``case=1`` (iid, balanced): a random permutation of the rows gives
       ``n_rows // n_clients`` rows to each client and the remainder to the last client
@@ -210,12 +210,12 @@ def partition_fedmf_cases(y=None, n_clients=100, *, case=1, X=None, method=None,
       - ``"labels"`` (MNIST, following Li et al.; default when only ``y`` is given): each
         class, in random order, is cut into near-equal shards, ``2 * n_clients`` shards in
         all (20 per class for 10 classes and 100 clients), and every client takes one shard
-        of each of two different, randomly chosen classes. The spec's unbalanced class
+        of each of two different, randomly chosen classes. The paper's unbalanced class
         proportions (.05, .05, .05, .05, .10, .10, .10, .15, .15, .20) describe how the
         MNIST subset ``y`` is drawn; client sizes then follow from them.
       - ``"kmeans"`` (synthetic, TDT2, TCGA, paper text; default when only ``X`` is given):
         K-means with ``n_clients`` clusters on the rows of ``X``, one cluster per client.
-      - ``"anchors"`` (the reference code, spec gap G11): ``n_clients`` random rows of
+      - ``"anchors"`` (the reference code; the paper's text says K-means): ``n_clients`` random rows of
         ``X / ||X||`` are anchors, and every row goes to its nearest anchor.
 
     Parameters
@@ -288,7 +288,7 @@ def _check_labels(y):
 
 
 def _two_class_shards(y, n_clients, rng):
-    """Spec 6.3 Case 2 (MNIST): 2 * n_clients class shards, two distinct classes per client."""
+    """Case 2 of Wang and Chang's Section V (MNIST): 2 * n_clients class shards, two distinct classes per client."""
     classes, codes = np.unique(y, return_inverse=True)
     n_classes = len(classes)
     if n_classes < 2:

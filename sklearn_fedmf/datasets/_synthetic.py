@@ -246,10 +246,10 @@ def make_binary_tiles(
     random_state=None,
     dtype=np.float64,
 ):
-    """Generate a binary matrix with planted Boolean tiles and XOR noise (Felb, spec 7.2).
+    """Generate a binary matrix with planted Boolean tiles and XOR noise (the Felb paper's Section 4.1).
 
     Tile ``l`` covers rows ``R_l`` and columns ``C_l``: ``U[R_l, l] = V[l, C_l] = 1``.
-    With ``overlap=True`` (the spec's recommended generator) ``R_l`` is a random subset of
+    With ``overlap=True`` (the recommended generator) ``R_l`` is a random subset of
     ``ceil(n_rows * Uniform(row_frac))`` rows, and likewise for columns, so tiles may
     overlap. With ``overlap=False`` rows and columns are each split at random into
     ``n_tiles + 1`` nearly equal groups, tile ``l`` is row group ``l`` x column group ``l``
