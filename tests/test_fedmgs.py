@@ -1,5 +1,6 @@
 """FedMGS for matrix completion: gradient sharing with fresh client gradients per server step
-(spec fedmavg_fedmgs.md 4, 7, 8.3 and G7/G17)."""
+(Wang and Chang's Algorithm 2 on a masked loss; its Remark 2 covers the full-observation
+loss only)."""
 
 import warnings
 
@@ -35,7 +36,7 @@ def small(**params):
 
 
 def test_with_all_clients_the_partition_does_not_matter(ratings, monkeypatch):
-    """Spec 7.2-11 for the masked loss: the server step uses the sum of the clients'
+    """Algorithm 2 for the masked loss: the server step uses the sum of the clients'
     gradients, which is the global gradient however the rows are split."""
     X, _, _ = ratings
     U0 = np.random.default_rng(5).random((X.shape[0], 2))

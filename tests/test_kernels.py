@@ -23,7 +23,7 @@ from sklearn_fedmf.completion._fedmc_admm_kernels import (
     squared_distance,
 )
 
-RTOL = 1e-10  # the spec's "exact"
+RTOL = 1e-10  # "exact": relative error
 
 
 def _block(seed, n_rows=13, n_items=9, density=0.45, unsorted=False):
