@@ -17,7 +17,8 @@ client (``partition_fedmf_cases``). Algorithms with the paper's settings (Q1 = 1
 diminishing Q2 with Q_hat = 5, partial client communication; FedMGS: Q2 = 100), SNCP with the
 reference code's forced increase and cap, at most ``--rounds`` rounds (the reference code:
 2000 for FedMAvg, 1000 for FedMGS). K-means++ is sklearn's centralized ``KMeans(n_init=10)``;
-Table I's ``KM`` row is the paper's distributed KM|| (G13). ACC in % (Hungarian matching).
+Table I's ``KM`` row is the paper's distributed KM|| (its Section V-G). ACC in % (Hungarian
+matching).
 
 Digits: ``load_digits`` (1797 x 64, 10 classes) over 20 clients that each hold mostly two
 digits (``partition_label_skew``), ACC of both algorithms beside centralized

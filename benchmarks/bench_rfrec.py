@@ -10,7 +10,8 @@ Usage::
 
 Protocol: a random 80/20 split of every user's ratings (``train_test_split_ratings``, seeded);
 RMSE and MAE at the held-out ratings of the *federated* model ``link(u_i . vbar_j)`` (the
-paper's evaluation), plus the fold-in RMSE of ``score``. Settings (the paper's Section 4 and the authors' code):
+paper's evaluation), plus the fold-in RMSE of ``score``. Settings (the paper's Section 4 and
+the authors' code):
 
 - ``paper``: the algorithms as written (plain gradient steps, identity link, raw ratings,
   alpha 0.05 / 0.025, lambda 10, p 0.5, K 100, one client per user);

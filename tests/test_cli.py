@@ -164,7 +164,7 @@ def test_tune_halving_uses_rounds_as_resource(tmp_path, capsys):
     assert sorted(r["rounds"] for r in ranked) == [3, 3, 3, 9]
     assert ranked[0]["rounds"] == 9
     assert err.count("fedmf: tune: candidate") == 4 and "max_iter=9)" in err
-    assert f"best parameters" in out and f"rounds=9" in out
+    assert "best parameters" in out and "rounds=9" in out
 
 
 def test_tune_options_fix_their_parameters(tmp_path, capsys):

@@ -258,7 +258,7 @@ def test_uploads_hold_only_what_the_paper_sends(algorithm):
         paper = m * M * K + (m * K * K if algorithm == "fedmgs" else P * K * K)
         assert sent == 8 * paper
         initial = model.history_[k]["bytes_uploaded"] - sent
-        # G7: FedMGS's one-time upload of every client's aggregates counts in round 1
+        # FedMGS's one-time upload of every client's aggregates counts in round 1
         expected = P * (M * K + K * K) * 8 if algorithm == "fedmgs" else P * K * K * 8
         assert initial == (expected if k == 0 else 0)
     for info in log:  # no membership block ever goes up
@@ -298,7 +298,8 @@ def test_well_separated_blobs_clustered_as_well_as_kmeans(algorithm, params):
 
 
 def test_onehot_mode_is_federated_kmeans():
-    """The exact K-means formulation (2.1): one-hot memberships; Lloyd's fixed points stay."""
+    """The exact K-means formulation (the paper's Section II-B): one-hot memberships; Lloyd's
+    fixed points stay."""
     X, y = blobs(n=300, m=10, k=4, seed=4)
     kmeans = KMeans(4, n_init=10, tol=0.0, random_state=0).fit(X)  # exact Lloyd fixed point
     model = FederatedClustering(4, h_constraint="onehot", n_clients=5, local_iter_v=50,

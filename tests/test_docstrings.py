@@ -4,7 +4,6 @@ every public function, class and method is described in its numpydoc Parameters 
 
 import importlib
 import inspect
-import re
 
 import pytest
 

@@ -83,9 +83,9 @@ def test_one_client_and_one_step_is_centralized_alternating_gradient(ratings, w_
 
 
 def test_fedmc_admm_variant_is_the_restatement(ratings):
-    """fedmc_admm.md 5: all clients update U (c = 1/2 lambda_max(V V^T), no 1/p), the sampled
-    ones run Q2 = 10 W steps from V^k (data gradient / p, d_i = 5 lambda_max(U_i^T U_i)), and
-    V^{k+1} is the plain mean over S_k."""
+    """The FedMC-ADMM paper's Section 5.2: all clients update U (c = 1/2 lambda_max(V V^T), no
+    1/p), the sampled ones run Q2 = 10 W steps from V^k (data gradient / p,
+    d_i = 5 lambda_max(U_i^T U_i)), and V^{k+1} is the plain mean over S_k."""
     X, _, _ = ratings
     lam, gam, p = 0.05, 0.1, 4
     sampled = []
@@ -186,7 +186,7 @@ def test_same_model_for_any_n_jobs(ratings):
     [{}, {"clients_per_round": 2}, {"variant": "fedmc_admm"}, {"w_step": "guarded"}],
 )
 def test_recovers_an_exactly_low_rank_matrix(params):
-    """fedmc_admm.md 8.4-22: FedMAvg recovers the synthetic low-rank matrix."""
+    """FedMAvg recovers the synthetic low-rank matrix."""
     X, Y, _ = low_rank_ratings(m=200, n=50, seed=2)
     model = FedMAvg(n_components=2, n_clients=4, max_iter=300, center=False, random_state=0,
                     **params).fit(X, eval_set=Y)

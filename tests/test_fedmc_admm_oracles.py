@@ -154,7 +154,8 @@ def protocol_for(
 
 
 def recipe(seed):
-    """Section 8.4: M = A B / sqrt(r), 400 x 100, r = 2, 50% observed, 20% of those held out."""
+    """Synthetic recovery: M = A B / sqrt(r), 400 x 100, r = 2, 50% observed, 20% of those held
+    out."""
     rng = np.random.default_rng(seed)
     M = rng.normal(size=(400, 2)) @ rng.normal(size=(2, 100)) / np.sqrt(2)
     observed = rng.random(M.shape) < 0.5
@@ -635,7 +636,8 @@ def test_lemma_4_5_holds_before_first_participation_with_paper_dual_init():
     for cs, d in zip(state.client_states, problem.dense):
         np.testing.assert_array_equal(cs["Wt"], state.broadcast)
         assert_close(cs["Yt"].T, -grad_V(cs["U"], state.broadcast.T, d) / p)
-    # With dual_init="zeros" the identity fails before first participation (eq. (16) needs every Y_i).
+    # With dual_init="zeros" the identity fails before first participation (eq. (16) needs
+    # every Y_i).
     g = grad_V(initial[0]["U"], V0.T, problem.dense[0])
     assert np.all(initial[0]["Yt"] == 0) and np.linalg.norm(g) > 1e-3
 

@@ -102,7 +102,7 @@ def test_privacy_contract_uploads_hold_a_gradient_and_a_gram(ratings):
             assert set(upload) == {"grad", "gram"}
             assert upload["grad"].shape == (n_items, r) and upload["gram"].shape == (r, r)
         assert sum(nbytes(u) for u in info["uploads"].values()) == m * per_client
-        # G7: every client's initial gradient is counted once, in round 1
+        # every client's initial gradient (for G1^0, G2^0) is counted once, in round 1
         once = P * per_client if k == 0 else 0
         assert model.history_[k]["bytes_uploaded"] == m * per_client + once
         # the broadcast V reaches the sampled clients only

@@ -2,7 +2,8 @@
 
 The reference is an independent dense simulation: every client keeps its whole ``(m, d)``
 copy ``V_(c)`` and the gradient of ``F`` is written out from the paper's objective (5).
-``F`` is not convex (sign and rotation symmetries), so nothing here compares against a unique optimum.
+``F`` is not convex (sign and rotation symmetries), so nothing here compares against a
+unique optimum.
 """
 
 import warnings

@@ -1,6 +1,7 @@
 """The Elb regularizer, its proximal operators and the local iPALM / MU steps (pure functions).
 
-Notation of the Felb paper (Section 3): a client holds a binary ``A`` (n_i x m, CSR with unit data) and
+Notation of the Felb paper (Section 3): a client holds a binary ``A`` (n_i x m, CSR with unit
+data) and
 fits ``A ~ U V`` with the scaled objective of its Section 3.1::
 
     F(U, V; Vh) = 1/2 ||A - U V||_F^2 + R'(U) + R'(V) + (gamma/2) ||V - Vh||_F^2
@@ -179,7 +180,8 @@ def _prox_step(Xbar, XG, B, gram, *, kappa, lam_t, update, prox_mode, step_scale
 
 def u_step(U, U_prev, V, A, *, kappa, lam_t, beta, update="palm", prox_mode="exact_nonneg",
            step_scale=1.0):
-    """One inertial proximal step on ``U`` (Algorithm 1's local iPALM step; Felb-MU's steps); returns ``(U_new, U)``.
+    """One inertial proximal step on ``U`` (Algorithm 1's local iPALM step; Felb-MU's steps);
+    returns ``(U_new, U)``.
 
     PALM: ``eta = step_scale / max(||V V^T||_F, 1e-4)``; MU: ``eta = Ubar / (Ubar V V^T)``.
     """

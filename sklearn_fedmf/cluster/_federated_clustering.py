@@ -1,6 +1,7 @@
 """Federated clustering by orthogonal NMF with FedMAvg or FedMGS (Wang & Chang, II-B and V).
 
-Orientation (the paper's model (1)-(3) holds samples as columns): rows of ``X`` are samples, held by the clients;
+Orientation (the paper's model (1)-(3) holds samples as columns): rows of ``X`` are samples,
+held by the clients;
 the paper's ``X`` is ``X.T``. The global factor ``W`` (``n_features x K``) is
 ``cluster_centers_.T``; client ``p`` keeps ``A_p = H_p^T`` (``n_p x K``), its samples'
 memberships. The model of all the paper's experiments (35)-(36)::
@@ -9,13 +10,14 @@ memberships. The model of all the paper's experiments (35)-(36)::
     W in [min X, max X] entrywise,  H >= 0
 
 The penalty vanishes iff every ``h_j`` has at most one nonzero, so growing ``rho`` (SNCP,
-2.4) drives each sample into one cluster; as samples keep their own scale, samples are
-clustered by direction. ``h_constraint="onehot"`` is the exact K-means formulation (2.1):
+Section V-F) drives each sample into one cluster; as samples keep their own scale, samples are
+clustered by direction. ``h_constraint="onehot"`` is the exact K-means formulation (Section II-B):
 no penalty, one-hot ``h_j`` (the H phase is the assignment step), ``W`` unconstrained.
 
-Steps are factors of Lipschitz constants (G3). As ``(1/c_p) grad_{H_p} F_p`` does not
-depend on ``p`` (2.3), :func:`h_steps` is one matrix operation on the stacked rows of any
-set of clients (8.2): a client runs it on its rows, a simulator may batch clients.
+Steps are factors of Lipschitz constants (Section V-A's factors, with the true constants). As
+``(1/c_p) grad_{H_p} F_p`` does not depend on ``p`` (from (29), (35), (36)), :func:`h_steps` is
+one matrix operation on the stacked rows of any set of clients: a client runs it on its rows,
+a simulator may batch clients.
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     local_iter_u : int, default=10
         Projected-gradient steps ``Q1`` on the memberships per round.
     local_iter_v : int or None, default=None
-        ``Q2``. None: 100 for FedMGS (G8), the diminishing ``floor(q_hat / s) + 1`` for FedMAvg.
+        ``Q2``. None: 100 for FedMGS (the reference code's value), the diminishing
+        ``floor(q_hat / s) + 1`` for FedMAvg.
     q_hat : int, default=5
         ``Q_hat`` of FedMAvg's diminishing schedule.
     n_clients : int, default=10
@@ -93,7 +96,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         Center step ``1 / (d_factor L_W)``; None: 0.501 (FedMGS) or 5 (FedMAvg).
     w_step : {"global", "local", "guarded"}, default="global"
         FedMAvg's ``L_W``: of all clients' memberships this round (clients send ``H_p H_p^T``
-        first), of the client's own, or the global one bounded by the local (G5).
+        first), of the client's own, or the global one bounded by the local (a stability guard
+        on non-iid clients).
     h_constraint : {"nonnegative", "onehot"}, default="nonnegative"
         ``"onehot"``: the exact K-means formulation (assignment step, unconstrained centers,
         no penalty).
@@ -163,7 +167,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     >>> import numpy as np
     >>> from sklearn_fedmf import FederatedClustering
     >>> X = np.array([[1.0, 0.1], [2.0, 0.1], [3.0, 0.3], [0.1, 1.0], [0.2, 2.0], [0.1, 3.0]])
-    >>> model = FederatedClustering(n_clusters=2, n_clients=3, random_state=0).fit(X)
+    >>> model = FederatedClustering(n_clusters=2, n_clients=3, max_iter=100, random_state=0).fit(X)
     >>> bool(len(set(model.labels_[:3])) == 1 and model.labels_[0] != model.labels_[3])
     True
     >>> bool(model.predict([[5.0, 0.0]])[0] == model.labels_[0])

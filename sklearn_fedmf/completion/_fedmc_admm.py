@@ -28,7 +28,8 @@ from ._fedmc_admm_kernels import linearized_cols, replace_and_accumulate, square
 
 __all__ = ["FedMCADMM"]
 
-EPS_LIPSCHITZ = 1e-8  # floor of L_W and L_U (Algorithm 1's steps): avoids 0/0 once l1 zeroes a factor
+# floor of L_W and L_U (Algorithm 1's steps): avoids 0/0 once l1 zeroes a factor
+EPS_LIPSCHITZ = 1e-8
 
 
 AUTO_BETA = 0.3  # beta="auto" = AUTO_BETA * initial_curvature(...), measured (bench_beta.py)
@@ -56,7 +57,8 @@ def init_server(rng, *, n_items, n_components, init_scale):
 def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive):
     """Private ``U_i^0``, ``W_i^0 = V^0`` and ``Y_i^0 = -(1/p) grad_V f_i(U_i^0, V^0)``.
 
-    Returns the client state and its one-time upload ``Y_i^0`` (eq. (16) needs every client's ``(W_i, Y_i)``, never-sampled
+    Returns the client state and its one-time upload ``Y_i^0`` (eq. (16) needs every client's
+    ``(W_i, Y_i)``, never-sampled
     ones included, and Algorithm 1 describes no initial upload of ``Y_i^0``).
     """
     dtype = block.X.dtype  # float32 data: the client computes in float32
@@ -191,7 +193,8 @@ def client_metrics(state, block, Vt, *, alpha_u, l1_ratio):
 
 
 def combine_metrics(server_state, sums, *, n_clients, alpha_v, l1_ratio):
-    """The objective ``F(U^k, V^k)`` (the objective (1)-(2) the paper reports), train/eval RMSE and the consensus gap."""
+    """The objective ``F(U^k, V^k)`` (the objective (1)-(2) the paper reports), train/eval RMSE
+    and the consensus gap."""
     record = {
         "objective": sums["loss"] / n_clients
         + elastic_net_value(server_state["Vt"], alpha_v, l1_ratio),
@@ -245,7 +248,8 @@ class FedMCADMM(FederatedMFBase):
         ADMM penalty. Large values slow the global factor down (each round moves ``V`` by about
         a gradient step of size ``1/(p*beta)``); small values slow consensus. ``"auto"`` is
         ``0.3 * b0`` with ``b0 = E||U_i^0^T U_i^0||_F / p`` (the initial W-step curvature: rows
-        per client, ``init_scale`` and rank only). Measured on synthetic low-rank ratings (``tests/conftest.py``) and
+        per client, ``init_scale`` and rank only). Measured on synthetic low-rank ratings
+        (``tests/conftest.py``) and
         on MovieLens latest-small, ``0.1 * b0`` to ``1 * b0`` works in both, while a fixed
         ``beta`` good for one is off by orders of magnitude for the other (see
         ``benchmarks/bench_beta.py``). The value used is ``beta_``.

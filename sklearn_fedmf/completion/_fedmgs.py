@@ -20,7 +20,8 @@ its gradient) and takes one proximal-gradient step ``V <- prox(V - grad / d)``,
 ``d = d_factor (lambda_max(sum_p U_p^T U_p) + ridge)``. One round is thus the paper's
 ``Q2 = 1``; with every client sampled it is exactly centralized alternating proximal gradient
 (``Q1`` steps on ``U``, one on ``V``) and does not depend on the partition. Every client
-sends its gradient at the initial point once (G7, counted in round 1's bytes).
+sends its gradient at the initial point once (Algorithm 2's ``G1^0``, ``G2^0``, which the paper's
+cost leaves out; counted in round 1's bytes).
 
 Privacy consequence: a gradient reveals more than a model. Row ``j`` of the uploaded
 gradient is ``sum_t e_tj u_t`` over the client's users ``t`` who rated item ``j``: its nonzero
@@ -68,7 +69,8 @@ def share(U, Vt, X):
 
 
 def init_client(block, Vt, rng, *, init_scale, positive):
-    """Private ``U_p^0`` and the one-time upload of its gradient and Gram (G7)."""
+    """Private ``U_p^0`` and the one-time upload of its gradient and Gram (for ``G1^0``,
+    ``G2^0``)."""
     U = init_scale * rng.random((block.n_rows, Vt.shape[1]))
     if positive:
         U = np.maximum(U, 0.0)
@@ -156,7 +158,8 @@ class FedMGS(FederatedMFBase):
     c_factor : float, default=0.51
         The U step is ``1 / (c_factor * (lambda_max(V V^T) + ridge))`` (Algorithm 2's steps).
     d_factor : float, default=0.501
-        The V step is ``1 / (d_factor * (lambda_max(sum_p U_p^T U_p) + ridge))`` (Algorithm 2's steps).
+        The V step is ``1 / (d_factor * (lambda_max(sum_p U_p^T U_p) + ridge))`` (Algorithm 2's
+        steps).
     n_clients : int, default=10
         Number of clients ``p`` when ``clients`` is not given to fit.
     partition : {"random", "contiguous"}, default="random"

@@ -23,7 +23,8 @@ rated columns ``P`` (one row per (client, item) pair). An upload is the client's
 Engine mapping: one engine client is one paper client (one user by default), so sampling,
 lost uploads (``dropout``), byte counts and the callback's ``uploads`` are per paper client.
 Every client steps each round (``update_all``); a client that is not sampled, or whose upload
-is lost, still receives ``Vbar`` (the upload-loss model of the paper's Section 3.3 and Table 3; the engine's
+is lost, still receives ``Vbar`` (the upload-loss model of the paper's Section 3.3 and Table 3;
+the engine's
 ``dropout_mode="upload_loss"``). The "offline" model, where a dropped client freezes, would
 break the shared-column representation and is not offered. The cost is Python overhead per
 client and round (~0.1 ms; ``benchmarks/bench_rfrec.py --table cost``), not memory.
@@ -123,7 +124,8 @@ class RFRec(FederatedMFBase):
     init_std : float, default=0.01
         Standard deviation of the Gaussian initialization of ``u_i`` and ``Vbar^0``.
     clip_delta, noise_scale : float or None, default=None
-        Privacy (the paper's Section 3.4): each upload is ``clip(V_(c), delta) + Laplace(noise_scale)`` per
+        Privacy (the paper's Section 3.4): each upload is
+        ``clip(V_(c), delta) + Laplace(noise_scale)`` per
         entry. ``epsilon_ = 2 delta / s`` is per entry and per upload: a whole upload costs
         ``n_items * d`` times that, and uploads compose over rounds. Without noise, uploads
         reveal which items a client rated (its copy differs from ``Vbar`` only there).

@@ -27,7 +27,8 @@ class ItemMatrixUpload:
     (``shared``, public: a function of the broadcasts), so the simulation never materializes
     ``N`` dense matrices. ``nbytes`` is the size of the dense matrix the paper sends. With
     ``noise_scale > 0`` the per-entry Laplace noise is drawn in aggregate by the server (exact in
-    distribution: a sum of Laplace draws is drawn as one); ``simulate_uploads=True`` sends dense noisy arrays instead.
+    distribution: a sum of Laplace draws is drawn as one); ``simulate_uploads=True`` sends dense
+    noisy arrays instead.
     """
 
     cols: np.ndarray

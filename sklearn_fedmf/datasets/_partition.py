@@ -215,7 +215,8 @@ def partition_fedmf_cases(y=None, n_clients=100, *, case=1, X=None, method=None,
         MNIST subset ``y`` is drawn; client sizes then follow from them.
       - ``"kmeans"`` (synthetic, TDT2, TCGA, paper text; default when only ``X`` is given):
         K-means with ``n_clients`` clusters on the rows of ``X``, one cluster per client.
-      - ``"anchors"`` (the reference code; the paper's text says K-means): ``n_clients`` random rows of
+      - ``"anchors"`` (the reference code; the paper's text says K-means): ``n_clients``
+        random rows of
         ``X / ||X||`` are anchors, and every row goes to its nearest anchor.
 
     Parameters
@@ -288,7 +289,8 @@ def _check_labels(y):
 
 
 def _two_class_shards(y, n_clients, rng):
-    """Case 2 of Wang and Chang's Section V (MNIST): 2 * n_clients class shards, two distinct classes per client."""
+    """Case 2 of Wang and Chang's Section V (MNIST): 2 * n_clients class shards, two distinct
+    classes per client."""
     classes, codes = np.unique(y, return_inverse=True)
     n_classes = len(classes)
     if n_classes < 2:

@@ -246,7 +246,8 @@ def make_binary_tiles(
     random_state=None,
     dtype=np.float64,
 ):
-    """Generate a binary matrix with planted Boolean tiles and XOR noise (the Felb paper's Section 4.1).
+    """Generate a binary matrix with planted Boolean tiles and XOR noise (the Felb paper's
+    Section 4.1).
 
     Tile ``l`` covers rows ``R_l`` and columns ``C_l``: ``U[R_l, l] = V[l, C_l] = 1``.
     With ``overlap=True`` (the recommended generator) ``R_l`` is a random subset of

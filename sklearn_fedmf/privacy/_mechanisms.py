@@ -361,8 +361,10 @@ def randomized_response(X, p, rng):
     >>> import numpy as np
     >>> from sklearn_fedmf.privacy import randomized_response
     >>> rng = np.random.default_rng(0)
-    >>> randomized_response([[0, 1, 1]], 0.0, rng).tolist(), randomized_response([[0, 1, 1]], 1.0, rng).tolist()
-    ([[0.0, 1.0, 1.0]], [[1.0, 0.0, 0.0]])
+    >>> randomized_response([[0, 1, 1]], 0.0, rng).tolist()  # never flipped
+    [[0.0, 1.0, 1.0]]
+    >>> randomized_response([[0, 1, 1]], 1.0, rng).tolist()  # always flipped
+    [[1.0, 0.0, 0.0]]
     """
     if not 0 <= p <= 1:
         raise ValueError(f"The flip probability must be in [0, 1], got {p!r}.")
