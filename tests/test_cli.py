@@ -221,6 +221,18 @@ def test_degenerate_fits_are_flagged_in_the_table(tmp_path, capsys, monkeypatch)
     assert [r["summary"]["degenerate"] for r in results] == [False, True]
 
 
+def test_a_real_degenerate_fit_is_flagged(tmp_path, capsys):
+    # a large l1 weight zeroes Felb-MU's Boolean factors: the estimator warns, the row says so
+    argv = ["run", "--method", "felb-mu", "--data", "synthetic:200x60x3000", "--clients", "4",
+            "--rounds", "3", "--set", "lam=50", "--set", "kappa=5", "--quiet",
+            "--out", str(tmp_path)]
+    status, out, _ = run(argv, capsys)
+    assert status == 0
+    row = table_rows(out, ["Felb-MU"])["Felb-MU"]
+    assert row[2] == "0.0000" and row[-1] == "!"
+    assert "! Felb-MU: the fit ended degenerate: " in out
+
+
 def test_output_path_is_checked_before_any_fit(tmp_path, capsys, monkeypatch):
     def no_fit(*args, **kwargs):
         raise AssertionError("fitted before checking --out")

@@ -201,7 +201,8 @@ class FederatedClustering(
     >>> import numpy as np
     >>> from sklearn_fedmf import FederatedClustering
     >>> X = np.array([[1.0, 0.1], [2.0, 0.1], [3.0, 0.3], [0.1, 1.0], [0.2, 2.0], [0.1, 3.0]])
-    >>> model = FederatedClustering(n_clusters=2, n_clients=3, max_iter=100, random_state=0).fit(X)
+    >>> model = FederatedClustering(n_clusters=2, n_clients=3, max_iter=100, tol=0.0,
+    ...                             random_state=0).fit(X)  # 100 rounds, no stopping rule
     >>> bool(len(set(model.labels_[:3])) == 1 and model.labels_[0] != model.labels_[3])
     True
     >>> bool(model.predict([[5.0, 0.0]])[0] == model.labels_[0])
