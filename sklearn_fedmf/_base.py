@@ -169,6 +169,20 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
 
         The federated factors of the last round, which each client computed against its
         own (possibly stale) copy of the item factor, are ``user_factors_``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_users, n_items)
+            Training ratings (see :meth:`fit`).
+        y : Ignored
+            Not used, present for API consistency by convention.
+        **fit_params : dict
+            ``clients`` and ``eval_set``, passed on to :meth:`fit`.
+
+        Returns
+        -------
+        U : ndarray of shape (n_users, n_components)
+            The rows' factors folded in against the fitted ``components_``.
         """
         return self.fit(X, y, **fit_params).transform(X)
 
@@ -187,10 +201,12 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_rows, n_items)
+            Observed ratings of the rows (sparse: stored entries; dense: NaN is missing).
 
         Returns
         -------
         U : ndarray of shape (n_rows, n_components)
+            The rows' factors.
         """
         # (computed in float64; returned in the dtype the model was fitted in)
         return self._fold_in(self._check_X(X)).astype(self.components_.dtype, copy=False)
@@ -219,8 +235,16 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         """Ratings reconstructed from user factors (``X @ components_``, plus ``mean_`` when
         ``center=True``).
 
-        The result is dense ``(n_rows, n_items)``: above ``MAX_DENSE_ENTRIES`` entries this
-        raises (see :meth:`predict`).
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_components)
+            User factors, e.g. the output of :meth:`transform`.
+
+        Returns
+        -------
+        ratings : ndarray of shape (n_samples, n_items)
+            Dense reconstructed ratings; refused above ``MAX_DENSE_ENTRIES`` entries (see
+            :meth:`predict`).
         """
         U = self._check_factors(X)
         check_dense_size(U.shape[0], self.components_.shape[1], "inverse_transform(X)")

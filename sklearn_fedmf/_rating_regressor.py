@@ -263,9 +263,11 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         Parameters
         ----------
         X : {array-like, DataFrame} of shape (n_pairs, n_columns)
+            One (user, item) pair of ids per row, as in ``fit``.
         y : array-like of shape (n_pairs,)
             The true ratings.
         sample_weight : array-like of shape (n_pairs,), default=None
+            Weights of the scored pairs.
 
         Returns
         -------

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from ._commands import report_search
+from ._commands import _output_folder, report_search
 from ._data import _check_sizes, _movielens_file, load_data
 from ._messages import CommandError, _note
 from ._options import _literal
@@ -114,6 +114,7 @@ def tune_entrywise(args, method, grid, estimator):
 
     from .._rating_regressor import RatingRegressor
 
+    out = _output_folder(args.out, ("tune.json",))  # a bad --out fails before any fit
     X, y, name = load_pairs(args)
     n_users, n_items = X.iloc[:, 0].nunique(), X.iloc[:, 1].nunique()
     cv = KFold(args.cv, shuffle=True, random_state=args.seed)
@@ -149,4 +150,5 @@ def tune_entrywise(args, method, grid, estimator):
                                                             if k != "max_iter" or
                                                             not args.halving})
     data = {"name": name, "shape": [n_users, n_items], "nnz": len(y)}
-    return report_search(args, method, view, seconds, grid, data, split="ratings")
+    return report_search(args, method, view, seconds, grid, data, out, split="ratings",
+                         estimator=estimator.get_params())
