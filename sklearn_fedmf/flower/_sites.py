@@ -1,0 +1,136 @@
+"""What both sides of a Flower federation need without Flower: the supported estimators, the
+parameters that travel, a site's ratings file and its client block.
+
+Nothing here imports ``flwr``, so ``fedmf flower-split`` works on any Python.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from .._base import FederatedMFBase
+from .._data import check_ratings, split_clients
+
+__all__ = ["estimator_class", "load_site", "make_site_protocol", "site_block", "split_sites",
+           "travelling_params"]
+
+# Parameters that configure the local process only; they never travel to the sites.
+_LOCAL_PARAMS = ("callback", "n_jobs", "verbose", "random_state", "warm_start")
+
+
+def _supported():
+    from ..completion import FedMAvg, FedMCADMM, FedMGS, RFRec
+
+    return {cls.__name__: cls for cls in (FedMCADMM, FedMAvg, FedMGS, RFRec)}
+
+
+def estimator_class(name):
+    """The estimator class called ``name`` among those that run on Flower."""
+    classes = _supported()
+    if name not in classes:
+        raise ValueError(
+            f"{name!r} cannot run on Flower; choose one of {sorted(classes)}."
+        )
+    return classes[name]
+
+
+def travelling_params(estimator):
+    """The estimator's parameters as JSON: what a site needs to rebuild the protocol."""
+    params = {k: v for k, v in estimator.get_params(deep=False).items()
+              if k not in _LOCAL_PARAMS}
+    try:
+        return json.dumps(params, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"The parameters of {type(estimator).__name__} must be numbers, strings, booleans "
+            f"or None to travel to the sites: {exc}"
+        ) from None
+
+
+def make_site_protocol(estimator, *, n_items, n_clients, n_users, mean, rating_range):
+    """Set the fitted attributes that the protocol depends on from the sites' aggregates
+    (rows, rating sum and count, rating range) and return the protocol.
+
+    The server and every site call this with the same values, so both hold the same protocol.
+    """
+    if not isinstance(estimator, FederatedMFBase):
+        raise TypeError(f"{type(estimator).__name__} cannot run on Flower.")
+    estimator.n_users_ = int(n_users)
+    estimator.mean_ = float(mean)
+    estimator.rating_range_ = (float(rating_range[0]), float(rating_range[1]))
+    estimator.n_features_in_ = int(n_items)
+    return estimator._make_protocol(int(n_items), int(n_clients))
+
+
+def site_block(estimator, X, X_eval=None):
+    """The client block of a site's ratings, exactly as the simulation cuts it.
+
+    ``X`` holds the site's rows (users) over the federation's items; the ratings are
+    centred by ``estimator.mean_`` when the estimator centres.
+    """
+    X = check_ratings(X, dtype=X.dtype if X.dtype in estimator._fit_dtypes else np.float64)
+    offset = estimator._offset
+    if offset:
+        X.data -= offset
+    if X_eval is not None:
+        X_eval = check_ratings(X_eval, name="eval-data", dtype=X.dtype)
+        if X_eval.shape != X.shape:
+            raise ValueError(
+                f"The held-out ratings have shape {X_eval.shape}, the site's ratings "
+                f"{X.shape}: they must cover the same rows and items."
+            )
+        if offset:
+            X_eval.data -= offset
+    codes = np.zeros(X.shape[0], dtype=np.intp)
+    return split_clients(X, codes, 1, X_eval)[0]
+
+
+def load_site(path, n_items=None):
+    """A site's ratings: a scipy CSR ``.npz`` file, or a CSV of ``user,item,rating`` lines
+    (``item`` a column index below ``n_items``; rows in ascending user order)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"The site's ratings file {str(path)!r} does not exist.")
+    if path.suffix == ".npz":
+        return sp.load_npz(path).tocsr()
+    if n_items is None:
+        raise ValueError(f"A CSV ratings file ({path.name}) needs n-items in the node config.")
+    table = pd.read_csv(path)
+    missing = {"user", "item", "rating"} - set(table.columns)
+    if missing:
+        raise ValueError(f"{path.name} lacks the column(s) {sorted(missing)}.")
+    users, rows = np.unique(table["user"].to_numpy(), return_inverse=True)
+    items = table["item"].to_numpy()
+    if items.size and (items.min() < 0 or items.max() >= n_items):
+        raise ValueError(f"{path.name} has item indices outside [0, {n_items}).")
+    return sp.csr_matrix((table["rating"].to_numpy(dtype=float), (rows, items)),
+                         shape=(users.size, int(n_items)))
+
+
+def split_sites(X, clients, out_dir, X_eval=None):
+    """Write one ``site-<i>.npz`` per client label (and ``site-<i>-eval.npz`` for ``X_eval``).
+
+    Rows keep their order inside each site, so a Flower fit equals the simulated fit with
+    ``clients=clients``. Returns the written training files, in client order.
+    """
+    X = check_ratings(X)
+    labels, codes = np.unique(np.asarray(clients), return_inverse=True)
+    if codes.shape[0] != X.shape[0]:
+        raise ValueError(f"clients has {codes.shape[0]} labels for {X.shape[0]} rows.")
+    if X_eval is not None:
+        X_eval = check_ratings(X_eval, name="eval")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for c in range(labels.size):
+        rows = np.flatnonzero(codes == c)
+        paths.append(out_dir / f"site-{c}.npz")
+        sp.save_npz(paths[-1], X[rows], compressed=False)
+        if X_eval is not None:
+            sp.save_npz(out_dir / f"site-{c}-eval.npz", X_eval[rows], compressed=False)
+    return paths
