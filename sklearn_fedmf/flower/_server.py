@@ -111,15 +111,15 @@ class FlowerTransport(Transport):
             self._round = 0
         elif phase != "client_metrics":
             self._round = int(stream[2]) + 1  # (entropy, kind, round index, ...)
+        shared = RecordDict()  # encoded once, the same records in every client's Message
+        put(shared, "broadcast", broadcast)
+        put(shared, "stream", stream)
+        if phase == "init_client":
+            put(shared, "setup", self.setup)
         contents = {}
         for c in clients:
-            content = RecordDict({"phase": ConfigRecord(
+            contents[c] = RecordDict({**shared, "phase": ConfigRecord(
                 {"selected": selected is None or c in selected})})
-            put(content, "broadcast", broadcast)
-            put(content, "stream", stream)
-            if phase == "init_client":
-                put(content, "setup", self.setup)
-            contents[c] = content
         replies, failures = self._send(contents, MESSAGE_TYPES[phase], self.node_of,
                                        "eval" if phase == "client_metrics" else "")
         messages = {c: take(reply, "message") for c, reply in replies.items()}
