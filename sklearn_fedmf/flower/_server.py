@@ -59,7 +59,8 @@ class FlowerTransport(Transport):
 
     def __init__(self, grid: Grid, *, min_nodes, timeout=120.0, wait=120.0):
         self.grid, self.timeout = grid, float(timeout)
-        self.setup, self.wire, self._round = None, {}, 0
+        self.setup = self.protocol = None  # set by fit_on_grid
+        self.wire, self._round = {}, 0
         deadline = time.monotonic() + wait
         while len(nodes := sorted(grid.get_node_ids())) < min_nodes:
             if time.monotonic() > deadline:
@@ -101,9 +102,10 @@ class FlowerTransport(Transport):
 
     @contextmanager
     def session(self, protocol):
-        if self.setup is None:
-            raise RuntimeError("FlowerTransport.setup is not set: the sites need the "
-                               "estimator's parameters (see fit_on_grid).")
+        # the sites run the protocol they rebuild from ``setup``: it must be this one
+        if self.setup is None or protocol is not self.protocol:
+            raise RuntimeError("FlowerTransport serves the protocol of its setup only (see "
+                               "fit_on_grid).")
         yield self
 
     def run(self, phase, clients, broadcast, *, stream=None, selected=None):
@@ -176,6 +178,7 @@ def fit_on_grid(estimator, grid, *, min_nodes=2, timeout=120.0, wait=120.0):
     agg = transport.aggregates()
     protocol = make_site_protocol(estimator, n_items=transport.n_items,
                                   n_clients=transport.n_clients, **agg)
+    transport.protocol = protocol
     transport.setup = dict(
         estimator=type(estimator).__name__, params=travelling_params(estimator),
         n_items=transport.n_items, n_clients=transport.n_clients, entropy=entropy, **agg)
