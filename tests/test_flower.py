@@ -327,7 +327,7 @@ def end(procs):
             pass
 
 
-def deploy(tmp_path, X, labels, run_config, deadline=90.0):
+def deploy(tmp_path, X, labels, run_config, deadline=240.0):
     """Run the example app on a loopback deployment; return (seconds, log of each process)."""
     paths = split_sites(X, labels, tmp_path / "sites")
     app = tmp_path / "app"
@@ -382,6 +382,8 @@ def toml_value(v):
 
 @pytest.mark.flower
 def test_loopback_deployment_fits_the_simulated_model(tmp_path):
+    """130 to 150 s measured on a busy 2-core machine (load average 12 to 16; every process
+    is ended by 240 s): marked ``flower`` so that ``-m "not flower"`` leaves it out."""
     X, _, labels = ratings()
     labels = labels % 2  # two sites
     output = tmp_path / "model.joblib"
