@@ -369,34 +369,47 @@ class Felb(BooleanFactorizationBase):
         """
         X, labels, blocks, entropy = self._client_blocks(X, clients)
         privacy = self._privacy(X.shape[1])
-        protocol = make_protocol(
-            n_items=X.shape[1], n_clients=len(blocks), n_components=self.n_components,
-            sync_every=self.sync_every, kappa=self.kappa, lam=self.lam, growth=self.growth,
-            lam_max=self.lam_max, rate_unit=self.rate_unit, beta=self.beta, gamma=self.gamma,
-            update=self.update, prox_mode=self.prox_mode, proximity=self.proximity,
-            step_scale=self.step_scale, server_step=self.server_step, privacy=privacy,
-        )
+        protocol = self._make_protocol(X.shape[1], len(blocks), privacy)
         with single_threaded_blas(), resident_blocks(blocks):  # Dask: blocks sent once
-            state, init_bytes = initialize_federation(protocol, blocks, entropy=entropy,
-                                                      n_jobs=self.n_jobs)
-            state = run_federation(
-                protocol, blocks, max_iter=self.max_iter, entropy=entropy, n_jobs=self.n_jobs,
-                tol=self.tol, callback=self.callback, verbose=self.verbose, state=state,
-                init_bytes=init_bytes, label=type(self).__name__,
-            )
-        Vh = state.server_state["Vh"]
+            state = self._run(protocol, blocks, entropy)
         U = self._stack_rows(blocks, [s["U"] for s in state.client_states],
                              self.n_components, np.float64)
-        self.components_relaxed_ = Vh
-        self.components_ = Vh > 0.5
         self.user_factors_relaxed_ = U
         self.user_factors_ = U > 0.5
         self.clients_ = labels
-        self.n_clients_ = len(blocks)
+        self._set_server_attributes(state, len(blocks), X.shape[1], privacy)
+        return self
+
+    def _make_protocol(self, n_items, n_clients, privacy=None):
+        """The protocol; ``privacy`` is :meth:`_privacy`'s result (computed when None)."""
+        return make_protocol(
+            n_items=n_items, n_clients=n_clients, n_components=self.n_components,
+            sync_every=self.sync_every, kappa=self.kappa, lam=self.lam, growth=self.growth,
+            lam_max=self.lam_max, rate_unit=self.rate_unit, beta=self.beta, gamma=self.gamma,
+            update=self.update, prox_mode=self.prox_mode, proximity=self.proximity,
+            step_scale=self.step_scale, server_step=self.server_step,
+            privacy=self._privacy(n_items) if privacy is None else privacy,
+        )
+
+    def _run(self, protocol, clients, entropy):
+        """The federation on ``clients``: the client blocks, or a transport (e.g. Flower)."""
+        state, init_bytes = initialize_federation(protocol, clients, entropy=entropy,
+                                                  n_jobs=self.n_jobs)
+        return run_federation(
+            protocol, clients, max_iter=self.max_iter, entropy=entropy, n_jobs=self.n_jobs,
+            tol=self.tol, callback=self.callback, verbose=self.verbose, state=state,
+            init_bytes=init_bytes, label=type(self).__name__,
+        )
+
+    def _set_server_attributes(self, state, n_clients, n_items, privacy):
+        """The fitted attributes a server holds (the user factors stay on the clients)."""
+        Vh = state.server_state["Vh"]
+        self.components_relaxed_ = Vh
+        self.components_ = Vh > 0.5
+        self.n_clients_ = n_clients
         self.n_iter_ = state.n_rounds
         self.history_ = list(state.history)
-        self.privacy_spent_ = self._privacy_spent(privacy, X.shape[1])
-        return self
+        self.privacy_spent_ = self._privacy_spent(privacy, n_items)
 
     def _privacy(self, n_items):
         check_privacy(self.privacy, self.epsilon, self.delta, self.clip, self.sensitivity)

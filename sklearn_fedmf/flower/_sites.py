@@ -24,9 +24,10 @@ _LOCAL_PARAMS = ("callback", "n_jobs", "verbose", "random_state", "warm_start")
 
 
 def _supported():
+    from ..binary import Felb
     from ..completion import FedMAvg, FedMCADMM, FedMGS, RFRec
 
-    return {cls.__name__: cls for cls in (FedMCADMM, FedMAvg, FedMGS, RFRec)}
+    return {cls.__name__: cls for cls in (FedMCADMM, FedMAvg, FedMGS, RFRec, Felb)}
 
 
 def estimator_class(name):
@@ -58,12 +59,12 @@ def make_site_protocol(estimator, *, n_items, n_clients, n_users, mean, rating_r
 
     The server and every site call this with the same values, so both hold the same protocol.
     """
-    if not isinstance(estimator, FederatedMFBase):
-        raise TypeError(f"{type(estimator).__name__} cannot run on Flower.")
-    estimator.n_users_ = int(n_users)
-    estimator.mean_ = float(mean)
-    estimator.rating_range_ = (float(rating_range[0]), float(rating_range[1]))
+    estimator_class(type(estimator).__name__)  # a supported estimator
     estimator.n_features_in_ = int(n_items)
+    if isinstance(estimator, FederatedMFBase):
+        estimator.n_users_ = int(n_users)
+        estimator.mean_ = float(mean)
+        estimator.rating_range_ = (float(rating_range[0]), float(rating_range[1]))
     return estimator._make_protocol(int(n_items), int(n_clients))
 
 
@@ -71,8 +72,14 @@ def site_block(estimator, X, X_eval=None):
     """The client block of a site's ratings, exactly as the simulation cuts it.
 
     ``X`` holds the site's rows (users) over the federation's items; the ratings are
-    centred by ``estimator.mean_`` when the estimator centres.
+    centred by ``estimator.mean_`` when the estimator centres. Binary data (Felb) is checked
+    as ``Felb.fit`` checks it.
     """
+    codes = np.zeros(X.shape[0], dtype=np.intp)
+    if not isinstance(estimator, FederatedMFBase):
+        if X_eval is not None:
+            raise ValueError(f"{type(estimator).__name__} takes no held-out data (eval-data).")
+        return split_clients(estimator._check_binary(X, reset=True), codes, 1)[0]
     X = check_ratings(X, dtype=X.dtype if X.dtype in estimator._fit_dtypes else np.float64)
     offset = estimator._offset
     if offset:
@@ -86,7 +93,6 @@ def site_block(estimator, X, X_eval=None):
             )
         if offset:
             X_eval.data -= offset
-    codes = np.zeros(X.shape[0], dtype=np.intp)
     return split_clients(X, codes, 1, X_eval)[0]
 
 
