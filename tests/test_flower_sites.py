@@ -35,6 +35,9 @@ def test_a_site_reads_a_ratings_csv(tmp_path):
         load_site(path)
     with pytest.raises(ValueError, match="outside"):
         load_site(path, n_items=3)
+    path.write_text("user,item,rating\n17,3,4.5\n17,3,1.0\n")
+    with pytest.raises(ValueError, match="twice"):
+        load_site(path, n_items=4)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_site(tmp_path / "missing.npz")
 

@@ -101,7 +101,8 @@ def _run_phase(msg, context):
             state, message = fn(state, site.block, broadcast, rng,
                                 bool(msg.content["phase"]["selected"]))
         # stored only once the phase succeeded: a failed client keeps its previous state
-        put(context.state, "fedmf.setup", setup)
+        if phase == "init_client":
+            put(context.state, "fedmf.setup", setup)
         put(context.state, "fedmf.state", state)
     content = RecordDict()
     put(content, "message", message)

@@ -110,6 +110,8 @@ def load_site(path, n_items=None):
     missing = {"user", "item", "rating"} - set(table.columns)
     if missing:
         raise ValueError(f"{path.name} lacks the column(s) {sorted(missing)}.")
+    if table.duplicated(["user", "item"]).any():
+        raise ValueError(f"{path.name} rates some (user, item) pair twice.")
     users, rows = np.unique(table["user"].to_numpy(), return_inverse=True)
     items = table["item"].to_numpy()
     if items.size and (items.min() < 0 or items.max() >= n_items):
