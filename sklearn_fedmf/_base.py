@@ -45,6 +45,7 @@ FEDERATION_CONSTRAINTS: dict = {
     "random_state": ["random_state"],
     "n_jobs": [Integral, None],
     "verbose": ["verbose"],
+    "on_client_error": [StrOptions({"raise", "skip"})],
 }
 
 
@@ -193,6 +194,7 @@ class FederatedMFBase(
             entropy=entropy, n_jobs=self.n_jobs, tol=self.tol, dropout=self.dropout,
             eval_every=self.eval_every, callback=self.callback, verbose=self.verbose,
             state=state, init_bytes=init_bytes, label=type(self).__name__,
+            on_client_error=self.on_client_error,
         )
         return state, init_bytes
 

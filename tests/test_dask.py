@@ -75,26 +75,31 @@ def test_fedmcadmm_on_dask_reproduces_local_fit_and_scatters_blocks_once(dask_cl
                   beta=0.1, alpha_u=0.1, random_state=0)
     local = FedMCADMM(n_jobs=1, **params).fit(X, eval_set=X_test)
 
-    # Spy on what leaves the driver: every scatter, and every task handed to joblib.
-    scattered, dispatched = [], []
-    real_scatter = dask_client.scatter
+    # Spy on what leaves the driver: every scatter, every dispatch and every task submitted.
+    scattered, dispatched, submitted = [], [], []
+    real_scatter, real_submit, real_run = (dask_client.scatter, dask_client.submit,
+                                           _dispatch._run_on_dask)
 
     def scatter(data, *args, **kwargs):
         scattered.append(data)
         return real_scatter(data, *args, **kwargs)
 
-    class RecordingParallel(_dispatch.Parallel):
-        def __call__(self, iterable):
-            tasks = list(iterable)
-            dispatched.append(tasks)
-            return super().__call__(tasks)
+    def submit(fn, *args, **kwargs):
+        if fn is _dispatch._batch_call:
+            submitted.append(args)
+        return real_submit(fn, *args, **kwargs)
+
+    def run_on_dask(*args):
+        dispatched.append(args)
+        return real_run(*args)
 
     def keep_block_keys(round_index, info):
         block_keys.update(f.key for f in _dispatch._placement.get().futures)
 
     block_keys = set()
     monkeypatch.setattr(dask_client, "scatter", scatter)
-    monkeypatch.setattr(_dispatch, "Parallel", RecordingParallel)
+    monkeypatch.setattr(dask_client, "submit", submit)
+    monkeypatch.setattr(_dispatch, "_run_on_dask", run_on_dask)
     dask_client.run(_clear_transfer_log)
     with distributed.get_task_stream(dask_client) as stream:
         with parallel_config(backend="dask"):
@@ -114,13 +119,12 @@ def test_fedmcadmm_on_dask_reproduces_local_fit_and_scatters_blocks_once(dask_cl
     assert len(sent_blocks) == 6
     assert len({id(b) for b in sent_blocks}) == 6
     # Init, 5 rounds and 5 evaluations dispatched tasks; none of them carries a block, each
-    # item carries the key of its client's block instead.
+    # task carries the keys of its clients' blocks instead.
     assert len(dispatched) == 11
-    for tasks in dispatched:
-        for _, args, _ in tasks:
-            batch = next(a for a in args if isinstance(a, list))
-            assert all(isinstance(item[2], distributed.Future) for item in batch)
-            assert not any(isinstance(a, ClientBlock) for a in _walk(args))
+    assert len(submitted) >= 11
+    for _, _, _, blocks, _ in submitted:
+        assert blocks and all(isinstance(b, distributed.Future) for b in blocks)
+    assert not any(isinstance(a, ClientBlock) for args in submitted for a in _walk(args))
     # Tasks run where their blocks live: the workers exchanged broadcasts, and at most one
     # copy of the block data (when the scheduler moves a task to an idle worker), against
     # 11 copies of the dispatched blocks without residency.
@@ -180,3 +184,56 @@ def test_estimators_run_unchanged_on_dask(dask_client, make, data):
     with parallel_config(backend="dask"):
         remote = make().set_params(n_jobs=2).fit(X)
     _assert_same_fit(local, remote)
+
+
+def _exit_soon(delay):
+    import os
+    import threading
+
+    threading.Timer(delay, os._exit, (1,)).start()  # the process ends, as on a crashed node
+
+
+def test_a_lost_worker_is_recovered_exactly_or_reported(monkeypatch):
+    # A worker process of a real LocalCluster ends mid-fit (right after round 3). The fit must
+    # either give exactly the fault-free model (its blocks are scattered again and the lost
+    # work re-run) or stop with a FederationError naming the worker and the round; never a
+    # different model, never a hang (the fit runs in a thread with a deadline).
+    import threading
+
+    from sklearn_fedmf.exceptions import FederationError
+
+    X, _ = _ratings()
+    params = dict(n_components=3, n_clients=8, clients_per_round=6, max_iter=8, local_iter=3,
+                  random_state=0)
+    reference = FedMCADMM(n_jobs=1, **params).fit(X)
+    outcome = {}
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+        dashboard_address=None,
+    ) as cluster, distributed.Client(cluster) as client:
+        victim = sorted(client.ncores())[-1]
+
+        def kill_after_round_3(round_index, info):
+            if round_index == 3:
+                client.run(_exit_soon, 0.05, workers=[victim])
+
+        def fit():
+            try:
+                with parallel_config(backend="dask"):
+                    outcome["model"] = FedMCADMM(n_jobs=2, callback=kill_after_round_3,
+                                                 **params).fit(X)
+            except FederationError as exc:
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=fit, daemon=True)
+        thread.start()
+        thread.join(timeout=60)
+        assert not thread.is_alive(), "the fit hung after losing a worker"
+        assert victim not in client.ncores()  # the worker really went away
+    assert outcome, "the fit raised something other than FederationError"
+    if "error" in outcome:
+        message = str(outcome["error"])
+        assert victim in message and "round" in message
+    else:
+        model = outcome["model"].set_params(callback=None)
+        _assert_same_fit(reference, model)

@@ -14,6 +14,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sklearn_fedmf import FedMCADMM
 from sklearn_fedmf._engine import nbytes
+from sklearn_fedmf.exceptions import ClientError, ClientFailureWarning
 
 from .conftest import low_rank_ratings
 
@@ -274,10 +275,9 @@ def test_failed_clients_lose_nothing(ratings):
     assert all(len(s["uploaded"]) == 4 - f for s, f in zip(states, failures))
 
 
-def test_an_exception_in_a_client_update_is_contained(ratings, monkeypatch):
+def _crash_client_0(monkeypatch):
     import sklearn_fedmf.completion._fedmc_admm as admm
 
-    X, _, _ = ratings
     original = admm.client_update
 
     def flaky(state, block, Vt, rng, selected, **kw):
@@ -286,7 +286,23 @@ def test_an_exception_in_a_client_update_is_contained(ratings, monkeypatch):
         return original(state, block, Vt, rng, selected, **kw)
 
     monkeypatch.setattr(admm, "client_update", flaky)
-    model = small_model(partition="contiguous", max_iter=5).fit(X)
+
+
+def test_an_exception_in_a_client_update_names_the_client_and_round(ratings, monkeypatch):
+    X, _, _ = ratings
+    _crash_client_0(monkeypatch)
+    with pytest.raises(ClientError, match=r"Client 0 failed in client_update \(round 1\)") as err:
+        small_model(partition="contiguous", max_iter=5).fit(X)
+    assert (err.value.client, err.value.round) == (0, 1)
+    assert isinstance(err.value.__cause__, RuntimeError)
+
+
+def test_on_client_error_skip_keeps_the_failing_client_frozen(ratings, monkeypatch):
+    X, _, _ = ratings
+    _crash_client_0(monkeypatch)
+    with pytest.warns(ClientFailureWarning) as caught:
+        model = small_model(partition="contiguous", max_iter=5, on_client_error="skip").fit(X)
+    assert len([w for w in caught if w.category is ClientFailureWarning]) == 1  # once per fit
     assert all(r["n_failed"] == 1 for r in model.history_)
     U0 = model.user_factors_[model.clients_ == 0]
     init = small_model(partition="contiguous", max_iter=1, dropout=0.999999).fit(X)

@@ -66,7 +66,7 @@ def eta_of(est):
 def read_state(est):
     """The dense state of the fitted federation: U, every copy V_(c), Vbar, Adam moments."""
     fed = est._federation
-    bc = fed.broadcast
+    bc = fed.broadcast.simulation
     states = fed.client_states
     V = np.repeat(bc.W[None], len(states), axis=0)
     adam = est.optimizer == "adam"
@@ -305,7 +305,7 @@ def test_uploads_hold_only_each_clients_item_matrix():
     est.set_params(max_iter=1)
     _, uploads = run_and_log(est, X)
     U, V, Vbar, _ = read_state(est)
-    bc = est._federation.broadcast
+    bc = est._federation.broadcast.simulation
     assert sorted(uploads[0]) == list(range(6))
     for c, up in uploads[0].items():
         assert isinstance(up, ItemMatrixUpload)
@@ -322,7 +322,7 @@ def test_uploads_hold_only_each_clients_item_matrix():
         _, dense_uploads = run_and_log(dense, X)
         ref = model(max_iter=2, optimizer=optimizer)
         _, ref_uploads = run_and_log(ref, X)
-        W = ref._federation.broadcast.W
+        W = ref._federation.broadcast.simulation.W
         for c, V_c in dense_uploads[-1].items():
             assert isinstance(V_c, np.ndarray) and V_c.shape == (m, d)
             np.testing.assert_allclose(V_c, ref_uploads[-1][c].toarray(W), atol=1e-15)

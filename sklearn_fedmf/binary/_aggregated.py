@@ -18,6 +18,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._engine import (
     FederatedProtocol,
+    Participation,
     initialize_federation,
     resident_blocks,
     run_federation,
@@ -130,6 +131,15 @@ class AggregatedBMF(BooleanFactorizationBase):
     random_state : int, RandomState instance or None, default=None
     n_jobs : int, default=None
     verbose : int, default=0
+    on_client_error : {"raise", "skip"}, default="raise"
+        An exception in a client's code raises a
+        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
+        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
+        previous state for that round and counts in ``history_``'s ``n_failed``, a
+        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
+        round in which every sampled client failed raises
+        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
+        (``dropout``) are counted either way.
 
     Attributes
     ----------
@@ -188,6 +198,7 @@ class AggregatedBMF(BooleanFactorizationBase):
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
         self.n_components = n_components
         self.aggregation = aggregation
@@ -208,6 +219,7 @@ class AggregatedBMF(BooleanFactorizationBase):
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.on_client_error = on_client_error
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, clients=None):
@@ -237,7 +249,7 @@ class AggregatedBMF(BooleanFactorizationBase):
             server_update=partial(server_update, aggregation=self.aggregation),
             client_metrics=client_metrics,
             combine_metrics=combine_metrics,
-            broadcast_to_all=True,
+            participation=Participation(receives="all"),
         )
         with single_threaded_blas(), resident_blocks(blocks):  # Dask: blocks sent once
             state, init_bytes = initialize_federation(protocol, blocks, entropy=entropy,
@@ -245,7 +257,7 @@ class AggregatedBMF(BooleanFactorizationBase):
             state = run_federation(
                 protocol, blocks, max_iter=1, entropy=entropy, n_jobs=self.n_jobs,
                 callback=self.callback, verbose=self.verbose, state=state, init_bytes=init_bytes,
-                label=type(self).__name__,
+                label=type(self).__name__, on_client_error=self.on_client_error,
             )
         self.components_ = state.server_state["Vh"]
         self.user_factors_ = self._stack_rows(

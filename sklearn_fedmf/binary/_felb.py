@@ -19,6 +19,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._engine import (
     FederatedProtocol,
+    Participation,
     initialize_federation,
     resident_blocks,
     run_federation,
@@ -128,7 +129,7 @@ def make_protocol(*, n_items, n_clients, n_components, sync_every, kappa, lam, g
         client_metrics=partial(client_metrics, kappa=kappa, gamma=gamma, sync_every=sync_every,
                                schedule=schedule),
         combine_metrics=partial(combine_metrics, kappa=kappa, n_clients=n_clients),
-        broadcast_to_all=True,
+        participation=Participation(receives="all"),
     )
 
 
@@ -218,6 +219,15 @@ class Felb(BooleanFactorizationBase):
         Parallel local updates (joblib; threads unless a backend is configured).
     verbose : int, default=0
         1 shows a progress bar, 2 a line per synchronization.
+    on_client_error : {"raise", "skip"}, default="raise"
+        An exception in a client's code raises a
+        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
+        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
+        previous state for that round and counts in ``history_``'s ``n_failed``, a
+        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
+        round in which every sampled client failed raises
+        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
+        (``dropout``) are counted either way.
 
     Attributes
     ----------
@@ -321,6 +331,7 @@ class Felb(BooleanFactorizationBase):
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
         self.n_components = n_components
         self.sync_every = sync_every
@@ -350,6 +361,7 @@ class Felb(BooleanFactorizationBase):
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.on_client_error = on_client_error
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, clients=None):
@@ -399,6 +411,7 @@ class Felb(BooleanFactorizationBase):
             protocol, clients, max_iter=self.max_iter, entropy=entropy, n_jobs=self.n_jobs,
             tol=self.tol, callback=self.callback, verbose=self.verbose, state=state,
             init_bytes=init_bytes, label=type(self).__name__,
+            on_client_error=self.on_client_error,
         )
 
     def _set_server_attributes(self, state, n_clients, n_items, privacy):

@@ -127,6 +127,15 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     random_state : int, RandomState instance or None, default=None
     n_jobs : int, default=None
     verbose : int, default=0
+    on_client_error : {"raise", "skip"}, default="raise"
+        An exception in a client's code raises a
+        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
+        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
+        previous state for that round and counts in ``history_``'s ``n_failed``, a
+        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
+        round in which every sampled client failed raises
+        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
+        (``dropout``) are counted either way.
 
     Attributes
     ----------
@@ -226,6 +235,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
         self.n_clusters = n_clusters
         self.algorithm = algorithm
@@ -257,6 +267,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.on_client_error = on_client_error
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, clients=None):
@@ -349,6 +360,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                     label=type(self).__name__, init_bytes=init_bytes,
                     clients_per_round=self.clients_per_round, entropy=start,
                     n_jobs=self.n_jobs, dropout=self.dropout,
+                    on_client_error=self.on_client_error,
                 )
                 cost = 0.0
                 if len(starts) > 1:  # one scalar per client: its samples' clustering cost

@@ -39,7 +39,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._base import FederatedMFBase, squared_error_of
-from .._engine import FederatedProtocol
+from .._engine import FederatedProtocol, Participation
 from .._kernels import grad_cols, prox_grad_rows
 from .._prox import elastic_net_value, prox_elastic_net
 
@@ -249,8 +249,8 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
         client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio),
         combine_metrics=partial(combine_metrics, alpha_v=alpha_v, l1_ratio=l1_ratio,
                                 loss_scale=1.0 / n_clients if variant == "fedmc_admm" else 1.0),
-        update_all=participation == "pcc",
-        broadcast_to_all=participation == "pcc",
+        participation=Participation(computes="all", receives="all") if participation == "pcc"
+        else Participation(),
     )
 
 
@@ -338,6 +338,15 @@ class FedMAvg(FederatedMFBase):
     random_state : int, RandomState instance or None, default=None
     n_jobs : int, default=None
     verbose : int, default=0
+    on_client_error : {"raise", "skip"}, default="raise"
+        An exception in a client's code raises a
+        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
+        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
+        previous state for that round and counts in ``history_``'s ``n_failed``, a
+        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
+        round in which every sampled client failed raises
+        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
+        (``dropout``) are counted either way.
 
     Attributes
     ----------
@@ -424,6 +433,7 @@ class FedMAvg(FederatedMFBase):
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
         self.n_components = n_components
         self.variant = variant
@@ -455,6 +465,7 @@ class FedMAvg(FederatedMFBase):
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.on_client_error = on_client_error
 
     def _make_protocol(self, n_items, n_clients):
         if self.variant == "fedmc_admm" and self.w_step not in (None, "local"):

@@ -184,6 +184,15 @@ class FedMGS(FederatedMFBase):
     random_state : int, RandomState instance or None, default=None
     n_jobs : int, default=None
     verbose : int, default=0
+    on_client_error : {"raise", "skip"}, default="raise"
+        An exception in a client's code raises a
+        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
+        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
+        previous state for that round and counts in ``history_``'s ``n_failed``, a
+        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
+        round in which every sampled client failed raises
+        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
+        (``dropout``) are counted either way.
 
     Attributes
     ----------
@@ -254,6 +263,7 @@ class FedMGS(FederatedMFBase):
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
         self.n_components = n_components
         self.local_iter_u = local_iter_u
@@ -278,6 +288,7 @@ class FedMGS(FederatedMFBase):
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.on_client_error = on_client_error
 
     def _make_protocol(self, n_items, n_clients):
         return make_protocol(

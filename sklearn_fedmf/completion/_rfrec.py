@@ -15,18 +15,19 @@ minimizer when ``alpha_v = 0``): nothing here assumes a unique optimum.
 
 Representation (spec 8): every copy starts at ``Vbar^0``, so a column that client ``c`` has not
 rated evolves identically in every client. Those columns are simulated once (``W``, carried in
-the broadcast as simulation plumbing, never counted as communication); a client stores only its
+the broadcast's uncounted simulation part, never counted as communication); a client stores only its
 rated columns ``P`` (one row per (client, item) pair). An upload is the client's whole
 ``n_items x d`` matrix, sent as :class:`ItemMatrixUpload` (its rated columns over ``W``) whose
 ``nbytes`` is the dense matrix the paper sends. Item arrays are item-major, ``(n_items, d)``.
 
 Engine mapping: one engine client is one paper client (one user by default), so sampling,
 lost uploads (``dropout``), byte counts and the callback's ``uploads`` are per paper client.
-Every client steps each round (``update_all``); a client that is not sampled, or whose upload
-is lost, still receives ``Vbar`` (the upload-loss model of spec 4.1; the engine's
-``dropout_mode="upload_loss"``). The "offline" model, where a dropped client freezes, would
-break the shared-column representation and is not offered. The cost is Python overhead per
-client and round (~0.1 ms; ``benchmarks/bench_rfrec.py --table cost``), not memory.
+Every client steps each round (``Participation(computes="all")``); a client that is not
+sampled, or whose upload is lost, still receives ``Vbar`` (the upload-loss model of spec 4.1;
+the engine's ``Participation(dropped="upload_lost")``). The "offline" model, where a dropped
+client freezes, would break the shared-column representation and is not offered. The cost
+is Python overhead per client and round (~0.1 ms; ``benchmarks/bench_rfrec.py --table
+cost``), not memory.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ class RFRec(FederatedMFBase):
     dropout : float, default=0.0
         Probability that a sampled client's upload is lost in a round (it still steps and
         receives ``Vbar``: the upload-loss model of Table 3).
-    eval_every, callback, warm_start, random_state, n_jobs, verbose
+    eval_every, callback, warm_start, random_state, n_jobs, verbose, on_client_error
         As in :class:`~sklearn_fedmf.FedMCADMM`.
 
     Attributes
@@ -184,7 +185,7 @@ class RFRec(FederatedMFBase):
         **{k: FederatedMFBase._parameter_constraints[k] for k in (
             "n_components", "partition", "clients_per_round", "max_iter", "tol", "alpha_u",
             "alpha_v", "center", "clip", "dropout", "eval_every", "callback", "warm_start",
-            "random_state", "n_jobs", "verbose")},
+            "random_state", "n_jobs", "verbose", "on_client_error")},
         "n_clients": [Interval(Integral, 1, None, closed="left"), None],
         "variant": [StrOptions({"rfrec", "rfrecf"})],
         "reg_consensus": [Interval(Real, 0, None, closed="left")],
@@ -232,6 +233,7 @@ class RFRec(FederatedMFBase):
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
         self.n_components = n_components
         self.variant = variant
@@ -262,6 +264,7 @@ class RFRec(FederatedMFBase):
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.on_client_error = on_client_error
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, clients=None, eval_set=None):
