@@ -245,7 +245,7 @@ def test_a_site_that_errs_or_times_out_fails_as_in_the_simulation(tmp_path, task
     """A missing reply (timeout) or an error reply is the client's failure; the engine's
     policy then raises a ClientError naming the client and the round, as for a simulated
     client whose code raised."""
-    from sklearn_fedmf.exceptions import ClientError
+    from sklearn_fedmf.exceptions import ClientError, ClientFailureWarning
 
     X, _, labels = ratings()
     configs = site_files(tmp_path, X, labels)
@@ -254,6 +254,13 @@ def test_a_site_that_errs_or_times_out_fails_as_in_the_simulation(tmp_path, task
         fit_on_grid(FedMCADMM(n_components=2, max_iter=2, random_state=0), grid,
                     min_nodes=N_SITES, timeout=1, wait=1)
     assert grid.sent and not any(r.has_error() for r in grid.received)
+    # with on_client_error="skip" the federation goes on without it, as in a simulation
+    grid = FakeGrid(configs, drop={("train.update", 1)})
+    with pytest.warns(ClientFailureWarning):
+        fitted = fit_on_grid(FedMCADMM(n_components=2, max_iter=2, random_state=0,
+                                       on_client_error="skip"), grid,
+                             min_nodes=N_SITES, timeout=1, wait=1)
+    assert [r["n_failed"] for r in fitted.history_] == [1, 1]
 
     # a SuperNode that restarted after the init has lost its Context.state: its ClientApp
     # errs, and the error reply is the client's failure

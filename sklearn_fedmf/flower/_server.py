@@ -109,11 +109,8 @@ class FlowerTransport(Transport):
                                "fit_on_grid).")
         yield self
 
-    def run(self, phase, clients, broadcast, *, stream=None, selected=None):
-        if phase == "init_client":
-            self._round = 0
-        elif phase != "client_metrics":
-            self._round = int(stream[2]) + 1  # (entropy, kind, round index, ...)
+    def run(self, phase, clients, broadcast, *, stream=None, selected=None, round_number=None):
+        self._round = 0 if round_number is None else int(round_number)
         shared = RecordDict()  # encoded once, the same records in every client's Message
         put(shared, "broadcast", broadcast)
         put(shared, "stream", stream)

@@ -20,7 +20,8 @@ __all__ = ["estimator_class", "load_site", "make_site_protocol", "site_block", "
            "travelling_params"]
 
 # Parameters that configure the local process only; they never travel to the sites.
-_LOCAL_PARAMS = ("callback", "n_jobs", "verbose", "random_state", "warm_start")
+_LOCAL_PARAMS = ("callback", "n_jobs", "verbose", "random_state", "warm_start",
+                 "on_client_error")
 
 
 def _supported():
