@@ -44,15 +44,16 @@ class FakeGrid(Grid):
     """A ``Grid`` whose nodes are in this process: each Message goes to ``client_app`` with its
     node's own ``Context`` (state kept between messages, as a SuperNode keeps it). A client
     function that raises gives an error reply, as Flower's runtime does; ``drop`` names
-    ``(message_type, partition-id)`` pairs whose reply never arrives (a timeout), ``restart``
-    those whose node loses its state first (a SuperNode restarted)."""
+    ``(message_type, partition-id)`` pairs whose Message never arrives, ``late`` those whose
+    reply comes after the timeout (the site has computed), ``restart`` those whose node loses
+    its state first (a SuperNode restarted)."""
 
-    def __init__(self, node_configs, drop=(), restart=()):
+    def __init__(self, node_configs, drop=(), late=(), restart=()):
         self.app = client_app()
         self.contexts = {node: Context(run_id=1, node_id=node, node_config=config,
                                        state=RecordDict(), run_config={})
                          for node, config in node_configs.items()}
-        self.drop, self.restart = set(drop), set(restart)
+        self.drop, self.late, self.restart = set(drop), set(late), set(restart)
         self.sent, self.received = [], []
         self._ids = 0
 
@@ -91,6 +92,8 @@ class FakeGrid(Grid):
                 reply = self.app(msg, context)
             except Exception as exc:  # the runtime turns a client's exception into an error
                 reply = Message(Error(code=0, reason=repr(exc)), reply_to=msg)
+            if (msg.metadata.message_type, site) in self.late:
+                continue
             self.received.append(reply)
             replies.append(reply)
         return replies[::-1]  # arrival order must not matter
@@ -261,6 +264,16 @@ def test_a_site_that_errs_or_times_out_fails_as_in_the_simulation(tmp_path, task
                                        on_client_error="skip"), grid,
                              min_nodes=N_SITES, timeout=1, wait=1)
     assert [r["n_failed"] for r in fitted.history_] == [1, 1]
+    # a site whose reply comes too late has computed, but the server did not use its reply:
+    # it goes on from its previous state, exactly as a site that never got the Message
+    grid = FakeGrid(configs, late={("train.update", 1)})
+    with pytest.warns(ClientFailureWarning):
+        late = fit_on_grid(FedMCADMM(n_components=2, max_iter=2, random_state=0,
+                                     on_client_error="skip"), grid,
+                           min_nodes=N_SITES, timeout=1, wait=1)
+    assert late.history_ == fitted.history_ or (
+        strip_seconds(late.history_) == strip_seconds(fitted.history_))
+    np.testing.assert_array_equal(late.components_, fitted.components_)
 
     # a SuperNode that restarted after the init has lost its Context.state: its ClientApp
     # errs, and the error reply is the client's failure

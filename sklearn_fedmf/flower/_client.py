@@ -78,10 +78,28 @@ def _serve(msg: Message, context: Context) -> Message:
         return _run_phase(msg, context)
 
 
+def _committed_state(context, accepted):
+    """The client's state as the server knows it.
+
+    A stateful phase stores its new state as pending, tagged with the Message's sequence
+    number; the server's next Message names the last number whose reply it accepted. A reply
+    the server never used (it came too late, or was lost) is thus discarded: the client keeps
+    its previous state, as a failed client does in the simulation.
+    """
+    state = context.state
+    if "fedmf.pending.tree" in state:
+        if int(state["fedmf.seq"]["pending"]) == accepted:
+            put(state, "fedmf.state", take(state, "fedmf.pending"))
+        put(state, "fedmf.pending", None)
+    return take(state, "fedmf.state")
+
+
 def _run_phase(msg, context):
     phase = _PHASE_OF[msg.metadata.message_type]
+    info = msg.content["phase"]
     if phase == "init_client":
         setup = take(msg.content, "setup")
+        put(context.state, "fedmf.setup", setup)
     else:
         setup = take(context.state, "fedmf.setup")
         if setup is None:
@@ -90,7 +108,7 @@ def _run_phase(msg, context):
     site = _Site(context, setup)
     fn = getattr(site.protocol, phase)
     broadcast = take(msg.content, "broadcast")
-    state = take(context.state, "fedmf.state")
+    state = _committed_state(context, int(info["accepted"]))
     if phase == "client_metrics":
         message = fn(state, site.block, broadcast)
     else:
@@ -98,12 +116,9 @@ def _run_phase(msg, context):
         if phase == "init_client":
             state, message = fn(site.block, broadcast, rng)
         else:
-            state, message = fn(state, site.block, broadcast, rng,
-                                bool(msg.content["phase"]["selected"]))
-        # stored only once the phase succeeded: a failed client keeps its previous state
-        if phase == "init_client":
-            put(context.state, "fedmf.setup", setup)
-        put(context.state, "fedmf.state", state)
+            state, message = fn(state, site.block, broadcast, rng, bool(info["selected"]))
+        put(context.state, "fedmf.pending", state)
+        context.state["fedmf.seq"] = ConfigRecord({"pending": int(info["seq"])})
     content = RecordDict()
     put(content, "message", message)
     return Message(content, reply_to=msg)

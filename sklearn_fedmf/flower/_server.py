@@ -61,7 +61,7 @@ class FlowerTransport(Transport):
     def __init__(self, grid: Grid, *, min_nodes, timeout=120.0, wait=120.0):
         self.grid, self.timeout = grid, float(timeout)
         self.setup = self.protocol = None  # set by fit_on_grid
-        self.wire, self._round = {}, 0
+        self.wire, self._round, self._seq, self._accepted = {}, 0, {}, {}
         deadline = time.monotonic() + wait
         while len(nodes := sorted(grid.get_node_ids())) < min_nodes:
             if time.monotonic() > deadline:
@@ -116,12 +116,19 @@ class FlowerTransport(Transport):
         put(shared, "stream", stream)
         if phase == "init_client":
             put(shared, "setup", self.setup)
-        contents = {}
+        contents, stateful = {}, phase != "client_metrics"
         for c in clients:
-            contents[c] = RecordDict({**shared, "phase": ConfigRecord(
-                {"selected": selected is None or c in selected})})
+            # ``seq`` numbers a client's stateful Messages; ``accepted`` is the last one whose
+            # reply the engine got: the site drops any later state (see _client)
+            info = {"selected": selected is None or c in selected,
+                    "accepted": self._accepted.get(c, 0)}
+            if stateful:
+                self._seq[c] = info["seq"] = self._seq.get(c, 0) + 1
+            contents[c] = RecordDict({**shared, "phase": ConfigRecord(info)})
         replies, failures = self._send(contents, MESSAGE_TYPES[phase], self.node_of,
-                                       "eval" if phase == "client_metrics" else "")
+                                       "" if stateful else "eval")
+        if stateful:
+            self._accepted.update((c, self._seq[c]) for c in replies)
         messages = {c: take(reply, "message") for c, reply in replies.items()}
         return PhaseResult(messages, failures)
 
