@@ -1,11 +1,12 @@
 """A codec between the protocols' Python values and Flower records, without pickle.
 
 A protocol's client state, upload, broadcast or metric sums is a tree of dicts, lists,
-tuples, NamedTuples and dataclasses of this package, numpy arrays and scalars, scipy sparse matrices, numbers, strings and
-``None``. :func:`encode` turns such a tree into an ``ArrayRecord`` holding every array (each
-saved by numpy with ``allow_pickle=False``: bit-exact, dtype and memory order kept) and a
-``ConfigRecord`` holding the tree's shape as JSON; :func:`decode` inverts it. Nothing is
-executed while decoding: an object is rebuilt only from a class of this package.
+tuples, NamedTuples and dataclasses of this package, numpy arrays and scalars, scipy sparse
+matrices, numbers, strings and ``None``. :func:`encode` turns such a tree into an
+``ArrayRecord`` holding every array (each saved by numpy with ``allow_pickle=False``:
+bit-exact, dtype and memory order kept) and a ``ConfigRecord`` holding the tree's shape as
+JSON; :func:`decode` inverts it. Nothing is executed while decoding: an object is rebuilt
+only from a class of this package.
 """
 
 from __future__ import annotations
