@@ -15,8 +15,8 @@ import sys
 
 # the command's public names, importable from here (build_parser and main use some of them)
 from ._commands import cmd_methods, cmd_run, cmd_tune, fit_method  # noqa: F401
-from ._flower import add_flower_split
 from ._data import BINARY_THRESHOLD, binarize, load_data, prepare_data  # noqa: F401
+from ._flower import add_flower_split
 from ._messages import CommandError, _one_line  # noqa: F401
 from ._options import _assignment, _common, _grid_entry, _Parser, _positive_int
 from ._registry import (  # noqa: F401
