@@ -10,14 +10,7 @@ on the wire.
   of the example app, and the model its ServerApp writes equal to the simulated fit.
 """
 
-import os
-import shutil
-import signal
-import socket
 import subprocess
-import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,7 +18,6 @@ import pytest
 flwr = pytest.importorskip(
     "flwr", reason="Flower (the 'flower' extra) is not installed; it needs Python >= 3.11")
 
-import joblib  # noqa: E402
 from flwr.app import Context, Error, Message, RecordDict  # noqa: E402
 from flwr.serverapp import Grid  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
@@ -308,7 +300,6 @@ def test_wire_bytes_count_the_serialized_message(task_identity):
 
 
 # ---- a deployment on loopback: a SuperLink, two SuperNodes, flwr run ------------------------
-APP = Path(__file__).parents[1] / "examples" / "flower_app"
 # Each Message costs seconds on a deployment (a SuperNode polls every 3 s and serves each
 # Message in a fresh process that imports the package), so the diagnostics are off
 # (eval_every=0): one exchange per round.
@@ -316,120 +307,20 @@ DEPLOY_PARAMS = dict(n_components=2, max_iter=3, alpha_u=0.1, alpha_v=0.1, rando
                      center=False, eval_every=0)
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def wait_for_port(port, deadline, proc):
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
-
-
-def end(procs):
-    """End each process we started, and what it started, by its process group (its PID)."""
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
-        try:  # children left in the group (a ClientApp or ServerApp process)
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def deploy(tmp_path, X, labels, run_config, deadline=240.0):
-    """Run the example app on a loopback deployment; return (seconds, log of each process)."""
-    paths = split_sites(X, labels, tmp_path / "sites")
-    app = tmp_path / "app"
-    shutil.copytree(APP, app, ignore=shutil.ignore_patterns("__pycache__", "*.joblib"))
-    # the run config: Flower accepts only keys the app declares, so set them in its file
-    pyproject = app / "pyproject.toml"
-    text = pyproject.read_text().split("[tool.flwr.app.config]")[0]
-    pyproject.write_text(text + "[tool.flwr.app.config]\n" + "".join(
-        f"{k} = {v}\n" for k, v in run_config.items()))
-    link, *node_ports = free_ports(1 + len(paths))
-    home = tmp_path / "flwr-home"
-    home.mkdir()
-    (home / "config.toml").write_text(
-        f'[superlink.loopback]\naddress = "127.0.0.1:{link}"\ninsecure = true\n')
-    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0",
-           "FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    logs, procs = {}, []
-
-    def start(name, *args):
-        logs[name] = tmp_path / f"{name}.log"
-        procs.append(subprocess.Popen(
-            args, cwd=tmp_path, env=env, stdout=logs[name].open("w"),
-            stderr=subprocess.STDOUT, start_new_session=True))
-        return procs[-1]
-
-    tic = time.monotonic()
-    stop = tic + deadline
-    try:
-        superlink = start("superlink", "flower-superlink", "--insecure", "--host", "127.0.0.1",
-                          "--port", str(link), "--disable-runtime-dependency-installation")
-        wait_for_port(link, stop, superlink)
-        for c, (path, port) in enumerate(zip(paths, node_ports)):
-            start(f"supernode-{c}", "flower-supernode", "--insecure", "--superlink",
-                  f"127.0.0.1:{link}", "--port", str(port),
-                  "--node-config", f'partition-id={c} data="{path}"')
-        run = start("run", "flwr", "run", str(app), "loopback", "--stream")
-        try:
-            run.wait(timeout=max(stop - time.monotonic(), 1))
-        except subprocess.TimeoutExpired:
-            pass  # the test fails on the missing output, with the logs
-        seconds = time.monotonic() - tic
-    finally:
-        end(procs)
-    assert all(p.poll() is not None for p in procs)
-    return seconds, {name: path.read_text() for name, path in logs.items()}
-
-
-def toml_value(v):
-    return str(v).lower() if isinstance(v, bool) else repr(v).replace("'", '"')
-
-
 @pytest.mark.flower
 def test_loopback_deployment_fits_the_simulated_model(tmp_path):
     """130 to 150 s measured on a busy 2-core machine (load average 12 to 16; every process
     is ended by 240 s): marked ``flower`` so that ``-m "not flower"`` leaves it out."""
+    from sklearn_fedmf.flower._loopback import run_loopback
+
     X, _, labels = ratings()
     labels = labels % 2  # two sites
-    output = tmp_path / "model.joblib"
-    run_config = {**{k: toml_value(v) for k, v in DEPLOY_PARAMS.items()},
-                  "estimator": '"FedMCADMM"', "min-nodes": 2, "node-wait": 30,
-                  "round-timeout": 30, "output": f'"{output}"'}
-    seconds, logs = deploy(tmp_path, X, labels, run_config)
+    flower, seconds, logs = run_loopback(X, labels, tmp_path, params=DEPLOY_PARAMS)
     # flwr run exits 0 even when the run failed: the ServerApp's output is the result
-    assert output.is_file(), f"no model written in {seconds:.0f} s; logs:\n" + "\n".join(
+    assert flower is not None, f"no model written in {seconds:.0f} s; logs:\n" + "\n".join(
         f"--- {name}\n{text[-3000:]}" for name, text in logs.items())
-    flower = joblib.load(output)
     simulated = FedMCADMM(**DEPLOY_PARAMS).fit(X, clients=labels)
     np.testing.assert_array_equal(flower.components_, simulated.components_)
     assert strip_seconds(flower.history_) == strip_seconds(simulated.history_)
-    print(f"\nloopback deployment: {seconds:.1f} s for {flower.n_iter_} rounds; "
-          f"max |components_ difference| = "
-          f"{np.abs(flower.components_ - simulated.components_).max():.3g}")
-    for record, wire in zip(flower.history_, flower.message_bytes_):
-        print(f"round {record['round']}: history_ up/down {record['bytes_uploaded']}/"
-              f"{record['bytes_downloaded']} B, Messages up/down {wire['uploaded']}/"
-              f"{wire['downloaded']} B (+ diagnostics {wire['eval_uploaded']}/"
-              f"{wire['eval_downloaded']} B), {record['seconds']:.2f} s")
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
+    assert leftovers.stdout == "", "processes of the deployment are still running"
