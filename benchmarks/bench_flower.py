@@ -41,7 +41,7 @@ def main():
                         help="rounds between diagnostics (each is one more exchange)")
     args = parser.parse_args()
     from sklearn_fedmf import FedMCADMM
-    from sklearn_fedmf.flower._loopback import run_loopback
+    from sklearn_fedmf.flower import run_loopback
 
     runs, rounds = (1, 2) if args.quick else (args.runs, args.rounds)
     X = ratings(args.users, args.items, 2, 0.5)

@@ -62,6 +62,8 @@ def _end(procs):
 
 
 def _toml(value):
+    if value is None:
+        raise ValueError("A run config has no None: leave the parameter at its default.")
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, str):
