@@ -135,6 +135,13 @@ def client_app():
     Returns
     -------
     app : flwr.clientapp.ClientApp
+
+    Examples
+    --------
+    The client module of a Flower app (``[tool.flwr.app.components] clientapp``):
+
+    >>> from sklearn_fedmf.flower import client_app
+    >>> app = client_app()
     """
     app = ClientApp()
     app.query("hello")(_hello)

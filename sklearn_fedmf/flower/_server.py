@@ -229,6 +229,14 @@ def server_app(estimator=None):
     Returns
     -------
     app : flwr.serverapp.ServerApp
+
+    Examples
+    --------
+    The server module of a Flower app (``[tool.flwr.app.components] serverapp``):
+
+    >>> from sklearn_fedmf import FedMCADMM
+    >>> from sklearn_fedmf.flower import server_app
+    >>> app = server_app(FedMCADMM(n_components=5, max_iter=20, random_state=0))
     """
     app = ServerApp()
 

@@ -126,6 +126,18 @@ def split_sites(X, clients, out_dir, X_eval=None):
 
     Rows keep their order inside each site, so a Flower fit equals the simulated fit with
     ``clients=clients``. Returns the written training files, in client order.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> import scipy.sparse as sp
+    >>> from sklearn_fedmf.flower import load_site, split_sites
+    >>> X = sp.random(6, 4, density=0.5, format="csr", random_state=0)
+    >>> paths = split_sites(X, [0, 1, 0, 1, 0, 1], tempfile.mkdtemp())
+    >>> [p.name for p in paths]
+    ['site-0.npz', 'site-1.npz']
+    >>> load_site(paths[1]).shape
+    (3, 4)
     """
     X = check_ratings(X)
     labels, codes = np.unique(np.asarray(clients), return_inverse=True)
