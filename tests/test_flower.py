@@ -263,8 +263,7 @@ def test_a_site_that_errs_or_times_out_fails_as_in_the_simulation(tmp_path, task
         late = fit_on_grid(FedMCADMM(n_components=2, max_iter=2, random_state=0,
                                      on_client_error="skip"), grid,
                            min_nodes=N_SITES, timeout=1, wait=1)
-    assert late.history_ == fitted.history_ or (
-        strip_seconds(late.history_) == strip_seconds(fitted.history_))
+    assert strip_seconds(late.history_) == strip_seconds(fitted.history_)
     np.testing.assert_array_equal(late.components_, fitted.components_)
 
     # a SuperNode that restarted after the init has lost its Context.state: its ClientApp
