@@ -2,6 +2,9 @@
 on a real ``LocalCluster`` (2 worker processes on loopback), reproduce the local ``n_jobs=1`` fit
 bit for bit, and send each client's data block to the workers once per fit, not every round."""
 
+import threading
+import time
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -25,6 +28,7 @@ from sklearn_fedmf import (  # noqa: E402
 )
 from sklearn_fedmf._data import ClientBlock  # noqa: E402
 from sklearn_fedmf.datasets import make_binary_tiles, make_ratings  # noqa: E402
+from sklearn_fedmf.exceptions import FederationError  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -193,47 +197,47 @@ def _exit_soon(delay):
     threading.Timer(delay, os._exit, (1,)).start()  # the process ends, as on a crashed node
 
 
-def test_a_lost_worker_is_recovered_exactly_or_reported(monkeypatch):
-    # A worker process of a real LocalCluster ends mid-fit (right after round 3). The fit must
-    # either give exactly the fault-free model (its blocks are scattered again and the lost
-    # work re-run) or stop with a FederationError naming the worker and the round; never a
-    # different model, never a hang (the fit runs in a thread with a deadline).
-    import threading
+def kill_worker(client, address, deadline=15.0):
+    """End the worker process at ``address`` and wait (bounded) until the scheduler saw it."""
+    client.run(_exit_soon, 0.01, workers=[address])
+    stop = time.monotonic() + deadline
+    while address in client.ncores():
+        assert time.monotonic() < stop, f"worker {address} did not go away"
+        time.sleep(0.02)
 
-    from sklearn_fedmf.exceptions import FederationError
 
+# Last in the module: it kills a worker of the shared cluster (its nanny starts a new one).
+def test_a_lost_worker_is_recovered_exactly_or_reported(dask_client):
+    # A worker process ends mid-fit (between rounds 3 and 4). The fit must either give exactly
+    # the fault-free model (the lost blocks are scattered again and the lost work re-run) or
+    # stop with a FederationError naming the worker and the round; never a different model,
+    # never a hang (the fit runs in a thread with a deadline).
     X, _ = _ratings()
     params = dict(n_components=3, n_clients=8, clients_per_round=6, max_iter=8, local_iter=3,
                   random_state=0)
     reference = FedMCADMM(n_jobs=1, **params).fit(X)
+    victim = sorted(dask_client.ncores())[-1]
     outcome = {}
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-        dashboard_address=None,
-    ) as cluster, distributed.Client(cluster) as client:
-        victim = sorted(client.ncores())[-1]
 
-        def kill_after_round_3(round_index, info):
-            if round_index == 3:
-                client.run(_exit_soon, 0.05, workers=[victim])
+    def kill_after_round_3(round_index, info):
+        if round_index == 3:
+            kill_worker(dask_client, victim)
 
-        def fit():
-            try:
-                with parallel_config(backend="dask"):
-                    outcome["model"] = FedMCADMM(n_jobs=2, callback=kill_after_round_3,
-                                                 **params).fit(X)
-            except FederationError as exc:
-                outcome["error"] = exc
+    def fit():
+        try:
+            with parallel_config(backend="dask"):
+                outcome["model"] = FedMCADMM(n_jobs=2, callback=kill_after_round_3,
+                                             **params).fit(X)
+        except FederationError as exc:
+            outcome["error"] = exc
 
-        thread = threading.Thread(target=fit, daemon=True)
-        thread.start()
-        thread.join(timeout=60)
-        assert not thread.is_alive(), "the fit hung after losing a worker"
-        assert victim not in client.ncores()  # the worker really went away
+    thread = threading.Thread(target=fit, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "the fit hung after losing a worker"
     assert outcome, "the fit raised something other than FederationError"
     if "error" in outcome:
         message = str(outcome["error"])
         assert victim in message and "round" in message
     else:
-        model = outcome["model"].set_params(callback=None)
-        _assert_same_fit(reference, model)
+        _assert_same_fit(reference, outcome["model"].set_params(callback=None))

@@ -12,8 +12,6 @@ Node config keys: ``partition-id`` (the site's client index, ``0 .. n_sites - 1`
 
 from __future__ import annotations
 
-import json
-
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from threadpoolctl import threadpool_limits
@@ -54,10 +52,11 @@ class _Site:
         if self.X.shape[1] != setup["n_items"]:
             raise ValueError(f"This site's ratings have {self.X.shape[1]} items, the "
                              f"federation {setup['n_items']}.")
-        estimator = estimator_class(setup["estimator"])(**json.loads(setup["params"]))
+        estimator = estimator_class(setup["estimator"])(**setup["params"])
         self.protocol = make_site_protocol(
             estimator, n_items=setup["n_items"], n_clients=setup["n_clients"],
             n_users=setup["n_users"], mean=setup["mean"], rating_range=setup["rating_range"],
+            entropy=setup["entropy"],
         )
         self.block = site_block(estimator, self.X, self.X_eval)
 

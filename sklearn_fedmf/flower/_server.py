@@ -8,6 +8,7 @@ knows each site's size and rating aggregates, and the protocol's messages.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from contextlib import contextmanager
 
@@ -16,13 +17,12 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
-from .._base import FederatedMFBase
 from .._engine import make_entropy
 from .._transport import PhaseResult, Transport
 from ..exceptions import ClientError, FederationError
 from ._client import HELLO, MESSAGE_TYPES
 from ._codec import put, take
-from ._sites import estimator_class, make_site_protocol, travelling_params
+from ._sites import estimator_class, fit_context, travelling_params
 
 __all__ = ["FlowerTransport", "fit_on_grid", "server_app", "wire_bytes"]
 
@@ -180,28 +180,20 @@ def fit_on_grid(estimator, grid, *, min_nodes=2, timeout=120.0, wait=120.0):
     estimator._validate_params()
     transport = FlowerTransport(grid, min_nodes=min_nodes, timeout=timeout, wait=wait)
     entropy = make_entropy(estimator.random_state)
-    agg = transport.aggregates()
-    n_items, n_clients = transport.n_items, transport.n_clients
-    if isinstance(estimator, FederatedMFBase):
-        protocol = make_site_protocol(estimator, n_items=n_items, n_clients=n_clients, **agg)
-    else:  # Felb: its privacy parameters are checked (and warned about) once
-        estimator.n_features_in_ = n_items
-        privacy = estimator._privacy(n_items)
-        protocol = estimator._make_protocol(n_items, n_clients, privacy)
-    transport.protocol = protocol
-    transport.setup = dict(
-        estimator=type(estimator).__name__, params=travelling_params(estimator),
-        n_items=n_items, n_clients=n_clients, entropy=entropy, **agg)
-    if isinstance(estimator, FederatedMFBase):
-        state, _ = estimator._run(protocol, transport, True, entropy, n_clients,
-                                  agg["n_users"])
-        estimator.components_ = estimator._read_components(state.server_state, state.broadcast)
-        estimator.n_clients_ = n_clients
-        estimator.n_iter_ = state.n_rounds
-        estimator.history_ = list(state.history)
-    else:
-        state = estimator._run(protocol, transport, entropy)
-        estimator._set_server_attributes(state, n_clients, n_items, privacy)
+    agg = dict(transport.aggregates(), n_items=transport.n_items,
+               n_clients=transport.n_clients)
+    ctx = fit_context(estimator, **agg, entropy=entropy)
+    transport.protocol = protocol = estimator._make_protocol(ctx)
+    transport.setup = dict(estimator=type(estimator).__name__,
+                           params=travelling_params(estimator), entropy=entropy, **agg)
+    state = estimator._run(protocol, transport, ctx)
+    estimator.n_clients_ = transport.n_clients
+    estimator.n_iter_ = state.n_rounds
+    estimator.history_ = list(state.history)
+    # the family's own attributes, from a server that holds no block and no client state
+    estimator._collect(dataclasses.replace(state, client_states=[]), [], ctx)
+    for name in ("user_factors_", "user_factors_relaxed_"):  # they stay on the sites
+        estimator.__dict__.pop(name, None)
     init = transport.wire.get(0, {})
     estimator.message_bytes_ = [
         {"round": r["round"], **{key: value + (init.get(key, 0) if i == 0 else 0)

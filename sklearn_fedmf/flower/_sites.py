@@ -6,7 +6,6 @@ Nothing here imports ``flwr``, so ``fedmf flower-split`` works on any Python.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +14,10 @@ import scipy.sparse as sp
 
 from .._base import FederatedMFBase
 from .._data import check_ratings, split_clients
+from .._fit import FitContext
 
-__all__ = ["estimator_class", "load_site", "make_site_protocol", "site_block", "split_sites",
-           "travelling_params"]
+__all__ = ["estimator_class", "fit_context", "load_site", "make_site_protocol", "site_block",
+           "split_sites", "travelling_params"]
 
 # Parameters that configure the local process only; they never travel to the sites.
 _LOCAL_PARAMS = ("callback", "n_jobs", "verbose", "random_state", "warm_start",
@@ -42,23 +42,30 @@ def estimator_class(name):
 
 
 def travelling_params(estimator):
-    """The estimator's parameters as JSON: what a site needs to rebuild the protocol."""
+    """The estimator's parameters that a site needs to rebuild the protocol (numbers,
+    strings, booleans, None, and lists or tuples of those)."""
     params = {k: v for k, v in estimator.get_params(deep=False).items()
               if k not in _LOCAL_PARAMS}
-    try:
-        return json.dumps(params, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(
-            f"The parameters of {type(estimator).__name__} must be numbers, strings, booleans "
-            f"or None to travel to the sites: {exc}"
-        ) from None
+
+    def plain(v):
+        if isinstance(v, (list, tuple)):
+            return all(plain(x) for x in v)
+        return v is None or isinstance(v, (bool, int, float, str, np.number))
+
+    bad = sorted(k for k, v in params.items() if not plain(v))
+    if bad:
+        raise ValueError(f"The parameters {bad} of {type(estimator).__name__} cannot travel to "
+                         "the sites: only numbers, strings, booleans and None can.")
+    return params
 
 
-def make_site_protocol(estimator, *, n_items, n_clients, n_users, mean, rating_range):
-    """Set the fitted attributes that the protocol depends on from the sites' aggregates
-    (rows, rating sum and count, rating range) and return the protocol.
+def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, entropy=0):
+    """The ``FitContext`` a simulated fit would hand the estimator's hooks, built from the
+    sites' aggregates (rows, rating sum and count, rating range) instead of the data.
 
-    The server and every site call this with the same values, so both hold the same protocol.
+    Sets the attributes the protocol and the site's centring depend on (``mean_``,
+    ``rating_range_``, ``n_users_``, ``n_features_in_``). The server and every site call
+    this with the same values, so both make the same protocol.
     """
     estimator_class(type(estimator).__name__)  # a supported estimator
     estimator.n_features_in_ = int(n_items)
@@ -66,7 +73,19 @@ def make_site_protocol(estimator, *, n_items, n_clients, n_users, mean, rating_r
         estimator.n_users_ = int(n_users)
         estimator.mean_ = float(mean)
         estimator.rating_range_ = (float(rating_range[0]), float(rating_range[1]))
-    return estimator._make_protocol(int(n_items), int(n_clients))
+        info = dict(eval_X=None, mean=estimator.mean_, rating_range=estimator.rating_range_,
+                    offset=estimator._offset)
+    else:  # Felb
+        info = dict(privacy=estimator._privacy_settings())
+    no_ratings = sp.csr_matrix((0, int(n_items)))  # the server holds none
+    return FitContext(no_ratings, int(n_users), int(n_items), int(n_clients), None, None,
+                      int(entropy), False, info)
+
+
+def make_site_protocol(estimator, **aggregates):
+    """The estimator's protocol for the federation described by ``aggregates`` (the
+    keywords of :func:`fit_context`)."""
+    return estimator._make_protocol(fit_context(estimator, **aggregates))
 
 
 def site_block(estimator, X, X_eval=None):
