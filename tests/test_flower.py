@@ -309,7 +309,7 @@ DEPLOY_PARAMS = dict(n_components=2, max_iter=3, alpha_u=0.1, alpha_v=0.1, rando
 
 @pytest.mark.flower
 def test_loopback_deployment_fits_the_simulated_model(tmp_path):
-    """130 to 150 s measured on a busy 2-core machine (load average 12 to 16; every process
+    """135 to 177 s measured on a busy 2-core machine (load average 11 to 16; every process
     is ended by 240 s): marked ``flower`` so that ``-m "not flower"`` leaves it out."""
     from sklearn_fedmf.flower import run_loopback
 
