@@ -93,6 +93,7 @@ class FederationState:
     broadcast: Any
     n_rounds: int = 0
     history: list = field(default_factory=list)
+    n_uploads: Any = None  # per client: round uploads the server received (privacy accounting)
 
 
 def make_entropy(random_state):
@@ -335,6 +336,9 @@ def run_federation(
         uploads, failed_update = _client_phase(protocol.client_update, items, broadcast,
                                                _UPDATE_CLIENT, **phase)
         uploads = {c: u for c, u in uploads.items() if c in selected}
+        if state.n_uploads is None:
+            state.n_uploads = np.zeros(n_clients, dtype=np.int64)
+        state.n_uploads[list(uploads)] += 1
         failures = len(dropped) + len(failed) + len(failed_update)
         recipients = n_clients if protocol.broadcast_to_all else n_sampled
         bytes_down = nbytes(state.broadcast) * recipients

@@ -43,7 +43,14 @@ from sklearn.utils.validation import _num_samples, check_is_fitted
 from .._base import FederatedMFBase, _shift
 from .._data import check_like
 from .._kernels import ridge_fold_in
-from ..privacy import PrivacyWarning, laplace_epsilon
+from ..privacy import (
+    ACCOUNTANTS,
+    PrivacyWarning,
+    calibrate_noise,
+    laplace_epsilon,
+    privacy_spent,
+    resolve_accountant,
+)
 from ._rfrec_kernels import _sigmoid_fold_in
 from ._rfrec_solver import (  # noqa: F401  (the tests import _coin and _pulled from here)
     _EXPLODE,
@@ -117,11 +124,31 @@ class RFRec(FederatedMFBase):
         ``V`` drift), which a positive value removes.
     init_std : float, default=0.01
         Standard deviation of the Gaussian initialization of ``u_i`` and ``Vbar^0``.
-    clip_delta, noise_scale : float or None, default=None
-        Privacy (spec 4.2): each upload is ``clip(V_(c), delta) + Laplace(noise_scale)`` per
-        entry. ``epsilon_ = 2 delta / s`` is per entry and per upload: a whole upload costs
-        ``n_items * d`` times that, and uploads compose over rounds. Without noise, uploads
-        reveal which items a client rated (its copy differs from ``Vbar`` only there).
+    dp_clip : float or None, default=None
+        The paper's clipping threshold ``delta`` (eq. 9): each upload is
+        ``clip(V_(c), dp_clip) + Laplace(noise_scale)`` per entry, local differential privacy
+        of each client against the server. Clipping bounds an entry's change by
+        ``2 dp_clip``, so one upload is ``epsilon_ = 2 dp_clip / noise_scale``-DP for a
+        change of one entry of ``V_(c)`` (a whole upload changes ``n_items * d`` entries),
+        and a client's uploads compose over rounds (``privacy_spent_``). Without noise,
+        uploads reveal which items a client rated (its copy differs from ``Vbar`` only
+        there); with ``center=True`` each client's rating sum and count reach the server
+        without noise, outside the guarantee.
+    noise_scale : float or None, default=None
+        Laplace scale ``s`` of the upload noise (needs ``dp_clip`` for a guarantee).
+    target_epsilon : float or None, default=None
+        Budget of the **whole fit** instead of ``noise_scale``: the accountant finds the
+        smallest ``s`` with which ``max_iter`` uploads (a client uploading every round)
+        spend at most ``(target_epsilon, target_delta)`` per entry; needs ``dp_clip``. No
+        amplification by client sampling is claimed: the server samples, and it is the
+        adversary.
+    target_delta : float, default=1e-5
+        ``delta`` of the whole fit: the target with ``target_epsilon``, and the ``delta`` at
+        which ``privacy_spent_`` reports each client's epsilon.
+    accountant : {"pld", "rdp"}, default="pld"
+        Composition over rounds by dp-accounting's privacy-loss-distribution or Renyi
+        accountant (the ``privacy`` extra); without it, basic composition and a
+        :class:`~sklearn_fedmf.exceptions.PrivacyWarning`.
     simulate_uploads : bool, default=False
         Send dense per-client matrices with per-client noise (tiny problems, audits); by
         default uploads are sparse views and the noise is summed exactly on the server.
@@ -147,7 +174,18 @@ class RFRec(FederatedMFBase):
     comm_rounds_ : int
         One-way communication rounds (Definition 3.8), counted as in Lemma 3.9.
     epsilon_ : float or None
-        ``2 clip_delta / noise_scale``, per entry and per upload.
+        ``2 dp_clip / noise_scale_``, per entry and per upload.
+    noise_scale_ : float or None
+        The Laplace scale used (``noise_scale``, or the one ``target_epsilon`` needs).
+    privacy_spent_ : dict of ndarray or None
+        One entry per client (``pandas.DataFrame(privacy_spent_)`` is a table): ``client``,
+        ``n_releases`` (uploads the server received from it, counting partial participation,
+        lost uploads and RFRecF's rounds without upload), ``epsilon`` at ``delta``
+        (= ``target_delta``) by ``accountant_``, and the basic-composition bound
+        ``epsilon_basic`` at ``delta_basic = 0``; per entry of the upload, like ``epsilon_``.
+        None without clipped noise.
+    accountant_ : str or None
+        ``"pld"``, ``"rdp"``, or ``"basic"`` when dp-accounting is not installed.
     n_clients_ : int
     clients_ : ndarray of shape (n_users,)
     history_ : list of dict
@@ -195,8 +233,11 @@ class RFRec(FederatedMFBase):
         "schedule": [StrOptions({"l2gd", "algorithm2"})],
         "pull_eta": [Interval(Real, 0, None, closed="neither"), None],
         "init_std": [Interval(Real, 0, None, closed="neither")],
-        "clip_delta": [Interval(Real, 0, None, closed="neither"), None],
+        "dp_clip": [Interval(Real, 0, None, closed="neither"), None],
         "noise_scale": [Interval(Real, 0, None, closed="left"), None],
+        "target_epsilon": [Interval(Real, 0, None, closed="neither"), None],
+        "target_delta": [Interval(Real, 0, 1, closed="neither")],
+        "accountant": [StrOptions(set(ACCOUNTANTS))],
         "simulate_uploads": ["boolean"],
     }
 
@@ -220,8 +261,11 @@ class RFRec(FederatedMFBase):
         alpha_u=0.1,
         alpha_v=0.0,
         init_std=0.01,
-        clip_delta=None,
+        dp_clip=None,
         noise_scale=None,
+        target_epsilon=None,
+        target_delta=1e-5,
+        accountant="pld",
         simulate_uploads=False,
         center=True,
         clip=False,
@@ -250,8 +294,11 @@ class RFRec(FederatedMFBase):
         self.alpha_u = alpha_u
         self.alpha_v = alpha_v
         self.init_std = init_std
-        self.clip_delta = clip_delta
+        self.dp_clip = dp_clip
         self.noise_scale = noise_scale
+        self.target_epsilon = target_epsilon
+        self.target_delta = target_delta
+        self.accountant = accountant
         self.simulate_uploads = simulate_uploads
         self.center = center
         self.clip = clip
@@ -296,9 +343,17 @@ class RFRec(FederatedMFBase):
         self._fit(X, clients, eval_set)
         self._check_diverged(X)
         self.comm_rounds_ = self._federation.server_state["comm_rounds"]
-        self.epsilon_ = (laplace_epsilon(self.noise_scale, 2 * self.clip_delta)
-                         if self.clip_delta and self.noise_scale else None)
+        self._read_privacy_spent(self._federation.n_uploads)
         return self
+
+    def _read_privacy_spent(self, n_uploads):
+        """``epsilon_`` and ``privacy_spent_``: the uploads each client actually made."""
+        private = bool(self.dp_clip and self.noise_scale_)
+        self.epsilon_ = laplace_epsilon(self.noise_scale_, 2 * self.dp_clip) if private else None
+        self.privacy_spent_ = None if not private else privacy_spent(
+            np.unique(self.clients_), n_uploads, mechanism="laplace",
+            noise_multiplier=self.noise_scale_ / (2 * self.dp_clip), delta=self.target_delta,
+            accountant=self.accountant_)
 
     def _check_diverged(self, X):
         """Raise unless the federated model's training error is finite and of the ratings'
@@ -315,12 +370,26 @@ class RFRec(FederatedMFBase):
                 f"[{lo:g}, {hi:g}]", self.learning_rate, self.optimizer))
 
     def _check_privacy(self):
-        if self.noise_scale and not self.clip_delta:
+        """Validate the DP parameters; set ``accountant_`` and the Laplace ``noise_scale_``."""
+        if self.target_epsilon is not None:
+            if self.noise_scale is not None:
+                raise ValueError("Give either noise_scale or target_epsilon, not both.")
+            if not self.dp_clip:
+                raise ValueError("target_epsilon needs dp_clip: without clipping nothing "
+                                 "bounds an entry of the upload, so no noise reaches a budget.")
+        elif self.noise_scale and not self.dp_clip:
             warnings.warn(
-                "noise_scale without clip_delta: nothing bounds an entry of the upload, so the "
+                "noise_scale without dp_clip: nothing bounds an entry of the upload, so the "
                 "Laplace noise gives no formal guarantee (epsilon_ is None).",
                 PrivacyWarning, stacklevel=3,
             )
+        private = self.dp_clip and (self.noise_scale or self.target_epsilon is not None)
+        self.accountant_ = resolve_accountant(self.accountant, "laplace" if private else None)
+        self.noise_scale_ = self.noise_scale or None
+        if self.target_epsilon is not None:  # a client uploads at most once per round
+            self.noise_scale_ = 2 * self.dp_clip * calibrate_noise(
+                "laplace", self.target_epsilon, self.target_delta, self.max_iter,
+                self.accountant_)
 
     def _make_protocol(self, n_items, n_clients):
         offset = self.mean_ if self.center else 0.0
@@ -331,7 +400,7 @@ class RFRec(FederatedMFBase):
             reg_consensus=self.reg_consensus, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
             p=self.p, pull_eta=self.pull_eta, optimizer=self.optimizer, link=self.link,
             shift=offset - lo, span=(hi - lo) or 1.0, init_std=self.init_std,
-            clip_delta=self.clip_delta, noise_scale=self.noise_scale or 0.0,
+            clip_delta=self.dp_clip, noise_scale=self.noise_scale_ or 0.0,
             simulate_uploads=self.simulate_uploads,
         )
 
