@@ -141,7 +141,8 @@ class RFRec(FederatedMFBase):
         smallest ``s`` with which ``max_iter`` uploads (a client uploading every round)
         spend at most ``(target_epsilon, target_delta)`` per entry; needs ``dp_clip``. No
         amplification by client sampling is claimed: the server samples, and it is the
-        adversary.
+        adversary. With ``warm_start`` each call is calibrated on its own, and
+        ``privacy_spent_`` counts the releases of all of them.
     target_delta : float, default=1e-5
         ``delta`` of the whole fit: the target with ``target_epsilon``, and the ``delta`` at
         which ``privacy_spent_`` reports each client's epsilon.
