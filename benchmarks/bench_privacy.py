@@ -145,7 +145,13 @@ def table_budget(quick):
             ("old", dict(noise_scale=2 * RFREC_CLIP * T_rfrec / eps)),
             ("new", dict(target_epsilon=eps, target_delta=DELTA)),
         ):
-            est = fit(rfrec(T_rfrec, eval_every=T_rfrec, **params), R_train, eval_set=R_test)
+            est = rfrec(T_rfrec, eval_every=T_rfrec, **params)
+            try:
+                fit(est, R_train, eval_set=R_test)
+            except FloatingPointError:  # the noise blew the consensus term up: no model
+                print(f"{'RFRec':10s} {eps:8g} {label:>12s} {est.noise_scale_:10.3g} "
+                      f"{'-':>11s} {'diverged':>12s}")
+                continue
             print(f"{'RFRec':10s} {eps:8g} {label:>12s} {est.noise_scale_:10.3g} "
                   f"{est.privacy_spent_['epsilon'].max():11.3f} {rmse(est):>12s}")
 
