@@ -140,6 +140,9 @@ def table_budget(quick):
     ref = fit(RFRec(n_components=10, max_iter=T_rfrec, random_state=0, **CODE), R_train,
               eval_set=R_test)
     print(f"{'RFRec':10s} {'inf':>8s} {'no noise':>12s} {0:10.3g} {'-':>11s} {rmse(ref):>12s}")
+    clipped = fit(rfrec(T_rfrec, eval_every=T_rfrec), R_train, eval_set=R_test)
+    print(f"{'RFRec':10s} {'inf':>8s} {'clip only':>12s} {0:10.3g} {'-':>11s} "
+          f"{rmse(clipped):>12s}")
     for eps in budgets:
         for label, params in (
             ("old", dict(noise_scale=2 * RFREC_CLIP * T_rfrec / eps)),

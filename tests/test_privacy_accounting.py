@@ -256,3 +256,32 @@ def test_privacy_spent_is_a_table_of_arrays():
     assert all(len(v) == 3 for v in spent.values())
     assert spent["epsilon"][1] == 0.0 and spent["epsilon"][0] == spent["epsilon"][2] > 0
     assert spent["epsilon"][0] < spent["epsilon_basic"][0]
+
+
+def test_engine_counts_the_uploads_that_reached_the_server():
+    # offline dropout (Felb's and FedMC-ADMM's model): a dropped client neither computes nor
+    # uploads; a client that returns no upload (None) made no release either
+    from sklearn_fedmf._data import split_clients
+    from sklearn_fedmf._engine import FederatedProtocol, initialize_federation, run_federation
+
+    X = sp.csr_matrix(np.ones((8, 3)))
+    blocks = split_clients(X, np.arange(8), 8)
+    protocol = FederatedProtocol(
+        init_server=lambda rng: ({}, None),
+        init_client=lambda block, bcast, rng: ({}, None),
+        client_update=lambda s, block, bcast, rng, sel: (s, None if block.rows[0] == 0 else 1.0),
+        server_update=lambda state, uploads, k: (state, None),
+        client_metrics=lambda s, block, bcast: {},
+        combine_metrics=lambda state, sums: {},
+    )
+    arrived = np.zeros(8, dtype=int)
+
+    def log(k, info):
+        arrived[list(info["uploads"])] += 1
+
+    state, _ = initialize_federation(protocol, blocks, entropy=3)
+    state = run_federation(protocol, blocks, max_iter=30, clients_per_round=4, dropout=0.3,
+                           entropy=3, callback=log, state=state)
+    np.testing.assert_array_equal(state.n_uploads, arrived)
+    assert state.n_uploads[0] == 0 and 0 < state.n_uploads[1:].min()
+    assert state.n_uploads.sum() < 30 * 4 * 7 / 8  # sampling and dropout both removed some
