@@ -56,6 +56,19 @@ def _dp_accounting():
     return dp_accounting
 
 
+def _require_dp_accounting(accountant):
+    dpa = _dp_accounting()
+    if dpa is None:
+        raise ImportError(f"The {accountant} accountant needs dp-accounting: {EXTRA}.")
+    return dpa
+
+
+def _check_accountant(accountant):
+    if accountant not in ACCOUNTANTS + ("basic",):
+        raise ValueError(f"accountant must be one of {ACCOUNTANTS + ('basic',)}, got "
+                         f"{accountant!r}.")
+
+
 def resolve_accountant(accountant, mechanism):
     """The accountant a fit uses: ``accountant``, or ``"basic"`` (with a
     :class:`~sklearn_fedmf.exceptions.PrivacyWarning` naming the extra) when ``dp-accounting``
@@ -191,18 +204,14 @@ def epsilon_spent(mechanism, noise_multiplier, n_releases, delta, accountant="pl
     """
     _check(mechanism, noise_multiplier, n_releases, delta)
     basic = basic_epsilon(mechanism, noise_multiplier, n_releases, delta)
+    _check_accountant(accountant)
     if (accountant == "basic" or n_releases == 0 or (delta == 0 and mechanism != "gaussian")
             or basic > _HOPELESS * n_releases):
         return basic
-    if accountant not in ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {ACCOUNTANTS + ('basic',)}, got "
-                         f"{accountant!r}.")
     if mechanism == "gaussian" and accountant == "pld":
         # the privacy loss distribution of a Gaussian is known exactly: no grid needed
         return gaussian_epsilon(noise_multiplier / math.sqrt(n_releases), delta)
-    dpa = _dp_accounting()
-    if dpa is None:
-        raise ImportError(f"The {accountant} accountant needs dp-accounting: {EXTRA}.")
+    dpa = _require_dp_accounting(accountant)
     acc = _accountant(dpa, accountant, mechanism, noise_multiplier, int(n_releases))
     acc.compose(_event(dpa, mechanism, noise_multiplier, int(n_releases), accountant))
     return float(acc.get_epsilon(delta))
@@ -234,6 +243,9 @@ def calibrate_noise(mechanism, target_epsilon, target_delta, n_releases, account
     >>> round(calibrate_noise("laplace", 10.0, 1e-5, 100, accountant="basic"), 6)
     10.0
     """
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"Unknown mechanism {mechanism!r}; expected one of {MECHANISMS}.")
+    _check_accountant(accountant)
     for name, value in (("target_epsilon", target_epsilon), ("target_delta", target_delta)):
         if not isinstance(value, numbers.Real) or not value > 0 or not math.isfinite(value):
             raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
@@ -248,12 +260,7 @@ def calibrate_noise(mechanism, target_epsilon, target_delta, n_releases, account
         return basic
     if mechanism == "gaussian" and accountant == "pld":
         return one * math.sqrt(n)  # n releases of z are one of z / sqrt(n): exact
-    dpa = _dp_accounting()
-    if dpa is None:
-        raise ImportError(f"The {accountant} accountant needs dp-accounting: {EXTRA}.")
-    if accountant not in ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {ACCOUNTANTS + ('basic',)}, got "
-                         f"{accountant!r}.")
+    dpa = _require_dp_accounting(accountant)
     mc = dpa.mechanism_calibration
     return float(mc.calibrate_dp_mechanism(
         lambda: _accountant(dpa, accountant, mechanism, one, n),
