@@ -15,18 +15,19 @@ minimizer when ``alpha_v = 0``): nothing here assumes a unique optimum.
 
 Representation (spec 8): every copy starts at ``Vbar^0``, so a column that client ``c`` has not
 rated evolves identically in every client. Those columns are simulated once (``W``, carried in
-the broadcast as simulation plumbing, never counted as communication); a client stores only its
+the broadcast's uncounted simulation part, never counted as communication); a client stores only its
 rated columns ``P`` (one row per (client, item) pair). An upload is the client's whole
 ``n_items x d`` matrix, sent as :class:`ItemMatrixUpload` (its rated columns over ``W``) whose
 ``nbytes`` is the dense matrix the paper sends. Item arrays are item-major, ``(n_items, d)``.
 
 Engine mapping: one engine client is one paper client (one user by default), so sampling,
 lost uploads (``dropout``), byte counts and the callback's ``uploads`` are per paper client.
-Every client steps each round (``update_all``); a client that is not sampled, or whose upload
-is lost, still receives ``Vbar`` (the upload-loss model of spec 4.1; the engine's
-``dropout_mode="upload_loss"``). The "offline" model, where a dropped client freezes, would
-break the shared-column representation and is not offered. The cost is Python overhead per
-client and round (~0.1 ms; ``benchmarks/bench_rfrec.py --table cost``), not memory.
+Every client steps each round (``Participation(computes="all")``); a client that is not
+sampled, or whose upload is lost, still receives ``Vbar`` (the upload-loss model of spec 4.1;
+the engine's ``Participation(dropped="upload_lost")``). The "offline" model, where a dropped
+client freezes, would break the shared-column representation and is not offered. The cost
+is Python overhead per client and round (~0.1 ms; ``benchmarks/bench_rfrec.py --table
+cost``), not memory.
 """
 
 from __future__ import annotations
@@ -38,14 +39,14 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import _num_samples, check_is_fitted
+from sklearn.utils.validation import _num_samples
 
 from .._base import FederatedMFBase, _shift
 from .._data import check_like
 from .._kernels import ridge_fold_in
+from ..exceptions import ConfigurationWarning, PrivacyWarning
 from ..privacy import (
     ACCOUNTANTS,
-    PrivacyWarning,
     calibrate_noise,
     laplace_epsilon,
     privacy_spent,
@@ -160,7 +161,8 @@ class RFRec(FederatedMFBase):
     dropout : float, default=0.0
         Probability that a sampled client's upload is lost in a round (it still steps and
         receives ``Vbar``: the upload-loss model of Table 3).
-    eval_every, callback, warm_start, random_state, n_jobs, verbose
+    eval_every, callback, warm_start, missing_values, random_state, n_jobs, verbose,
+    on_client_error
         As in :class:`~sklearn_fedmf.FedMCADMM`.
 
     Attributes
@@ -194,6 +196,8 @@ class RFRec(FederatedMFBase):
         ``train_rmse``, ``eval_rmse``/``eval_mae`` (``eval_set``, federated factors),
         ``consensus_gap`` (``sum_c ||V_(c) - Vbar||^2``), ``vbar_change``, ``comm_rounds``,
         ``coin`` (RFRecF), bytes, ``n_sampled``, ``n_failed``, ``seconds``.
+    converged_, degenerate_
+        As in :class:`~sklearn_fedmf.FedMCADMM`.
     n_features_in_ : int
 
     Notes
@@ -223,7 +227,7 @@ class RFRec(FederatedMFBase):
         **{k: FederatedMFBase._parameter_constraints[k] for k in (
             "n_components", "partition", "clients_per_round", "max_iter", "tol", "alpha_u",
             "alpha_v", "center", "clip", "dropout", "eval_every", "callback", "warm_start",
-            "random_state", "n_jobs", "verbose")},
+            "random_state", "n_jobs", "verbose", "on_client_error")},
         "n_clients": [Interval(Integral, 1, None, closed="left"), None],
         "variant": [StrOptions({"rfrec", "rfrecf"})],
         "reg_consensus": [Interval(Real, 0, None, closed="left")],
@@ -274,11 +278,20 @@ class RFRec(FederatedMFBase):
         eval_every=1,
         callback=None,
         warm_start=False,
+        missing_values=np.nan,
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
-        self.n_components = n_components
+        super().__init__(
+            n_components,
+            n_clients=n_clients, partition=partition, clients_per_round=clients_per_round,
+            max_iter=max_iter, tol=tol, alpha_u=alpha_u, alpha_v=alpha_v, center=center,
+            clip=clip, dropout=dropout, eval_every=eval_every, callback=callback,
+            warm_start=warm_start, missing_values=missing_values, random_state=random_state,
+            n_jobs=n_jobs, verbose=verbose, on_client_error=on_client_error,
+        )
         self.variant = variant
         self.reg_consensus = reg_consensus
         self.learning_rate = learning_rate
@@ -287,13 +300,6 @@ class RFRec(FederatedMFBase):
         self.p = p
         self.schedule = schedule
         self.pull_eta = pull_eta
-        self.n_clients = n_clients
-        self.partition = partition
-        self.clients_per_round = clients_per_round
-        self.max_iter = max_iter
-        self.tol = tol
-        self.alpha_u = alpha_u
-        self.alpha_v = alpha_v
         self.init_std = init_std
         self.dp_clip = dp_clip
         self.noise_scale = noise_scale
@@ -301,15 +307,6 @@ class RFRec(FederatedMFBase):
         self.target_delta = target_delta
         self.accountant = accountant
         self.simulate_uploads = simulate_uploads
-        self.center = center
-        self.clip = clip
-        self.dropout = dropout
-        self.eval_every = eval_every
-        self.callback = callback
-        self.warm_start = warm_start
-        self.random_state = random_state
-        self.n_jobs = n_jobs
-        self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, clients=None, eval_set=None):
@@ -331,7 +328,10 @@ class RFRec(FederatedMFBase):
         """
         if clients is None and self.n_clients is None:
             clients = np.arange(_num_samples(X))
-        self._check_privacy()
+        return self._fit(X, clients, eval_set=eval_set)
+
+    def _check_fit_data(self, X, *, reset, eval_set=None):
+        privacy = self._check_privacy()
         eta = self.pull_eta
         if self.variant == "rfrecf" and eta is None:
             eta = self.learning_rate * self.reg_consensus / self.p
@@ -339,16 +339,22 @@ class RFRec(FederatedMFBase):
             warnings.warn(
                 f"The pull strength eta = {eta:.3g} exceeds 1 (learning_rate * reg_consensus "
                 "/ p by default): each pull overshoots Vbar. Lower learning_rate or set "
-                "pull_eta <= 1.", UserWarning, stacklevel=2,
+                "pull_eta <= 1.", ConfigurationWarning, stacklevel=5,  # the caller of fit
             )
-        self._fit(X, clients, eval_set)
-        self._check_diverged(X)
-        self.comm_rounds_ = self._federation.server_state["comm_rounds"]
-        self._read_privacy_spent(self._federation.n_uploads)
-        return self
+        X, info = super()._check_fit_data(X, reset=reset, eval_set=eval_set)
+        info["privacy"] = privacy
+        return X, info
 
-    def _read_privacy_spent(self, n_uploads):
-        """``epsilon_`` and ``privacy_spent_``: the uploads each client actually made."""
+    def _collect(self, state, blocks, ctx):
+        super()._collect(state, blocks, ctx)
+        self._check_diverged(ctx.X, ctx.info["offset"])
+        self.comm_rounds_ = state.server_state["comm_rounds"]
+        self._read_privacy_spent(ctx.info["privacy"], state.n_uploads)
+
+    def _read_privacy_spent(self, privacy, n_uploads):
+        """``epsilon_``, ``noise_scale_``, ``accountant_`` and ``privacy_spent_``: the uploads
+        each client actually made."""
+        self.noise_scale_, self.accountant_ = privacy["noise_scale"], privacy["accountant"]
         private = bool(self.dp_clip and self.noise_scale_)
         self.epsilon_ = laplace_epsilon(self.noise_scale_, 2 * self.dp_clip) if private else None
         self.privacy_spent_ = None if not private else privacy_spent(
@@ -356,14 +362,14 @@ class RFRec(FederatedMFBase):
             noise_multiplier=self.noise_scale_ / (2 * self.dp_clip), delta=self.target_delta,
             accountant=self.accountant_)
 
-    def _check_diverged(self, X):
-        """Raise unless the federated model's training error is finite and of the ratings'
-        order (the objective is only checked on evaluated rounds, ``eval_every``)."""
-        Xc = _shift(self._check_X(X), self.mean_ if self.center else 0.0)
+    def _check_diverged(self, Xc, offset):
+        """Raise unless the federated model's training error on the centred training ratings
+        ``Xc`` is finite and of the ratings' order (the objective is only checked on evaluated
+        rounds, ``eval_every``)."""
         rows = np.repeat(np.arange(Xc.shape[0]), np.diff(Xc.indptr))
         z = np.einsum("ij,ji->i", self.user_factors_[rows], self.components_[:, Xc.indices])
         with np.errstate(all="ignore"):
-            rmse = np.sqrt(np.mean((self._to_ratings(z) - Xc.data) ** 2))
+            rmse = np.sqrt(np.mean((self._to_ratings(z) - (Xc.data + offset)) ** 2))
         lo, hi = self.rating_range_
         if not rmse <= _EXPLODE * (hi - lo + 1):
             raise FloatingPointError(_diverged(
@@ -371,7 +377,7 @@ class RFRec(FederatedMFBase):
                 f"[{lo:g}, {hi:g}]", self.learning_rate, self.optimizer))
 
     def _check_privacy(self):
-        """Validate the DP parameters; set ``accountant_`` and the Laplace ``noise_scale_``."""
+        """Validate the DP parameters; the Laplace ``noise_scale`` and the ``accountant``."""
         if self.target_epsilon is not None:
             if self.noise_scale is not None:
                 raise ValueError("Give either noise_scale or target_epsilon, not both.")
@@ -382,26 +388,26 @@ class RFRec(FederatedMFBase):
             warnings.warn(
                 "noise_scale without dp_clip: nothing bounds an entry of the upload, so the "
                 "Laplace noise gives no formal guarantee (epsilon_ is None).",
-                PrivacyWarning, stacklevel=3,
+                PrivacyWarning, stacklevel=6,  # the caller of fit
             )
         private = self.dp_clip and (self.noise_scale or self.target_epsilon is not None)
-        self.accountant_ = resolve_accountant(self.accountant, "laplace" if private else None)
-        self.noise_scale_ = self.noise_scale or None
+        accountant = resolve_accountant(self.accountant, "laplace" if private else None)
+        noise_scale = self.noise_scale or None
         if self.target_epsilon is not None:  # a client uploads at most once per round
-            self.noise_scale_ = 2 * self.dp_clip * calibrate_noise(
-                "laplace", self.target_epsilon, self.target_delta, self.max_iter,
-                self.accountant_)
+            noise_scale = 2 * self.dp_clip * calibrate_noise(
+                "laplace", self.target_epsilon, self.target_delta, self.max_iter, accountant)
+        return dict(noise_scale=noise_scale, accountant=accountant)
 
-    def _make_protocol(self, n_items, n_clients):
-        offset = self.mean_ if self.center else 0.0
-        lo, hi = self.rating_range_
+    def _make_protocol(self, ctx):
+        offset = ctx.info["offset"]
+        lo, hi = ctx.info["rating_range"]
         return make_protocol(
-            n_items=n_items, n_clients=n_clients, n_components=self.n_components,
+            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             variant=self.variant, schedule=self.schedule, learning_rate=self.learning_rate,
             reg_consensus=self.reg_consensus, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
             p=self.p, pull_eta=self.pull_eta, optimizer=self.optimizer, link=self.link,
             shift=offset - lo, span=(hi - lo) or 1.0, init_std=self.init_std,
-            clip_delta=self.dp_clip, noise_scale=self.noise_scale_ or 0.0,
+            clip_delta=self.dp_clip, noise_scale=ctx.info["privacy"]["noise_scale"] or 0.0,
             simulate_uploads=self.simulate_uploads,
         )
 
@@ -438,8 +444,7 @@ class RFRec(FederatedMFBase):
 
     def inverse_transform(self, X):
         """Ratings from user factors: ``link(X @ components_)``."""
-        check_is_fitted(self)
-        return self._to_ratings(np.asarray(X) @ self.components_)
+        return self._to_ratings(self._check_factors(X) @ self.components_)
 
     def predict(self, X):
         """Predicted ratings for the rows of ``X`` (dense, ``(n_rows, n_items)``) by fold-in.
@@ -462,7 +467,8 @@ class RFRec(FederatedMFBase):
         if y is None or (not sp.issparse(y) and np.ndim(y) == 1):
             target = _shift(self._check_X(X), offset)  # back to the rating scale
         else:
-            target = check_like(y, self._check_X(X), name="y")
+            target = check_like(y, self._check_X(X), name="y",
+                                missing_values=self.missing_values)
         if target.nnz == 0:
             raise ValueError("There is no rating to score: the evaluated matrix is empty.")
         rows = np.repeat(np.arange(target.shape[0]), np.diff(target.indptr))
