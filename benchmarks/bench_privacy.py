@@ -152,7 +152,8 @@ def table_budget(quick):
             try:
                 fit(est, R_train, eval_set=R_test)
             except FloatingPointError:  # the noise blew the consensus term up: no model
-                print(f"{'RFRec':10s} {eps:8g} {label:>12s} {est.noise_scale_:10.3g} "
+                noise = params.get("noise_scale", float("nan"))  # the fit kept no attributes
+                print(f"{'RFRec':10s} {eps:8g} {label:>12s} {noise:10.3g} "
                       f"{'-':>11s} {'diverged':>12s}")
                 continue
             print(f"{'RFRec':10s} {eps:8g} {label:>12s} {est.noise_scale_:10.3g} "
