@@ -223,7 +223,7 @@ class AggregatedBMF(BooleanFactorizationBase):
         self.privacy = privacy
         self.epsilon = epsilon
 
-    def _check_privacy(self, n_items):
+    def _privacy_settings(self, n_items):
         check_privacy(self.privacy, self.epsilon)
         return dict(mechanism=self.privacy, epsilon=self.epsilon)
 

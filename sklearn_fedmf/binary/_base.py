@@ -105,10 +105,10 @@ class BooleanFactorizationBase(
                 f"n_components={self.n_components} is larger than the number of columns "
                 f"({X.shape[1]})."
             )
-        return X, {"privacy": self._check_privacy(X.shape[1])}
+        return X, {"privacy": self._privacy_settings(X.shape[1])}
 
     @abstractmethod
-    def _check_privacy(self, n_items):
+    def _privacy_settings(self, n_items):
         """The privacy settings of the ``(n_components, n_items)`` uploads (validated)."""
 
     def _stack_rows(self, blocks, parts, width, dtype):

@@ -428,7 +428,7 @@ class Felb(BooleanFactorizationBase):
         self.user_factors_ = U > 0.5
         self._read_privacy_spent(ctx.info["privacy"], state.n_uploads)
 
-    def _check_privacy(self, n_items):
+    def _privacy_settings(self, n_items):
         """Validate the DP parameters; the upload's mechanism, clipping and noise ``scale``,
         its ``multiplier`` (noise per unit of sensitivity) and the ``accountant``."""
         per_release = self.target_epsilon is None

@@ -331,7 +331,7 @@ class RFRec(FederatedMFBase):
         return self._fit(X, clients, eval_set=eval_set)
 
     def _check_fit_data(self, X, *, reset, eval_set=None):
-        privacy = self._check_privacy()
+        privacy = self._privacy_settings()
         eta = self.pull_eta
         if self.variant == "rfrecf" and eta is None:
             eta = self.learning_rate * self.reg_consensus / self.p
@@ -376,7 +376,7 @@ class RFRec(FederatedMFBase):
                 f"the training RMSE of the federated model is {rmse:.4g} for ratings in "
                 f"[{lo:g}, {hi:g}]", self.learning_rate, self.optimizer))
 
-    def _check_privacy(self):
+    def _privacy_settings(self):
         """Validate the DP parameters; the Laplace ``noise_scale`` and the ``accountant``."""
         if self.target_epsilon is not None:
             if self.noise_scale is not None:
