@@ -72,7 +72,21 @@ def _check_accountant(accountant):
 def resolve_accountant(accountant, mechanism):
     """The accountant a fit uses: ``accountant``, or ``"basic"`` (with a
     :class:`~sklearn_fedmf.exceptions.PrivacyWarning` naming the extra) when ``dp-accounting``
-    is not installed. None when ``mechanism`` is None."""
+    is not installed. None when ``mechanism`` is None.
+
+    Parameters
+    ----------
+    accountant : {"pld", "rdp"}
+        The accountant asked for.
+    mechanism : {"gaussian", "laplace", "bernoulli"} or None
+        The mechanism of the fit (None: no noise).
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.privacy import resolve_accountant
+    >>> resolve_accountant("rdp", None) is None  # no noise, nothing to account
+    True
+    """
     if mechanism is None:
         return None
     if accountant not in ACCOUNTANTS:
@@ -112,6 +126,17 @@ def basic_epsilon(mechanism, noise_multiplier, n_releases, delta):
     Gaussian: each release gets ``delta / n_releases`` (so the total is ``delta``) and its
     exact epsilon (:func:`~sklearn_fedmf.privacy.gaussian_epsilon`); Laplace and randomized
     response are pure: ``n / multiplier`` and ``n ln((1 - p) / p)``, at any ``delta``.
+
+    Parameters
+    ----------
+    mechanism : {"gaussian", "laplace", "bernoulli"}
+        The mechanism of every release.
+    noise_multiplier : float
+        Gaussian ``sigma / sensitivity``, Laplace ``b / sensitivity``, or the flip probability.
+    n_releases : int >= 0
+        Number of releases.
+    delta : float in [0, 1)
+        Total delta (Gaussian); ignored by the pure mechanisms.
 
     Examples
     --------
@@ -182,9 +207,11 @@ def epsilon_spent(mechanism, noise_multiplier, n_releases, delta, accountant="pl
     Parameters
     ----------
     mechanism : {"gaussian", "laplace", "bernoulli"}
+        The mechanism of every release.
     noise_multiplier : float
         Gaussian ``sigma / sensitivity``, Laplace ``b / sensitivity``, or the flip probability.
     n_releases : int
+        Number of releases.
     delta : float in [0, 1)
         At ``delta = 0`` the pure mechanisms compose exactly by basic composition, and so do
         releases of epsilon above 50 each (where accountants gain nothing).
@@ -237,6 +264,22 @@ def calibrate_noise(mechanism, target_epsilon, target_delta, n_releases, account
     ``accountant="basic"`` each release gets ``(epsilon / n, delta / n)`` exactly (the
     analytic Gaussian mechanism for Gaussian noise).
 
+    Parameters
+    ----------
+    mechanism : {"gaussian", "laplace", "bernoulli"}
+        The mechanism of every release.
+    target_epsilon, target_delta : float > 0
+        Budget of all the releases together.
+    n_releases : int >= 1
+        Number of releases the budget must cover.
+    accountant : {"pld", "rdp", "basic"}, default="pld"
+        How releases compose (see :func:`epsilon_spent`).
+
+    Returns
+    -------
+    noise_multiplier : float
+        Gaussian or Laplace noise per unit of sensitivity, or the flip probability.
+
     Examples
     --------
     >>> from sklearn_fedmf.privacy import calibrate_noise
@@ -279,6 +322,29 @@ def privacy_spent(clients, n_releases, *, mechanism, noise_multiplier, delta, ac
     (the ``accountant``'s, at ``delta``), ``delta``, and the basic-composition bound
     ``epsilon_basic`` at ``delta_basic`` (``delta`` for Gaussian noise, 0 for pure mechanisms).
     Clients with the same number of releases share one accountant run.
+
+    Parameters
+    ----------
+    clients : array-like of shape (n_clients,)
+        Client labels, in the engine's client order.
+    n_releases : array-like of int, shape (n_clients,)
+        Uploads the server received from each client.
+    mechanism : {"gaussian", "laplace", "bernoulli"}
+        The mechanism of every release.
+    noise_multiplier : float
+        Gaussian ``sigma / sensitivity``, Laplace ``b / sensitivity``, or the flip probability.
+    delta : float in [0, 1)
+        The delta at which epsilon is reported.
+    accountant : {"pld", "rdp", "basic"}
+        How releases compose (see :func:`epsilon_spent`).
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.privacy import privacy_spent
+    >>> spent = privacy_spent(["a", "b"], [10, 0], mechanism="laplace", noise_multiplier=10.0,
+    ...                       delta=1e-5, accountant="basic")
+    >>> spent["n_releases"].tolist(), spent["epsilon"].round(6).tolist()
+    ([10, 0], [1.0, 0.0])
     """
     counts = np.asarray(n_releases, dtype=np.int64)
     epsilon, basic = np.empty(len(counts)), np.empty(len(counts))

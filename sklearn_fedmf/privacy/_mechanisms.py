@@ -138,6 +138,15 @@ def gaussian_delta(epsilon, sigma, sensitivity=1.0):
     noise ``s = sigma`` and l2 sensitivity ``D``: the smallest ``delta`` for which the release
     is ``(epsilon, delta)``-DP. Every accountant must agree with it on one release.
 
+    Parameters
+    ----------
+    epsilon : float >= 0
+        The epsilon at which ``delta`` is wanted.
+    sigma : float > 0
+        Standard deviation of the noise.
+    sensitivity : float > 0, default=1.0
+        l2 sensitivity of the release.
+
     Examples
     --------
     >>> from sklearn_fedmf.privacy import gaussian_delta
@@ -155,6 +164,15 @@ def gaussian_delta(epsilon, sigma, sensitivity=1.0):
 def gaussian_epsilon(sigma, delta, sensitivity=1.0):
     """The smallest ``epsilon`` of one Gaussian release at ``delta`` (inverse of
     :func:`gaussian_delta`; 0 when even ``epsilon = 0`` meets ``delta``).
+
+    Parameters
+    ----------
+    sigma : float > 0
+        Standard deviation of the noise.
+    delta : float in (0, 1)
+        The delta at which epsilon is wanted.
+    sensitivity : float > 0, default=1.0
+        l2 sensitivity of the release.
 
     Examples
     --------
@@ -179,6 +197,15 @@ def analytic_gaussian_sigma(epsilon, delta, sensitivity=1.0):
     :func:`gaussian_delta` ``= delta`` for ``sigma``. Valid for every ``epsilon > 0``, and
     below the classical :func:`gaussian_sigma` everywhere (7.03 instead of 9.69 for
     ``(0.5, 1e-5)``).
+
+    Parameters
+    ----------
+    epsilon : float > 0
+        Budget of the release.
+    delta : float in (0, 1)
+        Its delta.
+    sensitivity : float > 0, default=1.0
+        l2 sensitivity of the release.
 
     Examples
     --------
@@ -439,7 +466,26 @@ def mean_laplace_noise(n, scale, shape, rng):
     O(size) cost: a server that averages ``n`` noised uploads receives this noise.
 
     A Laplace variable is ``scale * (E1 - E2)`` with ``E1, E2 ~ Exp(1)``, so a sum of ``n``
-    is ``Gamma(n, scale) - Gamma(n, scale)`` (RFRec spec 8.5).
+    is ``Gamma(n, scale) - Gamma(n, scale)``.
+
+    Parameters
+    ----------
+    n : int >= 1
+        Number of averaged uploads.
+    scale : float > 0
+        Laplace scale of each upload's noise.
+    shape : tuple of int
+        Shape of the uploads.
+    rng : numpy.random.Generator
+        The server's generator.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fedmf.privacy import mean_laplace_noise
+    >>> noise = mean_laplace_noise(100, 0.5, (1000, 100), np.random.default_rng(0))
+    >>> round(float(noise.var() / (2 * 0.5**2 / 100)), 1)  # variance 2 s^2 / n
+    1.0
     """
     return (rng.gamma(n, scale, shape) - rng.gamma(n, scale, shape)) / n
 
