@@ -21,6 +21,7 @@ SMOKE_RUNS = [
     ("bench_clustering.py", [], "ACC %"),
     ("bench_felb.py", [], "best F1*"),
     ("bench_rfrec.py", ["--table", "cost"], "s/round (1)"),
+    ("bench_privacy.py", [], "basic/PLD"),
     ("run_all.py", ["--shapes", "ml1m", "--methods", "FedMCADMM,FedMAvg", "--cache-dir", "."],
      "ratings x steps/s"),
     ("bench_dask.py", ["--cache-dir", "."], "Dask LocalCluster"),

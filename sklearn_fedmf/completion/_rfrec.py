@@ -45,7 +45,13 @@ from .._base import FederatedMFBase, _shift
 from .._data import check_like
 from .._kernels import ridge_fold_in
 from ..exceptions import ConfigurationWarning, PrivacyWarning
-from ..privacy import laplace_epsilon
+from ..privacy import (
+    ACCOUNTANTS,
+    calibrate_noise,
+    laplace_epsilon,
+    privacy_spent,
+    resolve_accountant,
+)
 from ._rfrec_kernels import _sigmoid_fold_in
 from ._rfrec_solver import (  # noqa: F401  (the tests import _coin and _pulled from here)
     _EXPLODE,
@@ -124,12 +130,32 @@ class RFRec(FederatedMFBase):
         ``V`` drift), which a positive value removes.
     init_std : float, default=0.01
         Standard deviation of the Gaussian initialization of ``u_i`` and ``Vbar^0``.
-    clip_delta, noise_scale : float or None, default=None
-        Privacy (the paper's Section 3.4): each upload is
-        ``clip(V_(c), delta) + Laplace(noise_scale)`` per
-        entry. ``epsilon_ = 2 delta / s`` is per entry and per upload: a whole upload costs
-        ``n_items * d`` times that, and uploads compose over rounds. Without noise, uploads
-        reveal which items a client rated (its copy differs from ``Vbar`` only there).
+    dp_clip : float or None, default=None
+        The paper's clipping threshold ``delta`` (Section 3.4, eq. 9): each upload is
+        ``clip(V_(c), dp_clip) + Laplace(noise_scale)`` per entry, local differential privacy
+        of each client against the server. Clipping bounds an entry's change by
+        ``2 dp_clip``, so one upload is ``epsilon_ = 2 dp_clip / noise_scale``-DP for a
+        change of one entry of ``V_(c)`` (a whole upload changes ``n_items * d`` entries),
+        and a client's uploads compose over rounds (``privacy_spent_``). Without noise,
+        uploads reveal which items a client rated (its copy differs from ``Vbar`` only
+        there); with ``center=True`` each client's rating sum and count reach the server
+        without noise, outside the guarantee.
+    noise_scale : float or None, default=None
+        Laplace scale ``s`` of the upload noise (needs ``dp_clip`` for a guarantee).
+    target_epsilon : float or None, default=None
+        Budget of the **whole fit** instead of ``noise_scale``: the accountant finds the
+        smallest ``s`` with which ``max_iter`` uploads (a client uploading every round)
+        spend at most ``(target_epsilon, target_delta)`` per entry; needs ``dp_clip``. No
+        amplification by client sampling is claimed: the server samples, and it is the
+        adversary. With ``warm_start`` each call is calibrated on its own, and
+        ``privacy_spent_`` counts the releases of all of them.
+    target_delta : float, default=1e-5
+        ``delta`` of the whole fit: the target with ``target_epsilon``, and the ``delta`` at
+        which ``privacy_spent_`` reports each client's epsilon.
+    accountant : {"pld", "rdp"}, default="pld"
+        Composition over rounds by dp-accounting's privacy-loss-distribution or Renyi
+        accountant (the ``privacy`` extra); without it, basic composition and a
+        :class:`~sklearn_fedmf.exceptions.PrivacyWarning`.
     simulate_uploads : bool, default=False
         Send dense per-client matrices with per-client noise (tiny problems, audits); by
         default uploads are sparse views and the noise is summed exactly on the server.
@@ -155,7 +181,18 @@ class RFRec(FederatedMFBase):
     comm_rounds_ : int
         One-way communication rounds (Definition 3.8), counted as in Lemma 3.9.
     epsilon_ : float or None
-        ``2 clip_delta / noise_scale``, per entry and per upload.
+        ``2 dp_clip / noise_scale_``, per entry and per upload.
+    noise_scale_ : float or None
+        The Laplace scale used (``noise_scale``, or the one ``target_epsilon`` needs).
+    privacy_spent_ : dict of ndarray or None
+        One entry per client (``pandas.DataFrame(privacy_spent_)`` is a table): ``client``,
+        ``n_releases`` (uploads the server received from it, counting partial participation,
+        lost uploads and RFRecF's rounds without upload), ``epsilon`` at ``delta``
+        (= ``target_delta``) by ``accountant_``, and the basic-composition bound
+        ``epsilon_basic`` at ``delta_basic = 0``; per entry of the upload, like ``epsilon_``.
+        None without clipped noise.
+    accountant_ : str or None
+        ``"pld"``, ``"rdp"``, or ``"basic"`` when dp-accounting is not installed.
     n_clients_ : int
     clients_ : ndarray of shape (n_users,)
     history_ : list of dict
@@ -205,8 +242,11 @@ class RFRec(FederatedMFBase):
         "schedule": [StrOptions({"l2gd", "algorithm2"})],
         "pull_eta": [Interval(Real, 0, None, closed="neither"), None],
         "init_std": [Interval(Real, 0, None, closed="neither")],
-        "clip_delta": [Interval(Real, 0, None, closed="neither"), None],
+        "dp_clip": [Interval(Real, 0, None, closed="neither"), None],
         "noise_scale": [Interval(Real, 0, None, closed="left"), None],
+        "target_epsilon": [Interval(Real, 0, None, closed="neither"), None],
+        "target_delta": [Interval(Real, 0, 1, closed="neither")],
+        "accountant": [StrOptions(set(ACCOUNTANTS))],
         "simulate_uploads": ["boolean"],
     }
 
@@ -230,8 +270,11 @@ class RFRec(FederatedMFBase):
         alpha_u=0.1,
         alpha_v=0.0,
         init_std=0.01,
-        clip_delta=None,
+        dp_clip=None,
         noise_scale=None,
+        target_epsilon=None,
+        target_delta=1e-5,
+        accountant="pld",
         simulate_uploads=False,
         center=True,
         clip=False,
@@ -262,8 +305,11 @@ class RFRec(FederatedMFBase):
         self.schedule = schedule
         self.pull_eta = pull_eta
         self.init_std = init_std
-        self.clip_delta = clip_delta
+        self.dp_clip = dp_clip
         self.noise_scale = noise_scale
+        self.target_epsilon = target_epsilon
+        self.target_delta = target_delta
+        self.accountant = accountant
         self.simulate_uploads = simulate_uploads
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -290,7 +336,7 @@ class RFRec(FederatedMFBase):
         return self._fit(X, clients, eval_set=eval_set)
 
     def _check_fit_data(self, X, *, reset, eval_set=None):
-        self._check_privacy()
+        privacy = self._privacy_settings()
         eta = self.pull_eta
         if self.variant == "rfrecf" and eta is None:
             eta = self.learning_rate * self.reg_consensus / self.p
@@ -300,14 +346,26 @@ class RFRec(FederatedMFBase):
                 "/ p by default): each pull overshoots Vbar. Lower learning_rate or set "
                 "pull_eta <= 1.", ConfigurationWarning, stacklevel=5,  # the caller of fit
             )
-        return super()._check_fit_data(X, reset=reset, eval_set=eval_set)
+        X, info = super()._check_fit_data(X, reset=reset, eval_set=eval_set)
+        info["privacy"] = privacy
+        return X, info
 
     def _collect(self, state, blocks, ctx):
         super()._collect(state, blocks, ctx)
         self._check_diverged(ctx.X, ctx.info["offset"])
         self.comm_rounds_ = state.server_state["comm_rounds"]
-        self.epsilon_ = (laplace_epsilon(self.noise_scale, 2 * self.clip_delta)
-                         if self.clip_delta and self.noise_scale else None)
+        self._read_privacy_spent(ctx.info["privacy"], state.n_uploads)
+
+    def _read_privacy_spent(self, privacy, n_uploads):
+        """``epsilon_``, ``noise_scale_``, ``accountant_`` and ``privacy_spent_``: the uploads
+        each client actually made."""
+        self.noise_scale_, self.accountant_ = privacy["noise_scale"], privacy["accountant"]
+        private = bool(self.dp_clip and self.noise_scale_)
+        self.epsilon_ = laplace_epsilon(self.noise_scale_, 2 * self.dp_clip) if private else None
+        self.privacy_spent_ = None if not private else privacy_spent(
+            np.unique(self.clients_), n_uploads, mechanism="laplace",
+            noise_multiplier=self.noise_scale_ / (2 * self.dp_clip), delta=self.target_delta,
+            accountant=self.accountant_)
 
     def _check_diverged(self, Xc, offset):
         """Raise unless the federated model's training error on the centred training ratings
@@ -325,13 +383,27 @@ class RFRec(FederatedMFBase):
                 f"the training RMSE of the federated model is {rmse:.4g} for ratings in "
                 f"[{lo:g}, {hi:g}]", self.learning_rate, self.optimizer))
 
-    def _check_privacy(self):
-        if self.noise_scale and not self.clip_delta:
+    def _privacy_settings(self):
+        """Validate the DP parameters; the Laplace ``noise_scale`` and the ``accountant``."""
+        if self.target_epsilon is not None:
+            if self.noise_scale is not None:
+                raise ValueError("Give either noise_scale or target_epsilon, not both.")
+            if not self.dp_clip:
+                raise ValueError("target_epsilon needs dp_clip: without clipping nothing "
+                                 "bounds an entry of the upload, so no noise reaches a budget.")
+        elif self.noise_scale and not self.dp_clip:
             warnings.warn(
-                "noise_scale without clip_delta: nothing bounds an entry of the upload, so the "
+                "noise_scale without dp_clip: nothing bounds an entry of the upload, so the "
                 "Laplace noise gives no formal guarantee (epsilon_ is None).",
                 PrivacyWarning, stacklevel=6,  # the caller of fit
             )
+        private = self.dp_clip and (self.noise_scale or self.target_epsilon is not None)
+        accountant = resolve_accountant(self.accountant, "laplace" if private else None)
+        noise_scale = self.noise_scale or None
+        if self.target_epsilon is not None:  # a client uploads at most once per round
+            noise_scale = 2 * self.dp_clip * calibrate_noise(
+                "laplace", self.target_epsilon, self.target_delta, self.max_iter, accountant)
+        return dict(noise_scale=noise_scale, accountant=accountant)
 
     def _make_protocol(self, ctx):
         offset = ctx.info["offset"]
@@ -342,7 +414,7 @@ class RFRec(FederatedMFBase):
             reg_consensus=self.reg_consensus, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
             p=self.p, pull_eta=self.pull_eta, optimizer=self.optimizer, link=self.link,
             shift=offset - lo, span=(hi - lo) or 1.0, init_std=self.init_std,
-            clip_delta=self.clip_delta, noise_scale=self.noise_scale or 0.0,
+            clip_delta=self.dp_clip, noise_scale=ctx.info["privacy"]["noise_scale"] or 0.0,
             simulate_uploads=self.simulate_uploads,
         )
 

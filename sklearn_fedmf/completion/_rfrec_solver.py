@@ -10,7 +10,7 @@ from functools import partial
 import numpy as np
 
 from .._engine import Broadcast, FederatedProtocol, Participation
-from ..privacy import clip_entries, laplace_noise
+from ..privacy import clip_entries, laplace_noise, mean_laplace_noise
 from ._rfrec_kernels import _client_grads, _client_sums, _errors_at, _scatter_delta
 
 _B1, _B2, _EPS = 0.9, 0.999, 1e-8  # Adam, as in torch (the authors' code)
@@ -200,17 +200,8 @@ def _aggregate(uploads, W, rng, *, clip_delta, noise_scale):
         _scatter_delta(acc, up.cols, up.values, base)
     Vbar = base + acc / n
     if noise_scale:
-        Vbar += _laplace_mean(rng, n, noise_scale, W.shape)
+        Vbar += mean_laplace_noise(n, noise_scale, W.shape, rng)
     return Vbar
-
-
-def _laplace_mean(rng, n, scale, shape):
-    """The mean of ``n`` i.i.d. ``Laplace(0, scale)`` arrays, exactly, at O(size) cost.
-
-    A Laplace variable is ``scale * (E1 - E2)`` with ``E1, E2 ~ Exp(1)``, so a sum of ``n`` is
-    ``Gamma(n, scale) - Gamma(n, scale)``. (Belongs in ``sklearn_fedmf.privacy``.)
-    """
-    return (rng.gamma(n, scale, shape) - rng.gamma(n, scale, shape)) / n
 
 
 def server_update(server_state, uploads, k, *, variant, schedule, lr, reg, reg_v, p, eta,
