@@ -52,9 +52,14 @@ from ._rfrec_solver import (  # noqa: F401  (the tests import _coin and _pulled 
     _diverged,
     _pulled,
     make_protocol,
+    pull_strength,
 )
 
 __all__ = ["RFRec", "ItemMatrixUpload"]
+
+# learning_rate="auto" with optimizer="adam": Adam's steps are scale-free, so one value serves
+# every data set (the authors' code uses 0.1; measured in benchmarks/bench_defaults.py).
+AUTO_ADAM_LR = 0.05
 
 
 # ---- estimator ----------------------------------------------------------------------------
@@ -78,11 +83,16 @@ class RFRec(FederatedMFBase):
         The paper's ``lambda``, multiplying ``1/2 sum_c ||V_(c) - Vbar||^2``. The authors' code
         has no 1/2: its ``lam_L = 10`` is ``reg_consensus=20``. Large values tie every copy to
         ``Vbar`` (the gap shrinks like ``1 / lambda``); 0 gives independent local models.
-    learning_rate : float, default=0.05
+    learning_rate : float or "auto", default="auto"
         Step ``alpha`` (the paper: 0.05 for RFRec, 0.025 for RFRecF). With ``optimizer="gd"``
-        it must stay below about ``1 / L``, which grows with the ratings per user and item: on
-        MovieLens use about 0.005 or ``optimizer="adam"``. A diverging run raises
-        ``FloatingPointError`` naming this parameter instead of returning NaN factors.
+        a float must stay below about ``1 / L``, which grows with the ratings per user and
+        item (on MovieLens about 0.005); a diverging run raises ``FloatingPointError`` naming
+        this parameter instead of returning NaN factors. ``"auto"`` with ``"gd"`` steps each
+        user vector and each rated item column by ``0.5 / L_block``, ``L_block`` the bound
+        on its Hessian at the current iterate (``2 (sum_j ||v_j||^2 + alpha_u)`` for ``u_i``,
+        ``2 (sum_i ||u_i||^2 + reg_v) + reg_consensus`` for a column; the sigmoid link
+        scales the data part by 0.16): a diagonally preconditioned gradient step that no
+        data scale makes diverge. ``"auto"`` with ``"adam"`` is 0.05.
     optimizer : {"gd", "adam"}, default="gd"
         Exact gradient steps (the paper's algorithms) or Adam with per-client moments
         (beta 0.9/0.999, eps 1e-8; the authors' code, with ``learning_rate=0.1``).
@@ -96,7 +106,9 @@ class RFRec(FederatedMFBase):
         ``Vbar`` after a 0; 2 messages per 0 -> 1 transition), or the pseudo-code literally
         (upload at 0 -> 1, pull instead of a step at 1 -> 0).
     pull_eta : float or None, default=None
-        Pull strength ``eta``; None is ``learning_rate * reg_consensus / p``. The code uses 1
+        Pull strength ``eta``; None is ``learning_rate * reg_consensus / p`` (with
+        ``learning_rate="auto"`` and ``"gd"``: ``min(1, 0.5 reg_consensus / ((reg_consensus +
+        2 alpha_v / N) p))``, the unrated columns' step in its place). The code uses 1
         (copy := ``Vbar``). A value above 1 overshoots and warns.
     n_clients : int or None, default=None
         None: one client per user (the paper). An int groups the users into that many clients
@@ -188,7 +200,7 @@ class RFRec(FederatedMFBase):
         "n_clients": [Interval(Integral, 1, None, closed="left"), None],
         "variant": [StrOptions({"rfrec", "rfrecf"})],
         "reg_consensus": [Interval(Real, 0, None, closed="left")],
-        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "optimizer": [StrOptions({"gd", "adam"})],
         "link": [StrOptions({"identity", "sigmoid"})],
         "p": [Interval(Real, 0, 1, closed="neither")],
@@ -206,7 +218,7 @@ class RFRec(FederatedMFBase):
         *,
         variant="rfrec",
         reg_consensus=10.0,
-        learning_rate=0.05,
+        learning_rate="auto",
         optimizer="gd",
         link="identity",
         p=0.5,
@@ -284,9 +296,9 @@ class RFRec(FederatedMFBase):
         if clients is None and self.n_clients is None:
             clients = np.arange(_num_samples(X))
         self._check_privacy()
-        eta = self.pull_eta
-        if self.variant == "rfrecf" and eta is None:
-            eta = self.learning_rate * self.reg_consensus / self.p
+        # (the "auto" pull is capped at 1; reg_v only enters it, so 0 is exact here)
+        eta = pull_strength(self._learning_rate(), self.reg_consensus, 0.0, self.p,
+                            self.pull_eta)
         if self.variant == "rfrecf" and eta > 1:
             warnings.warn(
                 f"The pull strength eta = {eta:.3g} exceeds 1 (learning_rate * reg_consensus "
@@ -322,12 +334,18 @@ class RFRec(FederatedMFBase):
                 PrivacyWarning, stacklevel=3,
             )
 
+    def _learning_rate(self):
+        """The step handed to the solver: None means per-block curvature steps (gd)."""
+        if self.learning_rate != "auto":
+            return float(self.learning_rate)
+        return AUTO_ADAM_LR if self.optimizer == "adam" else None
+
     def _make_protocol(self, n_items, n_clients):
         offset = self.mean_ if self.center else 0.0
         lo, hi = self.rating_range_
         return make_protocol(
             n_items=n_items, n_clients=n_clients, n_components=self.n_components,
-            variant=self.variant, schedule=self.schedule, learning_rate=self.learning_rate,
+            variant=self.variant, schedule=self.schedule, learning_rate=self._learning_rate(),
             reg_consensus=self.reg_consensus, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
             p=self.p, pull_eta=self.pull_eta, optimizer=self.optimizer, link=self.link,
             shift=offset - lo, span=(hi - lo) or 1.0, init_std=self.init_std,

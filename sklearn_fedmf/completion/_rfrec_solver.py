@@ -16,6 +16,12 @@ from ._rfrec_kernels import _client_grads, _client_sums, _errors_at, _scatter_de
 _B1, _B2, _EPS = 0.9, 0.999, 1e-8  # Adam, as in torch (the authors' code)
 _COIN, _NOISE = 0, 1  # spawn keys of the server's streams
 _EXPLODE = 1e4  # objective above this many times sum(r^2) + nnz: the step size is too large
+# learning_rate="auto" (plain GD): each block steps AUTO_SAFETY / L with L its curvature bound
+# at the current iterate, L a Gershgorin bound of the Hessian (see auto_steps), so that
+# the preconditioned Hessian has its eigenvalues in (0, 1]: below the limit 2.
+AUTO_SAFETY = 1.0
+# Curvature of (sigmoid(z) - y)^2 over that of (z - y)^2: (2 s'^2 + 2 |s''|) / 2 <= 0.16.
+_SIGMOID_CURVATURE = 0.16
 
 
 # ---- messages -------------------------------------------------------------------------------
@@ -103,10 +109,14 @@ def _shared_op(W, W_opt, Vbar, action, *, lr, reg, reg_v, p, eta, optimizer):
         return W - eta * (W - Vbar), W_opt
     if action == "step":
         g = reg * (W - Vbar) + 2 * reg_v * W
+        curvature = reg + 2 * reg_v
     elif action == "main":
         g = (2 * reg_v / (1 - p)) * W
+        curvature = 2 * reg_v / (1 - p)
     else:
         return W, W_opt
+    if lr is None:  # "auto": these columns' Hessian is curvature * I
+        lr = AUTO_SAFETY / max(curvature, 1e-12)
     opt = None if W_opt is None else {**W_opt, "t": W_opt["t"] + 1}
     return _optimize(W, g, opt, "W", lr, optimizer), opt
 
@@ -139,6 +149,49 @@ def init_client(block, bc, rng, *, init_std, optimizer):
     return state, None
 
 
+def auto_steps(X, pair, U, P, *, alpha_u, reg_v, reg, scale, sigmoid):
+    """``learning_rate="auto"``: per-user and per-rated-column steps ``AUTO_SAFETY / L``.
+
+    ``L`` is a Gershgorin bound on the rows of the Hessian of the client's objective at the
+    current iterate that belong to the block, cross terms included, since ``u_i`` and
+    ``v_(c)j`` move together. A rating ``(i, j)`` with residual ``e`` adds
+    ``||v_j||^2 + ||u_i|| ||v_j|| + |e|`` to the bound of ``u_i`` (times 2, and times 0.16
+    through the sigmoid link) and ``||u_i||^2 + ||u_i|| ||v_j|| + |e|`` to that of
+    ``v_(c)j``; the ridges add ``2 alpha_u``, ``2 reg_v`` and the consensus ``reg``. A user
+    with many ratings gets a short step and a user with few a long one, so no single step has
+    to fit both (a scalar step below ``1 / max L`` barely moves the light users in 100
+    rounds), and the residual term keeps the first steps from small factors short. Returns the
+    steps as columns that broadcast against ``U`` and ``P``.
+    """
+    rows = np.repeat(np.arange(U.shape[0]), np.diff(X.indptr))
+    data_curv = 2.0 * scale * (_SIGMOID_CURVATURE if sigmoid else 1.0)
+    u_norm = np.sqrt(np.einsum("ij,ij->i", U, U))[rows]
+    v_norm = np.sqrt(np.einsum("ij,ij->i", P, P))[pair]
+    z = np.einsum("ij,ij->i", U[rows], P[pair])
+    if sigmoid:  # (the fitted target is on the [0, 1] scale there; |e| <= 1)
+        residual = np.ones_like(z)
+    else:
+        residual = np.abs(z - X.data)
+    cross = u_norm * v_norm + residual
+    L_u = data_curv * np.bincount(rows, weights=v_norm**2 + cross, minlength=U.shape[0])
+    L_u += 2.0 * scale * alpha_u
+    L_p = data_curv * np.bincount(pair, weights=u_norm**2 + cross, minlength=P.shape[0])
+    L_p += 2.0 * scale * reg_v + reg
+    return (AUTO_SAFETY / np.maximum(L_u, 1e-12))[:, None], \
+        (AUTO_SAFETY / np.maximum(L_p, 1e-12))[:, None]
+
+
+def pull_strength(learning_rate, reg_consensus, reg_v, p, pull_eta):
+    """RFRecF's ``eta``: ``pull_eta``, else ``learning_rate * reg_consensus / p``; with the
+    "auto" step (``learning_rate=None``) the shared columns' step ``AUTO_SAFETY / (reg +
+    2 reg_v)`` stands for ``learning_rate``, capped so that a pull never overshoots ``Vbar``."""
+    if pull_eta is not None:
+        return pull_eta
+    if learning_rate is None:
+        return min(1.0, AUTO_SAFETY * reg_consensus / max(reg_consensus + 2 * reg_v, 1e-12) / p)
+    return learning_rate * reg_consensus / p
+
+
 def _pulled(state, bc, eta):
     """The rated columns after the pull that an upload round of ``l2gd`` left pending."""
     P = state["P"]
@@ -163,7 +216,14 @@ def client_update(state, block, bc, rng, selected, *, variant, schedule, lr, reg
                       1.0 if step else 1 / (1 - p), gU, gP)
         if opt is not None:
             opt["t"] += 1
-        U, P = _optimize(U, gU, opt, "U", lr, optimizer), _optimize(P, gP, opt, "P", lr, optimizer)
+        lr_u = lr_p = lr
+        if lr is None:
+            lr_u, lr_p = auto_steps(X, state["pair"], U, P, alpha_u=alpha_u, reg_v=reg_v,
+                                    reg=reg if step else 0.0,
+                                    scale=1.0 if step else 1 / (1 - p),
+                                    sigmoid=link == "sigmoid")
+        U = _optimize(U, gU, opt, "U", lr_u, optimizer)
+        P = _optimize(P, gP, opt, "P", lr_p, optimizer)
     elif action == "pull":
         P = P - eta * (P - bc.Vbar[cols])
     new_state = {**state, "U": U, "P": P, "opt": opt, "pending": action == "upload_pull"}
@@ -303,8 +363,8 @@ def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learni
                   init_std, clip_delta, noise_scale, simulate_uploads):
     """Bind the hyperparameters to the pure functions above (``alpha_v`` is split 1/N)."""
     p = None if variant == "rfrec" else p
-    eta = None if p is None else (learning_rate * reg_consensus / p if pull_eta is None
-                                  else pull_eta)
+    eta = None if p is None else pull_strength(learning_rate, reg_consensus,
+                                               alpha_v / n_clients, p, pull_eta)
     step = dict(lr=learning_rate, reg=reg_consensus, reg_v=alpha_v / n_clients, p=p, eta=eta,
                 optimizer=optimizer)
     privacy = dict(clip_delta=clip_delta, noise_scale=noise_scale)
