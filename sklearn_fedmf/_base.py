@@ -34,6 +34,7 @@ from ._engine import (
 )
 from ._kernels import grad_rows, ridge_fold_in, squared_error, values_at
 from ._prox import prox_elastic_net
+from ._biases import init_item, user_step_view, with_user
 
 __all__ = ["FederatedMFBase", "FEDERATION_CONSTRAINTS"]
 
@@ -71,6 +72,7 @@ class FederatedMFBase(
         "l1_ratio": [Interval(Real, 0, 1, closed="both")],
         "positive": ["boolean"],
         "center": ["boolean"],
+        "biased": ["boolean"],
         "clip": ["boolean"],
         "dropout": [Interval(Real, 0, 1, closed="left")],
         "eval_every": [Interval(Integral, 0, None, closed="left")],
@@ -158,6 +160,11 @@ class FederatedMFBase(
         self.n_users_ = n_rows
         _warn_unobserved(X)
 
+        if self.biased and getattr(self, "positive", False):
+            raise ValueError(
+                "biased=True and positive=True cannot be combined: the biases are signed "
+                "(set positive=False, or biased=False for a nonnegative factorization)."
+            )
         protocol = self._make_protocol(n_items, n_clients)
         # The parallelism is across clients; BLAS threads on the small per-client products
         # only fight over the cores (measured: 100x slower dot products on a busy machine).
@@ -165,11 +172,15 @@ class FederatedMFBase(
         with threadpool_limits(limits=1, user_api="blas"), resident_blocks(blocks):
             state, init_bytes = self._run(protocol, blocks, first_fit, entropy, n_clients, n_rows)
         self._federation, self._entropy = state, entropy
-        self.components_ = self._read_components(state.server_state, state.broadcast)
-        U = np.zeros((n_rows, self.n_components), dtype=X.dtype)
+        V = self._read_components(state.server_state, state.broadcast)
+        U = np.zeros((n_rows, V.shape[0]), dtype=X.dtype)
         for block, client_state in zip(blocks, state.client_states):
             U[block.rows] = self._read_user_factors(client_state)
-        self.user_factors_ = U
+        if self.biased:  # the augmented factors [U, b_u, 1] and [V; 1; b_i] (_biases.py)
+            self.components_, self.item_bias_ = np.ascontiguousarray(V[:-2]), V[-1].copy()
+            self.user_factors_, self.user_bias_ = np.ascontiguousarray(U[:, :-2]), U[:, -2]
+        else:
+            self.components_, self.user_factors_ = V, U
         self.clients_ = labels
         self.n_clients_ = n_clients
         self.n_iter_ = state.n_rounds
@@ -232,8 +243,30 @@ class FederatedMFBase(
         # (computed in float64; returned in the dtype the model was fitted in)
         return self._fold_in(self._check_X(X)).astype(self.components_.dtype, copy=False)
 
-    def _fold_in(self, Xc):
+    def _augmented(self, Xc):
+        """Fold-in on the augmented factors: ``(U_aug, Vt_aug)`` whose products are the
+        predictions minus the offset (``[U, b_u, 1]`` and ``[Vt, 1, b_i]`` when biased).
+
+        With biases the fold-in solves ``[u, b_u]`` against ``[v; 1]`` on the ratings minus
+        ``b_i``; a row without ratings gets ``u = 0, b_u = 0``: it predicts ``b_i``.
+        """
         Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
+        if not self.biased:
+            return self._fold_in(Xc), Vt
+        Vt_aug = init_item(np.hstack([Vt, np.empty((Vt.shape[0], 2))]))
+        Vt_aug[:, -1] = self.item_bias_
+        X_view, Vt_free = user_step_view(Xc, Vt_aug)
+        U_free = self._fold_in_rows(X_view, Vt_free)
+        return with_user(U_free), Vt_aug
+
+    def _fold_in(self, Xc):
+        """The rows' factors (without the bias columns)."""
+        if self.biased:
+            return self._augmented(Xc)[0][:, :-2]
+        Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
+        return self._fold_in_rows(Xc, Vt)
+
+    def _fold_in_rows(self, Xc, Vt):
         U = np.zeros((Xc.shape[0], Vt.shape[1]))
         alpha_u = self.alpha_u
         ridge_fold_in(Xc.indptr, Xc.indices, Xc.data, Vt, alpha_u * (1 - self.l1_ratio), U)
@@ -254,21 +287,31 @@ class FederatedMFBase(
 
     def inverse_transform(self, X):
         """Ratings reconstructed from user factors (``X @ components_``, plus ``mean_`` when
-        ``center=True``)."""
+        ``center=True``, plus ``item_bias_`` when ``biased=True``: the user biases are not
+        part of ``X``)."""
         check_is_fitted(self)
-        return np.asarray(X) @ self.components_ + self._offset
+        P = np.asarray(X) @ self.components_ + self._offset
+        return P + self.item_bias_ if self.biased else P
 
     def predict(self, X):
         """Predicted ratings for the rows of ``X`` (dense, ``(n_rows, n_items)``) by fold-in.
 
         Rows with no observed entry (cold start) predict the training mean ``mean_`` for
-        every item. With ``clip=True`` predictions are clipped to the training rating range.
+        every item, plus the item's bias ``item_bias_`` when ``biased=True``. With
+        ``clip=True`` predictions are clipped to the training rating range.
         """
         Xc = self._check_X(X)
-        P = self._fold_in(Xc) @ self.components_ + self._offset
+        U, Vt = self._augmented(Xc)
+        P = U @ Vt.T + self._offset
         cold = np.diff(Xc.indptr) == 0
-        P[cold] = self.mean_
+        P[cold] = self._cold_start()
         return self._clip(P)
+
+    def _cold_start(self):
+        """The prediction for a row without ratings: the mean, plus the item biases."""
+        if self.biased:
+            return self._offset + self.item_bias_
+        return self.mean_
 
     @property
     def _offset(self):
@@ -306,12 +349,12 @@ class FederatedMFBase(
             target = _shift(target, -self._offset)
         if target.nnz == 0:
             raise ValueError("There is no rating to score: the evaluated matrix is empty.")
-        U = self._fold_in(Xc)
-        Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
+        U, Vt = self._augmented(Xc)
         pred = np.empty(target.nnz)
         values_at(target.indptr, target.indices, U, Vt, pred)
-        cold = np.repeat(np.diff(Xc.indptr) == 0, np.diff(target.indptr))
-        pred[cold] = self.mean_ - self._offset
+        if not self.biased:  # (biased: a cold row's [0, 0, 1] already predicts b_i)
+            cold = np.repeat(np.diff(Xc.indptr) == 0, np.diff(target.indptr))
+            pred[cold] = self.mean_ - self._offset
         pred = self._clip(pred + self._offset) - self._offset
         return -float(np.sqrt(np.mean((pred - target.data) ** 2)))
 

@@ -139,6 +139,12 @@ class RFRec(FederatedMFBase):
         default uploads are sparse views and the noise is summed exactly on the server.
     center : bool, default=True
         Subtract the training mean before factorizing; ``False`` is the paper's objective.
+    biased : bool, default=False
+        Fit a bias per user and per item: the prediction is ``mean_ + b_u + b_i + u . v``.
+        The factors become ``[U, b_u, 1]`` and ``[V; 1; b_i]`` with the fixed entries held
+        by indicator functions in the regularizers (their prox is the projection onto 1), so
+        the algorithm runs unchanged on rank ``n_components + 2``. ``b_u`` stays on its
+        client like ``U_p``; ``b_i`` travels and is aggregated as ``V`` (its bytes counted).
     clip : bool, default=False
         Clip predictions to the training rating range.
     dropout : float, default=0.0
@@ -153,6 +159,10 @@ class RFRec(FederatedMFBase):
         The server's averaged item matrix ``Vbar``.
     user_factors_ : ndarray of shape (n_users, n_components)
         The federated user vectors (kept for analysis; they never leave a client).
+    item_bias_ : ndarray of shape (n_items,)
+        ``b_i`` (``biased=True`` only).
+    user_bias_ : ndarray of shape (n_users,)
+        ``b_u``, private to each client (``biased=True`` only).
     mean_ : float
     rating_range_ : tuple of float
     n_iter_ : int
@@ -195,7 +205,7 @@ class RFRec(FederatedMFBase):
     _parameter_constraints: dict = {
         **{k: FederatedMFBase._parameter_constraints[k] for k in (
             "n_components", "partition", "clients_per_round", "max_iter", "tol", "alpha_u",
-            "alpha_v", "center", "clip", "dropout", "eval_every", "callback", "warm_start",
+            "alpha_v", "center", "biased", "clip", "dropout", "eval_every", "callback", "warm_start",
             "random_state", "n_jobs", "verbose")},
         "n_clients": [Interval(Integral, 1, None, closed="left"), None],
         "variant": [StrOptions({"rfrec", "rfrecf"})],
@@ -236,6 +246,7 @@ class RFRec(FederatedMFBase):
         noise_scale=None,
         simulate_uploads=False,
         center=True,
+        biased=False,
         clip=False,
         dropout=0.0,
         eval_every=1,
@@ -266,6 +277,7 @@ class RFRec(FederatedMFBase):
         self.noise_scale = noise_scale
         self.simulate_uploads = simulate_uploads
         self.center = center
+        self.biased = biased
         self.clip = clip
         self.dropout = dropout
         self.eval_every = eval_every
@@ -295,6 +307,9 @@ class RFRec(FederatedMFBase):
         """
         if clients is None and self.n_clients is None:
             clients = np.arange(_num_samples(X))
+        if self.biased and self.link != "identity":
+            raise ValueError("biased=True needs link='identity' (the biases are added to the "
+                             "rating, outside any link).")
         self._check_privacy()
         # (the "auto" pull is capped at 1; reg_v only enters it, so 0 is exact here)
         eta = pull_strength(self._learning_rate(), self.reg_consensus, 0.0, self.p,
@@ -318,6 +333,8 @@ class RFRec(FederatedMFBase):
         Xc = _shift(self._check_X(X), self.mean_ if self.center else 0.0)
         rows = np.repeat(np.arange(Xc.shape[0]), np.diff(Xc.indptr))
         z = np.einsum("ij,ji->i", self.user_factors_[rows], self.components_[:, Xc.indices])
+        if self.biased:
+            z += self.user_bias_[rows] + self.item_bias_[Xc.indices]
         with np.errstate(all="ignore"):
             rmse = np.sqrt(np.mean((self._to_ratings(z) - Xc.data) ** 2))
         lo, hi = self.rating_range_
@@ -350,7 +367,7 @@ class RFRec(FederatedMFBase):
             p=self.p, pull_eta=self.pull_eta, optimizer=self.optimizer, link=self.link,
             shift=offset - lo, span=(hi - lo) or 1.0, init_std=self.init_std,
             clip_delta=self.clip_delta, noise_scale=self.noise_scale or 0.0,
-            simulate_uploads=self.simulate_uploads,
+            simulate_uploads=self.simulate_uploads, biased=self.biased,
         )
 
     def _read_components(self, server_state, broadcast):
@@ -364,9 +381,8 @@ class RFRec(FederatedMFBase):
         lo, hi = self.rating_range_
         return (self.mean_ if self.center else 0.0) - lo, (hi - lo) or 1.0
 
-    def _fold_in(self, Xc):
+    def _fold_in_rows(self, Xc, Vt):
         """Each row's ``argmin_u sum_j (r_ij - link(u . vbar_j))^2 + alpha_u ||u||^2``."""
-        Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
         U = np.zeros((Xc.shape[0], Vt.shape[1]))
         if self.link == "identity":  # the ridge system, exact
             ridge_fold_in(Xc.indptr, Xc.indices, Xc.data, Vt, self.alpha_u, U)

@@ -9,6 +9,7 @@ from functools import partial
 
 import numpy as np
 
+from .. import _biases
 from .._engine import FederatedProtocol
 from ..privacy import clip_entries, laplace_noise
 from ._rfrec_kernels import _client_grads, _client_sums, _errors_at, _scatter_delta
@@ -103,7 +104,7 @@ def _optimize(x, g, opt, key, lr, optimizer):
     return x - (lr / (1 - _B1**t)) * m / (np.sqrt(v / (1 - _B2**t)) + _EPS)
 
 
-def _shared_op(W, W_opt, Vbar, action, *, lr, reg, reg_v, p, eta, optimizer):
+def _shared_op(W, W_opt, Vbar, action, *, lr, reg, reg_v, p, eta, optimizer, biased=False):
     """What every client does to the columns it has not rated (only psi and the ridge act)."""
     if action in ("pull", "upload_pull"):
         return W - eta * (W - Vbar), W_opt
@@ -118,12 +119,17 @@ def _shared_op(W, W_opt, Vbar, action, *, lr, reg, reg_v, p, eta, optimizer):
     if lr is None:  # "auto": these columns' Hessian is curvature * I
         lr = AUTO_SAFETY / max(curvature, 1e-12)
     opt = None if W_opt is None else {**W_opt, "t": W_opt["t"] + 1}
-    return _optimize(W, g, opt, "W", lr, optimizer), opt
+    W = _optimize(W, g, opt, "W", lr, optimizer)
+    return (_biases.fix_item(W) if biased else W), opt
 
 
-def init_server(rng, *, n_items, n_components, init_std, p, optimizer):
-    """``Vbar^0`` i.i.d. ``N(0, init_std^2)``; every client copy starts equal to it."""
+def init_server(rng, *, n_items, n_components, init_std, p, optimizer, biased=False):
+    """``Vbar^0`` i.i.d. ``N(0, init_std^2)``; every client copy starts equal to it. With
+    biases ``[Vbar^0; 1; 0]``: every step below is followed by the projection of the fixed
+    entries onto 1 (the prox of their indicator), so the steps are projected gradient steps."""
     Vbar = init_std * rng.standard_normal((n_items, n_components))
+    if biased:
+        _biases.init_item(Vbar)
     seed = int(rng.integers(np.iinfo(np.int64).max))
     W_opt = None
     if optimizer == "adam":
@@ -134,11 +140,13 @@ def init_server(rng, *, n_items, n_components, init_std, p, optimizer):
     return state, _Broadcast(Vbar, state["W"], W_opt, coin, True)
 
 
-def init_client(block, bc, rng, *, init_std, optimizer):
+def init_client(block, bc, rng, *, init_std, optimizer, biased=False):
     """``u_i^0 ~ N(0, init_std^2)``; the rated columns ``P`` start at ``Vbar^0``."""
     X = block.X
     cols, pair = np.unique(X.indices, return_inverse=True)
     U = init_std * rng.standard_normal((X.shape[0], bc.Vbar.shape[1]))
+    if biased:
+        _biases.init_user(U)
     P = bc.Vbar[cols].copy()
     opt = None
     if optimizer == "adam":
@@ -202,7 +210,7 @@ def _pulled(state, bc, eta):
 
 def client_update(state, block, bc, rng, selected, *, variant, schedule, lr, reg, alpha_u,
                   reg_v, p, eta, optimizer, link, shift, span, clip_delta, noise_scale,
-                  simulate):
+                  simulate, biased=False):
     """One round of one client: local step or pull, and the upload of ``V_(c)`` if due."""
     X, cols = block.X, state["cols"]
     U, P = state["U"], _pulled(state, bc, eta)
@@ -224,6 +232,8 @@ def client_update(state, block, bc, rng, selected, *, variant, schedule, lr, reg
                                     sigmoid=link == "sigmoid")
         U = _optimize(U, gU, opt, "U", lr_u, optimizer)
         P = _optimize(P, gP, opt, "P", lr_p, optimizer)
+        if biased:  # (a pull keeps the ones: it mixes P with Vbar, both 1 there)
+            _biases.fix_user(U), _biases.fix_item(P)
     elif action == "pull":
         P = P - eta * (P - bc.Vbar[cols])
     new_state = {**state, "U": U, "P": P, "opt": opt, "pending": action == "upload_pull"}
@@ -233,7 +243,7 @@ def client_update(state, block, bc, rng, selected, *, variant, schedule, lr, reg
         W = bc.W
         if action == "step":
             W = _shared_op(W, bc.W_opt, bc.Vbar, "step", lr=lr, reg=reg, reg_v=reg_v, p=p,
-                           eta=eta, optimizer=optimizer)[0]
+                           eta=eta, optimizer=optimizer, biased=biased)[0]
         V = W.copy()
         V[cols] = P
         V = clip_entries(V, clip_delta) if clip_delta else V
@@ -270,7 +280,7 @@ def _laplace_mean(rng, n, scale, shape):
 
 
 def server_update(server_state, uploads, k, *, variant, schedule, lr, reg, reg_v, p, eta,
-                  optimizer, clip_delta, noise_scale):
+                  optimizer, clip_delta, noise_scale, biased=False):
     """Replay the shared columns' step of round ``k``, average the uploads, draw the next coin.
 
     Called every round (``server_every_round``), with or without uploads.
@@ -278,7 +288,8 @@ def server_update(server_state, uploads, k, *, variant, schedule, lr, reg, reg_v
     s = server_state
     coin = s["coin"]
     action = _action(variant, schedule, coin)
-    common = dict(lr=lr, reg=reg, reg_v=reg_v, p=p, eta=eta, optimizer=optimizer)
+    common = dict(lr=lr, reg=reg, reg_v=reg_v, p=p, eta=eta, optimizer=optimizer,
+                  biased=biased)
     W, W_opt = s["W"], s["W_opt"]
     if action != "upload_pull":  # l2gd pulls after the fresh average, below
         W, W_opt = _shared_op(W, W_opt, s["Vbar"], action, **common)
@@ -286,6 +297,8 @@ def server_update(server_state, uploads, k, *, variant, schedule, lr, reg, reg_v
     if uploads and action in ("step", "upload", "upload_pull"):
         rng = np.random.default_rng(np.random.SeedSequence(s["seed"], spawn_key=(_NOISE, k)))
         Vbar = _aggregate(uploads, W, rng, clip_delta=clip_delta, noise_scale=noise_scale)
+        if biased:  # (noise or clipping may have moved the public ones)
+            _biases.fix_item(Vbar)
     if action == "upload_pull":
         W, W_opt = _shared_op(W, W_opt, Vbar, action, **common)
     next_coin = (coin[1], _coin(s["seed"], k + 1, None if variant == "rfrec" else p))
@@ -303,14 +316,15 @@ def server_update(server_state, uploads, k, *, variant, schedule, lr, reg, reg_v
     return state, _Broadcast(Vbar, W, W_opt, next_coin, sent)
 
 
-def client_metrics(state, block, bc, *, alpha_u, eta, link, shift, span):
+def client_metrics(state, block, bc, *, alpha_u, eta, link, shift, span, biased=False):
     """Additive pieces of ``F`` (rated columns; the shared ones are added on the server),
     and the errors of the federated model ``u_i . vbar_j`` on the training and eval entries."""
     X, U, sigmoid = block.X, state["U"], link == "sigmoid"
     P = _pulled(state, bc, eta)
     fit, psi, sq, sse, ae = _client_sums(X.indptr, state["pair"], X.data, U, P, bc.W, bc.Vbar,
                                          state["cols"], sigmoid, shift, span)
-    out = {"fit": fit, "reg_u": alpha_u * float(np.vdot(U, U)), "psi_rated": psi,
+    U_reg = _biases.free_user(U) if biased else U  # (the fixed ones carry no penalty)
+    out = {"fit": fit, "reg_u": alpha_u * float(np.vdot(U_reg, U_reg)), "psi_rated": psi,
            "sq_rated": sq, "scale": float(np.vdot(X.data, X.data)) + X.nnz,
            "sse": sse, "ae": ae, "n": X.nnz, "eval_sse": 0.0, "eval_ae": 0.0, "eval_n": 0}
     Y = block.X_eval
@@ -360,25 +374,29 @@ def combine_metrics(server_state, sums, *, n_clients, reg, alpha_v, lr, optimize
 
 def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
                   reg_consensus, alpha_u, alpha_v, p, pull_eta, optimizer, link, shift, span,
-                  init_std, clip_delta, noise_scale, simulate_uploads):
-    """Bind the hyperparameters to the pure functions above (``alpha_v`` is split 1/N)."""
+                  init_std, clip_delta, noise_scale, simulate_uploads, biased=False):
+    """Bind the hyperparameters to the pure functions above (``alpha_v`` is split 1/N;
+    ``biased``: rank ``n_components + 2`` with the augmented factors of ``_biases``)."""
     p = None if variant == "rfrec" else p
     eta = None if p is None else pull_strength(learning_rate, reg_consensus,
                                                alpha_v / n_clients, p, pull_eta)
     step = dict(lr=learning_rate, reg=reg_consensus, reg_v=alpha_v / n_clients, p=p, eta=eta,
-                optimizer=optimizer)
+                optimizer=optimizer, biased=biased)
     privacy = dict(clip_delta=clip_delta, noise_scale=noise_scale)
     link_ = dict(link=link, shift=shift, span=span)
     return FederatedProtocol(
-        init_server=partial(init_server, n_items=n_items, n_components=n_components,
-                            init_std=init_std, p=p, optimizer=optimizer),
-        init_client=partial(init_client, init_std=init_std, optimizer=optimizer),
+        init_server=partial(init_server, n_items=n_items,
+                            n_components=_biases.n_factors(n_components, biased),
+                            init_std=init_std, p=p, optimizer=optimizer, biased=biased),
+        init_client=partial(init_client, init_std=init_std, optimizer=optimizer,
+                            biased=biased),
         client_update=partial(client_update, variant=variant, schedule=schedule,
                               alpha_u=alpha_u, simulate=simulate_uploads, **step, **privacy,
                               **link_),
         server_update=partial(server_update, variant=variant, schedule=schedule, **step,
                               **privacy),
-        client_metrics=partial(client_metrics, alpha_u=alpha_u, eta=eta, **link_),
+        client_metrics=partial(client_metrics, alpha_u=alpha_u, eta=eta, biased=biased,
+                               **link_),
         combine_metrics=partial(combine_metrics, n_clients=n_clients, reg=reg_consensus,
                                 alpha_v=alpha_v, lr=learning_rate,
                                 optimizer=optimizer, variant=variant),
