@@ -34,6 +34,7 @@ from .._base import FEDERATION_CONSTRAINTS
 from .._data import resolve_clients
 from .._engine import initialize_federation, make_entropy, partition_rng, resident_blocks
 from ._clustering_protocols import (  # noqa: F401  (the tests import the unused ones from here)
+    kfed_centers,
     EPS,
     SampleBlock,
     clustering_cost,
@@ -111,14 +112,19 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         Communication rounds.
     tol : float, default=1e-8
         Stop when the relative change of the objective is below ``tol``.
-    init : {"random"} or array-like of shape (n_clusters, n_features), default="random"
-        ``"random"``: centers and memberships i.i.d. ``U[0, a)``, ``a = sqrt(mean|X| / K)``.
-        An array: initial centers; each sample starts from its best one-sparse fit to them.
+    init : {"k-fed", "random"} or array-like of shape (n_clusters, n_features), \
+            default="k-fed"
+        ``"k-fed"``: one-shot federated seeding (Dennis et al., ICML 2021): each client runs
+        k-means on its own samples and sends its ``n_clusters`` centers and their sizes (counted
+        in the first round's ``bytes_uploaded``); the server clusters their union (k-means++,
+        weighted by size) into the initial centers. ``"random"``: centers and memberships
+        i.i.d. ``U[0, a)``, ``a = sqrt(mean|X| / K)`` (the paper). An array: initial centers.
+        With centers, each sample starts from its best one-sparse fit to them.
     n_init : int, default=1
         Federations run from different random starts (as in ``KMeans``); the one with the
         lowest final clustering cost (``-score`` on the training samples: one scalar per
         client) is kept. Communication grows ``n_init``-fold; ``history_`` is the kept run's.
-        With an array ``init`` a single run is made.
+        With an array ``init`` a single run is made; with ``"k-fed"`` each start seeds anew.
     dropout : float, default=0.0
         Probability that a sampled client fails in a round.
     callback : callable, default=None
@@ -188,7 +194,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         "rho_max": [Interval(Real, 0, None, closed="left"), None],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
-        "init": [StrOptions({"random"}), "array-like"],
+        "init": [StrOptions({"random", "k-fed"}), "array-like"],
         "n_init": [Interval(Integral, 1, None, closed="left")],
         "dropout": [Interval(Real, 0, 1, closed="left")],
     }
@@ -219,7 +225,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         rho_max=None,
         max_iter=1000,
         tol=1e-8,
-        init="random",
+        init="k-fed",
         n_init=1,
         dropout=0.0,
         callback=None,
@@ -314,10 +320,10 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         rho = 0.0 if onehot else self.rho0 * scale
         nu = 0.0 if onehot else self.nu * scale
         local_iter_v = self.local_iter_v if self.local_iter_v or not mgs else 100
-        protocol = make_protocol(
+        protocol_params = dict(
             algorithm=self.algorithm, n_features=n_features, n_clusters=K, n_clients=n_clients,
             weights=np.array([b.n_rows for b in blocks], dtype=float) / n_samples,
-            n_total=n_samples, amplitude=np.sqrt(abs_mean / K), centers=centers,
+            n_total=n_samples, amplitude=np.sqrt(abs_mean / K),
             box=None if onehot else (x_min, x_max), rho=rho, nu=nu, onehot=onehot,
             local_iter_u=self.local_iter_u, local_iter_v=local_iter_v, q_hat=self.q_hat,
             participation=self.participation, aggregation=self.aggregation or "weighted",
@@ -333,7 +339,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                 * scale,
             )
         starts = [entropy]
-        if centers is None and self.n_init > 1:  # further starts: spawned, reproducible seeds
+        if (centers is None or self.init == "k-fed") and self.n_init > 1:  # further starts: spawned, reproducible seeds
             starts += [int(c.generate_state(1, np.uint64)[0])
                        for c in np.random.SeedSequence(entropy).spawn(self.n_init - 1)]
         best = None
@@ -341,8 +347,13 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         # fight over the cores (as in FederatedMFBase).
         with threadpool_limits(limits=1, user_api="blas"), resident_blocks(blocks):
             for start in starts:
+                seed_bytes = 0
+                if isinstance(self.init, str) and self.init == "k-fed":
+                    centers, seed_bytes = kfed_centers(blocks, K, start)
+                protocol = make_protocol(**protocol_params, centers=centers)
                 state, init_bytes = initialize_federation(protocol, blocks, entropy=start,
                                                           n_jobs=self.n_jobs)
+                init_bytes = (init_bytes[0] + seed_bytes, init_bytes[1])
                 state = run_rounds(
                     protocol, blocks, state, max_iter=self.max_iter, tol=self.tol,
                     schedule=schedule, nu=nu, callback=self.callback, verbose=self.verbose,
