@@ -23,7 +23,7 @@ import numpy as np
 
 __all__ = [
     "n_factors", "init_user", "init_item", "fix_user", "fix_item", "user_step_view",
-    "item_step_view", "free_user", "free_item", "with_user", "with_item", "item_partner",
+    "item_step_view", "free_user", "free_item", "with_user", "with_item", "item_partner", "row_groups",
 ]
 
 # positions in the augmented factors
@@ -78,6 +78,26 @@ def item_step_view(X, U):
     columns ``[U, 1]`` that the free item entries ``[Vt, b_i]`` multiply."""
     rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
     return _shifted(X, U[rows, B_U]), item_partner(U)
+
+
+def row_groups(X, Vt, ridge=0.0):
+    """Rows grouped by a per-row Lipschitz bound of their prox-gradient step, for the
+    biased user steps: yields ``(rows, L)`` with ``L`` a power of two above every grouped
+    row's ``trace(sum_{j in Omega_t} w_j w_j^T) + ridge`` (which bounds its largest
+    eigenvalue).
+
+    Why: the global bound ``lambda_max(W^T W)`` over all items counts the fixed column of
+    ones fully (``n_items``), while a user only rates ``n_t`` items; with it, the factor
+    columns would step ``n_items / n_t`` times too short. Rows do not interact in a user
+    step, so each may take its own step; grouping keeps one compiled call per group.
+    """
+    counts = np.diff(X.indptr)
+    rows = np.repeat(np.arange(X.shape[0]), counts)
+    trace = np.bincount(rows, weights=np.einsum("ij,ij->i", Vt, Vt)[X.indices],
+                        minlength=X.shape[0]) + ridge
+    level = np.ceil(np.log2(np.maximum(trace, 1e-12)))
+    for value in np.unique(level):
+        yield np.flatnonzero(level == value), float(2.0**value)
 
 
 def item_partner(U):

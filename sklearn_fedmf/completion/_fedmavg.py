@@ -147,13 +147,19 @@ def server_init_uploads(server_state, uploads, *, n_clients, q2_first):
 def user_steps(U, Vt, X, n_steps, c_factor, ridge_in_L, alpha, l1_ratio, positive, biased):
     """(11) with step ``1/(c_factor (lambda_max(V V^T) + ridge_in_L))``. With biases the
     fixed column of ``[U, b_u, 1]`` is substituted (exact, ``_biases``): the steps run on
-    ``[U, b_u]`` against ``[V; 1]`` with the ratings minus ``b_i``."""
-    if biased:
-        X, Vt = _biases.user_step_view(X, Vt)
-        U = _biases.free_user(U)
-    c = c_factor * max(lambda_max(Vt.T @ Vt) + ridge_in_L, EPS_LIPSCHITZ)
-    U = u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive)
-    return _biases.with_user(U) if biased else U
+    ``[U, b_u]`` against ``[V; 1]`` with the ratings minus ``b_i``, each row with its own
+    Lipschitz bound (``_biases.row_groups``: the global one would count the ones column over
+    every item)."""
+    if not biased:
+        c = c_factor * max(lambda_max(Vt.T @ Vt) + ridge_in_L, EPS_LIPSCHITZ)
+        return u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive)
+    X, Vt = _biases.user_step_view(X, Vt)
+    U = _biases.free_user(U)
+    out = np.empty_like(U)
+    for rows, L in _biases.row_groups(X, Vt, ridge_in_L):
+        out[rows] = u_steps(U[rows], Vt, X[rows], n_steps, c_factor * L, alpha, l1_ratio,
+                            positive)
+    return _biases.with_user(out)
 
 
 def u_phase(state, block, broadcast, *, variant, c_factor, alpha_u, l1_ratio, positive,
