@@ -13,6 +13,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sklearn_fedmf import FederatedClustering
 from sklearn_fedmf._engine import nbytes
+from sklearn_fedmf.cluster._clustering_protocols import local_centers
 from sklearn_fedmf.cluster._federated_clustering import (
     h_steps,
     local_w_steps,
@@ -20,6 +21,7 @@ from sklearn_fedmf.cluster._federated_clustering import (
     penalty_matrix,
     sncp_rho,
 )
+from sklearn_fedmf.datasets import partition_label_skew
 from sklearn_fedmf.metrics import clustering_accuracy
 
 ONMF_ON_CENTRED_BLOBS = (
@@ -340,3 +342,26 @@ def test_n_init_keeps_the_cheapest_of_several_federations():
     assert runs.count(1) == 3  # three federations ran
     assert best.score(X) >= single.score(X)  # the first start is the n_init=1 run
     assert best.n_iter_ == len(best.history_) <= 15
+
+
+def test_kfed_seeding_sends_only_centers_and_recovers_label_skewed_blobs():
+    # Every client holds two of the five blobs (label skew): the random start of the paper
+    # lands between them, the one-shot k-FED seeding (local k-means, k-means++ on the union
+    # of the local centers) starts on them.
+    X, y = blobs(n=300, k=5, noise=0.15)
+    clients = partition_label_skew(y, 10, classes_per_client=2, random_state=0)
+    K, M, P = 5, X.shape[1], 10
+    kfed = FederatedClustering(K, max_iter=30, random_state=0).fit(X, clients=clients)
+    paper = FederatedClustering(K, init="random", max_iter=30, random_state=0).fit(
+        X, clients=clients)
+    kmeans = clustering_accuracy(y, KMeans(K, n_init=10, random_state=0).fit(X).labels_)
+    acc = clustering_accuracy(y, kfed.labels_)
+    assert acc >= 0.9 * kmeans and acc > clustering_accuracy(y, paper.labels_)
+    # round 1 carries the seeding: K centers (M floats) and K sizes per client, on top of
+    # the random start's one-time uploads
+    rnd = FederatedClustering(K, init="random", max_iter=1, random_state=0).fit(X, clients=clients)
+    seed = FederatedClustering(K, max_iter=1, random_state=0).fit(X, clients=clients)
+    extra = seed.history_[0]["bytes_uploaded"] - rnd.history_[0]["bytes_uploaded"]
+    assert extra == P * K * (M + 1) * 8
+    centers, sizes = local_centers(X[clients == 0], K, 0)
+    assert centers.shape == (K, M) and sizes.sum() == np.sum(clients == 0)
