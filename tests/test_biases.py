@@ -109,8 +109,9 @@ def test_fedmcadmm_b_i_is_aggregated_as_v():
 
 def test_biased_cold_start_predicts_item_bias_and_fold_in_uses_biases():
     X = small_ratings(seed=4)
-    est = FedMCADMM(n_components=2, biased=True, n_clients=3, max_iter=50,
-                    random_state=0).fit(X)
+    # (a tiny ridge: fold-in then minimizes the row's squared error, nearly)
+    est = FedMCADMM(n_components=2, biased=True, n_clients=3, max_iter=50, alpha_u=1e-6,
+                    alpha_v=1e-6, random_state=0).fit(X)
     cold = sp.csr_matrix((1, X.shape[1]))
     np.testing.assert_allclose(est.predict(cold)[0], est.mean_ + est.item_bias_)
     # fold-in of a training row solves [u, b_u] on the ratings minus b_i: its prediction

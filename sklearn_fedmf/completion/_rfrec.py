@@ -15,18 +15,19 @@ minimizer when ``alpha_v = 0``): nothing here assumes a unique optimum.
 
 Representation (spec 8): every copy starts at ``Vbar^0``, so a column that client ``c`` has not
 rated evolves identically in every client. Those columns are simulated once (``W``, carried in
-the broadcast as simulation plumbing, never counted as communication); a client stores only its
+the broadcast's uncounted simulation part, never counted as communication); a client stores only its
 rated columns ``P`` (one row per (client, item) pair). An upload is the client's whole
 ``n_items x d`` matrix, sent as :class:`ItemMatrixUpload` (its rated columns over ``W``) whose
 ``nbytes`` is the dense matrix the paper sends. Item arrays are item-major, ``(n_items, d)``.
 
 Engine mapping: one engine client is one paper client (one user by default), so sampling,
 lost uploads (``dropout``), byte counts and the callback's ``uploads`` are per paper client.
-Every client steps each round (``update_all``); a client that is not sampled, or whose upload
-is lost, still receives ``Vbar`` (the upload-loss model of spec 4.1; the engine's
-``dropout_mode="upload_loss"``). The "offline" model, where a dropped client freezes, would
-break the shared-column representation and is not offered. The cost is Python overhead per
-client and round (~0.1 ms; ``benchmarks/bench_rfrec.py --table cost``), not memory.
+Every client steps each round (``Participation(computes="all")``); a client that is not
+sampled, or whose upload is lost, still receives ``Vbar`` (the upload-loss model of spec 4.1;
+the engine's ``Participation(dropped="upload_lost")``). The "offline" model, where a dropped
+client freezes, would break the shared-column representation and is not offered. The cost
+is Python overhead per client and round (~0.1 ms; ``benchmarks/bench_rfrec.py --table
+cost``), not memory.
 """
 
 from __future__ import annotations
@@ -38,12 +39,13 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import _num_samples, check_is_fitted
+from sklearn.utils.validation import _num_samples
 
 from .._base import FederatedMFBase, _shift
 from .._data import check_like
 from .._kernels import ridge_fold_in
-from ..privacy import PrivacyWarning, laplace_epsilon
+from ..exceptions import ConfigurationWarning, PrivacyWarning
+from ..privacy import laplace_epsilon
 from ._rfrec_kernels import _sigmoid_fold_in
 from ._rfrec_solver import (  # noqa: F401  (the tests import _coin and _pulled from here)
     _EXPLODE,
@@ -152,7 +154,8 @@ class RFRec(FederatedMFBase):
     dropout : float, default=0.0
         Probability that a sampled client's upload is lost in a round (it still steps and
         receives ``Vbar``: the upload-loss model of Table 3).
-    eval_every, callback, warm_start, random_state, n_jobs, verbose
+    eval_every, callback, warm_start, missing_values, random_state, n_jobs, verbose,
+    on_client_error
         As in :class:`~sklearn_fedmf.FedMCADMM`.
 
     Attributes
@@ -179,6 +182,8 @@ class RFRec(FederatedMFBase):
         ``train_rmse``, ``eval_rmse``/``eval_mae`` (``eval_set``, federated factors),
         ``consensus_gap`` (``sum_c ||V_(c) - Vbar||^2``), ``vbar_change``, ``comm_rounds``,
         ``coin`` (RFRecF), bytes, ``n_sampled``, ``n_failed``, ``seconds``.
+    converged_, degenerate_
+        As in :class:`~sklearn_fedmf.FedMCADMM`.
     n_features_in_ : int
 
     Notes
@@ -207,8 +212,8 @@ class RFRec(FederatedMFBase):
     _parameter_constraints: dict = {
         **{k: FederatedMFBase._parameter_constraints[k] for k in (
             "n_components", "partition", "clients_per_round", "max_iter", "tol", "alpha_u",
-            "alpha_v", "center", "biased", "clip", "dropout", "eval_every", "callback", "warm_start",
-            "random_state", "n_jobs", "verbose")},
+            "alpha_v", "center", "biased", "clip", "dropout", "eval_every", "callback",
+            "warm_start", "random_state", "n_jobs", "verbose", "on_client_error")},
         "n_clients": [Interval(Integral, 1, None, closed="left"), None],
         "variant": [StrOptions({"rfrec", "rfrecf"})],
         "reg_consensus": [Interval(Real, 0, None, closed="left")],
@@ -254,11 +259,21 @@ class RFRec(FederatedMFBase):
         eval_every=1,
         callback=None,
         warm_start=False,
+        missing_values=np.nan,
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
-        self.n_components = n_components
+        super().__init__(
+            n_components,
+            n_clients=n_clients, partition=partition, clients_per_round=clients_per_round,
+            max_iter=max_iter, tol=tol, alpha_u=alpha_u, alpha_v=alpha_v, center=center,
+            biased=biased,
+            clip=clip, dropout=dropout, eval_every=eval_every, callback=callback,
+            warm_start=warm_start, missing_values=missing_values, random_state=random_state,
+            n_jobs=n_jobs, verbose=verbose, on_client_error=on_client_error,
+        )
         self.variant = variant
         self.reg_consensus = reg_consensus
         self.learning_rate = learning_rate
@@ -267,27 +282,10 @@ class RFRec(FederatedMFBase):
         self.p = p
         self.schedule = schedule
         self.pull_eta = pull_eta
-        self.n_clients = n_clients
-        self.partition = partition
-        self.clients_per_round = clients_per_round
-        self.max_iter = max_iter
-        self.tol = tol
-        self.alpha_u = alpha_u
-        self.alpha_v = alpha_v
         self.init_std = init_std
         self.clip_delta = clip_delta
         self.noise_scale = noise_scale
         self.simulate_uploads = simulate_uploads
-        self.center = center
-        self.biased = biased
-        self.clip = clip
-        self.dropout = dropout
-        self.eval_every = eval_every
-        self.callback = callback
-        self.warm_start = warm_start
-        self.random_state = random_state
-        self.n_jobs = n_jobs
-        self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, clients=None, eval_set=None):
@@ -309,6 +307,9 @@ class RFRec(FederatedMFBase):
         """
         if clients is None and self.n_clients is None:
             clients = np.arange(_num_samples(X))
+        return self._fit(X, clients, eval_set=eval_set)
+
+    def _check_fit_data(self, X, *, reset, eval_set=None):
         if self.biased and self.link != "identity":
             raise ValueError("biased=True needs link='identity' (the biases are added to the "
                              "rating, outside any link).")
@@ -320,25 +321,27 @@ class RFRec(FederatedMFBase):
             warnings.warn(
                 f"The pull strength eta = {eta:.3g} exceeds 1 (learning_rate * reg_consensus "
                 "/ p by default): each pull overshoots Vbar. Lower learning_rate or set "
-                "pull_eta <= 1.", UserWarning, stacklevel=2,
+                "pull_eta <= 1.", ConfigurationWarning, stacklevel=5,  # the caller of fit
             )
-        self._fit(X, clients, eval_set)
-        self._check_diverged(X)
-        self.comm_rounds_ = self._federation.server_state["comm_rounds"]
+        return super()._check_fit_data(X, reset=reset, eval_set=eval_set)
+
+    def _collect(self, state, blocks, ctx):
+        super()._collect(state, blocks, ctx)
+        self._check_diverged(ctx.X, ctx.info["offset"])
+        self.comm_rounds_ = state.server_state["comm_rounds"]
         self.epsilon_ = (laplace_epsilon(self.noise_scale, 2 * self.clip_delta)
                          if self.clip_delta and self.noise_scale else None)
-        return self
 
-    def _check_diverged(self, X):
-        """Raise unless the federated model's training error is finite and of the ratings'
-        order (the objective is only checked on evaluated rounds, ``eval_every``)."""
-        Xc = _shift(self._check_X(X), self.mean_ if self.center else 0.0)
+    def _check_diverged(self, Xc, offset):
+        """Raise unless the federated model's training error on the centred training ratings
+        ``Xc`` is finite and of the ratings' order (the objective is only checked on evaluated
+        rounds, ``eval_every``)."""
         rows = np.repeat(np.arange(Xc.shape[0]), np.diff(Xc.indptr))
         z = np.einsum("ij,ji->i", self.user_factors_[rows], self.components_[:, Xc.indices])
         if self.biased:
             z += self.user_bias_[rows] + self.item_bias_[Xc.indices]
         with np.errstate(all="ignore"):
-            rmse = np.sqrt(np.mean((self._to_ratings(z) - Xc.data) ** 2))
+            rmse = np.sqrt(np.mean((self._to_ratings(z) - (Xc.data + offset)) ** 2))
         lo, hi = self.rating_range_
         if not rmse <= _EXPLODE * (hi - lo + 1):
             raise FloatingPointError(_diverged(
@@ -350,7 +353,7 @@ class RFRec(FederatedMFBase):
             warnings.warn(
                 "noise_scale without clip_delta: nothing bounds an entry of the upload, so the "
                 "Laplace noise gives no formal guarantee (epsilon_ is None).",
-                PrivacyWarning, stacklevel=3,
+                PrivacyWarning, stacklevel=6,  # the caller of fit
             )
 
     def _learning_rate(self):
@@ -359,11 +362,11 @@ class RFRec(FederatedMFBase):
             return float(self.learning_rate)
         return AUTO_ADAM_LR if self.optimizer == "adam" else None
 
-    def _make_protocol(self, n_items, n_clients):
-        offset = self.mean_ if self.center else 0.0
-        lo, hi = self.rating_range_
+    def _make_protocol(self, ctx):
+        offset = ctx.info["offset"]
+        lo, hi = ctx.info["rating_range"]
         return make_protocol(
-            n_items=n_items, n_clients=n_clients, n_components=self.n_components,
+            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             variant=self.variant, schedule=self.schedule, learning_rate=self._learning_rate(),
             reg_consensus=self.reg_consensus, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
             p=self.p, pull_eta=self.pull_eta, optimizer=self.optimizer, link=self.link,
@@ -404,8 +407,7 @@ class RFRec(FederatedMFBase):
 
     def inverse_transform(self, X):
         """Ratings from user factors: ``link(X @ components_)``."""
-        check_is_fitted(self)
-        return self._to_ratings(np.asarray(X) @ self.components_)
+        return self._to_ratings(self._check_factors(X) @ self.components_)
 
     def predict(self, X):
         """Predicted ratings for the rows of ``X`` (dense, ``(n_rows, n_items)``) by fold-in.
@@ -428,7 +430,8 @@ class RFRec(FederatedMFBase):
         if y is None or (not sp.issparse(y) and np.ndim(y) == 1):
             target = _shift(self._check_X(X), offset)  # back to the rating scale
         else:
-            target = check_like(y, self._check_X(X), name="y")
+            target = check_like(y, self._check_X(X), name="y",
+                                missing_values=self.missing_values)
         if target.nnz == 0:
             raise ValueError("There is no rating to score: the evaluated matrix is empty.")
         rows = np.repeat(np.arange(target.shape[0]), np.diff(target.indptr))
