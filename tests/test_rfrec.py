@@ -10,9 +10,15 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sklearn_fedmf import RFRec
+from sklearn_fedmf import RFRec as _RFRec
 from sklearn_fedmf.datasets import make_ratings
 from sklearn_fedmf.completion._rfrec import ItemMatrixUpload, _coin, _pulled
+
+from .conftest import paper
+
+# The spec's oracles hold for the papers' settings (conftest.paper).
+
+RFRec = paper(_RFRec)
 
 
 # ---- toy data and the dense reference ------------------------------------------------------
