@@ -312,7 +312,7 @@ class RFRec(FederatedMFBase):
     def _check_fit_data(self, X, *, reset, eval_set=None):
         if self.biased and self.link != "identity":
             raise ValueError("biased=True needs link='identity' (the biases are added to the "
-                             "rating, outside any link).")
+                             "rating, outside any link); set biased=False for the sigmoid link.")
         self._check_privacy()
         # (the "auto" pull is capped at 1; reg_v only enters it, so 0 is exact here)
         eta = pull_strength(self._learning_rate(), self.reg_consensus, 0.0, self.p,
