@@ -139,8 +139,9 @@ def test_tune_ranks_candidates_by_the_documented_cv(tmp_path, capsys):
     # Oracle: the same CV built by hand (users in KFold, X = train, y = held-out ratings).
     X, _ = cli.load_data("synthetic:200x60x3000", 0)
     X_train, X_test = train_test_split_ratings(X, 0.2, random_state=0)
-    model = METHODS["fedmc-admm"].load()(n_clients=10, clients_per_round=3, max_iter=4,
-                                         n_components=5, random_state=0, **best)
+    method = METHODS["fedmc-admm"]  # (its fixed settings: the papers', PAPER_SETTINGS)
+    model = method.load()(n_clients=10, clients_per_round=3, max_iter=4, n_components=5,
+                          random_state=0, **{**method.fixed, **best})
     folds = KFold(2, shuffle=True, random_state=0).split(X_train)
     expected = -np.mean([clone(model).fit(X_train[fit]).score(X_train[held], X_test[held])
                          for fit, held in folds])
