@@ -181,6 +181,20 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
 
         The federated factors of the last round, which each client computed against its
         own (possibly stale) copy of the item factor, are ``user_factors_``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_users, n_items)
+            Training ratings (see :meth:`fit`).
+        y : Ignored
+            Not used, present for API consistency by convention.
+        **fit_params : dict
+            ``clients`` and ``eval_set``, passed on to :meth:`fit`.
+
+        Returns
+        -------
+        U : ndarray of shape (n_users, n_components)
+            The rows' factors folded in against the fitted ``components_``.
         """
         return self.fit(X, y, **fit_params).transform(X)
 
@@ -199,10 +213,12 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_rows, n_items)
+            Observed ratings of the rows (sparse: stored entries; dense: NaN is missing).
 
         Returns
         -------
         U : ndarray of shape (n_rows, n_components)
+            The rows' factors.
         """
         # (computed in float64; returned in the dtype the model was fitted in)
         return self._fold_in(self._check_X(X)).astype(self.components_.dtype, copy=False)
@@ -252,7 +268,18 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     def inverse_transform(self, X):
         """Ratings reconstructed from user factors (``X @ components_``, plus ``mean_`` when
         ``center=True``, plus ``item_bias_`` when ``biased=True``: the user biases are not
-        part of ``X``)."""
+        part of ``X``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_components)
+            User factors, e.g. the output of :meth:`transform`.
+
+        Returns
+        -------
+        ratings : ndarray of shape (n_samples, n_items)
+            Dense reconstructed ratings.
+        """
         P = self._check_factors(X) @ self.components_ + self._offset
         return P + self.item_bias_ if self.biased else P
 
@@ -262,6 +289,16 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         Rows with no observed entry (cold start) predict the training mean ``mean_`` for
         every item, plus the item's bias ``item_bias_`` when ``biased=True``. With
         ``clip=True`` predictions are clipped to the training rating range.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_rows, n_items)
+            Observed ratings of the rows, folded in (see :meth:`transform`).
+
+        Returns
+        -------
+        ratings : ndarray of shape (n_rows, n_items)
+            Predicted rating of every item for every row.
         """
         Xc = self._check_X(X)
         U, Vt = self._augmented(Xc)
