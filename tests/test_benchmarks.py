@@ -25,6 +25,8 @@ SMOKE_RUNS = [
     ("run_all.py", ["--shapes", "ml1m", "--methods", "FedMCADMM,FedMAvg", "--cache-dir", "."],
      "ratings x steps/s"),
     ("bench_dask.py", ["--cache-dir", "."], "Dask LocalCluster"),
+    ("bench_defaults.py", [], "tuned parameters"),
+    ("bench_accuracy.py", [], "RFRec (tuned)"),
 ]
 
 

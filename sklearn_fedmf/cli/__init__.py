@@ -74,8 +74,9 @@ def build_parser():
                     "(KFold); each candidate is fit on the training ratings of the other folds' "
                     "users and scored on the held-out ratings of the fold's users by fold-in "
                     "(X = training matrix, y = held-out matrix; binary methods: F1 on the "
-                    "fold's rows). Default grids: the papers' lambda (alpha_u), beta, N "
-                    "(local_iter), p (n_clients) and rank (n_components).")
+                    "fold's rows). Default grids: sklearn_fedmf.model_selection."
+                    "default_search_space (regularization, beta, biases, rank); RFRec: "
+                    "reg_consensus, learning_rate, p, n_clients, rank.")
     tune.add_argument("--method", default="fedmc-admm", metavar="NAME",
                       help=f"one of {names} (default: %(default)s)")
     tune.add_argument("--grid", type=_grid_entry, action="append", metavar="NAME=V1,V2",
