@@ -134,7 +134,7 @@ CONTRACT = {
                    center=False),
     "Felb": Felb(n_components=2, max_iter=3, sync_every=2, random_state=3),
     "Felb-gaussian": Felb(n_components=2, max_iter=2, privacy="gaussian", epsilon=0.5,
-                          clip=1.0, random_state=3),
+                          dp_clip=1.0, random_state=3),
 }
 
 
