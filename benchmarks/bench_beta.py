@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from sklearn_fedmf import FedMCADMM
+from sklearn_fedmf.completion import PAPER_SETTINGS
 from sklearn_fedmf.completion._fedmc_admm import initial_curvature
 from sklearn_fedmf.datasets import load_movielens
 from sklearn_fedmf.exceptions import UnobservedItemsWarning
@@ -56,13 +57,15 @@ def main():
             rmse = [
                 FedMCADMM(n_components=2, n_clients=4, partition="contiguous",
                           clients_per_round=cpr, max_iter=int(rounds * scale),
-                          beta=mult * b0_syn, center=False, random_state=seed)
+                          beta=mult * b0_syn, center=False, random_state=seed,
+                          **PAPER_SETTINGS["FedMCADMM"])
                 .fit(Xs, eval_set=Ys).history_[-1]["eval_rmse"]
                 for seed in seeds
             ]
             worst.append(max(rmse))
         model = FedMCADMM(n_components=5, n_clients=100, clients_per_round=10,
-                          max_iter=int(100 * scale), beta=mult * b0_ml, random_state=0)
+                          max_iter=int(100 * scale), beta=mult * b0_ml, random_state=0,
+                          **PAPER_SETTINGS["FedMCADMM"])
         model.fit(X, eval_set=Y)
         print(f"{mult:>10g}{worst[0]:>16.1e}{worst[1]:>15.1e}"
               f"{model.history_[-1]['eval_rmse']:>14.4f}{-model.score(X, Y):>12.4f}")

@@ -28,6 +28,7 @@ import warnings
 import numpy as np
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS
+from sklearn_fedmf.completion import PAPER_SETTINGS
 from sklearn_fedmf.datasets import load_movielens
 from sklearn_fedmf.exceptions import UnobservedItemsWarning
 from sklearn_fedmf.model_selection import train_test_split_ratings
@@ -36,10 +37,12 @@ from sklearn_fedmf.model_selection import train_test_split_ratings
 def methods(beta, rounds):
     common = dict(n_components=5, n_clients=100, clients_per_round=10, max_iter=rounds)
     return {
-        f"FedMCADMM (beta={beta:g})": lambda: FedMCADMM(beta=beta, local_iter=10, **common),
-        "FedMAvg (Wang & Chang)": lambda: FedMAvg(**common),
-        "FedMAvg (FedMC-ADMM paper)": lambda: FedMAvg(variant="fedmc_admm", **common),
-        "FedMGS": lambda: FedMGS(**common),
+        f"FedMCADMM (beta={beta:g})": lambda: FedMCADMM(beta=beta, local_iter=10, **common,
+                                                        **PAPER_SETTINGS["FedMCADMM"]),
+        "FedMAvg (Wang & Chang)": lambda: FedMAvg(**common, **PAPER_SETTINGS["FedMAvg"]),
+        "FedMAvg (FedMC-ADMM paper)": lambda: FedMAvg(variant="fedmc_admm", **common,
+                                                      **PAPER_SETTINGS["FedMAvg"]),
+        "FedMGS": lambda: FedMGS(**common, **PAPER_SETTINGS["FedMGS"]),
     }
 
 

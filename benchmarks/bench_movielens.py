@@ -22,6 +22,7 @@ import numpy as np
 from sklearn.model_selection import GridSearchCV, KFold
 
 from sklearn_fedmf import FedMCADMM
+from sklearn_fedmf.completion import PAPER_SETTINGS
 from sklearn_fedmf.datasets import load_movielens
 from sklearn_fedmf.exceptions import UnobservedItemsWarning
 from sklearn_fedmf.model_selection import train_test_split_ratings
@@ -40,7 +41,7 @@ def main():
              float("nan"), 0.0, {})]
 
     paper = dict(n_components=5, n_clients=100, clients_per_round=10, local_iter=10,
-                 max_iter=rounds, random_state=0)
+                 max_iter=rounds, random_state=0, **PAPER_SETTINGS["FedMCADMM"])
     tic = time.perf_counter()
     model = FedMCADMM(**paper).fit(X, eval_set=X_test)
     rows.append(("FedMCADMM, paper protocol", model.history_[-1]["eval_rmse"],
@@ -57,7 +58,8 @@ def main():
     if args.quick:
         grid = {"alpha_u": [1.0], "beta": [0.01, 0.1], "local_iter": [5], "n_clients": [10],
                 "n_components": [5]}
-    base = FedMCADMM(clients_per_round=10, max_iter=rounds, random_state=0)
+    base = FedMCADMM(clients_per_round=10, max_iter=rounds, random_state=0,
+                     **PAPER_SETTINGS["FedMCADMM"])
     tic = time.perf_counter()
     search = GridSearchCV(base, grid, cv=KFold(3, shuffle=True, random_state=0),
                           n_jobs=args.n_jobs).fit(X, X_test)

@@ -30,6 +30,7 @@ import numpy as np
 from joblib import Parallel, delayed
 
 from sklearn_fedmf import FedMCADMM, RFRec
+from sklearn_fedmf.completion import PAPER_SETTINGS
 from sklearn_fedmf.model_selection import train_test_split_ratings
 
 try:
@@ -37,8 +38,9 @@ try:
 except ImportError:  # not merged yet
     FedMAvg = None
 
-PAPER = dict(learning_rate=0.05, reg_consensus=10.0, center=False)
-CODE = dict(optimizer="adam", link="sigmoid", learning_rate=0.1, reg_consensus=20.0)
+PAPER = dict(PAPER_SETTINGS["RFRec"], learning_rate=0.05, reg_consensus=10.0, center=False)
+CODE = dict(PAPER_SETTINGS["RFRec"], optimizer="adam", link="sigmoid", learning_rate=0.1,
+            reg_consensus=20.0)
 CODE_F = dict(CODE, variant="rfrecf", p=0.8, pull_eta=1.0, max_iter=200)
 MODELS = {
     "RFRec (paper)": lambda: RFRec(**PAPER),
@@ -46,11 +48,11 @@ MODELS = {
     "RFRec (code)": lambda: RFRec(**CODE),
     "RFRecF (code)": lambda: RFRec(**CODE_F),
     "FedMCADMM": lambda: FedMCADMM(n_components=5, n_clients=100, clients_per_round=10,
-                                   max_iter=100),
+                                   max_iter=100, **PAPER_SETTINGS["FedMCADMM"]),
 }
 if FedMAvg is not None:
     MODELS["FedMAvg"] = lambda: FedMAvg(n_components=5, n_clients=100, clients_per_round=10,
-                                        max_iter=100)
+                                        max_iter=100, **PAPER_SETTINGS["FedMAvg"])
 TABLE3 = {  # ML-1M, RMSE then MAE, drop rates 0, 20, 50, 80, 90 %
     "RFRec": ([0.8831, 0.8870, 0.8956, 0.8966, 0.9001], [0.6937, 0.6958, 0.7083, 0.7090, 0.7117]),
     "RFRecF": ([0.8840, 0.8891, 0.9005, 0.9048, 0.9057], [0.6906, 0.6974, 0.7017, 0.7038, 0.7064]),
@@ -177,7 +179,8 @@ def table_cost(X, seeds, quick, n_jobs, variants=None):
         for n_clients in (None, min(200, n // 2)):  # (the --quick data has 150 users)
             times = []
             for jobs in (1, 2):
-                est = RFRec(learning_rate=1e-3, max_iter=rounds, eval_every=0, n_jobs=jobs,
+                est = RFRec(**{**PAPER_SETTINGS["RFRec"], "learning_rate": 1e-3},
+                            max_iter=rounds, eval_every=0, n_jobs=jobs,
                             n_clients=n_clients, random_state=0)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")

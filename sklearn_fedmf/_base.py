@@ -23,6 +23,7 @@ from ._fit import FEDERATION_CONSTRAINTS, FederatedEstimator, objective_not_decr
 from ._kernels import grad_rows, ridge_fold_in, squared_error
 from ._pairs import FactorModel, predict_pairs, score_block
 from ._prox import prox_elastic_net
+from ._biases import init_item, user_step_view, with_user
 from .exceptions import UnobservedItemsWarning
 
 __all__ = ["FederatedMFBase", "FEDERATION_CONSTRAINTS", "MAX_DENSE_ENTRIES", "check_dense_size"]
@@ -49,6 +50,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         "l1_ratio": [Interval(Real, 0, 1, closed="both")],
         "positive": ["boolean"],
         "center": ["boolean"],
+        "biased": ["boolean"],
         "clip": ["boolean"],
         "dropout": [Interval(Real, 0, 1, closed="left")],
         "eval_every": [Interval(Integral, 0, None, closed="left")],
@@ -57,8 +59,8 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     }
 
     def __init__(self, n_components, *, n_clients, partition, clients_per_round, max_iter, tol,
-                 alpha_u, alpha_v, center, clip, dropout, eval_every, callback, warm_start,
-                 missing_values, random_state, n_jobs, verbose, on_client_error):
+                 alpha_u, alpha_v, center, biased, clip, dropout, eval_every, callback,
+                 warm_start, missing_values, random_state, n_jobs, verbose, on_client_error):
         super().__init__(n_clients=n_clients, partition=partition, callback=callback,
                          random_state=random_state, n_jobs=n_jobs, verbose=verbose,
                          on_client_error=on_client_error)
@@ -69,6 +71,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         self.alpha_u = alpha_u
         self.alpha_v = alpha_v
         self.center = center
+        self.biased = biased
         self.clip = clip
         self.dropout = dropout
         self.eval_every = eval_every
@@ -121,6 +124,11 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         return check_ratings(X, name=name, dtype=dtype, missing_values=self.missing_values)
 
     def _check_fit_data(self, X, *, reset, eval_set=None):
+        if self.biased and getattr(self, "positive", False):
+            raise ValueError(
+                "biased=True and positive=True cannot be combined: the biases are signed "
+                "(set positive=False, or biased=False for a nonnegative factorization)."
+            )
         warn_if_zero_filled(X, self.missing_values)
         X = self._validate_ratings(X, reset=reset, fitting=True)
         n_items = X.shape[1]
@@ -153,14 +161,19 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     def _collect(self, state, blocks, ctx):
         self.mean_, self.rating_range_ = ctx.info["mean"], ctx.info["rating_range"]
         self.n_users_ = ctx.n_rows
-        self.components_ = self._read_components(state.server_state, state.broadcast)
-        U = np.zeros((ctx.n_rows, self.n_components), dtype=ctx.X.dtype)
+        V = self._read_components(state.server_state, state.broadcast)
+        U = np.zeros((ctx.n_rows, V.shape[0]), dtype=ctx.X.dtype)
         for block, client_state in zip(blocks, state.client_states):
             U[block.rows] = self._read_user_factors(client_state)
-        self.user_factors_ = U
+        if self.biased:  # the augmented factors [U, b_u, 1] and [V; 1; b_i] (_biases.py)
+            self.components_, self.item_bias_ = np.ascontiguousarray(V[:-2]), V[-1].copy()
+            self.user_factors_, self.user_bias_ = np.ascontiguousarray(U[:, :-2]), U[:, -2]
+        else:
+            self.components_, self.user_factors_ = V, U
 
     def _degenerate(self, state, blocks, ctx, history):
-        if not self.components_.any() or not self.user_factors_.any():
+        biases = self.biased and (self.item_bias_.any() or self.user_bias_.any())
+        if (not self.components_.any() or not self.user_factors_.any()) and not biases:
             return "the factors are all zero, so every prediction is the same constant"
         return objective_not_decreasing(history)
 
@@ -211,8 +224,30 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         # (computed in float64; returned in the dtype the model was fitted in)
         return self._fold_in(self._check_X(X)).astype(self.components_.dtype, copy=False)
 
-    def _fold_in(self, Xc):
+    def _augmented(self, Xc):
+        """Fold-in on the augmented factors: ``(U_aug, Vt_aug)`` whose products are the
+        predictions minus the offset (``[U, b_u, 1]`` and ``[Vt, 1, b_i]`` when biased).
+
+        With biases the fold-in solves ``[u, b_u]`` against ``[v; 1]`` on the ratings minus
+        ``b_i``; a row without ratings gets ``u = 0, b_u = 0``: it predicts ``b_i``.
+        """
         Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
+        if not self.biased:
+            return self._fold_in(Xc), Vt
+        Vt_aug = init_item(np.hstack([Vt, np.empty((Vt.shape[0], 2))]))
+        Vt_aug[:, -1] = self.item_bias_
+        X_view, Vt_free = user_step_view(Xc, Vt_aug)
+        U_free = self._fold_in_rows(X_view, Vt_free)
+        return with_user(U_free), Vt_aug
+
+    def _fold_in(self, Xc):
+        """The rows' factors (without the bias columns)."""
+        if self.biased:
+            return self._augmented(Xc)[0][:, :-2]
+        Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
+        return self._fold_in_rows(Xc, Vt)
+
+    def _fold_in_rows(self, Xc, Vt):
         U = np.zeros((Xc.shape[0], Vt.shape[1]))
         alpha_u = self.alpha_u
         ridge_fold_in(Xc.indptr, Xc.indices, Xc.data, Vt, alpha_u * (1 - self.l1_ratio), U)
@@ -233,7 +268,8 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
 
     def inverse_transform(self, X):
         """Ratings reconstructed from user factors (``X @ components_``, plus ``mean_`` when
-        ``center=True``).
+        ``center=True``, plus ``item_bias_`` when ``biased=True``: the user biases are not
+        part of ``X``).
 
         Parameters
         ----------
@@ -248,7 +284,8 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         """
         U = self._check_factors(X)
         check_dense_size(U.shape[0], self.components_.shape[1], "inverse_transform(X)")
-        return U @ self.components_ + self._offset
+        P = U @ self.components_ + self._offset
+        return P + self.item_bias_ if self.biased else P
 
     def predict(self, X, at=None):
         """Predicted ratings for the rows of ``X`` by fold-in.
@@ -296,9 +333,16 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     def _factor_model(self, Xc=None):
         """The model as :class:`~sklearn_fedmf._pairs.FactorModel`: the fitted users' factors,
         or, given the centred CSR ``Xc``, its rows' factors by fold-in."""
-        U = self.user_factors_ if Xc is None else self._fold_in(Xc)
         Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
-        return FactorModel(U, Vt, None, None, self._offset)
+        item_bias = self.item_bias_ if self.biased else None
+        if Xc is None:
+            U, user_bias = self.user_factors_, self.user_bias_ if self.biased else None
+        elif self.biased:  # fold-in solves [u, b_u] (see _augmented)
+            U_aug = self._augmented(Xc)[0]
+            U, user_bias = np.ascontiguousarray(U_aug[:, :-2]), U_aug[:, -2].copy()
+        else:
+            U, user_bias = self._fold_in(Xc), None
+        return FactorModel(U, Vt, user_bias, item_bias, self._offset)
 
     def _predict_entries(self, Xc, pattern):
         """Predicted ratings at the stored entries of ``pattern``, fold-in on ``Xc``."""

@@ -171,6 +171,7 @@ class FederationState:
     broadcast: Any
     n_rounds: int = 0
     history: list = field(default_factory=list)
+    n_uploads: Any = None  # per client: round uploads the server received (privacy accounting)
 
 
 def make_entropy(random_state):
@@ -402,6 +403,9 @@ def run_federation(
             n_failed, real = n_failed + n, real or real_update
             uploads = {c: u for c, u in result.messages.items()
                        if u is not None and c in selected}
+            if state.n_uploads is None:
+                state.n_uploads = np.zeros(n_clients, dtype=np.int64)
+            state.n_uploads[list(uploads)] += 1
             if real and not uploads and not any(c in result.messages for c in selected):
                 raise FederationError(
                     f"[{label}] every sampled client failed in round {k + 1} "

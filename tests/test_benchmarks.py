@@ -21,11 +21,14 @@ SMOKE_RUNS = [
     ("bench_clustering.py", [], "ACC %"),
     ("bench_felb.py", [], "best F1*"),
     ("bench_rfrec.py", ["--table", "cost"], "s/round (1)"),
+    ("bench_privacy.py", [], "basic/PLD"),
     ("run_all.py", ["--shapes", "ml1m", "--methods", "FedMCADMM,FedMAvg", "--cache-dir", "."],
      "ratings x steps/s"),
     ("bench_dask.py", ["--cache-dir", "."], "Dask LocalCluster"),
     ("bench_predict.py", ["--repeat", "1"], "naive numpy (dense scores, argpartition)"),
     ("bench_cv.py", [], "FedMCADMM"),
+    ("bench_defaults.py", [], "tuned parameters"),
+    ("bench_accuracy.py", [], "RFRec (tuned)"),
 ]
 
 

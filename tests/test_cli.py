@@ -148,8 +148,9 @@ def test_tune_ranks_candidates_by_the_documented_cv(tmp_path, capsys):
     # Oracle: the same CV built by hand (users in KFold, X = train, y = held-out ratings).
     X, _ = cli.load_data("synthetic:200x60x3000", 0)
     X_train, X_test = train_test_split_ratings(X, 0.2, random_state=0)
-    model = METHODS["fedmc-admm"].load()(n_clients=10, clients_per_round=3, max_iter=4,
-                                         n_components=5, random_state=0, **best)
+    method = METHODS["fedmc-admm"]  # (its fixed settings: the papers', PAPER_SETTINGS)
+    model = method.load()(n_clients=10, clients_per_round=3, max_iter=4, n_components=5,
+                          random_state=0, **{**method.fixed, **best})
     folds = KFold(2, shuffle=True, random_state=0).split(X_train)
     expected = -np.mean([clone(model).fit(X_train[fit]).score(X_train[held], X_test[held])
                          for fit, held in folds])
@@ -214,23 +215,24 @@ def test_tune_halving_uses_rounds_as_resource(tmp_path, capsys):
 
 
 def test_tune_options_fix_their_parameters(tmp_path, capsys):
-    # --clients and --rank leave the default grid (FedMGS: alpha_u x local_iter_u x n_clients
-    # x n_components) and are used by every candidate
+    # --clients and --rank leave the default grid (FedMGS: default_search_space's alpha_u x
+    # alpha_v x biased) and are used by every candidate
     argv = ["tune", "--method", "fedmgs", *FED, "--clients", "7", "--rank", "3", "--rounds",
             "2", "--cv", "2", "--quiet", "--split", "users", "--out", str(tmp_path)]
     status, out, err = run(argv, capsys)
     assert status == 0 and "tune: candidate" not in err  # --quiet
     report = json.loads((tmp_path / "tune.json").read_text())
-    assert set(report["grid"]) == {"alpha_u", "local_iter_u"}
-    assert len(report["ranked"]) == 6
+    assert set(report["grid"]) == {"alpha_u", "alpha_v", "biased"}
+    assert len(report["ranked"]) == 18
     assert (report["estimator"]["n_clients"], report["estimator"]["n_components"]) == (7, 3)
     assert "n_clients=7" in out.splitlines()[0] and "n_components=3" in out.splitlines()[0]
     # Oracle: the best candidate's CV score by hand with n_clients=7 and rank 3.
     X, _ = cli.load_data("synthetic:200x60x3000", 0)
     X_train, X_test = train_test_split_ratings(X, 0.2, random_state=0)
     best = report["ranked"][0]
-    model = METHODS["fedmgs"].load()(n_clients=7, clients_per_round=3, max_iter=2,
-                                     n_components=3, random_state=0, **best["params"])
+    method = METHODS["fedmgs"]  # (its fixed settings: the papers', PAPER_SETTINGS)
+    model = method.load()(n_clients=7, clients_per_round=3, max_iter=2, n_components=3,
+                          random_state=0, **{**method.fixed, **best["params"]})
     folds = KFold(2, shuffle=True, random_state=0).split(X_train)
     expected = -np.mean([clone(model).fit(X_train[fit]).score(X_train[held], X_test[held])
                          for fit, held in folds])
@@ -364,7 +366,7 @@ def test_bad_option_is_one_line_exit_2(argv, option, capsys):
 def test_help_documents_every_option():
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices
-    assert set(commands) == {"run", "tune", "recommend", "methods"}
+    assert set(commands) == {"run", "tune", "recommend", "methods", "flower-split"}
     for name, sub in [("fedmf", parser), *commands.items()]:
         text = " ".join(sub.format_help().split())
         for action in sub._actions:

@@ -14,6 +14,7 @@ from sklearn.metrics.pairwise import euclidean_distances
 
 from sklearn_fedmf import FederatedClustering
 from sklearn_fedmf._engine import nbytes
+from sklearn_fedmf.cluster._clustering_protocols import local_centers
 from sklearn_fedmf.cluster._federated_clustering import (
     h_steps,
     local_w_steps,
@@ -21,6 +22,7 @@ from sklearn_fedmf.cluster._federated_clustering import (
     penalty_matrix,
     sncp_rho,
 )
+from sklearn_fedmf.datasets import partition_label_skew
 from sklearn_fedmf.metrics import clustering_accuracy
 
 
@@ -164,7 +166,7 @@ def test_fedmgs_full_participation_descends_monotonically():
     """Oracle 13: fixed rho, c = 0.51 L_H, d = 0.501 L_W."""
     X, _ = blobs()
     model = FederatedClustering(3, n_clients=6, local_iter_v=10, max_iter=40, tol=0.0,
-                                sncp=False, rho0=1e-2, random_state=1).fit(X)
+                                init="random", sncp=False, rho0=1e-2, random_state=1).fit(X)
     F = np.array([r["objective"] for r in model.history_])
     assert np.all(np.diff(F) <= 1e-12 * F[:-1])
     assert F[-1] < 0.9 * F[0]
@@ -215,6 +217,7 @@ def test_uploads_hold_only_what_the_paper_sends(algorithm):
     log = []
     model = FederatedClustering(
         K, algorithm=algorithm, n_clients=P, clients_per_round=m, max_iter=8, random_state=0,
+        init="random",  # (the k-FED seeding adds its own one-time upload: tested below)
         callback=lambda k, info: log.append(info),
     ).fit(X)
     for k, info in enumerate(log):
@@ -319,6 +322,29 @@ def test_n_init_keeps_the_cheapest_of_several_federations():
     assert runs.count(1) == 3  # three federations ran
     assert best.score(X) >= single.score(X)  # the first start is the n_init=1 run
     assert best.n_iter_ == len(best.history_) <= 15
+
+
+def test_kfed_seeding_sends_only_centers_and_recovers_label_skewed_blobs():
+    # Every client holds two of the five blobs (label skew): the random start of the paper
+    # lands between them, the one-shot k-FED seeding (local k-means, k-means++ on the union
+    # of the local centers) starts on them.
+    X, y = blobs(n=300, k=5, noise=0.15)
+    clients = partition_label_skew(y, 10, classes_per_client=2, random_state=0)
+    K, M, P = 5, X.shape[1], 10
+    kfed = FederatedClustering(K, max_iter=30, random_state=0).fit(X, clients=clients)
+    paper = FederatedClustering(K, init="random", max_iter=30, random_state=0).fit(
+        X, clients=clients)
+    kmeans = clustering_accuracy(y, KMeans(K, n_init=10, random_state=0).fit(X).labels_)
+    acc = clustering_accuracy(y, kfed.labels_)
+    assert acc >= 0.9 * kmeans and acc > clustering_accuracy(y, paper.labels_)
+    # round 1 carries the seeding: K centers (M floats) and K sizes per client, on top of
+    # the random start's one-time uploads
+    rnd = FederatedClustering(K, init="random", max_iter=1, random_state=0).fit(X, clients=clients)
+    seed = FederatedClustering(K, max_iter=1, random_state=0).fit(X, clients=clients)
+    extra = seed.history_[0]["bytes_uploaded"] - rnd.history_[0]["bytes_uploaded"]
+    assert extra == P * K * (M + 1) * 8
+    centers, sizes = local_centers(X[clients == 0], K, 0)
+    assert centers.shape == (K, M) and sizes.sum() == np.sum(clients == 0)
 
 
 # ---- transform: distances to the clusters, as KMeans.transform -------------------------------

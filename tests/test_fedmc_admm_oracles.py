@@ -18,7 +18,7 @@ import pytest
 from joblib import parallel_config
 from scipy.optimize import minimize
 
-from sklearn_fedmf import FedMCADMM
+from sklearn_fedmf import FedMCADMM as _FedMCADMM
 from sklearn_fedmf._data import check_ratings, split_clients
 from sklearn_fedmf._engine import evaluate, initialize_federation, nbytes, run_federation
 from sklearn_fedmf._prox import soft_threshold
@@ -31,6 +31,12 @@ from sklearn_fedmf.completion._fedmc_admm import (
     w_exact,
     w_loop_linearized,
 )
+
+from .conftest import paper
+
+# The spec's oracles hold for the papers' settings (conftest.paper).
+
+FedMCADMM = paper(_FedMCADMM)
 
 EXACT = 1e-10
 EPS_L = 1e-8  # the floor of L_W and L_U (EPS_LIPSCHITZ in the solver)

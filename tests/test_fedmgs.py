@@ -8,11 +8,16 @@ import pytest
 from joblib import parallel_config
 
 import sklearn_fedmf.completion._fedmgs as fedmgs
-from sklearn_fedmf import FedMGS
+from sklearn_fedmf import FedMGS as _FedMGS
 from sklearn_fedmf._engine import nbytes
 
-from .conftest import low_rank_ratings
+from .conftest import low_rank_ratings, paper
 from .test_fedmavg import lam_max, masked
+
+
+# The spec's oracles hold for the papers' settings (conftest.paper).
+
+FedMGS = paper(_FedMGS)
 
 
 def small(**params):

@@ -316,23 +316,24 @@ def _update(block, state, broadcast, privacy, seed=0, **overrides):
 
 def test_upload_is_a_fresh_k_by_m_matrix_and_dp_noise_is_as_specified():
     block, state, broadcast = _one_client()
-    off = dict(mechanism=None, epsilon=1.0, delta=0.05, clip=None, sensitivity="entry")
+    off = dict(mechanism=None, clip=None, scale=None)
     new_state, upload = _update(block, state, broadcast, off)
     np.testing.assert_array_equal(upload, new_state["V"])
     for private in (block.X.data, new_state["U"], new_state["U_prev"], new_state["V"]):
         assert not np.shares_memory(upload, private)
-    dp = dict(mechanism="gaussian", epsilon=0.5, delta=0.05, clip=1.5, sensitivity="entry")
+    sigma = gaussian_sigma(0.5, 0.05, 1.5)  # the paper's calibration, spec 8.12
+    dp = dict(mechanism="gaussian", clip=1.5, scale=sigma)
     dp_state, noisy = _update(block, state, broadcast, dp)
     np.testing.assert_array_equal(dp_state["V"], new_state["V"])  # noise never stays local
     residual = noisy - np.minimum(dp_state["V"], 1.5)
-    assert abs(residual.std() / gaussian_sigma(0.5, 0.05, 1.5) - 1) < 0.03  # 12000 draws
+    assert abs(residual.std() / sigma - 1) < 0.03  # 12000 draws
     assert abs(residual.mean()) < 0.05 * residual.std()
 
 
 def test_clients_restart_from_the_broadcast():
     # after a sync V_i equals Vh: the stale local copy has no influence on the next round
     block, state, broadcast = _one_client(m=50)
-    off = dict(mechanism=None, epsilon=1.0, delta=0.05, clip=None, sensitivity="entry")
+    off = dict(mechanism=None, clip=None, scale=None)
     other = dict(state, V=np.zeros_like(state["V"]))
     a, up_a = _update(block, state, broadcast, off)
     b, up_b = _update(block, other, broadcast, off)
@@ -382,24 +383,29 @@ def test_aggregated_bmf_one_shot():
                        random_state=0, callback=lambda r, info: log.append(info["uploads"]))
     dp.fit(X)
     flips = sum(int((log[1][c] != log[0][c]).sum()) for c in range(4))
-    assert 0 < flips and dp.privacy_spent_["noise_scale"] == pytest.approx(1 / (1 + np.e**0.5))
+    assert 0 < flips and dp.noise_scale_ == pytest.approx(1 / (1 + np.e**0.5))
+    spent = dp.privacy_spent_  # one pure release per client: exactly epsilon at delta = 0
+    assert spent["n_releases"].tolist() == [1] * 4 and spent["delta"].tolist() == [0.0] * 4
+    np.testing.assert_allclose(spent["epsilon"], 0.5)
 
 
 # ---- 12 and 16: privacy accounting, determinism, input contract -------------------------------
 def test_privacy_spent_reports_per_release_and_composition():
     X, _ = tiles(60, 20, 2, seed=8)
     model = Felb(n_components=2, n_clients=3, max_iter=4, sync_every=2, privacy="laplace",
-                 epsilon=0.5, clip=1.5, random_state=0).fit(X)
+                 epsilon=0.5, dp_clip=1.5, random_state=0).fit(X)
     spent = model.privacy_spent_
-    assert spent["noise_scale"] == pytest.approx(1.5 / 0.5)
-    assert spent["epsilon_total"] == pytest.approx(4 * 0.5) and spent["n_releases"] == 4
+    assert model.noise_scale_ == pytest.approx(1.5 / 0.5)
+    assert spent["client"].tolist() == [0, 1, 2] and spent["n_releases"].tolist() == [4] * 3
+    np.testing.assert_allclose(spent["epsilon_basic"], 4 * 0.5)
+    assert np.all(spent["epsilon"] <= spent["epsilon_basic"] + 1e-9)
     assert Felb(n_components=2, n_clients=3, max_iter=2).fit(X).privacy_spent_ is None
     with pytest.warns(PrivacyWarning, match="without clipping"):
         Felb(n_components=2, n_clients=3, max_iter=1, privacy="gaussian", epsilon=0.5).fit(X)
 
 
 @pytest.mark.parametrize("params", [dict(update="palm"), dict(update="mu", privacy="gaussian",
-                                                                 epsilon=0.5, clip=1.5)])
+                                                                 epsilon=0.5, dp_clip=1.5)])
 def test_n_jobs_invariance(params):
     X, _ = tiles(120, 30, 3, density=0.9, noise=0.05, seed=9)
     fits = [Felb(n_components=3, n_clients=6, max_iter=8, random_state=0, n_jobs=n_jobs,

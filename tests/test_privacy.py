@@ -2,12 +2,14 @@
 randomized-response mechanisms."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 
 from sklearn_fedmf.privacy import (
     PrivacyWarning,
+    analytic_gaussian_sigma,
     check_privacy,
     clip_entries,
     compose_basic,
@@ -58,7 +60,7 @@ def test_empirical_noise_distributions():
     X = np.full((1000, 1000), 0.3)
     rng = np.random.default_rng(0)
     W = privatize(X, rng, mechanism="gaussian", epsilon=1.0, delta=0.05, clip=1.5)
-    sigma = gaussian_sigma(1.0, 0.05, sensitivity=1.5)
+    sigma = analytic_gaussian_sigma(1.0, 0.05, sensitivity=1.5)
     assert abs((W - X).std() / sigma - 1) < 0.01
     W = privatize(X, rng, mechanism="laplace", epsilon=0.5, clip=1.5)
     assert abs(np.abs(W - X).mean() / laplace_scale(0.5, 1.5) - 1) < 0.01
@@ -110,6 +112,9 @@ def test_privatize_never_aliases_and_is_seeded():
 
 def test_check_privacy_warnings_and_composition():
     with pytest.warns(PrivacyWarning, match="epsilon < 1"):
+        check_privacy("gaussian", 1.0, 0.05, clip=1.5, calibration="classical")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the analytic calibration is exact for every epsilon
         check_privacy("gaussian", 1.0, 0.05, clip=1.5)
     with pytest.warns(PrivacyWarning, match="without clipping"):
         check_privacy("laplace", 0.5)

@@ -17,7 +17,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._engine import FederatedProtocol, Participation
 from ..metrics._binary import factor_counts
-from ..privacy import check_privacy, compose_basic, flip_probability, privatize
+from ..privacy import check_privacy, flip_probability, privacy_spent, privatize
 from ._base import BooleanFactorizationBase
 from ._elb import PROX_MODES, local_steps, transposed_block
 
@@ -100,9 +100,9 @@ class AggregatedBMF(BooleanFactorizationBase):
         Majority vote (ties to 1), rounded average (ties to 0), or logical or.
     local_iter : int, default=1000
         Local Elbmf steps (the paper's iteration limit).
-    kappa, lam, growth, beta : float, default=0.01, 0.01, 1.02, 0.01
+    kappa, lam, growth, inertia : float, default=0.01, 0.01, 1.02, 0.01
         Elbmf's L1 weight, initial quadratic weight, its growth per step and the iPALM inertia
-        (the paper's Appendix D settings).
+        ``beta`` (the paper's Appendix D settings).
     lam_max : float, default=1e12
         Cap of the quadratic weight.
     update : {"palm", "mu"}, default="palm"
@@ -111,9 +111,10 @@ class AggregatedBMF(BooleanFactorizationBase):
         Elb prox (see :class:`Felb`).
     privacy : {None, "bernoulli"}, default=None
         Randomized response on the Boolean upload (flip probability ``1 / (1 + e^epsilon)``),
-        epsilon-DP per bit of the single release; the aggregate stays Boolean.
+        epsilon-DP per bit of the single release against the server (local DP; the
+        aggregate is post-processing and stays Boolean).
     epsilon : float, default=1.0
-        Privacy budget of the single release (``privacy="bernoulli"``), > 0.
+        Privacy budget of the single release (``privacy="bernoulli"``, per bit), > 0.
     n_clients : int, default=10
         Number of clients when ``clients`` is not given to fit.
     partition : {"random", "contiguous"}, default="random"
@@ -147,7 +148,12 @@ class AggregatedBMF(BooleanFactorizationBase):
         The aggregate ``Vh``.
     user_factors_ : ndarray of bool, shape (n_samples, n_components)
         The clients' local Boolean ``U_i`` in row order (analysis only).
-    n_clients_, clients_, n_iter_, history_, privacy_spent_, n_features_in_
+    privacy_spent_ : dict of ndarray or None
+        As in :class:`Felb`, at ``delta = 0``: one pure release, so ``epsilon`` is exact
+        (``epsilon`` for each client that uploaded).
+    noise_scale_ : float or None
+        The flip probability.
+    n_clients_, clients_, n_iter_, history_, n_features_in_
         As in :class:`Felb` (one round: ``n_iter_ == 1``).
     converged_ : bool
         Always True (a single round, no ``tol``).
@@ -175,7 +181,7 @@ class AggregatedBMF(BooleanFactorizationBase):
         "lam": [Interval(Real, 0, None, closed="left")],
         "growth": [Interval(Real, 1, None, closed="left")],
         "lam_max": [Interval(Real, 0, None, closed="neither")],
-        "beta": [Interval(Real, 0, 1, closed="left")],
+        "inertia": [Interval(Real, 0, 1, closed="left")],
         "update": [StrOptions({"palm", "mu"})],
         "prox_mode": [StrOptions(set(PROX_MODES))],
         "privacy": [StrOptions({"bernoulli"}), None],
@@ -192,7 +198,7 @@ class AggregatedBMF(BooleanFactorizationBase):
         lam=0.01,
         growth=1.02,
         lam_max=1e12,
-        beta=0.01,
+        inertia=0.01,
         update="palm",
         prox_mode="exact_nonneg",
         privacy=None,
@@ -217,13 +223,13 @@ class AggregatedBMF(BooleanFactorizationBase):
         self.lam = lam
         self.growth = growth
         self.lam_max = lam_max
-        self.beta = beta
+        self.inertia = inertia
         self.update = update
         self.prox_mode = prox_mode
         self.privacy = privacy
         self.epsilon = epsilon
 
-    def _privacy_settings(self):
+    def _privacy_settings(self, n_items):
         check_privacy(self.privacy, self.epsilon)
         return dict(mechanism=self.privacy, epsilon=self.epsilon)
 
@@ -247,15 +253,18 @@ class AggregatedBMF(BooleanFactorizationBase):
         self.components_ = state.server_state["Vh"]
         self.user_factors_ = self._stack_rows(
             blocks, [s["U"] for s in state.client_states], self.n_components, bool)
-        self.privacy_spent_ = None if self.privacy is None else {
-            "mechanism": self.privacy, "noise_scale": flip_probability(self.epsilon),
-            "epsilon": float(self.epsilon), "delta": 0.0, "n_releases": 1,
-            "epsilon_total": compose_basic(self.epsilon, 0.0, 1)[0], "delta_total": 0.0,
-        }
+        self._read_privacy_spent(state.n_uploads)
+
+    def _read_privacy_spent(self, n_uploads):
+        """``noise_scale_`` and ``privacy_spent_`` of the one randomized-response release."""
+        self.noise_scale_ = None if self.privacy is None else flip_probability(self.epsilon)
+        self.privacy_spent_ = None if self.privacy is None else privacy_spent(
+            np.unique(self.clients_), n_uploads, mechanism=self.privacy,
+            noise_multiplier=self.noise_scale_, delta=0.0, accountant="basic")
 
     def _solver(self):
         return dict(kappa=self.kappa, lam=self.lam, growth=self.growth, lam_max=self.lam_max,
-                    beta=self.beta, update=self.update, prox_mode=self.prox_mode, step_scale=1.0)
+                    beta=self.inertia, update=self.update, prox_mode=self.prox_mode, step_scale=1.0)
 
     def _fold_in_params(self):
         return dict(n_steps=self.local_iter, sync_every=1, rate_unit="local", **self._solver())

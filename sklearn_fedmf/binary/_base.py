@@ -106,11 +106,11 @@ class BooleanFactorizationBase(
                 f"n_components={self.n_components} is larger than the number of columns "
                 f"({X.shape[1]})."
             )
-        return X, {"privacy": self._privacy_settings()}
+        return X, {"privacy": self._privacy_settings(X.shape[1])}
 
     @abstractmethod
-    def _privacy_settings(self):
-        """The privacy settings of the uploads (validated), as keywords of ``privatize``."""
+    def _privacy_settings(self, n_items):
+        """The privacy settings of the ``(n_components, n_items)`` uploads (validated)."""
 
     def _stack_rows(self, blocks, parts, width, dtype):
         out = np.zeros((sum(b.n_rows for b in blocks), width), dtype=dtype)

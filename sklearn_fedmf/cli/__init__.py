@@ -18,6 +18,7 @@ import sys
 # the command's public names, importable from here (build_parser and main use some of them)
 from ._commands import cmd_methods, cmd_run, cmd_tune, fit_method  # noqa: F401
 from ._data import BINARY_THRESHOLD, binarize, load_data, prepare_data  # noqa: F401
+from ._flower import add_flower_split
 from ._messages import CommandError, _one_line  # noqa: F401
 from ._options import _assignment, _at_least_two, _common, _grid_entry, _Parser, _positive_int
 from ._ratings import cmd_recommend, load_pairs  # noqa: F401
@@ -80,8 +81,9 @@ def build_parser():
                     "candidate is fit on the training ratings of the other folds' users and "
                     "scored on the held-out ratings of the fold's users by fold-in (X = "
                     "training matrix, y = held-out matrix; binary methods: F1 on the fold's "
-                    "rows). Default grids: the papers' lambda (alpha_u), beta, N (local_iter), "
-                    "p (n_clients) and rank (n_components).")
+                    "rows). Default grids: sklearn_fedmf.model_selection.default_search_space "
+                    "(regularization, beta, biases, rank); RFRec: reg_consensus, "
+                    "learning_rate, p, n_clients, rank.")
     tune.add_argument("--method", default="fedmc-admm", metavar="NAME",
                       help=f"one of {names} (default: %(default)s)")
     tune.add_argument("--grid", type=_grid_entry, action="append", metavar="NAME=V1,V2",

@@ -375,3 +375,35 @@ def start_rounds(protocol, state, blocks, n_jobs=None):
     F0 = evaluate(protocol, state, blocks, n_jobs)["objective"]
     state.server_state = {**state.server_state, "F_prev": F0}
     return state
+
+
+# ---- federated seeding (k-FED) ----------------------------------------------------------------
+def local_centers(X, n_centers, seed):
+    """k-FED's client step: k-means on the client's own samples (at most ``n_centers``
+    centers). Sends the centers and their sizes: aggregates, never a sample."""
+    from sklearn.cluster import KMeans  # (a local, centralized computation on own data)
+
+    k = min(n_centers, X.shape[0])
+    model = KMeans(k, n_init=1, random_state=seed).fit(X)
+    return model.cluster_centers_, np.bincount(model.labels_, minlength=k).astype(float)
+
+
+def kfed_centers(blocks, n_clusters, seed):
+    """One-shot federated seeding (k-FED; Dennis, Li and Smith, "Heterogeneity for the win:
+    one-shot federated clustering", ICML 2021).
+
+    Every client runs k-means on its own samples and sends its ``K`` centers with their
+    sizes; the server clusters the union of the centers (weighted by size) with k-means++
+    and Lloyd's iterations. Under label skew each client holds few clusters, so its local
+    centers sit on the true ones and the union separates well. Returns the initial centers
+    ``(K, n_features)`` and the bytes uploaded.
+    """
+    from sklearn.cluster import KMeans
+
+    seeds = np.random.SeedSequence(seed).generate_state(len(blocks) + 1)
+    local = [local_centers(b.X, n_clusters, int(s)) for b, s in zip(blocks, seeds)]
+    centers = np.vstack([c for c, _ in local])
+    sizes = np.concatenate([w for _, w in local])
+    server = KMeans(n_clusters, n_init=10, random_state=int(seeds[-1]))
+    server.fit(centers, sample_weight=sizes)
+    return server.cluster_centers_, int(centers.nbytes + sizes.nbytes)

@@ -40,6 +40,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 from .._fit import FederatedEstimator
 from ..exceptions import DataWarning
 from ._clustering_protocols import (  # noqa: F401  (the tests import the unused ones from here)
+    kfed_centers,
     EPS,
     SampleBlock,
     center_distances,
@@ -137,14 +138,19 @@ class FederatedClustering(
         Communication rounds.
     tol : float, default=1e-8
         Stop when the relative change of the objective is below ``tol``.
-    init : {"random"} or array-like of shape (n_clusters, n_features), default="random"
-        ``"random"``: centers and memberships i.i.d. ``U[0, a)``, ``a = sqrt(mean|X| / K)``.
-        An array: initial centers; each sample starts from its best one-sparse fit to them.
+    init : {"k-fed", "random"} or array-like of shape (n_clusters, n_features), \
+            default="k-fed"
+        ``"k-fed"``: one-shot federated seeding (Dennis et al., ICML 2021): each client runs
+        k-means on its own samples and sends its ``n_clusters`` centers and their sizes (counted
+        in the first round's ``bytes_uploaded``); the server clusters their union (k-means++,
+        weighted by size) into the initial centers. ``"random"``: centers and memberships
+        i.i.d. ``U[0, a)``, ``a = sqrt(mean|X| / K)`` (the paper). An array: initial centers.
+        With centers, each sample starts from its best one-sparse fit to them.
     n_init : int, default=1
         Federations run from different random starts (as in ``KMeans``); the one with the
         lowest final clustering cost (``-score`` on the training samples: one scalar per
         client) is kept. Communication grows ``n_init``-fold; ``history_`` is the kept run's.
-        With an array ``init`` a single run is made.
+        With an array ``init`` a single run is made; with ``"k-fed"`` each start seeds anew.
     dropout : float, default=0.0
         Probability that a sampled client fails in a round.
     callback : callable, default=None
@@ -233,7 +239,7 @@ class FederatedClustering(
         "rho_max": [Interval(Real, 0, None, closed="left"), None],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
-        "init": [StrOptions({"random"}), "array-like"],
+        "init": [StrOptions({"random", "k-fed"}), "array-like"],
         "n_init": [Interval(Integral, 1, None, closed="left")],
         "dropout": [Interval(Real, 0, 1, closed="left")],
     }
@@ -264,7 +270,7 @@ class FederatedClustering(
         rho_max=None,
         max_iter=1000,
         tol=1e-8,
-        init="random",
+        init="k-fed",
         n_init=1,
         dropout=0.0,
         callback=None,
@@ -399,13 +405,21 @@ class FederatedClustering(
     def _run(self, protocol, blocks, ctx):
         """``n_init`` federations from spawned seeds; keep the lowest clustering cost."""
         starts = [ctx.entropy]
-        if ctx.info["centers"] is None and self.n_init > 1:  # spawned, reproducible seeds
+        kfed = isinstance(self.init, str) and self.init == "k-fed"
+        if (ctx.info["centers"] is None or kfed) and self.n_init > 1:  # spawned seeds
             starts += [int(c.generate_state(1, np.uint64)[0])
                        for c in np.random.SeedSequence(ctx.entropy).spawn(self.n_init - 1)]
         onehot = self.h_constraint == "onehot"
         best = None
         for start in starts:
+            seed_bytes = 0
+            if kfed:  # each start seeds anew; the seeding's uploads count in round 1
+                centers, seed_bytes = kfed_centers(blocks, self.n_clusters, start)
+                ctx = replace(ctx, info={**ctx.info, "centers": centers})
+                protocol = self._make_protocol(ctx)
             state = super()._run(protocol, blocks, replace(ctx, entropy=start))
+            if state.history:
+                state.history[0]["bytes_uploaded"] += seed_bytes
             cost = 0.0
             if len(starts) > 1:  # one scalar per client: its samples' clustering cost
                 cost = sum(clustering_cost(b.X, state.server_state["W"], onehot)[1].sum()

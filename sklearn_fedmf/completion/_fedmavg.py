@@ -41,6 +41,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .. import _biases
 from .._base import FederatedMFBase, squared_error_of
 from .._engine import FederatedProtocol, Participation
 from .._kernels import grad_cols, prox_grad_rows
@@ -102,20 +103,35 @@ def client_weight(block, client_weights):
     return block.nnz if client_weights == "entries" else block.n_rows
 
 
-def init_server(rng, *, n_items, n_components, init_scale):
-    """``V^0``: i.i.d. ``init_scale * Uniform[0, 1)``."""
+def init_server(rng, *, n_items, n_components, init_scale, biased=False):
+    """``V^0``: i.i.d. ``init_scale * Uniform[0, 1)`` (``[V^0; 1; 0]`` with biases)."""
     Vt = init_scale * rng.random((n_items, n_components))
+    if biased:
+        _biases.init_item(Vt)
     return {"Vt": Vt}, {"Vt": Vt}
 
 
-def init_client(block, broadcast, rng, *, init_scale, positive, client_weights, send_gram):
-    """Private ``U_p^0``; uploads its size (for ``omega``) and, for the global step, its Gram."""
-    U = init_scale * rng.random((block.n_rows, broadcast["Vt"].shape[1]))
+def init_user_factors(block, n_factors, rng, init_scale, positive, biased):
+    """Private ``U_p^0`` (``[U_p^0, 0, 1]`` with biases)."""
+    U = init_scale * rng.random((block.n_rows, n_factors))
     if positive:
         U = np.maximum(U, 0.0)
+    return _biases.init_user(U) if biased else U
+
+
+def item_gram(U, biased):
+    """``U_p^T U_p`` of the user columns the item side sees (``[U_p, 1]``: never ``b_u``)."""
+    A = _biases.item_partner(U) if biased else U
+    return A.T @ A
+
+
+def init_client(block, broadcast, rng, *, init_scale, positive, client_weights, send_gram,
+                biased=False):
+    """Private ``U_p^0``; uploads its size (for ``omega``) and, for the global step, its Gram."""
+    U = init_user_factors(block, broadcast["Vt"].shape[1], rng, init_scale, positive, biased)
     upload = {"size": float(client_weight(block, client_weights))}
     if send_gram:
-        upload["gram"] = U.T @ U
+        upload["gram"] = item_gram(U, biased)
     return {"U": U}, upload
 
 
@@ -132,22 +148,47 @@ def server_init_uploads(server_state, uploads, *, n_clients, q2_first):
     return state, {"Vt": Vt, "q2": q2_first, "total": total}
 
 
+def user_steps(U, Vt, X, n_steps, c_factor, ridge_in_L, alpha, l1_ratio, positive, biased):
+    """(11) with step ``1/(c_factor (lambda_max(V V^T) + ridge_in_L))``. With biases the
+    fixed column of ``[U, b_u, 1]`` is substituted (exact, ``_biases``): the steps run on
+    ``[U, b_u]`` against ``[V; 1]`` with the ratings minus ``b_i``, each row with its own
+    Lipschitz bound (``_biases.row_groups``: the global one would count the ones column over
+    every item)."""
+    if not biased:
+        c = c_factor * max(lambda_max(Vt.T @ Vt) + ridge_in_L, EPS_LIPSCHITZ)
+        return u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive)
+    X, Vt = _biases.user_step_view(X, Vt)
+    U = _biases.free_user(U)
+    out = np.empty_like(U)
+    for rows, L in _biases.row_groups(X, Vt, ridge_in_L):
+        out[rows] = u_steps(U[rows], Vt, X[rows], n_steps, c_factor * L, alpha, l1_ratio,
+                            positive)
+    return _biases.with_user(out)
+
+
 def u_phase(state, block, broadcast, *, variant, c_factor, alpha_u, l1_ratio, positive,
-            local_iter_u, client_weights):
+            local_iter_u, client_weights, biased=False):
     """Q1 steps on ``U_p`` against the broadcast ``V^s``; keeps the broadcast for the W phase."""
     Vt = broadcast["Vt"]
-    L = lambda_max(Vt.T @ Vt) + (alpha_u * (1.0 - l1_ratio) if variant == "wang_chang" else 0.0)
-    c = c_factor * max(L, EPS_LIPSCHITZ)
-    U = u_steps(state["U"], Vt, block.X, local_iter_u, c, alpha_u, l1_ratio, positive)
+    ridge = alpha_u * (1.0 - l1_ratio) if variant == "wang_chang" else 0.0
+    U = user_steps(state["U"], Vt, block.X, local_iter_u, c_factor, ridge, alpha_u, l1_ratio,
+                   positive, biased)
     # a client without ratings has a zero gradient: any omega > 0 gives it the same steps
     omega = max(client_weight(block, client_weights), 1.0) / broadcast["total"]
     return {"U": U, "Vt": Vt, "q2": broadcast["q2"], "omega": omega}
 
 
 def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alpha_v, l1_ratio,
-            positive):
-    """Q2 local steps from ``V^s``; returns the upload ``{"W": W_p}``."""
-    U, omega = state["U"], state["omega"]
+            positive, biased=False):
+    """Q2 local steps from ``V^s``; returns the upload ``{"W": W_p}``.
+
+    With biases ``h(V)`` holds the indicator of the fixed row of ``[V; 1; b_i]``: the steps
+    run on ``[V; b_i]`` against ``[U_p, 1]`` with the ratings minus ``b_u`` (exact), and
+    ``W_p`` goes up whole, ``b_i`` with it."""
+    U, omega, X, W0 = state["U"], state["omega"], block.X, state["Vt"]
+    if biased:
+        X, U = _biases.item_step_view(X, U)
+        W0 = _biases.free_item(W0)
     ridge = alpha_v * (1.0 - l1_ratio)
     if variant == "fedmc_admm":
         scale = 1.0 / n_clients
@@ -162,14 +203,14 @@ def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alp
             d = max(d_global, 0.51 * d_local / d_factor)
         else:
             d = d_global
-    Wt = w_steps(state["Vt"], U, block.X, state["q2"], d, scale, alpha_v, l1_ratio, positive)
-    return {"W": Wt}
+    Wt = w_steps(W0, U, X, state["q2"], d, scale, alpha_v, l1_ratio, positive)
+    return {"W": _biases.with_item(Wt) if biased else Wt}
 
 
 def client_prepare(state, block, broadcast, rng, selected, **params):
     """Prepare phase (global step only): the U phase, then send ``U_p^T U_p``."""
     new = u_phase(state, block, broadcast, **params)
-    return new, {"gram": new["U"].T @ new["U"]}
+    return new, {"gram": item_gram(new["U"], params.get("biased", False))}
 
 
 def server_prepare(server_state, stats, round_index, *, d_factor, alpha_v, l1_ratio):
@@ -192,22 +233,26 @@ def client_update(state, block, broadcast, rng, selected, *, prepared, u_params,
     return keep, w_phase(state, block, d_global, **w_params)
 
 
-def server_update(server_state, uploads, round_index, *, aggregation, local_iter_v, q_hat):
+def server_update(server_state, uploads, round_index, *, aggregation, local_iter_v, q_hat,
+                  biased=False):
     """``V^{s+1}``: the (weighted) mean of the uploaded local copies (8)-(10)."""
     clients = list(uploads)
     w = server_state["weights"][clients] if aggregation == "weighted" else np.ones(len(clients))
     w = w / w.sum() if w.sum() > 0 else np.full(len(clients), 1.0 / len(clients))
     Vt = sum(wi * uploads[p]["W"] for wi, p in zip(w, clients))
+    if biased:  # (a weighted mean of ones can round off 1)
+        _biases.fix_item(Vt)
     q2 = q2_schedule(round_index + 2, local_iter_v, q_hat)
     return {**server_state, "Vt": Vt}, {"Vt": Vt, "q2": q2, "total": server_state["total"]}
 
 
-def client_metrics(state, block, broadcast, *, alpha_u, l1_ratio):
+def client_metrics(state, block, broadcast, *, alpha_u, l1_ratio, biased=False):
     """Additive diagnostics of one client at the global ``V``."""
     U, Vt = state["U"], broadcast["Vt"]
     sse = squared_error_of(block.X, U, Vt)
     return {
-        "loss": 0.5 * sse + elastic_net_value(U, alpha_u, l1_ratio),
+        "loss": 0.5 * sse + elastic_net_value(_biases.free_user(U) if biased else U, alpha_u,
+                                              l1_ratio),
         "sse": sse,
         "n": block.nnz,
         "sse_eval": squared_error_of(block.X_eval, U, Vt),
@@ -215,11 +260,11 @@ def client_metrics(state, block, broadcast, *, alpha_u, l1_ratio):
     }
 
 
-def combine_metrics(server_state, sums, *, loss_scale, alpha_v, l1_ratio):
+def combine_metrics(server_state, sums, *, loss_scale, alpha_v, l1_ratio, biased=False):
     """The objective (``sum`` of client losses, ``1/p`` of it for the FedMC-ADMM variant)."""
+    Vt = _biases.free_item(server_state["Vt"]) if biased else server_state["Vt"]
     record = {
-        "objective": loss_scale * sums["loss"]
-        + elastic_net_value(server_state["Vt"], alpha_v, l1_ratio),
+        "objective": loss_scale * sums["loss"] + elastic_net_value(Vt, alpha_v, l1_ratio),
         "train_rmse": float(np.sqrt(sums["sse"] / max(sums["n"], 1))),
     }
     if sums["n_eval"]:
@@ -229,19 +274,22 @@ def combine_metrics(server_state, sums, *, loss_scale, alpha_v, l1_ratio):
 
 def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, local_iter_v,
                   q_hat, participation, aggregation, c_factor, d_factor, w_step, client_weights,
-                  alpha_u, alpha_v, l1_ratio, positive, init_scale):
-    """Bind the hyperparameters to the pure functions above."""
+                  alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False):
+    """Bind the hyperparameters to the pure functions above (``biased``: rank
+    ``n_components + 2`` with the augmented factors of ``_biases``)."""
     prepared = variant == "wang_chang" and w_step in ("global", "guarded")
     u_params = dict(variant=variant, c_factor=c_factor, alpha_u=alpha_u, l1_ratio=l1_ratio,
-                    positive=positive, local_iter_u=local_iter_u, client_weights=client_weights)
+                    positive=positive, local_iter_u=local_iter_u, client_weights=client_weights,
+                    biased=biased)
     w_params = dict(variant=variant, n_clients=n_clients, d_factor=d_factor, w_step=w_step,
-                    alpha_v=alpha_v, l1_ratio=l1_ratio, positive=positive)
+                    alpha_v=alpha_v, l1_ratio=l1_ratio, positive=positive, biased=biased)
     q2_first = q2_schedule(1, local_iter_v, q_hat)
     return FederatedProtocol(
-        init_server=partial(init_server, n_items=n_items, n_components=n_components,
-                            init_scale=init_scale),
+        init_server=partial(init_server, n_items=n_items,
+                            n_components=_biases.n_factors(n_components, biased),
+                            init_scale=init_scale, biased=biased),
         init_client=partial(init_client, init_scale=init_scale, positive=positive,
-                            client_weights=client_weights, send_gram=prepared),
+                            client_weights=client_weights, send_gram=prepared, biased=biased),
         server_init_uploads=partial(server_init_uploads, n_clients=n_clients,
                                     q2_first=q2_first),
         client_prepare=partial(client_prepare, **u_params) if prepared else None,
@@ -250,9 +298,11 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
         client_update=partial(client_update, prepared=prepared, u_params=u_params,
                               w_params=w_params),
         server_update=partial(server_update, aggregation=aggregation,
-                              local_iter_v=local_iter_v, q_hat=q_hat),
-        client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio),
+                              local_iter_v=local_iter_v, q_hat=q_hat, biased=biased),
+        client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio,
+                               biased=biased),
         combine_metrics=partial(combine_metrics, alpha_v=alpha_v, l1_ratio=l1_ratio,
+                                biased=biased,
                                 loss_scale=1.0 / n_clients if variant == "fedmc_admm" else 1.0),
         participation=Participation(computes="all", receives="all") if participation == "pcc"
         else Participation(),
@@ -321,18 +371,27 @@ class FedMAvg(FederatedMFBase):
         Communication rounds.
     tol : float, default=0.0
         Stop when the relative change of the objective falls below ``tol``.
-    alpha_u, alpha_v : float, default=1e-6
+    alpha_u, alpha_v : float, default=10.0
         Regularization of the user and item factors: ``alpha * l1_ratio * ||.||_1 + 0.5 *
         alpha * (1 - l1_ratio) * ||.||_F^2``. The l2 part is smooth (in the gradient), the l1
         part and ``positive`` act as a prox at every local step.
+        Defaults measured across data sets (``benchmarks/bench_defaults.py``); the papers'
+        ``1e-6`` is in ``PAPER_SETTINGS``.
     l1_ratio : float, default=0.0
         Mix of the elastic net: 0 is squared l2, 1 is l1 (soft-thresholding).
     positive : bool, default=False
         Constrain both factors to be nonnegative.
     init_scale : float, default=1.0
-        Factors start i.i.d. ``init_scale * Uniform[0, 1)``.
+        Factors start i.i.d. ``init_scale * Uniform[0, 1)`` (0: at the zero saddle, where
+        they stay; with ``biased=True`` only the biases are then fitted).
     center : bool, default=True
         Subtract the global training mean before factorizing.
+    biased : bool, default=True
+        Fit a bias per user and per item: the prediction is ``mean_ + b_u + b_i + u . v``.
+        The factors become ``[U, b_u, 1]`` and ``[V; 1; b_i]`` with the fixed entries held
+        by indicator functions in the regularizers (their prox is the projection onto 1), so
+        the algorithm runs unchanged on rank ``n_components + 2``. ``b_u`` stays on its
+        client like ``U_p``; ``b_i`` travels and is aggregated as ``V`` (its bytes counted).
     clip : bool, default=False
         Clip predictions to the training rating range.
     dropout : float, default=0.0
@@ -367,6 +426,10 @@ class FedMAvg(FederatedMFBase):
         The global item factor ``V`` (the paper's ``W``).
     user_factors_ : ndarray of shape (n_users, n_components)
         The client-local factors (the paper's ``H^T``), kept for analysis only.
+    item_bias_ : ndarray of shape (n_items,)
+        ``b_i`` (``biased=True`` only).
+    user_bias_ : ndarray of shape (n_users,)
+        ``b_u``, private to each client (``biased=True`` only).
     mean_ : float
     n_iter_ : int
     n_clients_ : int
@@ -412,7 +475,7 @@ class FedMAvg(FederatedMFBase):
         "d_factor": [Interval(Real, 0, None, closed="neither")],
         "w_step": [StrOptions({"global", "local", "guarded"}), None],
         "client_weights": [StrOptions({"entries", "rows"})],
-        "init_scale": [Interval(Real, 0, None, closed="neither")],
+        "init_scale": [Interval(Real, 0, None, closed="left")],
     }
 
     def __init__(
@@ -434,12 +497,13 @@ class FedMAvg(FederatedMFBase):
         clients_per_round=None,
         max_iter=100,
         tol=0.0,
-        alpha_u=1e-6,
-        alpha_v=1e-6,
+        alpha_u=10.0,
+        alpha_v=10.0,
         l1_ratio=0.0,
         positive=False,
         init_scale=1.0,
         center=True,
+        biased=True,
         clip=False,
         dropout=0.0,
         eval_every=1,
@@ -455,6 +519,7 @@ class FedMAvg(FederatedMFBase):
             n_components,
             n_clients=n_clients, partition=partition, clients_per_round=clients_per_round,
             max_iter=max_iter, tol=tol, alpha_u=alpha_u, alpha_v=alpha_v, center=center,
+            biased=biased,
             clip=clip, dropout=dropout, eval_every=eval_every, callback=callback,
             warm_start=warm_start, missing_values=missing_values, random_state=random_state,
             n_jobs=n_jobs, verbose=verbose, on_client_error=on_client_error,
@@ -490,6 +555,7 @@ class FedMAvg(FederatedMFBase):
             w_step="local" if paper else (self.w_step or "global"),
             client_weights=self.client_weights, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
             l1_ratio=self.l1_ratio, positive=self.positive, init_scale=self.init_scale,
+            biased=self.biased,
         )
 
     def _read_components(self, server_state, broadcast):

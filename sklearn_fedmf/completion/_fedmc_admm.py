@@ -20,6 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .. import _biases
 from .._base import FederatedMFBase, squared_error_of
 from .._engine import FederatedProtocol
 from .._kernels import grad_cols, prox_grad_rows
@@ -48,13 +49,16 @@ def initial_curvature(n_rows, n_clients, n_components, init_scale):
 
 
 # ---- pure solver functions ------------------------------------------------------------------
-def init_server(rng, *, n_items, n_components, init_scale):
-    """``V^0``: i.i.d. ``init_scale * Uniform[0, 1)`` (the papers' initialization)."""
+def init_server(rng, *, n_items, n_components, init_scale, biased=False):
+    """``V^0``: i.i.d. ``init_scale * Uniform[0, 1)`` (the papers' initialization); with
+    biases ``[V^0; 1; 0]``."""
     Vt = init_scale * rng.random((n_items, n_components))
+    if biased:
+        _biases.init_item(Vt)
     return {"Vt": Vt, "Z": None}, Vt
 
 
-def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive):
+def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive, biased=False):
     """Private ``U_i^0``, ``W_i^0 = V^0`` and ``Y_i^0 = -(1/p) grad_V f_i(U_i^0, V^0)``.
 
     Returns the client state and its one-time upload ``Y_i^0`` (eq. (16) needs every client's
@@ -66,6 +70,8 @@ def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive):
     U = (init_scale * rng.random((block.n_rows, Vt.shape[1]))).astype(dtype, copy=False)
     if positive:
         U = np.maximum(U, 0.0)
+    if biased:
+        _biases.init_user(U)
     if dual_init == "paper":
         Yt = np.empty_like(Vt)
         X = block.X
@@ -138,11 +144,26 @@ def w_exact(U, Vt, Yt, X, beta, n_clients):
     return np.linalg.solve(gram, rhs[:, :, None])[:, :, 0]
 
 
+def u_loop_biased(U, Wt, X, n_steps, alpha_u, l1_ratio):
+    """:func:`u_loop` on ``U_aug = [U, b_u, 1]``: ``R_i`` holds the indicator of the last
+    column, whose prox sets it to 1; substituting it is exact (``_biases``), so the loop runs
+    on the free columns ``[U, b_u]`` against ``[W, 1]`` with the ratings minus ``b_i``."""
+    X_view, Wt_free = _biases.user_step_view(X, Wt)
+    free = u_loop(_biases.free_user(U), Wt_free, X_view, n_steps, alpha_u, l1_ratio, False)
+    return _biases.with_user(free)
+
+
 def client_update(state, block, Vt, rng, selected, *, n_clients, beta, local_iter, alpha_u,
-                  l1_ratio, positive, w_update):
-    """One active round of client ``i`` (Algorithm 1, step 3); uploads ``(W_i, Y_i)``."""
+                  l1_ratio, positive, w_update, biased=False):
+    """One active round of client ``i`` (Algorithm 1, step 3); uploads ``(W_i, Y_i)``.
+
+    With biases ``W_i`` is the unconstrained copy of ``[V; 1; b_i]`` (only ``R(V)`` holds
+    the indicator), so the W loop and the dual step are unchanged."""
     X = block.X
-    U = u_loop(state["U"], state["Wt"], X, local_iter, alpha_u, l1_ratio, positive)
+    if biased:
+        U = u_loop_biased(state["U"], state["Wt"], X, local_iter, alpha_u, l1_ratio)
+    else:
+        U = u_loop(state["U"], state["Wt"], X, local_iter, alpha_u, l1_ratio, positive)
     if w_update == "linearized":
         Wt = w_loop_linearized(U, state["Wt"], Vt, state["Yt"], block.Xt, local_iter, beta,
                                n_clients)[0]
@@ -153,7 +174,7 @@ def client_update(state, block, Vt, rng, selected, *, n_clients, beta, local_ite
 
 
 def server_update(server_state, uploads, round_index, *, beta, n_clients, alpha_v, l1_ratio,
-                  positive):
+                  positive, biased=False):
     """(P-16): ``V = prox_{R/(p beta)}((1/p) sum_i (W_i + Y_i / beta))`` over ALL clients.
 
     Non-sampled clients enter with the ``Z_i`` they last sent. ``Z`` and its running sum are
@@ -174,15 +195,18 @@ def server_update(server_state, uploads, round_index, *, beta, n_clients, alpha_
         total = Z.sum(axis=0)
     Vt = prox_elastic_net(total / n_clients, 1.0 / (n_clients * beta), alpha_v, l1_ratio,
                           positive)
+    if biased:  # R(V) is separable: the fixed row's prox is the projection onto 1
+        _biases.fix_item(Vt)
     return {"Vt": Vt, "Z": Z, "Z_sum": total}, Vt
 
 
-def client_metrics(state, block, Vt, *, alpha_u, l1_ratio):
+def client_metrics(state, block, Vt, *, alpha_u, l1_ratio, biased=False):
     """Additive diagnostics of one client at the global ``V`` (not its local copy)."""
     U = state["U"]
     sse = squared_error_of(block.X, U, Vt)
     return {
-        "loss": 0.5 * sse + elastic_net_value(U, alpha_u, l1_ratio),
+        "loss": 0.5 * sse + elastic_net_value(_biases.free_user(U) if biased else U, alpha_u,
+                                              l1_ratio),
         "sse": sse,
         "n": block.nnz,
         "sse_eval": squared_error_of(block.X_eval, U, Vt),
@@ -192,12 +216,13 @@ def client_metrics(state, block, Vt, *, alpha_u, l1_ratio):
     }
 
 
-def combine_metrics(server_state, sums, *, n_clients, alpha_v, l1_ratio):
+def combine_metrics(server_state, sums, *, n_clients, alpha_v, l1_ratio, biased=False):
     """The objective ``F(U^k, V^k)`` (the objective (1)-(2) the paper reports), train/eval RMSE
-    and the consensus gap."""
+    and the consensus gap. (The indicators are 0 at the iterates; the fixed entries are not
+    penalized.)"""
+    Vt = _biases.free_item(server_state["Vt"]) if biased else server_state["Vt"]
     record = {
-        "objective": sums["loss"] / n_clients
-        + elastic_net_value(server_state["Vt"], alpha_v, l1_ratio),
+        "objective": sums["loss"] / n_clients + elastic_net_value(Vt, alpha_v, l1_ratio),
         "train_rmse": float(np.sqrt(sums["sse"] / max(sums["n"], 1))),
         "consensus_gap": sums["consensus"],
     }
@@ -207,25 +232,28 @@ def combine_metrics(server_state, sums, *, n_clients, alpha_v, l1_ratio):
 
 
 def make_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u, alpha_v,
-                  l1_ratio, positive, w_update, init_scale, dual_init):
-    """Bind the hyperparameters to the pure functions above."""
+                  l1_ratio, positive, w_update, init_scale, dual_init, biased=False):
+    """Bind the hyperparameters to the pure functions above (``biased``: the factors are
+    the augmented ``[U, b_u, 1]`` and ``[V; 1; b_i]`` of rank ``n_components + 2``)."""
     # Python floats: a numpy float64 scalar (e.g. from a GridSearchCV grid) would promote
     # float32 arrays to float64 in every product.
     beta, alpha_u, alpha_v, l1_ratio, init_scale = (
         float(v) for v in (beta, alpha_u, alpha_v, l1_ratio, init_scale))
-    reg_v = dict(alpha_v=alpha_v, l1_ratio=l1_ratio)
+    reg_v = dict(alpha_v=alpha_v, l1_ratio=l1_ratio, biased=biased)
     return FederatedProtocol(
-        init_server=partial(init_server, n_items=n_items, n_components=n_components,
-                            init_scale=init_scale),
+        init_server=partial(init_server, n_items=n_items,
+                            n_components=_biases.n_factors(n_components, biased),
+                            init_scale=init_scale, biased=biased),
         init_client=partial(init_client, n_clients=n_clients, init_scale=init_scale,
-                            dual_init=dual_init, positive=positive),
+                            dual_init=dual_init, positive=positive, biased=biased),
         server_init_uploads=partial(server_init_uploads, beta=beta, n_clients=n_clients),
         client_update=partial(client_update, n_clients=n_clients, beta=beta,
                               local_iter=local_iter, alpha_u=alpha_u, l1_ratio=l1_ratio,
-                              positive=positive, w_update=w_update),
+                              positive=positive, w_update=w_update, biased=biased),
         server_update=partial(server_update, beta=beta, n_clients=n_clients, positive=positive,
                               **reg_v),
-        client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio),
+        client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio,
+                               biased=biased),
         combine_metrics=partial(combine_metrics, n_clients=n_clients, **reg_v),
     )
 
@@ -266,10 +294,14 @@ class FedMCADMM(FederatedMFBase):
         Communication rounds.
     tol : float, default=0.0
         Stop when the relative change of the objective falls below ``tol``; 0 runs all rounds.
-    alpha_u, alpha_v : float, default=1e-6
+    alpha_u, alpha_v : float, default=10.0, 0.1
         Regularization strength of the user factors (``lambda``) and the item factor
         (``gamma``). The regularizer is ``alpha * l1_ratio * ||.||_1 +
         0.5 * alpha * (1 - l1_ratio) * ||.||_F^2``, as in :class:`~sklearn.decomposition.NMF`.
+        ``R(V)`` is not divided by ``p``: against a centralized ridge, ``alpha_v`` weighs ``p``
+        times more (0.1 at ``p = 100`` is a centralized 10, like ``alpha_u``).
+        Defaults measured across data sets (``benchmarks/bench_defaults.py``); the papers'
+        ``1e-6`` is in ``PAPER_SETTINGS``.
     l1_ratio : float, default=0.0
         0 is squared l2 (the paper's (65)-(68)), 1 is l1 (soft-thresholding, (70)-(73)).
     positive : bool, default=False
@@ -277,12 +309,20 @@ class FedMCADMM(FederatedMFBase):
     w_update : {"linearized", "exact"}, default="linearized"
         The paper's linearized W loop, or the exact per-column solve of Remark 4.1.
     init_scale : float, default=1.0
-        Factors start i.i.d. ``init_scale * Uniform[0, 1)``.
+        Factors start i.i.d. ``init_scale * Uniform[0, 1)`` (0 starts them at the zero
+        saddle, where they stay: with ``biased=True`` only the biases are then fitted).
     dual_init : {"paper", "zeros"}, default="paper"
         ``Y_i^0 = -(1/p) grad_V f_i(U_i^0, V^0)`` (uploaded once by every client) or zero.
     center : bool, default=True
         Subtract the global training mean (an aggregate of client sums and counts) before
         factorizing; ``False`` is the paper's raw objective.
+    biased : bool, default=True
+        Fit a bias per user and per item: the prediction is ``mean_ + b_u + b_i + u . v``.
+        Inside Algorithm 1 unchanged: the factors become ``[U, b_u, 1]`` and ``[V; 1; b_i]``
+        and ``R_i``, ``R`` hold the indicator of the fixed entries, whose prox is the
+        projection onto 1 (derivation in the user guide, "Biases"). ``b_u`` is private like
+        ``U_i``; ``b_i`` travels in ``(W_i, Y_i)`` and is aggregated as ``V`` (two more
+        columns of bytes). The biases are regularized by ``alpha_u`` and ``alpha_v``.
     clip : bool, default=False
         Clip predictions to the training rating range.
     dropout : float, default=0.0
@@ -323,6 +363,10 @@ class FedMCADMM(FederatedMFBase):
         The global item factor ``V``.
     user_factors_ : ndarray of shape (n_users, n_components)
         The client-local factors ``U`` in row order (kept for analysis only).
+    item_bias_ : ndarray of shape (n_items,)
+        ``b_i`` (``biased=True`` only).
+    user_bias_ : ndarray of shape (n_users,)
+        ``b_u``, private to each client like ``U_i`` (``biased=True`` only).
     mean_ : float
         Mean training rating: subtracted before factorizing when ``center=True``, and the
         prediction for rows without any observed rating (cold start).
@@ -381,7 +425,7 @@ class FedMCADMM(FederatedMFBase):
         "beta": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "local_iter": [Interval(Integral, 1, None, closed="left")],
         "w_update": [StrOptions({"linearized", "exact"})],
-        "init_scale": [Interval(Real, 0, None, closed="neither")],
+        "init_scale": [Interval(Real, 0, None, closed="left")],
         "dual_init": [StrOptions({"paper", "zeros"})],
     }
 
@@ -396,14 +440,15 @@ class FedMCADMM(FederatedMFBase):
         clients_per_round=None,
         max_iter=100,
         tol=0.0,
-        alpha_u=1e-6,
-        alpha_v=1e-6,
+        alpha_u=10.0,
+        alpha_v=0.1,
         l1_ratio=0.0,
         positive=False,
         w_update="linearized",
         init_scale=1.0,
         dual_init="paper",
         center=True,
+        biased=True,
         clip=False,
         dropout=0.0,
         eval_every=1,
@@ -419,6 +464,7 @@ class FedMCADMM(FederatedMFBase):
             n_components,
             n_clients=n_clients, partition=partition, clients_per_round=clients_per_round,
             max_iter=max_iter, tol=tol, alpha_u=alpha_u, alpha_v=alpha_v, center=center,
+            biased=biased,
             clip=clip, dropout=dropout, eval_every=eval_every, callback=callback,
             warm_start=warm_start, missing_values=missing_values, random_state=random_state,
             n_jobs=n_jobs, verbose=verbose, on_client_error=on_client_error,
@@ -433,6 +479,9 @@ class FedMCADMM(FederatedMFBase):
 
     def _beta(self, ctx):
         if self.beta == "auto":
+            if self.init_scale == 0:
+                raise ValueError("beta='auto' scales with init_scale; init_scale=0 needs an "
+                                 "explicit beta.")
             return AUTO_BETA * initial_curvature(
                 ctx.n_rows, ctx.n_clients, self.n_components, self.init_scale
             )
@@ -444,6 +493,7 @@ class FedMCADMM(FederatedMFBase):
             beta=self._beta(ctx), local_iter=self.local_iter, alpha_u=self.alpha_u,
             alpha_v=self.alpha_v, l1_ratio=self.l1_ratio, positive=self.positive,
             w_update=self.w_update, init_scale=self.init_scale, dual_init=self.dual_init,
+            biased=self.biased,
         )
 
     def _collect(self, state, blocks, ctx):

@@ -39,6 +39,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
+from .. import _biases
 from .._base import FederatedMFBase
 from .._engine import FederatedProtocol
 from .._kernels import grad_cols
@@ -46,35 +47,43 @@ from ._fedmavg import (
     EPS_LIPSCHITZ,
     client_metrics,
     combine_metrics,
+    init_user_factors,
     lambda_max,
     prox_nonsmooth,
-    u_steps,
+    user_steps,
 )
 
 __all__ = ["FedMGS"]
 
 
 # ---- pure solver functions ------------------------------------------------------------------
-def init_server(rng, *, n_items, n_components, init_scale):
-    """``V^0``: i.i.d. ``init_scale * Uniform[0, 1)``."""
+def init_server(rng, *, n_items, n_components, init_scale, biased=False):
+    """``V^0``: i.i.d. ``init_scale * Uniform[0, 1)`` (``[V^0; 1; 0]`` with biases)."""
     Vt = init_scale * rng.random((n_items, n_components))
+    if biased:
+        _biases.init_item(Vt)
     return {"Vt": Vt}, Vt
 
 
-def share(U, Vt, X):
-    """What a client sends: the data gradient at ``(U_p, V)`` and ``U_p^T U_p``."""
+def share(U, Vt, X, biased=False):
+    """What a client sends: the data gradient at ``(U_p, V)`` and ``U_p^T U_p``.
+
+    With biases: the gradient in the free entries ``[V; b_i]`` (at ``[U_p, 1]`` against the
+    ratings minus ``b_u``, exact) and the Gram of ``[U_p, 1]``; nothing in ``b_u``'s
+    direction, and the fixed row has no gradient to send."""
+    if biased:
+        X, U = _biases.item_step_view(X, U)
+        Vt = _biases.free_item(Vt)
     G = np.empty_like(Vt)
     grad_cols(X.indptr, X.indices, X.data, U, Vt, G)
     return {"grad": G, "gram": U.T @ U}
 
 
-def init_client(block, Vt, rng, *, init_scale, positive):
+def init_client(block, Vt, rng, *, init_scale, positive, biased=False):
     """Private ``U_p^0`` and the one-time upload of its gradient and Gram (for ``G1^0``,
     ``G2^0``)."""
-    U = init_scale * rng.random((block.n_rows, Vt.shape[1]))
-    if positive:
-        U = np.maximum(U, 0.0)
-    return {"U": U}, share(U, Vt, block.X)
+    U = init_user_factors(block, Vt.shape[1], rng, init_scale, positive, biased)
+    return {"U": U}, share(U, Vt, block.X, biased)
 
 
 def server_init_uploads(server_state, uploads, *, n_clients):
@@ -85,16 +94,15 @@ def server_init_uploads(server_state, uploads, *, n_clients):
 
 
 def client_update(state, block, Vt, rng, selected, *, local_iter_u, c_factor, alpha_u,
-                  l1_ratio, positive):
+                  l1_ratio, positive, biased=False):
     """Q1 proximal-gradient steps on ``U_p`` at ``V^s`` (step ``1/(c_factor L_U)``), then share."""
-    L = lambda_max(Vt.T @ Vt) + alpha_u * (1.0 - l1_ratio)
-    c = c_factor * max(L, EPS_LIPSCHITZ)
-    U = u_steps(state["U"], Vt, block.X, local_iter_u, c, alpha_u, l1_ratio, positive)
-    return {"U": U}, share(U, Vt, block.X)
+    U = user_steps(state["U"], Vt, block.X, local_iter_u, c_factor, alpha_u * (1.0 - l1_ratio),
+                   alpha_u, l1_ratio, positive, biased)
+    return {"U": U}, share(U, Vt, block.X, biased)
 
 
 def server_update(server_state, uploads, round_index, *, d_factor, alpha_v, l1_ratio,
-                  positive):
+                  positive, biased=False):
     """One proximal-gradient step on ``V`` with the sum of the clients' latest gradients.
 
     The caches are updated in place: the server owns them and they are large.
@@ -105,8 +113,10 @@ def server_update(server_state, uploads, round_index, *, d_factor, alpha_v, l1_r
         grams[p] = upload["gram"]
     ridge = alpha_v * (1.0 - l1_ratio)
     d = d_factor * max(lambda_max(grams.sum(axis=0)) + ridge, EPS_LIPSCHITZ)
-    Vt = prox_nonsmooth(Vt - (grads.sum(axis=0) + ridge * Vt) / d, 1.0 / d, alpha_v, l1_ratio,
-                        positive)
+    free = _biases.free_item(Vt) if biased else Vt  # (the fixed row does not move)
+    free = prox_nonsmooth(free - (grads.sum(axis=0) + ridge * free) / d, 1.0 / d, alpha_v,
+                          l1_ratio, positive)
+    Vt = _biases.with_item(free) if biased else free
     return {"Vt": Vt, "grads": grads, "grams": grams}, Vt
 
 
@@ -115,20 +125,23 @@ def _metrics(state, block, Vt, **params):
 
 
 def make_protocol(*, n_items, n_clients, n_components, local_iter_u, c_factor, d_factor,
-                  alpha_u, alpha_v, l1_ratio, positive, init_scale):
+                  alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False):
     """Bind the hyperparameters to the pure functions above."""
     return FederatedProtocol(
-        init_server=partial(init_server, n_items=n_items, n_components=n_components,
-                            init_scale=init_scale),
-        init_client=partial(init_client, init_scale=init_scale, positive=positive),
+        init_server=partial(init_server, n_items=n_items,
+                            n_components=_biases.n_factors(n_components, biased),
+                            init_scale=init_scale, biased=biased),
+        init_client=partial(init_client, init_scale=init_scale, positive=positive,
+                            biased=biased),
         server_init_uploads=partial(server_init_uploads, n_clients=n_clients),
         client_update=partial(client_update, local_iter_u=local_iter_u, c_factor=c_factor,
-                              alpha_u=alpha_u, l1_ratio=l1_ratio, positive=positive),
+                              alpha_u=alpha_u, l1_ratio=l1_ratio, positive=positive,
+                              biased=biased),
         server_update=partial(server_update, d_factor=d_factor, alpha_v=alpha_v,
-                              l1_ratio=l1_ratio, positive=positive),
-        client_metrics=partial(_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio),
+                              l1_ratio=l1_ratio, positive=positive, biased=biased),
+        client_metrics=partial(_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio, biased=biased),
         combine_metrics=partial(combine_metrics, loss_scale=1.0, alpha_v=alpha_v,
-                                l1_ratio=l1_ratio),
+                                l1_ratio=l1_ratio, biased=biased),
     )
 
 
@@ -171,17 +184,26 @@ class FedMGS(FederatedMFBase):
         Communication rounds (one server step each).
     tol : float, default=0.0
         Stop when the relative change of the objective falls below ``tol``.
-    alpha_u, alpha_v : float, default=1e-6
+    alpha_u, alpha_v : float, default=10.0
         Elastic-net regularization of the user and item factors (as in
         :class:`~sklearn_fedmf.FedMAvg`).
+        Defaults measured across data sets (``benchmarks/bench_defaults.py``); the papers'
+        ``1e-6`` is in ``PAPER_SETTINGS``.
     l1_ratio : float, default=0.0
         Mix of the elastic net: 0 is squared l2, 1 is l1 (soft-thresholding).
     positive : bool, default=False
         Constrain both factors to be nonnegative.
     init_scale : float, default=1.0
-        Factors start i.i.d. ``init_scale * Uniform[0, 1)``.
+        Factors start i.i.d. ``init_scale * Uniform[0, 1)`` (0: at the zero saddle, where
+        they stay; with ``biased=True`` only the biases are then fitted).
     center : bool, default=True
         Subtract the global training mean before factorizing.
+    biased : bool, default=True
+        Fit a bias per user and per item: the prediction is ``mean_ + b_u + b_i + u . v``.
+        The factors become ``[U, b_u, 1]`` and ``[V; 1; b_i]`` with the fixed entries held
+        by indicator functions in the regularizers (their prox is the projection onto 1), so
+        the algorithm runs unchanged on rank ``n_components + 2``. ``b_u`` stays on its
+        client like ``U_p``; ``b_i`` travels and is aggregated as ``V`` (its bytes counted).
     clip : bool, default=False
         Clip predictions to the training rating range.
     dropout : float, default=0.0
@@ -217,6 +239,10 @@ class FedMGS(FederatedMFBase):
         The global item factor ``V``.
     user_factors_ : ndarray of shape (n_users, n_components)
         The client-local factors, kept for analysis only.
+    item_bias_ : ndarray of shape (n_items,)
+        ``b_i`` (``biased=True`` only).
+    user_bias_ : ndarray of shape (n_users,)
+        ``b_u``, private to each client (``biased=True`` only).
     mean_ : float
     n_iter_ : int
     n_clients_ : int
@@ -253,7 +279,7 @@ class FedMGS(FederatedMFBase):
         "local_iter_u": [Interval(Integral, 1, None, closed="left")],
         "c_factor": [Interval(Real, 0, None, closed="neither")],
         "d_factor": [Interval(Real, 0, None, closed="neither")],
-        "init_scale": [Interval(Real, 0, None, closed="neither")],
+        "init_scale": [Interval(Real, 0, None, closed="left")],
     }
 
     def __init__(
@@ -268,12 +294,13 @@ class FedMGS(FederatedMFBase):
         clients_per_round=None,
         max_iter=100,
         tol=0.0,
-        alpha_u=1e-6,
-        alpha_v=1e-6,
+        alpha_u=10.0,
+        alpha_v=10.0,
         l1_ratio=0.0,
         positive=False,
         init_scale=1.0,
         center=True,
+        biased=True,
         clip=False,
         dropout=0.0,
         eval_every=1,
@@ -289,6 +316,7 @@ class FedMGS(FederatedMFBase):
             n_components,
             n_clients=n_clients, partition=partition, clients_per_round=clients_per_round,
             max_iter=max_iter, tol=tol, alpha_u=alpha_u, alpha_v=alpha_v, center=center,
+            biased=biased,
             clip=clip, dropout=dropout, eval_every=eval_every, callback=callback,
             warm_start=warm_start, missing_values=missing_values, random_state=random_state,
             n_jobs=n_jobs, verbose=verbose, on_client_error=on_client_error,
@@ -305,7 +333,7 @@ class FedMGS(FederatedMFBase):
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             local_iter_u=self.local_iter_u, c_factor=self.c_factor, d_factor=self.d_factor,
             alpha_u=self.alpha_u, alpha_v=self.alpha_v, l1_ratio=self.l1_ratio,
-            positive=self.positive, init_scale=self.init_scale,
+            positive=self.positive, init_scale=self.init_scale, biased=self.biased,
         )
 
     def _read_components(self, server_state, broadcast):

@@ -43,7 +43,13 @@ from sklearn.utils.validation import _num_samples
 from .._base import FederatedMFBase, check_dense_size
 from .._kernels import ridge_fold_in
 from ..exceptions import ConfigurationWarning, PrivacyWarning
-from ..privacy import laplace_epsilon
+from ..privacy import (
+    ACCOUNTANTS,
+    calibrate_noise,
+    laplace_epsilon,
+    privacy_spent,
+    resolve_accountant,
+)
 from ._rfrec_kernels import _sigmoid_fold_in
 from ._rfrec_solver import (  # noqa: F401  (the tests import _coin and _pulled from here)
     _EXPLODE,
@@ -52,9 +58,14 @@ from ._rfrec_solver import (  # noqa: F401  (the tests import _coin and _pulled 
     _diverged,
     _pulled,
     make_protocol,
+    pull_strength,
 )
 
 __all__ = ["RFRec", "ItemMatrixUpload"]
+
+# learning_rate="auto" with optimizer="adam": Adam's steps are scale-free, so one value serves
+# every data set (the authors' code uses 0.1; measured in benchmarks/bench_defaults.py).
+AUTO_ADAM_LR = 0.05
 
 
 # ---- estimator ----------------------------------------------------------------------------
@@ -81,11 +92,16 @@ class RFRec(FederatedMFBase):
         The paper's ``lambda``, multiplying ``1/2 sum_c ||V_(c) - Vbar||^2``. The authors' code
         has no 1/2: its ``lam_L = 10`` is ``reg_consensus=20``. Large values tie every copy to
         ``Vbar`` (the gap shrinks like ``1 / lambda``); 0 gives independent local models.
-    learning_rate : float, default=0.05
+    learning_rate : float or "auto", default="auto"
         Step ``alpha`` (the paper: 0.05 for RFRec, 0.025 for RFRecF). With ``optimizer="gd"``
-        it must stay below about ``1 / L``, which grows with the ratings per user and item: on
-        MovieLens use about 0.005 or ``optimizer="adam"``. A diverging run raises
-        ``FloatingPointError`` naming this parameter instead of returning NaN factors.
+        a float must stay below about ``1 / L``, which grows with the ratings per user and
+        item (on MovieLens about 0.005); a diverging run raises ``FloatingPointError`` naming
+        this parameter instead of returning NaN factors. ``"auto"`` with ``"gd"`` steps each
+        user vector and each rated item column by ``0.5 / L_block``, ``L_block`` the bound
+        on its Hessian at the current iterate (``2 (sum_j ||v_j||^2 + alpha_u)`` for ``u_i``,
+        ``2 (sum_i ||u_i||^2 + reg_v) + reg_consensus`` for a column; the sigmoid link
+        scales the data part by 0.16): a diagonally preconditioned gradient step that no
+        data scale makes diverge. ``"auto"`` with ``"adam"`` is 0.05.
     optimizer : {"gd", "adam"}, default="gd"
         Exact gradient steps (the paper's algorithms) or Adam with per-client moments
         (beta 0.9/0.999, eps 1e-8; the authors' code, with ``learning_rate=0.1``).
@@ -99,7 +115,9 @@ class RFRec(FederatedMFBase):
         ``Vbar`` after a 0; 2 messages per 0 -> 1 transition), or the pseudo-code literally
         (upload at 0 -> 1, pull instead of a step at 1 -> 0).
     pull_eta : float or None, default=None
-        Pull strength ``eta``; None is ``learning_rate * reg_consensus / p``. The code uses 1
+        Pull strength ``eta``; None is ``learning_rate * reg_consensus / p`` (with
+        ``learning_rate="auto"`` and ``"gd"``: ``min(1, 0.5 reg_consensus / ((reg_consensus +
+        2 alpha_v / N) p))``, the unrated columns' step in its place). The code uses 1
         (copy := ``Vbar``). A value above 1 overshoots and warns.
     n_clients : int or None, default=None
         None: one client per user (the paper). An int groups the users into that many clients
@@ -114,25 +132,53 @@ class RFRec(FederatedMFBase):
         Iterations ``K`` (for RFRecF, coin flips; messages happen on some of them only).
     tol : float, default=0.0
         Stop when the relative change of the objective falls below ``tol``.
-    alpha_u : float, default=0.1
+    alpha_u : float, default=1.5
         ``lambda_u`` on ``sum_i ||u_i||^2``; also the fold-in ridge of ``transform``.
-    alpha_v : float, default=0.0
+    alpha_v : float, default=1.5
         ``lambda_v``: ``(alpha_v / N) ||V_(c)||^2`` per client (``alpha_v ||V||^2`` at
         consensus). The paper uses 0; then ``F`` has no minimizer (the scales of ``U`` and
-        ``V`` drift), which a positive value removes.
+        ``V`` drift), which a positive value removes. The defaults 1.5 (no 1/2 on the
+        penalties: a 3 in the other estimators' scale) are measured across data sets
+        (``benchmarks/bench_defaults.py``); the code's settings are in ``PAPER_SETTINGS``.
     init_std : float, default=0.01
         Standard deviation of the Gaussian initialization of ``u_i`` and ``Vbar^0``.
-    clip_delta, noise_scale : float or None, default=None
-        Privacy (the paper's Section 3.4): each upload is
-        ``clip(V_(c), delta) + Laplace(noise_scale)`` per
-        entry. ``epsilon_ = 2 delta / s`` is per entry and per upload: a whole upload costs
-        ``n_items * d`` times that, and uploads compose over rounds. Without noise, uploads
-        reveal which items a client rated (its copy differs from ``Vbar`` only there).
+    dp_clip : float or None, default=None
+        The paper's clipping threshold ``delta`` (Section 3.4, eq. 9): each upload is
+        ``clip(V_(c), dp_clip) + Laplace(noise_scale)`` per entry, local differential privacy
+        of each client against the server. Clipping bounds an entry's change by
+        ``2 dp_clip``, so one upload is ``epsilon_ = 2 dp_clip / noise_scale``-DP for a
+        change of one entry of ``V_(c)`` (a whole upload changes ``n_items * d`` entries),
+        and a client's uploads compose over rounds (``privacy_spent_``). Without noise,
+        uploads reveal which items a client rated (its copy differs from ``Vbar`` only
+        there); with ``center=True`` each client's rating sum and count reach the server
+        without noise, outside the guarantee.
+    noise_scale : float or None, default=None
+        Laplace scale ``s`` of the upload noise (needs ``dp_clip`` for a guarantee).
+    target_epsilon : float or None, default=None
+        Budget of the **whole fit** instead of ``noise_scale``: the accountant finds the
+        smallest ``s`` with which ``max_iter`` uploads (a client uploading every round)
+        spend at most ``(target_epsilon, target_delta)`` per entry; needs ``dp_clip``. No
+        amplification by client sampling is claimed: the server samples, and it is the
+        adversary. With ``warm_start`` each call is calibrated on its own, and
+        ``privacy_spent_`` counts the releases of all of them.
+    target_delta : float, default=1e-5
+        ``delta`` of the whole fit: the target with ``target_epsilon``, and the ``delta`` at
+        which ``privacy_spent_`` reports each client's epsilon.
+    accountant : {"pld", "rdp"}, default="pld"
+        Composition over rounds by dp-accounting's privacy-loss-distribution or Renyi
+        accountant (the ``privacy`` extra); without it, basic composition and a
+        :class:`~sklearn_fedmf.exceptions.PrivacyWarning`.
     simulate_uploads : bool, default=False
         Send dense per-client matrices with per-client noise (tiny problems, audits); by
         default uploads are sparse views and the noise is summed exactly on the server.
     center : bool, default=True
         Subtract the training mean before factorizing; ``False`` is the paper's objective.
+    biased : bool, default=True
+        Fit a bias per user and per item: the prediction is ``mean_ + b_u + b_i + u . v``.
+        The factors become ``[U, b_u, 1]`` and ``[V; 1; b_i]`` with the fixed entries held
+        by indicator functions in the regularizers (their prox is the projection onto 1), so
+        the algorithm runs unchanged on rank ``n_components + 2``. ``b_u`` stays on its
+        client like ``U_p``; ``b_i`` travels and is aggregated as ``V`` (its bytes counted).
     clip : bool, default=False
         Clip predictions to the training rating range.
     dropout : float, default=0.0
@@ -147,13 +193,28 @@ class RFRec(FederatedMFBase):
         The server's averaged item matrix ``Vbar``.
     user_factors_ : ndarray of shape (n_users, n_components)
         The federated user vectors (kept for analysis; they never leave a client).
+    item_bias_ : ndarray of shape (n_items,)
+        ``b_i`` (``biased=True`` only).
+    user_bias_ : ndarray of shape (n_users,)
+        ``b_u``, private to each client (``biased=True`` only).
     mean_ : float
     rating_range_ : tuple of float
     n_iter_ : int
     comm_rounds_ : int
         One-way communication rounds (Definition 3.8), counted as in Lemma 3.9.
     epsilon_ : float or None
-        ``2 clip_delta / noise_scale``, per entry and per upload.
+        ``2 dp_clip / noise_scale_``, per entry and per upload.
+    noise_scale_ : float or None
+        The Laplace scale used (``noise_scale``, or the one ``target_epsilon`` needs).
+    privacy_spent_ : dict of ndarray or None
+        One entry per client (``pandas.DataFrame(privacy_spent_)`` is a table): ``client``,
+        ``n_releases`` (uploads the server received from it, counting partial participation,
+        lost uploads and RFRecF's rounds without upload), ``epsilon`` at ``delta``
+        (= ``target_delta``) by ``accountant_``, and the basic-composition bound
+        ``epsilon_basic`` at ``delta_basic = 0``; per entry of the upload, like ``epsilon_``.
+        None without clipped noise.
+    accountant_ : str or None
+        ``"pld"``, ``"rdp"``, or ``"basic"`` when dp-accounting is not installed.
     n_clients_ : int
     clients_ : ndarray of shape (n_users,)
     history_ : list of dict
@@ -191,20 +252,23 @@ class RFRec(FederatedMFBase):
     _parameter_constraints: dict = {
         **{k: FederatedMFBase._parameter_constraints[k] for k in (
             "n_components", "partition", "clients_per_round", "max_iter", "tol", "alpha_u",
-            "alpha_v", "center", "clip", "dropout", "eval_every", "callback", "warm_start",
-            "random_state", "n_jobs", "verbose", "on_client_error")},
+            "alpha_v", "center", "biased", "clip", "dropout", "eval_every", "callback",
+            "warm_start", "random_state", "n_jobs", "verbose", "on_client_error")},
         "n_clients": [Interval(Integral, 1, None, closed="left"), None],
         "variant": [StrOptions({"rfrec", "rfrecf"})],
         "reg_consensus": [Interval(Real, 0, None, closed="left")],
-        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "optimizer": [StrOptions({"gd", "adam"})],
         "link": [StrOptions({"identity", "sigmoid"})],
         "p": [Interval(Real, 0, 1, closed="neither")],
         "schedule": [StrOptions({"l2gd", "algorithm2"})],
         "pull_eta": [Interval(Real, 0, None, closed="neither"), None],
         "init_std": [Interval(Real, 0, None, closed="neither")],
-        "clip_delta": [Interval(Real, 0, None, closed="neither"), None],
+        "dp_clip": [Interval(Real, 0, None, closed="neither"), None],
         "noise_scale": [Interval(Real, 0, None, closed="left"), None],
+        "target_epsilon": [Interval(Real, 0, None, closed="neither"), None],
+        "target_delta": [Interval(Real, 0, 1, closed="neither")],
+        "accountant": [StrOptions(set(ACCOUNTANTS))],
         "simulate_uploads": ["boolean"],
     }
 
@@ -214,7 +278,7 @@ class RFRec(FederatedMFBase):
         *,
         variant="rfrec",
         reg_consensus=10.0,
-        learning_rate=0.05,
+        learning_rate="auto",
         optimizer="gd",
         link="identity",
         p=0.5,
@@ -225,13 +289,17 @@ class RFRec(FederatedMFBase):
         clients_per_round=None,
         max_iter=100,
         tol=0.0,
-        alpha_u=0.1,
-        alpha_v=0.0,
+        alpha_u=1.5,
+        alpha_v=1.5,
         init_std=0.01,
-        clip_delta=None,
+        dp_clip=None,
         noise_scale=None,
+        target_epsilon=None,
+        target_delta=1e-5,
+        accountant="pld",
         simulate_uploads=False,
         center=True,
+        biased=True,
         clip=False,
         dropout=0.0,
         eval_every=1,
@@ -247,6 +315,7 @@ class RFRec(FederatedMFBase):
             n_components,
             n_clients=n_clients, partition=partition, clients_per_round=clients_per_round,
             max_iter=max_iter, tol=tol, alpha_u=alpha_u, alpha_v=alpha_v, center=center,
+            biased=biased,
             clip=clip, dropout=dropout, eval_every=eval_every, callback=callback,
             warm_start=warm_start, missing_values=missing_values, random_state=random_state,
             n_jobs=n_jobs, verbose=verbose, on_client_error=on_client_error,
@@ -260,8 +329,11 @@ class RFRec(FederatedMFBase):
         self.schedule = schedule
         self.pull_eta = pull_eta
         self.init_std = init_std
-        self.clip_delta = clip_delta
+        self.dp_clip = dp_clip
         self.noise_scale = noise_scale
+        self.target_epsilon = target_epsilon
+        self.target_delta = target_delta
+        self.accountant = accountant
         self.simulate_uploads = simulate_uploads
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -288,31 +360,50 @@ class RFRec(FederatedMFBase):
         return self._fit(X, clients, eval_set=eval_set)
 
     def _check_fit_data(self, X, *, reset, eval_set=None):
-        self._check_privacy()
-        eta = self.pull_eta
-        if self.variant == "rfrecf" and eta is None:
-            eta = self.learning_rate * self.reg_consensus / self.p
+        if self.biased and self.link != "identity":
+            raise ValueError("biased=True needs link='identity' (the biases are added to the "
+                             "rating, outside any link); set biased=False for the sigmoid link.")
+        privacy = self._privacy_settings()
+        # (the "auto" pull is capped at 1; reg_v only enters it, so 0 is exact here)
+        eta = pull_strength(self._learning_rate(), self.reg_consensus, 0.0, self.p,
+                            self.pull_eta)
         if self.variant == "rfrecf" and eta > 1:
             warnings.warn(
                 f"The pull strength eta = {eta:.3g} exceeds 1 (learning_rate * reg_consensus "
                 "/ p by default): each pull overshoots Vbar. Lower learning_rate or set "
                 "pull_eta <= 1.", ConfigurationWarning, stacklevel=5,  # the caller of fit
             )
-        return super()._check_fit_data(X, reset=reset, eval_set=eval_set)
+        X, info = super()._check_fit_data(X, reset=reset, eval_set=eval_set)
+        info["privacy"] = privacy
+        return X, info
 
     def _collect(self, state, blocks, ctx):
         super()._collect(state, blocks, ctx)
         self._check_diverged(ctx.X, ctx.info["offset"])
         self.comm_rounds_ = state.server_state["comm_rounds"]
-        self.epsilon_ = (laplace_epsilon(self.noise_scale, 2 * self.clip_delta)
-                         if self.clip_delta and self.noise_scale else None)
+        self._read_privacy_spent(ctx.info["privacy"], state.n_uploads)
+
+    def _read_privacy_spent(self, privacy, n_uploads):
+        """``epsilon_``, ``noise_scale_``, ``accountant_`` and ``privacy_spent_``: the uploads
+        each client actually made."""
+        self.noise_scale_, self.accountant_ = privacy["noise_scale"], privacy["accountant"]
+        private = bool(self.dp_clip and self.noise_scale_)
+        self.epsilon_ = laplace_epsilon(self.noise_scale_, 2 * self.dp_clip) if private else None
+        self.privacy_spent_ = None if not private else privacy_spent(
+            np.unique(self.clients_), n_uploads, mechanism="laplace",
+            noise_multiplier=self.noise_scale_ / (2 * self.dp_clip), delta=self.target_delta,
+            accountant=self.accountant_)
 
     def _check_diverged(self, Xc, offset):
         """Raise unless the federated model's training error on the centred training ratings
         ``Xc`` is finite and of the ratings' order (the objective is only checked on evaluated
         rounds, ``eval_every``)."""
+        if Xc.nnz == 0:  # nothing to check against (a Flower server holds no rating)
+            return
         rows = np.repeat(np.arange(Xc.shape[0]), np.diff(Xc.indptr))
         z = np.einsum("ij,ji->i", self.user_factors_[rows], self.components_[:, Xc.indices])
+        if self.biased:
+            z += self.user_bias_[rows] + self.item_bias_[Xc.indices]
         with np.errstate(all="ignore"):
             rmse = np.sqrt(np.mean((self._to_ratings(z) - (Xc.data + offset)) ** 2))
         lo, hi = self.rating_range_
@@ -321,25 +412,45 @@ class RFRec(FederatedMFBase):
                 f"the training RMSE of the federated model is {rmse:.4g} for ratings in "
                 f"[{lo:g}, {hi:g}]", self.learning_rate, self.optimizer))
 
-    def _check_privacy(self):
-        if self.noise_scale and not self.clip_delta:
+    def _privacy_settings(self):
+        """Validate the DP parameters; the Laplace ``noise_scale`` and the ``accountant``."""
+        if self.target_epsilon is not None:
+            if self.noise_scale is not None:
+                raise ValueError("Give either noise_scale or target_epsilon, not both.")
+            if not self.dp_clip:
+                raise ValueError("target_epsilon needs dp_clip: without clipping nothing "
+                                 "bounds an entry of the upload, so no noise reaches a budget.")
+        elif self.noise_scale and not self.dp_clip:
             warnings.warn(
-                "noise_scale without clip_delta: nothing bounds an entry of the upload, so the "
+                "noise_scale without dp_clip: nothing bounds an entry of the upload, so the "
                 "Laplace noise gives no formal guarantee (epsilon_ is None).",
                 PrivacyWarning, stacklevel=6,  # the caller of fit
             )
+        private = self.dp_clip and (self.noise_scale or self.target_epsilon is not None)
+        accountant = resolve_accountant(self.accountant, "laplace" if private else None)
+        noise_scale = self.noise_scale or None
+        if self.target_epsilon is not None:  # a client uploads at most once per round
+            noise_scale = 2 * self.dp_clip * calibrate_noise(
+                "laplace", self.target_epsilon, self.target_delta, self.max_iter, accountant)
+        return dict(noise_scale=noise_scale, accountant=accountant)
+
+    def _learning_rate(self):
+        """The step handed to the solver: None means per-block curvature steps (gd)."""
+        if self.learning_rate != "auto":
+            return float(self.learning_rate)
+        return AUTO_ADAM_LR if self.optimizer == "adam" else None
 
     def _make_protocol(self, ctx):
         offset = ctx.info["offset"]
         lo, hi = ctx.info["rating_range"]
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
-            variant=self.variant, schedule=self.schedule, learning_rate=self.learning_rate,
+            variant=self.variant, schedule=self.schedule, learning_rate=self._learning_rate(),
             reg_consensus=self.reg_consensus, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
             p=self.p, pull_eta=self.pull_eta, optimizer=self.optimizer, link=self.link,
             shift=offset - lo, span=(hi - lo) or 1.0, init_std=self.init_std,
-            clip_delta=self.clip_delta, noise_scale=self.noise_scale or 0.0,
-            simulate_uploads=self.simulate_uploads,
+            clip_delta=self.dp_clip, noise_scale=ctx.info["privacy"]["noise_scale"] or 0.0,
+            simulate_uploads=self.simulate_uploads, biased=self.biased,
         )
 
     def _read_components(self, server_state, broadcast):
@@ -353,9 +464,8 @@ class RFRec(FederatedMFBase):
         lo, hi = self.rating_range_
         return (self.mean_ if self.center else 0.0) - lo, (hi - lo) or 1.0
 
-    def _fold_in(self, Xc):
+    def _fold_in_rows(self, Xc, Vt):
         """Each row's ``argmin_u sum_j (r_ij - link(u . vbar_j))^2 + alpha_u ||u||^2``."""
-        Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
         U = np.zeros((Xc.shape[0], Vt.shape[1]))
         if self.link == "identity":  # the ridge system, exact
             ridge_fold_in(Xc.indptr, Xc.indices, Xc.data, Vt, self.alpha_u, U)

@@ -9,13 +9,20 @@ from functools import partial
 
 import numpy as np
 
+from .. import _biases
 from .._engine import Broadcast, FederatedProtocol, Participation
-from ..privacy import clip_entries, laplace_noise
+from ..privacy import clip_entries, laplace_noise, mean_laplace_noise
 from ._rfrec_kernels import _client_grads, _client_sums, _errors_at, _scatter_delta
 
 _B1, _B2, _EPS = 0.9, 0.999, 1e-8  # Adam, as in torch (the authors' code)
 _COIN, _NOISE = 0, 1  # spawn keys of the server's streams
 _EXPLODE = 1e4  # objective above this many times sum(r^2) + nnz: the step size is too large
+# learning_rate="auto" (plain GD): each block steps AUTO_SAFETY / L with L its curvature bound
+# at the current iterate, L a Gershgorin bound of the Hessian (see auto_steps), so that
+# the preconditioned Hessian has its eigenvalues in (0, 1]: below the limit 2.
+AUTO_SAFETY = 1.0
+# Curvature of (sigmoid(z) - y)^2 over that of (z - y)^2: (2 s'^2 + 2 |s''|) / 2 <= 0.16.
+_SIGMOID_CURVATURE = 0.16
 
 
 # ---- messages -------------------------------------------------------------------------------
@@ -99,23 +106,32 @@ def _optimize(x, g, opt, key, lr, optimizer):
     return x - (lr / (1 - _B1**t)) * m / (np.sqrt(v / (1 - _B2**t)) + _EPS)
 
 
-def _shared_op(W, W_opt, Vbar, action, *, lr, reg, reg_v, p, eta, optimizer):
+def _shared_op(W, W_opt, Vbar, action, *, lr, reg, reg_v, p, eta, optimizer, biased=False):
     """What every client does to the columns it has not rated (only psi and the ridge act)."""
     if action in ("pull", "upload_pull"):
         return W - eta * (W - Vbar), W_opt
     if action == "step":
         g = reg * (W - Vbar) + 2 * reg_v * W
+        curvature = reg + 2 * reg_v
     elif action == "main":
         g = (2 * reg_v / (1 - p)) * W
+        curvature = 2 * reg_v / (1 - p)
     else:
         return W, W_opt
+    if lr is None:  # "auto": these columns' Hessian is curvature * I
+        lr = AUTO_SAFETY / max(curvature, 1e-12)
     opt = None if W_opt is None else {**W_opt, "t": W_opt["t"] + 1}
-    return _optimize(W, g, opt, "W", lr, optimizer), opt
+    W = _optimize(W, g, opt, "W", lr, optimizer)
+    return (_biases.fix_item(W) if biased else W), opt
 
 
-def init_server(rng, *, n_items, n_components, init_std, p, optimizer):
-    """``Vbar^0`` i.i.d. ``N(0, init_std^2)``; every client copy starts equal to it."""
+def init_server(rng, *, n_items, n_components, init_std, p, optimizer, biased=False):
+    """``Vbar^0`` i.i.d. ``N(0, init_std^2)``; every client copy starts equal to it. With
+    biases ``[Vbar^0; 1; 0]``: every step below is followed by the projection of the fixed
+    entries onto 1 (the prox of their indicator), so the steps are projected gradient steps."""
     Vbar = init_std * rng.standard_normal((n_items, n_components))
+    if biased:
+        _biases.init_item(Vbar)
     seed = int(rng.integers(np.iinfo(np.int64).max))
     W_opt = None
     if optimizer == "adam":
@@ -126,12 +142,14 @@ def init_server(rng, *, n_items, n_components, init_std, p, optimizer):
     return state, _broadcast(Vbar, state["W"], W_opt, coin, True)
 
 
-def init_client(block, broadcast, rng, *, init_std, optimizer):
+def init_client(block, broadcast, rng, *, init_std, optimizer, biased=False):
     """``u_i^0 ~ N(0, init_std^2)``; the rated columns ``P`` start at ``Vbar^0``."""
     bc = broadcast.simulation
     X = block.X
     cols, pair = np.unique(X.indices, return_inverse=True)
     U = init_std * rng.standard_normal((X.shape[0], bc.Vbar.shape[1]))
+    if biased:
+        _biases.init_user(U)
     P = bc.Vbar[cols].copy()
     opt = None
     if optimizer == "adam":
@@ -140,6 +158,49 @@ def init_client(block, broadcast, rng, *, init_std, optimizer):
     state = {"U": U, "P": P, "opt": opt, "cols": cols, "pair": pair.astype(np.intp),
              "pending": False}
     return state, None
+
+
+def auto_steps(X, pair, U, P, *, alpha_u, reg_v, reg, scale, sigmoid):
+    """``learning_rate="auto"``: per-user and per-rated-column steps ``AUTO_SAFETY / L``.
+
+    ``L`` is a Gershgorin bound on the rows of the Hessian of the client's objective at the
+    current iterate that belong to the block, cross terms included, since ``u_i`` and
+    ``v_(c)j`` move together. A rating ``(i, j)`` with residual ``e`` adds
+    ``||v_j||^2 + ||u_i|| ||v_j|| + |e|`` to the bound of ``u_i`` (times 2, and times 0.16
+    through the sigmoid link) and ``||u_i||^2 + ||u_i|| ||v_j|| + |e|`` to that of
+    ``v_(c)j``; the ridges add ``2 alpha_u``, ``2 reg_v`` and the consensus ``reg``. A user
+    with many ratings gets a short step and a user with few a long one, so no single step has
+    to fit both (a scalar step below ``1 / max L`` barely moves the light users in 100
+    rounds), and the residual term keeps the first steps from small factors short. Returns the
+    steps as columns that broadcast against ``U`` and ``P``.
+    """
+    rows = np.repeat(np.arange(U.shape[0]), np.diff(X.indptr))
+    data_curv = 2.0 * scale * (_SIGMOID_CURVATURE if sigmoid else 1.0)
+    u_norm = np.sqrt(np.einsum("ij,ij->i", U, U))[rows]
+    v_norm = np.sqrt(np.einsum("ij,ij->i", P, P))[pair]
+    z = np.einsum("ij,ij->i", U[rows], P[pair])
+    if sigmoid:  # (the fitted target is on the [0, 1] scale there; |e| <= 1)
+        residual = np.ones_like(z)
+    else:
+        residual = np.abs(z - X.data)
+    cross = u_norm * v_norm + residual
+    L_u = data_curv * np.bincount(rows, weights=v_norm**2 + cross, minlength=U.shape[0])
+    L_u += 2.0 * scale * alpha_u
+    L_p = data_curv * np.bincount(pair, weights=u_norm**2 + cross, minlength=P.shape[0])
+    L_p += 2.0 * scale * reg_v + reg
+    return (AUTO_SAFETY / np.maximum(L_u, 1e-12))[:, None], \
+        (AUTO_SAFETY / np.maximum(L_p, 1e-12))[:, None]
+
+
+def pull_strength(learning_rate, reg_consensus, reg_v, p, pull_eta):
+    """RFRecF's ``eta``: ``pull_eta``, else ``learning_rate * reg_consensus / p``; with the
+    "auto" step (``learning_rate=None``) the shared columns' step ``AUTO_SAFETY / (reg +
+    2 reg_v)`` stands for ``learning_rate``, capped so that a pull never overshoots ``Vbar``."""
+    if pull_eta is not None:
+        return pull_eta
+    if learning_rate is None:
+        return min(1.0, AUTO_SAFETY * reg_consensus / max(reg_consensus + 2 * reg_v, 1e-12) / p)
+    return learning_rate * reg_consensus / p
 
 
 def _pulled(state, bc, eta):
@@ -152,7 +213,7 @@ def _pulled(state, bc, eta):
 
 def client_update(state, block, broadcast, rng, selected, *, variant, schedule, lr, reg,
                   alpha_u, reg_v, p, eta, optimizer, link, shift, span, clip_delta, noise_scale,
-                  simulate):
+                  simulate, biased=False):
     """One round of one client: local step or pull, and the upload of ``V_(c)`` if due."""
     bc = broadcast.simulation
     X, cols = block.X, state["cols"]
@@ -167,7 +228,16 @@ def client_update(state, block, broadcast, rng, selected, *, variant, schedule, 
                       1.0 if step else 1 / (1 - p), gU, gP)
         if opt is not None:
             opt["t"] += 1
-        U, P = _optimize(U, gU, opt, "U", lr, optimizer), _optimize(P, gP, opt, "P", lr, optimizer)
+        lr_u = lr_p = lr
+        if lr is None:
+            lr_u, lr_p = auto_steps(X, state["pair"], U, P, alpha_u=alpha_u, reg_v=reg_v,
+                                    reg=reg if step else 0.0,
+                                    scale=1.0 if step else 1 / (1 - p),
+                                    sigmoid=link == "sigmoid")
+        U = _optimize(U, gU, opt, "U", lr_u, optimizer)
+        P = _optimize(P, gP, opt, "P", lr_p, optimizer)
+        if biased:  # (a pull keeps the ones: it mixes P with Vbar, both 1 there)
+            _biases.fix_user(U), _biases.fix_item(P)
     elif action == "pull":
         P = P - eta * (P - bc.Vbar[cols])
     new_state = {**state, "U": U, "P": P, "opt": opt, "pending": action == "upload_pull"}
@@ -177,7 +247,7 @@ def client_update(state, block, broadcast, rng, selected, *, variant, schedule, 
         W = bc.W
         if action == "step":
             W = _shared_op(W, bc.W_opt, bc.Vbar, "step", lr=lr, reg=reg, reg_v=reg_v, p=p,
-                           eta=eta, optimizer=optimizer)[0]
+                           eta=eta, optimizer=optimizer, biased=biased)[0]
         V = W.copy()
         V[cols] = P
         V = clip_entries(V, clip_delta) if clip_delta else V
@@ -200,21 +270,12 @@ def _aggregate(uploads, W, rng, *, clip_delta, noise_scale):
         _scatter_delta(acc, up.cols, up.values, base)
     Vbar = base + acc / n
     if noise_scale:
-        Vbar += _laplace_mean(rng, n, noise_scale, W.shape)
+        Vbar += mean_laplace_noise(n, noise_scale, W.shape, rng)
     return Vbar
 
 
-def _laplace_mean(rng, n, scale, shape):
-    """The mean of ``n`` i.i.d. ``Laplace(0, scale)`` arrays, exactly, at O(size) cost.
-
-    A Laplace variable is ``scale * (E1 - E2)`` with ``E1, E2 ~ Exp(1)``, so a sum of ``n`` is
-    ``Gamma(n, scale) - Gamma(n, scale)``. (Belongs in ``sklearn_fedmf.privacy``.)
-    """
-    return (rng.gamma(n, scale, shape) - rng.gamma(n, scale, shape)) / n
-
-
 def server_update(server_state, uploads, k, *, variant, schedule, lr, reg, reg_v, p, eta,
-                  optimizer, clip_delta, noise_scale):
+                  optimizer, clip_delta, noise_scale, biased=False):
     """Replay the shared columns' step of round ``k``, average the uploads, draw the next coin.
 
     Called every round (``Participation(server_update="every_round")``), with or without
@@ -223,7 +284,8 @@ def server_update(server_state, uploads, k, *, variant, schedule, lr, reg, reg_v
     s = server_state
     coin = s["coin"]
     action = _action(variant, schedule, coin)
-    common = dict(lr=lr, reg=reg, reg_v=reg_v, p=p, eta=eta, optimizer=optimizer)
+    common = dict(lr=lr, reg=reg, reg_v=reg_v, p=p, eta=eta, optimizer=optimizer,
+                  biased=biased)
     W, W_opt = s["W"], s["W_opt"]
     if action != "upload_pull":  # l2gd pulls after the fresh average, below
         W, W_opt = _shared_op(W, W_opt, s["Vbar"], action, **common)
@@ -231,6 +293,8 @@ def server_update(server_state, uploads, k, *, variant, schedule, lr, reg, reg_v
     if uploads and action in ("step", "upload", "upload_pull"):
         rng = np.random.default_rng(np.random.SeedSequence(s["seed"], spawn_key=(_NOISE, k)))
         Vbar = _aggregate(uploads, W, rng, clip_delta=clip_delta, noise_scale=noise_scale)
+        if biased:  # (noise or clipping may have moved the public ones)
+            _biases.fix_item(Vbar)
     if action == "upload_pull":
         W, W_opt = _shared_op(W, W_opt, Vbar, action, **common)
     next_coin = (coin[1], _coin(s["seed"], k + 1, None if variant == "rfrec" else p))
@@ -248,7 +312,7 @@ def server_update(server_state, uploads, k, *, variant, schedule, lr, reg, reg_v
     return state, _broadcast(Vbar, W, W_opt, next_coin, sent)
 
 
-def client_metrics(state, block, broadcast, *, alpha_u, eta, link, shift, span):
+def client_metrics(state, block, broadcast, *, alpha_u, eta, link, shift, span, biased=False):
     """Additive pieces of ``F`` (rated columns; the shared ones are added on the server),
     and the errors of the federated model ``u_i . vbar_j`` on the training and eval entries."""
     bc = broadcast.simulation
@@ -256,7 +320,8 @@ def client_metrics(state, block, broadcast, *, alpha_u, eta, link, shift, span):
     P = _pulled(state, bc, eta)
     fit, psi, sq, sse, ae = _client_sums(X.indptr, state["pair"], X.data, U, P, bc.W, bc.Vbar,
                                          state["cols"], sigmoid, shift, span)
-    out = {"fit": fit, "reg_u": alpha_u * float(np.vdot(U, U)), "psi_rated": psi,
+    U_reg = _biases.free_user(U) if biased else U  # (the fixed ones carry no penalty)
+    out = {"fit": fit, "reg_u": alpha_u * float(np.vdot(U_reg, U_reg)), "psi_rated": psi,
            "sq_rated": sq, "scale": float(np.vdot(X.data, X.data)) + X.nnz,
            "sse": sse, "ae": ae, "n": X.nnz, "eval_sse": 0.0, "eval_ae": 0.0, "eval_n": 0}
     Y = block.X_eval
@@ -306,25 +371,29 @@ def combine_metrics(server_state, sums, *, n_clients, reg, alpha_v, lr, optimize
 
 def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
                   reg_consensus, alpha_u, alpha_v, p, pull_eta, optimizer, link, shift, span,
-                  init_std, clip_delta, noise_scale, simulate_uploads):
-    """Bind the hyperparameters to the pure functions above (``alpha_v`` is split 1/N)."""
+                  init_std, clip_delta, noise_scale, simulate_uploads, biased=False):
+    """Bind the hyperparameters to the pure functions above (``alpha_v`` is split 1/N;
+    ``biased``: rank ``n_components + 2`` with the augmented factors of ``_biases``)."""
     p = None if variant == "rfrec" else p
-    eta = None if p is None else (learning_rate * reg_consensus / p if pull_eta is None
-                                  else pull_eta)
+    eta = None if p is None else pull_strength(learning_rate, reg_consensus,
+                                               alpha_v / n_clients, p, pull_eta)
     step = dict(lr=learning_rate, reg=reg_consensus, reg_v=alpha_v / n_clients, p=p, eta=eta,
-                optimizer=optimizer)
+                optimizer=optimizer, biased=biased)
     privacy = dict(clip_delta=clip_delta, noise_scale=noise_scale)
     link_ = dict(link=link, shift=shift, span=span)
     return FederatedProtocol(
-        init_server=partial(init_server, n_items=n_items, n_components=n_components,
-                            init_std=init_std, p=p, optimizer=optimizer),
-        init_client=partial(init_client, init_std=init_std, optimizer=optimizer),
+        init_server=partial(init_server, n_items=n_items,
+                            n_components=_biases.n_factors(n_components, biased),
+                            init_std=init_std, p=p, optimizer=optimizer, biased=biased),
+        init_client=partial(init_client, init_std=init_std, optimizer=optimizer,
+                            biased=biased),
         client_update=partial(client_update, variant=variant, schedule=schedule,
                               alpha_u=alpha_u, simulate=simulate_uploads, **step, **privacy,
                               **link_),
         server_update=partial(server_update, variant=variant, schedule=schedule, **step,
                               **privacy),
-        client_metrics=partial(client_metrics, alpha_u=alpha_u, eta=eta, **link_),
+        client_metrics=partial(client_metrics, alpha_u=alpha_u, eta=eta, biased=biased,
+                               **link_),
         combine_metrics=partial(combine_metrics, n_clients=n_clients, reg=reg_consensus,
                                 alpha_v=alpha_v, lr=learning_rate,
                                 optimizer=optimizer, variant=variant),

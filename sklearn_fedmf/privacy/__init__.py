@@ -1,22 +1,38 @@
-"""Local differential-privacy mechanisms shared by the estimators.
+"""Local differential privacy: the mechanisms a client applies to an upload, and accounting.
 
-Clipping, Gaussian and Laplace noise, randomized response, and their noise-scale formulas.
-What the guarantees cover, and what they do not (per-release cost, composition over rounds),
-is documented in ``sklearn_fedmf.privacy._mechanisms``.
+Clipping, Gaussian and Laplace noise, randomized response and their noise-scale formulas
+(classical and analytic Gaussian) are in ``sklearn_fedmf.privacy._mechanisms``; the cost of
+a client's releases over a whole fit (PLD and RDP accountants of the optional
+``dp-accounting``, or basic composition) and the calibration of noise to a target budget are
+in ``sklearn_fedmf.privacy._accounting``. What the guarantees cover, and what they do not, is
+documented in both modules and in the privacy guide.
 """
 
+from ..exceptions import PrivacyWarning
+from ._accounting import (
+    ACCOUNTANTS,
+    basic_epsilon,
+    calibrate_noise,
+    epsilon_spent,
+    privacy_spent,
+    resolve_accountant,
+)
 from ._mechanisms import (
+    CALIBRATIONS,
     MECHANISMS,
-    PrivacyWarning,
+    analytic_gaussian_sigma,
     check_privacy,
     clip_entries,
     compose_basic,
     flip_probability,
+    gaussian_delta,
+    gaussian_epsilon,
     gaussian_noise,
     gaussian_sigma,
     laplace_epsilon,
     laplace_noise,
     laplace_scale,
+    mean_laplace_noise,
     noise_scale,
     privatize,
     randomized_response,
@@ -24,19 +40,30 @@ from ._mechanisms import (
 )
 
 __all__ = [
+    "ACCOUNTANTS",
+    "CALIBRATIONS",
     "MECHANISMS",
     "PrivacyWarning",
+    "analytic_gaussian_sigma",
+    "basic_epsilon",
+    "calibrate_noise",
     "check_privacy",
     "clip_entries",
     "compose_basic",
+    "epsilon_spent",
     "flip_probability",
+    "gaussian_delta",
+    "gaussian_epsilon",
     "gaussian_noise",
     "gaussian_sigma",
     "laplace_epsilon",
     "laplace_noise",
     "laplace_scale",
+    "mean_laplace_noise",
     "noise_scale",
+    "privacy_spent",
     "privatize",
     "randomized_response",
+    "resolve_accountant",
     "sensitivity_of",
 ]
