@@ -159,7 +159,7 @@ def _aligned(obj):
 _POLL_SECONDS = 0.5  # how often a wait checks that the blocks' workers are still there
 _RECOVERIES = 3  # lost-worker recoveries per dispatch before giving up
 _WORKER_WAIT_SECONDS = 30.0  # how long to wait for a worker when none is left
-_SCATTER_TIMEOUT_SECONDS = 60.0
+_SCATTER_TIMEOUT_SECONDS = _RESULT_TIMEOUT_SECONDS = 120.0
 
 
 @dataclass
@@ -280,7 +280,9 @@ def _run_on_dask(placement, task, batches, args, context):
     names the lost workers and ``context``.
     """
     from distributed import CancelledError
+    from distributed.scheduler import KilledWorker
 
+    loss = (CancelledError, OSError, TimeoutError, KilledWorker)  # what a lost worker raises
     client = placement.client
     results, pending, lost_all = [None] * len(batches), list(range(len(batches))), set()
     for attempt in range(_RECOVERIES + 1):
@@ -299,18 +301,22 @@ def _run_on_dask(placement, task, batches, args, context):
                     workers=[home], allow_other_workers=True,  # where its blocks live
                 ))
             lost = _wait_bounded(placement, futures)
-        except (OSError, TimeoutError, CancelledError):  # a scatter to a worker going away
+        except loss:  # a scatter to a worker going away
             futures, lost = [], _lost_workers(placement)
             if not lost:
                 raise
         still = []
         for i, future in zip(pending, futures):
             if future.status == "finished":
-                results[i] = future.result()
-            elif future.status == "error" and not lost and not _lost_workers(placement):
-                future.result()  # a genuine error of the task itself: raise it
-            else:
-                still.append(i)
+                try:
+                    results[i] = future.result(timeout=_RESULT_TIMEOUT_SECONDS)
+                    continue
+                except loss:  # the result went with its worker before it was fetched
+                    pass
+            elif (future.status == "error" and not isinstance(future.exception(), loss)
+                  and not lost and not _lost_workers(placement)):
+                future.result()  # a genuine error of the task itself (not client code): raise
+            still.append(i)
         still += pending[len(futures):]
         client.cancel([f for f in futures if f.status != "finished"])
         if not still:
