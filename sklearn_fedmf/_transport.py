@@ -14,14 +14,17 @@ n_clients : int
     Number of clients, indexed ``0 .. n_clients - 1``. Fixed for the transport's life.
 
 session(protocol) -> context manager
-    The engine enters it around each of its calls (:func:`~sklearn_fedmf._engine.
-    initialize_federation`, :func:`~sklearn_fedmf._engine.run_federation`,
-    :func:`~sklearn_fedmf._engine.evaluate`); ``run`` is only called inside. It must be
+    The engine enters it around each of its calls
+    (:func:`~sklearn_fedmf._engine.initialize_federation`,
+    :func:`~sklearn_fedmf._engine.run_federation`, :func:`~sklearn_fedmf._engine.evaluate`);
+    ``run`` is only called inside. It must be
     re-entrant (a caller may hold one session open over several engine calls so that
     resources, e.g. data placed on workers, live as long as the fit). ``protocol`` is the
     :class:`~sklearn_fedmf._engine.FederatedProtocol` of the fit: a local transport calls its
     client functions; a remote transport whose clients rebuild the protocol from the
-    estimator's parameters may only check that it is the one they run.
+    estimator's parameters may only check that it is the one they run (its client functions
+    are the same in every call of a fit; server-side fields such as ``after_round`` may
+    differ).
 
 run(phase, clients, broadcast, *, stream=None, selected=None, round_number=None)
         -> PhaseResult
@@ -74,10 +77,23 @@ run(phase, clients, broadcast, *, stream=None, selected=None, round_number=None)
     Ordering and determinism: the engine calls ``run`` sequentially (never two phases at
     once); within a call, clients may run in any order and in parallel, but each client's
     result depends only on its state, its block, ``broadcast`` and its generator, so it does
-    not depend on the order. A transport raises (:class:`~sklearn_fedmf.exceptions.
-    FederationError`) only when it cannot run the phase at all (e.g. a lost Dask worker
-    that could not be recovered); it then leaves every client state as it was before the
-    call. It never waits without bound.
+    not depend on the order. A transport raises
+    (:class:`~sklearn_fedmf.exceptions.FederationError`) only when it cannot run the phase
+    at all (e.g. a lost Dask worker that could not be recovered); it then leaves every client
+    state as it was before the call. It never waits without bound.
+
+Sequence of calls in a fit: ``run("init_client", all clients, stream=(entropy, 0))`` once
+(:func:`~sklearn_fedmf._engine.initialize_federation`); then in round ``k`` (from 0;
+``round_number = k + 1``) of :func:`~sklearn_fedmf._engine.run_federation`:
+``run("client_prepare", ..., stream=(entropy, 5, k))`` if the protocol has that phase, then
+``run("client_update", ..., stream=(entropy, 1, k))`` on the round's clients (those of the
+prepare call minus its failures), then ``run("client_metrics", all clients)`` when the
+round is evaluated (``eval_every``). The broadcast of a ``client_update`` call is the
+message of ``server_prepare`` when the protocol has a prepare phase. What the engine does
+with failures: ``init_client`` and ``client_metrics`` failures always raise
+(:class:`~sklearn_fedmf.exceptions.ClientError`; a missing client would leave no state, or
+a wrong objective); ``client_prepare`` / ``client_update`` failures follow
+``on_client_error`` (``ClientDropout`` is counted, never raised).
 
 client_states : list or None
     The clients' states, readable by the code that collects a fitted model in the same
