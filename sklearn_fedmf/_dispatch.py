@@ -14,6 +14,7 @@ so nothing downstream depends on which worker ran what or when it finished:
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 import uuid
@@ -160,6 +161,7 @@ _POLL_SECONDS = 0.5  # how often a wait checks that the blocks' workers are stil
 _RECOVERIES = 3  # lost-worker recoveries per dispatch before giving up
 _WORKER_WAIT_SECONDS = 30.0  # how long to wait for a worker when none is left
 _SCATTER_TIMEOUT_SECONDS = _RESULT_TIMEOUT_SECONDS = 120.0
+_TIMEOUTS = (TimeoutError, asyncio.TimeoutError)  # one class from Python 3.11 on
 
 
 @dataclass
@@ -265,7 +267,7 @@ def _wait_bounded(placement, futures):
         try:
             wait(futures, timeout=_POLL_SECONDS)
             return set()
-        except TimeoutError:
+        except _TIMEOUTS:
             lost = _lost_workers(placement)
             if lost:
                 return lost
@@ -282,7 +284,7 @@ def _run_on_dask(placement, task, batches, args, context):
     from distributed import CancelledError
     from distributed.scheduler import KilledWorker
 
-    loss = (CancelledError, OSError, TimeoutError, KilledWorker)  # what a lost worker raises
+    loss = (CancelledError, OSError, *_TIMEOUTS, KilledWorker)  # what a lost worker raises
     client = placement.client
     results, pending, lost_all = [None] * len(batches), list(range(len(batches))), set()
     for attempt in range(_RECOVERIES + 1):
@@ -323,7 +325,10 @@ def _run_on_dask(placement, task, batches, args, context):
             return _aligned(results)
         lost_all |= lost | _lost_workers(placement)
         if attempt < _RECOVERIES:
-            _replace_lost_blocks(placement, lost_all, context)
+            try:
+                _replace_lost_blocks(placement, lost_all, context)
+            except loss:  # another worker went while the blocks were sent: the next attempt
+                lost_all |= _lost_workers(placement)
         pending = still
     raise FederationError(
         f"Lost Dask worker(s) {', '.join(sorted(lost_all)) or '(unknown)'} during {context}; "
