@@ -161,6 +161,7 @@ _POLL_SECONDS = 0.5  # how often a wait checks that the blocks' workers are stil
 _RECOVERIES = 3  # lost-worker recoveries per dispatch before giving up
 _WORKER_WAIT_SECONDS = 30.0  # how long to wait for a worker when none is left
 _SCATTER_TIMEOUT_SECONDS = _RESULT_TIMEOUT_SECONDS = 120.0
+_NOTICE_SECONDS = 5.0  # how long the scheduler may take to see that a worker is gone
 _TIMEOUTS = (TimeoutError, asyncio.TimeoutError)  # one class from Python 3.11 on
 
 
@@ -253,9 +254,16 @@ def _replace_lost_blocks(placement, lost, context):
                                                                   cores)
 
 
-def _lost_workers(placement):
-    alive = set(placement.client.ncores())
-    return {w for w in placement.workers if w not in alive}
+def _lost_workers(placement, wait=0.0):
+    """The placement's workers the scheduler no longer knows; with ``wait``, give it that
+    long to notice (a connection to a dying worker can break before the scheduler sees it)."""
+    stop = time.monotonic() + wait
+    while True:
+        alive = set(placement.client.ncores())
+        lost = {w for w in placement.workers if w not in alive}
+        if lost or time.monotonic() >= stop:
+            return lost
+        time.sleep(_POLL_SECONDS / 5)
 
 
 def _wait_bounded(placement, futures):
@@ -303,10 +311,8 @@ def _run_on_dask(placement, task, batches, args, context):
                     workers=[home], allow_other_workers=True,  # where its blocks live
                 ))
             lost = _wait_bounded(placement, futures)
-        except loss:  # a scatter to a worker going away
-            futures, lost = [], _lost_workers(placement)
-            if not lost:
-                raise
+        except loss:  # a scatter to a worker going away: retried like a lost batch
+            futures, lost = [], _lost_workers(placement, wait=_NOTICE_SECONDS)
         still = []
         for i, future in zip(pending, futures):
             if future.status == "finished":
@@ -328,7 +334,7 @@ def _run_on_dask(placement, task, batches, args, context):
             try:
                 _replace_lost_blocks(placement, lost_all, context)
             except loss:  # another worker went while the blocks were sent: the next attempt
-                lost_all |= _lost_workers(placement)
+                lost_all |= _lost_workers(placement, wait=_NOTICE_SECONDS)
         pending = still
     raise FederationError(
         f"Lost Dask worker(s) {', '.join(sorted(lost_all)) or '(unknown)'} during {context}; "
