@@ -5,36 +5,13 @@ copy ``V_(c)`` and the gradient of ``F`` is written out from the spec's formulas
 ``F`` is not convex (spec 1.6), so nothing here compares against a unique optimum.
 """
 
-import warnings
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sklearn_fedmf import RFRec
 from sklearn_fedmf.completion._rfrec import ItemMatrixUpload, _coin, _pulled
-
-PREDICT_IS_A_MATRIX = (
-    "predict returns the (n_rows, n_items) matrix of predicted ratings, not one value per row"
-)
-
-
-@parametrize_with_checks(
-    [
-        RFRec(n_components=1, learning_rate=0.01, max_iter=20, random_state=0),
-        RFRec(n_components=1, variant="rfrecf", optimizer="adam", link="sigmoid",
-              learning_rate=0.05, n_clients=2, max_iter=20, random_state=0),
-    ],
-    expected_failed_checks=lambda est: {
-        "check_estimator_sparse_matrix": PREDICT_IS_A_MATRIX,
-        "check_estimator_sparse_array": PREDICT_IS_A_MATRIX,
-    },
-)
-def test_sklearn_compatible(estimator, check):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        check(estimator)
 
 
 # ---- toy data and the dense reference ------------------------------------------------------

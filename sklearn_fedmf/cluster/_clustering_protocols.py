@@ -1,18 +1,17 @@
 """The pure functions of :class:`~sklearn_fedmf.FederatedClustering`: the H and W steps of
 orthogonal NMF, the FedMGS and FedMAvg client and server updates, ``make_protocol``, which binds
 them into the engine's ``FederatedProtocol``, and the SNCP schedule that raises ``rho`` between
-rounds (the engine's ``after_round``)."""
+rounds (the protocol's ``after_round``)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import partial
 from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
-from .._engine import FederatedProtocol, Participation, evaluate, run_federation
+from .._engine import FederatedProtocol, Participation, evaluate
 
 EPS = 1e-300  # floor of a Lipschitz constant (an all-zero factor)
 
@@ -90,6 +89,23 @@ def clustering_cost(X, W, onehot):
     labels, _, gain = one_sparse_fit(X, W)
     sq = np.asarray(X.multiply(X).sum(axis=1)).ravel() if sp.issparse(X) else (X * X).sum(1)
     return labels, np.maximum(sq - gain, 0.0)
+
+
+def center_distances(X, W, onehot):
+    """Each sample's distance to each cluster: ``min_{t >= 0} ||x - t w_k||`` (to the ray of
+    ``w_k``; ``||x||`` for a zero center), or ``||x - w_k||`` in the K-means mode.
+
+    The cost :func:`clustering_cost` takes is the square of the row minimum.
+    """
+    sq = np.asarray(X.multiply(X).sum(axis=1)).ravel() if sp.issparse(X) else (X * X).sum(1)
+    dots = np.asarray(X @ W)
+    norms = (W * W).sum(axis=0)
+    if onehot:
+        d2 = sq[:, None] - 2.0 * dots + norms
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            d2 = sq[:, None] - np.where(norms > 0, np.maximum(dots, 0.0) ** 2 / norms, 0.0)
+    return np.sqrt(np.maximum(d2, 0.0))
 
 
 def one_hot(labels, n_clusters):
@@ -274,8 +290,13 @@ def combine_metrics(server_state, sums, *, n_total, nu):
 
 def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_total, amplitude,
                   centers, box, rho, nu, onehot, local_iter_u, local_iter_v, q_hat,
-                  participation, aggregation, c_factor, d_factor, w_step):
-    """Bind the hyperparameters to the pure functions above."""
+                  participation, aggregation, c_factor, d_factor, w_step, tol, schedule):
+    """Bind the hyperparameters to the pure functions above.
+
+    Between rounds the server runs :func:`sncp_after_round` (``rel_change``, the ``tol`` stop
+    and, with a ``schedule``, the raise of ``rho``); the server state then needs ``F_prev``,
+    the objective at the initial state, before round 1 (:func:`start_rounds`).
+    """
     h_params = dict(n_total=n_total, nu=nu, c_factor=c_factor, local_iter_u=local_iter_u,
                     onehot=onehot)
     mgs = algorithm == "fedmgs"
@@ -290,6 +311,8 @@ def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_to
                             upload="grams" if mgs else ("gram" if prepared else None)),
         client_metrics=client_metrics,
         combine_metrics=partial(combine_metrics, n_total=n_total, nu=nu),
+        after_round=partial(sncp_after_round, tol=tol, schedule=schedule, nu=nu),
+        progress_keys=("objective", "rho", "rel_change"),
     )
     if mgs:
         return FederatedProtocol(
@@ -343,20 +366,9 @@ def sncp_after_round(server_state, broadcast, record, *, tol, schedule, nu):
     return {**server_state, "F_prev": F}, broadcast, False
 
 
-def run_rounds(protocol, blocks, state, *, max_iter, tol, schedule, nu, callback, verbose,
-               label, **engine):
-    """Run the federation with the SNCP schedule (:func:`sncp_after_round`) between rounds.
-
-    Stops when ``epsilon_s < tol``, after ``max_iter`` rounds, or when ``callback`` returns
-    True. Every round is evaluated (the schedule needs ``F_s``).
-    """
-    protocol = replace(
-        protocol,
-        after_round=partial(sncp_after_round, tol=tol, schedule=schedule, nu=nu),
-        progress_keys=("objective", "rho", "rel_change"),
-    )
-    F0 = evaluate(protocol, state, blocks, engine.get("n_jobs"))["objective"]
+def start_rounds(protocol, state, blocks, n_jobs=None):
+    """Record ``F_prev``, the objective at the initial state, in the server state: the first
+    round's ``rel_change`` is measured from it (G9)."""
+    F0 = evaluate(protocol, state, blocks, n_jobs)["objective"]
     state.server_state = {**state.server_state, "F_prev": F0}
-    return run_federation(protocol, blocks, max_iter=max_iter, tol=0.0, eval_every=1,
-                          callback=callback, verbose=verbose, state=state, label=label,
-                          **engine)
+    return state

@@ -335,6 +335,8 @@ class FedMAvg(FederatedMFBase):
         ``callback(round, info)`` after each round; returning True stops the fit.
     warm_start : bool, default=False
         Continue from the previous fit's state for ``max_iter`` more rounds.
+    missing_values : float, default=np.nan
+        As in :class:`~sklearn_fedmf.FedMCADMM`.
     random_state : int, RandomState instance or None, default=None
     n_jobs : int, default=None
     verbose : int, default=0
@@ -361,6 +363,8 @@ class FedMAvg(FederatedMFBase):
     history_ : list of dict
         One record per round: ``objective``, ``train_rmse``, ``eval_rmse``, bytes (the
         one-time sizes and, for the global step, Grams are in round 1), ``seconds``...
+    converged_, degenerate_
+        As in :class:`~sklearn_fedmf.FedMCADMM`.
     n_features_in_ : int
 
     See Also
@@ -430,12 +434,20 @@ class FedMAvg(FederatedMFBase):
         eval_every=1,
         callback=None,
         warm_start=False,
+        missing_values=np.nan,
         random_state=None,
         n_jobs=None,
         verbose=0,
         on_client_error="raise",
     ):
-        self.n_components = n_components
+        super().__init__(
+            n_components,
+            n_clients=n_clients, partition=partition, clients_per_round=clients_per_round,
+            max_iter=max_iter, tol=tol, alpha_u=alpha_u, alpha_v=alpha_v, center=center,
+            clip=clip, dropout=dropout, eval_every=eval_every, callback=callback,
+            warm_start=warm_start, missing_values=missing_values, random_state=random_state,
+            n_jobs=n_jobs, verbose=verbose, on_client_error=on_client_error,
+        )
         self.variant = variant
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v
@@ -446,28 +458,11 @@ class FedMAvg(FederatedMFBase):
         self.d_factor = d_factor
         self.w_step = w_step
         self.client_weights = client_weights
-        self.n_clients = n_clients
-        self.partition = partition
-        self.clients_per_round = clients_per_round
-        self.max_iter = max_iter
-        self.tol = tol
-        self.alpha_u = alpha_u
-        self.alpha_v = alpha_v
         self.l1_ratio = l1_ratio
         self.positive = positive
         self.init_scale = init_scale
-        self.center = center
-        self.clip = clip
-        self.dropout = dropout
-        self.eval_every = eval_every
-        self.callback = callback
-        self.warm_start = warm_start
-        self.random_state = random_state
-        self.n_jobs = n_jobs
-        self.verbose = verbose
-        self.on_client_error = on_client_error
 
-    def _make_protocol(self, n_items, n_clients):
+    def _make_protocol(self, ctx):
         if self.variant == "fedmc_admm" and self.w_step not in (None, "local"):
             raise ValueError(
                 f'variant="fedmc_admm" uses its own local step d_i; w_step={self.w_step!r} '
@@ -475,7 +470,7 @@ class FedMAvg(FederatedMFBase):
             )
         paper = self.variant == "fedmc_admm"
         return make_protocol(
-            n_items=n_items, n_clients=n_clients, n_components=self.n_components,
+            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             variant=self.variant, local_iter_u=self.local_iter_u,
             local_iter_v=self.local_iter_v if self.local_iter_v or not paper else 10,
             q_hat=self.q_hat, participation=self.participation,

@@ -39,12 +39,13 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import _num_samples, check_is_fitted
+from sklearn.utils.validation import _num_samples
 
 from .._base import FederatedMFBase, _shift
 from .._data import check_like
 from .._kernels import ridge_fold_in
-from ..privacy import PrivacyWarning, laplace_epsilon
+from ..exceptions import ConfigurationWarning, PrivacyWarning
+from ..privacy import laplace_epsilon
 from ._rfrec_kernels import _sigmoid_fold_in
 from ._rfrec_solver import (  # noqa: F401  (the tests import _coin and _pulled from here)
     _EXPLODE,
@@ -133,7 +134,8 @@ class RFRec(FederatedMFBase):
     dropout : float, default=0.0
         Probability that a sampled client's upload is lost in a round (it still steps and
         receives ``Vbar``: the upload-loss model of Table 3).
-    eval_every, callback, warm_start, random_state, n_jobs, verbose, on_client_error
+    eval_every, callback, warm_start, missing_values, random_state, n_jobs, verbose,
+    on_client_error
         As in :class:`~sklearn_fedmf.FedMCADMM`.
 
     Attributes
@@ -156,6 +158,8 @@ class RFRec(FederatedMFBase):
         ``train_rmse``, ``eval_rmse``/``eval_mae`` (``eval_set``, federated factors),
         ``consensus_gap`` (``sum_c ||V_(c) - Vbar||^2``), ``vbar_change``, ``comm_rounds``,
         ``coin`` (RFRecF), bytes, ``n_sampled``, ``n_failed``, ``seconds``.
+    converged_, degenerate_
+        As in :class:`~sklearn_fedmf.FedMCADMM`.
     n_features_in_ : int
 
     Notes
@@ -230,12 +234,20 @@ class RFRec(FederatedMFBase):
         eval_every=1,
         callback=None,
         warm_start=False,
+        missing_values=np.nan,
         random_state=None,
         n_jobs=None,
         verbose=0,
         on_client_error="raise",
     ):
-        self.n_components = n_components
+        super().__init__(
+            n_components,
+            n_clients=n_clients, partition=partition, clients_per_round=clients_per_round,
+            max_iter=max_iter, tol=tol, alpha_u=alpha_u, alpha_v=alpha_v, center=center,
+            clip=clip, dropout=dropout, eval_every=eval_every, callback=callback,
+            warm_start=warm_start, missing_values=missing_values, random_state=random_state,
+            n_jobs=n_jobs, verbose=verbose, on_client_error=on_client_error,
+        )
         self.variant = variant
         self.reg_consensus = reg_consensus
         self.learning_rate = learning_rate
@@ -244,27 +256,10 @@ class RFRec(FederatedMFBase):
         self.p = p
         self.schedule = schedule
         self.pull_eta = pull_eta
-        self.n_clients = n_clients
-        self.partition = partition
-        self.clients_per_round = clients_per_round
-        self.max_iter = max_iter
-        self.tol = tol
-        self.alpha_u = alpha_u
-        self.alpha_v = alpha_v
         self.init_std = init_std
         self.clip_delta = clip_delta
         self.noise_scale = noise_scale
         self.simulate_uploads = simulate_uploads
-        self.center = center
-        self.clip = clip
-        self.dropout = dropout
-        self.eval_every = eval_every
-        self.callback = callback
-        self.warm_start = warm_start
-        self.random_state = random_state
-        self.n_jobs = n_jobs
-        self.verbose = verbose
-        self.on_client_error = on_client_error
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, clients=None, eval_set=None):
@@ -286,6 +281,9 @@ class RFRec(FederatedMFBase):
         """
         if clients is None and self.n_clients is None:
             clients = np.arange(_num_samples(X))
+        return self._fit(X, clients, eval_set=eval_set)
+
+    def _check_fit_data(self, X, *, reset, eval_set=None):
         self._check_privacy()
         eta = self.pull_eta
         if self.variant == "rfrecf" and eta is None:
@@ -294,23 +292,25 @@ class RFRec(FederatedMFBase):
             warnings.warn(
                 f"The pull strength eta = {eta:.3g} exceeds 1 (learning_rate * reg_consensus "
                 "/ p by default): each pull overshoots Vbar. Lower learning_rate or set "
-                "pull_eta <= 1.", UserWarning, stacklevel=2,
+                "pull_eta <= 1.", ConfigurationWarning, stacklevel=5,  # the caller of fit
             )
-        self._fit(X, clients, eval_set)
-        self._check_diverged(X)
-        self.comm_rounds_ = self._federation.server_state["comm_rounds"]
+        return super()._check_fit_data(X, reset=reset, eval_set=eval_set)
+
+    def _collect(self, state, blocks, ctx):
+        super()._collect(state, blocks, ctx)
+        self._check_diverged(ctx.X, ctx.info["offset"])
+        self.comm_rounds_ = state.server_state["comm_rounds"]
         self.epsilon_ = (laplace_epsilon(self.noise_scale, 2 * self.clip_delta)
                          if self.clip_delta and self.noise_scale else None)
-        return self
 
-    def _check_diverged(self, X):
-        """Raise unless the federated model's training error is finite and of the ratings'
-        order (the objective is only checked on evaluated rounds, ``eval_every``)."""
-        Xc = _shift(self._check_X(X), self.mean_ if self.center else 0.0)
+    def _check_diverged(self, Xc, offset):
+        """Raise unless the federated model's training error on the centred training ratings
+        ``Xc`` is finite and of the ratings' order (the objective is only checked on evaluated
+        rounds, ``eval_every``)."""
         rows = np.repeat(np.arange(Xc.shape[0]), np.diff(Xc.indptr))
         z = np.einsum("ij,ji->i", self.user_factors_[rows], self.components_[:, Xc.indices])
         with np.errstate(all="ignore"):
-            rmse = np.sqrt(np.mean((self._to_ratings(z) - Xc.data) ** 2))
+            rmse = np.sqrt(np.mean((self._to_ratings(z) - (Xc.data + offset)) ** 2))
         lo, hi = self.rating_range_
         if not rmse <= _EXPLODE * (hi - lo + 1):
             raise FloatingPointError(_diverged(
@@ -322,14 +322,14 @@ class RFRec(FederatedMFBase):
             warnings.warn(
                 "noise_scale without clip_delta: nothing bounds an entry of the upload, so the "
                 "Laplace noise gives no formal guarantee (epsilon_ is None).",
-                PrivacyWarning, stacklevel=3,
+                PrivacyWarning, stacklevel=6,  # the caller of fit
             )
 
-    def _make_protocol(self, n_items, n_clients):
-        offset = self.mean_ if self.center else 0.0
-        lo, hi = self.rating_range_
+    def _make_protocol(self, ctx):
+        offset = ctx.info["offset"]
+        lo, hi = ctx.info["rating_range"]
         return make_protocol(
-            n_items=n_items, n_clients=n_clients, n_components=self.n_components,
+            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             variant=self.variant, schedule=self.schedule, learning_rate=self.learning_rate,
             reg_consensus=self.reg_consensus, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
             p=self.p, pull_eta=self.pull_eta, optimizer=self.optimizer, link=self.link,
@@ -371,8 +371,7 @@ class RFRec(FederatedMFBase):
 
     def inverse_transform(self, X):
         """Ratings from user factors: ``link(X @ components_)``."""
-        check_is_fitted(self)
-        return self._to_ratings(np.asarray(X) @ self.components_)
+        return self._to_ratings(self._check_factors(X) @ self.components_)
 
     def predict(self, X):
         """Predicted ratings for the rows of ``X`` (dense, ``(n_rows, n_items)``) by fold-in.
@@ -395,7 +394,8 @@ class RFRec(FederatedMFBase):
         if y is None or (not sp.issparse(y) and np.ndim(y) == 1):
             target = _shift(self._check_X(X), offset)  # back to the rating scale
         else:
-            target = check_like(y, self._check_X(X), name="y")
+            target = check_like(y, self._check_X(X), name="y",
+                                missing_values=self.missing_values)
         if target.nnz == 0:
             raise ValueError("There is no rating to score: the evaluated matrix is empty.")
         rows = np.repeat(np.arange(target.shape[0]), np.diff(target.indptr))
