@@ -311,7 +311,8 @@ def _run_on_dask(placement, task, batches, args, context):
                     workers=[home], allow_other_workers=True,  # where its blocks live
                 ))
             lost = _wait_bounded(placement, futures)
-        except loss:  # a scatter to a worker going away: retried like a lost batch
+        except (*loss, KeyError):  # a scatter to a worker going (or gone: the scheduler's
+            # KeyError for an unknown worker) is retried like a lost batch
             futures, lost = [], _lost_workers(placement, wait=_NOTICE_SECONDS)
         still = []
         for i, future in zip(pending, futures):

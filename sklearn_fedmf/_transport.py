@@ -222,7 +222,7 @@ class LocalTransport(Transport):
         self.blocks = blocks
         self.n_jobs = n_jobs
         self.client_states = [None] * len(blocks) if client_states is None else client_states
-        self._protocol = None
+        self._protocol, self._n_jobs_eff = None, 1
         nnz = np.array([getattr(b, "nnz", 0) for b in blocks], dtype=float)
         rows = np.array([getattr(b, "n_rows", 0) for b in blocks], dtype=float)
         self._weights = {"update": nnz + rows, "other": nnz + 1}
@@ -233,12 +233,14 @@ class LocalTransport(Transport):
 
     @contextmanager
     def session(self, protocol):
-        outer, self._protocol = self._protocol, protocol
+        outer = self._protocol, self._n_jobs_eff
+        # workers of the backend active for this session (joblib's call is ~20 us: not per phase)
+        self._protocol, self._n_jobs_eff = protocol, effective_n_jobs(self.n_jobs)
         try:
             with resident_blocks(self.blocks), shared_thread_pools():
                 yield self
         finally:
-            self._protocol = outer
+            self._protocol, self._n_jobs_eff = outer
 
     def run(self, phase, clients, broadcast, *, stream=None, selected=None, round_number=None):
         fn = getattr(self._protocol, phase)
@@ -251,16 +253,18 @@ class LocalTransport(Transport):
         weights = self._weights["update" if phase in ("client_prepare", "client_update")
                                 else "other"][list(clients)]
         where = "initialization" if round_number is None else f"round {round_number}"
-        parts = dispatch(_run_clients, items, weights, self.n_jobs,
-                         effective_n_jobs(self.n_jobs), fn, phase, broadcast, stream,
-                         context=f"{phase} ({where})")
+        parts = dispatch(_run_clients, items, weights, self.n_jobs, self._n_jobs_eff, fn, phase,
+                         broadcast, stream, context=f"{phase} ({where})")
+        keep = phase != "client_metrics"
+        # batches are contiguous runs of the ascending clients: results come in client order
         for client, new_state, message, error in (o for part in parts for o in part):
             if error is not None:
                 failures[client] = error
                 continue
-            states[client] = new_state
+            if keep:
+                states[client] = new_state
             messages[client] = message
-        return PhaseResult(dict(sorted(messages.items())), dict(sorted(failures.items())))
+        return PhaseResult(messages, failures)
 
 
 def as_transport(clients: Any, *, n_jobs=None, client_states=None) -> Transport:
