@@ -14,6 +14,7 @@ so nothing downstream depends on which worker ran what or when it finished:
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -156,7 +157,9 @@ def _aligned(obj):
 _POLL_SECONDS = 0.5  # how often a wait checks that the blocks' workers are still there
 _RECOVERIES = 3  # lost-worker recoveries per dispatch before giving up
 _WORKER_WAIT_SECONDS = 30.0  # how long to wait for a worker when none is left
-_SCATTER_TIMEOUT_SECONDS = 60.0
+_SCATTER_TIMEOUT_SECONDS = _RESULT_TIMEOUT_SECONDS = 120.0
+_NOTICE_SECONDS = 5.0  # how long the scheduler may take to see that a worker is gone
+_TIMEOUTS = (TimeoutError, asyncio.TimeoutError)  # one class from Python 3.11 on
 
 
 @dataclass
@@ -239,9 +242,16 @@ def _replace_lost_blocks(placement, lost, context):
                                                                   cores)
 
 
-def _lost_workers(placement):
-    alive = set(placement.client.ncores())
-    return {w for w in placement.workers if w not in alive}
+def _lost_workers(placement, wait=0.0):
+    """The placement's workers the scheduler no longer knows; with ``wait``, give it that
+    long to notice (a connection to a dying worker can break before the scheduler sees it)."""
+    stop = time.monotonic() + wait
+    while True:
+        alive = set(placement.client.ncores())
+        lost = {w for w in placement.workers if w not in alive}
+        if lost or time.monotonic() >= stop:
+            return lost
+        time.sleep(_POLL_SECONDS / 5)
 
 
 def _wait_bounded(placement, futures):
@@ -253,7 +263,7 @@ def _wait_bounded(placement, futures):
         try:
             wait(futures, timeout=_POLL_SECONDS)
             return set()
-        except TimeoutError:
+        except _TIMEOUTS:
             lost = _lost_workers(placement)
             if lost:
                 return lost
@@ -268,7 +278,9 @@ def _run_on_dask(placement, task, batches, args, context):
     names the lost workers and ``context``.
     """
     from distributed import CancelledError
+    from distributed.scheduler import KilledWorker
 
+    loss = (CancelledError, OSError, *_TIMEOUTS, KilledWorker)  # what a lost worker raises
     client = placement.client
     results, pending, lost_all = [None] * len(batches), list(range(len(batches))), set()
     for attempt in range(_RECOVERIES + 1):
@@ -287,25 +299,31 @@ def _run_on_dask(placement, task, batches, args, context):
                     workers=[home], allow_other_workers=True,  # where its blocks live
                 ))
             lost = _wait_bounded(placement, futures)
-        except (OSError, TimeoutError, CancelledError):  # a scatter to a worker going away
-            futures, lost = [], _lost_workers(placement)
-            if not lost:
-                raise
+        except (*loss, KeyError):  # a scatter to a worker going (or gone: the scheduler's
+            # KeyError for an unknown worker) is retried like a lost batch
+            futures, lost = [], _lost_workers(placement, wait=_NOTICE_SECONDS)
         still = []
         for i, future in zip(pending, futures):
             if future.status == "finished":
-                results[i] = future.result()
-            elif future.status == "error" and not lost and not _lost_workers(placement):
-                future.result()  # a genuine error of the task itself: raise it
-            else:
-                still.append(i)
+                try:
+                    results[i] = future.result(timeout=_RESULT_TIMEOUT_SECONDS)
+                    continue
+                except loss:  # the result went with its worker before it was fetched
+                    pass
+            elif (future.status == "error" and not isinstance(future.exception(), loss)
+                  and not lost and not _lost_workers(placement)):
+                future.result()  # a genuine error of the task itself (not client code): raise
+            still.append(i)
         still += pending[len(futures):]
         client.cancel([f for f in futures if f.status != "finished"])
         if not still:
             return _aligned(results)
         lost_all |= lost | _lost_workers(placement)
         if attempt < _RECOVERIES:
-            _replace_lost_blocks(placement, lost_all, context)
+            try:
+                _replace_lost_blocks(placement, lost_all, context)
+            except loss:  # another worker went while the blocks were sent: the next attempt
+                lost_all |= _lost_workers(placement, wait=_NOTICE_SECONDS)
         pending = still
     raise FederationError(
         f"Lost Dask worker(s) {', '.join(sorted(lost_all)) or '(unknown)'} during {context}; "

@@ -382,7 +382,7 @@ def run_federation(
             failing = server_rng.random(n_sampled) < dropout if dropout else []
             dropped = set(sampled[failing].tolist()) if dropout else set()
             selected = set(sampled.tolist()) - dropped  # the clients whose uploads count
-            run = range(n_clients) if part.computes == "all" else sampled.tolist()
+            run = range(n_clients) if part.computes == "all" else np.unique(sampled).tolist()
             members = [int(c) for c in run
                        if int(c) not in dropped or part.dropped == "upload_lost"]
             broadcast, stats, n_failed, real = state.broadcast, {}, len(dropped), False

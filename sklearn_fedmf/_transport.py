@@ -14,14 +14,17 @@ n_clients : int
     Number of clients, indexed ``0 .. n_clients - 1``. Fixed for the transport's life.
 
 session(protocol) -> context manager
-    The engine enters it around each of its calls (:func:`~sklearn_fedmf._engine.
-    initialize_federation`, :func:`~sklearn_fedmf._engine.run_federation`,
-    :func:`~sklearn_fedmf._engine.evaluate`); ``run`` is only called inside. It must be
+    The engine enters it around each of its calls
+    (:func:`~sklearn_fedmf._engine.initialize_federation`,
+    :func:`~sklearn_fedmf._engine.run_federation`, :func:`~sklearn_fedmf._engine.evaluate`);
+    ``run`` is only called inside. It must be
     re-entrant (a caller may hold one session open over several engine calls so that
     resources, e.g. data placed on workers, live as long as the fit). ``protocol`` is the
     :class:`~sklearn_fedmf._engine.FederatedProtocol` of the fit: a local transport calls its
     client functions; a remote transport whose clients rebuild the protocol from the
-    estimator's parameters may only check that it is the one they run.
+    estimator's parameters may only check that it is the one they run (its client functions
+    are the same in every call of a fit; server-side fields such as ``after_round`` may
+    differ).
 
 run(phase, clients, broadcast, *, stream=None, selected=None, round_number=None)
         -> PhaseResult
@@ -74,10 +77,23 @@ run(phase, clients, broadcast, *, stream=None, selected=None, round_number=None)
     Ordering and determinism: the engine calls ``run`` sequentially (never two phases at
     once); within a call, clients may run in any order and in parallel, but each client's
     result depends only on its state, its block, ``broadcast`` and its generator, so it does
-    not depend on the order. A transport raises (:class:`~sklearn_fedmf.exceptions.
-    FederationError`) only when it cannot run the phase at all (e.g. a lost Dask worker
-    that could not be recovered); it then leaves every client state as it was before the
-    call. It never waits without bound.
+    not depend on the order. A transport raises
+    (:class:`~sklearn_fedmf.exceptions.FederationError`) only when it cannot run the phase
+    at all (e.g. a lost Dask worker that could not be recovered); it then leaves every client
+    state as it was before the call. It never waits without bound.
+
+Sequence of calls in a fit: ``run("init_client", all clients, stream=(entropy, 0))`` once
+(:func:`~sklearn_fedmf._engine.initialize_federation`); then in round ``k`` (from 0;
+``round_number = k + 1``) of :func:`~sklearn_fedmf._engine.run_federation`:
+``run("client_prepare", ..., stream=(entropy, 5, k))`` if the protocol has that phase, then
+``run("client_update", ..., stream=(entropy, 1, k))`` on the round's clients (those of the
+prepare call minus its failures), then ``run("client_metrics", all clients)`` when the
+round is evaluated (``eval_every``). The broadcast of a ``client_update`` call is the
+message of ``server_prepare`` when the protocol has a prepare phase. What the engine does
+with failures: ``init_client`` and ``client_metrics`` failures always raise
+(:class:`~sklearn_fedmf.exceptions.ClientError`; a missing client would leave no state, or
+a wrong objective); ``client_prepare`` / ``client_update`` failures follow
+``on_client_error`` (``ClientDropout`` is counted, never raised).
 
 client_states : list or None
     The clients' states, readable by the code that collects a fitted model in the same
@@ -206,7 +222,7 @@ class LocalTransport(Transport):
         self.blocks = blocks
         self.n_jobs = n_jobs
         self.client_states = [None] * len(blocks) if client_states is None else client_states
-        self._protocol = None
+        self._protocol, self._n_jobs_eff = None, 1
         nnz = np.array([getattr(b, "nnz", 0) for b in blocks], dtype=float)
         rows = np.array([getattr(b, "n_rows", 0) for b in blocks], dtype=float)
         self._weights = {"update": nnz + rows, "other": nnz + 1}
@@ -217,12 +233,14 @@ class LocalTransport(Transport):
 
     @contextmanager
     def session(self, protocol):
-        outer, self._protocol = self._protocol, protocol
+        outer = self._protocol, self._n_jobs_eff
+        # workers of the backend active for this session (joblib's call is ~20 us: not per phase)
+        self._protocol, self._n_jobs_eff = protocol, effective_n_jobs(self.n_jobs)
         try:
             with resident_blocks(self.blocks), shared_thread_pools():
                 yield self
         finally:
-            self._protocol = outer
+            self._protocol, self._n_jobs_eff = outer
 
     def run(self, phase, clients, broadcast, *, stream=None, selected=None, round_number=None):
         fn = getattr(self._protocol, phase)
@@ -235,16 +253,18 @@ class LocalTransport(Transport):
         weights = self._weights["update" if phase in ("client_prepare", "client_update")
                                 else "other"][list(clients)]
         where = "initialization" if round_number is None else f"round {round_number}"
-        parts = dispatch(_run_clients, items, weights, self.n_jobs,
-                         effective_n_jobs(self.n_jobs), fn, phase, broadcast, stream,
-                         context=f"{phase} ({where})")
+        parts = dispatch(_run_clients, items, weights, self.n_jobs, self._n_jobs_eff, fn, phase,
+                         broadcast, stream, context=f"{phase} ({where})")
+        keep = phase != "client_metrics"
+        # batches are contiguous runs of the ascending clients: results come in client order
         for client, new_state, message, error in (o for part in parts for o in part):
             if error is not None:
                 failures[client] = error
                 continue
-            states[client] = new_state
+            if keep:
+                states[client] = new_state
             messages[client] = message
-        return PhaseResult(dict(sorted(messages.items())), dict(sorted(failures.items())))
+        return PhaseResult(messages, failures)
 
 
 def as_transport(clients: Any, *, n_jobs=None, client_states=None) -> Transport:
