@@ -193,8 +193,19 @@ class FederatedMFBase(
             entropy=entropy, n_jobs=self.n_jobs, tol=self.tol, dropout=self.dropout,
             eval_every=self.eval_every, callback=self.callback, verbose=self.verbose,
             state=state, init_bytes=init_bytes, label=type(self).__name__,
+            **self._sampling_options(blocks),
         )
         return state, init_bytes
+
+    def _sampling_options(self, blocks):
+        """The engine's client sampling: ``sampling="weighted"`` draws with probabilities
+        ``omega_p`` proportional to the client's ratings (or rows, ``client_weights="rows"``)."""
+        sampling = getattr(self, "sampling", "uniform")
+        if sampling == "uniform":
+            return {}
+        rows = getattr(self, "client_weights", "entries") == "rows"
+        return {"sampling": sampling,
+                "sampling_weights": [b.n_rows if rows else b.nnz for b in blocks]}
 
     def fit_transform(self, X, y=None, **fit_params):
         """Fit, then fold ``X`` in: the same as ``fit(X).transform(X)``.

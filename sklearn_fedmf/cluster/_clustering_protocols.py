@@ -241,11 +241,18 @@ def mavg_client_update(state, block, message, rng, selected, *, h_params, d_fact
     return state, {"W": W}
 
 
-def mavg_server_update(server_state, uploads, round_index, *, weights, aggregation,
-                       local_iter_v, q_hat, box):
-    """``W^{s+1} = P_W(average of the uploaded W_p)`` ((8)-(10))."""
+def mavg_server_update(server_state, uploads, round_index, counts=None, *, weights,
+                       aggregation, local_iter_v, q_hat, box):
+    """``W^{s+1} = P_W(average of the uploaded W_p)`` ((8)-(10)).
+
+    ``"sampled_mean"`` weighs each upload by its draws ``n_p`` (``counts``): the mean over the
+    multiset ``A^s``, ``sum_p (n_p / m) W_p`` (3.3 step 5).
+    """
     clients = list(uploads)
-    w = weights[clients] if aggregation == "weighted" else np.ones(len(clients))
+    if aggregation == "weighted":
+        w = weights[clients]
+    else:
+        w = np.array([1.0 if counts is None else counts[p] for p in clients])
     w = w / w.sum()
     W = project_w(sum(wi * uploads[p]["W"] for wi, p in zip(w, clients)), box)
     q2 = q2_schedule(round_index + 2, local_iter_v, q_hat)
@@ -273,8 +280,12 @@ def combine_metrics(server_state, sums, *, n_total, nu):
 
 def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_total, amplitude,
                   centers, box, rho, nu, onehot, local_iter_u, local_iter_v, q_hat,
-                  participation, aggregation, c_factor, d_factor, w_step):
+                  participation, aggregation, c_factor, d_factor, w_step, sampling="uniform"):
     """Bind the hyperparameters to the pure functions above."""
+    if sampling == "weighted" and aggregation == "weighted" and algorithm == "fedmavg":
+        raise ValueError('aggregation="weighted" with sampling="weighted" would weigh the '
+                         'clients by omega twice; the paper averages weighted draws with '
+                         '"sampled_mean".')
     h_params = dict(n_total=n_total, nu=nu, c_factor=c_factor, local_iter_u=local_iter_u,
                     onehot=onehot)
     mgs = algorithm == "fedmgs"
@@ -311,6 +322,7 @@ def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_to
                               local_iter_v=local_iter_v, q_hat=q_hat, box=box),
         update_all=participation == "pcc",
         broadcast_to_all=participation == "pcc",
+        server_counts=True,
     )
 
 

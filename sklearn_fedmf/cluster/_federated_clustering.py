@@ -78,13 +78,18 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         Number of clients when ``clients`` is not given to fit.
     partition : {"random", "contiguous"}, default="random"
     clients_per_round : int, float or None, default=None
-        Clients sampled (uniformly, without replacement) each round; None means all.
+        Clients drawn each round (the paper's ``m``); None means all.
+    sampling : {"uniform", "weighted"}, default="uniform"
+        ``"uniform"``: distinct clients without replacement. ``"weighted"``: the paper's
+        i.i.d. draws with replacement, probabilities ``omega_p = N_p / N`` (Algorithm 1); a
+        client drawn twice computes and uploads once and FedMAvg's mean counts it per draw.
     participation : {"pcc", "pcp"}, default="pcc"
         FedMAvg only: every client (``"pcc"``) or only the sampled ones (``"pcp"``) update
         their memberships. FedMGS always uses the sampled clients only.
     aggregation : {"weighted", "sampled_mean"} or None, default=None
         FedMAvg's server average: weights ``N_p`` (eq. (8) at full participation, renormalized
-        over the senders otherwise) or the plain mean. None means ``"weighted"``.
+        over the senders otherwise) or the plain mean, a client counted once per draw. None
+        means ``"weighted"``, or ``"sampled_mean"`` with ``sampling="weighted"``.
     c_factor : float, default=0.51
         Membership step ``1 / (c_factor L_Hp)``.
     d_factor : float or None, default=None
@@ -173,6 +178,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         "q_hat": [Interval(Integral, 0, None, closed="left")],
         "clients_per_round": [Interval(Integral, 1, None, closed="left"),
                               Interval(Real, 0, 1, closed="right"), None],
+        "sampling": [StrOptions({"uniform", "weighted"})],
         "participation": [StrOptions({"pcc", "pcp"})],
         "aggregation": [StrOptions({"weighted", "sampled_mean"}), None],
         "c_factor": [Interval(Real, 0, None, closed="neither")],
@@ -204,6 +210,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         n_clients=10,
         partition="random",
         clients_per_round=None,
+        sampling="uniform",
         participation="pcc",
         aggregation=None,
         c_factor=0.51,
@@ -235,6 +242,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.n_clients = n_clients
         self.partition = partition
         self.clients_per_round = clients_per_round
+        self.sampling = sampling
         self.participation = participation
         self.aggregation = aggregation
         self.c_factor = c_factor
@@ -320,9 +328,10 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
             n_total=n_samples, amplitude=np.sqrt(abs_mean / K), centers=centers,
             box=None if onehot else (x_min, x_max), rho=rho, nu=nu, onehot=onehot,
             local_iter_u=self.local_iter_u, local_iter_v=local_iter_v, q_hat=self.q_hat,
-            participation=self.participation, aggregation=self.aggregation or "weighted",
+            participation=self.participation, aggregation=self.aggregation
+            or ("sampled_mean" if self.sampling == "weighted" else "weighted"),
             c_factor=self.c_factor, d_factor=self.d_factor or (0.501 if mgs else 5.0),
-            w_step=self.w_step,
+            w_step=self.w_step, sampling=self.sampling,
         )
         schedule = None
         if self.sncp and not onehot:
@@ -348,6 +357,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                     schedule=schedule, nu=nu, callback=self.callback, verbose=self.verbose,
                     label=type(self).__name__, init_bytes=init_bytes,
                     clients_per_round=self.clients_per_round, entropy=start,
+                    sampling=self.sampling, sampling_weights=[b.n_rows for b in blocks],
                     n_jobs=self.n_jobs, dropout=self.dropout,
                 )
                 cost = 0.0

@@ -22,12 +22,14 @@ and uploads ``W_p``; the server averages the uploads. With ``w_step="global"`` t
 size needs every client's ``U_p^T U_p`` of this round: clients send that ``r x r`` Gram in a
 first exchange (the engine's prepare phase) and the server answers with the step.
 
-Sampling: the engine draws ``clients_per_round`` clients uniformly without replacement. The
-paper draws with replacement proportionally to ``omega`` so that the plain mean is unbiased
-for ``sum_p omega_p W_p``; here ``aggregation="weighted"`` averages the uploads with weights
-``omega_p`` (renormalized over the senders: eq. (8) at full participation, a ratio estimate
-otherwise) and ``"sampled_mean"`` takes the plain mean ((9), and the FedMC-ADMM restatement).
-On balanced clients the two schemes coincide.
+Sampling: ``sampling="weighted"`` is the paper's (3.3 step 1): ``clients_per_round`` draws
+with replacement, proportionally to ``omega``, and the plain mean of the multiset,
+``W = sum_p (n_p / m) W_p`` with ``n_p`` the draws of client ``p`` (9)-(10), unbiased for
+``sum_p omega_p W_p``; a client drawn twice computes and uploads once. ``"uniform"`` draws
+distinct clients without replacement; then ``aggregation="weighted"`` averages the uploads
+with weights ``omega_p`` (renormalized over the senders: eq. (8) at full participation, a
+ratio estimate otherwise) and ``"sampled_mean"`` takes the plain mean (the FedMC-ADMM
+restatement). On balanced clients the schemes coincide.
 """
 
 from __future__ import annotations
@@ -187,10 +189,18 @@ def client_update(state, block, broadcast, rng, selected, *, prepared, u_params,
     return keep, w_phase(state, block, d_global, **w_params)
 
 
-def server_update(server_state, uploads, round_index, *, aggregation, local_iter_v, q_hat):
-    """``V^{s+1}``: the (weighted) mean of the uploaded local copies (8)-(10)."""
+def server_update(server_state, uploads, round_index, counts=None, *, aggregation,
+                  local_iter_v, q_hat):
+    """``V^{s+1}``: the (weighted) mean of the uploaded local copies (8)-(10).
+
+    ``counts`` (client -> draws) makes ``"sampled_mean"`` the mean over the multiset of draws,
+    ``sum_p n_p W_p / sum_p n_p`` (3.3 step 5; ``1/m`` when every drawn client arrived).
+    """
     clients = list(uploads)
-    w = server_state["weights"][clients] if aggregation == "weighted" else np.ones(len(clients))
+    if aggregation == "weighted":
+        w = server_state["weights"][clients]
+    else:
+        w = np.array([1.0 if counts is None else counts[p] for p in clients])
     w = w / w.sum() if w.sum() > 0 else np.full(len(clients), 1.0 / len(clients))
     Vt = sum(wi * uploads[p]["W"] for wi, p in zip(w, clients))
     q2 = q2_schedule(round_index + 2, local_iter_v, q_hat)
@@ -251,6 +261,7 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
                                 loss_scale=1.0 / n_clients if variant == "fedmc_admm" else 1.0),
         update_all=participation == "pcc",
         broadcast_to_all=participation == "pcc",
+        server_counts=True,
     )
 
 
@@ -288,8 +299,10 @@ class FedMAvg(FederatedMFBase):
         clients compute (partial participation, the paper's Fig. 2a baseline).
     aggregation : {"weighted", "sampled_mean"} or None, default=None
         ``"weighted"``: ``sum omega_p W_p / sum omega_p`` over the received copies (eq. (8) at
-        full participation); ``"sampled_mean"``: their plain mean. None: ``"weighted"`` for
-        ``"wang_chang"``, ``"sampled_mean"`` for ``"fedmc_admm"``.
+        full participation); ``"sampled_mean"``: their plain mean, a client counted once per
+        draw. None: ``"weighted"`` for ``"wang_chang"`` with uniform sampling,
+        ``"sampled_mean"`` otherwise. ``"weighted"`` with ``sampling="weighted"`` is refused
+        (it would weigh by ``omega`` twice).
     c_factor : float or None, default=None
         The U step is ``1 / (c_factor * L_U)`` with ``L_U = lambda_max(V V^T) + ridge``
         (``"wang_chang"``, default 0.51) or ``lambda_max(V V^T)`` (``"fedmc_admm"``, 0.5).
@@ -308,8 +321,13 @@ class FedMAvg(FederatedMFBase):
     partition : {"random", "contiguous"}, default="random"
         How rows are assigned to ``n_clients`` clients.
     clients_per_round : int, float or None, default=None
-        Clients sampled (uniformly, without replacement) each round: a count, a fraction in
-        (0, 1], or None for all.
+        Clients drawn each round (the paper's ``m``): a count, a fraction in (0, 1], or None
+        for all.
+    sampling : {"uniform", "weighted"}, default="uniform"
+        ``"uniform"``: distinct clients without replacement. ``"weighted"``: the paper's i.i.d.
+        draws with replacement, probabilities ``omega_p`` (``client_weights``); a client drawn
+        twice uploads once and counts twice in the mean (``history_`` then also has
+        ``bytes_uploaded_draws``, the paper's count of one upload per draw, spec G21).
     max_iter : int, default=100
         Communication rounds.
     tol : float, default=0.0
@@ -388,6 +406,7 @@ class FedMAvg(FederatedMFBase):
         "d_factor": [Interval(Real, 0, None, closed="neither")],
         "w_step": [StrOptions({"global", "local", "guarded"}), None],
         "client_weights": [StrOptions({"entries", "rows"})],
+        "sampling": [StrOptions({"uniform", "weighted"})],
         "init_scale": [Interval(Real, 0, None, closed="neither")],
     }
 
@@ -408,6 +427,7 @@ class FedMAvg(FederatedMFBase):
         n_clients=10,
         partition="random",
         clients_per_round=None,
+        sampling="uniform",
         max_iter=100,
         tol=0.0,
         alpha_u=1e-6,
@@ -439,6 +459,7 @@ class FedMAvg(FederatedMFBase):
         self.n_clients = n_clients
         self.partition = partition
         self.clients_per_round = clients_per_round
+        self.sampling = sampling
         self.max_iter = max_iter
         self.tol = tol
         self.alpha_u = alpha_u
@@ -463,12 +484,19 @@ class FedMAvg(FederatedMFBase):
                 'needs variant="wang_chang".'
             )
         paper = self.variant == "fedmc_admm"
+        weighted_draws = self.sampling == "weighted"
+        if weighted_draws and self.aggregation == "weighted":
+            raise ValueError(
+                'aggregation="weighted" with sampling="weighted" would weigh the clients by '
+                'omega twice; the paper averages weighted draws with "sampled_mean".'
+            )
         return make_protocol(
             n_items=n_items, n_clients=n_clients, n_components=self.n_components,
             variant=self.variant, local_iter_u=self.local_iter_u,
             local_iter_v=self.local_iter_v if self.local_iter_v or not paper else 10,
             q_hat=self.q_hat, participation=self.participation,
-            aggregation=self.aggregation or ("sampled_mean" if paper else "weighted"),
+            aggregation=self.aggregation
+            or ("sampled_mean" if paper or weighted_draws else "weighted"),
             c_factor=self.c_factor or (0.5 if paper else 0.51), d_factor=self.d_factor,
             w_step="local" if paper else (self.w_step or "global"),
             client_weights=self.client_weights, alpha_u=self.alpha_u, alpha_v=self.alpha_v,

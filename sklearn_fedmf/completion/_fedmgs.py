@@ -35,7 +35,7 @@ from functools import partial
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._base import FederatedMFBase
 from .._engine import FederatedProtocol
@@ -160,7 +160,12 @@ class FedMGS(FederatedMFBase):
         Number of clients ``p`` when ``clients`` is not given to fit.
     partition : {"random", "contiguous"}, default="random"
     clients_per_round : int, float or None, default=None
-        Clients sampled (uniformly, without replacement) each round; None means all.
+        Clients drawn each round; None means all.
+    sampling : {"uniform", "weighted"}, default="uniform"
+        ``"uniform"``: distinct clients without replacement (Theorem 2's scheme).
+        ``"weighted"``: i.i.d. draws with replacement, probabilities proportional to the
+        clients' ratings (the paper's footnote); a client drawn twice sends its gradient once
+        and it is applied once (spec G15).
     max_iter : int, default=100
         Communication rounds (one server step each).
     tol : float, default=0.0
@@ -226,6 +231,7 @@ class FedMGS(FederatedMFBase):
         "c_factor": [Interval(Real, 0, None, closed="neither")],
         "d_factor": [Interval(Real, 0, None, closed="neither")],
         "init_scale": [Interval(Real, 0, None, closed="neither")],
+        "sampling": [StrOptions({"uniform", "weighted"})],
     }
 
     def __init__(
@@ -238,6 +244,7 @@ class FedMGS(FederatedMFBase):
         n_clients=10,
         partition="random",
         clients_per_round=None,
+        sampling="uniform",
         max_iter=100,
         tol=0.0,
         alpha_u=1e-6,
@@ -262,6 +269,7 @@ class FedMGS(FederatedMFBase):
         self.n_clients = n_clients
         self.partition = partition
         self.clients_per_round = clients_per_round
+        self.sampling = sampling
         self.max_iter = max_iter
         self.tol = tol
         self.alpha_u = alpha_u
