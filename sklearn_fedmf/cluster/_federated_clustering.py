@@ -68,6 +68,12 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         ``Q2`` projected gradient steps on the exact global gradient (Algorithm 2).
         ``"fedmavg"``: sampled clients take ``Q2`` local steps on a copy of the centers and
         the server averages the copies (Algorithm 1).
+    variant : {"wang_chang", "fedpalm"}, default="wang_chang"
+        ``"fedpalm"`` (with ``algorithm="fedmavg"``): Remark 1's FedPALM, the baseline of the
+        paper's Fig. 2b: each client interleaves ``local_iter_u`` pairs of one projected
+        membership step at its current copy of the centers and one projected center step,
+        then FedMAvg's averaging (``Q = 2 local_iter_u``; ``local_iter_v``, ``q_hat`` and
+        ``w_step`` do not apply).
     local_iter_u : int, default=10
         Projected-gradient steps ``Q1`` on the memberships per round.
     local_iter_v : int or None, default=None
@@ -173,6 +179,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         **FEDERATION_CONSTRAINTS,
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "algorithm": [StrOptions({"fedmgs", "fedmavg"})],
+        "variant": [StrOptions({"wang_chang", "fedpalm"})],
         "local_iter_u": [Interval(Integral, 1, None, closed="left")],
         "local_iter_v": [Interval(Integral, 1, None, closed="left"), None],
         "q_hat": [Interval(Integral, 0, None, closed="left")],
@@ -204,6 +211,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         n_clusters=8,
         *,
         algorithm="fedmgs",
+        variant="wang_chang",
         local_iter_u=10,
         local_iter_v=None,
         q_hat=5,
@@ -236,6 +244,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     ):
         self.n_clusters = n_clusters
         self.algorithm = algorithm
+        self.variant = variant
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v
         self.q_hat = q_hat
@@ -331,7 +340,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
             participation=self.participation, aggregation=self.aggregation
             or ("sampled_mean" if self.sampling == "weighted" else "weighted"),
             c_factor=self.c_factor, d_factor=self.d_factor or (0.501 if mgs else 5.0),
-            w_step=self.w_step, sampling=self.sampling,
+            w_step=self.w_step, sampling=self.sampling, variant=self.variant,
         )
         schedule = None
         if self.sncp and not onehot:

@@ -11,7 +11,10 @@ Orientation (spec fedmavg_fedmgs.md, 1.3): the paper's global ``W`` is our item 
 
 with ``omega_p = |Omega_p| / |Omega|`` (``client_weights="entries"``, G16) or ``n_p / n``. Every
 step is a factor times a Lipschitz bound (G3), so the loss scaling only weighs the
-regularizers. ``variant="fedmc_admm"`` is the baseline exactly as restated in the FedMC-ADMM
+regularizers. ``variant="fedpalm"`` is Remark 1's FedPALM (15)-(16), the baseline of the paper's
+Fig. 2b: from ``W_p = V^s`` each client interleaves ``local_iter_u`` pairs of one step on
+``U_p`` at its current ``W_p`` and one proximal (projected) step on ``W_p`` at the new
+``U_p``, then FedMAvg's averaging. ``variant="fedmc_admm"`` is the baseline exactly as restated in the FedMC-ADMM
 paper (fedmc_admm.md, 5): no 1/p in the U step, the data gradient of the W step divided by
 ``p``, ``d_i = 5 lambda_max(U_i^T U_i)``, ``c = 1/2 lambda_max(V V^T)``, ``Q1 = Q2 = 10``.
 
@@ -163,6 +166,29 @@ def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alp
     return {"W": Wt}
 
 
+def palm_pairs(state, block, broadcast, *, n_pairs, c_factor, d_factor, alpha_u, alpha_v,
+               l1_ratio, positive, client_weights):
+    """FedPALM's local work (Remark 1, (15)-(16)): ``n_pairs`` times one step on ``U_p`` at the
+    current local ``W_p``, then one proximal step on ``W_p`` at the new ``U_p``, from
+    ``W_p = V^s``. As in PALM (the paper's [40]) each step size is a factor times the Lipschitz
+    constant at the current iterate. Returns ``(U_p, W_p)``."""
+    U, Wt = state["U"], broadcast["Vt"]
+    omega = max(client_weight(block, client_weights), 1.0) / broadcast["total"]
+    ridge_u, ridge_v = alpha_u * (1.0 - l1_ratio), alpha_v * (1.0 - l1_ratio)
+    for _ in range(n_pairs):
+        c = c_factor * max(lambda_max(Wt.T @ Wt) + ridge_u, EPS_LIPSCHITZ)
+        U = u_steps(U, Wt, block.X, 1, c, alpha_u, l1_ratio, positive)
+        d = d_factor * max(lambda_max(U.T @ U) / omega + ridge_v, EPS_LIPSCHITZ)
+        Wt = w_steps(Wt, U, block.X, 1, d, 1.0 / omega, alpha_v, l1_ratio, positive)
+    return U, Wt
+
+
+def palm_client_update(state, block, broadcast, rng, selected, **params):
+    """FedPALM round of a client: its pairs of steps, then (if sampled) the upload of ``W_p``."""
+    U, Wt = palm_pairs(state, block, broadcast, **params)
+    return {"U": U}, ({"W": Wt} if selected else None)
+
+
 def client_prepare(state, block, broadcast, rng, selected, **params):
     """Prepare phase (global step only): the U phase, then send ``U_p^T U_p``."""
     new = u_phase(state, block, broadcast, **params)
@@ -242,6 +268,11 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
     w_params = dict(variant=variant, n_clients=n_clients, d_factor=d_factor, w_step=w_step,
                     alpha_v=alpha_v, l1_ratio=l1_ratio, positive=positive)
     q2_first = q2_schedule(1, local_iter_v, q_hat)
+    update = partial(client_update, prepared=prepared, u_params=u_params, w_params=w_params)
+    if variant == "fedpalm":
+        update = partial(palm_client_update, n_pairs=local_iter_u, c_factor=c_factor,
+                         d_factor=d_factor, alpha_u=alpha_u, alpha_v=alpha_v,
+                         l1_ratio=l1_ratio, positive=positive, client_weights=client_weights)
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items, n_components=n_components,
                             init_scale=init_scale),
@@ -252,8 +283,7 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
         client_prepare=partial(client_prepare, **u_params) if prepared else None,
         server_prepare=partial(server_prepare, d_factor=d_factor, alpha_v=alpha_v,
                                l1_ratio=l1_ratio) if prepared else None,
-        client_update=partial(client_update, prepared=prepared, u_params=u_params,
-                              w_params=w_params),
+        client_update=update,
         server_update=partial(server_update, aggregation=aggregation,
                               local_iter_v=local_iter_v, q_hat=q_hat),
         client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio),
@@ -280,9 +310,13 @@ class FedMAvg(FederatedMFBase):
     ----------
     n_components : int, default=5
         Rank ``r`` of the factorization.
-    variant : {"wang_chang", "fedmc_admm"}, default="wang_chang"
+    variant : {"wang_chang", "fedpalm", "fedmc_admm"}, default="wang_chang"
         ``"wang_chang"``: the paper's algorithm on the sum of squared errors, steps as factors
-        of Lipschitz bounds (spec 3, 8.3). ``"fedmc_admm"``: the baseline as restated in the
+        of Lipschitz bounds (spec 3, 8.3). ``"fedpalm"``: the paper's Remark 1 baseline
+        (Fig. 2b): each client interleaves ``local_iter_u`` pairs of one U step at its current
+        copy ``W_p`` and one proximal W step at the new ``U_p`` (``Q = 2 local_iter_u``; steps
+        ``1/(c_factor L_U(W_p))`` and ``1/(d_factor L_Wp(U_p))``); ``local_iter_v``, ``q_hat``
+        and ``w_step`` do not apply. ``"fedmc_admm"``: the baseline as restated in the
         FedMC-ADMM paper (objective ``(1/p) sum_i [f_i + R_i] + R(V)``, W gradient divided by
         ``p``, ``d_i = d_factor lambda_max(U_i^T U_i)``, ``c = c_factor lambda_max(V V^T)``,
         plain mean of the uploads, ``Q1 = Q2 = 10``).
@@ -396,7 +430,7 @@ class FedMAvg(FederatedMFBase):
 
     _parameter_constraints: dict = {
         **FederatedMFBase._parameter_constraints,
-        "variant": [StrOptions({"wang_chang", "fedmc_admm"})],
+        "variant": [StrOptions({"wang_chang", "fedpalm", "fedmc_admm"})],
         "local_iter_u": [Interval(Integral, 1, None, closed="left")],
         "local_iter_v": [Interval(Integral, 1, None, closed="left"), None],
         "q_hat": [Interval(Integral, 0, None, closed="left")],
@@ -478,9 +512,9 @@ class FedMAvg(FederatedMFBase):
         self.verbose = verbose
 
     def _make_protocol(self, n_items, n_clients):
-        if self.variant == "fedmc_admm" and self.w_step not in (None, "local"):
+        if self.variant != "wang_chang" and self.w_step not in (None, "local"):
             raise ValueError(
-                f'variant="fedmc_admm" uses its own local step d_i; w_step={self.w_step!r} '
+                f'variant="{self.variant}" uses its own local step d_i; w_step={self.w_step!r} '
                 'needs variant="wang_chang".'
             )
         paper = self.variant == "fedmc_admm"
@@ -498,7 +532,7 @@ class FedMAvg(FederatedMFBase):
             aggregation=self.aggregation
             or ("sampled_mean" if paper or weighted_draws else "weighted"),
             c_factor=self.c_factor or (0.5 if paper else 0.51), d_factor=self.d_factor,
-            w_step="local" if paper else (self.w_step or "global"),
+            w_step=self.w_step or ("global" if self.variant == "wang_chang" else "local"),
             client_weights=self.client_weights, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
             l1_ratio=self.l1_ratio, positive=self.positive, init_scale=self.init_scale,
         )
