@@ -129,6 +129,11 @@ class RFRec(FederatedMFBase):
         Subtract the training mean before factorizing; ``False`` is the paper's objective.
     clip : bool, default=False
         Clip predictions to the training rating range.
+    predict_with : {"global", "personal"}, default="global"
+        ``"global"``: ``predict``/``score`` fold rows in against ``Vbar`` (the paper's and the
+        code's model). ``"personal"`` (spec 1.4): each training user's client predicts with
+        its own copy, ``link(u_i . v_(c)j)`` with the federated ``u_i``; then the rows of
+        ``X`` must be the training rows, in order (a personal copy lives on its client).
     dropout : float, default=0.0
         Probability that a sampled client's upload is lost in a round (it still steps and
         receives ``Vbar``: the upload-loss model of Table 3).
@@ -198,6 +203,7 @@ class RFRec(FederatedMFBase):
         "clip_delta": [Interval(Real, 0, None, closed="neither"), None],
         "noise_scale": [Interval(Real, 0, None, closed="left"), None],
         "simulate_uploads": ["boolean"],
+        "predict_with": [StrOptions({"global", "personal"})],
     }
 
     def __init__(
@@ -225,6 +231,7 @@ class RFRec(FederatedMFBase):
         simulate_uploads=False,
         center=True,
         clip=False,
+        predict_with="global",
         dropout=0.0,
         eval_every=1,
         callback=None,
@@ -255,6 +262,7 @@ class RFRec(FederatedMFBase):
         self.simulate_uploads = simulate_uploads
         self.center = center
         self.clip = clip
+        self.predict_with = predict_with
         self.dropout = dropout
         self.eval_every = eval_every
         self.callback = callback
@@ -294,11 +302,47 @@ class RFRec(FederatedMFBase):
                 "pull_eta <= 1.", UserWarning, stacklevel=2,
             )
         self._fit(X, clients, eval_set)
+        self._keep_personal(eta)
         self._check_diverged(X)
         self.comm_rounds_ = self._federation.server_state["comm_rounds"]
         self.epsilon_ = (laplace_epsilon(self.noise_scale, 2 * self.clip_delta)
                          if self.clip_delta and self.noise_scale else None)
         return self
+
+    def _keep_personal(self, eta):
+        """Every client's copy ``V_(c)`` as its rated columns over the shared ones (spec 8):
+        sorted keys ``client * n_items + item``, their rows, and the shared columns."""
+        fed, n_items = self._federation, self.n_features_in_
+        keys = [c * n_items + s["cols"].astype(np.int64)
+                for c, s in enumerate(fed.client_states)]
+        values = [_pulled(s, fed.broadcast, eta) for s in fed.client_states]
+        self._personal = (np.concatenate(keys), np.concatenate(values), fed.broadcast.W)
+
+    def personal_scores(self, rows, items):
+        """Scores ``u_i . v_(c)j`` of training users ``rows`` at ``items`` with their client's
+        own item matrix (before the link; see ``predict_with``)."""
+        check_is_fitted(self)
+        rows, items = np.asarray(rows, dtype=np.intp), np.asarray(items, dtype=np.intp)
+        keys, values, W = self._personal
+        codes = np.unique(self.clients_, return_inverse=True)[1]
+        query = codes[rows].astype(np.int64) * self.n_features_in_ + items
+        pos = np.minimum(np.searchsorted(keys, query), len(keys) - 1)
+        hit = keys[pos] == query
+        V = W[items]
+        V[hit] = values[pos[hit]]
+        return np.einsum("ij,ij->i", self.user_factors_[rows], V)
+
+    def _personal_predict_at(self, Xc, target):
+        """Personal predictions (rating scale) at the stored entries of ``target``."""
+        if Xc.shape[0] != self.n_users_:
+            raise ValueError(
+                f'predict_with="personal" predicts for the {self.n_users_} training users '
+                f"only (row i of X is training user i; got {Xc.shape[0]} rows): a personal "
+                'item matrix lives on its client. Use predict_with="global" for new rows.')
+        rows = np.repeat(np.arange(target.shape[0]), np.diff(target.indptr))
+        pred = self._to_ratings(self.personal_scores(rows, target.indices))
+        pred[np.diff(Xc.indptr)[rows] == 0] = self.mean_
+        return self._clip(pred)
 
     def _check_diverged(self, X):
         """Raise unless the federated model's training error is finite and of the ratings'
@@ -374,8 +418,14 @@ class RFRec(FederatedMFBase):
     def predict(self, X):
         """Predicted ratings for the rows of ``X`` (dense, ``(n_rows, n_items)``) by fold-in.
 
-        Rows with no observed entry predict the training mean ``mean_``.
+        Rows with no observed entry predict the training mean ``mean_``. With
+        ``predict_with="personal"`` the rows are the training users and each is predicted
+        by its client's own model (no fold-in).
         """
+        if self.predict_with == "personal":
+            Xc = self._check_X(X)
+            full = sp.csr_matrix(np.ones(Xc.shape))
+            return self._personal_predict_at(Xc, full).reshape(Xc.shape)
         if self.link == "identity":
             return super().predict(X)
         Xc = self._check_X(X)
@@ -384,16 +434,22 @@ class RFRec(FederatedMFBase):
         return self._clip(P)
 
     def score(self, X, y=None):
-        """Negative RMSE of the fold-in predictions (see ``FederatedMFBase.score``)."""
-        if self.link == "identity":
+        """Negative RMSE of the fold-in predictions (see ``FederatedMFBase.score``), or of
+        the personal ones (``predict_with="personal"``)."""
+        personal = self.predict_with == "personal"
+        if self.link == "identity" and not personal:
             return super().score(X, y)
-        pred = self.predict(X)
         offset = self.mean_ if self.center else 0.0
+        Xc = self._check_X(X)
         if y is None or (not sp.issparse(y) and np.ndim(y) == 1):
-            target = _shift(self._check_X(X), offset)  # back to the rating scale
+            target = _shift(Xc, offset)  # back to the rating scale
         else:
-            target = check_like(y, self._check_X(X), name="y")
+            target = check_like(y, Xc, name="y")
         if target.nnz == 0:
             raise ValueError("There is no rating to score: the evaluated matrix is empty.")
-        rows = np.repeat(np.arange(target.shape[0]), np.diff(target.indptr))
-        return -float(np.sqrt(np.mean((pred[rows, target.indices] - target.data) ** 2)))
+        if personal:
+            pred = self._personal_predict_at(Xc, target)
+        else:
+            rows = np.repeat(np.arange(target.shape[0]), np.diff(target.indptr))
+            pred = self.predict(X)[rows, target.indices]
+        return -float(np.sqrt(np.mean((pred - target.data) ** 2)))
