@@ -4,6 +4,10 @@ Sections (``--only``):
 
 - ``tiles``: ``make_binary_tiles(1000 x 200, 5 tiles, 5% XOR noise)`` over 10 clients, best of
   3 seeds: F1* (against the noise-free tiles), F1 and RMSD (against the data).
+
+Methods: Felb, Felb-MU, and the one-shot ``AggregatedBMF`` federations (Algorithm 2) of Elbmf
+(``agg-*``) and of the paper's cover-based baselines Asso, GreConD and MEBF with the Appendix
+D settings (``asso-majority`` ...; majority vote, the paper's superscript v).
 - ``noise``: the Q1 noise sweep (XOR noise 0 .. 50%, 10 clients x 500 rows, 500 columns,
   10 tiles, as the spec's section 7.2 recommends).
 - ``clients``: the Q2 client-count sweeps, scaled down from the paper's 2^16 rows (200
@@ -41,7 +45,13 @@ METHODS = {
                                                      aggregation="round", random_state=seed),
     "agg-or": lambda k, C, seed, T: AggregatedBMF(k, n_clients=C, local_iter=10 * T,
                                                   aggregation="or", random_state=seed),
+    # the paper's cover-based baselines, Appendix D settings, majority vote (superscript v)
+    **{f"{name}-majority": (lambda name: lambda k, C, seed, T: AggregatedBMF(
+        k, n_clients=C, solver=name, random_state=seed))(name)
+       for name in ("asso", "grecond", "mebf")},
 }
+SYNTHETIC_DEFAULT = ["felb", "felb-mu", "agg-majority", "asso-majority", "grecond-majority",
+                     "mebf-majority"]
 
 # Felb paper, Tables 1 and 3, MovieLens row (columns aligned as in the spec, section 7.5)
 PAPER_MOVIELENS = {"felb-mu": (0.193, 1.914), "felb": (0.163, 1.925),
@@ -167,6 +177,7 @@ def main():
         section_args = argparse.Namespace(**vars(args))
         if args.methods is None:
             section_args.methods = (list(METHODS) if section == "tiles" else
+                                    SYNTHETIC_DEFAULT if section in ("noise", "clients") else
                                     ["felb", "felb-mu", "agg-majority"])
         if args.seeds is None:
             section_args.seeds = 3 if section == "tiles" and not args.quick else 1
