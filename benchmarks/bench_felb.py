@@ -35,6 +35,7 @@ On 2 cores: tiles ~1 min, noise ~5 min, clients ~5 min, movielens ~3 min per met
 import argparse
 import resource
 import time
+from functools import partial
 
 import numpy as np
 from sklearn.preprocessing import binarize
@@ -54,8 +55,8 @@ METHODS = {
     "agg-or": lambda k, C, seed, T: AggregatedBMF(k, n_clients=C, local_iter=10 * T,
                                                   aggregation="or", random_state=seed),
     # the paper's cover-based baselines, Appendix D settings, majority vote (superscript v)
-    **{f"{name}-majority": (lambda name: lambda k, C, seed, T: AggregatedBMF(
-        k, n_clients=C, solver=name, random_state=seed))(name)
+    **{f"{name}-majority": partial(lambda name, k, C, seed, T: AggregatedBMF(
+        k, n_clients=C, solver=name, random_state=seed), name)
        for name in ("asso", "grecond", "mebf")},
 }
 SYNTHETIC_DEFAULT = ["felb", "felb-mu", "agg-majority", "asso-majority", "grecond-majority",

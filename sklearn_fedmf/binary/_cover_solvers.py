@@ -20,7 +20,8 @@ on its medium and large data.
   signal"). Of these patterns the one that lowers the reconstruction error most is kept (the
   authors' prototype tries the weak signal only when no median pattern pays off: on
   1000 x 200 tiles with 5 % noise the median seeds then fill ``k`` with noise patterns, F1*
-  0.29 against 0.81 with every seed scored); the run stops once ``cover`` of the ones are covered or nothing lowers the error.
+  0.29 against 0.81 with every seed scored); the run stops once ``cover`` of the ones are
+  covered or nothing lowers the error.
 
 Settings of the Felb paper's Appendix D: Asso ``gain = loss = threshold = 1``; MEBF
 ``threshold = 0.5``, ``cover = 0.95``; GreConD has none.

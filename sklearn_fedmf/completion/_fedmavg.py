@@ -11,12 +11,12 @@ Orientation (spec fedmavg_fedmgs.md, 1.3): the paper's global ``W`` is our item 
 
 with ``omega_p = |Omega_p| / |Omega|`` (``client_weights="entries"``, G16) or ``n_p / n``. Every
 step is a factor times a Lipschitz bound (G3), so the loss scaling only weighs the
-regularizers. ``variant="fedpalm"`` is Remark 1's FedPALM (15)-(16), the baseline of the paper's
-Fig. 2b: from ``W_p = V^s`` each client interleaves ``local_iter_u`` pairs of one step on
-``U_p`` at its current ``W_p`` and one proximal (projected) step on ``W_p`` at the new
-``U_p``, then FedMAvg's averaging. ``variant="fedmc_admm"`` is the baseline exactly as restated in the FedMC-ADMM
-paper (fedmc_admm.md, 5): no 1/p in the U step, the data gradient of the W step divided by
-``p``, ``d_i = 5 lambda_max(U_i^T U_i)``, ``c = 1/2 lambda_max(V V^T)``, ``Q1 = Q2 = 10``.
+regularizers. ``variant="fedpalm"`` is Remark 1's FedPALM (15)-(16), the baseline of the
+paper's Fig. 2b: from ``W_p = V^s`` each client interleaves ``local_iter_u`` pairs of one step
+on ``U_p`` at its current ``W_p`` and one proximal (projected) step on ``W_p`` at the new
+``U_p``, then FedMAvg's averaging. ``variant="fedmc_admm"`` is the baseline exactly as
+restated in the FedMC-ADMM paper (fedmc_admm.md, 5): no 1/p in the U step, the data gradient
+of the W step divided by ``p``, ``d_i = 5 lambda_max(U_i^T U_i)``, ``c = 1/2 lambda_max(V V^T)``, ``Q1 = Q2 = 10``.
 
 Rounds (3.3): every client (``participation="pcc"``) or only the sampled ones (``"pcp"``)
 take ``Q1`` proximal-gradient steps on ``U_p`` against the broadcast ``V``; each sampled
