@@ -16,7 +16,8 @@ paper's Fig. 2b: from ``W_p = V^s`` each client interleaves ``local_iter_u`` pai
 on ``U_p`` at its current ``W_p`` and one proximal (projected) step on ``W_p`` at the new
 ``U_p``, then FedMAvg's averaging. ``variant="fedmc_admm"`` is the baseline exactly as
 restated in the FedMC-ADMM paper (fedmc_admm.md, 5): no 1/p in the U step, the data gradient
-of the W step divided by ``p``, ``d_i = 5 lambda_max(U_i^T U_i)``, ``c = 1/2 lambda_max(V V^T)``, ``Q1 = Q2 = 10``.
+of the W step divided by ``p``, ``d_i = 5 lambda_max(U_i^T U_i)``, ``c = 1/2 lambda_max(V
+V^T)``, ``Q1 = Q2 = 10``.
 
 Rounds (3.3): every client (``participation="pcc"``) or only the sampled ones (``"pcp"``)
 take ``Q1`` proximal-gradient steps on ``U_p`` against the broadcast ``V``; each sampled
