@@ -26,6 +26,7 @@ import numpy as np
 from sklearn_fedmf import FedMCADMM
 from sklearn_fedmf.completion._fedmc_admm import initial_curvature
 from sklearn_fedmf.datasets import load_movielens
+from sklearn_fedmf.exceptions import UnobservedItemsWarning
 from sklearn_fedmf.model_selection import train_test_split_ratings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -36,7 +37,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    warnings.simplefilter("ignore", UserWarning)
+    warnings.simplefilter("ignore", UnobservedItemsWarning)
     multiples = [0.1, 1.0] if args.quick else [0.03, 0.1, 0.3, 1.0, 3.0]
     seeds = range(1 if args.quick else 3)
     scale = 0.1 if args.quick else 1.0

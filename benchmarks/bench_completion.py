@@ -28,6 +28,7 @@ import numpy as np
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS
 from sklearn_fedmf.datasets import load_movielens
+from sklearn_fedmf.exceptions import UnobservedItemsWarning
 from sklearn_fedmf.model_selection import train_test_split_ratings
 
 
@@ -45,7 +46,7 @@ def run(make, X_train, X_test, seed):
     model = make().set_params(random_state=seed)
     tic = time.perf_counter()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # movies with no training rating
+        warnings.simplefilter("ignore", UnobservedItemsWarning)  # movies with no training rating
         model.fit(X_train, eval_set=X_test)
     seconds = time.perf_counter() - tic
     history = model.history_

@@ -23,6 +23,7 @@ from sklearn.model_selection import GridSearchCV, KFold
 
 from sklearn_fedmf import FedMCADMM
 from sklearn_fedmf.datasets import load_movielens
+from sklearn_fedmf.exceptions import UnobservedItemsWarning
 from sklearn_fedmf.model_selection import train_test_split_ratings
 
 
@@ -31,7 +32,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="small grid, few rounds")
     parser.add_argument("--n-jobs", type=int, default=2, help="parallel CV fits")
     args = parser.parse_args()
-    warnings.simplefilter("ignore", UserWarning)  # items rated only in the test split
+    warnings.simplefilter("ignore", UnobservedItemsWarning)  # items rated only in the test split
     rounds = 10 if args.quick else 100
 
     X, X_test = train_test_split_ratings(load_movielens().X, 0.2, random_state=0)

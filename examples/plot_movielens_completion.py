@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 
 from sklearn_fedmf import FedMAvg, FedMCADMM  # noqa: E402
 from sklearn_fedmf.datasets import load_movielens  # noqa: E402
+from sklearn_fedmf.exceptions import UnobservedItemsWarning  # noqa: E402
 from sklearn_fedmf.model_selection import train_test_split_ratings  # noqa: E402
 
 
@@ -48,7 +49,7 @@ def main():
     print(f"{'method':<11} {'test RMSE':>9} {'new users':>9} {'MB sent':>8}")
     for name, model in models.items():
         with warnings.catch_warnings():  # a few movies have no training rating
-            warnings.simplefilter("ignore", UserWarning)
+            warnings.simplefilter("ignore", UnobservedItemsWarning)
             model.fit(X_train[~new_users], eval_set=X_test[~new_users])
         rmse = [h["eval_rmse"] for h in model.history_]
         sent = np.cumsum([h["bytes_uploaded"] + h["bytes_downloaded"] for h in model.history_])

@@ -25,6 +25,7 @@ from sklearn.model_selection import GridSearchCV, KFold  # noqa: E402
 
 from sklearn_fedmf import FedMCADMM  # noqa: E402
 from sklearn_fedmf.datasets import load_movielens, make_ratings  # noqa: E402
+from sklearn_fedmf.exceptions import UnobservedItemsWarning  # noqa: E402
 from sklearn_fedmf.model_selection import train_test_split_ratings  # noqa: E402
 
 
@@ -47,7 +48,7 @@ def main():
     search = GridSearchCV(base, {**grid, "local_iter": [10], "n_components": [5]},
                           cv=KFold(3, shuffle=True, random_state=0), n_jobs=1 if args.quick else 2)
     with warnings.catch_warnings():  # items without training ratings in some folds
-        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", UnobservedItemsWarning)
         search.fit(X_train, X_test)  # y = held-out ratings of the same users
 
     betas, alphas = grid["beta"], grid["alpha_u"]

@@ -3,61 +3,38 @@
 A subclass supplies the algorithm (``_make_protocol``), how to read the global factor and the
 client factors out of the engine's states, and its extra parameter constraints. Everything a
 user touches (validation, client partition, centring, warm start, fold-in, predict, score)
-lives here once.
+lives here once; the fit itself is the skeleton of :class:`~sklearn_fedmf._fit.FederatedEstimator`.
 """
 
 from __future__ import annotations
 
 import warnings
-from abc import ABCMeta, abstractmethod
+from abc import abstractmethod
 from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import (
-    BaseEstimator,
-    ClassNamePrefixFeaturesOutMixin,
-    TransformerMixin,
-    _fit_context,
-)
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
+from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
-from threadpoolctl import threadpool_limits
 
-from ._data import check_like, check_ratings, reject_duplicates, resolve_clients, split_clients
-from ._engine import (
-    initialize_federation,
-    make_entropy,
-    partition_rng,
-    resident_blocks,
-    run_federation,
-)
+from ._data import check_like, check_ratings, reject_duplicates, warn_if_zero_filled
+from ._fit import FEDERATION_CONSTRAINTS, FederatedEstimator, objective_not_decreasing
 from ._kernels import grad_rows, ridge_fold_in, squared_error, values_at
 from ._prox import prox_elastic_net
+from .exceptions import UnobservedItemsWarning
 
 __all__ = ["FederatedMFBase", "FEDERATION_CONSTRAINTS"]
 
-# Parameters every federated estimator shares (DESIGN section 4), validated the same way.
-FEDERATION_CONSTRAINTS: dict = {
-    "n_clients": [Interval(Integral, 1, None, closed="left")],
-    "partition": [StrOptions({"random", "contiguous"})],
-    "callback": [callable, None],
-    "random_state": ["random_state"],
-    "n_jobs": [Integral, None],
-    "verbose": ["verbose"],
-}
 
-
-class FederatedMFBase(
-    ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator, metaclass=ABCMeta
-):
+class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, FederatedEstimator):
     """Base class of the federated matrix-completion estimators (not for direct use)."""
 
     # Dtypes the solver runs in; other input is converted to float64.
     _fit_dtypes = (np.float64,)
 
     _parameter_constraints: dict = {
-        **FEDERATION_CONSTRAINTS,
+        **FederatedEstimator._parameter_constraints,
         "n_components": [Interval(Integral, 1, None, closed="left")],
         "clients_per_round": [
             Interval(Integral, 1, None, closed="left"),
@@ -75,13 +52,29 @@ class FederatedMFBase(
         "dropout": [Interval(Real, 0, 1, closed="left")],
         "eval_every": [Interval(Integral, 0, None, closed="left")],
         "warm_start": ["boolean"],
+        "missing_values": [Real],
     }
 
-    # ---- provided by each estimator ---------------------------------------------------
-    @abstractmethod
-    def _make_protocol(self, n_items, n_clients):
-        """The algorithm's :class:`~sklearn_fedmf._engine.FederatedProtocol`."""
+    def __init__(self, n_components, *, n_clients, partition, clients_per_round, max_iter, tol,
+                 alpha_u, alpha_v, center, clip, dropout, eval_every, callback, warm_start,
+                 missing_values, random_state, n_jobs, verbose, on_client_error):
+        super().__init__(n_clients=n_clients, partition=partition, callback=callback,
+                         random_state=random_state, n_jobs=n_jobs, verbose=verbose,
+                         on_client_error=on_client_error)
+        self.n_components = n_components
+        self.clients_per_round = clients_per_round
+        self.max_iter = max_iter
+        self.tol = tol
+        self.alpha_u = alpha_u
+        self.alpha_v = alpha_v
+        self.center = center
+        self.clip = clip
+        self.dropout = dropout
+        self.eval_every = eval_every
+        self.warm_start = warm_start
+        self.missing_values = missing_values
 
+    # ---- provided by each estimator ---------------------------------------------------
     @abstractmethod
     def _read_components(self, server_state, broadcast):
         """The global item factor ``(n_components, n_items)`` from the server's state."""
@@ -98,7 +91,8 @@ class FederatedMFBase(
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_users, n_items)
-            Training ratings: sparse (every stored entry observed) or dense with NaN missing.
+            Training ratings: sparse (every stored entry observed) or dense, where entries
+            equal to ``missing_values`` (NaN by default) are missing.
         y : Ignored
             Not used, present for API consistency by convention.
         clients : array-like of shape (n_users,), default=None
@@ -112,100 +106,62 @@ class FederatedMFBase(
         self : object
             The fitted estimator.
         """
-        return self._fit(X, clients, eval_set)
+        return self._fit(X, clients, eval_set=eval_set)
 
-    def _fit(self, X, clients, eval_set):
-        first_fit = not (self.warm_start and hasattr(self, "_federation"))
-        reject_duplicates(X)
+    def _validate_ratings(self, X, name="X", reset=False, fitting=False):
+        """``X`` as canonical CSR ratings (``missing_values`` applied), not yet centred."""
+        reject_duplicates(X, name)
         X = validate_data(
-            self, X, accept_sparse=True, ensure_all_finite="allow-nan",
-            dtype=[np.float64, np.float32], reset=first_fit,
+            self, X, accept_sparse=True, dtype=[np.float64, np.float32], reset=reset,
+            ensure_all_finite="allow-nan" if np.isnan(self.missing_values) else True,
         )
         # float32 input runs in float32 where the solver supports it (half the memory)
-        X = check_ratings(X, dtype=X.dtype if X.dtype in self._fit_dtypes else np.float64)
-        n_rows, n_items = X.shape
+        dtype = X.dtype if fitting and X.dtype in self._fit_dtypes else np.float64
+        return check_ratings(X, name=name, dtype=dtype, missing_values=self.missing_values)
+
+    def _check_fit_data(self, X, *, reset, eval_set=None):
+        warn_if_zero_filled(X, self.missing_values)
+        X = self._validate_ratings(X, reset=reset, fitting=True)
+        n_items = X.shape[1]
         if self.n_components > n_items:
             raise ValueError(
                 f"n_components={self.n_components} is larger than the number of items "
                 f"({n_items}); the rank cannot exceed the number of columns."
             )
-        eval_X = check_like(eval_set, X, name="eval_set") if eval_set is not None else None
-        if clients is None and self.n_clients > n_rows:
-            raise ValueError(
-                f"n_clients={self.n_clients} is larger than the number of rows "
-                f"(n_samples = {n_rows}); every client needs at least one row."
-            )
-        entropy = make_entropy(self.random_state) if first_fit else self._entropy
-        labels, codes, n_clients = resolve_clients(
-            n_rows, clients, self.n_clients, self.partition, partition_rng(entropy)
-        )
-        if isinstance(self.clients_per_round, Integral) and self.clients_per_round > n_clients:
-            raise ValueError(
-                f"clients_per_round={self.clients_per_round} is larger than the number of "
-                f"clients ({n_clients})."
-            )
+        eval_X = None
+        if eval_set is not None:
+            eval_X = check_like(eval_set, X, name="eval_set", missing_values=self.missing_values)
+            if eval_X.nnz == 0:
+                raise ValueError("eval_set has no rating to score; pass held-out ratings or "
+                                 "eval_set=None.")
         if X.nnz == 0:
             raise ValueError("X has no observed entry; there is nothing to fit.")
-
-        if first_fit:
+        if reset:
             # Each client sends only the sum and the count of its ratings (an aggregate).
-            self.mean_ = float(X.data.mean())
-            self.rating_range_ = (float(X.data.min()), float(X.data.max()))
-        X = _shift(X, -self._offset)
+            mean = float(X.data.mean())
+            rating_range = (float(X.data.min()), float(X.data.max()))
+        else:  # warm start: the model keeps the centring of its first fit
+            mean, rating_range = self.mean_, self.rating_range_
+        offset = mean if self.center else 0.0
+        X = _shift(X, -offset)
         if eval_X is not None:
-            eval_X = _shift(eval_X, -self._offset)
-        blocks = split_clients(X, codes, n_clients, eval_X, n_jobs=self.n_jobs)
-        self.n_users_ = n_rows
+            eval_X = _shift(eval_X, -offset)
         _warn_unobserved(X)
+        return X, dict(eval_X=eval_X, mean=mean, rating_range=rating_range, offset=offset)
 
-        protocol = self._make_protocol(n_items, n_clients)
-        # The parallelism is across clients; BLAS threads on the small per-client products
-        # only fight over the cores (measured: 100x slower dot products on a busy machine).
-        # On a Dask backend the blocks go to the workers once for the whole fit.
-        with threadpool_limits(limits=1, user_api="blas"), resident_blocks(blocks):
-            state, init_bytes = self._run(protocol, blocks, first_fit, entropy, n_clients, n_rows)
-        self._federation, self._entropy = state, entropy
+    def _collect(self, state, blocks, ctx):
+        self.mean_, self.rating_range_ = ctx.info["mean"], ctx.info["rating_range"]
+        self.n_users_ = ctx.n_rows
         self.components_ = self._read_components(state.server_state, state.broadcast)
-        U = np.zeros((n_rows, self.n_components), dtype=X.dtype)
+        U = np.zeros((ctx.n_rows, self.n_components), dtype=ctx.X.dtype)
         for block, client_state in zip(blocks, state.client_states):
             U[block.rows] = self._read_user_factors(client_state)
         self.user_factors_ = U
-        self.clients_ = labels
-        self.n_clients_ = n_clients
-        self.n_iter_ = state.n_rounds
-        self.history_ = list(state.history)
-        return self
 
-    def _run(self, protocol, blocks, first_fit, entropy, n_clients, n_rows):
-        if first_fit:
-            state, init_bytes = initialize_federation(
-                protocol, blocks, entropy=entropy, n_jobs=self.n_jobs
-            )
-        else:
-            state, init_bytes = self._federation, (0, 0)
-            if len(state.client_states) != n_clients or self.clients_.shape[0] != n_rows:
-                raise ValueError(
-                    "warm_start=True needs the same rows and client partition as the previous "
-                    "fit; set warm_start=False to start over."
-                )
-        state = run_federation(
-            protocol, blocks, max_iter=self.max_iter, clients_per_round=self.clients_per_round,
-            entropy=entropy, n_jobs=self.n_jobs, tol=self.tol, dropout=self.dropout,
-            eval_every=self.eval_every, callback=self.callback, verbose=self.verbose,
-            state=state, init_bytes=init_bytes, label=type(self).__name__,
-            **self._sampling_options(blocks),
-        )
-        return state, init_bytes
-
-    def _sampling_options(self, blocks):
-        """The engine's client sampling: ``sampling="weighted"`` draws with probabilities
-        ``omega_p`` proportional to the client's ratings (or rows, ``client_weights="rows"``)."""
-        sampling = getattr(self, "sampling", "uniform")
-        if sampling == "uniform":
-            return {}
-        rows = getattr(self, "client_weights", "entries") == "rows"
-        return {"sampling": sampling,
-                "sampling_weights": [b.n_rows if rows else b.nnz for b in blocks]}
+    def _degenerate(self, state, blocks, ctx, history):
+        if not self.components_.any() or not self.user_factors_.any():
+            return "the factors are all zero, so every prediction is the same constant"
+        return objective_not_decreasing(history)
 
     def fit_transform(self, X, y=None, **fit_params):
         """Fit, then fold ``X`` in: the same as ``fit(X).transform(X)``.
@@ -218,12 +174,7 @@ class FederatedMFBase(
     # ---- fold-in, prediction, scoring ---------------------------------------------------
     def _check_X(self, X, name="X"):
         check_is_fitted(self)
-        reject_duplicates(X, name)
-        X = validate_data(
-            self, X, accept_sparse=True, ensure_all_finite="allow-nan",
-            dtype=[np.float64, np.float32], reset=False,
-        )
-        return _shift(check_ratings(X, name=name), -self._offset)
+        return _shift(self._validate_ratings(X, name), -self._offset)
 
     def transform(self, X):
         """Fold-in: each row's factors with ``components_`` fixed, from its observed entries.
@@ -266,8 +217,7 @@ class FederatedMFBase(
     def inverse_transform(self, X):
         """Ratings reconstructed from user factors (``X @ components_``, plus ``mean_`` when
         ``center=True``)."""
-        check_is_fitted(self)
-        return np.asarray(X) @ self.components_ + self._offset
+        return self._check_factors(X) @ self.components_ + self._offset
 
     def predict(self, X):
         """Predicted ratings for the rows of ``X`` (dense, ``(n_rows, n_items)``) by fold-in.
@@ -312,7 +262,8 @@ class FederatedMFBase(
         Xc = self._check_X(X)
         if y is not None and not sp.issparse(y) and np.ndim(y) == 1:
             y = None
-        target = Xc if y is None else check_like(y, Xc, name="y")
+        target = Xc if y is None else check_like(y, Xc, name="y",
+                                                   missing_values=self.missing_values)
         if y is not None:
             target = _shift(target, -self._offset)
         if target.nnz == 0:
@@ -356,8 +307,8 @@ def _warn_unobserved(X):
         warnings.warn(
             f"{empty_cols} item column(s) have no training rating; their factors only follow "
             "the regularization, so predictions for them are arbitrary.",
-            UserWarning,
-            stacklevel=5,  # the caller of fit (through _fit_context and _fit)
+            UnobservedItemsWarning,
+            stacklevel=6,  # the caller of fit (through _fit_context, fit, _fit, _check_fit_data)
         )
 
 

@@ -1,13 +1,15 @@
 """Data contract: rating matrices, client partitions and per-client blocks.
 
 A rating matrix has users as rows and items as columns. In a scipy.sparse matrix every
-*stored* entry is an observation (an explicit zero included); in a dense array NaN marks
-a missing entry. Everything downstream works on canonical CSR float64 matrices.
+*stored* entry is an observation (an explicit zero included); in a dense array NaN (or the
+estimator's ``missing_values``) marks a missing entry. Everything downstream works on canonical
+CSR float64 matrices.
 """
 
 from __future__ import annotations
 
 import numbers
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -15,27 +17,37 @@ import numpy as np
 import scipy.sparse as sp
 from joblib import effective_n_jobs
 
+from .exceptions import DataWarning
+
 __all__ = [
     "ClientBlock",
     "check_ratings",
     "reject_duplicates",
     "check_like",
+    "warn_if_zero_filled",
     "resolve_clients",
     "split_clients",
 ]
 
 
-def check_ratings(X, *, name="X", dtype=np.float64):
+def check_ratings(X, *, name="X", dtype=np.float64, missing_values=np.nan):
     """Return ``X`` as a canonical CSR matrix whose stored entries are the observations.
+
+    The caller's ``X`` is never modified (the result is always a new matrix), and read-only
+    input is accepted.
 
     Parameters
     ----------
     X : {array-like, sparse matrix} of shape (n_rows, n_items)
-        Sparse: every stored entry is observed. Dense: NaN marks a missing entry.
+        Sparse: every stored entry is observed (an explicit zero included), whatever
+        ``missing_values`` is. Dense: entries equal to ``missing_values`` are missing.
     name : str
         Name used in error messages.
     dtype : numpy dtype
         Floating dtype of the result.
+    missing_values : float, default=np.nan
+        The placeholder of a missing entry in dense input, as in
+        :class:`~sklearn.impute.SimpleImputer` (``0`` for a matrix where 0 means "not rated").
 
     Returns
     -------
@@ -64,7 +76,15 @@ def check_ratings(X, *, name="X", dtype=np.float64):
             )
         if np.isinf(X).any():
             raise ValueError(f"{name} contains infinite values.")
-        observed = ~np.isnan(X)
+        if np.isnan(missing_values):
+            observed = ~np.isnan(X)
+        elif np.isnan(X).any():
+            raise ValueError(
+                f"{name} contains NaN while missing_values={missing_values!r} marks the missing "
+                "entries; use one placeholder (missing_values=np.nan for NaN)."
+            )
+        else:
+            observed = X != missing_values
         X = sp.csr_matrix((X[observed], np.nonzero(observed)), shape=X.shape, dtype=dtype)
     if X.shape[0] < 1 or X.shape[1] < 1:
         raise ValueError(f"{name} must have at least one row and one column, got shape {X.shape}.")
@@ -74,6 +94,32 @@ def check_ratings(X, *, name="X", dtype=np.float64):
             "observation, so drop missing entries instead of storing NaN."
         )
     return X
+
+
+ZERO_FILLED_SHARE = 0.5  # above this share of zeros, a dense integer X is probably 0-filled
+
+
+def warn_if_zero_filled(X, missing_values, name="X"):
+    """Warn (``DataWarning``) when dense integer ``X`` is mostly 0 while NaN marks a missing
+    entry: every 0 would then be fitted as a rating of 0, where 0 usually means "not rated".
+    """
+    if sp.issparse(X) or not np.isnan(missing_values):
+        return
+    dtype = getattr(X, "dtype", None)
+    if not isinstance(dtype, np.dtype):  # lists, DataFrames: their array's dtype
+        dtype = np.asarray(X).dtype
+    if dtype.kind not in "iu":
+        return
+    values = np.asarray(X)
+    share = np.count_nonzero(values == 0) / max(values.size, 1)
+    if share > ZERO_FILLED_SHARE:
+        warnings.warn(
+            f"{name} is a dense integer matrix and {share:.0%} of its entries are 0; with "
+            "missing_values=np.nan every 0 is fitted as a rating of 0. If 0 means 'not "
+            "rated', pass missing_values=0 (or a sparse matrix of the observed ratings).",
+            DataWarning,
+            stacklevel=6,  # the caller of fit (through _fit_context, fit, _fit, _check_fit_data)
+        )
 
 
 def reject_duplicates(X, name="X"):
@@ -93,9 +139,9 @@ def reject_duplicates(X, name="X"):
         )
 
 
-def check_like(Y, X, *, name="y"):
+def check_like(Y, X, *, name="y", missing_values=np.nan):
     """Validate a held-out rating matrix that must have the shape of ``X``."""
-    Y = check_ratings(Y, name=name, dtype=X.dtype)
+    Y = check_ratings(Y, name=name, dtype=X.dtype, missing_values=missing_values)
     if Y.shape != X.shape:
         raise ValueError(
             f"{name} must have the same shape as X {X.shape} (held-out ratings of the same rows), "

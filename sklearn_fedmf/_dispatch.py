@@ -4,9 +4,9 @@
 so nothing downstream depends on which worker ran what or when it finished:
 
 * one batch runs in the calling thread;
-* by default (or under joblib's threading backend) batches go to one thread pool per engine
-  call (:func:`engine_call`): joblib's result loop polls every 10 ms, more than a whole
-  round of a small problem;
+* by default (or under joblib's threading backend) batches go to one thread pool per
+  transport session (:func:`shared_thread_pools`): joblib's result loop polls every 10 ms,
+  more than a whole round of a small problem;
 * any other joblib backend gets them through ``sklearn.utils.parallel.Parallel``;
 * under :func:`resident_blocks` (Dask) each client block lives on one worker for the whole
   fit and tasks carry its key instead of the data.
@@ -14,9 +14,9 @@ so nothing downstream depends on which worker ran what or when it finished:
 
 from __future__ import annotations
 
-import functools
-import inspect
 import sys
+import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -29,7 +29,9 @@ from joblib.parallel import get_active_backend
 from sklearn import config_context, get_config
 from sklearn.utils.parallel import Parallel, delayed
 
-__all__ = ["dispatch", "resident_blocks", "engine_call"]
+from .exceptions import FederationError
+
+__all__ = ["dispatch", "resident_blocks", "shared_thread_pools"]
 
 # Below this much work (stored ratings plus rows) in a round, dispatching to workers costs
 # more than it saves; results do not depend on it (tests set it to 0 to exercise the workers).
@@ -53,14 +55,16 @@ def _batches(items, n_jobs, weights, homes=None, per_worker=2):
     return [items[a:b] for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
 
-def dispatch(task, items, weights, n_jobs, n_jobs_eff, *args):
+def dispatch(task, items, weights, n_jobs, n_jobs_eff, *args, context="a client phase"):
     """Run ``task(batch, *args)`` on batches of ``items`` (tuples ``(client, state, block,
     ...)``); results in batch order.
 
     A single batch runs in this thread. Several run on a thread pool by default (or under
     joblib's threading backend), else through joblib with the configured backend. Inside
     :func:`resident_blocks` (Dask) the items carry the key of their block on the cluster
-    instead of the block, and batches follow the blocks' home workers.
+    instead of the block, batches follow the blocks' home workers, and a lost worker is
+    recovered from or reported (:func:`_run_on_dask`); ``context`` names the work in that
+    report.
     """
     placement = _placement.get()
     homes = None if placement is None else placement.home[[it[0] for it in items]]
@@ -73,10 +77,7 @@ def dispatch(task, items, weights, n_jobs, n_jobs_eff, *args):
     if len(batches) == 1:
         return [task(batches[0], *args)]
     if placement is not None:
-        batches = [[(it[0], it[1], placement.futures[it[0]], *it[3:]) for it in b]
-                   for b in batches]
-        parts = Parallel(n_jobs=n_jobs)(delayed(_aligned_call)(task, b, *args) for b in batches)
-        return _aligned(parts)
+        return _run_on_dask(placement, task, batches, args, context)
     if own_threads:
         # Our own threads: joblib's result loop polls every 10 ms, more than a whole round of
         # a small problem (measured: 13 ms per call against 0.07 ms on a running pool).
@@ -96,7 +97,7 @@ _pools: ContextVar[dict | None] = ContextVar("sklearn_fedmf_pools", default=None
 
 
 @contextmanager
-def _shared_thread_pools():
+def shared_thread_pools():
     """Let the dispatches inside the ``with`` share their thread pools (made on first use)."""
     if _pools.get() is not None:
         yield
@@ -123,8 +124,10 @@ def _thread_pool(n_workers):
     yield pools[n_workers]
 
 
-def _aligned_call(task, *args):
-    return task(*_aligned(args))
+def _batch_call(task, meta, states, blocks, args):
+    """A Dask task: rebuild the batch's items from their parts and run ``task`` on them."""
+    items = [(m[0], s, b, *m[1:]) for m, s, b in zip(meta, states, blocks)]
+    return task(*_aligned((items, *args)))
 
 
 def _aligned(obj):
@@ -150,11 +153,22 @@ def _aligned(obj):
 
 
 # ---- client data resident on Dask workers -----------------------------------------------------
-@dataclass(frozen=True)
+# A lost worker takes the blocks that live on it. The driver holds every client state and only
+# keeps a batch's results once the batch has finished, so a phase can be re-run exactly: the
+# blocks are scattered again to the workers still there and the unfinished batches resubmitted.
+_POLL_SECONDS = 0.5  # how often a wait checks that the blocks' workers are still there
+_RECOVERIES = 3  # lost-worker recoveries per dispatch before giving up
+_WORKER_WAIT_SECONDS = 30.0  # how long to wait for a worker when none is left
+_SCATTER_TIMEOUT_SECONDS = 60.0
+
+
+@dataclass
 class _Placement:
     blocks: list  # the driver's blocks (identity tells which fit the placement serves)
     futures: list  # one dask Future per client
     home: np.ndarray  # index of the worker holding each client's block
+    workers: list  # the workers' addresses, in ``home`` order
+    client: object  # the distributed.Client
 
 
 _placement: ContextVar[_Placement | None] = ContextVar("sklearn_fedmf_placement", default=None)
@@ -169,25 +183,9 @@ def _dask_client():
     return backend.client if isinstance(backend, dask_backend.DaskDistributedBackend) else None
 
 
-@contextmanager
-def resident_blocks(blocks):
-    """Keep the client ``blocks`` on the Dask workers for the body of the ``with``.
-
-    Under ``joblib.parallel_config(backend="dask")`` each block is sent once to one worker
-    (its home; clients are assigned contiguously, balanced by stored entries and worker
-    cores); the engine calls inside the ``with`` (:func:`initialize_federation`,
-    :func:`run_federation`, :func:`evaluate`) then pass its key, not the data, and never mix
-    two homes in one task, so the scheduler runs each task where its data already is. Only
-    client states, broadcasts and uploads cross the network each round. A nested call with
-    the same blocks reuses the outer placement; with any other backend this does nothing.
-    The blocks are released from the cluster when the ``with`` ends.
-    """
-    current = _placement.get()
-    client = _dask_client()
-    cores = {} if client is None else client.ncores()
-    if not cores or (current is not None and _same_blocks(current.blocks, blocks)):
-        yield  # not on Dask, no worker yet (joblib waits for one), or already resident
-        return
+def _place(client, blocks, cores):
+    """Scatter each block to one worker (contiguous runs of clients, balanced by stored
+    entries and worker cores). Returns ``(futures, home, workers)``."""
     workers = sorted(cores)
     share = np.cumsum([cores[w] for w in workers], dtype=float)
     cum = np.cumsum([_weight(b) for b in blocks], dtype=float)
@@ -197,29 +195,134 @@ def resident_blocks(blocks):
     for w, address in enumerate(workers):
         mine = np.flatnonzero(home == w)
         if mine.size:
-            sent = client.scatter([blocks[c] for c in mine], workers=[address], hash=False)
+            sent = client.scatter([blocks[c] for c in mine], workers=[address], hash=False,
+                                  timeout=_SCATTER_TIMEOUT_SECONDS)
             for c, future in zip(mine, sent):  # realigned once, where the block lives
-                futures[c] = client.submit(_aligned, future, workers=[address], pure=False)
-    token = _placement.set(_Placement(list(blocks), futures, home))
+                futures[c] = client.submit(_aligned, future, workers=[address],
+                                           allow_other_workers=True, pure=False)
+    return futures, home, workers
+
+
+@contextmanager
+def resident_blocks(blocks):
+    """Keep the client ``blocks`` on the Dask workers for the body of the ``with``.
+
+    Under ``joblib.parallel_config(backend="dask")`` each block is sent once to one worker
+    (its home; clients are assigned contiguously, balanced by stored entries and worker
+    cores); the engine calls inside the ``with`` (through
+    :class:`~sklearn_fedmf._transport.LocalTransport`) then pass its key, not the data, and
+    never mix two homes in one task, so the scheduler runs each task where its data already
+    is. Only client states, broadcasts and uploads cross the network each round. If a worker
+    is lost, the blocks are scattered again to the workers left and the unfinished work is
+    re-run (the same result), or a ``FederationError`` names the lost worker. A nested call
+    with the same blocks reuses the outer placement; with any other backend this does nothing.
+    The blocks are released from the cluster when the ``with`` ends.
+    """
+    current = _placement.get()
+    client = _dask_client()
+    cores = {} if client is None else client.ncores()
+    if not cores or (current is not None and _same_blocks(current.blocks, blocks)):
+        yield  # not on Dask, no worker yet (joblib waits for one), or already resident
+        return
+    placement = _Placement(list(blocks), *_place(client, blocks, cores), client)
+    token = _placement.set(placement)
     try:
         yield
     finally:
         _placement.reset(token)
-        client.cancel(futures)
+        client.cancel(placement.futures)
 
 
-def engine_call(fn):
-    """Decorate an engine entry point: ``fn`` runs inside :func:`resident_blocks` of its
-    ``blocks`` argument, and its dispatches share one thread pool."""
-    signature = inspect.signature(fn)
+def _replace_lost_blocks(placement, lost, context):
+    """Scatter every block again over the workers there now (after ``lost`` went away)."""
+    client, waited = placement.client, 0.0
+    cores = client.ncores()
+    while not cores and waited < _WORKER_WAIT_SECONDS:  # a nanny may be restarting one
+        time.sleep(_POLL_SECONDS)
+        waited += _POLL_SECONDS
+        cores = client.ncores()
+    if not cores:
+        raise FederationError(
+            f"Lost Dask worker(s) {', '.join(sorted(lost))} during {context}, and no worker "
+            f"came back within {_WORKER_WAIT_SECONDS:.0f} s."
+        )
+    client.cancel(placement.futures)
+    placement.futures, placement.home, placement.workers = _place(client, placement.blocks,
+                                                                  cores)
 
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with resident_blocks(signature.bind(*args, **kwargs).arguments["blocks"]), \
-                _shared_thread_pools():
-            return fn(*args, **kwargs)
 
-    return wrapper
+def _lost_workers(placement):
+    alive = set(placement.client.ncores())
+    return {w for w in placement.workers if w not in alive}
+
+
+def _wait_bounded(placement, futures):
+    """Wait for ``futures`` until all are done, or until a worker holding blocks is gone
+    (then the unfinished ones will never finish as they should)."""
+    from distributed import wait
+
+    while True:
+        try:
+            wait(futures, timeout=_POLL_SECONDS)
+            return set()
+        except TimeoutError:
+            lost = _lost_workers(placement)
+            if lost:
+                return lost
+
+
+def _run_on_dask(placement, task, batches, args, context):
+    """Run the batches on the workers holding their blocks; recover from a lost worker.
+
+    Only finished batches are kept; after a loss the blocks are placed again and the other
+    batches resubmitted, so the results are exactly those of a run without the loss. After
+    ``_RECOVERIES`` losses in one dispatch, or without any worker left, a ``FederationError``
+    names the lost workers and ``context``.
+    """
+    from distributed import CancelledError
+
+    client = placement.client
+    results, pending, lost_all = [None] * len(batches), list(range(len(batches))), set()
+    for attempt in range(_RECOVERIES + 1):
+        try:
+            shared = client.scatter([args], hash=False, timeout=_SCATTER_TIMEOUT_SECONDS)[0]
+            futures = []
+            for i in pending:
+                batch = batches[i]
+                home = placement.workers[placement.home[batch[0][0]]]
+                states = client.scatter([[it[1] for it in batch]], workers=[home], hash=False,
+                                        timeout=_SCATTER_TIMEOUT_SECONDS)[0]
+                futures.append(client.submit(
+                    _batch_call, task, [(it[0], *it[3:]) for it in batch], states,
+                    [placement.futures[it[0]] for it in batch], shared,
+                    key=f"batch_of_clients-{uuid.uuid4().hex}", pure=False,
+                    workers=[home], allow_other_workers=True,  # where its blocks live
+                ))
+            lost = _wait_bounded(placement, futures)
+        except (OSError, TimeoutError, CancelledError):  # a scatter to a worker going away
+            futures, lost = [], _lost_workers(placement)
+            if not lost:
+                raise
+        still = []
+        for i, future in zip(pending, futures):
+            if future.status == "finished":
+                results[i] = future.result()
+            elif future.status == "error" and not lost and not _lost_workers(placement):
+                future.result()  # a genuine error of the task itself: raise it
+            else:
+                still.append(i)
+        still += pending[len(futures):]
+        client.cancel([f for f in futures if f.status != "finished"])
+        if not still:
+            return _aligned(results)
+        lost_all |= lost | _lost_workers(placement)
+        if attempt < _RECOVERIES:
+            _replace_lost_blocks(placement, lost_all, context)
+        pending = still
+    raise FederationError(
+        f"Lost Dask worker(s) {', '.join(sorted(lost_all)) or '(unknown)'} during {context}; "
+        f"the work could not be completed after {_RECOVERIES} re-scatters of the blocks."
+    )
 
 
 def _same_blocks(a, b):

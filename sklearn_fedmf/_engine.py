@@ -1,9 +1,13 @@
-"""The federated engine: rounds, client sampling, parallel local updates, aggregation.
+"""The federated engine: rounds, client sampling, failures, byte counts, history.
 
 An algorithm is a :class:`FederatedProtocol`: a bundle of pure functions (bind their
 hyperparameters with :func:`functools.partial`), no ``self`` and no global random state.
-The engine owns everything else: seeds, sampling, joblib dispatch, failures, byte counts,
-history, callbacks, early stopping and progress.
+The engine owns the server side of everything else: seeds, sampling, dropout, the failure
+policy, byte counts, history, callbacks, early stopping and progress. The client side (where
+the client functions run, where blocks and client states live) is a transport
+(:mod:`sklearn_fedmf._transport`): :class:`~sklearn_fedmf._transport.LocalTransport` (threads,
+joblib backends, Dask) when the engine is given a list of client blocks, or any
+:class:`~sklearn_fedmf._transport.Transport` passed in its place.
 
 Protocol functions
 ------------------
@@ -15,7 +19,7 @@ server_init_uploads(server_state, uploads) -> (server_state, broadcast)
     Optional; receives ``{client: upload}`` of every client after ``init_client``.
 client_update(client_state, block, broadcast, rng, selected) -> (client_state, upload or None)
     One round of local work. ``selected`` is False only for clients that compute without
-    uploading (``update_all=True``, e.g. FedMAvg's partial client communication).
+    uploading (``Participation(computes="all")``, e.g. FedMAvg's partial client communication).
 server_update(server_state, uploads, round) -> (server_state, broadcast)
     ``uploads`` maps client index -> upload for the clients whose update arrived, in
     ascending client order; it may be empty when every sampled client failed. With
@@ -34,13 +38,27 @@ client_metrics(client_state, block, broadcast) -> dict of additive sums
 combine_metrics(server_state, sums) -> dict
     Turns the summed diagnostics into the history record (``objective``, ``train_rmse``,
     ``eval_rmse``, ...).
+after_round(server_state, broadcast, record) -> (server_state, broadcast, stop)
+    Optional server step between rounds, after the round's server update and evaluation
+    (e.g. FederatedClustering's SNCP penalty schedule): it may add keys to ``record``,
+    change the state and the broadcast the next round starts from, and stop the fit.
+
+A broadcast may be a :class:`Broadcast`: its ``message`` is what the paper's server sends
+(counted in ``bytes_downloaded``; None when nothing is sent that round), its ``simulation``
+part is state every client would derive itself (common randomness, replayed computations):
+it reaches the clients but is never counted.
 
 Every random draw comes from ``numpy.random.SeedSequence(entropy, spawn_key=(kind, round,
-client))``, so results do not depend on ``n_jobs``, the joblib backend or the order in which
-clients finish.
+client))``, so results do not depend on ``n_jobs``, the joblib backend, the transport or the
+order in which clients finish.
 
-Under joblib's Dask backend, :func:`resident_blocks` sends each client's data block to one
-worker once; the engine's tasks then carry its key instead of the data (see that function).
+Client failures: a client that raises :class:`~sklearn_fedmf.exceptions.ClientDropout`, or
+that ``dropout`` drops, is a simulated failure (counted in ``n_failed``). Any other exception
+raises :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round
+(``on_client_error="raise"``, the default), or with ``on_client_error="skip"`` the client
+keeps its previous state, counts in ``n_failed``, and a
+:class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per call; a round in
+which every sampled client failed raises :class:`~sklearn_fedmf.exceptions.FederationError`.
 """
 
 from __future__ import annotations
@@ -48,23 +66,81 @@ from __future__ import annotations
 import math
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from joblib import effective_n_jobs
 
-from ._dispatch import dispatch, engine_call, resident_blocks
+from ._dispatch import resident_blocks
+from ._transport import (
+    LocalTransport,
+    Transport,
+    _LazyGenerator,  # noqa: F401  (re-exported: the seeding rule's generator)
+    _rng,
+    as_transport,
+)
+from .exceptions import ClientDropout, ClientError, ClientFailureWarning, FederationError
 
 __all__ = [
-    "FederatedProtocol", "FederationState", "run_federation", "nbytes", "make_entropy",
-    "resident_blocks", "sample_clients",
+    "FederatedProtocol", "FederationState", "Participation", "Broadcast", "run_federation",
+    "sample_clients",
+    "initialize_federation", "evaluate", "nbytes", "make_entropy", "resident_blocks",
+    "LocalTransport", "Transport",
 ]
 
 _INIT_CLIENT, _UPDATE_CLIENT, _SERVER_ROUND, _INIT_SERVER, _PARTITION = 0, 1, 2, 3, 4
 _PREPARE_CLIENT = 5
+
+
+@dataclass(frozen=True)
+class Participation:
+    """Who takes part in a round besides the sampled clients, which compute and upload.
+
+    Parameters
+    ----------
+    computes : {"sampled", "all"}, default="sampled"
+        Which clients run ``client_prepare`` / ``client_update``. ``"all"``: the clients that
+        were not sampled compute too, with ``selected=False``, and upload nothing (FedMAvg's
+        partial client communication, RFRec's local steps).
+    receives : {"sampled", "all"}, default="sampled"
+        Which clients receive each broadcast (its bytes are counted once per recipient).
+    dropped : {"offline", "upload_lost"}, default="offline"
+        What a client that ``dropout`` drops does in that round: nothing (``"offline"``: it
+        keeps its state), or computes like a client that was not sampled and loses its upload
+        (``"upload_lost"``, RFRec's upload-loss model).
+    server_update : {"on_uploads", "every_round"}, default="on_uploads"
+        Whether ``server_update`` runs in a round where no upload arrived.
+    """
+
+    computes: str = "sampled"
+    receives: str = "sampled"
+    dropped: str = "offline"
+    server_update: str = "on_uploads"
+
+    def __post_init__(self):
+        allowed = {"computes": ("sampled", "all"), "receives": ("sampled", "all"),
+                   "dropped": ("offline", "upload_lost"),
+                   "server_update": ("on_uploads", "every_round")}
+        for name, options in allowed.items():
+            if getattr(self, name) not in options:
+                raise ValueError(f"Participation.{name} must be one of {options}, got "
+                                 f"{getattr(self, name)!r}.")
+
+
+@dataclass(frozen=True)
+class Broadcast:
+    """A broadcast with an uncounted part (module docstring).
+
+    ``message`` is what the server sends (None: nothing this round); ``simulation`` is state
+    that every client would hold or derive itself, carried for the simulation and never
+    counted as communication.
+    """
+
+    message: Any
+    simulation: Any = None
 
 
 @dataclass(frozen=True)
@@ -78,21 +154,24 @@ class FederatedProtocol:
     client_metrics: Callable
     combine_metrics: Callable
     server_init_uploads: Callable | None = None
-    update_all: bool = False  # non-sampled clients also run client_update (no upload)
-    broadcast_to_all: bool = False  # the broadcast reaches every client, not only the sampled
     client_prepare: Callable | None = None  # optional first phase of a round (module doc)
     server_prepare: Callable | None = None
-    server_every_round: bool = False  # server_update runs even when no upload arrived
-    dropout_mode: str = "offline"  # "upload_loss": a dropped client computes, its upload is lost
+    after_round: Callable | None = None  # optional server step between rounds (module doc)
+    participation: Participation = Participation()
+    progress_keys: tuple = ("objective", "train_rmse", "eval_rmse")  # shown by verbose
     server_counts: bool = False  # server_update receives counts= (draw multiplicities)
 
 
 @dataclass
 class FederationState:
-    """Everything a fit needs to continue (``warm_start``)."""
+    """Everything a fit needs to continue (``warm_start``).
+
+    ``client_states`` is the local transport's list of client states (None when the clients
+    hold them in their own processes).
+    """
 
     server_state: Any
-    client_states: list
+    client_states: list | None
     broadcast: Any
     n_rounds: int = 0
     history: list = field(default_factory=list)
@@ -109,41 +188,22 @@ def make_entropy(random_state):
     return int(random_state)
 
 
-def _rng(entropy, *key):
-    return np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=key))
-
-
-class _LazyGenerator:
-    """The ``numpy.random.Generator`` of ``_rng(entropy, *key)``, made on first use.
-
-    Making one costs ~20 us: more than the whole local step of many clients, and most
-    methods draw nothing after their initialization.
-    """
-
-    __slots__ = ("_entropy", "_key", "_generator")
-
-    def __init__(self, entropy, *key):
-        self._entropy, self._key, self._generator = entropy, key, None
-
-    def __getattr__(self, name):  # only for what the slots do not hold: the Generator's API
-        if name in _LazyGenerator.__slots__:  # an unset slot (e.g. while unpickling)
-            raise AttributeError(name)
-        if self._generator is None:
-            self._generator = _rng(self._entropy, *self._key)
-        return getattr(self._generator, name)
-
-
 def partition_rng(entropy):
     """The generator that assigns rows to clients (``partition="random"``)."""
     return _rng(entropy, _PARTITION)
 
 
 def nbytes(obj):
-    """Size in bytes of what a message holds (arrays, sparse matrices, containers, scalars)."""
+    """Size in bytes of what a message holds (arrays, sparse matrices, containers, scalars).
+
+    Only the ``message`` of a :class:`Broadcast` counts.
+    """
     if obj is None:
         return 0
     if isinstance(obj, np.ndarray):
         return obj.nbytes
+    if isinstance(obj, Broadcast):
+        return nbytes(obj.message)
     if sp.issparse(obj):
         return obj.data.nbytes + obj.indices.nbytes + obj.indptr.nbytes
     if isinstance(obj, dict):
@@ -157,78 +217,73 @@ def nbytes(obj):
     raise TypeError(f"Cannot count the bytes of a message part of type {type(obj).__name__}.")
 
 
-def _run_clients(items, fn, broadcast, entropy, round_index, with_selected, kind=_UPDATE_CLIENT):
-    """Run one joblib task: several clients in a row. Failures are caught per client."""
-    out = []
-    for client, state, block, selected in items:
-        rng = _LazyGenerator(entropy, kind, round_index, client)
-        try:
-            if with_selected:
-                new_state, upload = fn(state, block, broadcast, rng, selected)
-            else:
-                new_state, upload = fn(block, broadcast, rng)
-            out.append((client, new_state, upload, None))
-        except Exception as exc:  # a failing client must not bring the federation down
-            out.append((client, state, None, f"{type(exc).__name__}: {exc}"))
-    return out
+def _check_policy(on_client_error):
+    if on_client_error not in ("raise", "skip"):
+        raise ValueError(f"on_client_error must be 'raise' or 'skip', got {on_client_error!r}.")
 
 
-def _client_phase(fn, items, broadcast, kind, *, state, n_jobs, n_jobs_eff, weights, entropy, k,
-                  verbose, label):
-    """Run ``fn`` on the clients of ``items``; keep their new states.
-
-    Returns ``({client: message}``, in ascending client order, ``failed clients)``.
-    """
-    if not items:
-        return {}, []
-    outcomes = dispatch(
-        _run_clients, items, weights[[it[0] for it in items]], n_jobs, n_jobs_eff,
-        fn, broadcast, entropy, k, True, kind,
+def _client_error(phase, client, exc, round_number):
+    where = "initialization" if round_number is None else f"round {round_number}"
+    return ClientError(
+        f"Client {client} failed in {phase} ({where}): {type(exc).__name__}: {exc}",
+        client=client, round=round_number,
     )
-    messages, failed = {}, []
-    for client, new_state, message, error in (o for part in outcomes for o in part):
-        if error is not None:
-            failed.append(client)
-            if verbose >= 2:
-                print(f"[{label}] round {k + 1}: client {client} failed: {error}",
-                      file=sys.stderr)
-            continue
-        state.client_states[client] = new_state
-        if message is not None:
-            messages[client] = message
-    return dict(sorted(messages.items())), failed
 
 
-def _metrics_task(items, fn, broadcast):
-    return [fn(state, block, broadcast) for _, state, block in items]
+class _Failures:
+    """The failure policy of one engine call: raise, or count and warn once."""
+
+    def __init__(self, on_client_error, label):
+        _check_policy(on_client_error)
+        self.skip, self.label, self.warned = on_client_error == "skip", label, False
+
+    def check(self, result, phase, round_number):
+        """Raise for a real failure unless skipping; returns the number of failed clients and
+        whether any was a real (not simulated) failure."""
+        real = False
+        for client, exc in result.failures.items():
+            if isinstance(exc, ClientDropout):
+                continue
+            real = True
+            if not self.skip:
+                raise _client_error(phase, client, exc, round_number) from exc
+            if not self.warned:
+                self.warned = True
+                warnings.warn(
+                    f"[{self.label}] {_client_error(phase, client, exc, round_number)}; "
+                    "on_client_error='skip': the client keeps its previous state and the "
+                    "federation goes on (failures are counted in history_'s n_failed).",
+                    ClientFailureWarning, stacklevel=4,
+                )
+        return len(result.failures), real
 
 
-@engine_call
-def initialize_federation(protocol, blocks, *, entropy, n_jobs=None):
+def initialize_federation(protocol, clients, *, entropy, n_jobs=None):
     """Run ``init_server`` and every client's ``init_client``.
+
+    ``clients`` is the list of client blocks (run by a
+    :class:`~sklearn_fedmf._transport.LocalTransport` with ``n_jobs`` workers) or a
+    :class:`~sklearn_fedmf._transport.Transport`. A client that fails here has no state to
+    go on from: its error is raised whatever ``on_client_error`` says.
 
     Returns ``(state, (bytes_up, bytes_down))`` of this initial exchange.
     """
+    transport = as_transport(clients, n_jobs=n_jobs)
     server_state, broadcast = protocol.init_server(_rng(entropy, _INIT_SERVER))
-    items = [(c, None, b, True) for c, b in enumerate(blocks)]
-    weights = [b.nnz + 1 for b in blocks]
-
-    def task(batch, bcast):
-        out = []
-        for client, _, block, _ in batch:
-            state, upload = protocol.init_client(block, bcast, _rng(entropy, _INIT_CLIENT, client))
-            out.append((client, state, upload))
-        return out
-
-    parts = dispatch(task, items, weights, n_jobs, effective_n_jobs(n_jobs), broadcast)
-    results = [r for part in parts for r in part]
-    results.sort(key=lambda r: r[0])
-    client_states = [r[1] for r in results]
-    uploads = {r[0]: r[2] for r in results if r[2] is not None}
-    init_bytes = (sum(nbytes(u) for u in uploads.values()), nbytes(broadcast) * len(blocks))
+    with transport.session(protocol):
+        result = transport.run("init_client", list(range(transport.n_clients)), broadcast,
+                               stream=(entropy, _INIT_CLIENT))
+    for client, exc in result.failures.items():
+        if isinstance(exc, ClientDropout):
+            raise FederationError(f"Client {client} dropped out during initialization; it "
+                                  "has no state to continue from.") from exc
+        raise _client_error("init_client", client, exc, None) from exc
+    uploads = {c: u for c, u in result.messages.items() if u is not None}
+    init_bytes = (sum(nbytes(u) for u in uploads.values()),
+                  nbytes(broadcast) * transport.n_clients)
     if protocol.server_init_uploads is not None:
         server_state, broadcast = protocol.server_init_uploads(server_state, uploads)
-    return FederationState(server_state, client_states, broadcast), init_bytes
+    return FederationState(server_state, transport.client_states, broadcast), init_bytes
 
 
 def _n_sampled(clients_per_round, n_clients):
@@ -263,26 +318,24 @@ def sample_clients(rng, n_clients, n_sampled, sampling="uniform", weights=None):
     return np.unique(draws, return_counts=True)
 
 
-def _sampling_weights(sampling, weights, blocks):
+def _sampling_weights(sampling, weights, n_clients):
     if sampling not in ("uniform", "weighted"):
         raise ValueError(f'sampling must be "uniform" or "weighted", got {sampling!r}.')
     if sampling == "uniform":
         return None
-    if weights is None:  # omega_p = N_p / N, the paper's weights
-        weights = [b.n_rows for b in blocks]
-    weights = np.asarray(weights, dtype=float)
-    if (weights.shape != (len(blocks),) or not np.all(np.isfinite(weights))
+    weights = np.asarray(weights if weights is not None else [], dtype=float)
+    if (weights.shape != (n_clients,) or not np.all(np.isfinite(weights))
             or np.any(weights < 0) or weights.sum() <= 0):
         raise ValueError(
-            "sampling_weights must hold one finite nonnegative weight per client, not all zero."
+            'sampling="weighted" needs sampling_weights: one finite nonnegative weight per '
+            "client, not all zero."
         )
     return weights
 
 
-@engine_call
 def run_federation(
     protocol,
-    blocks,
+    clients,
     *,
     max_iter,
     clients_per_round=None,
@@ -296,16 +349,19 @@ def run_federation(
     state=None,
     init_bytes=(0, 0),
     label="federation",
+    on_client_error="raise",
     sampling="uniform",
     sampling_weights=None,
 ):
-    """Run ``max_iter`` communication rounds of ``protocol`` on the client ``blocks``.
+    """Run ``max_iter`` communication rounds of ``protocol`` on the ``clients``.
 
     Parameters
     ----------
     protocol : FederatedProtocol
-    blocks : list of ClientBlock
-        One per client, in client order.
+    clients : list of ClientBlock or Transport
+        The client blocks, one per client in client order (run in this process by a
+        :class:`~sklearn_fedmf._transport.LocalTransport`), or a transport that reaches the
+        clients wherever they are.
     max_iter : int
         Rounds to run in this call (added to ``state.n_rounds`` when warm starting).
     clients_per_round : int, float in (0, 1] or None
@@ -314,12 +370,13 @@ def run_federation(
         Root seed; round ``k`` and client ``i`` use ``SeedSequence(entropy, (kind, k, i))``.
     n_jobs : int or None
         Workers for the local updates (joblib; threads unless a backend is configured).
+        Ignored when ``clients`` is a transport.
     tol : float
         Stop when the relative change of the objective between two evaluations is below
         ``tol`` (0 disables early stopping).
     dropout : float in [0, 1)
         Probability that a sampled client fails in a round (it then contributes nothing and
-        keeps its state).
+        keeps its state, or loses its upload: ``Participation.dropped``).
     eval_every : int
         Evaluate the diagnostics every ``eval_every`` rounds (and at the last round).
     callback : callable or None
@@ -334,134 +391,160 @@ def run_federation(
     init_bytes : tuple of int
         Bytes (uploaded, downloaded) of the initial exchange; counted in the first round's
         record.
+    label : str
+        Name shown in progress output and warnings.
+    on_client_error : {"raise", "skip"}
+        What an exception in client code (other than ``ClientDropout``) does: raise a
+        ``ClientError`` naming the client and the round, or skip the client for that round
+        (module docstring).
     sampling : {"uniform", "weighted"}
         ``"uniform"``: distinct clients without replacement. ``"weighted"``: i.i.d. draws with
         replacement, probabilities proportional to ``sampling_weights`` (:func:`sample_clients`).
         A client drawn twice runs and uploads once (``bytes_uploaded``); the record's
         ``bytes_uploaded_draws`` counts its upload once per draw, the papers' convention.
     sampling_weights : array-like of shape (n_clients,) or None
-        ``omega`` of weighted sampling; None means proportional to the clients' rows.
+        ``omega`` of weighted sampling (required then).
 
     Returns
     -------
     state : FederationState
         With ``history`` extended by one record per round.
     """
-    n_clients = len(blocks)
+    transport = as_transport(clients, n_jobs=n_jobs, client_states=state.client_states)
+    failures = _Failures(on_client_error, label)
+    part = protocol.participation
+    n_clients = transport.n_clients
     n_sampled = _n_sampled(clients_per_round, n_clients)
-    omega = _sampling_weights(sampling, sampling_weights, blocks)
-    n_jobs_eff = effective_n_jobs(n_jobs)
-    weights = np.array([b.nnz + b.n_rows for b in blocks], dtype=float)
+    omega = _sampling_weights(sampling, sampling_weights, n_clients)
     init_up, init_down = init_bytes
-    progress = _Progress(label, max_iter, verbose)
+    progress = _Progress(label, max_iter, verbose, protocol.progress_keys)
     previous_objective = _last_objective(state.history)
     start_round = state.n_rounds
 
-    for k in range(start_round, start_round + max_iter):
-        tic = time.perf_counter()
-        server_rng = _rng(entropy, _SERVER_ROUND, k)
-        sampled, counts = sample_clients(server_rng, n_clients, n_sampled, sampling, omega)
-        failing = server_rng.random(len(sampled)) < dropout if dropout else []
-        dropped = set(sampled[failing].tolist()) if dropout else set()
-        selected = set(sampled.tolist())
-        run = range(n_clients) if protocol.update_all else sampled
-        items = [
-            (int(c), state.client_states[c], blocks[c],
-             int(c) in selected and int(c) not in dropped)
-            for c in run
-            if int(c) not in dropped or protocol.dropout_mode == "upload_loss"
-        ]
-        phase = dict(state=state, n_jobs=n_jobs, n_jobs_eff=n_jobs_eff, weights=weights,
-                     entropy=entropy, k=k, verbose=verbose, label=label)
-        broadcast, stats, failed = state.broadcast, {}, []
-        if protocol.client_prepare is not None:
-            stats, failed = _client_phase(protocol.client_prepare, items, broadcast,
-                                          _PREPARE_CLIENT, **phase)
-            items = [(c, state.client_states[c], b, sel) for c, _, b, sel in items
-                     if c not in failed]
-            state.server_state, broadcast = protocol.server_prepare(state.server_state, stats, k)
-        uploads, failed_update = _client_phase(protocol.client_update, items, broadcast,
-                                               _UPDATE_CLIENT, **phase)
-        uploads = {c: u for c, u in uploads.items() if c in selected}
-        failures = len(dropped) + len(failed) + len(failed_update)
-        recipients = n_clients if protocol.broadcast_to_all else len(sampled)
-        bytes_down = nbytes(state.broadcast) * recipients
-        bytes_up = sum(nbytes(u) for u in uploads.values())
-        if protocol.client_prepare is not None:
-            bytes_down += nbytes(broadcast) * recipients
-            bytes_up += sum(nbytes(s) for s in stats.values())
-        drawn = dict(zip(sampled.tolist(), counts.tolist()))
-        if uploads or protocol.server_every_round:
-            extra = {"counts": {c: drawn[c] for c in uploads}} if protocol.server_counts else {}
-            state.server_state, state.broadcast = protocol.server_update(
-                state.server_state, uploads, k, **extra
-            )
-        seconds = time.perf_counter() - tic
-
-        record = {
-            "round": k + 1,
-            "n_sampled": n_sampled,
-            "n_failed": failures,
-            "bytes_uploaded": bytes_up + (init_up if k == start_round else 0),
-            "bytes_downloaded": bytes_down + (init_down if k == start_round else 0),
-            "seconds": seconds,
-        }
-        if sampling == "weighted":
-            record["n_distinct"] = len(sampled)
-            record["bytes_uploaded_draws"] = record["bytes_uploaded"] + sum(
-                (drawn[c] - 1) * nbytes(u) for c, u in uploads.items())
-        last = k == start_round + max_iter - 1
-        if eval_every and ((k + 1) % eval_every == 0 or last):
-            record.update(evaluate(protocol, state, blocks, n_jobs))
-        state.history.append(record)
-        state.n_rounds = k + 1
-        progress.update(record)
-
-        stop = False
-        if callback is not None:
-            info = {
-                "server_state": state.server_state,
-                "broadcast": state.broadcast,
-                "sampled": sampled,
-                "counts": counts,
-                "uploads": uploads,
-                "stats": stats,
-                "record": record,
-            }
-            stop = bool(callback(k + 1, info))
-        objective = record.get("objective")
-        if objective is not None:
-            if not np.isfinite(objective):
-                progress.close()
-                raise FloatingPointError(
-                    f"The objective became {objective} at round {k + 1}; the iterates diverged. "
-                    "Lower the step sizes or raise the regularization."
+    with transport.session(protocol):
+        for k in range(start_round, start_round + max_iter):
+            tic = time.perf_counter()
+            server_rng = _rng(entropy, _SERVER_ROUND, k)
+            sampled, counts = sample_clients(server_rng, n_clients, n_sampled, sampling, omega)
+            failing = server_rng.random(len(sampled)) < dropout if dropout else []
+            dropped = set(sampled[failing].tolist()) if dropout else set()
+            selected = set(sampled.tolist()) - dropped  # the clients whose uploads count
+            run = range(n_clients) if part.computes == "all" else sampled.tolist()
+            members = [int(c) for c in run
+                       if int(c) not in dropped or part.dropped == "upload_lost"]
+            broadcast, stats, n_failed, real = state.broadcast, {}, len(dropped), False
+            if protocol.client_prepare is not None:
+                result = transport.run("client_prepare", members, broadcast,
+                                       stream=(entropy, _PREPARE_CLIENT, k), selected=selected,
+                                       round_number=k + 1)
+                n, real = failures.check(result, "client_prepare", k + 1)
+                n_failed += n
+                stats = {c: s for c, s in result.messages.items() if s is not None}
+                members = [c for c in members if c not in result.failures]
+                state.server_state, broadcast = protocol.server_prepare(state.server_state,
+                                                                        stats, k)
+            result = transport.run("client_update", members, broadcast,
+                                   stream=(entropy, _UPDATE_CLIENT, k), selected=selected,
+                                   round_number=k + 1)
+            n, real_update = failures.check(result, "client_update", k + 1)
+            n_failed, real = n_failed + n, real or real_update
+            uploads = {c: u for c, u in result.messages.items()
+                       if u is not None and c in selected}
+            if real and not uploads and not any(c in result.messages for c in selected):
+                raise FederationError(
+                    f"[{label}] every sampled client failed in round {k + 1} "
+                    f"(clients {sorted(selected)}); see the ClientFailureWarning."
                 )
-            if (
-                tol
-                and previous_objective is not None
-                and abs(previous_objective - objective)
-                <= tol * max(abs(previous_objective), 1e-300)
-            ):
-                stop = True
-            previous_objective = objective
-        if stop:
-            break
-    progress.close()
+            recipients = n_clients if part.receives == "all" else len(sampled)
+            bytes_down = nbytes(state.broadcast) * recipients
+            bytes_up = sum(nbytes(u) for u in uploads.values())
+            if protocol.client_prepare is not None:
+                bytes_down += nbytes(broadcast) * recipients
+                bytes_up += sum(nbytes(s) for s in stats.values())
+            drawn = dict(zip(sampled.tolist(), counts.tolist()))
+            if uploads or part.server_update == "every_round":
+                extra = {"counts": {c: drawn[c] for c in uploads}} if protocol.server_counts else {}
+                state.server_state, state.broadcast = protocol.server_update(
+                    state.server_state, uploads, k, **extra
+                )
+            seconds = time.perf_counter() - tic
+
+            record = {
+                "round": k + 1,
+                "n_sampled": n_sampled,
+                "n_failed": n_failed,
+                "bytes_uploaded": bytes_up + (init_up if k == start_round else 0),
+                "bytes_downloaded": bytes_down + (init_down if k == start_round else 0),
+                "seconds": seconds,
+            }
+            if sampling == "weighted":
+                record["n_distinct"] = len(sampled)
+                record["bytes_uploaded_draws"] = record["bytes_uploaded"] + sum(
+                    (drawn[c] - 1) * nbytes(u) for c, u in uploads.items())
+            last = k == start_round + max_iter - 1
+            if eval_every and ((k + 1) % eval_every == 0 or last):
+                record.update(_evaluate(protocol, state, transport, in_round=True))
+            stop = False
+            if protocol.after_round is not None:
+                state.server_state, state.broadcast, stop = protocol.after_round(
+                    state.server_state, state.broadcast, record)
+                stop = bool(stop)
+            state.history.append(record)
+            state.n_rounds = k + 1
+            progress.update(record)
+
+            if callback is not None:
+                info = {
+                    "server_state": state.server_state,
+                    "broadcast": state.broadcast,
+                    "sampled": sampled,
+                    "counts": counts,
+                    "uploads": uploads,
+                    "stats": stats,
+                    "record": record,
+                }
+                stop = bool(callback(k + 1, info)) or stop
+            objective = record.get("objective")
+            if objective is not None:
+                if not np.isfinite(objective):
+                    progress.close(record)
+                    raise FloatingPointError(
+                        f"The objective became {objective} at round {k + 1}; the iterates "
+                        "diverged. Lower the step sizes or raise the regularization."
+                    )
+                if (
+                    tol
+                    and previous_objective is not None
+                    and abs(previous_objective - objective)
+                    <= tol * max(abs(previous_objective), 1e-300)
+                ):
+                    stop = True
+                previous_objective = objective
+            if stop:
+                break
+    progress.close(state.history[-1] if state.history else None)
     return state
 
 
-@engine_call
-def evaluate(protocol, state, blocks, n_jobs=None):
-    """Sum ``client_metrics`` over every client and combine them on the server."""
-    items = [(c, s, b) for c, (s, b) in enumerate(zip(state.client_states, blocks))]
-    weights = np.array([b.nnz + 1 for b in blocks], dtype=float)
-    parts = dispatch(
-        _metrics_task, items, weights, n_jobs, effective_n_jobs(n_jobs),
-        protocol.client_metrics, state.broadcast,
-    )
+def evaluate(protocol, state, clients, n_jobs=None):
+    """Sum ``client_metrics`` over every client and combine them on the server.
+
+    A client that fails here raises ``ClientError`` (a partial sum would be a wrong
+    objective).
+    """
+    transport = as_transport(clients, n_jobs=n_jobs, client_states=state.client_states)
+    with transport.session(protocol):
+        return _evaluate(protocol, state, transport)
+
+
+def _evaluate(protocol, state, transport, in_round=False):
+    round_number = state.n_rounds + 1 if in_round else (state.n_rounds or None)
+    result = transport.run("client_metrics", list(range(transport.n_clients)), state.broadcast,
+                           round_number=round_number)
+    for client, exc in result.failures.items():
+        raise _client_error("client_metrics", client, exc, round_number) from exc
     sums = {}
-    for metrics in (m for part in parts for m in part):  # client order: n_jobs-independent
+    for metrics in result.messages.values():  # client order: n_jobs-independent
         for key, value in metrics.items():
             sums[key] = sums.get(key, 0.0) + value
     return protocol.combine_metrics(state.server_state, sums)
@@ -475,31 +558,63 @@ def _last_objective(history):
 
 
 class _Progress:
-    """A dependency-free progress bar on stderr (verbose=1) or a line per round (verbose>=2)."""
+    """Progress on stderr: ``verbose=1`` a bar on a terminal, plain lines elsewhere (logs);
+    ``verbose>=2`` one line per round.
 
-    def __init__(self, label, total, verbose):
-        self.label, self.total, self.verbose = label, total, verbose
+    The bar is redrawn at most every ``_REDRAW_SECONDS`` (a redraw costs ~50 us, a round of a
+    small problem ~1 ms); off a terminal a line is written at each tenth of the rounds and at
+    least every ``_LOG_SECONDS``, never a carriage return.
+    """
+
+    _REDRAW_SECONDS = 0.1
+    _LOG_SECONDS = 30.0
+
+    def __init__(self, label, total, verbose, keys=("objective", "train_rmse", "eval_rmse"),
+                 stream=None):
+        self.label, self.total, self.verbose, self.keys = label, total, verbose, keys
+        self.stream = sys.stderr if stream is None else stream
+        isatty = getattr(self.stream, "isatty", None)
+        self.terminal = bool(isatty and isatty())
         self.done, self.t0 = 0, time.perf_counter()
+        self.last_shown, self.last_tenth, self.shown = self.t0, 0, 0
 
     def update(self, record):
         self.done += 1
         if not self.verbose:
             return
-        extra = ""
-        for key in ("objective", "train_rmse", "eval_rmse"):
-            if key in record:
-                extra += f" {key}={record[key]:.4g}"
-        elapsed = time.perf_counter() - self.t0
+        now = time.perf_counter()
+        final = self.done >= self.total
         if self.verbose >= 2:
-            print(f"[{self.label}] round {record['round']}{extra} ({elapsed:.1f}s)",
-                  file=sys.stderr)
-            return
-        width = 30
+            self._line(record, now)
+        elif self.terminal:
+            if final or now - self.last_shown >= self._REDRAW_SECONDS or not self.shown:
+                self._bar(record, now)
+        else:
+            tenth = 10 * self.done // max(self.total, 1)
+            if final or tenth > self.last_tenth or now - self.last_shown >= self._LOG_SECONDS:
+                self.last_tenth = tenth
+                self._line(record, now)
+
+    def _extra(self, record):
+        return "".join(f" {key}={record[key]:.4g}" for key in self.keys if key in record)
+
+    def _line(self, record, now):
+        self.last_shown, self.shown = now, self.done
+        print(f"[{self.label}] round {self.done}/{self.total}{self._extra(record)} "
+              f"({now - self.t0:.1f}s)", file=self.stream, flush=True)
+
+    def _bar(self, record, now):
+        self.last_shown, self.shown, width = now, self.done, 30
         filled = int(width * self.done / max(self.total, 1))
         bar = "#" * filled + "-" * (width - filled)
-        print(f"\r{self.label:>10} [{bar}] {self.done}/{self.total}{extra} {elapsed:.1f}s",
-              end="", file=sys.stderr, flush=True)
+        print(f"\r{self.label:>10} [{bar}] {self.done}/{self.total}{self._extra(record)} "
+              f"{now - self.t0:.1f}s\033[K", end="", file=self.stream, flush=True)
 
-    def close(self):
-        if self.verbose == 1 and self.done:
-            print(file=sys.stderr, flush=True)
+    def close(self, record=None):
+        """End the display; a fit stopped early (``tol``, callback) shows its last round."""
+        if self.verbose != 1 or not self.done:
+            return
+        if record is not None and self.shown != self.done:
+            (self._bar if self.terminal else self._line)(record, time.perf_counter())
+        if self.terminal:
+            print(file=self.stream, flush=True)

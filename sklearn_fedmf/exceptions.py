@@ -11,6 +11,7 @@ __all__ = [
     "FedMFWarning",
     "UnobservedItemsWarning",
     "DataWarning",
+    "ConfigurationWarning",
     "ClientFailureWarning",
     "DegenerateFitWarning",
     "PrivacyWarning",
@@ -31,6 +32,11 @@ class UnobservedItemsWarning(FedMFWarning):
 class DataWarning(FedMFWarning):
     """The input data looks unlike what the caller probably meant (for example a dense integer
     matrix that is mostly zeros while ``missing_values=np.nan``)."""
+
+
+class ConfigurationWarning(FedMFWarning):
+    """A combination of hyperparameters that the method accepts but that is likely to
+    misbehave (for example RFRecF's pull strength above 1)."""
 
 
 class ClientFailureWarning(FedMFWarning):

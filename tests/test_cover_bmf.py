@@ -1,28 +1,15 @@
 """The Felb paper's cover-based baselines Asso, GreConD and MEBF, centralized and as local
-solvers of AggregatedBMF (felb.md 6, Appendix D settings)."""
+solvers of AggregatedBMF (felb.md 6, Appendix D settings); scikit-learn's estimator checks
+run on them in test_common.py."""
 
 import numpy as np
 import pytest
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sklearn_fedmf.binary import MEBF, AggregatedBMF, Asso, GreConD
 from sklearn_fedmf.datasets import make_binary_tiles
 from sklearn_fedmf.metrics import f1_boolean
 
-PREDICT_IS_A_MATRIX = "predict returns the (n_samples, n_features) Boolean reconstruction"
 BASELINES = [Asso, GreConD, MEBF]
-
-
-@parametrize_with_checks(
-    [cls(n_components=2, binarize=0.0) for cls in BASELINES],
-    expected_failed_checks=lambda est: {
-        "check_estimator_sparse_matrix": PREDICT_IS_A_MATRIX,
-        "check_estimator_sparse_array": PREDICT_IS_A_MATRIX,
-    },
-)
-def test_sklearn_compatible(estimator, check):
-    # binarize=0.0 maps the checks' real-valued data to 0/1; the default rejects it
-    check(estimator)
 
 
 def planted(overlap, seed=0):

@@ -2,6 +2,9 @@
 on a real ``LocalCluster`` (2 worker processes on loopback), reproduce the local ``n_jobs=1`` fit
 bit for bit, and send each client's data block to the workers once per fit, not every round."""
 
+import threading
+import time
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -25,6 +28,7 @@ from sklearn_fedmf import (  # noqa: E402
 )
 from sklearn_fedmf._data import ClientBlock  # noqa: E402
 from sklearn_fedmf.datasets import make_binary_tiles, make_ratings  # noqa: E402
+from sklearn_fedmf.exceptions import FederationError  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -75,26 +79,31 @@ def test_fedmcadmm_on_dask_reproduces_local_fit_and_scatters_blocks_once(dask_cl
                   beta=0.1, alpha_u=0.1, random_state=0)
     local = FedMCADMM(n_jobs=1, **params).fit(X, eval_set=X_test)
 
-    # Spy on what leaves the driver: every scatter, and every task handed to joblib.
-    scattered, dispatched = [], []
-    real_scatter = dask_client.scatter
+    # Spy on what leaves the driver: every scatter, every dispatch and every task submitted.
+    scattered, dispatched, submitted = [], [], []
+    real_scatter, real_submit, real_run = (dask_client.scatter, dask_client.submit,
+                                           _dispatch._run_on_dask)
 
     def scatter(data, *args, **kwargs):
         scattered.append(data)
         return real_scatter(data, *args, **kwargs)
 
-    class RecordingParallel(_dispatch.Parallel):
-        def __call__(self, iterable):
-            tasks = list(iterable)
-            dispatched.append(tasks)
-            return super().__call__(tasks)
+    def submit(fn, *args, **kwargs):
+        if fn is _dispatch._batch_call:
+            submitted.append(args)
+        return real_submit(fn, *args, **kwargs)
+
+    def run_on_dask(*args):
+        dispatched.append(args)
+        return real_run(*args)
 
     def keep_block_keys(round_index, info):
         block_keys.update(f.key for f in _dispatch._placement.get().futures)
 
     block_keys = set()
     monkeypatch.setattr(dask_client, "scatter", scatter)
-    monkeypatch.setattr(_dispatch, "Parallel", RecordingParallel)
+    monkeypatch.setattr(dask_client, "submit", submit)
+    monkeypatch.setattr(_dispatch, "_run_on_dask", run_on_dask)
     dask_client.run(_clear_transfer_log)
     with distributed.get_task_stream(dask_client) as stream:
         with parallel_config(backend="dask"):
@@ -114,13 +123,12 @@ def test_fedmcadmm_on_dask_reproduces_local_fit_and_scatters_blocks_once(dask_cl
     assert len(sent_blocks) == 6
     assert len({id(b) for b in sent_blocks}) == 6
     # Init, 5 rounds and 5 evaluations dispatched tasks; none of them carries a block, each
-    # item carries the key of its client's block instead.
+    # task carries the keys of its clients' blocks instead.
     assert len(dispatched) == 11
-    for tasks in dispatched:
-        for _, args, _ in tasks:
-            batch = next(a for a in args if isinstance(a, list))
-            assert all(isinstance(item[2], distributed.Future) for item in batch)
-            assert not any(isinstance(a, ClientBlock) for a in _walk(args))
+    assert len(submitted) >= 11
+    for _, _, _, blocks, _ in submitted:
+        assert blocks and all(isinstance(b, distributed.Future) for b in blocks)
+    assert not any(isinstance(a, ClientBlock) for args in submitted for a in _walk(args))
     # Tasks run where their blocks live: the workers exchanged broadcasts, and at most one
     # copy of the block data (when the scheduler moves a task to an idle worker), against
     # 11 copies of the dispatched blocks without residency.
@@ -180,3 +188,56 @@ def test_estimators_run_unchanged_on_dask(dask_client, make, data):
     with parallel_config(backend="dask"):
         remote = make().set_params(n_jobs=2).fit(X)
     _assert_same_fit(local, remote)
+
+
+def _exit_soon(delay):
+    import os
+    import threading
+
+    threading.Timer(delay, os._exit, (1,)).start()  # the process ends, as on a crashed node
+
+
+def kill_worker(client, address, deadline=15.0):
+    """End the worker process at ``address`` and wait (bounded) until the scheduler saw it."""
+    client.run(_exit_soon, 0.01, workers=[address])
+    stop = time.monotonic() + deadline
+    while address in client.ncores():
+        assert time.monotonic() < stop, f"worker {address} did not go away"
+        time.sleep(0.02)
+
+
+# Last in the module: it kills a worker of the shared cluster (its nanny starts a new one).
+def test_a_lost_worker_is_recovered_exactly_or_reported(dask_client):
+    # A worker process ends mid-fit (between rounds 3 and 4). The fit must either give exactly
+    # the fault-free model (the lost blocks are scattered again and the lost work re-run) or
+    # stop with a FederationError naming the worker and the round; never a different model,
+    # never a hang (the fit runs in a thread with a deadline).
+    X, _ = _ratings()
+    params = dict(n_components=3, n_clients=8, clients_per_round=6, max_iter=8, local_iter=3,
+                  random_state=0)
+    reference = FedMCADMM(n_jobs=1, **params).fit(X)
+    victim = sorted(dask_client.ncores())[-1]
+    outcome = {}
+
+    def kill_after_round_3(round_index, info):
+        if round_index == 3:
+            kill_worker(dask_client, victim)
+
+    def fit():
+        try:
+            with parallel_config(backend="dask"):
+                outcome["model"] = FedMCADMM(n_jobs=2, callback=kill_after_round_3,
+                                             **params).fit(X)
+        except FederationError as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=fit, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "the fit hung after losing a worker"
+    assert outcome, "the fit raised something other than FederationError"
+    if "error" in outcome:
+        message = str(outcome["error"])
+        assert victim in message and "round" in message
+    else:
+        _assert_same_fit(reference, outcome["model"].set_params(callback=None))

@@ -1,34 +1,15 @@
 """FedMAvg for matrix completion: spec fedmavg_fedmgs.md (3, 7, 8.3-8.4), fedmc_admm.md (5)."""
 
-import warnings
 
 import numpy as np
 import pytest
 from joblib import parallel_config
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sklearn_fedmf import FedMAvg, FedMGS
 from sklearn_fedmf._engine import nbytes
 from sklearn_fedmf.completion._fedmavg import q2_schedule
 
 from .conftest import low_rank_ratings
-
-PREDICT_IS_A_MATRIX = (
-    "predict returns the (n_rows, n_items) matrix of predicted ratings, not one value per row"
-)
-
-
-@parametrize_with_checks(
-    [FedMAvg(n_components=1, n_clients=2, max_iter=100, random_state=0)],
-    expected_failed_checks=lambda est: {
-        "check_estimator_sparse_matrix": PREDICT_IS_A_MATRIX,
-        "check_estimator_sparse_array": PREDICT_IS_A_MATRIX,
-    },
-)
-def test_sklearn_compatible(estimator, check):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        check(estimator)
 
 
 def small(**params):

@@ -1,7 +1,6 @@
 """FedMCADMM as a scikit-learn estimator: checks, data contract, engine behaviour."""
 
 import pickle
-import warnings
 
 import numpy as np
 import pytest
@@ -10,29 +9,12 @@ from joblib import parallel_config
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, GroupKFold, KFold
 from sklearn.pipeline import make_pipeline
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sklearn_fedmf import FedMCADMM
 from sklearn_fedmf._engine import nbytes
+from sklearn_fedmf.exceptions import ClientError, ClientFailureWarning, UnobservedItemsWarning
 
 from .conftest import low_rank_ratings
-
-PREDICT_IS_A_MATRIX = (
-    "predict returns the (n_rows, n_items) matrix of predicted ratings, not one value per row"
-)
-
-
-@parametrize_with_checks(
-    [FedMCADMM(n_components=1, n_clients=2, max_iter=100, random_state=0)],
-    expected_failed_checks=lambda est: {
-        "check_estimator_sparse_matrix": PREDICT_IS_A_MATRIX,
-        "check_estimator_sparse_array": PREDICT_IS_A_MATRIX,
-    },
-)
-def test_sklearn_compatible(estimator, check):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        check(estimator)
 
 
 def small_model(**params):
@@ -104,7 +86,7 @@ def test_rows_and_columns_without_observation_are_allowed(ratings):
     X = sp.csr_matrix(X)
     X.eliminate_zeros()  # row 3 now has no observation at all
     X = sp.hstack([X, sp.csr_matrix((X.shape[0], 1))]).tocsr()  # an empty item column
-    with pytest.warns(UserWarning, match="no training rating"):
+    with pytest.warns(UnobservedItemsWarning, match="no training rating"):
         model = small_model().fit(X)
     pred = model.predict(X)
     assert np.isfinite(pred).all()
@@ -274,10 +256,9 @@ def test_failed_clients_lose_nothing(ratings):
     assert all(len(s["uploaded"]) == 4 - f for s, f in zip(states, failures))
 
 
-def test_an_exception_in_a_client_update_is_contained(ratings, monkeypatch):
+def _crash_client_0(monkeypatch):
     import sklearn_fedmf.completion._fedmc_admm as admm
 
-    X, _, _ = ratings
     original = admm.client_update
 
     def flaky(state, block, Vt, rng, selected, **kw):
@@ -286,7 +267,23 @@ def test_an_exception_in_a_client_update_is_contained(ratings, monkeypatch):
         return original(state, block, Vt, rng, selected, **kw)
 
     monkeypatch.setattr(admm, "client_update", flaky)
-    model = small_model(partition="contiguous", max_iter=5).fit(X)
+
+
+def test_an_exception_in_a_client_update_names_the_client_and_round(ratings, monkeypatch):
+    X, _, _ = ratings
+    _crash_client_0(monkeypatch)
+    with pytest.raises(ClientError, match=r"Client 0 failed in client_update \(round 1\)") as err:
+        small_model(partition="contiguous", max_iter=5).fit(X)
+    assert (err.value.client, err.value.round) == (0, 1)
+    assert isinstance(err.value.__cause__, RuntimeError)
+
+
+def test_on_client_error_skip_keeps_the_failing_client_frozen(ratings, monkeypatch):
+    X, _, _ = ratings
+    _crash_client_0(monkeypatch)
+    with pytest.warns(ClientFailureWarning) as caught:
+        model = small_model(partition="contiguous", max_iter=5, on_client_error="skip").fit(X)
+    assert len([w for w in caught if w.category is ClientFailureWarning]) == 1  # once per fit
     assert all(r["n_failed"] == 1 for r in model.history_)
     U0 = model.user_factors_[model.clients_ == 0]
     init = small_model(partition="contiguous", max_iter=1, dropout=0.999999).fit(X)

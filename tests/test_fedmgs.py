@@ -1,32 +1,17 @@
 """FedMGS for matrix completion: gradient sharing with fresh client gradients per server step
 (spec fedmavg_fedmgs.md 4, 7, 8.3 and G7/G17)."""
 
-import warnings
 
 import numpy as np
 import pytest
 from joblib import parallel_config
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import sklearn_fedmf.completion._fedmgs as fedmgs
 from sklearn_fedmf import FedMGS
 from sklearn_fedmf._engine import nbytes
 
 from .conftest import low_rank_ratings
-from .test_fedmavg import PREDICT_IS_A_MATRIX, lam_max, masked
-
-
-@parametrize_with_checks(
-    [FedMGS(n_components=1, n_clients=2, max_iter=100, random_state=0)],
-    expected_failed_checks=lambda est: {
-        "check_estimator_sparse_matrix": PREDICT_IS_A_MATRIX,
-        "check_estimator_sparse_array": PREDICT_IS_A_MATRIX,
-    },
-)
-def test_sklearn_compatible(estimator, check):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        check(estimator)
+from .test_fedmavg import lam_max, masked
 
 
 def small(**params):

@@ -3,17 +3,15 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sklearn_fedmf import AggregatedBMF, Felb
 from sklearn_fedmf._data import split_clients
 from sklearn_fedmf.binary import _elb, _felb
 from sklearn_fedmf.binary._aggregated import aggregate_boolean
 from sklearn_fedmf.datasets import make_binary_tiles
+from sklearn_fedmf.exceptions import PrivacyWarning
 from sklearn_fedmf.metrics import f1_boolean
 from sklearn_fedmf.privacy import gaussian_sigma
-
-PREDICT_IS_A_MATRIX = "predict returns the (n_samples, n_features) Boolean reconstruction"
 
 
 def tiles(n=800, m=80, k=4, density=1.0, noise=0.0, seed=0):
@@ -395,7 +393,7 @@ def test_privacy_spent_reports_per_release_and_composition():
     assert spent["noise_scale"] == pytest.approx(1.5 / 0.5)
     assert spent["epsilon_total"] == pytest.approx(4 * 0.5) and spent["n_releases"] == 4
     assert Felb(n_components=2, n_clients=3, max_iter=2).fit(X).privacy_spent_ is None
-    with pytest.warns(UserWarning, match="without clipping"):
+    with pytest.warns(PrivacyWarning, match="without clipping"):
         Felb(n_components=2, n_clients=3, max_iter=1, privacy="gaussian", epsilon=0.5).fit(X)
 
 
@@ -435,21 +433,6 @@ def test_binary_input_contract():
         Felb(n_clients=50).fit(X)
     clients = np.arange(40) % 4
     assert Felb(n_components=2, max_iter=2).fit(X, clients=clients).n_clients_ == 4
-
-
-@parametrize_with_checks(
-    [Felb(n_components=2, n_clients=2, max_iter=3, sync_every=2, binarize=0.0, random_state=0),
-     Felb(n_components=2, n_clients=2, max_iter=3, sync_every=2, binarize=0.0, update="mu",
-          random_state=0),
-     AggregatedBMF(n_components=2, n_clients=2, local_iter=5, binarize=0.0, random_state=0)],
-    expected_failed_checks=lambda est: {
-        "check_estimator_sparse_matrix": PREDICT_IS_A_MATRIX,
-        "check_estimator_sparse_array": PREDICT_IS_A_MATRIX,
-    },
-)
-def test_sklearn_compatible(estimator, check):
-    # binarize=0.0 maps the checks' real-valued data to 0/1; the default rejects it
-    check(estimator)
 
 
 @pytest.mark.parametrize("mode", _elb.PROX_MODES)

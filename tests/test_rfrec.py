@@ -5,36 +5,13 @@ copy ``V_(c)`` and the gradient of ``F`` is written out from the spec's formulas
 ``F`` is not convex (spec 1.6), so nothing here compares against a unique optimum.
 """
 
-import warnings
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sklearn_fedmf import RFRec
 from sklearn_fedmf.completion._rfrec import ItemMatrixUpload, _coin, _pulled
-
-PREDICT_IS_A_MATRIX = (
-    "predict returns the (n_rows, n_items) matrix of predicted ratings, not one value per row"
-)
-
-
-@parametrize_with_checks(
-    [
-        RFRec(n_components=1, learning_rate=0.01, max_iter=20, random_state=0),
-        RFRec(n_components=1, variant="rfrecf", optimizer="adam", link="sigmoid",
-              learning_rate=0.05, n_clients=2, max_iter=20, random_state=0),
-    ],
-    expected_failed_checks=lambda est: {
-        "check_estimator_sparse_matrix": PREDICT_IS_A_MATRIX,
-        "check_estimator_sparse_array": PREDICT_IS_A_MATRIX,
-    },
-)
-def test_sklearn_compatible(estimator, check):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        check(estimator)
 
 
 # ---- toy data and the dense reference ------------------------------------------------------
@@ -66,7 +43,7 @@ def eta_of(est):
 def read_state(est):
     """The dense state of the fitted federation: U, every copy V_(c), Vbar, Adam moments."""
     fed = est._federation
-    bc = fed.broadcast
+    bc = fed.broadcast.simulation
     states = fed.client_states
     V = np.repeat(bc.W[None], len(states), axis=0)
     adam = est.optimizer == "adam"
@@ -305,7 +282,7 @@ def test_uploads_hold_only_each_clients_item_matrix():
     est.set_params(max_iter=1)
     _, uploads = run_and_log(est, X)
     U, V, Vbar, _ = read_state(est)
-    bc = est._federation.broadcast
+    bc = est._federation.broadcast.simulation
     assert sorted(uploads[0]) == list(range(6))
     for c, up in uploads[0].items():
         assert isinstance(up, ItemMatrixUpload)
@@ -322,7 +299,7 @@ def test_uploads_hold_only_each_clients_item_matrix():
         _, dense_uploads = run_and_log(dense, X)
         ref = model(max_iter=2, optimizer=optimizer)
         _, ref_uploads = run_and_log(ref, X)
-        W = ref._federation.broadcast.W
+        W = ref._federation.broadcast.simulation.W
         for c, V_c in dense_uploads[-1].items():
             assert isinstance(V_c, np.ndarray) and V_c.shape == (m, d)
             np.testing.assert_allclose(V_c, ref_uploads[-1][c].toarray(W), atol=1e-15)

@@ -14,18 +14,12 @@ from functools import partial
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._engine import (
-    FederatedProtocol,
-    initialize_federation,
-    resident_blocks,
-    run_federation,
-)
+from .._engine import FederatedProtocol, Participation
 from ..metrics._binary import factor_counts
 from ..privacy import check_privacy, compose_basic, flip_probability, privatize
-from ._base import BooleanFactorizationBase, single_threaded_blas
+from ._base import BooleanFactorizationBase
 from ._cover_solvers import COVER_SOLVERS
 from ._elb import PROX_MODES, local_steps, transposed_block
 
@@ -144,6 +138,15 @@ class AggregatedBMF(BooleanFactorizationBase):
     random_state : int, RandomState instance or None, default=None
     n_jobs : int, default=None
     verbose : int, default=0
+    on_client_error : {"raise", "skip"}, default="raise"
+        An exception in a client's code raises a
+        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
+        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
+        previous state for that round and counts in ``history_``'s ``n_failed``, a
+        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
+        round in which every sampled client failed raises
+        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
+        (``dropout``) are counted either way.
 
     Attributes
     ----------
@@ -153,6 +156,12 @@ class AggregatedBMF(BooleanFactorizationBase):
         The clients' local Boolean ``U_i`` in row order (analysis only).
     n_clients_, clients_, n_iter_, history_, privacy_spent_, n_features_in_
         As in :class:`Felb` (one round: ``n_iter_ == 1``).
+    converged_ : bool
+        Always True (a single round, no ``tol``).
+    degenerate_ : str or None
+        Why the fitted model is trivial (an all-zero Boolean reconstruction), or None. A
+        fit with a ``degenerate_`` reason raises a
+        :class:`~sklearn_fedmf.exceptions.DegenerateFitWarning`.
 
     Examples
     --------
@@ -206,8 +215,13 @@ class AggregatedBMF(BooleanFactorizationBase):
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
-        self.n_components = n_components
+        super().__init__(
+            n_components, binarize=binarize, n_clients=n_clients, partition=partition,
+            callback=callback, random_state=random_state, n_jobs=n_jobs, verbose=verbose,
+            on_client_error=on_client_error,
+        )
         self.aggregation = aggregation
         self.solver = solver
         self.solver_params = solver_params
@@ -221,71 +235,42 @@ class AggregatedBMF(BooleanFactorizationBase):
         self.prox_mode = prox_mode
         self.privacy = privacy
         self.epsilon = epsilon
-        self.n_clients = n_clients
-        self.partition = partition
-        self.binarize = binarize
-        self.callback = callback
-        self.random_state = random_state
-        self.n_jobs = n_jobs
-        self.verbose = verbose
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None, *, clients=None):
-        """Factorize each client's rows, then aggregate the Boolean ``V_i``.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Binary data (0/1); in a sparse matrix absent entries are 0.
-        y : Ignored
-        clients : array-like of shape (n_samples,), default=None
-            Client label of each row; when None rows are split into ``n_clients`` clients.
-
-        Returns
-        -------
-        self : AggregatedBMF
-        """
-        X, labels, blocks, entropy = self._client_blocks(X, clients)
+    def _check_privacy(self):
         check_privacy(self.privacy, self.epsilon)
-        privacy = dict(mechanism=self.privacy, epsilon=self.epsilon)
+        return dict(mechanism=self.privacy, epsilon=self.epsilon)
+
+    def _engine_params(self):
+        return dict(max_iter=1)  # one-shot: a single upload of every V_i
+
+    def _make_protocol(self, ctx):
         cover = None
         if self.solver != "elbmf":
             cover = (COVER_SOLVERS[self.solver], dict(self.solver_params or {}))
         elif self.solver_params:
             raise ValueError('solver_params apply to the cover solvers; solver="elbmf" takes '
                              "kappa, lam, growth, beta, update and prox_mode.")
-        protocol = FederatedProtocol(
+        return FederatedProtocol(
             init_server=init_server,
             init_client=init_client,
             client_update=partial(client_update, n_components=self.n_components,
                                   local_iter=self.local_iter, solver=self._solver(),
-                                  privacy=privacy, cover=cover),
+                                  privacy=ctx.info["privacy"], cover=cover),
             server_update=partial(server_update, aggregation=self.aggregation),
             client_metrics=client_metrics,
             combine_metrics=combine_metrics,
-            broadcast_to_all=True,
+            participation=Participation(receives="all"),
         )
-        with single_threaded_blas(), resident_blocks(blocks):  # Dask: blocks sent once
-            state, init_bytes = initialize_federation(protocol, blocks, entropy=entropy,
-                                                      n_jobs=self.n_jobs)
-            state = run_federation(
-                protocol, blocks, max_iter=1, entropy=entropy, n_jobs=self.n_jobs,
-                callback=self.callback, verbose=self.verbose, state=state, init_bytes=init_bytes,
-                label=type(self).__name__,
-            )
+
+    def _collect(self, state, blocks, ctx):
         self.components_ = state.server_state["Vh"]
         self.user_factors_ = self._stack_rows(
             blocks, [s["U"] for s in state.client_states], self.n_components, bool)
-        self.clients_ = labels
-        self.n_clients_ = len(blocks)
-        self.n_iter_ = state.n_rounds
-        self.history_ = list(state.history)
         self.privacy_spent_ = None if self.privacy is None else {
             "mechanism": self.privacy, "noise_scale": flip_probability(self.epsilon),
             "epsilon": float(self.epsilon), "delta": 0.0, "n_releases": 1,
             "epsilon_total": compose_basic(self.epsilon, 0.0, 1)[0], "delta_total": 0.0,
         }
-        return self
 
     def _solver(self):
         return dict(kappa=self.kappa, lam=self.lam, growth=self.growth, lam_max=self.lam_max,

@@ -9,19 +9,17 @@ its F1 against the input.
 
 from __future__ import annotations
 
-from abc import ABCMeta, abstractmethod
+from abc import abstractmethod
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
 from sklearn.preprocessing import binarize
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
-from .._base import FEDERATION_CONSTRAINTS
-from .._data import resolve_clients, split_clients
-from .._engine import make_entropy, partition_rng
+from .._fit import FederatedEstimator
 from ..metrics._binary import check_binary, f1_boolean
 from ._elb import local_steps
 
@@ -51,19 +49,47 @@ def fold_in(A, V, *, n_steps, **schedule):
 
 
 class BooleanFactorizationBase(
-    ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator, metaclass=ABCMeta
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, FederatedEstimator
 ):
     """Base class of the federated Boolean factorizations (not for direct use)."""
 
     _parameter_constraints: dict = {
-        **FEDERATION_CONSTRAINTS,
+        **FederatedEstimator._parameter_constraints,
         "n_components": [Interval(Integral, 1, None, closed="left")],
         "binarize": [Real, None],
     }
 
+    def __init__(self, n_components, *, binarize, n_clients, partition, callback, random_state,
+                 n_jobs, verbose, on_client_error):
+        super().__init__(n_clients=n_clients, partition=partition, callback=callback,
+                         random_state=random_state, n_jobs=n_jobs, verbose=verbose,
+                         on_client_error=on_client_error)
+        self.n_components = n_components
+        self.binarize = binarize
+
     @abstractmethod
     def _fold_in_params(self):
         """``n_steps`` and the step/schedule keywords of :func:`fold_in`."""
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None, *, clients=None):
+        """Run the federation on the binary matrix ``X``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Binary data (0/1); in a sparse matrix absent entries are 0.
+        y : Ignored
+            Not used, present for API consistency by convention.
+        clients : array-like of shape (n_samples,), default=None
+            Client label of each row; when None rows are split into ``n_clients`` clients.
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
+        return self._fit(X, clients)
 
     def _check_binary(self, X, reset):
         X = validate_data(self, X, accept_sparse=True, dtype=[np.float64, np.float32],
@@ -72,31 +98,31 @@ class BooleanFactorizationBase(
             X = binarize(X, threshold=self.binarize)
         return check_binary(X)
 
-    def _client_blocks(self, X, clients):
-        """Validate ``X`` and cut it into client blocks; return ``(X, labels, blocks, entropy)``."""
-        X = self._check_binary(X, reset=True)
-        n_rows, n_cols = X.shape
-        if self.n_components > n_cols:
+    def _check_fit_data(self, X, *, reset):
+        X = self._check_binary(X, reset=reset)
+        if self.n_components > X.shape[1]:
             raise ValueError(
                 f"n_components={self.n_components} is larger than the number of columns "
-                f"({n_cols})."
+                f"({X.shape[1]})."
             )
-        if clients is None and self.n_clients > n_rows:
-            raise ValueError(
-                f"n_clients={self.n_clients} is larger than the number of rows "
-                f"(n_samples = {n_rows}); every client needs at least one row."
-            )
-        entropy = make_entropy(self.random_state)
-        labels, codes, n_clients = resolve_clients(
-            n_rows, clients, self.n_clients, self.partition, partition_rng(entropy)
-        )
-        return X, labels, split_clients(X, codes, n_clients, n_jobs=self.n_jobs), entropy
+        return X, {"privacy": self._check_privacy()}
+
+    @abstractmethod
+    def _check_privacy(self):
+        """The privacy settings of the uploads (validated), as keywords of ``privatize``."""
 
     def _stack_rows(self, blocks, parts, width, dtype):
         out = np.zeros((sum(b.n_rows for b in blocks), width), dtype=dtype)
         for block, part in zip(blocks, parts):
             out[block.rows] = part
         return out
+
+    def _degenerate(self, state, blocks, ctx, history):
+        U, V = self.user_factors_, self.components_
+        if not (U.any(axis=0) & V.any(axis=1)).any():
+            return ("the Boolean reconstruction is all zero (no component is used by both "
+                    "factors), so every entry is predicted 0")
+        return None
 
     def fit_transform(self, X, y=None, **fit_params):
         """Fit, then fold ``X`` in: the same as ``fit(X).transform(X)``.
@@ -128,8 +154,7 @@ class BooleanFactorizationBase(
 
     def inverse_transform(self, X):
         """Boolean product ``U o components_`` (``min(1, U V)``), a dense bool array."""
-        check_is_fitted(self)
-        U = np.asarray(X, dtype=np.float64) > 0.5
+        U = self._check_factors(X).astype(np.float64) > 0.5
         return (U.astype(np.float64) @ self.components_.astype(np.float64)) > 0
 
     def predict(self, X):

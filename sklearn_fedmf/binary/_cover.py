@@ -3,39 +3,48 @@ baselines; solvers in :mod:`._cover_solvers`)."""
 
 from __future__ import annotations
 
-from abc import abstractmethod
+from abc import ABCMeta, abstractmethod
 from numbers import Integral, Real
 
-from sklearn.base import _fit_context
+import numpy as np
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    TransformerMixin,
+    _fit_context,
+)
+from sklearn.preprocessing import binarize
 from sklearn.utils._param_validation import Interval
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..metrics._binary import f1_boolean
-from ._base import BooleanFactorizationBase
+from ..metrics._binary import check_binary, f1_boolean
 from ._cover_solvers import asso, cover_fold_in, grecond, mebf
 
 __all__ = ["Asso", "GreConD", "MEBF"]
 
 
-class _CoverBMF(BooleanFactorizationBase):
-    """Shared contract of the centralized solvers: ``components_`` is the Boolean ``V``,
-    ``transform`` the greedy usage of the components (:func:`cover_fold_in`) instead of the
-    federated estimators' Elb fold-in; ``predict`` and ``inverse_transform`` as there."""
+class _CoverBMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator,
+                metaclass=ABCMeta):
+    """Shared contract: ``components_`` is the Boolean ``V``, ``transform`` the greedy usage
+    of the components (:func:`cover_fold_in`), ``predict`` the Boolean reconstruction and
+    ``score`` its F1 against the input."""
 
     _parameter_constraints: dict = {
         "n_components": [Interval(Integral, 1, None, closed="left")],
         "binarize": [Real, None],
     }
+    _fold_in_loss = 1.0
+
+    def _check_binary(self, X, reset):
+        X = validate_data(self, X, accept_sparse=True, dtype=[np.float64, np.float32],
+                          reset=reset)
+        if self.binarize is not None:  # as in BernoulliNB: x -> 1[x > threshold]
+            X = binarize(X, threshold=self.binarize)
+        return check_binary(X)
 
     @abstractmethod
     def _solve(self, A):
         """Boolean ``(U, V)`` of the binary CSR ``A``."""
-
-    def _fold_in_weights(self):
-        return {"gain": 1.0, "loss": 1.0}
-
-    def _fold_in_params(self):  # the Elb fold-in of the base class is not used here
-        return {}
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
@@ -65,7 +74,7 @@ class _CoverBMF(BooleanFactorizationBase):
 
     def transform(self, X):
         """Boolean usage of the components for the rows of ``X``, greedily in component order:
-        a row uses a component when it covers more new ones than (weighted) zeros.
+        a row uses a component when it covers more new ones than (``loss``-weighted) zeros.
 
         Parameters
         ----------
@@ -79,12 +88,36 @@ class _CoverBMF(BooleanFactorizationBase):
         A = self._check_binary(X, reset=False)
         return cover_fold_in(A, self.components_, **self._fold_in_weights())
 
+    def _fold_in_weights(self):
+        return {"gain": 1.0, "loss": self._fold_in_loss}
+
+    def inverse_transform(self, X):
+        """Boolean product ``U o components_``, a dense bool array."""
+        check_is_fitted(self)
+        U = np.asarray(X, dtype=np.float64) > 0.5
+        return (U.astype(np.float64) @ self.components_.astype(np.float64)) > 0
+
+    def predict(self, X):
+        """Boolean reconstruction ``transform(X) o components_`` (dense bool)."""
+        return self.inverse_transform(self.transform(X))
+
     def score(self, X, y=None):
-        """F1 of the reconstruction ``transform(X) o components_`` against ``X``."""
+        """F1 of the reconstruction of ``X`` against ``X`` (greater is better)."""
         check_is_fitted(self)
         A = self._check_binary(X, reset=False)
-        U = cover_fold_in(A, self.components_, **self._fold_in_weights())
-        return f1_boolean(A, (U, self.components_))
+        return f1_boolean(A, (cover_fold_in(A, self.components_, **self._fold_in_weights()),
+                              self.components_))
+
+    @property
+    def _n_features_out(self):
+        return self.components_.shape[0]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.target_tags.required = False
+        tags.transformer_tags.preserves_dtype = []
+        return tags
 
 
 class Asso(_CoverBMF):
@@ -189,15 +222,14 @@ class GreConD(_CoverBMF):
     True
     """
 
+    _fold_in_loss = np.inf  # a row uses a concept only if it contains it: no over-cover
+
     def __init__(self, n_components=10, *, binarize=None):
         self.n_components = n_components
         self.binarize = binarize
 
     def _solve(self, A):
         return grecond(A, self.n_components)
-
-    def _fold_in_weights(self):  # a row uses a concept only if it contains it: no over-cover
-        return {"gain": 1.0, "loss": float("inf")}
 
 
 class MEBF(_CoverBMF):

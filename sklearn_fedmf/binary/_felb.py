@@ -14,18 +14,12 @@ from functools import partial
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._engine import (
-    FederatedProtocol,
-    initialize_federation,
-    resident_blocks,
-    run_federation,
-)
+from .._engine import FederatedProtocol, Participation
 from ..metrics._binary import factor_counts
 from ..privacy import check_privacy, compose_basic, noise_scale, privatize, sensitivity_of
-from ._base import BooleanFactorizationBase, single_threaded_blas
+from ._base import BooleanFactorizationBase
 from ._elb import (
     PROX_MODES,
     elb_value,
@@ -128,7 +122,7 @@ def make_protocol(*, n_items, n_clients, n_components, sync_every, kappa, lam, g
         client_metrics=partial(client_metrics, kappa=kappa, gamma=gamma, sync_every=sync_every,
                                schedule=schedule),
         combine_metrics=partial(combine_metrics, kappa=kappa, n_clients=n_clients),
-        broadcast_to_all=True,
+        participation=Participation(receives="all"),
     )
 
 
@@ -218,6 +212,15 @@ class Felb(BooleanFactorizationBase):
         Parallel local updates (joblib; threads unless a backend is configured).
     verbose : int, default=0
         1 shows a progress bar, 2 a line per synchronization.
+    on_client_error : {"raise", "skip"}, default="raise"
+        An exception in a client's code raises a
+        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
+        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
+        previous state for that round and counts in ``history_``'s ``n_failed``, a
+        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
+        round in which every sampled client failed raises
+        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
+        (``dropout``) are counted either way.
 
     Attributes
     ----------
@@ -243,6 +246,12 @@ class Felb(BooleanFactorizationBase):
         ``mechanism``, ``noise_scale`` (sigma, Laplace scale or flip probability),
         ``epsilon``/``delta`` per release, ``n_releases`` and the basic-composition totals
         ``epsilon_total``/``delta_total`` of each client.
+    converged_ : bool
+        False when ``tol`` > 0 was not met within ``max_iter`` rounds.
+    degenerate_ : str or None
+        Why the fitted model is trivial (an all-zero Boolean reconstruction), or None. A
+        fit that ends with ``converged_`` False or a ``degenerate_`` reason raises one
+        :class:`~sklearn_fedmf.exceptions.DegenerateFitWarning`.
     n_features_in_ : int
 
     See Also
@@ -321,8 +330,13 @@ class Felb(BooleanFactorizationBase):
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
-        self.n_components = n_components
+        super().__init__(
+            n_components, binarize=binarize, n_clients=n_clients, partition=partition,
+            callback=callback, random_state=random_state, n_jobs=n_jobs, verbose=verbose,
+            on_client_error=on_client_error,
+        )
         self.sync_every = sync_every
         self.max_iter = max_iter
         self.kappa = kappa
@@ -342,48 +356,24 @@ class Felb(BooleanFactorizationBase):
         self.delta = delta
         self.clip = clip
         self.sensitivity = sensitivity
-        self.n_clients = n_clients
-        self.partition = partition
-        self.binarize = binarize
         self.tol = tol
-        self.callback = callback
-        self.random_state = random_state
-        self.n_jobs = n_jobs
-        self.verbose = verbose
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None, *, clients=None):
-        """Run the federation on the binary matrix ``X``.
+    def _check_privacy(self):
+        check_privacy(self.privacy, self.epsilon, self.delta, self.clip, self.sensitivity)
+        return dict(mechanism=self.privacy, epsilon=self.epsilon, delta=self.delta,
+                    clip=self.clip, sensitivity=self.sensitivity)
 
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Binary data (0/1); in a sparse matrix absent entries are 0.
-        y : Ignored
-        clients : array-like of shape (n_samples,), default=None
-            Client label of each row; when None rows are split into ``n_clients`` clients.
-
-        Returns
-        -------
-        self : Felb
-        """
-        X, labels, blocks, entropy = self._client_blocks(X, clients)
-        privacy = self._privacy(X.shape[1])
-        protocol = make_protocol(
-            n_items=X.shape[1], n_clients=len(blocks), n_components=self.n_components,
+    def _make_protocol(self, ctx):
+        return make_protocol(
+            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             sync_every=self.sync_every, kappa=self.kappa, lam=self.lam, growth=self.growth,
             lam_max=self.lam_max, rate_unit=self.rate_unit, beta=self.beta, gamma=self.gamma,
             update=self.update, prox_mode=self.prox_mode, proximity=self.proximity,
-            step_scale=self.step_scale, server_step=self.server_step, privacy=privacy,
+            step_scale=self.step_scale, server_step=self.server_step,
+            privacy=ctx.info["privacy"],
         )
-        with single_threaded_blas(), resident_blocks(blocks):  # Dask: blocks sent once
-            state, init_bytes = initialize_federation(protocol, blocks, entropy=entropy,
-                                                      n_jobs=self.n_jobs)
-            state = run_federation(
-                protocol, blocks, max_iter=self.max_iter, entropy=entropy, n_jobs=self.n_jobs,
-                tol=self.tol, callback=self.callback, verbose=self.verbose, state=state,
-                init_bytes=init_bytes, label=type(self).__name__,
-            )
+
+    def _collect(self, state, blocks, ctx):
         Vh = state.server_state["Vh"]
         U = self._stack_rows(blocks, [s["U"] for s in state.client_states],
                              self.n_components, np.float64)
@@ -391,17 +381,7 @@ class Felb(BooleanFactorizationBase):
         self.components_ = Vh > 0.5
         self.user_factors_relaxed_ = U
         self.user_factors_ = U > 0.5
-        self.clients_ = labels
-        self.n_clients_ = len(blocks)
-        self.n_iter_ = state.n_rounds
-        self.history_ = list(state.history)
-        self.privacy_spent_ = self._privacy_spent(privacy, X.shape[1])
-        return self
-
-    def _privacy(self, n_items):
-        check_privacy(self.privacy, self.epsilon, self.delta, self.clip, self.sensitivity)
-        return dict(mechanism=self.privacy, epsilon=self.epsilon, delta=self.delta,
-                    clip=self.clip, sensitivity=self.sensitivity)
+        self.privacy_spent_ = self._privacy_spent(ctx.info["privacy"], ctx.n_features)
 
     def _privacy_spent(self, privacy, n_items):
         if self.privacy is None:

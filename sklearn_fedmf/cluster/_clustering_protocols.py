@@ -1,17 +1,17 @@
 """The pure functions of :class:`~sklearn_fedmf.FederatedClustering`: the H and W steps of
 orthogonal NMF, the FedMGS and FedMAvg client and server updates, ``make_protocol``, which binds
-them into the engine's ``FederatedProtocol``, and the SNCP round loop that raises ``rho``."""
+them into the engine's ``FederatedProtocol``, and the SNCP schedule that raises ``rho`` between
+rounds (the protocol's ``after_round``)."""
 
 from __future__ import annotations
 
-import sys
 from functools import partial
 from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
-from .._engine import FederatedProtocol, evaluate, run_federation
+from .._engine import FederatedProtocol, Participation, evaluate
 
 EPS = 1e-300  # floor of a Lipschitz constant (an all-zero factor)
 
@@ -89,6 +89,23 @@ def clustering_cost(X, W, onehot):
     labels, _, gain = one_sparse_fit(X, W)
     sq = np.asarray(X.multiply(X).sum(axis=1)).ravel() if sp.issparse(X) else (X * X).sum(1)
     return labels, np.maximum(sq - gain, 0.0)
+
+
+def center_distances(X, W, onehot):
+    """Each sample's distance to each cluster: ``min_{t >= 0} ||x - t w_k||`` (to the ray of
+    ``w_k``; ``||x||`` for a zero center), or ``||x - w_k||`` in the K-means mode.
+
+    The cost :func:`clustering_cost` takes is the square of the row minimum.
+    """
+    sq = np.asarray(X.multiply(X).sum(axis=1)).ravel() if sp.issparse(X) else (X * X).sum(1)
+    dots = np.asarray(X @ W)
+    norms = (W * W).sum(axis=0)
+    if onehot:
+        d2 = sq[:, None] - 2.0 * dots + norms
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            d2 = sq[:, None] - np.where(norms > 0, np.maximum(dots, 0.0) ** 2 / norms, 0.0)
+    return np.sqrt(np.maximum(d2, 0.0))
 
 
 def one_hot(labels, n_clusters):
@@ -298,10 +315,15 @@ def combine_metrics(server_state, sums, *, n_total, nu):
 
 def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_total, amplitude,
                   centers, box, rho, nu, onehot, local_iter_u, local_iter_v, q_hat,
-                  participation, aggregation, c_factor, d_factor, w_step, sampling="uniform",
-                  variant="wang_chang"):
+                  participation, aggregation, c_factor, d_factor, w_step, tol, schedule,
+                  sampling="uniform", variant="wang_chang"):
     """Bind the hyperparameters to the pure functions above (``variant="fedpalm"``: FedMAvg's
-    rounds with Remark 1's local steps, ``local_iter_u`` pairs)."""
+    rounds with Remark 1's local steps, ``local_iter_u`` pairs).
+
+    Between rounds the server runs :func:`sncp_after_round` (``rel_change``, the ``tol`` stop
+    and, with a ``schedule``, the raise of ``rho``); the server state then needs ``F_prev``,
+    the objective at the initial state, before round 1 (:func:`start_rounds`).
+    """
     if sampling == "weighted" and aggregation == "weighted" and algorithm == "fedmavg":
         raise ValueError('aggregation="weighted" with sampling="weighted" would weigh the '
                          'clients by omega twice; the paper averages weighted draws with '
@@ -324,6 +346,8 @@ def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_to
                             upload="grams" if mgs else ("gram" if prepared else None)),
         client_metrics=client_metrics,
         combine_metrics=partial(combine_metrics, n_total=n_total, nu=nu),
+        after_round=partial(sncp_after_round, tol=tol, schedule=schedule, nu=nu),
+        progress_keys=("objective", "rho", "rel_change"),
     )
     if mgs:
         return FederatedProtocol(
@@ -345,13 +369,13 @@ def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_to
         else partial(mavg_client_update, h_params=h_params, d_factor=d_factor, w_step=w_step),
         server_update=partial(mavg_server_update, weights=weights, aggregation=aggregation,
                               local_iter_v=local_iter_v, q_hat=q_hat, box=box),
-        update_all=participation == "pcc",
-        broadcast_to_all=participation == "pcc",
+        participation=Participation(computes="all", receives="all") if participation == "pcc"
+        else Participation(),
         server_counts=True,
     )
 
 
-# ---- SNCP: rounds one at a time, the penalty schedule between them (2.4) -------------------
+# ---- SNCP: the penalty schedule between rounds (2.4) ----------------------------------------
 def sncp_rho(rho, rel_change, round_number, *, rho_tol, growth, force_every, rho_max):
     """Next ``rho``: times ``growth`` when the objective stalls (``rel_change < rho_tol``) or
     every ``force_every`` rounds (the reference code's forced increase), capped at ``rho_max``."""
@@ -359,35 +383,29 @@ def sncp_rho(rho, rel_change, round_number, *, rho_tol, growth, force_every, rho
     return min(rho * growth, rho_max) if rel_change < rho_tol or forced else rho
 
 
-def run_rounds(protocol, blocks, state, *, max_iter, tol, schedule, nu, callback, verbose,
-               label, **engine):
-    """Run the federation round by round; between rounds the server may raise ``rho``.
+def sncp_after_round(server_state, broadcast, record, *, tol, schedule, nu):
+    """The engine's ``after_round``: ``epsilon_s``, the stop test, and the raise of ``rho``.
 
     ``epsilon_s = |F_s - F_{s-1}| / F_{s-1}`` with ``F_s = F(W^{s+1}, H^s)`` evaluated centrally
-    (G9); after a raise of ``rho`` the previous value is re-based on the new ``rho``. Stops
-    when ``epsilon_s < tol``, after ``max_iter`` rounds, or when ``callback`` returns True.
+    (G9), recorded as ``rel_change``; after a raise of ``rho`` the previous value is re-based on
+    the new ``rho`` (kept in the server state as ``F_prev``). Stops when ``epsilon_s < tol``.
     """
-    F_prev = evaluate(protocol, state, blocks, engine.get("n_jobs"))["objective"]
-    init_bytes = engine.pop("init_bytes")
-    stop = []  # what the user's callback returned, round by round
-    hook = None if callback is None else (lambda k, info: stop.append(bool(callback(k, info))))
-    for s in range(max_iter):
-        state = run_federation(protocol, blocks, max_iter=1, tol=0.0, eval_every=1,
-                               callback=hook, state=state, label=label,
-                               init_bytes=init_bytes if s == 0 else (0, 0), **engine)
-        record = state.history[-1]
-        F = record["objective"]
-        record["rel_change"] = eps = abs(F - F_prev) / max(abs(F_prev), EPS)
-        if verbose:
-            print(f"[{label}] round {record['round']} objective={F:.6g} rho={record['rho']:.3g}"
-                  f" rel_change={eps:.3g}", file=sys.stderr)
-        if (stop and stop[-1]) or eps < tol:
-            break
-        if schedule is not None:
-            rho = sncp_rho(record["rho"], eps, state.n_rounds, **schedule)
-            if rho != record["rho"]:
-                state.server_state = {**state.server_state, "rho": rho}
-                state.broadcast = {**state.broadcast, "rho": rho}
-                F = record["fit"] + 0.5 * rho * record["penalty"] + 0.5 * nu * record["h_sq"]
-        F_prev = F
+    F, F_prev = record["objective"], server_state["F_prev"]
+    record["rel_change"] = eps = abs(F - F_prev) / max(abs(F_prev), EPS)
+    if eps < tol:
+        return server_state, broadcast, True
+    if schedule is not None:
+        rho = sncp_rho(record["rho"], eps, record["round"], **schedule)
+        if rho != record["rho"]:
+            server_state = {**server_state, "rho": rho}
+            broadcast = {**broadcast, "rho": rho}
+            F = record["fit"] + 0.5 * rho * record["penalty"] + 0.5 * nu * record["h_sq"]
+    return {**server_state, "F_prev": F}, broadcast, False
+
+
+def start_rounds(protocol, state, blocks, n_jobs=None):
+    """Record ``F_prev``, the objective at the initial state, in the server state: the first
+    round's ``rel_change`` is measured from it (G9)."""
+    F0 = evaluate(protocol, state, blocks, n_jobs)["objective"]
+    state.server_state = {**state.server_state, "F_prev": F0}
     return state

@@ -21,36 +21,55 @@ set of clients (8.2): a client runs it on its rows, a simulator may batch client
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
+from sklearn.base import (
+    ClassNamePrefixFeaturesOutMixin,
+    ClusterMixin,
+    TransformerMixin,
+    _fit_context,
+)
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
-from threadpoolctl import threadpool_limits
 
-from .._base import FEDERATION_CONSTRAINTS
-from .._data import resolve_clients
-from .._engine import initialize_federation, make_entropy, partition_rng, resident_blocks
+from .._fit import FederatedEstimator
+from ..exceptions import DataWarning
 from ._clustering_protocols import (  # noqa: F401  (the tests import the unused ones from here)
     EPS,
     SampleBlock,
+    center_distances,
     clustering_cost,
     h_steps,
     local_w_steps,
     make_protocol,
     one_sparse_fit,
     penalty_matrix,
-    run_rounds,
     sncp_rho,
+    start_rounds,
 )
 
 __all__ = ["FederatedClustering"]
 
 
+def _value_range(X):
+    """``(min, max)`` of the entries of ``X`` (absent entries of a sparse ``X`` are 0), read
+    without touching ``X`` (scipy's ``X.min()`` sorts a CSR matrix's indices in place)."""
+    values = X.data if sp.issparse(X) else X
+    if values.size == 0:
+        return 0.0, 0.0
+    lo, hi = float(values.min()), float(values.max())
+    if sp.issparse(X) and X.nnz < X.shape[0] * X.shape[1]:
+        lo, hi = min(lo, 0.0), max(hi, 0.0)
+    return lo, hi
+
+
 # ---- estimator ----------------------------------------------------------------------------
-class FederatedClustering(ClusterMixin, BaseEstimator):
+class FederatedClustering(
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, FederatedEstimator
+):
     """Federated clustering: orthogonal NMF solved by FedMAvg or FedMGS (Wang & Chang).
 
     The samples (rows of ``X``) are held by clients that never share them. The model is
@@ -138,6 +157,15 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     random_state : int, RandomState instance or None, default=None
     n_jobs : int, default=None
     verbose : int, default=0
+    on_client_error : {"raise", "skip"}, default="raise"
+        An exception in a client's code raises a
+        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
+        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
+        previous state for that round and counts in ``history_``'s ``n_failed``, a
+        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
+        round in which every sampled client failed raises
+        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
+        (``dropout``) are counted either way.
 
     Attributes
     ----------
@@ -156,6 +184,12 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     history_ : list of dict
         One record per round: ``objective``, ``fit``, ``penalty``, ``rho``, ``rel_change``,
         bytes, ``seconds``.
+    converged_ : bool
+        False when ``tol`` > 0 was not met within ``max_iter`` rounds.
+    degenerate_ : str or None
+        Why the fitted model is trivial (all-zero centers or memberships), or None. A fit
+        that ends with ``converged_`` False or a ``degenerate_`` reason raises one
+        :class:`~sklearn_fedmf.exceptions.DegenerateFitWarning`.
     n_features_in_ : int
 
     References
@@ -176,7 +210,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     """
 
     _parameter_constraints: dict = {
-        **FEDERATION_CONSTRAINTS,
+        **FederatedEstimator._parameter_constraints,
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "algorithm": [StrOptions({"fedmgs", "fedmavg"})],
         "variant": [StrOptions({"wang_chang", "fedpalm"})],
@@ -241,15 +275,17 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
+        super().__init__(n_clients=n_clients, partition=partition, callback=callback,
+                         random_state=random_state, n_jobs=n_jobs, verbose=verbose,
+                         on_client_error=on_client_error)
         self.n_clusters = n_clusters
         self.algorithm = algorithm
         self.variant = variant
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v
         self.q_hat = q_hat
-        self.n_clients = n_clients
-        self.partition = partition
         self.clients_per_round = clients_per_round
         self.sampling = sampling
         self.participation = participation
@@ -270,10 +306,6 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.init = init
         self.n_init = n_init
         self.dropout = dropout
-        self.callback = callback
-        self.random_state = random_state
-        self.n_jobs = n_jobs
-        self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, clients=None):
@@ -285,6 +317,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
             The samples (the paper's clustering data are nonnegative; with negative entries
             the nonnegative-membership model is questionable and a warning is raised).
         y : Ignored
+            Not used, present for API consistency by convention.
         clients : array-like of shape (n_samples,), default=None
             Client label of each sample; when None samples are split into ``n_clients``.
 
@@ -292,92 +325,112 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         -------
         self : FederatedClustering
         """
-        X = validate_data(self, X, accept_sparse="csr", dtype=np.float64)
+        return self._fit(X, clients)
+
+    def _check_fit_data(self, X, *, reset):
+        X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=reset)
+        if sp.issparse(X) and not X.has_canonical_format:  # summed on a copy, never in place
+            X = X.copy()
+            X.sum_duplicates()
         n_samples, n_features = X.shape
         K = self.n_clusters
         if n_samples < K:
             raise ValueError(f"n_samples={n_samples} should be >= n_clusters={K}.")
-        if clients is None and self.n_clients > n_samples:
-            raise ValueError(f"n_clients={self.n_clients} is larger than n_samples={n_samples}: "
-                             "every client needs at least one sample.")
-        mgs, onehot = self.algorithm == "fedmgs", self.h_constraint == "onehot"
         centers = None
         if not isinstance(self.init, str):
             centers = check_array(self.init, dtype=np.float64)
             if centers.shape != (K, n_features):
                 raise ValueError(f"init must have shape (n_clusters, n_features) = "
                                  f"{(K, n_features)}, got {centers.shape}.")
-        entropy = make_entropy(self.random_state)
-        labels, codes, n_clients = resolve_clients(
-            n_samples, clients, self.n_clients, self.partition, partition_rng(entropy)
-        )
-        if isinstance(self.clients_per_round, Integral) and self.clients_per_round > n_clients:
-            raise ValueError(f"clients_per_round={self.clients_per_round} is larger than the "
-                             f"number of clients ({n_clients}).")
-        blocks = [SampleBlock(np.flatnonzero(codes == p), None) for p in range(n_clients)]
-        blocks = [b._replace(X=X[b.rows]) for b in blocks]
-        if any(b.n_rows == 0 for b in blocks):
-            raise ValueError("Every client needs at least one sample.")
-
         # Each client sends ||X_p||^2, N_p, sum |X_p|, min and max once (five scalars).
-        x_min, x_max = float(X.min()), float(X.max())
+        x_min, x_max = _value_range(X)
         sq = float(X.multiply(X).sum()) if sp.issparse(X) else float(np.vdot(X, X))
-        scale = max(sq / n_samples, EPS)  # ||X||^2 / N
-        abs_mean = float(abs(X).sum()) / (n_samples * n_features)
+        onehot = self.h_constraint == "onehot"
         if x_min < 0 and not onehot:
             warnings.warn("X has negative entries: orthogonal NMF with nonnegative memberships "
                           "is a questionable clustering model there (h_constraint='onehot' is "
-                          "K-means).", UserWarning, stacklevel=2)
-        rho = 0.0 if onehot else self.rho0 * scale
-        nu = 0.0 if onehot else self.nu * scale
-        local_iter_v = self.local_iter_v if self.local_iter_v or not mgs else 100
-        protocol = make_protocol(
-            algorithm=self.algorithm, n_features=n_features, n_clusters=K, n_clients=n_clients,
-            weights=np.array([b.n_rows for b in blocks], dtype=float) / n_samples,
-            n_total=n_samples, amplitude=np.sqrt(abs_mean / K), centers=centers,
-            box=None if onehot else (x_min, x_max), rho=rho, nu=nu, onehot=onehot,
-            local_iter_u=self.local_iter_u, local_iter_v=local_iter_v, q_hat=self.q_hat,
-            participation=self.participation, aggregation=self.aggregation
+                          "K-means).", DataWarning, stacklevel=5)  # the caller of fit
+        return X, dict(centers=centers, x_min=x_min, x_max=x_max,
+                       scale=max(sq / n_samples, EPS),  # ||X||^2 / N
+                       abs_mean=float(abs(X).sum()) / (n_samples * n_features))
+
+    def _make_blocks(self, ctx):
+        blocks = [SampleBlock(np.flatnonzero(ctx.codes == p), None)
+                  for p in range(ctx.n_clients)]
+        return [b._replace(X=ctx.X[b.rows]) for b in blocks]
+
+    def _penalties(self, ctx):
+        """``rho`` and ``nu`` in absolute units (the parameters are relative to ||X||^2/N)."""
+        if self.h_constraint == "onehot":
+            return 0.0, 0.0
+        return self.rho0 * ctx.info["scale"], self.nu * ctx.info["scale"]
+
+    def _make_protocol(self, ctx):
+        info, K, blocks_rows = ctx.info, self.n_clusters, np.bincount(ctx.codes)
+        mgs, onehot = self.algorithm == "fedmgs", self.h_constraint == "onehot"
+        rho, nu = self._penalties(ctx)
+        return make_protocol(
+            algorithm=self.algorithm, n_features=ctx.n_features, n_clusters=K,
+            n_clients=ctx.n_clients, weights=blocks_rows.astype(float) / ctx.n_rows,
+            n_total=ctx.n_rows, amplitude=np.sqrt(info["abs_mean"] / K),
+            centers=info["centers"], box=None if onehot else (info["x_min"], info["x_max"]),
+            rho=rho, nu=nu, onehot=onehot, local_iter_u=self.local_iter_u,
+            local_iter_v=self.local_iter_v if self.local_iter_v or not mgs else 100,
+            q_hat=self.q_hat, participation=self.participation,
+            aggregation=self.aggregation
             or ("sampled_mean" if self.sampling == "weighted" else "weighted"),
             c_factor=self.c_factor, d_factor=self.d_factor or (0.501 if mgs else 5.0),
-            w_step=self.w_step, sampling=self.sampling, variant=self.variant,
+            w_step=self.w_step, tol=self.tol, schedule=self._sncp_schedule(ctx),
+            sampling=self.sampling, variant=self.variant,
         )
-        schedule = None
-        if self.sncp and not onehot:
-            schedule = dict(
-                rho_tol=self.rho_tol if self.rho_tol is not None else (5e-5 if mgs else 1e-5),
-                growth=self.rho_growth, force_every=self.rho_force_every,
-                rho_max=(self.rho_max if self.rho_max is not None else (1.0 if mgs else 100.0))
-                * scale,
-            )
-        starts = [entropy]
-        if centers is None and self.n_init > 1:  # further starts: spawned, reproducible seeds
+
+    def _sncp_schedule(self, ctx):
+        """The SNCP rule's settings (2.4), or None when ``rho`` stays fixed."""
+        if not self.sncp or self.h_constraint == "onehot":
+            return None
+        mgs = self.algorithm == "fedmgs"
+        return dict(
+            rho_tol=self.rho_tol if self.rho_tol is not None else (5e-5 if mgs else 1e-5),
+            growth=self.rho_growth, force_every=self.rho_force_every,
+            rho_max=(self.rho_max if self.rho_max is not None else (1.0 if mgs else 100.0))
+            * ctx.info["scale"],
+        )
+
+    def _engine_params(self):
+        # every round is evaluated (SNCP needs F_s); tol is SNCP's own test (after_round)
+        return dict(max_iter=self.max_iter, tol=0.0, eval_every=1,
+                    clients_per_round=self.clients_per_round, dropout=self.dropout)
+
+    def _before_rounds(self, protocol, state, blocks):
+        return start_rounds(protocol, state, blocks, self.n_jobs)
+
+    def _client_weights(self, blocks):  # omega_p = N_p / N
+        return [b.n_rows for b in blocks]
+
+    def _run(self, protocol, blocks, ctx):
+        """``n_init`` federations from spawned seeds; keep the lowest clustering cost."""
+        starts = [ctx.entropy]
+        if ctx.info["centers"] is None and self.n_init > 1:  # spawned, reproducible seeds
             starts += [int(c.generate_state(1, np.uint64)[0])
-                       for c in np.random.SeedSequence(entropy).spawn(self.n_init - 1)]
+                       for c in np.random.SeedSequence(ctx.entropy).spawn(self.n_init - 1)]
+        onehot = self.h_constraint == "onehot"
         best = None
-        # Parallelism is across clients: BLAS threads on the small per-client products only
-        # fight over the cores (as in FederatedMFBase).
-        with threadpool_limits(limits=1, user_api="blas"), resident_blocks(blocks):
-            for start in starts:
-                state, init_bytes = initialize_federation(protocol, blocks, entropy=start,
-                                                          n_jobs=self.n_jobs)
-                state = run_rounds(
-                    protocol, blocks, state, max_iter=self.max_iter, tol=self.tol,
-                    schedule=schedule, nu=nu, callback=self.callback, verbose=self.verbose,
-                    label=type(self).__name__, init_bytes=init_bytes,
-                    clients_per_round=self.clients_per_round, entropy=start,
-                    sampling=self.sampling, sampling_weights=[b.n_rows for b in blocks],
-                    n_jobs=self.n_jobs, dropout=self.dropout,
-                )
-                cost = 0.0
-                if len(starts) > 1:  # one scalar per client: its samples' clustering cost
-                    cost = sum(clustering_cost(b.X, state.server_state["W"], onehot)[1].sum()
-                               for b in blocks)
-                if best is None or cost < best[0]:
-                    best = (cost, state)
-        state = best[1]
+        for start in starts:
+            state = super()._run(protocol, blocks, replace(ctx, entropy=start))
+            cost = 0.0
+            if len(starts) > 1:  # one scalar per client: its samples' clustering cost
+                cost = sum(clustering_cost(b.X, state.server_state["W"], onehot)[1].sum()
+                           for b in blocks)
+            if best is None or cost < best[0]:
+                best = (cost, state)
+        return best[1]
+
+    def _tol_met(self, history):
+        return bool(history) and history[-1].get("rel_change", np.inf) < self.tol
+
+    def _collect(self, state, blocks, ctx):
         W = state.server_state["W"]
-        A = np.zeros((n_samples, K))
+        A = np.zeros((ctx.n_rows, self.n_clusters))
         for block, client_state in zip(blocks, state.client_states):
             A[block.rows] = client_state["A"]
         self.cluster_centers_ = np.ascontiguousarray(W.T)
@@ -385,13 +438,16 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.labels_ = np.argmax(A, axis=1)
         empty = ~(A > 0).any(axis=1)
         if empty.any():
-            self.labels_[empty] = self._assign(X[empty])[0]
+            self.labels_[empty] = self._assign(ctx.X[empty])[0]
         self.rho_ = float(state.server_state["rho"])
-        self.n_iter_ = state.n_rounds
-        self.history_ = list(state.history)
-        self.clients_ = labels
-        self.n_clients_ = n_clients
-        return self
+
+    def _degenerate(self, state, blocks, ctx, history):
+        if not self.cluster_centers_.any():
+            return "every cluster center is zero"
+        if not self.sample_factors_.any():
+            return ("every membership is zero: the factor model explains nothing of X (labels_ "
+                    "come from the nearest center)")
+        return None
 
     def _assign(self, X):
         return clustering_cost(X, self.cluster_centers_.T, self.h_constraint == "onehot")
@@ -412,6 +468,25 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
         return self._assign(X)[0]
 
+    def transform(self, X):
+        """Distances of the samples to the clusters (as ``KMeans.transform``).
+
+        Column ``k`` is ``min_{t >= 0} ||x - t w_k||``, the distance of ``x`` to the ray of
+        center ``k`` (the model fits each sample as a nonnegative multiple of one center), or
+        ``||x - w_k||`` in the K-means mode; ``predict`` picks the nearest one.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        distances : ndarray of shape (n_samples, n_clusters)
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
+        return center_distances(X, self.cluster_centers_.T, self.h_constraint == "onehot")
+
     def score(self, X, y=None):
         """Opposite of the clustering cost of ``X`` under the fitted centers (as
         ``KMeans.score``): ``-sum_j min_{k, t >= 0} ||x_j - t w_k||^2``, or
@@ -429,6 +504,10 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
         return -float(self._assign(X)[1].sum())
+
+    @property
+    def _n_features_out(self):
+        return self.cluster_centers_.shape[0]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

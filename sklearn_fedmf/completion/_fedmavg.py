@@ -45,7 +45,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._base import FederatedMFBase, squared_error_of
-from .._engine import FederatedProtocol
+from .._engine import FederatedProtocol, Participation
 from .._kernels import grad_cols, prox_grad_rows
 from .._prox import elastic_net_value, prox_elastic_net
 
@@ -290,8 +290,8 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
         client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio),
         combine_metrics=partial(combine_metrics, alpha_v=alpha_v, l1_ratio=l1_ratio,
                                 loss_scale=1.0 / n_clients if variant == "fedmc_admm" else 1.0),
-        update_all=participation == "pcc",
-        broadcast_to_all=participation == "pcc",
+        participation=Participation(computes="all", receives="all") if participation == "pcc"
+        else Participation(),
         server_counts=True,
     )
 
@@ -388,9 +388,20 @@ class FedMAvg(FederatedMFBase):
         ``callback(round, info)`` after each round; returning True stops the fit.
     warm_start : bool, default=False
         Continue from the previous fit's state for ``max_iter`` more rounds.
+    missing_values : float, default=np.nan
+        As in :class:`~sklearn_fedmf.FedMCADMM`.
     random_state : int, RandomState instance or None, default=None
     n_jobs : int, default=None
     verbose : int, default=0
+    on_client_error : {"raise", "skip"}, default="raise"
+        An exception in a client's code raises a
+        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
+        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
+        previous state for that round and counts in ``history_``'s ``n_failed``, a
+        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
+        round in which every sampled client failed raises
+        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
+        (``dropout``) are counted either way.
 
     Attributes
     ----------
@@ -405,6 +416,8 @@ class FedMAvg(FederatedMFBase):
     history_ : list of dict
         One record per round: ``objective``, ``train_rmse``, ``eval_rmse``, bytes (the
         one-time sizes and, for the global step, Grams are in round 1), ``seconds``...
+    converged_, degenerate_
+        As in :class:`~sklearn_fedmf.FedMCADMM`.
     n_features_in_ : int
 
     See Also
@@ -476,11 +489,20 @@ class FedMAvg(FederatedMFBase):
         eval_every=1,
         callback=None,
         warm_start=False,
+        missing_values=np.nan,
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
-        self.n_components = n_components
+        super().__init__(
+            n_components,
+            n_clients=n_clients, partition=partition, clients_per_round=clients_per_round,
+            max_iter=max_iter, tol=tol, alpha_u=alpha_u, alpha_v=alpha_v, center=center,
+            clip=clip, dropout=dropout, eval_every=eval_every, callback=callback,
+            warm_start=warm_start, missing_values=missing_values, random_state=random_state,
+            n_jobs=n_jobs, verbose=verbose, on_client_error=on_client_error,
+        )
         self.variant = variant
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v
@@ -491,28 +513,12 @@ class FedMAvg(FederatedMFBase):
         self.d_factor = d_factor
         self.w_step = w_step
         self.client_weights = client_weights
-        self.n_clients = n_clients
-        self.partition = partition
-        self.clients_per_round = clients_per_round
         self.sampling = sampling
-        self.max_iter = max_iter
-        self.tol = tol
-        self.alpha_u = alpha_u
-        self.alpha_v = alpha_v
         self.l1_ratio = l1_ratio
         self.positive = positive
         self.init_scale = init_scale
-        self.center = center
-        self.clip = clip
-        self.dropout = dropout
-        self.eval_every = eval_every
-        self.callback = callback
-        self.warm_start = warm_start
-        self.random_state = random_state
-        self.n_jobs = n_jobs
-        self.verbose = verbose
 
-    def _make_protocol(self, n_items, n_clients):
+    def _make_protocol(self, ctx):
         if self.variant != "wang_chang" and self.w_step not in (None, "local"):
             raise ValueError(
                 f'variant="{self.variant}" uses its own local step d_i; w_step={self.w_step!r} '
@@ -526,7 +532,7 @@ class FedMAvg(FederatedMFBase):
                 'omega twice; the paper averages weighted draws with "sampled_mean".'
             )
         return make_protocol(
-            n_items=n_items, n_clients=n_clients, n_components=self.n_components,
+            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             variant=self.variant, local_iter_u=self.local_iter_u,
             local_iter_v=self.local_iter_v if self.local_iter_v or not paper else 10,
             q_hat=self.q_hat, participation=self.participation,
@@ -537,6 +543,9 @@ class FedMAvg(FederatedMFBase):
             client_weights=self.client_weights, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
             l1_ratio=self.l1_ratio, positive=self.positive, init_scale=self.init_scale,
         )
+
+    def _client_weights(self, blocks):
+        return [client_weight(b, self.client_weights) for b in blocks]
 
     def _read_components(self, server_state, broadcast):
         return np.ascontiguousarray(server_state["Vt"].T)

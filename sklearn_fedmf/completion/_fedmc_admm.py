@@ -295,12 +295,25 @@ class FedMCADMM(FederatedMFBase):
         ``callback(round, info)`` after each round; returning True stops the fit.
     warm_start : bool, default=False
         Continue from the previous fit's state for ``max_iter`` more rounds.
+    missing_values : float, default=np.nan
+        The placeholder of a missing rating in dense ``X`` (NaN by default; ``0`` for a
+        matrix where 0 means "not rated"), as in :class:`~sklearn.impute.SimpleImputer`. In
+        sparse input every stored entry is a rating, an explicit 0 included.
     random_state : int, RandomState instance or None, default=None
         Seeds the partition, the initialization and every round's sampling.
     n_jobs : int, default=None
         Parallel local updates (joblib; threads unless a backend is configured).
     verbose : int, default=0
         1 shows a progress bar, 2 a line per round.
+    on_client_error : {"raise", "skip"}, default="raise"
+        An exception in a client's code raises a
+        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
+        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
+        previous state for that round and counts in ``history_``'s ``n_failed``, a
+        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
+        round in which every sampled client failed raises
+        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
+        (``dropout``) are counted either way.
 
     Attributes
     ----------
@@ -324,6 +337,13 @@ class FedMCADMM(FederatedMFBase):
         One record per round: ``round``, ``objective``, ``train_rmse``, ``eval_rmse`` (with
         ``eval_set``), ``consensus_gap``, ``bytes_uploaded``, ``bytes_downloaded``,
         ``n_sampled``, ``n_failed``, ``seconds``.
+    converged_ : bool
+        False when ``tol`` > 0 was not met within ``max_iter`` rounds.
+    degenerate_ : str or None
+        Why the fitted model is trivial (all-zero factors, a frozen model, an objective
+        that did not decrease), or None. A fit that ends with ``converged_`` False or a
+        ``degenerate_`` reason raises one
+        :class:`~sklearn_fedmf.exceptions.DegenerateFitWarning`.
     n_features_in_ : int
 
     See Also
@@ -389,48 +409,46 @@ class FedMCADMM(FederatedMFBase):
         eval_every=1,
         callback=None,
         warm_start=False,
+        missing_values=np.nan,
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
-        self.n_components = n_components
+        super().__init__(
+            n_components,
+            n_clients=n_clients, partition=partition, clients_per_round=clients_per_round,
+            max_iter=max_iter, tol=tol, alpha_u=alpha_u, alpha_v=alpha_v, center=center,
+            clip=clip, dropout=dropout, eval_every=eval_every, callback=callback,
+            warm_start=warm_start, missing_values=missing_values, random_state=random_state,
+            n_jobs=n_jobs, verbose=verbose, on_client_error=on_client_error,
+        )
         self.beta = beta
         self.local_iter = local_iter
-        self.n_clients = n_clients
-        self.partition = partition
-        self.clients_per_round = clients_per_round
-        self.max_iter = max_iter
-        self.tol = tol
-        self.alpha_u = alpha_u
-        self.alpha_v = alpha_v
         self.l1_ratio = l1_ratio
         self.positive = positive
         self.w_update = w_update
         self.init_scale = init_scale
         self.dual_init = dual_init
-        self.center = center
-        self.clip = clip
-        self.dropout = dropout
-        self.eval_every = eval_every
-        self.callback = callback
-        self.warm_start = warm_start
-        self.random_state = random_state
-        self.n_jobs = n_jobs
-        self.verbose = verbose
 
-    def _make_protocol(self, n_items, n_clients):
+    def _beta(self, ctx):
         if self.beta == "auto":
-            self.beta_ = AUTO_BETA * initial_curvature(
-                self.n_users_, n_clients, self.n_components, self.init_scale
+            return AUTO_BETA * initial_curvature(
+                ctx.n_rows, ctx.n_clients, self.n_components, self.init_scale
             )
-        else:
-            self.beta_ = float(self.beta)
+        return float(self.beta)
+
+    def _make_protocol(self, ctx):
         return make_protocol(
-            n_items=n_items, n_clients=n_clients, n_components=self.n_components,
-            beta=self.beta_, local_iter=self.local_iter, alpha_u=self.alpha_u,
+            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
+            beta=self._beta(ctx), local_iter=self.local_iter, alpha_u=self.alpha_u,
             alpha_v=self.alpha_v, l1_ratio=self.l1_ratio, positive=self.positive,
             w_update=self.w_update, init_scale=self.init_scale, dual_init=self.dual_init,
         )
+
+    def _collect(self, state, blocks, ctx):
+        super()._collect(state, blocks, ctx)
+        self.beta_ = self._beta(ctx)
 
     def _read_components(self, server_state, broadcast):
         return np.ascontiguousarray(server_state["Vt"].T)

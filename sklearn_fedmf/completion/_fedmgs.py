@@ -186,9 +186,20 @@ class FedMGS(FederatedMFBase):
     callback : callable, default=None
         ``callback(round, info)`` after each round; returning True stops the fit.
     warm_start : bool, default=False
+    missing_values : float, default=np.nan
+        As in :class:`~sklearn_fedmf.FedMCADMM`.
     random_state : int, RandomState instance or None, default=None
     n_jobs : int, default=None
     verbose : int, default=0
+    on_client_error : {"raise", "skip"}, default="raise"
+        An exception in a client's code raises a
+        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
+        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
+        previous state for that round and counts in ``history_``'s ``n_failed``, a
+        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
+        round in which every sampled client failed raises
+        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
+        (``dropout``) are counted either way.
 
     Attributes
     ----------
@@ -202,6 +213,8 @@ class FedMGS(FederatedMFBase):
     clients_ : ndarray of shape (n_users,)
     history_ : list of dict
         One record per round (round 1's bytes include every client's initial gradient).
+    converged_, degenerate_
+        As in :class:`~sklearn_fedmf.FedMCADMM`.
     n_features_in_ : int
 
     See Also
@@ -258,38 +271,31 @@ class FedMGS(FederatedMFBase):
         eval_every=1,
         callback=None,
         warm_start=False,
+        missing_values=np.nan,
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
-        self.n_components = n_components
+        super().__init__(
+            n_components,
+            n_clients=n_clients, partition=partition, clients_per_round=clients_per_round,
+            max_iter=max_iter, tol=tol, alpha_u=alpha_u, alpha_v=alpha_v, center=center,
+            clip=clip, dropout=dropout, eval_every=eval_every, callback=callback,
+            warm_start=warm_start, missing_values=missing_values, random_state=random_state,
+            n_jobs=n_jobs, verbose=verbose, on_client_error=on_client_error,
+        )
         self.local_iter_u = local_iter_u
         self.c_factor = c_factor
         self.d_factor = d_factor
-        self.n_clients = n_clients
-        self.partition = partition
-        self.clients_per_round = clients_per_round
         self.sampling = sampling
-        self.max_iter = max_iter
-        self.tol = tol
-        self.alpha_u = alpha_u
-        self.alpha_v = alpha_v
         self.l1_ratio = l1_ratio
         self.positive = positive
         self.init_scale = init_scale
-        self.center = center
-        self.clip = clip
-        self.dropout = dropout
-        self.eval_every = eval_every
-        self.callback = callback
-        self.warm_start = warm_start
-        self.random_state = random_state
-        self.n_jobs = n_jobs
-        self.verbose = verbose
 
-    def _make_protocol(self, n_items, n_clients):
+    def _make_protocol(self, ctx):
         return make_protocol(
-            n_items=n_items, n_clients=n_clients, n_components=self.n_components,
+            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             local_iter_u=self.local_iter_u, c_factor=self.c_factor, d_factor=self.d_factor,
             alpha_u=self.alpha_u, alpha_v=self.alpha_v, l1_ratio=self.l1_ratio,
             positive=self.positive, init_scale=self.init_scale,

@@ -15,18 +15,19 @@ minimizer when ``alpha_v = 0``): nothing here assumes a unique optimum.
 
 Representation (spec 8): every copy starts at ``Vbar^0``, so a column that client ``c`` has not
 rated evolves identically in every client. Those columns are simulated once (``W``, carried in
-the broadcast as simulation plumbing, never counted as communication); a client stores only its
+the broadcast's uncounted simulation part, never counted as communication); a client stores only its
 rated columns ``P`` (one row per (client, item) pair). An upload is the client's whole
 ``n_items x d`` matrix, sent as :class:`ItemMatrixUpload` (its rated columns over ``W``) whose
 ``nbytes`` is the dense matrix the paper sends. Item arrays are item-major, ``(n_items, d)``.
 
 Engine mapping: one engine client is one paper client (one user by default), so sampling,
 lost uploads (``dropout``), byte counts and the callback's ``uploads`` are per paper client.
-Every client steps each round (``update_all``); a client that is not sampled, or whose upload
-is lost, still receives ``Vbar`` (the upload-loss model of spec 4.1; the engine's
-``dropout_mode="upload_loss"``). The "offline" model, where a dropped client freezes, would
-break the shared-column representation and is not offered. The cost is Python overhead per
-client and round (~0.1 ms; ``benchmarks/bench_rfrec.py --table cost``), not memory.
+Every client steps each round (``Participation(computes="all")``); a client that is not
+sampled, or whose upload is lost, still receives ``Vbar`` (the upload-loss model of spec 4.1;
+the engine's ``Participation(dropped="upload_lost")``). The "offline" model, where a dropped
+client freezes, would break the shared-column representation and is not offered. The cost
+is Python overhead per client and round (~0.1 ms; ``benchmarks/bench_rfrec.py --table
+cost``), not memory.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ from sklearn.utils.validation import _num_samples, check_is_fitted
 from .._base import FederatedMFBase, _shift
 from .._data import check_like
 from .._kernels import ridge_fold_in
-from ..privacy import PrivacyWarning, laplace_epsilon
+from ..exceptions import ConfigurationWarning, PrivacyWarning
+from ..privacy import laplace_epsilon
 from ._rfrec_kernels import _sigmoid_fold_in
 from ._rfrec_solver import (  # noqa: F401  (the tests import _coin and _pulled from here)
     _EXPLODE,
@@ -137,7 +139,8 @@ class RFRec(FederatedMFBase):
     dropout : float, default=0.0
         Probability that a sampled client's upload is lost in a round (it still steps and
         receives ``Vbar``: the upload-loss model of Table 3).
-    eval_every, callback, warm_start, random_state, n_jobs, verbose
+    eval_every, callback, warm_start, missing_values, random_state, n_jobs, verbose,
+    on_client_error
         As in :class:`~sklearn_fedmf.FedMCADMM`.
 
     Attributes
@@ -160,6 +163,8 @@ class RFRec(FederatedMFBase):
         ``train_rmse``, ``eval_rmse``/``eval_mae`` (``eval_set``, federated factors),
         ``consensus_gap`` (``sum_c ||V_(c) - Vbar||^2``), ``vbar_change``, ``comm_rounds``,
         ``coin`` (RFRecF), bytes, ``n_sampled``, ``n_failed``, ``seconds``.
+    converged_, degenerate_
+        As in :class:`~sklearn_fedmf.FedMCADMM`.
     n_features_in_ : int
 
     Notes
@@ -189,7 +194,7 @@ class RFRec(FederatedMFBase):
         **{k: FederatedMFBase._parameter_constraints[k] for k in (
             "n_components", "partition", "clients_per_round", "max_iter", "tol", "alpha_u",
             "alpha_v", "center", "clip", "dropout", "eval_every", "callback", "warm_start",
-            "random_state", "n_jobs", "verbose")},
+            "random_state", "n_jobs", "verbose", "on_client_error")},
         "n_clients": [Interval(Integral, 1, None, closed="left"), None],
         "variant": [StrOptions({"rfrec", "rfrecf"})],
         "reg_consensus": [Interval(Real, 0, None, closed="left")],
@@ -236,11 +241,20 @@ class RFRec(FederatedMFBase):
         eval_every=1,
         callback=None,
         warm_start=False,
+        missing_values=np.nan,
         random_state=None,
         n_jobs=None,
         verbose=0,
+        on_client_error="raise",
     ):
-        self.n_components = n_components
+        super().__init__(
+            n_components,
+            n_clients=n_clients, partition=partition, clients_per_round=clients_per_round,
+            max_iter=max_iter, tol=tol, alpha_u=alpha_u, alpha_v=alpha_v, center=center,
+            clip=clip, dropout=dropout, eval_every=eval_every, callback=callback,
+            warm_start=warm_start, missing_values=missing_values, random_state=random_state,
+            n_jobs=n_jobs, verbose=verbose, on_client_error=on_client_error,
+        )
         self.variant = variant
         self.reg_consensus = reg_consensus
         self.learning_rate = learning_rate
@@ -249,27 +263,11 @@ class RFRec(FederatedMFBase):
         self.p = p
         self.schedule = schedule
         self.pull_eta = pull_eta
-        self.n_clients = n_clients
-        self.partition = partition
-        self.clients_per_round = clients_per_round
-        self.max_iter = max_iter
-        self.tol = tol
-        self.alpha_u = alpha_u
-        self.alpha_v = alpha_v
         self.init_std = init_std
         self.clip_delta = clip_delta
         self.noise_scale = noise_scale
         self.simulate_uploads = simulate_uploads
-        self.center = center
-        self.clip = clip
         self.predict_with = predict_with
-        self.dropout = dropout
-        self.eval_every = eval_every
-        self.callback = callback
-        self.warm_start = warm_start
-        self.random_state = random_state
-        self.n_jobs = n_jobs
-        self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, clients=None, eval_set=None):
@@ -291,6 +289,9 @@ class RFRec(FederatedMFBase):
         """
         if clients is None and self.n_clients is None:
             clients = np.arange(_num_samples(X))
+        return self._fit(X, clients, eval_set=eval_set)
+
+    def _check_fit_data(self, X, *, reset, eval_set=None):
         self._check_privacy()
         eta = self.pull_eta
         if self.variant == "rfrecf" and eta is None:
@@ -299,24 +300,33 @@ class RFRec(FederatedMFBase):
             warnings.warn(
                 f"The pull strength eta = {eta:.3g} exceeds 1 (learning_rate * reg_consensus "
                 "/ p by default): each pull overshoots Vbar. Lower learning_rate or set "
-                "pull_eta <= 1.", UserWarning, stacklevel=2,
+                "pull_eta <= 1.", ConfigurationWarning, stacklevel=5,  # the caller of fit
             )
-        self._fit(X, clients, eval_set)
-        self._keep_personal(eta)
-        self._check_diverged(X)
-        self.comm_rounds_ = self._federation.server_state["comm_rounds"]
+        return super()._check_fit_data(X, reset=reset, eval_set=eval_set)
+
+    def _collect(self, state, blocks, ctx):
+        super()._collect(state, blocks, ctx)
+        self._check_diverged(ctx.X, ctx.info["offset"])
+        self._keep_personal(state)
+        self.comm_rounds_ = state.server_state["comm_rounds"]
         self.epsilon_ = (laplace_epsilon(self.noise_scale, 2 * self.clip_delta)
                          if self.clip_delta and self.noise_scale else None)
-        return self
 
-    def _keep_personal(self, eta):
+    def _keep_personal(self, state):
         """Every client's copy ``V_(c)`` as its rated columns over the shared ones (spec 8):
         sorted keys ``client * n_items + item``, their rows, and the shared columns."""
-        fed, n_items = self._federation, self.n_features_in_
+        if state.client_states is None:  # clients in their own processes keep their copies
+            self._personal = None
+            return
+        eta = self.pull_eta
+        if self.variant == "rfrecf" and eta is None:
+            eta = self.learning_rate * self.reg_consensus / self.p
+        n_items = self.n_features_in_
         keys = [c * n_items + s["cols"].astype(np.int64)
-                for c, s in enumerate(fed.client_states)]
-        values = [_pulled(s, fed.broadcast, eta) for s in fed.client_states]
-        self._personal = (np.concatenate(keys), np.concatenate(values), fed.broadcast.W)
+                for c, s in enumerate(state.client_states)]
+        replica = state.broadcast.simulation  # Vbar and the shared columns W
+        values = [_pulled(s, replica, eta) for s in state.client_states]
+        self._personal = (np.concatenate(keys), np.concatenate(values), replica.W)
 
     def personal_scores(self, rows, items):
         """Scores ``u_i . v_(c)j`` of training users ``rows`` at ``items`` with their client's
@@ -334,6 +344,9 @@ class RFRec(FederatedMFBase):
 
     def _personal_predict_at(self, Xc, target):
         """Personal predictions (rating scale) at the stored entries of ``target``."""
+        if self._personal is None:
+            raise ValueError('predict_with="personal" needs the client states, which stayed '
+                             "with the clients of this fit's transport.")
         if Xc.shape[0] != self.n_users_:
             raise ValueError(
                 f'predict_with="personal" predicts for the {self.n_users_} training users '
@@ -344,14 +357,14 @@ class RFRec(FederatedMFBase):
         pred[np.diff(Xc.indptr)[rows] == 0] = self.mean_
         return self._clip(pred)
 
-    def _check_diverged(self, X):
-        """Raise unless the federated model's training error is finite and of the ratings'
-        order (the objective is only checked on evaluated rounds, ``eval_every``)."""
-        Xc = _shift(self._check_X(X), self.mean_ if self.center else 0.0)
+    def _check_diverged(self, Xc, offset):
+        """Raise unless the federated model's training error on the centred training ratings
+        ``Xc`` is finite and of the ratings' order (the objective is only checked on evaluated
+        rounds, ``eval_every``)."""
         rows = np.repeat(np.arange(Xc.shape[0]), np.diff(Xc.indptr))
         z = np.einsum("ij,ji->i", self.user_factors_[rows], self.components_[:, Xc.indices])
         with np.errstate(all="ignore"):
-            rmse = np.sqrt(np.mean((self._to_ratings(z) - Xc.data) ** 2))
+            rmse = np.sqrt(np.mean((self._to_ratings(z) - (Xc.data + offset)) ** 2))
         lo, hi = self.rating_range_
         if not rmse <= _EXPLODE * (hi - lo + 1):
             raise FloatingPointError(_diverged(
@@ -363,14 +376,14 @@ class RFRec(FederatedMFBase):
             warnings.warn(
                 "noise_scale without clip_delta: nothing bounds an entry of the upload, so the "
                 "Laplace noise gives no formal guarantee (epsilon_ is None).",
-                PrivacyWarning, stacklevel=3,
+                PrivacyWarning, stacklevel=6,  # the caller of fit
             )
 
-    def _make_protocol(self, n_items, n_clients):
-        offset = self.mean_ if self.center else 0.0
-        lo, hi = self.rating_range_
+    def _make_protocol(self, ctx):
+        offset = ctx.info["offset"]
+        lo, hi = ctx.info["rating_range"]
         return make_protocol(
-            n_items=n_items, n_clients=n_clients, n_components=self.n_components,
+            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             variant=self.variant, schedule=self.schedule, learning_rate=self.learning_rate,
             reg_consensus=self.reg_consensus, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
             p=self.p, pull_eta=self.pull_eta, optimizer=self.optimizer, link=self.link,
@@ -412,8 +425,7 @@ class RFRec(FederatedMFBase):
 
     def inverse_transform(self, X):
         """Ratings from user factors: ``link(X @ components_)``."""
-        check_is_fitted(self)
-        return self._to_ratings(np.asarray(X) @ self.components_)
+        return self._to_ratings(self._check_factors(X) @ self.components_)
 
     def predict(self, X):
         """Predicted ratings for the rows of ``X`` (dense, ``(n_rows, n_items)``) by fold-in.
@@ -444,7 +456,7 @@ class RFRec(FederatedMFBase):
         if y is None or (not sp.issparse(y) and np.ndim(y) == 1):
             target = _shift(Xc, offset)  # back to the rating scale
         else:
-            target = check_like(y, Xc, name="y")
+            target = check_like(y, Xc, name="y", missing_values=self.missing_values)
         if target.nnz == 0:
             raise ValueError("There is no rating to score: the evaluated matrix is empty.")
         if personal:

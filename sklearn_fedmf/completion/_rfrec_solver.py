@@ -9,7 +9,7 @@ from functools import partial
 
 import numpy as np
 
-from .._engine import FederatedProtocol
+from .._engine import Broadcast, FederatedProtocol, Participation
 from ..privacy import clip_entries, laplace_noise
 from ._rfrec_kernels import _client_grads, _client_sums, _errors_at, _scatter_delta
 
@@ -47,23 +47,24 @@ class ItemMatrixUpload:
 
 
 @dataclass(frozen=True)
-class _Broadcast:
-    """What clients receive: ``Vbar`` (counted when sent) plus simulation plumbing.
+class _Replica:
+    """What every client holds or derives itself: the simulation part of a broadcast.
 
-    ``W``/``W_opt`` are the columns every client shares and their Adam moments (each client
-    would compute them itself from the ``Vbar`` sequence); ``coin`` is ``(zeta_{k-1}, zeta_k)``
-    for the coming round, common randomness from a shared seed. Neither is communication.
+    ``Vbar`` is the average the client last received (the broadcast's message, when one is
+    sent); ``W``/``W_opt`` are the columns every client shares and their Adam moments (each
+    client would compute them itself from the ``Vbar`` sequence); ``coin`` is
+    ``(zeta_{k-1}, zeta_k)`` for the coming round, common randomness from a shared seed.
     """
 
     Vbar: np.ndarray
     W: np.ndarray
     W_opt: dict | None
     coin: tuple
-    sent: bool
 
-    @property
-    def nbytes(self):
-        return self.Vbar.nbytes if self.sent else 0
+
+def _broadcast(Vbar, W, W_opt, coin, sent):
+    """``Vbar`` as the counted message when the server sends it; the rest uncounted."""
+    return Broadcast(Vbar if sent else None, _Replica(Vbar, W, W_opt, coin))
 
 
 # ---- pure solver functions ------------------------------------------------------------------
@@ -121,11 +122,12 @@ def init_server(rng, *, n_items, n_components, init_std, p, optimizer):
     coin = (0, _coin(seed, 0, p))  # zeta_{-1} = 0
     state = {"Vbar": Vbar, "Vbar_prev": Vbar, "W": Vbar.copy(), "W_opt": W_opt, "seed": seed,
              "coin": coin, "comm_rounds": 0}
-    return state, _Broadcast(Vbar, state["W"], W_opt, coin, True)
+    return state, _broadcast(Vbar, state["W"], W_opt, coin, True)
 
 
-def init_client(block, bc, rng, *, init_std, optimizer):
+def init_client(block, broadcast, rng, *, init_std, optimizer):
     """``u_i^0 ~ N(0, init_std^2)``; the rated columns ``P`` start at ``Vbar^0``."""
+    bc = broadcast.simulation
     X = block.X
     cols, pair = np.unique(X.indices, return_inverse=True)
     U = init_std * rng.standard_normal((X.shape[0], bc.Vbar.shape[1]))
@@ -147,10 +149,11 @@ def _pulled(state, bc, eta):
     return P
 
 
-def client_update(state, block, bc, rng, selected, *, variant, schedule, lr, reg, alpha_u,
-                  reg_v, p, eta, optimizer, link, shift, span, clip_delta, noise_scale,
+def client_update(state, block, broadcast, rng, selected, *, variant, schedule, lr, reg,
+                  alpha_u, reg_v, p, eta, optimizer, link, shift, span, clip_delta, noise_scale,
                   simulate):
     """One round of one client: local step or pull, and the upload of ``V_(c)`` if due."""
+    bc = broadcast.simulation
     X, cols = block.X, state["cols"]
     U, P = state["U"], _pulled(state, bc, eta)
     opt = None if state["opt"] is None else dict(state["opt"])
@@ -213,7 +216,8 @@ def server_update(server_state, uploads, k, *, variant, schedule, lr, reg, reg_v
                   optimizer, clip_delta, noise_scale):
     """Replay the shared columns' step of round ``k``, average the uploads, draw the next coin.
 
-    Called every round (``server_every_round``), with or without uploads.
+    Called every round (``Participation(server_update="every_round")``), with or without
+    uploads.
     """
     s = server_state
     coin = s["coin"]
@@ -240,12 +244,13 @@ def server_update(server_state, uploads, k, *, variant, schedule, lr, reg, reg_v
     state = {**s, "Vbar": Vbar, "Vbar_prev": s["Vbar"], "W": W, "W_opt": W_opt,
              "coin": next_coin, "last_coin": coin[1],
              "comm_rounds": s["comm_rounds"] + bool(uploads) + downloads}
-    return state, _Broadcast(Vbar, W, W_opt, next_coin, sent)
+    return state, _broadcast(Vbar, W, W_opt, next_coin, sent)
 
 
-def client_metrics(state, block, bc, *, alpha_u, eta, link, shift, span):
+def client_metrics(state, block, broadcast, *, alpha_u, eta, link, shift, span):
     """Additive pieces of ``F`` (rated columns; the shared ones are added on the server),
     and the errors of the federated model ``u_i . vbar_j`` on the training and eval entries."""
+    bc = broadcast.simulation
     X, U, sigmoid = block.X, state["U"], link == "sigmoid"
     P = _pulled(state, bc, eta)
     fit, psi, sq, sse, ae = _client_sums(X.indptr, state["pair"], X.data, U, P, bc.W, bc.Vbar,
@@ -322,8 +327,7 @@ def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learni
         combine_metrics=partial(combine_metrics, n_clients=n_clients, reg=reg_consensus,
                                 alpha_v=alpha_v, lr=learning_rate,
                                 optimizer=optimizer, variant=variant),
-        update_all=True,  # every client steps each round; only uploads are sampled or lost
-        broadcast_to_all=True,
-        server_every_round=True,
-        dropout_mode="upload_loss",
+        # every client steps each round; only uploads are sampled or lost (spec 4.1)
+        participation=Participation(computes="all", receives="all", dropped="upload_lost",
+                                    server_update="every_round"),
     )

@@ -47,6 +47,8 @@ import warnings
 
 import numpy as np
 
+from ..exceptions import PrivacyWarning  # (re-exported: its home before exceptions)
+
 __all__ = [
     "MECHANISMS",
     "PrivacyWarning",
@@ -66,10 +68,6 @@ __all__ = [
 ]
 
 MECHANISMS = ("gaussian", "laplace", "bernoulli")
-
-
-class PrivacyWarning(UserWarning):
-    """A privacy setting whose guarantee is weaker than its parameters suggest."""
 
 
 def _check_epsilon(epsilon):
