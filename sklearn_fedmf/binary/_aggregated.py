@@ -236,7 +236,7 @@ class AggregatedBMF(BooleanFactorizationBase):
         self.privacy = privacy
         self.epsilon = epsilon
 
-    def _check_privacy(self):
+    def _privacy_settings(self):
         check_privacy(self.privacy, self.epsilon)
         return dict(mechanism=self.privacy, epsilon=self.epsilon)
 

@@ -105,10 +105,10 @@ class BooleanFactorizationBase(
                 f"n_components={self.n_components} is larger than the number of columns "
                 f"({X.shape[1]})."
             )
-        return X, {"privacy": self._check_privacy()}
+        return X, {"privacy": self._privacy_settings()}
 
     @abstractmethod
-    def _check_privacy(self):
+    def _privacy_settings(self):
         """The privacy settings of the uploads (validated), as keywords of ``privatize``."""
 
     def _stack_rows(self, blocks, parts, width, dtype):

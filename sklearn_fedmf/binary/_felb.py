@@ -358,7 +358,7 @@ class Felb(BooleanFactorizationBase):
         self.sensitivity = sensitivity
         self.tol = tol
 
-    def _check_privacy(self):
+    def _privacy_settings(self):
         check_privacy(self.privacy, self.epsilon, self.delta, self.clip, self.sensitivity)
         return dict(mechanism=self.privacy, epsilon=self.epsilon, delta=self.delta,
                     clip=self.clip, sensitivity=self.sensitivity)
