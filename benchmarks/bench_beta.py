@@ -4,7 +4,8 @@ The paper gives no beta. The W step weighs ``L_U / p`` (about ``||U_i^T U_i||_F 
 ``beta``, so a fixed number cannot suit data of every scale. This script sweeps beta as a
 multiple of ``b0 = E||U_i^0^T U_i^0||_F / p`` on
 
-- the spec's synthetic recovery recipe (400 x 100, rank 2, 4 clients; full participation for
+- synthetic low-rank ratings, the tests' recovery recipe (400 x 100, rank 2, 4 clients; full
+  participation for
   200 rounds and 2 of 4 clients for 400 rounds; 3 seeds), reporting the worst test RMSE;
 - MovieLens latest-small under the paper protocol (80/20, rank 5, 100 clients, 10 per round,
   N = 10, 100 rounds), reporting test RMSE with the federated factors and by fold-in.
@@ -30,7 +31,7 @@ from sklearn_fedmf.exceptions import UnobservedItemsWarning
 from sklearn_fedmf.model_selection import train_test_split_ratings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.conftest import low_rank_ratings  # noqa: E402  (the spec's recipe, shared)
+from tests.conftest import low_rank_ratings  # noqa: E402  (the tests' recipe, shared)
 
 
 def main():

@@ -9,16 +9,17 @@ Usage::
     python benchmarks/bench_clustering.py --table fedpalm              # Fig. 2b: FedPALM vs Q
     python benchmarks/bench_clustering.py --quick                      # smoke run, small sizes
 
-Synthetic data (spec fedmavg_fedmgs.md 6.2, the reference code's generator): centers
+Synthetic data (the paper's Section V, as its reference code generates it): centers
 ``W ~ U[0,1]^{M x K}``, random cluster sizes, ``X = max(0, W H + E)`` with Gaussian ``E``
 rescaled until the SNR ``10 log10(||W H||^2 / ||X - W H||^2)`` is -3 dB, then 3 % of the
 samples replaced by outliers ``5 U[0,1]^M``; M = 2000, N = 10000, K = 20. Splits over P = 100
-clients (6.3): Case 1 random and balanced, Case 2 one K-means cluster of the samples per
+clients: Case 1 random and balanced, Case 2 one K-means cluster of the samples per
 client (``partition_fedmf_cases``). Algorithms with the paper's settings (Q1 = 10; FedMAvg:
 diminishing Q2 with Q_hat = 5, partial client communication; FedMGS: Q2 = 100), SNCP with the
 reference code's forced increase and cap, at most ``--rounds`` rounds (the reference code:
 2000 for FedMAvg, 1000 for FedMGS). K-means++ is sklearn's centralized ``KMeans(n_init=10)``;
-Table I's ``KM`` row is the paper's distributed KM|| (G13). ACC in % (Hungarian matching).
+Table I's ``KM`` row is the paper's distributed KM|| (its Section V-G). ACC in % (Hungarian
+matching).
 
 Digits: ``load_digits`` (1797 x 64, 10 classes) over 20 clients that each hold mostly two
 digits (``partition_label_skew``), ACC of both algorithms beside centralized
@@ -53,7 +54,7 @@ TABLE_I_SYN = {  # Case 2, P = 100, synthetic column (%)
 
 
 def make_synthetic(n_samples, n_features, n_clusters, *, snr_db=-3.0, outliers=0.03, seed=0):
-    """The reference code's generator (spec 6.2), samples as rows."""
+    """The reference code's generator (the paper's Section V), samples as rows."""
     rng = np.random.default_rng(seed)
     W = rng.random((n_clusters, n_features))
     sizes = rng.uniform(0.5, 1.5, n_clusters)

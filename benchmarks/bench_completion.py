@@ -6,9 +6,10 @@ Usage::
     python benchmarks/bench_completion.py --quick     # smoke run: 1 seed, 5 rounds
     python benchmarks/bench_completion.py --beta 0.03 --seeds 5
 
-Protocol (fedmc_admm.md 5-6): each user's ratings split 80/20 (``train_test_split_ratings``,
-seeded), rank 5, 100 clients of random users, 10 sampled per round (uniformly, without
-replacement), 100 rounds, ``alpha_u = alpha_v = 1e-6``, ratings centred by the training mean.
+Protocol (the FedMC-ADMM paper's Section 5): each user's ratings split 80/20
+(``train_test_split_ratings``, seeded), rank 5, 100 clients of random users, 10 sampled per
+round (uniformly, without replacement), 100 rounds, ``alpha_u = alpha_v = 1e-6``, ratings
+centred by the training mean.
 ``test RMSE`` is measured with the federated factors of the last round (the papers' curves);
 ``fold-in`` re-solves each user's factors with the final item factor (``score``). ``MB up``
 and ``MB down`` are the engine's byte counts over the whole run (one-time uploads included).

@@ -12,8 +12,8 @@ Usage::
 Protocol: a random 80/20 split of every user's ratings (``train_test_split_ratings``, seeded);
 RMSE and MAE at the held-out ratings of the *federated* model ``link(u_i . vbar_j)`` (the
 paper's evaluation), the RMSE of the personal models ``link(u_i . v_(c)j)``
-(``predict_with="personal"``, spec 1.4; never evaluated in the paper), plus the fold-in RMSE
-of ``score``. Settings (spec 5.4):
+(``predict_with="personal"``, never evaluated in the paper), plus the fold-in RMSE of
+``score``. Settings (the paper's Section 4 and the authors' code):
 
 - ``paper``: the algorithms as written (plain gradient steps, identity link, raw ratings,
   alpha 0.05 / 0.025, lambda 10, p 0.5, K 100, one client per user);
@@ -84,17 +84,9 @@ ALPHAS, LAMBDAS, DROPS = [0.1, 0.05, 0.025, 0.0125], [5.0, 10.0, 20.0, 40.0], [0
 
 
 def load(quick):
-    try:
-        from sklearn_fedmf.datasets import load_movielens
+    from sklearn_fedmf.datasets import load_movielens
 
-        X = load_movielens().X
-    except ImportError:  # before the datasets module: the shared copy
-        import pandas as pd
-        import scipy.sparse as sp
-
-        df = pd.read_csv("/work/shared/data/ml-latest-small/ratings.csv.gz")
-        u, i = (pd.factorize(df[c], sort=True)[0] for c in ("userId", "movieId"))
-        X = sp.csr_matrix((df["rating"].to_numpy(float), (u, i)))
+    X = load_movielens().X
     if quick:  # the 150 most active users and the items they rated
         X = X[np.argsort(-np.diff(X.indptr))[:150]]
         X = X[:, np.flatnonzero(X.getnnz(axis=0))].tocsr()

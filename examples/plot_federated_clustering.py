@@ -30,7 +30,8 @@ from sklearn_fedmf.metrics import clustering_accuracy  # noqa: E402
 
 
 def blobs(n_samples, n_features, n_clusters, rng):
-    """Nonnegative blobs around centers drawn in U[0, 1]^M (spec 7.3 of FedMAvg/FedMGS)."""
+    """Nonnegative blobs around centers drawn in U[0, 1]^M (well separated, as in Wang and
+    Chang's Section V)."""
     centers = rng.random((n_clusters, n_features))
     y = rng.integers(n_clusters, size=n_samples)
     X = np.maximum(centers[y] + 0.3 * rng.normal(size=(n_samples, n_features)), 0.0)

@@ -168,6 +168,20 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
 
         The federated factors of the last round, which each client computed against its
         own (possibly stale) copy of the item factor, are ``user_factors_``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_users, n_items)
+            Training ratings (see :meth:`fit`).
+        y : Ignored
+            Not used, present for API consistency by convention.
+        **fit_params : dict
+            ``clients`` and ``eval_set``, passed on to :meth:`fit`.
+
+        Returns
+        -------
+        U : ndarray of shape (n_users, n_components)
+            The rows' factors folded in against the fitted ``components_``.
         """
         return self.fit(X, y, **fit_params).transform(X)
 
@@ -186,10 +200,12 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_rows, n_items)
+            Observed ratings of the rows (sparse: stored entries; dense: NaN is missing).
 
         Returns
         -------
         U : ndarray of shape (n_rows, n_components)
+            The rows' factors.
         """
         # (computed in float64; returned in the dtype the model was fitted in)
         return self._fold_in(self._check_X(X)).astype(self.components_.dtype, copy=False)
@@ -216,7 +232,18 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
 
     def inverse_transform(self, X):
         """Ratings reconstructed from user factors (``X @ components_``, plus ``mean_`` when
-        ``center=True``)."""
+        ``center=True``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_components)
+            User factors, e.g. the output of :meth:`transform`.
+
+        Returns
+        -------
+        ratings : ndarray of shape (n_samples, n_items)
+            Dense reconstructed ratings.
+        """
         return self._check_factors(X) @ self.components_ + self._offset
 
     def predict(self, X):
@@ -224,6 +251,16 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
 
         Rows with no observed entry (cold start) predict the training mean ``mean_`` for
         every item. With ``clip=True`` predictions are clipped to the training rating range.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_rows, n_items)
+            Observed ratings of the rows, folded in (see :meth:`transform`).
+
+        Returns
+        -------
+        ratings : ndarray of shape (n_rows, n_items)
+            Predicted rating of every item for every row.
         """
         Xc = self._check_X(X)
         P = self._fold_in(Xc) @ self.components_ + self._offset

@@ -253,8 +253,12 @@ def split_clients(X, codes, n_clients, X_eval=None, n_jobs=None):
         return list(pool.map(block, range(n_clients)))
 
 
-def check_n(value, name, low=1):
-    """Raise a clear error unless ``value`` is an integer >= ``low``."""
-    if not isinstance(value, numbers.Integral) or value < low:
+def check_int(value, name, low=1):
+    """``value`` as an int; a clear error unless it is an integer >= ``low`` (bool excluded).
+
+    The package's one integer check for plain functions (the estimators validate their
+    parameters through ``_parameter_constraints``).
+    """
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
     return int(value)

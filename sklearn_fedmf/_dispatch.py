@@ -14,7 +14,6 @@ so nothing downstream depends on which worker ran what or when it finished:
 
 from __future__ import annotations
 
-import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -24,11 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from joblib._parallel_backends import ThreadingBackend
-from joblib.parallel import get_active_backend
 from sklearn import config_context, get_config
 from sklearn.utils.parallel import Parallel, delayed
 
+from ._joblib_backend import dask_client, uses_threads
 from .exceptions import FederationError
 
 __all__ = ["dispatch", "resident_blocks", "shared_thread_pools"]
@@ -68,8 +66,7 @@ def dispatch(task, items, weights, n_jobs, n_jobs_eff, *args, context="a client 
     """
     placement = _placement.get()
     homes = None if placement is None else placement.home[[it[0] for it in items]]
-    own_threads = placement is None and isinstance(get_active_backend(prefer="threads")[0],
-                                                    ThreadingBackend)
+    own_threads = placement is None and uses_threads()
     # A task on our own pool costs ~25 us: one per client while the clients are few (a round's
     # sample; best balance), else ~2 per worker as for joblib, whose tasks cost more.
     few = own_threads and len(items) <= 8 * n_jobs_eff
@@ -174,15 +171,6 @@ class _Placement:
 _placement: ContextVar[_Placement | None] = ContextVar("sklearn_fedmf_placement", default=None)
 
 
-def _dask_client():
-    """The ``distributed.Client`` of an active joblib Dask backend, else None."""
-    dask_backend = sys.modules.get("joblib._dask")  # loaded only once a Dask backend is used
-    if dask_backend is None:
-        return None
-    backend, _ = get_active_backend()
-    return backend.client if isinstance(backend, dask_backend.DaskDistributedBackend) else None
-
-
 def _place(client, blocks, cores):
     """Scatter each block to one worker (contiguous runs of clients, balanced by stored
     entries and worker cores). Returns ``(futures, home, workers)``."""
@@ -219,7 +207,7 @@ def resident_blocks(blocks):
     The blocks are released from the cluster when the ``with`` ends.
     """
     current = _placement.get()
-    client = _dask_client()
+    client = dask_client()
     cores = {} if client is None else client.ncores()
     if not cores or (current is not None and _same_blocks(current.blocks, blocks)):
         yield  # not on Dask, no worker yet (joblib waits for one), or already resident

@@ -26,7 +26,8 @@ def soft_threshold(X, tau):
     if np.any(np.asarray(tau) < 0):
         raise ValueError(f"The soft-threshold level must be >= 0, got {tau}.")
     X = np.asarray(X, dtype=float)
-    return np.sign(X) * np.maximum(np.abs(X) - tau, 0.0)
+    # "+ 0.0" turns the -0.0 of thresholded negative entries into 0.0 (IEEE 754: -0 + 0 = +0)
+    return np.sign(X) * np.maximum(np.abs(X) - tau, 0.0) + 0.0
 
 
 def prox_elastic_net(X, t, alpha, l1_ratio, positive=False):

@@ -1,4 +1,4 @@
-"""Oracles for the Boolean-reconstruction metrics (Felb spec section 8, item 15)."""
+"""Oracles for the Boolean-reconstruction metrics (F1 and RMSD of the Felb paper, Section 4)."""
 
 import numpy as np
 import pytest
@@ -58,7 +58,8 @@ def test_empty_reconstruction_and_client_sum():
     assert f1_boolean(X, empty) == 0.0
     assert rmsd(X, empty) == pytest.approx(np.sqrt(density))
     clients = rng.permutation(np.repeat(np.arange(8), 50))
-    # spec 7.5: about C * sqrt(density) for equal-sized clients (Jensen: a bit below)
+    # the scale of the paper's Table 3: about C * sqrt(density) for equal-sized clients
+    # (Jensen: a bit below)
     total = rmsd_sum_clients(X, empty, clients)
     assert 0.97 * 8 * np.sqrt(density) <= total <= 8 * np.sqrt(density) + 1e-12
     assert f1_boolean(np.zeros((2, 2)), np.zeros((2, 2))) == 1.0

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from sklearn.model_selection import KFold
 
 from sklearn_fedmf import cli
 from sklearn_fedmf.cli import MAIN_JOB, METHODS, build_parser, main
+from sklearn_fedmf.completion import FedMAvg
+from sklearn_fedmf.exceptions import DegenerateFitWarning
 from sklearn_fedmf.model_selection import train_test_split_ratings
 
 FED = ["--data", "synthetic:200x60x3000", "--clients", "10", "--clients-per-round", "3",
@@ -128,12 +131,16 @@ def test_without_matplotlib_the_json_is_still_written(tmp_path, capsys, monkeypa
 def test_tune_ranks_candidates_by_the_documented_cv(tmp_path, capsys):
     argv = ["tune", "--method", "fedmc-admm", *FED, "--cv", "2", "--grid", "beta=0.1,1",
             "--grid", "alpha_u=1e-6,1", "--out", str(tmp_path)]
-    status, out, _ = run(argv, capsys)
+    status, out, err = run(argv, capsys)
     assert status == 0
     ranked = json.loads((tmp_path / "tune.json").read_text())["ranked"]
     assert len(ranked) == 4
     scores = [r["score"] for r in ranked]
     assert scores == sorted(scores)
+    # progress: one line per candidate on stderr, with the score the table ranks
+    progress = [line for line in err.splitlines() if line.startswith("fedmf: tune: candidate")]
+    assert [line.split()[3] for line in progress] == ["1/4:", "2/4:", "3/4:", "4/4:"]
+    assert sorted(float(line.split()[6]) for line in progress) == pytest.approx(scores, abs=1e-4)
     best = ranked[0]["params"]
     assert f"alpha_u={best['alpha_u']!r}, beta={best['beta']!r}" in out
     # Oracle: the same CV built by hand (users in KFold, X = train, y = held-out ratings).
@@ -150,11 +157,95 @@ def test_tune_ranks_candidates_by_the_documented_cv(tmp_path, capsys):
 def test_tune_halving_uses_rounds_as_resource(tmp_path, capsys):
     argv = ["tune", "--method", "fedmc-admm", *FED, "--rounds", "9", "--cv", "2",
             "--grid", "beta=0.1,1,10", "--halving", "--out", str(tmp_path)]
-    assert run(argv, capsys)[0] == 0
+    status, out, err = run(argv, capsys)
+    assert status == 0
     ranked = json.loads((tmp_path / "tune.json").read_text())["ranked"]
     # 3 candidates at 3 rounds, then the best one at 9 rounds (factor 3)
     assert sorted(r["rounds"] for r in ranked) == [3, 3, 3, 9]
     assert ranked[0]["rounds"] == 9
+    assert err.count("fedmf: tune: candidate") == 4 and "max_iter=9)" in err
+    assert "best parameters" in out and "rounds=9" in out
+
+
+def test_tune_options_fix_their_parameters(tmp_path, capsys):
+    # --clients and --rank leave the default grid (FedMGS: alpha_u x local_iter_u x n_clients
+    # x n_components) and are used by every candidate
+    argv = ["tune", "--method", "fedmgs", *FED, "--clients", "7", "--rank", "3", "--rounds",
+            "2", "--cv", "2", "--quiet", "--out", str(tmp_path)]
+    status, out, err = run(argv, capsys)
+    assert status == 0 and "tune: candidate" not in err  # --quiet
+    report = json.loads((tmp_path / "tune.json").read_text())
+    assert set(report["grid"]) == {"alpha_u", "local_iter_u"}
+    assert len(report["ranked"]) == 6
+    assert (report["estimator"]["n_clients"], report["estimator"]["n_components"]) == (7, 3)
+    assert "n_clients=7" in out.splitlines()[0] and "n_components=3" in out.splitlines()[0]
+    # Oracle: the best candidate's CV score by hand with n_clients=7 and rank 3.
+    X, _ = cli.load_data("synthetic:200x60x3000", 0)
+    X_train, X_test = train_test_split_ratings(X, 0.2, random_state=0)
+    best = report["ranked"][0]
+    model = METHODS["fedmgs"].load()(n_clients=7, clients_per_round=3, max_iter=2,
+                                     n_components=3, random_state=0, **best["params"])
+    folds = KFold(2, shuffle=True, random_state=0).split(X_train)
+    expected = -np.mean([clone(model).fit(X_train[fit]).score(X_train[held], X_test[held])
+                         for fit, held in folds])
+    assert best["score"] == pytest.approx(expected, rel=1e-10)
+
+
+def test_tune_grid_of_rounds_names_the_best_rounds(tmp_path, capsys):
+    argv = ["tune", "--method", "fedmc-admm", "--data", "synthetic:200x60x3000", "--clients",
+            "10", "--clients-per-round", "3", "--cv", "2", "--grid", "max_iter=1,3",
+            "--quiet", "--out", str(tmp_path)]
+    status, out, _ = run(argv, capsys)
+    assert status == 0
+    best = json.loads((tmp_path / "tune.json").read_text())["ranked"][0]["params"]
+    line = next(line for line in out.splitlines() if line.startswith("best parameters"))
+    assert line.endswith(f": max_iter={best['max_iter']}")
+
+
+def test_degenerate_fits_are_flagged_in_the_table(tmp_path, capsys, monkeypatch):
+    fit = FedMAvg.fit
+
+    def degenerate_fit(self, *args, **kwargs):
+        fit(self, *args, **kwargs)
+        warnings.warn("FedMAvg: all factors are zero", DegenerateFitWarning, stacklevel=2)
+        return self
+
+    monkeypatch.setattr(FedMAvg, "fit", degenerate_fit)
+    status, out, _ = run([*SMALL, "--out", str(tmp_path)], capsys)
+    assert status == 0
+    rows = table_rows(out, ["FedMC-ADMM", "FedMAvg"])
+    assert rows["FedMAvg"][-1] == "!" and rows["FedMC-ADMM"][-1] != "!"
+    assert len(rows["FedMAvg"]) == len(rows["FedMC-ADMM"]) + 1  # the flag column
+    assert "! FedMAvg: the fit ended degenerate: FedMAvg: all factors are zero" in out
+    results = json.loads((tmp_path / "history.json").read_text())["results"]
+    assert [r["summary"]["degenerate"] for r in results] == [False, True]
+
+
+def test_a_real_degenerate_fit_is_flagged(tmp_path, capsys):
+    # a large l1 weight zeroes Felb-MU's Boolean factors: the estimator warns, the row says so
+    argv = ["run", "--method", "felb-mu", "--data", "synthetic:200x60x3000", "--clients", "4",
+            "--rounds", "3", "--set", "lam=50", "--set", "kappa=5", "--quiet",
+            "--out", str(tmp_path)]
+    status, out, _ = run(argv, capsys)
+    assert status == 0
+    row = table_rows(out, ["Felb-MU"])["Felb-MU"]
+    assert row[2] == "0.0000" and row[-1] == "!"
+    assert "! Felb-MU: the fit ended degenerate: " in out
+
+
+def test_output_path_is_checked_before_any_fit(tmp_path, capsys, monkeypatch):
+    def no_fit(*args, **kwargs):
+        raise AssertionError("fitted before checking --out")
+
+    monkeypatch.setattr(cli._commands, "fit_method", no_fit)
+    monkeypatch.setattr(cli._commands, "prepare_data", no_fit)
+    (tmp_path / "file").write_text("")
+    (tmp_path / "dir" / "history.json").mkdir(parents=True)
+    for out, fragment in [("file", "exists and is not a folder"),
+                          ("dir", "history.json is a folder")]:
+        status, _, err = run([*SMALL, "--out", str(tmp_path / out)], capsys)
+        assert status == 1 and err.count("\n") == 1
+        assert err.startswith(f"fedmf: error: --out {tmp_path / out}: ") and fragment in err
 
 
 def _bad_file(tmp_path):
@@ -178,6 +269,23 @@ def _bad_file(tmp_path):
         (["tune", "--method", "fedmc-admm,fedmavg"], "one method at a time"),
         (["tune", "--grid", "nonsense=1,2", "--data", "synthetic:40x30x300", "--clients", "5"],
          "no parameter"),
+        (["run", "--method", ""], "--method '': no method named"),
+        (["run", "--method", " , "], "--method ' , ': no method named"),
+        (["tune", "--method", ""], "--method '': no method named"),
+        (["run", "--data", "synthetic:40x30x300", "--clients", "5", "--set", "beta=-1"],
+         "--set beta=-1: "),
+        (["run", "--method", "felb", "--data", "tiles:50x20x3", "--clients-per-round", "3"],
+         "--clients-per-round: felb has no parameter clients_per_round"),
+        (["tune", "--data", "synthetic:40x30x300", "--clients", "5", "--grid", "n_clients=4,5"],
+         "--clients and --grid n_clients=... both set n_clients"),
+        (["tune", "--data", "synthetic:40x30x300", "--clients", "5", "--rounds", "5", "--grid",
+          "max_iter=1,2"],
+         "--rounds and --grid max_iter=... both set max_iter"),
+        (["tune", "--data", "synthetic:40x30x300", "--clients", "5", "--halving", "--grid",
+          "max_iter=1,2"],
+         "--grid max_iter=...: with --halving"),
+        (["tune", "--data", "synthetic:40x30x300", "--clients", "5", "--grid", "beta=0.1,-1"],
+         "--grid beta=-1: "),
     ],
 )
 def test_errors_are_one_line(argv, fragment, tmp_path, capsys):
@@ -188,11 +296,23 @@ def test_errors_are_one_line(argv, fragment, tmp_path, capsys):
     assert fragment in err and "Traceback" not in err
 
 
-def test_bad_option_is_one_line_exit_2(capsys):
+@pytest.mark.parametrize("argv, option", [
+    (["run", "--rounds", "abc"], "--rounds"),
+    (["run", "--seed", "-1"], "--seed"),
+    (["run", "--seed", str(2**32)], "--seed"),
+    (["run", "--jobs", "0"], "--jobs"),
+    (["tune", "--jobs", "zero"], "--jobs"),
+    (["run", "--test-size", "1.5"], "--test-size"),
+    (["run", "--test-size", "nan"], "--test-size"),
+    (["tune", "--cv", "1"], "--cv"),
+])
+def test_bad_option_is_one_line_exit_2(argv, option, capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["run", "--rounds", "abc"])
+        main(argv)
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and err.count("\n") == 1 and "--rounds" in err
+    assert exc.value.code == 2 and err.count("\n") == 1
+    assert f"argument {option}: expected" in err
+    assert "Parallel" not in err and "non-negative integer" not in err
 
 
 def test_help_documents_every_option():
@@ -231,9 +351,16 @@ def test_movielens_files_in_each_format(tmp_path):
 def test_methods_lists_the_registry(capsys):
     assert main(["methods"]) == 0
     out = capsys.readouterr().out
+    lines = out.splitlines()
     for name in cli.available_methods():
-        assert any(line.startswith(name + " ") for line in out.splitlines())
+        assert any(line.startswith(name + " ") for line in lines)
     assert set(MAIN_JOB) <= set(cli.available_methods())
+    # aligned columns: every row's estimator and upload start under their headers
+    header = lines[0]
+    for name, method in cli.available_methods().items():
+        line = next(line for line in lines if line.startswith(name + " "))
+        assert line.index("sklearn_fedmf.") == header.index("estimator")
+        assert line.index(method.sends) == header.index("a client uploads")
 
 
 def test_python_dash_m_runs_the_command():

@@ -1,6 +1,7 @@
 """FederatedClustering (orthogonal NMF by FedMAvg / FedMGS) and clustering_accuracy.
 
-Oracles from spec fedmavg_fedmgs.md, section 7 (numbers in the test names' docstrings).
+Oracles derived from Wang and Chang's Algorithms 1-2 and model (35)-(36): exact
+equivalences, feasibility, the privacy contract, and recovery of well-separated blobs.
 """
 
 
@@ -24,14 +25,14 @@ from sklearn_fedmf.metrics import clustering_accuracy
 
 
 def blobs(n=240, m=12, k=3, noise=0.3, seed=0):
-    """Nonnegative blobs whose centers differ in direction (spec 7.3)."""
+    """Nonnegative blobs whose centers differ in direction."""
     rng = np.random.default_rng(seed)
     centers = rng.random((k, m))
     y = rng.integers(k, size=n)
     return np.maximum(centers[y] + noise * rng.normal(size=(n, m)), 0.0), y
 
 
-# ---- clustering accuracy (spec 6.6, 7.3) ----------------------------------------------------
+# ---- clustering accuracy (the paper's ACC, Section V) -----------------------------------------
 def test_accuracy_identity_permutation_and_hand_cases():
     rng = np.random.default_rng(0)
     y = rng.integers(4, size=50)
@@ -47,7 +48,7 @@ def test_accuracy_identity_permutation_and_hand_cases():
         clustering_accuracy([0, 1], [0])
 
 
-# ---- the local steps (spec 2.3, 8.2, 7.2-14) ------------------------------------------------
+# ---- the local steps (gradients and Lipschitz steps of (3), (29), (35), (36)) ---------------
 def test_vectorized_h_steps_equal_the_per_client_formula():
     """One matrix operation on all clients' rows equals each client's own step (2.3, 8.2)."""
     rng = np.random.default_rng(1)
@@ -103,7 +104,7 @@ def test_sncp_schedule():
     assert sncp_rho(9.0, 1e-6, 17, **rule) == 10.0  # capped
 
 
-# ---- exact equivalences (spec 7.2) --------------------------------------------------------
+# ---- exact equivalences -------------------------------------------------------------------
 FIXED = dict(max_iter=12, tol=0.0, sncp=False, rho0=1e-3, random_state=0)
 
 
@@ -169,7 +170,7 @@ def test_fedmgs_full_participation_descends_monotonically():
     assert F[-1] < 0.9 * F[0]
 
 
-# ---- feasibility, bookkeeping, who moves (spec 7.1) -----------------------------------------
+# ---- feasibility, bookkeeping, who moves ---------------------------------------------------
 @pytest.mark.parametrize("algorithm", ["fedmgs", "fedmavg"])
 def test_every_iterate_is_feasible_and_fedmgs_aggregates_are_exact(algorithm):
     X, _ = blobs()
@@ -206,7 +207,7 @@ def test_who_moves(algorithm, participation, all_move):
         assert moved == (all_move or client in sampled[1])
 
 
-# ---- privacy contract and communication (spec 7.1-7) ----------------------------------------
+# ---- privacy contract and communication ----------------------------------------------------
 @pytest.mark.parametrize("algorithm", ["fedmgs", "fedmavg"])
 def test_uploads_hold_only_what_the_paper_sends(algorithm):
     X, _ = blobs(n=90)
@@ -234,7 +235,7 @@ def test_uploads_hold_only_what_the_paper_sends(algorithm):
         paper = m * M * K + (m * K * K if algorithm == "fedmgs" else P * K * K)
         assert sent == 8 * paper
         initial = model.history_[k]["bytes_uploaded"] - sent
-        # G7: FedMGS's one-time upload of every client's aggregates counts in round 1
+        # FedMGS's one-time upload of every client's aggregates counts in round 1
         expected = P * (M * K + K * K) * 8 if algorithm == "fedmgs" else P * K * K * 8
         assert initial == (expected if k == 0 else 0)
     for info in log:  # no membership block ever goes up
@@ -254,13 +255,13 @@ def test_same_model_for_any_n_jobs():
     np.testing.assert_array_equal(ref.sample_factors_, par.sample_factors_)
 
 
-# ---- behaviour: blobs (spec 7.3) ----------------------------------------------------------
+# ---- behaviour: blobs ---------------------------------------------------------------------
 @pytest.mark.parametrize(
     "algorithm, params",
     [("fedmgs", dict(local_iter_v=20)), ("fedmavg", dict(clients_per_round=5))],
 )
 def test_well_separated_blobs_clustered_as_well_as_kmeans(algorithm, params):
-    """Spec 7.3 with N = 600 instead of 2000 (the rounds, not N, set the cost)."""
+    """Well-separated blobs with N = 600 instead of 2000 (the rounds, not N, set the cost)."""
     X, y = blobs(n=600, m=50, k=5)
     kmeans = clustering_accuracy(y, KMeans(5, n_init=10, random_state=0).fit(X).labels_)
     model = FederatedClustering(5, algorithm=algorithm, n_clients=10, max_iter=1000,
@@ -274,7 +275,8 @@ def test_well_separated_blobs_clustered_as_well_as_kmeans(algorithm, params):
 
 
 def test_onehot_mode_is_federated_kmeans():
-    """The exact K-means formulation (2.1): one-hot memberships; Lloyd's fixed points stay."""
+    """The exact K-means formulation (the paper's Section II-B): one-hot memberships; Lloyd's
+    fixed points stay."""
     X, y = blobs(n=300, m=10, k=4, seed=4)
     kmeans = KMeans(4, n_init=10, tol=0.0, random_state=0).fit(X)  # exact Lloyd fixed point
     model = FederatedClustering(4, h_constraint="onehot", n_clients=5, local_iter_v=50,

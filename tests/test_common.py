@@ -35,7 +35,7 @@ PREDICT_IS_A_MATRIX = (
 )
 ONMF_ON_CENTRED_BLOBS = (
     "the check clusters standardized blobs around the origin; orthogonal NMF clusters by "
-    "direction with nonnegative memberships (the paper's model, spec 2.2), which cannot "
+    "direction with nonnegative memberships (the paper's model (35)-(36)), which cannot "
     "separate them. The K-means mode (h_constraint='onehot', also checked) passes."
 )
 

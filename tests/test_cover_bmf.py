@@ -1,5 +1,5 @@
 """The Felb paper's cover-based baselines Asso, GreConD and MEBF, centralized and as local
-solvers of AggregatedBMF (felb.md 6, Appendix D settings); scikit-learn's estimator checks
+solvers of AggregatedBMF (the Felb paper's Appendix D settings); scikit-learn's estimator checks
 run on them in test_common.py."""
 
 import numpy as np

@@ -319,6 +319,22 @@ def test_partition_iid():
         partition_iid(5, 6)
 
 
+def test_partition_helpers_take_the_data_first():
+    # partition_iid takes X (like its siblings) or its number of rows, with the same result
+    X = sp.random(103, 20, density=0.2, format="csr", random_state=0)
+    np.testing.assert_array_equal(partition_iid(X, 10, random_state=0),
+                                  partition_iid(103, 10, random_state=0))
+    np.testing.assert_array_equal(partition_iid(X.toarray(), 10, random_state=0),
+                                  partition_iid(103, 10, random_state=0))
+    for bad in (2.5, True, "100", None):
+        with pytest.raises(ValueError, match="pass the data X .* or the number of rows"):
+            partition_iid(bad, 2)
+    with pytest.raises(ValueError, match="n_rows must be an integer >= 1, got 0"):
+        partition_iid(0, 1)
+    with pytest.raises(ValueError, match="pass the rating matrix X, got 100"):
+        partition_by_activity(100, 10)
+
+
 def test_partition_by_activity():
     X = make_ratings(400, 100, 8000, random_state=0).X
     activity = np.diff(X.indptr)

@@ -1,4 +1,5 @@
-"""FedMAvg for matrix completion: spec fedmavg_fedmgs.md (3, 7, 8.3-8.4), fedmc_admm.md (5)."""
+"""FedMAvg for matrix completion: Wang and Chang's Algorithm 1 on a masked loss, and the
+baseline as the FedMC-ADMM paper restates it (its Section 5.2)."""
 
 
 import numpy as np
@@ -28,7 +29,7 @@ def lam_max(S):
     return np.linalg.eigvalsh(S)[-1]
 
 
-# ---- schedule (spec 3.2, 7.1-4) -------------------------------------------------------------
+# ---- schedule (Algorithm 1's diminishing Q2) -----------------------------------------------
 def test_diminishing_q2_schedule_and_lemma_7(ratings):
     X, _, _ = ratings
     assert [q2_schedule(s, None, 5) for s in range(1, 9)] == [6, 3, 2, 2, 2, 1, 1, 1]
@@ -44,7 +45,7 @@ def test_diminishing_q2_schedule_and_lemma_7(ratings):
     assert seen == [q2_schedule(s, None, 5) for s in range(2, 9)]
 
 
-# ---- exact reductions (spec 7.2-10, 12; fedmc_admm.md 5) ------------------------------------
+# ---- exact reductions (Algorithm 1; the FedMC-ADMM paper's Section 5.2) ---------------------
 @pytest.mark.parametrize("w_step", ["global", "local"])
 def test_one_client_and_one_step_is_centralized_alternating_gradient(ratings, w_step):
     X, _, _ = ratings
@@ -63,9 +64,9 @@ def test_one_client_and_one_step_is_centralized_alternating_gradient(ratings, w_
 
 
 def test_fedmc_admm_variant_is_the_restatement(ratings):
-    """fedmc_admm.md 5: all clients update U (c = 1/2 lambda_max(V V^T), no 1/p), the sampled
-    ones run Q2 = 10 W steps from V^k (data gradient / p, d_i = 5 lambda_max(U_i^T U_i)), and
-    V^{k+1} is the plain mean over S_k."""
+    """The FedMC-ADMM paper's Section 5.2: all clients update U (c = 1/2 lambda_max(V V^T), no
+    1/p), the sampled ones run Q2 = 10 W steps from V^k (data gradient / p,
+    d_i = 5 lambda_max(U_i^T U_i)), and V^{k+1} is the plain mean over S_k."""
     X, _, _ = ratings
     lam, gam, p = 0.05, 0.1, 4
     sampled = []
@@ -96,7 +97,7 @@ def test_fedmc_admm_variant_is_the_restatement(ratings):
 
 
 def test_weighted_fedmavg_with_q2_one_equals_fedmgs(ratings):
-    """Spec 7.2-12: full participation, weighted average (8), Q2 = 1, the same d factor."""
+    """Full participation, weighted average (8), Q2 = 1, the same d factor."""
     X, _, _ = ratings
     params = dict(alpha_u=0.1, alpha_v=0.2, max_iter=15)
     mavg = small(local_iter_v=1, d_factor=0.501, aggregation="weighted", **params).fit(X)
@@ -105,7 +106,7 @@ def test_weighted_fedmavg_with_q2_one_equals_fedmgs(ratings):
     np.testing.assert_allclose(mavg.user_factors_, mgs.user_factors_, rtol=1e-10)
 
 
-# ---- protocol (spec 7.1-6, 7.1-7) ---------------------------------------------------------
+# ---- protocol ------------------------------------------------------------------------------
 @pytest.mark.parametrize("participation, all_move", [("pcc", True), ("pcp", False)])
 def test_who_moves(ratings, participation, all_move):
     X, _, _ = ratings
@@ -166,7 +167,7 @@ def test_same_model_for_any_n_jobs(ratings):
     [{}, {"clients_per_round": 2}, {"variant": "fedmc_admm"}, {"w_step": "guarded"}],
 )
 def test_recovers_an_exactly_low_rank_matrix(params):
-    """fedmc_admm.md 8.4-22: FedMAvg recovers the synthetic low-rank matrix."""
+    """FedMAvg recovers the synthetic low-rank matrix."""
     X, Y, _ = low_rank_ratings(m=200, n=50, seed=2)
     model = FedMAvg(n_components=2, n_clients=4, max_iter=300, center=False, random_state=0,
                     **params).fit(X, eval_set=Y)

@@ -1,8 +1,8 @@
-"""Test oracles of the FedMC-ADMM spec (``specs/fedmc_admm.md``, section 8, items 1-21).
+"""Test oracles of FedMC-ADMM (Algorithm 1 of the paper, its equations and lemmas).
 
 The oracles are written in the paper's layout (``W``, ``V``, ``Y`` of shape ``(r, n)``) with
 dense masked formulas on tiny blocks; the solver keeps item-side arrays transposed
-(``(n, r)``), so every call transposes. Tolerances follow the spec: "exact" is a relative
+(``(n, r)``), so every call transposes. Tolerances: "exact" is a relative
 error <= 1e-10, an inequality may carry a slack of 1e-10 * max(1, |value|).
 """
 
@@ -33,7 +33,7 @@ from sklearn_fedmf.completion._fedmc_admm import (
 )
 
 EXACT = 1e-10
-EPS_L = 1e-8  # the spec's floor of L_W and L_U (section 1.4)
+EPS_L = 1e-8  # the floor of L_W and L_U (EPS_LIPSCHITZ in the solver)
 
 REGS = {  # R_i and R as sklearn elastic nets; (lambda, gamma) = (alpha_u, alpha_v)
     "l2": dict(alpha_u=0.3, alpha_v=0.2, l1_ratio=0.0, positive=False),
@@ -154,7 +154,8 @@ def protocol_for(
 
 
 def recipe(seed):
-    """Section 8.4: M = A B / sqrt(r), 400 x 100, r = 2, 50% observed, 20% of those held out."""
+    """Synthetic recovery: M = A B / sqrt(r), 400 x 100, r = 2, 50% observed, 20% of those held
+    out."""
     rng = np.random.default_rng(seed)
     M = rng.normal(size=(400, 2)) @ rng.normal(size=(2, 100)) / np.sqrt(2)
     observed = rng.random(M.shape) < 0.5
@@ -261,7 +262,7 @@ def test_u_step_generic_prox_is_not_beaten_by_perturbations():
 
 @pytest.mark.parametrize("name", ["l2", "l1", "enet_pos"])
 def test_u_loop_is_n_prox_gradient_steps_with_one_lipschitz_constant(name):
-    # L_W is computed once per round from W_i^k; every step uses it (spec 2.2 (a)).
+    # L_W is computed once per round from W_i^k; every step uses it (Algorithm 1).
     block, d, U_prev, W = _step_inputs(seed=4)
     r = REGS[name]
     L_W = lipschitz(W @ W.T)
@@ -635,7 +636,8 @@ def test_lemma_4_5_holds_before_first_participation_with_paper_dual_init():
     for cs, d in zip(state.client_states, problem.dense):
         np.testing.assert_array_equal(cs["Wt"], state.broadcast)
         assert_close(cs["Yt"].T, -grad_V(cs["U"], state.broadcast.T, d) / p)
-    # With dual_init="zeros" the identity fails before first participation (spec A18).
+    # With dual_init="zeros" the identity fails before first participation (eq. (16) needs
+    # every Y_i).
     g = grad_V(initial[0]["U"], V0.T, problem.dense[0])
     assert np.all(initial[0]["Yt"] == 0) and np.linalg.norm(g) > 1e-3
 
@@ -749,7 +751,7 @@ def test_uploads_hold_exactly_w_and_y_of_item_shape():
     state, _ = initialize_federation(protocol, problem.blocks, entropy=4)
     ((tag, _, init_uploads),) = log
     assert tag == "init" and set(init_uploads) == set(range(3))
-    for up in init_uploads.values():  # the one-time Y_i^0 (spec A18)
+    for up in init_uploads.values():  # the one-time Y_i^0 (eq. (16) needs every client's)
         assert set(up) == {"Y"} and up["Y"].shape == (n, rank)
     for k in range(3):
         log.clear()
@@ -989,7 +991,7 @@ def test_consensus_and_stationarity():
         gap = np.linalg.norm(cs["Yt"].T + grad_V(U, V, d) / p)
         assert gap <= 1e-5 * np.linalg.norm(cs0["Yt"])
 
-    def residual(Us, V):  # the spec's stationarity residual, with R = (1e-6 / 2)||.||^2
+    def residual(Us, V):  # the stationarity residual of Theorem 4.8, with R = (1e-6 / 2)||.||^2
         rv = sum(grad_V(U, V, d) for U, d in zip(Us, ds)) / p + 1e-6 * V
         ru = sum(np.linalg.norm((grad_U(U, V, d) + 1e-6 * U) / p) for U, d in zip(Us, ds))
         return np.linalg.norm(rv) + ru

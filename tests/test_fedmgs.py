@@ -1,5 +1,6 @@
 """FedMGS for matrix completion: gradient sharing with fresh client gradients per server step
-(spec fedmavg_fedmgs.md 4, 7, 8.3 and G7/G17)."""
+(Wang and Chang's Algorithm 2 on a masked loss; its Remark 2 covers the full-observation
+loss only)."""
 
 
 import numpy as np
@@ -20,7 +21,7 @@ def small(**params):
 
 
 def test_with_all_clients_the_partition_does_not_matter(ratings, monkeypatch):
-    """Spec 7.2-11 for the masked loss: the server step uses the sum of the clients'
+    """Algorithm 2 for the masked loss: the server step uses the sum of the clients'
     gradients, which is the global gradient however the rows are split."""
     X, _, _ = ratings
     U0 = np.random.default_rng(5).random((X.shape[0], 2))
@@ -86,7 +87,7 @@ def test_privacy_contract_uploads_hold_a_gradient_and_a_gram(ratings):
             assert set(upload) == {"grad", "gram"}
             assert upload["grad"].shape == (n_items, r) and upload["gram"].shape == (r, r)
         assert sum(nbytes(u) for u in info["uploads"].values()) == m * per_client
-        # G7: every client's initial gradient is counted once, in round 1
+        # every client's initial gradient (for G1^0, G2^0) is counted once, in round 1
         once = P * per_client if k == 0 else 0
         assert model.history_[k]["bytes_uploaded"] == m * per_client + once
         # the broadcast V reaches the sampled clients only

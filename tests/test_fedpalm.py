@@ -1,4 +1,4 @@
-"""FedPALM, Remark 1 of Wang & Chang ((15)-(16)): fedmavg_fedmgs.md 3.5."""
+"""FedPALM, Remark 1 of Wang & Chang ((15)-(16)), the baseline of its Fig. 2b."""
 
 import numpy as np
 import pytest
@@ -24,7 +24,7 @@ def test_fedpalm_with_q_2_is_fedmavg_with_one_step_each():
 
 def test_fedpalm_q_2_clustering_round_by_hand():
     """One round, every client: one projected H step at W^1 and one projected W step per
-    client, then the N_p-weighted mean projected on [min X, max X] (3.3, 3.5)."""
+    client, then the N_p-weighted mean projected on [min X, max X] (Algorithm 1, Remark 1)."""
     rng = np.random.default_rng(0)
     X = rng.random((30, 4)) * 2.0
     clients = np.repeat([0, 1, 2], 10)

@@ -1,4 +1,5 @@
-"""Felb, Felb-MU and AggregatedBMF: the test oracles of the Felb spec, section 8."""
+"""Felb, Felb-MU and AggregatedBMF: oracles from the Felb paper (Algorithm 1,
+the Elb prox, Appendix B) and planted-tile recovery."""
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from sklearn_fedmf.privacy import gaussian_sigma
 
 
 def tiles(n=800, m=80, k=4, density=1.0, noise=0.0, seed=0):
-    """Spec 8.10's disjoint tiles (rows and columns cut at random into k + 1 groups, tile l =
+    """Disjoint planted tiles (rows and columns cut at random into k + 1 groups, tile l =
     row group l x column group l), thinned to ``density``, then XOR noise; returns the data
     and the noise-free full tiles (the ground truth of F1*)."""
     data = make_binary_tiles(n, m, k, noise=noise, tile_density=density, overlap=False,
@@ -251,7 +252,7 @@ def test_boolean_convergence_with_default_schedule():
 @pytest.mark.parametrize("density, noise, f1_star, f1_data", [(1.0, 0.0, 0.95, 0.95),
                                                               (0.9, 0.1, 0.90, None)])
 def test_planted_tile_recovery_best_of_five_seeds(update, density, noise, f1_star, f1_data):
-    # spec 8.10: single seeds fail ~25% of the time (Felb), so assert the best of 5
+    # single seeds fail ~25% of the time (Felb), so assert the best of 5
     X, truth = tiles(800, 80, 4, density=density, noise=noise, seed=3)
     best = (0.0, 0.0)
     for seed in range(5):

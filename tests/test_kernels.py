@@ -1,4 +1,5 @@
-"""The numba kernels of ``sklearn_fedmf._kernels`` against dense masked numpy oracles.
+"""The numba kernels (``sklearn_fedmf._kernels`` and FedMC-ADMM's
+``sklearn_fedmf.completion._fedmc_admm_kernels``) against dense masked numpy oracles.
 
 Every block has empty rows, empty columns and explicit zeros (observed ratings equal to 0,
 which must count as observations). Tests use small float64 blocks, so dense oracles are cheap.
@@ -11,15 +12,18 @@ import scipy.sparse as sp
 from sklearn_fedmf._kernels import (
     grad_cols,
     grad_rows,
-    linearized_cols,
     prox_grad_rows,
     ridge_fold_in,
-    squared_distance,
     squared_error,
     values_at,
 )
+from sklearn_fedmf.completion._fedmc_admm_kernels import (
+    linearized_cols,
+    replace_and_accumulate,
+    squared_distance,
+)
 
-RTOL = 1e-10  # the spec's "exact"
+RTOL = 1e-10  # "exact": relative error
 
 
 def _block(seed, n_rows=13, n_items=9, density=0.45, unsorted=False):
@@ -249,3 +253,14 @@ def test_squared_distance_matches_numpy(shape):
     A, B = rng.normal(size=shape), rng.normal(size=shape)
     _assert_close(squared_distance(A, B), np.sum((A - B) ** 2))
     assert squared_distance(A, A) == 0.0
+
+
+def test_replace_and_accumulate_matches_numpy():
+    # The server's running sum: total += (W + Y / beta) - Z_i, then Z_i = W + Y / beta.
+    rng = np.random.default_rng(3)
+    Z_i, total, W, Y = (rng.normal(size=(37, 4)) for _ in range(4))
+    beta = 0.7
+    expected_total, expected_z = total + (W + Y / beta) - Z_i, W + Y / beta
+    replace_and_accumulate(Z_i, total, W, Y, beta)
+    _assert_close(total, expected_total)
+    _assert_close(Z_i, expected_z)

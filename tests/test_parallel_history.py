@@ -1,4 +1,4 @@
-"""Spec 8.3 item 15, strict form: a parallel run reproduces the sequential ``history_`` bit for
+"""Determinism, strict form: a parallel run reproduces the sequential ``history_`` bit for
 bit, diagnostics included (the engine sums per-client metrics in client order)."""
 
 import numpy as np

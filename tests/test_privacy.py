@@ -1,4 +1,5 @@
-"""Oracles for the shared DP mechanisms (Felb spec section 8, item 12)."""
+"""Oracles for the shared DP mechanisms: closed forms of the Gaussian, Laplace and
+randomized-response mechanisms."""
 
 import math
 
@@ -22,7 +23,8 @@ from sklearn_fedmf.privacy import (
 
 @pytest.mark.parametrize("epsilon, expected", [(0.5, 5.0745), (1.0, 2.5373), (2.0, 1.2686)])
 def test_gaussian_sigma_reference_values(epsilon, expected):
-    # spec 8.12: Delta = 1, delta = 0.05; the factor is sqrt(2 ln 25) = 2.537272
+    # the Felb paper's setting (Section 3.3): Delta = 1, delta = 0.05; the factor is
+    # sqrt(2 ln 25) = 2.537272
     assert gaussian_sigma(epsilon, 0.05) == pytest.approx(expected, abs=5e-5)
     assert gaussian_sigma(epsilon, 0.05, sensitivity=3.0) == pytest.approx(3 * expected, abs=2e-4)
 

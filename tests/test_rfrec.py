@@ -1,8 +1,9 @@
-"""RFRec / RFRecF against the oracles of the spec (section 7), on toy problems.
+"""RFRec / RFRecF against exact oracles on toy problems.
 
 The reference is an independent dense simulation: every client keeps its whole ``(m, d)``
-copy ``V_(c)`` and the gradient of ``F`` is written out from the spec's formulas (1.5).
-``F`` is not convex (spec 1.6), so nothing here compares against a unique optimum.
+copy ``V_(c)`` and the gradient of ``F`` is written out from the paper's objective (5).
+``F`` is not convex (sign and rotation symmetries), so nothing here compares against a
+unique optimum.
 """
 
 
@@ -87,7 +88,7 @@ def objective(R, mask, groups, U, V, reg, alpha_u, alpha_v):
 
 
 def grad_F(R, mask, groups, U, V, reg, alpha_u, alpha_v, Vbar=None):
-    """Spec 1.5: the exact gradient of F (psi part lambda (V_(c) - Vbar))."""
+    """The exact gradient of F (psi part lambda (V_(c) - Vbar))."""
     N = V.shape[0]
     Vbar = V.mean(0) if Vbar is None else Vbar
     gU, gV, _ = fit_grads(R, mask, groups, U, V, "identity")

@@ -1,4 +1,4 @@
-"""RFRec's personal predictions ``link(u_i . v_(c)j)`` (rfrec.md 1.4)."""
+"""RFRec's personal predictions ``link(u_i . v_(c)j)`` with each client's own item matrix."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Client sampling with replacement, proportional to omega (fedmavg_fedmgs.md 3.3, G15, G21)."""
+"""Client sampling with replacement, proportional to omega (Wang & Chang, Algorithm 1)."""
 
 import numpy as np
 import pytest
@@ -60,7 +60,7 @@ def test_fedmavg_draws_follow_omega_of_the_entries():
 
 
 def test_averaged_update_with_duplicates_is_the_mean_over_the_multiset():
-    """3.3 step 5 on a hand-computed case: A = (0, 0, 2), W = (2 W_0 + W_2) / 3."""
+    """Eqs. (9)-(10) on a hand-computed case: A = (0, 0, 2), W = (2 W_0 + W_2) / 3."""
     W0, W2 = np.array([[3.0, 0.0], [0.0, 3.0]]), np.array([[0.0, 6.0], [-3.0, 0.0]])
     state = {"Vt": np.zeros((2, 2)), "weights": np.array([0.5, 0.3, 0.2]), "total": 10.0}
     _, broadcast = server_update(state, {0: {"W": W0}, 2: {"W": W2}}, 0, {0: 2, 2: 1},

@@ -30,7 +30,7 @@ def aggregate_boolean(V_stack, aggregation):
     """Combine ``C`` Boolean ``k x m`` matrices (stacked on axis 0) elementwise.
 
     ``"round"``: ``round(mean)`` with ties (mean 1/2) to 0; ``"majority"``:
-    ``sum >= C/2`` (ties to 1); ``"or"``: any (spec section 6, eqs. 11-13).
+    ``sum >= C/2`` (ties to 1); ``"or"``: any (the paper's Appendix B, Algorithm 2, eqs. 11-13).
     """
     counts = np.asarray(V_stack, dtype=np.int64).sum(axis=0)
     n = len(V_stack)
@@ -127,8 +127,12 @@ class AggregatedBMF(BooleanFactorizationBase):
         Randomized response on the Boolean upload (flip probability ``1 / (1 + e^epsilon)``),
         epsilon-DP per bit of the single release; the aggregate stays Boolean.
     epsilon : float, default=1.0
+        Privacy budget of the single release (``privacy="bernoulli"``), > 0.
     n_clients : int, default=10
+        Number of clients when ``clients`` is not given to fit.
     partition : {"random", "contiguous"}, default="random"
+        How rows are assigned to ``n_clients`` clients when ``clients`` is not given to fit
+        (``"random"`` is seeded by ``random_state``).
     binarize : float or None, default=None
         None: ``X`` must be binary (a ValueError otherwise). A float maps every entry to
         ``x > binarize`` first, as :class:`~sklearn.naive_bayes.BernoulliNB` does (e.g. 3.25
@@ -136,8 +140,11 @@ class AggregatedBMF(BooleanFactorizationBase):
     callback : callable, default=None
         ``callback(round, info)`` after the single round.
     random_state : int, RandomState instance or None, default=None
+        Seeds the partition, the local initializations and the randomized response.
     n_jobs : int, default=None
+        Parallel local factorizations (joblib; threads unless a backend is configured).
     verbose : int, default=0
+        1 shows a progress bar of the single round, 2 a line.
     on_client_error : {"raise", "skip"}, default="raise"
         An exception in a client's code raises a
         :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.

@@ -129,6 +129,20 @@ class BooleanFactorizationBase(
 
         The clients' own rounded factors of the last round, fitted against their local copy
         of ``V`` rather than the final ``components_``, are ``user_factors_``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Binary data (see :meth:`fit`).
+        y : Ignored
+            Not used, present for API consistency by convention.
+        **fit_params : dict
+            ``clients``, passed on to :meth:`fit`.
+
+        Returns
+        -------
+        U : ndarray of bool, shape (n_samples, n_components)
+            The rows' Boolean factors folded in against the fitted ``components_``.
         """
         return self.fit(X, y, **fit_params).transform(X)
 
@@ -141,11 +155,13 @@ class BooleanFactorizationBase(
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features), binary
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Binary rows (0/1; in a sparse matrix absent entries are 0).
 
         Returns
         -------
         U : ndarray of bool, shape (n_samples, n_components)
+            The rows' Boolean factors.
         """
         check_is_fitted(self)
         A = self._check_binary(X, reset=False)
@@ -153,7 +169,18 @@ class BooleanFactorizationBase(
             return fold_in(A, self.components_, **self._fold_in_params())
 
     def inverse_transform(self, X):
-        """Boolean product ``U o components_`` (``min(1, U V)``), a dense bool array."""
+        """Boolean product ``U o components_`` (``min(1, U V)``), a dense bool array.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_components)
+            Row factors ``U`` (entries above 1/2 count as 1), e.g. from :meth:`transform`.
+
+        Returns
+        -------
+        X_hat : ndarray of bool, shape (n_samples, n_features)
+            The Boolean reconstruction.
+        """
         U = self._check_factors(X).astype(np.float64) > 0.5
         return (U.astype(np.float64) @ self.components_.astype(np.float64)) > 0
 
@@ -163,6 +190,16 @@ class BooleanFactorizationBase(
         Returns a dense bool array of shape (n_samples, n_features); use :meth:`transform`
         and the factors for large inputs (:mod:`sklearn_fedmf.metrics` scores them without
         densifying).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Binary rows, folded in (see :meth:`transform`).
+
+        Returns
+        -------
+        X_hat : ndarray of bool, shape (n_samples, n_features)
+            The Boolean reconstruction of the rows.
         """
         return self.inverse_transform(self.transform(X))
 
@@ -174,12 +211,15 @@ class BooleanFactorizationBase(
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features), binary
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Binary rows, folded in and reconstructed.
         y : Ignored
+            Not used, present for API consistency by convention.
 
         Returns
         -------
         score : float
+            F1 in [0, 1].
         """
         check_is_fitted(self)
         A = self._check_binary(X, reset=False)

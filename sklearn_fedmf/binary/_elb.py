@@ -1,7 +1,8 @@
 """The Elb regularizer, its proximal operators and the local iPALM / MU steps (pure functions).
 
-Notation of the Felb spec: a client holds a binary ``A`` (n_i x m, CSR with unit data) and
-fits ``A ~ U V`` with the scaled objective (spec section 1)::
+Notation of the Felb paper (Section 3): a client holds a binary ``A`` (n_i x m, CSR with unit
+data) and
+fits ``A ~ U V`` with the scaled objective of its Section 3.1::
 
     F(U, V; Vh) = 1/2 ||A - U V||_F^2 + R'(U) + R'(V) + (gamma/2) ||V - Vh||_F^2
     R'(X)       = sum_x min{kappa |x| + lam/2 x^2,  kappa |x - 1| + lam/2 (x - 1)^2}  (x >= 0)
@@ -34,8 +35,8 @@ __all__ = [
 ]
 
 PROX_MODES = ("exact_nonneg", "exact", "paper", "paper_nonneg")
-EPS_LIPSCHITZ = 1e-4  # floor of ||Gram||_F (spec 2.3, from the authors' code)
-EPS_MU = 1e-12  # floor of the MU denominators (spec 3)
+EPS_LIPSCHITZ = 1e-4  # floor of ||Gram||_F (as in the authors' code)
+EPS_MU = 1e-12  # floor of the MU denominators (Felb-MU)
 
 
 def prox_elb(X, a, c, mode="exact_nonneg"):
@@ -71,7 +72,7 @@ def prox_proximity(X, s, Vh):
 
 
 def elb_value(X, kappa, lam):
-    """``R'(X)`` (halved quadratic weight, spec section 1); 0 exactly on Boolean matrices."""
+    """``R'(X)`` (halved quadratic weight, Section 3.1); 0 exactly on Boolean matrices."""
     X = np.asarray(X, dtype=float)
     d = X - 1.0
     return float(np.minimum(kappa * np.abs(X) + 0.5 * lam * X * X,
@@ -99,7 +100,7 @@ def lam_at(t, lam, growth, lam_max):
 
 
 def loss_terms(A, U, V, AVt=None):
-    """``||A - U V||_F^2`` for a binary CSR ``A`` without forming ``U V`` (spec section 9)."""
+    """``||A - U V||_F^2`` for a binary CSR ``A`` without forming ``U V``."""
     if AVt is None:
         AVt = A @ V.T
     fit = A.nnz - 2.0 * float(np.vdot(U, AVt)) + float(np.vdot(U.T @ U, V @ V.T))
@@ -160,7 +161,7 @@ def _extrapolate_kernel(X, X_prev, beta, clamp, out):
 
 def _extrapolate(X, X_prev, beta, mu):
     """``X + beta (X - X_prev)``; clamped at 0 for MU, where a negative extrapolation would
-    make the step negative and blow up (spec 3)."""
+    make the step negative and blow up."""
     if not beta and not mu:
         return X
     return _extrapolate_kernel(X, X_prev, float(beta), mu, np.empty_like(X))
@@ -179,7 +180,8 @@ def _prox_step(Xbar, XG, B, gram, *, kappa, lam_t, update, prox_mode, step_scale
 
 def u_step(U, U_prev, V, A, *, kappa, lam_t, beta, update="palm", prox_mode="exact_nonneg",
            step_scale=1.0):
-    """One inertial proximal step on ``U`` (spec 2.3 / 3); returns ``(U_new, U)``.
+    """One inertial proximal step on ``U`` (Algorithm 1's local iPALM step; Felb-MU's steps);
+    returns ``(U_new, U)``.
 
     PALM: ``eta = step_scale / max(||V V^T||_F, 1e-4)``; MU: ``eta = Ubar / (Ubar V V^T)``.
     """

@@ -1,6 +1,7 @@
 """Felb and Felb-MU: federated binary matrix factorization by proximal optimization.
 
-Dalleiger, Vreeken and Kamp, Algorithm 1, as resolved by the Felb spec. One engine round is
+Dalleiger, Vreeken and Kamp, Algorithm 1 (with the gaps of the paper resolved as documented
+below and in the user guide). One engine round is
 one synchronization: every client runs ``sync_every`` (b) Gauss-Seidel iPALM steps on its
 private ``U_i`` and its copy ``V_i`` (pulled towards the last ``Vh``), then uploads ``V_i``
 (k x m, privatized when DP is on); the server averages the uploads and applies the Elb prox
@@ -36,7 +37,7 @@ __all__ = ["Felb"]
 
 # ---- pure protocol functions ----------------------------------------------------------------
 def init_server(rng, *, n_components, n_items, lam):
-    """Shared random start ``Vh^0 ~ U[0, 1)^(k x m)`` (spec 2.6) and step counter 0."""
+    """Shared random start ``Vh^0 ~ U[0, 1)^(k x m)`` (Algorithm 1, line 1) and step counter 0."""
     Vh = rng.random((n_components, n_items))
     return {"Vh": Vh, "t": 0, "lam": lam}, {"Vh": Vh, "t": 0}
 
@@ -62,7 +63,7 @@ def client_update(state, block, broadcast, rng, selected, *, sync_every, schedul
 
 def server_update(server_state, uploads, round_index, *, sync_every, n_clients, server_step,
                   kappa, schedule, prox_mode):
-    """``Vh = prox(mean of the uploads; eta_s kappa, eta_s lambda_t)`` (spec 2.5)."""
+    """``Vh = prox(mean of the uploads; eta_s kappa, eta_s lambda_t)`` (Section 3.2)."""
     mean = sum(uploads[c] for c in sorted(uploads)) / len(uploads)  # order-independent
     t_end = server_state["t"] + sync_every
     lam_t = _lam_of_step(t_end - 1, sync_every, **schedule)
@@ -168,7 +169,7 @@ class Felb(BooleanFactorizationBase):
         extrapolated point clamped at 0 (entries that reach exactly 0 stay 0: zeros of ``Vh``
         are absorbing, a faithful consequence of the method).
     prox_mode : {"exact_nonneg", "exact", "paper", "paper_nonneg"}, default="exact_nonneg"
-        The exact prox of the Elb regularizer on ``x >= 0`` (the spec's correction), or the
+        The exact prox of the Elb regularizer on ``x >= 0`` (a correction of eq. 6), or the
         paper's eq. 6 (which omits the soft-threshold dead zones), clamped at 0 or not.
     proximity : {"sequential", "joint"}, default="sequential"
         The paper's Elb prox followed by the proximity prox, or their exact joint prox.
@@ -190,7 +191,8 @@ class Felb(BooleanFactorizationBase):
     delta : float, default=0.05
         ``delta`` of the Gaussian mechanism.
     clip : float or None, default=None
-        Entrywise clipping threshold ``theta`` before the noise (the spec suggests 1.5).
+        Entrywise clipping threshold ``theta`` before the noise (1.5 bounds the
+        relaxed entries with room to spare).
     sensitivity : {"entry", "matrix"} or float, default="entry"
         Sensitivity the noise is calibrated to (:func:`sklearn_fedmf.privacy.sensitivity_of`).
     n_clients : int, default=10

@@ -17,7 +17,7 @@ import sys
 from ._commands import cmd_methods, cmd_run, cmd_tune, fit_method  # noqa: F401
 from ._data import BINARY_THRESHOLD, binarize, load_data, prepare_data  # noqa: F401
 from ._messages import CommandError, _one_line  # noqa: F401
-from ._options import _assignment, _common, _grid_entry, _Parser, _positive_int
+from ._options import _assignment, _at_least_two, _common, _grid_entry, _Parser, _positive_int
 from ._registry import (  # noqa: F401
     MAIN_JOB,
     METHODS,
@@ -79,13 +79,18 @@ def build_parser():
                       help=f"one of {names} (default: %(default)s)")
     tune.add_argument("--grid", type=_grid_entry, action="append", metavar="NAME=V1,V2",
                       help="a parameter and its values (repeatable); replaces the method's "
-                           "default grid")
-    tune.add_argument("--cv", type=_positive_int, default=3, help="folds (default: %(default)s)")
+                           "default grid. A parameter cannot be both in --grid and set by an "
+                           "option (--clients, --rank, ...); an option given without --grid "
+                           "fixes its parameter and drops it from the default grid")
+    tune.add_argument("--cv", type=_at_least_two, default=3,
+                      help="folds, at least 2 (default: %(default)s)")
     tune.add_argument("--halving", action="store_true",
                       help="HalvingGridSearchCV with the rounds (max_iter) as the resource, up "
                            "to --rounds")
     tune.add_argument("--top", type=_positive_int, default=15,
                       help="rows of the ranked table to print (default: %(default)s)")
+    tune.add_argument("--quiet", action="store_true",
+                      help="no progress line per candidate on stderr")
     _common(tune, rounds=50)
     tune.set_defaults(func=cmd_tune)
 

@@ -5,15 +5,26 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 
+from ..exceptions import DegenerateFitWarning
 from ._data import prepare_data
 from ._messages import CommandError, _note
-from ._registry import METHODS, _methods, available_methods, make_estimator
+from ._progress import with_progress
+from ._registry import (
+    _OPTION_PARAMS,
+    METHODS,
+    _flag,
+    _methods,
+    available_methods,
+    check_value,
+    make_estimator,
+)
 from ._report import format_search, format_table, plot_histories
 
 
@@ -21,7 +32,8 @@ def fit_method(method, estimator, X_train, X_test=None, seen=None):
     """Fit, time, and summarize one estimator.
 
     Each distinct warning becomes one ``note`` line (once per command: ``seen`` holds those
-    already printed) and is kept in the result.
+    already printed) and is kept in the result; a :class:`DegenerateFitWarning` also marks
+    the result ``degenerate`` (flagged in the table).
     """
     fit_params = {}
     if X_test is not None and "eval_set" in inspect.signature(estimator.fit).parameters:
@@ -32,6 +44,8 @@ def fit_method(method, estimator, X_train, X_test=None, seen=None):
         estimator.fit(X_train, **fit_params)
         seconds = time.perf_counter() - tic
     messages = list(dict.fromkeys(str(w.message).splitlines()[0] for w in caught))
+    degenerate = [str(w.message).splitlines()[0] for w in caught
+                  if issubclass(w.category, DegenerateFitWarning)]
     seen = set() if seen is None else seen
     for message in messages:
         if message not in seen:
@@ -43,6 +57,7 @@ def fit_method(method, estimator, X_train, X_test=None, seen=None):
         "seconds": seconds,
         "bytes_uploaded": int(sum(r.get("bytes_uploaded", 0) for r in history)),
         "bytes_downloaded": int(sum(r.get("bytes_downloaded", 0) for r in history)),
+        "degenerate": bool(degenerate),
     }
     for key in ("train_rmse", "eval_rmse", "f1", "rmsd", "objective"):
         values = [r[key] for r in history if key in r]
@@ -53,7 +68,8 @@ def fit_method(method, estimator, X_train, X_test=None, seen=None):
     return {"method": method.name, "label": method.label, "kind": method.kind,
             "objective": _objective_id(method, estimator),
             "estimator": type(estimator).__name__, "params": _jsonable(estimator.get_params()),
-            "summary": summary, "warnings": messages, "history": history}
+            "summary": summary, "warnings": messages, "degenerate": degenerate[:1],
+            "history": history}
 
 
 def _objective_id(method, estimator):
@@ -63,22 +79,40 @@ def _objective_id(method, estimator):
     return method.objective if method.objective and unchanged else method.name
 
 
+def _output_folder(text, files):
+    """The ``--out`` folder, created now, so that a bad path fails before any fit."""
+    out = Path(text).expanduser()
+    if out.exists() and not out.is_dir():
+        raise CommandError(f"--out {text}: exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CommandError(f"--out {text}: cannot create the folder ({exc.strerror})") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise CommandError(f"--out {text}: the folder is not writable")
+    for name in files:
+        if (out / name).is_dir():
+            raise CommandError(f"--out {text}: {out / name} is a folder, not a file")
+    return out
+
+
 def cmd_run(args):
     methods = _methods(args.method)
-    out = Path(args.out)
-    X, X_train, X_test, name = prepare_data(args, methods[0].kind)
+    out = _output_folder(args.out, ("history.json", "curves.png"))
+    for method in methods:  # option errors before the data is loaded
+        make_estimator(method, args)
+    X, X_train, X_test, name = prepare_data(args, methods[0].kind)  # may adapt the options
+    estimators = [make_estimator(m, args, verbose=0 if args.quiet else 1) for m in methods]
     if X_test is None:  # binary
         print(f"data: {name}: {X.shape[0]} rows x {X.shape[1]} columns, {X_train.nnz} ones")
     else:
         print(f"data: {name}: {X.shape[0]} users x {X.shape[1]} items, {X.nnz} ratings "
               f"({X_train.nnz} train / {X_test.nnz} test)")
     results, seen = [], set()
-    for method in methods:
-        estimator = make_estimator(method, args, verbose=0 if args.quiet else 1)
+    for method, estimator in zip(methods, estimators):
         results.append(fit_method(method, estimator, X_train, X_test, seen))
     print()
     print(format_table(results))
-    out.mkdir(parents=True, exist_ok=True)
     setup = _setup(args, X, name, methods[0].kind)
     report = {"command": "run", "data": setup, "results": results}
     (out / "history.json").write_text(json.dumps(report, indent=1))
@@ -110,6 +144,30 @@ def _title(setup):
     return ", ".join(parts)
 
 
+def tune_grid(method, args):
+    """The grid of ``fedmf tune``: ``--grid`` or the method's default grid.
+
+    An option the user gave (``--clients``, ``--rank``, ``--rounds``, ...) fixes its
+    parameter: it leaves the default grid, and is an error together with a ``--grid`` of the
+    same parameter. Every value is checked against the estimator's constraints.
+    """
+    grid = dict(args.grid) if args.grid else dict(method.grid)
+    for option, param in _OPTION_PARAMS.items():
+        if option not in args.explicit or param not in grid:
+            continue
+        if args.grid and param in dict(args.grid):
+            raise CommandError(f"{_flag(option)} and --grid {param}=... both set {param}; "
+                               "give one of them")
+        del grid[param]
+    if args.halving and "max_iter" in grid:
+        raise CommandError("--grid max_iter=...: with --halving the rounds are the resource "
+                           "(up to --rounds); leave max_iter out of the grid")
+    for param, values in grid.items():
+        for value in values:
+            check_value(method, param, value, f"--grid {param}={value!r}")
+    return grid
+
+
 def cmd_tune(args):
     from sklearn.model_selection import GridSearchCV, KFold
 
@@ -117,34 +175,46 @@ def cmd_tune(args):
     if len(methods) != 1:
         raise CommandError(f"--method {args.method}: tune takes one method at a time")
     method = methods[0]
-    X, X_fit, y_fit, name = prepare_data(args, method.kind)
-    grid = dict(args.grid) if args.grid else dict(method.grid)
-    estimator = make_estimator(method, args, verbose=0)
-    unknown = sorted(set(grid) - set(estimator.get_params()))
+    out = _output_folder(args.out, ("tune.json",))
+    # option and grid errors before the data is loaded
+    unknown = sorted(set(dict(args.grid or ())) - set(make_estimator(method, args).get_params()))
     if unknown:
         raise CommandError(f"--grid: {method.name} has no parameter {', '.join(unknown)}")
+    grid = tune_grid(method, args)
+    X, X_fit, y_fit, name = prepare_data(args, method.kind)  # may adapt the options
+    estimator = make_estimator(method, args, verbose=0)
     fold_rows = X.shape[0] - -(-X.shape[0] // args.cv)
     if max(grid.get("n_clients", [0]) + [estimator.get_params().get("n_clients", 0)]) > fold_rows:
         raise CommandError(
             f"impossible sizes: a grid or --clients value of n_clients exceeds the {fold_rows} "
             f"users of a training fold ({args.cv}-fold CV over {X.shape[0]} users)"
         )
+    cpr = estimator.get_params().get("clients_per_round")
+    if isinstance(cpr, int) and min(grid.get("n_clients", [cpr])) < cpr:
+        raise CommandError(f"impossible sizes: --grid n_clients={min(grid['n_clients'])} is "
+                           f"less than --clients-per-round {cpr}")
     cv = KFold(args.cv, shuffle=True, random_state=args.seed)
     common = dict(cv=cv, n_jobs=args.jobs, error_score="raise", refit=False)
+    progress = dict(binary=method.kind == "binary", quiet=args.quiet)
     if args.halving:
         from sklearn.experimental import enable_halving_search_cv  # noqa: F401
         from sklearn.model_selection import HalvingGridSearchCV
 
-        grid.pop("max_iter", None)
-        search = HalvingGridSearchCV(estimator.set_params(n_jobs=None), grid,
-                                     resource="max_iter", max_resources=args.rounds,
-                                     factor=3, random_state=args.seed, **common)
+        search = with_progress(HalvingGridSearchCV, **progress)(
+            estimator.set_params(n_jobs=None), grid, resource="max_iter",
+            max_resources=args.rounds, factor=3, random_state=args.seed, **common)
     else:
-        search = GridSearchCV(estimator.set_params(n_jobs=None), grid, **common)
+        search = with_progress(GridSearchCV, **progress)(
+            estimator.set_params(n_jobs=None), grid, **common)
     n_candidates = int(np.prod([len(v) for v in grid.values()]))
+    params = estimator.get_params()
+    fixed = {param: params[param] for option, param in _OPTION_PARAMS.items()
+             if option in args.explicit and param in params and param not in grid
+             and option != "jobs" and not (args.halving and param == "max_iter")}
     print(f"data: {name}: {X.shape[0]} users x {X.shape[1]} items; tuning {method.label}: "
           f"{n_candidates} candidates x {args.cv} folds"
-          + (" (successive halving on rounds)" if args.halving else ""), flush=True)
+          + (" (successive halving on rounds)" if args.halving else "")
+          + "".join(f"; {k}={v!r}" for k, v in fixed.items()), flush=True)
     tic = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -153,27 +223,36 @@ def cmd_tune(args):
     table, ranked = format_search(search, method.kind, args.top)
     print(table)
     best = ranked[0]
+    shown = [f"{k}={v!r}" for k, v in sorted(best["params"].items())
+             if not (args.halving and k == "max_iter")]
+    if "rounds" in best:
+        shown.append(f"rounds={best['rounds']}")
     print(f"\nbest parameters ({seconds:.1f} s): "
-          + ", ".join(f"{k}={v!r}" for k, v in sorted(best["params"].items()) if k != "max_iter")
-          + (f", rounds={best['rounds']}" if "rounds" in best else ""))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+          + (", ".join(shown) or "the only candidate (no parameter varied)"))
     report = {"command": "tune", "method": method.name, "halving": args.halving,
               "data": {"name": name, "shape": list(X.shape), "nnz": int(X.nnz)},
-              "cv": args.cv, "seconds": seconds, "grid": grid, "ranked": ranked}
+              "cv": args.cv, "seconds": seconds, "grid": grid,
+              "estimator": params, "ranked": ranked}
     (out / "tune.json").write_text(json.dumps(_jsonable(report), indent=1))
     print(f"wrote {out / 'tune.json'}")
     return 0
 
 
 def cmd_methods(args):
+    """Print the registry as an aligned table; a variant's fixed parameters go on the line
+    below its row, so that long ones do not widen every row."""
     available = available_methods()
-    print(f"{'name':<12} {'estimator':<32} {'kind':<11} a client uploads")
+    rows = [("name", "kind", "estimator", "a client uploads", "")]
     for m in METHODS.values():
         if m.name in available:
             fixed = ", ".join(f"{k}={v!r}" for k, v in m.fixed.items())
-            est = m.target.replace(":", ".") + (f"({fixed})" if fixed else "")
-            print(f"{m.name:<12} {est:<32} {m.kind:<11} {m.sends}")
+            rows.append((m.name, m.kind, m.target.replace(":", "."), m.sends, fixed))
+    widths = [max(len(row[j]) for row in rows) for j in range(3)]
+    indent = sum(widths[:2]) + 4
+    for *cells, fixed in rows:
+        print("  ".join([*(c.ljust(w) for c, w in zip(cells, widths)), cells[3]]))
+        if fixed:
+            print(" " * indent + f"with {fixed}")
     return 0
 
 

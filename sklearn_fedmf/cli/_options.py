@@ -25,6 +25,50 @@ def _positive_int(text):
     return value
 
 
+def _at_least_two(text):
+    value = _positive_int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 2, got {text!r}")
+    return value
+
+
+def _seed(text):
+    # numpy's SeedSequence takes non-negative integers; 2**32 - 1 is the largest seed that
+    # every numpy RandomState accepts too
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer from 0 to {2**32 - 1}, got {text!r}")
+    return value
+
+
+def _n_jobs(text):
+    # joblib's convention: -1 all cores, -2 all but one, ...; 0 means nothing
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value == 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number of workers or a negative one (-1 = all cores, -2 = all "
+            f"but one), got {text!r}")
+    return value
+
+
+def _fraction(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction strictly between 0 and 1, "
+                                         f"got {text!r}")
+    return value
+
+
 def _count_or_fraction(text):
     try:
         value = float(text) if "." in text else int(text)
@@ -77,7 +121,7 @@ def _common(parser, *, rounds):
                            "synthetic:2000x500x50k) or, for binary methods, "
                            "'tiles:ROWSxCOLSxTILES' (make_binary_tiles). Binary methods "
                            "binarize ratings at >= 3.5")
-    data.add_argument("--test-size", type=float, default=p["test_size"], metavar="FRACTION",
+    data.add_argument("--test-size", type=_fraction, default=p["test_size"], metavar="FRACTION",
                       help="held-out fraction of each user's ratings (default: %(default)s)")
     fed = parser.add_argument_group("federation")
     fed.add_argument("--clients", type=_positive_int, default=p["clients"], action=_Explicit,
@@ -90,10 +134,10 @@ def _common(parser, *, rounds):
                      help="communication rounds (default: %(default)s)")
     fed.add_argument("--rank", type=_positive_int, default=p["rank"], action=_Explicit,
                      help="rank / number of components (default: %(default)s)")
-    fed.add_argument("--jobs", type=int, default=1, action=_Explicit,
+    fed.add_argument("--jobs", type=_n_jobs, default=1, action=_Explicit,
                      help="parallel workers (joblib n_jobs; -1 = all cores; default: 1, "
                           "fastest on the small embedded data)")
-    fed.add_argument("--seed", type=int, default=p["seed"],
+    fed.add_argument("--seed", type=_seed, default=p["seed"], action=_Explicit,
                      help="seed of the split, the partition and every round (default: "
                           "%(default)s)")
     out = parser.add_argument_group("output")

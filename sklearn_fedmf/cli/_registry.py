@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 
-from ._messages import CommandError, _note
+from ._messages import CommandError
 
 MAIN_JOB = ("fedmc-admm", "fedmavg")
 PROTOCOL = dict(clients=100, clients_per_round=10, rounds=100, rank=5, seed=0, test_size=0.2)
@@ -108,6 +108,9 @@ def available_methods():
 def _methods(text):
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
     available = available_methods()
+    if not names:
+        raise CommandError(f"--method {text!r}: no method named; available: "
+                           f"{', '.join(available)}")
     for name in names:
         if name not in available:
             raise CommandError(
@@ -121,23 +124,45 @@ def _methods(text):
     return [available[n] for n in names]
 
 
+def _flag(option):
+    return "--" + option.replace("_", "-")
+
+
 def make_estimator(method, args, *, verbose=0):
-    """The estimator of ``method`` with the command-line options mapped onto its parameters."""
+    """The estimator of ``method`` with the command-line options mapped onto its parameters.
+
+    An option the user gave for a parameter the estimator does not have, and a value the
+    estimator rejects, are errors naming the option (before anything is fitted).
+    """
     cls = method.load()
     params = cls().get_params()
     chosen = {**method.fixed}
+    origin = {}  # parameter -> the option that set it, for error messages
     for option, param in _OPTION_PARAMS.items():
         value = getattr(args, option, None)
         if value is None:
             continue
         if param in params:
             chosen[param] = value
+            origin[param] = f"{_flag(option)} {value}"
         elif option in args.explicit:
-            _note(f"{method.name} has no parameter {param}; --{option.replace('_', '-')} ignored")
+            raise CommandError(f"{_flag(option)}: {method.name} has no parameter {param}")
     if "verbose" in params:
         chosen["verbose"] = verbose
     for key, value in (getattr(args, "set", None) or []):
         if key not in params:
             raise CommandError(f"--set {key}=...: {method.name} has no parameter {key!r}")
         chosen[key] = value
+        origin[key] = f"--set {key}={value!r}"
+    for param, where in origin.items():
+        check_value(method, param, chosen[param], where)
     return cls(**chosen)
+
+
+def check_value(method, param, value, where):
+    """Raise a one-line :class:`CommandError` naming ``where`` unless the estimator of
+    ``method`` accepts ``value`` for ``param`` (its ``_parameter_constraints``)."""
+    try:
+        method.load()(**{**method.fixed, param: value})._validate_params()
+    except (TypeError, ValueError) as exc:  # sklearn's InvalidParameterError is both
+        raise CommandError(f"{where}: {exc}") from None

@@ -9,22 +9,31 @@ from ._messages import _note
 
 
 def format_table(results):
-    """Plain-text table: one row per method with its final scores, time and traffic."""
+    """Plain-text table: one row per method with its final scores, time and traffic.
+
+    A fit that ended at a degenerate solution (it raised a ``DegenerateFitWarning``) gets a
+    ``!`` in a last column and a footnote with the warning.
+    """
     binary = results[0]["kind"] == "binary"
     scores = ("f1", "rmsd") if binary else ("train_rmse", "eval_rmse")
     heads = ("F1", "RMSD") if binary else ("train RMSE", "test RMSE")
-    header = ["method", "rounds", *heads, "seconds", "MB up", "MB down"]
+    flagged = [r for r in results if r["summary"].get("degenerate")]
+    header = ["method", "rounds", *heads, "seconds", "MB up", "MB down", *([""] if flagged else [])]
     rows = [header]
     for r in results:
         s = r["summary"]
         rows.append([r["label"], str(s["rounds"]),
                      *(f"{s[k]:.4f}" if k in s else "-" for k in scores),
                      f"{s['seconds']:.1f}", f"{s['bytes_uploaded'] / 1e6:.1f}",
-                     f"{s['bytes_downloaded'] / 1e6:.1f}"])
+                     f"{s['bytes_downloaded'] / 1e6:.1f}",
+                     *(["!" if s.get("degenerate") else ""] if flagged else [])])
     widths = [max(len(row[j]) for row in rows) for j in range(len(header))]
     lines = ["  ".join(c.ljust(w) if j == 0 else c.rjust(w)
-                       for j, (c, w) in enumerate(zip(row, widths))) for row in rows]
-    lines.insert(1, "-" * len(lines[0]))
+                       for j, (c, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+    lines.insert(1, "-" * max(len(line) for line in lines))
+    for r in flagged:
+        reason = r.get("degenerate") or ["degenerate solution"]
+        lines.append(f"! {r['label']}: the fit ended degenerate: {reason[0]}")
     return "\n".join(lines)
 
 

@@ -58,7 +58,7 @@ def h_steps(A, X, W, *, n_total, rho, nu, c_factor, n_steps):
 
 
 def one_sparse_fit(X, W):
-    """Best single cluster and scale per sample: ``max_k max(0, x.w_k)^2 / ||w_k||^2`` (2.5).
+    """Best single cluster and scale per sample: ``max_k max(0, x.w_k)^2 / ||w_k||^2``.
 
     Returns ``(labels, scale, gain)``; ``||x - scale w_label||^2 = ||x||^2 - gain``.
     """
@@ -118,7 +118,7 @@ def local_w_steps(W, AtA, XtA, n_rows, d, n_steps):
     """FedMAvg's ``n_steps`` unprojected steps ``W <- W - (W A_p - B_p) / d`` in closed form.
 
     ``A_p = (2/n_p) A^T A``, ``B_p = (2/n_p) X^T A``. With ``A_p = V diag(lam) V^T`` and
-    ``r = 1 - lam/d``: ``W_Q = W V diag(r^Q) V^T + (B_p/d) V diag(sum_{i<Q} r^i) V^T`` (8.2).
+    ``r = 1 - lam/d``: ``W_Q = W V diag(r^Q) V^T + (B_p/d) V diag(sum_{i<Q} r^i) V^T``.
     """
     lam, V = np.linalg.eigh((2.0 / n_rows) * AtA)
     x = lam / d
@@ -138,7 +138,8 @@ def project_w(W, box):
 
 
 def q2_schedule(round_number, local_iter_v, q_hat):
-    """``Q2^s``: constant, or ``floor(q_hat / s) + 1`` when ``local_iter_v`` is None (3.2)."""
+    """``Q2^s``: constant, or ``floor(q_hat / s) + 1`` when ``local_iter_v`` is None (Algorithm 1's
+    diminishing schedule)."""
     return int(local_iter_v) if local_iter_v is not None else q_hat // round_number + 1
 
 
@@ -148,7 +149,8 @@ def _with_stats(A, X, sq):
 
 
 def init_server(rng, *, n_features, n_clusters, amplitude, centers, box, rho, q2_first):
-    """``W^1 = P_W(W^0)`` (G1), ``W^0`` i.i.d. ``U[0, a)`` or the given centers."""
+    """``W^1 = P_W(W^0)`` (Algorithm 1's first average, over all clients), ``W^0`` i.i.d.
+    ``U[0, a)`` or the given centers."""
     W0 = centers.T.copy() if centers is not None else amplitude * rng.random((n_features,
                                                                               n_clusters))
     W = project_w(W0, box)
@@ -170,7 +172,7 @@ def init_client(block, broadcast, rng, *, amplitude, from_centers, onehot, uploa
             A = one_hot(np.argmax(A, axis=1), K)
     sq = float(X.multiply(X).sum()) if sp.issparse(X) else float(np.vdot(X, X))
     state = _with_stats(A, X, sq)
-    if upload == "grams":  # FedMGS: G7's one-time upload of H_p H_p^T and X_p H_p^T
+    if upload == "grams":  # FedMGS: the one-time upload of H_p H_p^T and X_p H_p^T (G1^0, G2^0)
         return state, {"AtA": state["AtA"], "XtA": state["XtA"]}
     if upload == "gram":  # FedMAvg with the global step: H_p H_p^T for the server's cache
         return state, {"gram": state["AtA"]}
@@ -230,7 +232,7 @@ def mavg_prepare(state, block, broadcast, rng, selected, *, h_params):
 
 
 def mavg_server_prepare(server_state, stats, round_index, *, n_total, d_factor):
-    """``d^s = d_factor (2/N) lambda_max(H^s H^s^T)`` over all clients (3.4)."""
+    """``d^s = d_factor (2/N) lambda_max(H^s H^s^T)`` over all clients (Section V-A's step)."""
     grams = server_state["gram"].copy()
     for p, stat in stats.items():
         grams[p] = stat["gram"]
@@ -249,7 +251,7 @@ def mavg_client_update(state, block, message, rng, selected, *, h_params, d_fact
     d_local = d_factor * (2.0 / n_p) * spectral_norm(state["AtA"])
     if w_step == "local":
         d = d_local
-    elif w_step == "guarded":  # G5: never longer than 1/(0.51 L_Wp) on this client
+    elif w_step == "guarded":  # never longer than 1/(0.51 L_Wp) on this client (non-iid guard)
         d = max(message["d"], 0.51 * d_local / d_factor)
     else:
         d = message["d"]
@@ -281,7 +283,7 @@ def mavg_server_update(server_state, uploads, round_index, counts=None, *, weigh
     """``W^{s+1} = P_W(average of the uploaded W_p)`` ((8)-(10)).
 
     ``"sampled_mean"`` weighs each upload by its draws ``n_p`` (``counts``): the mean over the
-    multiset ``A^s``, ``sum_p (n_p / m) W_p`` (3.3 step 5).
+    multiset ``A^s``, ``sum_p (n_p / m) W_p`` (Algorithm 1, eqs. (9)-(10)).
     """
     clients = list(uploads)
     if aggregation == "weighted":
@@ -304,7 +306,7 @@ def client_metrics(state, block, broadcast):
 
 
 def combine_metrics(server_state, sums, *, n_total, nu):
-    """The penalized objective (2) at ``(W^{s+1}, H^s)`` (G9) and its parts."""
+    """The penalized objective (2) at ``(W^{s+1}, H^s)`` (after aggregation) and its parts."""
     rho = server_state["rho"]
     fit = sums["fit"] / n_total
     return {
@@ -375,7 +377,7 @@ def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_to
     )
 
 
-# ---- SNCP: the penalty schedule between rounds (2.4) ----------------------------------------
+# ---- SNCP: the penalty schedule between rounds (Section V-F) -------------------------------
 def sncp_rho(rho, rel_change, round_number, *, rho_tol, growth, force_every, rho_max):
     """Next ``rho``: times ``growth`` when the objective stalls (``rel_change < rho_tol``) or
     every ``force_every`` rounds (the reference code's forced increase), capped at ``rho_max``."""
@@ -387,8 +389,9 @@ def sncp_after_round(server_state, broadcast, record, *, tol, schedule, nu):
     """The engine's ``after_round``: ``epsilon_s``, the stop test, and the raise of ``rho``.
 
     ``epsilon_s = |F_s - F_{s-1}| / F_{s-1}`` with ``F_s = F(W^{s+1}, H^s)`` evaluated centrally
-    (G9), recorded as ``rel_change``; after a raise of ``rho`` the previous value is re-based on
-    the new ``rho`` (kept in the server state as ``F_prev``). Stops when ``epsilon_s < tol``.
+    (after aggregation), recorded as ``rel_change``; after a raise of ``rho`` the previous value
+    is re-based on the new ``rho`` (kept in the server state as ``F_prev``). Stops when
+    ``epsilon_s < tol``.
     """
     F, F_prev = record["objective"], server_state["F_prev"]
     record["rel_change"] = eps = abs(F - F_prev) / max(abs(F_prev), EPS)
@@ -405,7 +408,7 @@ def sncp_after_round(server_state, broadcast, record, *, tol, schedule, nu):
 
 def start_rounds(protocol, state, blocks, n_jobs=None):
     """Record ``F_prev``, the objective at the initial state, in the server state: the first
-    round's ``rel_change`` is measured from it (G9)."""
+    round's ``rel_change`` is measured from it."""
     F0 = evaluate(protocol, state, blocks, n_jobs)["objective"]
     state.server_state = {**state.server_state, "F_prev": F0}
     return state

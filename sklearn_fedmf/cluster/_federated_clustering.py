@@ -1,6 +1,7 @@
 """Federated clustering by orthogonal NMF with FedMAvg or FedMGS (Wang & Chang, II-B and V).
 
-Orientation (spec fedmavg_fedmgs.md, 1.3): rows of ``X`` are samples, held by the clients;
+Orientation (the paper's model (1)-(3) holds samples as columns): rows of ``X`` are samples,
+held by the clients;
 the paper's ``X`` is ``X.T``. The global factor ``W`` (``n_features x K``) is
 ``cluster_centers_.T``; client ``p`` keeps ``A_p = H_p^T`` (``n_p x K``), its samples'
 memberships. The model of all the paper's experiments (35)-(36)::
@@ -9,13 +10,14 @@ memberships. The model of all the paper's experiments (35)-(36)::
     W in [min X, max X] entrywise,  H >= 0
 
 The penalty vanishes iff every ``h_j`` has at most one nonzero, so growing ``rho`` (SNCP,
-2.4) drives each sample into one cluster; as samples keep their own scale, samples are
-clustered by direction. ``h_constraint="onehot"`` is the exact K-means formulation (2.1):
+Section V-F) drives each sample into one cluster; as samples keep their own scale, samples are
+clustered by direction. ``h_constraint="onehot"`` is the exact K-means formulation (Section II-B):
 no penalty, one-hot ``h_j`` (the H phase is the assignment step), ``W`` unconstrained.
 
-Steps are factors of Lipschitz constants (G3). As ``(1/c_p) grad_{H_p} F_p`` does not
-depend on ``p`` (2.3), :func:`h_steps` is one matrix operation on the stacked rows of any
-set of clients (8.2): a client runs it on its rows, a simulator may batch clients.
+Steps are factors of Lipschitz constants (Section V-A's factors, with the true constants). As
+``(1/c_p) grad_{H_p} F_p`` does not depend on ``p`` (from (29), (35), (36)), :func:`h_steps` is
+one matrix operation on the stacked rows of any set of clients: a client runs it on its rows,
+a simulator may batch clients.
 """
 
 from __future__ import annotations
@@ -96,12 +98,15 @@ class FederatedClustering(
     local_iter_u : int, default=10
         Projected-gradient steps ``Q1`` on the memberships per round.
     local_iter_v : int or None, default=None
-        ``Q2``. None: 100 for FedMGS (G8), the diminishing ``floor(q_hat / s) + 1`` for FedMAvg.
+        ``Q2``. None: 100 for FedMGS (the reference code's value), the diminishing
+        ``floor(q_hat / s) + 1`` for FedMAvg.
     q_hat : int, default=5
         ``Q_hat`` of FedMAvg's diminishing schedule.
     n_clients : int, default=10
         Number of clients when ``clients`` is not given to fit.
     partition : {"random", "contiguous"}, default="random"
+        How rows are assigned to ``n_clients`` clients when ``clients`` is not given to fit
+        (``"random"`` is seeded by ``random_state``).
     clients_per_round : int, float or None, default=None
         Clients drawn each round (the paper's ``m``); None means all.
     sampling : {"uniform", "weighted"}, default="uniform"
@@ -121,7 +126,8 @@ class FederatedClustering(
         Center step ``1 / (d_factor L_W)``; None: 0.501 (FedMGS) or 5 (FedMAvg).
     w_step : {"global", "local", "guarded"}, default="global"
         FedMAvg's ``L_W``: of all clients' memberships this round (clients send ``H_p H_p^T``
-        first), of the client's own, or the global one bounded by the local (G5).
+        first), of the client's own, or the global one bounded by the local (a stability guard
+        on non-iid clients).
     h_constraint : {"nonnegative", "onehot"}, default="nonnegative"
         ``"onehot"``: the exact K-means formulation (assignment step, unconstrained centers,
         no penalty).
@@ -130,6 +136,7 @@ class FederatedClustering(
     rho0, nu : float, default=1e-8, 1e-10
         Initial penalty and ridge weights, relative to ``||X||^2 / N``.
     rho_growth : float, default=1.5
+        Factor by which SNCP multiplies ``rho`` each time it raises it.
     rho_tol : float or None, default=None
         Raise ``rho`` when the relative change of the objective is below it; None: 5e-5
         (FedMGS) or 1e-5 (FedMAvg).
@@ -155,8 +162,11 @@ class FederatedClustering(
         ``callback(round, info)`` after each round (of each of the ``n_init`` federations);
         returning True stops that federation.
     random_state : int, RandomState instance or None, default=None
+        Seeds the partition, the initializations and every round's sampling.
     n_jobs : int, default=None
+        Parallel client updates (joblib; threads unless a backend is configured).
     verbose : int, default=0
+        Progress output on stderr while fitting (0: none).
     on_client_error : {"raise", "skip"}, default="raise"
         An exception in a client's code raises a
         :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
@@ -202,11 +212,12 @@ class FederatedClustering(
     >>> import numpy as np
     >>> from sklearn_fedmf import FederatedClustering
     >>> X = np.array([[1.0, 0.1], [2.0, 0.1], [3.0, 0.3], [0.1, 1.0], [0.2, 2.0], [0.1, 3.0]])
-    >>> model = FederatedClustering(n_clusters=2, n_clients=3, random_state=0).fit(X)
+    >>> model = FederatedClustering(n_clusters=2, n_clients=3, max_iter=100, tol=0.0,
+    ...                             random_state=0).fit(X)  # 100 rounds, no stopping rule
     >>> bool(len(set(model.labels_[:3])) == 1 and model.labels_[0] != model.labels_[3])
     True
-    >>> model.predict([[5.0, 0.0]])[0] == model.labels_[0]
-    np.True_
+    >>> bool(model.predict([[5.0, 0.0]])[0] == model.labels_[0])
+    True
     """
 
     _parameter_constraints: dict = {
@@ -459,10 +470,12 @@ class FederatedClustering(
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The samples to assign (each one on its own: what a new client computes locally).
 
         Returns
         -------
         labels : ndarray of shape (n_samples,)
+            Index of the cluster of each sample.
         """
         check_is_fitted(self)
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
@@ -478,10 +491,12 @@ class FederatedClustering(
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The samples to measure (each one on its own).
 
         Returns
         -------
         distances : ndarray of shape (n_samples, n_clusters)
+            Distance of each sample to each cluster.
         """
         check_is_fitted(self)
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
@@ -495,11 +510,14 @@ class FederatedClustering(
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The samples to score.
         y : Ignored
+            Not used, present for API consistency by convention.
 
         Returns
         -------
         score : float
+            The negated cost (0 is a perfect fit).
         """
         check_is_fitted(self)
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)

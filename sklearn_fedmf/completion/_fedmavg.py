@@ -1,32 +1,34 @@
 """FedMAvg: federated model averaging for matrix completion (Wang & Chang, Algorithm 1).
 
-Orientation (spec fedmavg_fedmgs.md, 1.3): the paper's global ``W`` is our item factor
+Orientation: the paper's (its model (1)-(3) splits the data by columns) global ``W`` is our
+item factor
 (``components_ = V``, kept transposed as ``Vt`` of shape ``(n_items, r)``); the paper's local
 ``H_p`` is client ``p``'s user factors ``U_p^T``.
 
-``variant="wang_chang"`` (spec 3 and 8.3) minimizes the plain sum of squared errors::
+``variant="wang_chang"`` (the paper's Algorithm 1 on a masked loss) minimizes the plain sum of
+squared errors::
 
     F(U, V) = sum_p [1/2 ||P_Omega_p(M_p - U_p V)||^2 + h(U_p)] + h(V) = sum_p omega_p F_p
     F_p = (1/omega_p) [1/2 ||P_Omega_p(M_p - U_p V)||^2 + h(U_p)] + h(V)
 
-with ``omega_p = |Omega_p| / |Omega|`` (``client_weights="entries"``, G16) or ``n_p / n``. Every
-step is a factor times a Lipschitz bound (G3), so the loss scaling only weighs the
-regularizers. ``variant="fedpalm"`` is Remark 1's FedPALM (15)-(16), the baseline of the
-paper's Fig. 2b: from ``W_p = V^s`` each client interleaves ``local_iter_u`` pairs of one step
-on ``U_p`` at its current ``W_p`` and one proximal (projected) step on ``W_p`` at the new
-``U_p``, then FedMAvg's averaging. ``variant="fedmc_admm"`` is the baseline exactly as
-restated in the FedMC-ADMM paper (fedmc_admm.md, 5): no 1/p in the U step, the data gradient
-of the W step divided by ``p``, ``d_i = 5 lambda_max(U_i^T U_i)``, ``c = 1/2 lambda_max(V
-V^T)``, ``Q1 = Q2 = 10``.
+with ``omega_p = |Omega_p| / |Omega|`` (``client_weights="entries"``: the paper's ``N_p / N``
+assumes dense data) or ``n_p / n``. Every step is a factor times a Lipschitz bound (Section
+V-A's factors, with the true constants), so the loss scaling only weighs the regularizers.
+``variant="fedpalm"`` is Remark 1's FedPALM (15)-(16), the baseline of the paper's Fig. 2b:
+from ``W_p = V^s`` each client interleaves ``local_iter_u`` pairs of one step on ``U_p`` at its
+current ``W_p`` and one proximal (projected) step on ``W_p`` at the new ``U_p``, then FedMAvg's
+averaging. ``variant="fedmc_admm"`` is the baseline exactly as restated in the FedMC-ADMM paper (its
+Section 5.2): no 1/p in the U step, the data gradient of the W step divided by
+``p``, ``d_i = 5 lambda_max(U_i^T U_i)``, ``c = 1/2 lambda_max(V V^T)``, ``Q1 = Q2 = 10``.
 
-Rounds (3.3): every client (``participation="pcc"``) or only the sampled ones (``"pcp"``)
+Rounds (Algorithm 1): every client (``participation="pcc"``) or only the sampled ones (``"pcp"``)
 take ``Q1`` proximal-gradient steps on ``U_p`` against the broadcast ``V``; each sampled
 client then takes ``Q2`` gradient steps on its own copy ``W_p`` of ``V``, started at ``V``,
 and uploads ``W_p``; the server averages the uploads. With ``w_step="global"`` the W step
 size needs every client's ``U_p^T U_p`` of this round: clients send that ``r x r`` Gram in a
 first exchange (the engine's prepare phase) and the server answers with the step.
 
-Sampling: ``sampling="weighted"`` is the paper's (3.3 step 1): ``clients_per_round`` draws
+Sampling: ``sampling="weighted"`` is the paper's (Algorithm 1): ``clients_per_round`` draws
 with replacement, proportionally to ``omega``, and the plain mean of the multiset,
 ``W = sum_p (n_p / m) W_p`` with ``n_p`` the draws of client ``p`` (9)-(10), unbiased for
 ``sum_p omega_p W_p``; a client drawn twice computes and uploads once. ``"uniform"`` draws
@@ -61,7 +63,8 @@ def lambda_max(S):
 
 
 def q2_schedule(round_number, local_iter_v, q_hat):
-    """``Q2^s``: constant ``local_iter_v``, or ``floor(q_hat / s) + 1`` when it is None (3.2)."""
+    """``Q2^s``: constant ``local_iter_v``, or ``floor(q_hat / s) + 1`` when it is None
+    (Algorithm 1's diminishing schedule)."""
     if local_iter_v is not None:
         return int(local_iter_v)
     return int(q_hat) // int(round_number) + 1
@@ -159,7 +162,8 @@ def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alp
         d_local = d_factor * max(lambda_max(U.T @ U) / omega + ridge, EPS_LIPSCHITZ)
         if w_step == "local":
             d = d_local
-        elif w_step == "guarded":  # G5: never a step longer than 1/(0.51 L_Wp) locally
+        elif w_step == "guarded":  # never a step longer than 1/(0.51 L_Wp) locally: d is
+            # unstable on non-iid clients
             d = max(d_global, 0.51 * d_local / d_factor)
         else:
             d = d_global
@@ -221,7 +225,7 @@ def server_update(server_state, uploads, round_index, counts=None, *, aggregatio
     """``V^{s+1}``: the (weighted) mean of the uploaded local copies (8)-(10).
 
     ``counts`` (client -> draws) makes ``"sampled_mean"`` the mean over the multiset of draws,
-    ``sum_p n_p W_p / sum_p n_p`` (3.3 step 5; ``1/m`` when every drawn client arrived).
+    ``sum_p n_p W_p / sum_p n_p`` (eqs. (9)-(10); ``1/m`` when every drawn client arrived).
     """
     clients = list(uploads)
     if aggregation == "weighted":
@@ -313,7 +317,7 @@ class FedMAvg(FederatedMFBase):
         Rank ``r`` of the factorization.
     variant : {"wang_chang", "fedpalm", "fedmc_admm"}, default="wang_chang"
         ``"wang_chang"``: the paper's algorithm on the sum of squared errors, steps as factors
-        of Lipschitz bounds (spec 3, 8.3). ``"fedpalm"``: the paper's Remark 1 baseline
+        of Lipschitz bounds (Algorithm 1). ``"fedpalm"``: the paper's Remark 1 baseline
         (Fig. 2b): each client interleaves ``local_iter_u`` pairs of one U step at its current
         copy ``W_p`` and one proximal W step at the new ``U_p`` (``Q = 2 local_iter_u``; steps
         ``1/(c_factor L_U(W_p))`` and ``1/(d_factor L_Wp(U_p))``); ``local_iter_v``, ``q_hat``
@@ -347,10 +351,12 @@ class FedMAvg(FederatedMFBase):
         ``L_W`` of the W step (``"wang_chang"``): ``"global"`` uses ``lambda_max(sum_p U_p^T
         U_p) + ridge`` of this round (clients send their ``r x r`` Gram in a first exchange),
         ``"local"`` the client's own ``lambda_max(U_p^T U_p) / omega_p + ridge``, ``"guarded"``
-        the global step but never above ``1/(0.51 L_Wp)`` (spec G5). None: ``"global"``; the
-        ``"fedmc_admm"`` variant always uses its local ``d_i``.
+        the global step but never above ``1/(0.51 L_Wp)`` (a stability guard; the paper's
+        theory assumes the global constant). None: ``"global"``; the ``"fedmc_admm"``
+        variant always uses its local ``d_i``.
     client_weights : {"entries", "rows"}, default="entries"
-        ``omega_p`` proportional to the client's observed ratings or to its rows (G16).
+        ``omega_p`` proportional to the client's observed ratings or to its rows (the paper's
+        ``N_p / N``).
     n_clients : int, default=10
         Number of clients ``p`` when ``clients`` is not given to fit.
     partition : {"random", "contiguous"}, default="random"
@@ -362,7 +368,7 @@ class FedMAvg(FederatedMFBase):
         ``"uniform"``: distinct clients without replacement. ``"weighted"``: the paper's i.i.d.
         draws with replacement, probabilities ``omega_p`` (``client_weights``); a client drawn
         twice uploads once and counts twice in the mean (``history_`` then also has
-        ``bytes_uploaded_draws``, the paper's count of one upload per draw, spec G21).
+        ``bytes_uploaded_draws``, the paper's count of one upload per draw).
     max_iter : int, default=100
         Communication rounds.
     tol : float, default=0.0
@@ -372,6 +378,7 @@ class FedMAvg(FederatedMFBase):
         alpha * (1 - l1_ratio) * ||.||_F^2``. The l2 part is smooth (in the gradient), the l1
         part and ``positive`` act as a prox at every local step.
     l1_ratio : float, default=0.0
+        Mix of the elastic net: 0 is squared l2, 1 is l1 (soft-thresholding).
     positive : bool, default=False
         Constrain both factors to be nonnegative.
     init_scale : float, default=1.0
@@ -391,8 +398,11 @@ class FedMAvg(FederatedMFBase):
     missing_values : float, default=np.nan
         As in :class:`~sklearn_fedmf.FedMCADMM`.
     random_state : int, RandomState instance or None, default=None
+        Seeds the partition, the initialization and every round's sampling.
     n_jobs : int, default=None
+        Parallel local updates (joblib; threads unless a backend is configured).
     verbose : int, default=0
+        1 shows a progress bar, 2 a line per round.
     on_client_error : {"raise", "skip"}, default="raise"
         An exception in a client's code raises a
         :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.

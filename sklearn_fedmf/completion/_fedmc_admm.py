@@ -22,18 +22,14 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._base import FederatedMFBase, squared_error_of
 from .._engine import FederatedProtocol
-from .._kernels import (
-    grad_cols,
-    linearized_cols,
-    prox_grad_rows,
-    replace_and_accumulate,
-    squared_distance,
-)
+from .._kernels import grad_cols, prox_grad_rows
 from .._prox import elastic_net_value, prox_elastic_net
+from ._fedmc_admm_kernels import linearized_cols, replace_and_accumulate, squared_distance
 
 __all__ = ["FedMCADMM"]
 
-EPS_LIPSCHITZ = 1e-8  # floor of L_W and L_U (spec 1.4): avoids 0/0 once l1 zeroes a factor
+# floor of L_W and L_U (Algorithm 1's steps): avoids 0/0 once l1 zeroes a factor
+EPS_LIPSCHITZ = 1e-8
 
 
 AUTO_BETA = 0.3  # beta="auto" = AUTO_BETA * initial_curvature(...), measured (bench_beta.py)
@@ -61,7 +57,9 @@ def init_server(rng, *, n_items, n_components, init_scale):
 def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive):
     """Private ``U_i^0``, ``W_i^0 = V^0`` and ``Y_i^0 = -(1/p) grad_V f_i(U_i^0, V^0)``.
 
-    Returns the client state and its one-time upload ``Y_i^0`` (spec A18).
+    Returns the client state and its one-time upload ``Y_i^0`` (eq. (16) needs every client's
+    ``(W_i, Y_i)``, never-sampled
+    ones included, and Algorithm 1 describes no initial upload of ``Y_i^0``).
     """
     dtype = block.X.dtype  # float32 data: the client computes in float32
     Vt = Vt.astype(dtype, copy=False)
@@ -162,7 +160,7 @@ def server_update(server_state, uploads, round_index, *, beta, n_clients, alpha_
     updated in place: the server owns them and they are far too large to copy every round.
     The sum takes the sampled clients' changes (``O(|S| n r)`` instead of re-reading all
     ``p`` copies) and is recomputed exactly every ``RESUM_EVERY`` rounds, which bounds the
-    rounding drift (spec 9). Both orders are fixed: the result does not depend on ``n_jobs``.
+    rounding drift. Both orders are fixed: the result does not depend on ``n_jobs``.
     """
     Z, total = server_state["Z"], server_state.get("Z_sum")
     exact = total is None or round_index % RESUM_EVERY == 0
@@ -195,7 +193,8 @@ def client_metrics(state, block, Vt, *, alpha_u, l1_ratio):
 
 
 def combine_metrics(server_state, sums, *, n_clients, alpha_v, l1_ratio):
-    """The objective ``F(U^k, V^k)`` (spec 6.1), train/eval RMSE and the consensus gap."""
+    """The objective ``F(U^k, V^k)`` (the objective (1)-(2) the paper reports), train/eval RMSE
+    and the consensus gap."""
     record = {
         "objective": sums["loss"] / n_clients
         + elastic_net_value(server_state["Vt"], alpha_v, l1_ratio),
@@ -249,7 +248,8 @@ class FedMCADMM(FederatedMFBase):
         ADMM penalty. Large values slow the global factor down (each round moves ``V`` by about
         a gradient step of size ``1/(p*beta)``); small values slow consensus. ``"auto"`` is
         ``0.3 * b0`` with ``b0 = E||U_i^0^T U_i^0||_F / p`` (the initial W-step curvature: rows
-        per client, ``init_scale`` and rank only). Measured on the spec's synthetic recipe and
+        per client, ``init_scale`` and rank only). Measured on synthetic low-rank ratings
+        (``tests/conftest.py``) and
         on MovieLens latest-small, ``0.1 * b0`` to ``1 * b0`` works in both, while a fixed
         ``beta`` good for one is off by orders of magnitude for the other (see
         ``benchmarks/bench_beta.py``). The value used is ``beta_``.

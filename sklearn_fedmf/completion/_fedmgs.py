@@ -5,7 +5,8 @@ factor ``V`` (the paper's ``W``) lives on the server, client ``p`` keeps ``U_p``
 
     F(U, V) = sum_p [1/2 ||P_Omega_p(M_p - U_p V)||^2 + h(U_p)] + h(V)
 
-Why this is not the paper's FedMGS verbatim (spec 8.3, G17). For the full-observation loss
+Why this is not the paper's FedMGS verbatim (its Remark 2 restricts it to the full-observation
+Frobenius loss). For the full-observation loss
 the gradient in ``W`` is linear with two data aggregates, ``grad = W G1 - G2`` (29), so from
 ``H_p H_p^T`` and ``X_p H_p^T`` the server rebuilds the exact gradient at any ``W`` and runs
 ``Q2`` projected steps alone. With missing entries every item has its own Gram
@@ -19,7 +20,8 @@ its gradient) and takes one proximal-gradient step ``V <- prox(V - grad / d)``,
 ``d = d_factor (lambda_max(sum_p U_p^T U_p) + ridge)``. One round is thus the paper's
 ``Q2 = 1``; with every client sampled it is exactly centralized alternating proximal gradient
 (``Q1`` steps on ``U``, one on ``V``) and does not depend on the partition. Every client
-sends its gradient at the initial point once (G7, counted in round 1's bytes).
+sends its gradient at the initial point once (Algorithm 2's ``G1^0``, ``G2^0``, which the paper's
+cost leaves out; counted in round 1's bytes).
 
 Privacy consequence: a gradient reveals more than a model. Row ``j`` of the uploaded
 gradient is ``sum_t e_tj u_t`` over the client's users ``t`` who rated item ``j``: its nonzero
@@ -67,7 +69,8 @@ def share(U, Vt, X):
 
 
 def init_client(block, Vt, rng, *, init_scale, positive):
-    """Private ``U_p^0`` and the one-time upload of its gradient and Gram (G7)."""
+    """Private ``U_p^0`` and the one-time upload of its gradient and Gram (for ``G1^0``,
+    ``G2^0``)."""
     U = init_scale * rng.random((block.n_rows, Vt.shape[1]))
     if positive:
         U = np.maximum(U, 0.0)
@@ -153,19 +156,22 @@ class FedMGS(FederatedMFBase):
     local_iter_u : int, default=10
         Local steps ``Q1`` on the user factors per round.
     c_factor : float, default=0.51
-        The U step is ``1 / (c_factor * (lambda_max(V V^T) + ridge))`` (spec 4.4).
+        The U step is ``1 / (c_factor * (lambda_max(V V^T) + ridge))`` (Algorithm 2's steps).
     d_factor : float, default=0.501
-        The V step is ``1 / (d_factor * (lambda_max(sum_p U_p^T U_p) + ridge))`` (spec 4.4).
+        The V step is ``1 / (d_factor * (lambda_max(sum_p U_p^T U_p) + ridge))`` (Algorithm 2's
+        steps).
     n_clients : int, default=10
         Number of clients ``p`` when ``clients`` is not given to fit.
     partition : {"random", "contiguous"}, default="random"
+        How rows are assigned to ``n_clients`` clients when ``clients`` is not given to fit
+        (``"random"`` is seeded by ``random_state``).
     clients_per_round : int, float or None, default=None
         Clients drawn each round; None means all.
     sampling : {"uniform", "weighted"}, default="uniform"
         ``"uniform"``: distinct clients without replacement (Theorem 2's scheme).
         ``"weighted"``: i.i.d. draws with replacement, probabilities proportional to the
         clients' ratings (the paper's footnote); a client drawn twice sends its gradient once
-        and it is applied once (spec G15).
+        and it is applied once.
     max_iter : int, default=100
         Communication rounds (one server step each).
     tol : float, default=0.0
@@ -174,6 +180,7 @@ class FedMGS(FederatedMFBase):
         Elastic-net regularization of the user and item factors (as in
         :class:`~sklearn_fedmf.FedMAvg`).
     l1_ratio : float, default=0.0
+        Mix of the elastic net: 0 is squared l2, 1 is l1 (soft-thresholding).
     positive : bool, default=False
         Constrain both factors to be nonnegative.
     init_scale : float, default=1.0
@@ -181,16 +188,24 @@ class FedMGS(FederatedMFBase):
     center : bool, default=True
         Subtract the global training mean before factorizing.
     clip : bool, default=False
+        Clip predictions to the training rating range.
     dropout : float, default=0.0
+        Probability that a sampled client fails in a round (it then sends nothing);
+        failures are counted in ``history_``.
     eval_every : int, default=1
+        Record the objective and RMSEs every ``eval_every`` rounds (0 never).
     callback : callable, default=None
         ``callback(round, info)`` after each round; returning True stops the fit.
     warm_start : bool, default=False
+        Continue from the previous fit's state for ``max_iter`` more rounds.
     missing_values : float, default=np.nan
         As in :class:`~sklearn_fedmf.FedMCADMM`.
     random_state : int, RandomState instance or None, default=None
+        Seeds the partition, the initialization and every round's sampling.
     n_jobs : int, default=None
+        Parallel local updates (joblib; threads unless a backend is configured).
     verbose : int, default=0
+        1 shows a progress bar, 2 a line per round.
     on_client_error : {"raise", "skip"}, default="raise"
         An exception in a client's code raises a
         :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.

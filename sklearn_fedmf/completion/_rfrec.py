@@ -2,7 +2,7 @@
 
 Every client ``c`` owns its users' vectors ``u_i`` and a personal copy ``V_(c)`` of the item
 matrix; the server only averages the copies, ``Vbar = mean_c V_(c)``. The problem (the paper's
-(5), spec 1.3; ``N`` clients, ``lambda = reg_consensus`` multiplies ``psi`` which carries 1/2)::
+(5); ``N`` clients, ``lambda = reg_consensus`` multiplies ``psi`` which carries 1/2)::
 
     F(x) = sum_c [ sum_{i in c} ( sum_{j in Omega_i} (r_ij - u_i . v_(c)j)^2 + alpha_u ||u_i||^2 )
                    + (alpha_v / N) ||V_(c)||^2 ]  +  lambda * sum_c 1/2 ||V_(c) - Vbar||^2
@@ -10,10 +10,10 @@ matrix; the server only averages the copies, ``Vbar = mean_c V_(c)``. The proble
 RFRec (Algorithm 1) is one gradient step on ``F`` per client and round, then averaging.
 RFRecF (Algorithm 2) flips one shared coin per round: a local step on ``f`` alone with step
 ``alpha / (1 - p)``, or a pull ``V_(c) <- V_(c) - eta (V_(c) - Vbar)``; it communicates only
-when the coin changes. ``F`` is **not** convex (spec 1.6: sign and rotation symmetries, no
+when the coin changes. ``F`` is **not** convex (sign and rotation symmetries, no
 minimizer when ``alpha_v = 0``): nothing here assumes a unique optimum.
 
-Representation (spec 8): every copy starts at ``Vbar^0``, so a column that client ``c`` has not
+Representation: every copy starts at ``Vbar^0``, so a column that client ``c`` has not
 rated evolves identically in every client. Those columns are simulated once (``W``, carried in
 the broadcast's uncounted simulation part, never counted as communication); a client stores only its
 rated columns ``P`` (one row per (client, item) pair). An upload is the client's whole
@@ -23,11 +23,11 @@ rated columns ``P`` (one row per (client, item) pair). An upload is the client's
 Engine mapping: one engine client is one paper client (one user by default), so sampling,
 lost uploads (``dropout``), byte counts and the callback's ``uploads`` are per paper client.
 Every client steps each round (``Participation(computes="all")``); a client that is not
-sampled, or whose upload is lost, still receives ``Vbar`` (the upload-loss model of spec 4.1;
-the engine's ``Participation(dropped="upload_lost")``). The "offline" model, where a dropped
-client freezes, would break the shared-column representation and is not offered. The cost
-is Python overhead per client and round (~0.1 ms; ``benchmarks/bench_rfrec.py --table
-cost``), not memory.
+sampled, or whose upload is lost, still receives ``Vbar`` (the upload-loss model of the paper's
+Section 3.3 and Table 3; the engine's ``Participation(dropped="upload_lost")``). The "offline"
+model, where a dropped client freezes, would break the shared-column representation and is not
+offered. The cost is Python overhead per client and round (~0.1 ms;
+``benchmarks/bench_rfrec.py --table cost``), not memory.
 """
 
 from __future__ import annotations
@@ -76,6 +76,9 @@ class RFRec(FederatedMFBase):
     n_components : int, default=20
         Latent dimension ``d``.
     variant : {"rfrec", "rfrecf"}, default="rfrec"
+        ``"rfrec"``: a gradient step on the regularized problem and an average every
+        round (Algorithm 1). ``"rfrecf"``: the communication-free variant, a coin per round
+        between a local step and a pull towards ``Vbar`` (Algorithm 2; see ``p``).
     reg_consensus : float, default=10.0
         The paper's ``lambda``, multiplying ``1/2 sum_c ||V_(c) - Vbar||^2``. The authors' code
         has no 1/2: its ``lam_L = 10`` is ``reg_consensus=20``. Large values tie every copy to
@@ -104,9 +107,11 @@ class RFRec(FederatedMFBase):
         None: one client per user (the paper). An int groups the users into that many clients
         (``partition``); the code used 200 contiguous groups.
     partition : {"random", "contiguous"}, default="random"
+        How rows are assigned to ``n_clients`` clients when ``clients`` is not given to fit
+        (``"random"`` is seeded by ``random_state``).
     clients_per_round : int, float or None, default=None
         Clients whose upload is used each round (a fresh random subset). The others still step
-        and receive ``Vbar``; their upload is lost (spec 4.1).
+        and receive ``Vbar``; their upload is lost (the dropout model of Table 3).
     max_iter : int, default=100
         Iterations ``K`` (for RFRecF, coin flips; messages happen on some of them only).
     tol : float, default=0.0
@@ -120,7 +125,8 @@ class RFRec(FederatedMFBase):
     init_std : float, default=0.01
         Standard deviation of the Gaussian initialization of ``u_i`` and ``Vbar^0``.
     clip_delta, noise_scale : float or None, default=None
-        Privacy (spec 4.2): each upload is ``clip(V_(c), delta) + Laplace(noise_scale)`` per
+        Privacy (the paper's Section 3.4): each upload is
+        ``clip(V_(c), delta) + Laplace(noise_scale)`` per
         entry. ``epsilon_ = 2 delta / s`` is per entry and per upload: a whole upload costs
         ``n_items * d`` times that, and uploads compose over rounds. Without noise, uploads
         reveal which items a client rated (its copy differs from ``Vbar`` only there).
@@ -133,14 +139,13 @@ class RFRec(FederatedMFBase):
         Clip predictions to the training rating range.
     predict_with : {"global", "personal"}, default="global"
         ``"global"``: ``predict``/``score`` fold rows in against ``Vbar`` (the paper's and the
-        code's model). ``"personal"`` (spec 1.4): each training user's client predicts with
+        code's model). ``"personal"``: each training user's client predicts with
         its own copy, ``link(u_i . v_(c)j)`` with the federated ``u_i``; then the rows of
         ``X`` must be the training rows, in order (a personal copy lives on its client).
     dropout : float, default=0.0
         Probability that a sampled client's upload is lost in a round (it still steps and
         receives ``Vbar``: the upload-loss model of Table 3).
-    eval_every, callback, warm_start, missing_values, random_state, n_jobs, verbose,
-    on_client_error
+    eval_every, callback, warm_start, missing_values, random_state, n_jobs, verbose, on_client_error
         As in :class:`~sklearn_fedmf.FedMCADMM`.
 
     Attributes
@@ -170,7 +175,7 @@ class RFRec(FederatedMFBase):
     Notes
     -----
     Every engine client is one paper client; its state is its users' vectors and its rated
-    columns, so memory is ``O((n_users + nnz) d)`` instead of ``N n_items d`` (spec 8).
+    columns, so memory is ``O((n_users + nnz) d)`` instead of ``N n_items d``.
 
     References
     ----------
@@ -278,6 +283,7 @@ class RFRec(FederatedMFBase):
         X : {array-like, sparse matrix} of shape (n_users, n_items)
             Training ratings: sparse (every stored entry observed) or dense with NaN missing.
         y : Ignored
+            Not used, present for API consistency by convention.
         clients : array-like of shape (n_users,), default=None
             Client label of each row; None means one client per user unless ``n_clients``.
         eval_set : {array-like, sparse matrix} of shape (n_users, n_items), default=None
@@ -313,7 +319,7 @@ class RFRec(FederatedMFBase):
                          if self.clip_delta and self.noise_scale else None)
 
     def _keep_personal(self, state):
-        """Every client's copy ``V_(c)`` as its rated columns over the shared ones (spec 8):
+        """Every client's copy ``V_(c)`` as its rated columns over the shared ones:
         sorted keys ``client * n_items + item``, their rows, and the shared columns."""
         if state.client_states is None:  # clients in their own processes keep their copies
             self._personal = None
@@ -424,7 +430,18 @@ class RFRec(FederatedMFBase):
         return lo + (hi - lo) / (1 + np.exp(-Z))
 
     def inverse_transform(self, X):
-        """Ratings from user factors: ``link(X @ components_)``."""
+        """Ratings from user factors: ``link(X @ components_)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_components)
+            User vectors, e.g. the output of :meth:`transform`.
+
+        Returns
+        -------
+        ratings : ndarray of shape (n_samples, n_items)
+            Dense ratings on the training scale.
+        """
         return self._to_ratings(self._check_factors(X) @ self.components_)
 
     def predict(self, X):
@@ -433,6 +450,16 @@ class RFRec(FederatedMFBase):
         Rows with no observed entry predict the training mean ``mean_``. With
         ``predict_with="personal"`` the rows are the training users and each is predicted
         by its client's own model (no fold-in).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_rows, n_items)
+            Observed ratings of the rows, folded in (see :meth:`transform`).
+
+        Returns
+        -------
+        ratings : ndarray of shape (n_rows, n_items)
+            Predicted rating of every item for every row.
         """
         if self.predict_with == "personal":
             Xc = self._check_X(X)
@@ -446,8 +473,23 @@ class RFRec(FederatedMFBase):
         return self._clip(P)
 
     def score(self, X, y=None):
-        """Negative RMSE of the fold-in predictions (see ``FederatedMFBase.score``), or of
-        the personal ones (``predict_with="personal"``)."""
+        """Negative RMSE of the fold-in predictions (greater is better), or of the personal
+        ones (``predict_with="personal"``).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_rows, n_items)
+            Observed ratings of the rows, used for fold-in.
+        y : {array-like, sparse matrix} of shape (n_rows, n_items), default=None
+            Held-out ratings of the same rows; the error is measured at its stored entries.
+            When None (or a 1-D target vector passed through by scikit-learn tools), the
+            error is measured at ``X``'s own entries.
+
+        Returns
+        -------
+        score : float
+            ``-sqrt(mean squared error)`` over the evaluated entries.
+        """
         personal = self.predict_with == "personal"
         if self.link == "identity" and not personal:
             return super().score(X, y)

@@ -26,8 +26,9 @@ class ItemMatrixUpload:
     Stored as the rated columns ``values`` at ``cols`` over the columns every client shares
     (``shared``, public: a function of the broadcasts), so the simulation never materializes
     ``N`` dense matrices. ``nbytes`` is the size of the dense matrix the paper sends. With
-    ``noise_scale > 0`` the per-entry Laplace noise is drawn in aggregate by the server (spec
-    8.5, exact in distribution); ``simulate_uploads=True`` sends dense noisy arrays instead.
+    ``noise_scale > 0`` the per-entry Laplace noise is drawn in aggregate by the server (exact in
+    distribution: a sum of Laplace draws is drawn as one); ``simulate_uploads=True`` sends dense
+    noisy arrays instead.
     """
 
     cols: np.ndarray
@@ -77,7 +78,7 @@ def _coin(seed, k, p):
 
 
 def _action(variant, schedule, coin):
-    """What every client does in a round, from ``(zeta_{k-1}, zeta_k)`` (spec 3.2)."""
+    """What every client does in a round, from ``(zeta_{k-1}, zeta_k)`` (Algorithm 2's coins)."""
     if variant == "rfrec":
         return "step"
     prev, now = coin
@@ -186,7 +187,7 @@ def client_update(state, block, broadcast, rng, selected, *, variant, schedule, 
 
 
 def _aggregate(uploads, W, rng, *, clip_delta, noise_scale):
-    """``Vbar = mean of the uploads`` (spec 8.4), noise summed exactly (spec 8.5)."""
+    """``Vbar = mean of the uploads`` (Algorithm 1's aggregation), noise summed exactly."""
     n = len(uploads)
     if isinstance(next(iter(uploads.values())), np.ndarray):
         total = np.zeros_like(W)
@@ -327,7 +328,7 @@ def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learni
         combine_metrics=partial(combine_metrics, n_clients=n_clients, reg=reg_consensus,
                                 alpha_v=alpha_v, lr=learning_rate,
                                 optimizer=optimizer, variant=variant),
-        # every client steps each round; only uploads are sampled or lost (spec 4.1)
+        # every client steps each round; only uploads are sampled or lost (Section 3.3)
         participation=Participation(computes="all", receives="all", dropped="upload_lost",
                                     server_update="every_round"),
     )

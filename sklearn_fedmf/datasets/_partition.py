@@ -1,17 +1,22 @@
 """Client partitions of the rows: iid, by activity, label skew and the FedMAvg/FedMGS cases.
 
 Every function returns an int array of length ``n_rows`` holding the client (0 ..
-n_clients - 1) of each row, ready for the ``clients`` fit parameter.
+n_clients - 1) of each row, ready for the ``clients`` fit parameter. The first argument is
+what the split looks at: the data ``X`` (:func:`partition_iid` also takes its number of rows
+``n_rows`` instead, as it needs nothing else) or, for the label-based splits, the labels ``y``.
 """
 
 from __future__ import annotations
+
+import numbers
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.cluster import KMeans
 from sklearn.preprocessing import normalize
 
-from ._synthetic import _check_generator, _check_int
+from .._data import check_int
+from ._synthetic import _check_generator
 
 __all__ = [
     "partition_iid",
@@ -28,7 +33,7 @@ def _block_sizes(n, k):
 
 
 def _check_clients(n_rows, n_clients):
-    n_clients = _check_int(n_clients, "n_clients", 1)
+    n_clients = check_int(n_clients, "n_clients", 1)
     if n_clients > n_rows:
         raise ValueError(
             f"n_clients={n_clients} is larger than the number of rows ({n_rows}): every client "
@@ -37,13 +42,28 @@ def _check_clients(n_rows, n_clients):
     return n_clients
 
 
-def partition_iid(n_rows, n_clients, random_state=None):
+def _n_rows(X, caller):
+    """The number of rows of ``X``: a matrix or array (its first axis) or an int ``n_rows``."""
+    if isinstance(X, numbers.Integral) and not isinstance(X, bool):
+        return check_int(X, "n_rows", 1)
+    shape = getattr(X, "shape", None)
+    if shape is None and isinstance(X, (list, tuple)):
+        shape = (len(X),)
+    if not shape or isinstance(X, (bool, numbers.Number)):
+        raise ValueError(
+            f"{caller} splits the rows of X: pass the data X (a matrix or array whose first "
+            f"axis is the rows) or the number of rows as an integer >= 1, got {X!r}."
+        )
+    return check_int(shape[0], "the number of rows of X", 1)
+
+
+def partition_iid(X, n_clients, random_state=None):
     """Assign rows to clients uniformly at random, in sizes differing by at most one.
 
     Parameters
     ----------
-    n_rows : int
-        Number of rows (users).
+    X : {array-like, sparse matrix} of shape (n_rows, ...) or int
+        The data whose rows are split, or their number ``n_rows`` (only the count is used).
     n_clients : int
         Number of clients, at most ``n_rows``.
     random_state : int, RandomState, Generator or None
@@ -60,8 +80,11 @@ def partition_iid(n_rows, n_clients, random_state=None):
     >>> import numpy as np
     >>> np.bincount(partition_iid(10, 3, random_state=0)).tolist()
     [4, 3, 3]
+    >>> X = np.ones((10, 4))
+    >>> bool((partition_iid(X, 3, random_state=0) == partition_iid(10, 3, random_state=0)).all())
+    True
     """
-    n_rows = _check_int(n_rows, "n_rows", 1)
+    n_rows = _n_rows(X, "partition_iid")
     n_clients = _check_clients(n_rows, n_clients)
     labels = np.empty(n_rows, dtype=np.intp)
     labels[_check_generator(random_state).permutation(n_rows)] = np.repeat(
@@ -101,6 +124,11 @@ def partition_by_activity(X, n_clients, *, shuffle=0.0, random_state=None):
     >>> partition_by_activity(X, 2, random_state=0).tolist()
     [0, 1, 0, 1]
     """
+    if isinstance(X, numbers.Number):
+        raise ValueError(
+            "partition_by_activity sorts the rows by their number of ratings: pass the rating "
+            f"matrix X, got {X!r} (partition_iid takes a number of rows)."
+        )
     if sp.issparse(X):
         activity = sp.csr_matrix(X).getnnz(axis=1)
     else:
@@ -155,7 +183,7 @@ def partition_label_skew(y, n_clients, classes_per_client=2, random_state=None):
     """
     y = _check_labels(y)
     n_clients = _check_clients(len(y), n_clients)
-    per_client = _check_int(classes_per_client, "classes_per_client", 1)
+    per_client = check_int(classes_per_client, "classes_per_client", 1)
     n_shards = n_clients * per_client
     if n_shards > len(y):
         raise ValueError(
@@ -172,7 +200,7 @@ def partition_label_skew(y, n_clients, classes_per_client=2, random_state=None):
 
 
 def partition_fedmf_cases(y=None, n_clients=100, *, case=1, X=None, method=None, random_state=None):
-    """The client splits of the FedMAvg/FedMGS experiments (spec fedmavg_fedmgs.md, 6.3).
+    """The client splits of the FedMAvg/FedMGS experiments (Wang and Chang, Section V).
 
     - ``case=1`` (iid, balanced): a random permutation of the rows gives
       ``n_rows // n_clients`` rows to each client and the remainder to the last client
@@ -182,12 +210,13 @@ def partition_fedmf_cases(y=None, n_clients=100, *, case=1, X=None, method=None,
       - ``"labels"`` (MNIST, following Li et al.; default when only ``y`` is given): each
         class, in random order, is cut into near-equal shards, ``2 * n_clients`` shards in
         all (20 per class for 10 classes and 100 clients), and every client takes one shard
-        of each of two different, randomly chosen classes. The spec's unbalanced class
+        of each of two different, randomly chosen classes. The paper's unbalanced class
         proportions (.05, .05, .05, .05, .10, .10, .10, .15, .15, .20) describe how the
         MNIST subset ``y`` is drawn; client sizes then follow from them.
       - ``"kmeans"`` (synthetic, TDT2, TCGA, paper text; default when only ``X`` is given):
         K-means with ``n_clients`` clusters on the rows of ``X``, one cluster per client.
-      - ``"anchors"`` (the reference code, spec gap G11): ``n_clients`` random rows of
+      - ``"anchors"`` (the reference code; the paper's text says K-means): ``n_clients``
+        random rows of
         ``X / ||X||`` are anchors, and every row goes to its nearest anchor.
 
     Parameters
@@ -197,6 +226,7 @@ def partition_fedmf_cases(y=None, n_clients=100, *, case=1, X=None, method=None,
     n_clients : int, default=100
         The paper's P.
     case : {1, 2}, default=1
+        1: the iid, balanced split; 2: the non-iid, unbalanced split made by ``method``.
     X : {array-like, sparse matrix} of shape (n_rows, n_features), default=None
         Samples (case 2 with ``method="kmeans"`` or ``"anchors"``).
     method : {"labels", "kmeans", "anchors"} or None, default=None
@@ -259,7 +289,8 @@ def _check_labels(y):
 
 
 def _two_class_shards(y, n_clients, rng):
-    """Spec 6.3 Case 2 (MNIST): 2 * n_clients class shards, two distinct classes per client."""
+    """Case 2 of Wang and Chang's Section V (MNIST): 2 * n_clients class shards, two distinct
+    classes per client."""
     classes, codes = np.unique(y, return_inverse=True)
     n_classes = len(classes)
     if n_classes < 2:

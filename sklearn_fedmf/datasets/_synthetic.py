@@ -9,6 +9,8 @@ import scipy.sparse as sp
 from scipy.special import logsumexp
 from sklearn.utils import Bunch, check_random_state
 
+from .._data import check_int
+
 __all__ = ["make_ratings", "make_binary_ratings", "make_binary_tiles"]
 
 
@@ -19,12 +21,6 @@ def _check_generator(random_state):
     if random_state is None or isinstance(random_state, numbers.Integral):
         return np.random.default_rng(random_state)
     return np.random.default_rng(check_random_state(random_state).randint(2**31 - 1))
-
-
-def _check_int(value, name, low):
-    if not isinstance(value, numbers.Integral) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
-    return int(value)
 
 
 def make_ratings(
@@ -90,14 +86,14 @@ def make_ratings(
     --------
     >>> from sklearn_fedmf.datasets import make_ratings
     >>> data = make_ratings(100, 50, 1000, random_state=0)
-    >>> data.X.shape, data.X.nnz, data.X.data.min(), data.X.data.max()
-    ((100, 50), 1000, np.float64(1.0), np.float64(5.0))
+    >>> data.X.shape, data.X.nnz, float(data.X.data.min()), float(data.X.data.max())
+    ((100, 50), 1000, 1.0, 5.0)
     """
-    n_users = _check_int(n_users, "n_users", 1)
-    n_items = _check_int(n_items, "n_items", 1)
-    n_ratings = _check_int(n_ratings, "n_ratings", 0)
-    k = _check_int(n_components, "n_components", 1)
-    chunk_size = _check_int(chunk_size, "chunk_size", 1)
+    n_users = check_int(n_users, "n_users", 1)
+    n_items = check_int(n_items, "n_items", 1)
+    n_ratings = check_int(n_ratings, "n_ratings", 0)
+    k = check_int(n_components, "n_components", 1)
+    chunk_size = check_int(chunk_size, "chunk_size", 1)
     if n_ratings > n_users * n_items:
         raise ValueError(
             f"n_ratings={n_ratings} exceeds the number of cells n_users * n_items = "
@@ -294,10 +290,10 @@ def make_binary_ratings(
     >>> data.X.shape, data.X.nnz, set(data.X.data.tolist())
     ((200, 100), 1000, {1.0})
     """
-    n_users = _check_int(n_users, "n_users", 1)
-    n_items = _check_int(n_items, "n_items", 1)
-    n_groups = _check_int(n_groups, "n_groups", 1)
-    chunk_size = _check_int(chunk_size, "chunk_size", 1)
+    n_users = check_int(n_users, "n_users", 1)
+    n_items = check_int(n_items, "n_items", 1)
+    n_groups = check_int(n_groups, "n_groups", 1)
+    chunk_size = check_int(chunk_size, "chunk_size", 1)
     if not 0 < density <= 1:
         raise ValueError(f"density must be in (0, 1], got {density!r}.")
     if not 0 <= affinity <= 1 or not popularity >= 0:
@@ -350,10 +346,11 @@ def make_binary_tiles(
     random_state=None,
     dtype=np.float64,
 ):
-    """Generate a binary matrix with planted Boolean tiles and XOR noise (Felb, spec 7.2).
+    """Generate a binary matrix with planted Boolean tiles and XOR noise (the Felb paper's
+    Section 4.1).
 
     Tile ``l`` covers rows ``R_l`` and columns ``C_l``: ``U[R_l, l] = V[l, C_l] = 1``.
-    With ``overlap=True`` (the spec's recommended generator) ``R_l`` is a random subset of
+    With ``overlap=True`` (the recommended generator) ``R_l`` is a random subset of
     ``ceil(n_rows * Uniform(row_frac))`` rows, and likewise for columns, so tiles may
     overlap. With ``overlap=False`` rows and columns are each split at random into
     ``n_tiles + 1`` nearly equal groups, tile ``l`` is row group ``l`` x column group ``l``
@@ -396,9 +393,9 @@ def make_binary_tiles(
     >>> bool(((data.U @ data.V) != data.X.toarray()).sum() == 0)
     True
     """
-    n_rows = _check_int(n_rows, "n_rows", 1)
-    n_cols = _check_int(n_cols, "n_cols", 1)
-    k = _check_int(n_tiles, "n_tiles", 1)
+    n_rows = check_int(n_rows, "n_rows", 1)
+    n_cols = check_int(n_cols, "n_cols", 1)
+    k = check_int(n_tiles, "n_tiles", 1)
     for name, value in (("noise", noise), ("tile_density", tile_density)):
         if not 0 <= value <= 1:
             raise ValueError(f"{name} must be in [0, 1], got {value!r}.")

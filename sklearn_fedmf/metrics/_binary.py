@@ -1,4 +1,5 @@
-"""Scores of Boolean reconstructions, computed without densifying (Felb spec sections 7.3, 9).
+"""Scores of Boolean reconstructions, computed without densifying (the F1 and RMSD
+of the Felb paper, Section 4 and Appendix E.1).
 
 A reconstruction is given either as a matrix (dense or sparse, 0/1) or as Boolean factors
 ``(U, V)``, meaning ``U o V = min(1, U V)`` (the OR of ANDs). With factors, the true positives
@@ -93,10 +94,24 @@ def boolean_counts(X, pred):
 
     Parameters
     ----------
-    X : {array-like, sparse matrix} of shape (n, m), binary
+    X : {array-like, sparse matrix} of shape (n, m)
+        The binary data (every entry 0 or 1; absent entries of a sparse matrix are 0).
     pred : {array-like, sparse matrix} of shape (n, m), or tuple (U, V)
         A 0/1 reconstruction, or Boolean factors (entries > 1/2 count as 1) whose Boolean
         product is the reconstruction.
+
+    Returns
+    -------
+    tp, n_true, n_pred : int
+        Ones in common, ones in ``X`` and ones in the reconstruction.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fedmf.metrics import boolean_counts
+    >>> X = np.array([[1, 1, 0], [0, 1, 1]])
+    >>> boolean_counts(X, (np.array([[1], [1]]), np.array([[1, 1, 0]])))
+    (3, 4, 4)
     """
     X = check_binary(X)
     if isinstance(pred, tuple):
@@ -112,6 +127,19 @@ def boolean_counts(X, pred):
 
 def f1_boolean(X, pred):
     """F1 of a Boolean reconstruction: ``2 |X and Xhat| / (|X| + |Xhat|)`` (1.0 if both empty).
+
+    Parameters
+    ----------
+    X : {array-like, sparse matrix} of shape (n, m)
+        The binary data (every entry 0 or 1; absent entries of a sparse matrix are 0).
+    pred : {array-like, sparse matrix} of shape (n, m), or tuple (U, V)
+        A 0/1 reconstruction, or Boolean factors whose Boolean product ``min(1, U V)`` is the
+        reconstruction (counted without forming it).
+
+    Returns
+    -------
+    f1 : float
+        In [0, 1], greater is better.
 
     Examples
     --------
@@ -129,6 +157,18 @@ def f1_boolean(X, pred):
 def rmsd(X, pred):
     """Root mean squared deviation ``sqrt(Hamming(X, Xhat) / (n m))`` of a 0/1 reconstruction.
 
+    Parameters
+    ----------
+    X : {array-like, sparse matrix} of shape (n, m)
+        The binary data (every entry 0 or 1; absent entries of a sparse matrix are 0).
+    pred : {array-like, sparse matrix} of shape (n, m), or tuple (U, V)
+        A 0/1 reconstruction, or Boolean factors whose Boolean product is the reconstruction.
+
+    Returns
+    -------
+    rmsd : float
+        In [0, 1], smaller is better.
+
     Examples
     --------
     >>> from sklearn_fedmf.metrics import rmsd
@@ -145,7 +185,29 @@ def rmsd_sum_clients(X, pred, clients):
     """Sum over clients of the per-client RMSD: the scale of the Felb paper's Table 3.
 
     About ``C * rmsd`` for equal-sized clients (``C * sqrt(density)`` for an empty
-    reconstruction, spec section 7.5).
+    reconstruction).
+
+    Parameters
+    ----------
+    X : {array-like, sparse matrix} of shape (n, m)
+        The binary data (every entry 0 or 1; absent entries of a sparse matrix are 0).
+    pred : {array-like, sparse matrix} of shape (n, m), or tuple (U, V)
+        A 0/1 reconstruction, or Boolean factors whose Boolean product is the reconstruction.
+    clients : array-like of shape (n,)
+        The client label of each row.
+
+    Returns
+    -------
+    total : float
+        The sum of :func:`rmsd` over the clients' rows.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fedmf.metrics import rmsd_sum_clients
+    >>> X = np.array([[1, 0], [0, 0], [1, 1], [0, 0]])
+    >>> rmsd_sum_clients(X, np.zeros((4, 2)), clients=[0, 0, 1, 1])  # sqrt(1/4) + sqrt(2/4)
+    1.2071067811865475
     """
     X = check_binary(X)
     clients = np.asarray(clients)
@@ -164,6 +226,18 @@ def rmsd_sum_clients(X, pred, clients):
 
 def integrality_gap(X, reduce="mean"):
     """Distance of relaxed values to {0, 1}: ``min(|x|, |1 - x|)``, averaged or maximized.
+
+    Parameters
+    ----------
+    X : array-like
+        Relaxed factor values, e.g. a Felb factor before rounding.
+    reduce : {"mean", "max"}, default="mean"
+        Average the distances or take the largest.
+
+    Returns
+    -------
+    gap : float
+        0 when every value is 0 or 1 (0 as well for an empty ``X``).
 
     Examples
     --------

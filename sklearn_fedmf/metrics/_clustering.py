@@ -11,7 +11,7 @@ def clustering_accuracy(y_true, y_pred):
     """Fraction of samples whose cluster maps to their class under the best matching.
 
     ``ACC = max_map (1/n) sum_j 1[y_true_j = map(y_pred_j)]`` over one-to-one maps from
-    predicted clusters to classes (Cai et al.; FedMAvg/FedMGS spec, section 6.6), solved by
+    predicted clusters to classes (Cai et al., the metric of Wang and Chang's Section V), solved by
     the Hungarian algorithm on the contingency table. The numbers of clusters and classes
     may differ: unmatched clusters count as errors.
 

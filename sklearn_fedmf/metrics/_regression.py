@@ -37,7 +37,22 @@ def rmse(y_true, y_pred):
 
 
 def mae(y_true, y_pred):
-    """Mean absolute error at the observed entries of ``y_true`` (see :func:`rmse`)."""
+    """Mean absolute error at the observed entries of ``y_true`` (see :func:`rmse`).
+
+    Parameters
+    ----------
+    y_true : {array-like, sparse matrix} of shape (n_rows, n_items)
+        Held-out ratings (sparse: stored entries; dense: NaN is missing).
+    y_pred : array-like of shape (n_rows, n_items)
+        Dense predictions, e.g. from ``estimator.predict``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fedmf.metrics import mae
+    >>> mae([[1.0, np.nan], [3.0, 4.0]], [[2.0, 0.0], [3.0, 6.0]])
+    1.0
+    """
     return float(np.mean(np.abs(_residuals(y_true, y_pred))))
 
 

@@ -7,7 +7,7 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
-from .._data import check_ratings
+from .._data import check_int, check_ratings
 from ..datasets._synthetic import _check_generator
 
 __all__ = ["train_test_split_ratings"]
@@ -51,8 +51,7 @@ def train_test_split_ratings(X, test_size=0.2, *, random_state=None, min_train_p
     """
     if not isinstance(test_size, numbers.Real) or not 0 < test_size < 1:
         raise ValueError(f"test_size must be a float in (0, 1), got {test_size!r}.")
-    if not isinstance(min_train_per_row, numbers.Integral) or min_train_per_row < 0:
-        raise ValueError(f"min_train_per_row must be an integer >= 0, got {min_train_per_row!r}.")
+    min_train_per_row = check_int(min_train_per_row, "min_train_per_row", 0)
     X = check_ratings(X)
     rng = _check_generator(random_state)
     n_rows = X.shape[0]

@@ -95,7 +95,9 @@ def gaussian_sigma(epsilon, delta, sensitivity=1.0):
     Parameters
     ----------
     epsilon : float > 0
+        Privacy budget of one release (the bound is proven for ``epsilon < 1``).
     delta : float in (0, 1)
+        Probability with which the epsilon bound may fail.
     sensitivity : float > 0, default=1.0
         l2 sensitivity of the released quantity.
 
@@ -116,6 +118,19 @@ def laplace_scale(epsilon, sensitivity=1.0):
     """Scale ``b = sensitivity / epsilon`` of the Laplace mechanism (l1 sensitivity).
 
     The density is ``exp(-|x| / b) / (2 b)``; the variance is ``2 b^2``.
+
+    Parameters
+    ----------
+    epsilon : float > 0
+        Privacy budget of one release.
+    sensitivity : float > 0, default=1.0
+        l1 sensitivity of the released quantity.
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.privacy import laplace_scale
+    >>> laplace_scale(0.5, sensitivity=0.4)
+    0.8
     """
     return _check_positive(sensitivity, "sensitivity") / _check_epsilon(epsilon)
 
@@ -125,12 +140,30 @@ def laplace_epsilon(scale, sensitivity=1.0):
 
     The inverse of :func:`laplace_scale`; e.g. RFRec clips entries to ``[-d, d]`` (range, hence
     per-entry sensitivity, ``2 d``) and reports ``epsilon = 2 d / s``.
+
+    Parameters
+    ----------
+    scale : float > 0
+        Scale ``b`` of the Laplace noise added to each entry.
+    sensitivity : float > 0, default=1.0
+        l1 sensitivity of the released quantity.
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.privacy import laplace_epsilon
+    >>> laplace_epsilon(0.8, sensitivity=0.4)
+    0.5
     """
     return _check_positive(sensitivity, "sensitivity") / _check_positive(scale, "scale")
 
 
 def flip_probability(epsilon):
     """Randomized-response flip probability ``1 / (1 + e^epsilon)`` (epsilon-DP per bit).
+
+    Parameters
+    ----------
+    epsilon : float > 0
+        Privacy budget of one released bit.
 
     Examples
     --------
@@ -148,6 +181,7 @@ def sensitivity_of(mechanism, clip=None, shape=None, kind="entry"):
     Parameters
     ----------
     mechanism : {"gaussian", "laplace", "bernoulli"}
+        The noise mechanism: its norm (l2 for Gaussian, l1 for Laplace) sets the sensitivity.
     clip : float or None
         Entrywise clipping threshold ``theta``; None means no clipping (nominal range 1).
     shape : tuple of int, optional
@@ -157,6 +191,14 @@ def sensitivity_of(mechanism, clip=None, shape=None, kind="entry"):
         ``"matrix"``: every entry may change by ``theta``: ``theta * sqrt(size)`` in l2
         (Gaussian), ``theta * size`` in l1 (Laplace). A float is used as is.
         Randomized response has no sensitivity (it works per bit): 1.0 is returned.
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.privacy import sensitivity_of
+    >>> sensitivity_of("gaussian", clip=0.5, shape=(4, 25), kind="matrix")  # 0.5 * sqrt(100)
+    5.0
+    >>> sensitivity_of("laplace", clip=0.5, shape=(4, 25), kind="matrix")   # 0.5 * 100
+    50.0
     """
     if not isinstance(kind, str):
         return _check_positive(kind, "sensitivity")
@@ -174,7 +216,26 @@ def sensitivity_of(mechanism, clip=None, shape=None, kind="entry"):
 
 
 def noise_scale(mechanism, epsilon, delta=None, sensitivity=1.0):
-    """Gaussian ``sigma``, Laplace ``b`` or randomized-response flip probability."""
+    """Gaussian ``sigma``, Laplace ``b`` or randomized-response flip probability.
+
+    Parameters
+    ----------
+    mechanism : {"gaussian", "laplace", "bernoulli"}
+        Which of :func:`gaussian_sigma`, :func:`laplace_scale` and :func:`flip_probability`
+        to apply.
+    epsilon : float > 0
+        Privacy budget of one release.
+    delta : float in (0, 1) or None, default=None
+        Only for ``"gaussian"``.
+    sensitivity : float > 0, default=1.0
+        Sensitivity of the release (ignored by ``"bernoulli"``).
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.privacy import noise_scale
+    >>> noise_scale("laplace", 0.5, sensitivity=0.4)
+    0.8
+    """
     if mechanism == "gaussian":
         return gaussian_sigma(epsilon, delta, sensitivity)
     if mechanism == "laplace":
@@ -185,26 +246,96 @@ def noise_scale(mechanism, epsilon, delta=None, sensitivity=1.0):
 
 
 def compose_basic(epsilon, delta, n_releases):
-    """Basic sequential composition: ``n_releases`` releases cost ``(n eps, n delta)``."""
+    """Basic sequential composition: ``n_releases`` releases cost ``(n eps, n delta)``.
+
+    Parameters
+    ----------
+    epsilon : float
+        Budget of one release.
+    delta : float or None
+        Failure probability of one release (None counts as 0).
+    n_releases : int
+        Number of releases, e.g. the rounds in which a client uploaded.
+
+    Returns
+    -------
+    epsilon_total, delta_total : float
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.privacy import compose_basic
+    >>> compose_basic(0.5, 1e-5, 20)
+    (10.0, 0.0002)
+    """
     n = int(n_releases)
     return n * float(epsilon), n * float(delta or 0.0)
 
 
 # ---- mechanisms ----------------------------------------------------------------------------
 def clip_entries(X, threshold):
-    """Clamp every entry to ``[-threshold, threshold]`` (a new array)."""
+    """Clamp every entry to ``[-threshold, threshold]`` (a new array).
+
+    Parameters
+    ----------
+    X : array-like
+        The values to clip (not modified).
+    threshold : float > 0
+        The largest magnitude kept.
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.privacy import clip_entries
+    >>> clip_entries([[0.1, -0.5, 0.3]], 0.2).tolist()
+    [[0.1, -0.2, 0.2]]
+    """
     threshold = _check_positive(threshold, "clip threshold")
     return np.clip(np.asarray(X, dtype=float), -threshold, threshold)
 
 
 def gaussian_noise(X, sigma, rng):
-    """``X + N`` with ``N`` i.i.d. ``Normal(0, sigma^2)`` per entry (a new array)."""
+    """``X + N`` with ``N`` i.i.d. ``Normal(0, sigma^2)`` per entry (a new array).
+
+    Parameters
+    ----------
+    X : array-like
+        The values to release (not modified).
+    sigma : float >= 0
+        Standard deviation of the noise, e.g. from :func:`gaussian_sigma`.
+    rng : numpy.random.Generator
+        The only source of randomness.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fedmf.privacy import gaussian_noise
+    >>> W = gaussian_noise(np.zeros((200, 50)), 2.0, np.random.default_rng(0))
+    >>> W.shape, bool(abs(W.std() - 2.0) < 0.05)
+    ((200, 50), True)
+    """
     X = np.asarray(X, dtype=float)
     return X + rng.normal(0.0, sigma, size=X.shape)
 
 
 def laplace_noise(X, scale, rng):
-    """``X + L`` with ``L`` i.i.d. ``Laplace(0, scale)`` per entry (a new array)."""
+    """``X + L`` with ``L`` i.i.d. ``Laplace(0, scale)`` per entry (a new array).
+
+    Parameters
+    ----------
+    X : array-like
+        The values to release (not modified).
+    scale : float >= 0
+        Scale ``b`` of the noise, e.g. from :func:`laplace_scale` (variance ``2 b^2``).
+    rng : numpy.random.Generator
+        The only source of randomness.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fedmf.privacy import laplace_noise
+    >>> W = laplace_noise(np.zeros((200, 50)), 1.0, np.random.default_rng(0))
+    >>> W.shape, bool(abs(W.var() - 2.0) < 0.1)
+    ((200, 50), True)
+    """
     X = np.asarray(X, dtype=float)
     return X + rng.laplace(0.0, scale, size=X.shape)
 
@@ -213,6 +344,25 @@ def randomized_response(X, p, rng):
     """Flip each entry with probability ``p``: ``x -> 1 - x`` (XOR on 0/1 entries).
 
     On real values in [0, 1] a flipped entry becomes ``1 - x``, i.e. ``X + B * (1 - 2X)``.
+
+    Parameters
+    ----------
+    X : array-like
+        0/1 (or [0, 1]) values to release (not modified).
+    p : float in [0, 1]
+        Flip probability, e.g. from :func:`flip_probability`.
+    rng : numpy.random.Generator
+        The only source of randomness.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fedmf.privacy import randomized_response
+    >>> rng = np.random.default_rng(0)
+    >>> randomized_response([[0, 1, 1]], 0.0, rng).tolist()  # never flipped
+    [[0.0, 1.0, 1.0]]
+    >>> randomized_response([[0, 1, 1]], 1.0, rng).tolist()  # always flipped
+    [[1.0, 0.0, 0.0]]
     """
     if not 0 <= p <= 1:
         raise ValueError(f"The flip probability must be in [0, 1], got {p!r}.")
@@ -227,6 +377,30 @@ def check_privacy(mechanism, epsilon, delta=None, clip=None, sensitivity="entry"
     Returns ``None`` when ``mechanism`` is None. Raises ValueError on invalid parameters;
     emits :class:`PrivacyWarning` for Gaussian noise with ``epsilon >= 1`` (outside the proven
     range of the classical bound) and for unclipped Gaussian/Laplace noise (no formal bound).
+
+    Parameters
+    ----------
+    mechanism : {"gaussian", "laplace", "bernoulli"} or None
+        The noise mechanism; None means no privacy.
+    epsilon : float > 0
+        Per-release budget.
+    delta : float in (0, 1) or None, default=None
+        Required by ``"gaussian"``.
+    clip : float > 0 or None, default=None
+        Entrywise clipping threshold; None leaves the sensitivity unbounded.
+    sensitivity : {"entry", "matrix"} or float, default="entry"
+        See :func:`sensitivity_of`; a number is taken as a proven bound (no warning).
+
+    Returns
+    -------
+    mechanism : str or None
+        The validated mechanism.
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.privacy import check_privacy
+    >>> check_privacy("laplace", epsilon=0.5, clip=1.0)
+    'laplace'
     """
     if mechanism is None:
         return None

@@ -1,0 +1,31 @@
+"""Which joblib backend is active: the package's only use of joblib's private API.
+
+The engine chooses how to run a round's client tasks from the backend a
+``joblib.parallel_config`` block selected (see :mod:`sklearn_fedmf._dispatch`): its own
+thread pool under the threading backend (joblib's result loop polls every 10 ms, more than a
+whole round of a small problem), and resident client blocks under Dask. joblib has no public
+way to ask for the active backend, so the two names it keeps private are imported here and
+nowhere else; if a joblib release moves them, this module is the one to change (the tests of
+``tests/test_backends.py`` and ``tests/test_dask.py`` fail first).
+"""
+
+import sys
+
+from joblib._parallel_backends import ThreadingBackend  # private: no public equivalent
+from joblib.parallel import get_active_backend  # not exported by joblib's __init__
+
+__all__ = ["uses_threads", "dask_client"]
+
+
+def uses_threads():
+    """Whether the active backend is joblib's threading backend (threads when none is set)."""
+    return isinstance(get_active_backend(prefer="threads")[0], ThreadingBackend)
+
+
+def dask_client():
+    """The ``distributed.Client`` of an active joblib Dask backend, else None."""
+    dask_backend = sys.modules.get("joblib._dask")  # loaded only once a Dask backend is used
+    if dask_backend is None:
+        return None
+    backend, _ = get_active_backend()
+    return backend.client if isinstance(backend, dask_backend.DaskDistributedBackend) else None
