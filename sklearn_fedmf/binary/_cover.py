@@ -55,6 +55,7 @@ class _CoverBMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
             Binary data (0/1); in a sparse matrix absent entries are 0.
         y : Ignored
+            Not used, present for API consistency by convention.
 
         Returns
         -------
@@ -69,7 +70,19 @@ class _CoverBMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         return self
 
     def fit_transform(self, X, y=None):
-        """Fit and return the fitted usage ``user_factors_`` (Boolean, n_samples x k)."""
+        """Fit and return the fitted usage ``user_factors_``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features), binary
+            Training data.
+        y : Ignored
+            Not used, present for API consistency by convention.
+
+        Returns
+        -------
+        U : ndarray of bool, shape (n_samples, n_components)
+        """
         return self.fit(X, y).user_factors_
 
     def transform(self, X):
@@ -79,6 +92,7 @@ class _CoverBMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features), binary
+            Rows to express with the fitted components.
 
         Returns
         -------
@@ -92,17 +106,49 @@ class _CoverBMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         return {"gain": 1.0, "loss": self._fold_in_loss}
 
     def inverse_transform(self, X):
-        """Boolean product ``U o components_``, a dense bool array."""
+        """Boolean product ``U o components_``, a dense bool array.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_components)
+            Boolean usage (entries above 1/2 count as one).
+
+        Returns
+        -------
+        X_hat : ndarray of bool, shape (n_samples, n_features)
+        """
         check_is_fitted(self)
         U = np.asarray(X, dtype=np.float64) > 0.5
         return (U.astype(np.float64) @ self.components_.astype(np.float64)) > 0
 
     def predict(self, X):
-        """Boolean reconstruction ``transform(X) o components_`` (dense bool)."""
+        """Boolean reconstruction ``transform(X) o components_`` (dense bool).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features), binary
+            Rows to reconstruct.
+
+        Returns
+        -------
+        X_hat : ndarray of bool, shape (n_samples, n_features)
+        """
         return self.inverse_transform(self.transform(X))
 
     def score(self, X, y=None):
-        """F1 of the reconstruction of ``X`` against ``X`` (greater is better)."""
+        """F1 of the reconstruction of ``X`` against ``X`` (greater is better).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features), binary
+            Rows to reconstruct and score.
+        y : Ignored
+            Not used, present for API consistency by convention.
+
+        Returns
+        -------
+        score : float
+        """
         check_is_fitted(self)
         A = self._check_binary(X, reset=False)
         return f1_boolean(A, (cover_fold_in(A, self.components_, **self._fold_in_weights()),
@@ -132,6 +178,7 @@ class Asso(_CoverBMF):
     Parameters
     ----------
     n_components : int, default=10
+        Number of Boolean components ``k`` (at most; the cover may stop earlier).
     threshold : float in (0, 1], default=1.0
         Minimum confidence of an association (1: only exact implications).
     gain : float, default=1.0
@@ -197,7 +244,9 @@ class GreConD(_CoverBMF):
     Parameters
     ----------
     n_components : int, default=10
+        Number of Boolean components ``k`` (at most; the cover may stop earlier).
     binarize : float or None, default=None
+        None: ``X`` must be binary; a float maps entries to ``x > binarize`` first.
 
     Attributes
     ----------
@@ -245,10 +294,13 @@ class MEBF(_CoverBMF):
     Parameters
     ----------
     n_components : int, default=10
+        Number of Boolean components ``k`` (at most; the cover may stop earlier).
     threshold : float in (0, 1], default=0.5
+        Share of a seed's rows (columns) that must contain a column (row) to join the pattern.
     cover : float in (0, 1], default=0.95
         Stop once this share of the ones is covered.
     binarize : float or None, default=None
+        None: ``X`` must be binary; a float maps entries to ``x > binarize`` first.
 
     Attributes
     ----------

@@ -335,8 +335,20 @@ class RFRec(FederatedMFBase):
         self._personal = (np.concatenate(keys), np.concatenate(values), replica.W)
 
     def personal_scores(self, rows, items):
-        """Scores ``u_i . v_(c)j`` of training users ``rows`` at ``items`` with their client's
-        own item matrix (before the link; see ``predict_with``)."""
+        """Scores ``u_i . v_(c)j`` with each training user's client's own item matrix.
+
+        Parameters
+        ----------
+        rows : array-like of int
+            Training users (row indices of the training matrix).
+        items : array-like of int, same length as ``rows``
+            Items to score.
+
+        Returns
+        -------
+        scores : ndarray of shape (len(rows),)
+            Before the link (see ``predict_with``).
+        """
         check_is_fitted(self)
         rows, items = np.asarray(rows, dtype=np.intp), np.asarray(items, dtype=np.intp)
         keys, values, W = self._personal

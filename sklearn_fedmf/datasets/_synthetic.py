@@ -273,6 +273,7 @@ def make_binary_ratings(
     popularity : float, default=1.0
         Skew of user activity and item popularity (0 = uniform).
     random_state : int, RandomState, Generator or None
+        Seed; the output depends on it and on ``chunk_size``.
     dtype : numpy dtype, default=np.float64
         dtype of the stored ones.
     chunk_size : int, default=2**23
