@@ -318,7 +318,7 @@ def test_bad_option_is_one_line_exit_2(argv, option, capsys):
 def test_help_documents_every_option():
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices
-    assert set(commands) == {"run", "tune", "methods"}
+    assert set(commands) == {"run", "tune", "methods", "flower-split"}
     for name, sub in [("fedmf", parser), *commands.items()]:
         text = " ".join(sub.format_help().split())
         for action in sub._actions:

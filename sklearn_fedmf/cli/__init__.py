@@ -16,6 +16,7 @@ import sys
 # the command's public names, importable from here (build_parser and main use some of them)
 from ._commands import cmd_methods, cmd_run, cmd_tune, fit_method  # noqa: F401
 from ._data import BINARY_THRESHOLD, binarize, load_data, prepare_data  # noqa: F401
+from ._flower import add_flower_split
 from ._messages import CommandError, _one_line  # noqa: F401
 from ._options import _assignment, _at_least_two, _common, _grid_entry, _Parser, _positive_int
 from ._registry import (  # noqa: F401
@@ -93,6 +94,8 @@ def build_parser():
                       help="no progress line per candidate on stderr")
     _common(tune, rounds=50)
     tune.set_defaults(func=cmd_tune)
+
+    add_flower_split(sub, _positive_int)
 
     methods = sub.add_parser("methods", help="list the installed methods",
                              description="List the methods of this installation.")

@@ -379,6 +379,8 @@ class RFRec(FederatedMFBase):
         """Raise unless the federated model's training error on the centred training ratings
         ``Xc`` is finite and of the ratings' order (the objective is only checked on evaluated
         rounds, ``eval_every``)."""
+        if Xc.nnz == 0:  # nothing to check against (a Flower server holds no rating)
+            return
         rows = np.repeat(np.arange(Xc.shape[0]), np.diff(Xc.indptr))
         z = np.einsum("ij,ji->i", self.user_factors_[rows], self.components_[:, Xc.indices])
         with np.errstate(all="ignore"):

@@ -1,0 +1,1 @@
+"""sklearn_fedmf's protocols as a Flower app."""

@@ -1,0 +1,150 @@
+"""The site side: a Flower ``ClientApp`` that runs a protocol's client functions.
+
+Each site holds its own ratings (a file named in its node config) and its private client
+state (``U_i``, duals, ...), which lives in ``Context.state`` between messages: the SuperNode
+keeps it in memory and hands it to the fresh process that serves each message. Only the
+protocol's messages leave the site.
+
+Node config keys: ``partition-id`` (the site's client index, ``0 .. n_sites - 1``), ``data``
+(its ratings: a CSR ``.npz`` or a ``user,item,rating`` CSV), optionally ``eval-data``
+(held-out ratings of the same rows, same format) and ``n-items`` (needed for CSV files).
+"""
+
+from __future__ import annotations
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from threadpoolctl import threadpool_limits
+
+from .._transport import client_generator
+from ._codec import put, take
+from ._sites import estimator_class, load_site, make_site_protocol, site_block
+
+__all__ = ["client_app", "MESSAGE_TYPES", "HELLO"]
+
+# One message type per protocol phase ("<category>.<action>" is Flower's routing key).
+HELLO = "query.hello"  # the site's aggregates: rows, rating count, sum and range
+MESSAGE_TYPES = {
+    "init_client": "train.init",  # the first broadcast in, the one-time upload out
+    "client_prepare": "train.prepare",  # a round's broadcast in, its statistics out
+    "client_update": "train.update",  # the broadcast in, the upload out
+    "client_metrics": "evaluate.metrics",  # the broadcast in, additive sums out
+}
+_PHASE_OF = {v: k for k, v in MESSAGE_TYPES.items()}
+
+
+class _Site:
+    """This site's data and, once set up, its protocol: rebuilt for every message (each
+    message is served by a fresh process; only ``Context.state`` survives)."""
+
+    def __init__(self, context: Context, setup=None):
+        config = context.node_config
+        if "data" not in config:
+            raise ValueError("The node config lacks 'data' (the site's ratings file).")
+        if "partition-id" not in config:
+            raise ValueError("The node config lacks 'partition-id' (the site's client index).")
+        self.client = int(config["partition-id"])
+        n_items = config.get("n-items", setup["n_items"] if setup else None)
+        self.X = load_site(config["data"], n_items)
+        self.X_eval = load_site(config["eval-data"], n_items) if "eval-data" in config else None
+        if setup is None:
+            return
+        if self.X.shape[1] != setup["n_items"]:
+            raise ValueError(f"This site's ratings have {self.X.shape[1]} items, the "
+                             f"federation {setup['n_items']}.")
+        estimator = estimator_class(setup["estimator"])(**setup["params"])
+        self.protocol = make_site_protocol(
+            estimator, n_items=setup["n_items"], n_clients=setup["n_clients"],
+            n_users=setup["n_users"], mean=setup["mean"], rating_range=setup["rating_range"],
+            entropy=setup["entropy"],
+        )
+        self.block = site_block(estimator, self.X, self.X_eval)
+
+
+def _hello(msg: Message, context: Context) -> Message:
+    X = _Site(context).X
+    return Message(RecordDict({"hello": ConfigRecord({
+        "client": int(context.node_config["partition-id"]), "n_rows": X.shape[0],
+        "n_items": X.shape[1], "count": int(X.nnz), "sum": float(X.data.sum()),
+        "min": float(X.data.min()) if X.nnz else 0.0,
+        "max": float(X.data.max()) if X.nnz else 0.0,
+    })}), reply_to=msg)
+
+
+def _serve(msg: Message, context: Context) -> Message:
+    # one BLAS thread, as in the simulation: the same products, rounded the same way
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _run_phase(msg, context)
+
+
+def _committed_state(context, accepted):
+    """The client's state as the server knows it.
+
+    A stateful phase stores its new state as pending, tagged with the Message's sequence
+    number; the server's next Message names the last number whose reply it accepted. A reply
+    the server never used (it came too late, or was lost) is thus discarded: the client keeps
+    its previous state, as a failed client does in the simulation.
+    """
+    state = context.state
+    if "fedmf.pending.tree" in state:
+        if int(state["fedmf.seq"]["pending"]) == accepted:
+            put(state, "fedmf.state", take(state, "fedmf.pending"))
+        put(state, "fedmf.pending", None)
+    return take(state, "fedmf.state")
+
+
+def _run_phase(msg, context):
+    phase = _PHASE_OF[msg.metadata.message_type]
+    info = msg.content["phase"]
+    if phase == "init_client":
+        setup = take(msg.content, "setup")
+        put(context.state, "fedmf.setup", setup)
+    else:
+        setup = take(context.state, "fedmf.setup")
+        if setup is None:
+            raise RuntimeError("This site missed the run's init message (a SuperNode that "
+                               "restarted has lost its Context.state).")
+    site = _Site(context, setup)
+    fn = getattr(site.protocol, phase)
+    broadcast = take(msg.content, "broadcast")
+    state = _committed_state(context, int(info["accepted"]))
+    if phase == "client_metrics":
+        message = fn(state, site.block, broadcast)
+    else:
+        rng = client_generator(take(msg.content, "stream"), site.client)
+        if phase == "init_client":
+            state, message = fn(site.block, broadcast, rng)
+        else:
+            state, message = fn(state, site.block, broadcast, rng, bool(info["selected"]))
+        put(context.state, "fedmf.pending", state)
+        context.state["fedmf.seq"] = ConfigRecord({"pending": int(info["seq"])})
+    content = RecordDict()
+    put(content, "message", message)
+    return Message(content, reply_to=msg)
+
+
+def client_app():
+    """A Flower ``ClientApp`` that serves the protocol phases of the supported estimators.
+
+    The site reads its ratings from the file its node config names (module docstring),
+    rebuilds the protocol from the estimator parameters the server sends with the init
+    message, keeps its private state in ``Context.state`` and draws its random numbers from
+    the stream the server names, so it computes exactly what the simulation computes.
+
+    Returns
+    -------
+    app : flwr.clientapp.ClientApp
+
+    Examples
+    --------
+    The client module of a Flower app (``[tool.flwr.app.components] clientapp``):
+
+    >>> from sklearn_fedmf.flower import client_app
+    >>> app = client_app()
+    """
+    app = ClientApp()
+    app.query("hello")(_hello)
+    for message_type in MESSAGE_TYPES.values():
+        category, action = message_type.split(".")
+        getattr(app, category)(action)(_serve)
+    return app

@@ -1,0 +1,250 @@
+"""The server side: the sites as a transport of the engine, and the ``ServerApp``.
+
+The server runs the engine unchanged (sampling, seeds, byte counts, ``history_``, callbacks,
+``tol``, the failure policy) with :class:`FlowerTransport`, which sends each client phase to
+the sites as Flower Messages. The server never holds a site's ratings or private state: it
+knows each site's size and rating aggregates, and the protocol's messages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from contextlib import contextmanager
+
+import joblib
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.serverapp import Grid, ServerApp
+from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+
+from .._engine import make_entropy
+from .._transport import PhaseResult, Transport
+from ..exceptions import ClientError, FederationError
+from ._client import HELLO, MESSAGE_TYPES
+from ._codec import put, take
+from ._sites import estimator_class, fit_context, travelling_params
+
+__all__ = ["FlowerTransport", "fit_on_grid", "server_app", "wire_bytes"]
+
+
+def wire_bytes(message):
+    """Bytes of a Message as Flower serializes it: its records, their arrays and its
+    metadata (what a SuperNode receives or sends for it, before HTTP framing)."""
+    return sum(len(obj.deflate()) for obj in get_all_nested_objects(message).values())
+
+
+class FlowerTransport(Transport):
+    """The engine's clients are the SuperNodes connected to ``grid``, one site per client.
+
+    On creation it waits (up to ``wait`` seconds) for ``min_nodes`` SuperNodes and asks each
+    for its client index (node config ``partition-id``, which must be ``0 .. n - 1``), its
+    number of rows and items, and the count, sum, minimum and maximum of its ratings: the
+    aggregates from which the server derives ``mean_``, ``rating_range_`` and ``n_users_``.
+
+    :meth:`run` sends one Message per client (type ``MESSAGE_TYPES[phase]``) carrying the
+    broadcast, the random stream and whether the client is selected, and returns the replies
+    in ascending client order. A client whose reply is an error, or that does not reply
+    within ``timeout`` seconds, is a failure (:class:`~sklearn_fedmf.exceptions.ClientError`
+    or ``TimeoutError``); the engine applies its failure policy to it as to a simulated
+    client.
+
+    Attributes
+    ----------
+    wire : dict
+        Serialized bytes of the Messages per round, ``{round: {"uploaded", "downloaded",
+        "eval_uploaded", "eval_downloaded"}}`` (round 0: the initial exchange; ``eval_*``:
+        the diagnostics of ``client_metrics``, which ``history_`` does not count).
+    """
+
+    client_states = None  # they live on the sites
+
+    def __init__(self, grid: Grid, *, min_nodes, timeout=120.0, wait=120.0):
+        self.grid, self.timeout = grid, float(timeout)
+        self.setup = self.protocol = None  # set by fit_on_grid
+        self.wire, self._round, self._seq, self._accepted = {}, 0, {}, {}
+        deadline = time.monotonic() + wait
+        while len(nodes := sorted(grid.get_node_ids())) < min_nodes:
+            if time.monotonic() > deadline:
+                raise FederationError(
+                    f"Only {len(nodes)} of {min_nodes} SuperNodes connected in {wait:g} s.")
+            time.sleep(0.5)
+        replies, lost = self._send({n: RecordDict() for n in nodes}, HELLO, dict(zip(nodes, nodes)),
+                                   "hello")
+        if lost:
+            raise FederationError(f"SuperNodes {sorted(lost)} did not answer the hello message.")
+        hello = {node: dict(reply["hello"]) for node, reply in replies.items()}
+        clients = sorted(int(h["client"]) for h in hello.values())
+        if clients != list(range(len(nodes))):
+            raise FederationError(f"The sites' partition-id values must be 0 .. {len(nodes) - 1},"
+                                  f" one per SuperNode; got {clients}.")
+        self.node_of = {int(h["client"]): node for node, h in hello.items()}
+        self.sites = [hello[self.node_of[c]] for c in range(len(nodes))]
+        n_items = {int(h["n_items"]) for h in self.sites}
+        if len(n_items) != 1:
+            raise FederationError(f"The sites disagree on the number of items: {n_items}.")
+        self.n_items = n_items.pop()
+
+    @property
+    def n_clients(self):
+        return len(self.sites)
+
+    def aggregates(self):
+        """``n_users``, ``mean`` and ``rating_range`` of all ratings, from each site's rows,
+        rating count, sum, minimum and maximum."""
+        rated = [h for h in self.sites if int(h["count"])]
+        if not rated:
+            raise FederationError("The sites hold no rating; there is nothing to fit.")
+        return dict(
+            n_users=sum(int(h["n_rows"]) for h in self.sites),
+            mean=sum(float(h["sum"]) for h in rated) / sum(int(h["count"]) for h in rated),
+            rating_range=(min(float(h["min"]) for h in rated),
+                          max(float(h["max"]) for h in rated)),
+        )
+
+    @contextmanager
+    def session(self, protocol):
+        # the sites run the protocol they rebuild from ``setup``: it must be this one
+        if self.setup is None or protocol is not self.protocol:
+            raise RuntimeError("FlowerTransport serves the protocol of its setup only (see "
+                               "fit_on_grid).")
+        yield self
+
+    def run(self, phase, clients, broadcast, *, stream=None, selected=None, round_number=None):
+        self._round = 0 if round_number is None else int(round_number)
+        shared = RecordDict()  # encoded once, the same records in every client's Message
+        put(shared, "broadcast", broadcast)
+        put(shared, "stream", stream)
+        if phase == "init_client":
+            put(shared, "setup", self.setup)
+        contents, stateful = {}, phase != "client_metrics"
+        for c in clients:
+            # ``seq`` numbers a client's stateful Messages; ``accepted`` is the last one whose
+            # reply the engine got: the site drops any later state (see _client)
+            info = {"selected": selected is None or c in selected,
+                    "accepted": self._accepted.get(c, 0)}
+            if stateful:
+                self._seq[c] = info["seq"] = self._seq.get(c, 0) + 1
+            contents[c] = RecordDict({**shared, "phase": ConfigRecord(info)})
+        replies, failures = self._send(contents, MESSAGE_TYPES[phase], self.node_of,
+                                       "" if stateful else "eval")
+        if stateful:
+            self._accepted.update((c, self._seq[c]) for c in replies)
+        messages = {c: take(reply, "message") for c, reply in replies.items()}
+        return PhaseResult(messages, failures)
+
+    def _send(self, contents, message_type, node_of, tag):
+        """Send ``{key: content}`` to ``node_of[key]``; return ``({key: reply content},
+        {key: exception})`` in ascending key order."""
+        messages = {key: Message(content, node_of[key], message_type,
+                                 group_id=str(self._round))
+                    for key, content in contents.items()}
+        key_of = {node_of[key]: key for key in contents}
+        wire = self.wire.setdefault(self._round, dict.fromkeys(
+            ("uploaded", "downloaded", "eval_uploaded", "eval_downloaded"), 0))
+        prefix = f"{tag}_" if tag == "eval" else ""
+        if tag != "hello":
+            wire[prefix + "downloaded"] += sum(wire_bytes(m) for m in messages.values())
+        replies, failures = {}, {}
+        for reply in self.grid.send_and_receive(list(messages.values()), timeout=self.timeout):
+            key = key_of.get(reply.metadata.src_node_id)
+            if key is None:
+                continue
+            if reply.has_error():
+                failures[key] = ClientError(
+                    f"Site {key} replied with an error: {reply.error.reason}", client=key)
+                continue
+            if tag != "hello":
+                wire[prefix + "uploaded"] += wire_bytes(reply)
+            replies[key] = reply.content
+        for key in contents:
+            if key not in replies and key not in failures:
+                failures[key] = TimeoutError(f"Site {key} did not reply within "
+                                             f"{self.timeout:g} s.")
+        return dict(sorted(replies.items())), dict(sorted(failures.items()))
+
+
+def fit_on_grid(estimator, grid, *, min_nodes=2, timeout=120.0, wait=120.0):
+    """Fit ``estimator`` on the sites connected to a Flower ``grid``.
+
+    The engine runs here exactly as in ``estimator.fit``, with the sites as its clients.
+    Afterwards the estimator holds what a server can hold: ``components_``, ``history_``,
+    ``n_iter_``, ``n_clients_``, ``mean_`` and ``rating_range_`` (from the sites'
+    aggregates) and ``message_bytes_`` (the Messages' serialized bytes per round, beside
+    ``history_``'s count of the protocol's payload). ``user_factors_`` is not set: the user
+    factors stay on the sites.
+
+    Returns
+    -------
+    estimator : the fitted estimator
+    """
+    estimator._validate_params()
+    transport = FlowerTransport(grid, min_nodes=min_nodes, timeout=timeout, wait=wait)
+    entropy = make_entropy(estimator.random_state)
+    agg = dict(transport.aggregates(), n_items=transport.n_items,
+               n_clients=transport.n_clients)
+    ctx = fit_context(estimator, **agg, entropy=entropy)
+    transport.protocol = protocol = estimator._make_protocol(ctx)
+    transport.setup = dict(estimator=type(estimator).__name__,
+                           params=travelling_params(estimator), entropy=entropy, **agg)
+    state = estimator._run(protocol, transport, ctx)
+    estimator.n_clients_ = transport.n_clients
+    estimator.n_iter_ = state.n_rounds
+    estimator.history_ = list(state.history)
+    # the family's own attributes, from a server that holds no block and no client state
+    estimator._collect(dataclasses.replace(state, client_states=[]), [], ctx)
+    for name in ("user_factors_", "user_factors_relaxed_"):  # they stay on the sites
+        estimator.__dict__.pop(name, None)
+    init = transport.wire.get(0, {})
+    estimator.message_bytes_ = [
+        {"round": r["round"], **{key: value + (init.get(key, 0) if i == 0 else 0)
+                                 for key, value in transport.wire.get(r["round"], {}).items()}}
+        for i, r in enumerate(estimator.history_)
+    ]
+    return estimator
+
+
+def server_app(estimator=None):
+    """A Flower ``ServerApp`` that fits an estimator on the connected sites.
+
+    Parameters
+    ----------
+    estimator : estimator instance, default=None
+        The estimator to fit (its parameters travel to the sites). When None, the run
+        config's ``estimator`` key names the class (default ``"FedMCADMM"``).
+
+    Run config keys: any parameter of the estimator, by its own name (overrides
+    ``estimator``'s); ``output``: where the fitted estimator is written with joblib
+    (default ``model.joblib``); ``min-nodes``: SuperNodes to wait for (default 2);
+    ``node-wait``: seconds to wait for them (default 120); ``round-timeout``: seconds a phase
+    waits for its replies before the missing sites count as failed (default 120).
+
+    Returns
+    -------
+    app : flwr.serverapp.ServerApp
+
+    Examples
+    --------
+    The server module of a Flower app (``[tool.flwr.app.components] serverapp``):
+
+    >>> from sklearn_fedmf import FedMCADMM
+    >>> from sklearn_fedmf.flower import server_app
+    >>> app = server_app(FedMCADMM(n_components=5, max_iter=20, random_state=0))
+    """
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        config = dict(context.run_config)
+        if estimator is None:
+            base = estimator_class(str(config.get("estimator", "FedMCADMM")))()
+        else:
+            base = estimator
+        params = base.get_params(deep=False)
+        params.update({k: v for k, v in config.items() if k in params})
+        fitted = fit_on_grid(type(base)(**params), grid,
+                             min_nodes=int(config.get("min-nodes", 2)),
+                             timeout=float(config.get("round-timeout", 120)),
+                             wait=float(config.get("node-wait", 120)))
+        joblib.dump(fitted, str(config.get("output", "model.joblib")))
+
+    return app
