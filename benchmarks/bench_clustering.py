@@ -6,6 +6,7 @@ Usage::
     python benchmarks/bench_clustering.py --table synthetic --case 2   # Case 2 (Table I)
     python benchmarks/bench_clustering.py --case 2 --only FedMGS:10    # one row of it
     python benchmarks/bench_clustering.py --table digits               # 20 label-skewed clients
+    python benchmarks/bench_clustering.py --table fedpalm              # Fig. 2b: FedPALM vs Q
     python benchmarks/bench_clustering.py --quick                      # smoke run, small sizes
 
 Synthetic data (the paper's Section V, as its reference code generates it): centers
@@ -27,6 +28,12 @@ digits (``partition_label_skew``), ACC of both algorithms beside centralized
 penalty is still too weak after 1000 rounds on these 64 features); FedMAvg with the paper's
 per-dataset knob ``--q-hat 100`` (with Q_hat = 5 its W steps, d = 5 L_W, are so short that
 SNCP raises rho before the centers settle: 63 % with all clients, 58 % with 10).
+
+FedPALM (Fig. 2b, Remark 1): the objective (2) per round at a fixed ``rho`` (no SNCP, so the
+curves compare one problem) on the synthetic data (``--fedpalm-size``, Case 2), FedPALM with
+``Q = 2, 10, 20`` (``Q/2`` pairs of an H step and a projected W step per client) beside
+FedMAvg (``Q = 2``: ``Q1 = Q2 = 1``; and the paper's ``Q1 = 10``, ``Q_hat = 5``) and FedMGS
+(``Q1 = 10``, ``Q2 = 100``). The paper: FedPALM "cannot perform well except for Q = 2".
 """
 
 import argparse
@@ -146,9 +153,36 @@ def digits_table(rounds, seeds, n_jobs, quick, ms, q_hat, **params):
                       digits=2)
 
 
+def fedpalm_table(sizes, rounds, n_clients, m, n_jobs, marks):
+    """Fig. 2b: objective per round of FedPALM at several Q beside FedMAvg and FedMGS."""
+    X, y = make_synthetic(*sizes, seed=0)
+    clients = partition_fedmf_cases(n_clients=n_clients, case=2, X=X, method="kmeans",
+                                    random_state=0)
+    print(f"\nFig. 2b: synthetic M={sizes[1]} N={sizes[0]} K={sizes[2]}, Case 2, "
+          f"{n_clients} clients, m={m}, fixed rho (no SNCP); objective (2) after round\n")
+    marks = [r for r in marks if r <= rounds]
+    header = f"{'method':22s}" + "".join(f"{r:>11d}" for r in marks) + f"{'ACC %':>8s}"
+    print(header + "\n" + "-" * len(header))
+    fedmavg = dict(algorithm="fedmavg")
+    rows = [("FedMAvg Q=2 (1+1)", dict(fedmavg, local_iter_u=1, local_iter_v=1)),
+            ("FedMAvg Q1=10 Qhat=5", dict(fedmavg, local_iter_u=10, q_hat=5))]
+    rows += [(f"FedPALM Q={2 * pairs}", dict(fedmavg, variant="fedpalm", local_iter_u=pairs))
+             for pairs in (1, 5, 10)]
+    rows.append(("FedMGS Q1=10 Q2=100", dict(algorithm="fedmgs", local_iter_u=10,
+                                              local_iter_v=100)))
+    for name, params in rows:
+        model = FederatedClustering(sizes[2], clients_per_round=m, max_iter=rounds, tol=0.0,
+                                    sncp=False, random_state=0, n_jobs=n_jobs, **params)
+        model.fit(X, clients=clients)
+        objective = [model.history_[r - 1]["objective"] for r in marks]
+        acc = 100 * clustering_accuracy(y, model.labels_)
+        print(f"{name:22s}" + "".join(f"{f:11.5g}" for f in objective) + f"{acc:8.1f}",
+              flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--table", choices=["synthetic", "digits"], default="synthetic")
+    parser.add_argument("--table", choices=["synthetic", "digits", "fedpalm"], default="synthetic")
     parser.add_argument("--case", type=int, choices=[1, 2], default=2)
     parser.add_argument("--rounds", type=int, default=1000)
     parser.add_argument("--seeds", type=int, default=1)
@@ -161,13 +195,21 @@ def main():
     parser.add_argument("--q-hat", type=int, default=100, help="digits: FedMAvg's Q_hat")
     parser.add_argument("--m", type=int, nargs="+", default=[20, 10],
                         help="digits: clients per round (20 = all)")
-    parser.add_argument("--quick", action="store_true", help="small sizes, few rounds, both")
+    parser.add_argument("--fedpalm-size", type=int, nargs=4, default=[2000, 200, 10, 20],
+                        metavar=("N", "M", "K", "P"), help="fedpalm: samples, features, "
+                        "clusters, clients")
+    parser.add_argument("--quick", action="store_true", help="small sizes, few rounds, all")
     args = parser.parse_args()
     if args.quick:
         for case in (1, 2):
             synthetic_table(case, (600, 100, 5), 50, 1, 20, (5, 20), args.n_jobs)
             print()
         digits_table(50, 1, args.n_jobs, True, (None, 10), 5)
+        fedpalm_table((400, 50, 4), 20, 8, 4, args.n_jobs, (1, 5, 20))
+    elif args.table == "fedpalm":
+        n, m_features, k, p = args.fedpalm_size
+        fedpalm_table((n, m_features, k), args.rounds, p, p // 2, args.n_jobs,
+                      (1, 10, 50, 100, 200, 500, 1000))
     elif args.table == "synthetic":
         synthetic_table(args.case, (10000, 2000, 20), args.rounds, args.seeds, 100, (10, 100),
                         args.n_jobs, args.only)

@@ -4,10 +4,20 @@ Sections (``--only``):
 
 - ``tiles``: ``make_binary_tiles(1000 x 200, 5 tiles, 5% XOR noise)`` over 10 clients, best of
   3 seeds: F1* (against the noise-free tiles), F1 and RMSD (against the data).
+
+Methods: Felb, Felb-MU, and the one-shot ``AggregatedBMF`` federations (Algorithm 2) of Elbmf
+(``agg-*``) and of the paper's cover-based baselines Asso, GreConD and MEBF with the Appendix
+D settings (``asso-majority`` ...; majority vote, the paper's superscript v).
 - ``noise``: the Q1 noise sweep (XOR noise 0 .. 50%, 10 clients x 500 rows, 500 columns,
   10 tiles, the paper's Section 4.1 setting).
 - ``clients``: the Q2 client-count sweeps, scaled down from the paper's 2^16 rows (200
   columns, 5 tiles): scarcity (2^13 rows in all, n_i shrinks) and abundance (n_i = 500).
+- ``ml-shape``: ``make_binary_ratings`` at the paper's MovieLens shape (162541 x 62423,
+  density 0.002, skewed popularity, 20 taste groups) over 50 clients (~3250 users each),
+  k = 20, beside the paper's MovieLens row; wall and CPU seconds and the peak resident
+  memory of the process. ``--ml-syncs`` limits the synchronizations (the paper: 100): a sync
+  costs the same throughout, so the table also extrapolates the CPU seconds of 100 syncs and
+  their wall time on 2 idle cores (the target: at most 10 minutes, 8 GB).
 - ``movielens``: ml-latest-small binarized at rating >= 3.5 over 50 clients, k = 20, beside
   the paper's MovieLens numbers (a 162541 x 62423 release; the paper's "RMSD" is the sum of
   the 50 per-client RMSDs, printed here as ``rmsd_sum``).
@@ -17,18 +27,21 @@ Seconds are wall-clock per fit divided by the number of clients (the paper's s/C
     python benchmarks/bench_felb.py --quick                   # smoke run, small sizes
     python benchmarks/bench_felb.py --only tiles noise
     python benchmarks/bench_felb.py --only movielens --methods felb-mu
+    python benchmarks/bench_felb.py --only ml-shape --methods felb --ml-syncs 5
 
 On 2 cores: tiles ~1 min, noise ~5 min, clients ~5 min, movielens ~3 min per method.
 """
 
 import argparse
+import resource
 import time
+from functools import partial
 
 import numpy as np
 from sklearn.preprocessing import binarize
 
 from sklearn_fedmf.binary import AggregatedBMF, Felb
-from sklearn_fedmf.datasets import load_movielens, make_binary_tiles
+from sklearn_fedmf.datasets import load_movielens, make_binary_ratings, make_binary_tiles
 from sklearn_fedmf.metrics import f1_boolean, rmsd, rmsd_sum_clients
 
 METHODS = {
@@ -41,7 +54,13 @@ METHODS = {
                                                      aggregation="round", random_state=seed),
     "agg-or": lambda k, C, seed, T: AggregatedBMF(k, n_clients=C, local_iter=10 * T,
                                                   aggregation="or", random_state=seed),
+    # the paper's cover-based baselines, Appendix D settings, majority vote (superscript v)
+    **{f"{name}-majority": partial(lambda name, k, C, seed, T: AggregatedBMF(
+        k, n_clients=C, solver=name, random_state=seed), name)
+       for name in ("asso", "grecond", "mebf")},
 }
+SYNTHETIC_DEFAULT = ["felb", "felb-mu", "agg-majority", "asso-majority", "grecond-majority",
+                     "mebf-majority"]
 
 # Felb paper, Tables 1 and 3, MovieLens row (Table 3's RMSD is the sum over the 50 clients)
 PAPER_MOVIELENS = {"felb-mu": (0.193, 1.914), "felb": (0.163, 1.925),
@@ -152,11 +171,40 @@ def bench_movielens(args):
     table(["method", "F1", "RMSD", "rmsd_sum", "paper F1", "paper rmsd_sum", "s/C"], rows)
 
 
+def bench_ml_shape(args):
+    shape = (1625, 6242) if args.quick else (162541, 62423)
+    C, k, T = (10, 20, 2) if args.quick else (50, 20, args.ml_syncs)
+    tic = time.perf_counter()
+    X = make_binary_ratings(*shape, 0.002, random_state=0).X
+    print(f"== make_binary_ratings {shape[0]} x {shape[1]}, density "
+          f"{X.nnz / np.prod(shape):.4f} ({X.nnz} ones, generated in "
+          f"{time.perf_counter() - tic:.0f} s), {C} clients, k = {k}, {T} syncs x 10 steps ==")
+    rows = []
+    for method in args.methods:
+        model = METHODS[method](k, C, 0, T).set_params(n_jobs=args.n_jobs)
+        wall, cpu = time.perf_counter(), time.process_time()
+        model.fit(X)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+        factors = (model.user_factors_, model.components_)
+        paper = PAPER_MOVIELENS.get(method, (float("nan"),) * 2)
+        syncs = getattr(model, "n_iter_", 1)
+        cpu_100 = cpu * 100 / syncs if method.startswith("felb") else cpu
+        rows.append([method, fmt(f1_boolean(X, factors)), fmt(rmsd(X, factors)),
+                     fmt(rmsd_sum_clients(X, factors, model.clients_)), fmt(paper[0]),
+                     fmt(paper[1]), f"{wall:.0f}", f"{cpu:.0f}", f"{cpu_100:.0f}",
+                     f"{cpu_100 / 2 / 60:.1f}", f"{peak_gb:.2f}"])
+    table(["method", "F1", "RMSD", "rmsd_sum", "paper F1", "paper rmsd_sum", "wall s", "CPU s",
+           "CPU s/100 syncs", "min on 2 cores", "peak GB"], rows)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run on small sizes")
     parser.add_argument("--only", nargs="+", default=["tiles", "noise", "clients", "movielens"],
-                        choices=["tiles", "noise", "clients", "movielens"])
+                        choices=["tiles", "noise", "clients", "movielens", "ml-shape"])
+    parser.add_argument("--ml-syncs", type=int, default=100,
+                        help="ml-shape: synchronizations to run (the paper: 100)")
     parser.add_argument("--methods", nargs="+", default=None, choices=sorted(METHODS))
     parser.add_argument("--seeds", type=int, default=None)
     parser.add_argument("--n-jobs", type=int, default=2)
@@ -167,10 +215,12 @@ def main():
         section_args = argparse.Namespace(**vars(args))
         if args.methods is None:
             section_args.methods = (list(METHODS) if section == "tiles" else
+                                    SYNTHETIC_DEFAULT if section in ("noise", "clients") else
+                                    ["felb"] if section == "ml-shape" else
                                     ["felb", "felb-mu", "agg-majority"])
         if args.seeds is None:
             section_args.seeds = 3 if section == "tiles" and not args.quick else 1
-        globals()[f"bench_{section}"](section_args)
+        globals()[f"bench_{section.replace('-', '_')}"](section_args)
 
 
 if __name__ == "__main__":

@@ -6,12 +6,14 @@ Usage::
     python benchmarks/bench_rfrec.py --table dropout      # Table 3: 0-90 % lost uploads
     python benchmarks/bench_rfrec.py --table sensitivity  # Table 4: alpha x lambda grid
     python benchmarks/bench_rfrec.py --table cost         # seconds per round, state memory
+    python benchmarks/bench_rfrec.py --table pmf          # Table 2: beside centralized PMF
     python benchmarks/bench_rfrec.py --quick              # smoke run of all four, tiny
 
 Protocol: a random 80/20 split of every user's ratings (``train_test_split_ratings``, seeded);
 RMSE and MAE at the held-out ratings of the *federated* model ``link(u_i . vbar_j)`` (the
-paper's evaluation), plus the fold-in RMSE of ``score``. Settings (the paper's Section 4 and
-the authors' code):
+paper's evaluation), the RMSE of the personal models ``link(u_i . v_(c)j)``
+(``predict_with="personal"``, never evaluated in the paper), plus the fold-in RMSE of
+``score``. Settings (the paper's Section 4 and the authors' code):
 
 - ``paper``: the algorithms as written (plain gradient steps, identity link, raw ratings,
   alpha 0.05 / 0.025, lambda 10, p 0.5, K 100, one client per user);
@@ -20,6 +22,14 @@ the authors' code):
   averaging probability 0.8, pull ``eta = 1`` and 200 iterations. One client per user.
 
 The paper's numbers are for ML-1M (6040 users); they are printed for reference only.
+
+``pmf`` (Table 2's comparison): RFRec and RFRecF (code settings, one client per user) beside a
+centralized PMF: one client holding every user, no consensus penalty, full-batch Adam on the
+same loss, rank, link and initialization for 100 epochs, either with RFRec's settings (Adam
+0.1, ``lambda_u = 0.1``, ``lambda_v = 0``) or with the authors' ``PMF.ipynb`` (Adam 0.01,
+``lambda_u = lambda_v = 0.1``); on the same splits, on ml-latest-small and on ``make_ratings``
+at the ML-100K shape (943 x 1682, 100000 ratings); mean (std) over the seeds, and the paired
+gap to the notebook's PMF.
 """
 
 import argparse
@@ -42,6 +52,15 @@ PAPER = dict(PAPER_SETTINGS["RFRec"], learning_rate=0.05, reg_consensus=10.0, ce
 CODE = dict(PAPER_SETTINGS["RFRec"], optimizer="adam", link="sigmoid", learning_rate=0.1,
             reg_consensus=20.0)
 CODE_F = dict(CODE, variant="rfrecf", p=0.8, pull_eta=1.0, max_iter=200)
+PMF_MODELS = {  # PMF: one client holding every user, no consensus penalty (full-batch Adam)
+    "RFRec (code)": lambda: RFRec(**CODE),
+    "RFRecF (code)": lambda: RFRec(**CODE_F),
+    "PMF (RFRec's)": lambda: RFRec(n_clients=1, **{**CODE, "reg_consensus": 0.0}),
+    "PMF (notebook)": lambda: RFRec(n_clients=1, **{**CODE, "reg_consensus": 0.0,
+                                                    "learning_rate": 0.01, "alpha_v": 0.1}),
+}
+TABLE2_ML100K = {"RFRec (code)": 0.9325, "RFRecF (code)": 0.9385, "PMF (RFRec's)": 0.9318,
+                 "PMF (notebook)": 0.9318}
 MODELS = {
     "RFRec (paper)": lambda: RFRec(**PAPER),
     "RFRecF (paper)": lambda: RFRec(variant="rfrecf", p=0.5, **{**PAPER, "learning_rate": 0.025}),
@@ -88,13 +107,18 @@ def evaluate(make, X, seed, quick, **params):
         try:
             est.fit(X_train)
         except FloatingPointError as exc:
-            return dict(rmse=np.nan, mae=np.nan, foldin=np.nan, seconds=0.0,
+            return dict(rmse=np.nan, mae=np.nan, foldin=np.nan, personal=np.nan, seconds=0.0,
                         note=str(exc).split(";")[0])
     rows = np.repeat(np.arange(X_test.shape[0]), np.diff(X_test.indptr))
     pred = est.inverse_transform(est.user_factors_)[rows, X_test.indices]
     err = pred - X_test.data
+    seconds = time.perf_counter() - tic
+    foldin = -est.score(X_train, X_test)
+    personal = np.nan
+    if "predict_with" in est.get_params():
+        personal = -est.set_params(predict_with="personal").score(X_train, X_test)
     return dict(rmse=float(np.sqrt(np.mean(err**2))), mae=float(np.mean(np.abs(err))),
-                foldin=-est.score(X_train, X_test), seconds=time.perf_counter() - tic,
+                personal=personal, foldin=foldin, seconds=seconds,
                 comm=getattr(est, "comm_rounds_", 2 * est.n_iter_), note="")
 
 
@@ -106,13 +130,16 @@ def table_main(X, seeds, quick, n_jobs, variants=None):
     tasks = [((MODELS[name], X, seed, quick), {}) for name in MODELS for seed in seeds]
     results = iter(run(tasks, n_jobs))
     print(f"\nml-latest-small {X.shape}, 80/20 split, seeds {list(seeds)}: mean (std)")
-    print(f"{'model':16s} {'RMSE':>16s} {'MAE':>16s} {'fold-in RMSE':>16s} {'comm':>5s} "
-          f"{'s/fit':>6s}  note")
+    print(f"{'model':16s} {'RMSE':>16s} {'MAE':>16s} {'personal RMSE':>16s} "
+          f"{'fold-in RMSE':>16s} {'comm':>5s} {'s/fit':>6s}  note")
     for name in MODELS:
         rs = [next(results) for _ in seeds]
-        cell = {k: _mean_std([r[k] for r in rs]) for k in ("rmse", "mae", "foldin")}
+        cell = {k: _mean_std([r[k] for r in rs]) for k in ("rmse", "mae", "personal", "foldin")}
+        if "predict_with" not in MODELS[name]().get_params():
+            cell["personal"] = "-"
         comm = rs[0].get("comm", "-")
-        print(f"{name:16s} {cell['rmse']:>16s} {cell['mae']:>16s} {cell['foldin']:>16s} "
+        print(f"{name:16s} {cell['rmse']:>16s} {cell['mae']:>16s} {cell['personal']:>16s} "
+              f"{cell['foldin']:>16s} "
               f"{comm!s:>5s} {np.mean([r['seconds'] for r in rs]):6.1f}  {rs[0]['note']}")
     print("ML-1M, paper Table 2: RFRec 0.8831 / 0.6937, RFRecF 0.8840 / 0.6906 (RMSE / MAE)")
 
@@ -194,16 +221,38 @@ def table_cost(X, seeds, quick, n_jobs, variants=None):
                   f"{state:>9.1f} {dense:>9.0f}")
 
 
-def _mean_std(values):
+def table_pmf(X, seeds, quick, n_jobs, variants=None):
+    """Table 2's comparison: RFRec, RFRecF and a centralized PMF on the same splits."""
+    from sklearn_fedmf.datasets import make_ratings
+
+    shape = (150, 400, 6000) if quick else (943, 1682, 100_000)
+    data = {"ml-latest-small": X,
+            f"make_ratings {shape[0]}x{shape[1]}": make_ratings(*shape, random_state=0).X}
+    for name, Xd in data.items():
+        tasks = [((PMF_MODELS[m], Xd, seed, quick), {}) for m in PMF_MODELS for seed in seeds]
+        results = iter(run(tasks, n_jobs))
+        runs = {m: [next(results) for _ in seeds] for m in PMF_MODELS}
+        pmf = np.array([r["rmse"] for r in runs["PMF (notebook)"]])
+        print(f"\nTable 2 protocol on {name} {Xd.shape}, 80/20 split per user, seeds "
+              f"{list(seeds)}: test RMSE of u_i . vbar_j, mean (std); paper ML-100K in brackets")
+        print(f"{'model':18s} {'RMSE':>16s} {'MAE':>16s} {'RMSE - PMF':>17s} {'paper':>8s}")
+        for model, rs in runs.items():
+            rmse = np.array([r["rmse"] for r in rs])
+            print(f"{model:18s} {_mean_std(rmse):>16s} {_mean_std([r['mae'] for r in rs]):>16s} "
+                  f"{_mean_std(rmse - pmf, signed=True):>17s} {TABLE2_ML100K[model]:>8.4f}")
+
+
+def _mean_std(values, signed=False):
     values = np.asarray(values, dtype=float)
     if np.isnan(values).all():
         return "diverged"
-    return f"{np.nanmean(values):.4f} ({np.nanstd(values):.4f})"
+    return f"{np.nanmean(values):{'+' if signed else ''}.4f} ({np.nanstd(values):.4f})"
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--table", choices=["main", "dropout", "sensitivity", "cost", "all"],
+    parser.add_argument("--table", choices=["main", "dropout", "sensitivity", "cost", "pmf",
+                                            "all"],
                         default="all")
     parser.add_argument("--seeds", type=int, default=None,
                         help="number of splits/seeds (default 5 for main, 1 otherwise)")
@@ -215,7 +264,7 @@ def main(argv=None):
     X = load(args.quick)
     tables = ["main", "dropout", "sensitivity", "cost"] if args.table == "all" else [args.table]
     for table in tables:
-        n_seeds = args.seeds or (5 if table == "main" and not args.quick else 1)
+        n_seeds = args.seeds or (5 if table in ("main", "pmf") and not args.quick else 1)
         tic = time.perf_counter()
         globals()[f"table_{table}"](X, range(n_seeds), args.quick, args.n_jobs, args.variants)
         print(f"({time.perf_counter() - tic:.0f} s)")

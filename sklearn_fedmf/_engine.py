@@ -22,7 +22,9 @@ client_update(client_state, block, broadcast, rng, selected) -> (client_state, u
     uploading (``Participation(computes="all")``, e.g. FedMAvg's partial client communication).
 server_update(server_state, uploads, round) -> (server_state, broadcast)
     ``uploads`` maps client index -> upload for the clients whose update arrived, in
-    ascending client order; it may be empty when every sampled client failed.
+    ascending client order; it may be empty when every sampled client failed. With
+    ``server_counts=True`` it is called as ``server_update(..., counts=counts)``, ``counts``
+    mapping each of those clients to how often the round drew it (see ``sample_clients``).
 client_prepare(client_state, block, broadcast, rng, selected) -> (client_state, stats or None)
     Optional first phase of a round, for a local update that needs a global quantity of
     the same round (e.g. FedMAvg's step size from every client's Gram matrix). The clients
@@ -84,6 +86,7 @@ from .exceptions import ClientDropout, ClientError, ClientFailureWarning, Federa
 
 __all__ = [
     "FederatedProtocol", "FederationState", "Participation", "Broadcast", "run_federation",
+    "sample_clients",
     "initialize_federation", "evaluate", "nbytes", "make_entropy", "resident_blocks",
     "LocalTransport", "Transport",
 ]
@@ -156,6 +159,7 @@ class FederatedProtocol:
     after_round: Callable | None = None  # optional server step between rounds (module doc)
     participation: Participation = Participation()
     progress_keys: tuple = ("objective", "train_rmse", "eval_rmse")  # shown by verbose
+    server_counts: bool = False  # server_update receives counts= (draw multiplicities)
 
 
 @dataclass
@@ -297,6 +301,39 @@ def _n_sampled(clients_per_round, n_clients):
     return n
 
 
+def sample_clients(rng, n_clients, n_sampled, sampling="uniform", weights=None):
+    """The clients of one round: ``(clients, counts)``, distinct clients in ascending order and
+    how often each was drawn.
+
+    ``"uniform"``: ``n_sampled`` distinct clients uniformly without replacement (every count
+    is 1). ``"weighted"``: ``n_sampled`` i.i.d. draws with probabilities proportional to
+    ``weights`` (``omega``), with replacement: the multiset ``A^s`` of Wang & Chang's
+    Algorithm 1, whose plain mean ``(1/m) sum_{a in A^s} W_a`` is unbiased for
+    ``sum_p omega_p W_p``. A client drawn twice computes once; ``counts`` carries its
+    multiplicity to the server.
+    """
+    if sampling == "uniform":
+        clients = np.sort(rng.choice(n_clients, size=n_sampled, replace=False))
+        return clients, np.ones(n_sampled, dtype=np.int64)
+    draws = rng.choice(n_clients, size=n_sampled, replace=True, p=weights / weights.sum())
+    return np.unique(draws, return_counts=True)
+
+
+def _sampling_weights(sampling, weights, n_clients):
+    if sampling not in ("uniform", "weighted"):
+        raise ValueError(f'sampling must be "uniform" or "weighted", got {sampling!r}.')
+    if sampling == "uniform":
+        return None
+    weights = np.asarray(weights if weights is not None else [], dtype=float)
+    if (weights.shape != (n_clients,) or not np.all(np.isfinite(weights))
+            or np.any(weights < 0) or weights.sum() <= 0):
+        raise ValueError(
+            'sampling="weighted" needs sampling_weights: one finite nonnegative weight per '
+            "client, not all zero."
+        )
+    return weights
+
+
 def run_federation(
     protocol,
     clients,
@@ -314,6 +351,8 @@ def run_federation(
     init_bytes=(0, 0),
     label="federation",
     on_client_error="raise",
+    sampling="uniform",
+    sampling_weights=None,
 ):
     """Run ``max_iter`` communication rounds of ``protocol`` on the ``clients``.
 
@@ -327,7 +366,7 @@ def run_federation(
     max_iter : int
         Rounds to run in this call (added to ``state.n_rounds`` when warm starting).
     clients_per_round : int, float in (0, 1] or None
-        Clients sampled uniformly without replacement each round; None means all.
+        Clients drawn each round (see ``sampling``); None means all.
     entropy : int
         Root seed; round ``k`` and client ``i`` use ``SeedSequence(entropy, (kind, k, i))``.
     n_jobs : int or None
@@ -343,8 +382,9 @@ def run_federation(
         Evaluate the diagnostics every ``eval_every`` rounds (and at the last round).
     callback : callable or None
         ``callback(round, info)`` after every round; returning True stops the fit. ``info``
-        has keys ``server_state``, ``broadcast``, ``sampled``, ``uploads``, ``record`` and
-        ``stats`` (what ``client_prepare`` sent; empty without one).
+        has keys ``server_state``, ``broadcast``, ``sampled`` (distinct clients), ``counts``
+        (their draws), ``uploads``, ``record`` and ``stats`` (what ``client_prepare`` sent;
+        empty without one).
     verbose : int
         0 silent, 1 a progress bar, 2 one line per round.
     state : FederationState
@@ -358,6 +398,13 @@ def run_federation(
         What an exception in client code (other than ``ClientDropout``) does: raise a
         ``ClientError`` naming the client and the round, or skip the client for that round
         (module docstring).
+    sampling : {"uniform", "weighted"}
+        ``"uniform"``: distinct clients without replacement. ``"weighted"``: i.i.d. draws with
+        replacement, probabilities proportional to ``sampling_weights`` (:func:`sample_clients`).
+        A client drawn twice runs and uploads once (``bytes_uploaded``); the record's
+        ``bytes_uploaded_draws`` counts its upload once per draw, the papers' convention.
+    sampling_weights : array-like of shape (n_clients,) or None
+        ``omega`` of weighted sampling (required then).
 
     Returns
     -------
@@ -369,6 +416,7 @@ def run_federation(
     part = protocol.participation
     n_clients = transport.n_clients
     n_sampled = _n_sampled(clients_per_round, n_clients)
+    omega = _sampling_weights(sampling, sampling_weights, n_clients)
     init_up, init_down = init_bytes
     progress = _Progress(label, max_iter, verbose, protocol.progress_keys)
     previous_objective = _last_objective(state.history)
@@ -378,8 +426,8 @@ def run_federation(
         for k in range(start_round, start_round + max_iter):
             tic = time.perf_counter()
             server_rng = _rng(entropy, _SERVER_ROUND, k)
-            sampled = np.sort(server_rng.choice(n_clients, size=n_sampled, replace=False))
-            failing = server_rng.random(n_sampled) < dropout if dropout else []
+            sampled, counts = sample_clients(server_rng, n_clients, n_sampled, sampling, omega)
+            failing = server_rng.random(len(sampled)) < dropout if dropout else []
             dropped = set(sampled[failing].tolist()) if dropout else set()
             selected = set(sampled.tolist()) - dropped  # the clients whose uploads count
             run = range(n_clients) if part.computes == "all" else np.unique(sampled).tolist()
@@ -411,15 +459,17 @@ def run_federation(
                     f"[{label}] every sampled client failed in round {k + 1} "
                     f"(clients {sorted(selected)}); see the ClientFailureWarning."
                 )
-            recipients = n_clients if part.receives == "all" else n_sampled
+            recipients = n_clients if part.receives == "all" else len(sampled)
             bytes_down = nbytes(state.broadcast) * recipients
             bytes_up = sum(nbytes(u) for u in uploads.values())
             if protocol.client_prepare is not None:
                 bytes_down += nbytes(broadcast) * recipients
                 bytes_up += sum(nbytes(s) for s in stats.values())
+            drawn = dict(zip(sampled.tolist(), counts.tolist()))
             if uploads or part.server_update == "every_round":
+                extra = {"counts": {c: drawn[c] for c in uploads}} if protocol.server_counts else {}
                 state.server_state, state.broadcast = protocol.server_update(
-                    state.server_state, uploads, k
+                    state.server_state, uploads, k, **extra
                 )
             seconds = time.perf_counter() - tic
 
@@ -431,6 +481,10 @@ def run_federation(
                 "bytes_downloaded": bytes_down + (init_down if k == start_round else 0),
                 "seconds": seconds,
             }
+            if sampling == "weighted":
+                record["n_distinct"] = len(sampled)
+                record["bytes_uploaded_draws"] = record["bytes_uploaded"] + sum(
+                    (drawn[c] - 1) * nbytes(u) for c, u in uploads.items())
             last = k == start_round + max_iter - 1
             if eval_every and ((k + 1) % eval_every == 0 or last):
                 record.update(_evaluate(protocol, state, transport, in_round=True))
@@ -448,6 +502,7 @@ def run_federation(
                     "server_state": state.server_state,
                     "broadcast": state.broadcast,
                     "sampled": sampled,
+                    "counts": counts,
                     "uploads": uploads,
                     "stats": stats,
                     "record": record,

@@ -209,7 +209,19 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
             protocol, blocks, **self._engine_params(), entropy=ctx.entropy, n_jobs=self.n_jobs,
             callback=self.callback, verbose=self.verbose, state=state, init_bytes=init_bytes,
             label=type(self).__name__, on_client_error=self.on_client_error,
+            **self._sampling_options(blocks),
         )
+
+    def _sampling_options(self, blocks):
+        """The engine's client sampling: with ``sampling="weighted"`` (the estimators that
+        have it) i.i.d. draws with probabilities ``omega_p`` from :meth:`_client_weights`."""
+        if getattr(self, "sampling", "uniform") == "uniform":
+            return {}
+        return {"sampling": "weighted", "sampling_weights": self._client_weights(blocks)}
+
+    def _client_weights(self, blocks):
+        """``omega_p`` of weighted sampling, up to a factor: the clients' observed entries."""
+        return [b.nnz for b in blocks]
 
     def _check_factors(self, X):
         """Validate row factors for ``inverse_transform``: a 2-D array with one column per

@@ -24,6 +24,7 @@ from sklearn_fedmf import (
     RFRec,
 )
 from sklearn_fedmf._fit import objective_not_decreasing
+from sklearn_fedmf.binary import MEBF, Asso, GreConD
 from sklearn_fedmf.exceptions import DataWarning, DegenerateFitWarning, FedMFWarning
 
 from .conftest import low_rank_ratings
@@ -50,6 +51,9 @@ CHECKED = [
     Felb(n_components=2, n_clients=2, max_iter=3, sync_every=2, binarize=0.0, update="mu",
          random_state=0),
     AggregatedBMF(n_components=2, n_clients=2, local_iter=5, binarize=0.0, random_state=0),
+    Asso(n_components=2, binarize=0.0),
+    GreConD(n_components=2, binarize=0.0),
+    MEBF(n_components=2, binarize=0.0),
     FederatedClustering(n_clusters=3, n_clients=2, max_iter=20, random_state=0),
     FederatedClustering(n_clusters=3, n_clients=2, max_iter=20, h_constraint="onehot",
                         algorithm="fedmavg", random_state=0),

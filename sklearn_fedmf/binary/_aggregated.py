@@ -1,8 +1,9 @@
 """One-shot federation of centralized Boolean factorizations (Felb paper, Algorithm 2).
 
-Each client factorizes its own rows once with the continuous Elbmf relaxation (the same
-iPALM / MU steps as Felb, without proximity), rounds ``U_i`` and ``V_i`` at 1/2 and uploads the
-Boolean ``V_i`` (randomized response under DP). The server combines the ``V_i`` elementwise
+Each client factorizes its own rows once, with the continuous Elbmf relaxation (the same
+iPALM / MU steps as Felb, without proximity; ``U_i`` and ``V_i`` rounded at 1/2) or with one
+of the paper's cover-based baselines (Asso, GreConD, MEBF), and uploads the Boolean ``V_i``
+(randomized response under DP). The server combines the ``V_i`` elementwise
 by rounded average, majority vote or logical or. Faithful to the paper, the ``U_i`` are not
 refitted to the aggregate and components are not aligned across clients.
 """
@@ -19,6 +20,7 @@ from .._engine import FederatedProtocol, Participation
 from ..metrics._binary import factor_counts
 from ..privacy import check_privacy, flip_probability, privacy_spent, privatize
 from ._base import BooleanFactorizationBase
+from ._cover_solvers import COVER_SOLVERS
 from ._elb import PROX_MODES, local_steps, transposed_block
 
 __all__ = ["AggregatedBMF", "aggregate_boolean"]
@@ -51,14 +53,18 @@ def init_client(block, broadcast, rng):
 
 
 def client_update(state, block, broadcast, rng, selected, *, n_components, local_iter, solver,
-                  privacy):
-    """Local Elbmf from a private uniform start, rounded; upload the Boolean ``V_i``."""
+                  privacy, cover=None):
+    """Local Elbmf from a private uniform start, rounded (or the cover solver ``cover =
+    (function, params)``); upload the Boolean ``V_i``."""
     A = block.X
-    U = rng.random((block.n_rows, n_components))
-    V = rng.random((n_components, A.shape[1]))
-    U, _, V, _ = local_steps(U, U, V, V, A, transposed_block(block), None, t0=0, n_steps=local_iter,
-                             sync_every=1, rate_unit="local", gamma=0.0,
-                             proximity="sequential", **solver)
+    if cover is not None:
+        U, V = cover[0](A, n_components, **cover[1])
+    else:
+        U = rng.random((block.n_rows, n_components))
+        V = rng.random((n_components, A.shape[1]))
+        U, _, V, _ = local_steps(U, U, V, V, A, transposed_block(block), None, t0=0,
+                                 n_steps=local_iter, sync_every=1, rate_unit="local", gamma=0.0,
+                                 proximity="sequential", **solver)
     V_bool = V > 0.5
     upload = privatize(V_bool, rng, **privacy) > 0.5 if privacy["mechanism"] else V_bool
     return {"U": U > 0.5, "V": V_bool}, upload
@@ -83,11 +89,12 @@ def combine_metrics(server_state, sums):
 
 # ---- estimator ----------------------------------------------------------------------------
 class AggregatedBMF(BooleanFactorizationBase):
-    """One-shot federated Boolean factorization: local Elbmf, then aggregation of the ``V_i``.
+    """One-shot federated Boolean factorization: a local BMF, then aggregation of the ``V_i``.
 
-    The paper's baseline federation of centralized BMF (Algorithm 2): every client runs the
-    continuous Elbmf relaxation on its own rows for ``local_iter`` steps, rounds its factors at
-    1/2, and uploads the Boolean ``V_i`` once; the server combines them. The clients keep their
+    The paper's baseline federation of centralized BMF (Algorithm 2): every client factorizes
+    its own rows (by default the continuous Elbmf relaxation for ``local_iter`` steps, its
+    factors rounded at 1/2; or Asso, GreConD or MEBF, ``solver``) and uploads the Boolean
+    ``V_i`` once; the server combines them. The clients keep their
     ``U_i`` (not refitted to the aggregate). Components are not aligned across clients, so the
     aggregate mixes unrelated components unless the clients happen to agree; this is the
     weakness Felb addresses.
@@ -98,6 +105,13 @@ class AggregatedBMF(BooleanFactorizationBase):
         Number of Boolean components ``k``.
     aggregation : {"majority", "round", "or"}, default="majority"
         Majority vote (ties to 1), rounded average (ties to 0), or logical or.
+    solver : {"elbmf", "asso", "grecond", "mebf"}, default="elbmf"
+        The local factorization: Elbmf (the parameters below), or the cover-based
+        :class:`~sklearn_fedmf.binary.Asso`, :class:`~sklearn_fedmf.binary.GreConD`,
+        :class:`~sklearn_fedmf.binary.MEBF` with the paper's Appendix D settings
+        (``solver_params`` overrides them).
+    solver_params : dict or None, default=None
+        Keyword arguments of the cover solver, e.g. ``{"threshold": 0.8}`` for Asso.
     local_iter : int, default=1000
         Local Elbmf steps (the paper's iteration limit).
     kappa, lam, growth, inertia : float, default=0.01, 0.01, 1.02, 0.01
@@ -176,6 +190,8 @@ class AggregatedBMF(BooleanFactorizationBase):
     _parameter_constraints: dict = {
         **BooleanFactorizationBase._parameter_constraints,
         "aggregation": [StrOptions({"majority", "round", "or"})],
+        "solver": [StrOptions({"elbmf", *COVER_SOLVERS})],
+        "solver_params": [dict, None],
         "local_iter": [Interval(Integral, 1, None, closed="left")],
         "kappa": [Interval(Real, 0, None, closed="left")],
         "lam": [Interval(Real, 0, None, closed="left")],
@@ -193,6 +209,8 @@ class AggregatedBMF(BooleanFactorizationBase):
         n_components=10,
         *,
         aggregation="majority",
+        solver="elbmf",
+        solver_params=None,
         local_iter=1000,
         kappa=0.01,
         lam=0.01,
@@ -218,6 +236,8 @@ class AggregatedBMF(BooleanFactorizationBase):
             on_client_error=on_client_error,
         )
         self.aggregation = aggregation
+        self.solver = solver
+        self.solver_params = solver_params
         self.local_iter = local_iter
         self.kappa = kappa
         self.lam = lam
@@ -237,12 +257,18 @@ class AggregatedBMF(BooleanFactorizationBase):
         return dict(max_iter=1)  # one-shot: a single upload of every V_i
 
     def _make_protocol(self, ctx):
+        cover = None
+        if self.solver != "elbmf":
+            cover = (COVER_SOLVERS[self.solver], dict(self.solver_params or {}))
+        elif self.solver_params:
+            raise ValueError('solver_params apply to the cover solvers; solver="elbmf" takes '
+                             "kappa, lam, growth, beta, update and prox_mode.")
         return FederatedProtocol(
             init_server=init_server,
             init_client=init_client,
             client_update=partial(client_update, n_components=self.n_components,
                                   local_iter=self.local_iter, solver=self._solver(),
-                                  privacy=ctx.info["privacy"]),
+                                  privacy=ctx.info["privacy"], cover=cover),
             server_update=partial(server_update, aggregation=self.aggregation),
             client_metrics=client_metrics,
             combine_metrics=combine_metrics,

@@ -260,11 +260,36 @@ def mavg_client_update(state, block, message, rng, selected, *, h_params, d_fact
     return state, {"W": W}
 
 
-def mavg_server_update(server_state, uploads, round_index, *, weights, aggregation,
-                       local_iter_v, q_hat, box):
-    """``W^{s+1} = P_W(average of the uploaded W_p)`` ((8)-(10))."""
+def palm_client_update(state, block, broadcast, rng, selected, *, n_total, nu, c_factor,
+                       d_factor, n_pairs, box):
+    """FedPALM (Remark 1, (15)-(16)): from ``W_p = W^s``, ``n_pairs`` times one projected
+    H step at the current ``W_p`` and one projected W step at the new ``H_p``; then, if
+    sampled, the upload of ``W_p`` (FedMAvg's averaging). Step sizes are factors of the
+    Lipschitz constants at the current iterate, as in PALM."""
+    X, W, A = block.X, broadcast["W"], state["A"]
+    n_p = block.n_rows
+    for _ in range(n_pairs):
+        A = h_steps(A, X, W, n_total=n_total, rho=broadcast["rho"], nu=nu, c_factor=c_factor,
+                    n_steps=1)
+        AtA, XtA = A.T @ A, np.asarray(X.T @ A)
+        d = max(d_factor * (2.0 / n_p) * spectral_norm(AtA), EPS)
+        W = project_w(local_w_steps(W, AtA, XtA, n_p, d, 1), box)
+    state = {**state, "A": A, "AtA": A.T @ A, "XtA": np.asarray(X.T @ A)}
+    return state, ({"W": W} if selected else None)
+
+
+def mavg_server_update(server_state, uploads, round_index, counts=None, *, weights,
+                       aggregation, local_iter_v, q_hat, box):
+    """``W^{s+1} = P_W(average of the uploaded W_p)`` ((8)-(10)).
+
+    ``"sampled_mean"`` weighs each upload by its draws ``n_p`` (``counts``): the mean over the
+    multiset ``A^s``, ``sum_p (n_p / m) W_p`` (Algorithm 1, eqs. (9)-(10)).
+    """
     clients = list(uploads)
-    w = weights[clients] if aggregation == "weighted" else np.ones(len(clients))
+    if aggregation == "weighted":
+        w = weights[clients]
+    else:
+        w = np.array([1.0 if counts is None else counts[p] for p in clients])
     w = w / w.sum()
     W = project_w(sum(wi * uploads[p]["W"] for wi, p in zip(w, clients)), box)
     q2 = q2_schedule(round_index + 2, local_iter_v, q_hat)
@@ -292,17 +317,27 @@ def combine_metrics(server_state, sums, *, n_total, nu):
 
 def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_total, amplitude,
                   centers, box, rho, nu, onehot, local_iter_u, local_iter_v, q_hat,
-                  participation, aggregation, c_factor, d_factor, w_step, tol, schedule):
-    """Bind the hyperparameters to the pure functions above.
+                  participation, aggregation, c_factor, d_factor, w_step, tol, schedule,
+                  sampling="uniform", variant="wang_chang"):
+    """Bind the hyperparameters to the pure functions above (``variant="fedpalm"``: FedMAvg's
+    rounds with Remark 1's local steps, ``local_iter_u`` pairs).
 
     Between rounds the server runs :func:`sncp_after_round` (``rel_change``, the ``tol`` stop
     and, with a ``schedule``, the raise of ``rho``); the server state then needs ``F_prev``,
     the objective at the initial state, before round 1 (:func:`start_rounds`).
     """
+    if sampling == "weighted" and aggregation == "weighted" and algorithm == "fedmavg":
+        raise ValueError('aggregation="weighted" with sampling="weighted" would weigh the '
+                         'clients by omega twice; the paper averages weighted draws with '
+                         '"sampled_mean".')
     h_params = dict(n_total=n_total, nu=nu, c_factor=c_factor, local_iter_u=local_iter_u,
                     onehot=onehot)
     mgs = algorithm == "fedmgs"
-    prepared = not mgs and w_step != "local"
+    palm = variant == "fedpalm"
+    if palm and (mgs or onehot):
+        raise ValueError('variant="fedpalm" is a variant of algorithm="fedmavg" with '
+                         'nonnegative memberships.')
+    prepared = not mgs and w_step != "local" and not palm
     q2_first = q2_schedule(1, local_iter_v, q_hat)
     common = dict(
         init_server=partial(init_server, n_features=n_features, n_clusters=n_clusters,
@@ -331,12 +366,14 @@ def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_to
         client_prepare=partial(mavg_prepare, h_params=h_params) if prepared else None,
         server_prepare=partial(mavg_server_prepare, n_total=n_total,
                                d_factor=d_factor) if prepared else None,
-        client_update=partial(mavg_client_update, h_params=h_params, d_factor=d_factor,
-                              w_step=w_step),
+        client_update=partial(palm_client_update, n_total=n_total, nu=nu, c_factor=c_factor,
+                              d_factor=d_factor, n_pairs=local_iter_u, box=box) if palm
+        else partial(mavg_client_update, h_params=h_params, d_factor=d_factor, w_step=w_step),
         server_update=partial(mavg_server_update, weights=weights, aggregation=aggregation,
                               local_iter_v=local_iter_v, q_hat=q_hat, box=box),
         participation=Participation(computes="all", receives="all") if participation == "pcc"
         else Participation(),
+        server_counts=True,
     )
 
 

@@ -90,6 +90,12 @@ class FederatedClustering(
         ``Q2`` projected gradient steps on the exact global gradient (Algorithm 2).
         ``"fedmavg"``: sampled clients take ``Q2`` local steps on a copy of the centers and
         the server averages the copies (Algorithm 1).
+    variant : {"wang_chang", "fedpalm"}, default="wang_chang"
+        ``"fedpalm"`` (with ``algorithm="fedmavg"``): Remark 1's FedPALM, the baseline of the
+        paper's Fig. 2b: each client interleaves ``local_iter_u`` pairs of one projected
+        membership step at its current copy of the centers and one projected center step,
+        then FedMAvg's averaging (``Q = 2 local_iter_u``; ``local_iter_v``, ``q_hat`` and
+        ``w_step`` do not apply).
     local_iter_u : int, default=10
         Projected-gradient steps ``Q1`` on the memberships per round.
     local_iter_v : int or None, default=None
@@ -103,13 +109,18 @@ class FederatedClustering(
         How rows are assigned to ``n_clients`` clients when ``clients`` is not given to fit
         (``"random"`` is seeded by ``random_state``).
     clients_per_round : int, float or None, default=None
-        Clients sampled (uniformly, without replacement) each round; None means all.
+        Clients drawn each round (the paper's ``m``); None means all.
+    sampling : {"uniform", "weighted"}, default="uniform"
+        ``"uniform"``: distinct clients without replacement. ``"weighted"``: the paper's
+        i.i.d. draws with replacement, probabilities ``omega_p = N_p / N`` (Algorithm 1); a
+        client drawn twice computes and uploads once and FedMAvg's mean counts it per draw.
     participation : {"pcc", "pcp"}, default="pcc"
         FedMAvg only: every client (``"pcc"``) or only the sampled ones (``"pcp"``) update
         their memberships. FedMGS always uses the sampled clients only.
     aggregation : {"weighted", "sampled_mean"} or None, default=None
         FedMAvg's server average: weights ``N_p`` (eq. (8) at full participation, renormalized
-        over the senders otherwise) or the plain mean. None means ``"weighted"``.
+        over the senders otherwise) or the plain mean, a client counted once per draw. None
+        means ``"weighted"``, or ``"sampled_mean"`` with ``sampling="weighted"``.
     c_factor : float, default=0.51
         Membership step ``1 / (c_factor L_Hp)``.
     d_factor : float or None, default=None
@@ -219,11 +230,13 @@ class FederatedClustering(
         **FederatedEstimator._parameter_constraints,
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "algorithm": [StrOptions({"fedmgs", "fedmavg"})],
+        "variant": [StrOptions({"wang_chang", "fedpalm"})],
         "local_iter_u": [Interval(Integral, 1, None, closed="left")],
         "local_iter_v": [Interval(Integral, 1, None, closed="left"), None],
         "q_hat": [Interval(Integral, 0, None, closed="left")],
         "clients_per_round": [Interval(Integral, 1, None, closed="left"),
                               Interval(Real, 0, 1, closed="right"), None],
+        "sampling": [StrOptions({"uniform", "weighted"})],
         "participation": [StrOptions({"pcc", "pcp"})],
         "aggregation": [StrOptions({"weighted", "sampled_mean"}), None],
         "c_factor": [Interval(Real, 0, None, closed="neither")],
@@ -249,12 +262,14 @@ class FederatedClustering(
         n_clusters=8,
         *,
         algorithm="fedmgs",
+        variant="wang_chang",
         local_iter_u=10,
         local_iter_v=None,
         q_hat=5,
         n_clients=10,
         partition="random",
         clients_per_round=None,
+        sampling="uniform",
         participation="pcc",
         aggregation=None,
         c_factor=0.51,
@@ -284,10 +299,12 @@ class FederatedClustering(
                          on_client_error=on_client_error)
         self.n_clusters = n_clusters
         self.algorithm = algorithm
+        self.variant = variant
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v
         self.q_hat = q_hat
         self.clients_per_round = clients_per_round
+        self.sampling = sampling
         self.participation = participation
         self.aggregation = aggregation
         self.c_factor = c_factor
@@ -377,9 +394,11 @@ class FederatedClustering(
             rho=rho, nu=nu, onehot=onehot, local_iter_u=self.local_iter_u,
             local_iter_v=self.local_iter_v if self.local_iter_v or not mgs else 100,
             q_hat=self.q_hat, participation=self.participation,
-            aggregation=self.aggregation or "weighted", c_factor=self.c_factor,
-            d_factor=self.d_factor or (0.501 if mgs else 5.0), w_step=self.w_step,
-            tol=self.tol, schedule=self._sncp_schedule(ctx),
+            aggregation=self.aggregation
+            or ("sampled_mean" if self.sampling == "weighted" else "weighted"),
+            c_factor=self.c_factor, d_factor=self.d_factor or (0.501 if mgs else 5.0),
+            w_step=self.w_step, tol=self.tol, schedule=self._sncp_schedule(ctx),
+            sampling=self.sampling, variant=self.variant,
         )
 
     def _sncp_schedule(self, ctx):
@@ -401,6 +420,9 @@ class FederatedClustering(
 
     def _before_rounds(self, protocol, state, blocks):
         return start_rounds(protocol, state, blocks, self.n_jobs)
+
+    def _client_weights(self, blocks):  # omega_p = N_p / N
+        return [b.n_rows for b in blocks]
 
     def _run(self, protocol, blocks, ctx):
         """``n_init`` federations from spawned seeds; keep the lowest clustering cost."""

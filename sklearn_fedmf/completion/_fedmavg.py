@@ -14,7 +14,10 @@ squared errors::
 with ``omega_p = |Omega_p| / |Omega|`` (``client_weights="entries"``: the paper's ``N_p / N``
 assumes dense data) or ``n_p / n``. Every step is a factor times a Lipschitz bound (Section
 V-A's factors, with the true constants), so the loss scaling only weighs the regularizers.
-``variant="fedmc_admm"`` is the baseline exactly as restated in the FedMC-ADMM paper (its
+``variant="fedpalm"`` is Remark 1's FedPALM (15)-(16), the baseline of the paper's Fig. 2b:
+from ``W_p = V^s`` each client interleaves ``local_iter_u`` pairs of one step on ``U_p`` at its
+current ``W_p`` and one proximal (projected) step on ``W_p`` at the new ``U_p``, then FedMAvg's
+averaging. ``variant="fedmc_admm"`` is the baseline exactly as restated in the FedMC-ADMM paper (its
 Section 5.2): no 1/p in the U step, the data gradient of the W step divided by
 ``p``, ``d_i = 5 lambda_max(U_i^T U_i)``, ``c = 1/2 lambda_max(V V^T)``, ``Q1 = Q2 = 10``.
 
@@ -25,12 +28,14 @@ and uploads ``W_p``; the server averages the uploads. With ``w_step="global"`` t
 size needs every client's ``U_p^T U_p`` of this round: clients send that ``r x r`` Gram in a
 first exchange (the engine's prepare phase) and the server answers with the step.
 
-Sampling: the engine draws ``clients_per_round`` clients uniformly without replacement. The
-paper draws with replacement proportionally to ``omega`` so that the plain mean is unbiased
-for ``sum_p omega_p W_p``; here ``aggregation="weighted"`` averages the uploads with weights
-``omega_p`` (renormalized over the senders: eq. (8) at full participation, a ratio estimate
-otherwise) and ``"sampled_mean"`` takes the plain mean ((9), and the FedMC-ADMM restatement).
-On balanced clients the two schemes coincide.
+Sampling: ``sampling="weighted"`` is the paper's (Algorithm 1): ``clients_per_round`` draws
+with replacement, proportionally to ``omega``, and the plain mean of the multiset,
+``W = sum_p (n_p / m) W_p`` with ``n_p`` the draws of client ``p`` (9)-(10), unbiased for
+``sum_p omega_p W_p``; a client drawn twice computes and uploads once. ``"uniform"`` draws
+distinct clients without replacement; then ``aggregation="weighted"`` averages the uploads
+with weights ``omega_p`` (renormalized over the senders: eq. (8) at full participation, a
+ratio estimate otherwise) and ``"sampled_mean"`` takes the plain mean (the FedMC-ADMM
+restatement). On balanced clients the schemes coincide.
 """
 
 from __future__ import annotations
@@ -207,6 +212,29 @@ def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alp
     return {"W": _biases.with_item(Wt) if biased else Wt}
 
 
+def palm_pairs(state, block, broadcast, *, n_pairs, c_factor, d_factor, alpha_u, alpha_v,
+               l1_ratio, positive, client_weights):
+    """FedPALM's local work (Remark 1, (15)-(16)): ``n_pairs`` times one step on ``U_p`` at the
+    current local ``W_p``, then one proximal step on ``W_p`` at the new ``U_p``, from
+    ``W_p = V^s``. As in PALM (the paper's [40]) each step size is a factor times the Lipschitz
+    constant at the current iterate. Returns ``(U_p, W_p)``."""
+    U, Wt = state["U"], broadcast["Vt"]
+    omega = max(client_weight(block, client_weights), 1.0) / broadcast["total"]
+    ridge_u, ridge_v = alpha_u * (1.0 - l1_ratio), alpha_v * (1.0 - l1_ratio)
+    for _ in range(n_pairs):
+        c = c_factor * max(lambda_max(Wt.T @ Wt) + ridge_u, EPS_LIPSCHITZ)
+        U = u_steps(U, Wt, block.X, 1, c, alpha_u, l1_ratio, positive)
+        d = d_factor * max(lambda_max(U.T @ U) / omega + ridge_v, EPS_LIPSCHITZ)
+        Wt = w_steps(Wt, U, block.X, 1, d, 1.0 / omega, alpha_v, l1_ratio, positive)
+    return U, Wt
+
+
+def palm_client_update(state, block, broadcast, rng, selected, **params):
+    """FedPALM round of a client: its pairs of steps, then (if sampled) the upload of ``W_p``."""
+    U, Wt = palm_pairs(state, block, broadcast, **params)
+    return {"U": U}, ({"W": Wt} if selected else None)
+
+
 def client_prepare(state, block, broadcast, rng, selected, **params):
     """Prepare phase (global step only): the U phase, then send ``U_p^T U_p``."""
     new = u_phase(state, block, broadcast, **params)
@@ -233,11 +261,18 @@ def client_update(state, block, broadcast, rng, selected, *, prepared, u_params,
     return keep, w_phase(state, block, d_global, **w_params)
 
 
-def server_update(server_state, uploads, round_index, *, aggregation, local_iter_v, q_hat,
-                  biased=False):
-    """``V^{s+1}``: the (weighted) mean of the uploaded local copies (8)-(10)."""
+def server_update(server_state, uploads, round_index, counts=None, *, aggregation,
+                  local_iter_v, q_hat, biased=False):
+    """``V^{s+1}``: the (weighted) mean of the uploaded local copies (8)-(10).
+
+    ``counts`` (client -> draws) makes ``"sampled_mean"`` the mean over the multiset of draws,
+    ``sum_p n_p W_p / sum_p n_p`` (eqs. (9)-(10); ``1/m`` when every drawn client arrived).
+    """
     clients = list(uploads)
-    w = server_state["weights"][clients] if aggregation == "weighted" else np.ones(len(clients))
+    if aggregation == "weighted":
+        w = server_state["weights"][clients]
+    else:
+        w = np.array([1.0 if counts is None else counts[p] for p in clients])
     w = w / w.sum() if w.sum() > 0 else np.full(len(clients), 1.0 / len(clients))
     Vt = sum(wi * uploads[p]["W"] for wi, p in zip(w, clients))
     if biased:  # (a weighted mean of ones can round off 1)
@@ -284,6 +319,14 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
     w_params = dict(variant=variant, n_clients=n_clients, d_factor=d_factor, w_step=w_step,
                     alpha_v=alpha_v, l1_ratio=l1_ratio, positive=positive, biased=biased)
     q2_first = q2_schedule(1, local_iter_v, q_hat)
+    update = partial(client_update, prepared=prepared, u_params=u_params, w_params=w_params)
+    if variant == "fedpalm":
+        if biased:
+            raise ValueError('variant="fedpalm" is the paper\'s Remark 1 baseline on plain factors; '
+                             "set biased=False.")
+        update = partial(palm_client_update, n_pairs=local_iter_u, c_factor=c_factor,
+                         d_factor=d_factor, alpha_u=alpha_u, alpha_v=alpha_v,
+                         l1_ratio=l1_ratio, positive=positive, client_weights=client_weights)
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items,
                             n_components=_biases.n_factors(n_components, biased),
@@ -295,8 +338,7 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
         client_prepare=partial(client_prepare, **u_params) if prepared else None,
         server_prepare=partial(server_prepare, d_factor=d_factor, alpha_v=alpha_v,
                                l1_ratio=l1_ratio) if prepared else None,
-        client_update=partial(client_update, prepared=prepared, u_params=u_params,
-                              w_params=w_params),
+        client_update=update,
         server_update=partial(server_update, aggregation=aggregation,
                               local_iter_v=local_iter_v, q_hat=q_hat, biased=biased),
         client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio,
@@ -306,6 +348,7 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
                                 loss_scale=1.0 / n_clients if variant == "fedmc_admm" else 1.0),
         participation=Participation(computes="all", receives="all") if participation == "pcc"
         else Participation(),
+        server_counts=True,
     )
 
 
@@ -324,9 +367,13 @@ class FedMAvg(FederatedMFBase):
     ----------
     n_components : int, default=5
         Rank ``r`` of the factorization.
-    variant : {"wang_chang", "fedmc_admm"}, default="wang_chang"
+    variant : {"wang_chang", "fedpalm", "fedmc_admm"}, default="wang_chang"
         ``"wang_chang"``: the paper's algorithm on the sum of squared errors, steps as factors
-        of Lipschitz bounds (Algorithm 1). ``"fedmc_admm"``: the baseline as restated in the
+        of Lipschitz bounds (Algorithm 1). ``"fedpalm"``: the paper's Remark 1 baseline
+        (Fig. 2b): each client interleaves ``local_iter_u`` pairs of one U step at its current
+        copy ``W_p`` and one proximal W step at the new ``U_p`` (``Q = 2 local_iter_u``; steps
+        ``1/(c_factor L_U(W_p))`` and ``1/(d_factor L_Wp(U_p))``); ``local_iter_v``, ``q_hat``
+        and ``w_step`` do not apply. ``"fedmc_admm"``: the baseline as restated in the
         FedMC-ADMM paper (objective ``(1/p) sum_i [f_i + R_i] + R(V)``, W gradient divided by
         ``p``, ``d_i = d_factor lambda_max(U_i^T U_i)``, ``c = c_factor lambda_max(V V^T)``,
         plain mean of the uploads, ``Q1 = Q2 = 10``).
@@ -343,8 +390,10 @@ class FedMAvg(FederatedMFBase):
         clients compute (partial participation, the paper's Fig. 2a baseline).
     aggregation : {"weighted", "sampled_mean"} or None, default=None
         ``"weighted"``: ``sum omega_p W_p / sum omega_p`` over the received copies (eq. (8) at
-        full participation); ``"sampled_mean"``: their plain mean. None: ``"weighted"`` for
-        ``"wang_chang"``, ``"sampled_mean"`` for ``"fedmc_admm"``.
+        full participation); ``"sampled_mean"``: their plain mean, a client counted once per
+        draw. None: ``"weighted"`` for ``"wang_chang"`` with uniform sampling,
+        ``"sampled_mean"`` otherwise. ``"weighted"`` with ``sampling="weighted"`` is refused
+        (it would weigh by ``omega`` twice).
     c_factor : float or None, default=None
         The U step is ``1 / (c_factor * L_U)`` with ``L_U = lambda_max(V V^T) + ridge``
         (``"wang_chang"``, default 0.51) or ``lambda_max(V V^T)`` (``"fedmc_admm"``, 0.5).
@@ -365,8 +414,13 @@ class FedMAvg(FederatedMFBase):
     partition : {"random", "contiguous"}, default="random"
         How rows are assigned to ``n_clients`` clients.
     clients_per_round : int, float or None, default=None
-        Clients sampled (uniformly, without replacement) each round: a count, a fraction in
-        (0, 1], or None for all.
+        Clients drawn each round (the paper's ``m``): a count, a fraction in (0, 1], or None
+        for all.
+    sampling : {"uniform", "weighted"}, default="uniform"
+        ``"uniform"``: distinct clients without replacement. ``"weighted"``: the paper's i.i.d.
+        draws with replacement, probabilities ``omega_p`` (``client_weights``); a client drawn
+        twice uploads once and counts twice in the mean (``history_`` then also has
+        ``bytes_uploaded_draws``, the paper's count of one upload per draw).
     max_iter : int, default=100
         Communication rounds.
     tol : float, default=0.0
@@ -465,7 +519,7 @@ class FedMAvg(FederatedMFBase):
 
     _parameter_constraints: dict = {
         **FederatedMFBase._parameter_constraints,
-        "variant": [StrOptions({"wang_chang", "fedmc_admm"})],
+        "variant": [StrOptions({"wang_chang", "fedpalm", "fedmc_admm"})],
         "local_iter_u": [Interval(Integral, 1, None, closed="left")],
         "local_iter_v": [Interval(Integral, 1, None, closed="left"), None],
         "q_hat": [Interval(Integral, 0, None, closed="left")],
@@ -475,6 +529,7 @@ class FedMAvg(FederatedMFBase):
         "d_factor": [Interval(Real, 0, None, closed="neither")],
         "w_step": [StrOptions({"global", "local", "guarded"}), None],
         "client_weights": [StrOptions({"entries", "rows"})],
+        "sampling": [StrOptions({"uniform", "weighted"})],
         "init_scale": [Interval(Real, 0, None, closed="left")],
     }
 
@@ -495,6 +550,7 @@ class FedMAvg(FederatedMFBase):
         n_clients=10,
         partition="random",
         clients_per_round=None,
+        sampling="uniform",
         max_iter=100,
         tol=0.0,
         alpha_u=10.0,
@@ -534,29 +590,40 @@ class FedMAvg(FederatedMFBase):
         self.d_factor = d_factor
         self.w_step = w_step
         self.client_weights = client_weights
+        self.sampling = sampling
         self.l1_ratio = l1_ratio
         self.positive = positive
         self.init_scale = init_scale
 
     def _make_protocol(self, ctx):
-        if self.variant == "fedmc_admm" and self.w_step not in (None, "local"):
+        if self.variant != "wang_chang" and self.w_step not in (None, "local"):
             raise ValueError(
-                f'variant="fedmc_admm" uses its own local step d_i; w_step={self.w_step!r} '
+                f'variant="{self.variant}" uses its own local step d_i; w_step={self.w_step!r} '
                 'needs variant="wang_chang".'
             )
         paper = self.variant == "fedmc_admm"
+        weighted_draws = self.sampling == "weighted"
+        if weighted_draws and self.aggregation == "weighted":
+            raise ValueError(
+                'aggregation="weighted" with sampling="weighted" would weigh the clients by '
+                'omega twice; the paper averages weighted draws with "sampled_mean".'
+            )
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             variant=self.variant, local_iter_u=self.local_iter_u,
             local_iter_v=self.local_iter_v if self.local_iter_v or not paper else 10,
             q_hat=self.q_hat, participation=self.participation,
-            aggregation=self.aggregation or ("sampled_mean" if paper else "weighted"),
+            aggregation=self.aggregation
+            or ("sampled_mean" if paper or weighted_draws else "weighted"),
             c_factor=self.c_factor or (0.5 if paper else 0.51), d_factor=self.d_factor,
-            w_step="local" if paper else (self.w_step or "global"),
+            w_step=self.w_step or ("global" if self.variant == "wang_chang" else "local"),
             client_weights=self.client_weights, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
             l1_ratio=self.l1_ratio, positive=self.positive, init_scale=self.init_scale,
             biased=self.biased,
         )
+
+    def _client_weights(self, blocks):
+        return [client_weight(b, self.client_weights) for b in blocks]
 
     def _read_components(self, server_state, broadcast):
         return np.ascontiguousarray(server_state["Vt"].T)

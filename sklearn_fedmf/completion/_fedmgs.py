@@ -37,7 +37,7 @@ from functools import partial
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import _biases
 from .._base import FederatedMFBase
@@ -179,7 +179,12 @@ class FedMGS(FederatedMFBase):
         How rows are assigned to ``n_clients`` clients when ``clients`` is not given to fit
         (``"random"`` is seeded by ``random_state``).
     clients_per_round : int, float or None, default=None
-        Clients sampled (uniformly, without replacement) each round; None means all.
+        Clients drawn each round; None means all.
+    sampling : {"uniform", "weighted"}, default="uniform"
+        ``"uniform"``: distinct clients without replacement (Theorem 2's scheme).
+        ``"weighted"``: i.i.d. draws with replacement, probabilities proportional to the
+        clients' ratings (the paper's footnote); a client drawn twice sends its gradient once
+        and it is applied once.
     max_iter : int, default=100
         Communication rounds (one server step each).
     tol : float, default=0.0
@@ -280,6 +285,7 @@ class FedMGS(FederatedMFBase):
         "c_factor": [Interval(Real, 0, None, closed="neither")],
         "d_factor": [Interval(Real, 0, None, closed="neither")],
         "init_scale": [Interval(Real, 0, None, closed="left")],
+        "sampling": [StrOptions({"uniform", "weighted"})],
     }
 
     def __init__(
@@ -292,6 +298,7 @@ class FedMGS(FederatedMFBase):
         n_clients=10,
         partition="random",
         clients_per_round=None,
+        sampling="uniform",
         max_iter=100,
         tol=0.0,
         alpha_u=10.0,
@@ -324,6 +331,7 @@ class FedMGS(FederatedMFBase):
         self.local_iter_u = local_iter_u
         self.c_factor = c_factor
         self.d_factor = d_factor
+        self.sampling = sampling
         self.l1_ratio = l1_ratio
         self.positive = positive
         self.init_scale = init_scale

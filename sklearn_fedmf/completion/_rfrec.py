@@ -36,9 +36,10 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import _num_samples
+from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from .._base import FederatedMFBase, check_dense_size
 from .._kernels import ridge_fold_in
@@ -181,6 +182,11 @@ class RFRec(FederatedMFBase):
         client like ``U_p``; ``b_i`` travels and is aggregated as ``V`` (its bytes counted).
     clip : bool, default=False
         Clip predictions to the training rating range.
+    predict_with : {"global", "personal"}, default="global"
+        ``"global"``: ``predict``/``score`` fold rows in against ``Vbar`` (the paper's and the
+        code's model). ``"personal"``: each training user's client predicts with
+        its own copy, ``link(u_i . v_(c)j)`` with the federated ``u_i``; then the rows of
+        ``X`` must be the training rows, in order (a personal copy lives on its client).
     dropout : float, default=0.0
         Probability that a sampled client's upload is lost in a round (it still steps and
         receives ``Vbar``: the upload-loss model of Table 3).
@@ -270,6 +276,7 @@ class RFRec(FederatedMFBase):
         "target_delta": [Interval(Real, 0, 1, closed="neither")],
         "accountant": [StrOptions(set(ACCOUNTANTS))],
         "simulate_uploads": ["boolean"],
+        "predict_with": [StrOptions({"global", "personal"})],
     }
 
     def __init__(
@@ -301,6 +308,7 @@ class RFRec(FederatedMFBase):
         center=True,
         biased=True,
         clip=False,
+        predict_with="global",
         dropout=0.0,
         eval_every=1,
         callback=None,
@@ -335,6 +343,7 @@ class RFRec(FederatedMFBase):
         self.target_delta = target_delta
         self.accountant = accountant
         self.simulate_uploads = simulate_uploads
+        self.predict_with = predict_with
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, clients=None, eval_set=None):
@@ -380,6 +389,7 @@ class RFRec(FederatedMFBase):
     def _collect(self, state, blocks, ctx):
         super()._collect(state, blocks, ctx)
         self._check_diverged(ctx.X, ctx.info["offset"])
+        self._keep_personal(state)
         self.comm_rounds_ = state.server_state["comm_rounds"]
         self._read_privacy_spent(ctx.info["privacy"], state.n_uploads)
 
@@ -393,6 +403,66 @@ class RFRec(FederatedMFBase):
             np.unique(self.clients_), n_uploads, mechanism="laplace",
             noise_multiplier=self.noise_scale_ / (2 * self.dp_clip), delta=self.target_delta,
             accountant=self.accountant_)
+
+    def _keep_personal(self, state):
+        """Every client's copy ``V_(c)`` as its rated columns over the shared ones:
+        sorted keys ``client * n_items + item``, their rows, and the shared columns."""
+        if state.client_states is None:  # clients in their own processes keep their copies
+            self._personal = None
+            return
+        eta = self.pull_eta
+        if self.variant == "rfrecf" and eta is None:
+            eta = self.learning_rate * self.reg_consensus / self.p
+        n_items = self.n_features_in_
+        keys = [c * n_items + s["cols"].astype(np.int64)
+                for c, s in enumerate(state.client_states)]
+        replica = state.broadcast.simulation  # Vbar and the shared columns W
+        values = [_pulled(s, replica, eta) for s in state.client_states]
+        self._personal = (np.concatenate(keys), np.concatenate(values), replica.W)
+
+    def personal_scores(self, rows, items):
+        """Scores ``u_i . v_(c)j`` with each training user's client's own item matrix.
+
+        Parameters
+        ----------
+        rows : array-like of int
+            Training users (row indices of the training matrix).
+        items : array-like of int, same length as ``rows``
+            Items to score.
+
+        Returns
+        -------
+        scores : ndarray of shape (len(rows),)
+            Before the link (see ``predict_with``).
+        """
+        check_is_fitted(self)
+        rows, items = np.asarray(rows, dtype=np.intp), np.asarray(items, dtype=np.intp)
+        keys, values, W = self._personal
+        codes = np.unique(self.clients_, return_inverse=True)[1]
+        query = codes[rows].astype(np.int64) * self.n_features_in_ + items
+        pos = np.minimum(np.searchsorted(keys, query), len(keys) - 1)
+        hit = keys[pos] == query
+        V = W[items]
+        V[hit] = values[pos[hit]]
+        U = self.user_factors_[rows]
+        if self.biased:  # the copies are augmented: [U, b_u, 1] . [V; 1; b_i]
+            U = np.hstack([U, self.user_bias_[rows, None], np.ones((len(rows), 1))])
+        return np.einsum("ij,ij->i", U, V)
+
+    def _personal_predict_at(self, Xc, target):
+        """Personal predictions (rating scale) at the stored entries of ``target``."""
+        if self._personal is None:
+            raise ValueError('predict_with="personal" needs the client states, which stayed '
+                             "with the clients of this fit's transport.")
+        if Xc.shape[0] != self.n_users_:
+            raise ValueError(
+                f'predict_with="personal" predicts for the {self.n_users_} training users '
+                f"only (row i of X is training user i; got {Xc.shape[0]} rows): a personal "
+                'item matrix lives on its client. Use predict_with="global" for new rows.')
+        rows = np.repeat(np.arange(target.shape[0]), np.diff(target.indptr))
+        pred = self._to_ratings(self.personal_scores(rows, target.indices))
+        pred[np.diff(Xc.indptr)[rows] == 0] = self.mean_
+        return self._clip(pred)
 
     def _check_diverged(self, Xc, offset):
         """Raise unless the federated model's training error on the centred training ratings
@@ -507,3 +577,33 @@ class RFRec(FederatedMFBase):
         if self.link == "identity":
             return model
         return model._replace(offset=0.0, link=self._to_ratings)
+
+    def predict(self, X, at=None):
+        """Predicted ratings for the rows of ``X`` by fold-in, or by each training user's own
+        client model (``predict_with="personal"``).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_rows, n_items)
+            Observed ratings of the rows, folded in (see :meth:`transform`). With
+            ``predict_with="personal"`` the rows are the training users, in order.
+        at : {array-like, sparse matrix} of shape (n_rows, n_items), default=None
+            Predict only at its stored entries and return a CSR matrix (see
+            :meth:`FedMCADMM.predict <sklearn_fedmf.FedMCADMM.predict>`).
+
+        Returns
+        -------
+        ratings : ndarray of shape (n_rows, n_items) or csr_matrix
+            Dense when ``at`` is None (refused above ``MAX_DENSE_ENTRIES`` entries).
+        """
+        if self.predict_with == "personal" and at is None:
+            Xc = self._check_X(X)
+            check_dense_size(*Xc.shape, "predict(X)")
+            full = sp.csr_matrix(np.ones(Xc.shape))
+            return self._personal_predict_at(Xc, full).reshape(Xc.shape)
+        return super().predict(X, at=at)
+
+    def _predict_entries(self, Xc, pattern):
+        if self.predict_with == "personal":
+            return self._personal_predict_at(Xc, pattern)
+        return super()._predict_entries(Xc, pattern)

@@ -8,11 +8,12 @@ from ._partition import (
     partition_iid,
     partition_label_skew,
 )
-from ._synthetic import make_binary_tiles, make_ratings
+from ._synthetic import make_binary_ratings, make_binary_tiles, make_ratings
 
 __all__ = [
     "fetch_movielens",
     "load_movielens",
+    "make_binary_ratings",
     "make_binary_tiles",
     "make_ratings",
     "partition_by_activity",

@@ -11,7 +11,7 @@ from sklearn.utils import Bunch, check_random_state
 
 from .._data import check_int
 
-__all__ = ["make_ratings", "make_binary_tiles"]
+__all__ = ["make_ratings", "make_binary_ratings", "make_binary_tiles"]
 
 
 def _check_generator(random_state):
@@ -231,6 +231,107 @@ class _PairSampler:
             order = np.argsort(-keys, axis=1)
             take = np.arange(n_items) < kk[:, None]
             self.mask[(r[:, None] * n_items + order)[take]] = True
+
+
+def make_binary_ratings(
+    n_users=162541,
+    n_items=62423,
+    density=0.002,
+    *,
+    n_groups=20,
+    affinity=0.5,
+    popularity=1.0,
+    random_state=None,
+    dtype=np.float64,
+    chunk_size=2**23,
+):
+    """Generate implicit-feedback binary data with skewed activity, popularity and tastes.
+
+    The stand-in for the Felb paper's MovieLens (its defaults: 162541 users x 62423 movies,
+    ratings >= 3.5 set to 1, density 0.002 here). Each user belongs to one of ``n_groups``
+    taste groups and has ``n_u`` ones, with ``n_u`` skewed as the user activity of
+    :func:`make_ratings` (lognormal weights ``exp(popularity * N(0, 1))``, at least one each).
+    The items are drawn without replacement from a mixture: with weight ``1 - affinity``
+    the global Zipf popularity ``rank ** -popularity`` (over a random ranking of the items),
+    with weight ``affinity`` the group's own Zipf ranking. The Boolean structure is thus a
+    popular core shared by all plus one block of favourite items per group; ``affinity=0``
+    leaves popularity only.
+
+    Memory stays proportional to the number of ones (about ``12 bytes`` each plus the
+    working ``chunk_size`` cells); the default shape has 20.3 million ones.
+
+    Parameters
+    ----------
+    n_users, n_items : int, default=162541, 62423
+        Shape of ``X``.
+    density : float in (0, 1], default=0.002
+        Share of the cells that are one: ``round(density * n_users * n_items)`` ones.
+    n_groups : int, default=20
+        Taste groups (users are assigned uniformly at random).
+    affinity : float in [0, 1], default=0.5
+        Weight of the group's own ranking in each draw.
+    popularity : float, default=1.0
+        Skew of user activity and item popularity (0 = uniform).
+    random_state : int, RandomState, Generator or None
+        Seed; the output depends on it and on ``chunk_size``.
+    dtype : numpy dtype, default=np.float64
+        dtype of the stored ones.
+    chunk_size : int, default=2**23
+        Users x items cells handled at once (bounds the working memory).
+
+    Returns
+    -------
+    data : sklearn.utils.Bunch
+        ``X`` (CSR of the ones, n_users x n_items) and ``groups`` (each user's taste group).
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.datasets import make_binary_ratings
+    >>> data = make_binary_ratings(200, 100, 0.05, n_groups=4, random_state=0)
+    >>> data.X.shape, data.X.nnz, set(data.X.data.tolist())
+    ((200, 100), 1000, {1.0})
+    """
+    n_users = check_int(n_users, "n_users", 1)
+    n_items = check_int(n_items, "n_items", 1)
+    n_groups = check_int(n_groups, "n_groups", 1)
+    chunk_size = check_int(chunk_size, "chunk_size", 1)
+    if not 0 < density <= 1:
+        raise ValueError(f"density must be in (0, 1], got {density!r}.")
+    if not 0 <= affinity <= 1 or not popularity >= 0:
+        raise ValueError(f"affinity must be in [0, 1] and popularity >= 0, got {affinity!r} "
+                         f"and {popularity!r}.")
+    rng = _check_generator(random_state)
+    n_ones = int(round(density * n_users * n_items))
+
+    def zipf():
+        p = (rng.permutation(n_items) + 1.0) ** -popularity
+        return p / p.sum()
+
+    shared = zipf()
+    w = np.exp(popularity * rng.standard_normal(n_users))
+    counts = _user_counts(n_ones, w / w.sum(), n_items, rng)
+    groups = rng.integers(n_groups, size=n_users)
+
+    index_dtype = np.int32 if max(n_items, n_ones) < 2**31 else np.int64
+    indptr = np.zeros(n_users + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    indices = np.empty(n_ones, dtype=index_dtype)
+    block = max(1, chunk_size // n_items)
+    for g in range(n_groups):
+        p = (1.0 - affinity) * shared + affinity * zipf()
+        with np.errstate(divide="ignore"):
+            sampler = _PairSampler(p, np.log(p), rng, block * n_items)
+        users = np.flatnonzero(groups == g)
+        for start in range(0, len(users), block):
+            chunk = users[start:start + block]
+            rows, cols = sampler.sample(counts[chunk])
+            first = np.searchsorted(rows, rows)  # rows come sorted, each row's items in a run
+            indices[indptr[chunk[rows]] + np.arange(len(rows)) - first] = cols
+    if index_dtype is np.int32:
+        indptr = indptr.astype(np.int32)
+    X = sp.csr_matrix((np.ones(n_ones, dtype=dtype), indices, indptr), shape=(n_users, n_items))
+    X.sort_indices()
+    return Bunch(X=X, groups=groups)
 
 
 def make_binary_tiles(
