@@ -43,7 +43,8 @@ from sklearn_fedmf.model_selection import train_test_split_ratings
 from sklearn_fedmf.privacy import epsilon_spent, gaussian_sigma
 
 DELTA = 1e-5
-CODE = dict(optimizer="adam", link="sigmoid", learning_rate=0.1, reg_consensus=20.0)
+CODE = dict(optimizer="adam", link="sigmoid", learning_rate=0.1, reg_consensus=20.0,
+            biased=False)
 RFREC_CLIP = 0.2  # the paper's clipping threshold delta (Fig. 4)
 FELB_CLIP = 1.5  # the Felb spec's theta
 

@@ -167,9 +167,10 @@ def test_tune_on_ratings_folds_the_ratings_by_default(tmp_path, capsys):
     # Oracle: scikit-learn's cross_validate over the ratings, through RatingRegressor
     X = cli.load_data("synthetic:200x60x3000", 0)[0].tocoo()
     pairs = np.column_stack([X.row, X.col])
-    model = RatingRegressor(METHODS["fedmavg"].load()(
-        variant="fedmc_admm", n_clients=10, clients_per_round=3, max_iter=4, n_components=5,
-        random_state=0, **ranked[0]["params"]))
+    method = METHODS["fedmavg"]  # (its fixed settings: the papers', PAPER_SETTINGS)
+    model = RatingRegressor(method.load()(
+        n_clients=10, clients_per_round=3, max_iter=4, n_components=5,
+        random_state=0, **{**method.fixed, **ranked[0]["params"]}))
     scores = cross_validate(model, pairs, X.data, cv=KFold(3, shuffle=True, random_state=0),
                             scoring="neg_root_mean_squared_error")["test_score"]
     assert ranked[0]["score"] == pytest.approx(-scores.mean(), rel=1e-10)

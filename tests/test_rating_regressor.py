@@ -36,13 +36,21 @@ def ratings(n_users=40, n_items=15, density=0.6, seed=0):
     return users, items, y
 
 
+# The oracles below (dense matrices, brute-force rankings, fallbacks to the mean) read the
+# plain factor model; the models with biases are checked against the dense matrix with its
+# biases in test_pair_predictions_are_the_dense_matrix_entries.
 ESTIMATORS = {
-    "fedmcadmm": lambda: FedMCADMM(n_components=2, n_clients=4, max_iter=20, random_state=0),
-    "fedmavg": lambda: FedMAvg(n_components=2, n_clients=4, max_iter=20, random_state=0),
-    "fedmgs": lambda: FedMGS(n_components=2, n_clients=4, max_iter=20, random_state=0),
-    "rfrec": lambda: RFRec(n_components=2, max_iter=20, random_state=0),
-    "rfrec-sigmoid": lambda: RFRec(n_components=2, max_iter=20, random_state=0,
-                                   link="sigmoid", optimizer="adam", learning_rate=0.1),
+    "fedmcadmm": lambda **kw: FedMCADMM(n_components=2, n_clients=4, max_iter=20,
+                                        random_state=0, **{"biased": False, **kw}),
+    "fedmavg": lambda **kw: FedMAvg(n_components=2, n_clients=4, max_iter=20, random_state=0,
+                                    **{"biased": False, **kw}),
+    "fedmgs": lambda **kw: FedMGS(n_components=2, n_clients=4, max_iter=20, random_state=0,
+                                  **{"biased": False, **kw}),
+    "rfrec": lambda **kw: RFRec(n_components=2, max_iter=20, random_state=0,
+                                **{"biased": False, **kw}),
+    "rfrec-sigmoid": lambda **kw: RFRec(n_components=2, max_iter=20, random_state=0,
+                                        link="sigmoid", optimizer="adam", learning_rate=0.1,
+                                        biased=False),
 }
 
 
@@ -53,12 +61,16 @@ def fitted():
     return RatingRegressor(ESTIMATORS["fedmavg"]()).fit(X, y), X, y
 
 
-@pytest.mark.parametrize("name", ESTIMATORS)
-def test_pair_predictions_are_the_dense_matrix_entries(name):
+@pytest.mark.parametrize(("name", "biased"), [(name, False) for name in ESTIMATORS]
+                         + [(name, True) for name in ESTIMATORS if name != "rfrec-sigmoid"])
+def test_pair_predictions_are_the_dense_matrix_entries(name, biased):
     users, items, y = ratings()
-    reg = RatingRegressor(ESTIMATORS[name]()).fit(np.column_stack([users, items]), y)
+    reg = RatingRegressor(ESTIMATORS[name](biased=biased)).fit(np.column_stack([users, items]),
+                                                               y)
     est = reg.estimator_
     dense = est.inverse_transform(est.user_factors_)  # the fitted model's full matrix
+    if est.biased:  # (inverse_transform of factors alone carries no user bias)
+        dense = dense + est.user_bias_[:, None]
     rng = np.random.default_rng(1)
     u, i = rng.integers(0, 40, 500), rng.integers(0, 15, 500)
     pred = reg.predict(np.column_stack([reg.users_[u], reg.items_[i]]))
@@ -71,9 +83,12 @@ def test_unseen_ids_fall_back_to_the_training_mean_and_clip():
     reg = RatingRegressor(FedMAvg(n_components=2, n_clients=4, max_iter=20, random_state=0))
     pred = reg.fit(X, y).predict([[999, 0], [0, 999], [999, 999], [0, 0]])
     assert np.isfinite(pred).all()
-    np.testing.assert_array_equal(pred[:3], reg.estimator_.mean_)
-    assert reg.estimator_.mean_ == pytest.approx(y.mean())
-    assert pred[3] != reg.estimator_.mean_
+    est = reg.estimator_  # biased by default: an unseen user gets the item's bias, and back
+    assert est.biased and reg.users_[0] == 0 and reg.items_[0] == 0
+    np.testing.assert_allclose(pred[:3], [est.mean_ + est.item_bias_[0],
+                                          est.mean_ + est.user_bias_[0], est.mean_], rtol=1e-12)
+    assert est.mean_ == pytest.approx(y.mean())
+    assert pred[3] != est.mean_
     # clip=True clips to the training range, seen or not
     reg.set_params(estimator__clip=True, estimator__alpha_u=0.0, estimator__max_iter=200)
     pred = reg.fit(X, y * 3).predict(X)
@@ -153,7 +168,7 @@ def test_entrywise_cross_validate_and_grid_search_do_not_depend_on_n_jobs():
     users, items, y = ratings()
     X = np.column_stack([users, items])
     reg = RatingRegressor(FedMAvg(n_components=2, n_clients=4, max_iter=200, alpha_u=1.0,
-                                  alpha_v=1.0, random_state=0))
+                                  alpha_v=1.0, biased=False, random_state=0))  # low-rank data
     cv = KFold(3, shuffle=True, random_state=0)
     one, two = (cross_validate(reg, X, y, cv=cv, scoring="neg_root_mean_squared_error",
                                n_jobs=n)["test_score"] for n in (1, 2))
@@ -171,7 +186,7 @@ def test_users_held_out_fold_in_matches_the_matrix_fold_in():
     X = np.column_stack([users, items])
     train = users < 45
     reg = RatingRegressor(FedMAvg(n_components=2, n_clients=4, max_iter=200, alpha_u=1.0,
-                                  alpha_v=1.0, random_state=0))
+                                  alpha_v=1.0, biased=False, random_state=0))  # low-rank data
     reg.fit(X[train], y[train])
     y_true, pred, keep = reg._fold_in_predict(X[~train], y[~train])
     # oracle: the matrix face, X = the new users' fold-in ratings, at = their scored pairs

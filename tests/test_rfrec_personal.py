@@ -23,7 +23,7 @@ def test_personal_predictions_use_each_clients_uploaded_copy(params):
     R, mask = ratings()
     X = sp.csr_matrix((R[mask], np.nonzero(mask)), shape=R.shape)
     last = {}
-    params = {"learning_rate": 0.01, **params}
+    params = {"learning_rate": 0.01, "biased": False, **params}
     est = RFRec(n_components=2, reg_consensus=1.0, max_iter=15, simulate_uploads=True,
                 predict_with="personal", random_state=0,
                 callback=lambda k, info: last.update(info["uploads"]), **params).fit(X)

@@ -7,6 +7,7 @@ from joblib import parallel_config
 from sklearn_fedmf import FederatedClustering, FedMAvg, FedMGS
 from sklearn_fedmf._engine import nbytes, sample_clients
 from sklearn_fedmf.cluster._clustering_protocols import mavg_server_update
+from sklearn_fedmf.completion import PAPER_SETTINGS
 from sklearn_fedmf.completion._fedmavg import server_update
 
 from .conftest import low_rank_ratings
@@ -116,7 +117,7 @@ def test_weighted_sampling_fits_and_fedmgs_applies_each_client_once():
     for cls in (FedMAvg, FedMGS):
         model = cls(n_components=2, n_clients=6, sampling="weighted", clients_per_round=4,
                     max_iter=300, center=False, callback=one_upload_per_client,
-                    random_state=0).fit(X, eval_set=Y)
+                    random_state=0, **PAPER_SETTINGS[cls.__name__]).fit(X, eval_set=Y)
         assert model.history_[-1]["eval_rmse"] < 0.1  # predicting 0 gives about 1
 
 

@@ -133,6 +133,8 @@ def build_parser():
     _common(rec, rounds=PROTOCOL["rounds"])
     rec.set_defaults(func=cmd_recommend)
 
+    add_flower_split(sub, _positive_int)
+
     methods = sub.add_parser("methods", help="list the installed methods",
                              description="List the methods of this installation.")
     methods.set_defaults(func=cmd_methods)

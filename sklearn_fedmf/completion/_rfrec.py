@@ -400,19 +400,19 @@ class RFRec(FederatedMFBase):
         private = bool(self.dp_clip and self.noise_scale_)
         self.epsilon_ = laplace_epsilon(self.noise_scale_, 2 * self.dp_clip) if private else None
         self.privacy_spent_ = None if not private else privacy_spent(
-            np.unique(self.clients_), n_uploads, mechanism="laplace",
+            np.unique(getattr(self, "clients_", np.arange(len(n_uploads)))), n_uploads, mechanism="laplace",
             noise_multiplier=self.noise_scale_ / (2 * self.dp_clip), delta=self.target_delta,
             accountant=self.accountant_)
 
     def _keep_personal(self, state):
         """Every client's copy ``V_(c)`` as its rated columns over the shared ones:
         sorted keys ``client * n_items + item``, their rows, and the shared columns."""
-        if state.client_states is None:  # clients in their own processes keep their copies
+        if not state.client_states:  # clients in their own processes keep their copies
             self._personal = None
             return
-        eta = self.pull_eta
-        if self.variant == "rfrecf" and eta is None:
-            eta = self.learning_rate * self.reg_consensus / self.p
+        eta = None if self.variant == "rfrec" else pull_strength(  # as make_protocol binds it
+            self._learning_rate(), self.reg_consensus, self.alpha_v / self.n_clients_, self.p,
+            self.pull_eta)
         n_items = self.n_features_in_
         keys = [c * n_items + s["cols"].astype(np.int64)
                 for c, s in enumerate(state.client_states)]
@@ -569,7 +569,8 @@ class RFRec(FederatedMFBase):
         """
         U = self._check_factors(X)
         check_dense_size(U.shape[0], self.components_.shape[1], "inverse_transform(X)")
-        return self._to_ratings(U @ self.components_)
+        Z = U @ self.components_
+        return self._to_ratings(Z + self.item_bias_ if self.biased else Z)
 
     def _factor_model(self, Xc=None):
         # The sigmoid link maps the raw score u . v to the rating range (no offset).

@@ -75,8 +75,10 @@ def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, e
         estimator.rating_range_ = (float(rating_range[0]), float(rating_range[1]))
         info = dict(eval_X=None, mean=estimator.mean_, rating_range=estimator.rating_range_,
                     offset=estimator._offset)
+        if hasattr(estimator, "_privacy_settings"):  # RFRec's upload noise
+            info["privacy"] = estimator._privacy_settings()
     else:  # Felb
-        info = dict(privacy=estimator._privacy_settings())
+        info = dict(privacy=estimator._privacy_settings(int(n_items)))
     no_ratings = sp.csr_matrix((0, int(n_items)))  # the server holds none
     return FitContext(no_ratings, int(n_users), int(n_items), int(n_clients), None, None,
                       int(entropy), False, info)
