@@ -17,8 +17,8 @@ import time
 import warnings
 
 import numpy as np
-
 from bench_defaults import ESTIMATORS, PROTOCOL, candidates
+
 from sklearn_fedmf.datasets import load_movielens
 from sklearn_fedmf.model_selection import train_test_split_ratings
 

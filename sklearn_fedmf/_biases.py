@@ -23,7 +23,8 @@ import numpy as np
 
 __all__ = [
     "n_factors", "init_user", "init_item", "fix_user", "fix_item", "user_step_view",
-    "item_step_view", "free_user", "free_item", "with_user", "with_item", "item_partner", "row_groups",
+    "item_step_view", "free_user", "free_item", "with_user", "with_item", "item_partner",
+    "row_groups",
 ]
 
 # positions in the augmented factors

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from joblib import parallel_config
 
-from sklearn_fedmf import FedMAvg as _FedMAvg, FedMGS as _FedMGS
+from sklearn_fedmf import FedMAvg as _FedMAvg
+from sklearn_fedmf import FedMGS as _FedMGS
 from sklearn_fedmf._engine import nbytes
 from sklearn_fedmf.completion._fedmavg import q2_schedule
 
 from .conftest import low_rank_ratings, paper
-
 
 # The spec's oracles hold for the papers' settings (conftest.paper).
 

@@ -16,7 +16,6 @@ from sklearn_fedmf.exceptions import ClientError, ClientFailureWarning, Unobserv
 
 from .conftest import low_rank_ratings, paper
 
-
 # The spec's oracles hold for the papers' settings (conftest.paper).
 
 FedMCADMM = paper(_FedMCADMM)

@@ -14,7 +14,6 @@ from sklearn_fedmf._engine import nbytes
 from .conftest import low_rank_ratings, paper
 from .test_fedmavg import lam_max, masked
 
-
 # The spec's oracles hold for the papers' settings (conftest.paper).
 
 FedMGS = paper(_FedMGS)

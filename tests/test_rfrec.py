@@ -12,8 +12,8 @@ import pytest
 import scipy.sparse as sp
 
 from sklearn_fedmf import RFRec as _RFRec
-from sklearn_fedmf.datasets import make_ratings
 from sklearn_fedmf.completion._rfrec import ItemMatrixUpload, _coin, _pulled
+from sklearn_fedmf.datasets import make_ratings
 
 from .conftest import paper
 

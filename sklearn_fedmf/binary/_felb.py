@@ -456,7 +456,9 @@ class Felb(BooleanFactorizationBase):
         actually made."""
         self.noise_scale_, self.accountant_ = privacy["scale"], privacy["accountant"]
         self.privacy_spent_ = None if self.privacy is None else privacy_spent(
-            np.unique(getattr(self, "clients_", np.arange(len(n_uploads)))), n_uploads, mechanism=self.privacy,
+            # (a Flower server has no clients_: the sites keep their rows; engine order then)
+            np.unique(getattr(self, "clients_", np.arange(len(n_uploads)))), n_uploads,
+            mechanism=self.privacy,
             noise_multiplier=privacy["multiplier"], delta=self.target_delta,
             accountant=self.accountant_)
 

@@ -40,12 +40,12 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 from .._fit import FederatedEstimator
 from ..exceptions import DataWarning
 from ._clustering_protocols import (  # noqa: F401  (the tests import the unused ones from here)
-    kfed_centers,
     EPS,
     SampleBlock,
     center_distances,
     clustering_cost,
     h_steps,
+    kfed_centers,
     local_w_steps,
     make_protocol,
     one_sparse_fit,

@@ -400,7 +400,9 @@ class RFRec(FederatedMFBase):
         private = bool(self.dp_clip and self.noise_scale_)
         self.epsilon_ = laplace_epsilon(self.noise_scale_, 2 * self.dp_clip) if private else None
         self.privacy_spent_ = None if not private else privacy_spent(
-            np.unique(getattr(self, "clients_", np.arange(len(n_uploads)))), n_uploads, mechanism="laplace",
+            # (a Flower server has no clients_: the sites keep their rows; engine order then)
+            np.unique(getattr(self, "clients_", np.arange(len(n_uploads)))), n_uploads,
+            mechanism="laplace",
             noise_multiplier=self.noise_scale_ / (2 * self.dp_clip), delta=self.target_delta,
             accountant=self.accountant_)
 
