@@ -43,6 +43,10 @@ after_round(server_state, broadcast, record) -> (server_state, broadcast, stop)
     (e.g. FederatedClustering's SNCP penalty schedule): it may add keys to ``record``,
     change the state and the broadcast the next round starts from, and stop the fit.
 
+A protocol may also carry :class:`~sklearn_fedmf._groups.BatchedPhases` (``batched``): the
+same client phases for a whole group of clients, which the estimators use when the clients
+are many and small (one per user); see :mod:`sklearn_fedmf._groups`.
+
 A broadcast may be a :class:`Broadcast`: its ``message`` is what the paper's server sends
 (counted in ``bytes_downloaded``; None when nothing is sent that round), its ``simulation``
 part is state every client would derive itself (common randomness, replayed computations):
@@ -160,6 +164,7 @@ class FederatedProtocol:
     participation: Participation = Participation()
     progress_keys: tuple = ("objective", "train_rmse", "eval_rmse")  # shown by verbose
     server_counts: bool = False  # server_update receives counts= (draw multiplicities)
+    batched: Any = None  # optional BatchedPhases: the client phases for a group of clients
 
 
 @dataclass

@@ -1,0 +1,200 @@
+"""Many small clients at once: client groups, batched client phases, implicit row messages.
+
+At one client per user (cross-device: 6,040 clients at the ML-1M shape, 480,189 at the
+Netflix shape) a client holds a handful of ratings, and calling a Python function per client
+per round costs more than the client's arithmetic. A protocol may then offer
+:class:`BatchedPhases`: the same client phases written for a :class:`ClientGroup`, a
+contiguous range of clients whose rows are stacked in one CSR matrix, so that one compiled
+call per group does the work of all its clients. The engine runs them through a
+:class:`~sklearn_fedmf._transport.GroupedTransport`; the federation is the same (same
+sampling, same seeds, same messages, same bytes), only the simulation is faster.
+
+Contract of the batched phases (``i`` is a client's index in its group, ``group.start + i``
+its client index):
+
+``init_client(group, broadcast, stream) -> (group_state, uploads)``
+``client_prepare(group_state, group, broadcast, stream, active, selected) -> (group_state, stats)``
+``client_update(group_state, group, broadcast, stream, active, selected) -> (group_state, uploads)``
+    ``active`` and ``selected`` are boolean arrays of length ``group.n_clients``: the clients
+    that run the phase, and those among them whose message the server uses. Client ``c``
+    draws from ``client_generator(stream, c)``, exactly as the per-client function does.
+    ``uploads`` maps client index -> message for every active client whose per-client
+    function returns a message (``init_client``: every client).
+``client_metrics(group_state, group, broadcast) -> dict``
+    The additive sums of ``client_metrics`` over all clients of the group.
+``client_state(group_state, group, i) -> state``
+    The per-client state of client ``i``, as the per-client functions hold it.
+``with_client_states(group_state, group, states) -> group_state``
+    A group state with the clients of ``states`` (``{i: state}``) replaced.
+
+Every batched function gives the states and messages of the per-client function (to rounding
+error), leaves inactive clients' states exactly unchanged, and never modifies its inputs
+(it returns a new group state; unchanged arrays may be shared). When a batched call raises,
+the transport re-runs that group's clients one by one with the per-client functions, so a
+failure names its client and ``on_client_error`` applies as usual.
+
+Completion estimators keep the stacked user factors of a group in ``group_state["U"]``, rows
+in ``group.rows`` order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from ._data import ClientBlock
+
+__all__ = ["BatchedPhases", "ClientGroup", "ImplicitRows", "make_groups"]
+
+
+class ClientGroup(NamedTuple):
+    """The training data of the clients ``start .. start + n_clients - 1``, rows stacked.
+
+    Attributes
+    ----------
+    start : int
+        Index of the group's first client.
+    row_ptr : ndarray of shape (n_clients + 1,)
+        Client ``i`` of the group owns the stacked rows ``row_ptr[i]:row_ptr[i + 1]``.
+    rows : ndarray of shape (n_rows,)
+        Global row index of each stacked row (each client's rows ascending).
+    X : csr_matrix of shape (n_rows, n_items)
+        The group's ratings, canonical.
+    X_eval : csr_matrix or None
+        Held-out ratings of the same rows.
+    """
+
+    start: int
+    row_ptr: np.ndarray
+    rows: np.ndarray
+    X: sp.csr_matrix
+    X_eval: sp.csr_matrix | None
+
+    @property
+    def n_clients(self):
+        return len(self.row_ptr) - 1
+
+    @property
+    def stop(self):
+        return self.start + self.n_clients
+
+    @property
+    def entry_ptr(self):
+        """Client ``i``'s ratings are the stored entries ``entry_ptr[i]:entry_ptr[i + 1]``."""
+        return self.X.indptr[self.row_ptr]
+
+    @property
+    def nnz(self):
+        return int(self.X.indptr[-1])
+
+    @property
+    def n_rows(self):
+        return self.X.shape[0]
+
+    def block(self, i):
+        """Client ``i``'s :class:`~sklearn_fedmf._data.ClientBlock`, as
+        :func:`~sklearn_fedmf._data.split_clients` cuts it."""
+        a, b = self.row_ptr[i], self.row_ptr[i + 1]
+        Xi = self.X[a:b]
+        Xi.has_canonical_format = True
+        Ei = self.X_eval[a:b] if self.X_eval is not None else None
+        Xt = Xi.T.tocsr()
+        Xt.sort_indices()
+        return ClientBlock(self.rows[a:b], Xi, Ei, Xt)
+
+
+def make_groups(X, codes, n_clients, X_eval=None, n_groups=16):
+    """Stack the clients' rows into at most ``n_groups`` contiguous groups of similar work
+    (ratings plus rows), raising on empty clients as
+    :func:`~sklearn_fedmf._data.split_clients` does."""
+    counts = np.bincount(codes, minlength=n_clients)
+    if (counts == 0).any():
+        empty = np.flatnonzero(counts == 0)[:5].tolist()
+        raise ValueError(f"Clients {empty} own no rows; every client needs at least one row.")
+    order = np.argsort(codes, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    work = np.cumsum(np.bincount(codes, weights=np.diff(X.indptr), minlength=n_clients)
+                     + counts)
+    n_groups = max(1, min(int(n_groups), n_clients))
+    cuts = np.searchsorted(work, work[-1] * np.arange(1, n_groups) / n_groups, side="right")
+    edges = np.unique(np.concatenate([[0], cuts, [n_clients]]))
+    groups = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        rows = order[bounds[a]:bounds[b]]
+        Xg = X[rows]
+        Xg.has_canonical_format = True
+        Eg = X_eval[rows] if X_eval is not None else None
+        groups.append(ClientGroup(int(a), bounds[a:b + 1] - bounds[a], rows, Xg, Eg))
+    return groups
+
+
+@dataclass(frozen=True)
+class BatchedPhases:
+    """A protocol's client phases for a whole :class:`ClientGroup` (module docstring)."""
+
+    init_client: Callable
+    client_update: Callable
+    client_metrics: Callable
+    client_state: Callable
+    with_client_states: Callable
+    client_prepare: Callable | None = None
+
+
+class ImplicitRows:
+    """A dense ``(n_rows, k)`` message held as ``scale * base`` with some rows replaced.
+
+    A client that rated few items changes few rows of an item-side matrix: every other row of
+    its message is the same closed form of the broadcast ``base`` (e.g. the ridge shrinkage
+    ``(1 - ridge/d)^Q2`` of FedMAvg's local steps; 0 for a gradient). The simulation sends
+    ``rows`` and ``values``; the server holds ``base``. The message is still the paper's dense
+    matrix: :attr:`nbytes` counts it dense and ``np.asarray`` rebuilds it.
+
+    Parameters
+    ----------
+    base : ndarray of shape (n_rows, k) or None
+        The matrix the receiver holds (None when ``scale`` is 0).
+    scale : float
+    rows : ndarray of int, ascending
+    values : ndarray of shape (len(rows), k)
+    """
+
+    __slots__ = ("base", "scale", "rows", "values", "shape")
+
+    def __init__(self, base, scale, rows, values, shape=None):
+        self.base, self.scale, self.rows, self.values = base, float(scale), rows, values
+        self.shape = tuple(shape if shape is not None else base.shape)
+
+    @property
+    def dtype(self):
+        return self.values.dtype
+
+    @property
+    def nbytes(self):
+        """The dense message's size: what the paper's client sends."""
+        return int(np.prod(self.shape)) * self.values.dtype.itemsize
+
+    def toarray(self):
+        if self.scale:
+            out = self.scale * self.base
+        else:
+            out = np.zeros(self.shape, dtype=self.values.dtype)
+        out[self.rows] = self.values
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.toarray()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def add_to(self, out, weight=1.0):
+        """``out += weight * (rows of this message that differ from scale * base)``; returns
+        ``weight * scale``, the coefficient of ``base`` the caller adds once for all messages
+        (an aggregate over many clients then costs their rated rows, not ``n_rows`` each)."""
+        if self.scale:
+            out[self.rows] += weight * (self.values - self.scale * self.base[self.rows])
+        else:
+            out[self.rows] += weight * self.values
+        return weight * self.scale
