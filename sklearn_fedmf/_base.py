@@ -19,6 +19,7 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._biases import init_item, user_step_view, with_user
+from ._groups import GroupStates
 from ._data import check_like, check_ratings, reject_duplicates, warn_if_zero_filled
 from ._fit import FEDERATION_CONSTRAINTS, FederatedEstimator, objective_not_decreasing
 from ._kernels import grad_rows, ridge_fold_in, squared_error
@@ -163,8 +164,12 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         self.n_users_ = ctx.n_rows
         V = self._read_components(state.server_state, state.broadcast)
         U = np.zeros((ctx.n_rows, V.shape[0]), dtype=ctx.X.dtype)
-        for block, client_state in zip(blocks, state.client_states):
-            U[block.rows] = self._read_user_factors(client_state)
+        if isinstance(state.client_states, GroupStates):  # stacked rows (_groups)
+            for group, group_state in zip(blocks, state.client_states.group_states):
+                U[group.rows] = group_state["U"]
+        else:
+            for block, client_state in zip(blocks, state.client_states):
+                U[block.rows] = self._read_user_factors(client_state)
         if self.biased:  # the augmented factors [U, b_u, 1] and [V; 1; b_i] (_biases.py)
             self.components_, self.item_bias_ = np.ascontiguousarray(V[:-2]), V[-1].copy()
             self.user_factors_, self.user_bias_ = np.ascontiguousarray(U[:, :-2]), U[:, -2]

@@ -435,9 +435,10 @@ def run_federation(
             failing = server_rng.random(len(sampled)) < dropout if dropout else []
             dropped = set(sampled[failing].tolist()) if dropout else set()
             selected = set(sampled.tolist()) - dropped  # the clients whose uploads count
-            run = range(n_clients) if part.computes == "all" else np.unique(sampled).tolist()
-            members = [int(c) for c in run
-                       if int(c) not in dropped or part.dropped == "upload_lost"]
+            run = np.arange(n_clients) if part.computes == "all" else sampled
+            if dropped and part.dropped == "offline":
+                run = np.setdiff1d(run, sampled[failing], assume_unique=True)
+            members = run.tolist()  # (numpy, then one list: many clients per round are cheap)
             broadcast, stats, n_failed, real = state.broadcast, {}, len(dropped), False
             if protocol.client_prepare is not None:
                 result = transport.run("client_prepare", members, broadcast,
@@ -446,7 +447,8 @@ def run_federation(
                 n, real = failures.check(result, "client_prepare", k + 1)
                 n_failed += n
                 stats = {c: s for c, s in result.messages.items() if s is not None}
-                members = [c for c in members if c not in result.failures]
+                if result.failures:
+                    members = [c for c in members if c not in result.failures]
                 state.server_state, broadcast = protocol.server_prepare(state.server_state,
                                                                         stats, k)
             result = transport.run("client_update", members, broadcast,
@@ -454,8 +456,8 @@ def run_federation(
                                    round_number=k + 1)
             n, real_update = failures.check(result, "client_update", k + 1)
             n_failed, real = n_failed + n, real or real_update
-            uploads = {c: u for c, u in result.messages.items()
-                       if u is not None and c in selected}
+            uploads = {c: result.messages[c] for c in sorted(selected)
+                       if result.messages.get(c) is not None}
             if state.n_uploads is None:
                 state.n_uploads = np.zeros(n_clients, dtype=np.int64)
             state.n_uploads[list(uploads)] += 1

@@ -6,7 +6,7 @@ per round costs more than the client's arithmetic. A protocol may then offer
 :class:`BatchedPhases`: the same client phases written for a :class:`ClientGroup`, a
 contiguous range of clients whose rows are stacked in one CSR matrix, so that one compiled
 call per group does the work of all its clients. The engine runs them through a
-:class:`~sklearn_fedmf._transport.GroupedTransport`; the federation is the same (same
+:class:`GroupedTransport`; the federation is the same (same
 sampling, same seeds, same messages, same bytes), only the simulation is faster.
 
 Contract of the batched phases (``i`` is a client's index in its group, ``group.start + i``
@@ -39,16 +39,21 @@ in ``group.rows`` order.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
+from joblib import effective_n_jobs
 
 from ._data import ClientBlock
+from ._dispatch import dispatch, shared_thread_pools
+from ._transport import PhaseResult, Transport, _run_clients
 
-__all__ = ["BatchedPhases", "ClientGroup", "ImplicitRows", "make_groups"]
+__all__ = ["BatchedPhases", "ClientGroup", "GroupStates", "GroupedTransport", "ImplicitRows",
+           "make_groups"]
 
 
 class ClientGroup(NamedTuple):
@@ -198,3 +203,153 @@ class ImplicitRows:
         else:
             out[self.rows] += weight * self.values
         return weight * self.scale
+
+
+class GroupStates(Sequence):
+    """The clients' states of a :class:`GroupedTransport`, read per client.
+
+    ``group_states`` holds one state per group (updated in place by the transport); indexing
+    gives client ``c``'s per-client state through ``BatchedPhases.client_state``.
+    """
+
+    def __init__(self, groups, group_states, batched):
+        self.groups, self.group_states, self.batched = groups, group_states, batched
+        self._starts = np.array([g.start for g in groups])
+
+    def __len__(self):
+        return self.groups[-1].stop if self.groups else 0
+
+    def __getitem__(self, client):
+        if isinstance(client, slice):
+            return [self[c] for c in range(*client.indices(len(self)))]
+        client = int(client)
+        if not 0 <= client < len(self):
+            raise IndexError(client)
+        g = int(np.searchsorted(self._starts, client, side="right")) - 1
+        group = self.groups[g]
+        return self.batched.client_state(self.group_states[g], group, client - group.start)
+
+
+def _run_group(items, phase, batched, fn, broadcast, stream):
+    """One task: the batched ``phase`` on each group of ``items``; a group whose batched call
+    raises is re-run client by client (module docstring). Returns ``(g, new_state, messages,
+    failures)`` per group."""
+    out = []
+    for g, group, state, active, selected in items:
+        try:
+            if phase == "init_client":
+                new_state, messages = batched.init_client(group, broadcast, stream)
+            elif phase == "client_metrics":
+                new_state, messages = state, {group.start: batched.client_metrics(
+                    state, group, broadcast)}
+            else:
+                new_state, messages = getattr(batched, phase)(state, group, broadcast, stream,
+                                                              active, selected)
+        except Exception as exc:  # find the failing client with the per-client functions
+            out.append((g, *_one_by_one(exc, group, state, active, selected, phase, batched,
+                                        fn, broadcast, stream)))
+            continue
+        out.append((g, new_state, messages, {}))
+    return out
+
+
+def _one_by_one(exc, group, state, active, selected, phase, batched, fn, broadcast, stream):
+    """Re-run a group's active clients with the per-client functions after its batched call
+    raised ``exc``: the failures then name their clients. ``exc`` is raised again when every
+    client succeeds alone (a fault of the batched code, not of a client)."""
+    local = np.flatnonzero(active)
+    items = [(group.start + i,
+              None if phase == "init_client" else batched.client_state(state, group, i),
+              group.block(i), bool(selected[i])) for i in local]
+    results = _run_clients(items, fn, phase, broadcast, stream)
+    failures = {c: e for c, _, _, e in results if e is not None}
+    if not failures:
+        raise exc
+    if phase == "init_client":  # the engine raises for any failed initialization
+        return state, {}, failures
+    done = {c - group.start: s for c, s, _, e in results if e is None}
+    messages = {c: m for c, _, m, e in results if e is None}
+    if phase == "client_metrics":
+        return state, {}, failures
+    return batched.with_client_states(state, group, done), messages, failures
+
+
+class GroupedTransport(Transport):
+    """The clients in this process, run a group at a time through the protocol's
+    :class:`BatchedPhases` (threads or any joblib backend but Dask, where the engine keeps
+    one block per client: :class:`~sklearn_fedmf._transport.LocalTransport`).
+
+    Parameters
+    ----------
+    groups : list of ClientGroup
+        Contiguous, in client order, covering every client (:func:`make_groups`).
+    n_jobs : int or None
+        Workers for the client phases.
+    client_states : GroupStates or None
+        The states to continue from (warm start); None before ``init_client``.
+    """
+
+    def __init__(self, groups, *, n_jobs=None, client_states=None):
+        self.groups, self.n_jobs = groups, n_jobs
+        self._group_states = (client_states.group_states if client_states is not None
+                              else [None] * len(groups))
+        self._starts = np.array([g.start for g in groups])
+        self._work = np.array([g.nnz + g.n_rows for g in groups], dtype=float)
+        self._protocol, self._n_jobs_eff = None, 1
+
+    @property
+    def n_clients(self):
+        return self.groups[-1].stop
+
+    @property
+    def client_states(self):
+        if self._protocol is None and all(s is None for s in self._group_states):
+            return None
+        return GroupStates(self.groups, self._group_states, self._batched)
+
+    @contextmanager
+    def session(self, protocol):
+        if protocol.batched is None:
+            raise ValueError("GroupedTransport needs a protocol with batched client phases.")
+        outer = self._protocol, self._n_jobs_eff
+        self._protocol, self._n_jobs_eff = protocol, effective_n_jobs(self.n_jobs)
+        self._batched = protocol.batched
+        try:
+            with shared_thread_pools():
+                yield self
+        finally:
+            self._protocol, self._n_jobs_eff = outer
+
+    def run(self, phase, clients, broadcast, *, stream=None, selected=None, round_number=None):
+        clients = np.asarray(clients, dtype=np.int64)
+        messages, failures = {}, {}
+        if not clients.size:
+            return PhaseResult(messages, failures)
+        n = self.n_clients
+        active = np.zeros(n, dtype=bool)
+        active[clients] = True
+        if selected is None:
+            chosen = active
+        else:
+            chosen = np.zeros(n, dtype=bool)
+            chosen[np.fromiter(selected, dtype=np.int64, count=len(selected))] = True
+        touched = np.unique(np.searchsorted(self._starts, clients, side="right") - 1)
+        items = []
+        for g in touched.tolist():
+            group = self.groups[g]
+            a, b = group.start, group.stop
+            items.append((g, group, self._group_states[g], active[a:b], chosen[a:b] & active[a:b]))
+        where = "initialization" if round_number is None else f"round {round_number}"
+        parts = dispatch(_run_group, items, self._work[touched], self.n_jobs, self._n_jobs_eff,
+                         phase, self._batched, getattr(self._protocol, phase), broadcast, stream,
+                         context=f"{phase} ({where})")
+        if phase != "client_metrics":
+            messages = dict.fromkeys(clients.tolist())  # the contract: None for silent clients
+        for g, new_state, group_messages, group_failures in (o for p in parts for o in p):
+            if phase != "client_metrics":
+                self._group_states[g] = new_state
+            messages.update(group_messages)
+            for client in group_failures:
+                messages.pop(client, None)
+            failures.update(group_failures)
+        return PhaseResult(messages, failures)

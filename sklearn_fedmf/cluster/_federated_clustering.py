@@ -421,8 +421,8 @@ class FederatedClustering(
     def _before_rounds(self, protocol, state, blocks):
         return start_rounds(protocol, state, blocks, self.n_jobs)
 
-    def _client_weights(self, blocks):  # omega_p = N_p / N
-        return [b.n_rows for b in blocks]
+    def _client_weights(self, nnz, n_rows):  # omega_p = N_p / N
+        return n_rows
 
     def _run(self, protocol, blocks, ctx):
         """``n_init`` federations from spawned seeds; keep the lowest clustering cost."""

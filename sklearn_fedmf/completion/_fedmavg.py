@@ -624,8 +624,8 @@ class FedMAvg(FederatedMFBase):
             biased=self.biased,
         )
 
-    def _client_weights(self, blocks):
-        return [client_weight(b, self.client_weights) for b in blocks]
+    def _client_weights(self, nnz, n_rows):
+        return nnz if self.client_weights == "entries" else n_rows
 
     def _read_components(self, server_state, broadcast):
         return np.ascontiguousarray(server_state["Vt"].T)
