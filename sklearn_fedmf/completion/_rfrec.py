@@ -42,6 +42,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from .._base import FederatedMFBase, check_dense_size
+from .._groups import GroupStates
 from .._kernels import ridge_fold_in
 from ..exceptions import ConfigurationWarning, PrivacyWarning
 from ..privacy import (
@@ -58,6 +59,7 @@ from ._rfrec_solver import (  # noqa: F401  (the tests import _coin and _pulled 
     _coin,
     _diverged,
     _pulled,
+    _pulled_group,
     make_protocol,
     pull_strength,
 )
@@ -407,8 +409,10 @@ class RFRec(FederatedMFBase):
             accountant=self.accountant_)
 
     def _keep_personal(self, state):
-        """Every client's copy ``V_(c)`` as its rated columns over the shared ones:
-        sorted keys ``client * n_items + item``, their rows, and the shared columns."""
+        """Every client's copy ``V_(c)`` as its rated columns over the shared ones: sorted
+        keys ``client * n_items + item``, their rows (in blocks: ``values[k]`` holds the keys
+        from ``offsets[k]``; grouped clients' blocks are their group's arrays, not copies),
+        and the shared columns."""
         if not state.client_states:  # clients in their own processes keep their copies
             self._personal = None
             return
@@ -416,11 +420,19 @@ class RFRec(FederatedMFBase):
             self._learning_rate(), self.reg_consensus, self.alpha_v / self.n_clients_, self.p,
             self.pull_eta)
         n_items = self.n_features_in_
-        keys = [c * n_items + s["cols"].astype(np.int64)
-                for c, s in enumerate(state.client_states)]
         replica = state.broadcast.simulation  # Vbar and the shared columns W
-        values = [_pulled(s, replica, eta) for s in state.client_states]
-        self._personal = (np.concatenate(keys), np.concatenate(values), replica.W)
+        states = state.client_states
+        if isinstance(states, GroupStates):
+            keys = [np.repeat(np.arange(g.start, g.stop, dtype=np.int64),
+                              np.diff(gs["pair_ptr"])) * n_items + gs["cols"]
+                    for g, gs in zip(states.groups, states.group_states)]
+            values = [_pulled_group(gs, replica, eta) for gs in states.group_states]
+        else:
+            keys = [np.concatenate([c * n_items + s["cols"].astype(np.int64)
+                                    for c, s in enumerate(states)])]
+            values = [np.concatenate([_pulled(s, replica, eta) for s in states])]
+        offsets = np.cumsum([0] + [len(k) for k in keys])
+        self._personal = (np.concatenate(keys), values, offsets, replica.W)
 
     def personal_scores(self, rows, items):
         """Scores ``u_i . v_(c)j`` with each training user's client's own item matrix.
@@ -439,13 +451,16 @@ class RFRec(FederatedMFBase):
         """
         check_is_fitted(self)
         rows, items = np.asarray(rows, dtype=np.intp), np.asarray(items, dtype=np.intp)
-        keys, values, W = self._personal
+        keys, values, offsets, W = self._personal
         codes = np.unique(self.clients_, return_inverse=True)[1]
         query = codes[rows].astype(np.int64) * self.n_features_in_ + items
         pos = np.minimum(np.searchsorted(keys, query), len(keys) - 1)
-        hit = keys[pos] == query
+        hit = np.flatnonzero(keys[pos] == query)
         V = W[items]
-        V[hit] = values[pos[hit]]
+        block = np.searchsorted(offsets, pos[hit], side="right") - 1
+        for k in np.unique(block):
+            at = block == k
+            V[hit[at]] = values[k][pos[hit[at]] - offsets[k]]
         U = self.user_factors_[rows]
         if self.biased:  # the copies are augmented: [U, b_u, 1] . [V; 1; b_i]
             U = np.hstack([U, self.user_bias_[rows, None], np.ones((len(rows), 1))])

@@ -223,6 +223,17 @@ def _pulled(state, bc, eta):
     return P
 
 
+def _pulled_group(gs, bc, eta):
+    """A group's rated columns after the pulls left pending (:func:`_pulled` per client);
+    the group's own array when none is."""
+    if not gs["pending"].any():
+        return gs["P"]
+    pend = np.repeat(gs["pending"], np.diff(gs["pair_ptr"]))
+    P = gs["P"].copy()
+    P[pend] = P[pend] - eta * (P[pend] - bc.Vbar[gs["cols"][pend]])
+    return P
+
+
 def client_update(state, block, broadcast, rng, selected, *, variant, schedule, lr, reg,
                   alpha_u, reg_v, p, eta, optimizer, link, shift, span, clip_delta, noise_scale,
                   simulate, biased=False):
