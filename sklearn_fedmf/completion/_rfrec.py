@@ -26,8 +26,14 @@ Every client steps each round (``Participation(computes="all")``); a client that
 sampled, or whose upload is lost, still receives ``Vbar`` (the upload-loss model of the paper's
 Section 3.3 and Table 3; the engine's ``Participation(dropped="upload_lost")``). The "offline"
 model, where a dropped client freezes, would break the shared-column representation and is not
-offered. The cost is Python overhead per client and round (~0.1 ms;
-``benchmarks/bench_rfrec.py --table cost``), not memory.
+offered.
+
+Many clients (one per user): from ``sklearn_fedmf._fit.GROUP_MIN_CLIENTS`` clients on, the
+clients run in groups (:mod:`sklearn_fedmf._groups`): a group's states are stacked (its users'
+vectors, one row of ``P`` per rated (client, item) pair, Adam's moments alike) and each round
+is one compiled call per group, which updates the stacked arrays in place. Memory is then
+``(n_users + nnz) * d`` numbers (three times that with Adam) plus the data, with nothing per
+client; the model is the per-client simulation's (``tests/test_rfrec_batched.py``).
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from ..privacy import (
     privacy_spent,
     resolve_accountant,
 )
-from ._rfrec_kernels import _sigmoid_fold_in
+from ._rfrec_kernels import _errors_at, _sigmoid_fold_in
 from ._rfrec_solver import (  # noqa: F401  (the tests import _coin and _pulled from here)
     _EXPLODE,
     ItemMatrixUpload,
@@ -487,13 +493,16 @@ class RFRec(FederatedMFBase):
         rounds, ``eval_every``)."""
         if Xc.nnz == 0:  # nothing to check against (a Flower server holds no rating)
             return
-        rows = np.repeat(np.arange(Xc.shape[0]), np.diff(Xc.indptr))
-        z = np.einsum("ij,ji->i", self.user_factors_[rows], self.components_[:, Xc.indices])
-        if self.biased:
-            z += self.user_bias_[rows] + self.item_bias_[Xc.indices]
-        with np.errstate(all="ignore"):
-            rmse = np.sqrt(np.mean((self._to_ratings(z) - (Xc.data + offset)) ** 2))
+        U, Vt = self.user_factors_, self.components_.T
+        if self.biased:  # the augmented factors [U, b_u, 1] . [V; 1; b_i]
+            U = np.hstack([U, self.user_bias_[:, None], np.ones((U.shape[0], 1))])
+            Vt = np.hstack([Vt, np.ones((Vt.shape[0], 1)), self.item_bias_[:, None]])
         lo, hi = self.rating_range_
+        # (entry by entry in a kernel: no nnz x d temporaries at the end of a large fit)
+        sse, _ = _errors_at(Xc.indptr, Xc.indices, Xc.data, np.ascontiguousarray(U),
+                            np.ascontiguousarray(Vt), self.link == "sigmoid", offset - lo,
+                            (hi - lo) or 1.0)
+        rmse = np.sqrt(sse / Xc.nnz)
         if not rmse <= _EXPLODE * (hi - lo + 1):
             raise FloatingPointError(_diverged(
                 f"the training RMSE of the federated model is {rmse:.4g} for ratings in "

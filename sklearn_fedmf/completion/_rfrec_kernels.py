@@ -172,12 +172,12 @@ def _norm(A, r):
 
 
 @njit(cache=True, nogil=True)
-def _adam(x, g, m, v, lr, t):
-    """One Adam step of one coordinate (``_rfrec_solver._optimize``); returns the new
-    ``(x, m, v)``."""
+def _adam(x, g, m, v, rate, bias2):
+    """One Adam step of one coordinate (``_rfrec_solver._optimize``) with ``rate = lr /
+    (1 - beta1^t)`` and ``bias2 = 1 - beta2^t``; returns the new ``(x, m, v)``."""
     m = 0.9 * m + (1 - 0.9) * g
     v = 0.999 * v + (1 - 0.999) * g * g
-    return x - (lr / (1 - 0.9**t)) * m / (np.sqrt(v / (1 - 0.999**t)) + 1e-8), m, v
+    return x - rate * m / (np.sqrt(v / bias2) + 1e-8), m, v
 
 
 @njit(cache=True, nogil=True)
@@ -253,16 +253,19 @@ def _group_update(indptr, data, row_ptr, pair_ptr, pair, cols, U, P, Vbar, activ
                     step_p[q - q0] += u_norm[r - r0] ** 2 + cross
         lr_u = lr
         lr_p = lr
+        rate = bias2 = 1.0
         if adam:
             t[i] += 1
+            rate = lr / (1 - 0.9 ** t[i])
+            bias2 = 1 - 0.999 ** t[i]
         for r in range(r0, r1):
             if auto:
                 lr_u = lr / max(data_curv * step_u[r - r0] + 2.0 * scale * alpha_u, 1e-12)
             for a in range(d):
                 g = scale * (gU[r - r0, a] + 2.0 * alpha_u * U[r, a])
                 if adam:
-                    U[r, a], mU[r, a], vU[r, a] = _adam(U[r, a], g, mU[r, a], vU[r, a], lr,
-                                                        t[i])
+                    U[r, a], mU[r, a], vU[r, a] = _adam(U[r, a], g, mU[r, a], vU[r, a], rate,
+                                                        bias2)
                 else:
                     U[r, a] = U[r, a] - lr_u * g
             if biased:
@@ -274,8 +277,8 @@ def _group_update(indptr, data, row_ptr, pair_ptr, pair, cols, U, P, Vbar, activ
                 g = scale * (gP[q - q0, a] + 2.0 * reg_v * P[q, a]) + reg * (P[q, a]
                                                                           - Vbar[cols[q], a])
                 if adam:
-                    P[q, a], mP[q, a], vP[q, a] = _adam(P[q, a], g, mP[q, a], vP[q, a], lr,
-                                                        t[i])
+                    P[q, a], mP[q, a], vP[q, a] = _adam(P[q, a], g, mP[q, a], vP[q, a], rate,
+                                                        bias2)
                 else:
                     P[q, a] = P[q, a] - lr_p * g
             if biased:
