@@ -59,7 +59,9 @@ def run_memory(optimizer, rounds, quick):
     seconds = time.perf_counter() - tic
     model_mb = sum(a.nbytes for a in vars(model).values() if isinstance(a, np.ndarray))
     personal = getattr(model, "_personal", None)  # the clients' copies kept for predictions
-    personal_mb = sum(a.nbytes for a in personal if isinstance(a, np.ndarray)) if personal else 0
+    arrays = [a for part in (personal or ()) for a in (part if isinstance(part, list) else [part])
+              if isinstance(a, np.ndarray)]
+    personal_mb = sum(a.nbytes for a in arrays)
     return dict(optimizer=optimizer, rounds=rounds, csr_mb=csr_mb(X), before_mb=before,
                 peak_mb=_rss_mb(), model_mb=model_mb / 2**20, personal_mb=personal_mb / 2**20,
                 seconds=seconds, rmse=model.history_[-1].get("train_rmse"))

@@ -376,8 +376,11 @@ def client_metrics(state, block, broadcast, *, alpha_u, eta, link, shift, span, 
 # client_update changes the group's arrays in place: RFRec's state is the clients' rated
 # columns, ``nnz * d`` numbers, and a fresh copy per round would double the memory of the
 # fit. The contract's guarantee still holds: every allocation precedes the one compiled call
-# that writes, which cannot raise, so a call that raises leaves the state as it was; and an
-# upload is a copy of the rated columns, never a view of the state.
+# that writes, which cannot raise, so a call that raises leaves the state as it was. An
+# upload's ``values`` are a read-only view of the client's rows of ``P`` (a copy per round
+# would hold the whole ``P`` twice more while the engine keeps the previous round's uploads):
+# they are the upload during its round, server update and callback; a callback that keeps
+# uploads across rounds copies them.
 _ACTION_CODE = {"step": _STEP, "main": _STEP, "pull": _PULL}
 
 
@@ -444,8 +447,11 @@ def client_update_batched(gs, group, broadcast, stream, active, selected, *, var
     ptr = gs["pair_ptr"]
     for i in np.flatnonzero(active & selected).tolist():
         cols, P = gs["cols"][ptr[i]:ptr[i + 1]], gs["P"][ptr[i]:ptr[i + 1]]
+        if not (clip_delta or simulate):  # (those make new arrays)
+            P = P.view()
+            P.flags.writeable = False
         uploads[group.start + i] = _upload(
-            bc, cols, P if clip_delta or simulate else P.copy(),
+            bc, cols, P,
             client_generator(stream, group.start + i), action, simulate=simulate, lr=lr,
             reg=reg, reg_v=reg_v, p=p, eta=eta, optimizer=optimizer, biased=biased,
             clip_delta=clip_delta, noise_scale=noise_scale)
