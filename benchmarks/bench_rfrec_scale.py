@@ -69,13 +69,23 @@ def run_memory(optimizer, rounds, quick):
 
 def run_netflix(users, rounds, quick, cache_dir, optimizer, n_jobs):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from run_all import cached_matrix
+    from run_all import QUICK_SHAPES, SHAPES, cached_matrix
 
     from sklearn_fedmf import RFRec
 
-    X = cached_matrix("netflix", quick, cache_dir)
-    if users < 1:
-        X = X[: int(users * X.shape[0])]
+    shape = (QUICK_SHAPES if quick else SHAPES)["netflix"]
+    path = Path(cache_dir) / ("ratings_{}x{}_{}_seed0".format(*shape))
+    if users >= 1 or not (path / "data.npy").exists():
+        X = cached_matrix("netflix", quick, cache_dir)  # (generates the cache if missing)
+    if users < 1:  # read only the first rows' ratings (the peak is then the fit's)
+        import scipy.sparse as sp
+
+        X = None
+        n = int(users * shape[0])
+        indptr = np.load(path / "indptr.npy")[: n + 1]
+        parts = [np.array(np.load(path / f"{name}.npy", mmap_mode="r")[: indptr[-1]])
+                 for name in ("data", "indices")]
+        X = sp.csr_matrix((*parts, indptr), shape=(n, shape[1]))
     before = _current_mb()
     model = RFRec(n_components=13, optimizer=optimizer, clients_per_round=0.01,
                   max_iter=rounds, eval_every=25, random_state=0, n_jobs=n_jobs)
