@@ -133,7 +133,7 @@ def _fit_both(grouped, X, **params):
     for on in (False, True):
         grouped(on)
         seen = []
-        def keep(k, info):  # (grouped uploads are views of the state: valid in their round)
+        def keep(k, info, seen=seen):  # (grouped uploads are views: valid in their round)
             seen.append({c: (u.cols.copy(), u.values.copy(), u.nbytes)
                          for c, u in info["uploads"].items()})
 

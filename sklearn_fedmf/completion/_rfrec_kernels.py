@@ -6,6 +6,26 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
+def _residual(z, r, sigmoid, shift, span):
+    """``(e, de^2/dz)`` of a rating ``r`` at the score ``z``: ``e = z - r``, or through the
+    sigmoid link ``e = sigmoid(z) - (r + shift) / span``."""
+    if sigmoid:
+        sg = 1.0 / (1.0 + np.exp(-z))
+        e = sg - (r + shift) / span
+        return e, 2.0 * e * sg * (1.0 - sg)
+    e = z - r
+    return e, 2.0 * e
+
+
+@njit(cache=True, nogil=True)
+def _rating_error(z, r, sigmoid, shift, span):
+    """The error of the score ``z`` on the rating scale (``r`` centred by ``shift``)."""
+    if sigmoid:
+        return span / (1.0 + np.exp(-z)) - shift - r
+    return z - r
+
+
+@njit(cache=True, nogil=True)
 def _fit_grads(indptr, pair, data, U, P, sigmoid, shift, span, gU, gP):
     """Gradients of ``sum (r - link(u_i . p_q))^2`` over the stored entries; returns the sum.
 
@@ -22,13 +42,7 @@ def _fit_grads(indptr, pair, data, U, P, sigmoid, shift, span, gU, gP):
             z = 0.0
             for a in range(d):
                 z += U[t, a] * P[q, a]
-            if sigmoid:
-                sg = 1.0 / (1.0 + np.exp(-z))
-                e = sg - (data[s] + shift) / span
-                g = 2.0 * e * sg * (1.0 - sg)
-            else:
-                e = z - data[s]
-                g = 2.0 * e
+            e, g = _residual(z, data[s], sigmoid, shift, span)
             loss += e * e
             for a in range(d):
                 gU[t, a] += g * P[q, a]
@@ -66,12 +80,8 @@ def _client_sums(indptr, pair, data, U, P, W, Vbar, cols, sigmoid, shift, span):
             for a in range(d):
                 z += U[t, a] * P[q, a]
                 zbar += U[t, a] * Vbar[j, a]
-            if sigmoid:
-                e = 1.0 / (1.0 + np.exp(-z)) - (data[s] + shift) / span
-                ebar = span / (1.0 + np.exp(-zbar)) - shift - data[s]
-            else:
-                e = z - data[s]
-                ebar = zbar - data[s]
+            e = _residual(z, data[s], sigmoid, shift, span)[0]
+            ebar = _rating_error(zbar, data[s], sigmoid, shift, span)
             fit += e * e
             sse += ebar * ebar
             ae += abs(ebar)
@@ -93,10 +103,7 @@ def _errors_at(indptr, indices, data, U, Vbar, sigmoid, shift, span):
             z = 0.0
             for a in range(U.shape[1]):
                 z += U[t, a] * Vbar[indices[s], a]
-            if sigmoid:
-                e = span / (1.0 + np.exp(-z)) - shift - data[s]
-            else:
-                e = z - data[s]
+            e = _rating_error(z, data[s], sigmoid, shift, span)
             sse += e * e
             ae += abs(e)
     return sse, ae
@@ -236,13 +243,7 @@ def _group_update(indptr, data, row_ptr, pair_ptr, pair, cols, U, P, Vbar, activ
                 z = 0.0
                 for a in range(d):
                     z += U[r, a] * P[q, a]
-                if sigmoid:
-                    sg = 1.0 / (1.0 + np.exp(-z))
-                    e = sg - (data[s] + shift) / span
-                    g = 2.0 * e * sg * (1.0 - sg)
-                else:
-                    e = z - data[s]
-                    g = 2.0 * e
+                e, g = _residual(z, data[s], sigmoid, shift, span)
                 for a in range(d):
                     gU[r - r0, a] += g * P[q, a]
                     gP[q - q0, a] += g * U[r, a]
@@ -306,12 +307,8 @@ def _group_sums(indptr, data, row_ptr, pair_ptr, pair, cols, U, P, W, Vbar, pend
                         pa = pa - eta * (pa - Vbar[j, a])
                     z += U[r, a] * pa
                     zbar += U[r, a] * Vbar[j, a]
-                if sigmoid:
-                    e = 1.0 / (1.0 + np.exp(-z)) - (data[s] + shift) / span
-                    ebar = span / (1.0 + np.exp(-zbar)) - shift - data[s]
-                else:
-                    e = z - data[s]
-                    ebar = zbar - data[s]
+                e = _residual(z, data[s], sigmoid, shift, span)[0]
+                ebar = _rating_error(zbar, data[s], sigmoid, shift, span)
                 fit += e * e
                 sse += ebar * ebar
                 ae += abs(ebar)

@@ -11,9 +11,9 @@ import numpy as np
 
 from .. import _biases
 from .._engine import Broadcast, FederatedProtocol, Participation
-from ..privacy import clip_entries, laplace_noise, mean_laplace_noise
 from .._groups import BatchedPhases
 from .._transport import client_generator
+from ..privacy import clip_entries, laplace_noise, mean_laplace_noise
 from ._rfrec_kernels import (
     _NOTHING,
     _PULL,
@@ -352,13 +352,19 @@ def client_metrics(state, block, broadcast, *, alpha_u, eta, link, shift, span, 
     P = _pulled(state, bc, eta)
     fit, psi, sq, sse, ae = _client_sums(X.indptr, state["pair"], X.data, U, P, bc.W, bc.Vbar,
                                          state["cols"], sigmoid, shift, span)
+    return _metrics(fit, psi, sq, sse, ae, U, X, block.X_eval, bc.Vbar, alpha_u=alpha_u,
+                    sigmoid=sigmoid, shift=shift, span=span, biased=biased)
+
+
+def _metrics(fit, psi, sq, sse, ae, U, X, Y, Vbar, *, alpha_u, sigmoid, shift, span, biased):
+    """The metric record of the rows ``U`` (ratings ``X``, held-out ``Y``) from the sums of
+    their rated columns."""
     U_reg = _biases.free_user(U) if biased else U  # (the fixed ones carry no penalty)
     out = {"fit": fit, "reg_u": alpha_u * float(np.vdot(U_reg, U_reg)), "psi_rated": psi,
            "sq_rated": sq, "scale": float(np.vdot(X.data, X.data)) + X.nnz,
            "sse": sse, "ae": ae, "n": X.nnz, "eval_sse": 0.0, "eval_ae": 0.0, "eval_n": 0}
-    Y = block.X_eval
     if Y is not None and Y.nnz:
-        out["eval_sse"], out["eval_ae"] = _errors_at(Y.indptr, Y.indices, Y.data, U, bc.Vbar,
+        out["eval_sse"], out["eval_ae"] = _errors_at(Y.indptr, Y.indices, Y.data, U, Vbar,
                                                      sigmoid, shift, span)
         out["eval_n"] = Y.nnz
     return out
@@ -467,16 +473,8 @@ def client_metrics_batched(gs, group, broadcast, *, alpha_u, eta, link, shift, s
                                         gs["pair"], gs["cols"], U, gs["P"], bc.W, bc.Vbar,
                                         gs["pending"], 0.0 if eta is None else eta, sigmoid,
                                         shift, span)
-    U_reg = _biases.free_user(U) if biased else U
-    out = {"fit": fit, "reg_u": alpha_u * float(np.vdot(U_reg, U_reg)), "psi_rated": psi,
-           "sq_rated": sq, "scale": float(np.vdot(X.data, X.data)) + X.nnz,
-           "sse": sse, "ae": ae, "n": X.nnz, "eval_sse": 0.0, "eval_ae": 0.0, "eval_n": 0}
-    Y = group.X_eval
-    if Y is not None and Y.nnz:
-        out["eval_sse"], out["eval_ae"] = _errors_at(Y.indptr, Y.indices, Y.data, U, bc.Vbar,
-                                                     sigmoid, shift, span)
-        out["eval_n"] = Y.nnz
-    return out
+    return _metrics(fit, psi, sq, sse, ae, U, X, group.X_eval, bc.Vbar, alpha_u=alpha_u,
+                    sigmoid=sigmoid, shift=shift, span=span, biased=biased)
 
 
 def _slices(gs, group, i):
