@@ -243,7 +243,9 @@ class RFRec(FederatedMFBase):
     Notes
     -----
     Every engine client is one paper client; its state is its users' vectors and its rated
-    columns, so memory is ``O((n_users + nnz) d)`` instead of ``N n_items d``.
+    columns, so memory is ``O((n_users + nnz) d)`` instead of ``N n_items d``. With many
+    clients (500 or more) the clients run in groups and the uploads that ``callback``
+    receives are read-only views of the clients' state, valid during their round.
 
     References
     ----------
