@@ -119,13 +119,21 @@ def values_at(indptr, indices, U, Wt, out):
             out[s] = v
 
 
-@_jit
 def ridge_fold_in(indptr, indices, data, Wt, alpha, out):
     """Row-wise ridge: ``out[t] = argmin_u 1/2 sum_j (m_tj - u.w_j)^2 + alpha/2 ||u||^2``.
 
-    Rows without entries get 0. ``alpha`` must be > 0 or every row must have >= r entries in
-    general position (otherwise the least-squares solution is used via lstsq).
+    Rows without entries get 0. ``alpha`` (a scalar or one value per row) must be > 0 or
+    every row must have >= r entries in general position (otherwise the least-squares
+    solution is used via lstsq).
     """
+    alpha = np.asarray(alpha, dtype=np.float64)
+    _ridge_fold_in(indptr, indices, data, Wt,
+                   np.ascontiguousarray(np.broadcast_to(alpha, (out.shape[0],))), out)
+
+
+@_jit
+def _ridge_fold_in(indptr, indices, data, Wt, alpha, out):
+    """:func:`ridge_fold_in` with one ``alpha`` per row."""
     r = Wt.shape[1]
     G = np.empty((r, r))
     b = np.empty(r)
@@ -139,10 +147,10 @@ def ridge_fold_in(indptr, indices, data, Wt, alpha, out):
                 for c in range(r):
                     G[a, c] += Wt[j, a] * Wt[j, c]
         for a in range(r):
-            G[a, a] += alpha
+            G[a, a] += alpha[t]
         if indptr[t + 1] == indptr[t]:
             out[t, :] = 0.0
-        elif alpha > 0.0:
+        elif alpha[t] > 0.0:
             out[t, :] = np.linalg.solve(G, b)
         else:
             out[t, :] = np.linalg.lstsq(G, b)[0]
@@ -260,10 +268,23 @@ def _row_gradient(indptr, indices, data, t, x, F, use_gram, G, b, g):
             g[a] += e * F[j, a]
 
 
-@_jit
 def prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positive, ridge, out):
     """``n_steps`` proximal-gradient steps ``U <- prox(U - (grad_U + ridge U) / L)``, ``Wt``
     fixed (``ridge``: a squared-l2 term taken in the gradient rather than in the prox).
+
+    ``L``, ``l1``, ``shrink`` and ``ridge`` are scalars or one value per row (a per-row
+    regularization, e.g. scaled by each row's number of ratings, or a per-row step).
+    """
+    n = U.shape[0]
+    per_row = [np.ascontiguousarray(np.broadcast_to(np.asarray(a, dtype=np.float64), (n,)))
+               for a in (L, l1, shrink, ridge)]
+    _prox_grad_rows(indptr, indices, data, U, Wt, per_row[0], n_steps, per_row[1], per_row[2],
+                    positive, per_row[3], out)
+
+
+@_jit
+def _prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positive, ridge, out):
+    """:func:`prox_grad_rows` with one ``L``, ``l1``, ``shrink``, ``ridge`` per row.
 
     Rows do not interact when ``Wt`` is fixed, so each row runs all its steps at once. Its
     gradient is ``G_t u - b_t`` with ``G_t = sum_j w_j w_j^T`` and ``b_t = sum_j m_tj w_j``;
@@ -285,6 +306,7 @@ def prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positiv
         for _ in range(n_steps):
             _row_gradient(indptr, indices, data, t, u, Wt, use_gram, G, b, g)
             for a in range(r):
-                u[a] = _prox_entry(u[a] - (g[a] + ridge * u[a]) / L, l1, shrink, positive)
+                u[a] = _prox_entry(u[a] - (g[a] + ridge[t] * u[a]) / L[t], l1[t], shrink[t],
+                                   positive)
         for a in range(r):
             out[t, a] = u[a]

@@ -50,7 +50,7 @@ from .. import _biases
 from .._base import FederatedMFBase, squared_error_of
 from .._engine import FederatedProtocol, Participation
 from .._kernels import grad_cols, prox_grad_rows
-from .._prox import elastic_net_value, prox_elastic_net
+from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
 
 __all__ = ["FedMAvg"]
 
@@ -92,12 +92,22 @@ def u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive):
     return out
 
 
-def w_steps(Wt, U, X, n_steps, d, scale, alpha, l1_ratio, positive):
+def w_steps(Wt, U, X, n_steps, d, scale, alpha, l1_ratio, positive, weights=None):
     """``n_steps`` gradient steps (13) on a local copy of ``V``: gradient
     ``scale * grad_V 1/2||P(M - U W)||^2 + ridge * W``. Unprojected unless the regularizer has a
-    nonsmooth part, which is then applied as a prox at every step."""
-    ridge = alpha * (1.0 - l1_ratio)
+    nonsmooth part, which is then applied as a prox at every step.
+
+    ``weights`` (``regularization="weighted"``: the client's ratings per item): the client's
+    share ``scale * alpha * n_jp`` of each item row's penalty goes whole into the prox, an
+    exact per-row shrink, so ``d`` needs the data's Lipschitz bound only."""
     G = np.empty_like(Wt)
+    if weights is not None:
+        alpha_rows = (scale * alpha * weights)[:, None]
+        for _ in range(n_steps):
+            grad_cols(X.indptr, X.indices, X.data, U, Wt, G)
+            Wt = prox_elastic_net(Wt - scale * G / d, 1.0 / d, alpha_rows, l1_ratio, positive)
+        return Wt
+    ridge = alpha * (1.0 - l1_ratio)
     for _ in range(n_steps):
         grad_cols(X.indptr, X.indices, X.data, U, Wt, G)
         Wt = prox_nonsmooth(Wt - (scale * G + ridge * Wt) / d, 1.0 / d, alpha, l1_ratio, positive)
@@ -158,23 +168,25 @@ def user_steps(U, Vt, X, n_steps, c_factor, ridge_in_L, alpha, l1_ratio, positiv
     fixed column of ``[U, b_u, 1]`` is substituted (exact, ``_biases``): the steps run on
     ``[U, b_u]`` against ``[V; 1]`` with the ratings minus ``b_i``, each row with its own
     Lipschitz bound (``_biases.row_groups``: the global one would count the ones column over
-    every item)."""
+    every item). ``alpha`` and ``ridge_in_L`` may be one value per row (weighted
+    regularization): each row's bound then holds its own ridge."""
     if not biased:
-        c = c_factor * max(lambda_max(Vt.T @ Vt) + ridge_in_L, EPS_LIPSCHITZ)
+        c = c_factor * np.maximum(lambda_max(Vt.T @ Vt) + ridge_in_L, EPS_LIPSCHITZ)
         return u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive)
     X, Vt = _biases.user_step_view(X, Vt)
     U = _biases.free_user(U)
     out = np.empty_like(U)
     for rows, L in _biases.row_groups(X, Vt, ridge_in_L):
-        out[rows] = u_steps(U[rows], Vt, X[rows], n_steps, c_factor * L, alpha, l1_ratio,
-                            positive)
+        out[rows] = u_steps(U[rows], Vt, X[rows], n_steps, c_factor * L,
+                            alpha[rows] if np.ndim(alpha) else alpha, l1_ratio, positive)
     return _biases.with_user(out)
 
 
 def u_phase(state, block, broadcast, *, variant, c_factor, alpha_u, l1_ratio, positive,
-            local_iter_u, client_weights, biased=False):
+            local_iter_u, client_weights, biased=False, weighted=False):
     """Q1 steps on ``U_p`` against the broadcast ``V^s``; keeps the broadcast for the W phase."""
     Vt = broadcast["Vt"]
+    alpha_u = row_alpha(alpha_u, block.X, weighted)
     ridge = alpha_u * (1.0 - l1_ratio) if variant == "wang_chang" else 0.0
     U = user_steps(state["U"], Vt, block.X, local_iter_u, c_factor, ridge, alpha_u, l1_ratio,
                    positive, biased)
@@ -184,17 +196,24 @@ def u_phase(state, block, broadcast, *, variant, c_factor, alpha_u, l1_ratio, po
 
 
 def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alpha_v, l1_ratio,
-            positive, biased=False):
+            positive, biased=False, weighted=False):
     """Q2 local steps from ``V^s``; returns the upload ``{"W": W_p}``.
 
     With biases ``h(V)`` holds the indicator of the fixed row of ``[V; 1; b_i]``: the steps
     run on ``[V; b_i]`` against ``[U_p, 1]`` with the ratings minus ``b_u`` (exact), and
-    ``W_p`` goes up whole, ``b_i`` with it."""
+    ``W_p`` goes up whole, ``b_i`` with it.
+
+    Weighted regularization: ``h(V) = alpha_v/2 sum_j n_j ||v_j||^2`` with ``n_j = sum_p n_jp``
+    splits exactly over the clients, so client ``p``'s local objective holds its own share
+    ``alpha_v/2 sum_j n_jp ||v_j||^2`` beside its data (inside the ``1/omega_p`` of ``F_p``, so
+    ``sum_p omega_p F_p = F``): no count leaves a client. That share is in the prox
+    (:func:`w_steps`), so the Lipschitz bounds below hold the data term only."""
     U, omega, X, W0 = state["U"], state["omega"], block.X, state["Vt"]
+    weights = item_counts(X) if weighted else None
     if biased:
         X, U = _biases.item_step_view(X, U)
         W0 = _biases.free_item(W0)
-    ridge = alpha_v * (1.0 - l1_ratio)
+    ridge = 0.0 if weighted else alpha_v * (1.0 - l1_ratio)
     if variant == "fedmc_admm":
         scale = 1.0 / n_clients
         d = d_factor * max(lambda_max(U.T @ U), EPS_LIPSCHITZ)  # d_i = 5 lambda_max(U_i^T U_i)
@@ -208,7 +227,7 @@ def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alp
             d = max(d_global, 0.51 * d_local / d_factor)
         else:
             d = d_global
-    Wt = w_steps(W0, U, X, state["q2"], d, scale, alpha_v, l1_ratio, positive)
+    Wt = w_steps(W0, U, X, state["q2"], d, scale, alpha_v, l1_ratio, positive, weights)
     return {"W": _biases.with_item(Wt) if biased else Wt}
 
 
@@ -281,13 +300,20 @@ def server_update(server_state, uploads, round_index, counts=None, *, aggregatio
     return {**server_state, "Vt": Vt}, {"Vt": Vt, "q2": q2, "total": server_state["total"]}
 
 
-def client_metrics(state, block, broadcast, *, alpha_u, l1_ratio, biased=False):
-    """Additive diagnostics of one client at the global ``V``."""
+def client_metrics(state, block, broadcast, *, alpha_u, l1_ratio, biased=False, alpha_v=0.0,
+                   weighted=False):
+    """Additive diagnostics of one client at the global ``V`` (weighted regularization: with
+    the client's share of the item penalty, :func:`w_phase`)."""
     U, Vt = state["U"], broadcast["Vt"]
     sse = squared_error_of(block.X, U, Vt)
+    item_penalty = 0.0
+    if weighted:
+        item_penalty = elastic_net_value(_biases.free_item(Vt) if biased else Vt,
+                                         alpha_v * item_counts(block.X), l1_ratio)
     return {
-        "loss": 0.5 * sse + elastic_net_value(_biases.free_user(U) if biased else U, alpha_u,
-                                              l1_ratio),
+        "loss": 0.5 * sse + item_penalty + elastic_net_value(
+            _biases.free_user(U) if biased else U, row_alpha(alpha_u, block.X, weighted),
+            l1_ratio),
         "sse": sse,
         "n": block.nnz,
         "sse_eval": squared_error_of(block.X_eval, U, Vt),
@@ -295,11 +321,14 @@ def client_metrics(state, block, broadcast, *, alpha_u, l1_ratio, biased=False):
     }
 
 
-def combine_metrics(server_state, sums, *, loss_scale, alpha_v, l1_ratio, biased=False):
-    """The objective (``sum`` of client losses, ``1/p`` of it for the FedMC-ADMM variant)."""
+def combine_metrics(server_state, sums, *, loss_scale, alpha_v, l1_ratio, biased=False,
+                    weighted=False):
+    """The objective (``sum`` of client losses, ``1/p`` of it for the FedMC-ADMM variant;
+    weighted regularization: the item penalty is in the client losses)."""
     Vt = _biases.free_item(server_state["Vt"]) if biased else server_state["Vt"]
     record = {
-        "objective": loss_scale * sums["loss"] + elastic_net_value(Vt, alpha_v, l1_ratio),
+        "objective": loss_scale * sums["loss"]
+        + (0.0 if weighted else elastic_net_value(Vt, alpha_v, l1_ratio)),
         "train_rmse": float(np.sqrt(sums["sse"] / max(sums["n"], 1))),
     }
     if sums["n_eval"]:
@@ -309,18 +338,24 @@ def combine_metrics(server_state, sums, *, loss_scale, alpha_v, l1_ratio, biased
 
 def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, local_iter_v,
                   q_hat, participation, aggregation, c_factor, d_factor, w_step, client_weights,
-                  alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False):
+                  alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False,
+                  weighted=False):
     """Bind the hyperparameters to the pure functions above (``biased``: rank
-    ``n_components + 2`` with the augmented factors of ``_biases``)."""
+    ``n_components + 2`` with the augmented factors of ``_biases``; ``weighted``: each row's
+    penalty scaled by its number of ratings)."""
     prepared = variant == "wang_chang" and w_step in ("global", "guarded")
     u_params = dict(variant=variant, c_factor=c_factor, alpha_u=alpha_u, l1_ratio=l1_ratio,
                     positive=positive, local_iter_u=local_iter_u, client_weights=client_weights,
-                    biased=biased)
+                    biased=biased, weighted=weighted)
     w_params = dict(variant=variant, n_clients=n_clients, d_factor=d_factor, w_step=w_step,
-                    alpha_v=alpha_v, l1_ratio=l1_ratio, positive=positive, biased=biased)
+                    alpha_v=alpha_v, l1_ratio=l1_ratio, positive=positive, biased=biased,
+                    weighted=weighted)
     q2_first = q2_schedule(1, local_iter_v, q_hat)
     update = partial(client_update, prepared=prepared, u_params=u_params, w_params=w_params)
     if variant == "fedpalm":
+        if weighted:
+            raise ValueError('variant="fedpalm" is the paper\'s Remark 1 baseline; set '
+                             'regularization="plain".')
         if biased:
             raise ValueError('variant="fedpalm" is the paper\'s Remark 1 baseline on plain '
                              "factors; set biased=False.")
@@ -336,15 +371,16 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
         server_init_uploads=partial(server_init_uploads, n_clients=n_clients,
                                     q2_first=q2_first),
         client_prepare=partial(client_prepare, **u_params) if prepared else None,
-        server_prepare=partial(server_prepare, d_factor=d_factor, alpha_v=alpha_v,
+        server_prepare=partial(server_prepare, d_factor=d_factor,
+                               alpha_v=0.0 if weighted else alpha_v,  # (its share is a prox)
                                l1_ratio=l1_ratio) if prepared else None,
         client_update=update,
         server_update=partial(server_update, aggregation=aggregation,
                               local_iter_v=local_iter_v, q_hat=q_hat, biased=biased),
         client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio,
-                               biased=biased),
+                               biased=biased, alpha_v=alpha_v, weighted=weighted),
         combine_metrics=partial(combine_metrics, alpha_v=alpha_v, l1_ratio=l1_ratio,
-                                biased=biased,
+                                biased=biased, weighted=weighted,
                                 loss_scale=1.0 / n_clients if variant == "fedmc_admm" else 1.0),
         participation=Participation(computes="all", receives="all") if participation == "pcc"
         else Participation(),
@@ -433,6 +469,12 @@ class FedMAvg(FederatedMFBase):
         ``1e-6`` is in ``PAPER_SETTINGS``.
     l1_ratio : float, default=0.0
         Mix of the elastic net: 0 is squared l2, 1 is l1 (soft-thresholding).
+    regularization : {"plain", "weighted"}, default="plain"
+        ``"plain"``: the papers' penalties, one strength for every row. ``"weighted"``:
+        ALS-WR's weighted lambda, each user's row scaled by its number of ratings and each
+        item's by its number of ratings (``alpha`` is then a strength per rating). The item
+        penalty splits exactly over the clients (``n_j = sum_p n_jp``): each client holds
+        its share in its local objective, so no count leaves a client.
     positive : bool, default=False
         Constrain both factors to be nonnegative.
     init_scale : float, default=1.0
@@ -533,6 +575,7 @@ class FedMAvg(FederatedMFBase):
         "client_weights": [StrOptions({"entries", "rows"})],
         "sampling": [StrOptions({"uniform", "weighted"})],
         "init_scale": [Interval(Real, 0, None, closed="left")],
+        "regularization": [StrOptions({"plain", "weighted"})],
     }
 
     def __init__(
@@ -558,6 +601,7 @@ class FedMAvg(FederatedMFBase):
         alpha_u=10.0,
         alpha_v=10.0,
         l1_ratio=0.0,
+        regularization="plain",
         positive=False,
         init_scale=1.0,
         center=True,
@@ -594,6 +638,7 @@ class FedMAvg(FederatedMFBase):
         self.client_weights = client_weights
         self.sampling = sampling
         self.l1_ratio = l1_ratio
+        self.regularization = regularization
         self.positive = positive
         self.init_scale = init_scale
 
@@ -621,7 +666,7 @@ class FedMAvg(FederatedMFBase):
             w_step=self.w_step or ("global" if self.variant == "wang_chang" else "local"),
             client_weights=self.client_weights, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
             l1_ratio=self.l1_ratio, positive=self.positive, init_scale=self.init_scale,
-            biased=self.biased,
+            biased=self.biased, weighted=self.regularization == "weighted",
         )
 
     def _client_weights(self, nnz, n_rows):
