@@ -210,3 +210,32 @@ def test_b_u_is_never_uploaded_and_b_i_is_aggregated_as_v(cls):
         np.testing.assert_allclose(Vt[:, [0, 1, 3]], mean[:, [0, 1, 3]], rtol=1e-12)
     else:  # the server sums the clients' gradients over [V, b_i] alike
         assert all(u["grad"].shape == (X.shape[1], 3) for u in seen[-1][0].values())
+
+
+WEIGHTED = {
+    "FedMCADMM": lambda **kw: FedMCADMM(init_scale=0.0, beta=1.0, n_clients=3, max_iter=400,
+                                        **kw),
+    # (weaker per-row ridges than the plain test's: more rounds to reach 1e-4)
+    "FedMAvg": lambda **kw: FedMAvg(init_scale=0.0, n_clients=3, max_iter=1500, **kw),
+    "FedMGS": SUM_OF_SQUARES["FedMGS"],
+}
+
+
+@pytest.mark.parametrize("name", list(WEIGHTED))
+def test_weighted_biases_alone_reach_the_closed_form(name):
+    """regularization="weighted" is ALS-WR's weighted lambda: each user's and each item's
+    penalty times its number of ratings. FedMC-ADMM's ``R(V)`` is then inside the ``1/p``, so
+    one per-rating strength means the same in every estimator (no factor ``p``)."""
+    X = small_ratings(seed=5)
+    est = WEIGHTED[name](n_components=2, biased=True, alpha_u=0.05, alpha_v=0.02,
+                         regularization="weighted", eval_every=0, random_state=0).fit(X)
+    n_u, n_i = np.diff(X.indptr), np.bincount(X.indices, minlength=X.shape[1])
+    bu, bi = bias_baseline(X, 0.05 * n_u, 0.02 * n_i)
+    bu_plain, _ = bias_baseline(X, 0.05, 0.02)
+    assert np.abs(bu - bu_plain).max() > 1e-2  # (the weights matter on this case)
+    np.testing.assert_allclose(est.user_bias_, bu, atol=1e-4)
+    np.testing.assert_allclose(est.item_bias_, bi, atol=1e-4)
+    # fold-in solves the same weighted ridge for [u, b_u] (on the centred ratings)
+    Xc = X.tocsr(copy=True)
+    Xc.data -= est.mean_
+    np.testing.assert_allclose(est._augmented(Xc)[0][:, -2], bu, atol=1e-4)

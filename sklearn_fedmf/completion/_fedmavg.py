@@ -74,7 +74,7 @@ def q2_schedule(round_number, local_iter_v, q_hat):
 def prox_nonsmooth(Z, t, alpha, l1_ratio, positive):
     """Prox of the l1 part of the elastic net and of the sign constraint (the l2 part is
     smooth and taken in the gradient)."""
-    if not (alpha * l1_ratio) and not positive:
+    if not np.any(alpha * l1_ratio) and not positive:
         return Z
     return prox_elastic_net(Z, t, alpha * l1_ratio, 1.0, positive)
 
@@ -92,21 +92,12 @@ def u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive):
     return out
 
 
-def w_steps(Wt, U, X, n_steps, d, scale, alpha, l1_ratio, positive, weights=None):
+def w_steps(Wt, U, X, n_steps, d, scale, alpha, l1_ratio, positive):
     """``n_steps`` gradient steps (13) on a local copy of ``V``: gradient
     ``scale * grad_V 1/2||P(M - U W)||^2 + ridge * W``. Unprojected unless the regularizer has a
-    nonsmooth part, which is then applied as a prox at every step.
-
-    ``weights`` (``regularization="weighted"``: the client's ratings per item): the client's
-    share ``scale * alpha * n_jp`` of each item row's penalty goes whole into the prox, an
-    exact per-row shrink, so ``d`` needs the data's Lipschitz bound only."""
+    nonsmooth part, which is then applied as a prox at every step. ``alpha`` may be a column,
+    one strength per item row (weighted regularization)."""
     G = np.empty_like(Wt)
-    if weights is not None:
-        alpha_rows = (scale * alpha * weights)[:, None]
-        for _ in range(n_steps):
-            grad_cols(X.indptr, X.indices, X.data, U, Wt, G)
-            Wt = prox_elastic_net(Wt - scale * G / d, 1.0 / d, alpha_rows, l1_ratio, positive)
-        return Wt
     ridge = alpha * (1.0 - l1_ratio)
     for _ in range(n_steps):
         grad_cols(X.indptr, X.indices, X.data, U, Wt, G)
@@ -206,19 +197,24 @@ def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alp
     Weighted regularization: ``h(V) = alpha_v/2 sum_j n_j ||v_j||^2`` with ``n_j = sum_p n_jp``
     splits exactly over the clients, so client ``p``'s local objective holds its own share
     ``alpha_v/2 sum_j n_jp ||v_j||^2`` beside its data (inside the ``1/omega_p`` of ``F_p``, so
-    ``sum_p omega_p F_p = F``): no count leaves a client. That share is in the prox
-    (:func:`w_steps`), so the Lipschitz bounds below hold the data term only."""
+    ``sum_p omega_p F_p = F``): no count leaves a client. The share is one ridge per item row
+    in the gradient (as the plain ridge is: the averaged steps then keep the exact stationary
+    points), and the bounds add the client's largest one where the plain ones add ``ridge``
+    (the server's global bound is then the data's alone)."""
     U, omega, X, W0 = state["U"], state["omega"], block.X, state["Vt"]
-    weights = item_counts(X) if weighted else None
+    scale = 1.0 / n_clients if variant == "fedmc_admm" else 1.0 / omega
+    if weighted:
+        alpha_v = scale * alpha_v * item_counts(X)[:, None]
     if biased:
         X, U = _biases.item_step_view(X, U)
         W0 = _biases.free_item(W0)
-    ridge = 0.0 if weighted else alpha_v * (1.0 - l1_ratio)
+    ridge = float(np.max(alpha_v, initial=0.0)) * (1.0 - l1_ratio)
+    if weighted and d_global is not None:
+        d_global = d_global + d_factor * ridge
     if variant == "fedmc_admm":
-        scale = 1.0 / n_clients
-        d = d_factor * max(lambda_max(U.T @ U), EPS_LIPSCHITZ)  # d_i = 5 lambda_max(U_i^T U_i)
+        # d_i = 5 lambda_max(U_i^T U_i) (with the weighted share's largest ridge)
+        d = d_factor * max(lambda_max(U.T @ U) + (ridge if weighted else 0.0), EPS_LIPSCHITZ)
     else:
-        scale = 1.0 / omega
         d_local = d_factor * max(lambda_max(U.T @ U) / omega + ridge, EPS_LIPSCHITZ)
         if w_step == "local":
             d = d_local
@@ -227,7 +223,7 @@ def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alp
             d = max(d_global, 0.51 * d_local / d_factor)
         else:
             d = d_global
-    Wt = w_steps(W0, U, X, state["q2"], d, scale, alpha_v, l1_ratio, positive, weights)
+    Wt = w_steps(W0, U, X, state["q2"], d, scale, alpha_v, l1_ratio, positive)
     return {"W": _biases.with_item(Wt) if biased else Wt}
 
 
