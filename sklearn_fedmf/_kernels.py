@@ -272,19 +272,27 @@ def prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positiv
     """``n_steps`` proximal-gradient steps ``U <- prox(U - (grad_U + ridge U) / L)``, ``Wt``
     fixed (``ridge``: a squared-l2 term taken in the gradient rather than in the prox).
 
-    ``L``, ``l1``, ``shrink`` and ``ridge`` are scalars or one value per row (a per-row
-    regularization, e.g. scaled by each row's number of ratings, or a per-row step).
+    ``shrink`` and ``ridge`` are scalars or one value per row (a per-row regularization, e.g.
+    scaled by each row's number of ratings); ``L`` and ``l1`` are scalars, one value per row
+    or one per entry of ``U`` (a step per row and column).
     """
     n = U.shape[0]
-    per_row = [np.ascontiguousarray(np.broadcast_to(np.asarray(a, dtype=np.float64), (n,)))
-               for a in (L, l1, shrink, ridge)]
-    _prox_grad_rows(indptr, indices, data, U, Wt, per_row[0], n_steps, per_row[1], per_row[2],
-                    positive, per_row[3], out)
+
+    def per_row(a):
+        return np.ascontiguousarray(np.broadcast_to(np.asarray(a, dtype=np.float64), (n,)))
+
+    def per_entry(a):
+        a = np.asarray(a, dtype=np.float64)
+        return np.ascontiguousarray(np.broadcast_to(a[:, None] if a.ndim == 1 else a, U.shape))
+
+    _prox_grad_rows(indptr, indices, data, U, Wt, per_entry(L), n_steps, per_entry(l1),
+                    per_row(shrink), positive, per_row(ridge), out)
 
 
 @_jit
 def _prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positive, ridge, out):
-    """:func:`prox_grad_rows` with one ``L``, ``l1``, ``shrink``, ``ridge`` per row.
+    """:func:`prox_grad_rows` with one ``shrink``, ``ridge`` per row and one ``L``, ``l1``
+    per entry.
 
     Rows do not interact when ``Wt`` is fixed, so each row runs all its steps at once. Its
     gradient is ``G_t u - b_t`` with ``G_t = sum_j w_j w_j^T`` and ``b_t = sum_j m_tj w_j``;
@@ -306,7 +314,7 @@ def _prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positi
         for _ in range(n_steps):
             _row_gradient(indptr, indices, data, t, u, Wt, use_gram, G, b, g)
             for a in range(r):
-                u[a] = _prox_entry(u[a] - (g[a] + ridge[t] * u[a]) / L[t], l1[t], shrink[t],
-                                   positive)
+                u[a] = _prox_entry(u[a] - (g[a] + ridge[t] * u[a]) / L[t, a], l1[t, a],
+                                   shrink[t], positive)
         for a in range(r):
             out[t, a] = u[a]

@@ -126,7 +126,11 @@ def server_update(server_state, uploads, round_index, *, d_factor, alpha_v, l1_r
         grams[p] = upload["gram"]
     counts = server_state.get("counts")
     ridge = alpha_v * (1.0 - l1_ratio) if counts is None else 0.0
-    d = d_factor * max(lambda_max(grams.sum(axis=0)) + ridge, EPS_LIPSCHITZ)
+    if biased:  # one bound per column block: the ones column must not slow the factors
+        d = d_factor * np.maximum(_biases.item_step_bounds(grams.sum(axis=0), ridge),
+                                  EPS_LIPSCHITZ)
+    else:
+        d = d_factor * max(lambda_max(grams.sum(axis=0)) + ridge, EPS_LIPSCHITZ)
     free = _biases.free_item(Vt) if biased else Vt  # (the fixed row does not move)
     if counts is None:
         free = prox_nonsmooth(free - (grads.sum(axis=0) + ridge * free) / d, 1.0 / d, alpha_v,
