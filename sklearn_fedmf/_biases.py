@@ -84,7 +84,7 @@ def item_step_view(X, U):
 # Weight of the block bounds below: the factor columns' bound is (1 + 1/TAU) times the plain
 # model's, the bias column's (1 + TAU) times its own curvature. The factor columns carry the
 # model and converge slowly; a bias converges in a few steps even at a 5 times shorter step.
-TAU = 4.0
+TAU = 8.0
 
 
 def _block_bounds(L_factors, L_bias, n_columns, ridge):
