@@ -417,30 +417,41 @@ class RFRec(FederatedMFBase):
             accountant=self.accountant_)
 
     def _keep_personal(self, state):
-        """Every client's copy ``V_(c)`` as its rated columns over the shared ones: sorted
-        keys ``client * n_items + item``, their rows (in blocks: ``values[k]`` holds the keys
-        from ``offsets[k]``; grouped clients' blocks are their group's arrays, not copies),
-        and the shared columns."""
+        """Every client's copy ``V_(c)`` as its rated columns over the shared ones: blocks of
+        consecutive clients ``(first client, pair_ptr, cols)`` with their rows ``values``
+        (grouped clients' blocks are their group's arrays, not copies), and the shared
+        columns. The search keys are built on the first personal prediction (``nnz`` int64s
+        that a fit does not need)."""
+        self._personal_keys = None
         if not state.client_states:  # clients in their own processes keep their copies
             self._personal = None
             return
         eta = None if self.variant == "rfrec" else pull_strength(  # as make_protocol binds it
             self._learning_rate(), self.reg_consensus, self.alpha_v / self.n_clients_, self.p,
             self.pull_eta)
-        n_items = self.n_features_in_
         replica = state.broadcast.simulation  # Vbar and the shared columns W
         states = state.client_states
         if isinstance(states, GroupStates):
-            keys = [np.repeat(np.arange(g.start, g.stop, dtype=np.int64),
-                              np.diff(gs["pair_ptr"])) * n_items + gs["cols"]
-                    for g, gs in zip(states.groups, states.group_states)]
+            blocks = [(g.start, gs["pair_ptr"], gs["cols"])
+                      for g, gs in zip(states.groups, states.group_states)]
             values = [_pulled_group(gs, replica, eta) for gs in states.group_states]
         else:
-            keys = [np.concatenate([c * n_items + s["cols"].astype(np.int64)
-                                    for c, s in enumerate(states)])]
+            sizes = [len(s["cols"]) for s in states]
+            blocks = [(0, np.concatenate([[0], np.cumsum(sizes)]),
+                       np.concatenate([s["cols"] for s in states]))]
             values = [np.concatenate([_pulled(s, replica, eta) for s in states])]
-        offsets = np.cumsum([0] + [len(k) for k in keys])
-        self._personal = (np.concatenate(keys), values, offsets, replica.W)
+        self._personal = (blocks, values, replica.W)
+
+    def _personal_index(self):
+        """Sorted keys ``client * n_items + item`` of every rated column, and where each
+        block's keys start."""
+        if self._personal_keys is None:
+            keys = [np.repeat(np.arange(first, first + len(ptr) - 1, dtype=np.int64),
+                              np.diff(ptr)) * self.n_features_in_ + cols
+                    for first, ptr, cols in self._personal[0]]
+            self._personal_keys = (np.concatenate(keys),
+                                   np.cumsum([0] + [len(k) for k in keys]))
+        return self._personal_keys
 
     def personal_scores(self, rows, items):
         """Scores ``u_i . v_(c)j`` with each training user's client's own item matrix.
@@ -459,7 +470,8 @@ class RFRec(FederatedMFBase):
         """
         check_is_fitted(self)
         rows, items = np.asarray(rows, dtype=np.intp), np.asarray(items, dtype=np.intp)
-        keys, values, offsets, W = self._personal
+        _, values, W = self._personal
+        keys, offsets = self._personal_index()
         codes = np.unique(self.clients_, return_inverse=True)[1]
         query = codes[rows].astype(np.int64) * self.n_features_in_ + items
         pos = np.minimum(np.searchsorted(keys, query), len(keys) - 1)
