@@ -49,8 +49,10 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .. import _biases
 from .._base import FederatedMFBase, squared_error_of
 from .._engine import FederatedProtocol, Participation
+from .._groups import ImplicitRows
 from .._kernels import grad_cols, prox_grad_rows
 from .._prox import elastic_net_value, prox_elastic_net
+from ._fedmavg_kernels import user_rows
 
 __all__ = ["FedMAvg"]
 
@@ -118,7 +120,12 @@ def init_server(rng, *, n_items, n_components, init_scale, biased=False):
 
 def init_user_factors(block, n_factors, rng, init_scale, positive, biased):
     """Private ``U_p^0`` (``[U_p^0, 0, 1]`` with biases)."""
-    U = init_scale * rng.random((block.n_rows, n_factors))
+    return random_user_factors(block.n_rows, n_factors, rng, init_scale, positive, biased)
+
+
+def random_user_factors(n_rows, n_factors, rng, init_scale, positive, biased):
+    """``n_rows`` rows of i.i.d. ``init_scale * Uniform[0, 1)`` factors (biases as above)."""
+    U = init_scale * rng.random((n_rows, n_factors))
     if positive:
         U = np.maximum(U, 0.0)
     return _biases.init_user(U) if biased else U
@@ -153,22 +160,21 @@ def server_init_uploads(server_state, uploads, *, n_clients, q2_first):
     return state, {"Vt": Vt, "q2": q2_first, "total": total}
 
 
-def user_steps(U, Vt, X, n_steps, c_factor, ridge_in_L, alpha, l1_ratio, positive, biased):
-    """(11) with step ``1/(c_factor (lambda_max(V V^T) + ridge_in_L))``. With biases the
-    fixed column of ``[U, b_u, 1]`` is substituted (exact, ``_biases``): the steps run on
-    ``[U, b_u]`` against ``[V; 1]`` with the ratings minus ``b_i``, each row with its own
-    Lipschitz bound (``_biases.row_groups``: the global one would count the ones column over
+def user_steps(U, Vt, X, n_steps, c_factor, ridge_in_L, alpha, l1_ratio, positive, biased,
+               rows=None):
+    """(11) with step ``1/(c_factor (lambda_max(V V^T) + ridge_in_L))`` on the rows ``rows``
+    of ``U`` (None: all; the others are returned unchanged). With biases the fixed column of
+    ``[U, b_u, 1]`` is substituted (exact, ``_biases``): the steps run on ``[U, b_u]``
+    against ``[V; 1]`` with the ratings minus ``b_i``, each row with its own Lipschitz bound
+    (as ``_biases.row_groups`` defines it: the global one would count the ones column over
     every item)."""
-    if not biased:
-        c = c_factor * max(lambda_max(Vt.T @ Vt) + ridge_in_L, EPS_LIPSCHITZ)
-        return u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive)
-    X, Vt = _biases.user_step_view(X, Vt)
-    U = _biases.free_user(U)
-    out = np.empty_like(U)
-    for rows, L in _biases.row_groups(X, Vt, ridge_in_L):
-        out[rows] = u_steps(U[rows], Vt, X[rows], n_steps, c_factor * L, alpha, l1_ratio,
-                            positive)
-    return _biases.with_user(out)
+    U, Vt = np.ascontiguousarray(U, dtype=float), np.ascontiguousarray(Vt, dtype=float)
+    c = 0.0 if biased else c_factor * max(lambda_max(Vt.T @ Vt) + ridge_in_L, EPS_LIPSCHITZ)
+    out = U.copy()
+    user_rows(X.indptr, X.indices, X.data, np.arange(U.shape[0]) if rows is None else rows,
+              U, Vt, biased, c, c_factor, ridge_in_L, n_steps, alpha * l1_ratio, positive,
+              alpha * (1.0 - l1_ratio), out)
+    return out
 
 
 def u_phase(state, block, broadcast, *, variant, c_factor, alpha_u, l1_ratio, positive,
@@ -183,6 +189,28 @@ def u_phase(state, block, broadcast, *, variant, c_factor, alpha_u, l1_ratio, po
     return {"U": U, "Vt": Vt, "q2": broadcast["q2"], "omega": omega}
 
 
+def w_step_sizes(lam, omega, d_global, *, variant, n_clients, d_factor, w_step, ridge):
+    """The W step (13) of clients with ``lambda_max(U_p^T U_p) = lam`` and weights ``omega``
+    (scalars or arrays): ``(d, scale)``, the step ``1/d`` and the factor of the data
+    gradient."""
+    if variant == "fedmc_admm":  # d_i = 5 lambda_max(U_i^T U_i), gradient / p
+        return d_factor * np.maximum(lam, EPS_LIPSCHITZ), np.full_like(omega, 1.0 / n_clients)
+    scale = 1.0 / omega
+    if w_step == "global":
+        return np.full_like(omega, d_global), scale
+    d_local = d_factor * np.maximum(lam / omega + ridge, EPS_LIPSCHITZ)
+    if w_step == "local":
+        return d_local, scale
+    # "guarded": never a step longer than 1/(0.51 L_Wp) locally (d is unstable on non-iid
+    # clients)
+    return np.maximum(d_global, 0.51 * d_local / d_factor), scale
+
+
+def needs_lambda(variant, w_step):
+    """Whether the W step needs the client's own ``lambda_max(U_p^T U_p)``."""
+    return variant == "fedmc_admm" or w_step != "global"
+
+
 def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alpha_v, l1_ratio,
             positive, biased=False):
     """Q2 local steps from ``V^s``; returns the upload ``{"W": W_p}``.
@@ -194,21 +222,10 @@ def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alp
     if biased:
         X, U = _biases.item_step_view(X, U)
         W0 = _biases.free_item(W0)
-    ridge = alpha_v * (1.0 - l1_ratio)
-    if variant == "fedmc_admm":
-        scale = 1.0 / n_clients
-        d = d_factor * max(lambda_max(U.T @ U), EPS_LIPSCHITZ)  # d_i = 5 lambda_max(U_i^T U_i)
-    else:
-        scale = 1.0 / omega
-        d_local = d_factor * max(lambda_max(U.T @ U) / omega + ridge, EPS_LIPSCHITZ)
-        if w_step == "local":
-            d = d_local
-        elif w_step == "guarded":  # never a step longer than 1/(0.51 L_Wp) locally: d is
-            # unstable on non-iid clients
-            d = max(d_global, 0.51 * d_local / d_factor)
-        else:
-            d = d_global
-    Wt = w_steps(W0, U, X, state["q2"], d, scale, alpha_v, l1_ratio, positive)
+    lam = lambda_max(U.T @ U) if needs_lambda(variant, w_step) else 0.0
+    d, scale = w_step_sizes(lam, omega, d_global, variant=variant, n_clients=n_clients,
+                            d_factor=d_factor, w_step=w_step, ridge=alpha_v * (1.0 - l1_ratio))
+    Wt = w_steps(W0, U, X, state["q2"], float(d), float(scale), alpha_v, l1_ratio, positive)
     return {"W": _biases.with_item(Wt) if biased else Wt}
 
 
@@ -261,6 +278,29 @@ def client_update(state, block, broadcast, rng, selected, *, prepared, u_params,
     return keep, w_phase(state, block, d_global, **w_params)
 
 
+def weighted_sum(messages, weights):
+    """``sum_p w_p W_p`` of dense uploads and :class:`~sklearn_fedmf._groups.ImplicitRows`
+    (``scale * base`` but for the rated rows): an implicit upload costs its rated rows, the
+    base is added once with the summed coefficients. (With biases the column of ones of an
+    implicit aggregate is left to ``_biases.fix_item``.)"""
+    total, bases = None, {}
+    for message, weight in zip(messages, weights):
+        if isinstance(message, ImplicitRows):
+            if total is None:
+                total = np.zeros(message.shape)
+            coef = message.add_to(total, weight)
+            if coef:
+                base, summed = bases.get(id(message.base), (message.base, 0.0))
+                bases[id(message.base)] = (base, summed + coef)
+        elif total is None:
+            total = weight * message
+        else:
+            total += weight * message
+    for base, coef in bases.values():
+        total += coef * base
+    return total
+
+
 def server_update(server_state, uploads, round_index, counts=None, *, aggregation,
                   local_iter_v, q_hat, biased=False):
     """``V^{s+1}``: the (weighted) mean of the uploaded local copies (8)-(10).
@@ -274,7 +314,7 @@ def server_update(server_state, uploads, round_index, counts=None, *, aggregatio
     else:
         w = np.array([1.0 if counts is None else counts[p] for p in clients])
     w = w / w.sum() if w.sum() > 0 else np.full(len(clients), 1.0 / len(clients))
-    Vt = sum(wi * uploads[p]["W"] for wi, p in zip(w, clients))
+    Vt = weighted_sum([uploads[p]["W"] for p in clients], w)
     if biased:  # (a weighted mean of ones can round off 1)
         _biases.fix_item(Vt)
     q2 = q2_schedule(round_index + 2, local_iter_v, q_hat)
@@ -319,7 +359,16 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
     w_params = dict(variant=variant, n_clients=n_clients, d_factor=d_factor, w_step=w_step,
                     alpha_v=alpha_v, l1_ratio=l1_ratio, positive=positive, biased=biased)
     q2_first = q2_schedule(1, local_iter_v, q_hat)
+    init_params = dict(init_scale=init_scale, positive=positive, client_weights=client_weights,
+                       send_gram=prepared)
     update = partial(client_update, prepared=prepared, u_params=u_params, w_params=w_params)
+    batched = None
+    if variant != "fedpalm":  # (FedPALM's interleaved pairs run one client at a time)
+        from ._fedmavg_batched import make_batched  # (it builds on this module's functions)
+
+        batched = make_batched(prepared=prepared, u_params=u_params, w_params=w_params,
+                               init_params=init_params, alpha_u=alpha_u, l1_ratio=l1_ratio,
+                               biased=biased)
     if variant == "fedpalm":
         if biased:
             raise ValueError('variant="fedpalm" is the paper\'s Remark 1 baseline on plain '
@@ -331,8 +380,7 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
         init_server=partial(init_server, n_items=n_items,
                             n_components=_biases.n_factors(n_components, biased),
                             init_scale=init_scale, biased=biased),
-        init_client=partial(init_client, init_scale=init_scale, positive=positive,
-                            client_weights=client_weights, send_gram=prepared, biased=biased),
+        init_client=partial(init_client, **init_params, biased=biased),
         server_init_uploads=partial(server_init_uploads, n_clients=n_clients,
                                     q2_first=q2_first),
         client_prepare=partial(client_prepare, **u_params) if prepared else None,
@@ -349,6 +397,7 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
         participation=Participation(computes="all", receives="all") if participation == "pcc"
         else Participation(),
         server_counts=True,
+        batched=batched,
     )
 
 

@@ -1,0 +1,194 @@
+"""Numba kernels of FedMAvg's client phases (Wang & Chang, Algorithm 1), for one client or for
+many clients whose rows are stacked in one CSR matrix (:mod:`sklearn_fedmf._groups`).
+
+:func:`user_rows` runs the ``Q1`` proximal-gradient steps (11) of a set of user rows (with
+biases each row takes its own Lipschitz bound, as ``_biases.row_groups`` defines it, computed
+in the loop instead of by grouping rows in Python); :func:`partner_grams` forms each client's
+``U_p^T U_p`` of the columns the item side sees; :func:`rated_item_steps` runs each client's
+``Q2`` gradient steps (13) on the rows of its copy ``W_p`` of ``V`` that it rated. An item a
+client did not rate has a zero data gradient, so its row only shrinks by the ridge, the same
+closed form for every client: the caller keeps those rows implicit
+(:class:`~sklearn_fedmf._groups.ImplicitRows`), and a client's work is proportional to its
+ratings, not to ``n_items``.
+
+Conventions of :mod:`sklearn_fedmf._kernels`: C-contiguous float64 factors, item factors
+transposed (``(n_items, k)``), entry-wise arithmetic in the order of the dense numpy code they
+replace (so a client gives the same iterates, to rounding, whichever path runs it). With
+biases the factors are the augmented ``U_aug = [U, b_u, 1]`` and ``Vt_aug = [Vt, 1, b_i]``
+(``_biases``): the fixed entries are substituted (exact), never stepped.
+"""
+
+import math
+
+import numpy as np
+
+from .._kernels import _gram_of_gathered, _gram_pays, _inline, _jit, _prox_entry
+
+__all__ = ["user_rows", "partner_grams", "rated_item_steps"]
+
+
+@_inline
+def _pow2_at_least(x):
+    """The smallest power of two ``>= x > 0`` (exact: no logarithm)."""
+    mantissa, exponent = math.frexp(x)
+    return math.ldexp(1.0, exponent - 1 if mantissa == 0.5 else exponent)
+
+
+@_jit
+def user_rows(indptr, indices, data, rows, U, Wt, biased, c, c_factor, ridge_in_L, n_steps,
+              l1_alpha, positive, ridge, out):
+    """``n_steps`` steps ``u <- prox(u - (grad + ridge u) / c_t)`` (11) on each row ``t`` of
+    ``rows``, ``Wt`` fixed; writes ``out[t]`` (the other rows of ``out`` are left alone).
+
+    Unbiased: every row steps with ``1/c``. Biased (``U`` is ``U_aug``, ``Wt`` is ``Vt_aug``):
+    the free entries ``[u, b_u]`` step against ``[Vt, 1]`` on the ratings minus ``b_i``, and
+    row ``t`` uses ``c_t = c_factor L_t`` with ``L_t`` the power of two at least
+    ``sum_{j in Omega_t} ||[v_j, 1]||^2 + ridge_in_L`` (a bound on its Hessian's largest
+    eigenvalue: the global ``lambda_max`` would count the ones column over every item). The
+    prox is the elastic net's l1 part ``l1_alpha / c_t`` and the sign constraint. A row's
+    gradient comes from its ``k x k`` Gram when that pays (as in
+    :func:`sklearn_fedmf._kernels.prox_grad_rows`, whose iterates these are).
+    """
+    k = Wt.shape[1] - 1 if biased else Wt.shape[1]
+    G = np.empty((k, k))
+    b = np.empty(k)
+    g = np.empty(k)
+    u = np.empty(k)
+    longest = 0
+    for t in rows:
+        length = indptr[t + 1] - indptr[t]
+        if length > longest and _gram_pays(length, k, n_steps):
+            longest = length
+    Bt = np.empty((k, longest))
+    x = np.empty(longest)
+    for t in rows:
+        lo, hi = indptr[t], indptr[t + 1]
+        ct = c
+        if biased:
+            trace = 0.0
+            for s in range(lo, hi):
+                j = indices[s]
+                norm = 0.0
+                for a in range(k):
+                    norm += Wt[j, a] * Wt[j, a]
+                trace += norm
+            ct = c_factor * _pow2_at_least(max(trace + ridge_in_L, 1e-12))
+        l1 = l1_alpha / ct
+        use_gram = _gram_pays(hi - lo, k, n_steps)
+        if use_gram:
+            for s in range(hi - lo):
+                j = indices[lo + s]
+                x[s] = data[lo + s] - Wt[j, k] if biased else data[lo + s]
+                for a in range(k):
+                    Bt[a, s] = Wt[j, a]
+            _gram_of_gathered(Bt, hi - lo, x, G, b)
+        for a in range(k):
+            u[a] = U[t, a]
+        for _ in range(n_steps):
+            if use_gram:
+                for a in range(k):
+                    acc = -b[a]
+                    for cc in range(k):
+                        acc += G[a, cc] * u[cc]
+                    g[a] = acc
+            else:
+                for a in range(k):
+                    g[a] = 0.0
+                for s in range(lo, hi):
+                    j = indices[s]
+                    e = -(data[s] - Wt[j, k]) if biased else -data[s]
+                    for a in range(k):
+                        e += u[a] * Wt[j, a]
+                    for a in range(k):
+                        g[a] += e * Wt[j, a]
+            for a in range(k):
+                u[a] = _prox_entry(u[a] - (g[a] + ridge * u[a]) / ct, l1, 1.0, positive)
+        for a in range(k):
+            out[t, a] = u[a]
+
+
+@_inline
+def _partner_col(a, k, biased):
+    """Column of ``U_aug`` (or of ``Vt_aug``) behind free item-side column ``a``: with biases
+    the item side sees ``[U, 1]`` and steps ``[Vt, b_i]``, skipping column ``k - 1`` of each
+    (``b_u``, the fixed ones)."""
+    return a + 1 if biased and a == k - 1 else a
+
+
+@_jit
+def partner_grams(row_ptr, clients, U, biased, out):
+    """``out[q] = A^T A`` over the stacked rows ``row_ptr[i]:row_ptr[i + 1]`` of client
+    ``i = clients[q]``, with ``A = U`` (``[U, 1]`` of ``U_aug`` with biases)."""
+    k = U.shape[1] - 1 if biased else U.shape[1]
+    for q in range(clients.shape[0]):
+        i = clients[q]
+        for a in range(k):
+            for cc in range(a, k):
+                acc = 0.0
+                ca, ccol = _partner_col(a, k, biased), _partner_col(cc, k, biased)
+                for t in range(row_ptr[i], row_ptr[i + 1]):
+                    acc += U[t, ca] * U[t, ccol]
+                out[q, a, cc] = acc
+                out[q, cc, a] = acc
+
+
+@_jit
+def rated_item_steps(indptr, indices, data, row_ptr, clients, U, Vt, biased, d, scale, n_steps,
+                     ridge, l1, positive, out_ptr, out_items, out_values):
+    """Each client's ``n_steps`` gradient steps (13) ``W <- prox(W - (scale grad + ridge W)
+    / d)`` from ``W = V``, on the rows of ``W`` it rated.
+
+    Client ``i = clients[q]`` owns the stacked rows ``row_ptr[i]:row_ptr[i + 1]`` and uses
+    ``d[q]``, ``scale[q]`` and the prox threshold ``l1[q]``. Its rated items go ascending to
+    ``out_items[out_ptr[q]:out_ptr[q + 1]]`` and the rows of ``W_p`` there to ``out_values``
+    (``Vt``'s layout: ``[W, 1, b_i]`` with biases, whose free entries ``[W, b_i]`` step
+    against ``[U, 1]`` on the ratings minus ``b_u``); ``out_ptr[0]`` must be 0. The other rows
+    of ``W_p`` have a zero data gradient (the caller's closed form).
+    """
+    kw = Vt.shape[1] - 1 if biased else Vt.shape[1]
+    slot = np.full(Vt.shape[0], -1, np.int64)
+    longest = 0
+    for q in range(clients.shape[0]):
+        i = clients[q]
+        longest = max(longest, indptr[row_ptr[i + 1]] - indptr[row_ptr[i]])
+    seen = np.empty(longest, np.int64)
+    W = np.empty((longest, kw))
+    G = np.empty((longest, kw))
+    for q in range(clients.shape[0]):
+        i = clients[q]
+        n = 0
+        for s in range(indptr[row_ptr[i]], indptr[row_ptr[i + 1]]):
+            j = indices[s]
+            if slot[j] < 0:
+                slot[j] = 0
+                seen[n] = j
+                n += 1
+        items = np.sort(seen[:n])
+        for m in range(n):
+            slot[items[m]] = m
+            for a in range(kw):
+                W[m, a] = Vt[items[m], _partner_col(a, kw, biased)]
+        dq, sq, lq = d[q], scale[q], l1[q]
+        for _ in range(n_steps):
+            G[:n] = 0.0
+            for t in range(row_ptr[i], row_ptr[i + 1]):
+                for s in range(indptr[t], indptr[t + 1]):
+                    m = slot[indices[s]]
+                    e = -(data[s] - U[t, kw - 1]) if biased else -data[s]
+                    for a in range(kw):
+                        e += U[t, _partner_col(a, kw, biased)] * W[m, a]
+                    for a in range(kw):
+                        G[m, a] += e * U[t, _partner_col(a, kw, biased)]
+            for m in range(n):
+                for a in range(kw):
+                    w = W[m, a]
+                    W[m, a] = _prox_entry(w - (sq * G[m, a] + ridge * w) / dq, lq, 1.0, positive)
+        at = out_ptr[q]
+        for m in range(n):
+            out_items[at + m] = items[m]
+            for a in range(kw):
+                out_values[at + m, _partner_col(a, kw, biased)] = W[m, a]
+            if biased:
+                out_values[at + m, kw - 1] = 1.0
+            slot[items[m]] = -1
+        out_ptr[q + 1] = at + n
