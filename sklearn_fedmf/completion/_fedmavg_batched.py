@@ -37,13 +37,30 @@ from ._fedmavg import (
     user_steps,
     w_step_sizes,
 )
-from ._fedmavg_kernels import partner_grams, rated_item_steps
+from ._fedmavg_kernels import add_rows, partner_grams, rated_item_steps
 
-__all__ = ["BiasedItemRows", "make_batched"]
+__all__ = ["BiasedItemRows", "ItemRows", "make_batched"]
 
 
-class BiasedItemRows(ImplicitRows):
-    """An implicit upload ``[W_p; 1; b_i]`` of the biased model: ``scale * base`` on the
+class ItemRows(ImplicitRows):
+    """FedMAvg's implicit upload ``W_p``: :class:`~sklearn_fedmf._groups.ImplicitRows` whose
+    aggregation and size cost a compiled call and integer arithmetic (the server handles
+    hundreds of them a round)."""
+
+    __slots__ = ()
+
+    @property
+    def nbytes(self):
+        return self.shape[0] * self.shape[1] * self.values.dtype.itemsize
+
+    def add_to(self, out, weight=1.0):
+        add_rows(out, self.rows, self.values, self.base if self.scale else self.values,
+                 self.scale, float(weight))
+        return weight * self.scale
+
+
+class BiasedItemRows(ItemRows):
+    """The implicit upload ``[W_p; 1; b_i]`` of the biased model: ``scale * base`` on the
     free columns, the fixed column of ones is 1 (``np.asarray`` rebuilds it; an aggregate's
     is set by ``_biases.fix_item``)."""
 
@@ -114,7 +131,7 @@ def _w_uploads(U, group, Vt, q2, omega, d_global, senders, *, variant, n_clients
     implicit = not (alpha_v * l1_ratio) and not (positive and (free < 0).any())
     step = 1.0 - ridge / d
     shrink = (np.maximum(step, 0.0) if positive else step) ** q2
-    message = BiasedItemRows if biased else ImplicitRows
+    message = BiasedItemRows if biased else ItemRows
     uploads = {}
     for q, i in enumerate(senders.tolist()):
         rows, rated = items[out_ptr[q]:out_ptr[q + 1]], values[out_ptr[q]:out_ptr[q + 1]]

@@ -24,7 +24,7 @@ import numpy as np
 
 from .._kernels import _gram_of_gathered, _gram_pays, _inline, _jit, _prox_entry
 
-__all__ = ["user_rows", "partner_grams", "rated_item_steps"]
+__all__ = ["user_rows", "partner_grams", "rated_item_steps", "add_rows"]
 
 
 @_inline
@@ -143,21 +143,27 @@ def rated_item_steps(indptr, indices, data, row_ptr, clients, U, Vt, biased, d, 
     ``out_items[out_ptr[q]:out_ptr[q + 1]]`` and the rows of ``W_p`` there to ``out_values``
     (``Vt``'s layout: ``[W, 1, b_i]`` with biases, whose free entries ``[W, b_i]`` step
     against ``[U, 1]`` on the ratings minus ``b_u``); ``out_ptr[0]`` must be 0. The other rows
-    of ``W_p`` have a zero data gradient (the caller's closed form).
+    of ``W_p`` have a zero data gradient (the caller's closed form). The arithmetic is
+    :func:`sklearn_fedmf._kernels.grad_cols`' on the client's block, in its order.
     """
     kw = Vt.shape[1] - 1 if biased else Vt.shape[1]
     slot = np.full(Vt.shape[0], -1, np.int64)
-    longest = 0
+    most_entries, most_rows = 0, 0
     for q in range(clients.shape[0]):
         i = clients[q]
-        longest = max(longest, indptr[row_ptr[i + 1]] - indptr[row_ptr[i]])
-    seen = np.empty(longest, np.int64)
-    W = np.empty((longest, kw))
-    G = np.empty((longest, kw))
+        most_entries = max(most_entries, indptr[row_ptr[i + 1]] - indptr[row_ptr[i]])
+        most_rows = max(most_rows, row_ptr[i + 1] - row_ptr[i])
+    seen = np.empty(most_entries, np.int64)
+    at_slot = np.empty(most_entries, np.int64)  # each entry's row of W
+    y = np.empty(most_entries)  # the ratings the steps fit (minus b_u)
+    A = np.empty((most_rows, kw))  # the client's [U, 1]
+    W = np.empty((most_entries, kw))
+    G = np.empty((most_entries, kw))
     for q in range(clients.shape[0]):
         i = clients[q]
+        first_row, lo, hi = row_ptr[i], indptr[row_ptr[i]], indptr[row_ptr[i + 1]]
         n = 0
-        for s in range(indptr[row_ptr[i]], indptr[row_ptr[i + 1]]):
+        for s in range(lo, hi):
             j = indices[s]
             if slot[j] < 0:
                 slot[j] = 0
@@ -168,17 +174,23 @@ def rated_item_steps(indptr, indices, data, row_ptr, clients, U, Vt, biased, d, 
             slot[items[m]] = m
             for a in range(kw):
                 W[m, a] = Vt[items[m], _partner_col(a, kw, biased)]
+        for t in range(first_row, row_ptr[i + 1]):
+            for a in range(kw):
+                A[t - first_row, a] = U[t, _partner_col(a, kw, biased)]
+            for s in range(indptr[t], indptr[t + 1]):
+                at_slot[s - lo] = slot[indices[s]]
+                y[s - lo] = data[s] - U[t, kw - 1] if biased else data[s]
         dq, sq, lq = d[q], scale[q], l1[q]
         for _ in range(n_steps):
             G[:n] = 0.0
-            for t in range(row_ptr[i], row_ptr[i + 1]):
-                for s in range(indptr[t], indptr[t + 1]):
-                    m = slot[indices[s]]
-                    e = -(data[s] - U[t, kw - 1]) if biased else -data[s]
+            for t in range(row_ptr[i + 1] - first_row):
+                for s in range(indptr[first_row + t] - lo, indptr[first_row + t + 1] - lo):
+                    m = at_slot[s]
+                    e = -y[s]
                     for a in range(kw):
-                        e += U[t, _partner_col(a, kw, biased)] * W[m, a]
+                        e += A[t, a] * W[m, a]
                     for a in range(kw):
-                        G[m, a] += e * U[t, _partner_col(a, kw, biased)]
+                        G[m, a] += e * A[t, a]
             for m in range(n):
                 for a in range(kw):
                     w = W[m, a]
@@ -192,3 +204,14 @@ def rated_item_steps(indptr, indices, data, row_ptr, clients, U, Vt, biased, d, 
                 out_values[at + m, kw - 1] = 1.0
             slot[items[m]] = -1
         out_ptr[q + 1] = at + n
+
+
+@_jit
+def add_rows(out, rows, values, base, scale, weight):
+    """``out[rows] += weight * (values - scale * base[rows])`` (``base`` unread when
+    ``scale`` is 0): an implicit message's rated rows into an aggregate."""
+    for m in range(rows.shape[0]):
+        j = rows[m]
+        for a in range(out.shape[1]):
+            v = values[m, a] if scale == 0.0 else values[m, a] - scale * base[j, a]
+            out[j, a] += weight * v
