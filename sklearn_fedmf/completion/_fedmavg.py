@@ -153,7 +153,8 @@ def server_init_uploads(server_state, uploads, *, n_clients, q2_first):
     total = float(max(sizes.sum(), 1.0))
     grams = None
     if "gram" in uploads[0]:
-        grams = np.stack([uploads[p]["gram"] for p in range(n_clients)])
+        grams = np.concatenate([uploads[p]["gram"] for p in range(n_clients)]).reshape(
+            n_clients, *uploads[0]["gram"].shape)
     Vt = server_state["Vt"]
     state = {"Vt": Vt, "weights": sizes / total, "total": total, "grams": grams}
     # the broadcast carries the total size so that each client can form its own omega_p
@@ -259,13 +260,16 @@ def client_prepare(state, block, broadcast, rng, selected, **params):
 
 
 def server_prepare(server_state, stats, round_index, *, d_factor, alpha_v, l1_ratio):
-    """The global step ``d = d_factor (lambda_max(sum_p U_p^T U_p) + ridge)`` (3.4, 8.3)."""
-    grams = server_state["grams"].copy()
+    """The global step ``d = d_factor (lambda_max(sum_p U_p^T U_p) + ridge)`` (3.4, 8.3).
+
+    The server's cache of the clients' Grams is updated in place: at one client per user it
+    is ``p x r x r`` (0.75 GB at the Netflix shape), too large to copy every round."""
+    grams = server_state["grams"]
     if stats:  # (one stacked assignment: at one client per user there are thousands)
         grams[np.fromiter(stats, np.int64, len(stats))] = np.concatenate(
             [stat["gram"] for stat in stats.values()]).reshape(-1, *grams.shape[1:])
     L = lambda_max(grams.sum(axis=0)) + alpha_v * (1.0 - l1_ratio)
-    return {**server_state, "grams": grams}, {"d": d_factor * max(L, EPS_LIPSCHITZ)}
+    return server_state, {"d": d_factor * max(L, EPS_LIPSCHITZ)}
 
 
 def client_update(state, block, broadcast, rng, selected, *, prepared, u_params, w_params):
