@@ -64,7 +64,7 @@ def run_phase(protocol, phase, blocks, groups, states, group_states, broadcast, 
         new_group_states.append(new)
         batched_messages.update(msgs)
     assert sorted(batched_messages) == sorted(c for c, m in messages.items() if m is not None)
-    for group, gs, old in zip(groups, new_group_states, group_states):
+    for group, gs in zip(groups, new_group_states):
         for i in range(group.n_clients):
             c = group.start + i
             got = protocol.batched.client_state(gs, group, i)

@@ -36,6 +36,10 @@ distinct clients without replacement; then ``aggregation="weighted"`` averages t
 with weights ``omega_p`` (renormalized over the senders: eq. (8) at full participation, a
 ratio estimate otherwise) and ``"sampled_mean"`` takes the plain mean (the FedMC-ADMM
 restatement). On balanced clients the schemes coincide.
+
+Many small clients (one per user): ``_fedmavg_batched`` gives the protocol batched phases
+(``FederatedProtocol.batched``) that run a whole group of clients per compiled call and send
+``W_p`` as its rated rows plus the ridge-shrunk broadcast (FedPALM runs client by client).
 """
 
 from __future__ import annotations

@@ -26,11 +26,10 @@ from functools import partial
 import numpy as np
 
 from .. import _biases
-from .._base import squared_error_of
 from .._groups import BatchedPhases, ImplicitRows
-from .._prox import elastic_net_value
 from .._transport import _rng
 from ._fedmavg import (
+    client_metrics,
     needs_lambda,
     prox_nonsmooth,
     random_user_factors,
@@ -188,20 +187,6 @@ def update_group(group_state, group, broadcast, stream, active, selected, *, pre
                                 **w_params)
 
 
-def metrics_group(group_state, group, broadcast, *, alpha_u, l1_ratio, biased):
-    """The sums of ``client_metrics`` over the group's clients."""
-    U, Vt = group_state["U"], broadcast["Vt"]
-    sse = squared_error_of(group.X, U, Vt)
-    return {
-        "loss": 0.5 * sse + elastic_net_value(_biases.free_user(U) if biased else U, alpha_u,
-                                              l1_ratio),
-        "sse": sse,
-        "n": group.nnz,
-        "sse_eval": squared_error_of(group.X_eval, U, Vt),
-        "n_eval": 0 if group.X_eval is None else group.X_eval.nnz,
-    }
-
-
 def client_state(group_state, group, i):
     """Client ``i``'s state as the per-client functions hold it."""
     state = {"U": group_state["U"][group.row_ptr[i]:group.row_ptr[i + 1]].copy()}
@@ -238,7 +223,8 @@ def make_batched(*, prepared, u_params, w_params, init_params, alpha_u, l1_ratio
         client_prepare=partial(prepare_group, u_params=u_params) if prepared else None,
         client_update=partial(update_group, prepared=prepared, u_params=u_params,
                               w_params=w_params),
-        client_metrics=partial(metrics_group, alpha_u=alpha_u, l1_ratio=l1_ratio,
+        # (a group has the X, X_eval and nnz of a client block: the sums come out at once)
+        client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio,
                                biased=biased),
         client_state=client_state,
         with_client_states=with_client_states,
