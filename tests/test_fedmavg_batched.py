@@ -210,3 +210,19 @@ def test_grouped_fit_equals_per_client_fit(params, rows_per_client, monkeypatch)
         for key in ("bytes_uploaded", "bytes_downloaded", "n_failed"):
             assert a[key] == b[key]
         assert a["objective"] == pytest.approx(b["objective"], rel=1e-12)
+
+
+def test_grouped_warm_start_continues_like_per_client(monkeypatch):
+    X, _, _ = ratings(n_rows=120, n_items=30, seed=6)
+    clients = np.arange(X.shape[0])
+    kw = dict(n_components=2, max_iter=2, clients_per_round=0.3, random_state=0, alpha_u=0.5,
+              alpha_v=0.5, warm_start=True)
+    fits = []
+    for min_clients in (10**9, 1):
+        monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", min_clients)
+        model = FedMAvg(**kw).fit(X, clients=clients)
+        fits.append(model.fit(X, clients=clients))
+    ref, got = fits
+    assert got.n_iter_ == ref.n_iter_ == 4
+    assert_close(got.components_, ref.components_)
+    assert_close(got.user_factors_, ref.user_factors_)
