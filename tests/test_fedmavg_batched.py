@@ -226,3 +226,30 @@ def test_grouped_warm_start_continues_like_per_client(monkeypatch):
     assert got.n_iter_ == ref.n_iter_ == 4
     assert_close(got.components_, ref.components_)
     assert_close(got.user_factors_, ref.user_factors_)
+
+
+def test_fedpalm_has_no_batched_phases():
+    """FedPALM interleaves U and W steps on each client's copy: it runs client by client."""
+    assert protocol_of(25, 40, variant="fedpalm", biased=False).batched is None
+    assert protocol_of(25, 40).batched is not None
+
+
+def test_positive_steps_from_a_signed_v_are_sent_dense():
+    """Under ``positive`` an unrated row of a signed ``V`` is clipped, not scaled: such an
+    upload is computed dense, and still equals the per-client one."""
+    X, codes, n = ratings(seed=7)
+    protocol = protocol_of(X.shape[1], n, participation="pcp", w_step="local", biased=False,
+                           positive=True)
+    blocks, groups = split_clients(X, codes, n), make_groups(X, codes, n, n_groups=2)
+    server, broadcast = protocol.init_server(np.random.default_rng(1))
+    init = [protocol.init_client(b, broadcast, client_generator((7, 0), c))
+            for c, b in enumerate(blocks)]
+    server, broadcast = protocol.server_init_uploads(server, dict(enumerate(u for _, u in init)))
+    broadcast = dict(broadcast, Vt=broadcast["Vt"] - 0.5)
+    group_states = [protocol.batched.init_client(g, broadcast, (7, 0))[0] for g in groups]
+    selected = np.random.default_rng(3).random(n) < 0.5
+    _, uploads, _, batched = run_phase(protocol, "client_update", blocks, groups,
+                                       [s for s, _ in init], group_states, broadcast, (7, 1, 0),
+                                       selected, selected)
+    assert batched and not any(isinstance(u["W"], ImplicitRows) for u in batched.values())
+    assert_same_uploads(batched, uploads, "W")

@@ -371,13 +371,6 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
     init_params = dict(init_scale=init_scale, positive=positive, client_weights=client_weights,
                        send_gram=prepared)
     update = partial(client_update, prepared=prepared, u_params=u_params, w_params=w_params)
-    batched = None
-    if variant != "fedpalm":  # (FedPALM's interleaved pairs run one client at a time)
-        from ._fedmavg_batched import make_batched  # (it builds on this module's functions)
-
-        batched = make_batched(prepared=prepared, u_params=u_params, w_params=w_params,
-                               init_params=init_params, alpha_u=alpha_u, l1_ratio=l1_ratio,
-                               biased=biased)
     if variant == "fedpalm":
         if biased:
             raise ValueError('variant="fedpalm" is the paper\'s Remark 1 baseline on plain '
@@ -385,6 +378,13 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
         update = partial(palm_client_update, n_pairs=local_iter_u, c_factor=c_factor,
                          d_factor=d_factor, alpha_u=alpha_u, alpha_v=alpha_v,
                          l1_ratio=l1_ratio, positive=positive, client_weights=client_weights)
+        batched = None  # (its interleaved pairs run one client at a time)
+    else:
+        from ._fedmavg_batched import make_batched  # (it builds on this module's functions)
+
+        batched = make_batched(prepared=prepared, u_params=u_params, w_params=w_params,
+                               init_params=init_params, alpha_u=alpha_u, l1_ratio=l1_ratio,
+                               biased=biased)
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items,
                             n_components=_biases.n_factors(n_components, biased),
