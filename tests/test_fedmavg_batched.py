@@ -7,13 +7,11 @@ import pytest
 import scipy.sparse as sp
 
 from sklearn_fedmf import FedMAvg
-from sklearn_fedmf._biases import row_groups, user_step_view
 from sklearn_fedmf._data import split_clients
 from sklearn_fedmf._engine import nbytes
 from sklearn_fedmf._groups import ImplicitRows, make_groups
-from sklearn_fedmf._kernels import prox_grad_rows
 from sklearn_fedmf._transport import client_generator
-from sklearn_fedmf.completion._fedmavg import make_protocol, user_steps
+from sklearn_fedmf.completion._fedmavg import make_protocol
 
 RTOL = 1e-12
 
@@ -159,26 +157,6 @@ def test_failed_clients_in_batched_group_state():
     assert "Vt" not in protocol.batched.client_state(merged, group, 4)
     np.testing.assert_array_equal(gs["U"], protocol.batched.init_client(group, broadcast,
                                                                         (7, 0))[0]["U"])
-
-
-@pytest.mark.parametrize("ridge", [0.0, 0.7])
-def test_biased_user_rows_take_their_power_of_two_bound(ridge):
-    """The per-row Lipschitz bound of the biased U steps, computed in the kernel, is
-    ``_biases.row_groups``' (each group of rows stepped by ``prox_grad_rows``)."""
-    X, _, _ = ratings(seed=3)
-    rng = np.random.default_rng(4)
-    U, Vt = rng.random((X.shape[0], 5)), rng.random((X.shape[1], 5))
-    U[:, -1], Vt[:, -2] = 1.0, 1.0
-    got = user_steps(U, Vt, X, 6, 0.51, ridge, 0.3, 0.0, False, True)
-    Xv, Wt = user_step_view(X, Vt)
-    want = U.copy()
-    for rows, L in row_groups(Xv, Wt, ridge):
-        out = np.empty((len(rows), 4))
-        Xr = Xv[rows]
-        prox_grad_rows(Xr.indptr, Xr.indices, Xr.data, np.ascontiguousarray(U[rows, :4]), Wt,
-                       0.51 * L, 6, 0.0, 1.0, False, 0.3, out)
-        want[rows, :4] = out
-    assert_close(got, want)
 
 
 @pytest.mark.parametrize("params, rows_per_client", [

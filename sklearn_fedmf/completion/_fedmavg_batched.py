@@ -29,44 +29,40 @@ from .. import _biases
 from .._groups import BatchedPhases, ImplicitRows
 from .._transport import _rng
 from ._fedmavg import (
+    EPS_LIPSCHITZ,
     client_metrics,
-    needs_lambda,
     prox_nonsmooth,
     random_user_factors,
     user_steps,
-    w_step_sizes,
 )
 from ._fedmavg_kernels import add_rows, partner_grams, rated_item_steps
 
-__all__ = ["BiasedItemRows", "ItemRows", "make_batched"]
+__all__ = ["ItemRows", "make_batched"]
 
 
 class ItemRows(ImplicitRows):
-    """FedMAvg's implicit upload ``W_p``: :class:`~sklearn_fedmf._groups.ImplicitRows` whose
-    aggregation and size cost a compiled call and integer arithmetic (the server handles
-    hundreds of them a round)."""
+    """FedMAvg's implicit upload ``W_p``: ``scale * base`` with one scale per column (with
+    biases each column block has its own step, and the column of ones stays 1), but for the
+    rated rows. Its aggregation costs a compiled call over the rated rows."""
 
     __slots__ = ()
+
+    def __init__(self, base, scale, rows, values):
+        self.base, self.scale, self.rows, self.values = base, scale, rows, values
+        self.shape = base.shape
 
     @property
     def nbytes(self):
         return self.shape[0] * self.shape[1] * self.values.dtype.itemsize
 
-    def add_to(self, out, weight=1.0):
-        add_rows(out, self.rows, self.values, self.base if self.scale else self.values,
-                 self.scale, float(weight))
-        return weight * self.scale
-
-
-class BiasedItemRows(ItemRows):
-    """The implicit upload ``[W_p; 1; b_i]`` of the biased model: ``scale * base`` on the
-    free columns, the fixed column of ones is 1 (``np.asarray`` rebuilds it; an aggregate's
-    is set by ``_biases.fix_item``)."""
-
-    __slots__ = ()
-
     def toarray(self):
-        return _biases.fix_item(super().toarray())
+        out = self.base * self.scale
+        out[self.rows] = self.values
+        return out
+
+    def add_to(self, out, weight=1.0):
+        add_rows(out, self.rows, self.values, self.base, self.scale, float(weight))
+        return weight * self.scale
 
 
 def _sizes(group, client_weights):
@@ -88,12 +84,45 @@ def _grams(U, group, clients, biased):
 
 
 def _u_phase(U, group, Vt, active, *, variant, c_factor, alpha_u, l1_ratio, positive,
-             local_iter_u, client_weights, biased):
+             local_iter_u, client_weights, biased, weighted=False):
     """The U phase of the active clients, one call (their rows; the others unchanged)."""
-    rows = np.flatnonzero(np.repeat(active, np.diff(group.row_ptr)))
     ridge = alpha_u * (1.0 - l1_ratio) if variant == "wang_chang" else 0.0
-    return user_steps(U, Vt, group.X, local_iter_u, c_factor, ridge, alpha_u, l1_ratio,
-                      positive, biased, rows=rows)
+    if active.all():
+        return user_steps(U, Vt, group.X, local_iter_u, c_factor, ridge, alpha_u, l1_ratio,
+                          positive, biased)
+    rows = np.flatnonzero(np.repeat(active, np.diff(group.row_ptr)))
+    out = U.copy()
+    out[rows] = user_steps(U[rows], Vt, group.X[rows], local_iter_u, c_factor, ridge, alpha_u,
+                           l1_ratio, positive, biased)
+    return out
+
+
+def _step_sizes(U, group, senders, omega, d_global, *, variant, n_clients, d_factor, w_step,
+                ridge, biased):
+    """``w_phase``'s W steps of the clients ``senders``: ``d`` per client and free column
+    (with biases one bound per column block, ``_biases.item_step_bounds``) and the factor of
+    the data gradient per client."""
+    kw = U.shape[1] - 1 if biased else U.shape[1]
+    paper = variant == "fedmc_admm"
+    scale = np.full(senders.size, 1.0 / n_clients) if paper else 1.0 / omega
+    if not paper and w_step == "global":
+        return np.ascontiguousarray(np.broadcast_to(d_global, (senders.size, kw))), scale
+    grams = _grams(U, group, senders, biased)
+    if not paper:
+        grams = grams / omega[:, None, None]
+    if biased:  # w_bound's block bounds, one client per row
+        top = np.linalg.eigvalsh(grams[:, :-1, :-1])[:, -1] if kw > 1 else 0.0
+        bound = np.maximum(_biases._block_bounds(top, grams[:, -1, -1], kw, 0.0),
+                           EPS_LIPSCHITZ)
+    else:
+        bound = np.maximum(np.linalg.eigvalsh(grams)[:, -1], EPS_LIPSCHITZ)[:, None]
+    if paper:
+        d = d_factor * (bound + 0.0)
+    else:
+        d = d_factor * (bound + ridge)
+        if w_step == "guarded":  # (w_phase's stability guard)
+            d = np.maximum(d_global, 0.51 * d / d_factor)
+    return np.ascontiguousarray(np.broadcast_to(d, (senders.size, kw))), scale
 
 
 def _dense_upload(Vt, d, q2, ridge, alpha_v, l1_ratio, positive, biased):
@@ -106,16 +135,15 @@ def _dense_upload(Vt, d, q2, ridge, alpha_v, l1_ratio, positive, biased):
 
 
 def _w_uploads(U, group, Vt, q2, omega, d_global, senders, *, variant, n_clients, d_factor,
-               w_step, alpha_v, l1_ratio, positive, biased):
+               w_step, alpha_v, l1_ratio, positive, biased, weighted=False):
     """The W phase (13) of the clients ``senders`` (local indices; ``omega`` theirs): their
     uploads ``{client: {"W": W_p}}``."""
     if not senders.size:
         return {}
     ridge = alpha_v * (1.0 - l1_ratio)
-    lam = (np.linalg.eigvalsh(_grams(U, group, senders, biased))[:, -1]
-           if needs_lambda(variant, w_step) else 0.0)
-    d, scale = w_step_sizes(lam, omega, d_global, variant=variant, n_clients=n_clients,
-                            d_factor=d_factor, w_step=w_step, ridge=ridge)
+    d, scale = _step_sizes(U, group, senders, omega, d_global, variant=variant,
+                           n_clients=n_clients, d_factor=d_factor, w_step=w_step, ridge=ridge,
+                           biased=biased)
     l1 = (1.0 / d) * (alpha_v * l1_ratio) * 1.0  # prox_nonsmooth's threshold, t = 1/d
     entry_ptr = group.entry_ptr
     n_entries = int((entry_ptr[senders + 1] - entry_ptr[senders]).sum())
@@ -123,19 +151,19 @@ def _w_uploads(U, group, Vt, q2, omega, d_global, senders, *, variant, n_clients
     items, values = np.empty(n_entries, np.int64), np.empty((n_entries, Vt.shape[1]))
     X = group.X
     rated_item_steps(X.indptr, X.indices, X.data, group.row_ptr, senders, U, Vt, biased,
-                     np.ascontiguousarray(d, dtype=float), np.ascontiguousarray(scale, dtype=float),
-                     q2, ridge, np.ascontiguousarray(l1, dtype=float), positive, out_ptr, items,
-                     values)
+                     d, np.ascontiguousarray(scale, dtype=float), q2, ridge, l1, positive, out_ptr,
+                     items, values)
     free = _biases.free_item(Vt) if biased else Vt
     implicit = not (alpha_v * l1_ratio) and not (positive and (free < 0).any())
     step = 1.0 - ridge / d
-    shrink = (np.maximum(step, 0.0) if positive else step) ** q2
-    message = BiasedItemRows if biased else ItemRows
+    shrink = (np.maximum(step, 0.0) if positive else step) ** q2  # per client and free column
+    if biased:  # (the column of ones is not stepped)
+        shrink = _biases.with_item(shrink)
     uploads = {}
     for q, i in enumerate(senders.tolist()):
         rows, rated = items[out_ptr[q]:out_ptr[q + 1]], values[out_ptr[q]:out_ptr[q + 1]]
         if implicit:
-            W = message(Vt, shrink[q], rows, rated)
+            W = ItemRows(Vt, shrink[q], rows, rated)
         else:
             W = _dense_upload(Vt, d[q], q2, ridge, alpha_v, l1_ratio, positive, biased)
             W[rows] = rated
@@ -217,7 +245,8 @@ def with_client_states(group_state, group, states):
 
 def make_batched(*, prepared, u_params, w_params, init_params, alpha_u, l1_ratio, biased):
     """The :class:`~sklearn_fedmf._groups.BatchedPhases` of a FedMAvg protocol (the
-    parameters of :func:`~sklearn_fedmf.completion._fedmavg.make_protocol`)."""
+    parameters of :func:`~sklearn_fedmf.completion._fedmavg.make_protocol`; never with the
+    weighted regularization, whose per-item ridges make no common scale of the unrated rows)."""
     return BatchedPhases(
         init_client=partial(init_group, **init_params, biased=biased),
         client_prepare=partial(prepare_group, u_params=u_params) if prepared else None,

@@ -1,9 +1,7 @@
-"""Numba kernels of FedMAvg's client phases (Wang & Chang, Algorithm 1), for one client or for
-many clients whose rows are stacked in one CSR matrix (:mod:`sklearn_fedmf._groups`).
+"""Numba kernels of FedMAvg's client phases (Wang & Chang, Algorithm 1) for many clients whose
+rows are stacked in one CSR matrix (:mod:`sklearn_fedmf._groups`).
 
-:func:`user_rows` runs the ``Q1`` proximal-gradient steps (11) of a set of user rows (with
-biases each row takes its own Lipschitz bound, as ``_biases.row_groups`` defines it, computed
-in the loop instead of by grouping rows in Python); :func:`partner_grams` forms each client's
+:func:`partner_grams` forms each client's
 ``U_p^T U_p`` of the columns the item side sees; :func:`rated_item_steps` runs each client's
 ``Q2`` gradient steps (13) on the rows of its copy ``W_p`` of ``V`` that it rated. An item a
 client did not rate has a zero data gradient, so its row only shrinks by the ridge, the same
@@ -18,93 +16,11 @@ biases the factors are the augmented ``U_aug = [U, b_u, 1]`` and ``Vt_aug = [Vt,
 (``_biases``): the fixed entries are substituted (exact), never stepped.
 """
 
-import math
-
 import numpy as np
 
-from .._kernels import _gram_of_gathered, _gram_pays, _inline, _jit, _prox_entry
+from .._kernels import _inline, _jit, _prox_entry
 
-__all__ = ["user_rows", "partner_grams", "rated_item_steps", "add_rows"]
-
-
-@_inline
-def _pow2_at_least(x):
-    """The smallest power of two ``>= x > 0`` (exact: no logarithm)."""
-    mantissa, exponent = math.frexp(x)
-    return math.ldexp(1.0, exponent - 1 if mantissa == 0.5 else exponent)
-
-
-@_jit
-def user_rows(indptr, indices, data, rows, U, Wt, biased, c, c_factor, ridge_in_L, n_steps,
-              l1_alpha, positive, ridge, out):
-    """``n_steps`` steps ``u <- prox(u - (grad + ridge u) / c_t)`` (11) on each row ``t`` of
-    ``rows``, ``Wt`` fixed; writes ``out[t]`` (the other rows of ``out`` are left alone).
-
-    Unbiased: every row steps with ``1/c``. Biased (``U`` is ``U_aug``, ``Wt`` is ``Vt_aug``):
-    the free entries ``[u, b_u]`` step against ``[Vt, 1]`` on the ratings minus ``b_i``, and
-    row ``t`` uses ``c_t = c_factor L_t`` with ``L_t`` the power of two at least
-    ``sum_{j in Omega_t} ||[v_j, 1]||^2 + ridge_in_L`` (a bound on its Hessian's largest
-    eigenvalue: the global ``lambda_max`` would count the ones column over every item). The
-    prox is the elastic net's l1 part ``l1_alpha / c_t`` and the sign constraint. A row's
-    gradient comes from its ``k x k`` Gram when that pays (as in
-    :func:`sklearn_fedmf._kernels.prox_grad_rows`, whose iterates these are).
-    """
-    k = Wt.shape[1] - 1 if biased else Wt.shape[1]
-    G = np.empty((k, k))
-    b = np.empty(k)
-    g = np.empty(k)
-    u = np.empty(k)
-    longest = 0
-    for t in rows:
-        length = indptr[t + 1] - indptr[t]
-        if length > longest and _gram_pays(length, k, n_steps):
-            longest = length
-    Bt = np.empty((k, longest))
-    x = np.empty(longest)
-    for t in rows:
-        lo, hi = indptr[t], indptr[t + 1]
-        ct = c
-        if biased:
-            trace = 0.0
-            for s in range(lo, hi):
-                j = indices[s]
-                norm = 0.0
-                for a in range(k):
-                    norm += Wt[j, a] * Wt[j, a]
-                trace += norm
-            ct = c_factor * _pow2_at_least(max(trace + ridge_in_L, 1e-12))
-        l1 = l1_alpha / ct
-        use_gram = _gram_pays(hi - lo, k, n_steps)
-        if use_gram:
-            for s in range(hi - lo):
-                j = indices[lo + s]
-                x[s] = data[lo + s] - Wt[j, k] if biased else data[lo + s]
-                for a in range(k):
-                    Bt[a, s] = Wt[j, a]
-            _gram_of_gathered(Bt, hi - lo, x, G, b)
-        for a in range(k):
-            u[a] = U[t, a]
-        for _ in range(n_steps):
-            if use_gram:
-                for a in range(k):
-                    acc = -b[a]
-                    for cc in range(k):
-                        acc += G[a, cc] * u[cc]
-                    g[a] = acc
-            else:
-                for a in range(k):
-                    g[a] = 0.0
-                for s in range(lo, hi):
-                    j = indices[s]
-                    e = -(data[s] - Wt[j, k]) if biased else -data[s]
-                    for a in range(k):
-                        e += u[a] * Wt[j, a]
-                    for a in range(k):
-                        g[a] += e * Wt[j, a]
-            for a in range(k):
-                u[a] = _prox_entry(u[a] - (g[a] + ridge * u[a]) / ct, l1, 1.0, positive)
-        for a in range(k):
-            out[t, a] = u[a]
+__all__ = ["partner_grams", "rated_item_steps", "add_rows"]
 
 
 @_inline
@@ -139,7 +55,8 @@ def rated_item_steps(indptr, indices, data, row_ptr, clients, U, Vt, biased, d, 
     / d)`` from ``W = V``, on the rows of ``W`` it rated.
 
     Client ``i = clients[q]`` owns the stacked rows ``row_ptr[i]:row_ptr[i + 1]`` and uses
-    ``d[q]``, ``scale[q]`` and the prox threshold ``l1[q]``. Its rated items go ascending to
+    ``scale[q]``, the steps ``1 / d[q, a]`` and the prox thresholds ``l1[q, a]`` of the free
+    columns ``a`` (with biases one bound per column block). Its rated items go ascending to
     ``out_items[out_ptr[q]:out_ptr[q + 1]]`` and the rows of ``W_p`` there to ``out_values``
     (``Vt``'s layout: ``[W, 1, b_i]`` with biases, whose free entries ``[W, b_i]`` step
     against ``[U, 1]`` on the ratings minus ``b_u``); ``out_ptr[0]`` must be 0. The other rows
@@ -180,7 +97,7 @@ def rated_item_steps(indptr, indices, data, row_ptr, clients, U, Vt, biased, d, 
             for s in range(indptr[t], indptr[t + 1]):
                 at_slot[s - lo] = slot[indices[s]]
                 y[s - lo] = data[s] - U[t, kw - 1] if biased else data[s]
-        dq, sq, lq = d[q], scale[q], l1[q]
+        sq = scale[q]
         for _ in range(n_steps):
             G[:n] = 0.0
             for t in range(row_ptr[i + 1] - first_row):
@@ -194,7 +111,8 @@ def rated_item_steps(indptr, indices, data, row_ptr, clients, U, Vt, biased, d, 
             for m in range(n):
                 for a in range(kw):
                     w = W[m, a]
-                    W[m, a] = _prox_entry(w - (sq * G[m, a] + ridge * w) / dq, lq, 1.0, positive)
+                    W[m, a] = _prox_entry(w - (sq * G[m, a] + ridge * w) / d[q, a], l1[q, a],
+                                          1.0, positive)
         at = out_ptr[q]
         for m in range(n):
             out_items[at + m] = items[m]
@@ -208,10 +126,9 @@ def rated_item_steps(indptr, indices, data, row_ptr, clients, U, Vt, biased, d, 
 
 @_jit
 def add_rows(out, rows, values, base, scale, weight):
-    """``out[rows] += weight * (values - scale * base[rows])`` (``base`` unread when
-    ``scale`` is 0): an implicit message's rated rows into an aggregate."""
+    """``out[rows] += weight * (values - scale * base[rows])`` (``scale``: one per column): an
+    implicit message's rated rows into an aggregate."""
     for m in range(rows.shape[0]):
         j = rows[m]
         for a in range(out.shape[1]):
-            v = values[m, a] if scale == 0.0 else values[m, a] - scale * base[j, a]
-            out[j, a] += weight * v
+            out[j, a] += weight * (values[m, a] - scale[a] * base[j, a])
