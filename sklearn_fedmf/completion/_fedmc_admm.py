@@ -22,9 +22,16 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import _biases
 from .._base import FederatedMFBase, squared_error_of
-from .._engine import FederatedProtocol
+from .._engine import Broadcast, FederatedProtocol
 from .._kernels import grad_cols, prox_grad_rows
 from .._prox import elastic_net_value, prox_elastic_net
+from ._fedmc_admm_groups import (
+    ImplicitFactor,
+    make_batched,
+    server_init_implicit,
+    server_update_implicit,
+    unpack_broadcast,
+)
 from ._fedmc_admm_kernels import linearized_cols, replace_and_accumulate, squared_distance
 
 __all__ = ["FedMCADMM"]
@@ -83,8 +90,15 @@ def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive, b
 
 
 def server_init_uploads(server_state, uploads, *, beta, n_clients):
-    """Store ``Z_i = W_i^0 + Y_i^0 / beta`` for every client (``W_i^0 = V^0``)."""
-    Vt = server_state["Vt"].astype(next(iter(uploads.values()))["Y"].dtype, copy=False)
+    """Store ``Z_i = W_i^0 + Y_i^0 / beta`` for every client (``W_i^0 = V^0``).
+
+    Uploads of the batched phases (:mod:`._fedmc_admm_groups`) keep their implicit form: the
+    server then holds the same sum in ``O(ratings + rounds n r)`` instead of ``O(p n r)``.
+    """
+    first = next(iter(uploads.values()))["Y"]
+    Vt = server_state["Vt"].astype(first.dtype, copy=False)
+    if isinstance(first, ImplicitFactor):
+        return server_init_implicit(Vt, uploads, beta=beta, n_clients=n_clients)
     Z = np.repeat(Vt[None], n_clients, axis=0)
     for i, upload in uploads.items():
         Z[i] += upload["Y"] / beta
@@ -159,6 +173,7 @@ def client_update(state, block, Vt, rng, selected, *, n_clients, beta, local_ite
 
     With biases ``W_i`` is the unconstrained copy of ``[V; 1; b_i]`` (only ``R(V)`` holds
     the indicator), so the W loop and the dual step are unchanged."""
+    Vt = unpack_broadcast(Vt)[0]
     X = block.X
     if biased:
         U = u_loop_biased(state["U"], state["Wt"], X, local_iter, alpha_u, l1_ratio)
@@ -183,6 +198,15 @@ def server_update(server_state, uploads, round_index, *, beta, n_clients, alpha_
     ``p`` copies) and is recomputed exactly every ``RESUM_EVERY`` rounds, which bounds the
     rounding drift. Both orders are fixed: the result does not depend on ``n_jobs``.
     """
+    if server_state.get("history") is not None:  # implicit client copies (_fedmc_admm_groups)
+        total = server_update_implicit(server_state, uploads, round_index, beta=beta,
+                                       resum_every=RESUM_EVERY)
+        Vt = _server_prox(total.astype(server_state["Vt"].dtype, copy=False), beta=beta,
+                          n_clients=n_clients, alpha_v=alpha_v, l1_ratio=l1_ratio,
+                          positive=positive, biased=biased)
+        history = server_state["history"]
+        index = history.append(Vt)
+        return dict(server_state, Vt=Vt), Broadcast(Vt, (history, index))
     Z, total = server_state["Z"], server_state.get("Z_sum")
     exact = total is None or round_index % RESUM_EVERY == 0
     for i, upload in uploads.items():
@@ -193,15 +217,23 @@ def server_update(server_state, uploads, round_index, *, beta, n_clients, alpha_
             replace_and_accumulate(Z[i], total, W, Y, beta)
     if exact:
         total = Z.sum(axis=0)
+    Vt = _server_prox(total, beta=beta, n_clients=n_clients, alpha_v=alpha_v,
+                      l1_ratio=l1_ratio, positive=positive, biased=biased)
+    return {"Vt": Vt, "Z": Z, "Z_sum": total}, Vt
+
+
+def _server_prox(total, *, beta, n_clients, alpha_v, l1_ratio, positive, biased):
+    """(P-16)'s prox at ``A = total / p``."""
     Vt = prox_elastic_net(total / n_clients, 1.0 / (n_clients * beta), alpha_v, l1_ratio,
                           positive)
     if biased:  # R(V) is separable: the fixed row's prox is the projection onto 1
         _biases.fix_item(Vt)
-    return {"Vt": Vt, "Z": Z, "Z_sum": total}, Vt
+    return Vt
 
 
 def client_metrics(state, block, Vt, *, alpha_u, l1_ratio, biased=False):
     """Additive diagnostics of one client at the global ``V`` (not its local copy)."""
+    Vt = unpack_broadcast(Vt)[0]
     U = state["U"]
     sse = squared_error_of(block.X, U, Vt)
     return {
@@ -255,6 +287,10 @@ def make_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u
         client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio,
                                biased=biased),
         combine_metrics=partial(combine_metrics, n_clients=n_clients, **reg_v),
+        batched=make_batched(n_clients=n_clients, init_scale=init_scale, dual_init=dual_init,
+                             positive=positive, biased=biased, beta=beta,
+                             local_iter=local_iter, alpha_u=alpha_u, l1_ratio=l1_ratio,
+                             w_update=w_update),
     )
 
 
