@@ -13,6 +13,7 @@ the kernels read an item's factor contiguously; uploads and the broadcast use th
 
 from __future__ import annotations
 
+import os
 from functools import partial
 from numbers import Integral, Real
 
@@ -23,6 +24,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .. import _biases
 from .._base import FederatedMFBase, squared_error_of
 from .._engine import Broadcast, FederatedProtocol
+from .._groups import ClientGroup
 from .._kernels import grad_cols, prox_grad_rows
 from .._prox import elastic_net_value, prox_elastic_net
 from ._fedmc_admm_groups import (
@@ -38,6 +40,39 @@ __all__ = ["FedMCADMM"]
 
 # floor of L_W and L_U (Algorithm 1's steps): avoids 0/0 once l1 zeroes a factor
 EPS_LIPSCHITZ = 1e-8
+
+
+def _available_memory():
+    """Bytes of memory available to this process now: psutil's estimate when installed, else
+    the kernel's ``MemAvailable``, else the physical memory (``os.sysconf``)."""
+    try:
+        import psutil
+    except ImportError:
+        pass
+    else:
+        return int(psutil.virtual_memory().available)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def state_nbytes(*, n_clients, n_items, n_factors, itemsize, grouped, nnz=0, max_iter=0):
+    """Bytes of FedMC-ADMM's item-side state, estimated before a fit.
+
+    One block per client: every client's dense ``W_i`` and ``Y_i`` and the server's ``Z_i``,
+    ``3 p n r`` numbers. Grouped clients (:mod:`._fedmc_admm_groups`): ``W_i``, ``Y_i`` and the
+    server's deviation on the rated rows (with their row indices), and the broadcast history
+    (allocated by doubling: up to twice ``max_iter + 1`` matrices of ``n r``).
+    """
+    if grouped:
+        rated = nnz * (n_factors * (2 * itemsize + 8) + 16)
+        return rated + 2 * (max_iter + 1) * n_items * n_factors * itemsize
+    return 3 * n_clients * n_items * n_factors * itemsize
 
 
 AUTO_BETA = 0.3  # beta="auto" = AUTO_BETA * initial_curvature(...), measured (bench_beta.py)
@@ -532,6 +567,36 @@ class FedMCADMM(FederatedMFBase):
             alpha_v=self.alpha_v, l1_ratio=self.l1_ratio, positive=self.positive,
             w_update=self.w_update, init_scale=self.init_scale, dual_init=self.dual_init,
             biased=self.biased,
+        )
+
+    def _run(self, protocol, blocks, ctx):
+        if not ctx.warm:
+            self._check_memory(blocks, ctx)
+        return super()._run(protocol, blocks, ctx)
+
+    def _check_memory(self, blocks, ctx):
+        """Raise before the first round when the clients' and the server's item-side state
+        would not fit in the available memory (Algorithm 1 keeps ``O(p n r)`` of it)."""
+        grouped = bool(blocks) and isinstance(blocks[0], ClientGroup)
+        r = _biases.n_factors(self.n_components, self.biased)
+        itemsize = ctx.X.dtype.itemsize
+        need = state_nbytes(n_clients=ctx.n_clients, n_items=ctx.n_features, n_factors=r,
+                            itemsize=itemsize, grouped=grouped, nnz=ctx.X.nnz,
+                            max_iter=self.max_iter)
+        available = _available_memory()
+        if need <= available:
+            return
+        what = (f"the rated rows of each client's W_i, Y_i and the server's sum ({ctx.X.nnz} "
+                f"ratings x {r} factors) and {self.max_iter + 1} broadcasts of {ctx.n_features}"
+                f" x {r}" if grouped else
+                f"the server's Z_i and every client's W_i and Y_i: 3 x {ctx.n_clients} "
+                f"clients x {ctx.n_features} items x {r} factors x {itemsize} bytes")
+        raise MemoryError(
+            f"FedMCADMM needs about {need / 2**30:.2f} GiB ({need} bytes) for {what}, but "
+            f"{available / 2**30:.2f} GiB are available. Use fewer clients (n_clients or "
+            "fewer distinct labels in clients), a lower n_components, float32 X (half the "
+            "bytes), or fewer rounds; a fit with many clients runs them in groups that hold "
+            "this state implicitly (see the user guide, Scaling out)."
         )
 
     def _collect(self, state, blocks, ctx):
