@@ -211,16 +211,21 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
                  coef, h_ptr, gs["U"], Vt, history.H, history.G, kk, n_clients, beta,
                  local_iter, alpha_u, l1_ratio, positive, biased, w_update == "exact",
                  EPS_LIPSCHITZ, U_out, W_out, Y_out, coef_out)
+    # each client's coefficients: its old entries, then broadcast kk (one vectorized pass)
+    hist_out = np.empty(coef_out.shape[0], dtype=np.int64)
+    new_at = h_ptr[1:] + np.arange(act.size)
+    hist_out[np.setdiff1d(np.arange(hist_out.size), new_at, assume_unique=True)] = hist
+    hist_out[new_at] = kk
     state = dict(gs, U=U_out, history=history)
     for key in ("W", "Y", "hist", "coef"):
         state[key] = list(gs[key])
     shape = Vt.shape
     uploads = {}
+    Ws, Ys = np.split(W_out, e_ptr[1:-1]), np.split(Y_out, e_ptr[1:-1])
+    bounds = (h_ptr + np.arange(act.size + 1)).tolist()
     for a, i in enumerate(act.tolist()):
-        e0, e1 = e_ptr[a], e_ptr[a + 1]
-        Wi, Yi = W_out[e0:e1].copy(), Y_out[e0:e1].copy()
-        hi = np.append(gs["hist"][i], kk)
-        ci = coef_out[h_ptr[a] + a:h_ptr[a + 1] + a + 1].copy()
+        Wi, Yi = Ws[a].copy(), Ys[a].copy()  # own arrays: a round's block is not kept alive
+        hi, ci = hist_out[bounds[a]:bounds[a + 1]], coef_out[bounds[a]:bounds[a + 1]]
         state["W"][i], state["Y"][i], state["hist"][i], state["coef"][i] = Wi, Yi, hi, ci
         if selected[i]:
             Ei = gs["E"][i]
@@ -314,47 +319,58 @@ def make_batched(*, n_clients, init_scale, dual_init, positive, biased, beta, lo
 
 
 # ---- the server's side ---------------------------------------------------------------------
-def _z_parts(upload, beta, n_items):
-    """``Z_i = W_i + Y_i / beta`` of one upload as ``(rows, Z rows, hist, coef)``: implicit
-    messages keep their form, a dense one (a client run alone) is explicit everywhere."""
-    W, Y = upload["W"], upload["Y"]
-    if isinstance(W, ImplicitFactor):
-        return W.rows, W.values + Y.values / beta, W.hist, W.coef + Y.coef / beta
-    Z = np.asarray(W) + np.asarray(Y) / beta
-    return np.arange(n_items, dtype=np.int64), Z, np.zeros(0, np.int64), np.zeros(0)
+def _dense_parts(upload, n_items):
+    """A dense upload (a client run alone) as an implicit one explicit on every row."""
+    hist = np.zeros(0, np.int64)
+    return tuple(ImplicitFactor(np.arange(n_items, dtype=np.int64), np.asarray(upload[key]),
+                                hist, np.zeros(0), None, (n_items, upload[key].shape[1]))
+                 for key in ("W", "Y"))
 
 
-def _store(server_state, clients, parts):
-    """Replace the clients' terms of the server's sum; returns nothing (in place)."""
+def _store(server_state, clients, W, Y, beta):
+    """Replace the clients' terms ``Z_i = W_i + Y_i / beta`` of the server's sum (messages
+    ``W``, ``Y`` in client order); returns them concatenated as ``(rows, D, hist, coef)``
+    with ``D`` the explicit rows' deviations from the implicit combination."""
+    everyone = range(len(clients))
+    rows, e_ptr = _gather([w.rows for w in W], everyone)
+    Z = (_gather([w.values for w in W], everyone)[0]
+         + _gather([y.values for y in Y], everyone)[0] / beta)
+    hist, h_ptr = _gather([w.hist for w in W], everyone)
+    coef = (_gather([w.coef for w in W], everyone)[0]
+            + _gather([y.coef for y in Y], everyone)[0] / beta)
+    return _store_concatenated(server_state, clients, rows, e_ptr, Z, hist, h_ptr, coef)
+
+
+def _store_concatenated(server_state, clients, rows, e_ptr, Z, hist, h_ptr, coef):
     history, store = server_state["history"], server_state["store"]
-    rows, e_ptr = _gather([p[0] for p in parts], range(len(parts)))
-    Z, _ = _gather([p[1] for p in parts], range(len(parts)))
-    hist, h_ptr = _gather([p[2] for p in parts], range(len(parts)))
-    coef, _ = _gather([p[3] for p in parts], range(len(parts)))
     D = np.empty(Z.shape)
     implicit_deviation(rows, e_ptr, Z, hist, coef, h_ptr, history.H, D)
+    e_ptr, h_ptr = e_ptr.tolist(), h_ptr.tolist()
     for a, c in enumerate(clients):
-        store[c] = (rows[e_ptr[a]:e_ptr[a + 1]], D[e_ptr[a]:e_ptr[a + 1]],
-                    hist[h_ptr[a]:h_ptr[a + 1]], coef[h_ptr[a]:h_ptr[a + 1]])
+        e0, e1, q0, q1 = e_ptr[a], e_ptr[a + 1], h_ptr[a], h_ptr[a + 1]
+        store[c] = (rows[e0:e1], D[e0:e1], hist[q0:q1], coef[q0:q1])
     return rows, D, hist, coef
+
+
+def _set_sum(server_state, rows, D, hist, coef):
+    """The server's sum from all clients' terms (given concatenated): exact."""
+    history = server_state["history"]
+    R = np.zeros(history.H.shape[1:])
+    scatter_rows(R, rows, D, 1.0)
+    server_state["R"] = R
+    server_state["C"] = np.bincount(hist, weights=coef, minlength=history.m)
+    server_state["since_exact"] = 0
 
 
 def _resum(server_state):
     """The server's sum from every client's stored term, exactly (bounds the drift)."""
-    store, history = server_state["store"], server_state["history"]
-    R = np.zeros(history.H.shape[1:])
-    rows = np.concatenate([s[0] for s in store])
-    scatter_rows(R, rows, np.concatenate([s[1] for s in store]), 1.0)
-    C = np.bincount(np.concatenate([s[2] for s in store]),
-                    weights=np.concatenate([s[3] for s in store]), minlength=history.m)
-    server_state["R"], server_state["C"] = R, C
+    store = server_state["store"]
+    _set_sum(server_state, *(np.concatenate([s[f] for s in store]) for f in range(4)))
 
 
 def _total(server_state):
     history, C = server_state["history"], server_state["C"]
     m = history.m
-    C = np.concatenate([C, np.zeros(m - C.size)]) if C.size < m else C
-    server_state["C"] = C
     return server_state["R"] + np.tensordot(C[:m], history.H[:m], axes=1)
 
 
@@ -363,38 +379,45 @@ def server_init_implicit(Vt, uploads, *, beta, n_clients):
     every client as rows and a coefficient, and the broadcast ``V^0`` with the history."""
     history = FactorHistory(Vt)
     server_state = {"Vt": Vt, "Z": None, "history": history, "store": [None] * n_clients}
-    zero = np.zeros(1, np.int64)
-    one = np.ones(1)
     clients = sorted(uploads)
-    parts = []
-    for c in clients:
-        Y = uploads[c]["Y"]
-        parts.append((Y.rows, Vt[Y.rows] + Y.values / beta, zero, one))
-    _store(server_state, clients, parts)
-    _resum(server_state)
+    Y = [uploads[c]["Y"] for c in clients]  # 0 off the rated rows, W_i^0 = V^0 everywhere
+    rows, e_ptr = _gather([y.rows for y in Y], range(len(Y)))
+    Z = Vt[rows] + _gather([y.values for y in Y], range(len(Y)))[0] / beta
+    h_ptr = np.arange(len(Y) + 1, dtype=np.int64)
+    _set_sum(server_state, *_store_concatenated(
+        server_state, clients, rows, e_ptr, Z, np.zeros(len(Y), np.int64), h_ptr,
+        np.ones(len(Y))))
     return server_state, Broadcast(Vt, (history, 0))
 
 
 def server_update_implicit(server_state, uploads, round_index, *, beta, resum_every):
     """The sum of (P-16) over all clients, replacing the terms of the clients that sent
     ``uploads`` (their rated rows and coefficients: ``O(ratings)``), exact every
-    ``resum_every`` rounds. Returns the new state and ``A = (1/p) sum_i Z_i`` times ``p``."""
+    ``resum_every`` rounds. Returns ``sum_i Z_i``."""
     n_items = server_state["history"].H.shape[1]
     clients = list(uploads)
     if clients:
         store = server_state["store"]
         old = [store[c] for c in clients]
-        parts = [_z_parts(uploads[c], beta, n_items) for c in clients]
-        rows, D, hist, coef = _store(server_state, clients, parts)
-    if round_index % resum_every == 0:
+        W, Y = [], []
+        for c in clients:
+            w, y = uploads[c]["W"], uploads[c]["Y"]
+            if not isinstance(w, ImplicitFactor):
+                w, y = _dense_parts(uploads[c], n_items)
+            W.append(w)
+            Y.append(y)
+        rows, D, hist, coef = _store(server_state, clients, W, Y, beta)
+    server_state["since_exact"] += 1
+    if server_state["since_exact"] >= resum_every:
         _resum(server_state)
     elif clients:
-        R, C = server_state["R"], server_state["C"]
-        old_rows = np.concatenate([o[0] for o in old])
-        scatter_rows(R, old_rows, np.concatenate([o[1] for o in old]), -1.0)
+        R = server_state["R"]
+        scatter_rows(R, np.concatenate([o[0] for o in old]),
+                     np.concatenate([o[1] for o in old]), -1.0)
         scatter_rows(R, rows, D, 1.0)
         m = server_state["history"].m
-        C = np.concatenate([C, np.zeros(m - C.size)]) if C.size < m else C
+        C = server_state["C"]
+        C = np.concatenate([C, np.zeros(m - C.size)]) if C.size < m else C.copy()
         np.subtract.at(C, np.concatenate([o[2] for o in old]),
                        np.concatenate([o[3] for o in old]))
         np.add.at(C, hist, coef)

@@ -251,14 +251,59 @@ def _implicit_gram(Wc, E, hist, coef, H, G, out):
         for q2 in range(hist.size):
             c = coef[q] * coef[q2]
             for a in range(r):
-                for b in range(r):
+                for b in range(a, r):
                     out[a, b] += c * G[hist[q], hist[q2], a, b]
-    B = np.empty((E.size, r))
-    _combined_rows(E, hist, coef, H, B)
+    B = np.zeros(r)
     for e in range(E.size):
+        j = E[e]
         for a in range(r):
-            for b in range(r):
-                out[a, b] += Wc[e, a] * Wc[e, b] - B[e, a] * B[e, b]
+            acc = 0.0
+            for q in range(hist.size):
+                acc += coef[q] * H[hist[q], j, a]
+            B[a] = acc
+        for a in range(r):
+            for b in range(a, r):
+                out[a, b] += Wc[e, a] * Wc[e, b] - B[a] * B[b]
+    for a in range(r):
+        for b in range(a):
+            out[a, b] = out[b, a]
+
+
+@_jit
+def _one_rater_cols(u, lc, dat, Wc, target, L, beta, n_clients, n_steps, out):
+    """:func:`linearized_cols` for a client of one row ``u`` (a column has 0 or 1 rating:
+    ``dat[s]`` at column ``lc[s]``), with the same arithmetic as its ``k = 0`` and ``k = 1``
+    cases, without its packing (one user per client: the common case)."""
+    r, k = u.size, Wc.shape[0]
+    keep = L / (L + beta)
+    inv_denom = 1.0 / (L + beta)
+    gamma = inv_denom * (1.0 / n_clients)
+    pow_last, sigma_last = 1.0, 0.0
+    for _ in range(n_steps):
+        pow_last, sigma_last = keep * pow_last, keep * sigma_last + 1.0
+    c_last = sigma_last * inv_denom
+    for e in range(k):
+        for a in range(r):
+            out[e, a] = pow_last * Wc[e, a] + c_last * target[e, a]
+    K = 0.0
+    for a in range(r):
+        K += u[a] * u[a]
+    A = -gamma * K + keep
+    for s in range(lc.size):
+        e, x = lc[s], dat[s]
+        S, tq = 0.0, 0.0
+        for a in range(r):
+            S += u[a] * Wc[e, a]
+            tq += u[a] * target[e, a]
+        D = tq * inv_denom + gamma * (K * x)
+        acc = 0.0
+        for _ in range(n_steps):
+            T = D + A * S
+            acc = keep * acc + S
+            S = T
+        c = gamma * (sigma_last * x - acc)
+        for a in range(r):
+            out[e, a] += c * u[a]
 
 
 @_jit
@@ -357,6 +402,9 @@ def group_update(indptr, data, row_ptr, clients, loc, loc_ptr, E, e_ptr, W, Y, h
                 w = np.linalg.solve(g, x)
                 for b in range(r):
                     Wn[e, b] = w[b]
+        elif m == 1:
+            _one_rater_cols(Uc[0], lc, data[s0:s1], Wc, target, L, beta, n_clients, n_steps,
+                            Wn)
         else:
             xt_ptr = np.zeros(k + 1, np.int64)
             for s in range(s1 - s0):
@@ -440,13 +488,16 @@ def implicit_consensus(E, e_ptr, W, hist, coef, h_ptr, V, H, G, kk):
 def implicit_deviation(E, e_ptr, Z, hist, coef, h_ptr, H, out):
     """``out = Z - (sum_q coef[q] H[hist[q]])[E]`` per client: how the explicit rows of a
     client's ``Z_i`` differ from its implicit combination (the server's sum keeps those)."""
+    r = out.shape[1]
     for a in range(e_ptr.size - 1):
-        e0, e1 = e_ptr[a], e_ptr[a + 1]
         q0, q1 = h_ptr[a], h_ptr[a + 1]
-        _combined_rows(E[e0:e1], hist[q0:q1], coef[q0:q1], H, out[e0:e1])
-        for e in range(e0, e1):
-            for b in range(out.shape[1]):
-                out[e, b] = Z[e, b] - out[e, b]
+        for e in range(e_ptr[a], e_ptr[a + 1]):
+            j = E[e]
+            for b in range(r):
+                acc = Z[e, b]
+                for q in range(q0, q1):
+                    acc -= coef[q] * H[hist[q], j, b]
+                out[e, b] = acc
 
 
 @_jit
