@@ -10,9 +10,12 @@ the Netflix shape (~50 s and ~1.5 GB to generate) is built once.
     python benchmarks/run_all.py --shapes ml1m                 # ML-1M shape, every method
     python benchmarks/run_all.py --shapes netflix --methods FedMCADMM --rounds 100
     python benchmarks/run_all.py --shapes netflix --methods FedMCADMM --float32
+    python benchmarks/run_all.py --shapes ml1m --clients 100,per-user --rounds 20
 
 Workload (the papers'): 100 clients, 10 sampled per round, N = 10 local steps, rank 5 on the
 ML-1M shape and 13 on the Netflix shape, ``random_state=0``; the fit uses all ratings.
+``--clients per-user`` is the cross-device layout: one client per user (row), 10% of them
+per round on the ML-1M shape and 1% on the Netflix shape.
 """
 
 import argparse
@@ -37,6 +40,7 @@ METHODS = {
     "RFRec": (dict(optimizer="adam"), None),  # one local step per round; plain GD diverges
     "Felb": (dict(sync_every=10, binarize=3.5), "sync_every"),  # Boolean: ratings >= 4
 }
+PER_USER_FRACTION = {"ml1m": 0.1, "netflix": 0.01}  # clients per round, one client per user
 DENSE_ONLY = {"Felb"}  # Boolean factorization of the full matrix: not at the Netflix shape
 
 
@@ -87,7 +91,8 @@ def thread_capacity(n_threads=2, n=30_000_000):
     return one / (time.perf_counter() - tic)
 
 
-def run_one(method, shape_name, n_jobs, rounds, quick, cache_dir, float32=False):
+def run_one(method, shape_name, n_jobs, rounds, quick, cache_dir, float32=False,
+            clients="100"):
     """Fit one configuration in this process; return its figures."""
     import sklearn_fedmf
 
@@ -99,8 +104,14 @@ def run_one(method, shape_name, n_jobs, rounds, quick, cache_dir, float32=False)
     names = estimator.get_params()
     params = dict(n_components=RANK[shape_name], n_clients=100, random_state=0, n_jobs=n_jobs,
                   **settings)
+    fit_params = {}
+    if clients == "per-user":
+        fit_params["clients"] = np.arange(X.shape[0])
+        per_round = PER_USER_FRACTION[shape_name]
+    else:
+        per_round = 10
     if "clients_per_round" in names:
-        params.update(clients_per_round=10, max_iter=rounds,
+        params.update(clients_per_round=per_round, max_iter=rounds,
                       eval_every=EVAL_EVERY[shape_name])
     else:  # Felb: every client works in every round
         params.update(max_iter=rounds)
@@ -111,7 +122,7 @@ def run_one(method, shape_name, n_jobs, rounds, quick, cache_dir, float32=False)
 
     capacity = thread_capacity()
     tic, cpu = time.perf_counter(), time.process_time()
-    estimator.fit(X)
+    estimator.fit(X, **fit_params)
     fit_seconds, cpu_seconds = time.perf_counter() - tic, time.process_time() - cpu
     capacity = (capacity + thread_capacity()) / 2
 
@@ -129,6 +140,7 @@ def run_one(method, shape_name, n_jobs, rounds, quick, cache_dir, float32=False)
         estimator.components_.dtype == np.float32
     return {
         "method": method + (" f32" if in_float32 else ""), "shape": shape_name,
+        "clients": clients, "n_clients": int(estimator.n_clients_),
         "n_jobs": n_jobs, "rounds": len(history),
         "nnz": int(X.nnz), "fit_seconds": fit_seconds, "cpu_seconds": cpu_seconds,
         "round_seconds": round_seconds, "load": os.getloadavg()[0], "capacity": capacity,
@@ -137,17 +149,19 @@ def run_one(method, shape_name, n_jobs, rounds, quick, cache_dir, float32=False)
     }
 
 
-def run_in_subprocess(method, shape_name, n_jobs, rounds, quick, cache_dir, float32=False):
+def run_in_subprocess(method, shape_name, n_jobs, rounds, quick, cache_dir, float32=False,
+                      clients="100"):
     """Run one configuration in a fresh Python; add its peak RSS (the child's own rusage)."""
     spec = json.dumps(dict(method=method, shape_name=shape_name, n_jobs=n_jobs, rounds=rounds,
-                           quick=quick, cache_dir=str(cache_dir), float32=float32))
+                           quick=quick, cache_dir=str(cache_dir), float32=float32,
+                           clients=clients))
     child = subprocess.Popen([sys.executable, __file__, "--worker", spec],
                              stdout=subprocess.PIPE, text=True)
     out = child.stdout.read()
     _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
-        return {"method": method, "shape": shape_name, "n_jobs": n_jobs,
+        return {"method": method, "shape": shape_name, "n_jobs": n_jobs, "clients": clients,
                 "error": f"exit code {child.returncode}"}
     result = json.loads(out.strip().splitlines()[-1])
     scale = 2**30 if sys.platform == "darwin" else 2**20  # ru_maxrss: bytes on macOS, KiB
@@ -156,8 +170,10 @@ def run_in_subprocess(method, shape_name, n_jobs, rounds, quick, cache_dir, floa
 
 
 def print_table(rows, rounds):
-    print(f"Round cost per estimator; {rounds} rounds of 10 of 100 clients, N = 10 local steps, "
-          "rank 5 (ML-1M shape) / 13 (Netflix shape), the whole matrix as training data.")
+    print(f"Round cost per estimator; {rounds} rounds, N = 10 local steps, rank 5 (ML-1M shape) "
+          "/ 13 (Netflix shape), the whole matrix as training data. clients: 100 (10 per round) "
+          "or one per user (10% per round on ML-1M, 1% on Netflix); x100: s/round against the "
+          "100-client row of the same method, shape and n_jobs.")
     print("s/round: median wall time of a round without the evaluation (objective and RMSE are "
           f"evaluated every {EVAL_EVERY['ml1m']} rounds on ML-1M, every "
           f"{EVAL_EVERY['netflix']} on Netflix, and at the last round).")
@@ -168,17 +184,23 @@ def print_table(rows, rounds):
           "average at the end of the fit (other processes share the cores); 2-thr: how much "
           "faster 2 threads ran a perfectly parallel loop than 1 just before and after the fit "
           "(2.0 on idle cores): the ceiling of any n_jobs=2 speed-up at that time.")
-    head = (f"{'method':<15}{'shape':<9}{'ratings':>12}{'n_jobs':>7}{'rounds':>7}{'fit s':>9}"
-            f"{'CPU s':>9}{'s/round':>10}{'ratings x steps/s':>19}{'peak RSS GB':>13}"
-            f"{'final':>9}{'load':>6}{'2-thr':>7}")
+    head = (f"{'method':<15}{'shape':<9}{'clients':>9}{'ratings':>12}{'n_jobs':>7}{'rounds':>7}"
+            f"{'fit s':>9}{'CPU s':>9}{'s/round':>10}{'x100':>6}{'ratings x steps/s':>19}"
+            f"{'peak RSS GB':>13}{'final':>9}{'load':>6}{'2-thr':>7}")
+    base = {(r["method"], r["shape"], r["n_jobs"]): r["round_seconds"] for r in rows
+            if r.get("clients") == "100" and "error" not in r}
     print(head)
     print("-" * len(head))
     for r in rows:
         if "error" in r:
-            print(f"{r['method']:<15}{r['shape']:<9}{'':>12}{r['n_jobs']:>7}  {r['error']}")
+            print(f"{r['method']:<15}{r['shape']:<9}{r['clients']:>9}{'':>12}{r['n_jobs']:>7}  "
+                  f"{r['error']}")
             continue
-        print(f"{r['method']:<15}{r['shape']:<9}{r['nnz']:>12,}{r['n_jobs']:>7}{r['rounds']:>7}"
-              f"{r['fit_seconds']:>9.1f}{r['cpu_seconds']:>9.1f}{r['round_seconds']:>10.4f}"
+        ref = base.get((r["method"], r["shape"], r["n_jobs"]))
+        ratio = f"{r['round_seconds'] / ref:>6.2f}" if ref else f"{'':>6}"
+        print(f"{r['method']:<15}{r['shape']:<9}{r['n_clients']:>9,}{r['nnz']:>12,}"
+              f"{r['n_jobs']:>7}{r['rounds']:>7}{r['fit_seconds']:>9.2f}{r['cpu_seconds']:>9.1f}"
+              f"{r['round_seconds']:>10.4f}{ratio}"
               f"{r['throughput']:>19.3g}{r['peak_gb']:>13.2f}{r['final']:>9.4f}"
               f"{r['load']:>6.1f}{r['capacity']:>7.2f}")
 
@@ -194,6 +216,9 @@ def main(argv=None):
         "XDG_CACHE_HOME", Path.home() / ".cache")) / "sklearn_fedmf" / "benchmarks")
     parser.add_argument("--float32", action="store_true",
                         help="fit float32 data (FedMCADMM then runs in float32)")
+    parser.add_argument("--clients", default="100",
+                        help="comma list of 100 (the papers' 100 clients) and per-user "
+                             "(one client per row)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -218,10 +243,18 @@ def main(argv=None):
                 print(f"# {method}: Boolean factorization, skipped at the Netflix shape",
                       file=sys.stderr)
                 continue
-            for n_jobs in (int(n) for n in args.n_jobs.split(",")):
-                rows.append(run_in_subprocess(method, shape_name, n_jobs, rounds, args.quick,
-                                              args.cache_dir, args.float32))
-                print(f"# done: {rows[-1]}", file=sys.stderr, flush=True)
+            for clients in args.clients.split(","):
+                if clients not in ("100", "per-user"):
+                    parser.error(f"unknown --clients {clients!r}; choose 100 or per-user")
+                if clients == "per-user" and method in DENSE_ONLY:
+                    print(f"# {method}: every client works every round, no per-user rows",
+                          file=sys.stderr)
+                    continue
+                for n_jobs in (int(n) for n in args.n_jobs.split(",")):
+                    rows.append(run_in_subprocess(method, shape_name, n_jobs, rounds,
+                                                  args.quick, args.cache_dir, args.float32,
+                                                  clients))
+                    print(f"# done: {rows[-1]}", file=sys.stderr, flush=True)
     print_table(rows, rounds)
 
 
