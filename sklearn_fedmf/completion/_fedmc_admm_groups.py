@@ -26,6 +26,8 @@ these phases give the per-client functions' states, messages and fits.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from .. import _biases
@@ -186,12 +188,10 @@ def _gather(lists, index):
 
 
 def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, beta, local_iter,
-                 alpha_u, l1_ratio, positive, w_update, biased):
+                 alpha_u, l1_ratio, positive, w_update, biased, eps):
     """Batched ``client_update``: one compiled call for the group's active clients
     (:func:`~._fedmc_admm_kernels.group_update`); uploads ``(W_i, Y_i)`` as
-    :class:`ImplicitFactor`."""
-    from ._fedmc_admm import EPS_LIPSCHITZ
-
+    :class:`ImplicitFactor` (``eps``: the floor of ``L_W`` and ``L_U``)."""
     Vt, history, kk = unpack_broadcast(broadcast)
     if history is None:
         raise ValueError("The batched FedMC-ADMM phases need the server's broadcast history "
@@ -210,7 +210,7 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     group_update(X.indptr, X.data, group.row_ptr, act, loc, loc_ptr, E, e_ptr, W, Y, hist,
                  coef, h_ptr, gs["U"], Vt, history.H, history.G, kk, n_clients, beta,
                  local_iter, alpha_u, l1_ratio, positive, biased, w_update == "exact",
-                 EPS_LIPSCHITZ, U_out, W_out, Y_out, coef_out)
+                 eps, U_out, W_out, Y_out, coef_out)
     # each client's coefficients: its old entries, then broadcast kk (one vectorized pass)
     hist_out = np.empty(coef_out.shape[0], dtype=np.int64)
     new_at = h_ptr[1:] + np.arange(act.size)
@@ -301,16 +301,14 @@ def with_states(gs, group, states):
 
 
 def make_batched(*, n_clients, init_scale, dual_init, positive, biased, beta, local_iter,
-                 alpha_u, l1_ratio, w_update):
+                 alpha_u, l1_ratio, w_update, eps):
     """The :class:`~sklearn_fedmf._groups.BatchedPhases` of FedMC-ADMM."""
-    from functools import partial
-
     return BatchedPhases(
         init_client=partial(init_group, n_clients=n_clients, init_scale=init_scale,
                             dual_init=dual_init, positive=positive, biased=biased),
         client_update=partial(update_group, n_clients=n_clients, beta=beta,
                               local_iter=local_iter, alpha_u=alpha_u, l1_ratio=l1_ratio,
-                              positive=positive, w_update=w_update, biased=biased),
+                              positive=positive, w_update=w_update, biased=biased, eps=eps),
         client_metrics=partial(metrics_group, alpha_u=alpha_u, l1_ratio=l1_ratio,
                                biased=biased),
         client_state=state_of,
@@ -371,6 +369,8 @@ def _resum(server_state):
 def _total(server_state):
     history, C = server_state["history"], server_state["C"]
     m = history.m
+    C = np.concatenate([C, np.zeros(m - C.size)]) if C.size < m else C
+    server_state["C"] = C
     return server_state["R"] + np.tensordot(C[:m], history.H[:m], axes=1)
 
 
@@ -417,7 +417,7 @@ def server_update_implicit(server_state, uploads, round_index, *, beta, resum_ev
         scatter_rows(R, rows, D, 1.0)
         m = server_state["history"].m
         C = server_state["C"]
-        C = np.concatenate([C, np.zeros(m - C.size)]) if C.size < m else C.copy()
+        C = np.concatenate([C, np.zeros(m - C.size)]) if C.size < m else C
         np.subtract.at(C, np.concatenate([o[2] for o in old]),
                        np.concatenate([o[3] for o in old]))
         np.add.at(C, hist, coef)
