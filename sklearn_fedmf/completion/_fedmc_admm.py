@@ -591,12 +591,15 @@ class FedMCADMM(FederatedMFBase):
     def _check_memory(self, blocks, ctx):
         """Raise before the first round when the clients' and the server's item-side state
         would not fit in the available memory (Algorithm 1 keeps ``O(p n r)`` of it)."""
-        grouped = bool(blocks) and isinstance(blocks[0], ClientGroup)
+        local = isinstance(blocks, list)  # else a transport: the clients hold W_i, Y_i
+        grouped = local and bool(blocks) and isinstance(blocks[0], ClientGroup)
         r = _biases.n_factors(self.n_components, self.biased)
         itemsize = ctx.X.dtype.itemsize
         need = state_nbytes(n_clients=ctx.n_clients, n_items=ctx.n_features, n_factors=r,
                             itemsize=itemsize, grouped=grouped, nnz=ctx.X.nnz,
                             max_iter=self.max_iter)
+        if not local:  # only the server's Z_i in this process
+            need //= 3
         available = _available_memory()
         if need <= available:
             return
