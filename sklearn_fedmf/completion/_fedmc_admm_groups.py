@@ -73,7 +73,7 @@ class FactorHistory:
             G[:m, :m] = self.G[:m, :m]
             self.H, self.G = H, G
         self.H[m] = Vt
-        cross = np.einsum("ja,tjb->tab", self.H[m], self.H[:m + 1], dtype=np.float64)
+        cross = np.matmul(self.H[m].T[None], self.H[:m + 1]).astype(np.float64, copy=False)
         self.G[m, :m + 1] = cross
         self.G[:m + 1, m] = cross.transpose(0, 2, 1)
         self.m = m + 1
@@ -223,11 +223,11 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     uploads = {}
     Ws, Ys = np.split(W_out, e_ptr[1:-1]), np.split(Y_out, e_ptr[1:-1])
     bounds = (h_ptr + np.arange(act.size + 1)).tolist()
-    for a, i in enumerate(act.tolist()):
+    for a, (i, sends) in enumerate(zip(act.tolist(), selected[act].tolist())):
         Wi, Yi = Ws[a].copy(), Ys[a].copy()  # own arrays: a round's block is not kept alive
         hi, ci = hist_out[bounds[a]:bounds[a + 1]], coef_out[bounds[a]:bounds[a + 1]]
         state["W"][i], state["Y"][i], state["hist"][i], state["coef"][i] = Wi, Yi, hi, ci
-        if selected[i]:
+        if sends:
             Ei = gs["E"][i]
             uploads[group.start + i] = {
                 "W": ImplicitFactor(Ei, Wi, hi, ci[:, 0], history, shape),
@@ -371,7 +371,8 @@ def _total(server_state):
     m = history.m
     C = np.concatenate([C, np.zeros(m - C.size)]) if C.size < m else C
     server_state["C"] = C
-    return server_state["R"] + np.tensordot(C[:m], history.H[:m], axes=1)
+    n, r = history.H.shape[1:]
+    return server_state["R"] + (C[:m] @ history.H[:m].reshape(m, n * r)).reshape(n, r)
 
 
 def server_init_implicit(Vt, uploads, *, beta, n_clients):
