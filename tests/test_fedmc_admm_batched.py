@@ -83,6 +83,19 @@ def test_grouped_federation_equals_per_client(biased, w_update):
                                 [seen_got[k][c]["W"], seen_got[k][c]["Y"]])
 
 
+def test_grouped_federation_zero_duals_l1_nonnegative():
+    X, codes = ratings(3)
+    X.data = np.abs(X.data)
+    proto = protocol(False, "linearized", dual_init="zeros", positive=True, l1_ratio=0.5)
+    ref = fit(proto, split_clients(X, codes, N_CLIENTS))
+    got = fit(proto, GroupedTransport(make_groups(X, codes, N_CLIENTS, n_groups=4)))
+    np.testing.assert_allclose(got.server_state["Vt"], ref.server_state["Vt"], rtol=1e-12,
+                               atol=1e-14)
+    for key in ("U", "Wt", "Yt"):
+        assert_family_close([s[key] for s in ref.client_states],
+                            [s[key] for s in got.client_states])
+
+
 def test_batched_update_equals_per_client_function_and_keeps_its_input():
     X, codes = ratings(1)
     proto = protocol(True, "linearized")

@@ -169,6 +169,8 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
         grad = np.stack([np.bincount(at, resid * U[rows, a], minlength=e_ptr[-1])
                          for a in range(r)], axis=1).astype(dtype, copy=False)
         Y = np.split(grad / -n_clients, e_ptr[1:-1])
+    else:
+        Y = [np.zeros((e.size, r), dtype=dtype) for e in E]
     state = {"U": U, "E": E, "loc": loc, "W": [Vt[e] for e in E], "Y": Y,
              "hist": [np.zeros(1, np.int64)] * group.n_clients,
              "coef": [np.array([[1.0, 0.0]])] * group.n_clients, "V0": Vt, "history": None}
