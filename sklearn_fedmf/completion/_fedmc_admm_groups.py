@@ -223,10 +223,11 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
         state[key] = list(gs[key])
     shape = Vt.shape
     uploads = {}
-    Ws, Ys = np.split(W_out, e_ptr[1:-1]), np.split(Y_out, e_ptr[1:-1])
+    rows = e_ptr.tolist()
     bounds = (h_ptr + np.arange(act.size + 1)).tolist()
     for a, (i, sends) in enumerate(zip(act.tolist(), selected[act].tolist())):
-        Wi, Yi = Ws[a].copy(), Ys[a].copy()  # own arrays: a round's block is not kept alive
+        e0, e1 = rows[a], rows[a + 1]
+        Wi, Yi = W_out[e0:e1].copy(), Y_out[e0:e1].copy()  # a round's block is not kept alive
         hi, ci = hist_out[bounds[a]:bounds[a + 1]], coef_out[bounds[a]:bounds[a + 1]]
         state["W"][i], state["Y"][i], state["hist"][i], state["coef"][i] = Wi, Yi, hi, ci
         if sends:
