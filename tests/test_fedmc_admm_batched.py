@@ -197,3 +197,13 @@ def test_memory_error_before_the_fit_names_the_bytes(monkeypatch, min_clients):
     # the dense state grows with the clients: 3 p n r numbers
     assert _fedmc_admm.state_nbytes(n_clients=6040, n_items=3706, n_factors=7, itemsize=8,
                                     grouped=False) == 3 * 6040 * 3706 * 7 * 8
+
+
+def test_weighted_regularization_runs_one_block_per_client(monkeypatch):
+    # its per-row strengths are not in the batched phases: the fit keeps the per-client path
+    assert protocol(True, "linearized", weighted=True).batched is None
+    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1)
+    X, _ = ratings()
+    model = FedMCADMM(n_components=2, max_iter=2, regularization="weighted", random_state=0,
+                      eval_every=0).fit(X, clients=np.arange(N_ROWS))
+    assert not isinstance(model._federation.client_states, GroupStates)
