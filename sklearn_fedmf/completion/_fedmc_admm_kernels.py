@@ -18,7 +18,7 @@ from .._kernels import (
     _reduce,
     _row_gradient,
     _row_gram,
-    prox_grad_rows,
+    _prox_grad_rows,
 )
 
 __all__ = ["linearized_cols", "squared_distance", "replace_and_accumulate", "group_update",
@@ -360,15 +360,17 @@ def group_update(indptr, data, row_ptr, clients, loc, loc_ptr, E, e_ptr, W, Y, h
                 dat[s] -= Wc[lc[s], r - 1]
             Uf = np.ascontiguousarray(U[r0:r1, :r - 1])
             outf = np.empty_like(Uf)
-            prox_grad_rows(ip, lc, dat, Uf, np.ascontiguousarray(Wc[:, :r - 1]), L_W, n_steps,
-                           l1, shrink, False, 0.0, outf)
+            _prox_grad_rows(ip, lc, dat, Uf, np.ascontiguousarray(Wc[:, :r - 1]),
+                            np.full(Uf.shape, L_W), n_steps, np.full(Uf.shape, l1),
+                            np.full(m, shrink), False, np.zeros(m), outf)
             for t in range(m):
                 for b in range(r - 1):
                     U_out[r0 + t, b] = outf[t, b]
                 U_out[r0 + t, r - 1] = 1.0
         else:
-            prox_grad_rows(ip, lc, data[s0:s1], U[r0:r1], Wc, L_W, n_steps, l1, shrink,
-                           positive, 0.0, U_out[r0:r1])
+            _prox_grad_rows(ip, lc, data[s0:s1], U[r0:r1], Wc, np.full((m, r), L_W), n_steps,
+                            np.full((m, r), l1), np.full(m, shrink), positive, np.zeros(m),
+                            U_out[r0:r1])
         Uc = U_out[r0:r1]
         # (b) W loop on the explicit rows: the client's block transposed onto them.
         UU = np.zeros((r, r))
