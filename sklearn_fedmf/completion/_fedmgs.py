@@ -40,9 +40,13 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import _biases
-from .._base import FederatedMFBase
+from .._base import FederatedMFBase, squared_error_of
 from .._engine import FederatedProtocol
+from .._groups import BatchedPhases, ImplicitRows
 from .._kernels import grad_cols
+from .._prox import elastic_net_value
+from .._transport import client_generator
+from . import _fedmgs_kernels as kernels
 from ._fedmavg import (
     EPS_LIPSCHITZ,
     client_metrics,
@@ -52,8 +56,11 @@ from ._fedmavg import (
     prox_nonsmooth,
     user_steps,
 )
+from ._fedmgs_kernels import add_rows, client_items, replace_rows
 
 __all__ = ["FedMGS"]
+
+RESUM_EVERY = 20  # rounds between exact sums of the server's cached gradients
 
 
 # ---- pure solver functions ------------------------------------------------------------------
@@ -86,62 +93,298 @@ def init_client(block, Vt, rng, *, init_scale, positive, biased=False):
     return {"U": U}, share(U, Vt, block.X, biased)
 
 
-def server_init_uploads(server_state, uploads, *, n_clients):
-    """Cache every client's gradient and Gram (the server's ``G1``/``G2`` analogue)."""
-    grads = np.stack([uploads[p]["grad"] for p in range(n_clients)])
-    grams = np.stack([uploads[p]["gram"] for p in range(n_clients)])
-    return {"Vt": server_state["Vt"], "grads": grads, "grams": grams}, server_state["Vt"]
-
-
 def client_update(state, block, Vt, rng, selected, *, local_iter_u, c_factor, alpha_u,
                   l1_ratio, positive, biased=False):
     """Q1 proximal-gradient steps on ``U_p`` at ``V^s`` (step ``1/(c_factor L_U)``), then share."""
     U = user_steps(state["U"], Vt, block.X, local_iter_u, c_factor, alpha_u * (1.0 - l1_ratio),
                    alpha_u, l1_ratio, positive, biased)
-    return {"U": U}, share(U, Vt, block.X, biased)
+    return {"U": U}, (share(U, Vt, block.X, biased) if selected else None)
+
+
+# ---- the server's cache of every client's latest gradient -----------------------------------
+# A client's gradient is zero outside the items it rated, so the server keeps each client's
+# rated rows only (memory proportional to the ratings, not p n r) and the running sum of all
+# of them. The rows of consecutive clients are stored together in segments: dicts with the
+# segment's first client ``lo``, ``ptr`` (client ``lo + i`` owns rows ``ptr[i]:ptr[i + 1]``),
+# ``items`` and ``values``.
+def sparse_rows(message, cached_rows=None):
+    """``(rows, values)`` of an uploaded gradient: an :class:`ImplicitRows` with ``scale`` 0
+    as sent; a dense one on its nonzero rows and the client's ``cached_rows`` (a cached row
+    that became zero must be replaced)."""
+    if isinstance(message, ImplicitRows) and not message.scale:
+        return message.rows, message.values
+    G = np.asarray(message)
+    rows = np.flatnonzero(G.any(axis=1))
+    if cached_rows is not None:
+        rows = np.union1d(cached_rows, rows)
+    return rows, np.ascontiguousarray(G[rows])
+
+
+def _follows(previous, current):
+    """Whether ``current`` is the C-contiguous continuation of ``previous`` in one buffer."""
+    return (current.base is not None and current.base is previous.base
+            and current.dtype == previous.dtype and current.shape[1:] == previous.shape[1:]
+            and current.flags.c_contiguous and previous.flags.c_contiguous
+            and current.__array_interface__["data"][0]
+            == previous.__array_interface__["data"][0] + previous.nbytes)
+
+
+def _joined(arrays, chained):
+    """The arrays end to end: the span of their buffer when ``chained`` (no copy), else a
+    concatenation."""
+    if not chained:
+        return np.concatenate(arrays)
+    n = sum(len(a) for a in arrays)
+    return np.lib.stride_tricks.as_strided(arrays[0], shape=(n, *arrays[0].shape[1:]),
+                                           strides=arrays[0].strides)
+
+
+def _segment(lo, pieces, chained=False):
+    rows, values = zip(*pieces)
+    ptr = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in rows], out=ptr[1:])
+    return {"lo": lo, "ptr": ptr, "items": _joined(rows, chained),
+            "values": _joined(values, chained)}
+
+
+def cache_segments(pieces):
+    """The cache of the clients' ``(rows, values)`` (client order). A batched group uploads
+    its clients' rows as consecutive views of one array: such runs are kept as they are (a
+    second copy of every client's gradient would double the server's memory, 11 GB at the
+    Netflix shape); other clients' rows are concatenated."""
+    chained = [False] + [_follows(a[0], b[0]) and _follows(a[1], b[1])
+                         for a, b in zip(pieces, pieces[1:])]
+    starts = [c for c in range(len(pieces)) if not chained[c]] + [len(pieces)]
+    segments, loose = [], []
+    for a, b in zip(starts, starts[1:]):
+        if b - a == 1:  # not a view run: joins its loose neighbours
+            loose.append(a)
+            continue
+        if loose:
+            segments.append(_segment(loose[0], pieces[loose[0]:a]))
+            loose = []
+        segments.append(_segment(a, pieces[a:b], chained=True))
+    if loose:
+        segments.append(_segment(loose[0], pieces[loose[0]:]))
+    return segments
+
+
+def cache_sum(segments, shape):
+    """The exact sum of the cached gradients, in client order (independent of ``n_jobs``)."""
+    total = np.zeros(shape)
+    for seg in segments:
+        add_rows(total, seg["items"], seg["values"], 1.0)
+    return total
+
+
+def cached_gradient(segments, client, shape):
+    """Client ``client``'s cached gradient as the dense ``shape`` matrix it sent."""
+    seg = segments[max(i for i, s in enumerate(segments) if s["lo"] <= client)]
+    a, b = seg["ptr"][client - seg["lo"]], seg["ptr"][client - seg["lo"] + 1]
+    out = np.zeros(shape)
+    out[seg["items"][a:b]] = seg["values"][a:b]
+    return out
+
+
+def update_cache(segments, total, grads):
+    """Replace the cached gradients of the clients of ``grads`` (client -> message, sorted)
+    and update ``total`` by their changes, in place, in client order. Returns the segments
+    (a segment is rebuilt when a client's rows changed)."""
+    if not grads:
+        return segments
+    clients = np.fromiter(grads, dtype=np.int64, count=len(grads))
+    where = np.searchsorted([s["lo"] for s in segments], clients, side="right") - 1
+    segments = list(segments)
+    for g in np.unique(where).tolist():
+        seg, local = segments[g], clients[where == g] - segments[g]["lo"]
+        ptr, items = seg["ptr"], seg["items"]
+        pieces = [sparse_rows(grads[c], items[ptr[i]:ptr[i + 1]])
+                  for c, i in zip((local + seg["lo"]).tolist(), local.tolist())]
+        new = _segment(0, pieces)
+        mismatch = np.zeros(len(local), dtype=bool)
+        replace_rows(total, items, ptr, seg["values"], local, new["items"], new["ptr"],
+                     new["values"], mismatch)
+        if mismatch.any():  # rows that changed (a dense upload's zero rows): rebuild
+            changed = dict(zip(local[mismatch].tolist(),
+                               (pieces[q] for q in np.flatnonzero(mismatch))))
+            for i, (rows, values) in changed.items():
+                add_rows(total, items[ptr[i]:ptr[i + 1]], seg["values"][ptr[i]:ptr[i + 1]],
+                         -1.0)
+                add_rows(total, rows, values, 1.0)
+            segments[g] = _segment(seg["lo"], [
+                changed.get(i, (items[ptr[i]:ptr[i + 1]], seg["values"][ptr[i]:ptr[i + 1]]))
+                for i in range(len(ptr) - 1)])
+    return segments
+
+
+def server_init_uploads(server_state, uploads, *, n_clients):
+    """Cache every client's gradient (rated rows) and Gram (the server's ``G1``/``G2``
+    analogue) and their sum."""
+    segments = cache_segments([sparse_rows(uploads[p]["grad"]) for p in range(n_clients)])
+    grams = np.stack([uploads[p]["gram"] for p in range(n_clients)])
+    total = cache_sum(segments, uploads[0]["grad"].shape)
+    return ({"Vt": server_state["Vt"], "segments": segments, "grad_sum": total,
+             "grams": grams}, server_state["Vt"])
 
 
 def server_update(server_state, uploads, round_index, *, d_factor, alpha_v, l1_ratio,
                   positive, biased=False):
     """One proximal-gradient step on ``V`` with the sum of the clients' latest gradients.
 
-    The caches are updated in place: the server owns them and they are large.
+    The caches are updated in place: the server owns them and they are large. The sum takes
+    the uploaded clients' changes (their rated rows) and is recomputed exactly every
+    ``RESUM_EVERY`` rounds, which bounds the rounding drift; both in client order.
     """
-    grads, grams, Vt = server_state["grads"], server_state["grams"], server_state["Vt"]
-    for p, upload in uploads.items():
-        grads[p] = upload["grad"]
-        grams[p] = upload["gram"]
+    grams, Vt, total = server_state["grams"], server_state["Vt"], server_state["grad_sum"]
+    segments = update_cache(server_state["segments"], total,
+                            {p: u["grad"] for p, u in uploads.items()})
+    if uploads:
+        grams[list(uploads)] = np.stack([u["gram"] for u in uploads.values()])
+    if round_index % RESUM_EVERY == 0:
+        total = cache_sum(segments, total.shape)
     ridge = alpha_v * (1.0 - l1_ratio)
     d = d_factor * max(lambda_max(grams.sum(axis=0)) + ridge, EPS_LIPSCHITZ)
     free = _biases.free_item(Vt) if biased else Vt  # (the fixed row does not move)
-    free = prox_nonsmooth(free - (grads.sum(axis=0) + ridge * free) / d, 1.0 / d, alpha_v,
-                          l1_ratio, positive)
+    free = prox_nonsmooth(free - (total + ridge * free) / d, 1.0 / d, alpha_v, l1_ratio,
+                          positive)
     Vt = _biases.with_item(free) if biased else free
-    return {"Vt": Vt, "grads": grads, "grams": grams}, Vt
+    return {"Vt": Vt, "segments": segments, "grad_sum": total, "grams": grams}, Vt
 
 
 def _metrics(state, block, Vt, **params):
     return client_metrics(state, block, {"Vt": Vt}, **params)
 
 
+# ---- the client phases for a group of clients (``_groups.BatchedPhases``) --------------------
+def group_layout(group):
+    """Each client's rated items, fixed by its data: ``items``, ``item_ptr``, ``slot`` (see
+    :func:`._fedmgs_kernels.client_items`; with one row per client, its entries) and the
+    client of each row."""
+    X = group.X
+    single = group.n_rows == group.n_clients  # (every client owns at least one row)
+    if single:
+        items, item_ptr, slot = X.indices, X.indptr, np.empty(0, dtype=np.int32)
+    else:
+        items, item_ptr, slot = client_items(X.indptr, X.indices, group.row_ptr, X.shape[1])
+    owner = np.repeat(np.arange(group.n_clients), np.diff(group.row_ptr))
+    return {"items": items, "item_ptr": item_ptr, "slot": slot, "single": single,
+            "owner": owner}
+
+
+def group_share(state, group, Vt, clients, biased):
+    """:func:`share` of the group's ``clients`` (local indices) in one call; each gradient
+    goes up as the :class:`ImplicitRows` of its rated items (counted as the dense matrix)."""
+    U, X = state["U"], group.X
+    n_f = Vt.shape[1]
+    if biased:  # A = [U, 1], ratings minus b_u, against [V; b_i] (as share's views)
+        cols = np.r_[np.arange(n_f - 2), n_f - 1]
+        shift_col, Wf = n_f + _biases.B_U, _biases.free_item(Vt)
+    else:
+        cols, shift_col, Wf = np.arange(n_f), -1, np.ascontiguousarray(Vt)
+    items, item_ptr = state["items"], state["item_ptr"]
+    out_ptr = np.zeros(len(clients) + 1, dtype=np.int64)
+    np.cumsum(item_ptr[clients + 1] - item_ptr[clients], out=out_ptr[1:])
+    values = np.empty((out_ptr[-1], len(cols)))
+    grams = np.empty((len(clients), len(cols), len(cols)))
+    kernels.group_share(X.indptr, X.indices, X.data, group.row_ptr, clients, U, cols,
+                        shift_col, Wf, item_ptr, state["slot"], state["single"], out_ptr,
+                        values, grams)
+    shape = (Vt.shape[0], len(cols))
+    return {group.start + i: {"grad": ImplicitRows(None, 0.0, items[item_ptr[i]:item_ptr[i + 1]],
+                                                   values[out_ptr[q]:out_ptr[q + 1]], shape),
+                              "gram": grams[q]}
+            for q, i in enumerate(clients.tolist())}
+
+
+def batched_init_client(group, Vt, stream, *, init_scale, positive, biased=False):
+    """:func:`init_client` of every client of the group (each from its own generator)."""
+    n_f, ptr = Vt.shape[1], group.row_ptr
+    U = np.empty((group.n_rows, n_f))
+    for i in range(group.n_clients):
+        U[ptr[i]:ptr[i + 1]] = init_scale * client_generator(stream, group.start + i).random(
+            (ptr[i + 1] - ptr[i], n_f))
+    if positive:
+        np.maximum(U, 0.0, out=U)
+    if biased:
+        _biases.init_user(U)
+    state = {"U": U, **group_layout(group)}
+    return state, group_share(state, group, Vt, np.arange(group.n_clients), biased)
+
+
+def batched_client_update(state, group, Vt, stream, active, selected, *, local_iter_u,
+                          c_factor, alpha_u, l1_ratio, positive, biased=False):
+    """:func:`client_update` of the group's active clients: one call for all their rows.
+
+    The step's Lipschitz bounds need ``V`` only: ``lambda_max(V^T V)``, or with biases each
+    item's ``||[v_j, 1]||^2`` for the per-row bounds of ``_biases.row_groups``, are formed
+    once per call, not once per client."""
+    ridge = alpha_u * (1.0 - l1_ratio)
+    if biased:
+        W = np.ascontiguousarray(Vt[:, :_biases.ONE_U])
+        shift = np.ascontiguousarray(Vt[:, _biases.B_I])
+        norms2, c_global = np.einsum("ij,ij->i", W, W), 0.0
+    else:
+        W, shift = np.ascontiguousarray(Vt), np.zeros(Vt.shape[0])
+        norms2 = shift
+        c_global = c_factor * max(lambda_max(Vt.T @ Vt) + ridge, EPS_LIPSCHITZ)
+    U = state["U"].copy()
+    X = group.X
+    kernels.group_user_steps(X.indptr, X.indices, X.data, np.flatnonzero(active[state["owner"]]),
+                             W, shift, norms2, biased, c_global, c_factor, ridge, local_iter_u,
+                             alpha_u, l1_ratio, positive, U)
+    state = {**state, "U": U}
+    return state, group_share(state, group, Vt, np.flatnonzero(active & selected), biased)
+
+
+def batched_metrics(state, group, Vt, *, alpha_u, l1_ratio, biased=False):
+    """The sums of :func:`client_metrics` over the group's clients."""
+    U = state["U"]
+    sse = squared_error_of(group.X, U, Vt)
+    return {
+        "loss": 0.5 * sse + elastic_net_value(_biases.free_user(U) if biased else U, alpha_u,
+                                              l1_ratio),
+        "sse": sse,
+        "n": group.nnz,
+        "sse_eval": squared_error_of(group.X_eval, U, Vt),
+        "n_eval": 0 if group.X_eval is None else int(group.X_eval.indptr[-1]),
+    }
+
+
+def client_state(state, group, i):
+    return {"U": state["U"][group.row_ptr[i]:group.row_ptr[i + 1]].copy()}
+
+
+def with_client_states(state, group, states):
+    U = state["U"].copy()
+    for i, s in states.items():
+        U[group.row_ptr[i]:group.row_ptr[i + 1]] = s["U"]
+    return {**state, "U": U}
+
+
 def make_protocol(*, n_items, n_clients, n_components, local_iter_u, c_factor, d_factor,
                   alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False):
     """Bind the hyperparameters to the pure functions above."""
+    update = dict(local_iter_u=local_iter_u, c_factor=c_factor, alpha_u=alpha_u,
+                  l1_ratio=l1_ratio, positive=positive, biased=biased)
+    init = dict(init_scale=init_scale, positive=positive, biased=biased)
+    metrics = dict(alpha_u=alpha_u, l1_ratio=l1_ratio, biased=biased)
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items,
                             n_components=_biases.n_factors(n_components, biased),
                             init_scale=init_scale, biased=biased),
-        init_client=partial(init_client, init_scale=init_scale, positive=positive,
-                            biased=biased),
+        init_client=partial(init_client, **init),
         server_init_uploads=partial(server_init_uploads, n_clients=n_clients),
-        client_update=partial(client_update, local_iter_u=local_iter_u, c_factor=c_factor,
-                              alpha_u=alpha_u, l1_ratio=l1_ratio, positive=positive,
-                              biased=biased),
+        client_update=partial(client_update, **update),
         server_update=partial(server_update, d_factor=d_factor, alpha_v=alpha_v,
                               l1_ratio=l1_ratio, positive=positive, biased=biased),
-        client_metrics=partial(_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio, biased=biased),
+        client_metrics=partial(_metrics, **metrics),
         combine_metrics=partial(combine_metrics, loss_scale=1.0, alpha_v=alpha_v,
                                 l1_ratio=l1_ratio, biased=biased),
+        batched=BatchedPhases(
+            init_client=partial(batched_init_client, **init),
+            client_update=partial(batched_client_update, **update),
+            client_metrics=partial(batched_metrics, **metrics),
+            client_state=client_state, with_client_states=with_client_states),
     )
 
 

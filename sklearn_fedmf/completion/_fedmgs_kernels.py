@@ -1,0 +1,180 @@
+"""Numba kernels of FedMGS for many small clients at once (a client group, ``_groups``).
+
+One call runs the local work of every active client of a group: :func:`group_user_steps`
+takes each active row's ``Q1`` proximal-gradient steps on ``U`` (the per-row body of
+:func:`sklearn_fedmf._kernels.prox_grad_rows`, with each row's own step when the factors
+carry biases, as ``_biases.row_groups`` gives it), :func:`group_share` forms each sampled
+client's gradient in ``V`` on the items it rated only and its Gram. :func:`client_items`
+lays those rated items out once per group; :func:`replace_rows` and :func:`add_rows` keep
+the server's running sum of the clients' latest gradients. They follow the conventions of
+:mod:`sklearn_fedmf._kernels` (C-contiguous factors, item factors transposed) and its
+arithmetic, entry for entry, so that a group gives the per-client functions' iterates.
+"""
+
+import numpy as np
+
+from .._kernels import _gram_pays, _jit, _prox_entry, _row_gradient, _row_gram
+
+__all__ = ["client_items", "group_user_steps", "group_share", "replace_rows", "add_rows"]
+
+
+@_jit
+def client_items(indptr, indices, row_ptr, n_items):
+    """Each client's rated items (ascending, distinct) and every entry's slot among them.
+
+    Returns ``items``, ``item_ptr`` (client ``i``'s items are ``items[item_ptr[i]:item_ptr[i +
+    1]]``) and ``slot`` (entry ``s`` of client ``i`` is item ``items[item_ptr[i] + slot[s]]``).
+    """
+    n_clients = len(row_ptr) - 1
+    seen = np.full(n_items, -1, dtype=np.int64)
+    position = np.empty(n_items, dtype=np.int64)
+    item_ptr = np.zeros(n_clients + 1, dtype=np.int64)
+    items = np.empty(indptr[-1], dtype=indices.dtype)
+    slot = np.empty(indptr[-1], dtype=np.int32)
+    k = 0
+    for i in range(n_clients):
+        lo = k
+        for s in range(indptr[row_ptr[i]], indptr[row_ptr[i + 1]]):
+            j = indices[s]
+            if seen[j] != i:
+                seen[j] = i
+                items[k] = j
+                k += 1
+        items[lo:k] = np.sort(items[lo:k])
+        for q in range(lo, k):
+            position[items[q]] = q - lo
+        for s in range(indptr[row_ptr[i]], indptr[row_ptr[i + 1]]):
+            slot[s] = position[indices[s]]
+        item_ptr[i + 1] = k
+    return items[:k].copy(), item_ptr, slot
+
+
+@_jit
+def group_user_steps(indptr, indices, data, rows, W, shift, norms2, per_row, c_global,
+                     c_factor, ridge_in_L, n_steps, alpha, l1_ratio, positive, out):
+    """``n_steps`` proximal-gradient steps on the first ``W.shape[1]`` columns of the rows
+    ``rows`` of ``out`` (in place), ``W`` fixed, as ``_fedmavg.user_steps`` takes them.
+
+    Row ``t`` sees the ratings ``data - shift[item]`` (the biased view subtracts ``b_i``;
+    pass zeros otherwise). Its step is ``1 / c_t``: ``c_global`` (``c_factor (lambda_max(W^T
+    W) + ridge)``) or, when ``per_row``, ``c_factor L_t`` with ``L_t`` the power of two above
+    ``sum_{j in Omega_t} norms2[j] + ridge_in_L`` (``_biases.row_groups``).
+    """
+    r = W.shape[1]
+    longest = 0
+    for q in range(len(rows)):
+        t = rows[q]
+        if indptr[t + 1] - indptr[t] > longest:
+            longest = indptr[t + 1] - indptr[t]
+    local_ptr = np.zeros(2, dtype=np.int64)
+    local_idx = np.empty(longest, dtype=indices.dtype)
+    local_data = np.empty(longest)
+    Bt = np.empty((r, longest))
+    x = np.empty(longest)
+    G = np.empty((r, r))
+    b = np.empty(r)
+    g = np.empty(r)
+    u = np.empty(r)
+    l1_total = alpha * l1_ratio
+    ridge = alpha * (1.0 - l1_ratio)
+    for q in range(len(rows)):
+        t = rows[q]
+        lo, k = indptr[t], indptr[t + 1] - indptr[t]
+        trace = 0.0
+        for s in range(k):
+            j = indices[lo + s]
+            local_idx[s] = j
+            local_data[s] = data[lo + s] - shift[j]
+            trace += norms2[j]
+        local_ptr[1] = k
+        if per_row:
+            trace += ridge_in_L
+            c = c_factor * 2.0 ** np.ceil(np.log2(max(trace, 1e-12)))
+        else:
+            c = c_global
+        l1 = l1_total / c
+        use_gram = _gram_pays(k, r, n_steps)
+        if use_gram:
+            _row_gram(local_ptr, local_idx, local_data, 0, W, Bt, x, G, b)
+        for a in range(r):
+            u[a] = out[t, a]
+        for _ in range(n_steps):
+            _row_gradient(local_ptr, local_idx, local_data, 0, u, W, use_gram, G, b, g)
+            for a in range(r):
+                u[a] = _prox_entry(u[a] - (g[a] + ridge * u[a]) / c, l1, 1.0, positive)
+        for a in range(r):
+            out[t, a] = u[a]
+
+
+@_jit
+def group_share(indptr, indices, data, row_ptr, clients, U, cols, shift_col, Wf, item_ptr,
+                slot, single, out_ptr, out_values, out_grams):
+    """The uploads of the group's ``clients``: the gradient ``A^T P_Omega(A Wf^T - M')`` on
+    each client's rated items and its Gram ``A^T A``, with ``A = U[:, cols]`` and ``M'`` the
+    ratings minus ``U[:, shift_col]`` (``shift_col < 0``: none), as
+    :func:`sklearn_fedmf._kernels.grad_cols` accumulates them (entry order, from zero).
+
+    Client ``clients[q]``'s rows go to ``out_values[out_ptr[q]:out_ptr[q + 1]]`` (its items
+    in ``item_ptr`` order; with ``single`` every client has one row, whose entries are its
+    items, and ``slot`` is not read) and its Gram to ``out_grams[q]``.
+    """
+    r = len(cols)
+    out_values[:, :] = 0.0
+    out_grams[:, :, :] = 0.0
+    for q in range(len(clients)):
+        i = clients[q]
+        dest = out_ptr[q]
+        first = indptr[row_ptr[i]]
+        for t in range(row_ptr[i], row_ptr[i + 1]):
+            offset = 0.0 if shift_col < 0 else U[t, shift_col]
+            for s in range(indptr[t], indptr[t + 1]):
+                j = indices[s]
+                e = -(data[s] - offset)
+                for a in range(r):
+                    e += U[t, cols[a]] * Wf[j, a]
+                row = dest + (s - first if single else slot[s])
+                for a in range(r):
+                    out_values[row, a] += e * U[t, cols[a]]
+            for a in range(r):
+                for c in range(r):
+                    out_grams[q, a, c] += U[t, cols[a]] * U[t, cols[c]]
+
+
+@_jit
+def replace_rows(total, items, ptr, values, local, new_items, new_ptr, new_values, mismatch):
+    """The server's cache update: for each client ``local[q]`` of a cached segment whose new
+    rows ``new_items[new_ptr[q]:new_ptr[q + 1]]`` are its cached rows, ``total[rows] +=
+    new - cached`` and ``cached = new`` in one pass; ``mismatch[q]`` flags the others
+    (left unchanged, for the caller)."""
+    r = values.shape[1]
+    for q in range(len(local)):
+        i = local[q]
+        a, k = ptr[i], ptr[i + 1] - ptr[i]
+        c = new_ptr[q]
+        if new_ptr[q + 1] - c != k:
+            mismatch[q] = True
+            continue
+        same = True
+        for s in range(k):
+            if items[a + s] != new_items[c + s]:
+                same = False
+                break
+        if not same:
+            mismatch[q] = True
+            continue
+        for s in range(k):
+            j = items[a + s]
+            for col in range(r):
+                v = new_values[c + s, col]
+                total[j, col] += v - values[a + s, col]
+                values[a + s, col] = v
+
+
+@_jit
+def add_rows(total, items, values, sign):
+    """``total[items[s]] += sign * values[s]`` for every cached row ``s``, in order."""
+    r = values.shape[1]
+    for s in range(len(items)):
+        j = items[s]
+        for col in range(r):
+            total[j, col] += sign * values[s, col]
