@@ -114,10 +114,11 @@ def sparse_rows(message, cached_rows=None):
     if isinstance(message, ImplicitRows) and not message.scale:
         return message.rows, message.values
     G = np.asarray(message)
-    rows = np.flatnonzero(G.any(axis=1))
+    nonzero = G.any(axis=1)
     if cached_rows is not None:
-        rows = np.union1d(cached_rows, rows)
-    return rows, np.ascontiguousarray(G[rows])
+        nonzero[cached_rows] = True
+    rows = np.flatnonzero(nonzero)
+    return rows, G[rows]
 
 
 def _follows(previous, current):
