@@ -46,7 +46,6 @@ from .._groups import BatchedPhases, ImplicitRows
 from .._kernels import grad_cols
 from .._prox import elastic_net_value
 from .._transport import client_generator
-from . import _fedmgs_kernels as kernels
 from ._fedmavg import (
     EPS_LIPSCHITZ,
     client_metrics,
@@ -56,7 +55,8 @@ from ._fedmavg import (
     prox_nonsmooth,
     user_steps,
 )
-from ._fedmgs_kernels import add_rows, client_items, replace_rows
+from ._fedmgs_kernels import add_rows, client_items, group_user_steps, replace_rows
+from ._fedmgs_kernels import group_share as share_kernel
 
 __all__ = ["FedMGS"]
 
@@ -287,7 +287,7 @@ def group_share(state, group, Vt, clients, biased):
     np.cumsum(item_ptr[clients + 1] - item_ptr[clients], out=out_ptr[1:])
     values = np.empty((out_ptr[-1], len(cols)))
     grams = np.empty((len(clients), len(cols), len(cols)))
-    kernels.group_share(X.indptr, X.indices, X.data, group.row_ptr, clients, U, cols,
+    share_kernel(X.indptr, X.indices, X.data, group.row_ptr, clients, U, cols,
                         shift_col, Wf, item_ptr, state["slot"], state["single"], out_ptr,
                         values, grams)
     shape = (Vt.shape[0], len(cols))
@@ -330,7 +330,7 @@ def batched_client_update(state, group, Vt, stream, active, selected, *, local_i
         c_global = c_factor * max(lambda_max(Vt.T @ Vt) + ridge, EPS_LIPSCHITZ)
     U = state["U"].copy()
     X = group.X
-    kernels.group_user_steps(X.indptr, X.indices, X.data, np.flatnonzero(active[state["owner"]]),
+    group_user_steps(X.indptr, X.indices, X.data, np.flatnonzero(active[state["owner"]]),
                              W, shift, norms2, biased, c_global, c_factor, ridge, local_iter_u,
                              alpha_u, l1_ratio, positive, U)
     state = {**state, "U": U}
