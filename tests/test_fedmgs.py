@@ -70,7 +70,7 @@ def test_server_step_uses_every_clients_latest_gradient(ratings):
     small(clients_per_round=2, max_iter=6, alpha_v=0.3,
           callback=lambda k, info: log.append({
               "sampled": info["sampled"], "grads": cached(info["server_state"]),
-              "grams": info["server_state"]["grams"].copy(),
+              "grams": np.concatenate([s["grams"] for s in info["server_state"]["segments"]]),
               "V": info["server_state"]["Vt"].copy(),
               "uploads": info["uploads"]})).fit(X)
     for prev, cur in zip(log, log[1:]):

@@ -161,16 +161,18 @@ def test_sparse_cache_steps_as_the_dense_cache(biased, monkeypatch):
     # clients 0-3 of a group (consecutive views of one array), the others dense
     first = {p: upload(p, dense=p >= 4) for p in range(n_clients)}
     values = np.concatenate([first[p]["grad"].values for p in range(4)])
+    grams = np.stack([first[p]["gram"] for p in range(4)])
     items = np.concatenate(rated[:4])
     offsets = np.cumsum([0] + [len(rated[p]) for p in range(4)])
     for p in range(4):
         a, b = offsets[p], offsets[p + 1]
-        first[p]["grad"] = ImplicitRows(None, 0.0, items[a:b], values[a:b],
-                                        shape=(n_items, n_f))
+        first[p] = {"grad": ImplicitRows(None, 0.0, items[a:b], values[a:b],
+                                         shape=(n_items, n_f)), "gram": grams[p]}
     Vt = rng.random((n_items, n_f + 1 if biased else n_f))
     kw = dict(d_factor=0.501, alpha_v=0.2, l1_ratio=0.1, positive=False, biased=biased)
     state, _ = fedmgs.server_init_uploads({"Vt": Vt}, first, n_clients=n_clients)
     assert np.shares_memory(state["segments"][0]["values"], values)  # adopted, not copied
+    assert np.shares_memory(state["segments"][0]["grams"], grams)
     ref = {"Vt": Vt, "grads": np.stack([np.asarray(first[p]["grad"]) for p in range(7)]),
            "grams": np.stack([first[p]["gram"] for p in range(7)])}
     for k in range(8):
@@ -188,6 +190,8 @@ def test_sparse_cache_steps_as_the_dense_cache(biased, monkeypatch):
         for p in range(n_clients):
             np.testing.assert_array_equal(
                 fedmgs.cached_gradient(state["segments"], p, (n_items, n_f)), ref["grads"][p])
+        np.testing.assert_array_equal(
+            np.concatenate([s["grams"] for s in state["segments"]]), ref["grams"])
 
 
 def grouped(monkeypatch, on):

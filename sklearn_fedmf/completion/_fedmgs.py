@@ -104,9 +104,9 @@ def client_update(state, block, Vt, rng, selected, *, local_iter_u, c_factor, al
 # ---- the server's cache of every client's latest gradient -----------------------------------
 # A client's gradient is zero outside the items it rated, so the server keeps each client's
 # rated rows only (memory proportional to the ratings, not p n r) and the running sum of all
-# of them. The rows of consecutive clients are stored together in segments: dicts with the
-# segment's first client ``lo``, ``ptr`` (client ``lo + i`` owns rows ``ptr[i]:ptr[i + 1]``),
-# ``items`` and ``values``.
+# of them. Consecutive clients are stored together in segments: dicts with the segment's
+# first client ``lo``, ``ptr`` (client ``lo + i`` owns rows ``ptr[i]:ptr[i + 1]``), ``items``
+# and ``values`` (the rows), and ``grams`` (one Gram per client).
 def sparse_rows(message, cached_rows=None):
     """``(rows, values)`` of an uploaded gradient: an :class:`ImplicitRows` with ``scale`` 0
     as sent; a dense one on its nonzero rows and the client's ``cached_rows`` (a cached row
@@ -119,6 +119,11 @@ def sparse_rows(message, cached_rows=None):
         nonzero[cached_rows] = True
     rows = np.flatnonzero(nonzero)
     return rows, G[rows]
+
+
+def _piece(upload, cached_rows=None):
+    """What the cache keeps of one upload: its gradient's rows and values, and its Gram."""
+    return (*sparse_rows(upload["grad"], cached_rows), upload["gram"][None])
 
 
 def _follows(previous, current):
@@ -135,25 +140,27 @@ def _joined(arrays, chained):
     concatenation."""
     if not chained:
         return np.concatenate(arrays)
-    n = sum(len(a) for a in arrays)
-    return np.lib.stride_tricks.as_strided(arrays[0], shape=(n, *arrays[0].shape[1:]),
-                                           strides=arrays[0].strides)
+    first = arrays[0]
+    row = first.itemsize * int(np.prod(first.shape[1:], dtype=np.int64))
+    return np.lib.stride_tricks.as_strided(first, shape=(sum(len(a) for a in arrays),
+                                                         *first.shape[1:]),
+                                           strides=(row, *first.strides[1:]))
 
 
 def _segment(lo, pieces, chained=False):
-    rows, values = zip(*pieces)
+    rows, values, grams = zip(*pieces)
     ptr = np.zeros(len(pieces) + 1, dtype=np.int64)
     np.cumsum([len(r) for r in rows], out=ptr[1:])
     return {"lo": lo, "ptr": ptr, "items": _joined(rows, chained),
-            "values": _joined(values, chained)}
+            "values": _joined(values, chained), "grams": _joined(grams, chained)}
 
 
 def cache_segments(pieces):
-    """The cache of the clients' ``(rows, values)`` (client order). A batched group uploads
-    its clients' rows as consecutive views of one array: such runs are kept as they are (a
+    """The cache of the clients' pieces (client order). A batched group uploads its clients'
+    rows and Grams as consecutive views of its arrays: such runs are kept as they are (a
     second copy of every client's gradient would double the server's memory, 11 GB at the
-    Netflix shape); other clients' rows are concatenated."""
-    chained = [False] + [_follows(a[0], b[0]) and _follows(a[1], b[1])
+    Netflix shape); other clients' pieces are concatenated."""
+    chained = [False] + [all(_follows(x, y) for x, y in zip(a, b))
                          for a, b in zip(pieces, pieces[1:])]
     starts = [c for c in range(len(pieces)) if not chained[c]] + [len(pieces)]
     segments, loose = [], []
@@ -178,6 +185,11 @@ def cache_sum(segments, shape):
     return total
 
 
+def gram_sum(segments):
+    """``sum_p U_p^T U_p`` over the cached Grams."""
+    return sum(seg["grams"].sum(axis=0) for seg in segments)
+
+
 def cached_gradient(segments, client, shape):
     """Client ``client``'s cached gradient as the dense ``shape`` matrix it sent."""
     seg = segments[max(i for i, s in enumerate(segments) if s["lo"] <= client)]
@@ -187,69 +199,66 @@ def cached_gradient(segments, client, shape):
     return out
 
 
-def update_cache(segments, total, grads):
-    """Replace the cached gradients of the clients of ``grads`` (client -> message, sorted)
-    and update ``total`` by their changes, in place, in client order. Returns the segments
-    (a segment is rebuilt when a client's rows changed)."""
-    if not grads:
+def update_cache(segments, total, uploads):
+    """Replace the cached gradients and Grams of the clients of ``uploads`` (sorted) and
+    update ``total`` by their gradients' changes, in place, in client order. Returns the
+    segments (a segment is rebuilt when a client's rows changed)."""
+    if not uploads:
         return segments
-    clients = np.fromiter(grads, dtype=np.int64, count=len(grads))
+    clients = np.fromiter(uploads, dtype=np.int64, count=len(uploads))
     where = np.searchsorted([s["lo"] for s in segments], clients, side="right") - 1
     segments = list(segments)
     for g in np.unique(where).tolist():
         seg, local = segments[g], clients[where == g] - segments[g]["lo"]
-        ptr, items = seg["ptr"], seg["items"]
-        pieces = [sparse_rows(grads[c], items[ptr[i]:ptr[i + 1]])
+        ptr, items, values = seg["ptr"], seg["items"], seg["values"]
+        pieces = [_piece(uploads[c], items[ptr[i]:ptr[i + 1]])
                   for c, i in zip((local + seg["lo"]).tolist(), local.tolist())]
         new = _segment(0, pieces)
+        seg["grams"][local] = new["grams"]
         mismatch = np.zeros(len(local), dtype=bool)
-        replace_rows(total, items, ptr, seg["values"], local, new["items"], new["ptr"],
+        replace_rows(total, items, ptr, values, local, new["items"], new["ptr"],
                      new["values"], mismatch)
         if mismatch.any():  # rows that changed (a dense upload's zero rows): rebuild
             changed = dict(zip(local[mismatch].tolist(),
                                (pieces[q] for q in np.flatnonzero(mismatch))))
-            for i, (rows, values) in changed.items():
-                add_rows(total, items[ptr[i]:ptr[i + 1]], seg["values"][ptr[i]:ptr[i + 1]],
-                         -1.0)
-                add_rows(total, rows, values, 1.0)
+            for i, (rows, new_values, _) in changed.items():
+                add_rows(total, items[ptr[i]:ptr[i + 1]], values[ptr[i]:ptr[i + 1]], -1.0)
+                add_rows(total, rows, new_values, 1.0)
             segments[g] = _segment(seg["lo"], [
-                changed.get(i, (items[ptr[i]:ptr[i + 1]], seg["values"][ptr[i]:ptr[i + 1]]))
+                changed.get(i, (items[ptr[i]:ptr[i + 1]], values[ptr[i]:ptr[i + 1]],
+                                seg["grams"][i:i + 1]))
                 for i in range(len(ptr) - 1)])
     return segments
 
 
 def server_init_uploads(server_state, uploads, *, n_clients):
     """Cache every client's gradient (rated rows) and Gram (the server's ``G1``/``G2``
-    analogue) and their sum."""
-    segments = cache_segments([sparse_rows(uploads[p]["grad"]) for p in range(n_clients)])
-    grams = np.stack([uploads[p]["gram"] for p in range(n_clients)])
+    analogue) and the gradients' sum."""
+    segments = cache_segments([_piece(uploads[p]) for p in range(n_clients)])
     total = cache_sum(segments, uploads[0]["grad"].shape)
-    return ({"Vt": server_state["Vt"], "segments": segments, "grad_sum": total,
-             "grams": grams}, server_state["Vt"])
+    return {"Vt": server_state["Vt"], "segments": segments, "grad_sum": total}, \
+        server_state["Vt"]
 
 
 def server_update(server_state, uploads, round_index, *, d_factor, alpha_v, l1_ratio,
                   positive, biased=False):
     """One proximal-gradient step on ``V`` with the sum of the clients' latest gradients.
 
-    The caches are updated in place: the server owns them and they are large. The sum takes
-    the uploaded clients' changes (their rated rows) and is recomputed exactly every
+    The cache is updated in place: the server owns it and it is large. The sum takes the
+    uploaded clients' changes (their rated rows) and is recomputed exactly every
     ``RESUM_EVERY`` rounds, which bounds the rounding drift; both in client order.
     """
-    grams, Vt, total = server_state["grams"], server_state["Vt"], server_state["grad_sum"]
-    segments = update_cache(server_state["segments"], total,
-                            {p: u["grad"] for p, u in uploads.items()})
-    if uploads:
-        grams[list(uploads)] = np.stack([u["gram"] for u in uploads.values()])
+    Vt, total = server_state["Vt"], server_state["grad_sum"]
+    segments = update_cache(server_state["segments"], total, uploads)
     if round_index % RESUM_EVERY == 0:
         total = cache_sum(segments, total.shape)
     ridge = alpha_v * (1.0 - l1_ratio)
-    d = d_factor * max(lambda_max(grams.sum(axis=0)) + ridge, EPS_LIPSCHITZ)
+    d = d_factor * max(lambda_max(gram_sum(segments)) + ridge, EPS_LIPSCHITZ)
     free = _biases.free_item(Vt) if biased else Vt  # (the fixed row does not move)
     free = prox_nonsmooth(free - (total + ridge * free) / d, 1.0 / d, alpha_v, l1_ratio,
                           positive)
     Vt = _biases.with_item(free) if biased else free
-    return {"Vt": Vt, "segments": segments, "grad_sum": total, "grams": grams}, Vt
+    return {"Vt": Vt, "segments": segments, "grad_sum": total}, Vt
 
 
 def _metrics(state, block, Vt, **params):
