@@ -126,13 +126,19 @@ def _piece(upload, cached_rows=None):
     return (*sparse_rows(upload["grad"], cached_rows), upload["gram"][None])
 
 
+def _span(a):
+    """Where a C-contiguous view lies in its buffer: ``(buffer, start, end, dtype, row
+    shape)``; None for an array that owns its data or is not C-contiguous."""
+    if a.base is None or not a.flags.c_contiguous:
+        return None
+    start = a.__array_interface__["data"][0]
+    return a.base, start, start + a.nbytes, a.dtype, a.shape[1:]
+
+
 def _follows(previous, current):
-    """Whether ``current`` is the C-contiguous continuation of ``previous`` in one buffer."""
-    return (current.base is not None and current.base is previous.base
-            and current.dtype == previous.dtype and current.shape[1:] == previous.shape[1:]
-            and current.flags.c_contiguous and previous.flags.c_contiguous
-            and current.__array_interface__["data"][0]
-            == previous.__array_interface__["data"][0] + previous.nbytes)
+    """Whether the view of span ``current`` continues the view of span ``previous``."""
+    return (previous is not None and current is not None and current[0] is previous[0]
+            and current[1] == previous[2] and current[3:] == previous[3:])
 
 
 def _joined(arrays, chained):
@@ -160,8 +166,9 @@ def cache_segments(pieces):
     rows and Grams as consecutive views of its arrays: such runs are kept as they are (a
     second copy of every client's gradient would double the server's memory, 11 GB at the
     Netflix shape); other clients' pieces are concatenated."""
+    spans = [tuple(_span(x) for x in piece) for piece in pieces]
     chained = [False] + [all(_follows(x, y) for x, y in zip(a, b))
-                         for a, b in zip(pieces, pieces[1:])]
+                         for a, b in zip(spans, spans[1:])]
     starts = [c for c in range(len(pieces)) if not chained[c]] + [len(pieces)]
     segments, loose = [], []
     for a, b in zip(starts, starts[1:]):
