@@ -62,9 +62,14 @@ def test_batched_phases_equal_the_per_client_functions(case, rows_per_client):
             ref, ref_up = fedmgs.init_client(block, Vt, client_generator(stream, c), **init)
             assert_close(fedmgs.client_state(state, group, i)["U"], ref["U"])
             sent = uploads[c]["grad"]
-            assert isinstance(sent, ImplicitRows)
+            # one-user clients with biases send e a^T (a: the Gram's last row), bit for bit
+            outer = biased and rows_per_client == 1
+            assert isinstance(sent, fedmgs.OuterRows if outer else ImplicitRows)
             np.testing.assert_array_equal(sent.rows, np.unique(block.X.indices))
             assert_close(sent, ref_up["grad"])  # the dense gradient, rebuilt
+            if outer:
+                np.testing.assert_array_equal(np.asarray(sent), ref_up["grad"])
+                np.testing.assert_array_equal(sent.a, ref_up["gram"][-1])
             assert_close(uploads[c]["gram"], ref_up["gram"])
             assert nbytes(uploads[c]) == nbytes(ref_up)  # counted as the dense message
         active = rng.random(group.n_clients) < 0.6
@@ -192,6 +197,59 @@ def test_sparse_cache_steps_as_the_dense_cache(biased, monkeypatch):
                 fedmgs.cached_gradient(state["segments"], p, (n_items, n_f)), ref["grads"][p])
         np.testing.assert_array_equal(
             np.concatenate([s["grams"] for s in state["segments"]]), ref["grams"])
+
+
+def test_rank_one_cache_steps_as_the_dense_cache(monkeypatch):
+    """One-user clients with biases are cached as ``e a^T`` (``k + r`` numbers, not ``k r``);
+    dense uploads of that form join them, one that is not turns its segment into rows; the
+    steps stay the dense cache's."""
+    monkeypatch.setattr(fedmgs, "RESUM_EVERY", 3)
+    rng = np.random.default_rng(1)
+    n_clients, n_items, n_f = 6, 12, 4
+    rated = [np.sort(rng.choice(n_items, size=rng.integers(1, 5), replace=False))
+             for _ in range(n_clients)]
+
+    def upload(p, form):
+        a = np.append(rng.normal(size=n_f - 1), 1.0)  # [u, 1]
+        e = rng.normal(size=len(rated[p]))
+        G = np.zeros((n_items, n_f))
+        G[rated[p]] = np.multiply.outer(e, a)
+        if form == "other":  # not e a^T
+            G[rated[p]] = rng.normal(size=(len(rated[p]), n_f))
+        grad = fedmgs.OuterRows(rated[p], e, a, G.shape) if form == "outer" else G
+        return {"grad": grad, "gram": np.multiply.outer(a, a)}
+
+    first = {p: upload(p, "outer" if p < 4 else "dense") for p in range(n_clients)}
+    e_all = np.concatenate([first[p]["grad"].e for p in range(4)])  # a group's views
+    a_all = np.stack([first[p]["grad"].a for p in range(4)])
+    items = np.concatenate(rated[:4])
+    offsets = np.cumsum([0] + [len(rated[p]) for p in range(4)])
+    for p in range(4):
+        lo, hi = offsets[p], offsets[p + 1]
+        first[p]["grad"] = fedmgs.OuterRows(items[lo:hi], e_all[lo:hi], a_all[p],
+                                            (n_items, n_f))
+    Vt = rng.random((n_items, n_f + 1))
+    kw = dict(d_factor=0.501, alpha_v=0.2, l1_ratio=0.0, positive=False, biased=True)
+    state, _ = fedmgs.server_init_uploads({"Vt": Vt}, first, n_clients=n_clients)
+    assert [s["kind"] for s in state["segments"]] == ["outer", "outer"]
+    assert np.shares_memory(state["segments"][0]["e"], e_all)
+    ref = {"Vt": Vt, "grads": np.stack([np.asarray(first[p]["grad"]) for p in range(6)]),
+           "grams": np.stack([first[p]["gram"] for p in range(6)])}
+    for k in range(7):
+        sampled = np.sort(rng.choice(n_clients, size=3, replace=False))
+        forms = {int(p): ("outer", "dense")[int(rng.random() < 0.5)] for p in sampled}
+        if k == 4:
+            forms[1] = "other"
+        uploads = {p: upload(p, form) for p, form in sorted(forms.items())}
+        state, broadcast = fedmgs.server_update(state, uploads, k, **kw)
+        ref = dense_server_update(ref, uploads, **kw)
+        np.testing.assert_allclose(broadcast, ref["Vt"], rtol=1e-12, atol=1e-14)
+        for p in range(n_clients):
+            np.testing.assert_array_equal(
+                fedmgs.cached_gradient(state["segments"], p, (n_items, n_f)), ref["grads"][p])
+        np.testing.assert_allclose(fedmgs.gram_sum(state["segments"]),
+                                   ref["grams"].sum(axis=0), rtol=1e-13)
+    assert state["segments"][0]["kind"] == "rows"  # (client 1's upload was not e a^T)
 
 
 def grouped(monkeypatch, on):

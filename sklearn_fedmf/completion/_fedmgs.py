@@ -33,6 +33,7 @@ the rows of unrated items come back unchanged) but mix ``Q2`` steps started from
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from numbers import Integral, Real
 
@@ -55,8 +56,17 @@ from ._fedmavg import (
     prox_nonsmooth,
     user_steps,
 )
-from ._fedmgs_kernels import add_rows, client_items, group_user_steps, replace_rows
+from ._fedmgs_kernels import (
+    add_outer,
+    add_rows,
+    client_items,
+    group_user_steps,
+    outer_sum,
+    replace_outer,
+    replace_rows,
+)
 from ._fedmgs_kernels import group_share as share_kernel
+from ._fedmgs_kernels import group_share_outer as share_outer_kernel
 
 __all__ = ["FedMGS"]
 
@@ -101,15 +111,51 @@ def client_update(state, block, Vt, rng, selected, *, local_iter_u, c_factor, al
     return {"U": U}, (share(U, Vt, block.X, biased) if selected else None)
 
 
+# ---- the messages ---------------------------------------------------------------------------
+class OuterRows:
+    """The gradient of a one-user client with biases, held as ``e a^T`` on its rated items.
+
+    With one user, row ``j`` of the gradient in ``[V; b_i]`` is ``e_j a`` with ``e_j`` the
+    residual at item ``j`` and ``a = [u, 1]``: its last column is ``e`` and the last row of
+    the Gram ``a a^T`` the client sends beside it is ``a``, both exactly (products with the
+    fixed 1). So ``rows``, ``e`` and ``a`` hold what the paper's message holds, nothing more,
+    in ``k + r`` numbers instead of ``k r``. The message is the dense matrix: :attr:`nbytes`
+    counts it dense and ``np.asarray`` rebuilds it bit for bit (each entry is the one product
+    ``e_j a_c`` that :func:`share` computes).
+    """
+
+    __slots__ = ("rows", "e", "a", "shape")
+
+    def __init__(self, rows, e, a, shape):
+        self.rows, self.e, self.a, self.shape = rows, e, a, tuple(shape)
+
+    dtype = np.dtype(np.float64)
+
+    @property
+    def nbytes(self):
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def toarray(self):
+        out = np.zeros(self.shape)
+        out[self.rows] = np.multiply.outer(self.e, self.a)
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.toarray()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+
 # ---- the server's cache of every client's latest gradient -----------------------------------
 # A client's gradient is zero outside the items it rated, so the server keeps each client's
 # rated rows only (memory proportional to the ratings, not p n r) and the running sum of all
 # of them. Consecutive clients are stored together in segments: dicts with the segment's
-# first client ``lo``, ``ptr`` (client ``lo + i`` owns rows ``ptr[i]:ptr[i + 1]``), ``items``
-# and ``values`` (the rows), and ``grams`` (one Gram per client).
+# first client ``lo``, ``ptr`` (client ``lo + i`` owns rows ``ptr[i]:ptr[i + 1]``) and
+# ``items``, and either (``kind="rows"``) ``values``, the rows, and ``grams``, one Gram per
+# client, or (``kind="outer"``, :class:`OuterRows`) ``e`` and ``a``, one row per client.
+# A client's piece is ``(kind, rows, values or e, gram or a)``, the last with a leading axis.
 def sparse_rows(message, cached_rows=None):
     """``(rows, values)`` of an uploaded gradient: an :class:`ImplicitRows` with ``scale`` 0
-    as sent; a dense one on its nonzero rows and the client's ``cached_rows`` (a cached row
+    as sent; any other on its nonzero rows and the client's ``cached_rows`` (a cached row
     that became zero must be replaced)."""
     if isinstance(message, ImplicitRows) and not message.scale:
         return message.rows, message.values
@@ -121,9 +167,41 @@ def sparse_rows(message, cached_rows=None):
     return rows, G[rows]
 
 
-def _piece(upload, cached_rows=None):
-    """What the cache keeps of one upload: its gradient's rows and values, and its Gram."""
-    return (*sparse_rows(upload["grad"], cached_rows), upload["gram"][None])
+def _piece(upload, cached_rows=None, kind=None):
+    """What the cache keeps of one upload, as ``kind`` (None: ``"outer"`` when the message
+    is ``e a^T``, else ``"rows"``); None when an ``"outer"`` piece is asked of a gradient
+    that is not ``e a^T`` exactly."""
+    grad, gram = upload["grad"], upload["gram"]
+    if isinstance(grad, OuterRows):
+        piece = ("outer", grad.rows, grad.e, grad.a[None])
+        return _as_rows(piece) if kind == "rows" else piece
+    rows, values = sparse_rows(grad, cached_rows)
+    piece = ("rows", rows, values, np.asarray(gram)[None])
+    if kind == "rows":
+        return piece
+    outer = _as_outer(piece)
+    return piece if kind is None and outer is None else outer
+
+
+def _as_rows(piece):
+    kind, rows, x, y = piece
+    if kind == "rows":
+        return piece
+    return "rows", rows, np.multiply.outer(x, y[0]), np.multiply.outer(y, y[0])
+
+
+def _as_outer(piece):
+    """An ``"outer"`` piece with the same message, or None (module docstring of
+    :class:`OuterRows`: ``e`` and ``a`` are a column and a row of the message)."""
+    kind, rows, x, y = piece
+    if kind == "outer":
+        return piece
+    a = y[0, -1]
+    e = x[:, -1]
+    if a[-1] != 1.0 or not (np.array_equal(np.multiply.outer(e, a), x)
+                            and np.array_equal(np.multiply.outer(a, a), y[0])):
+        return None
+    return "outer", rows, e.copy(), a[None].copy()
 
 
 def _span(a):
@@ -153,63 +231,83 @@ def _joined(arrays, chained):
                                            strides=(row, *first.strides[1:]))
 
 
+_FIELDS = {"rows": ("values", "grams"), "outer": ("e", "a")}
+
+
 def _segment(lo, pieces, chained=False):
-    rows, values, grams = zip(*pieces)
+    kind = pieces[0][0]
+    _, rows, x, y = zip(*pieces)
     ptr = np.zeros(len(pieces) + 1, dtype=np.int64)
     np.cumsum([len(r) for r in rows], out=ptr[1:])
-    return {"lo": lo, "ptr": ptr, "items": _joined(rows, chained),
-            "values": _joined(values, chained), "grams": _joined(grams, chained)}
+    first, second = _FIELDS[kind]
+    return {"kind": kind, "lo": lo, "ptr": ptr, "items": _joined(rows, chained),
+            first: _joined(x, chained), second: _joined(y, chained)}
+
+
+def _client_piece(seg, i):
+    a, b = seg["ptr"][i], seg["ptr"][i + 1]
+    first, second = _FIELDS[seg["kind"]]
+    return seg["kind"], seg["items"][a:b], seg[first][a:b], seg[second][i:i + 1]
 
 
 def cache_segments(pieces):
     """The cache of the clients' pieces (client order). A batched group uploads its clients'
-    rows and Grams as consecutive views of its arrays: such runs are kept as they are (a
-    second copy of every client's gradient would double the server's memory, 11 GB at the
-    Netflix shape); other clients' pieces are concatenated."""
-    spans = [tuple(_span(x) for x in piece) for piece in pieces]
-    chained = [False] + [all(_follows(x, y) for x, y in zip(a, b))
-                         for a, b in zip(spans, spans[1:])]
+    messages as consecutive views of its arrays: such runs are kept as they are (a second
+    copy of every client's gradient would double the server's memory); other clients'
+    pieces are concatenated."""
+    spans = [tuple(_span(x) for x in piece[1:]) for piece in pieces]
+    chained = [False] + [a[0] == b[0] and all(_follows(x, y) for x, y in zip(sa, sb))
+                         for a, b, sa, sb in zip(pieces, pieces[1:], spans, spans[1:])]
     starts = [c for c in range(len(pieces)) if not chained[c]] + [len(pieces)]
     segments, loose = [], []
     for a, b in zip(starts, starts[1:]):
-        if b - a == 1:  # not a view run: joins its loose neighbours
-            loose.append(a)
-            continue
-        if loose:
+        if loose and (b - a > 1 or pieces[a][0] != pieces[loose[0]][0]):
             segments.append(_segment(loose[0], pieces[loose[0]:a]))
             loose = []
+        if b - a == 1:  # not a view run: joins its loose neighbours of its kind
+            loose.append(a)
+            continue
         segments.append(_segment(a, pieces[a:b], chained=True))
     if loose:
         segments.append(_segment(loose[0], pieces[loose[0]:]))
     return segments
 
 
+def _add(total, seg, sign=1.0):
+    """``total += sign *`` the segment's cached gradients, in client order."""
+    if seg["kind"] == "rows":
+        add_rows(total, seg["items"], seg["values"], sign)
+    else:
+        add_outer(total, seg["items"], seg["ptr"], seg["e"], seg["a"], sign)
+
+
 def cache_sum(segments, shape):
     """The exact sum of the cached gradients, in client order (independent of ``n_jobs``)."""
     total = np.zeros(shape)
     for seg in segments:
-        add_rows(total, seg["items"], seg["values"], 1.0)
+        _add(total, seg)
     return total
 
 
 def gram_sum(segments):
     """``sum_p U_p^T U_p`` over the cached Grams."""
-    return sum(seg["grams"].sum(axis=0) for seg in segments)
+    return sum(seg["grams"].sum(axis=0) if seg["kind"] == "rows" else outer_sum(seg["a"])
+               for seg in segments)
 
 
 def cached_gradient(segments, client, shape):
     """Client ``client``'s cached gradient as the dense ``shape`` matrix it sent."""
     seg = segments[max(i for i, s in enumerate(segments) if s["lo"] <= client)]
-    a, b = seg["ptr"][client - seg["lo"]], seg["ptr"][client - seg["lo"] + 1]
+    _, rows, x, y = _as_rows(_client_piece(seg, client - seg["lo"]))
     out = np.zeros(shape)
-    out[seg["items"][a:b]] = seg["values"][a:b]
+    out[rows] = x
     return out
 
 
 def update_cache(segments, total, uploads):
     """Replace the cached gradients and Grams of the clients of ``uploads`` (sorted) and
     update ``total`` by their gradients' changes, in place, in client order. Returns the
-    segments (a segment is rebuilt when a client's rows changed)."""
+    segments (a segment is rebuilt when a client's rows or message form changed)."""
     if not uploads:
         return segments
     clients = np.fromiter(uploads, dtype=np.int64, count=len(uploads))
@@ -217,24 +315,31 @@ def update_cache(segments, total, uploads):
     segments = list(segments)
     for g in np.unique(where).tolist():
         seg, local = segments[g], clients[where == g] - segments[g]["lo"]
-        ptr, items, values = seg["ptr"], seg["items"], seg["values"]
-        pieces = [_piece(uploads[c], items[ptr[i]:ptr[i + 1]])
+        ptr, items = seg["ptr"], seg["items"]
+        pieces = [_piece(uploads[c], items[ptr[i]:ptr[i + 1]], seg["kind"])
                   for c, i in zip((local + seg["lo"]).tolist(), local.tolist())]
+        if any(p is None for p in pieces):  # not all e a^T: the segment keeps rows
+            seg = segments[g] = _segment(seg["lo"], [
+                _as_rows(_client_piece(seg, i)) for i in range(len(ptr) - 1)])
+            pieces = [_piece(uploads[c], items[ptr[i]:ptr[i + 1]], "rows")
+                      for c, i in zip((local + seg["lo"]).tolist(), local.tolist())]
         new = _segment(0, pieces)
-        seg["grams"][local] = new["grams"]
         mismatch = np.zeros(len(local), dtype=bool)
-        replace_rows(total, items, ptr, values, local, new["items"], new["ptr"],
-                     new["values"], mismatch)
+        if seg["kind"] == "rows":
+            seg["grams"][local] = new["grams"]
+            replace_rows(total, items, ptr, seg["values"], local, new["items"], new["ptr"],
+                         new["values"], mismatch)
+        else:
+            replace_outer(total, items, ptr, seg["e"], seg["a"], local, new["items"],
+                          new["ptr"], new["e"], new["a"], mismatch)
         if mismatch.any():  # rows that changed (a dense upload's zero rows): rebuild
             changed = dict(zip(local[mismatch].tolist(),
                                (pieces[q] for q in np.flatnonzero(mismatch))))
-            for i, (rows, new_values, _) in changed.items():
-                add_rows(total, items[ptr[i]:ptr[i + 1]], values[ptr[i]:ptr[i + 1]], -1.0)
-                add_rows(total, rows, new_values, 1.0)
-            segments[g] = _segment(seg["lo"], [
-                changed.get(i, (items[ptr[i]:ptr[i + 1]], values[ptr[i]:ptr[i + 1]],
-                                seg["grams"][i:i + 1]))
-                for i in range(len(ptr) - 1)])
+            for i, piece in changed.items():
+                _add(total, _segment(0, [_client_piece(seg, i)]), -1.0)
+                _add(total, _segment(0, [piece]))
+            segments[g] = _segment(seg["lo"], [changed.get(i, _client_piece(seg, i))
+                                               for i in range(len(ptr) - 1)])
     return segments
 
 
@@ -290,7 +395,8 @@ def group_layout(group):
 
 def group_share(state, group, Vt, clients, biased):
     """:func:`share` of the group's ``clients`` (local indices) in one call; each gradient
-    goes up as the :class:`ImplicitRows` of its rated items (counted as the dense matrix)."""
+    goes up on its rated items only: as :class:`OuterRows` for one-user clients with biases,
+    else as :class:`ImplicitRows` (both counted as the dense matrix)."""
     U, X = state["U"], group.X
     n_f = Vt.shape[1]
     if biased:  # A = [U, 1], ratings minus b_u, against [V; b_i] (as share's views)
@@ -301,12 +407,19 @@ def group_share(state, group, Vt, clients, biased):
     items, item_ptr = state["items"], state["item_ptr"]
     out_ptr = np.zeros(len(clients) + 1, dtype=np.int64)
     np.cumsum(item_ptr[clients + 1] - item_ptr[clients], out=out_ptr[1:])
-    values = np.empty((out_ptr[-1], len(cols)))
     grams = np.empty((len(clients), len(cols), len(cols)))
-    share_kernel(X.indptr, X.indices, X.data, group.row_ptr, clients, U, cols,
-                        shift_col, Wf, item_ptr, state["slot"], state["single"], out_ptr,
-                        values, grams)
     shape = (Vt.shape[0], len(cols))
+    if biased and state["single"]:
+        e, a = np.empty(out_ptr[-1]), np.empty((len(clients), len(cols)))
+        share_outer_kernel(X.indptr, X.indices, X.data, clients, U, cols, shift_col, Wf,
+                           out_ptr, e, a, grams)
+        return {group.start + i: {"grad": OuterRows(items[item_ptr[i]:item_ptr[i + 1]],
+                                                    e[out_ptr[q]:out_ptr[q + 1]], a[q], shape),
+                                  "gram": grams[q]}
+                for q, i in enumerate(clients.tolist())}
+    values = np.empty((out_ptr[-1], len(cols)))
+    share_kernel(X.indptr, X.indices, X.data, group.row_ptr, clients, U, cols, shift_col, Wf,
+                 item_ptr, state["slot"], state["single"], out_ptr, values, grams)
     return {group.start + i: {"grad": ImplicitRows(None, 0.0, items[item_ptr[i]:item_ptr[i + 1]],
                                                    values[out_ptr[q]:out_ptr[q + 1]], shape),
                               "gram": grams[q]}

@@ -5,17 +5,22 @@ takes each active row's ``Q1`` proximal-gradient steps on ``U`` (the per-row bod
 :func:`sklearn_fedmf._kernels.prox_grad_rows`, with each row's own step when the factors
 carry biases, as ``_biases.row_groups`` gives it), :func:`group_share` forms each sampled
 client's gradient in ``V`` on the items it rated only and its Gram. :func:`client_items`
-lays those rated items out once per group; :func:`replace_rows` and :func:`add_rows` keep
-the server's running sum of the clients' latest gradients. They follow the conventions of
-:mod:`sklearn_fedmf._kernels` (C-contiguous factors, item factors transposed) and its
-arithmetic, entry for entry, so that a group gives the per-client functions' iterates.
+lays those rated items out once per group; :func:`group_share_outer` is the compact form of a
+one-user client's gradient (``e a^T``); :func:`replace_rows`, :func:`add_rows` and their
+``outer`` forms keep the server's running sum of the clients' latest gradients. They follow
+the conventions of :mod:`sklearn_fedmf._kernels` (C-contiguous factors, item factors
+transposed) and its arithmetic, entry for entry, so that a group gives the per-client
+functions' iterates.
 """
 
 import numpy as np
 
 from .._kernels import _gram_pays, _jit, _prox_entry, _row_gradient, _row_gram
 
-__all__ = ["client_items", "group_user_steps", "group_share", "replace_rows", "add_rows"]
+__all__ = [
+    "client_items", "group_user_steps", "group_share", "group_share_outer", "replace_rows",
+    "replace_outer", "add_rows", "add_outer", "outer_sum",
+]
 
 
 @_jit
@@ -178,3 +183,79 @@ def add_rows(total, items, values, sign):
         j = items[s]
         for col in range(r):
             total[j, col] += sign * values[s, col]
+
+
+@_jit
+def group_share_outer(indptr, indices, data, clients, U, cols, shift_col, Wf, out_ptr, out_e,
+                      out_a, out_grams):
+    """:func:`group_share` for one-row clients with biases (``U[:, cols[-1]]`` is the fixed
+    1): the gradient of client ``clients[q]`` (row ``clients[q]``) is ``e a^T`` on its rated
+    items, with ``e`` to ``out_e[out_ptr[q]:out_ptr[q + 1]]`` and ``a = U[t, cols]`` to
+    ``out_a[q]``; the residuals are :func:`group_share`'s, entry for entry."""
+    r = len(cols)
+    for q in range(len(clients)):
+        t = clients[q]
+        for a in range(r):
+            out_a[q, a] = U[t, cols[a]]
+        for a in range(r):
+            for c in range(r):
+                out_grams[q, a, c] = out_a[q, a] * out_a[q, c]
+        dest = out_ptr[q] - indptr[t]
+        for s in range(indptr[t], indptr[t + 1]):
+            j = indices[s]
+            e = -(data[s] - U[t, shift_col])
+            for a in range(r):
+                e += U[t, cols[a]] * Wf[j, a]
+            out_e[dest + s] = e
+
+
+@_jit
+def replace_outer(total, items, ptr, e, A, local, new_items, new_ptr, new_e, new_A, mismatch):
+    """:func:`replace_rows` for cached gradients held as ``e a^T`` (``A`` one ``a`` per
+    client): the same sums, product for product."""
+    r = A.shape[1]
+    for q in range(len(local)):
+        i = local[q]
+        a, k = ptr[i], ptr[i + 1] - ptr[i]
+        c = new_ptr[q]
+        if new_ptr[q + 1] - c != k:
+            mismatch[q] = True
+            continue
+        same = True
+        for s in range(k):
+            if items[a + s] != new_items[c + s]:
+                same = False
+                break
+        if not same:
+            mismatch[q] = True
+            continue
+        for s in range(k):
+            j = items[a + s]
+            for col in range(r):
+                total[j, col] += new_e[c + s] * new_A[q, col] - e[a + s] * A[i, col]
+            e[a + s] = new_e[c + s]
+        for col in range(r):
+            A[i, col] = new_A[q, col]
+
+
+@_jit
+def add_outer(total, items, ptr, e, A, sign):
+    """:func:`add_rows` for cached gradients held as ``e a^T``."""
+    r = A.shape[1]
+    for i in range(len(ptr) - 1):
+        for s in range(ptr[i], ptr[i + 1]):
+            j = items[s]
+            for col in range(r):
+                total[j, col] += sign * (e[s] * A[i, col])
+
+
+@_jit
+def outer_sum(A):
+    """``sum_i a_i a_i^T`` over the rows of ``A``, in order (the Grams of ``e a^T`` clients)."""
+    r = A.shape[1]
+    out = np.zeros((r, r))
+    for i in range(A.shape[0]):
+        for a in range(r):
+            for c in range(r):
+                out[a, c] += A[i, a] * A[i, c]
+    return out
