@@ -94,7 +94,7 @@ def test_batched_phases_equal_the_per_client_functions(case, rows_per_client):
         if positive:
             assert (new["U"] >= 0).all()
         # the metrics' sums over the group
-        sums = fedmgs.batched_metrics(new, group, Vt2, alpha_u=0.3, l1_ratio=params["l1_ratio"],
+        sums = fedmgs._metrics(new, group, Vt2, alpha_u=0.3, l1_ratio=params["l1_ratio"],
                                       biased=biased)
         refs = [fedmgs._metrics(fedmgs.client_state(new, group, i), group.block(i), Vt2,
                                 alpha_u=0.3, l1_ratio=params["l1_ratio"], biased=biased)

@@ -15,7 +15,7 @@ functions' iterates.
 
 import numpy as np
 
-from .._kernels import _gram_pays, _jit, _prox_entry, _row_gradient, _row_gram
+from .._kernels import _gram_pays, _inline, _jit, _prox_entry, _row_gradient, _row_gram
 
 __all__ = [
     "client_items", "group_user_steps", "group_share", "group_share_outer", "replace_rows",
@@ -145,6 +145,18 @@ def group_share(indptr, indices, data, row_ptr, clients, U, cols, shift_col, Wf,
                     out_grams[q, a, c] += U[t, cols[a]] * U[t, cols[c]]
 
 
+@_inline
+def _same_rows(items, a, k, new_items, new_ptr, q):
+    """Whether the new rows of upload ``q`` are the ``k`` cached rows from ``a``."""
+    c = new_ptr[q]
+    if new_ptr[q + 1] - c != k:
+        return False
+    for s in range(k):
+        if items[a + s] != new_items[c + s]:
+            return False
+    return True
+
+
 @_jit
 def replace_rows(total, items, ptr, values, local, new_items, new_ptr, new_values, mismatch):
     """The server's cache update: for each client ``local[q]`` of a cached segment whose new
@@ -156,15 +168,7 @@ def replace_rows(total, items, ptr, values, local, new_items, new_ptr, new_value
         i = local[q]
         a, k = ptr[i], ptr[i + 1] - ptr[i]
         c = new_ptr[q]
-        if new_ptr[q + 1] - c != k:
-            mismatch[q] = True
-            continue
-        same = True
-        for s in range(k):
-            if items[a + s] != new_items[c + s]:
-                same = False
-                break
-        if not same:
+        if not _same_rows(items, a, k, new_items, new_ptr, q):
             mismatch[q] = True
             continue
         for s in range(k):
@@ -218,15 +222,7 @@ def replace_outer(total, items, ptr, e, A, local, new_items, new_ptr, new_e, new
         i = local[q]
         a, k = ptr[i], ptr[i + 1] - ptr[i]
         c = new_ptr[q]
-        if new_ptr[q + 1] - c != k:
-            mismatch[q] = True
-            continue
-        same = True
-        for s in range(k):
-            if items[a + s] != new_items[c + s]:
-                same = False
-                break
-        if not same:
+        if not _same_rows(items, a, k, new_items, new_ptr, q):
             mismatch[q] = True
             continue
         for s in range(k):
