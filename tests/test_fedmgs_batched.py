@@ -294,3 +294,14 @@ def test_grouped_fit_uploads_hold_the_paper_message(monkeypatch):
             assert G.shape == (20, 3) and upload["gram"].shape == (3, 3)
             np.testing.assert_array_equal(np.flatnonzero(np.abs(G).sum(axis=1)),
                                           np.unique(X[c].indices))
+
+
+def test_grouped_warm_start_continues_the_fit(monkeypatch):
+    X = ratings(n_rows=80, n_items=25, density=0.2)
+    grouped(monkeypatch, True)
+    params = dict(n_components=2, clients_per_round=0.25, random_state=0, eval_every=0)
+    ref = FedMGS(max_iter=6, **params).fit(X, clients=np.arange(80))
+    got = FedMGS(max_iter=3, warm_start=True, **params).fit(X, clients=np.arange(80))
+    got.fit(X, clients=np.arange(80))
+    np.testing.assert_allclose(got.components_, ref.components_, rtol=1e-12)
+    np.testing.assert_allclose(got.user_factors_, ref.user_factors_, rtol=1e-12)
