@@ -10,6 +10,7 @@ import scipy.sparse as sp
 
 import sklearn_fedmf.completion._fedmgs as fedmgs
 from sklearn_fedmf import FedMGS
+from sklearn_fedmf._biases import item_step_bounds
 from sklearn_fedmf._engine import nbytes
 from sklearn_fedmf._groups import ImplicitRows, make_groups
 from sklearn_fedmf._transport import client_generator
@@ -36,7 +37,8 @@ def assert_close(a, b):
 
 
 PARAMS = dict(local_iter_u=4, c_factor=0.51, alpha_u=0.3, l1_ratio=0.0, positive=False)
-CASES = [dict(biased=True), dict(biased=False), dict(biased=True, positive=True, l1_ratio=0.2)]
+CASES = [dict(biased=True), dict(biased=False), dict(biased=True, positive=True, l1_ratio=0.2),
+         dict(biased=True, weighted=True), dict(biased=False, weighted=True, l1_ratio=0.3)]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -52,7 +54,8 @@ def test_batched_phases_equal_the_per_client_functions(case, rows_per_client):
     Vt = np.random.default_rng(1).random((X.shape[1], n_f))
     if biased:
         Vt[:, -2] = 1.0
-    init = dict(init_scale=1.0, positive=positive, biased=biased)
+    weighted = params.get("weighted", False)
+    init = dict(init_scale=1.0, positive=positive, biased=biased, weighted=weighted)
     stream, rng = (7, 0), np.random.default_rng(2)
     for group in make_groups(X, codes, n, n_groups=3):
         state, uploads = fedmgs.batched_init_client(group, Vt, stream, **init)
@@ -71,6 +74,9 @@ def test_batched_phases_equal_the_per_client_functions(case, rows_per_client):
                 np.testing.assert_array_equal(np.asarray(sent), ref_up["grad"])
                 np.testing.assert_array_equal(sent.a, ref_up["gram"][-1])
             assert_close(uploads[c]["gram"], ref_up["gram"])
+            if weighted:  # ratings per item, on the rated items
+                np.testing.assert_array_equal(np.asarray(uploads[c]["counts"]),
+                                              ref_up["counts"])
             assert nbytes(uploads[c]) == nbytes(ref_up)  # counted as the dense message
         active = rng.random(group.n_clients) < 0.6
         selected = active & (rng.random(group.n_clients) < 0.7)
@@ -94,11 +100,11 @@ def test_batched_phases_equal_the_per_client_functions(case, rows_per_client):
         if positive:
             assert (new["U"] >= 0).all()
         # the metrics' sums over the group
-        sums = fedmgs._metrics(new, group, Vt2, alpha_u=0.3, l1_ratio=params["l1_ratio"],
-                                      biased=biased)
+        metrics = dict(alpha_u=0.3, l1_ratio=params["l1_ratio"], biased=biased, alpha_v=0.2,
+                       weighted=weighted)
+        sums = fedmgs._metrics(new, group, Vt2, **metrics)
         refs = [fedmgs._metrics(fedmgs.client_state(new, group, i), group.block(i), Vt2,
-                                alpha_u=0.3, l1_ratio=params["l1_ratio"], biased=biased)
-                for i in range(group.n_clients)]
+                                **metrics) for i in range(group.n_clients)]
         for key in sums:
             assert sums[key] == pytest.approx(sum(r[key] for r in refs), rel=1e-12)
         # the states of with_client_states are the ones given
@@ -130,7 +136,10 @@ def dense_server_update(state, uploads, *, d_factor, alpha_v, l1_ratio, positive
         grads[p] = np.asarray(upload["grad"])
         grams[p] = upload["gram"]
     ridge = alpha_v * (1.0 - l1_ratio)
-    d = d_factor * max(lambda_max(grams.sum(axis=0)) + ridge, EPS_LIPSCHITZ)
+    if biased:  # a bound per column block (_biases.item_step_bounds)
+        d = d_factor * np.maximum(item_step_bounds(grams.sum(axis=0), ridge), EPS_LIPSCHITZ)
+    else:
+        d = d_factor * max(lambda_max(grams.sum(axis=0)) + ridge, EPS_LIPSCHITZ)
     Vt = state["Vt"]
     free = np.delete(Vt, Vt.shape[1] - 2, axis=1) if biased else Vt
     free = prox_nonsmooth(free - (grads.sum(axis=0) + ridge * free) / d, 1.0 / d, alpha_v,
@@ -258,12 +267,14 @@ def grouped(monkeypatch, on):
 
 @pytest.mark.parametrize("biased", [True, False])
 @pytest.mark.parametrize("rows_per_client", [1, 2])
-def test_grouped_fit_is_the_per_client_fit(biased, rows_per_client, monkeypatch):
+@pytest.mark.parametrize("regularization", ["plain", "weighted"])
+def test_grouped_fit_is_the_per_client_fit(biased, rows_per_client, regularization,
+                                           monkeypatch):
     X = ratings(n_rows=120, n_items=30, density=0.2)
     codes, _ = clients_of(120, rows_per_client, seed=1)
     fit = partial(FedMGS(n_components=2, max_iter=8, clients_per_round=0.3, dropout=0.2,
-                         biased=biased, eval_every=2, random_state=0, n_jobs=2).fit,
-                  X, clients=codes)
+                         biased=biased, regularization=regularization, eval_every=2,
+                         random_state=0, n_jobs=2).fit, X, clients=codes)
     grouped(monkeypatch, False)
     ref = fit()
     grouped(monkeypatch, True)

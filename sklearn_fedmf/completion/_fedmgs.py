@@ -54,6 +54,7 @@ from .._base import FederatedMFBase
 from .._engine import FederatedProtocol
 from .._groups import BatchedPhases, ImplicitRows
 from .._kernels import grad_cols
+from .._prox import item_counts, prox_elastic_net, row_alpha
 from .._transport import client_generator
 from ._fedmavg import (
     EPS_LIPSCHITZ,
@@ -104,16 +105,21 @@ def share(U, Vt, X, biased=False):
     return {"grad": G, "gram": U.T @ U}
 
 
-def init_client(block, Vt, rng, *, init_scale, positive, biased=False):
+def init_client(block, Vt, rng, *, init_scale, positive, biased=False, weighted=False):
     """Private ``U_p^0`` and the one-time upload of its gradient and Gram (for ``G1^0``,
-    ``G2^0``)."""
+    ``G2^0``); weighted regularization: also its ratings per item, once (their sum over the
+    clients is the item weights ``n_j``)."""
     U = init_user_factors(block, Vt.shape[1], rng, init_scale, positive, biased)
-    return {"U": U}, share(U, Vt, block.X, biased)
+    upload = share(U, Vt, block.X, biased)
+    if weighted:
+        upload["counts"] = item_counts(block.X)
+    return {"U": U}, upload
 
 
 def client_update(state, block, Vt, rng, selected, *, local_iter_u, c_factor, alpha_u,
-                  l1_ratio, positive, biased=False):
+                  l1_ratio, positive, biased=False, weighted=False):
     """Q1 proximal-gradient steps on ``U_p`` at ``V^s`` (step ``1/(c_factor L_U)``), then share."""
+    alpha_u = row_alpha(alpha_u, block.X, weighted)
     U = user_steps(state["U"], Vt, block.X, local_iter_u, c_factor, alpha_u * (1.0 - l1_ratio),
                    alpha_u, l1_ratio, positive, biased)
     return {"U": U}, (share(U, Vt, block.X, biased) if selected else None)
@@ -356,8 +362,16 @@ def server_init_uploads(server_state, uploads, *, n_clients):
     analogue) and the gradients' sum."""
     segments = cache_segments([_piece(uploads[p]) for p in range(n_clients)])
     total = cache_sum(segments, uploads[0]["grad"].shape)
-    return {"Vt": server_state["Vt"], "segments": segments, "grad_sum": total}, \
-        server_state["Vt"]
+    state = {"Vt": server_state["Vt"], "segments": segments, "grad_sum": total}
+    if "counts" in uploads[0]:
+        state["counts"] = counts = np.zeros(total.shape[0])
+        for p in range(n_clients):  # (grouped clients send theirs on their rated items)
+            sent = uploads[p]["counts"]
+            if isinstance(sent, ImplicitRows):
+                sent.add_to(counts)
+            else:
+                counts += sent
+    return state, server_state["Vt"]
 
 
 def server_update(server_state, uploads, round_index, *, d_factor, alpha_v, l1_ratio,
@@ -367,18 +381,30 @@ def server_update(server_state, uploads, round_index, *, d_factor, alpha_v, l1_r
     The cache is updated in place: the server owns it and it is large. The sum takes the
     uploaded clients' changes (their rated rows) and is recomputed exactly every
     ``RESUM_EVERY`` rounds, which bounds the rounding drift; both in client order.
+    Weighted regularization (``server_state`` holds the item counts ``n_j``): the penalty
+    ``alpha_v/2 sum_j n_j ||v_j||^2`` is taken whole in the prox, an exact per-row shrink,
+    and ``d`` holds the data's Lipschitz bound only.
     """
     Vt, total = server_state["Vt"], server_state["grad_sum"]
     segments = update_cache(server_state["segments"], total, uploads)
     if round_index % RESUM_EVERY == 0:
         total = cache_sum(segments, total.shape)
-    ridge = alpha_v * (1.0 - l1_ratio)
-    d = d_factor * max(lambda_max(gram_sum(segments)) + ridge, EPS_LIPSCHITZ)
+    counts = server_state.get("counts")
+    ridge = alpha_v * (1.0 - l1_ratio) if counts is None else 0.0
+    grams = gram_sum(segments)
+    if biased:  # one bound per column block: the ones column must not slow the factors
+        d = d_factor * np.maximum(_biases.item_step_bounds(grams, ridge), EPS_LIPSCHITZ)
+    else:
+        d = d_factor * max(lambda_max(grams) + ridge, EPS_LIPSCHITZ)
     free = _biases.free_item(Vt) if biased else Vt  # (the fixed row does not move)
-    free = prox_nonsmooth(free - (total + ridge * free) / d, 1.0 / d, alpha_v, l1_ratio,
-                          positive)
+    if counts is None:
+        free = prox_nonsmooth(free - (total + ridge * free) / d, 1.0 / d, alpha_v, l1_ratio,
+                              positive)
+    else:
+        free = prox_elastic_net(free - total / d, 1.0 / d, alpha_v * counts[:, None],
+                                l1_ratio, positive)
     Vt = _biases.with_item(free) if biased else free
-    return {"Vt": Vt, "segments": segments, "grad_sum": total}, Vt
+    return {**server_state, "Vt": Vt, "segments": segments, "grad_sum": total}, Vt
 
 
 def _metrics(state, block, Vt, **params):
@@ -436,7 +462,8 @@ def group_share(state, group, Vt, clients, biased):
             for q, i in enumerate(clients.tolist())}
 
 
-def batched_init_client(group, Vt, stream, *, init_scale, positive, biased=False):
+def batched_init_client(group, Vt, stream, *, init_scale, positive, biased=False,
+                        weighted=False):
     """:func:`init_client` of every client of the group (each from its own generator)."""
     n_f, ptr = Vt.shape[1], group.row_ptr
     U = np.empty((group.n_rows, n_f))
@@ -448,30 +475,43 @@ def batched_init_client(group, Vt, stream, *, init_scale, positive, biased=False
     if biased:
         _biases.init_user(U)
     state = {"U": U, **group_layout(group)}
-    return state, group_share(state, group, Vt, np.arange(group.n_clients), biased)
+    uploads = group_share(state, group, Vt, np.arange(group.n_clients), biased)
+    if weighted:  # each client's ratings per item, on the items it rated
+        items, item_ptr, X = state["items"], state["item_ptr"], group.X
+        if state["single"]:
+            counts = np.ones(len(items))
+        else:
+            client_of_entry = state["owner"][np.repeat(np.arange(group.n_rows),
+                                                       np.diff(X.indptr))]
+            counts = np.bincount(item_ptr[client_of_entry] + state["slot"],
+                                 minlength=len(items)).astype(np.float64)
+        for i in range(group.n_clients):
+            a, b = item_ptr[i], item_ptr[i + 1]
+            uploads[group.start + i]["counts"] = ImplicitRows(None, 0.0, items[a:b],
+                                                              counts[a:b], (X.shape[1],))
+    return state, uploads
 
 
 def batched_client_update(state, group, Vt, stream, active, selected, *, local_iter_u,
-                          c_factor, alpha_u, l1_ratio, positive, biased=False):
+                          c_factor, alpha_u, l1_ratio, positive, biased=False, weighted=False):
     """:func:`client_update` of the group's active clients: one call for all their rows.
 
     The step's Lipschitz bounds need ``V`` only: ``lambda_max(V^T V)``, or with biases each
-    item's ``||[v_j, 1]||^2`` for the per-row bounds of ``_biases.row_groups``, are formed
+    item's ``||v_j||^2`` for the per-row bounds of ``_biases.user_step_bounds``, are formed
     once per call, not once per client."""
-    ridge = alpha_u * (1.0 - l1_ratio)
+    X = group.X
+    alpha = np.broadcast_to(row_alpha(alpha_u, X, weighted), (group.n_rows,))
     if biased:
         W = np.ascontiguousarray(Vt[:, :_biases.ONE_U])
         shift = np.ascontiguousarray(Vt[:, _biases.B_I])
-        norms2, c_global = np.einsum("ij,ij->i", W, W), 0.0
+        norms2, lam = np.einsum("ij,ij->i", W[:, :-1], W[:, :-1]), 0.0
     else:
         W, shift = np.ascontiguousarray(Vt), np.zeros(Vt.shape[0])
-        norms2 = shift
-        c_global = c_factor * max(lambda_max(Vt.T @ Vt) + ridge, EPS_LIPSCHITZ)
+        norms2, lam = shift, lambda_max(Vt.T @ Vt)
     U = state["U"].copy()
-    X = group.X
     group_user_steps(X.indptr, X.indices, X.data, np.flatnonzero(active[state["owner"]]), W,
-                     shift, norms2, biased, c_global, c_factor, ridge, local_iter_u, alpha_u,
-                     l1_ratio, positive, U)
+                     shift, norms2, biased, lam, c_factor, np.ascontiguousarray(alpha), l1_ratio,
+                     local_iter_u, positive, EPS_LIPSCHITZ, _biases.TAU, U)
     state = {**state, "U": U}
     return state, group_share(state, group, Vt, np.flatnonzero(active & selected), biased)
 
@@ -488,12 +528,14 @@ def with_client_states(state, group, states):
 
 
 def make_protocol(*, n_items, n_clients, n_components, local_iter_u, c_factor, d_factor,
-                  alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False):
+                  alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False,
+                  weighted=False):
     """Bind the hyperparameters to the pure functions above."""
     update = dict(local_iter_u=local_iter_u, c_factor=c_factor, alpha_u=alpha_u,
-                  l1_ratio=l1_ratio, positive=positive, biased=biased)
-    init = dict(init_scale=init_scale, positive=positive, biased=biased)
-    metrics = dict(alpha_u=alpha_u, l1_ratio=l1_ratio, biased=biased)
+                  l1_ratio=l1_ratio, positive=positive, biased=biased, weighted=weighted)
+    init = dict(init_scale=init_scale, positive=positive, biased=biased, weighted=weighted)
+    metrics = dict(alpha_u=alpha_u, l1_ratio=l1_ratio, biased=biased, alpha_v=alpha_v,
+                   weighted=weighted)
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items,
                             n_components=_biases.n_factors(n_components, biased),
@@ -505,7 +547,7 @@ def make_protocol(*, n_items, n_clients, n_components, local_iter_u, c_factor, d
                               l1_ratio=l1_ratio, positive=positive, biased=biased),
         client_metrics=partial(_metrics, **metrics),
         combine_metrics=partial(combine_metrics, loss_scale=1.0, alpha_v=alpha_v,
-                                l1_ratio=l1_ratio, biased=biased),
+                                l1_ratio=l1_ratio, biased=biased, weighted=weighted),
         batched=BatchedPhases(
             init_client=partial(batched_init_client, **init),
             client_update=partial(batched_client_update, **update),
@@ -565,6 +607,13 @@ class FedMGS(FederatedMFBase):
         ``1e-6`` is in ``PAPER_SETTINGS``.
     l1_ratio : float, default=0.0
         Mix of the elastic net: 0 is squared l2, 1 is l1 (soft-thresholding).
+    regularization : {"plain", "weighted"}, default="plain"
+        ``"plain"``: the papers' penalties, one strength for every row. ``"weighted"``:
+        ALS-WR's weighted lambda, each user's row scaled by its number of ratings and each
+        item's by its number of ratings (``alpha`` is then a strength per rating). The
+        server learns the item counts once: every client sends its ratings per item in
+        round 1 (counted in its bytes; the shared gradients already show which items a
+        client rated).
     positive : bool, default=False
         Constrain both factors to be nonnegative.
     init_scale : float, default=1.0
@@ -657,6 +706,7 @@ class FedMGS(FederatedMFBase):
         "d_factor": [Interval(Real, 0, None, closed="neither")],
         "init_scale": [Interval(Real, 0, None, closed="left")],
         "sampling": [StrOptions({"uniform", "weighted"})],
+        "regularization": [StrOptions({"plain", "weighted"})],
     }
 
     def __init__(
@@ -675,6 +725,7 @@ class FedMGS(FederatedMFBase):
         alpha_u=10.0,
         alpha_v=10.0,
         l1_ratio=0.0,
+        regularization="plain",
         positive=False,
         init_scale=1.0,
         center=True,
@@ -704,6 +755,7 @@ class FedMGS(FederatedMFBase):
         self.d_factor = d_factor
         self.sampling = sampling
         self.l1_ratio = l1_ratio
+        self.regularization = regularization
         self.positive = positive
         self.init_scale = init_scale
 
@@ -713,6 +765,7 @@ class FedMGS(FederatedMFBase):
             local_iter_u=self.local_iter_u, c_factor=self.c_factor, d_factor=self.d_factor,
             alpha_u=self.alpha_u, alpha_v=self.alpha_v, l1_ratio=self.l1_ratio,
             positive=self.positive, init_scale=self.init_scale, biased=self.biased,
+            weighted=self.regularization == "weighted",
         )
 
     def _read_components(self, server_state, broadcast):

@@ -55,15 +55,17 @@ def client_items(indptr, indices, row_ptr, n_items):
 
 
 @_jit
-def group_user_steps(indptr, indices, data, rows, W, shift, norms2, per_row, c_global,
-                     c_factor, ridge_in_L, n_steps, alpha, l1_ratio, positive, out):
+def group_user_steps(indptr, indices, data, rows, W, shift, norms2, biased, lam, c_factor,
+                     alpha, l1_ratio, n_steps, positive, eps, tau, out):
     """``n_steps`` proximal-gradient steps on the first ``W.shape[1]`` columns of the rows
     ``rows`` of ``out`` (in place), ``W`` fixed, as ``_fedmavg.user_steps`` takes them.
 
     Row ``t`` sees the ratings ``data - shift[item]`` (the biased view subtracts ``b_i``;
-    pass zeros otherwise). Its step is ``1 / c_t``: ``c_global`` (``c_factor (lambda_max(W^T
-    W) + ridge)``) or, when ``per_row``, ``c_factor L_t`` with ``L_t`` the power of two above
-    ``sum_{j in Omega_t} norms2[j] + ridge_in_L`` (``_biases.row_groups``).
+    pass zeros otherwise) and has the strength ``alpha[t]`` (ridge part in the gradient and
+    in the bound). Its step is ``1 / c`` with ``c = c_factor max(lam + ridge, eps)``
+    (``lam = lambda_max(W^T W)``) or, when ``biased``, the block bounds of
+    ``_biases.user_step_bounds``: ``(1 + 1/tau) sum_{j in Omega_t} norms2[j] + ridge`` for
+    the factor columns and ``(1 + tau) n_t + ridge`` for the bias (the last column).
     """
     r = W.shape[1]
     longest = 0
@@ -80,8 +82,7 @@ def group_user_steps(indptr, indices, data, rows, W, shift, norms2, per_row, c_g
     b = np.empty(r)
     g = np.empty(r)
     u = np.empty(r)
-    l1_total = alpha * l1_ratio
-    ridge = alpha * (1.0 - l1_ratio)
+    c = np.empty(r)
     for q in range(len(rows)):
         t = rows[q]
         lo, k = indptr[t], indptr[t + 1] - indptr[t]
@@ -92,12 +93,15 @@ def group_user_steps(indptr, indices, data, rows, W, shift, norms2, per_row, c_g
             local_data[s] = data[lo + s] - shift[j]
             trace += norms2[j]
         local_ptr[1] = k
-        if per_row:
-            trace += ridge_in_L
-            c = c_factor * 2.0 ** np.ceil(np.log2(max(trace, 1e-12)))
+        ridge = alpha[t] * (1.0 - l1_ratio)
+        l1_total = alpha[t] * l1_ratio
+        if biased:
+            for a in range(r - 1):
+                c[a] = c_factor * max((1.0 + 1.0 / tau) * trace + ridge, eps)
+            c[r - 1] = c_factor * max((1.0 + tau) * float(k) + ridge, eps)
         else:
-            c = c_global
-        l1 = l1_total / c
+            for a in range(r):
+                c[a] = c_factor * max(lam + ridge, eps)
         use_gram = _gram_pays(k, r, n_steps)
         if use_gram:
             _row_gram(local_ptr, local_idx, local_data, 0, W, Bt, x, G, b)
@@ -106,7 +110,8 @@ def group_user_steps(indptr, indices, data, rows, W, shift, norms2, per_row, c_g
         for _ in range(n_steps):
             _row_gradient(local_ptr, local_idx, local_data, 0, u, W, use_gram, G, b, g)
             for a in range(r):
-                u[a] = _prox_entry(u[a] - (g[a] + ridge * u[a]) / c, l1, 1.0, positive)
+                u[a] = _prox_entry(u[a] - (g[a] + ridge * u[a]) / c[a], l1_total / c[a],
+                                   1.0, positive)
         for a in range(r):
             out[t, a] = u[a]
 
