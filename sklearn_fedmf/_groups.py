@@ -39,6 +39,7 @@ in ``group.rows`` order.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -180,7 +181,7 @@ class ImplicitRows:
     @property
     def nbytes(self):
         """The dense message's size: what the paper's client sends."""
-        return int(np.prod(self.shape)) * self.values.dtype.itemsize
+        return math.prod(self.shape) * self.values.dtype.itemsize  # (np.prod: 6 us a message)
 
     def toarray(self):
         if self.scale:
