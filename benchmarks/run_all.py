@@ -37,7 +37,7 @@ METHODS = {
     "FedMCADMM": (dict(local_iter=10), "local_iter"),
     "FedMAvg": (dict(local_iter_u=10), "local_iter_u"),
     "FedMGS": (dict(local_iter_u=10), "local_iter_u"),
-    "RFRec": (dict(optimizer="adam"), None),  # one local step per round; plain GD diverges
+    "RFRec": (dict(), None),  # one local step per round (its default: GD, learning_rate="auto")
     "Felb": (dict(sync_every=10, binarize=3.5), "sync_every"),  # Boolean: ratings >= 4
 }
 PER_USER_FRACTION = {"ml1m": 0.1, "netflix": 0.01}  # clients per round, one client per user
