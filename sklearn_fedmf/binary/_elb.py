@@ -72,9 +72,17 @@ def prox_proximity(X, s, Vh):
 def elb_value(X, kappa, lam):
     """``R'(X)`` (halved quadratic weight, Section 3.1); 0 exactly on Boolean matrices."""
     X = np.asarray(X, dtype=float)
-    d = X - 1.0
-    return float(np.minimum(kappa * np.abs(X) + 0.5 * lam * X * X,
-                            kappa * np.abs(d) + 0.5 * lam * d * d).sum())
+    return float(_elb_sum(X.reshape(-1), float(kappa), float(lam)))
+
+
+@njit(cache=True, nogil=True)
+def _elb_sum(x, kappa, lam):
+    """:func:`elb_value` in one pass (the fits evaluate it on ``k x m`` every round)."""
+    total = 0.0
+    for v in x:
+        d = v - 1.0
+        total += min(kappa * abs(v) + 0.5 * lam * v * v, kappa * abs(d) + 0.5 * lam * d * d)
+    return total
 
 
 def integrality_gap_values(X):
