@@ -307,14 +307,14 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
                        gamma, joint):
     """:func:`local_steps` compiled: per step, :func:`u_step` then :func:`v_step`.
 
-    The V block is the bulk of the work (``k x m`` per step against the client's ``n_i x k``)
-    and by memory traffic more than arithmetic: it runs tile by tile over the columns, each
-    tile extrapolated, multiplied by ``U^T U``, gathered from ``A^T``, stepped and written
-    once, and the next U step's ``V V^T`` and ``A V^T`` are accumulated from the written
-    tiles in the same pass (``A V^T`` scattered into the client's small ``n_i x k`` array
-    rather than gathered from a ``m x k`` copy of ``V``). ``A`` is only read for the first
-    ``A V^T``; ``A^T`` only in the V block. The values are those of the step by step
-    functions up to the order of floating-point sums.
+    The V block is the bulk of the work (``k x m`` per step, against ``n_i x k`` for U) and
+    is bound by memory traffic more than by arithmetic, so it runs tile by tile over the
+    columns: each tile is extrapolated, multiplied by ``U^T U``, gathered from ``A^T``,
+    stepped and written once, and the next U step's ``V V^T`` and ``A V^T`` are accumulated
+    from the written tile in the same pass (``A V^T`` scattered into the client's small
+    ``n_i x k`` array instead of gathered from an ``m x k`` copy of ``V``). ``A`` is read
+    only for the first ``A V^T``. The values are those of :func:`u_step` and :func:`v_step`
+    up to the order of floating-point sums.
     """
     m, r = U.shape
     n = V.shape[1]
@@ -322,8 +322,7 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
     S, norm_s = _gram_norm(V)
     tile = min(_TILE, max(n, 1))
     Vb, B, Vn = np.empty((r, tile)), np.empty((r, tile)), np.empty((r, tile))
-    VnT = np.empty((tile, r))
-    acc = np.empty(r)
+    VnT, BT = np.empty((tile, r)), np.empty((tile, r))
     extrapolate = beta != 0.0 or mu
     for s in range(lam_ts.shape[0]):
         lam_t = lam_ts[s]
@@ -344,6 +343,7 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
         V_new = np.empty_like(V)
         S[:] = 0.0
         Bu = np.zeros((m, r))
+        more = s + 1 < lam_ts.shape[0]  # (the last step needs no next V V^T, A V^T)
         for j0 in range(0, n, tile):
             w = min(tile, n - j0)
             if w < tile:  # the last, narrower tile: zeros in the tail leave the dots unchanged
@@ -358,14 +358,16 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
                             v = max(v, 0.0)
                     Vb[a, jj] = v
             XG = np.dot(Q, Vb)
-            for jj in range(w):  # U^T A, column by column
-                acc[:] = 0.0
+            for jj in range(w):  # U^T A, column by column, into rows of BT (contiguous)
+                for a in range(r):
+                    BT[jj, a] = 0.0
                 for p in range(At_indptr[j0 + jj], At_indptr[j0 + jj + 1]):
                     x, row = At_data[p], At_indices[p]
                     for a in range(r):
-                        acc[a] += x * U[row, a]
-                for a in range(r):
-                    B[a, jj] = acc[a]
+                        BT[jj, a] += x * U[row, a]
+            for a in range(r):
+                for jj in range(w):
+                    B[a, jj] = BT[jj, a]
             if palm:
                 for a in range(r):
                     for jj in range(w):
@@ -380,6 +382,8 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
                 for jj in range(w):
                     V_new[a, j0 + jj] = Vn[a, jj]
                     VnT[jj, a] = Vn[a, jj]
+            if not more:
+                continue
             S += np.dot(Vn, Vn.T)
             for jj in range(w):  # the next A V^T, scattered into the rows (in column order)
                 for p in range(At_indptr[j0 + jj], At_indptr[j0 + jj + 1]):
