@@ -222,7 +222,8 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
     def _run(self, protocol, blocks, ctx):
         """Initialize (or continue) the federation and run its rounds."""
         clients = blocks
-        if blocks and isinstance(blocks[0], ClientGroup):  # one transport: it holds the states
+        if isinstance(blocks, list) and blocks and isinstance(blocks[0], ClientGroup):
+            # one transport for the whole fit: it holds the group states
             clients = GroupedTransport(blocks, n_jobs=self.n_jobs, client_states=(
                 self._federation.client_states if ctx.warm else None))
         if ctx.warm:
