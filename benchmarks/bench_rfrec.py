@@ -225,7 +225,7 @@ def table_cost(X, seeds, quick, n_jobs, variants=None):
                   f"{state:>9.1f} {dense:>9.0f}")
 
 
-def _pmf_curve(make, rounds, every, X, seed, quick):
+def _pmf_curve(name, make, rounds, every, X, seed, quick):
     """Test and validation RMSE every ``every`` rounds of one fit (warm-started chunks)."""
     X_train, X_test = train_test_split_ratings(X, 0.2, random_state=seed)
     X_fit, X_val = train_test_split_ratings(X_train, 0.1, random_state=seed)
@@ -242,8 +242,8 @@ def _pmf_curve(make, rounds, every, X, seed, quick):
             for key, Y in (("val", X_val), ("test", X_test)):
                 rows = np.repeat(np.arange(Y.shape[0]), np.diff(Y.indptr))
                 curves[key].append(float(np.sqrt(np.mean((full[rows, Y.indices] - Y.data)**2))))
-    print(f"  ({est.get_params()['n_clients'] and 'PMF' or est.variant}, seed {seed}: "
-          f"{time.perf_counter() - tic:.0f} s)", file=sys.stderr, flush=True)
+    print(f"  ({name}, seed {seed}: {time.perf_counter() - tic:.0f} s)", file=sys.stderr,
+          flush=True)
     return curves
 
 
@@ -255,7 +255,7 @@ def table_pmf(X, seeds, quick, n_jobs, variants=None):
     data = {"ml-latest-small": X,
             f"make_ratings {shape[0]}x{shape[1]}": make_ratings(*shape, random_state=0).X}
     for name, Xd in data.items():
-        tasks = [(*PMF_MODELS[m], Xd, seed, quick) for m in PMF_MODELS for seed in seeds]
+        tasks = [(m, *PMF_MODELS[m], Xd, seed, quick) for m in PMF_MODELS for seed in seeds]
         curves = iter(Parallel(n_jobs=n_jobs)(delayed(_pmf_curve)(*t) for t in tasks))
         at_budget, chosen, at_chosen, budgets = {}, {}, {}, {}
         for model, (make, _, every) in PMF_MODELS.items():
