@@ -255,7 +255,10 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     def _fold_in_rows(self, Xc, Vt):
         U = np.zeros((Xc.shape[0], Vt.shape[1]))
         alpha_u = self.alpha_u
-        ridge_fold_in(Xc.indptr, Xc.indices, Xc.data, Vt, alpha_u * (1 - self.l1_ratio), U)
+        if getattr(self, "regularization", "plain") == "weighted":  # per rating, as in fit
+            alpha_u = alpha_u * np.diff(Xc.indptr).astype(np.float64)[:, None]
+        ridge_fold_in(Xc.indptr, Xc.indices, Xc.data, Vt, np.ravel(alpha_u * (1 - self.l1_ratio)),
+                      U)
         if self.l1_ratio == 0 and not self.positive:
             return U
         # Proximal gradient with the global step 1/lambda_max(V V^T), which bounds every row's

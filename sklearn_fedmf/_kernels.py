@@ -118,13 +118,21 @@ def values_at(indptr, indices, U, Wt, out):
             out[s] = v
 
 
-@_jit
 def ridge_fold_in(indptr, indices, data, Wt, alpha, out):
     """Row-wise ridge: ``out[t] = argmin_u 1/2 sum_j (m_tj - u.w_j)^2 + alpha/2 ||u||^2``.
 
-    Rows without entries get 0. ``alpha`` must be > 0 or every row must have >= r entries in
-    general position (otherwise the least-squares solution is used via lstsq).
+    Rows without entries get 0. ``alpha`` (a scalar or one value per row) must be > 0 or
+    every row must have >= r entries in general position (otherwise the least-squares
+    solution is used via lstsq).
     """
+    alpha = np.asarray(alpha, dtype=np.float64)
+    _ridge_fold_in(indptr, indices, data, Wt,
+                   np.ascontiguousarray(np.broadcast_to(alpha, (out.shape[0],))), out)
+
+
+@_jit
+def _ridge_fold_in(indptr, indices, data, Wt, alpha, out):
+    """:func:`ridge_fold_in` with one ``alpha`` per row."""
     r = Wt.shape[1]
     G = np.empty((r, r))
     b = np.empty(r)
@@ -138,10 +146,10 @@ def ridge_fold_in(indptr, indices, data, Wt, alpha, out):
                 for c in range(r):
                     G[a, c] += Wt[j, a] * Wt[j, c]
         for a in range(r):
-            G[a, a] += alpha
+            G[a, a] += alpha[t]
         if indptr[t + 1] == indptr[t]:
             out[t, :] = 0.0
-        elif alpha > 0.0:
+        elif alpha[t] > 0.0:
             out[t, :] = np.linalg.solve(G, b)
         else:
             out[t, :] = np.linalg.lstsq(G, b)[0]
@@ -241,10 +249,31 @@ def _row_gradient(indptr, indices, data, t, x, F, use_gram, G, b, g):
             g[a] += e * F[j, a]
 
 
-@_jit
 def prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positive, ridge, out):
     """``n_steps`` proximal-gradient steps ``U <- prox(U - (grad_U + ridge U) / L)``, ``Wt``
     fixed (``ridge``: a squared-l2 term taken in the gradient rather than in the prox).
+
+    ``shrink`` and ``ridge`` are scalars or one value per row (a per-row regularization, e.g.
+    scaled by each row's number of ratings); ``L`` and ``l1`` are scalars, one value per row
+    or one per entry of ``U`` (a step per row and column).
+    """
+    n = U.shape[0]
+
+    def per_row(a):
+        return np.ascontiguousarray(np.broadcast_to(np.asarray(a, dtype=np.float64), (n,)))
+
+    def per_entry(a):
+        a = np.asarray(a, dtype=np.float64)
+        return np.ascontiguousarray(np.broadcast_to(a[:, None] if a.ndim == 1 else a, U.shape))
+
+    _prox_grad_rows(indptr, indices, data, U, Wt, per_entry(L), n_steps, per_entry(l1),
+                    per_row(shrink), positive, per_row(ridge), out)
+
+
+@_jit
+def _prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positive, ridge, out):
+    """:func:`prox_grad_rows` with one ``shrink``, ``ridge`` per row and one ``L``, ``l1``
+    per entry.
 
     Rows do not interact when ``Wt`` is fixed, so each row runs all its steps at once. Its
     gradient is ``G_t u - b_t`` with ``G_t = sum_j w_j w_j^T`` and ``b_t = sum_j m_tj w_j``;
@@ -266,6 +295,7 @@ def prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positiv
         for _ in range(n_steps):
             _row_gradient(indptr, indices, data, t, u, Wt, use_gram, G, b, g)
             for a in range(r):
-                u[a] = _prox_entry(u[a] - (g[a] + ridge * u[a]) / L, l1, shrink, positive)
+                u[a] = _prox_entry(u[a] - (g[a] + ridge[t] * u[a]) / L[t, a], l1[t, a],
+                                   shrink[t], positive)
         for a in range(r):
             out[t, a] = u[a]

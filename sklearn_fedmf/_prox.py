@@ -4,14 +4,16 @@ The regularizer of a factor ``Z`` is sklearn's elastic net (as in ``NMF``)::
 
     h(Z) = alpha * l1_ratio * ||Z||_1 + 0.5 * alpha * (1 - l1_ratio) * ||Z||_F^2
 
-optionally with the constraint ``Z >= 0`` (``positive=True``). Its prox with parameter ``t``
+optionally with the constraint ``Z >= 0`` (``positive=True``). With the weighted
+regularization (ALS-WR's weighted lambda) ``alpha`` is one strength per row: the row's
+number of ratings times the per-rating strength (:func:`row_alpha`, :func:`item_counts`). Its prox with parameter ``t``
 is entrywise: ``S(X, t*alpha*l1_ratio) / (1 + t*alpha*(1 - l1_ratio))``, with ``S`` the
 soft-threshold (replaced by ``max(X - tau, 0)`` under nonnegativity).
 """
 
 import numpy as np
 
-__all__ = ["soft_threshold", "prox_elastic_net", "elastic_net_value"]
+__all__ = ["soft_threshold", "prox_elastic_net", "elastic_net_value", "row_alpha", "item_counts"]
 
 
 def soft_threshold(X, tau):
@@ -31,25 +33,43 @@ def soft_threshold(X, tau):
 
 
 def prox_elastic_net(X, t, alpha, l1_ratio, positive=False):
-    """``argmin_Z t * h(Z) + 1/2 ||Z - X||^2`` for the elastic net ``h`` (see module doc)."""
+    """``argmin_Z t * h(Z) + 1/2 ||Z - X||^2`` for the elastic net ``h`` (see module doc).
+
+    ``alpha`` may be a column ``(n_rows, 1)``: one strength per row (the prox stays
+    entrywise)."""
     l1 = t * alpha * l1_ratio
     shrink = 1.0 + t * alpha * (1.0 - l1_ratio)
     if positive:
-        Z = np.maximum(X - l1, 0.0) if l1 else np.maximum(X, 0.0)
-    elif l1:
+        Z = np.maximum(X - l1, 0.0) if np.any(l1) else np.maximum(X, 0.0)
+    elif np.any(l1):
         Z = np.sign(X) * np.maximum(np.abs(X) - l1, 0.0)
     else:
         Z = X
-    return Z / shrink if shrink != 1.0 else (Z if Z is not X else X.copy())
+    return Z / shrink if np.any(shrink != 1.0) else (Z if Z is not X else X.copy())
 
 
 def elastic_net_value(Z, alpha, l1_ratio):
-    """``h(Z)`` (the constraint's indicator is 0 on feasible points and not included)."""
-    if not alpha:
+    """``h(Z)`` (the constraint's indicator is 0 on feasible points and not included);
+    ``alpha`` may be one strength per row of ``Z``."""
+    if not np.any(alpha):
         return 0.0
+    alpha = np.asarray(alpha, dtype=float).reshape(-1)
+    if alpha.size > 1:  # per row
+        alpha = alpha[:, None]
     value = 0.0
     if l1_ratio:
-        value += alpha * l1_ratio * float(np.abs(Z).sum())
+        value += l1_ratio * float((alpha * np.abs(Z)).sum())
     if l1_ratio < 1:
-        value += 0.5 * alpha * (1.0 - l1_ratio) * float(np.vdot(Z, Z))
+        value += 0.5 * (1.0 - l1_ratio) * float((alpha * Z * Z).sum())
     return value
+
+
+def row_alpha(alpha, X, weighted):
+    """The strength of each row of ``X``'s factor: ``alpha`` times the row's number of ratings
+    for the weighted regularization (ALS-WR's weighted lambda), else ``alpha``."""
+    return alpha * np.diff(X.indptr).astype(np.float64) if weighted else alpha
+
+
+def item_counts(X):
+    """Ratings per item column of a client's block (its share of the item weights)."""
+    return np.bincount(X.indices, minlength=X.shape[1]).astype(np.float64)

@@ -128,9 +128,12 @@ def test_biased_cold_start_predicts_item_bias_and_fold_in_uses_biases():
 
 
 # FedMAvg ("wang_chang") and FedMGS minimize sum_p [1/2 ||P(M_p - U_p V)||^2 + h(U_p)] + h(V).
-# Full participation, so the iterations are exact (alternating) gradient steps.
+# Full participation, so the iterations are exact (alternating) gradient steps. (FedMAvg's
+# default d_factor=5 is the paper's margin for local drift; the bias columns' step bound is
+# loose, so a shorter factor keeps the test fast: the fixed point does not depend on it.)
 SUM_OF_SQUARES = {
-    "FedMAvg": lambda **kw: FedMAvg(init_scale=0.0, n_clients=3, max_iter=600, **kw),
+    "FedMAvg": lambda **kw: FedMAvg(init_scale=0.0, n_clients=3, max_iter=600, d_factor=0.6,
+                                    **kw),
     "FedMGS": lambda **kw: FedMGS(init_scale=0.0, n_clients=3, max_iter=600, **kw),
 }
 
@@ -210,3 +213,78 @@ def test_b_u_is_never_uploaded_and_b_i_is_aggregated_as_v(cls):
         np.testing.assert_allclose(Vt[:, [0, 1, 3]], mean[:, [0, 1, 3]], rtol=1e-12)
     else:  # the server sums the clients' gradients over [V, b_i] alike
         assert all(u["grad"].shape == (X.shape[1], 3) for u in seen[-1][0].values())
+
+
+WEIGHTED = {
+    "FedMCADMM": lambda **kw: FedMCADMM(init_scale=0.0, beta=1.0, n_clients=3, max_iter=400,
+                                        **kw),
+    # (weaker per-row ridges than the plain test's: more rounds to reach 1e-4)
+    "FedMAvg": lambda **kw: FedMAvg(init_scale=0.0, n_clients=3, max_iter=800, d_factor=0.6,
+                                    **kw),
+    "FedMGS": lambda **kw: FedMGS(init_scale=0.0, n_clients=3, max_iter=1000, **kw),
+}
+
+
+@pytest.mark.parametrize("name", list(WEIGHTED))
+def test_weighted_biases_alone_reach_the_closed_form(name):
+    """regularization="weighted" is ALS-WR's weighted lambda: each user's and each item's
+    penalty times its number of ratings. FedMC-ADMM's ``R(V)`` is then inside the ``1/p``, so
+    one per-rating strength means the same in every estimator (no factor ``p``)."""
+    X = small_ratings(seed=5)
+    est = WEIGHTED[name](n_components=2, biased=True, alpha_u=0.05, alpha_v=0.02,
+                         regularization="weighted", eval_every=0, random_state=0).fit(X)
+    n_u, n_i = np.diff(X.indptr), np.bincount(X.indices, minlength=X.shape[1])
+    bu, bi = bias_baseline(X, 0.05 * n_u, 0.02 * n_i)
+    bu_plain, _ = bias_baseline(X, 0.05, 0.02)
+    assert np.abs(bu - bu_plain).max() > 1e-2  # (the weights matter on this case)
+    np.testing.assert_allclose(est.user_bias_, bu, atol=1e-4)
+    np.testing.assert_allclose(est.item_bias_, bi, atol=1e-4)
+    # fold-in solves the same weighted ridge for [u, b_u] (on the centred ratings)
+    Xc = X.tocsr(copy=True)
+    Xc.data -= est.mean_
+    np.testing.assert_allclose(est._augmented(Xc)[0][:, -2], bu, atol=1e-4)
+
+
+def test_block_step_bounds_majorize_every_row_hessian():
+    """The per-column bounds of the biased steps are a diagonal that majorizes each item's
+    (and each user's) Hessian: ``diag(bounds) - H_j`` is positive semidefinite."""
+    from sklearn_fedmf._biases import item_step_bounds, user_step_bounds
+
+    rng = np.random.default_rng(0)
+    X = small_ratings(n_users=30, n_items=12, density=0.4, seed=3)
+    U1 = np.hstack([0.1 + 0.2 * rng.random((30, 3)), np.ones((30, 1))])  # [U, 1], offset
+    Xc = X.tocsc()
+    bounds = item_step_bounds(U1.T @ U1, ridge=0.0)
+    for j in range(12):
+        A = U1[Xc.indices[Xc.indptr[j]:Xc.indptr[j + 1]]]
+        assert np.linalg.eigvalsh(np.diag(bounds) - A.T @ A)[0] >= -1e-9
+    V1 = np.hstack([rng.normal(size=(12, 3)), np.ones((12, 1))])  # [V, 1]
+    per_row = user_step_bounds(X, V1, ridge=0.0)
+    for t in range(30):
+        B = V1[X.indices[X.indptr[t]:X.indptr[t + 1]]]
+        assert np.linalg.eigvalsh(np.diag(per_row[t]) - B.T @ B)[0] >= -1e-9
+    # ... and with factors small beside the ones (as in a fit), the factor columns' bound is far
+    # below the single bound, which counts the column of ones once per row
+    assert bounds[0] < 0.5 * np.linalg.eigvalsh(U1.T @ U1)[-1]
+
+
+def test_per_row_strengths_in_the_kernel_equal_row_by_row_calls():
+    """prox_grad_rows with one step, l1 and ridge per row (the weighted regularization) is the
+    scalar kernel applied to each row alone; a step per entry that repeats the row's is the
+    same."""
+    from sklearn_fedmf._kernels import prox_grad_rows
+
+    rng = np.random.default_rng(1)
+    X = small_ratings(n_users=8, n_items=6, seed=2)
+    U, Wt = rng.normal(size=(8, 3)), rng.normal(size=(6, 3))
+    L, l1, ridge = 20.0 + 10 * rng.random(8), 0.01 * rng.random(8), rng.random(8)
+    out, out_entry = np.empty_like(U), np.empty_like(U)
+    prox_grad_rows(X.indptr, X.indices, X.data, U, Wt, L, 5, l1, 1.0, False, ridge, out)
+    prox_grad_rows(X.indptr, X.indices, X.data, U, Wt, np.repeat(L[:, None], 3, axis=1), 5,
+                   np.repeat(l1[:, None], 3, axis=1), 1.0, False, ridge, out_entry)
+    np.testing.assert_array_equal(out, out_entry)
+    for t in range(8):
+        row, one = X[t], np.empty((1, 3))
+        prox_grad_rows(row.indptr, row.indices, row.data, U[t:t + 1], Wt, L[t], 5, l1[t], 1.0,
+                       False, ridge[t], one)
+        np.testing.assert_allclose(out[t], one[0], rtol=1e-12, atol=1e-14)

@@ -50,7 +50,7 @@ from .. import _biases
 from .._base import FederatedMFBase, squared_error_of
 from .._engine import FederatedProtocol, Participation
 from .._kernels import grad_cols, prox_grad_rows
-from .._prox import elastic_net_value, prox_elastic_net
+from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
 
 __all__ = ["FedMAvg"]
 
@@ -74,9 +74,14 @@ def q2_schedule(round_number, local_iter_v, q_hat):
 def prox_nonsmooth(Z, t, alpha, l1_ratio, positive):
     """Prox of the l1 part of the elastic net and of the sign constraint (the l2 part is
     smooth and taken in the gradient)."""
-    if not (alpha * l1_ratio) and not positive:
+    if not np.any(alpha * l1_ratio) and not positive:
         return Z
     return prox_elastic_net(Z, t, alpha * l1_ratio, 1.0, positive)
+
+
+def _per_row(a):
+    """A per-row array as a column (it then broadcasts against per-entry steps)."""
+    return a[:, None] if np.ndim(a) == 1 else a
 
 
 def u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive):
@@ -87,17 +92,18 @@ def u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive):
     """
     out = np.empty(U.shape)
     prox_grad_rows(X.indptr, X.indices, X.data, np.ascontiguousarray(U),
-                   np.ascontiguousarray(Vt), c, n_steps, alpha * l1_ratio / c, 1.0, positive,
-                   alpha * (1.0 - l1_ratio), out)
+                   np.ascontiguousarray(Vt), c, n_steps, _per_row(alpha) * l1_ratio / _per_row(c), 1.0,
+                   positive, alpha * (1.0 - l1_ratio), out)
     return out
 
 
 def w_steps(Wt, U, X, n_steps, d, scale, alpha, l1_ratio, positive):
     """``n_steps`` gradient steps (13) on a local copy of ``V``: gradient
     ``scale * grad_V 1/2||P(M - U W)||^2 + ridge * W``. Unprojected unless the regularizer has a
-    nonsmooth part, which is then applied as a prox at every step."""
-    ridge = alpha * (1.0 - l1_ratio)
+    nonsmooth part, which is then applied as a prox at every step. ``alpha`` may be a column,
+    one strength per item row (weighted regularization)."""
     G = np.empty_like(Wt)
+    ridge = alpha * (1.0 - l1_ratio)
     for _ in range(n_steps):
         grad_cols(X.indptr, X.indices, X.data, U, Wt, G)
         Wt = prox_nonsmooth(Wt - (scale * G + ridge * Wt) / d, 1.0 / d, alpha, l1_ratio, positive)
@@ -131,12 +137,15 @@ def item_gram(U, biased):
 
 
 def init_client(block, broadcast, rng, *, init_scale, positive, client_weights, send_gram,
-                biased=False):
-    """Private ``U_p^0``; uploads its size (for ``omega``) and, for the global step, its Gram."""
+                biased=False, weighted=False):
+    """Private ``U_p^0``; uploads its size (for ``omega``), for the global step its Gram and,
+    for the weighted regularization, its ratings per item."""
     U = init_user_factors(block, broadcast["Vt"].shape[1], rng, init_scale, positive, biased)
     upload = {"size": float(client_weight(block, client_weights))}
     if send_gram:
         upload["gram"] = item_gram(U, biased)
+    if weighted:
+        upload["counts"] = item_counts(block.X)
     return {"U": U}, upload
 
 
@@ -149,63 +158,96 @@ def server_init_uploads(server_state, uploads, *, n_clients, q2_first):
         grams = np.stack([uploads[p]["gram"] for p in range(n_clients)])
     Vt = server_state["Vt"]
     state = {"Vt": Vt, "weights": sizes / total, "total": total, "grams": grams}
+    if "counts" in uploads[0]:  # the item weights n_j of the weighted regularization
+        state["counts"] = sum(uploads[p]["counts"] for p in range(n_clients))
     # the broadcast carries the total size so that each client can form its own omega_p
-    return state, {"Vt": Vt, "q2": q2_first, "total": total}
+    return state, {"Vt": Vt, "q2": q2_first, **_shared(state)}
+
+
+def _shared(server_state):
+    """What every broadcast carries besides ``V``: the total size and, for the weighted
+    regularization, the item counts (``h(V)`` is in every client's local objective)."""
+    return {key: server_state[key] for key in ("total", "counts") if key in server_state}
+
+
+def w_bound(gram, ridge, biased):
+    """``L_W = lambda_max(gram) + ridge`` from the Gram of the user columns the item step
+    multiplies; with biases one bound per column block of ``[V; b_i]``
+    (``_biases.item_step_bounds``: the ones column must not shorten the factor steps)."""
+    if biased:
+        return np.maximum(_biases.item_step_bounds(gram, ridge), EPS_LIPSCHITZ)
+    return max(lambda_max(gram) + ridge, EPS_LIPSCHITZ)
 
 
 def user_steps(U, Vt, X, n_steps, c_factor, ridge_in_L, alpha, l1_ratio, positive, biased):
     """(11) with step ``1/(c_factor (lambda_max(V V^T) + ridge_in_L))``. With biases the
     fixed column of ``[U, b_u, 1]`` is substituted (exact, ``_biases``): the steps run on
-    ``[U, b_u]`` against ``[V; 1]`` with the ratings minus ``b_i``, each row with its own
-    Lipschitz bound (``_biases.row_groups``: the global one would count the ones column over
-    every item)."""
+    ``[U, b_u]`` against ``[V; 1]`` with the ratings minus ``b_i``, each row and column block
+    with its own Lipschitz bound (``_biases.user_step_bounds``: the global one would count
+    the ones column over every item). ``alpha`` and ``ridge_in_L`` may be one value per row
+    (weighted regularization): each row's bound then holds its own ridge."""
     if not biased:
-        c = c_factor * max(lambda_max(Vt.T @ Vt) + ridge_in_L, EPS_LIPSCHITZ)
+        c = c_factor * np.maximum(lambda_max(Vt.T @ Vt) + ridge_in_L, EPS_LIPSCHITZ)
         return u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive)
     X, Vt = _biases.user_step_view(X, Vt)
-    U = _biases.free_user(U)
-    out = np.empty_like(U)
-    for rows, L in _biases.row_groups(X, Vt, ridge_in_L):
-        out[rows] = u_steps(U[rows], Vt, X[rows], n_steps, c_factor * L, alpha, l1_ratio,
-                            positive)
-    return _biases.with_user(out)
+    c = c_factor * np.maximum(_biases.user_step_bounds(X, Vt, ridge_in_L), EPS_LIPSCHITZ)
+    U = u_steps(_biases.free_user(U), Vt, X, n_steps, c, alpha, l1_ratio, positive)
+    return _biases.with_user(U)
 
 
 def u_phase(state, block, broadcast, *, variant, c_factor, alpha_u, l1_ratio, positive,
-            local_iter_u, client_weights, biased=False):
+            local_iter_u, client_weights, biased=False, weighted=False):
     """Q1 steps on ``U_p`` against the broadcast ``V^s``; keeps the broadcast for the W phase."""
     Vt = broadcast["Vt"]
+    alpha_u = row_alpha(alpha_u, block.X, weighted)
     ridge = alpha_u * (1.0 - l1_ratio) if variant == "wang_chang" else 0.0
     U = user_steps(state["U"], Vt, block.X, local_iter_u, c_factor, ridge, alpha_u, l1_ratio,
                    positive, biased)
     # a client without ratings has a zero gradient: any omega > 0 gives it the same steps
     omega = max(client_weight(block, client_weights), 1.0) / broadcast["total"]
-    return {"U": U, "Vt": Vt, "q2": broadcast["q2"], "omega": omega}
+    return {"U": U, "Vt": Vt, "q2": broadcast["q2"], "omega": omega,
+            "counts": broadcast.get("counts")}
 
 
 def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alpha_v, l1_ratio,
-            positive, biased=False):
+            positive, biased=False, weighted=False):
     """Q2 local steps from ``V^s``; returns the upload ``{"W": W_p}``.
 
     With biases ``h(V)`` holds the indicator of the fixed row of ``[V; 1; b_i]``: the steps
     run on ``[V; b_i]`` against ``[U_p, 1]`` with the ratings minus ``b_u`` (exact), and
-    ``W_p`` goes up whole, ``b_i`` with it."""
+    ``W_p`` goes up whole, ``b_i`` with it.
+
+    Weighted regularization: ``h(V) = alpha_v/2 sum_j n_j ||v_j||^2`` (``1/p`` of it in the
+    ``"fedmc_admm"`` variant, whose ``R(V)`` then sits inside the ``1/p`` like the data), with
+    the item counts ``n_j`` summed by the server from the clients' one-time uploads and
+    broadcast with ``V``. ``h(V)`` stays whole in every ``F_p``, as the plain one: one ridge
+    per item row in the gradient, and each row's bound adds its own ridge where the plain
+    ones add ``ridge`` (the server's global bound is then the data's alone). The steps stay
+    linear and equal in every client, so their average keeps the exact stationary points.
+    (Splitting ``h(V)``
+    into the clients' shares ``n_jp`` needs no broadcast but, measured, its ``1/omega_p``
+    scaling makes the local steps drift on the items the few sampled clients rated.)"""
     U, omega, X, W0 = state["U"], state["omega"], block.X, state["Vt"]
+    scale = 1.0 / n_clients if variant == "fedmc_admm" else 1.0 / omega
+    if weighted:
+        alpha_v = alpha_v * state["counts"][:, None] / (
+            n_clients if variant == "fedmc_admm" else 1.0)
     if biased:
         X, U = _biases.item_step_view(X, U)
         W0 = _biases.free_item(W0)
-    ridge = alpha_v * (1.0 - l1_ratio)
+    ridge = alpha_v * (1.0 - l1_ratio)  # weighted: one per item row, and so are the bounds
+    if weighted and d_global is not None:
+        d_global = d_global + d_factor * ridge
     if variant == "fedmc_admm":
-        scale = 1.0 / n_clients
-        d = d_factor * max(lambda_max(U.T @ U), EPS_LIPSCHITZ)  # d_i = 5 lambda_max(U_i^T U_i)
+        # d_i = 5 lambda_max(U_i^T U_i) (plus the weighted ridge of the row)
+        d = d_factor * (w_bound(U.T @ U, 0.0, biased) + (ridge if weighted else 0.0))
     else:
-        scale = 1.0 / omega
-        d_local = d_factor * max(lambda_max(U.T @ U) / omega + ridge, EPS_LIPSCHITZ)
+        d_local = d_factor * (w_bound(U.T @ U / omega, 0.0, biased) + ridge)
         if w_step == "local":
             d = d_local
         elif w_step == "guarded":  # never a step longer than 1/(0.51 L_Wp) locally: d is
             # unstable on non-iid clients
-            d = max(d_global, 0.51 * d_local / d_factor)
+            d = np.maximum(d_global, 0.51 * d_local / d_factor)
         else:
             d = d_global
     Wt = w_steps(W0, U, X, state["q2"], d, scale, alpha_v, l1_ratio, positive)
@@ -241,13 +283,14 @@ def client_prepare(state, block, broadcast, rng, selected, **params):
     return new, {"gram": item_gram(new["U"], params.get("biased", False))}
 
 
-def server_prepare(server_state, stats, round_index, *, d_factor, alpha_v, l1_ratio):
+def server_prepare(server_state, stats, round_index, *, d_factor, alpha_v, l1_ratio,
+                   biased=False):
     """The global step ``d = d_factor (lambda_max(sum_p U_p^T U_p) + ridge)`` (3.4, 8.3)."""
     grams = server_state["grams"].copy()
     for p, stat in stats.items():
         grams[p] = stat["gram"]
-    L = lambda_max(grams.sum(axis=0)) + alpha_v * (1.0 - l1_ratio)
-    return {**server_state, "grams": grams}, {"d": d_factor * max(L, EPS_LIPSCHITZ)}
+    L = w_bound(grams.sum(axis=0), alpha_v * (1.0 - l1_ratio), biased)
+    return {**server_state, "grams": grams}, {"d": d_factor * L}
 
 
 def client_update(state, block, broadcast, rng, selected, *, prepared, u_params, w_params):
@@ -278,16 +321,23 @@ def server_update(server_state, uploads, round_index, counts=None, *, aggregatio
     if biased:  # (a weighted mean of ones can round off 1)
         _biases.fix_item(Vt)
     q2 = q2_schedule(round_index + 2, local_iter_v, q_hat)
-    return {**server_state, "Vt": Vt}, {"Vt": Vt, "q2": q2, "total": server_state["total"]}
+    return {**server_state, "Vt": Vt}, {"Vt": Vt, "q2": q2, **_shared(server_state)}
 
 
-def client_metrics(state, block, broadcast, *, alpha_u, l1_ratio, biased=False):
-    """Additive diagnostics of one client at the global ``V``."""
+def client_metrics(state, block, broadcast, *, alpha_u, l1_ratio, biased=False, alpha_v=0.0,
+                   weighted=False):
+    """Additive diagnostics of one client at the global ``V`` (weighted regularization: with
+    the client's share ``alpha_v/2 sum_j n_jp ||v_j||^2`` of ``h(V)``; the shares sum to it)."""
     U, Vt = state["U"], broadcast["Vt"]
     sse = squared_error_of(block.X, U, Vt)
+    item_penalty = 0.0
+    if weighted:
+        item_penalty = elastic_net_value(_biases.free_item(Vt) if biased else Vt,
+                                         alpha_v * item_counts(block.X), l1_ratio)
     return {
-        "loss": 0.5 * sse + elastic_net_value(_biases.free_user(U) if biased else U, alpha_u,
-                                              l1_ratio),
+        "loss": 0.5 * sse + item_penalty + elastic_net_value(
+            _biases.free_user(U) if biased else U, row_alpha(alpha_u, block.X, weighted),
+            l1_ratio),
         "sse": sse,
         "n": block.nnz,
         "sse_eval": squared_error_of(block.X_eval, U, Vt),
@@ -295,11 +345,14 @@ def client_metrics(state, block, broadcast, *, alpha_u, l1_ratio, biased=False):
     }
 
 
-def combine_metrics(server_state, sums, *, loss_scale, alpha_v, l1_ratio, biased=False):
-    """The objective (``sum`` of client losses, ``1/p`` of it for the FedMC-ADMM variant)."""
+def combine_metrics(server_state, sums, *, loss_scale, alpha_v, l1_ratio, biased=False,
+                    weighted=False):
+    """The objective (``sum`` of client losses, ``1/p`` of it for the FedMC-ADMM variant;
+    weighted regularization: the item penalty is in the client losses)."""
     Vt = _biases.free_item(server_state["Vt"]) if biased else server_state["Vt"]
     record = {
-        "objective": loss_scale * sums["loss"] + elastic_net_value(Vt, alpha_v, l1_ratio),
+        "objective": loss_scale * sums["loss"]
+        + (0.0 if weighted else elastic_net_value(Vt, alpha_v, l1_ratio)),
         "train_rmse": float(np.sqrt(sums["sse"] / max(sums["n"], 1))),
     }
     if sums["n_eval"]:
@@ -309,18 +362,24 @@ def combine_metrics(server_state, sums, *, loss_scale, alpha_v, l1_ratio, biased
 
 def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, local_iter_v,
                   q_hat, participation, aggregation, c_factor, d_factor, w_step, client_weights,
-                  alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False):
+                  alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False,
+                  weighted=False):
     """Bind the hyperparameters to the pure functions above (``biased``: rank
-    ``n_components + 2`` with the augmented factors of ``_biases``)."""
+    ``n_components + 2`` with the augmented factors of ``_biases``; ``weighted``: each row's
+    penalty scaled by its number of ratings)."""
     prepared = variant == "wang_chang" and w_step in ("global", "guarded")
     u_params = dict(variant=variant, c_factor=c_factor, alpha_u=alpha_u, l1_ratio=l1_ratio,
                     positive=positive, local_iter_u=local_iter_u, client_weights=client_weights,
-                    biased=biased)
+                    biased=biased, weighted=weighted)
     w_params = dict(variant=variant, n_clients=n_clients, d_factor=d_factor, w_step=w_step,
-                    alpha_v=alpha_v, l1_ratio=l1_ratio, positive=positive, biased=biased)
+                    alpha_v=alpha_v, l1_ratio=l1_ratio, positive=positive, biased=biased,
+                    weighted=weighted)
     q2_first = q2_schedule(1, local_iter_v, q_hat)
     update = partial(client_update, prepared=prepared, u_params=u_params, w_params=w_params)
     if variant == "fedpalm":
+        if weighted:
+            raise ValueError('variant="fedpalm" is the paper\'s Remark 1 baseline; set '
+                             'regularization="plain".')
         if biased:
             raise ValueError('variant="fedpalm" is the paper\'s Remark 1 baseline on plain '
                              "factors; set biased=False.")
@@ -332,19 +391,21 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
                             n_components=_biases.n_factors(n_components, biased),
                             init_scale=init_scale, biased=biased),
         init_client=partial(init_client, init_scale=init_scale, positive=positive,
-                            client_weights=client_weights, send_gram=prepared, biased=biased),
+                            client_weights=client_weights, send_gram=prepared, biased=biased,
+                            weighted=weighted),
         server_init_uploads=partial(server_init_uploads, n_clients=n_clients,
                                     q2_first=q2_first),
         client_prepare=partial(client_prepare, **u_params) if prepared else None,
-        server_prepare=partial(server_prepare, d_factor=d_factor, alpha_v=alpha_v,
-                               l1_ratio=l1_ratio) if prepared else None,
+        server_prepare=partial(server_prepare, d_factor=d_factor,
+                               alpha_v=0.0 if weighted else alpha_v,  # (its share is a prox)
+                               l1_ratio=l1_ratio, biased=biased) if prepared else None,
         client_update=update,
         server_update=partial(server_update, aggregation=aggregation,
                               local_iter_v=local_iter_v, q_hat=q_hat, biased=biased),
         client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio,
-                               biased=biased),
+                               biased=biased, alpha_v=alpha_v, weighted=weighted),
         combine_metrics=partial(combine_metrics, alpha_v=alpha_v, l1_ratio=l1_ratio,
-                                biased=biased,
+                                biased=biased, weighted=weighted,
                                 loss_scale=1.0 / n_clients if variant == "fedmc_admm" else 1.0),
         participation=Participation(computes="all", receives="all") if participation == "pcc"
         else Participation(),
@@ -433,6 +494,12 @@ class FedMAvg(FederatedMFBase):
         ``1e-6`` is in ``PAPER_SETTINGS``.
     l1_ratio : float, default=0.0
         Mix of the elastic net: 0 is squared l2, 1 is l1 (soft-thresholding).
+    regularization : {"plain", "weighted"}, default="plain"
+        ``"plain"``: the papers' penalties, one strength for every row. ``"weighted"``:
+        ALS-WR's weighted lambda, each user's row scaled by its number of ratings and each
+        item's by its number of ratings (``alpha`` is then a strength per rating). Every
+        client sends its ratings per item once (round 1's bytes); the server broadcasts their
+        sum ``n_j`` with ``V`` (one more float per item in ``bytes_downloaded``).
     positive : bool, default=False
         Constrain both factors to be nonnegative.
     init_scale : float, default=1.0
@@ -533,6 +600,7 @@ class FedMAvg(FederatedMFBase):
         "client_weights": [StrOptions({"entries", "rows"})],
         "sampling": [StrOptions({"uniform", "weighted"})],
         "init_scale": [Interval(Real, 0, None, closed="left")],
+        "regularization": [StrOptions({"plain", "weighted"})],
     }
 
     def __init__(
@@ -558,6 +626,7 @@ class FedMAvg(FederatedMFBase):
         alpha_u=10.0,
         alpha_v=10.0,
         l1_ratio=0.0,
+        regularization="plain",
         positive=False,
         init_scale=1.0,
         center=True,
@@ -594,6 +663,7 @@ class FedMAvg(FederatedMFBase):
         self.client_weights = client_weights
         self.sampling = sampling
         self.l1_ratio = l1_ratio
+        self.regularization = regularization
         self.positive = positive
         self.init_scale = init_scale
 
@@ -621,7 +691,7 @@ class FedMAvg(FederatedMFBase):
             w_step=self.w_step or ("global" if self.variant == "wang_chang" else "local"),
             client_weights=self.client_weights, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
             l1_ratio=self.l1_ratio, positive=self.positive, init_scale=self.init_scale,
-            biased=self.biased,
+            biased=self.biased, weighted=self.regularization == "weighted",
         )
 
     def _client_weights(self, nnz, n_rows):

@@ -24,7 +24,7 @@ from .. import _biases
 from .._base import FederatedMFBase, squared_error_of
 from .._engine import FederatedProtocol
 from .._kernels import grad_cols, prox_grad_rows
-from .._prox import elastic_net_value, prox_elastic_net
+from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
 from ._fedmc_admm_kernels import linearized_cols, replace_and_accumulate, squared_distance
 
 __all__ = ["FedMCADMM"]
@@ -58,12 +58,14 @@ def init_server(rng, *, n_items, n_components, init_scale, biased=False):
     return {"Vt": Vt, "Z": None}, Vt
 
 
-def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive, biased=False):
+def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive, biased=False,
+                weighted=False):
     """Private ``U_i^0``, ``W_i^0 = V^0`` and ``Y_i^0 = -(1/p) grad_V f_i(U_i^0, V^0)``.
 
     Returns the client state and its one-time upload ``Y_i^0`` (eq. (16) needs every client's
     ``(W_i, Y_i)``, never-sampled
-    ones included, and Algorithm 1 describes no initial upload of ``Y_i^0``).
+    ones included, and Algorithm 1 describes no initial upload of ``Y_i^0``); with the
+    weighted regularization also its ratings per item, once (``R(V)`` needs their sum).
     """
     dtype = block.X.dtype  # float32 data: the client computes in float32
     Vt = Vt.astype(dtype, copy=False)
@@ -79,7 +81,10 @@ def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive, b
         Yt /= -n_clients
     else:
         Yt = np.zeros_like(Vt)
-    return {"U": U, "Wt": Vt.copy(), "Yt": Yt}, {"Y": Yt}
+    upload = {"Y": Yt}
+    if weighted:
+        upload["counts"] = item_counts(block.X)
+    return {"U": U, "Wt": Vt.copy(), "Yt": Yt}, upload
 
 
 def server_init_uploads(server_state, uploads, *, beta, n_clients):
@@ -88,7 +93,10 @@ def server_init_uploads(server_state, uploads, *, beta, n_clients):
     Z = np.repeat(Vt[None], n_clients, axis=0)
     for i, upload in uploads.items():
         Z[i] += upload["Y"] / beta
-    return {"Vt": Vt, "Z": Z}, Vt
+    state = {"Vt": Vt, "Z": Z}
+    if "counts" in uploads[0]:
+        state["counts"] = sum(upload["counts"] for upload in uploads.values())
+    return state, Vt
 
 
 def _check_block(X, A, B):
@@ -154,12 +162,14 @@ def u_loop_biased(U, Wt, X, n_steps, alpha_u, l1_ratio):
 
 
 def client_update(state, block, Vt, rng, selected, *, n_clients, beta, local_iter, alpha_u,
-                  l1_ratio, positive, w_update, biased=False):
+                  l1_ratio, positive, w_update, biased=False, weighted=False):
     """One active round of client ``i`` (Algorithm 1, step 3); uploads ``(W_i, Y_i)``.
 
     With biases ``W_i`` is the unconstrained copy of ``[V; 1; b_i]`` (only ``R(V)`` holds
-    the indicator), so the W loop and the dual step are unchanged."""
+    the indicator), so the W loop and the dual step are unchanged. Weighted regularization:
+    ``R_i`` scales each row's strength by its ratings; its prox stays a per-row shrink."""
     X = block.X
+    alpha_u = row_alpha(alpha_u, X, weighted)
     if biased:
         U = u_loop_biased(state["U"], state["Wt"], X, local_iter, alpha_u, l1_ratio)
     else:
@@ -177,7 +187,10 @@ def server_update(server_state, uploads, round_index, *, beta, n_clients, alpha_
                   positive, biased=False):
     """(P-16): ``V = prox_{R/(p beta)}((1/p) sum_i (W_i + Y_i / beta))`` over ALL clients.
 
-    Non-sampled clients enter with the ``Z_i`` they last sent. ``Z`` and its running sum are
+    Non-sampled clients enter with the ``Z_i`` they last sent. Weighted regularization
+    (``server_state`` holds the item counts ``n_j``): ``R(V) = (1/p) sum_j alpha_v n_j/2
+    ||v_j||^2``, inside the ``1/p`` like the data it weighs, so ``alpha_v`` is a per-rating
+    strength as ``alpha_u`` is; its prox shrinks each row by its own factor. ``Z`` and its running sum are
     updated in place: the server owns them and they are far too large to copy every round.
     The sum takes the sampled clients' changes (``O(|S| n r)`` instead of re-reading all
     ``p`` copies) and is recomputed exactly every ``RESUM_EVERY`` rounds, which bounds the
@@ -193,20 +206,30 @@ def server_update(server_state, uploads, round_index, *, beta, n_clients, alpha_
             replace_and_accumulate(Z[i], total, W, Y, beta)
     if exact:
         total = Z.sum(axis=0)
+    counts = server_state.get("counts")
+    if counts is not None:
+        alpha_v = (alpha_v * counts / n_clients).astype(total.dtype)[:, None]
     Vt = prox_elastic_net(total / n_clients, 1.0 / (n_clients * beta), alpha_v, l1_ratio,
                           positive)
     if biased:  # R(V) is separable: the fixed row's prox is the projection onto 1
         _biases.fix_item(Vt)
-    return {"Vt": Vt, "Z": Z, "Z_sum": total}, Vt
+    return {**server_state, "Vt": Vt, "Z": Z, "Z_sum": total}, Vt
 
 
-def client_metrics(state, block, Vt, *, alpha_u, l1_ratio, biased=False):
-    """Additive diagnostics of one client at the global ``V`` (not its local copy)."""
+def client_metrics(state, block, Vt, *, alpha_u, l1_ratio, biased=False, alpha_v=0.0,
+                   weighted=False):
+    """Additive diagnostics of one client at the global ``V`` (not its local copy; weighted
+    regularization: with its share ``alpha_v/2 sum_j n_ji ||v_j||^2`` of ``p R(V)``)."""
     U = state["U"]
     sse = squared_error_of(block.X, U, Vt)
+    item_penalty = 0.0
+    if weighted:
+        item_penalty = elastic_net_value(_biases.free_item(Vt) if biased else Vt,
+                                         alpha_v * item_counts(block.X), l1_ratio)
     return {
-        "loss": 0.5 * sse + elastic_net_value(_biases.free_user(U) if biased else U, alpha_u,
-                                              l1_ratio),
+        "loss": 0.5 * sse + item_penalty + elastic_net_value(
+            _biases.free_user(U) if biased else U, row_alpha(alpha_u, block.X, weighted),
+            l1_ratio),
         "sse": sse,
         "n": block.nnz,
         "sse_eval": squared_error_of(block.X_eval, U, Vt),
@@ -216,13 +239,15 @@ def client_metrics(state, block, Vt, *, alpha_u, l1_ratio, biased=False):
     }
 
 
-def combine_metrics(server_state, sums, *, n_clients, alpha_v, l1_ratio, biased=False):
+def combine_metrics(server_state, sums, *, n_clients, alpha_v, l1_ratio, biased=False,
+                    weighted=False):
     """The objective ``F(U^k, V^k)`` (the objective (1)-(2) the paper reports), train/eval RMSE
     and the consensus gap. (The indicators are 0 at the iterates; the fixed entries are not
     penalized.)"""
     Vt = _biases.free_item(server_state["Vt"]) if biased else server_state["Vt"]
     record = {
-        "objective": sums["loss"] / n_clients + elastic_net_value(Vt, alpha_v, l1_ratio),
+        "objective": sums["loss"] / n_clients
+        + (0.0 if weighted else elastic_net_value(Vt, alpha_v, l1_ratio)),
         "train_rmse": float(np.sqrt(sums["sse"] / max(sums["n"], 1))),
         "consensus_gap": sums["consensus"],
     }
@@ -232,7 +257,8 @@ def combine_metrics(server_state, sums, *, n_clients, alpha_v, l1_ratio, biased=
 
 
 def make_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u, alpha_v,
-                  l1_ratio, positive, w_update, init_scale, dual_init, biased=False):
+                  l1_ratio, positive, w_update, init_scale, dual_init, biased=False,
+                  weighted=False):
     """Bind the hyperparameters to the pure functions above (``biased``: the factors are
     the augmented ``[U, b_u, 1]`` and ``[V; 1; b_i]`` of rank ``n_components + 2``)."""
     # Python floats: a numpy float64 scalar (e.g. from a GridSearchCV grid) would promote
@@ -240,21 +266,25 @@ def make_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u
     beta, alpha_u, alpha_v, l1_ratio, init_scale = (
         float(v) for v in (beta, alpha_u, alpha_v, l1_ratio, init_scale))
     reg_v = dict(alpha_v=alpha_v, l1_ratio=l1_ratio, biased=biased)
+    reg_metrics = dict(alpha_v=alpha_v, weighted=weighted)
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items,
                             n_components=_biases.n_factors(n_components, biased),
                             init_scale=init_scale, biased=biased),
         init_client=partial(init_client, n_clients=n_clients, init_scale=init_scale,
-                            dual_init=dual_init, positive=positive, biased=biased),
+                            dual_init=dual_init, positive=positive, biased=biased,
+                            weighted=weighted),
         server_init_uploads=partial(server_init_uploads, beta=beta, n_clients=n_clients),
         client_update=partial(client_update, n_clients=n_clients, beta=beta,
                               local_iter=local_iter, alpha_u=alpha_u, l1_ratio=l1_ratio,
-                              positive=positive, w_update=w_update, biased=biased),
+                              positive=positive, w_update=w_update, biased=biased,
+                              weighted=weighted),
         server_update=partial(server_update, beta=beta, n_clients=n_clients, positive=positive,
                               **reg_v),
         client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio,
-                               biased=biased),
-        combine_metrics=partial(combine_metrics, n_clients=n_clients, **reg_v),
+                               biased=biased, **reg_metrics),
+        combine_metrics=partial(combine_metrics, n_clients=n_clients, weighted=weighted,
+                                **reg_v),
     )
 
 
@@ -304,6 +334,13 @@ class FedMCADMM(FederatedMFBase):
         ``1e-6`` is in ``PAPER_SETTINGS``.
     l1_ratio : float, default=0.0
         0 is squared l2 (the paper's (65)-(68)), 1 is l1 (soft-thresholding, (70)-(73)).
+    regularization : {"plain", "weighted"}, default="plain"
+        ``"plain"``: the paper's ``R_i`` and ``R``, one strength for every row. ``"weighted"``:
+        ALS-WR's weighted lambda, each user's row scaled by its number of ratings and each
+        item's by its number of ratings, with ``R(V)`` inside the ``1/p`` like the data it
+        weighs (``alpha_u`` and ``alpha_v`` are then both strengths per rating, on the same
+        scale as in the other estimators). The server learns the item counts once: every
+        client sends its ratings per item in round 1 (counted in its bytes).
     positive : bool, default=False
         Constrain both factors to be nonnegative.
     w_update : {"linearized", "exact"}, default="linearized"
@@ -429,6 +466,7 @@ class FedMCADMM(FederatedMFBase):
         "w_update": [StrOptions({"linearized", "exact"})],
         "init_scale": [Interval(Real, 0, None, closed="left")],
         "dual_init": [StrOptions({"paper", "zeros"})],
+        "regularization": [StrOptions({"plain", "weighted"})],
     }
 
     def __init__(
@@ -445,6 +483,7 @@ class FedMCADMM(FederatedMFBase):
         alpha_u=10.0,
         alpha_v=0.1,
         l1_ratio=0.0,
+        regularization="plain",
         positive=False,
         w_update="linearized",
         init_scale=1.0,
@@ -474,6 +513,7 @@ class FedMCADMM(FederatedMFBase):
         self.beta = beta
         self.local_iter = local_iter
         self.l1_ratio = l1_ratio
+        self.regularization = regularization
         self.positive = positive
         self.w_update = w_update
         self.init_scale = init_scale
@@ -495,7 +535,7 @@ class FedMCADMM(FederatedMFBase):
             beta=self._beta(ctx), local_iter=self.local_iter, alpha_u=self.alpha_u,
             alpha_v=self.alpha_v, l1_ratio=self.l1_ratio, positive=self.positive,
             w_update=self.w_update, init_scale=self.init_scale, dual_init=self.dual_init,
-            biased=self.biased,
+            biased=self.biased, weighted=self.regularization == "weighted",
         )
 
     def _collect(self, state, blocks, ctx):

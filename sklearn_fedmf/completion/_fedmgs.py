@@ -52,6 +52,7 @@ from ._fedmavg import (
     prox_nonsmooth,
     user_steps,
 )
+from .._prox import item_counts, prox_elastic_net, row_alpha
 
 __all__ = ["FedMGS"]
 
@@ -79,23 +80,32 @@ def share(U, Vt, X, biased=False):
     return {"grad": G, "gram": U.T @ U}
 
 
-def init_client(block, Vt, rng, *, init_scale, positive, biased=False):
+def init_client(block, Vt, rng, *, init_scale, positive, biased=False, weighted=False):
     """Private ``U_p^0`` and the one-time upload of its gradient and Gram (for ``G1^0``,
-    ``G2^0``)."""
+    ``G2^0``); weighted regularization: also its ratings per item, once (their sum over the
+    clients is the item weights ``n_j``)."""
     U = init_user_factors(block, Vt.shape[1], rng, init_scale, positive, biased)
-    return {"U": U}, share(U, Vt, block.X, biased)
+    upload = share(U, Vt, block.X, biased)
+    if weighted:
+        upload["counts"] = item_counts(block.X)
+    return {"U": U}, upload
 
 
 def server_init_uploads(server_state, uploads, *, n_clients):
-    """Cache every client's gradient and Gram (the server's ``G1``/``G2`` analogue)."""
+    """Cache every client's gradient and Gram (the server's ``G1``/``G2`` analogue); sum the
+    item counts (weighted regularization)."""
     grads = np.stack([uploads[p]["grad"] for p in range(n_clients)])
     grams = np.stack([uploads[p]["gram"] for p in range(n_clients)])
-    return {"Vt": server_state["Vt"], "grads": grads, "grams": grams}, server_state["Vt"]
+    state = {"Vt": server_state["Vt"], "grads": grads, "grams": grams}
+    if "counts" in uploads[0]:
+        state["counts"] = sum(uploads[p]["counts"] for p in range(n_clients))
+    return state, server_state["Vt"]
 
 
 def client_update(state, block, Vt, rng, selected, *, local_iter_u, c_factor, alpha_u,
-                  l1_ratio, positive, biased=False):
+                  l1_ratio, positive, biased=False, weighted=False):
     """Q1 proximal-gradient steps on ``U_p`` at ``V^s`` (step ``1/(c_factor L_U)``), then share."""
+    alpha_u = row_alpha(alpha_u, block.X, weighted)
     U = user_steps(state["U"], Vt, block.X, local_iter_u, c_factor, alpha_u * (1.0 - l1_ratio),
                    alpha_u, l1_ratio, positive, biased)
     return {"U": U}, share(U, Vt, block.X, biased)
@@ -105,19 +115,31 @@ def server_update(server_state, uploads, round_index, *, d_factor, alpha_v, l1_r
                   positive, biased=False):
     """One proximal-gradient step on ``V`` with the sum of the clients' latest gradients.
 
+    Weighted regularization (``server_state`` holds the item counts ``n_j``): the penalty
+    ``alpha_v/2 sum_j n_j ||v_j||^2`` is taken whole in the prox, an exact per-row shrink,
+    and ``d`` holds the data's Lipschitz bound only.
     The caches are updated in place: the server owns them and they are large.
     """
     grads, grams, Vt = server_state["grads"], server_state["grams"], server_state["Vt"]
     for p, upload in uploads.items():
         grads[p] = upload["grad"]
         grams[p] = upload["gram"]
-    ridge = alpha_v * (1.0 - l1_ratio)
-    d = d_factor * max(lambda_max(grams.sum(axis=0)) + ridge, EPS_LIPSCHITZ)
+    counts = server_state.get("counts")
+    ridge = alpha_v * (1.0 - l1_ratio) if counts is None else 0.0
+    if biased:  # one bound per column block: the ones column must not slow the factors
+        d = d_factor * np.maximum(_biases.item_step_bounds(grams.sum(axis=0), ridge),
+                                  EPS_LIPSCHITZ)
+    else:
+        d = d_factor * max(lambda_max(grams.sum(axis=0)) + ridge, EPS_LIPSCHITZ)
     free = _biases.free_item(Vt) if biased else Vt  # (the fixed row does not move)
-    free = prox_nonsmooth(free - (grads.sum(axis=0) + ridge * free) / d, 1.0 / d, alpha_v,
-                          l1_ratio, positive)
+    if counts is None:
+        free = prox_nonsmooth(free - (grads.sum(axis=0) + ridge * free) / d, 1.0 / d, alpha_v,
+                              l1_ratio, positive)
+    else:
+        free = prox_elastic_net(free - grads.sum(axis=0) / d, 1.0 / d, alpha_v * counts[:, None],
+                                l1_ratio, positive)
     Vt = _biases.with_item(free) if biased else free
-    return {"Vt": Vt, "grads": grads, "grams": grams}, Vt
+    return {**server_state, "Vt": Vt}, Vt
 
 
 def _metrics(state, block, Vt, **params):
@@ -125,23 +147,25 @@ def _metrics(state, block, Vt, **params):
 
 
 def make_protocol(*, n_items, n_clients, n_components, local_iter_u, c_factor, d_factor,
-                  alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False):
+                  alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False,
+                  weighted=False):
     """Bind the hyperparameters to the pure functions above."""
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items,
                             n_components=_biases.n_factors(n_components, biased),
                             init_scale=init_scale, biased=biased),
         init_client=partial(init_client, init_scale=init_scale, positive=positive,
-                            biased=biased),
+                            biased=biased, weighted=weighted),
         server_init_uploads=partial(server_init_uploads, n_clients=n_clients),
         client_update=partial(client_update, local_iter_u=local_iter_u, c_factor=c_factor,
                               alpha_u=alpha_u, l1_ratio=l1_ratio, positive=positive,
-                              biased=biased),
+                              biased=biased, weighted=weighted),
         server_update=partial(server_update, d_factor=d_factor, alpha_v=alpha_v,
                               l1_ratio=l1_ratio, positive=positive, biased=biased),
-        client_metrics=partial(_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio, biased=biased),
+        client_metrics=partial(_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio, biased=biased,
+                               alpha_v=alpha_v, weighted=weighted),
         combine_metrics=partial(combine_metrics, loss_scale=1.0, alpha_v=alpha_v,
-                                l1_ratio=l1_ratio, biased=biased),
+                                l1_ratio=l1_ratio, biased=biased, weighted=weighted),
     )
 
 
@@ -196,6 +220,13 @@ class FedMGS(FederatedMFBase):
         ``1e-6`` is in ``PAPER_SETTINGS``.
     l1_ratio : float, default=0.0
         Mix of the elastic net: 0 is squared l2, 1 is l1 (soft-thresholding).
+    regularization : {"plain", "weighted"}, default="plain"
+        ``"plain"``: the papers' penalties, one strength for every row. ``"weighted"``:
+        ALS-WR's weighted lambda, each user's row scaled by its number of ratings and each
+        item's by its number of ratings (``alpha`` is then a strength per rating). The
+        server learns the item counts once: every client sends its ratings per item in
+        round 1 (counted in its bytes; the shared gradients already show which items a
+        client rated).
     positive : bool, default=False
         Constrain both factors to be nonnegative.
     init_scale : float, default=1.0
@@ -288,6 +319,7 @@ class FedMGS(FederatedMFBase):
         "d_factor": [Interval(Real, 0, None, closed="neither")],
         "init_scale": [Interval(Real, 0, None, closed="left")],
         "sampling": [StrOptions({"uniform", "weighted"})],
+        "regularization": [StrOptions({"plain", "weighted"})],
     }
 
     def __init__(
@@ -306,6 +338,7 @@ class FedMGS(FederatedMFBase):
         alpha_u=10.0,
         alpha_v=10.0,
         l1_ratio=0.0,
+        regularization="plain",
         positive=False,
         init_scale=1.0,
         center=True,
@@ -335,6 +368,7 @@ class FedMGS(FederatedMFBase):
         self.d_factor = d_factor
         self.sampling = sampling
         self.l1_ratio = l1_ratio
+        self.regularization = regularization
         self.positive = positive
         self.init_scale = init_scale
 
@@ -344,6 +378,7 @@ class FedMGS(FederatedMFBase):
             local_iter_u=self.local_iter_u, c_factor=self.c_factor, d_factor=self.d_factor,
             alpha_u=self.alpha_u, alpha_v=self.alpha_v, l1_ratio=self.l1_ratio,
             positive=self.positive, init_scale=self.init_scale, biased=self.biased,
+            weighted=self.regularization == "weighted",
         )
 
     def _read_components(self, server_state, broadcast):
