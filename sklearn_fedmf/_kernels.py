@@ -26,7 +26,6 @@ __all__ = [
     "values_at",
     "ridge_fold_in",
     "prox_grad_rows",
-    "gram_of_rows",
 ]
 
 _jit = njit(cache=True, nogil=True, fastmath=False)
@@ -198,24 +197,6 @@ def _gram_of_gathered(Bt, k, x, G, b):
                 acc += Ba[s] * Bc[s]
             G[a, c] = acc
             G[c, a] = acc
-
-
-@_reduce
-def gram_of_rows(F, G):
-    """``G = F F^T`` for a C-contiguous ``(r, n)`` ``F``; returns ``||G||_F``."""
-    r = F.shape[0]
-    norm = 0.0
-    for a in range(r):
-        Fa = F[a]
-        for c in range(a, r):
-            Fc = F[c]
-            acc = 0.0
-            for j in range(F.shape[1]):
-                acc += Fa[j] * Fc[j]
-            G[a, c] = acc
-            G[c, a] = acc
-            norm += acc * acc if a == c else 2.0 * acc * acc
-    return np.sqrt(norm)
 
 
 @_inline

@@ -34,11 +34,12 @@ def test_hand_computed_tiny():
     assert integrality_gap([[0.1, 0.5, 0.8]], reduce="max") == 0.5
 
 
-def test_factor_path_matches_dense_computation():
+@pytest.mark.parametrize("k", [6, 9, 70])  # one byte of packed bits per factor, two, nine
+def test_factor_path_matches_dense_computation(k):
     rng = np.random.default_rng(0)
     X = (rng.random((300, 40)) < 0.2).astype(int)
-    U = rng.random((300, 6)) < 0.3
-    V = rng.random((6, 40)) < 0.25
+    U = rng.random((300, k)) < 1.8 / k
+    V = rng.random((k, 40)) < 1.5 / k
     P, f1, r = _dense_reference(X, U, V)
     for Xin in (X, sp.csr_matrix(X), sp.coo_matrix(X), sp.csc_matrix(X)):
         assert f1_boolean(Xin, (U, V)) == pytest.approx(f1, abs=1e-15)

@@ -164,23 +164,26 @@ def objective(A, U, V, kappa, lam):
             + _elb.elb_value(V, kappa, lam))
 
 
-@pytest.mark.parametrize("update, prox_mode, proximity, beta, gamma, update_v", [
-    ("palm", "exact_nonneg", "sequential", 0.0, 0.0, True),
-    ("palm", "exact", "joint", 0.4, 0.7, True),
-    ("palm", "paper_nonneg", "sequential", 0.3, 0.5, True),
-    ("mu", "paper", "sequential", 0.2, 0.3, True),
-    ("mu", "exact_nonneg", "joint", 0.0, 0.9, True),
-    ("palm", "exact_nonneg", "sequential", 0.5, 0.0, False),
+@pytest.mark.parametrize("update, prox_mode, proximity, beta, gamma, update_v, m", [
+    ("palm", "exact_nonneg", "sequential", 0.0, 0.0, True, 30),
+    ("palm", "exact", "joint", 0.4, 0.7, True, 30),
+    ("palm", "paper_nonneg", "sequential", 0.3, 0.5, True, 30),
+    ("mu", "paper", "sequential", 0.2, 0.3, True, 30),
+    ("mu", "exact_nonneg", "joint", 0.0, 0.9, True, 30),
+    ("palm", "exact_nonneg", "sequential", 0.5, 0.0, False, 30),
+    # more columns than a tile of the compiled V block, the last tile narrower
+    ("palm", "exact_nonneg", "sequential", 0.3, 0.6, True, 2 * _elb._TILE + 37),
+    ("mu", "exact", "joint", 0.2, 0.4, True, _elb._TILE + 1),
 ])
 def test_local_steps_compose_u_and_v_steps(update, prox_mode, proximity, beta, gamma,
-                                            update_v):
+                                            update_v, m):
     # The compiled local_steps against the step-by-step composition of u_step and v_step,
     # with the growing lambda schedule.
     rng = np.random.default_rng(5)
-    A = sp.csr_matrix((rng.random((40, 30)) < 0.3).astype(float))
+    A = sp.csr_matrix((rng.random((40, m)) < 0.3).astype(float))
     At = A.T.tocsr()
     U0, U1 = rng.random((40, 4)), rng.random((40, 4))
-    V0, V1, Vh = rng.random((4, 30)), rng.random((4, 30)), rng.random((4, 30))
+    V0, V1, Vh = rng.random((4, m)), rng.random((4, m)), rng.random((4, m))
     schedule = dict(lam=0.05, growth=1.3, lam_max=2.0, rate_unit="sync", sync_every=3)
     step = dict(kappa=2e-3, beta=beta, update=update, prox_mode=prox_mode, step_scale=0.9)
     U, U_prev, V, V_prev = U1, U0, V1, V0

@@ -18,8 +18,6 @@ import math
 import numpy as np
 from numba import njit
 
-from .._kernels import gram_of_rows
-
 __all__ = [
     "PROX_MODES",
     "elb_value",
@@ -74,9 +72,17 @@ def prox_proximity(X, s, Vh):
 def elb_value(X, kappa, lam):
     """``R'(X)`` (halved quadratic weight, Section 3.1); 0 exactly on Boolean matrices."""
     X = np.asarray(X, dtype=float)
-    d = X - 1.0
-    return float(np.minimum(kappa * np.abs(X) + 0.5 * lam * X * X,
-                            kappa * np.abs(d) + 0.5 * lam * d * d).sum())
+    return float(_elb_sum(X.reshape(-1), float(kappa), float(lam)))
+
+
+@njit(cache=True, nogil=True)
+def _elb_sum(x, kappa, lam):
+    """:func:`elb_value` in one pass (the fits evaluate it on ``k x m`` every round)."""
+    total = 0.0
+    for v in x:
+        d = v - 1.0
+        total += min(kappa * abs(v) + 0.5 * lam * v * v, kappa * abs(d) + 0.5 * lam * d * d)
+    return total
 
 
 def integrality_gap_values(X):
@@ -123,6 +129,48 @@ def _prox_scalar(x, a, c, mode):
     return 1.0 + np.sign(d) * max(abs(d) - a, 0.0) / (1.0 + c)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _step_entry(xb, xg, b, vh, eta0, mu, kappa, lam, gamma, joint, mode):
+    """One entry of the fused gradient step, Elb prox and proximity pull (see _step_kernel)."""
+    eta = xb / max(xg, EPS_MU) if mu else eta0
+    x = xb - eta * (xg - b)
+    a, c = eta * kappa, eta * lam
+    if gamma > 0.0:
+        s = eta * gamma
+        if joint:
+            return _prox_scalar((x + s * vh) / (1.0 + s), a / (1.0 + s), c / (1.0 + s), mode)
+        return (_prox_scalar(x, a, c, mode) + s * vh) / (1.0 + s)
+    return _prox_scalar(x, a, c, mode)
+
+
+@njit(cache=True, nogil=True)
+def _palm_constants(eta0, kappa, lam, gamma, joint, mode):
+    """The loop constants of :func:`_palm_entry`: with one step ``eta0`` for every entry (PALM)
+    the thresholds and the pulls are the same everywhere. A pull that does not apply is 0,
+    which leaves the value unchanged exactly."""
+    a, c = eta0 * kappa, eta0 * lam
+    s = eta0 * gamma
+    s_joint = s if joint else 0.0
+    s_seq = 0.0 if joint else s
+    if s_joint:
+        a, c = a / (1.0 + s), c / (1.0 + s)
+    return a, c, s_joint, s_seq, 1.0 if mode == 1 else 0.0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _palm_entry(xb, xg, b, vh, eta0, a, c, s_joint, s_seq, signed):
+    """:func:`_step_entry` for PALM with the exact prox (modes 0 and 1), without branches so
+    that the loops over it vectorize (the per-entry prox was most of a V step). Bit for bit
+    the same values: ``max(d - a, 0) + min(d + a, 0)`` is ``sign(d) max(|d| - a, 0)``."""
+    x = xb - eta0 * (xg - b)
+    x = (x + s_joint * vh) / (1.0 + s_joint)
+    low = (max(x - a, 0.0) + signed * min(x + a, 0.0)) / (1.0 + c)
+    d = x - 1.0
+    high = 1.0 + (max(d - a, 0.0) + min(d + a, 0.0)) / (1.0 + c)
+    y = low if x <= 0.5 else high
+    return (y + s_seq * vh) / (1.0 + s_seq)
+
+
 @njit(cache=True, nogil=True)
 def _step_kernel(Xbar, XG, B, eta0, mu, kappa, lam, gamma, Vh, joint, mode, out):
     """Fused gradient step, Elb prox and proximity pull in one pass over the entries.
@@ -131,22 +179,17 @@ def _step_kernel(Xbar, XG, B, eta0, mu, kappa, lam, gamma, Vh, joint, mode, out)
     (PALM) or ``Xbar / max(XG, eps)`` per entry (MU). ``gamma = 0`` skips the proximity
     (``Vh`` is then unused). ``B`` may be a transposed view.
     """
+    if not mu and mode <= 1:
+        a, c, s_joint, s_seq, signed = _palm_constants(eta0, kappa, lam, gamma, joint, mode)
+        for i in range(Xbar.shape[0]):
+            for j in range(Xbar.shape[1]):
+                out[i, j] = _palm_entry(Xbar[i, j], XG[i, j], B[i, j], Vh[i, j], eta0, a, c,
+                                        s_joint, s_seq, signed)
+        return out
     for i in range(Xbar.shape[0]):
         for j in range(Xbar.shape[1]):
-            xb, xg = Xbar[i, j], XG[i, j]
-            eta = xb / max(xg, EPS_MU) if mu else eta0
-            x = xb - eta * (xg - B[i, j])
-            a, c = eta * kappa, eta * lam
-            if gamma > 0.0:
-                s = eta * gamma
-                if joint:
-                    y = _prox_scalar((x + s * Vh[i, j]) / (1.0 + s), a / (1.0 + s),
-                                     c / (1.0 + s), mode)
-                else:
-                    y = (_prox_scalar(x, a, c, mode) + s * Vh[i, j]) / (1.0 + s)
-            else:
-                y = _prox_scalar(x, a, c, mode)
-            out[i, j] = y
+            out[i, j] = _step_entry(Xbar[i, j], XG[i, j], B[i, j], Vh[i, j], eta0, mu, kappa,
+                                    lam, gamma, joint, mode)
     return out
 
 
@@ -234,65 +277,119 @@ def local_steps(U, U_prev, V, V_prev, A, At, Vh, *, t0, n_steps, lam, growth, la
     )
 
 
+# Columns per tile of the V block: its buffers (a few k x 256 arrays) stay in the L2 cache.
+_TILE = 256
+
+
+@njit(cache=True, nogil=True)
+def _gram_norm(F):
+    """``F F^T`` (BLAS) and its Frobenius norm."""
+    G = np.dot(F, F.T)
+    return G, np.sqrt(np.sum(G * G))
+
+
+@njit(cache=True, nogil=True)
+def _rows_times(indptr, indices, data, Ft):
+    """``A F^T`` for a CSR ``A``, given ``F^T`` C-contiguous."""
+    r = Ft.shape[1]
+    out = np.zeros((indptr.shape[0] - 1, r))
+    for i in range(out.shape[0]):
+        for p in range(indptr[i], indptr[i + 1]):
+            j, x = indices[p], data[p]
+            for a in range(r):
+                out[i, a] += x * Ft[j, a]
+    return out
+
+
 @njit(cache=True, nogil=True)
 def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_data, U, U_prev,
                        V, V_prev, Vh, lam_ts, update_v, kappa, beta, mu, mode, step_scale,
                        gamma, joint):
-    """:func:`local_steps` compiled: per step, :func:`u_step` then :func:`v_step`."""
+    """:func:`local_steps` compiled: per step, :func:`u_step` then :func:`v_step`.
+
+    The V block is the bulk of the work (``k x m`` per step, against ``n_i x k`` for U) and
+    is bound by memory traffic more than by arithmetic, so it runs tile by tile over the
+    columns: each tile is extrapolated, multiplied by ``U^T U``, gathered from ``A^T``,
+    stepped and written once, and the next U step's ``V V^T`` and ``A V^T`` are accumulated
+    from the written tile in the same pass (``A V^T`` scattered into the client's small
+    ``n_i x k`` array instead of gathered from an ``m x k`` copy of ``V``). ``A`` is read
+    only for the first ``A V^T``. The values are those of :func:`u_step` and :func:`v_step`
+    up to the order of floating-point sums.
+    """
     m, r = U.shape
     n = V.shape[1]
-    S, Q = np.empty((r, r)), np.empty((r, r))
-    XGu, Bu, Vt, Ut = np.empty((m, r)), np.empty((m, r)), np.empty((n, r)), np.empty((r, m))
-    XGv, Bv = np.empty((r, n)), np.empty((r, n))
+    Bu = _rows_times(A_indptr, A_indices, A_data, np.ascontiguousarray(V.T))  # A V^T
+    S, norm_s = _gram_norm(V)
+    tile = min(_TILE, max(n, 1))
+    Vb, B, Vn = np.empty((r, tile)), np.empty((r, tile)), np.empty((r, tile))
+    VnT, BT = np.empty((tile, r)), np.empty((tile, r))
     extrapolate = beta != 0.0 or mu
     for s in range(lam_ts.shape[0]):
         lam_t = lam_ts[s]
         # U block: gradient Ubar (V V^T) - A V^T at the extrapolated point
         Ubar = _extrapolate_kernel(U, U_prev, beta, mu, np.empty_like(U)) if extrapolate else U
-        norm = gram_of_rows(V, S)
-        for i in range(m):
-            for a in range(r):
-                acc = 0.0
-                for c in range(r):
-                    acc += Ubar[i, c] * S[c, a]
-                XGu[i, a] = acc
-        for j in range(n):
-            for a in range(r):
-                Vt[j, a] = V[a, j]
-        for i in range(m):
-            for a in range(r):
-                Bu[i, a] = 0.0
-            for p in range(A_indptr[i], A_indptr[i + 1]):
-                j, x = A_indices[p], A_data[p]
-                for a in range(r):
-                    Bu[i, a] += x * Vt[j, a]
-        eta0 = 0.0 if mu else step_scale / max(norm, EPS_LIPSCHITZ)
+        XGu = np.dot(Ubar, S)
+        eta0 = 0.0 if mu else step_scale / max(norm_s, EPS_LIPSCHITZ)
         U_new = _step_kernel(Ubar, XGu, Bu, eta0, mu, kappa, lam_t, 0.0, Ubar, False, mode,
                              np.empty_like(U))
         U_prev, U = U, U_new
         if not update_v:
             continue
         # V block with the new U: gradient (U^T U) Vbar - U^T A, pulled towards Vh
-        Vbar = _extrapolate_kernel(V, V_prev, beta, mu, np.empty_like(V)) if extrapolate else V
-        for i in range(m):
+        Q, norm_q = _gram_norm(np.ascontiguousarray(U.T))
+        eta0 = 0.0 if mu else step_scale / max(norm_q, EPS_LIPSCHITZ)
+        palm = not mu and mode <= 1
+        ca, cc, s_joint, s_seq, signed = _palm_constants(eta0, kappa, lam_t, gamma, joint, mode)
+        V_new = np.empty_like(V)
+        S[:] = 0.0
+        Bu = np.zeros((m, r))
+        more = s + 1 < lam_ts.shape[0]  # (the last step needs no next V V^T, A V^T)
+        for j0 in range(0, n, tile):
+            w = min(tile, n - j0)
+            if w < tile:  # the last, narrower tile: zeros in the tail leave the dots unchanged
+                Vb[:, w:] = 0.0
+                Vn[:, w:] = 0.0
             for a in range(r):
-                Ut[a, i] = U[i, a]
-        norm = gram_of_rows(Ut, Q)
-        for a in range(r):
-            for j in range(n):
-                XGv[a, j] = 0.0
-            for c in range(r):
-                q = Q[a, c]
-                for j in range(n):
-                    XGv[a, j] += q * Vbar[c, j]
-        for j in range(n):
+                for jj in range(w):
+                    v = V[a, j0 + jj]
+                    if extrapolate:
+                        v += beta * (v - V_prev[a, j0 + jj])
+                        if mu:
+                            v = max(v, 0.0)
+                    Vb[a, jj] = v
+            XG = np.dot(Q, Vb)
+            for jj in range(w):  # U^T A, column by column, into rows of BT (contiguous)
+                for a in range(r):
+                    BT[jj, a] = 0.0
+                for p in range(At_indptr[j0 + jj], At_indptr[j0 + jj + 1]):
+                    x, row = At_data[p], At_indices[p]
+                    for a in range(r):
+                        BT[jj, a] += x * U[row, a]
             for a in range(r):
-                acc = 0.0
-                for p in range(At_indptr[j], At_indptr[j + 1]):
-                    acc += At_data[p] * U[At_indices[p], a]
-                Bv[a, j] = acc
-        eta0 = 0.0 if mu else step_scale / max(norm, EPS_LIPSCHITZ)
-        V_new = _step_kernel(Vbar, XGv, Bv, eta0, mu, kappa, lam_t, gamma, Vh, joint, mode,
-                             np.empty_like(V))
+                for jj in range(w):
+                    B[a, jj] = BT[jj, a]
+            if palm:
+                for a in range(r):
+                    for jj in range(w):
+                        Vn[a, jj] = _palm_entry(Vb[a, jj], XG[a, jj], B[a, jj], Vh[a, j0 + jj],
+                                                eta0, ca, cc, s_joint, s_seq, signed)
+            else:
+                for a in range(r):
+                    for jj in range(w):
+                        Vn[a, jj] = _step_entry(Vb[a, jj], XG[a, jj], B[a, jj], Vh[a, j0 + jj],
+                                                eta0, mu, kappa, lam_t, gamma, joint, mode)
+            for a in range(r):
+                for jj in range(w):
+                    V_new[a, j0 + jj] = Vn[a, jj]
+                    VnT[jj, a] = Vn[a, jj]
+            if not more:
+                continue
+            S += np.dot(Vn, Vn.T)
+            for jj in range(w):  # the next A V^T, scattered into the rows (in column order)
+                for p in range(At_indptr[j0 + jj], At_indptr[j0 + jj + 1]):
+                    x, row = At_data[p], At_indices[p]
+                    for a in range(r):
+                        Bu[row, a] += x * VnT[jj, a]
+        norm_s = np.sqrt(np.sum(S * S))
         V_prev, V = V, V_new
     return U, U_prev, V, V_prev

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+from numba import njit
 
 __all__ = [
     "boolean_counts",
@@ -80,13 +81,25 @@ def factor_counts(X, U, V):
     """:func:`boolean_counts` of Boolean factors ``U``, ``V`` against a binary CSR ``X`` that
     :func:`check_binary` already returned (the federated fits call it every round)."""
     U, V = _factors((U, V))
-    rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
-    Vt = np.ascontiguousarray(V.T)
-    tp = 0
-    for a in range(0, X.nnz, _CHUNK):  # O(chunk k) memory
-        r, c = rows[a : a + _CHUNK], X.indices[a : a + _CHUNK]
-        tp += int(np.count_nonzero((U[r] & Vt[c]).any(axis=1)))
-    return tp, X.nnz, _predicted_ones(U, V)
+    # each row of U and column of V as bytes of bits: a stored one is a true positive iff
+    # its row's and column's bytes share a bit
+    tp = _shared_bit_count(X.indptr, X.indices, np.packbits(U, axis=1),
+                           np.packbits(V.T, axis=1))
+    return int(tp), X.nnz, _predicted_ones(U, V)
+
+
+@njit(cache=True, nogil=True)
+def _shared_bit_count(indptr, indices, row_bits, col_bits):
+    """Stored entries ``(i, j)`` whose packed bits ``row_bits[i]`` and ``col_bits[j]`` meet."""
+    count = 0
+    for i in range(indptr.shape[0] - 1):
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            for w in range(row_bits.shape[1]):
+                if row_bits[i, w] & col_bits[j, w]:
+                    count += 1
+                    break
+    return count
 
 
 def boolean_counts(X, pred):
