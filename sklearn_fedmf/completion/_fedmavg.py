@@ -92,8 +92,9 @@ def u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive):
     """
     out = np.empty(U.shape)
     prox_grad_rows(X.indptr, X.indices, X.data, np.ascontiguousarray(U),
-                   np.ascontiguousarray(Vt), c, n_steps, _per_row(alpha) * l1_ratio / _per_row(c), 1.0,
-                   positive, alpha * (1.0 - l1_ratio), out)
+                   np.ascontiguousarray(Vt), c, n_steps,
+                   _per_row(alpha) * l1_ratio / _per_row(c), 1.0, positive,
+                   alpha * (1.0 - l1_ratio), out)
     return out
 
 

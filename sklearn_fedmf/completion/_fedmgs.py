@@ -43,6 +43,7 @@ from .. import _biases
 from .._base import FederatedMFBase
 from .._engine import FederatedProtocol
 from .._kernels import grad_cols
+from .._prox import item_counts, prox_elastic_net, row_alpha
 from ._fedmavg import (
     EPS_LIPSCHITZ,
     client_metrics,
@@ -52,7 +53,6 @@ from ._fedmavg import (
     prox_nonsmooth,
     user_steps,
 )
-from .._prox import item_counts, prox_elastic_net, row_alpha
 
 __all__ = ["FedMGS"]
 
