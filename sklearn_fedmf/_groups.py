@@ -39,6 +39,7 @@ in ``group.rows`` order.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -130,11 +131,25 @@ def make_groups(X, codes, n_clients, X_eval=None, n_groups=16):
     groups = []
     for a, b in zip(edges[:-1], edges[1:]):
         rows = order[bounds[a]:bounds[b]]
-        Xg = X[rows]
-        Xg.has_canonical_format = True
+        Xg = _rows_of(X, rows)
         Eg = X_eval[rows] if X_eval is not None else None
         groups.append(ClientGroup(int(a), bounds[a:b + 1] - bounds[a], rows, Xg, Eg))
     return groups
+
+
+def _rows_of(X, rows):
+    """``X[rows]``, sharing ``X``'s buffers when ``rows`` is a contiguous ascending run (one
+    client per user in row order: the groups then cost no second copy of the ratings)."""
+    if rows.size and rows[-1] - rows[0] == rows.size - 1 and np.all(np.diff(rows) == 1):
+        r0, r1 = int(rows[0]), int(rows[-1]) + 1
+        s0, s1 = X.indptr[r0], X.indptr[r1]
+        Xg = sp.csr_matrix((r1 - r0, X.shape[1]), dtype=X.dtype)  # (the constructor copies)
+        Xg.data, Xg.indices = X.data[s0:s1], X.indices[s0:s1]
+        Xg.indptr = (X.indptr[r0:r1 + 1] - s0).astype(X.indices.dtype, copy=False)
+    else:
+        Xg = X[rows]
+    Xg.has_canonical_format = True
+    return Xg
 
 
 @dataclass(frozen=True)
@@ -180,7 +195,7 @@ class ImplicitRows:
     @property
     def nbytes(self):
         """The dense message's size: what the paper's client sends."""
-        return int(np.prod(self.shape)) * self.values.dtype.itemsize
+        return math.prod(self.shape) * self.values.dtype.itemsize  # (np.prod: 6 us a message)
 
     def toarray(self):
         if self.scale:

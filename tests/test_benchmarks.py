@@ -21,6 +21,7 @@ SMOKE_RUNS = [
     ("bench_clustering.py", [], "ACC %"),
     ("bench_felb.py", [], "best F1*"),
     ("bench_rfrec.py", ["--table", "cost"], "s/round (1)"),
+    ("bench_rfrec_scale.py", ["--cache-dir", "."], "peak RSS (MB)"),
     ("bench_privacy.py", [], "basic/PLD"),
     ("run_all.py", ["--shapes", "ml1m", "--methods", "FedMCADMM,FedMAvg", "--cache-dir", ".",
                     "--clients", "100,per-user", "--n-jobs", "2"], "ratings x steps/s"),

@@ -61,10 +61,16 @@ def test_server_step_uses_every_clients_latest_gradient(ratings):
     """Sampled clients refresh their cached gradient; the others' entries stay as sent."""
     X, _, _ = ratings
     log = []
+
+    def cached(state):  # the server's cache, as the dense gradients the clients sent
+        shape = state["grad_sum"].shape
+        return np.stack([fedmgs.cached_gradient(state["segments"], p, shape)
+                         for p in range(4)])
+
     small(clients_per_round=2, max_iter=6, alpha_v=0.3,
           callback=lambda k, info: log.append({
-              "sampled": info["sampled"], "grads": info["server_state"]["grads"].copy(),
-              "grams": info["server_state"]["grams"].copy(),
+              "sampled": info["sampled"], "grads": cached(info["server_state"]),
+              "grams": np.concatenate([s["grams"] for s in info["server_state"]["segments"]]),
               "V": info["server_state"]["Vt"].copy(),
               "uploads": info["uploads"]})).fit(X)
     for prev, cur in zip(log, log[1:]):

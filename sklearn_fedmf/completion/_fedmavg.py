@@ -36,6 +36,11 @@ distinct clients without replacement; then ``aggregation="weighted"`` averages t
 with weights ``omega_p`` (renormalized over the senders: eq. (8) at full participation, a
 ratio estimate otherwise) and ``"sampled_mean"`` takes the plain mean (the FedMC-ADMM
 restatement). On balanced clients the schemes coincide.
+
+Many small clients (one per user): ``_fedmavg_batched`` gives the protocol batched phases
+(``FederatedProtocol.batched``) that run a whole group of clients per compiled call and send
+``W_p`` as its rated rows plus the ridge-shrunk broadcast (FedPALM and the weighted
+regularization run client by client).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .. import _biases
 from .._base import FederatedMFBase, squared_error_of
 from .._engine import FederatedProtocol, Participation
+from .._groups import ImplicitRows
 from .._kernels import grad_cols, prox_grad_rows
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
 
@@ -125,7 +131,12 @@ def init_server(rng, *, n_items, n_components, init_scale, biased=False):
 
 def init_user_factors(block, n_factors, rng, init_scale, positive, biased):
     """Private ``U_p^0`` (``[U_p^0, 0, 1]`` with biases)."""
-    U = init_scale * rng.random((block.n_rows, n_factors))
+    return random_user_factors(block.n_rows, n_factors, rng, init_scale, positive, biased)
+
+
+def random_user_factors(n_rows, n_factors, rng, init_scale, positive, biased):
+    """``n_rows`` rows of i.i.d. ``init_scale * Uniform[0, 1)`` factors (biases as above)."""
+    U = init_scale * rng.random((n_rows, n_factors))
     if positive:
         U = np.maximum(U, 0.0)
     return _biases.init_user(U) if biased else U
@@ -156,7 +167,8 @@ def server_init_uploads(server_state, uploads, *, n_clients, q2_first):
     total = float(max(sizes.sum(), 1.0))
     grams = None
     if "gram" in uploads[0]:
-        grams = np.stack([uploads[p]["gram"] for p in range(n_clients)])
+        grams = np.concatenate([uploads[p]["gram"] for p in range(n_clients)]).reshape(
+            n_clients, *uploads[0]["gram"].shape)
     Vt = server_state["Vt"]
     state = {"Vt": Vt, "weights": sizes / total, "total": total, "grams": grams}
     if "counts" in uploads[0]:  # the item weights n_j of the weighted regularization
@@ -290,12 +302,16 @@ def client_prepare(state, block, broadcast, rng, selected, **params):
 
 def server_prepare(server_state, stats, round_index, *, d_factor, alpha_v, l1_ratio,
                    biased=False):
-    """The global step ``d = d_factor (lambda_max(sum_p U_p^T U_p) + ridge)`` (3.4, 8.3)."""
-    grams = server_state["grams"].copy()
-    for p, stat in stats.items():
-        grams[p] = stat["gram"]
+    """The global step ``d = d_factor (lambda_max(sum_p U_p^T U_p) + ridge)`` (3.4, 8.3).
+
+    The server's cache of the clients' Grams is updated in place: at one client per user it
+    is ``p x r x r`` (0.75 GB at the Netflix shape), too large to copy every round."""
+    grams = server_state["grams"]
+    if stats:  # (one stacked assignment: at one client per user there are thousands)
+        grams[np.fromiter(stats, np.int64, len(stats))] = np.concatenate(
+            [stat["gram"] for stat in stats.values()]).reshape(-1, *grams.shape[1:])
     L = w_bound(grams.sum(axis=0), alpha_v * (1.0 - l1_ratio), biased)
-    return {**server_state, "grams": grams}, {"d": d_factor * L}
+    return server_state, {"d": d_factor * L}
 
 
 def client_update(state, block, broadcast, rng, selected, *, prepared, u_params, w_params):
@@ -307,6 +323,28 @@ def client_update(state, block, broadcast, rng, selected, *, prepared, u_params,
         return keep, None
     d_global = broadcast["d"] if prepared else None
     return keep, w_phase(state, block, d_global, **w_params)
+
+
+def weighted_sum(messages, weights):
+    """``sum_p w_p W_p`` of dense uploads and :class:`~sklearn_fedmf._groups.ImplicitRows`
+    (``scale * base`` but for the rated rows): an implicit upload costs its rated rows, the
+    base is added once with the summed coefficients (one per column when the scale is)."""
+    total, bases = None, {}
+    for message, weight in zip(messages, weights):
+        if isinstance(message, ImplicitRows):
+            if total is None:
+                total = np.zeros(message.shape)
+            coef = message.add_to(total, weight)
+            if np.any(coef):
+                base, summed = bases.get(id(message.base), (message.base, 0.0))
+                bases[id(message.base)] = (base, summed + coef)
+        elif total is None:
+            total = weight * message
+        else:
+            total += weight * message
+    for base, coef in bases.values():
+        total += coef * base
+    return total
 
 
 def server_update(server_state, uploads, round_index, counts=None, *, aggregation,
@@ -322,7 +360,7 @@ def server_update(server_state, uploads, round_index, counts=None, *, aggregatio
     else:
         w = np.array([1.0 if counts is None else counts[p] for p in clients])
     w = w / w.sum() if w.sum() > 0 else np.full(len(clients), 1.0 / len(clients))
-    Vt = sum(wi * uploads[p]["W"] for wi, p in zip(w, clients))
+    Vt = weighted_sum([uploads[p]["W"] for p in clients], w)
     if biased:  # (a weighted mean of ones can round off 1)
         _biases.fix_item(Vt)
     q2 = q2_schedule(round_index + 2, local_iter_v, q_hat)
@@ -391,6 +429,15 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
         update = partial(palm_client_update, n_pairs=local_iter_u, c_factor=c_factor,
                          d_factor=d_factor, alpha_u=alpha_u, alpha_v=alpha_v,
                          l1_ratio=l1_ratio, positive=positive, client_weights=client_weights)
+    batched = None  # FedPALM's pairs and the weighted ridges (one per item) run per client
+    if variant != "fedpalm" and not weighted:
+        from ._fedmavg_batched import make_batched  # (it builds on this module's functions)
+
+        batched = make_batched(prepared=prepared, u_params=u_params, w_params=w_params,
+                               init_params=dict(init_scale=init_scale, positive=positive,
+                                                client_weights=client_weights,
+                                                send_gram=prepared),
+                               alpha_u=alpha_u, l1_ratio=l1_ratio, biased=biased)
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items,
                             n_components=_biases.n_factors(n_components, biased),
@@ -415,6 +462,7 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
         participation=Participation(computes="all", receives="all") if participation == "pcc"
         else Participation(),
         server_counts=True,
+        batched=batched,
     )
 
 

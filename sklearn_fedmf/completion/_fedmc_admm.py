@@ -13,6 +13,7 @@ the kernels read an item's factor contiguously; uploads and the broadcast use th
 
 from __future__ import annotations
 
+import os
 from functools import partial
 from numbers import Integral, Real
 
@@ -22,15 +23,59 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import _biases
 from .._base import FederatedMFBase, squared_error_of
-from .._engine import FederatedProtocol
+from .._engine import Broadcast, FederatedProtocol
+from .._groups import ClientGroup
 from .._kernels import grad_cols, prox_grad_rows
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
+from ._fedmc_admm_groups import (
+    ImplicitFactor,
+    make_batched,
+    server_init_implicit,
+    server_update_implicit,
+    unpack_broadcast,
+)
 from ._fedmc_admm_kernels import linearized_cols, replace_and_accumulate, squared_distance
 
 __all__ = ["FedMCADMM"]
 
 # floor of L_W and L_U (Algorithm 1's steps): avoids 0/0 once l1 zeroes a factor
 EPS_LIPSCHITZ = 1e-8
+
+
+def _available_memory():
+    """Bytes of memory available to this process now: psutil's estimate when installed, else
+    the kernel's ``MemAvailable``, else the physical memory (``os.sysconf``)."""
+    try:
+        import psutil
+    except ImportError:
+        pass
+    else:
+        return int(psutil.virtual_memory().available)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def state_nbytes(*, n_clients, n_items, n_factors, itemsize, grouped, nnz=0, max_iter=0):
+    """Bytes of FedMC-ADMM's item-side state, estimated before a fit.
+
+    One block per client: every client's dense ``W_i`` and ``Y_i`` and the server's ``Z_i``,
+    ``3 p n r`` numbers. Grouped clients (:mod:`._fedmc_admm_groups`): ``W_i``, ``Y_i`` and the
+    server's deviation on the rated rows (with their row indices), and the broadcast history
+    with its Gram blocks (allocated by doubling: up to twice ``max_iter + 1`` broadcasts of
+    ``n r`` numbers and their square of ``r x r`` float64 blocks).
+    """
+    if grouped:
+        rated = nnz * (n_factors * (2 * itemsize + 8) + 16)
+        capacity = 2 * (max_iter + 1)
+        return (rated + capacity * n_items * n_factors * itemsize
+                + capacity**2 * n_factors**2 * 8)
+    return 3 * n_clients * n_items * n_factors * itemsize
 
 
 AUTO_BETA = 0.3  # beta="auto" = AUTO_BETA * initial_curvature(...), measured (bench_beta.py)
@@ -88,8 +133,15 @@ def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive, b
 
 
 def server_init_uploads(server_state, uploads, *, beta, n_clients):
-    """Store ``Z_i = W_i^0 + Y_i^0 / beta`` for every client (``W_i^0 = V^0``)."""
-    Vt = server_state["Vt"].astype(next(iter(uploads.values()))["Y"].dtype, copy=False)
+    """Store ``Z_i = W_i^0 + Y_i^0 / beta`` for every client (``W_i^0 = V^0``).
+
+    Uploads of the batched phases (:mod:`._fedmc_admm_groups`) keep their implicit form: the
+    server then holds the same sum in ``O(ratings + rounds n r)`` instead of ``O(p n r)``.
+    """
+    first = next(iter(uploads.values()))["Y"]
+    Vt = server_state["Vt"].astype(first.dtype, copy=False)
+    if isinstance(first, ImplicitFactor):
+        return server_init_implicit(Vt, uploads, beta=beta, n_clients=n_clients)
     Z = np.repeat(Vt[None], n_clients, axis=0)
     for i, upload in uploads.items():
         Z[i] += upload["Y"] / beta
@@ -168,6 +220,7 @@ def client_update(state, block, Vt, rng, selected, *, n_clients, beta, local_ite
     With biases ``W_i`` is the unconstrained copy of ``[V; 1; b_i]`` (only ``R(V)`` holds
     the indicator), so the W loop and the dual step are unchanged. Weighted regularization:
     ``R_i`` scales each row's strength by its ratings; its prox stays a per-row shrink."""
+    Vt = unpack_broadcast(Vt)[0]
     X = block.X
     alpha_u = row_alpha(alpha_u, X, weighted)
     if biased:
@@ -196,6 +249,15 @@ def server_update(server_state, uploads, round_index, *, beta, n_clients, alpha_
     re-reading all ``p`` copies) and is recomputed exactly every ``RESUM_EVERY`` rounds, which
     bounds the rounding drift. Both orders are fixed: the result does not depend on ``n_jobs``.
     """
+    if server_state.get("history") is not None:  # implicit client copies (_fedmc_admm_groups)
+        total = server_update_implicit(server_state, uploads, round_index, beta=beta,
+                                       resum_every=RESUM_EVERY)
+        Vt = _server_prox(total.astype(server_state["Vt"].dtype, copy=False), None, beta=beta,
+                          n_clients=n_clients, alpha_v=alpha_v, l1_ratio=l1_ratio,
+                          positive=positive, biased=biased)
+        history = server_state["history"]
+        index = history.append(Vt)
+        return dict(server_state, Vt=Vt), Broadcast(Vt, (history, index))
     Z, total = server_state["Z"], server_state.get("Z_sum")
     exact = total is None or round_index % RESUM_EVERY == 0
     for i, upload in uploads.items():
@@ -206,20 +268,28 @@ def server_update(server_state, uploads, round_index, *, beta, n_clients, alpha_
             replace_and_accumulate(Z[i], total, W, Y, beta)
     if exact:
         total = Z.sum(axis=0)
-    counts = server_state.get("counts")
+    Vt = _server_prox(total, server_state.get("counts"), beta=beta, n_clients=n_clients,
+                      alpha_v=alpha_v, l1_ratio=l1_ratio, positive=positive, biased=biased)
+    return {**server_state, "Vt": Vt, "Z": Z, "Z_sum": total}, Vt
+
+
+def _server_prox(total, counts, *, beta, n_clients, alpha_v, l1_ratio, positive, biased):
+    """(P-16)'s prox at ``A = total / p`` (``counts``: the items' ratings, weighted
+    regularization)."""
     if counts is not None:
         alpha_v = (alpha_v * counts / n_clients).astype(total.dtype)[:, None]
     Vt = prox_elastic_net(total / n_clients, 1.0 / (n_clients * beta), alpha_v, l1_ratio,
                           positive)
     if biased:  # R(V) is separable: the fixed row's prox is the projection onto 1
         _biases.fix_item(Vt)
-    return {**server_state, "Vt": Vt, "Z": Z, "Z_sum": total}, Vt
+    return Vt
 
 
 def client_metrics(state, block, Vt, *, alpha_u, l1_ratio, biased=False, alpha_v=0.0,
                    weighted=False):
     """Additive diagnostics of one client at the global ``V`` (not its local copy; weighted
     regularization: with its share ``alpha_v/2 sum_j n_ji ||v_j||^2`` of ``p R(V)``)."""
+    Vt = unpack_broadcast(Vt)[0]
     U = state["U"]
     sse = squared_error_of(block.X, U, Vt)
     item_penalty = 0.0
@@ -285,6 +355,11 @@ def make_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u
                                biased=biased, **reg_metrics),
         combine_metrics=partial(combine_metrics, n_clients=n_clients, weighted=weighted,
                                 **reg_v),
+        # the batched phases run the plain regularization (weighted: one block per client)
+        batched=None if weighted else make_batched(
+            n_clients=n_clients, init_scale=init_scale, dual_init=dual_init,
+            positive=positive, biased=biased, beta=beta, local_iter=local_iter,
+            alpha_u=alpha_u, l1_ratio=l1_ratio, w_update=w_update, eps=EPS_LIPSCHITZ),
     )
 
 
@@ -438,6 +513,18 @@ class FedMCADMM(FederatedMFBase):
     ``components_``, ``user_factors_`` and ``transform``'s output. Sums (objective, residuals)
     are still accumulated in float64. Any other input is fitted in float64.
 
+    Memory: Algorithm 1 keeps dense ``n_items x r`` copies ``W_i`` and ``Y_i`` on each client
+    and ``Z_i = W_i + Y_i / beta`` for every client on the server, ``3 p n r`` numbers
+    (``r = n_components + 2`` with biases): 1.25 GB per array family at the ML-1M shape with
+    one client per user. With many clients (``fit(X, clients=...)`` with at least 500 distinct
+    labels, not on Dask) the simulation holds the same iterates implicitly: the rated rows
+    explicitly and every other row as a combination of the broadcasts the client received,
+    ``O(ratings + rounds n r)``; the messages and their bytes are still the paper's dense
+    ``(W_i, Y_i)`` (``regularization="weighted"``: always one block per client). A fit whose
+    state would not fit in the available memory raises a
+    ``MemoryError`` naming the bytes before its first round (see the user guide, "Scaling
+    out").
+
     References
     ----------
     P. Hytla, T. T. A. Nghia, D. N. Phan, A. Rice. A Linearized Alternating Direction
@@ -536,6 +623,39 @@ class FedMCADMM(FederatedMFBase):
             alpha_v=self.alpha_v, l1_ratio=self.l1_ratio, positive=self.positive,
             w_update=self.w_update, init_scale=self.init_scale, dual_init=self.dual_init,
             biased=self.biased, weighted=self.regularization == "weighted",
+        )
+
+    def _run(self, protocol, blocks, ctx):
+        if not ctx.warm:
+            self._check_memory(blocks, ctx)
+        return super()._run(protocol, blocks, ctx)
+
+    def _check_memory(self, blocks, ctx):
+        """Raise before the first round when the clients' and the server's item-side state
+        would not fit in the available memory (Algorithm 1 keeps ``O(p n r)`` of it)."""
+        local = isinstance(blocks, list)  # else a transport: the clients hold W_i, Y_i
+        grouped = local and bool(blocks) and isinstance(blocks[0], ClientGroup)
+        r = _biases.n_factors(self.n_components, self.biased)
+        itemsize = ctx.X.dtype.itemsize
+        need = state_nbytes(n_clients=ctx.n_clients, n_items=ctx.n_features, n_factors=r,
+                            itemsize=itemsize, grouped=grouped, nnz=ctx.X.nnz,
+                            max_iter=self.max_iter)
+        if not local:  # only the server's Z_i in this process
+            need //= 3
+        available = _available_memory()
+        if need <= available:
+            return
+        what = (f"the rated rows of each client's W_i, Y_i and the server's sum ({ctx.X.nnz} "
+                f"ratings x {r} factors) and {self.max_iter + 1} broadcasts of {ctx.n_features}"
+                f" x {r}" if grouped else
+                f"the server's Z_i and every client's W_i and Y_i: 3 x {ctx.n_clients} "
+                f"clients x {ctx.n_features} items x {r} factors x {itemsize} bytes")
+        raise MemoryError(
+            f"FedMCADMM needs about {need / 2**30:.2f} GiB ({need} bytes) for {what}, but "
+            f"{available / 2**30:.2f} GiB are available. Use fewer clients (n_clients or "
+            "fewer distinct labels in clients), a lower n_components, float32 X (half the "
+            "bytes), or fewer rounds; a fit with many clients runs them in groups that hold "
+            "this state implicitly (see the user guide, Scaling out)."
         )
 
     def _collect(self, state, blocks, ctx):

@@ -11,9 +11,18 @@ compiled with ``_reduce`` so that results do not depend on ``n_jobs`` or the bac
 
 import numpy as np
 
-from .._kernels import _gram_buffers, _gram_pays, _jit, _reduce, _row_gradient, _row_gram
+from .._kernels import (
+    _gram_buffers,
+    _gram_pays,
+    _jit,
+    _reduce,
+    _row_gradient,
+    _row_gram,
+    _prox_grad_rows,
+)
 
-__all__ = ["linearized_cols", "squared_distance", "replace_and_accumulate"]
+__all__ = ["linearized_cols", "squared_distance", "replace_and_accumulate", "group_update",
+           "implicit_consensus", "implicit_deviation", "scatter_rows"]
 
 
 @_jit
@@ -211,3 +220,291 @@ def replace_and_accumulate(Z_i, total, W, Y, beta):
         z = w[k] + y[k] / beta
         t[k] += z - z_i[k]
         z_i[k] = z
+
+
+# ---- many small clients: implicit item-side states (``_fedmc_admm_groups``) -----------------
+# A client's copies W_i, Y_i are held as explicit rows (its rated items) plus, for every other
+# row, a combination sum_t c_t V^(h_t) of the broadcasts it received (the W loop and the dual
+# step act on an unrated row as the same affine map for every such row). ``H`` stacks those
+# broadcasts (m, n_items, r) and ``G[t, u] = H[t]^T H[u]`` their Gram blocks.
+
+
+@_jit
+def _combined_rows(E, hist, coef, H, out):
+    """``out[e] = sum_q coef[q] H[hist[q], E[e]]``: the implicit rows ``E`` made explicit."""
+    r = out.shape[1]
+    out[:, :] = 0.0
+    for q in range(hist.size):
+        c, Hq = coef[q], H[hist[q]]
+        for e in range(E.size):
+            for a in range(r):
+                out[e, a] += c * Hq[E[e], a]
+
+
+@_jit
+def _implicit_gram(Wc, E, hist, coef, H, G, out):
+    """``out = W^T W`` of a whole ``n_items x r`` copy held implicitly: the combination's Gram
+    over all rows, minus its explicit rows, plus the explicit values ``Wc``."""
+    r = Wc.shape[1]
+    out[:, :] = 0.0
+    for q in range(hist.size):
+        for q2 in range(hist.size):
+            c = coef[q] * coef[q2]
+            for a in range(r):
+                for b in range(a, r):
+                    out[a, b] += c * G[hist[q], hist[q2], a, b]
+    B = np.zeros(r)
+    for e in range(E.size):
+        j = E[e]
+        for a in range(r):
+            acc = 0.0
+            for q in range(hist.size):
+                acc += coef[q] * H[hist[q], j, a]
+            B[a] = acc
+        for a in range(r):
+            for b in range(a, r):
+                out[a, b] += Wc[e, a] * Wc[e, b] - B[a] * B[b]
+    for a in range(r):
+        for b in range(a):
+            out[a, b] = out[b, a]
+
+
+@_jit
+def _one_rater_cols(u, lc, dat, Wc, target, L, beta, n_clients, n_steps, out):
+    """:func:`linearized_cols` for a client of one row ``u`` (a column has 0 or 1 rating:
+    ``dat[s]`` at column ``lc[s]``), with the same arithmetic as its ``k = 0`` and ``k = 1``
+    cases, without its packing (one user per client: the common case)."""
+    r, k = u.size, Wc.shape[0]
+    keep = L / (L + beta)
+    inv_denom = 1.0 / (L + beta)
+    gamma = inv_denom * (1.0 / n_clients)
+    pow_last, sigma_last = 1.0, 0.0
+    for _ in range(n_steps):
+        pow_last, sigma_last = keep * pow_last, keep * sigma_last + 1.0
+    c_last = sigma_last * inv_denom
+    for e in range(k):
+        for a in range(r):
+            out[e, a] = pow_last * Wc[e, a] + c_last * target[e, a]
+    K = 0.0
+    for a in range(r):
+        K += u[a] * u[a]
+    A = -gamma * K + keep
+    for s in range(lc.size):
+        e, x = lc[s], dat[s]
+        S, tq = 0.0, 0.0
+        for a in range(r):
+            S += u[a] * Wc[e, a]
+            tq += u[a] * target[e, a]
+        D = tq * inv_denom + gamma * (K * x)
+        acc = 0.0
+        for _ in range(n_steps):
+            T = D + A * S
+            acc = keep * acc + S
+            S = T
+        c = gamma * (sigma_last * x - acc)
+        for a in range(r):
+            out[e, a] += c * u[a]
+
+
+@_jit
+def _frobenius(M, k):
+    """``||M[:k, :k]||_F``."""
+    total = 0.0
+    for a in range(k):
+        for b in range(k):
+            total += M[a, b] * M[a, b]
+    return np.sqrt(total)
+
+
+@_jit
+def group_update(indptr, data, row_ptr, clients, loc, loc_ptr, E, e_ptr, W, Y, hist, coef,
+                 h_ptr, U, V, H, G, kk, n_clients, beta, n_steps, alpha_u, l1_ratio, positive,
+                 biased, exact, eps, U_out, W_out, Y_out, coef_out):
+    """One FedMC-ADMM round (Algorithm 1, step 3) of each client of ``clients`` in a group.
+
+    Client ``clients[a]`` owns the group rows ``row_ptr[c]:row_ptr[c + 1]``; its explicit rows
+    are ``E[e_ptr[a]:e_ptr[a + 1]]`` with values ``W``, ``Y`` there; ``loc[loc_ptr[a]:...]``
+    gives each of its ratings the position of its item in those rows; its implicit rows are
+    ``sum_q coef[q, 0] H[hist[q]]`` (``W``) and ``sum_q coef[q, 1] H[hist[q]]`` (``Y``) over
+    ``q`` in ``h_ptr[a]:h_ptr[a + 1]``. ``V = H[kk]`` is the broadcast.
+
+    Writes the new ``U`` rows into ``U_out``, the new explicit rows into ``W_out``, ``Y_out``
+    and the new coefficients into ``coef_out`` (``h_ptr[a] + a`` onwards: the old entries,
+    then one for ``kk``). The explicit rows run the per-client kernels (:func:`u_loop` and
+    :func:`linearized_cols` of the same arithmetic); every implicit row takes the ``k = 0``
+    closed form of :func:`linearized_cols`, ``w_N = keep^N w_0 + sigma_N (beta v - y) /
+    (L + beta)``, or Remark 4.1's ``v - y / beta`` (``exact``), as a map of the coefficients.
+    """
+    r = U.shape[1]
+    GW = np.empty((r, r))
+    for a in range(clients.size):
+        c = clients[a]
+        r0, r1 = row_ptr[c], row_ptr[c + 1]
+        m = r1 - r0
+        s0, s1 = indptr[r0], indptr[r1]
+        e0, e1 = e_ptr[a], e_ptr[a + 1]
+        k = e1 - e0
+        Ec, Wc, Yc = E[e0:e1], W[e0:e1], Y[e0:e1]
+        hc, cc = hist[h_ptr[a]:h_ptr[a + 1]], coef[h_ptr[a]:h_ptr[a + 1]]
+        lc = loc[loc_ptr[a]:loc_ptr[a + 1]]
+        ip = indptr[r0:r1 + 1] - s0
+        # (a) U loop against the client's own W_i (L_W over all its rows).
+        _implicit_gram(Wc, Ec, hc, np.ascontiguousarray(cc[:, 0]), H, G, GW)
+        free = r - 1 if biased else r
+        L_W = max(_frobenius(GW, free), eps)
+        step = 1.0 / L_W
+        l1, shrink = step * alpha_u * l1_ratio, 1.0 + step * alpha_u * (1.0 - l1_ratio)
+        if biased:  # the free columns [U, b_u] against [W, 1], ratings minus b_i (_biases)
+            dat = data[s0:s1].copy()
+            for s in range(s1 - s0):
+                dat[s] -= Wc[lc[s], r - 1]
+            Uf = np.ascontiguousarray(U[r0:r1, :r - 1])
+            outf = np.empty_like(Uf)
+            _prox_grad_rows(ip, lc, dat, Uf, np.ascontiguousarray(Wc[:, :r - 1]),
+                            np.full(Uf.shape, L_W), n_steps, np.full(Uf.shape, l1),
+                            np.full(m, shrink), False, np.zeros(m), outf)
+            for t in range(m):
+                for b in range(r - 1):
+                    U_out[r0 + t, b] = outf[t, b]
+                U_out[r0 + t, r - 1] = 1.0
+        else:
+            _prox_grad_rows(ip, lc, data[s0:s1], U[r0:r1], Wc, np.full((m, r), L_W), n_steps,
+                            np.full((m, r), l1), np.full(m, shrink), positive, np.zeros(m),
+                            U_out[r0:r1])
+        Uc = U_out[r0:r1]
+        # (b) W loop on the explicit rows: the client's block transposed onto them.
+        UU = np.zeros((r, r))
+        for t in range(m):
+            for b in range(r):
+                for d in range(r):
+                    UU[b, d] += Uc[t, b] * Uc[t, d]
+        L = max(_frobenius(UU, r), eps) / n_clients
+        target = np.empty((k, r), W.dtype)
+        for e in range(k):
+            for b in range(r):
+                target[e, b] = beta * V[Ec[e], b] - Yc[e, b]
+        Wn = W_out[e0:e1]
+        if exact:
+            gram = np.zeros((k, r, r))
+            rhs = np.zeros((k, r))
+            for t in range(m):
+                for s in range(ip[t], ip[t + 1]):
+                    e = lc[s]
+                    for b in range(r):
+                        rhs[e, b] += data[s0 + s] * Uc[t, b]
+                        for d in range(r):
+                            gram[e, b, d] += Uc[t, b] * Uc[t, d]
+            g, x = np.empty((r, r)), np.empty(r)
+            for e in range(k):
+                for b in range(r):
+                    for d in range(r):
+                        g[b, d] = gram[e, b, d] / n_clients
+                    g[b, b] += beta
+                    x[b] = rhs[e, b] / n_clients + target[e, b]
+                w = np.linalg.solve(g, x)
+                for b in range(r):
+                    Wn[e, b] = w[b]
+        elif m == 1:
+            _one_rater_cols(Uc[0], lc, data[s0:s1], Wc, target, L, beta, n_clients, n_steps,
+                            Wn)
+        else:
+            xt_ptr = np.zeros(k + 1, np.int64)
+            for s in range(s1 - s0):
+                xt_ptr[lc[s] + 1] += 1
+            for e in range(k):
+                xt_ptr[e + 1] += xt_ptr[e]
+            fill = xt_ptr[:k].copy()
+            xt_ind = np.empty(s1 - s0, np.int64)
+            xt_dat = np.empty(s1 - s0, data.dtype)
+            for t in range(m):  # rows ascending: each column's raters stay sorted
+                for s in range(ip[t], ip[t + 1]):
+                    e = lc[s]
+                    xt_ind[fill[e]] = t
+                    xt_dat[fill[e]] = data[s0 + s]
+                    fill[e] += 1
+            linearized_cols(xt_ptr, xt_ind, xt_dat, np.ascontiguousarray(Uc), Wc,
+                            target, L, beta, n_clients, n_steps, Wn, np.empty_like(Wn))
+        # (c) dual step with the old V on the explicit rows
+        for e in range(k):
+            for b in range(r):
+                Y_out[e0 + e, b] = Yc[e, b] + beta * (Wn[e, b] - V[Ec[e], b])
+        # the implicit rows: the same steps as a map of the coefficients
+        q0 = h_ptr[a] + a
+        n_old = hc.size
+        if exact:
+            for q in range(n_old):
+                coef_out[q0 + q, 0] = -cc[q, 1] / beta
+                coef_out[q0 + q, 1] = 0.0
+            coef_out[q0 + n_old, 0] = 1.0
+            coef_out[q0 + n_old, 1] = 0.0
+        else:
+            keep, inv_denom = L / (L + beta), 1.0 / (L + beta)
+            pow_last, sigma_last = 1.0, 0.0
+            for _ in range(n_steps):
+                pow_last, sigma_last = keep * pow_last, keep * sigma_last + 1.0
+            c_last = sigma_last * inv_denom
+            for q in range(n_old):
+                w = pow_last * cc[q, 0] - c_last * cc[q, 1]
+                coef_out[q0 + q, 0] = w
+                coef_out[q0 + q, 1] = cc[q, 1] + beta * w
+            w = c_last * beta
+            coef_out[q0 + n_old, 0] = w
+            coef_out[q0 + n_old, 1] = beta * (w - 1.0)
+
+
+@_jit
+def implicit_consensus(E, e_ptr, W, hist, coef, h_ptr, V, H, G, kk):
+    """``sum_i ||W_i - V||_F^2`` over clients held implicitly (:func:`group_update`), with
+    ``V = H[kk]``: per client the combination ``sum_q coef[q] H[hist[q]] - V`` over all rows
+    (from the Gram blocks), corrected on its explicit rows."""
+    r = W.shape[1]
+    total = 0.0
+    for a in range(e_ptr.size - 1):
+        e0, e1 = e_ptr[a], e_ptr[a + 1]
+        q0, q1 = h_ptr[a], h_ptr[a + 1]
+        n_q = q1 - q0 + 1
+        hc = np.empty(n_q, np.int64)
+        cc = np.empty(n_q)
+        hc[:n_q - 1], cc[:n_q - 1] = hist[q0:q1], coef[q0:q1]
+        hc[n_q - 1], cc[n_q - 1] = kk, -1.0
+        quad = 0.0
+        for q in range(n_q):
+            for q2 in range(n_q):
+                tr = 0.0
+                for b in range(r):
+                    tr += G[hc[q], hc[q2], b, b]
+                quad += cc[q] * cc[q2] * tr
+        B = np.empty((e1 - e0, r))
+        _combined_rows(E[e0:e1], hc, cc, H, B)
+        for e in range(e1 - e0):
+            j = E[e0 + e]
+            for b in range(r):
+                d = W[e0 + e, b] - V[j, b]
+                total += d * d
+                quad -= B[e, b] * B[e, b]
+        total += quad
+    return total
+
+
+@_jit
+def implicit_deviation(E, e_ptr, Z, hist, coef, h_ptr, H, out):
+    """``out = Z - (sum_q coef[q] H[hist[q]])[E]`` per client: how the explicit rows of a
+    client's ``Z_i`` differ from its implicit combination (the server's sum keeps those)."""
+    r = out.shape[1]
+    for a in range(e_ptr.size - 1):
+        q0, q1 = h_ptr[a], h_ptr[a + 1]
+        for e in range(e_ptr[a], e_ptr[a + 1]):
+            j = E[e]
+            for b in range(r):
+                acc = Z[e, b]
+                for q in range(q0, q1):
+                    acc -= coef[q] * H[hist[q], j, b]
+                out[e, b] = acc
+
+
+@_jit
+def scatter_rows(out, rows, values, sign):
+    """``out[rows[e]] += sign * values[e]`` in order (deterministic, duplicates summed)."""
+    for e in range(rows.size):
+        for b in range(out.shape[1]):
+            out[rows[e], b] += sign * values[e, b]

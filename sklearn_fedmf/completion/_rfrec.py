@@ -26,8 +26,14 @@ Every client steps each round (``Participation(computes="all")``); a client that
 sampled, or whose upload is lost, still receives ``Vbar`` (the upload-loss model of the paper's
 Section 3.3 and Table 3; the engine's ``Participation(dropped="upload_lost")``). The "offline"
 model, where a dropped client freezes, would break the shared-column representation and is not
-offered. The cost is Python overhead per client and round (~0.1 ms;
-``benchmarks/bench_rfrec.py --table cost``), not memory.
+offered.
+
+Many clients (one per user): from ``sklearn_fedmf._fit.GROUP_MIN_CLIENTS`` clients on, the
+clients run in groups (:mod:`sklearn_fedmf._groups`): a group's states are stacked (its users'
+vectors, one row of ``P`` per rated (client, item) pair, Adam's moments alike) and each round
+is one compiled call per group, which updates the stacked arrays in place. Memory is then
+``(n_users + nnz) * d`` numbers (three times that with Adam) plus the data, with nothing per
+client; the model is the per-client simulation's (``tests/test_rfrec_batched.py``).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from .._base import FederatedMFBase, check_dense_size
+from .._groups import GroupStates
 from .._kernels import ridge_fold_in
 from ..exceptions import ConfigurationWarning, PrivacyWarning
 from ..privacy import (
@@ -51,13 +58,14 @@ from ..privacy import (
     privacy_spent,
     resolve_accountant,
 )
-from ._rfrec_kernels import _sigmoid_fold_in
+from ._rfrec_kernels import _errors_at, _sigmoid_fold_in
 from ._rfrec_solver import (  # noqa: F401  (the tests import _coin and _pulled from here)
     _EXPLODE,
     ItemMatrixUpload,
     _coin,
     _diverged,
     _pulled,
+    _pulled_group,
     make_protocol,
     pull_strength,
 )
@@ -235,7 +243,9 @@ class RFRec(FederatedMFBase):
     Notes
     -----
     Every engine client is one paper client; its state is its users' vectors and its rated
-    columns, so memory is ``O((n_users + nnz) d)`` instead of ``N n_items d``.
+    columns, so memory is ``O((n_users + nnz) d)`` instead of ``N n_items d``. With many
+    clients (500 or more) the clients run in groups and the uploads that ``callback``
+    receives are read-only views of the clients' state, valid during their round.
 
     References
     ----------
@@ -407,20 +417,41 @@ class RFRec(FederatedMFBase):
             accountant=self.accountant_)
 
     def _keep_personal(self, state):
-        """Every client's copy ``V_(c)`` as its rated columns over the shared ones:
-        sorted keys ``client * n_items + item``, their rows, and the shared columns."""
+        """Every client's copy ``V_(c)`` as its rated columns over the shared ones: blocks of
+        consecutive clients ``(first client, pair_ptr, cols)`` with their rows ``values``
+        (grouped clients' blocks are their group's arrays, not copies), and the shared
+        columns. The search keys are built on the first personal prediction (``nnz`` int64s
+        that a fit does not need)."""
+        self._personal_keys = None
         if not state.client_states:  # clients in their own processes keep their copies
             self._personal = None
             return
         eta = None if self.variant == "rfrec" else pull_strength(  # as make_protocol binds it
             self._learning_rate(), self.reg_consensus, self.alpha_v / self.n_clients_, self.p,
             self.pull_eta)
-        n_items = self.n_features_in_
-        keys = [c * n_items + s["cols"].astype(np.int64)
-                for c, s in enumerate(state.client_states)]
         replica = state.broadcast.simulation  # Vbar and the shared columns W
-        values = [_pulled(s, replica, eta) for s in state.client_states]
-        self._personal = (np.concatenate(keys), np.concatenate(values), replica.W)
+        states = state.client_states
+        if isinstance(states, GroupStates):
+            blocks = [(g.start, gs["pair_ptr"], gs["cols"])
+                      for g, gs in zip(states.groups, states.group_states)]
+            values = [_pulled_group(gs, replica, eta) for gs in states.group_states]
+        else:
+            sizes = [len(s["cols"]) for s in states]
+            blocks = [(0, np.concatenate([[0], np.cumsum(sizes)]),
+                       np.concatenate([s["cols"] for s in states]))]
+            values = [np.concatenate([_pulled(s, replica, eta) for s in states])]
+        self._personal = (blocks, values, replica.W)
+
+    def _personal_index(self):
+        """Sorted keys ``client * n_items + item`` of every rated column, and where each
+        block's keys start."""
+        if self._personal_keys is None:
+            keys = [np.repeat(np.arange(first, first + len(ptr) - 1, dtype=np.int64),
+                              np.diff(ptr)) * self.n_features_in_ + cols
+                    for first, ptr, cols in self._personal[0]]
+            self._personal_keys = (np.concatenate(keys),
+                                   np.cumsum([0] + [len(k) for k in keys]))
+        return self._personal_keys
 
     def personal_scores(self, rows, items):
         """Scores ``u_i . v_(c)j`` with each training user's client's own item matrix.
@@ -439,13 +470,17 @@ class RFRec(FederatedMFBase):
         """
         check_is_fitted(self)
         rows, items = np.asarray(rows, dtype=np.intp), np.asarray(items, dtype=np.intp)
-        keys, values, W = self._personal
+        _, values, W = self._personal
+        keys, offsets = self._personal_index()
         codes = np.unique(self.clients_, return_inverse=True)[1]
         query = codes[rows].astype(np.int64) * self.n_features_in_ + items
         pos = np.minimum(np.searchsorted(keys, query), len(keys) - 1)
-        hit = keys[pos] == query
+        hit = np.flatnonzero(keys[pos] == query)
         V = W[items]
-        V[hit] = values[pos[hit]]
+        block = np.searchsorted(offsets, pos[hit], side="right") - 1
+        for k in np.unique(block):
+            at = block == k
+            V[hit[at]] = values[k][pos[hit[at]] - offsets[k]]
         U = self.user_factors_[rows]
         if self.biased:  # the copies are augmented: [U, b_u, 1] . [V; 1; b_i]
             U = np.hstack([U, self.user_bias_[rows, None], np.ones((len(rows), 1))])
@@ -472,13 +507,16 @@ class RFRec(FederatedMFBase):
         rounds, ``eval_every``)."""
         if Xc.nnz == 0:  # nothing to check against (a Flower server holds no rating)
             return
-        rows = np.repeat(np.arange(Xc.shape[0]), np.diff(Xc.indptr))
-        z = np.einsum("ij,ji->i", self.user_factors_[rows], self.components_[:, Xc.indices])
-        if self.biased:
-            z += self.user_bias_[rows] + self.item_bias_[Xc.indices]
-        with np.errstate(all="ignore"):
-            rmse = np.sqrt(np.mean((self._to_ratings(z) - (Xc.data + offset)) ** 2))
+        U, Vt = self.user_factors_, self.components_.T
+        if self.biased:  # the augmented factors [U, b_u, 1] . [V; 1; b_i]
+            U = np.hstack([U, self.user_bias_[:, None], np.ones((U.shape[0], 1))])
+            Vt = np.hstack([Vt, np.ones((Vt.shape[0], 1)), self.item_bias_[:, None]])
         lo, hi = self.rating_range_
+        # (entry by entry in a kernel: no nnz x d temporaries at the end of a large fit)
+        sse, _ = _errors_at(Xc.indptr, Xc.indices, Xc.data, np.ascontiguousarray(U),
+                            np.ascontiguousarray(Vt), self.link == "sigmoid", offset - lo,
+                            (hi - lo) or 1.0)
+        rmse = np.sqrt(sse / Xc.nnz)
         if not rmse <= _EXPLODE * (hi - lo + 1):
             raise FloatingPointError(_diverged(
                 f"the training RMSE of the federated model is {rmse:.4g} for ratings in "

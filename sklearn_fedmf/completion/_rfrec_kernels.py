@@ -6,6 +6,26 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
+def _residual(z, r, sigmoid, shift, span):
+    """``(e, de^2/dz)`` of a rating ``r`` at the score ``z``: ``e = z - r``, or through the
+    sigmoid link ``e = sigmoid(z) - (r + shift) / span``."""
+    if sigmoid:
+        sg = 1.0 / (1.0 + np.exp(-z))
+        e = sg - (r + shift) / span
+        return e, 2.0 * e * sg * (1.0 - sg)
+    e = z - r
+    return e, 2.0 * e
+
+
+@njit(cache=True, nogil=True)
+def _rating_error(z, r, sigmoid, shift, span):
+    """The error of the score ``z`` on the rating scale (``r`` centred by ``shift``)."""
+    if sigmoid:
+        return span / (1.0 + np.exp(-z)) - shift - r
+    return z - r
+
+
+@njit(cache=True, nogil=True)
 def _fit_grads(indptr, pair, data, U, P, sigmoid, shift, span, gU, gP):
     """Gradients of ``sum (r - link(u_i . p_q))^2`` over the stored entries; returns the sum.
 
@@ -22,13 +42,7 @@ def _fit_grads(indptr, pair, data, U, P, sigmoid, shift, span, gU, gP):
             z = 0.0
             for a in range(d):
                 z += U[t, a] * P[q, a]
-            if sigmoid:
-                sg = 1.0 / (1.0 + np.exp(-z))
-                e = sg - (data[s] + shift) / span
-                g = 2.0 * e * sg * (1.0 - sg)
-            else:
-                e = z - data[s]
-                g = 2.0 * e
+            e, g = _residual(z, data[s], sigmoid, shift, span)
             loss += e * e
             for a in range(d):
                 gU[t, a] += g * P[q, a]
@@ -66,12 +80,8 @@ def _client_sums(indptr, pair, data, U, P, W, Vbar, cols, sigmoid, shift, span):
             for a in range(d):
                 z += U[t, a] * P[q, a]
                 zbar += U[t, a] * Vbar[j, a]
-            if sigmoid:
-                e = 1.0 / (1.0 + np.exp(-z)) - (data[s] + shift) / span
-                ebar = span / (1.0 + np.exp(-zbar)) - shift - data[s]
-            else:
-                e = z - data[s]
-                ebar = zbar - data[s]
+            e = _residual(z, data[s], sigmoid, shift, span)[0]
+            ebar = _rating_error(zbar, data[s], sigmoid, shift, span)
             fit += e * e
             sse += ebar * ebar
             ae += abs(ebar)
@@ -93,10 +103,7 @@ def _errors_at(indptr, indices, data, U, Vbar, sigmoid, shift, span):
             z = 0.0
             for a in range(U.shape[1]):
                 z += U[t, a] * Vbar[indices[s], a]
-            if sigmoid:
-                e = span / (1.0 + np.exp(-z)) - shift - data[s]
-            else:
-                e = z - data[s]
+            e = _rating_error(z, data[s], sigmoid, shift, span)
             sse += e * e
             ae += abs(e)
     return sse, ae
@@ -151,3 +158,166 @@ def _sigmoid_fold_in(indptr, indices, data, Vt, alpha, shift, span, n_steps, out
                 break
             u = cand
         out[t] = u
+
+
+# ---- batched clients (_rfrec_solver.BATCHED): every active client of a group in one call ----
+_STEP, _PULL, _NOTHING = 0, 1, 2  # what a client does to its rated columns in a round
+
+
+@njit(cache=True, nogil=True)
+def _pair_of(pair, s):
+    """Entry ``s``'s pair; an empty ``pair`` means one pair per entry (one row per client)."""
+    return s if pair.shape[0] == 0 else pair[s]
+
+
+@njit(cache=True, nogil=True)
+def _norm(A, r):
+    acc = 0.0
+    for a in range(A.shape[1]):
+        acc += A[r, a] * A[r, a]
+    return np.sqrt(acc)
+
+
+@njit(cache=True, nogil=True)
+def _adam(x, g, m, v, rate, bias2):
+    """One Adam step of one coordinate (``_rfrec_solver._optimize``) with ``rate = lr /
+    (1 - beta1^t)`` and ``bias2 = 1 - beta2^t``; returns the new ``(x, m, v)``."""
+    m = 0.9 * m + (1 - 0.9) * g
+    v = 0.999 * v + (1 - 0.999) * g * g
+    return x - rate * m / (np.sqrt(v / bias2) + 1e-8), m, v
+
+
+@njit(cache=True, nogil=True)
+def _group_update(indptr, data, row_ptr, pair_ptr, pair, cols, U, P, Vbar, active, pending,
+                  action, pull_after, eta, sigmoid, shift, span, alpha_u, reg_v, reg, scale,
+                  lr, auto, adam, t, mU, vU, mP, vP, biased):
+    """``client_update``'s state change for every active client of a group, in place.
+
+    Client ``i`` owns the rows ``row_ptr[i]:row_ptr[i + 1]`` of ``U`` and the rated columns
+    ``pair_ptr[i]:pair_ptr[i + 1]`` of ``P``; per client, the same arithmetic as the
+    per-client functions: the pending pull, then (``action``) the gradient step of
+    ``_client_grads`` with the ``auto_steps`` curvature steps (``auto``) or Adam, or a pull.
+    ``pull_after``: the client's pull is left pending (l2gd's upload round). With ``auto``,
+    ``lr`` is the safety factor of the curvature steps.
+    """
+    d = U.shape[1]
+    max_rows = 0
+    max_pairs = 0
+    for i in range(active.shape[0]):
+        max_rows = max(max_rows, row_ptr[i + 1] - row_ptr[i])
+        max_pairs = max(max_pairs, pair_ptr[i + 1] - pair_ptr[i])
+    gU = np.empty((max_rows, d))
+    gP = np.empty((max_pairs, d))
+    step_u = np.empty(max_rows)
+    step_p = np.empty(max_pairs)
+    u_norm = np.empty(max_rows)
+    v_norm = np.empty(max_pairs)
+    data_curv = 2.0 * scale * (0.16 if sigmoid else 1.0)
+    for i in range(active.shape[0]):
+        if not active[i]:
+            continue
+        r0, r1, q0, q1 = row_ptr[i], row_ptr[i + 1], pair_ptr[i], pair_ptr[i + 1]
+        if pending[i]:
+            for q in range(q0, q1):
+                for a in range(d):
+                    P[q, a] = P[q, a] - eta * (P[q, a] - Vbar[cols[q], a])
+        pending[i] = pull_after
+        if action == _PULL:
+            for q in range(q0, q1):
+                for a in range(d):
+                    P[q, a] = P[q, a] - eta * (P[q, a] - Vbar[cols[q], a])
+        if action != _STEP:
+            continue
+        gU[: r1 - r0] = 0.0
+        gP[: q1 - q0] = 0.0
+        if auto:
+            step_u[: r1 - r0] = 0.0
+            step_p[: q1 - q0] = 0.0
+            for r in range(r0, r1):
+                u_norm[r - r0] = _norm(U, r)
+            for q in range(q0, q1):
+                v_norm[q - q0] = _norm(P, q)
+        for r in range(r0, r1):
+            for s in range(indptr[r], indptr[r + 1]):
+                q = _pair_of(pair, s)
+                z = 0.0
+                for a in range(d):
+                    z += U[r, a] * P[q, a]
+                e, g = _residual(z, data[s], sigmoid, shift, span)
+                for a in range(d):
+                    gU[r - r0, a] += g * P[q, a]
+                    gP[q - q0, a] += g * U[r, a]
+                if auto:  # auto_steps' Gershgorin sums
+                    res = 1.0 if sigmoid else abs(z - data[s])
+                    cross = u_norm[r - r0] * v_norm[q - q0] + res
+                    step_u[r - r0] += v_norm[q - q0] ** 2 + cross
+                    step_p[q - q0] += u_norm[r - r0] ** 2 + cross
+        lr_u = lr
+        lr_p = lr
+        rate = bias2 = 1.0
+        if adam:
+            t[i] += 1
+            rate = lr / (1 - 0.9 ** t[i])
+            bias2 = 1 - 0.999 ** t[i]
+        for r in range(r0, r1):
+            if auto:
+                lr_u = lr / max(data_curv * step_u[r - r0] + 2.0 * scale * alpha_u, 1e-12)
+            for a in range(d):
+                g = scale * (gU[r - r0, a] + 2.0 * alpha_u * U[r, a])
+                if adam:
+                    U[r, a], mU[r, a], vU[r, a] = _adam(U[r, a], g, mU[r, a], vU[r, a], rate,
+                                                        bias2)
+                else:
+                    U[r, a] = U[r, a] - lr_u * g
+            if biased:
+                U[r, d - 1] = 1.0
+        for q in range(q0, q1):
+            if auto:
+                lr_p = lr / max(data_curv * step_p[q - q0] + (2.0 * scale * reg_v + reg), 1e-12)
+            for a in range(d):
+                g = scale * (gP[q - q0, a] + 2.0 * reg_v * P[q, a]) + reg * (P[q, a]
+                                                                          - Vbar[cols[q], a])
+                if adam:
+                    P[q, a], mP[q, a], vP[q, a] = _adam(P[q, a], g, mP[q, a], vP[q, a], rate,
+                                                        bias2)
+                else:
+                    P[q, a] = P[q, a] - lr_p * g
+            if biased:
+                P[q, d - 2] = 1.0
+
+
+@njit(cache=True, nogil=True)
+def _group_sums(indptr, data, row_ptr, pair_ptr, pair, cols, U, P, W, Vbar, pending, eta,
+                sigmoid, shift, span):
+    """``_client_sums`` summed over the clients of a group, each client's columns pulled
+    first when its pull is pending (``_rfrec_solver._pulled``)."""
+    d = U.shape[1]
+    fit = sse = ae = psi = sq = 0.0
+    p = np.empty(d)
+    for i in range(row_ptr.shape[0] - 1):
+        for r in range(row_ptr[i], row_ptr[i + 1]):
+            for s in range(indptr[r], indptr[r + 1]):
+                q = _pair_of(pair, s)
+                j = cols[q]
+                z = 0.0
+                zbar = 0.0
+                for a in range(d):
+                    pa = P[q, a]
+                    if pending[i]:
+                        pa = pa - eta * (pa - Vbar[j, a])
+                    z += U[r, a] * pa
+                    zbar += U[r, a] * Vbar[j, a]
+                e = _residual(z, data[s], sigmoid, shift, span)[0]
+                ebar = _rating_error(zbar, data[s], sigmoid, shift, span)
+                fit += e * e
+                sse += ebar * ebar
+                ae += abs(ebar)
+        for q in range(pair_ptr[i], pair_ptr[i + 1]):
+            j = cols[q]
+            for a in range(d):
+                p[a] = P[q, a]
+                if pending[i]:
+                    p[a] = p[a] - eta * (p[a] - Vbar[j, a])
+                psi += (p[a] - Vbar[j, a]) ** 2 - (W[j, a] - Vbar[j, a]) ** 2
+                sq += p[a] ** 2 - W[j, a] ** 2
+    return fit, psi, sq, sse, ae

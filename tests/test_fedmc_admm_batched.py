@@ -1,0 +1,209 @@
+"""FedMC-ADMM's batched client phases (``_fedmc_admm_groups``): the implicit client copies give
+the per-client simulation's iterates, messages and bytes; the memory check fires before a fit
+whose per-client state cannot fit."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sklearn_fedmf import FedMCADMM
+from sklearn_fedmf._data import split_clients
+from sklearn_fedmf._engine import initialize_federation, nbytes, run_federation
+from sklearn_fedmf._groups import GroupedTransport, GroupStates, make_groups
+from sklearn_fedmf.completion import _fedmc_admm
+from sklearn_fedmf.completion._fedmc_admm import client_update, make_protocol
+from sklearn_fedmf.completion._fedmc_admm_groups import ImplicitFactor
+
+N_ROWS, N_ITEMS, N_CLIENTS = 40, 25, 30
+
+
+def ratings(seed=0):
+    rng = np.random.default_rng(seed)
+    X = sp.random(N_ROWS, N_ITEMS, density=0.25, random_state=seed, format="csr")
+    X.data = rng.normal(size=X.nnz)
+    X.sum_duplicates()
+    X.has_canonical_format = True
+    # one row per client, except the last client (11 rows): both shapes of client
+    codes = np.minimum(np.arange(N_ROWS), N_CLIENTS - 1)
+    return X, codes
+
+
+def protocol(biased, w_update, **kw):
+    params = dict(n_items=N_ITEMS, n_clients=N_CLIENTS, n_components=3, beta=0.05,
+                  local_iter=4, alpha_u=0.1, alpha_v=0.1, l1_ratio=0.0, positive=False,
+                  w_update=w_update, init_scale=1.0, dual_init="paper", biased=biased)
+    return make_protocol(**{**params, **kw})
+
+
+def fit(proto, clients, seen=None):
+    def callback(k, info):
+        if seen is not None:
+            seen[k] = {c: {key: np.asarray(v) for key, v in u.items()}
+                       for c, u in info["uploads"].items()}
+
+    state, init_bytes = initialize_federation(proto, clients, entropy=3)
+    return run_federation(proto, clients, max_iter=12, entropy=3, state=state,
+                          init_bytes=init_bytes, clients_per_round=7, dropout=0.2,
+                          callback=callback)
+
+
+def assert_family_close(ref, got, rtol=1e-12):
+    """Equal to ``rtol`` relative to the largest entry of the family (entries that are
+    rounding noise around 0 in one run are exactly 0 in the other)."""
+    scale = max(np.abs(a).max() for a in ref)
+    for a, b in zip(ref, got):
+        np.testing.assert_allclose(b, a, rtol=rtol, atol=rtol * scale)
+
+
+@pytest.mark.parametrize("w_update", ["linearized", "exact"])
+@pytest.mark.parametrize("biased", [False, True])
+def test_grouped_federation_equals_per_client(biased, w_update):
+    X, codes = ratings()
+    proto = protocol(biased, w_update)
+    seen_ref, seen_got = {}, {}
+    ref = fit(proto, split_clients(X, codes, N_CLIENTS), seen_ref)
+    got = fit(proto, GroupedTransport(make_groups(X, codes, N_CLIENTS, n_groups=3)),
+              seen_got)
+    assert isinstance(got.client_states, GroupStates)
+    np.testing.assert_allclose(got.server_state["Vt"], ref.server_state["Vt"], rtol=1e-12)
+    for key in ("U", "Wt", "Yt"):
+        assert_family_close([s[key] for s in ref.client_states],
+                            [s[key] for s in got.client_states])
+    for a, b in zip(ref.history, got.history):
+        assert (a["bytes_uploaded"], a["bytes_downloaded"], a["n_failed"]) == (
+            b["bytes_uploaded"], b["bytes_downloaded"], b["n_failed"])
+        assert b["objective"] == pytest.approx(a["objective"], rel=1e-12)
+        assert b["consensus_gap"] == pytest.approx(a["consensus_gap"], rel=1e-10)
+    # the messages are the paper's dense (W_i, Y_i), client by client
+    assert sum(map(len, seen_ref.values())) > 30
+    for k, uploads in seen_ref.items():
+        assert uploads.keys() == seen_got[k].keys()
+        for c, message in uploads.items():
+            assert_family_close([message["W"], message["Y"]],
+                                [seen_got[k][c]["W"], seen_got[k][c]["Y"]])
+
+
+def test_grouped_federation_zero_duals_l1_nonnegative():
+    X, codes = ratings(3)
+    X.data = np.abs(X.data)
+    proto = protocol(False, "linearized", dual_init="zeros", positive=True, l1_ratio=0.5)
+    ref = fit(proto, split_clients(X, codes, N_CLIENTS))
+    got = fit(proto, GroupedTransport(make_groups(X, codes, N_CLIENTS, n_groups=4)))
+    np.testing.assert_allclose(got.server_state["Vt"], ref.server_state["Vt"], rtol=1e-12,
+                               atol=1e-14)
+    for key in ("U", "Wt", "Yt"):
+        assert_family_close([s[key] for s in ref.client_states],
+                            [s[key] for s in got.client_states])
+
+
+def test_batched_update_equals_per_client_function_and_keeps_its_input():
+    X, codes = ratings(1)
+    proto = protocol(True, "linearized")
+    transport = GroupedTransport(make_groups(X, codes, N_CLIENTS, n_groups=2))
+    state = fit(proto, transport)
+    batched = proto.batched
+    group, gs = transport.groups[1], state.client_states.group_states[1]
+    before = [batched.client_state(gs, group, i) for i in range(group.n_clients)]
+    active = np.zeros(group.n_clients, dtype=bool)
+    active[::2] = True
+    selected = active.copy()
+    selected[0] = False  # computes without uploading
+    new, uploads = batched.client_update(gs, group, state.broadcast, (3, 1, 99), active,
+                                         selected)
+    assert sorted(uploads) == [group.start + i for i in np.flatnonzero(selected)]
+    for i in range(group.n_clients):
+        np.testing.assert_array_equal(batched.client_state(gs, group, i)["Wt"],
+                                      before[i]["Wt"])  # the input is unchanged
+        after = batched.client_state(new, group, i)
+        if not active[i]:
+            for key in ("U", "Wt", "Yt"):
+                np.testing.assert_array_equal(after[key], before[i][key])
+            continue
+        ref, message = client_update(before[i], group.block(i), state.broadcast, None, True,
+                                     **proto.client_update.keywords)
+        for key in ("U", "Wt", "Yt"):
+            assert_family_close([ref[key]], [after[key]])
+        if selected[i]:
+            upload = uploads[group.start + i]
+            assert isinstance(upload["W"], ImplicitFactor)
+            assert nbytes(upload) == nbytes(message)  # counted as the dense message
+            assert_family_close([message["W"], message["Y"]],
+                                [np.asarray(upload["W"]), np.asarray(upload["Y"])])
+
+
+def test_with_client_states_holds_a_dense_state_exactly():
+    X, codes = ratings(2)
+    proto = protocol(False, "linearized")
+    transport = GroupedTransport(make_groups(X, codes, N_CLIENTS, n_groups=2))
+    state = fit(proto, transport)
+    batched, group = proto.batched, transport.groups[0]
+    gs = state.client_states.group_states[0]
+    rng = np.random.default_rng(0)
+    dense = {"U": rng.normal(size=(1, 3)), "Wt": rng.normal(size=(N_ITEMS, 3)),
+             "Yt": rng.normal(size=(N_ITEMS, 3))}
+    new = batched.with_client_states(gs, group, {1: dense})
+    for key in dense:
+        np.testing.assert_array_equal(batched.client_state(new, group, 1)[key], dense[key])
+    # and it goes on like the per-client function from that state
+    active = np.zeros(group.n_clients, dtype=bool)
+    active[1] = True
+    out, _ = batched.client_update(new, group, state.broadcast, (3, 1, 5), active, active)
+    ref, _ = client_update(dense, group.block(1), state.broadcast, None, True,
+                           **proto.client_update.keywords)
+    for key in dense:
+        assert_family_close([ref[key]], [batched.client_state(out, group, 1)[key]])
+
+
+def test_estimator_one_client_per_user_grouped_equals_per_client(monkeypatch):
+    rng = np.random.default_rng(0)
+    M = rng.normal(size=(60, 2)) @ rng.normal(size=(2, 30)) + 3.0
+    X = np.where(rng.random(M.shape) < 0.3, M, np.nan)
+    X[5] = np.nan
+    X[5, 3] = 2.0  # a user with a single rating
+    params = dict(n_components=2, max_iter=8, clients_per_round=0.3, dropout=0.2,
+                  random_state=0, alpha_u=0.1, alpha_v=0.01, eval_every=0)
+    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 10**9)
+    ref = FedMCADMM(**params).fit(X, clients=np.arange(60))
+    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1)
+    got = FedMCADMM(**params).fit(X, clients=np.arange(60))
+    assert isinstance(got._federation.client_states, GroupStates)
+    np.testing.assert_allclose(got.components_, ref.components_, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(got.user_factors_, ref.user_factors_, rtol=1e-12, atol=1e-13)
+    assert [r["bytes_uploaded"] for r in got.history_] == [
+        r["bytes_uploaded"] for r in ref.history_]
+    assert [r["n_failed"] for r in got.history_] == [r["n_failed"] for r in ref.history_]
+    # a warm start continues the implicit state
+    ref.set_params(warm_start=True, max_iter=3).fit(X, clients=np.arange(60))
+    got.set_params(warm_start=True, max_iter=3).fit(X, clients=np.arange(60))
+    np.testing.assert_allclose(got.components_, ref.components_, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("min_clients", [1, 10**9])
+def test_memory_error_before_the_fit_names_the_bytes(monkeypatch, min_clients):
+    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", min_clients)
+    monkeypatch.setattr(_fedmc_admm, "_available_memory", lambda: 10_000)
+    started = []
+    monkeypatch.setattr("sklearn_fedmf._fit.initialize_federation",
+                        lambda *a, **k: started.append(1))
+    X, _ = ratings()
+    expected = _fedmc_admm.state_nbytes(
+        n_clients=N_ROWS, n_items=N_ITEMS, n_factors=7, itemsize=8,
+        grouped=min_clients == 1, nnz=X.nnz, max_iter=100)
+    assert expected > 10_000
+    with pytest.raises(MemoryError, match=rf"needs about .*\({expected} bytes\).*fewer "
+                                          r"clients.*n_components.*float32"):
+        FedMCADMM(random_state=0).fit(X, clients=np.arange(N_ROWS))
+    assert not started
+    # the dense state grows with the clients: 3 p n r numbers
+    assert _fedmc_admm.state_nbytes(n_clients=6040, n_items=3706, n_factors=7, itemsize=8,
+                                    grouped=False) == 3 * 6040 * 3706 * 7 * 8
+
+
+def test_weighted_regularization_runs_one_block_per_client(monkeypatch):
+    # its per-row strengths are not in the batched phases: the fit keeps the per-client path
+    assert protocol(True, "linearized", weighted=True).batched is None
+    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1)
+    X, _ = ratings()
+    model = FedMCADMM(n_components=2, max_iter=2, regularization="weighted", random_state=0,
+                      eval_every=0).fit(X, clients=np.arange(N_ROWS))
+    assert not isinstance(model._federation.client_states, GroupStates)

@@ -1,0 +1,318 @@
+"""FedMGS for many small clients: the batched phases of a client group give the per-client
+functions' states and messages, the server's sparse gradient cache gives the dense cache's
+steps, and a grouped fit is the per-client fit (issue 15)."""
+
+from functools import partial
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sklearn_fedmf.completion._fedmgs as fedmgs
+from sklearn_fedmf import FedMGS
+from sklearn_fedmf._biases import item_step_bounds
+from sklearn_fedmf._engine import nbytes
+from sklearn_fedmf._groups import ImplicitRows, make_groups
+from sklearn_fedmf._transport import client_generator
+from sklearn_fedmf.completion._fedmavg import EPS_LIPSCHITZ, lambda_max, prox_nonsmooth
+
+
+def ratings(n_rows=90, n_items=40, density=0.15, seed=0):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n_rows, n_items, density=density, random_state=seed, format="csr")
+    X.data = rng.normal(size=X.nnz)
+    X.sum_duplicates()
+    X.has_canonical_format = True
+    return X
+
+
+def clients_of(n_rows, rows_per_client, seed=0):
+    """Client codes: ``rows_per_client`` rows each, shuffled (a row of no rating included)."""
+    codes = np.arange(n_rows) // rows_per_client
+    return np.random.default_rng(seed).permutation(codes), int(codes.max()) + 1
+
+
+def assert_close(a, b):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-14)
+
+
+PARAMS = dict(local_iter_u=4, c_factor=0.51, alpha_u=0.3, l1_ratio=0.0, positive=False)
+CASES = [dict(biased=True), dict(biased=False), dict(biased=True, positive=True, l1_ratio=0.2),
+         dict(biased=True, weighted=True), dict(biased=False, weighted=True, l1_ratio=0.3)]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("rows_per_client", [1, 3])
+def test_batched_phases_equal_the_per_client_functions(case, rows_per_client):
+    X = ratings()
+    X = sp.csr_matrix(X.multiply(np.arange(X.shape[0])[:, None] != 5))  # row 5: no rating
+    X.has_canonical_format = True
+    codes, n = clients_of(X.shape[0], rows_per_client)
+    params = {**PARAMS, **case}
+    biased, positive = params["biased"], params["positive"]
+    n_f = 4 if biased else 2
+    Vt = np.random.default_rng(1).random((X.shape[1], n_f))
+    if biased:
+        Vt[:, -2] = 1.0
+    weighted = params.get("weighted", False)
+    init = dict(init_scale=1.0, positive=positive, biased=biased, weighted=weighted)
+    stream, rng = (7, 0), np.random.default_rng(2)
+    for group in make_groups(X, codes, n, n_groups=3):
+        state, uploads = fedmgs.batched_init_client(group, Vt, stream, **init)
+        assert set(uploads) == set(range(group.start, group.stop))
+        for i in range(group.n_clients):
+            block, c = group.block(i), group.start + i
+            ref, ref_up = fedmgs.init_client(block, Vt, client_generator(stream, c), **init)
+            assert_close(fedmgs.client_state(state, group, i)["U"], ref["U"])
+            sent = uploads[c]["grad"]
+            # one-user clients with biases send e a^T (a: the Gram's last row), bit for bit
+            outer = biased and rows_per_client == 1
+            assert isinstance(sent, fedmgs.OuterRows if outer else ImplicitRows)
+            np.testing.assert_array_equal(sent.rows, np.unique(block.X.indices))
+            assert_close(sent, ref_up["grad"])  # the dense gradient, rebuilt
+            if outer:
+                np.testing.assert_array_equal(np.asarray(sent), ref_up["grad"])
+                np.testing.assert_array_equal(sent.a, ref_up["gram"][-1])
+            assert_close(uploads[c]["gram"], ref_up["gram"])
+            if weighted:  # ratings per item, on the rated items
+                np.testing.assert_array_equal(np.asarray(uploads[c]["counts"]),
+                                              ref_up["counts"])
+            assert nbytes(uploads[c]) == nbytes(ref_up)  # counted as the dense message
+        active = rng.random(group.n_clients) < 0.6
+        selected = active & (rng.random(group.n_clients) < 0.7)
+        Vt2 = Vt + 0.1 * rng.random(Vt.shape)
+        if biased:
+            Vt2[:, -2] = 1.0
+        new, uploads = fedmgs.batched_client_update(state, group, Vt2, stream, active,
+                                                    selected, **params)
+        assert set(uploads) == {group.start + i for i in np.flatnonzero(selected)}
+        for i in range(group.n_clients):
+            block, before = group.block(i), fedmgs.client_state(state, group, i)
+            got = fedmgs.client_state(new, group, i)
+            if not active[i]:
+                np.testing.assert_array_equal(got["U"], before["U"])
+                continue
+            ref, ref_up = fedmgs.client_update(before, block, Vt2, None, selected[i], **params)
+            assert_close(got["U"], ref["U"])
+            if selected[i]:
+                assert_close(uploads[group.start + i]["grad"], ref_up["grad"])
+                assert_close(uploads[group.start + i]["gram"], ref_up["gram"])
+        if positive:
+            assert (new["U"] >= 0).all()
+        # the metrics' sums over the group
+        metrics = dict(alpha_u=0.3, l1_ratio=params["l1_ratio"], biased=biased, alpha_v=0.2,
+                       weighted=weighted)
+        sums = fedmgs._metrics(new, group, Vt2, **metrics)
+        refs = [fedmgs._metrics(fedmgs.client_state(new, group, i), group.block(i), Vt2,
+                                **metrics) for i in range(group.n_clients)]
+        for key in sums:
+            assert sums[key] == pytest.approx(sum(r[key] for r in refs), rel=1e-12)
+        # the states of with_client_states are the ones given
+        swapped = fedmgs.with_client_states(new, group, {0: before})
+        np.testing.assert_array_equal(fedmgs.client_state(swapped, group, 0)["U"],
+                                      before["U"])
+        np.testing.assert_array_equal(new["U"], fedmgs.batched_client_update(
+            state, group, Vt2, stream, active, selected, **params)[0]["U"])  # input untouched
+
+
+def test_client_items_lays_out_each_clients_rated_items():
+    X = ratings(n_rows=40, n_items=12, density=0.3)
+    codes, n = clients_of(40, 4, seed=3)
+    for group in make_groups(X, codes, n, n_groups=2):
+        layout = fedmgs.group_layout(group)
+        for i in range(group.n_clients):
+            block = group.block(i)
+            a, b = layout["item_ptr"][i], layout["item_ptr"][i + 1]
+            items = layout["items"][a:b]
+            np.testing.assert_array_equal(items, np.unique(block.X.indices))
+            lo, hi = group.entry_ptr[i], group.entry_ptr[i + 1]
+            np.testing.assert_array_equal(items[layout["slot"][lo:hi]], group.X.indices[lo:hi])
+
+
+def dense_server_update(state, uploads, *, d_factor, alpha_v, l1_ratio, positive, biased):
+    """The server step with a dense ``p x n x r`` cache of the latest gradients (the oracle)."""
+    grads, grams = state["grads"].copy(), state["grams"].copy()
+    for p, upload in uploads.items():
+        grads[p] = np.asarray(upload["grad"])
+        grams[p] = upload["gram"]
+    ridge = alpha_v * (1.0 - l1_ratio)
+    if biased:  # a bound per column block (_biases.item_step_bounds)
+        d = d_factor * np.maximum(item_step_bounds(grams.sum(axis=0), ridge), EPS_LIPSCHITZ)
+    else:
+        d = d_factor * max(lambda_max(grams.sum(axis=0)) + ridge, EPS_LIPSCHITZ)
+    Vt = state["Vt"]
+    free = np.delete(Vt, Vt.shape[1] - 2, axis=1) if biased else Vt
+    free = prox_nonsmooth(free - (grads.sum(axis=0) + ridge * free) / d, 1.0 / d, alpha_v,
+                          l1_ratio, positive)
+    if biased:
+        free = np.hstack([free[:, :-1], np.ones((len(free), 1)), free[:, -1:]])
+    return {"Vt": free, "grads": grads, "grams": grams}
+
+
+@pytest.mark.parametrize("biased", [True, False])
+def test_sparse_cache_steps_as_the_dense_cache(biased, monkeypatch):
+    """Over rounds with both message forms, rows that change (a dense upload's zero rows
+    becoming nonzero) and the exact re-sums, the running sum gives the dense cache's V."""
+    monkeypatch.setattr(fedmgs, "RESUM_EVERY", 3)
+    rng = np.random.default_rng(0)
+    n_clients, n_items, r = 7, 15, 3
+    n_f = r + 1 if biased else r
+    rated = [np.sort(rng.choice(n_items, size=rng.integers(1, 6), replace=False))
+             for _ in range(n_clients)]
+    rated[2] = rated[2][:0]  # a client whose first gradient is all zero (e.g. U^0 = 0)
+
+    def gradient(p, dense):
+        G = np.zeros((n_items, n_f))
+        G[rated[p]] = rng.normal(size=(len(rated[p]), n_f))
+        if dense:
+            return G
+        return ImplicitRows(None, 0.0, rated[p], G[rated[p]].copy(), shape=G.shape)
+
+    def upload(p, dense):
+        A = rng.normal(size=(2, n_f))
+        return {"grad": gradient(p, dense), "gram": A.T @ A}
+
+    # clients 0-3 of a group (consecutive views of one array), the others dense
+    first = {p: upload(p, dense=p >= 4) for p in range(n_clients)}
+    values = np.concatenate([first[p]["grad"].values for p in range(4)])
+    grams = np.stack([first[p]["gram"] for p in range(4)])
+    items = np.concatenate(rated[:4])
+    offsets = np.cumsum([0] + [len(rated[p]) for p in range(4)])
+    for p in range(4):
+        a, b = offsets[p], offsets[p + 1]
+        first[p] = {"grad": ImplicitRows(None, 0.0, items[a:b], values[a:b],
+                                         shape=(n_items, n_f)), "gram": grams[p]}
+    Vt = rng.random((n_items, n_f + 1 if biased else n_f))
+    kw = dict(d_factor=0.501, alpha_v=0.2, l1_ratio=0.1, positive=False, biased=biased)
+    state, _ = fedmgs.server_init_uploads({"Vt": Vt}, first, n_clients=n_clients)
+    assert np.shares_memory(state["segments"][0]["values"], values)  # adopted, not copied
+    assert np.shares_memory(state["segments"][0]["grams"], grams)
+    ref = {"Vt": Vt, "grads": np.stack([np.asarray(first[p]["grad"]) for p in range(7)]),
+           "grams": np.stack([first[p]["gram"] for p in range(7)])}
+    for k in range(8):
+        if k == 2:
+            rated[2] = np.array([1, 4, 9])  # client 2's gradient rows appear
+        sampled = np.sort(rng.choice(n_clients, size=3, replace=False))
+        if k == 3:  # (client 2 sends its new rows)
+            sampled = np.union1d(sampled, [2])
+        uploads = {int(p): upload(p, dense=bool(rng.random() < 0.5)) for p in sampled}
+        state, broadcast = fedmgs.server_update(state, uploads, k, **kw)
+        ref = dense_server_update(ref, uploads, **kw)
+        np.testing.assert_allclose(broadcast, ref["Vt"], rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(state["grad_sum"], ref["grads"].sum(axis=0), rtol=1e-12,
+                                   atol=1e-14)
+        for p in range(n_clients):
+            np.testing.assert_array_equal(
+                fedmgs.cached_gradient(state["segments"], p, (n_items, n_f)), ref["grads"][p])
+        np.testing.assert_array_equal(
+            np.concatenate([s["grams"] for s in state["segments"]]), ref["grams"])
+
+
+def test_rank_one_cache_steps_as_the_dense_cache(monkeypatch):
+    """One-user clients with biases are cached as ``e a^T`` (``k + r`` numbers, not ``k r``);
+    dense uploads of that form join them, one that is not turns its segment into rows; the
+    steps stay the dense cache's."""
+    monkeypatch.setattr(fedmgs, "RESUM_EVERY", 3)
+    rng = np.random.default_rng(1)
+    n_clients, n_items, n_f = 6, 12, 4
+    rated = [np.sort(rng.choice(n_items, size=rng.integers(1, 5), replace=False))
+             for _ in range(n_clients)]
+
+    def upload(p, form):
+        a = np.append(rng.normal(size=n_f - 1), 1.0)  # [u, 1]
+        e = rng.normal(size=len(rated[p]))
+        G = np.zeros((n_items, n_f))
+        G[rated[p]] = np.multiply.outer(e, a)
+        if form == "other":  # not e a^T
+            G[rated[p]] = rng.normal(size=(len(rated[p]), n_f))
+        grad = fedmgs.OuterRows(rated[p], e, a, G.shape) if form == "outer" else G
+        return {"grad": grad, "gram": np.multiply.outer(a, a)}
+
+    first = {p: upload(p, "outer" if p < 4 else "dense") for p in range(n_clients)}
+    e_all = np.concatenate([first[p]["grad"].e for p in range(4)])  # a group's views
+    a_all = np.stack([first[p]["grad"].a for p in range(4)])
+    items = np.concatenate(rated[:4])
+    offsets = np.cumsum([0] + [len(rated[p]) for p in range(4)])
+    for p in range(4):
+        lo, hi = offsets[p], offsets[p + 1]
+        first[p]["grad"] = fedmgs.OuterRows(items[lo:hi], e_all[lo:hi], a_all[p],
+                                            (n_items, n_f))
+    Vt = rng.random((n_items, n_f + 1))
+    kw = dict(d_factor=0.501, alpha_v=0.2, l1_ratio=0.0, positive=False, biased=True)
+    state, _ = fedmgs.server_init_uploads({"Vt": Vt}, first, n_clients=n_clients)
+    assert [s["kind"] for s in state["segments"]] == ["outer", "outer"]
+    assert np.shares_memory(state["segments"][0]["e"], e_all)
+    ref = {"Vt": Vt, "grads": np.stack([np.asarray(first[p]["grad"]) for p in range(6)]),
+           "grams": np.stack([first[p]["gram"] for p in range(6)])}
+    for k in range(7):
+        sampled = np.sort(rng.choice(n_clients, size=3, replace=False))
+        forms = {int(p): ("outer", "dense")[int(rng.random() < 0.5)] for p in sampled}
+        if k == 4:
+            forms[1] = "other"
+        uploads = {p: upload(p, form) for p, form in sorted(forms.items())}
+        state, broadcast = fedmgs.server_update(state, uploads, k, **kw)
+        ref = dense_server_update(ref, uploads, **kw)
+        np.testing.assert_allclose(broadcast, ref["Vt"], rtol=1e-12, atol=1e-14)
+        for p in range(n_clients):
+            np.testing.assert_array_equal(
+                fedmgs.cached_gradient(state["segments"], p, (n_items, n_f)), ref["grads"][p])
+        np.testing.assert_allclose(fedmgs.gram_sum(state["segments"]),
+                                   ref["grams"].sum(axis=0), rtol=1e-13)
+    assert state["segments"][0]["kind"] == "rows"  # (client 1's upload was not e a^T)
+
+
+def grouped(monkeypatch, on):
+    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1 if on else 10**9)
+
+
+@pytest.mark.parametrize("biased", [True, False])
+@pytest.mark.parametrize("rows_per_client", [1, 2])
+@pytest.mark.parametrize("regularization", ["plain", "weighted"])
+def test_grouped_fit_is_the_per_client_fit(biased, rows_per_client, regularization,
+                                           monkeypatch):
+    X = ratings(n_rows=120, n_items=30, density=0.2)
+    codes, _ = clients_of(120, rows_per_client, seed=1)
+    fit = partial(FedMGS(n_components=2, max_iter=8, clients_per_round=0.3, dropout=0.2,
+                         biased=biased, regularization=regularization, eval_every=2,
+                         random_state=0, n_jobs=2).fit, X, clients=codes)
+    grouped(monkeypatch, False)
+    ref = fit()
+    grouped(monkeypatch, True)
+    got = fit()
+    np.testing.assert_allclose(got.components_, ref.components_, rtol=1e-12)
+    np.testing.assert_allclose(got.user_factors_, ref.user_factors_, rtol=1e-12, atol=1e-15)
+    for a, b in zip(got.history_, ref.history_):
+        for key in ("bytes_uploaded", "bytes_downloaded", "n_failed"):
+            assert a[key] == b[key]
+        if "objective" in b:
+            assert a["objective"] == pytest.approx(b["objective"], rel=1e-12)
+    assert sum(r["n_failed"] for r in ref.history_) > 0  # dropout did drop clients
+
+
+def test_grouped_fit_uploads_hold_the_paper_message(monkeypatch):
+    """Privacy contract on the grouped path: a sampled client sends its gradient (rebuilt
+    dense: nonzero on the items it rated only) and its Gram; nobody else sends."""
+    X = ratings(n_rows=60, n_items=20, density=0.25)
+    grouped(monkeypatch, True)
+    log = []
+    FedMGS(n_components=2, max_iter=3, clients_per_round=10, random_state=0, eval_every=0,
+           callback=lambda k, info: log.append(info)).fit(X, clients=np.arange(60))
+    for info in log:
+        assert set(info["uploads"]) == set(info["sampled"].tolist())
+        for c, upload in info["uploads"].items():
+            assert set(upload) == {"grad", "gram"}
+            G = np.asarray(upload["grad"])
+            assert G.shape == (20, 3) and upload["gram"].shape == (3, 3)
+            np.testing.assert_array_equal(np.flatnonzero(np.abs(G).sum(axis=1)),
+                                          np.unique(X[c].indices))
+
+
+def test_grouped_warm_start_continues_the_fit(monkeypatch):
+    X = ratings(n_rows=80, n_items=25, density=0.2)
+    grouped(monkeypatch, True)
+    params = dict(n_components=2, clients_per_round=0.25, random_state=0, eval_every=0)
+    ref = FedMGS(max_iter=6, **params).fit(X, clients=np.arange(80))
+    got = FedMGS(max_iter=3, warm_start=True, **params).fit(X, clients=np.arange(80))
+    got.fit(X, clients=np.arange(80))
+    np.testing.assert_allclose(got.components_, ref.components_, rtol=1e-12)
+    np.testing.assert_allclose(got.user_factors_, ref.user_factors_, rtol=1e-12)
