@@ -1,6 +1,6 @@
 """Defaults vs best tuned, per data set: do the completion estimators' defaults transfer?
 
-    python benchmarks/bench_defaults.py            # the table (about an hour on 2 busy cores)
+    python benchmarks/bench_defaults.py            # the table (one to two hours on 2 busy cores)
     python benchmarks/bench_defaults.py --quick    # smoke run: two small data sets, 5 rounds
     python benchmarks/bench_defaults.py --data ml,ml-users --estimators FedMAvg
 
@@ -15,7 +15,8 @@ then refits it on the whole training part; every column is scored on the test pa
 no choice sees. A default passes when it is within 0.02 RMSE of the tuned value.
 
 Data sets. The defaults were chosen on ``ml`` (MovieLens latest-small), ``ml-users`` (its
-300 most active users) and ``1m-0.5``; the others only confirm them:
+300 most active users), ``1m-0.5`` and ``1m-1.0`` (the last two also chose the biased steps'
+block weight ``tau`` of ``sklearn_fedmf._biases``); the others only confirm them:
 
 * ``ml-items``: latest-small restricted to its 1,700 most rated items (rows left empty
   dropped);
@@ -42,7 +43,7 @@ from sklearn_fedmf.model_selection import train_test_split_ratings
 PROTOCOL = dict(n_components=5, n_clients=100, clients_per_round=10, max_iter=100,
                 random_state=0, eval_every=0)
 ESTIMATORS = {"FedMCADMM": FedMCADMM, "FedMAvg": FedMAvg, "FedMGS": FedMGS, "RFRec": RFRec}
-CHOSEN_ON = ("ml", "ml-users", "1m-0.5")
+CHOSEN_ON = ("ml", "ml-users", "1m-0.5", "1m-1.0")
 # the two regularizations at their reference strengths (RFRec has only its own)
 PLAIN = {"FedMCADMM": {"regularization": "plain", "alpha_u": 10.0, "alpha_v": 0.1},
          "FedMAvg": {"regularization": "plain", "alpha_u": 10.0, "alpha_v": 10.0},

@@ -6,9 +6,10 @@ The regularizer of a factor ``Z`` is sklearn's elastic net (as in ``NMF``)::
 
 optionally with the constraint ``Z >= 0`` (``positive=True``). With the weighted
 regularization (ALS-WR's weighted lambda) ``alpha`` is one strength per row: the row's
-number of ratings times the per-rating strength (:func:`row_alpha`, :func:`item_counts`). Its prox with parameter ``t``
-is entrywise: ``S(X, t*alpha*l1_ratio) / (1 + t*alpha*(1 - l1_ratio))``, with ``S`` the
-soft-threshold (replaced by ``max(X - tau, 0)`` under nonnegativity).
+number of ratings times the per-rating strength (:func:`row_alpha`, :func:`item_counts`).
+Its prox with parameter ``t`` is entrywise: ``S(X, t*alpha*l1_ratio) / (1 + t*alpha*(1 -
+l1_ratio))``, with ``S`` the soft-threshold (replaced by ``max(X - tau, 0)`` under
+nonnegativity).
 """
 
 import numpy as np

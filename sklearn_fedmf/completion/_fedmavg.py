@@ -98,8 +98,9 @@ def u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive):
     """
     out = np.empty(U.shape)
     prox_grad_rows(X.indptr, X.indices, X.data, np.ascontiguousarray(U),
-                   np.ascontiguousarray(Vt), c, n_steps, _per_row(alpha) * l1_ratio / _per_row(c), 1.0,
-                   positive, alpha * (1.0 - l1_ratio), out)
+                   np.ascontiguousarray(Vt), c, n_steps,
+                   _per_row(alpha) * l1_ratio / _per_row(c), 1.0, positive,
+                   alpha * (1.0 - l1_ratio), out)
     return out
 
 
@@ -202,7 +203,10 @@ def user_steps(U, Vt, X, n_steps, c_factor, ridge_in_L, alpha, l1_ratio, positiv
         c = c_factor * np.maximum(lambda_max(Vt.T @ Vt) + ridge_in_L, EPS_LIPSCHITZ)
         return u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive)
     X, Vt = _biases.user_step_view(X, Vt)
-    c = c_factor * np.maximum(_biases.user_step_bounds(X, Vt, ridge_in_L), EPS_LIPSCHITZ)
+    # (a row's bound is tight: it must hold the ridge the gradient holds, whatever the
+    # variant's ridge_in_L; the global bound's slack forgave that)
+    c = c_factor * np.maximum(_biases.user_step_bounds(X, Vt, alpha * (1.0 - l1_ratio)),
+                              EPS_LIPSCHITZ)
     U = u_steps(_biases.free_user(U), Vt, X, n_steps, c, alpha, l1_ratio, positive)
     return _biases.with_user(U)
 
@@ -251,8 +255,9 @@ def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alp
     if weighted and d_global is not None:
         d_global = d_global + d_factor * ridge
     if variant == "fedmc_admm":
-        # d_i = 5 lambda_max(U_i^T U_i) (plus the weighted ridge of the row)
-        d = d_factor * (w_bound(U.T @ U, 0.0, biased) + (ridge if weighted else 0.0))
+        # d_i = 5 lambda_max(U_i^T U_i), plus the ridge where the bound is per row (weighted)
+        # or per column block (biased: tight, its slack no longer covers the ridge)
+        d = d_factor * (w_bound(U.T @ U, 0.0, biased) + (ridge if weighted or biased else 0.0))
     else:
         d_local = d_factor * (w_bound(U.T @ U / omega, 0.0, biased) + ridge)
         if w_step == "local":

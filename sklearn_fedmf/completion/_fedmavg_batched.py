@@ -116,8 +116,8 @@ def _step_sizes(U, group, senders, omega, d_global, *, variant, n_clients, d_fac
                            EPS_LIPSCHITZ)
     else:
         bound = np.maximum(np.linalg.eigvalsh(grams)[:, -1], EPS_LIPSCHITZ)[:, None]
-    if paper:
-        d = d_factor * (bound + 0.0)
+    if paper:  # (w_phase: plus the ridge where the bounds are per column block)
+        d = d_factor * (bound + (ridge if biased else 0.0))
     else:
         d = d_factor * (bound + ridge)
         if w_step == "guarded":  # (w_phase's stability guard)

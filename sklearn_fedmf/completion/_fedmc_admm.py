@@ -243,11 +243,11 @@ def server_update(server_state, uploads, round_index, *, beta, n_clients, alpha_
     Non-sampled clients enter with the ``Z_i`` they last sent. Weighted regularization
     (``server_state`` holds the item counts ``n_j``): ``R(V) = (1/p) sum_j alpha_v n_j/2
     ||v_j||^2``, inside the ``1/p`` like the data it weighs, so ``alpha_v`` is a per-rating
-    strength as ``alpha_u`` is; its prox shrinks each row by its own factor. ``Z`` and its running sum are
-    updated in place: the server owns them and they are far too large to copy every round.
-    The sum takes the sampled clients' changes (``O(|S| n r)`` instead of re-reading all
-    ``p`` copies) and is recomputed exactly every ``RESUM_EVERY`` rounds, which bounds the
-    rounding drift. Both orders are fixed: the result does not depend on ``n_jobs``.
+    strength as ``alpha_u`` is; its prox shrinks each row by its own factor. ``Z`` and its
+    running sum are updated in place: the server owns them and they are far too large to copy
+    every round. The sum takes the sampled clients' changes (``O(|S| n r)`` instead of
+    re-reading all ``p`` copies) and is recomputed exactly every ``RESUM_EVERY`` rounds, which
+    bounds the rounding drift. Both orders are fixed: the result does not depend on ``n_jobs``.
     """
     if server_state.get("history") is not None:  # implicit client copies (_fedmc_admm_groups)
         total = server_update_implicit(server_state, uploads, round_index, beta=beta,
