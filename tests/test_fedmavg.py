@@ -104,10 +104,12 @@ def test_fedmc_admm_variant_is_the_restatement(ratings):
 
 
 def test_weighted_fedmavg_with_q2_one_equals_fedmgs(ratings):
-    """Full participation, weighted average (8), Q2 = 1, the same d factor."""
+    """Full participation, weighted average (8), Q2 = 1, the same d factor, the global step
+    (FedMGS's; the default guard would shorten it here)."""
     X, _, _ = ratings
     params = dict(alpha_u=0.1, alpha_v=0.2, max_iter=15)
-    mavg = small(local_iter_v=1, d_factor=0.501, aggregation="weighted", **params).fit(X)
+    mavg = small(local_iter_v=1, d_factor=0.501, aggregation="weighted", w_step="global",
+                 **params).fit(X)
     mgs = FedMGS(n_components=2, n_clients=4, random_state=0, center=False, **params).fit(X)
     np.testing.assert_allclose(mavg.components_, mgs.components_, rtol=1e-10)
     np.testing.assert_allclose(mavg.user_factors_, mgs.user_factors_, rtol=1e-10)

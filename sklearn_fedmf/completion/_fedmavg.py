@@ -518,8 +518,11 @@ class FedMAvg(FederatedMFBase):
         U_p) + ridge`` of this round (clients send their ``r x r`` Gram in a first exchange),
         ``"local"`` the client's own ``lambda_max(U_p^T U_p) / omega_p + ridge``, ``"guarded"``
         the global step but never above ``1/(0.51 L_Wp)`` (a stability guard; the paper's
-        theory assumes the global constant). None: ``"global"``; the ``"fedmc_admm"``
-        variant always uses its local ``d_i``.
+        theory assumes the global constant). None: ``"guarded"``, which equals ``"global"``
+        while no client's local curvature exceeds the global one (100 clients of MovieLens:
+        the same model) and keeps small, unlike clients stable (one client per user on the
+        ML-1M shape: ``"global"`` ends 20 rounds at train RMSE 17.5, ``"guarded"`` at 0.92).
+        The ``"fedmc_admm"`` variant always uses its local ``d_i``.
     client_weights : {"entries", "rows"}, default="entries"
         ``omega_p`` proportional to the client's observed ratings or to its rows (the paper's
         ``N_p / N``).
@@ -741,7 +744,7 @@ class FedMAvg(FederatedMFBase):
             aggregation=self.aggregation
             or ("sampled_mean" if paper or weighted_draws else "weighted"),
             c_factor=self.c_factor or (0.5 if paper else 0.51), d_factor=self.d_factor,
-            w_step=self.w_step or ("global" if self.variant == "wang_chang" else "local"),
+            w_step=self.w_step or ("guarded" if self.variant == "wang_chang" else "local"),
             client_weights=self.client_weights, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
             l1_ratio=self.l1_ratio, positive=self.positive, init_scale=self.init_scale,
             biased=self.biased, weighted=self.regularization == "weighted",
