@@ -186,7 +186,8 @@ def bench_ml_shape(args):
         model = METHODS[method](k, C, 0, T).set_params(n_jobs=args.n_jobs)
         marks = []  # CPU seconds (this process and its threads) at the end of each sync
         if method.startswith("felb"):
-            model.set_params(callback=lambda k, info: marks.append(time.process_time()))
+            model.set_params(callback=lambda k, info, marks=marks: marks.append(
+                time.process_time()))
         wall, cpu0 = time.perf_counter(), time.process_time()
         model.fit(X)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu0

@@ -39,8 +39,6 @@ from sklearn.utils.validation import check_array, check_is_fitted
 from threadpoolctl import threadpool_limits
 
 from ._data import resolve_clients, split_clients
-from ._groups import ClientGroup, GroupedTransport, GroupStates, make_groups
-from ._joblib_backend import dask_client
 from ._engine import (
     initialize_federation,
     make_entropy,
@@ -48,6 +46,8 @@ from ._engine import (
     resident_blocks,
     run_federation,
 )
+from ._groups import ClientGroup, GroupedTransport, GroupStates, make_groups
+from ._joblib_backend import dask_client
 from .exceptions import DegenerateFitWarning
 
 __all__ = ["FEDERATION_CONSTRAINTS", "FederatedEstimator", "FitContext"]

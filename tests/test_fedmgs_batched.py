@@ -9,6 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 import sklearn_fedmf.completion._fedmgs as fedmgs
+import sklearn_fedmf.completion._fedmgs_batched as batched
 from sklearn_fedmf import FedMGS
 from sklearn_fedmf._biases import item_step_bounds
 from sklearn_fedmf._engine import nbytes
@@ -58,16 +59,16 @@ def test_batched_phases_equal_the_per_client_functions(case, rows_per_client):
     init = dict(init_scale=1.0, positive=positive, biased=biased, weighted=weighted)
     stream, rng = (7, 0), np.random.default_rng(2)
     for group in make_groups(X, codes, n, n_groups=3):
-        state, uploads = fedmgs.batched_init_client(group, Vt, stream, **init)
+        state, uploads = batched.batched_init_client(group, Vt, stream, **init)
         assert set(uploads) == set(range(group.start, group.stop))
         for i in range(group.n_clients):
             block, c = group.block(i), group.start + i
             ref, ref_up = fedmgs.init_client(block, Vt, client_generator(stream, c), **init)
-            assert_close(fedmgs.client_state(state, group, i)["U"], ref["U"])
+            assert_close(batched.client_state(state, group, i)["U"], ref["U"])
             sent = uploads[c]["grad"]
             # one-user clients with biases send e a^T (a: the Gram's last row), bit for bit
             outer = biased and rows_per_client == 1
-            assert isinstance(sent, fedmgs.OuterRows if outer else ImplicitRows)
+            assert isinstance(sent, batched.OuterRows if outer else ImplicitRows)
             np.testing.assert_array_equal(sent.rows, np.unique(block.X.indices))
             assert_close(sent, ref_up["grad"])  # the dense gradient, rebuilt
             if outer:
@@ -83,12 +84,12 @@ def test_batched_phases_equal_the_per_client_functions(case, rows_per_client):
         Vt2 = Vt + 0.1 * rng.random(Vt.shape)
         if biased:
             Vt2[:, -2] = 1.0
-        new, uploads = fedmgs.batched_client_update(state, group, Vt2, stream, active,
+        new, uploads = batched.batched_client_update(state, group, Vt2, stream, active,
                                                     selected, **params)
         assert set(uploads) == {group.start + i for i in np.flatnonzero(selected)}
         for i in range(group.n_clients):
-            block, before = group.block(i), fedmgs.client_state(state, group, i)
-            got = fedmgs.client_state(new, group, i)
+            block, before = group.block(i), batched.client_state(state, group, i)
+            got = batched.client_state(new, group, i)
             if not active[i]:
                 np.testing.assert_array_equal(got["U"], before["U"])
                 continue
@@ -103,15 +104,15 @@ def test_batched_phases_equal_the_per_client_functions(case, rows_per_client):
         metrics = dict(alpha_u=0.3, l1_ratio=params["l1_ratio"], biased=biased, alpha_v=0.2,
                        weighted=weighted)
         sums = fedmgs._metrics(new, group, Vt2, **metrics)
-        refs = [fedmgs._metrics(fedmgs.client_state(new, group, i), group.block(i), Vt2,
+        refs = [fedmgs._metrics(batched.client_state(new, group, i), group.block(i), Vt2,
                                 **metrics) for i in range(group.n_clients)]
         for key in sums:
             assert sums[key] == pytest.approx(sum(r[key] for r in refs), rel=1e-12)
         # the states of with_client_states are the ones given
-        swapped = fedmgs.with_client_states(new, group, {0: before})
-        np.testing.assert_array_equal(fedmgs.client_state(swapped, group, 0)["U"],
+        swapped = batched.with_client_states(new, group, {0: before})
+        np.testing.assert_array_equal(batched.client_state(swapped, group, 0)["U"],
                                       before["U"])
-        np.testing.assert_array_equal(new["U"], fedmgs.batched_client_update(
+        np.testing.assert_array_equal(new["U"], batched.batched_client_update(
             state, group, Vt2, stream, active, selected, **params)[0]["U"])  # input untouched
 
 
@@ -119,7 +120,7 @@ def test_client_items_lays_out_each_clients_rated_items():
     X = ratings(n_rows=40, n_items=12, density=0.3)
     codes, n = clients_of(40, 4, seed=3)
     for group in make_groups(X, codes, n, n_groups=2):
-        layout = fedmgs.group_layout(group)
+        layout = batched.group_layout(group)
         for i in range(group.n_clients):
             block = group.block(i)
             a, b = layout["item_ptr"][i], layout["item_ptr"][i + 1]
@@ -225,7 +226,7 @@ def test_rank_one_cache_steps_as_the_dense_cache(monkeypatch):
         G[rated[p]] = np.multiply.outer(e, a)
         if form == "other":  # not e a^T
             G[rated[p]] = rng.normal(size=(len(rated[p]), n_f))
-        grad = fedmgs.OuterRows(rated[p], e, a, G.shape) if form == "outer" else G
+        grad = batched.OuterRows(rated[p], e, a, G.shape) if form == "outer" else G
         return {"grad": grad, "gram": np.multiply.outer(a, a)}
 
     first = {p: upload(p, "outer" if p < 4 else "dense") for p in range(n_clients)}
@@ -235,7 +236,7 @@ def test_rank_one_cache_steps_as_the_dense_cache(monkeypatch):
     offsets = np.cumsum([0] + [len(rated[p]) for p in range(4)])
     for p in range(4):
         lo, hi = offsets[p], offsets[p + 1]
-        first[p]["grad"] = fedmgs.OuterRows(items[lo:hi], e_all[lo:hi], a_all[p],
+        first[p]["grad"] = batched.OuterRows(items[lo:hi], e_all[lo:hi], a_all[p],
                                             (n_items, n_f))
     Vt = rng.random((n_items, n_f + 1))
     kw = dict(d_factor=0.501, alpha_v=0.2, l1_ratio=0.0, positive=False, biased=True)

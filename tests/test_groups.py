@@ -122,12 +122,12 @@ def b_with(gs, group, states):
     return {"U": U}
 
 
-def make_protocol(n_items, participation=Participation()):
+def make_protocol(n_items, participation=None):
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items), init_client=init_client,
         client_update=client_update, server_update=server_update,
         client_metrics=client_metrics, combine_metrics=combine_metrics,
-        participation=participation,
+        participation=participation or Participation(),
         batched=BatchedPhases(init_client=b_init, client_update=b_update,
                               client_metrics=b_metrics, client_state=b_state,
                               with_client_states=b_with),

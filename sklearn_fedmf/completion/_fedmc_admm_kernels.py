@@ -15,10 +15,10 @@ from .._kernels import (
     _gram_buffers,
     _gram_pays,
     _jit,
+    _prox_grad_rows,
     _reduce,
     _row_gradient,
     _row_gram,
-    _prox_grad_rows,
 )
 
 __all__ = ["linearized_cols", "squared_distance", "replace_and_accumulate", "group_update",

@@ -383,8 +383,9 @@ def _metrics(fit, psi, sq, sse, ae, U, X, Y, Vbar, *, alpha_u, sigmoid, shift, s
 # columns, ``nnz * d`` numbers, and a fresh copy per round would double the memory of the
 # fit. The contract's guarantee holds as far as the state update goes: its allocations precede
 # the one compiled call that writes, which cannot raise, so only a failure while the uploads
-# are built afterwards (out of memory) could leave a group stepped. An upload's ``values`` are a read-only view of the client's rows of ``P`` (a copy per round
-# would hold the whole ``P`` twice more while the engine keeps the previous round's uploads):
+# are built afterwards (out of memory) could leave a group stepped. An upload's ``values``
+# are a read-only view of the client's rows of ``P`` (a copy per round would hold the whole
+# ``P`` twice more while the engine keeps the previous round's uploads):
 # they are the upload during its round, server update and callback; a callback that keeps
 # uploads across rounds copies them.
 _ACTION_CODE = {"step": _STEP, "main": _STEP, "pull": _PULL}
