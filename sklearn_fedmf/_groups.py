@@ -262,7 +262,9 @@ def _run_group(items, phase, batched, fn, broadcast, stream):
             else:
                 new_state, messages = getattr(batched, phase)(state, group, broadcast, stream,
                                                               active, selected)
-        except Exception as exc:  # find the failing client with the per-client functions
+        except Exception as exc:  # client code may raise anything (as in _run_clients): the
+            # per-client re-run names the failing client for the engine, which raises a
+            # ClientError or skips per on_client_error; with no failing client, exc is re-raised
             out.append((g, *_one_by_one(exc, group, state, active, selected, phase, batched,
                                         fn, broadcast, stream)))
             continue
