@@ -1,15 +1,24 @@
-"""Federated completion beside the centralized peers of Surprise, on one split.
+"""Federated completion beside the centralized peers of Surprise, on one split per data set.
 
-    python benchmarks/bench_accuracy.py            # MovieLens latest-small (~15 minutes)
-    python benchmarks/bench_accuracy.py --quick    # smoke run: 150 users, 5 rounds, no SVD++
+    python benchmarks/bench_accuracy.py                       # MovieLens latest-small
+    python benchmarks/bench_accuracy.py --data ml-users,1m-0.5,10m-0.5
+    python benchmarks/bench_accuracy.py --data ml --estimators FedMGS --peers SVD,SVDpp
+    python benchmarks/bench_accuracy.py --quick               # smoke run: 94 users, 6 rounds
 
-MovieLens latest-small, 80/20 random split of each user's ratings. Each completion estimator
-with its defaults (rank 5, 100 clients, 10 per round, 100 rounds, every other parameter at
-its default), and tuned on a holdout of the training part only (the grid of
-``bench_defaults.py``), beside Surprise's ``BaselineOnly``, ``SVD``, ``SVDpp`` and
-``KNNBaseline`` (their defaults) fitted on the same training ratings: test RMSE, MAE and fit
-seconds. scikit-surprise is a benchmark-only extra (``pip install scikit-surprise``); without
-it the script says so and prints the federated rows.
+The data sets are those of ``bench_defaults.py`` (``ml``, ``ml-users``, ``ml-items``,
+``1m-0.5``, ``1m-1.0``, ``10m-0.5``, ``10m-1.0``; see its docstring), each with an 80/20
+random split of each user's ratings. Each completion estimator runs with the protocol of
+``bench_defaults.py`` (rank 5, 100 clients, 10 per round, 100 rounds): once with its
+defaults, and once tuned by entry-wise cross-validation on the training part only:
+``HalvingGridSearchCV`` through ``RatingRegressor``, 3 folds of the training ratings, rounds
+as the resource (up to 100, factor 3), over the default search space's regularizations and
+their strengths (``default_search_space(..., include=["regularization", "alpha_u",
+"alpha_v"])``: 18 candidates, 9 for RFRec, which has one regularization); the best is refitted
+on the whole training part. Beside them, Surprise's ``BaselineOnly``, ``SVD``, ``SVDpp`` and
+``KNNBaseline`` (their defaults) fitted on the same training ratings. Columns: test RMSE, MAE
+and the seconds of the final fit (the search's seconds in the parameters column).
+scikit-surprise is a benchmark-only extra (``pip install scikit-surprise``); without it the
+script says so and prints the federated rows.
 """
 
 import argparse
@@ -17,10 +26,15 @@ import time
 import warnings
 
 import numpy as np
-from bench_defaults import ESTIMATORS, PROTOCOL, candidates
+from bench_defaults import ESTIMATORS, PROTOCOL, load
+from sklearn.experimental import enable_halving_search_cv  # noqa: F401
+from sklearn.model_selection import HalvingGridSearchCV, KFold
 
-from sklearn_fedmf.datasets import load_movielens
-from sklearn_fedmf.model_selection import train_test_split_ratings
+from sklearn_fedmf import RatingRegressor
+from sklearn_fedmf.model_selection import default_search_space, train_test_split_ratings
+
+PEERS = ("BaselineOnly", "SVD", "SVDpp", "KNNBaseline")
+SEARCHED = ["regularization", "alpha_u", "alpha_v"]
 
 
 def errors(pred, X_test):
@@ -30,24 +44,48 @@ def errors(pred, X_test):
     return float(np.sqrt(np.mean(e**2))), float(np.mean(np.abs(e)))
 
 
-def federated_rows(X_train, X_test, rounds):
-    X_fit, X_val = train_test_split_ratings(X_train, 0.2, random_state=1)
+def pairs(X):
+    """The (user, item) pairs and ratings of a CSR matrix: RatingRegressor's long format."""
+    rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+    return np.column_stack([rows, X.indices]), X.data
+
+
+def tune(cls, protocol, X_train, rounds):
+    """The best parameters of the entry-wise 3-fold search on the training part, and its
+    seconds."""
+    include = [k for k in SEARCHED if k in cls().get_params()]  # (RFRec: one regularization)
+    space = default_search_space(cls, include=include)
+    space = space if isinstance(space, list) else [space]
+    grid = [{f"estimator__{k}": v for k, v in sub.items()} for sub in space]
+    search = HalvingGridSearchCV(
+        RatingRegressor(cls(**protocol)), grid, resource="estimator__max_iter",
+        max_resources=rounds, min_resources="exhaust", factor=3,
+        cv=KFold(3, shuffle=True, random_state=0), scoring="neg_root_mean_squared_error",
+        refit=False, error_score="raise", n_jobs=1)
+    tic = time.perf_counter()
+    search.fit(*pairs(X_train))
+    best = {k: search.best_params_[f"estimator__{k}"] for k in include}
+    return best, time.perf_counter() - tic
+
+
+def federated_rows(names, X_train, X_test, rounds):
     protocol = dict(PROTOCOL, max_iter=rounds)
-    for name, cls in ESTIMATORS.items():
-        scores = [(-cls(**protocol, **p).fit(X_fit).score(X_fit, X_val), k)
-                  for k, p in enumerate(candidates(name))]
-        best = candidates(name)[min(scores)[1]]
+    for name in names:
+        cls = ESTIMATORS[name]
+        best, search_seconds = tune(cls, protocol, X_train, rounds)
         for label, params in (("defaults", {}), ("tuned", best)):
             tic = time.perf_counter()
             model = cls(**protocol, **params).fit(X_train)
             seconds = time.perf_counter() - tic
+            if label == "tuned":
+                params = {**params, "search s": round(search_seconds)}
             yield f"{name} ({label})", *errors(model.predict(X_train), X_test), seconds, params
 
 
-def surprise_rows(X_train, X_test, quick=False):
+def surprise_rows(names, X_train, X_test):
     try:
         import pandas as pd
-        from surprise import SVD, BaselineOnly, Dataset, KNNBaseline, Reader, SVDpp
+        import surprise
     except ImportError:
         print("\nscikit-surprise is not installed (pip install scikit-surprise): the "
               "centralized peers are left out.")
@@ -55,16 +93,16 @@ def surprise_rows(X_train, X_test, quick=False):
     coo = X_train.tocoo()
     df = pd.DataFrame({"u": coo.row, "i": coo.col, "r": coo.data})
     lo, hi = float(X_train.data.min()), float(X_train.data.max())
-    trainset = Dataset.load_from_df(df, Reader(rating_scale=(lo, hi))).build_full_trainset()
+    reader = surprise.Reader(rating_scale=(lo, hi))
+    trainset = surprise.Dataset.load_from_df(df, reader).build_full_trainset()
     test = X_test.tocoo()
     testset = list(zip(test.row.tolist(), test.col.tolist(), test.data.tolist()))
-    peers = {"BaselineOnly": lambda: BaselineOnly(verbose=False), "SVD": lambda: SVD(
-        random_state=0), "SVDpp": lambda: SVDpp(random_state=0),
-        "KNNBaseline": lambda: KNNBaseline(verbose=False)}
-    if quick:  # (SVD++ takes a minute even on the smoke data)
-        del peers["SVDpp"]
-    for name, make in peers.items():
-        algo = make()
+    peers = {"BaselineOnly": lambda: surprise.BaselineOnly(verbose=False),
+             "SVD": lambda: surprise.SVD(random_state=0),
+             "SVDpp": lambda: surprise.SVDpp(random_state=0),
+             "KNNBaseline": lambda: surprise.KNNBaseline(verbose=False)}
+    for name in names:
+        algo = peers[name]()
         tic = time.perf_counter()
         algo.fit(trainset)
         seconds = time.perf_counter() - tic
@@ -74,33 +112,48 @@ def surprise_rows(X_train, X_test, quick=False):
                float(np.mean(np.abs(e))), seconds, {})
 
 
+def names_of(text, known, option):
+    names = [n for n in text.split(",") if n]
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        raise SystemExit(f"{option}: unknown {', '.join(unknown)}; known: {', '.join(known)}")
+    return names
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run (150 users, 5 rounds)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run (1m-0.5 at 94 users, 20 clients, 6 rounds, no SVD++)")
+    parser.add_argument("--data", default="ml", help="data sets of bench_defaults.py")
+    parser.add_argument("--estimators", default=",".join(ESTIMATORS))
+    parser.add_argument("--peers", default=",".join(PEERS),
+                        help="Surprise peers (an empty string: none)")
     args = parser.parse_args()
-    X = load_movielens().X.tocsr()
+    estimators = names_of(args.estimators, ESTIMATORS, "--estimators")
+    peers = names_of(args.peers, PEERS, "--peers")
+    data_names = ["1m-0.5"] if args.quick else args.data.split(",")
     rounds = PROTOCOL["max_iter"]
-    if args.quick:
-        X, rounds = X[:150], 5
-        X = X[:, np.diff(X.tocsc().indptr) > 0]
+    if args.quick:  # (SVD++ takes a minute even on the smoke data)
+        rounds, peers = 6, [p for p in peers if p != "SVDpp"]
         PROTOCOL.update(n_clients=20, clients_per_round=5)
-    X_train, X_test = train_test_split_ratings(X, 0.2, random_state=0)
-    print(f"MovieLens latest-small {X.shape[0]} x {X.shape[1]}, 80/20 split; federated: "
-          f"rank 5, {PROTOCOL['n_clients']} clients, {PROTOCOL['clients_per_round']} per "
-          f"round, {rounds} rounds\n")
-    header = f"{'model':40s} {'RMSE':>7s} {'MAE':>7s} {'fit s':>7s}  parameters"
-    print(header + "\n" + "-" * len(header), flush=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # empty item columns of the --quick subset
-        rows = list(federated_rows(X_train, X_test, rounds))
-        for row in rows:
-            print_row(*row)
-        for row in surprise_rows(X_train, X_test, args.quick):
+    for data_name in data_names:
+        X = load(data_name, quick=args.quick)
+        X_train, X_test = train_test_split_ratings(X, 0.2, random_state=0)
+        print(f"\n{data_name}: {X.shape[0]} x {X.shape[1]}, {X.nnz} ratings, 80/20 split; "
+              f"federated: rank {PROTOCOL['n_components']}, {PROTOCOL['n_clients']} clients, "
+              f"{PROTOCOL['clients_per_round']} per round, {rounds} rounds\n")
+        header = f"{'model':40s} {'RMSE':>7s} {'MAE':>7s} {'fit s':>7s}  parameters"
+        print(header + "\n" + "-" * len(header), flush=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # empty item columns of the subsets and folds
+            for row in federated_rows(estimators, X_train, X_test, rounds):
+                print_row(*row)
+        for row in surprise_rows(peers, X_train, X_test):
             print_row(*row)
 
 
 def print_row(name, rmse, mae, seconds, params):
-    text = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+    text = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                      for k, v in params.items())
     print(f"{name:40s} {rmse:7.4f} {mae:7.4f} {seconds:7.1f}  {text}", flush=True)
 

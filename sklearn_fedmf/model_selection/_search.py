@@ -7,25 +7,26 @@ from scipy.stats import loguniform
 __all__ = ["default_search_space"]
 
 # Each estimator's strengths of regularization live on its own scale (FedMC-ADMM divides its
-# data term and R_i by p but not R(V); RFRec's penalties carry no 1/2), so each space is
-# centred on that estimator's measured good values (benchmarks/bench_defaults.py).
-_SPACES = {
-    "FedMCADMM": {
-        "alpha_u": (1.0, 30.0), "alpha_v": (1e-3, 0.3), "beta": ["auto", 0.01, 0.1],
-        "local_iter": [5, 10], "n_components": [5, 10, 20], "biased": [True, False],
-    },
-    "FedMAvg": {
-        "alpha_u": (1.0, 30.0), "alpha_v": (1.0, 30.0), "local_iter_u": [5, 10],
-        "n_components": [5, 10, 20], "biased": [True, False],
-    },
-    "FedMGS": {
-        "alpha_u": (1.0, 30.0), "alpha_v": (1.0, 30.0), "local_iter_u": [5, 10],
-        "n_components": [5, 10, 20], "biased": [True, False],
-    },
-    "RFRec": {
-        "alpha_u": (0.5, 15.0), "alpha_v": (0.5, 15.0), "reg_consensus": [5.0, 10.0, 20.0],
-        "n_components": [5, 10, 20], "biased": [True, False],
-    },
+# data term and R_i by p but not R(V); RFRec's penalties carry no 1/2), so each range is the
+# measured default (benchmarks/bench_defaults.py) divided and multiplied by 3: a 3-point grid
+# is (default / 3, default, 3 * default). ALS-WR's weighted lambda is a strength per rating,
+# on one scale for the three estimators that have it (reference 0.1), so the two
+# regularizations are separate sub-spaces of their own strengths.
+_STRENGTHS = {
+    "FedMCADMM": {"plain": {"alpha_u": (10 / 3, 30.0), "alpha_v": (0.1 / 3, 0.3)}},
+    "FedMAvg": {"plain": {"alpha_u": (10 / 3, 30.0), "alpha_v": (10 / 3, 30.0)}},
+    "FedMGS": {"plain": {"alpha_u": (10 / 3, 30.0), "alpha_v": (10 / 3, 30.0)}},
+    "RFRec": {"plain": {"alpha_u": (0.5, 4.5), "alpha_v": (0.5, 4.5)}},
+}
+for _name in ("FedMCADMM", "FedMAvg", "FedMGS"):
+    _STRENGTHS[_name]["weighted"] = {"alpha_u": (0.1 / 3, 0.3), "alpha_v": (0.1 / 3, 0.3)}
+_OTHERS = {
+    "FedMCADMM": {"beta": ["auto", 0.01, 0.1], "local_iter": [5, 10],
+                  "n_components": [5, 10, 20], "biased": [True, False]},
+    "FedMAvg": {"local_iter_u": [5, 10], "n_components": [5, 10, 20], "biased": [True, False]},
+    "FedMGS": {"local_iter_u": [5, 10], "n_components": [5, 10, 20], "biased": [True, False]},
+    "RFRec": {"reg_consensus": [5.0, 10.0, 20.0], "n_components": [5, 10, 20],
+              "biased": [True, False]},
 }
 
 
@@ -35,7 +36,9 @@ def default_search_space(estimator, *, kind="grid", n_points=3, include=None):
     Used by ``fedmf tune``; ready for :class:`~sklearn.model_selection.GridSearchCV`,
     :class:`~sklearn.model_selection.RandomizedSearchCV` and
     :class:`~sklearn.model_selection.HalvingGridSearchCV` (with ``resource="max_iter"``:
-    rounds as the resource, so ``max_iter`` is never part of the space).
+    rounds as the resource, so ``max_iter`` is never part of the space), on the rating
+    matrix or on (user, item) pairs through :class:`~sklearn_fedmf.RatingRegressor` (then
+    prefix each name with ``estimator__``).
 
     Parameters
     ----------
@@ -46,14 +49,22 @@ def default_search_space(estimator, *, kind="grid", n_points=3, include=None):
         ``"grid"``: lists (continuous strengths as ``n_points`` log-spaced values);
         ``"distributions"``: ``scipy.stats.loguniform`` for the strengths, lists otherwise.
     n_points : int, default=3
-        Values per continuous strength in a grid.
+        Values per continuous strength in a grid. Each strength's range is its default
+        divided and multiplied by 3, so 3 points are ``default / 3``, ``default`` and
+        ``3 * default`` (1 point: the default).
     include : list of str, default=None
         Keep only these parameters (for a smaller grid); None keeps all.
 
     Returns
     -------
-    space : dict
-        Parameter name to a list of values or a distribution.
+    space : dict or list of dict
+        Parameter name to a list of values or a distribution. When the space holds
+        ``regularization`` (FedMCADMM, FedMAvg and FedMGS, unless ``include`` leaves it
+        out), a list of two such dicts, ``regularization="plain"`` and ``"weighted"``, each
+        with the strengths on its own scale (the papers' penalties, and ALS-WR's strength
+        per rating); every search tool takes a list of dicts and searches each in turn.
+        Without ``regularization``, the strengths are those of the estimator's own
+        regularization (``"plain"`` for a class or name).
 
     Examples
     --------
@@ -61,32 +72,49 @@ def default_search_space(estimator, *, kind="grid", n_points=3, include=None):
     >>> from sklearn_fedmf.model_selection import default_search_space
     >>> space = default_search_space(FedMAvg(), include=["alpha_u", "biased"])
     >>> [round(a, 2) for a in space["alpha_u"]], space["biased"]
-    ([1.0, 5.48, 30.0], [True, False])
+    ([3.33, 10.0, 30.0], [True, False])
+    >>> plain, weighted = default_search_space(FedMAvg(), include=["regularization",
+    ...                                                             "alpha_u"])
+    >>> weighted["regularization"], [round(a, 3) for a in weighted["alpha_u"]]
+    (['weighted'], [0.033, 0.1, 0.3])
     """
     if isinstance(estimator, str):
-        name = estimator
+        name, own = estimator, "plain"
+    elif isinstance(estimator, type):
+        name, own = estimator.__name__, "plain"
     else:
-        name = estimator.__name__ if isinstance(estimator, type) else type(estimator).__name__
-    if name not in _SPACES:
-        raise ValueError(f"No default search space for {name}; known: {', '.join(_SPACES)}.")
+        name = type(estimator).__name__
+        own = getattr(estimator, "regularization", "plain")
+    if name not in _STRENGTHS:
+        raise ValueError(f"No default search space for {name}; known: {', '.join(_STRENGTHS)}.")
     if kind not in ("grid", "distributions"):
         raise ValueError(f"kind must be 'grid' or 'distributions', got {kind!r}.")
     if not isinstance(n_points, int) or n_points < 1:
         raise ValueError(f"n_points must be a positive integer, got {n_points!r}.")
-    space = {}
-    for param, values in _SPACES[name].items():
-        if include is not None and param not in include:
-            continue
-        if isinstance(values, tuple):  # (low, high) of a strength, searched on a log scale
-            low, high = values
-            if kind == "distributions":
-                values = loguniform(low, high)
-            elif n_points == 1:
-                values = [float((low * high) ** 0.5)]
-            else:
-                values = [float(low * (high / low) ** (k / (n_points - 1)))
-                          for k in range(n_points)]
-        space[param] = values
-    if include is not None and set(include) - set(space):
-        raise ValueError(f"{name} has no default range for {sorted(set(include) - set(space))}.")
-    return space
+    strengths = _STRENGTHS[name]
+    known = {"regularization"} if len(strengths) > 1 else set()
+    known |= set(strengths["plain"]) | set(_OTHERS[name])
+    if include is not None and set(include) - known:
+        raise ValueError(f"{name} has no default range for {sorted(set(include) - known)}.")
+    keep = known if include is None else set(include)
+    if own not in strengths:
+        raise ValueError(f"No default strengths for regularization={own!r} of {name}.")
+    regularizations = list(strengths) if "regularization" in keep else [own]
+    spaces = []
+    for regularization in regularizations:
+        space = {"regularization": [regularization]} if "regularization" in keep else {}
+        for param, (low, high) in strengths[regularization].items():
+            if param in keep:
+                space[param] = _log_range(low, high, kind, n_points)
+        space.update({k: list(v) for k, v in _OTHERS[name].items() if k in keep})
+        spaces.append(space)
+    return spaces if "regularization" in keep else spaces[0]
+
+
+def _log_range(low, high, kind, n_points):
+    """A strength searched on a log scale between ``low`` and ``high``."""
+    if kind == "distributions":
+        return loguniform(low, high)
+    if n_points == 1:
+        return [float((low * high) ** 0.5)]
+    return [float(low * (high / low) ** (k / (n_points - 1))) for k in range(n_points)]
