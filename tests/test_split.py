@@ -71,39 +71,3 @@ def test_split_rejects_bad_parameters(ratings):
             train_test_split_ratings(ratings, bad)
     with pytest.raises(ValueError, match="min_train_per_row"):
         train_test_split_ratings(ratings, 0.2, min_train_per_row=-1)
-
-
-# ---- default search spaces ------------------------------------------------------------------
-def test_default_search_space_grids_and_distributions_fit_in_a_search():
-    from scipy.stats import loguniform
-    from sklearn.model_selection import GridSearchCV, KFold, RandomizedSearchCV
-
-    from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, RFRec
-    from sklearn_fedmf.model_selection import default_search_space
-
-    for cls in (FedMCADMM, FedMAvg, FedMGS, RFRec):
-        grid = default_search_space(cls, n_points=4)
-        params = cls().get_params()
-        assert set(grid) <= set(params) and "max_iter" not in grid  # rounds: the resource
-        assert all(isinstance(v, list) and v for v in grid.values())
-        assert len(grid["alpha_u"]) == 4 and grid["alpha_u"][0] < grid["alpha_u"][-1]
-        assert grid["biased"] == [True, False]
-        dists = default_search_space(cls(), kind="distributions")
-        assert isinstance(dists["alpha_u"], type(loguniform(1, 2)))
-    rng = np.random.default_rng(0)
-    M = rng.normal(size=(40, 2)) @ rng.normal(size=(2, 12)) + 3
-    X = np.where(rng.random(M.shape) < 0.7, M, np.nan)
-    X_fit, X_held = train_test_split_ratings(X, 0.2, random_state=0)
-    base = FedMAvg(n_components=2, n_clients=4, max_iter=3, random_state=0)
-    cv = KFold(2, shuffle=True, random_state=0)
-    grid = GridSearchCV(base, default_search_space(base, include=["alpha_u", "biased"],
-                                                   n_points=2), cv=cv).fit(X_fit, X_held)
-    assert len(grid.cv_results_["params"]) == 4
-    rand = RandomizedSearchCV(base, default_search_space(base, kind="distributions",
-                                                         include=["alpha_u"]),
-                              n_iter=2, cv=cv, random_state=0).fit(X_fit, X_held)
-    assert 1.0 <= rand.best_params_["alpha_u"] <= 30.0
-    with pytest.raises(ValueError, match="No default search space"):
-        default_search_space(KFold)
-    with pytest.raises(ValueError, match="has no default range"):
-        default_search_space(base, include=["nonsense"])

@@ -1,0 +1,129 @@
+"""Tests of sklearn_fedmf.model_selection.default_search_space."""
+
+import numpy as np
+import pytest
+from scipy.stats import loguniform
+from sklearn.experimental import enable_halving_search_cv  # noqa: F401
+from sklearn.model_selection import (
+    GridSearchCV,
+    HalvingGridSearchCV,
+    KFold,
+    RandomizedSearchCV,
+)
+
+from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, RatingRegressor, RFRec
+from sklearn_fedmf.model_selection import default_search_space, train_test_split_ratings
+
+WITH_REGULARIZATION = (FedMCADMM, FedMAvg, FedMGS)
+
+
+def _subspaces(space):
+    return space if isinstance(space, list) else [space]
+
+
+@pytest.mark.parametrize("cls", [*WITH_REGULARIZATION, RFRec])
+def test_every_key_is_a_parameter_and_strengths_centre_on_the_defaults(cls):
+    params = cls().get_params()
+    space = default_search_space(cls, n_points=4)
+    has_regularization = "regularization" in params
+    assert isinstance(space, list) == has_regularization
+    for sub in _subspaces(space):
+        assert set(sub) <= set(params) and "max_iter" not in sub  # rounds: the resource
+        assert all(isinstance(v, list) and v for v in sub.values())
+        for value in sub.get("regularization", []):  # a value the estimator accepts
+            cls(regularization=value)._validate_params()
+        assert len(sub["alpha_u"]) == 4 and sub["alpha_u"][0] < sub["alpha_u"][-1]
+        assert sub["biased"] == [True, False]
+    # one point per strength is the default of the estimator's own regularization
+    centre = default_search_space(cls(), n_points=1, include=["alpha_u", "alpha_v"])
+    assert centre["alpha_u"] == [pytest.approx(params["alpha_u"])]
+    assert centre["alpha_v"] == [pytest.approx(params["alpha_v"])]
+    dists = default_search_space(cls(), kind="distributions")
+    assert isinstance(_subspaces(dists)[0]["alpha_u"], type(loguniform(1, 2)))
+
+
+def test_the_two_regularizations_have_their_own_strengths():
+    for cls in WITH_REGULARIZATION:
+        plain, weighted = default_search_space(cls, include=["regularization", "alpha_u",
+                                                             "alpha_v"])
+        assert plain["regularization"] == ["plain"]
+        assert weighted["regularization"] == ["weighted"]
+        # ALS-WR's strength is per rating: 0.1 at the centre for every estimator
+        assert weighted["alpha_u"][1] == pytest.approx(0.1)
+        assert weighted["alpha_v"][1] == pytest.approx(0.1)
+        assert plain["alpha_u"][1] == pytest.approx(cls().alpha_u)
+    # without the regularization in the space, the strengths follow the estimator's own
+    own = default_search_space(FedMGS(regularization="weighted"), include=["alpha_u"])
+    assert own == {"alpha_u": pytest.approx([0.1 / 3, 0.1, 0.3])}
+    assert default_search_space("FedMGS", include=["alpha_u"])["alpha_u"][1] == (
+        pytest.approx(10.0))
+    with pytest.raises(ValueError, match=r"has no default range for \['regularization'\]"):
+        default_search_space(RFRec, include=["regularization"])
+    with pytest.raises(ValueError, match="No default search space"):
+        default_search_space(KFold)
+    with pytest.raises(ValueError, match="has no default range"):
+        default_search_space(FedMAvg(), include=["nonsense"])
+    with pytest.raises(ValueError, match="kind must be"):
+        default_search_space(FedMAvg(), kind="random")
+
+
+@pytest.fixture
+def pairs():
+    rng = np.random.default_rng(0)
+    M = rng.normal(size=(30, 2)) @ rng.normal(size=(2, 10)) + 3
+    users, items = np.nonzero(rng.random(M.shape) < 0.7)
+    return np.column_stack([users, items]), M[users, items]
+
+
+def _prefixed(space):
+    return [{f"estimator__{k}": v for k, v in sub.items()} for sub in _subspaces(space)]
+
+
+def test_grid_search_over_both_regularizations_through_rating_regressor(pairs):
+    X, y = pairs
+    base = RatingRegressor(FedMAvg(n_components=2, n_clients=3, max_iter=3, random_state=0))
+    space = default_search_space(FedMAvg, n_points=1, include=["regularization", "alpha_u"])
+    cv = KFold(2, shuffle=True, random_state=0)  # entry-wise: folds of the ratings
+    search = GridSearchCV(base, _prefixed(space), cv=cv,
+                          scoring="neg_root_mean_squared_error").fit(X, y)
+    # each regularization with its own strength: never plain at 0.1 nor weighted at 10
+    assert search.cv_results_["params"] == [
+        {"estimator__regularization": "plain", "estimator__alpha_u": pytest.approx(10.0)},
+        {"estimator__regularization": "weighted", "estimator__alpha_u": pytest.approx(0.1)},
+    ]
+    assert np.isfinite(search.cv_results_["mean_test_score"]).all()
+    assert search.best_estimator_.estimator_.regularization == (
+        search.best_params_["estimator__regularization"])
+
+
+def test_randomized_and_halving_searches_take_the_space(pairs):
+    X, y = pairs
+    base = RatingRegressor(FedMGS(n_components=2, n_clients=3, max_iter=3, random_state=0))
+    cv = KFold(2, shuffle=True, random_state=0)
+    dists = default_search_space(FedMGS, kind="distributions",
+                                 include=["regularization", "alpha_u"])
+    rand = RandomizedSearchCV(base, _prefixed(dists), n_iter=6, cv=cv, random_state=0,
+                              refit=False).fit(X, y)
+    ranges = {"plain": (10 / 3, 30.0), "weighted": (0.1 / 3, 0.3)}
+    for params in rand.cv_results_["params"]:
+        low, high = ranges[params["estimator__regularization"]]
+        assert low <= params["estimator__alpha_u"] <= high
+    grid = default_search_space(FedMGS, n_points=1, include=["regularization", "biased"])
+    halving = HalvingGridSearchCV(base, _prefixed(grid), resource="estimator__max_iter",
+                                  max_resources=4, min_resources=2, factor=2, cv=cv,
+                                  refit=False).fit(X, y)
+    # 4 candidates at 2 rounds, the best 2 at 4 rounds
+    assert list(halving.n_resources_) == [2, 4]
+    assert list(halving.n_candidates_) == [4, 2]
+
+
+def test_grid_of_the_matrix_estimators_still_runs():
+    rng = np.random.default_rng(0)
+    M = rng.normal(size=(40, 2)) @ rng.normal(size=(2, 12)) + 3
+    X = np.where(rng.random(M.shape) < 0.7, M, np.nan)
+    X_fit, X_held = train_test_split_ratings(X, 0.2, random_state=0)
+    base = FedMAvg(n_components=2, n_clients=4, max_iter=3, random_state=0)
+    grid = GridSearchCV(base, default_search_space(base, include=["alpha_u", "biased"],
+                                                   n_points=2),
+                        cv=KFold(2, shuffle=True, random_state=0)).fit(X_fit, X_held)
+    assert len(grid.cv_results_["params"]) == 4
