@@ -3,6 +3,7 @@
     python benchmarks/bench_accuracy.py                       # MovieLens latest-small
     python benchmarks/bench_accuracy.py --data ml-users,1m-0.5,10m-0.5
     python benchmarks/bench_accuracy.py --data ml --estimators FedMGS --peers SVD,SVDpp
+    python benchmarks/bench_accuracy.py --data 1m-1.0 --search regularization,alpha_u,biased
     python benchmarks/bench_accuracy.py --quick               # smoke run: 94 users, 6 rounds
 
 The data sets are those of ``bench_defaults.py`` (``ml``, ``ml-users``, ``ml-items``,
@@ -13,10 +14,11 @@ defaults, and once tuned by entry-wise cross-validation on the training part onl
 ``HalvingGridSearchCV`` through ``RatingRegressor``, 3 folds of the training ratings, rounds
 as the resource (up to 100, factor 3), over the default search space's regularizations and
 their strengths (``default_search_space(..., include=["regularization", "alpha_u",
-"alpha_v"])``: 18 candidates, 9 for RFRec, which has one regularization); the best is refitted
-on the whole training part. Beside them, Surprise's ``BaselineOnly``, ``SVD``, ``SVDpp`` and
-``KNNBaseline`` (their defaults) fitted on the same training ratings. Columns: test RMSE, MAE
-and the seconds of the final fit (the search's seconds in the parameters column).
+"alpha_v"])``: 18 candidates, 9 for RFRec, which has one regularization; ``--search`` sets
+the list); the best is refitted on the whole training part. Beside them, Surprise's
+``BaselineOnly``, ``SVD``, ``SVDpp`` and ``KNNBaseline`` (their defaults) fitted on the same
+training ratings. Columns: test RMSE, MAE and the seconds of the final fit (the search's
+seconds in the parameters column).
 scikit-surprise is a benchmark-only extra (``pip install scikit-surprise``); without it the
 script says so and prints the federated rows.
 """
@@ -34,7 +36,7 @@ from sklearn_fedmf import RatingRegressor
 from sklearn_fedmf.model_selection import default_search_space, train_test_split_ratings
 
 PEERS = ("BaselineOnly", "SVD", "SVDpp", "KNNBaseline")
-SEARCHED = ["regularization", "alpha_u", "alpha_v"]
+SEARCHED = "regularization,alpha_u,alpha_v"
 
 
 def errors(pred, X_test):
@@ -50,10 +52,10 @@ def pairs(X):
     return np.column_stack([rows, X.indices]), X.data
 
 
-def tune(cls, protocol, X_train, rounds):
+def tune(cls, protocol, X_train, rounds, searched):
     """The best parameters of the entry-wise 3-fold search on the training part, and its
     seconds."""
-    include = [k for k in SEARCHED if k in cls().get_params()]  # (RFRec: one regularization)
+    include = [k for k in searched if k in cls().get_params()]  # (RFRec: one regularization)
     space = default_search_space(cls, include=include)
     space = space if isinstance(space, list) else [space]
     grid = [{f"estimator__{k}": v for k, v in sub.items()} for sub in space]
@@ -68,11 +70,11 @@ def tune(cls, protocol, X_train, rounds):
     return best, time.perf_counter() - tic
 
 
-def federated_rows(names, X_train, X_test, rounds):
+def federated_rows(names, X_train, X_test, rounds, searched):
     protocol = dict(PROTOCOL, max_iter=rounds)
     for name in names:
         cls = ESTIMATORS[name]
-        best, search_seconds = tune(cls, protocol, X_train, rounds)
+        best, search_seconds = tune(cls, protocol, X_train, rounds, searched)
         for label, params in (("defaults", {}), ("tuned", best)):
             tic = time.perf_counter()
             model = cls(**protocol, **params).fit(X_train)
@@ -128,11 +130,15 @@ def main():
     parser.add_argument("--estimators", default=",".join(ESTIMATORS))
     parser.add_argument("--peers", default=",".join(PEERS),
                         help="Surprise peers (an empty string: none)")
+    parser.add_argument("--search", default=SEARCHED,
+                        help="parameters of default_search_space searched (its 'include')")
+    parser.add_argument("--rounds", type=int, default=PROTOCOL["max_iter"],
+                        help="rounds of every federated fit (the search's largest resource)")
     args = parser.parse_args()
     estimators = names_of(args.estimators, ESTIMATORS, "--estimators")
     peers = names_of(args.peers, PEERS, "--peers")
     data_names = ["1m-0.5"] if args.quick else args.data.split(",")
-    rounds = PROTOCOL["max_iter"]
+    rounds = args.rounds
     if args.quick:  # (SVD++ takes a minute even on the smoke data)
         rounds, peers = 6, [p for p in peers if p != "SVDpp"]
         PROTOCOL.update(n_clients=20, clients_per_round=5)
@@ -146,7 +152,8 @@ def main():
         print(header + "\n" + "-" * len(header), flush=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # empty item columns of the subsets and folds
-            for row in federated_rows(estimators, X_train, X_test, rounds):
+            for row in federated_rows(estimators, X_train, X_test, rounds,
+                                      args.search.split(",")):
                 print_row(*row)
         for row in surprise_rows(peers, X_train, X_test):
             print_row(*row)
