@@ -77,7 +77,7 @@ def federated_rows(names, X_train, X_test, rounds, searched):
         best, search_seconds = tune(cls, protocol, X_train, rounds, searched)
         for label, params in (("defaults", {}), ("tuned", best)):
             tic = time.perf_counter()
-            model = cls(**protocol, **params).fit(X_train)
+            model = cls(**{**protocol, **params}).fit(X_train)
             seconds = time.perf_counter() - tic
             if label == "tuned":
                 params = {**params, "search s": round(search_seconds)}
