@@ -15,7 +15,8 @@ defaults, and once tuned by entry-wise cross-validation on the training part onl
 as the resource (up to 100, factor 3), over the default search space's regularizations and
 their strengths (``default_search_space(..., include=["regularization", "alpha_u",
 "alpha_v"])``: 18 candidates, 9 for RFRec, which has one regularization; ``--search`` sets
-the list); the best is refitted on the whole training part. Beside them, Surprise's
+the list, ``--grid`` runs every candidate for all rounds with ``GridSearchCV``); the best is
+refitted on the whole training part. Beside them, Surprise's
 ``BaselineOnly``, ``SVD``, ``SVDpp`` and ``KNNBaseline`` (their defaults) fitted on the same
 training ratings. Columns: test RMSE, MAE and the seconds of the final fit (the search's
 seconds in the parameters column).
@@ -30,7 +31,7 @@ import warnings
 import numpy as np
 from bench_defaults import ESTIMATORS, PROTOCOL, load
 from sklearn.experimental import enable_halving_search_cv  # noqa: F401
-from sklearn.model_selection import HalvingGridSearchCV, KFold
+from sklearn.model_selection import GridSearchCV, HalvingGridSearchCV, KFold
 
 from sklearn_fedmf import RatingRegressor
 from sklearn_fedmf.model_selection import default_search_space, train_test_split_ratings
@@ -52,29 +53,32 @@ def pairs(X):
     return np.column_stack([rows, X.indices]), X.data
 
 
-def tune(cls, protocol, X_train, rounds, searched):
+def tune(cls, protocol, X_train, rounds, searched, halving):
     """The best parameters of the entry-wise 3-fold search on the training part, and its
     seconds."""
     include = [k for k in searched if k in cls().get_params()]  # (RFRec: one regularization)
     space = default_search_space(cls, include=include)
     space = space if isinstance(space, list) else [space]
     grid = [{f"estimator__{k}": v for k, v in sub.items()} for sub in space]
-    search = HalvingGridSearchCV(
-        RatingRegressor(cls(**protocol)), grid, resource="estimator__max_iter",
-        max_resources=rounds, min_resources="exhaust", factor=3,
-        cv=KFold(3, shuffle=True, random_state=0), scoring="neg_root_mean_squared_error",
-        refit=False, error_score="raise", n_jobs=1)
+    common = dict(cv=KFold(3, shuffle=True, random_state=0), refit=False, n_jobs=1,
+                  scoring="neg_root_mean_squared_error", error_score="raise")
+    if halving:
+        search = HalvingGridSearchCV(
+            RatingRegressor(cls(**protocol)), grid, resource="estimator__max_iter",
+            max_resources=rounds, min_resources="exhaust", factor=3, **common)
+    else:  # every candidate at every round
+        search = GridSearchCV(RatingRegressor(cls(**protocol)), grid, **common)
     tic = time.perf_counter()
     search.fit(*pairs(X_train))
     best = {k: search.best_params_[f"estimator__{k}"] for k in include}
     return best, time.perf_counter() - tic
 
 
-def federated_rows(names, X_train, X_test, rounds, searched):
+def federated_rows(names, X_train, X_test, rounds, searched, halving):
     protocol = dict(PROTOCOL, max_iter=rounds)
     for name in names:
         cls = ESTIMATORS[name]
-        best, search_seconds = tune(cls, protocol, X_train, rounds, searched)
+        best, search_seconds = tune(cls, protocol, X_train, rounds, searched, halving)
         for label, params in (("defaults", {}), ("tuned", best)):
             tic = time.perf_counter()
             model = cls(**{**protocol, **params}).fit(X_train)
@@ -132,6 +136,8 @@ def main():
                         help="Surprise peers (an empty string: none)")
     parser.add_argument("--search", default=SEARCHED,
                         help="parameters of default_search_space searched (its 'include')")
+    parser.add_argument("--grid", action="store_true",
+                        help="GridSearchCV (every candidate for all rounds), not halving")
     parser.add_argument("--rounds", type=int, default=PROTOCOL["max_iter"],
                         help="rounds of every federated fit (the search's largest resource)")
     args = parser.parse_args()
@@ -153,7 +159,7 @@ def main():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # empty item columns of the subsets and folds
             for row in federated_rows(estimators, X_train, X_test, rounds,
-                                      args.search.split(",")):
+                                      args.search.split(","), not args.grid):
                 print_row(*row)
         for row in surprise_rows(peers, X_train, X_test):
             print_row(*row)
