@@ -52,6 +52,12 @@ def test_the_two_regularizations_have_their_own_strengths():
         assert weighted["alpha_u"][1] == pytest.approx(0.1)
         assert weighted["alpha_v"][1] == pytest.approx(0.1)
         assert plain["alpha_u"][1] == pytest.approx(cls().alpha_u)
+    # a strength left out stays the estimator's under its own regularization and is the
+    # other one's default under the other (never plain's 10 per rating)
+    plain, weighted = default_search_space(FedMAvg(alpha_u=2.0), include=["regularization"])
+    assert plain == {"regularization": ["plain"]}
+    assert weighted == {"regularization": ["weighted"], "alpha_u": [pytest.approx(0.1)],
+                        "alpha_v": [pytest.approx(0.1)]}
     # without the regularization in the space, the strengths follow the estimator's own
     own = default_search_space(FedMGS(regularization="weighted"), include=["alpha_u"])
     assert own == {"alpha_u": pytest.approx([0.1 / 3, 0.1, 0.3])}

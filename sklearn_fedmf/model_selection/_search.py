@@ -62,7 +62,9 @@ def default_search_space(estimator, *, kind="grid", n_points=3, include=None):
         ``regularization`` (FedMCADMM, FedMAvg and FedMGS, unless ``include`` leaves it
         out), a list of two such dicts, ``regularization="plain"`` and ``"weighted"``, each
         with the strengths on its own scale (the papers' penalties, and ALS-WR's strength
-        per rating); every search tool takes a list of dicts and searches each in turn.
+        per rating); every search tool takes a list of dicts and searches each in turn. A
+        strength left out of ``include`` keeps the estimator's value under its own
+        regularization and is the other one's default (one point) under the other.
         Without ``regularization``, the strengths are those of the estimator's own
         regularization (``"plain"`` for a class or name).
 
@@ -106,6 +108,8 @@ def default_search_space(estimator, *, kind="grid", n_points=3, include=None):
         for param, (low, high) in strengths[regularization].items():
             if param in keep:
                 space[param] = _log_range(low, high, kind, n_points)
+            elif regularization != own:  # the estimator's strength is on the other scale
+                space[param] = _log_range(low, high, "grid", 1)
         space.update({k: list(v) for k, v in _OTHERS[name].items() if k in keep})
         spaces.append(space)
     return spaces if "regularization" in keep else spaces[0]
