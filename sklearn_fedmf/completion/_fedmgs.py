@@ -605,7 +605,8 @@ class FedMGS(FederatedMFBase):
     def _make_protocol(self, ctx):
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
-            local_iter_u=self.local_iter_u, local_iter_v=self.local_iter_v, c_factor=self.c_factor, d_factor=self.d_factor,
+            local_iter_u=self.local_iter_u, local_iter_v=self.local_iter_v,
+            c_factor=self.c_factor, d_factor=self.d_factor,
             alpha_u=self.alpha_u, alpha_v=self.alpha_v, l1_ratio=self.l1_ratio,
             positive=self.positive, init_scale=self.init_scale, biased=self.biased,
             weighted=self.regularization == "weighted",
