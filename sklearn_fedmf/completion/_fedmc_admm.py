@@ -391,7 +391,7 @@ class FedMCADMM(FederatedMFBase):
         init_scale^2 / 3``, plus 1 for the ones column with biases). It depends on the data's
         shape, not on the number of users per client. Measured under the paper protocol on
         MovieLens latest-small and on synthetic ratings at the ML-1M shape, ``b0`` is the best
-        multiple (0.3 and 3 times lose 0.01 to 0.09 RMSE), and the paper's low-rank recovery holds
+        multiple (0.3 and 3 times lose up to 0.09 RMSE), and the paper's low-rank recovery holds
         from 0.3 to 3 times (``benchmarks/bench_beta.py``). The value used is ``beta_``.
     local_iter : int, default=100
         Local steps ``N`` of the U loop and of the W loop in each round. The paper uses up to
