@@ -626,8 +626,8 @@ class FedMCADMM(FederatedMFBase):
                 raise ValueError("beta='auto' scales with init_scale; init_scale=0 without "
                                  "biases needs an explicit beta.")
             return AUTO_BETA * initial_curvature(
-                ctx.X.nnz, ctx.n_features, ctx.n_clients, self.n_components, self.init_scale,
-                self.biased,
+                ctx.info["n_ratings"], ctx.n_features, ctx.n_clients, self.n_components,
+                self.init_scale, self.biased,
             )
         return float(self.beta)
 
