@@ -552,7 +552,7 @@ class FedMCADMM(FederatedMFBase):
     >>> M = rng.normal(size=(60, 2)) @ rng.normal(size=(2, 30))
     >>> X = np.where(rng.random(M.shape) < 0.6, M, np.nan)
     >>> # a noise-free low-rank toy needs little regularization (the defaults suit ratings)
-    >>> model = FedMCADMM(n_components=2, n_clients=4, max_iter=200, alpha_u=0.01, alpha_v=0.01,
+    >>> model = FedMCADMM(n_components=2, n_clients=4, max_iter=200, alpha_u=0.1, alpha_v=0.1,
     ...               random_state=0).fit(X)
     >>> bool(model.score(X) > -0.05)
     True
