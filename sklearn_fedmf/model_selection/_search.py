@@ -21,7 +21,7 @@ _STRENGTHS = {
 for _name in ("FedMCADMM", "FedMAvg", "FedMGS"):
     _STRENGTHS[_name]["weighted"] = {"alpha_u": (0.1 / 3, 0.3), "alpha_v": (0.1 / 3, 0.3)}
 _OTHERS = {
-    "FedMCADMM": {"beta": ["auto", 0.01, 0.1], "local_iter": [5, 10],
+    "FedMCADMM": {"beta": ["auto", 0.003, 0.03], "local_iter": [30, 100],
                   "n_components": [5, 10, 20], "biased": [True, False]},
     "FedMAvg": {"local_iter_u": [5, 10], "n_components": [5, 10, 20], "biased": [True, False]},
     "FedMGS": {"local_iter_u": [5, 10], "n_components": [5, 10, 20], "biased": [True, False]},
