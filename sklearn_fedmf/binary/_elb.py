@@ -107,8 +107,9 @@ def lam_at(t, lam, growth, lam_max):
 
 def loss_terms(A, U, V, AVt=None):
     """``||A - U V||_F^2`` for a binary CSR ``A`` without forming ``U V``."""
-    if AVt is None:
-        AVt = A @ V.T
+    if AVt is None:  # (compiled: scipy's product with the strided V.T took twice as long)
+        AVt = _rows_times(A.indptr, A.indices, np.asarray(A.data, dtype=np.float64),
+                          np.ascontiguousarray(V.T, dtype=np.float64))
     fit = A.nnz - 2.0 * float(np.vdot(U, AVt)) + float(np.vdot(U.T @ U, V @ V.T))
     return max(fit, 0.0)
 
@@ -324,14 +325,20 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
     Vb, B, Vn = np.empty((r, tile)), np.empty((r, tile)), np.empty((r, tile))
     VnT, BT = np.empty((tile, r)), np.empty((tile, r))
     extrapolate = beta != 0.0 or mu
+    # Step s writes its iterates into buffer s % 2, which from s = 2 on holds the previous
+    # iterate: a tile of it is read (extrapolation) before the same tile is written. The
+    # inputs are never written (V and V_prev are the shared Vh at a sync). Fresh arrays every
+    # step cost page faults and cache misses: ~10% of a step at the MovieLens shape.
+    ubufs, Ubar_buf = (np.empty_like(U), np.empty_like(U)), np.empty_like(U)
+    vbufs = (np.empty_like(V), np.empty_like(V)) if update_v else (V, V)
     for s in range(lam_ts.shape[0]):
         lam_t = lam_ts[s]
         # U block: gradient Ubar (V V^T) - A V^T at the extrapolated point
-        Ubar = _extrapolate_kernel(U, U_prev, beta, mu, np.empty_like(U)) if extrapolate else U
+        Ubar = _extrapolate_kernel(U, U_prev, beta, mu, Ubar_buf) if extrapolate else U
         XGu = np.dot(Ubar, S)
         eta0 = 0.0 if mu else step_scale / max(norm_s, EPS_LIPSCHITZ)
         U_new = _step_kernel(Ubar, XGu, Bu, eta0, mu, kappa, lam_t, 0.0, Ubar, False, mode,
-                             np.empty_like(U))
+                             ubufs[s % 2])
         U_prev, U = U, U_new
         if not update_v:
             continue
@@ -340,9 +347,9 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
         eta0 = 0.0 if mu else step_scale / max(norm_q, EPS_LIPSCHITZ)
         palm = not mu and mode <= 1
         ca, cc, s_joint, s_seq, signed = _palm_constants(eta0, kappa, lam_t, gamma, joint, mode)
-        V_new = np.empty_like(V)
+        V_new = vbufs[s % 2]
         S[:] = 0.0
-        Bu = np.zeros((m, r))
+        Bu[:] = 0.0  # (read by this step's U block; it owns the array since _rows_times)
         more = s + 1 < lam_ts.shape[0]  # (the last step needs no next V V^T, A V^T)
         for j0 in range(0, n, tile):
             w = min(tile, n - j0)
