@@ -86,7 +86,7 @@ def _predicted_ones(U, V):
     bits = np.uint64(1) << np.arange(k, dtype=np.uint64)
     rows, row_counts = np.unique(U.astype(np.uint64) @ bits, return_counts=True)
     cols, col_counts = np.unique(bits @ V.astype(np.uint64), return_counts=True)
-    if k <= _MAX_TABLE_BITS and len(rows) * len(cols) > (k + 1) << k:
+    if k <= _MAX_TABLE_BITS and len(rows) * len(cols) > _table_cost(k):
         missed = _subset_sums(cols, col_counts, k)[~rows & np.uint64((1 << k) - 1)]
     else:
         missed = _disjoint_counts(rows, cols, col_counts)
@@ -95,6 +95,11 @@ def _predicted_ones(U, V):
 
 _MAX_CODE_BITS = 63  # a pattern of k <= 63 bits is one uint64
 _MAX_TABLE_BITS = 22  # the subset-sum table holds 2^k int64 (32 MB at k = 22)
+
+
+def _table_cost(k):
+    """Operations of the subset-sum table, against ``P C`` for the pairs of patterns."""
+    return (k + 1) << k
 
 
 @njit(cache=True, nogil=True)
