@@ -181,14 +181,17 @@ def bench_ml_shape(args):
     print(f"== make_binary_ratings {shape[0]} x {shape[1]}, density "
           f"{X.nnz / np.prod(shape):.4f} ({X.nnz} ones, generated in "
           f"{time.perf_counter() - tic:.0f} s), {C} clients, k = {k}, {T} syncs x 10 steps ==")
-    rows, trajectories = [], []
+    rows = []
     for method in args.methods:
         model = METHODS[method](k, C, 0, T).set_params(n_jobs=args.n_jobs)
         marks = []  # CPU seconds (this process and its threads) at the end of each sync
-        if method.startswith("felb"):
-            model.set_params(callback=lambda k, info, marks=marks: marks.append(
-                time.process_time()))
         wall, cpu0 = time.perf_counter(), time.process_time()
+        if method.startswith("felb"):  # a line per sync: a long fit shows how far it got
+            def mark(k, info, marks=marks, start=wall):
+                marks.append(time.process_time())
+                print(f"   sync {k}: F1 {info['record']['f1']:.3f}, CPU {marks[-1] - cpu0:.0f} s,"
+                      f" wall {time.perf_counter() - start:.0f} s", flush=True)
+            model.set_params(callback=mark)
         model.fit(X)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu0
         peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
@@ -198,19 +201,12 @@ def bench_ml_shape(args):
         if marks:  # the setup and first sync once, then the median later sync 100 times over
             per_sync = np.median(np.diff(marks)) if len(marks) > 1 else marks[0] - cpu0
             cpu_100 = (marks[0] - cpu0) + (100 - 1) * per_sync + (cpu0 + cpu - marks[-1])
-        if hasattr(model, "history_"):
-            trajectories.append((method, model.history_))
         rows.append([method, fmt(f1_boolean(X, factors)), fmt(rmsd(X, factors)),
                      fmt(rmsd_sum_clients(X, factors, model.clients_)), fmt(paper[0]),
                      fmt(paper[1]), len(marks) or "-", f"{wall:.0f}", f"{cpu:.0f}",
                      f"{cpu_100:.0f}", f"{cpu_100 / 2 / 60:.1f}", f"{peak_gb:.2f}"])
     table(["method", "F1", "RMSD", "rmsd_sum", "paper F1", "paper rmsd_sum", "syncs", "wall s",
            "CPU s", "CPU s/100 syncs", "min on 2 cores", "peak GB"], rows)
-    for method, history in trajectories:  # the Boolean model's training F1 along the fit
-        marks = sorted({*range(0, len(history), max(1, len(history) // 10)), len(history) - 1})
-        print(f"{method}: sync " + ", ".join(
-            f"{i + 1}: F1 {history[i]['f1']:.3f} (lambda_t {history[i]['lambda_t']:.3g})"
-            for i in marks))
 
 
 def main():
