@@ -302,6 +302,14 @@ def _rows_times(indptr, indices, data, Ft):
     return out
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _zero_column(V, V_prev, Vh, j):
+    for a in range(V.shape[0]):
+        if V[a, j] != 0.0 or V_prev[a, j] != 0.0 or Vh[a, j] != 0.0:
+            return False
+    return True
+
+
 @njit(cache=True, nogil=True)
 def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_data, U, U_prev,
                        V, V_prev, Vh, lam_ts, update_v, kappa, beta, mu, mode, step_scale,
@@ -324,6 +332,7 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
     tile = min(_TILE, max(n, 1))
     Vb, B, Vn = np.empty((r, tile)), np.empty((r, tile)), np.empty((r, tile))
     VnT, BT = np.empty((tile, r)), np.empty((tile, r))
+    cols = np.empty(tile, np.int64)  # the columns of the current tile
     extrapolate = beta != 0.0 or mu
     # Step s writes its iterates into buffer s % 2, which from s = 2 on holds the previous
     # iterate: a tile of it is read (extrapolation) before the same tile is written. The
@@ -351,16 +360,30 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
         S[:] = 0.0
         Bu[:] = 0.0  # (read by this step's U block; it owns the array since _rows_times)
         more = s + 1 < lam_ts.shape[0]  # (the last step needs no next V V^T, A V^T)
-        for j0 in range(0, n, tile):
-            w = min(tile, n - j0)
-            if w < tile:  # the last, narrower tile: zeros in the tail leave the dots unchanged
+        j = 0
+        while j < n:
+            # the tile's columns: a column without data whose V, V_prev and Vh are all 0
+            # stays exactly 0 (zero gradient, prox(0) = 0, no pull) and adds nothing to the
+            # next V V^T and A V^T, so it is written as 0 and skipped. After the first syncs
+            # most of Vh is exactly 0 and a client has no ones in a large share of the
+            # columns (skewed popularity).
+            w = 0
+            while w < tile and j < n:
+                if At_indptr[j + 1] > At_indptr[j] or not _zero_column(V, V_prev, Vh, j):
+                    cols[w] = j
+                    w += 1
+                else:
+                    for a in range(r):
+                        V_new[a, j] = 0.0
+                j += 1
+            if w < tile:  # a narrower tile: zeros in the tail leave the dots unchanged
                 Vb[:, w:] = 0.0
                 Vn[:, w:] = 0.0
             for a in range(r):
                 for jj in range(w):
-                    v = V[a, j0 + jj]
+                    v = V[a, cols[jj]]
                     if extrapolate:
-                        v += beta * (v - V_prev[a, j0 + jj])
+                        v += beta * (v - V_prev[a, cols[jj]])
                         if mu:
                             v = max(v, 0.0)
                     Vb[a, jj] = v
@@ -368,7 +391,7 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
             for jj in range(w):  # U^T A, column by column, into rows of BT (contiguous)
                 for a in range(r):
                     BT[jj, a] = 0.0
-                for p in range(At_indptr[j0 + jj], At_indptr[j0 + jj + 1]):
+                for p in range(At_indptr[cols[jj]], At_indptr[cols[jj] + 1]):
                     x, row = At_data[p], At_indices[p]
                     for a in range(r):
                         BT[jj, a] += x * U[row, a]
@@ -378,22 +401,22 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
             if palm:
                 for a in range(r):
                     for jj in range(w):
-                        Vn[a, jj] = _palm_entry(Vb[a, jj], XG[a, jj], B[a, jj], Vh[a, j0 + jj],
+                        Vn[a, jj] = _palm_entry(Vb[a, jj], XG[a, jj], B[a, jj], Vh[a, cols[jj]],
                                                 eta0, ca, cc, s_joint, s_seq, signed)
             else:
                 for a in range(r):
                     for jj in range(w):
-                        Vn[a, jj] = _step_entry(Vb[a, jj], XG[a, jj], B[a, jj], Vh[a, j0 + jj],
+                        Vn[a, jj] = _step_entry(Vb[a, jj], XG[a, jj], B[a, jj], Vh[a, cols[jj]],
                                                 eta0, mu, kappa, lam_t, gamma, joint, mode)
             for a in range(r):
                 for jj in range(w):
-                    V_new[a, j0 + jj] = Vn[a, jj]
+                    V_new[a, cols[jj]] = Vn[a, jj]
                     VnT[jj, a] = Vn[a, jj]
             if not more:
                 continue
             S += np.dot(Vn, Vn.T)
             for jj in range(w):  # the next A V^T, scattered into the rows (in column order)
-                for p in range(At_indptr[j0 + jj], At_indptr[j0 + jj + 1]):
+                for p in range(At_indptr[cols[jj]], At_indptr[cols[jj] + 1]):
                     x, row = At_data[p], At_indices[p]
                     for a in range(r):
                         Bu[row, a] += x * VnT[jj, a]
