@@ -19,7 +19,8 @@ D settings (``asso-majority`` ...; majority vote, the paper's superscript v).
   costs the same throughout, so the table also extrapolates the CPU seconds of 100 syncs
   (the setup and first sync once, plus 99 times the median CPU seconds of the later syncs,
   measured by a callback; the clients run in threads of this process) and their wall time
-  on 2 idle cores (the target: at most 10 minutes, 8 GB).
+  on 2 idle cores (the target: at most 10 minutes, 8 GB). A line per synchronization shows
+  the training F1 and the seconds so far.
 - ``movielens``: ml-latest-small binarized at rating >= 3.5 over 50 clients, k = 20, beside
   the paper's MovieLens numbers (a 162541 x 62423 release; the paper's "RMSD" is the sum of
   the 50 per-client RMSDs, printed here as ``rmsd_sum``).

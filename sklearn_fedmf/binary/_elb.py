@@ -337,7 +337,7 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
     # Step s writes its iterates into buffer s % 2, which from s = 2 on holds the previous
     # iterate: a tile of it is read (extrapolation) before the same tile is written. The
     # inputs are never written (V and V_prev are the shared Vh at a sync). Fresh arrays every
-    # step cost page faults and cache misses: ~10% of a step at the MovieLens shape.
+    # step cost page faults and cache misses (a few per cent of a step).
     ubufs, Ubar_buf = (np.empty_like(U), np.empty_like(U)), np.empty_like(U)
     vbufs = (np.empty_like(V), np.empty_like(V)) if update_v else (V, V)
     for s in range(lam_ts.shape[0]):
@@ -364,9 +364,9 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
         while j < n:
             # the tile's columns: a column without data whose V, V_prev and Vh are all 0
             # stays exactly 0 (zero gradient, prox(0) = 0, no pull) and adds nothing to the
-            # next V V^T and A V^T, so it is written as 0 and skipped. After the first syncs
-            # most of Vh is exactly 0 and a client has no ones in a large share of the
-            # columns (skewed popularity).
+            # next V V^T and A V^T, so it is written as 0 and skipped (the prox's dead zone
+            # makes most of Vh exactly 0 after a few syncs, and a client of a long-tailed
+            # catalogue has no ones in many columns).
             w = 0
             while w < tile and j < n:
                 if At_indptr[j + 1] > At_indptr[j] or not _zero_column(V, V_prev, Vh, j):

@@ -4,7 +4,7 @@ of the Felb paper, Section 4 and Appendix E.1).
 A reconstruction is given either as a matrix (dense or sparse, 0/1) or as Boolean factors
 ``(U, V)``, meaning ``U o V = min(1, U V)`` (the OR of ANDs). With factors, the true positives
 are counted at the stored ones of the data only, and ``|U o V|`` is counted per distinct row
-pattern of ``U``, so no ``n x m`` matrix is formed.
+pattern of ``U`` and column pattern of ``V``, so no ``n x m`` matrix is formed.
 """
 
 from __future__ import annotations
