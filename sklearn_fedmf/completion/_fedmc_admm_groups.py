@@ -41,8 +41,9 @@ from .._transport import client_generator
 from ._fedmc_admm_kernels import (
     group_update,
     implicit_consensus,
-    implicit_deviation,
-    scatter_rows,
+    implicit_total,
+    replace_terms,
+    sum_terms,
 )
 
 __all__ = ["ClientUpload", "FactorHistory", "GroupUpload", "ImplicitFactor", "make_batched",
@@ -238,33 +239,27 @@ def _with_capacity(a, n, capacity):
     return out
 
 
-def _append(pool, used, at, sizes, index, new):
-    """Replace the segments of the clients ``index`` by ``new`` (arrays concatenated in
-    ``index`` order, ``sizes`` the clients' sizes after the change). Returns ``(pool, used,
-    at)`` of the new state; ``pool`` is written only past ``used``, or copied."""
-    n = len(new[0])
-    at = at.copy()
-    new_ptr = np.zeros(index.size + 1, dtype=np.int64)
-    np.cumsum(sizes[index], out=new_ptr[1:])
+def _reserve(pool, used, at, sizes, n, moving=None):
+    """Room for ``n`` entries past a state's segments (offsets ``at``, ``sizes``, pool tail
+    ``used``): ``(pool, base, at)``, the new entries going to ``base:base + n``. That is
+    ``pool`` itself when the state is its latest and it has room; else a new pool holding
+    the segments of every client but ``moving`` (whose old values the caller reads from
+    the arrays of ``pool``: a copy leaves them unchanged)."""
     if pool.tail == used and used + n <= len(pool.arrays[0]):
-        base = used
-        for dst, src in zip(pool.arrays, new):
-            dst[base:base + n] = src
-    else:
-        keep = np.ones(at.size, dtype=bool)
-        keep[index] = False
-        live, ptr = pool.gather(at[keep], sizes[keep])
-        base = int(ptr[-1])
-        arrays = []
-        for old, src in zip(live, new):
-            dst = _with_capacity(old, base, 2 * (base + n) + 16)
-            dst[base:base + n] = src
-            arrays.append(dst)
-        at[keep] = ptr[:-1]
-        pool = _Pool(arrays, 0)
-    pool.tail = base + n
-    at[index] = base + new_ptr[:-1]
-    return pool, base + n, at
+        return pool, used, at.copy()
+    keep = np.ones(at.size, dtype=bool)
+    if moving is not None:
+        keep[moving] = False
+    idx, ptr = _segments(at[keep], sizes[keep])
+    base = int(ptr[-1])
+    at = at.copy()
+    at[keep] = ptr[:-1]
+    arrays = []
+    for a in pool.arrays:  # (take into the new array: one copy of the live entries)
+        out = np.empty((2 * (base + n) + 16,) + a.shape[1:], dtype=a.dtype)
+        np.take(a, idx, axis=0, out=out[:base])
+        arrays.append(out)
+    return _Pool(arrays, base), base, at
 
 
 # ---- the clients' side: batched phases -----------------------------------------------------
@@ -330,52 +325,49 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
     return state, upload.messages()
 
 
-def _active_parts(gs, group, act):
-    """The active clients' explicit rows, ratings' positions, values and coefficients,
-    concatenated (vectorized gathers), with their pointer arrays."""
-    e_sizes = np.diff(gs["e_ptr"])[act]
-    e_idx, e_ptr = _segments(gs["e_ptr"][act], e_sizes)
-    entry_ptr = group.entry_ptr
-    loc_idx, loc_ptr = _segments(entry_ptr[act], np.diff(entry_ptr)[act])
-    (W, Y), _ = gs["wy"].gather(gs["w_at"][act], e_sizes)
-    (hist, coef), h_ptr = gs["h"].gather(gs["h_at"][act], gs["h_len"][act])
-    return gs["E"][e_idx], e_ptr, gs["loc"][loc_idx], loc_ptr, W, Y, hist, coef, h_ptr
+def _offsets(sizes):
+    ptr = np.zeros(sizes.size + 1, dtype=np.int64)
+    np.cumsum(sizes, out=ptr[1:])
+    return ptr
 
 
 def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, beta, local_iter,
                  alpha_u, l1_ratio, positive, w_update, biased, eps):
     """Batched ``client_update``: one compiled call for the group's active clients
-    (:func:`~._fedmc_admm_kernels.group_update`); uploads ``(W_i, Y_i)`` as one
-    :class:`GroupUpload` (``eps``: the floor of ``L_W`` and ``L_U``)."""
+    (:func:`~._fedmc_admm_kernels.group_update`), reading their segments where they are and
+    writing the new ones past the pools' tails; uploads ``(W_i, Y_i)`` as one
+    :class:`GroupUpload` (views of the new segments, never written again; ``eps``: the floor
+    of ``L_W`` and ``L_U``)."""
     Vt, history, kk = unpack_broadcast(broadcast)
     if history is None:
         raise ValueError("The batched FedMC-ADMM phases need the server's broadcast history "
                          "(server_init_uploads of implicit uploads).")
     act = np.flatnonzero(active)
     X = group.X
-    E, e_ptr, loc, loc_ptr, W, Y, hist, coef, h_ptr = _active_parts(gs, group, act)
+    e_sizes, h_len = np.diff(gs["e_ptr"]), gs["h_len"]
+    out_ptr, hout_ptr = _offsets(e_sizes[act]), _offsets(h_len[act] + 1)
+    n, nh = int(out_ptr[-1]), int(hout_ptr[-1])
+    wy, base, w_at = _reserve(gs["wy"], gs["wy_used"], gs["w_at"], e_sizes, n, act)
+    h, h_base, h_at = _reserve(gs["h"], gs["h_used"], gs["h_at"], h_len, nh, act)
     U_out = gs["U"].copy()
-    W_out, Y_out = np.empty_like(W), np.empty_like(Y)
-    coef_out = np.empty((coef.shape[0] + act.size, 2))
-    group_update(X.indptr, X.data, group.row_ptr, act, loc, loc_ptr, E, e_ptr, W, Y, hist,
-                 coef, h_ptr, gs["U"], Vt, history.H, history.G, kk, n_clients, beta,
-                 local_iter, alpha_u, l1_ratio, positive, biased, w_update == "exact",
-                 eps, U_out, W_out, Y_out, coef_out)
-    # each client's coefficients: its old entries, then broadcast kk (one vectorized pass)
-    hist_out = np.empty(coef_out.shape[0], dtype=np.int64)
-    new_at = h_ptr[1:] + np.arange(act.size)
-    hist_out[np.setdiff1d(np.arange(hist_out.size), new_at, assume_unique=True)] = hist
-    hist_out[new_at] = kk
-    h_len = gs["h_len"].copy()
+    (W, Y), (hist, coef) = gs["wy"].arrays, gs["h"].arrays
+    group_update(X.indptr, X.data, group.row_ptr, group.entry_ptr, act, gs["loc"], gs["E"],
+                 gs["e_ptr"], W, Y, gs["w_at"], hist, coef, gs["h_at"], h_len, gs["U"], Vt,
+                 history.H, history.G, kk, n_clients, beta, local_iter, alpha_u, l1_ratio,
+                 positive, biased, w_update == "exact", eps, U_out, *wy.arrays,
+                 base + out_ptr[:-1], *h.arrays, h_base + hout_ptr[:-1])
+    wy.tail, h.tail = base + n, h_base + nh
+    w_at[act] = base + out_ptr[:-1]
+    h_at[act] = h_base + hout_ptr[:-1]
+    h_len = h_len.copy()
     h_len[act] += 1
-    wy, wy_used, w_at = _append(gs["wy"], gs["wy_used"], gs["w_at"], np.diff(gs["e_ptr"]),
-                                act, (W_out, Y_out))
-    h, h_used, h_at = _append(gs["h"], gs["h_used"], gs["h_at"], h_len, act,
-                              (hist_out, coef_out))
-    state = dict(gs, U=U_out, history=history, wy=wy, wy_used=wy_used, w_at=w_at, h=h,
-                 h_used=h_used, h_at=h_at, h_len=h_len)
-    upload = GroupUpload(group.start + act, ("W", "Y"), E, e_ptr, (W_out, Y_out), hist_out,
-                         coef_out, h_ptr + np.arange(act.size + 1), history, Vt.shape)
+    state = dict(gs, U=U_out, history=history, wy=wy, wy_used=wy.tail, w_at=w_at, h=h,
+                 h_used=h.tail, h_at=h_at, h_len=h_len)
+    e_idx, _ = _segments(gs["e_ptr"][act], e_sizes[act])
+    upload = GroupUpload(group.start + act, ("W", "Y"), gs["E"][e_idx], out_ptr,
+                         tuple(a[base:base + n] for a in wy.arrays),
+                         h.arrays[0][h_base:h_base + nh], h.arrays[1][h_base:h_base + nh],
+                         hout_ptr, history, Vt.shape)
     sends = selected[act]
     if not sends.all():
         upload = upload.subset(sends)
@@ -473,10 +465,10 @@ def make_batched(*, n_clients, init_scale, dual_init, positive, biased, beta, lo
 
 
 # ---- the server's side ---------------------------------------------------------------------
-def _concatenated(uploads, keys, n_items):
-    """The messages of ``uploads`` as one :class:`GroupUpload`-like tuple ``(clients, rows,
-    e_ptr, values, hist, coef, h_ptr)``: each group's arrays taken whole (or the part of
-    its clients present), a dense message (a client re-run alone) explicit on every row."""
+def _parts(uploads, keys, n_items):
+    """The messages of ``uploads`` as :class:`GroupUpload` parts: each group's taken whole
+    (or the part of its clients present), a dense message (a client re-run alone) as a
+    part explicit on every row."""
     groups, dense = {}, []
     for c, u in uploads.items():
         if type(u) is ClientUpload:
@@ -495,114 +487,107 @@ def _concatenated(uploads, keys, n_items):
     everywhere = np.arange(n_items, dtype=np.int64)
     for c in dense:
         values = tuple(np.asarray(uploads[c][key]) for key in keys)
-        parts.append(GroupUpload(np.array([c]), keys, everywhere,
+        parts.append(GroupUpload(np.array([c], dtype=np.int64), keys, everywhere,
                                  np.array([0, n_items], np.int64), values,
                                  np.zeros(0, np.int64), np.zeros((0, len(keys))),
                                  np.zeros(2, np.int64), None, values[0].shape))
-
-    def ptr(name):
-        sizes = np.concatenate([np.diff(getattr(p, name)) for p in parts])
-        out = np.zeros(sizes.size + 1, dtype=np.int64)
-        np.cumsum(sizes, out=out[1:])
-        return out
-
-    return (np.concatenate([p.clients for p in parts]),
-            np.concatenate([p.rows for p in parts]), ptr("e_ptr"),
-            tuple(np.concatenate([p.values[k] for p in parts]) for k in range(len(keys))),
-            np.concatenate([p.hist for p in parts]),
-            np.concatenate([p.coef for p in parts]), ptr("h_ptr"))
+    return parts
 
 
-# The server's store of every client's term Z_i = W_i + Y_i / beta: its explicit rows and
-# their deviations D from the combination (pool "rd" at "rd_at", "rd_len" rows per client)
-# and the combination's broadcasts and coefficients (pool "hc" at "hc_at", "hc_len").
-def _store(server_state, clients, rows, e_ptr, Z, hist, coef, h_ptr):
-    """Replace the clients' terms (concatenated in ``clients`` order) in the server's store;
-    returns their explicit rows' deviations ``D`` from the implicit combination."""
-    history, store = server_state["history"], server_state["store"]
-    D = np.empty(Z.shape)
-    implicit_deviation(rows, e_ptr, Z, hist, coef, h_ptr, history.H, D)
-    for pool, sizes, new in (("rd", np.diff(e_ptr), (rows, D)),
-                             ("hc", np.diff(h_ptr), (hist, coef))):
-        store[pool + "_len"][clients] = sizes
-        store[pool], _, store[pool + "_at"] = _append(
-            store[pool], store[pool].tail, store[pool + "_at"], store[pool + "_len"],
-            clients, new)
-    return D
-
-
-def _stored(server_state, clients=None):
-    """``(rows, D, hist, coef)`` of the clients' stored terms (all clients: None)."""
+# The server's store of every client's term Z_i = W_i + Y_i / beta: its explicit rows (pool
+# "rd" at "rd_at", "rd_len" rows per client) and, elsewhere, its combination's broadcasts and
+# coefficients (pool "hc" at "hc_at", "hc_len"). The server keeps sum_i Z_i as "S" (the
+# explicit rows summed), "C" (the coefficients per broadcast) and "w" (per item and
+# broadcast, the coefficients of the clients holding that row explicitly):
+# implicit_total. The server owns them and updates them in place.
+def _replace(server_state, parts, beta, accumulate):
+    """Store the terms of the clients of ``parts`` (``values`` ``(W, Y)``, coefficients
+    ``(W, Y)``) in place of their old ones; with ``accumulate`` the running sum takes the
+    change (:func:`~._fedmc_admm_kernels.replace_terms`, one call per part)."""
     store = server_state["store"]
-    out = []
+    n = sum(p.rows.size for p in parts)
+    nh = sum(p.hist.size for p in parts)
+    rd, base, store["rd_at"] = _reserve(store["rd"], store["rd"].tail, store["rd_at"],
+                                        store["rd_len"], n)
+    hc, h_base, store["hc_at"] = _reserve(store["hc"], store["hc"].tail, store["hc_at"],
+                                          store["hc_len"], nh)
+    store["rd"], store["hc"] = rd, hc
+    for p in parts:
+        replace_terms(p.clients, p.rows, p.e_ptr, *p.values, p.hist, p.coef, p.h_ptr, beta,
+                      *rd.arrays, store["rd_at"], store["rd_len"], *hc.arrays, store["hc_at"],
+                      store["hc_len"], base, h_base, server_state["S"], server_state["w"],
+                      server_state["C"], accumulate)
+        base, h_base = base + p.rows.size, h_base + p.hist.size
+    rd.tail, hc.tail = base, h_base
+
+
+def _resum(server_state):
+    """The server's sum from every client's stored term, exactly (bounds the drift); the
+    store is compacted on the way."""
+    store = server_state["store"]
     for pool in ("rd", "hc"):
-        at, sizes = store[pool + "_at"], store[pool + "_len"]
-        if clients is not None:
-            at, sizes = at[clients], sizes[clients]
-        out.extend(store[pool].gather(at, sizes)[0])
-    return out
-
-
-def _set_sum(server_state, rows, D, hist, coef):
-    """The server's sum from all clients' terms (given concatenated): exact."""
-    history = server_state["history"]
-    R = np.zeros(history.H.shape[1:])
-    scatter_rows(R, rows, D, 1.0)
-    server_state["R"] = R
-    server_state["C"] = np.bincount(hist, weights=coef, minlength=history.m)
+        live, ptr = store[pool].gather(store[pool + "_at"], store[pool + "_len"])
+        store[pool], store[pool + "_at"] = _Pool.holding(live), ptr[:-1].copy()
+    for key in ("S", "w", "C"):
+        server_state[key] = np.zeros_like(server_state[key])
+    sum_terms(*store["rd"].arrays, store["rd_at"], store["rd_len"], *store["hc"].arrays,
+              store["hc_at"], store["hc_len"], server_state["S"], server_state["w"],
+              server_state["C"])
     server_state["since_exact"] = 0
 
 
+def _grow_coefficients(server_state):
+    """``C`` and ``w`` with an entry for every broadcast so far (doubling)."""
+    m = server_state["history"].m
+    size = server_state["C"].size
+    if size < m:
+        size = max(2 * size, m)
+        C, w = server_state["C"], server_state["w"]
+        server_state["C"] = np.concatenate([C, np.zeros(size - C.size)])
+        server_state["w"] = np.concatenate([w, np.zeros((w.shape[0], size - C.size))], axis=1)
+
+
 def _total(server_state):
-    history, C = server_state["history"], server_state["C"]
-    m = history.m
-    C = np.concatenate([C, np.zeros(m - C.size)]) if C.size < m else C
-    server_state["C"] = C
-    n, r = history.H.shape[1:]
-    return server_state["R"] + (C[:m] @ history.H[:m].reshape(m, n * r)).reshape(n, r)
+    history = server_state["history"]
+    _grow_coefficients(server_state)
+    out = np.empty(server_state["S"].shape)
+    implicit_total(server_state["S"], server_state["w"], server_state["C"], history.H,
+                   history.m, out)
+    return out
 
 
 def server_init_implicit(Vt, uploads, *, beta, n_clients):
     """``server_init_uploads`` for implicit ``Y_i^0``: ``Z_i^0 = V^0 + Y_i^0 / beta`` of
     every client as rows and a coefficient, and the broadcast ``V^0`` with the history."""
     history = FactorHistory(Vt)
-    clients, rows, e_ptr, (Y,), _, _, _ = _concatenated(uploads, ("Y",), Vt.shape[0])
-    Z = Vt[rows] + Y / beta  # 0 off the rated rows, W_i^0 = V^0 everywhere
-    empty = _Pool([np.zeros(0, np.int64), np.zeros((0, Vt.shape[1]))], 0)
-    store = {"rd": empty, "rd_at": np.zeros(n_clients, np.int64),
-             "rd_len": np.zeros(n_clients, np.int64),
-             "hc": _Pool([np.zeros(0, np.int64), np.zeros(0)], 0),
-             "hc_at": np.zeros(n_clients, np.int64), "hc_len": np.zeros(n_clients, np.int64)}
-    server_state = {"Vt": Vt, "Z": None, "history": history, "store": store}
-    hist, coef = np.zeros(clients.size, np.int64), np.ones(clients.size)
-    D = _store(server_state, clients, rows, e_ptr, Z, hist, coef,
-               np.arange(clients.size + 1, dtype=np.int64))
-    _set_sum(server_state, rows, D, hist, coef)
+    n, r = Vt.shape
+    empty = np.zeros(n_clients, np.int64)
+    store = {"rd": _Pool([np.zeros(0, np.int64), np.zeros((0, r))], 0), "rd_at": empty.copy(),
+             "rd_len": empty.copy(), "hc": _Pool([np.zeros(0, np.int64), np.zeros(0)], 0),
+             "hc_at": empty.copy(), "hc_len": empty.copy()}
+    server_state = {"Vt": Vt, "Z": None, "history": history, "store": store,
+                    "S": np.zeros((n, r)), "w": np.zeros((n, 4)), "C": np.zeros(4),
+                    "since_exact": 0}
+    parts = []
+    for p in _parts(uploads, ("Y",), n):  # W_i^0 = V^0: coefficient 1 on broadcast 0
+        k = p.clients.size
+        parts.append(GroupUpload(p.clients, ("W", "Y"), p.rows, p.e_ptr,
+                                 (Vt[p.rows], p.values[0]), np.zeros(k, np.int64),
+                                 np.tile([1.0, 0.0], (k, 1)), np.arange(k + 1), None, Vt.shape))
+    _replace(server_state, parts, beta, accumulate=True)
     return server_state, Broadcast(Vt, (history, 0))
 
 
 def server_update_implicit(server_state, uploads, round_index, *, beta, resum_every):
     """The sum of (P-16) over all clients, replacing the terms of the clients that sent
-    ``uploads`` (their rated rows and coefficients: ``O(ratings)``, no work per client in
-    Python), exact every ``resum_every`` rounds. Returns ``sum_i Z_i``."""
-    n_items = server_state["history"].H.shape[1]
-    if uploads:
-        clients, rows, e_ptr, (W, Y), hist, coef, h_ptr = _concatenated(
-            uploads, ("W", "Y"), n_items)
-        old = _stored(server_state, clients)
-        coef = coef[:, 0] + coef[:, 1] / beta
-        D = _store(server_state, clients, rows, e_ptr, W + Y / beta, hist, coef, h_ptr)
+    ``uploads`` (their rated rows and coefficients: ``O(ratings)``, one compiled call per
+    group), exact every ``resum_every`` rounds. Returns ``sum_i Z_i``."""
     server_state["since_exact"] += 1
-    if server_state["since_exact"] >= resum_every:
-        _set_sum(server_state, *_stored(server_state))
-    elif uploads:
-        R = server_state["R"]
-        scatter_rows(R, old[0], old[1], -1.0)
-        scatter_rows(R, rows, D, 1.0)
-        m = server_state["history"].m
-        C = server_state["C"]
-        C = np.concatenate([C, np.zeros(m - C.size)]) if C.size < m else C
-        np.subtract.at(C, old[2], old[3])
-        np.add.at(C, hist, coef)
-        server_state["C"] = C
+    resum = server_state["since_exact"] >= resum_every
+    _grow_coefficients(server_state)
+    if uploads:
+        _replace(server_state, _parts(uploads, ("W", "Y"), server_state["history"].H.shape[1]),
+                 beta, accumulate=not resum)
+    if resum:
+        _resum(server_state)
     return _total(server_state)
