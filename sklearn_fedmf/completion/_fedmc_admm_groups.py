@@ -274,7 +274,11 @@ def _explicit_rows(group):
     X, n = group.X, group.X.shape[1]
     entry_ptr = group.entry_ptr
     owner = np.repeat(np.arange(group.n_clients), np.diff(entry_ptr))
-    keys, inverse = np.unique(owner * n + X.indices, return_inverse=True)
+    keys = owner * n + X.indices
+    if keys.size and np.all(keys[1:] > keys[:-1]):  # one row per client: no sort needed
+        inverse = np.arange(keys.size)
+    else:
+        keys, inverse = np.unique(keys, return_inverse=True)
     e_ptr = np.searchsorted(keys, np.arange(group.n_clients + 1) * n)
     E = (keys % n).astype(np.int64)
     loc = (inverse - e_ptr[owner]).astype(np.int64)
@@ -503,31 +507,34 @@ def _parts(uploads, keys, n_items):
 def _replace(server_state, parts, beta, accumulate):
     """Store the terms of the clients of ``parts`` (``values`` ``(W, Y)``, coefficients
     ``(W, Y)``) in place of their old ones; with ``accumulate`` the running sum takes the
-    change (:func:`~._fedmc_admm_kernels.replace_terms`, one call per part)."""
+    change (:func:`~._fedmc_admm_kernels.replace_terms`, one call per part). A client's
+    explicit rows overwrite its old ones (their number is fixed: its rated items); its
+    coefficients, one more each round it takes part in, are appended."""
     store = server_state["store"]
-    n = sum(p.rows.size for p in parts)
-    nh = sum(p.hist.size for p in parts)
-    rd, base, store["rd_at"] = _reserve(store["rd"], store["rd"].tail, store["rd_at"],
-                                        store["rd_len"], n)
-    hc, h_base, store["hc_at"] = _reserve(store["hc"], store["hc"].tail, store["hc_at"],
-                                          store["hc_len"], nh)
-    store["rd"], store["hc"] = rd, hc
     for p in parts:
+        sizes, h_sizes = np.diff(p.e_ptr), np.diff(p.h_ptr)
+        if np.array_equal(sizes, store["rd_len"][p.clients]):
+            dst = store["rd_at"][p.clients]
+        else:  # the first terms, or a client re-run alone (a dense message)
+            store["rd"], base, store["rd_at"] = _reserve(
+                store["rd"], store["rd"].tail, store["rd_at"], store["rd_len"], sizes.sum())
+            store["rd"].tail = base + int(sizes.sum())
+            dst = base + p.e_ptr[:-1]
+        store["hc"], h_base, store["hc_at"] = _reserve(
+            store["hc"], store["hc"].tail, store["hc_at"], store["hc_len"], h_sizes.sum())
+        store["hc"].tail = h_base + int(h_sizes.sum())
         replace_terms(p.clients, p.rows, p.e_ptr, *p.values, p.hist, p.coef, p.h_ptr, beta,
-                      *rd.arrays, store["rd_at"], store["rd_len"], *hc.arrays, store["hc_at"],
-                      store["hc_len"], base, h_base, server_state["S"], server_state["w"],
-                      server_state["C"], accumulate)
-        base, h_base = base + p.rows.size, h_base + p.hist.size
-    rd.tail, hc.tail = base, h_base
+                      *store["rd"].arrays, store["rd_at"], store["rd_len"], *store["hc"].arrays,
+                      store["hc_at"], store["hc_len"], dst, h_base + p.h_ptr[:-1],
+                      server_state["S"], server_state["w"], server_state["C"], accumulate)
 
 
 def _resum(server_state):
     """The server's sum from every client's stored term, exactly (bounds the drift); the
-    store is compacted on the way."""
+    coefficients' store is compacted on the way."""
     store = server_state["store"]
-    for pool in ("rd", "hc"):
-        live, ptr = store[pool].gather(store[pool + "_at"], store[pool + "_len"])
-        store[pool], store[pool + "_at"] = _Pool.holding(live), ptr[:-1].copy()
+    live, ptr = store["hc"].gather(store["hc_at"], store["hc_len"])
+    store["hc"], store["hc_at"] = _Pool.holding(live), ptr[:-1].copy()
     for key in ("S", "w", "C"):
         server_state[key] = np.zeros_like(server_state[key])
     sum_terms(*store["rd"].arrays, store["rd_at"], store["rd_len"], *store["hc"].arrays,

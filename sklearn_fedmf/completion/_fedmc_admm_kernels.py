@@ -495,15 +495,16 @@ def implicit_consensus(E, e_ptr, W, hist, coef, h_ptr, V, H, G, kk):
 
 @_jit
 def replace_terms(clients, rows, e_ptr, W, Y, hist, coef, h_ptr, beta, store_rows, store_Z,
-                  rd_at, rd_len, store_hist, store_coef, hc_at, hc_len, base, h_base, S, w, C,
+                  rd_at, rd_len, store_hist, store_coef, hc_at, hc_len, dst, h_dst, S, w, C,
                   accumulate):
     """Replace the server's terms ``Z_i = W_i + Y_i / beta`` of the ``clients`` (messages
     concatenated as in :func:`group_update`'s outputs, ``e_ptr``/``h_ptr`` over the clients).
 
-    A term is stored as its explicit rows ``W + Y / beta`` (at ``base + e_ptr[a]`` of
-    ``store_rows``, ``store_Z``) and its broadcasts and coefficients ``coef[:, 0] + coef[:, 1]
-    / beta`` elsewhere (at ``h_base + h_ptr[a]`` of ``store_hist``, ``store_coef``); ``rd_at``,
-    ``rd_len``, ``hc_at``, ``hc_len`` then point there. With ``accumulate`` the sum takes the
+    A term is stored as its explicit rows ``W + Y / beta`` (at ``dst[a]`` of ``store_rows``,
+    ``store_Z``: the client's old rows when they are as many, read before they are written)
+    and its broadcasts and coefficients ``coef[:, 0] + coef[:, 1] / beta`` elsewhere (at
+    ``h_dst[a]`` of ``store_hist``, ``store_coef``); ``rd_at``, ``rd_len``, ``hc_at``,
+    ``hc_len`` then point there. With ``accumulate`` the sum takes the
     change, client by client (the old term out, the new one in): ``S`` sums the explicit rows,
     ``C[t]`` the coefficients of broadcast ``t`` and ``w[j, t]`` those of the clients whose
     row ``j`` is explicit (:func:`implicit_total`). Only the rows and the broadcasts a client
@@ -523,24 +524,26 @@ def replace_terms(clients, rows, e_ptr, W, Y, hist, coef, h_ptr, beta, store_row
                 for q in range(q0, q0 + nq):
                     w[j, store_hist[q]] -= store_coef[q]
         q0, q1 = h_ptr[a], h_ptr[a + 1]
+        hd = h_dst[a] - q0
         for q in range(q0, q1):
             cq = coef[q, 0] + coef[q, 1] / beta
-            store_hist[h_base + q], store_coef[h_base + q] = hist[q], cq
+            store_hist[hd + q], store_coef[hd + q] = hist[q], cq
             if accumulate:
                 C[hist[q]] += cq
+        d = dst[a] - e_ptr[a]
         for e in range(e_ptr[a], e_ptr[a + 1]):
             j = rows[e]
-            store_rows[base + e] = j
+            store_rows[d + e] = j
             for b in range(r):
                 z = W[e, b] + Y[e, b] / beta
-                store_Z[base + e, b] = z
+                store_Z[d + e, b] = z
                 if accumulate:
                     S[j, b] += z
             if accumulate:
                 for q in range(q0, q1):
-                    w[j, hist[q]] += store_coef[h_base + q]
-        rd_at[c], rd_len[c] = base + e_ptr[a], e_ptr[a + 1] - e_ptr[a]
-        hc_at[c], hc_len[c] = h_base + q0, q1 - q0
+                    w[j, hist[q]] += store_coef[hd + q]
+        rd_at[c], rd_len[c] = dst[a], e_ptr[a + 1] - e_ptr[a]
+        hc_at[c], hc_len[c] = h_dst[a], q1 - q0
 
 
 @_jit
