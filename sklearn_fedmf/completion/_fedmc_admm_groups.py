@@ -257,7 +257,7 @@ def _reserve(pool, used, at, sizes, n, moving=None):
     arrays = []
     for a in pool.arrays:  # (take into the new array: one copy of the live entries)
         out = np.empty((2 * (base + n) + 16,) + a.shape[1:], dtype=a.dtype)
-        np.take(a, idx, axis=0, out=out[:base])
+        np.take(a, idx, axis=0, out=out[:base], mode="clip")  # ("raise" buffers out)
         arrays.append(out)
     return _Pool(arrays, base), base, at
 
