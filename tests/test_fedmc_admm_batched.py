@@ -45,8 +45,8 @@ def fit(proto, clients, seen=None, **kw):
                        for c, u in info["uploads"].items()}
 
     state, init_bytes = initialize_federation(proto, clients, entropy=3)
-    return run_federation(proto, clients, max_iter=12, entropy=3, state=state,
-                          init_bytes=init_bytes, clients_per_round=7, dropout=0.2,
+    kw = {"max_iter": 12, "clients_per_round": 7, "dropout": 0.2, **kw}
+    return run_federation(proto, clients, entropy=3, state=state, init_bytes=init_bytes,
                           callback=callback, **kw)
 
 
@@ -253,10 +253,11 @@ def test_grouped_federation_with_a_failing_client_equals_per_client():
                                     client_update=failing_batched(proto.batched.client_update)))
     seen_ref, seen_got = {}, {}
     with pytest.warns(ClientFailureWarning, match="Client 3"):
-        ref = fit(proto, split_clients(X, codes, N_CLIENTS), seen_ref, on_client_error="skip")
+        ref = fit(proto, split_clients(X, codes, N_CLIENTS), seen_ref, on_client_error="skip",
+                  clients_per_round=20, max_iter=6)
     with pytest.warns(ClientFailureWarning, match="Client 3"):
         got = fit(proto, GroupedTransport(make_groups(X, codes, N_CLIENTS, n_groups=3)),
-                  seen_got, on_client_error="skip")
+                  seen_got, on_client_error="skip", clients_per_round=20, max_iter=6)
     assert not any(3 in uploads for uploads in seen_got.values())
     # the re-run clients' dense messages reached the server's implicit store
     assert got.server_state["store"]["rd_len"].max() == N_ITEMS
