@@ -15,13 +15,21 @@ gradient on the rated items only), every unrated row of ``W_i`` and ``Y_i`` is t
 rated rows explicitly and two coefficients per round it took part in; the broadcasts are
 kept once (:class:`FactorHistory`, ``O(rounds n r)``) with their Gram blocks, which give the
 client's ``L_W = ||W_i^T W_i||_F`` and the consensus gap without any dense row. The server
-keeps ``sum_i Z_i`` as ``sum_t C_t V^(k_t)`` plus the explicit rows' deviations.
+keeps ``sum_i Z_i`` as the clients' explicit rows summed plus ``sum_t c_tj V^(k_t)_j``, the
+coefficients per item and broadcast (:func:`~._fedmc_admm_kernels.implicit_total`).
 
-The messages are still the paper's: a client sends its dense ``(W_i, Y_i)``, held as
-:class:`ImplicitFactor` (``nbytes`` counts it dense, ``np.asarray`` rebuilds it), and the
-broadcast's message is ``V^k`` (the history rides in its uncounted simulation part: every
-client holds the broadcasts it received). ``tests/test_fedmc_admm_batched.py`` checks that
-these phases give the per-client functions' states, messages and fits.
+Nothing is done per client in Python in a round: a group's clients keep their explicit rows
+and coefficients concatenated in append-only arrays (:class:`_Pool`), one compiled call per
+group reads them where they are and writes the new ones past the end (the input state stays
+valid), and the group's messages travel as one :class:`GroupUpload` that the server stores
+with one compiled call (:func:`~._fedmc_admm_kernels.replace_terms`).
+
+The messages are still the paper's: a client sends its dense ``(W_i, Y_i)``; the engine and
+``callback`` see it as a :class:`ClientUpload` (a mapping of :class:`ImplicitFactor`:
+``nbytes`` counts it dense, ``np.asarray`` rebuilds it; its arrays are never written again),
+and the broadcast's message is ``V^k`` (the history rides in its uncounted simulation part:
+every client holds the broadcasts it received). ``tests/test_fedmc_admm_batched.py`` checks
+that these phases give the per-client functions' states, messages and fits.
 """
 
 from __future__ import annotations
@@ -199,11 +207,17 @@ def unpack_broadcast(broadcast):
 
 
 # ---- per-client segments in shared append-only arrays --------------------------------------
+def _offsets(sizes):
+    """The pointer array of segments of ``sizes``: ``[0, s0, s0 + s1, ...]``."""
+    ptr = np.zeros(sizes.size + 1, dtype=np.int64)
+    np.cumsum(sizes, out=ptr[1:])
+    return ptr
+
+
 def _segments(starts, sizes):
     """Indices of the concatenated ranges ``starts[a]:starts[a] + sizes[a]`` and their
     pointer array (one vectorized pass, no Python loop over the ranges)."""
-    ptr = np.zeros(sizes.size + 1, dtype=np.int64)
-    np.cumsum(sizes, out=ptr[1:])
+    ptr = _offsets(sizes)
     return np.arange(ptr[-1], dtype=np.int64) + np.repeat(starts - ptr[:-1], sizes), ptr
 
 
@@ -225,18 +239,15 @@ class _Pool:
     @classmethod
     def holding(cls, arrays):
         n = len(arrays[0])
-        return cls([_with_capacity(a, n, 2 * n + 16) for a in arrays], n)
+        pool = cls([np.empty((2 * n + 16,) + a.shape[1:], dtype=a.dtype) for a in arrays], n)
+        for dst, a in zip(pool.arrays, arrays):
+            dst[:n] = a
+        return pool
 
     def gather(self, at, sizes):
         """The segments of the clients with offsets ``at`` and ``sizes``, concatenated."""
         idx, ptr = _segments(at, sizes)
         return [a[idx] for a in self.arrays], ptr
-
-
-def _with_capacity(a, n, capacity):
-    out = np.empty((capacity,) + a.shape[1:], dtype=a.dtype)
-    out[:n] = a[:n]
-    return out
 
 
 def _reserve(pool, used, at, sizes, n, moving=None):
@@ -287,8 +298,7 @@ def _explicit_rows(group):
 
 def _flat_state(U, E, e_ptr, loc, W, Y, hist, coef, h_len, V0, history):
     """A group state from its arrays (each client's segments concatenated in order)."""
-    h_at = np.zeros(h_len.size, dtype=np.int64)
-    np.cumsum(h_len[:-1], out=h_at[1:])
+    h_at = _offsets(h_len)[:-1]
     wy, h = _Pool.holding([W, Y]), _Pool.holding([hist, coef])
     return {"U": U, "E": E, "e_ptr": e_ptr, "loc": loc, "wy": wy, "wy_used": wy.tail,
             "w_at": e_ptr[:-1].copy(), "h": h, "h_used": h.tail, "h_at": h_at,
@@ -327,12 +337,6 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
                          np.zeros(0, np.int64), np.zeros((0, 1)), np.zeros(nc + 1, np.int64),
                          None, Vt.shape)
     return state, upload.messages()
-
-
-def _offsets(sizes):
-    ptr = np.zeros(sizes.size + 1, dtype=np.int64)
-    np.cumsum(sizes, out=ptr[1:])
-    return ptr
 
 
 def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, beta, local_iter,
@@ -446,8 +450,7 @@ def with_states(gs, group, states):
                     np.asarray(s["Wt"]), np.asarray(s["Yt"]), np.zeros(0, np.int64),
                     np.zeros((0, 2)))
     E, loc, W, Y, hist, coef = (np.concatenate(p) for p in zip(*parts))
-    e_ptr = np.zeros(group.n_clients + 1, dtype=np.int64)
-    np.cumsum([p[0].size for p in parts], out=e_ptr[1:])
+    e_ptr = _offsets(np.array([p[0].size for p in parts], dtype=np.int64))
     h_len = np.array([p[4].size for p in parts], dtype=np.int64)
     return _flat_state(U, E, e_ptr, loc, W, Y, hist, coef, h_len, gs["V0"], gs["history"])
 
