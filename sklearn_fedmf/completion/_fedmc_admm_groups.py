@@ -296,10 +296,11 @@ def _explicit_rows(group):
     return E, e_ptr.astype(np.int64), loc
 
 
-def _flat_state(U, E, e_ptr, loc, W, Y, hist, coef, h_len, V0, history):
-    """A group state from its arrays (each client's segments concatenated in order)."""
+def _flat_state(U, E, e_ptr, loc, wy, hist, coef, h_len, V0, history):
+    """A group state from its arrays (each client's segments concatenated in order; ``wy``
+    the pool of the explicit values of ``W_i`` and ``Y_i``)."""
     h_at = _offsets(h_len)[:-1]
-    wy, h = _Pool.holding([W, Y]), _Pool.holding([hist, coef])
+    h = _Pool.holding([hist, coef])
     return {"U": U, "E": E, "e_ptr": e_ptr, "loc": loc, "wy": wy, "wy_used": wy.tail,
             "w_at": e_ptr[:-1].copy(), "h": h, "h_used": h.tail, "h_at": h_at,
             "h_len": h_len, "V0": V0, "history": history}
@@ -320,6 +321,10 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
     if biased:
         _biases.init_user(U)
     E, e_ptr, loc = _explicit_rows(group)
+    n = E.size  # the explicit rows go straight into the state's pool
+    wy = _Pool([np.empty((2 * n + 16, r), dtype=dtype) for _ in range(2)], n)
+    W, Y = (a[:n] for a in wy.arrays)
+    np.take(Vt, E, axis=0, out=W, mode="clip")
     if dual_init == "paper":  # -(1/p) grad_V f_i on the rated items, entries in row order
         rows = np.repeat(np.arange(group.n_rows), np.diff(X.indptr))
         resid = np.einsum("sa,sa->s", U[rows], Vt[X.indices]) - X.data
@@ -327,11 +332,11 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
         at = e_ptr[owner] + loc
         grad = np.stack([np.bincount(at, resid * U[rows, a], minlength=e_ptr[-1])
                          for a in range(r)], axis=1).astype(dtype, copy=False)
-        Y = grad / -n_clients
+        np.divide(grad, -n_clients, out=Y)
     else:
-        Y = np.zeros((E.size, r), dtype=dtype)
+        Y[:] = 0
     nc = group.n_clients
-    state = _flat_state(U, E, e_ptr, loc, Vt[E], Y, np.zeros(nc, np.int64),
+    state = _flat_state(U, E, e_ptr, loc, wy, np.zeros(nc, np.int64),
                         np.tile([1.0, 0.0], (nc, 1)), np.ones(nc, np.int64), Vt, None)
     upload = GroupUpload(group.start + np.arange(nc), ("Y",), E, e_ptr, (Y,),
                          np.zeros(0, np.int64), np.zeros((0, 1)), np.zeros(nc + 1, np.int64),
@@ -452,7 +457,8 @@ def with_states(gs, group, states):
     E, loc, W, Y, hist, coef = (np.concatenate(p) for p in zip(*parts))
     e_ptr = _offsets(np.array([p[0].size for p in parts], dtype=np.int64))
     h_len = np.array([p[4].size for p in parts], dtype=np.int64)
-    return _flat_state(U, E, e_ptr, loc, W, Y, hist, coef, h_len, gs["V0"], gs["history"])
+    return _flat_state(U, E, e_ptr, loc, _Pool.holding([W, Y]), hist, coef, h_len, gs["V0"],
+                       gs["history"])
 
 
 def make_batched(*, n_clients, init_scale, dual_init, positive, biased, beta, local_iter,
