@@ -125,6 +125,7 @@ def test_batched_update_equals_per_client_function_and_keeps_its_input():
                                           batched.client_state(new, group, i)[key])
     for c, u in uploads.items():
         assert isinstance(u, ClientUpload) and set(u) == {"W", "Y"}
+        assert not u["W"].values.flags.writeable  # it shares the new state's rows
         for key in ("W", "Y"):
             np.testing.assert_array_equal(np.asarray(u[key]), sent[c][key])
             np.testing.assert_array_equal(np.asarray(uploads_again[c][key]), sent[c][key])

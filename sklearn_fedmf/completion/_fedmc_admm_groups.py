@@ -206,6 +206,13 @@ def unpack_broadcast(broadcast):
     return broadcast, None, None
 
 
+def _read_only(a):
+    """A read-only view of ``a``: a message that shares the state's arrays."""
+    a = a.view()
+    a.flags.writeable = False
+    return a
+
+
 # ---- per-client segments in shared append-only arrays --------------------------------------
 def _offsets(sizes):
     """The pointer array of segments of ``sizes``: ``[0, s0, s0 + s1, ...]``."""
@@ -338,7 +345,7 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
     nc = group.n_clients
     state = _flat_state(U, E, e_ptr, loc, wy, np.zeros(nc, np.int64),
                         np.tile([1.0, 0.0], (nc, 1)), np.ones(nc, np.int64), Vt, None)
-    upload = GroupUpload(group.start + np.arange(nc), ("Y",), E, e_ptr, (Y,),
+    upload = GroupUpload(group.start + np.arange(nc), ("Y",), E, e_ptr, (_read_only(Y),),
                          np.zeros(0, np.int64), np.zeros((0, 1)), np.zeros(nc + 1, np.int64),
                          None, Vt.shape)
     return state, upload.messages()
@@ -377,9 +384,9 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     state = dict(gs, U=U_out, history=history, wy=wy, wy_used=wy.tail, w_at=w_at, h=h,
                  h_used=h.tail, h_at=h_at, h_len=h_len)
     e_idx, _ = _segments(gs["e_ptr"][act], e_sizes[act])
+    W_new, Y_new = (_read_only(a[base:base + n]) for a in wy.arrays)  # (the new state's rows)
     upload = GroupUpload(group.start + act, ("W", "Y"), gs["E"][e_idx], out_ptr,
-                         tuple(a[base:base + n] for a in wy.arrays),
-                         h.arrays[0][h_base:h_base + nh], h.arrays[1][h_base:h_base + nh],
+                         (W_new, Y_new), *(_read_only(a[h_base:h_base + nh]) for a in h.arrays),
                          hout_ptr, history, Vt.shape)
     sends = selected[act]
     if not sends.all():
@@ -532,7 +539,9 @@ def _replace(server_state, parts, beta, accumulate):
         store["hc"], h_base, store["hc_at"] = _reserve(
             store["hc"], store["hc"].tail, store["hc_at"], store["hc_len"], h_sizes.sum())
         store["hc"].tail = h_base + int(h_sizes.sum())
-        replace_terms(p.clients, p.rows, p.e_ptr, *p.values, p.hist, p.coef, p.h_ptr, beta,
+        message = (_read_only(a) for a in (p.clients, p.rows, p.e_ptr, *p.values, p.hist, p.coef,
+                                          p.h_ptr))  # (one compiled signature for all parts)
+        replace_terms(*message, beta,
                       *store["rd"].arrays, store["rd_at"], store["rd_len"], *store["hc"].arrays,
                       store["hc_at"], store["hc_len"], dst, h_base + p.h_ptr[:-1],
                       server_state["S"], server_state["w"], server_state["C"], accumulate)
