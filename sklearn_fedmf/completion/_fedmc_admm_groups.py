@@ -169,13 +169,14 @@ class GroupUpload:
         e_idx, e_ptr = _segments(self.e_ptr[:-1][keep], np.diff(self.e_ptr)[keep])
         h_idx, h_ptr = _segments(self.h_ptr[:-1][keep], np.diff(self.h_ptr)[keep])
         return GroupUpload(self.clients[keep], self.keys, self.rows[e_idx], e_ptr,
-                           tuple(v[e_idx] for v in self.values), self.hist[h_idx],
-                           self.coef[h_idx], h_ptr, self.history, self.shape)
+                           tuple(_read_only(v[e_idx]) for v in self.values),
+                           _read_only(self.hist[h_idx]), _read_only(self.coef[h_idx]), h_ptr,
+                           self.history, self.shape)
 
 
 class ClientUpload(Mapping):
     """One client's message of a :class:`GroupUpload`: ``{key: ImplicitFactor}``, each made on
-    access; :attr:`nbytes` counts the paper's dense matrices."""
+    access (read-only arrays); :attr:`nbytes` counts the paper's dense matrices."""
 
     __slots__ = ("group", "index")
 
