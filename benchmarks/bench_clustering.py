@@ -145,6 +145,12 @@ def digits_table(rounds, seeds, n_jobs, quick, ms, q_hat, **params):
     reference = [kmeans_acc(X, y, s) for s in range(seeds)]
     base = np.mean([r["acc"] for r in reference])
     print_row("KMeans", None, reference, 1.0, digits=2)
+    for algorithm in ("FedMGS", "FedMAvg"):  # the estimator as a user builds it: no knobs
+        results = [run(algorithm, None, X, y, clients, rounds, s, n_jobs) for s in range(seeds)]
+        ratios = [r["acc"] / k["acc"] for r, k in zip(results, reference)]
+        print_row(f"{algorithm} def", 20, results, np.mean(ratios), digits=2)
+        print(f"{'':12s} {'':>4s} ratio to KMeans of the same seed: mean {np.mean(ratios):.3f}"
+              f", min {np.min(ratios):.3f}", flush=True)
     for algorithm, own in (("FedMGS", {}), ("FedMAvg", {"q_hat": q_hat})):
         for m in ms:
             results = [run(algorithm, m, X, y, clients, rounds, s, n_jobs, **own, **params)
