@@ -32,8 +32,9 @@ Then tuned rows: like KMeans, the best of ``--n-init 10`` starts (lowest cluster
 its W steps, d = 5 L_W, are so short that SNCP raises rho before the centers settle).
 
 FedPALM (Fig. 2b, Remark 1): the objective (2) per round at a fixed ``rho = 1e-8 ||X||^2 / N``
-(no SNCP, so the curves compare one problem; one run) on the synthetic data (``--fedpalm-size``, Case 2), FedPALM with
-``Q = 2, 10, 20`` (``Q/2`` pairs of an H step and a projected W step per client) beside
+(no SNCP, so the curves compare one problem; one run) on the synthetic data
+(``--fedpalm-size``, Case 2), FedPALM with ``Q = 2, 10, 20`` (``Q/2`` pairs of an H step and a
+projected W step per client) beside
 FedMAvg (``Q = 2``: ``Q1 = Q2 = 1``; and the paper's ``Q1 = 10``, ``Q_hat = 5``) and FedMGS
 (``Q1 = 10``, ``Q2 = 100``). The paper: FedPALM "cannot perform well except for Q = 2".
 """
