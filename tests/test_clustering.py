@@ -268,7 +268,7 @@ def test_well_separated_blobs_clustered_as_well_as_kmeans(algorithm, params):
     """Well-separated blobs with N = 600 instead of 2000 (the rounds, not N, set the cost)."""
     X, y = blobs(n=600, m=50, k=5)
     kmeans = clustering_accuracy(y, KMeans(5, n_init=10, random_state=0).fit(X).labels_)
-    model = FederatedClustering(5, algorithm=algorithm, n_clients=10, max_iter=1000,
+    model = FederatedClustering(5, algorithm=algorithm, n_clients=10, max_iter=1000, n_init=1,
                                 random_state=0, **params).fit(X)
     acc = clustering_accuracy(y, model.labels_)
     assert acc >= 0.95 and acc >= kmeans - 0.03
@@ -332,16 +332,17 @@ def test_kfed_seeding_sends_only_centers_and_recovers_label_skewed_blobs():
     X, y = blobs(n=300, k=5, noise=0.15)
     clients = partition_label_skew(y, 10, classes_per_client=2, random_state=0)
     K, M, P = 5, X.shape[1], 10
-    kfed = FederatedClustering(K, max_iter=30, random_state=0).fit(X, clients=clients)
-    paper = FederatedClustering(K, init="random", max_iter=30, random_state=0).fit(
+    kfed = FederatedClustering(K, max_iter=30, n_init=1, random_state=0).fit(X, clients=clients)
+    paper = FederatedClustering(K, init="random", max_iter=30, n_init=1, random_state=0).fit(
         X, clients=clients)
     kmeans = clustering_accuracy(y, KMeans(K, n_init=10, random_state=0).fit(X).labels_)
     acc = clustering_accuracy(y, kfed.labels_)
     assert acc >= 0.9 * kmeans and acc > clustering_accuracy(y, paper.labels_)
     # round 1 carries the seeding: K centers (M floats) and K sizes per client, on top of
     # the random start's one-time uploads
-    rnd = FederatedClustering(K, init="random", max_iter=1, random_state=0).fit(X, clients=clients)
-    seed = FederatedClustering(K, max_iter=1, random_state=0).fit(X, clients=clients)
+    rnd = FederatedClustering(K, init="random", max_iter=1, n_init=1, random_state=0).fit(
+        X, clients=clients)
+    seed = FederatedClustering(K, max_iter=1, n_init=1, random_state=0).fit(X, clients=clients)
     extra = seed.history_[0]["bytes_uploaded"] - rnd.history_[0]["bytes_uploaded"]
     assert extra == P * K * (M + 1) * 8
     centers, sizes = local_centers(X[clients == 0], K, 0)
