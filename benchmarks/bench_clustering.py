@@ -6,6 +6,7 @@ Usage::
     python benchmarks/bench_clustering.py --table synthetic --case 2   # Case 2 (Table I)
     python benchmarks/bench_clustering.py --case 2 --only FedMGS:10    # one row of it
     python benchmarks/bench_clustering.py --table digits               # 20 label-skewed clients
+    python benchmarks/bench_clustering.py --table digits --seeds 5 --defaults-only
     python benchmarks/bench_clustering.py --table fedpalm              # Fig. 2b: FedPALM vs Q
     python benchmarks/bench_clustering.py --quick                      # smoke run, small sizes
 
@@ -136,7 +137,7 @@ def synthetic_table(case, sizes, rounds, seeds, n_clients, ms, n_jobs, only=None
             print(f"{name:12s} {'-':>4s} {'(not run)':>14s} {TABLE_I_SYN[(name, None)]:9.1f}")
 
 
-def digits_table(rounds, seeds, n_jobs, quick, ms, q_hat, **params):
+def digits_table(rounds, seeds, n_jobs, quick, ms, q_hat, defaults_only=False, **params):
     X, y = load_digits(return_X_y=True)
     if quick:
         X, y = X[:400], y[:400]
@@ -156,6 +157,8 @@ def digits_table(rounds, seeds, n_jobs, quick, ms, q_hat, **params):
         print_row(f"{algorithm} def", 20, results, np.mean(ratios), digits=2)
         print(f"{'':12s} {'':>4s} ratio to KMeans of the same seed: mean {np.mean(ratios):.3f}"
               f", min {np.min(ratios):.3f}", flush=True)
+    if defaults_only:
+        return
     for algorithm, own in (("FedMGS", {}), ("FedMAvg", {"q_hat": q_hat})):
         for m in ms:
             results = [run(algorithm, m, X, y, clients, rounds, s, n_jobs, **own, **params)
@@ -210,6 +213,8 @@ def main():
     parser.add_argument("--fedpalm-size", type=int, nargs=4, default=[2000, 200, 10, 20],
                         metavar=("N", "M", "K", "P"), help="fedpalm: samples, features, "
                         "clusters, clients")
+    parser.add_argument("--defaults-only", action="store_true",
+                        help="digits: only KMeans and the estimator's defaults")
     parser.add_argument("--quick", action="store_true", help="small sizes, few rounds, all")
     args = parser.parse_args()
     if args.quick:
@@ -228,7 +233,7 @@ def main():
     else:
         digits_table(args.rounds, args.seeds, args.n_jobs, False,
                      [None if m == 20 else m for m in args.m], args.q_hat,
-                     n_init=args.n_init, rho0=args.rho0)
+                     defaults_only=args.defaults_only, n_init=args.n_init, rho0=args.rho0)
 
 
 if __name__ == "__main__":
