@@ -144,7 +144,8 @@ def digits_table(rounds, seeds, n_jobs, quick, ms, q_hat, defaults_only=False, *
     clients = partition_label_skew(y, 20, classes_per_client=2, random_state=0)
     held = [len(np.unique(y[clients == c])) for c in range(20)]
     print(f"\ndigits {X.shape[0]} x {X.shape[1]}, 20 clients holding {min(held)}-{max(held)} "
-          f"digits each, {seeds} seed(s), at most {rounds} rounds, {params}\n")
+          f"digits each, {seeds} seed(s), at most {rounds} rounds"
+          + ("" if defaults_only else f"; tuned rows: {params}, FedMAvg q_hat={q_hat}") + "\n")
     header = f"{'method':12s} {'m':>4s} {'ACC %':>14s} {'/ KMeans':>9s} {'rounds':>7s} " \
              f"{'seconds':>8s} {'MB up':>9s}"
     print(header + "\n" + "-" * len(header))
