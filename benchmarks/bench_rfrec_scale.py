@@ -10,7 +10,10 @@ Usage::
 ``memory``: ``RFRec()`` with its defaults (one client per user, every client steps each
 round, ``biased=True``, rank 20) and with ``optimizer="adam"``, after 1 and 3 rounds, each fit
 in a fresh subprocess: its peak resident memory (``ru_maxrss``) beside the size of ``X`` as
-CSR, the memory before the fit (interpreter, libraries, data) and the fitted model's arrays.
+CSR, the memory before the fit (interpreter, libraries, data) and the fitted model's arrays;
+with Adam also its moments (two arrays the size of every client's ``u_i`` and rated columns,
+which RFRec's per-client persistent Adam needs during the fit), and ``rest / CSR``: what the
+fit holds besides the model, the clients' copies and the moments, per MB of ``X``.
 
 ``netflix``: the Netflix shape of ``benchmarks/run_all.py`` (``make_ratings(480189, 17770,
 1e8, n_components=13)``, cached in ``--cache-dir``), one client per user, 1% of the uploads
@@ -63,9 +66,14 @@ def run_memory(optimizer, rounds, quick):
     arrays = [a for part in (personal or ()) for a in (part if isinstance(part, list) else [part])
               if isinstance(a, np.ndarray)]
     personal_mb = sum(a.nbytes for a in arrays)
+    # Adam's first and second moments of every client's u_i and rated columns (RFRec's spec:
+    # per-client persistent moments), freed after the fit: two arrays the shape of U and P
+    width = arrays[0].shape[1] if arrays else 0
+    moments_mb = (2 * (personal_mb + X.shape[0] * width * 8) if optimizer == "adam" else 0)
     return dict(optimizer=optimizer, rounds=rounds, csr_mb=csr_mb(X), before_mb=before,
                 peak_mb=_rss_mb(), model_mb=model_mb / 2**20, personal_mb=personal_mb / 2**20,
-                seconds=seconds, rmse=model.history_[-1].get("train_rmse"))
+                moments_mb=moments_mb / 2**20, seconds=seconds,
+                rmse=model.history_[-1].get("train_rmse"))
 
 
 def run_netflix(users, rounds, quick, cache_dir, optimizer, n_jobs):
@@ -124,16 +132,17 @@ def main(argv=None):
     if args.table in ("memory", "all"):
         print("| optimizer | rounds | X as CSR (MB) | before fit (MB) | peak RSS (MB) | "
               "peak - before (MB) | (peak - before) / CSR | model (MB) | personal copies (MB)"
-              " | fit (s) |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              " | Adam moments (MB) | rest / CSR | fit (s) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for optimizer in ("gd", "adam"):
             for rounds in (1,) if args.quick else (1, 3):
                 r = in_subprocess("memory", optimizer=optimizer, rounds=rounds, quick=args.quick)
                 grown = r["peak_mb"] - r["before_mb"]
+                rest = grown - r["model_mb"] - r["personal_mb"] - r["moments_mb"]
                 print(f"| {optimizer} | {rounds} | {r['csr_mb']:.0f} | {r['before_mb']:.0f} | "
                       f"{r['peak_mb']:.0f} | {grown:.0f} | {grown / r['csr_mb']:.1f} | "
-                      f"{r['model_mb']:.0f} | {r['personal_mb']:.0f} | {r['seconds']:.1f} |",
-                      flush=True)
+                      f"{r['model_mb']:.0f} | {r['personal_mb']:.0f} | {r['moments_mb']:.0f} | "
+                      f"{rest / r['csr_mb']:.1f} | {r['seconds']:.1f} |", flush=True)
     if args.table in ("netflix", "all"):
         rounds = 3 if args.quick else args.rounds
         r = in_subprocess("netflix", users=args.users, rounds=rounds, quick=args.quick,
