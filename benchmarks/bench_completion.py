@@ -37,7 +37,7 @@ from sklearn_fedmf.model_selection import train_test_split_ratings
 def methods(beta, rounds):
     common = dict(n_components=5, n_clients=100, clients_per_round=10, max_iter=rounds)
     return {
-        f"FedMCADMM (beta={beta:g})": lambda: FedMCADMM(beta=beta, local_iter=10, **common,
+        f"FedMCADMM (beta={beta:g})": lambda: FedMCADMM(beta=beta, **common,
                                                         **PAPER_SETTINGS["FedMCADMM"]),
         "FedMAvg (Wang & Chang)": lambda: FedMAvg(**common, **PAPER_SETTINGS["FedMAvg"]),
         "FedMAvg (FedMC-ADMM paper)": lambda: FedMAvg(variant="fedmc_admm", **common,

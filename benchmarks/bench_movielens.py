@@ -40,7 +40,7 @@ def main():
     rows = [("global mean", float(np.sqrt(np.mean((X_test.data - X.data.mean()) ** 2))),
              float("nan"), 0.0, {})]
 
-    paper = dict(n_components=5, n_clients=100, clients_per_round=10, local_iter=10,
+    paper = dict(n_components=5, n_clients=100, clients_per_round=10,
                  max_iter=rounds, random_state=0, **PAPER_SETTINGS["FedMCADMM"])
     tic = time.perf_counter()
     model = FedMCADMM(**paper).fit(X, eval_set=X_test)

@@ -157,7 +157,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         if eval_X is not None:
             eval_X = _shift(eval_X, -offset)
         _warn_unobserved(X)
-        return X, dict(eval_X=eval_X, mean=mean, rating_range=rating_range, offset=offset)
+        # n_ratings: the sum of the clients' rating counts (FedMCADMM's beta='auto')
+        return X, dict(eval_X=eval_X, mean=mean, rating_range=rating_range, offset=offset,
+                       n_ratings=X.nnz)
 
     def _collect(self, state, blocks, ctx):
         self.mean_, self.rating_range_ = ctx.info["mean"], ctx.info["rating_range"]

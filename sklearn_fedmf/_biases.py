@@ -126,8 +126,8 @@ def item_step_bounds(gram, ridge=0.0):
     ``H_j <= diag((1 + 1/TAU) A_j, (1 + TAU) n_j)`` and ``A_j <= U^T U``: each block may step
     by its own bound. The single bound ``lambda_max(H)`` counts the ones column (all rows)
     and would shrink the factor steps by about ``n / lambda_max(U^T U)``. (Per-item bounds
-    ``n_j`` would be tighter, but FedMGS's server steps with stale gradients of the clients
-    it did not sample, which such long bias steps do not survive: measured.)
+    ``n_j`` would be tighter; they failed, measured, when FedMGS's server summed stale
+    gradients, and are untried since it holds every item's exact Gram.)
     """
     L_factors = float(np.linalg.eigvalsh(gram[:-1, :-1])[-1]) if gram.shape[0] > 1 else 0.0
     return _block_bounds(L_factors, gram[-1, -1], gram.shape[0], ridge)[0]

@@ -197,22 +197,29 @@ def test_b_u_is_never_uploaded_and_b_i_is_aggregated_as_v(cls):
     seen = []
 
     def callback(k, info):
-        seen.append((info["uploads"], info["server_state"]["Vt"].copy(),
-                     {p: s for p, s in enumerate(info["server_state"].get("grads", []))}))
+        seen.append((info["uploads"], info["server_state"]["Vt"].copy()))
 
     est.set_params(callback=callback).fit(X)
     sizes = np.bincount(est.clients_)
-    for uploads, Vt, _ in seen:
+    for uploads, Vt in seen:
         for p, upload in uploads.items():
-            _check_item_side(upload, X.shape[1], sizes[p])
+            if cls is FedMAvg:
+                _check_item_side(upload, X.shape[1], sizes[p])
+            else:  # per rated item, G1_j of [U_p, 1]: its ones entry counts the raters of j
+                Xp = X[est.clients_ == p]
+                np.testing.assert_array_equal(upload["items"], np.unique(Xp.indices))
+                G1 = upload["G"][:, 3:].reshape(-1, 3, 3)
+                np.testing.assert_array_equal(G1[:, -1, -1],
+                                              np.bincount(Xp.indices)[upload["items"]])
+                assert upload["gram"][-1, -1] == sizes[p]
         assert np.all(Vt[:, -2] == 1.0)
     if cls is FedMAvg:  # V = the weighted mean of the copies W_p, b_i column included
-        uploads, Vt, _ = seen[-1]
+        uploads, Vt = seen[-1]
         w = np.array([X[est.clients_ == p].nnz for p in uploads], dtype=float)
         mean = sum(wi * u["W"] for wi, u in zip(w / w.sum(), uploads.values()))
         np.testing.assert_allclose(Vt[:, [0, 1, 3]], mean[:, [0, 1, 3]], rtol=1e-12)
-    else:  # the server sums the clients' gradients over [V, b_i] alike
-        assert all(u["grad"].shape == (X.shape[1], 3) for u in seen[-1][0].values())
+    else:  # the server sums the clients' aggregates over [V, b_i] alike: G2_j has 3 entries
+        assert all(u["G"].shape[1] == 3 + 3 * 3 for u in seen[-1][0].values())
 
 
 WEIGHTED = {

@@ -1,6 +1,5 @@
-"""FedMGS for matrix completion: gradient sharing with fresh client gradients per server step
-(Wang and Chang's Algorithm 2 on a masked loss; its Remark 2 covers the full-observation
-loss only)."""
+"""FedMGS for matrix completion: Wang and Chang's Algorithm 2 on a masked loss, the clients
+sharing per-item data aggregates from which the server rebuilds the exact gradient."""
 
 
 import numpy as np
@@ -10,6 +9,7 @@ from joblib import parallel_config
 import sklearn_fedmf.completion._fedmgs as fedmgs
 from sklearn_fedmf import FedMGS as _FedMGS
 from sklearn_fedmf._engine import nbytes
+from sklearn_fedmf.datasets import make_ratings
 
 from .conftest import low_rank_ratings, paper
 from .test_fedmavg import lam_max, masked
@@ -34,7 +34,7 @@ def test_with_all_clients_the_partition_does_not_matter(ratings, monkeypatch):
     def same_start(block, Vt, rng, **kw):  # U^0 of a row must not depend on its client
         state, _ = original(block, Vt, rng, **kw)
         state["U"] = U0[block.rows].copy()
-        return state, fedmgs.share(state["U"], Vt, block.X)
+        return state, fedmgs.share(state["U"], block.X)
 
     monkeypatch.setattr(fedmgs, "init_client", same_start)
     fits = [small(alpha_u=0.1, alpha_v=0.1, **split).fit(X) for split in (
@@ -57,57 +57,77 @@ def test_one_client_and_one_step_is_centralized_alternating_gradient(ratings):
     np.testing.assert_allclose(two.components_, V, rtol=1e-10)
 
 
-def test_server_step_uses_every_clients_latest_gradient(ratings):
-    """Sampled clients refresh their cached gradient; the others' entries stay as sent."""
+def test_server_steps_use_the_exact_gradient_at_every_clients_factors(ratings):
+    """Partial participation: the sampled clients refresh their cached aggregates, the
+    others' stay as sent, and the server's Q2 steps are proximal-gradient steps with the
+    exact masked gradient at all clients' current factors (eq. (32), item by item)."""
     X, _, _ = ratings
+    n_items, r, a_v = X.shape[1], 2, 0.3
     log = []
 
-    def cached(state):  # the server's cache, as the dense gradients the clients sent
-        shape = state["grad_sum"].shape
-        return np.stack([fedmgs.cached_gradient(state["segments"], p, shape)
+    def cached(state):  # the server's cache, as dense per-client aggregates
+        return np.stack([fedmgs.cached_aggregates(state["segments"], p, n_items)
                          for p in range(4)])
 
-    small(clients_per_round=2, max_iter=6, alpha_v=0.3,
-          callback=lambda k, info: log.append({
-              "sampled": info["sampled"], "grads": cached(info["server_state"]),
-              "grams": np.concatenate([s["grams"] for s in info["server_state"]["segments"]]),
-              "V": info["server_state"]["Vt"].copy(),
-              "uploads": info["uploads"]})).fit(X)
+    model = small(clients_per_round=2, max_iter=6, alpha_v=a_v, local_iter_v=3,
+                  callback=lambda k, info: log.append({
+                      "sampled": info["sampled"], "cache": cached(info["server_state"]),
+                      "V": info["server_state"]["Vt"].T.copy(),
+                      "uploads": info["uploads"]})).fit(X)
     for prev, cur in zip(log, log[1:]):
         for p in range(4):
             if p in cur["sampled"]:
-                np.testing.assert_array_equal(cur["grads"][p], cur["uploads"][p]["grad"])
+                upload = cur["uploads"][p]
+                expected = np.zeros((n_items, r + r * r))
+                expected[upload["items"]] = upload["G"]
+                np.testing.assert_array_equal(cur["cache"][p], expected)
             else:
-                np.testing.assert_array_equal(cur["grads"][p], prev["grads"][p])
-        d = 0.501 * (lam_max(cur["grams"].sum(axis=0)) + 0.3)
-        expected = prev["V"] - (cur["grads"].sum(axis=0) + 0.3 * prev["V"]) / d
-        np.testing.assert_allclose(cur["V"], expected, rtol=1e-12)
+                np.testing.assert_array_equal(cur["cache"][p], prev["cache"][p])
+    M, mask = masked(X)
+    U, V = model.user_factors_, log[-2]["V"]  # (every client's current factors)
+    d = 0.501 * (lam_max(U.T @ U) + a_v)
+    for _ in range(3):
+        V = V - (U.T @ (mask * (U @ V - M)) + a_v * V) / d
+    np.testing.assert_allclose(log[-1]["V"], V, rtol=1e-10)
 
 
-def test_privacy_contract_uploads_hold_a_gradient_and_a_gram(ratings):
+def test_privacy_contract_uploads_hold_the_per_item_aggregates(ratings):
+    """A sampled client sends, for each item its users rated, ``G2_j = sum_t x_tj u_t`` and
+    ``G1_j = sum_t u_t u_t^T`` (its masked (29)), and its Gram; nobody else sends."""
     X, _, _ = ratings
     n_items, r, P, m = X.shape[1], 2, 4, 2
     log = []
     model = small(clients_per_round=m, max_iter=5,
                   callback=lambda k, info: log.append(info)).fit(X)
-    per_client = (n_items * r + r * r) * 8
+    rated = [np.unique(X[model.clients_ == p].indices) for p in range(P)]
+
+    def size(p):  # the rated items (int32 indices), r + r^2 numbers per item, the Gram
+        return len(rated[p]) * (4 + (r + r * r) * 8) + r * r * 8
+
     for k, info in enumerate(log):
         assert set(info["uploads"]) == set(info["sampled"].tolist())  # PCP: nobody else
-        for upload in info["uploads"].values():
-            assert set(upload) == {"grad", "gram"}
-            assert upload["grad"].shape == (n_items, r) and upload["gram"].shape == (r, r)
-        assert sum(nbytes(u) for u in info["uploads"].values()) == m * per_client
-        # every client's initial gradient (for G1^0, G2^0) is counted once, in round 1
-        once = P * per_client if k == 0 else 0
-        assert model.history_[k]["bytes_uploaded"] == m * per_client + once
+        for p, upload in info["uploads"].items():
+            assert set(upload) == {"items", "G", "gram"}
+            np.testing.assert_array_equal(upload["items"], rated[p])
+            assert upload["G"].shape == (len(rated[p]), r + r * r)
+        sent = sum(size(p) for p in info["uploads"])
+        assert sum(nbytes(u) for u in info["uploads"].values()) == sent
+        # every client's initial aggregates (G1^0, G2^0) are counted once, in round 1
+        once = sum(size(p) for p in range(P)) if k == 0 else 0
+        assert model.history_[k]["bytes_uploaded"] == sent + once
         # the broadcast V reaches the sampled clients only
         assert model.history_[k]["bytes_downloaded"] == m * n_items * r * 8 + (
             P * n_items * r * 8 if k == 0 else 0)
-    # what a gradient reveals: its nonzero rows are the items the client's users rated
-    client_rows = model.clients_ == 0
-    rated = np.unique(X[client_rows].indices)
-    sent = next(info["uploads"][0]["grad"] for info in log if 0 in info["uploads"])
-    np.testing.assert_array_equal(np.flatnonzero(np.abs(sent).sum(axis=1)), rated)
+    # the message is the client's data aggregates at its current factors
+    M, mask = masked(X)
+    for p, upload in log[-1]["uploads"].items():
+        rows = model.clients_ == p
+        U, Mp, Wp = model.user_factors_[rows], M[rows], mask[rows]
+        items = upload["items"]
+        np.testing.assert_allclose(upload["G"][:, :r], (Wp * Mp).T[items] @ U, rtol=1e-12)
+        G1 = np.einsum("tj,ta,tc->jac", Wp[:, items], U, U).reshape(len(items), r * r)
+        np.testing.assert_allclose(upload["G"][:, r:], G1, rtol=1e-12)
+        np.testing.assert_allclose(upload["gram"], U.T @ U, rtol=1e-12)
 
 
 def test_same_model_for_any_n_jobs(ratings):
@@ -119,9 +139,25 @@ def test_same_model_for_any_n_jobs(ratings):
     np.testing.assert_array_equal(ref.user_factors_, par.user_factors_)
 
 
-@pytest.mark.parametrize("clients_per_round", [None, 2])
-def test_recovers_an_exactly_low_rank_matrix(clients_per_round):
+@pytest.mark.parametrize("clients_per_round, local_iter_v", [(None, 1), (2, 1), (2, 5)])
+def test_recovers_an_exactly_low_rank_matrix(clients_per_round, local_iter_v):
     X, Y, _ = low_rank_ratings(m=200, n=50, seed=2)
     model = FedMGS(n_components=2, n_clients=4, clients_per_round=clients_per_round,
-                   max_iter=300, center=False, random_state=0).fit(X, eval_set=Y)
+                   local_iter_v=local_iter_v, max_iter=300, center=False,
+                   random_state=0).fit(X, eval_set=Y)
     assert model.history_[-1]["eval_rmse"] < 0.05
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_one_client_per_user_at_low_participation_descends(grouped, monkeypatch):
+    """Issue 15: with 2 % of one-user clients per round, every round is a descent step of
+    block coordinate descent (the sampled users' rows, then V with the exact gradient at
+    every client's factors), so the objective never increases. A server that summed the
+    clients' last gradients, computed at old V, went up by a factor of 40 here."""
+    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1 if grouped else 10**9)
+    X = make_ratings(400, 60, 8000, noise=0.5, random_state=0).X
+    model = _FedMGS(clients_per_round=0.02, max_iter=60, random_state=0).fit(
+        X, clients=np.arange(400))
+    objective = np.array([h["objective"] for h in model.history_])
+    assert np.all(np.diff(objective) <= 1e-10 * objective[:-1])
+    assert objective[-1] < 0.6 * objective[0]

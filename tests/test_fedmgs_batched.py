@@ -1,6 +1,6 @@
 """FedMGS for many small clients: the batched phases of a client group give the per-client
-functions' states and messages, the server's sparse gradient cache gives the dense cache's
-steps, and a grouped fit is the per-client fit (issue 15)."""
+functions' states and messages, the server's sparse cache of per-item aggregates gives a dense
+cache's steps, and a grouped fit is the per-client fit (issue 15)."""
 
 from functools import partial
 
@@ -13,9 +13,10 @@ import sklearn_fedmf.completion._fedmgs_batched as batched
 from sklearn_fedmf import FedMGS
 from sklearn_fedmf._biases import item_step_bounds
 from sklearn_fedmf._engine import nbytes
-from sklearn_fedmf._groups import ImplicitRows, make_groups
+from sklearn_fedmf._groups import make_groups
 from sklearn_fedmf._transport import client_generator
 from sklearn_fedmf.completion._fedmavg import EPS_LIPSCHITZ, lambda_max, prox_nonsmooth
+from sklearn_fedmf.exceptions import FederationError
 
 
 def ratings(n_rows=90, n_items=40, density=0.15, seed=0):
@@ -35,6 +36,14 @@ def clients_of(n_rows, rows_per_client, seed=0):
 
 def assert_close(a, b):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-14)
+
+
+def assert_messages_equal(sent, ref, exact=True):
+    """The aggregates of a group's message are the per-client function's (the same kernel:
+    bit for bit from the same factors)."""
+    for key in set(sent) - {"counts"}:
+        (np.testing.assert_array_equal if exact or key == "items" else assert_close)(
+            sent[key], ref[key])
 
 
 PARAMS = dict(local_iter_u=4, c_factor=0.51, alpha_u=0.3, l1_ratio=0.0, positive=False)
@@ -65,20 +74,16 @@ def test_batched_phases_equal_the_per_client_functions(case, rows_per_client):
             block, c = group.block(i), group.start + i
             ref, ref_up = fedmgs.init_client(block, Vt, client_generator(stream, c), **init)
             assert_close(batched.client_state(state, group, i)["U"], ref["U"])
-            sent = uploads[c]["grad"]
-            # one-user clients with biases send e a^T (a: the Gram's last row), bit for bit
+            sent = uploads[c]
+            # one-user clients with biases send the compact form (a and their ratings)
             outer = biased and rows_per_client == 1
-            assert isinstance(sent, batched.OuterRows if outer else ImplicitRows)
-            np.testing.assert_array_equal(sent.rows, np.unique(block.X.indices))
-            assert_close(sent, ref_up["grad"])  # the dense gradient, rebuilt
-            if outer:
-                np.testing.assert_array_equal(np.asarray(sent), ref_up["grad"])
-                np.testing.assert_array_equal(sent.a, ref_up["gram"][-1])
-            assert_close(uploads[c]["gram"], ref_up["gram"])
+            assert set(sent) - {"counts"} == ({"items", "x", "a"} if outer
+                                              else {"items", "G", "gram"})
+            np.testing.assert_array_equal(sent["items"], np.unique(block.X.indices))
+            assert_messages_equal(sent, ref_up)
             if weighted:  # ratings per item, on the rated items
-                np.testing.assert_array_equal(np.asarray(uploads[c]["counts"]),
-                                              ref_up["counts"])
-            assert nbytes(uploads[c]) == nbytes(ref_up)  # counted as the dense message
+                np.testing.assert_array_equal(np.asarray(sent["counts"]), ref_up["counts"])
+            assert nbytes(sent) == nbytes(ref_up)
         active = rng.random(group.n_clients) < 0.6
         selected = active & (rng.random(group.n_clients) < 0.7)
         Vt2 = Vt + 0.1 * rng.random(Vt.shape)
@@ -96,8 +101,7 @@ def test_batched_phases_equal_the_per_client_functions(case, rows_per_client):
             ref, ref_up = fedmgs.client_update(before, block, Vt2, None, selected[i], **params)
             assert_close(got["U"], ref["U"])
             if selected[i]:
-                assert_close(uploads[group.start + i]["grad"], ref_up["grad"])
-                assert_close(uploads[group.start + i]["gram"], ref_up["gram"])
+                assert_messages_equal(uploads[group.start + i], ref_up, exact=False)
         if positive:
             assert (new["U"] >= 0).all()
         # the metrics' sums over the group
@@ -130,12 +134,26 @@ def test_client_items_lays_out_each_clients_rated_items():
             np.testing.assert_array_equal(items[layout["slot"][lo:hi]], group.X.indices[lo:hi])
 
 
-def dense_server_update(state, uploads, *, d_factor, alpha_v, l1_ratio, positive, biased):
-    """The server step with a dense ``p x n x r`` cache of the latest gradients (the oracle)."""
-    grads, grams = state["grads"].copy(), state["grams"].copy()
+def dense_aggregates(upload, n_items):
+    """A message as the dense ``n_items x (r + r^2)`` matrix of rows ``[G2_j, vec(G1_j)]``."""
+    if "x" in upload:
+        a = upload["a"]
+        G = np.hstack([np.multiply.outer(upload["x"], a),
+                       np.tile(np.multiply.outer(a, a).ravel(), (len(upload["x"]), 1))])
+        gram = np.multiply.outer(a, a)
+    else:
+        G, gram = upload["G"], upload["gram"]
+    out = np.zeros((n_items, G.shape[1]))
+    out[upload["items"]] = G
+    return out, gram
+
+
+def dense_server_update(state, uploads, *, d_factor, local_iter_v, alpha_v, l1_ratio,
+                        positive, biased):
+    """The server's steps with a dense ``p x n x (r + r^2)`` cache (the oracle)."""
+    cache, grams = state["cache"].copy(), state["grams"].copy()
     for p, upload in uploads.items():
-        grads[p] = np.asarray(upload["grad"])
-        grams[p] = upload["gram"]
+        cache[p], grams[p] = dense_aggregates(upload, cache.shape[1])
     ridge = alpha_v * (1.0 - l1_ratio)
     if biased:  # a bound per column block (_biases.item_step_bounds)
         d = d_factor * np.maximum(item_step_bounds(grams.sum(axis=0), ridge), EPS_LIPSCHITZ)
@@ -143,123 +161,77 @@ def dense_server_update(state, uploads, *, d_factor, alpha_v, l1_ratio, positive
         d = d_factor * max(lambda_max(grams.sum(axis=0)) + ridge, EPS_LIPSCHITZ)
     Vt = state["Vt"]
     free = np.delete(Vt, Vt.shape[1] - 2, axis=1) if biased else Vt
-    free = prox_nonsmooth(free - (grads.sum(axis=0) + ridge * free) / d, 1.0 / d, alpha_v,
-                          l1_ratio, positive)
+    r = free.shape[1]
+    total = cache.sum(axis=0)
+    for _ in range(local_iter_v):
+        grad = np.einsum("jac,jc->ja", total[:, r:].reshape(-1, r, r), free) - total[:, :r]
+        free = prox_nonsmooth(free - (grad + ridge * free) / d, 1.0 / d, alpha_v, l1_ratio,
+                              positive)
     if biased:
         free = np.hstack([free[:, :-1], np.ones((len(free), 1)), free[:, -1:]])
-    return {"Vt": free, "grads": grads, "grams": grams}
+    return {"Vt": free, "cache": cache, "grams": grams}
 
 
 @pytest.mark.parametrize("biased", [True, False])
 def test_sparse_cache_steps_as_the_dense_cache(biased, monkeypatch):
-    """Over rounds with both message forms, rows that change (a dense upload's zero rows
-    becoming nonzero) and the exact re-sums, the running sum gives the dense cache's V."""
+    """Over rounds with both message forms (one-user clients with biases send ``a`` and
+    their ratings), a group's views adopted without a copy and the exact re-sums, the
+    running sums give the dense cache's V."""
     monkeypatch.setattr(fedmgs, "RESUM_EVERY", 3)
     rng = np.random.default_rng(0)
     n_clients, n_items, r = 7, 15, 3
     n_f = r + 1 if biased else r
     rated = [np.sort(rng.choice(n_items, size=rng.integers(1, 6), replace=False))
              for _ in range(n_clients)]
-    rated[2] = rated[2][:0]  # a client whose first gradient is all zero (e.g. U^0 = 0)
+    rated[2] = rated[2][:0]  # a client with no rating
+    compact = np.array([False] * 4 + [biased] * 2 + [False])  # (fixed by a client's rows)
 
-    def gradient(p, dense):
-        G = np.zeros((n_items, n_f))
-        G[rated[p]] = rng.normal(size=(len(rated[p]), n_f))
-        if dense:
-            return G
-        return ImplicitRows(None, 0.0, rated[p], G[rated[p]].copy(), shape=G.shape)
-
-    def upload(p, dense):
+    def upload(p):
         A = rng.normal(size=(2, n_f))
-        return {"grad": gradient(p, dense), "gram": A.T @ A}
+        if biased:
+            A[:, -1] = 1.0
+        if compact[p]:
+            return {"items": rated[p], "x": rng.normal(size=len(rated[p])), "a": A[0]}
+        G = np.hstack([rng.normal(size=(len(rated[p]), n_f)),
+                       np.tile((A.T @ A).ravel(), (len(rated[p]), 1))])
+        return {"items": rated[p], "G": G, "gram": A.T @ A}
 
-    # clients 0-3 of a group (consecutive views of one array), the others dense
-    first = {p: upload(p, dense=p >= 4) for p in range(n_clients)}
-    values = np.concatenate([first[p]["grad"].values for p in range(4)])
+    first = {p: upload(p) for p in range(n_clients)}
+    items = np.concatenate(rated[:4])  # clients 0-3: a group's consecutive views
+    values = np.concatenate([first[p]["G"] for p in range(4)])
     grams = np.stack([first[p]["gram"] for p in range(4)])
-    items = np.concatenate(rated[:4])
-    offsets = np.cumsum([0] + [len(rated[p]) for p in range(4)])
-    for p in range(4):
-        a, b = offsets[p], offsets[p + 1]
-        first[p] = {"grad": ImplicitRows(None, 0.0, items[a:b], values[a:b],
-                                         shape=(n_items, n_f)), "gram": grams[p]}
-    Vt = rng.random((n_items, n_f + 1 if biased else n_f))
-    kw = dict(d_factor=0.501, alpha_v=0.2, l1_ratio=0.1, positive=False, biased=biased)
-    state, _ = fedmgs.server_init_uploads({"Vt": Vt}, first, n_clients=n_clients)
-    assert np.shares_memory(state["segments"][0]["values"], values)  # adopted, not copied
-    assert np.shares_memory(state["segments"][0]["grams"], grams)
-    ref = {"Vt": Vt, "grads": np.stack([np.asarray(first[p]["grad"]) for p in range(7)]),
-           "grams": np.stack([first[p]["gram"] for p in range(7)])}
-    for k in range(8):
-        if k == 2:
-            rated[2] = np.array([1, 4, 9])  # client 2's gradient rows appear
-        sampled = np.sort(rng.choice(n_clients, size=3, replace=False))
-        if k == 3:  # (client 2 sends its new rows)
-            sampled = np.union1d(sampled, [2])
-        uploads = {int(p): upload(p, dense=bool(rng.random() < 0.5)) for p in sampled}
-        state, broadcast = fedmgs.server_update(state, uploads, k, **kw)
-        ref = dense_server_update(ref, uploads, **kw)
-        np.testing.assert_allclose(broadcast, ref["Vt"], rtol=1e-12, atol=1e-14)
-        np.testing.assert_allclose(state["grad_sum"], ref["grads"].sum(axis=0), rtol=1e-12,
-                                   atol=1e-14)
-        for p in range(n_clients):
-            np.testing.assert_array_equal(
-                fedmgs.cached_gradient(state["segments"], p, (n_items, n_f)), ref["grads"][p])
-        np.testing.assert_array_equal(
-            np.concatenate([s["grams"] for s in state["segments"]]), ref["grams"])
-
-
-def test_rank_one_cache_steps_as_the_dense_cache(monkeypatch):
-    """One-user clients with biases are cached as ``e a^T`` (``k + r`` numbers, not ``k r``);
-    dense uploads of that form join them, one that is not turns its segment into rows; the
-    steps stay the dense cache's."""
-    monkeypatch.setattr(fedmgs, "RESUM_EVERY", 3)
-    rng = np.random.default_rng(1)
-    n_clients, n_items, n_f = 6, 12, 4
-    rated = [np.sort(rng.choice(n_items, size=rng.integers(1, 5), replace=False))
-             for _ in range(n_clients)]
-
-    def upload(p, form):
-        a = np.append(rng.normal(size=n_f - 1), 1.0)  # [u, 1]
-        e = rng.normal(size=len(rated[p]))
-        G = np.zeros((n_items, n_f))
-        G[rated[p]] = np.multiply.outer(e, a)
-        if form == "other":  # not e a^T
-            G[rated[p]] = rng.normal(size=(len(rated[p]), n_f))
-        grad = batched.OuterRows(rated[p], e, a, G.shape) if form == "outer" else G
-        return {"grad": grad, "gram": np.multiply.outer(a, a)}
-
-    first = {p: upload(p, "outer" if p < 4 else "dense") for p in range(n_clients)}
-    e_all = np.concatenate([first[p]["grad"].e for p in range(4)])  # a group's views
-    a_all = np.stack([first[p]["grad"].a for p in range(4)])
-    items = np.concatenate(rated[:4])
     offsets = np.cumsum([0] + [len(rated[p]) for p in range(4)])
     for p in range(4):
         lo, hi = offsets[p], offsets[p + 1]
-        first[p]["grad"] = batched.OuterRows(items[lo:hi], e_all[lo:hi], a_all[p],
-                                            (n_items, n_f))
-    Vt = rng.random((n_items, n_f + 1))
-    kw = dict(d_factor=0.501, alpha_v=0.2, l1_ratio=0.0, positive=False, biased=True)
+        first[p] = {"items": items[lo:hi], "G": values[lo:hi], "gram": grams[p]}
+    Vt = rng.random((n_items, n_f + 1 if biased else n_f))
+    kw = dict(d_factor=0.501, local_iter_v=2, alpha_v=0.2, l1_ratio=0.1, positive=False,
+              biased=biased)
     state, _ = fedmgs.server_init_uploads({"Vt": Vt}, first, n_clients=n_clients)
-    assert [s["kind"] for s in state["segments"]] == ["outer", "outer"]
-    assert np.shares_memory(state["segments"][0]["e"], e_all)
-    ref = {"Vt": Vt, "grads": np.stack([np.asarray(first[p]["grad"]) for p in range(6)]),
-           "grams": np.stack([first[p]["gram"] for p in range(6)])}
-    for k in range(7):
+    assert np.shares_memory(state["segments"][0]["G"], values)  # adopted, not copied
+    assert np.shares_memory(state["segments"][0]["grams"], grams)
+    assert ("outer" in [s["kind"] for s in state["segments"]]) == biased
+    ref = {"Vt": Vt, "cache": np.stack([dense_aggregates(first[p], n_items)[0]
+                                        for p in range(n_clients)]),
+           "grams": np.stack([dense_aggregates(first[p], n_items)[1]
+                              for p in range(n_clients)])}
+    for k in range(8):
         sampled = np.sort(rng.choice(n_clients, size=3, replace=False))
-        forms = {int(p): ("outer", "dense")[int(rng.random() < 0.5)] for p in sampled}
-        if k == 4:
-            forms[1] = "other"
-        uploads = {p: upload(p, form) for p, form in sorted(forms.items())}
+        uploads = {int(p): upload(p) for p in sampled}
         state, broadcast = fedmgs.server_update(state, uploads, k, **kw)
         ref = dense_server_update(ref, uploads, **kw)
         np.testing.assert_allclose(broadcast, ref["Vt"], rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(state["sums"], ref["cache"].sum(axis=0), rtol=1e-12,
+                                   atol=1e-14)
         for p in range(n_clients):
-            np.testing.assert_array_equal(
-                fedmgs.cached_gradient(state["segments"], p, (n_items, n_f)), ref["grads"][p])
+            np.testing.assert_allclose(fedmgs.cached_aggregates(state["segments"], p, n_items),
+                                       ref["cache"][p], rtol=1e-15)
         np.testing.assert_allclose(fedmgs.gram_sum(state["segments"]),
                                    ref["grams"].sum(axis=0), rtol=1e-13)
-    assert state["segments"][0]["kind"] == "rows"  # (client 1's upload was not e a^T)
+    # a client's rated items are fixed by its data: a message on others is refused
+    bad = {0: {**upload(0), "items": rated[0] + 1}}
+    with pytest.raises(FederationError, match="Client 0"):
+        fedmgs.server_update(state, bad, 8, **kw)
 
 
 def grouped(monkeypatch, on):
@@ -291,21 +263,26 @@ def test_grouped_fit_is_the_per_client_fit(biased, rows_per_client, regularizati
 
 
 def test_grouped_fit_uploads_hold_the_paper_message(monkeypatch):
-    """Privacy contract on the grouped path: a sampled client sends its gradient (rebuilt
-    dense: nonzero on the items it rated only) and its Gram; nobody else sends."""
+    """Privacy contract on the grouped path: a sampled one-user client (biases) sends ``a =
+    [u, 1]`` and its ratings minus ``b_u`` on the items it rated, which are its aggregates
+    ``G1_j = a a^T``, ``G2_j = x_j a`` in ``k + r`` numbers; nobody else sends."""
     X = ratings(n_rows=60, n_items=20, density=0.25)
     grouped(monkeypatch, True)
     log = []
-    FedMGS(n_components=2, max_iter=3, clients_per_round=10, random_state=0, eval_every=0,
-           callback=lambda k, info: log.append(info)).fit(X, clients=np.arange(60))
+    model = FedMGS(n_components=2, max_iter=3, clients_per_round=10, random_state=0,
+                   eval_every=0, callback=lambda k, info: log.append(info)).fit(
+                       X, clients=np.arange(60))
     for info in log:
         assert set(info["uploads"]) == set(info["sampled"].tolist())
         for c, upload in info["uploads"].items():
-            assert set(upload) == {"grad", "gram"}
-            G = np.asarray(upload["grad"])
-            assert G.shape == (20, 3) and upload["gram"].shape == (3, 3)
-            np.testing.assert_array_equal(np.flatnonzero(np.abs(G).sum(axis=1)),
-                                          np.unique(X[c].indices))
+            assert set(upload) == {"items", "x", "a"}
+            np.testing.assert_array_equal(upload["items"], np.unique(X[c].indices))
+            assert upload["a"].shape == (3,) and upload["a"][-1] == 1.0
+            assert nbytes(upload) == upload["items"].nbytes + 8 * (len(upload["items"]) + 3)
+    for c, upload in log[-1]["uploads"].items():  # at the client's final factors
+        np.testing.assert_allclose(upload["a"][:2], model.user_factors_[c], rtol=1e-15)
+        np.testing.assert_allclose(upload["x"], X[c].data - model.mean_ - model.user_bias_[c],
+                                   rtol=1e-15, atol=1e-15)
 
 
 def test_grouped_warm_start_continues_the_fit(monkeypatch):

@@ -183,7 +183,7 @@ def test_centred_fit_equals_run_federation_given_the_same_mean(tmp_path, task_id
     est = FedMCADMM(**params)
     protocol = make_site_protocol(est, n_items=X.shape[1], n_clients=N_SITES,
                                   n_users=X.shape[0], mean=flower.mean_,
-                                  rating_range=flower.rating_range_)
+                                  rating_range=flower.rating_range_, n_ratings=X.nnz)
     blocks = [site_block(est, load_site(tmp_path / f"site-{c}.npz"),
                          load_site(tmp_path / f"site-{c}-eval.npz")) for c in range(N_SITES)]
     state, init_bytes = initialize_federation(protocol, blocks, entropy=5)

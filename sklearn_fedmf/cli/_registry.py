@@ -65,7 +65,7 @@ METHODS = {
         ),
         Method(
             "fedmgs", "sklearn_fedmf.completion:FedMGS", "completion", "FedMGS",
-            "the V-gradient of its squared error and its r x r Gram U_i^T U_i",
+            "per rated item, its data aggregates sum x u and sum u u^T, and its Gram U_i^T U_i",
             fixed=dict(PAPER_SETTINGS["FedMGS"]),
             grid=default_search_space(
                 "FedMGS", include=["alpha_u", "alpha_v", "biased"]),

@@ -66,31 +66,37 @@ def state_nbytes(*, n_clients, n_items, n_factors, itemsize, grouped, nnz=0, max
 
     One block per client: every client's dense ``W_i`` and ``Y_i`` and the server's ``Z_i``,
     ``3 p n r`` numbers. Grouped clients (:mod:`._fedmc_admm_groups`): ``W_i``, ``Y_i`` and the
-    server's deviation on the rated rows (with their row indices), and the broadcast history
-    with its Gram blocks (allocated by doubling: up to twice ``max_iter + 1`` broadcasts of
-    ``n r`` numbers and their square of ``r x r`` float64 blocks).
+    server's ``Z_i`` on the rated rows (with their row indices), in append-only arrays of up
+    to twice their size, and the broadcast history with its Gram blocks and the server's
+    per-item coefficients (allocated by doubling: up to twice ``max_iter + 1`` broadcasts of
+    ``n r`` numbers, their square of ``r x r`` float64 blocks and ``n`` float64 per broadcast).
     """
     if grouped:
-        rated = nnz * (n_factors * (2 * itemsize + 8) + 16)
+        rated = nnz * (n_factors * (4 * itemsize + 16) + 32)
         capacity = 2 * (max_iter + 1)
-        return (rated + capacity * n_items * n_factors * itemsize
+        return (rated + capacity * n_items * (n_factors * itemsize + 8)
                 + capacity**2 * n_factors**2 * 8)
     return 3 * n_clients * n_items * n_factors * itemsize
 
 
-AUTO_BETA = 0.3  # beta="auto" = AUTO_BETA * initial_curvature(...), measured (bench_beta.py)
+AUTO_BETA = 1.0  # beta="auto" = AUTO_BETA * initial_curvature(...), measured (bench_beta.py)
 RESUM_EVERY = 20  # rounds between exact sums of the server's aggregate
 
 
-def initial_curvature(n_rows, n_clients, n_components, init_scale):
-    """``b0 = E||U_i^0^T U_i^0||_F / p`` for ``U_i^0`` i.i.d. ``init_scale * Uniform[0, 1)``.
+def initial_curvature(n_ratings, n_items, n_clients, n_components, init_scale, biased):
+    """``b0``: the W step's curvature at a rated item column of a client, at the start.
 
-    ``E[U^T U]`` has ``m_i s^2 / 3`` on the diagonal and ``m_i s^2 / 4`` off it, with ``m_i``
-    the average number of rows per client.
+    Column ``j`` of (P-15)'s ``(1/p) f_i`` has curvature ``(1/p) lambda_max(sum_t u_t u_t^T)
+    <= (1/p) sum_t ||u_t||^2`` over the client's ``k`` raters of ``j``. With the ratings
+    spread evenly, ``k`` is Poisson with mean ``lambda = ratings / (items p)``, so a rated
+    column has ``E[k | k >= 1] = lambda / (1 - exp(-lambda))`` raters; a row of
+    ``U_i^0 = init_scale * Uniform[0, 1)`` has ``E||u_t^0||^2 = r init_scale^2 / 3`` (plus 1
+    for the fixed ones column with biases, whose ``b_u`` starts at 0).
     """
-    r = n_components
-    rows_per_client = n_rows / n_clients
-    return rows_per_client * init_scale**2 * np.sqrt(r / 9 + r * (r - 1) / 16) / n_clients
+    lam = n_ratings / (n_items * n_clients)
+    raters = lam / -np.expm1(-lam) if lam > 0 else 1.0
+    row = n_components * init_scale**2 / 3 + (1.0 if biased else 0.0)
+    return raters * row / n_clients
 
 
 # ---- pure solver functions ------------------------------------------------------------------
@@ -380,14 +386,21 @@ class FedMCADMM(FederatedMFBase):
     beta : float or "auto", default="auto"
         ADMM penalty. Large values slow the global factor down (each round moves ``V`` by about
         a gradient step of size ``1/(p*beta)``); small values slow consensus. ``"auto"`` is
-        ``0.3 * b0`` with ``b0 = E||U_i^0^T U_i^0||_F / p`` (the initial W-step curvature: rows
-        per client, ``init_scale`` and rank only). Measured on synthetic low-rank ratings
-        (``tests/conftest.py``) and
-        on MovieLens latest-small, ``0.1 * b0`` to ``1 * b0`` works in both, while a fixed
-        ``beta`` good for one is off by orders of magnitude for the other (see
-        ``benchmarks/bench_beta.py``). The value used is ``beta_``.
-    local_iter : int, default=10
-        Local steps ``N`` of the U loop and of the W loop in each round.
+        ``b0``, the W step's curvature at a client's rated item column at the start: ``(1/p)``
+        times the raters of the column (``lambda / (1 - exp(-lambda))`` with ``lambda`` the
+        training ratings per client and item) times a row's ``E||u_t^0||^2`` (``r
+        init_scale^2 / 3``, plus 1 for the ones column with biases). It depends on the data's
+        shape, not on the number of users per client. Measured under the paper protocol on
+        MovieLens latest-small and on synthetic ratings at the ML-1M shape, ``b0`` is the best
+        multiple (0.3 and 3 times lose up to 0.09 RMSE), and the paper's low-rank recovery holds
+        from 0.3 to 3 times (``benchmarks/bench_beta.py``). The value used is ``beta_``.
+    local_iter : int, default=100
+        Local steps ``N`` of the U loop and of the W loop in each round. The paper uses up to
+        30 (``PAPER_SETTINGS``: 10). With ``beta`` near the curvature of a rated column, a W
+        step keeps a fraction ``L_U / (L_U + p beta)`` of the distance to its solution, and the
+        U loop's step ``1/||W_i W_i^T||_F`` counts every item: 10 steps leave both far from
+        their solutions at 10 % participation, and the fits stall near the biases-only model
+        (``benchmarks/bench_defaults.py``; the steps' cost is small next to a round's messages).
     n_clients : int, default=10
         Number of clients ``p`` the rows are split into when ``clients`` is not given to fit.
     partition : {"random", "contiguous"}, default="random"
@@ -420,9 +433,11 @@ class FedMCADMM(FederatedMFBase):
         Constrain both factors to be nonnegative.
     w_update : {"linearized", "exact"}, default="linearized"
         The paper's linearized W loop, or the exact per-column solve of Remark 4.1.
-    init_scale : float, default=1.0
+    init_scale : float, default=0.1
         Factors start i.i.d. ``init_scale * Uniform[0, 1)`` (0 starts them at the zero
-        saddle, where they stay: with ``biased=True`` only the biases are then fitted).
+        saddle, where they stay: with ``biased=True`` only the biases are then fitted). The
+        paper's ``Uniform[0, 1)`` (1.0, in ``PAPER_SETTINGS``) starts ``U V`` at a mean of
+        ``r / 4``, which partial participation takes many rounds to unlearn on centred ratings.
     dual_init : {"paper", "zeros"}, default="paper"
         ``Y_i^0 = -(1/p) grad_V f_i(U_i^0, V^0)`` (uploaded once by every client) or zero.
     center : bool, default=True
@@ -538,7 +553,7 @@ class FedMCADMM(FederatedMFBase):
     >>> M = rng.normal(size=(60, 2)) @ rng.normal(size=(2, 30))
     >>> X = np.where(rng.random(M.shape) < 0.6, M, np.nan)
     >>> # a noise-free low-rank toy needs little regularization (the defaults suit ratings)
-    >>> model = FedMCADMM(n_components=2, n_clients=4, max_iter=200, alpha_u=0.01, alpha_v=0.01,
+    >>> model = FedMCADMM(n_components=2, n_clients=4, max_iter=200, alpha_u=0.1, alpha_v=0.1,
     ...               random_state=0).fit(X)
     >>> bool(model.score(X) > -0.05)
     True
@@ -561,7 +576,7 @@ class FedMCADMM(FederatedMFBase):
         n_components=5,
         *,
         beta="auto",
-        local_iter=10,
+        local_iter=100,
         n_clients=10,
         partition="random",
         clients_per_round=None,
@@ -573,7 +588,7 @@ class FedMCADMM(FederatedMFBase):
         regularization="plain",
         positive=False,
         w_update="linearized",
-        init_scale=1.0,
+        init_scale=0.1,
         dual_init="paper",
         center=True,
         biased=True,
@@ -608,11 +623,12 @@ class FedMCADMM(FederatedMFBase):
 
     def _beta(self, ctx):
         if self.beta == "auto":
-            if self.init_scale == 0:
-                raise ValueError("beta='auto' scales with init_scale; init_scale=0 needs an "
-                                 "explicit beta.")
+            if self.init_scale == 0 and not self.biased:
+                raise ValueError("beta='auto' scales with init_scale; init_scale=0 without "
+                                 "biases needs an explicit beta.")
             return AUTO_BETA * initial_curvature(
-                ctx.n_rows, ctx.n_clients, self.n_components, self.init_scale
+                ctx.info["n_ratings"], ctx.n_features, ctx.n_clients, self.n_components,
+                self.init_scale, self.biased,
             )
         return float(self.beta)
 

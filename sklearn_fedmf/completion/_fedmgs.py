@@ -5,39 +5,56 @@ factor ``V`` (the paper's ``W``) lives on the server, client ``p`` keeps ``U_p``
 
     F(U, V) = sum_p [1/2 ||P_Omega_p(M_p - U_p V)||^2 + h(U_p)] + h(V)
 
-Why this is not the paper's FedMGS verbatim (its Remark 2 restricts it to the full-observation
-Frobenius loss). For the full-observation loss
-the gradient in ``W`` is linear with two data aggregates, ``grad = W G1 - G2`` (29), so from
-``H_p H_p^T`` and ``X_p H_p^T`` the server rebuilds the exact gradient at any ``W`` and runs
-``Q2`` projected steps alone. With missing entries every item has its own Gram
-``sum_{users who rated j} u u^T``, which no fixed-size aggregate carries. This class keeps the
-gradient-sharing principle with fresh client gradients per server step: in a round the
-sampled clients take ``local_iter_u`` steps on ``U_p`` against ``V^s`` and send the gradient
-``grad_V 1/2||P_Omega_p(M_p - U_p V^s)||^2`` (``n_items x r``) and ``U_p^T U_p`` (``r x r``,
-for the step size); the server sums the latest gradient of every client (fresh for the
-sampled ones; a client that was not sampled has not moved ``U_p``, only ``V`` moved since
-its gradient) and takes one proximal-gradient step ``V <- prox(V - grad / d)``,
-``d = d_factor (lambda_max(sum_p U_p^T U_p) + ridge)``. One round is thus the paper's
-``Q2 = 1``; with every client sampled it is exactly centralized alternating proximal gradient
-(``Q1`` steps on ``U``, one on ``V``) and does not depend on the partition. Every client
-sends its gradient at the initial point once (Algorithm 2's ``G1^0``, ``G2^0``, which the paper's
-cost leaves out; counted in round 1's bytes).
+The paper's FedMGS needs the full-observation Frobenius loss (its Remark 2): there the gradient
+in ``W`` is linear with two data aggregates, ``grad = W G1 - G2`` (29), so from ``H_p H_p^T``
+and ``X_p H_p^T`` the server rebuilds the exact gradient at any ``W`` and runs ``Q2``
+projected steps alone (32). With missing ratings the gradient is still linear, row by row:
+for item ``j``, ``grad_j = G1_j v_j - G2_j`` with its own aggregates ``G1_j = sum_t a_t
+a_t^T`` and ``G2_j = sum_t x_tj a_t`` over the users ``t`` who rated ``j``. This class is
+Algorithm 2 with those per-item aggregates: in a round the sampled clients take
+``local_iter_u`` steps on ``U_p`` against ``V^s`` and send, for each item their users rated,
+their parts of ``G1_j`` and ``G2_j``, and ``U_p^T U_p`` (``r x r``, for the step size); the
+server replaces their cached parts, and takes ``Q2 = local_iter_v`` proximal-gradient steps
+``V <- prox(V - (grad + ridge V) / d)``, ``d = d_factor (lambda_max(sum_p U_p^T U_p) +
+ridge)``. A client that was not sampled has not moved ``U_p``, so its cached parts are exact:
+every server step uses the exact gradient at every client's current factors, and a round is
+a descent step of block coordinate descent whatever the participation. With every client
+sampled and ``Q2 = 1`` it is centralized alternating proximal gradient (``Q1`` steps on
+``U``, one on ``V``) and does not depend on the partition. Every client sends its aggregates
+at the initial point once (Algorithm 2's ``G1^0``, ``G2^0``, which the paper's cost leaves
+out; counted in round 1's bytes). With biases ``a_t = [u_t, 1]`` (the columns the free item
+entries ``[V; b_i]`` multiply) and ``x_tj`` is the rating minus ``b_u``; nothing goes up in
+``b_u``'s direction.
 
-Privacy consequence: a gradient reveals more than a model. Row ``j`` of the uploaded
-gradient is ``sum_t e_tj u_t`` over the client's users ``t`` who rated item ``j``: its nonzero
-rows disclose exactly which items the client's users rated, and for a one-user client two
-gradients at known ``V`` give that user's ratings in closed form (the attack on gradient
-sharing of Chai et al., 2020). FedMAvg's averaged models are not immune (with ``alpha_v=0``
-the rows of unrated items come back unchanged) but mix ``Q2`` steps started from ``V``.
+(An earlier version shared each client's gradient at ``V^s`` and summed the latest one of
+every client. A client not sampled then contributed a gradient computed at an old ``V``,
+pushing ``V`` the same way every round until it was sampled again: at one client per user
+of the ML-1M shape with 1 % of the clients per round it diverged, train RMSE 7.05, 12.3 and
+14.9 after 20, 40 and 60 rounds; the aggregates give 1.11, 1.07 and 1.05, and at 10 % 0.96,
+0.67 and 0.59 where the gradients gave 2.55, 1.19 and 0.77.)
 
-Many small clients (one per user). A client's gradient is zero outside the items it rated,
-so the server caches each client's rated rows and keeps their running sum, updated by the
-uploaded clients' changes (memory proportional to the ratings instead of ``p n r``, which is
-1.25 GB at 6,040 clients of the ML-1M shape). A one-user client with biases sends its
-gradient as ``e a^T`` (:class:`OuterRows`): ``k + r`` numbers for ``k`` rated items, the
-Netflix shape's 100M ratings then cost 0.8 GB of cache instead of 11 GB. Client groups
-(``_groups``) run their clients' phases in one compiled call (``_fedmgs_kernels``); the
-messages and bytes are those of the per-client functions.
+What is sent and counted: the indices of the rated items and ``r + r^2`` numbers per rated
+item (``[G2_j, vec(G1_j)]``, the paper's message item by item; the rows it leaves out are
+zero) plus the Gram. A one-user client with biases sends ``a`` and its ``x_tj``: ``k + r``
+numbers for ``k`` rated items, the same information as its aggregates (``G1_j = a a^T`` for
+every ``j``, and ``G2_j = x_j a``, whose last entry is ``x_j`` as ``a`` ends with the fixed
+1).
+
+Privacy consequence: the aggregates reveal more than a model. Their rows disclose which items
+the client's users rated and how many (the ones entry of ``G1_j``) and the sum of their
+ratings minus ``b_u`` (the last entry of ``G2_j``); a one-user client's message gives its
+factor row and its ratings minus its bias in closed form (a gradient needed two at known
+``V``: the attack on gradient sharing of Chai et al., 2020). FedMAvg's averaged models are
+not immune (with ``alpha_v=0`` the rows of unrated items come back unchanged) but mix ``Q2``
+steps started from ``V``.
+
+Many small clients (one per user). The server caches each client's rows on its rated items
+and keeps their running sums (``n_items x (r + r^2)``), updated by the uploaded clients'
+changes; a client with several users costs ``r + r^2`` numbers per rated item, a one-user
+client with biases ``k + r`` (12 bytes per rating with the item index: 1.2 GB for the
+Netflix shape's 100M ratings).
+Client groups (``_groups``) run their clients' phases in one compiled call
+(``_fedmgs_kernels``); the messages and bytes are those of the per-client functions.
 """
 
 from __future__ import annotations
@@ -52,8 +69,8 @@ from .. import _biases
 from .._base import FederatedMFBase
 from .._engine import FederatedProtocol
 from .._groups import BatchedPhases, ImplicitRows
-from .._kernels import grad_cols
 from .._prox import item_counts, prox_elastic_net, row_alpha
+from ..exceptions import FederationError
 from ._fedmavg import (
     EPS_LIPSCHITZ,
     client_metrics,
@@ -64,17 +81,18 @@ from ._fedmavg import (
     user_steps,
 )
 from ._fedmgs_batched import (
-    OuterRows,
     batched_client_update,
     batched_init_client,
     client_state,
+    group_layout,
+    group_share,
     with_client_states,
 )
 from ._fedmgs_kernels import add_outer, add_rows, outer_sum, replace_outer, replace_rows
 
 __all__ = ["FedMGS"]
 
-RESUM_EVERY = 20  # rounds between exact sums of the server's cached gradients
+RESUM_EVERY = 20  # rounds between exact sums of the server's cached aggregates
 
 
 # ---- pure solver functions ------------------------------------------------------------------
@@ -86,26 +104,32 @@ def init_server(rng, *, n_items, n_components, init_scale, biased=False):
     return {"Vt": Vt}, Vt
 
 
-def share(U, Vt, X, biased=False):
-    """What a client sends: the data gradient at ``(U_p, V)`` and ``U_p^T U_p``.
+def share(U, X, biased=False):
+    """What a client sends: its data aggregates ``G1_j``, ``G2_j`` on the items it rated (the
+    masked form of (29); module docstring) and its Gram; they do not depend on ``V``.
 
-    With biases: the gradient in the free entries ``[V; b_i]`` (at ``[U_p, 1]`` against the
-    ratings minus ``b_u``, exact) and the Gram of ``[U_p, 1]``; nothing in ``b_u``'s
-    direction, and the fixed row has no gradient to send."""
-    if biased:
-        X, U = _biases.item_step_view(X, U)
-        Vt = _biases.free_item(Vt)
-    G = np.empty_like(Vt)
-    grad_cols(X.indptr, X.indices, X.data, U, Vt, G)
-    return {"grad": G, "gram": U.T @ U}
+    ``{"items", "G", "gram"}``: row ``q`` of ``G`` is ``[G2_j, vec(G1_j)]`` for item ``j =
+    items[q]``. A one-user client with biases sends the compact form ``{"items", "x", "a"}``
+    (``G1_j = a a^T``, ``G2_j = x_j a``). With biases ``a_t = [u_t, 1]`` (the columns the free
+    item entries ``[V; b_i]`` multiply) and ``x_tj`` is the rating minus ``b_u``."""
+    group = _OneClient(X)
+    return group_share({"U": U, **group_layout(group)}, group, np.array([0]), biased)[0]
+
+
+class _OneClient:
+    """A client's block seen as a group of one client (for :func:`group_share`)."""
+
+    def __init__(self, X):
+        self.X, self.start, self.n_rows, self.n_clients = X, 0, X.shape[0], 1
+        self.row_ptr = np.array([0, X.shape[0]], dtype=np.int64)
 
 
 def init_client(block, Vt, rng, *, init_scale, positive, biased=False, weighted=False):
-    """Private ``U_p^0`` and the one-time upload of its gradient and Gram (for ``G1^0``,
-    ``G2^0``); weighted regularization: also its ratings per item, once (their sum over the
-    clients is the item weights ``n_j``)."""
+    """Private ``U_p^0`` and the upload of its aggregates (Algorithm 2's ``G1^0``, ``G2^0``);
+    weighted regularization: also its ratings per item, once (their sum over the clients is
+    the item weights ``n_j``)."""
     U = init_user_factors(block, Vt.shape[1], rng, init_scale, positive, biased)
-    upload = share(U, Vt, block.X, biased)
+    upload = share(U, block.X, biased)
     if weighted:
         upload["counts"] = item_counts(block.X)
     return {"U": U}, upload
@@ -117,66 +141,32 @@ def client_update(state, block, Vt, rng, selected, *, local_iter_u, c_factor, al
     alpha_u = row_alpha(alpha_u, block.X, weighted)
     U = user_steps(state["U"], Vt, block.X, local_iter_u, c_factor, alpha_u * (1.0 - l1_ratio),
                    alpha_u, l1_ratio, positive, biased)
-    return {"U": U}, (share(U, Vt, block.X, biased) if selected else None)
+    return {"U": U}, (share(U, block.X, biased) if selected else None)
 
 
-# ---- the server's cache of every client's latest gradient -----------------------------------
-# A client's gradient is zero outside the items it rated, so the server keeps each client's
-# rated rows only (memory proportional to the ratings, not p n r) and the running sum of all
-# of them. Consecutive clients are stored together in segments: dicts with the segment's
-# first client ``lo``, ``ptr`` (client ``lo + i`` owns rows ``ptr[i]:ptr[i + 1]``) and
-# ``items``, and either (``kind="rows"``) ``values``, the rows, and ``grams``, one Gram per
-# client, or (``kind="outer"``, :class:`OuterRows`) ``e`` and ``a``, one row per client.
-# A client's piece is ``(kind, rows, values or e, gram or a)``, the last with a leading axis.
-def sparse_rows(message, cached_rows=None):
-    """``(rows, values)`` of an uploaded gradient: an :class:`ImplicitRows` with ``scale`` 0
-    as sent; any other on its nonzero rows and the client's ``cached_rows`` (a cached row
-    that became zero must be replaced)."""
-    if isinstance(message, ImplicitRows) and not message.scale:
-        return message.rows, message.values
-    G = np.asarray(message)
-    nonzero = G.any(axis=1)
-    if cached_rows is not None:
-        nonzero[cached_rows] = True
-    rows = np.flatnonzero(nonzero)
-    return rows, G[rows]
-
-
-def _piece(upload, cached_rows=None, kind=None):
-    """What the cache keeps of one upload, as ``kind`` (None: ``"outer"`` when the message
-    is ``e a^T``, else ``"rows"``); None when an ``"outer"`` piece is asked of a gradient
-    that is not ``e a^T`` exactly."""
-    grad, gram = upload["grad"], upload["gram"]
-    if isinstance(grad, OuterRows):
-        piece = ("outer", grad.rows, grad.e, grad.a[None])
-        return _as_rows(piece) if kind == "rows" else piece
-    rows, values = sparse_rows(grad, cached_rows)
-    piece = ("rows", rows, values, np.asarray(gram)[None])
-    if kind == "rows":
-        return piece
-    outer = _as_outer(piece)
-    return piece if kind is None and outer is None else outer
+# ---- the server's cache of every client's latest aggregates ---------------------------------
+# A client's aggregates are zero outside the items it rated, so the server keeps each
+# client's rated rows only (memory proportional to the ratings, not p n r^2) and the running
+# sums ``total`` (row j: [G2_j, vec(G1_j)]). Consecutive clients are stored together in
+# segments: dicts with the segment's first client ``lo``, ``ptr`` (client ``lo + i`` owns rows
+# ``ptr[i]:ptr[i + 1]``) and ``items``, and either (``kind="rows"``) ``G``, the rows, and
+# ``grams``, one Gram per client, or (``kind="outer"``, one-user clients with biases) ``x``
+# and ``a``, one ``a`` per client. A client's piece is ``(kind, items, G or x, gram or a)``,
+# the last with a leading axis.
+def _piece(upload):
+    """What the cache keeps of one upload (views of the message's arrays)."""
+    if "x" in upload:
+        return "outer", upload["items"], upload["x"], upload["a"][None]
+    return "rows", upload["items"], upload["G"], np.asarray(upload["gram"])[None]
 
 
 def _as_rows(piece):
-    kind, rows, x, y = piece
+    kind, items, x, a = piece
     if kind == "rows":
         return piece
-    return "rows", rows, np.multiply.outer(x, y[0]), np.multiply.outer(y, y[0])
-
-
-def _as_outer(piece):
-    """An ``"outer"`` piece with the same message, or None (module docstring of
-    :class:`OuterRows`: ``e`` and ``a`` are a column and a row of the message)."""
-    kind, rows, x, y = piece
-    if kind == "outer":
-        return piece
-    a = y[0, -1]
-    e = x[:, -1]
-    if a[-1] != 1.0 or not (np.array_equal(np.multiply.outer(e, a), x)
-                            and np.array_equal(np.multiply.outer(a, a), y[0])):
-        return None
-    return "outer", rows, e.copy(), a[None].copy()
+    gram = np.multiply.outer(a[0], a[0])
+    G = np.hstack([np.multiply.outer(x, a[0]), np.tile(gram.ravel(), (len(x), 1))])
+    return "rows", items, G, gram[None]
 
 
 def _span(a):
@@ -206,7 +196,7 @@ def _joined(arrays, chained):
                                            strides=(row, *first.strides[1:]))
 
 
-_FIELDS = {"rows": ("values", "grams"), "outer": ("e", "a")}
+_FIELDS = {"rows": ("G", "grams"), "outer": ("x", "a")}
 
 
 def _segment(lo, pieces, chained=False):
@@ -228,7 +218,7 @@ def _client_piece(seg, i):
 def cache_segments(pieces):
     """The cache of the clients' pieces (client order). A batched group uploads its clients'
     messages as consecutive views of its arrays: such runs are kept as they are (a second
-    copy of every client's gradient would double the server's memory); other clients'
+    copy of every client's aggregates would double the server's memory); other clients'
     pieces are concatenated."""
     spans = [tuple(_span(x) for x in piece[1:]) for piece in pieces]
     chained = [False] + [a[0] == b[0] and all(_follows(x, y) for x, y in zip(sa, sb))
@@ -249,15 +239,15 @@ def cache_segments(pieces):
 
 
 def _add(total, seg, sign=1.0):
-    """``total += sign *`` the segment's cached gradients, in client order."""
+    """``total += sign *`` the segment's cached aggregates, in client order."""
     if seg["kind"] == "rows":
-        add_rows(total, seg["items"], seg["values"], sign)
+        add_rows(total, seg["items"], seg["G"], sign)
     else:
-        add_outer(total, seg["items"], seg["ptr"], seg["e"], seg["a"], sign)
+        add_outer(total, seg["items"], seg["ptr"], seg["x"], seg["a"], sign)
 
 
 def cache_sum(segments, shape):
-    """The exact sum of the cached gradients, in client order (independent of ``n_jobs``)."""
+    """The exact sums of the cached aggregates, in client order (independent of ``n_jobs``)."""
     total = np.zeros(shape)
     for seg in segments:
         _add(total, seg)
@@ -265,65 +255,57 @@ def cache_sum(segments, shape):
 
 
 def gram_sum(segments):
-    """``sum_p U_p^T U_p`` over the cached Grams."""
+    """``sum_p A_p^T A_p`` over the cached Grams."""
     return sum(seg["grams"].sum(axis=0) if seg["kind"] == "rows" else outer_sum(seg["a"])
                for seg in segments)
 
 
-def cached_gradient(segments, client, shape):
-    """Client ``client``'s cached gradient as the dense ``shape`` matrix it sent."""
+def cached_aggregates(segments, client, n_items):
+    """Client ``client``'s cached aggregates as the dense ``n_items x (r + r^2)`` matrix of
+    rows ``[G2_j, vec(G1_j)]`` (zero on the items it did not rate)."""
     seg = segments[max(i for i, s in enumerate(segments) if s["lo"] <= client)]
-    _, rows, x, y = _as_rows(_client_piece(seg, client - seg["lo"]))
-    out = np.zeros(shape)
-    out[rows] = x
+    _, rows, G, _ = _as_rows(_client_piece(seg, client - seg["lo"]))
+    out = np.zeros((n_items, G.shape[1]))
+    out[rows] = G
     return out
 
 
 def update_cache(segments, total, uploads):
-    """Replace the cached gradients and Grams of the clients of ``uploads`` (sorted) and
-    update ``total`` by their gradients' changes, in place, in client order. Returns the
-    segments (a segment is rebuilt when a client's rows or message form changed)."""
+    """Replace the cached aggregates and Grams of the clients of ``uploads`` (sorted) and
+    update ``total`` by their changes, in place, in client order. A client's rated items
+    are fixed by its data: a message on other items, or of the other form, is refused."""
     if not uploads:
         return segments
     clients = np.fromiter(uploads, dtype=np.int64, count=len(uploads))
     where = np.searchsorted([s["lo"] for s in segments], clients, side="right") - 1
-    segments = list(segments)
     for g in np.unique(where).tolist():
         seg, local = segments[g], clients[where == g] - segments[g]["lo"]
-        ptr, items = seg["ptr"], seg["items"]
-        pieces = [_piece(uploads[c], items[ptr[i]:ptr[i + 1]], seg["kind"])
-                  for c, i in zip((local + seg["lo"]).tolist(), local.tolist())]
-        if any(p is None for p in pieces):  # not all e a^T: the segment keeps rows
-            seg = segments[g] = _segment(seg["lo"], [
-                _as_rows(_client_piece(seg, i)) for i in range(len(ptr) - 1)])
-            pieces = [_piece(uploads[c], items[ptr[i]:ptr[i + 1]], "rows")
-                      for c, i in zip((local + seg["lo"]).tolist(), local.tolist())]
-        new = _segment(0, pieces)
-        mismatch = np.zeros(len(local), dtype=bool)
-        if seg["kind"] == "rows":
-            seg["grams"][local] = new["grams"]
-            replace_rows(total, items, ptr, seg["values"], local, new["items"], new["ptr"],
-                         new["values"], mismatch)
-        else:
-            replace_outer(total, items, ptr, seg["e"], seg["a"], local, new["items"],
-                          new["ptr"], new["e"], new["a"], mismatch)
-        if mismatch.any():  # rows that changed (a dense upload's zero rows): rebuild
-            changed = dict(zip(local[mismatch].tolist(),
-                               (pieces[q] for q in np.flatnonzero(mismatch))))
-            for i, piece in changed.items():
-                _add(total, _segment(0, [_client_piece(seg, i)]), -1.0)
-                _add(total, _segment(0, [piece]))
-            segments[g] = _segment(seg["lo"], [changed.get(i, _client_piece(seg, i))
-                                               for i in range(len(ptr) - 1)])
+        pieces = [_piece(uploads[c]) for c in (local + seg["lo"]).tolist()]
+        mismatch = np.array([p[0] != seg["kind"] for p in pieces])
+        if not mismatch.any():
+            new = _segment(0, pieces)
+            if seg["kind"] == "rows":
+                seg["grams"][local] = new["grams"]
+                replace_rows(total, seg["items"], seg["ptr"], seg["G"], local, new["items"],
+                             new["ptr"], new["G"], mismatch)
+            else:
+                replace_outer(total, seg["items"], seg["ptr"], seg["x"], seg["a"], local,
+                              new["items"], new["ptr"], new["x"], new["a"], mismatch)
+        if mismatch.any():
+            raise FederationError(
+                f"Client {int(local[mismatch][0] + seg['lo'])} sent its aggregates on other "
+                "items or in another form than before; its rated items are fixed.")
     return segments
 
 
 def server_init_uploads(server_state, uploads, *, n_clients):
-    """Cache every client's gradient (rated rows) and Gram (the server's ``G1``/``G2``
-    analogue) and the gradients' sum."""
-    segments = cache_segments([_piece(uploads[p]) for p in range(n_clients)])
-    total = cache_sum(segments, uploads[0]["grad"].shape)
-    state = {"Vt": server_state["Vt"], "segments": segments, "grad_sum": total}
+    """Cache every client's aggregates (rated rows) and Gram, and their sums (Algorithm 2's
+    ``G1^0``, ``G2^0``, item by item)."""
+    pieces = [_piece(uploads[p]) for p in range(n_clients)]
+    r = pieces[0][3].shape[-1]
+    segments = cache_segments(pieces)
+    total = cache_sum(segments, (server_state["Vt"].shape[0], r + r * r))
+    state = {"Vt": server_state["Vt"], "segments": segments, "sums": total}
     if "counts" in uploads[0]:
         state["counts"] = counts = np.zeros(total.shape[0])
         for p in range(n_clients):  # (grouped clients send theirs on their rated items)
@@ -335,18 +317,21 @@ def server_init_uploads(server_state, uploads, *, n_clients):
     return state, server_state["Vt"]
 
 
-def server_update(server_state, uploads, round_index, *, d_factor, alpha_v, l1_ratio,
-                  positive, biased=False):
-    """One proximal-gradient step on ``V`` with the sum of the clients' latest gradients.
+def server_update(server_state, uploads, round_index, *, d_factor, local_iter_v, alpha_v,
+                  l1_ratio, positive, biased=False):
+    """``Q2 = local_iter_v`` proximal-gradient steps on ``V`` with the exact gradient (32).
 
-    The cache is updated in place: the server owns it and it is large. The sum takes the
-    uploaded clients' changes (their rated rows) and is recomputed exactly every
-    ``RESUM_EVERY`` rounds, which bounds the rounding drift; both in client order.
-    Weighted regularization (``server_state`` holds the item counts ``n_j``): the penalty
-    ``alpha_v/2 sum_j n_j ||v_j||^2`` is taken whole in the prox, an exact per-row shrink,
-    and ``d`` holds the data's Lipschitz bound only.
+    The sums ``G1_j``, ``G2_j`` hold every client's latest aggregates, so the gradient of
+    item ``j``'s row at any ``V`` is ``G1_j v_j - G2_j``: each step is exact for the clients'
+    current factors (the sampled clients' new ones, the others' unchanged ones). The cache
+    is updated in place (the server owns it and it is large): the sums take the uploaded
+    clients' changes and are recomputed exactly every ``RESUM_EVERY`` rounds, which bounds
+    the rounding drift; both in client order. Weighted regularization (``server_state``
+    holds the item counts ``n_j``): the penalty ``alpha_v/2 sum_j n_j ||v_j||^2`` is taken
+    whole in the prox, an exact per-row shrink, and ``d`` holds the data's Lipschitz bound
+    only.
     """
-    Vt, total = server_state["Vt"], server_state["grad_sum"]
+    Vt, total = server_state["Vt"], server_state["sums"]
     segments = update_cache(server_state["segments"], total, uploads)
     if round_index % RESUM_EVERY == 0:
         total = cache_sum(segments, total.shape)
@@ -358,14 +343,18 @@ def server_update(server_state, uploads, round_index, *, d_factor, alpha_v, l1_r
     else:
         d = d_factor * max(lambda_max(grams) + ridge, EPS_LIPSCHITZ)
     free = _biases.free_item(Vt) if biased else Vt  # (the fixed row does not move)
-    if counts is None:
-        free = prox_nonsmooth(free - (total + ridge * free) / d, 1.0 / d, alpha_v, l1_ratio,
-                              positive)
-    else:
-        free = prox_elastic_net(free - total / d, 1.0 / d, alpha_v * counts[:, None],
-                                l1_ratio, positive)
+    r = free.shape[1]
+    G2, G1 = total[:, :r], total[:, r:].reshape(-1, r, r)
+    for _ in range(local_iter_v):
+        grad = np.matmul(G1, free[:, :, None])[:, :, 0] - G2
+        if counts is None:
+            free = prox_nonsmooth(free - (grad + ridge * free) / d, 1.0 / d, alpha_v,
+                                  l1_ratio, positive)
+        else:
+            free = prox_elastic_net(free - grad / d, 1.0 / d, alpha_v * counts[:, None],
+                                    l1_ratio, positive)
     Vt = _biases.with_item(free) if biased else free
-    return {**server_state, "Vt": Vt, "segments": segments, "grad_sum": total}, Vt
+    return {**server_state, "Vt": Vt, "segments": segments, "sums": total}, Vt
 
 
 def _metrics(state, block, Vt, **params):
@@ -374,9 +363,8 @@ def _metrics(state, block, Vt, **params):
     return client_metrics(state, block, {"Vt": Vt}, **params)
 
 
-
-def make_protocol(*, n_items, n_clients, n_components, local_iter_u, c_factor, d_factor,
-                  alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False,
+def make_protocol(*, n_items, n_clients, n_components, local_iter_u, local_iter_v, c_factor,
+                  d_factor, alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False,
                   weighted=False):
     """Bind the hyperparameters to the pure functions above."""
     update = dict(local_iter_u=local_iter_u, c_factor=c_factor, alpha_u=alpha_u,
@@ -391,8 +379,9 @@ def make_protocol(*, n_items, n_clients, n_components, local_iter_u, c_factor, d
         init_client=partial(init_client, **init),
         server_init_uploads=partial(server_init_uploads, n_clients=n_clients),
         client_update=partial(client_update, **update),
-        server_update=partial(server_update, d_factor=d_factor, alpha_v=alpha_v,
-                              l1_ratio=l1_ratio, positive=positive, biased=biased),
+        server_update=partial(server_update, d_factor=d_factor, local_iter_v=local_iter_v,
+                              alpha_v=alpha_v, l1_ratio=l1_ratio, positive=positive,
+                              biased=biased),
         client_metrics=partial(_metrics, **metrics),
         combine_metrics=partial(combine_metrics, loss_scale=1.0, alpha_v=alpha_v,
                                 l1_ratio=l1_ratio, biased=biased, weighted=weighted),
@@ -410,16 +399,17 @@ class FedMGS(FederatedMFBase):
 
     Each round, the ``clients_per_round`` sampled clients take ``local_iter_u``
     proximal-gradient steps on their private user factors ``U_p`` against the broadcast item
-    factor ``V``, then send the gradient of their squared error in ``V`` and their ``U_p^T
-    U_p``; the server takes a proximal-gradient step on ``V`` with the sum of every client's
-    latest gradient. Clients that are not sampled neither compute nor send.
+    factor ``V``, then send their data aggregates: for each item ``j`` their users rated,
+    ``G1_j = sum_t u_t u_t^T`` and ``G2_j = sum_t x_tj u_t`` (the paper's ``H H^T`` and ``X
+    H^T`` (29), one per item as the loss is masked), and ``U_p^T U_p``. From every client's
+    latest aggregates the server rebuilds the exact gradient in ``V`` at any ``V`` and takes
+    ``local_iter_v`` proximal-gradient steps alone. Clients that are not sampled neither
+    compute nor send; their aggregates stay exact, as their factors did not move.
 
-    The paper's server-side ``Q2`` steps need the full-observation loss (its gradient in ``V``
-    is rebuilt from two aggregates); with missing ratings a new server step needs fresh
-    client gradients, so one round is one server step (the paper's ``Q2 = 1``). With every
-    client sampled the result does not depend on the partition of the rows. A shared
-    gradient discloses which items a client's users rated, and more (see the module
-    documentation): this is the price of gradient sharing.
+    With every client sampled the result does not depend on the partition of the rows. The
+    aggregates disclose which items a client's users rated, and more (a one-user client's
+    ratings minus its bias; see the module documentation): this is the price of sharing
+    data statistics instead of models.
 
     Parameters
     ----------
@@ -427,6 +417,9 @@ class FedMGS(FederatedMFBase):
         Rank ``r`` of the factorization.
     local_iter_u : int, default=10
         Local steps ``Q1`` on the user factors per round.
+    local_iter_v : int, default=1
+        The server's steps ``Q2`` on ``V`` per round, each with the exact gradient rebuilt
+        from the clients' aggregates (no client takes part in them).
     c_factor : float, default=0.51
         The U step is ``1 / (c_factor * (lambda_max(V V^T) + ridge))`` (Algorithm 2's steps).
     d_factor : float, default=0.501
@@ -442,7 +435,7 @@ class FedMGS(FederatedMFBase):
     sampling : {"uniform", "weighted"}, default="uniform"
         ``"uniform"``: distinct clients without replacement (Theorem 2's scheme).
         ``"weighted"``: i.i.d. draws with replacement, probabilities proportional to the
-        clients' ratings (the paper's footnote); a client drawn twice sends its gradient once
+        clients' ratings (the paper's footnote); a client drawn twice sends its aggregates once
         and it is applied once.
     max_iter : int, default=100
         Communication rounds (one server step each).
@@ -460,7 +453,7 @@ class FedMGS(FederatedMFBase):
         ALS-WR's weighted lambda, each user's row scaled by its number of ratings and each
         item's by its number of ratings (``alpha`` is then a strength per rating). The
         server learns the item counts once: every client sends its ratings per item in
-        round 1 (counted in its bytes; the shared gradients already show which items a
+        round 1 (counted in its bytes; the shared aggregates already show which items a
         client rated).
     positive : bool, default=False
         Constrain both factors to be nonnegative.
@@ -519,7 +512,7 @@ class FedMGS(FederatedMFBase):
     n_clients_ : int
     clients_ : ndarray of shape (n_users,)
     history_ : list of dict
-        One record per round (round 1's bytes include every client's initial gradient).
+        One record per round (round 1's bytes include every client's initial aggregates).
     converged_, degenerate_
         As in :class:`~sklearn_fedmf.FedMCADMM`.
     n_features_in_ : int
@@ -550,6 +543,7 @@ class FedMGS(FederatedMFBase):
     _parameter_constraints: dict = {
         **FederatedMFBase._parameter_constraints,
         "local_iter_u": [Interval(Integral, 1, None, closed="left")],
+        "local_iter_v": [Interval(Integral, 1, None, closed="left")],
         "c_factor": [Interval(Real, 0, None, closed="neither")],
         "d_factor": [Interval(Real, 0, None, closed="neither")],
         "init_scale": [Interval(Real, 0, None, closed="left")],
@@ -562,6 +556,7 @@ class FedMGS(FederatedMFBase):
         n_components=5,
         *,
         local_iter_u=10,
+        local_iter_v=1,
         c_factor=0.51,
         d_factor=0.501,
         n_clients=10,
@@ -599,6 +594,7 @@ class FedMGS(FederatedMFBase):
             n_jobs=n_jobs, verbose=verbose, on_client_error=on_client_error,
         )
         self.local_iter_u = local_iter_u
+        self.local_iter_v = local_iter_v
         self.c_factor = c_factor
         self.d_factor = d_factor
         self.sampling = sampling
@@ -610,7 +606,8 @@ class FedMGS(FederatedMFBase):
     def _make_protocol(self, ctx):
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
-            local_iter_u=self.local_iter_u, c_factor=self.c_factor, d_factor=self.d_factor,
+            local_iter_u=self.local_iter_u, local_iter_v=self.local_iter_v,
+            c_factor=self.c_factor, d_factor=self.d_factor,
             alpha_u=self.alpha_u, alpha_v=self.alpha_v, l1_ratio=self.l1_ratio,
             positive=self.positive, init_scale=self.init_scale, biased=self.biased,
             weighted=self.regularization == "weighted",

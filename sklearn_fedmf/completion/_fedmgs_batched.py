@@ -1,16 +1,13 @@
-"""FedMGS's client phases for a group of clients (``_groups.BatchedPhases``) and the compact
-message of a one-user client with biases (:class:`OuterRows`).
+"""FedMGS's client phases for a group of clients (``_groups.BatchedPhases``).
 
 At one client per user each round's sampled clients run as one compiled call per group
-(:mod:`._fedmgs_kernels`); their gradients go up on their rated items only, as
-:class:`~sklearn_fedmf._groups.ImplicitRows` or :class:`OuterRows`, both the paper's dense
-message (counted dense, rebuilt by ``np.asarray``). The states, messages and bytes are those of
-the per-client functions of :mod:`._fedmgs`.
+(:mod:`._fedmgs_kernels`); their aggregates go up on their rated items only, in the forms of
+:func:`._fedmgs.share` (which calls :func:`group_share` for a single client), as views of
+the call's arrays (the server's cache keeps such runs without a copy). The states, messages
+and bytes are those of the per-client functions of :mod:`._fedmgs`.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -23,43 +20,8 @@ from ._fedmgs_kernels import client_items, group_user_steps
 from ._fedmgs_kernels import group_share as share_kernel
 from ._fedmgs_kernels import group_share_outer as share_outer_kernel
 
-__all__ = ["OuterRows", "batched_client_update", "batched_init_client", "client_state",
+__all__ = ["batched_client_update", "batched_init_client", "client_state",
            "group_layout", "group_share", "with_client_states"]
-
-# ---- the messages ---------------------------------------------------------------------------
-class OuterRows:
-    """The gradient of a one-user client with biases, held as ``e a^T`` on its rated items.
-
-    With one user, row ``j`` of the gradient in ``[V; b_i]`` is ``e_j a`` with ``e_j`` the
-    residual at item ``j`` and ``a = [u, 1]``: its last column is ``e`` and the last row of
-    the Gram ``a a^T`` the client sends beside it is ``a``, both exactly (products with the
-    fixed 1). So ``rows``, ``e`` and ``a`` hold what the paper's message holds, nothing more,
-    in ``k + r`` numbers instead of ``k r``. The message is the dense matrix: :attr:`nbytes`
-    counts it dense and ``np.asarray`` rebuilds it bit for bit (each entry is the one product
-    ``e_j a_c`` that :func:`._fedmgs.share` computes).
-    """
-
-    __slots__ = ("rows", "e", "a", "shape")
-
-    def __init__(self, rows, e, a, shape):
-        self.rows, self.e, self.a, self.shape = rows, e, a, tuple(shape)
-
-    dtype = np.dtype(np.float64)
-
-    @property
-    def nbytes(self):
-        return math.prod(self.shape) * self.dtype.itemsize
-
-    def toarray(self):
-        out = np.zeros(self.shape)
-        out[self.rows] = np.multiply.outer(self.e, self.a)
-        return out
-
-    def __array__(self, dtype=None, copy=None):
-        out = self.toarray()
-        return out if dtype is None else out.astype(dtype, copy=False)
-
-
 
 # ---- the client phases for a group of clients (``_groups.BatchedPhases``) --------------------
 def group_layout(group):
@@ -77,36 +39,32 @@ def group_layout(group):
             "owner": owner}
 
 
-def group_share(state, group, Vt, clients, biased):
-    """:func:`._fedmgs.share` of the group's ``clients`` (local indices) in one call; each gradient
-    goes up on its rated items only: as :class:`OuterRows` for one-user clients with biases,
-    else as :class:`ImplicitRows` (both counted as the dense matrix)."""
+def group_share(state, group, clients, biased):
+    """:func:`._fedmgs.share` of the group's ``clients`` (local indices) in one call: each
+    client's per-item aggregates on its rated items (views of the call's arrays), in the
+    compact form ``{"items", "x", "a"}`` for one-user clients with biases."""
     U, X = state["U"], group.X
-    n_f = Vt.shape[1]
-    if biased:  # A = [U, 1], ratings minus b_u, against [V; b_i] (as share's views)
-        cols = np.r_[np.arange(n_f - 2), n_f - 1]
-        shift_col, Wf = n_f + _biases.B_U, _biases.free_item(Vt)
+    n_f = U.shape[1]
+    if biased:  # a_t = [u_t, 1], ratings minus b_u (as _biases.item_step_view)
+        cols, shift_col = np.r_[np.arange(n_f - 2), n_f - 1], n_f + _biases.B_U
     else:
-        cols, shift_col, Wf = np.arange(n_f), -1, np.ascontiguousarray(Vt)
+        cols, shift_col = np.arange(n_f), -1
+    r = len(cols)
     items, item_ptr = state["items"], state["item_ptr"]
     out_ptr = np.zeros(len(clients) + 1, dtype=np.int64)
     np.cumsum(item_ptr[clients + 1] - item_ptr[clients], out=out_ptr[1:])
-    grams = np.empty((len(clients), len(cols), len(cols)))
-    shape = (Vt.shape[0], len(cols))
     if biased and state["single"]:
-        e, a = np.empty(out_ptr[-1]), np.empty((len(clients), len(cols)))
-        share_outer_kernel(X.indptr, X.indices, X.data, clients, U, cols, shift_col, Wf,
-                           out_ptr, e, a, grams)
-        return {group.start + i: {"grad": OuterRows(items[item_ptr[i]:item_ptr[i + 1]],
-                                                    e[out_ptr[q]:out_ptr[q + 1]], a[q], shape),
-                                  "gram": grams[q]}
+        x, a = np.empty(out_ptr[-1]), np.empty((len(clients), r))
+        share_outer_kernel(X.indptr, X.indices, X.data, clients, U, cols, shift_col, out_ptr,
+                           x, a)
+        return {group.start + i: {"items": items[item_ptr[i]:item_ptr[i + 1]],
+                                  "x": x[out_ptr[q]:out_ptr[q + 1]], "a": a[q]}
                 for q, i in enumerate(clients.tolist())}
-    values = np.empty((out_ptr[-1], len(cols)))
-    share_kernel(X.indptr, X.indices, X.data, group.row_ptr, clients, U, cols, shift_col, Wf,
-                 item_ptr, state["slot"], state["single"], out_ptr, values, grams)
-    return {group.start + i: {"grad": ImplicitRows(None, 0.0, items[item_ptr[i]:item_ptr[i + 1]],
-                                                   values[out_ptr[q]:out_ptr[q + 1]], shape),
-                              "gram": grams[q]}
+    G, grams = np.empty((out_ptr[-1], r + r * r)), np.empty((len(clients), r, r))
+    share_kernel(X.indptr, X.indices, X.data, group.row_ptr, clients, U, cols, shift_col,
+                 item_ptr, state["slot"], state["single"], out_ptr, G, grams)
+    return {group.start + i: {"items": items[item_ptr[i]:item_ptr[i + 1]],
+                              "G": G[out_ptr[q]:out_ptr[q + 1]], "gram": grams[q]}
             for q, i in enumerate(clients.tolist())}
 
 
@@ -123,7 +81,7 @@ def batched_init_client(group, Vt, stream, *, init_scale, positive, biased=False
     if biased:
         _biases.init_user(U)
     state = {"U": U, **group_layout(group)}
-    uploads = group_share(state, group, Vt, np.arange(group.n_clients), biased)
+    uploads = group_share(state, group, np.arange(group.n_clients), biased)
     if weighted:  # each client's ratings per item, on the items it rated
         items, item_ptr, X = state["items"], state["item_ptr"], group.X
         if state["single"]:
@@ -161,7 +119,7 @@ def batched_client_update(state, group, Vt, stream, active, selected, *, local_i
                      shift, norms2, biased, lam, c_factor, np.ascontiguousarray(alpha), l1_ratio,
                      local_iter_u, positive, EPS_LIPSCHITZ, _biases.TAU, U)
     state = {**state, "U": U}
-    return state, group_share(state, group, Vt, np.flatnonzero(active & selected), biased)
+    return state, group_share(state, group, np.flatnonzero(active & selected), biased)
 
 
 def client_state(state, group, i):

@@ -4,10 +4,11 @@ One call runs the local work of every active client of a group: :func:`group_use
 takes each active row's ``Q1`` proximal-gradient steps on ``U`` (the per-row body of
 :func:`sklearn_fedmf._kernels.prox_grad_rows`, with each row's own step when the factors
 carry biases, as ``_biases.row_groups`` gives it), :func:`group_share` forms each sampled
-client's gradient in ``V`` on the items it rated only and its Gram. :func:`client_items`
-lays those rated items out once per group; :func:`group_share_outer` is the compact form of a
-one-user client's gradient (``e a^T``); :func:`replace_rows`, :func:`add_rows` and their
-``outer`` forms keep the server's running sum of the clients' latest gradients. They follow
+client's per-item aggregates ``G1_j``, ``G2_j`` on the items it rated and its Gram (the
+per-client :func:`._fedmgs.share` calls it for one client). :func:`client_items` lays those
+rated items out once per group; :func:`group_share_outer` is the compact form of a one-user
+client's aggregates (``a`` and its ratings); :func:`replace_rows`, :func:`add_rows` and their
+``outer`` forms keep the server's running sums of the clients' latest aggregates. They follow
 the conventions of :mod:`sklearn_fedmf._kernels` (C-contiguous factors, item factors
 transposed) and its arithmetic, entry for entry, so that a group gives the per-client
 functions' iterates.
@@ -117,16 +118,18 @@ def group_user_steps(indptr, indices, data, rows, W, shift, norms2, biased, lam,
 
 
 @_jit
-def group_share(indptr, indices, data, row_ptr, clients, U, cols, shift_col, Wf, item_ptr,
-                slot, single, out_ptr, out_values, out_grams):
-    """The uploads of the group's ``clients``: the gradient ``A^T P_Omega(A Wf^T - M')`` on
-    each client's rated items and its Gram ``A^T A``, with ``A = U[:, cols]`` and ``M'`` the
-    ratings minus ``U[:, shift_col]`` (``shift_col < 0``: none), as
-    :func:`sklearn_fedmf._kernels.grad_cols` accumulates them (entry order, from zero).
+def group_share(indptr, indices, data, row_ptr, clients, U, cols, shift_col, item_ptr, slot,
+                single, out_ptr, out_values, out_grams):
+    """The uploads of the group's ``clients``: for each item ``j`` a client rated, its
+    aggregates ``G2_j = sum_t x_tj a_t`` and ``G1_j = sum_t a_t a_t^T`` over its users ``t``
+    who rated ``j``, with ``a_t = U[t, cols]`` and ``x_tj`` the rating minus ``U[t,
+    shift_col]`` (``shift_col < 0``: none), and its Gram ``A^T A``; accumulated from zero in
+    entry order.
 
-    Client ``clients[q]``'s rows go to ``out_values[out_ptr[q]:out_ptr[q + 1]]`` (its items
-    in ``item_ptr`` order; with ``single`` every client has one row, whose entries are its
-    items, and ``slot`` is not read) and its Gram to ``out_grams[q]``.
+    Client ``clients[q]``'s item rows ``[G2_j, vec(G1_j)]`` (``r + r^2`` columns) go to
+    ``out_values[out_ptr[q]:out_ptr[q + 1]]`` (its items in ``item_ptr`` order; with
+    ``single`` every client has one row, whose entries are its items, and ``slot`` is not
+    read) and its Gram to ``out_grams[q]``.
     """
     r = len(cols)
     out_values[:, :] = 0.0
@@ -138,13 +141,13 @@ def group_share(indptr, indices, data, row_ptr, clients, U, cols, shift_col, Wf,
         for t in range(row_ptr[i], row_ptr[i + 1]):
             offset = 0.0 if shift_col < 0 else U[t, shift_col]
             for s in range(indptr[t], indptr[t + 1]):
-                j = indices[s]
-                e = -(data[s] - offset)
-                for a in range(r):
-                    e += U[t, cols[a]] * Wf[j, a]
+                x = data[s] - offset
                 row = dest + (s - first if single else slot[s])
                 for a in range(r):
-                    out_values[row, a] += e * U[t, cols[a]]
+                    out_values[row, a] += x * U[t, cols[a]]
+                for a in range(r):
+                    for c in range(r):
+                        out_values[row, r + a * r + c] += U[t, cols[a]] * U[t, cols[c]]
             for a in range(r):
                 for c in range(r):
                     out_grams[q, a, c] += U[t, cols[a]] * U[t, cols[c]]
@@ -195,33 +198,27 @@ def add_rows(total, items, values, sign):
 
 
 @_jit
-def group_share_outer(indptr, indices, data, clients, U, cols, shift_col, Wf, out_ptr, out_e,
-                      out_a, out_grams):
-    """:func:`group_share` for one-row clients with biases (``U[:, cols[-1]]`` is the fixed
-    1): the gradient of client ``clients[q]`` (row ``clients[q]``) is ``e a^T`` on its rated
-    items, with ``e`` to ``out_e[out_ptr[q]:out_ptr[q + 1]]`` and ``a = U[t, cols]`` to
-    ``out_a[q]``; the residuals are :func:`group_share`'s, entry for entry."""
+def group_share_outer(indptr, indices, data, clients, U, cols, shift_col, out_ptr, out_x,
+                      out_a):
+    """:func:`group_share` for one-row clients with biases, in its compact form: client
+    ``clients[q]`` (row ``clients[q]``) sends ``a = U[t, cols]`` to ``out_a[q]`` and its
+    ratings minus ``b_u = U[t, shift_col]`` to ``out_x[out_ptr[q]:out_ptr[q + 1]]``
+    (``G1_j = a a^T``, ``G2_j = x_j a``)."""
     r = len(cols)
     for q in range(len(clients)):
         t = clients[q]
         for a in range(r):
             out_a[q, a] = U[t, cols[a]]
-        for a in range(r):
-            for c in range(r):
-                out_grams[q, a, c] = out_a[q, a] * out_a[q, c]
         dest = out_ptr[q] - indptr[t]
         for s in range(indptr[t], indptr[t + 1]):
-            j = indices[s]
-            e = -(data[s] - U[t, shift_col])
-            for a in range(r):
-                e += U[t, cols[a]] * Wf[j, a]
-            out_e[dest + s] = e
+            out_x[dest + s] = data[s] - U[t, shift_col]
 
 
 @_jit
-def replace_outer(total, items, ptr, e, A, local, new_items, new_ptr, new_e, new_A, mismatch):
-    """:func:`replace_rows` for cached gradients held as ``e a^T`` (``A`` one ``a`` per
-    client): the same sums, product for product."""
+def replace_outer(total, items, ptr, x, A, local, new_items, new_ptr, new_x, new_A, mismatch):
+    """:func:`replace_rows` for cached aggregates held compactly (``x`` and ``A``, one ``a``
+    per client; row ``j`` of ``total`` is ``[G2_j, vec(G1_j)]``): the same sums, product for
+    product."""
     r = A.shape[1]
     for q in range(len(local)):
         i = local[q]
@@ -233,26 +230,33 @@ def replace_outer(total, items, ptr, e, A, local, new_items, new_ptr, new_e, new
         for s in range(k):
             j = items[a + s]
             for col in range(r):
-                total[j, col] += new_e[c + s] * new_A[q, col] - e[a + s] * A[i, col]
-            e[a + s] = new_e[c + s]
+                total[j, col] += new_x[c + s] * new_A[q, col] - x[a + s] * A[i, col]
+            for b in range(r):
+                for col in range(r):
+                    total[j, r + b * r + col] += (new_A[q, b] * new_A[q, col]
+                                                  - A[i, b] * A[i, col])
+            x[a + s] = new_x[c + s]
         for col in range(r):
             A[i, col] = new_A[q, col]
 
 
 @_jit
-def add_outer(total, items, ptr, e, A, sign):
-    """:func:`add_rows` for cached gradients held as ``e a^T``."""
+def add_outer(total, items, ptr, x, A, sign):
+    """:func:`add_rows` for cached aggregates held compactly."""
     r = A.shape[1]
     for i in range(len(ptr) - 1):
         for s in range(ptr[i], ptr[i + 1]):
             j = items[s]
             for col in range(r):
-                total[j, col] += sign * (e[s] * A[i, col])
+                total[j, col] += sign * (x[s] * A[i, col])
+            for b in range(r):
+                for col in range(r):
+                    total[j, r + b * r + col] += sign * (A[i, b] * A[i, col])
 
 
 @_jit
 def outer_sum(A):
-    """``sum_i a_i a_i^T`` over the rows of ``A``, in order (the Grams of ``e a^T`` clients)."""
+    """``sum_i a_i a_i^T`` over the rows of ``A``, in order (the Grams of one-user clients)."""
     r = A.shape[1]
     out = np.zeros((r, r))
     for i in range(A.shape[0]):

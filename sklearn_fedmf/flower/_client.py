@@ -56,7 +56,7 @@ class _Site:
         self.protocol = make_site_protocol(
             estimator, n_items=setup["n_items"], n_clients=setup["n_clients"],
             n_users=setup["n_users"], mean=setup["mean"], rating_range=setup["rating_range"],
-            entropy=setup["entropy"],
+            n_ratings=setup["n_ratings"], entropy=setup["entropy"],
         )
         self.block = site_block(estimator, self.X, self.X_eval)
 

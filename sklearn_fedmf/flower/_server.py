@@ -89,8 +89,8 @@ class FlowerTransport(Transport):
         return len(self.sites)
 
     def aggregates(self):
-        """``n_users``, ``mean`` and ``rating_range`` of all ratings, from each site's rows,
-        rating count, sum, minimum and maximum."""
+        """``n_users``, ``mean``, ``rating_range`` and ``n_ratings`` of all ratings, from each
+        site's rows, rating count, sum, minimum and maximum."""
         rated = [h for h in self.sites if int(h["count"])]
         if not rated:
             raise FederationError("The sites hold no rating; there is nothing to fit.")
@@ -99,6 +99,7 @@ class FlowerTransport(Transport):
             mean=sum(float(h["sum"]) for h in rated) / sum(int(h["count"]) for h in rated),
             rating_range=(min(float(h["min"]) for h in rated),
                           max(float(h["max"]) for h in rated)),
+            n_ratings=sum(int(h["count"]) for h in rated),
         )
 
     @contextmanager

@@ -59,7 +59,8 @@ def travelling_params(estimator):
     return params
 
 
-def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, entropy=0):
+def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, n_ratings,
+                entropy=0):
     """The ``FitContext`` a simulated fit would hand the estimator's hooks, built from the
     sites' aggregates (rows, rating sum and count, rating range) instead of the data.
 
@@ -74,7 +75,7 @@ def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, e
         estimator.mean_ = float(mean)
         estimator.rating_range_ = (float(rating_range[0]), float(rating_range[1]))
         info = dict(eval_X=None, mean=estimator.mean_, rating_range=estimator.rating_range_,
-                    offset=estimator._offset)
+                    offset=estimator._offset, n_ratings=int(n_ratings))
         if hasattr(estimator, "_privacy_settings"):  # RFRec's upload noise
             info["privacy"] = estimator._privacy_settings()
     else:  # Felb

@@ -11,8 +11,8 @@ __all__ = ["default_search_space"]
 # centred on that estimator's measured good values (benchmarks/bench_defaults.py).
 _SPACES = {
     "FedMCADMM": {
-        "alpha_u": (1.0, 30.0), "alpha_v": (1e-3, 0.3), "beta": ["auto", 0.01, 0.1],
-        "local_iter": [5, 10], "n_components": [5, 10, 20], "biased": [True, False],
+        "alpha_u": (1.0, 30.0), "alpha_v": (1e-3, 0.3), "beta": ["auto", 0.003, 0.03],
+        "local_iter": [30, 100], "n_components": [5, 10, 20], "biased": [True, False],
     },
     "FedMAvg": {
         "alpha_u": (1.0, 30.0), "alpha_v": (1.0, 30.0), "local_iter_u": [5, 10],
