@@ -6,6 +6,7 @@ Usage::
     python benchmarks/bench_clustering.py --table synthetic --case 2   # Case 2 (Table I)
     python benchmarks/bench_clustering.py --case 2 --only FedMGS:10    # one row of it
     python benchmarks/bench_clustering.py --table digits               # 20 label-skewed clients
+    python benchmarks/bench_clustering.py --table digits --seeds 5 --defaults-only
     python benchmarks/bench_clustering.py --table fedpalm              # Fig. 2b: FedPALM vs Q
     python benchmarks/bench_clustering.py --quick                      # smoke run, small sizes
 
@@ -14,7 +15,8 @@ Synthetic data (the paper's Section V, as its reference code generates it): cent
 rescaled until the SNR ``10 log10(||W H||^2 / ||X - W H||^2)`` is -3 dB, then 3 % of the
 samples replaced by outliers ``5 U[0,1]^M``; M = 2000, N = 10000, K = 20. Splits over P = 100
 clients: Case 1 random and balanced, Case 2 one K-means cluster of the samples per
-client (``partition_fedmf_cases``). Algorithms with the paper's settings (Q1 = 10; FedMAvg:
+client (``partition_fedmf_cases``). Algorithms with the paper's settings
+(``PAPER_SETTINGS``: random start, one run, rho0 = 1e-8; Q1 = 10; FedMAvg:
 diminishing Q2 with Q_hat = 5, partial client communication; FedMGS: Q2 = 100), SNCP with the
 reference code's forced increase and cap, at most ``--rounds`` rounds (the reference code:
 2000 for FedMAvg, 1000 for FedMGS). K-means++ is sklearn's centralized ``KMeans(n_init=10)``;
@@ -23,15 +25,17 @@ matching).
 
 Digits: ``load_digits`` (1797 x 64, 10 classes) over 20 clients that each hold mostly two
 digits (``partition_label_skew``), ACC of both algorithms beside centralized
-``KMeans(n_init=10)`` of the same run, and their ratio. Defaults: like KMeans, the best of
-``--n-init 10`` starts (lowest clustering cost); ``--rho0 1e-4`` (with the paper's 1e-8 the
-penalty is still too weak after 1000 rounds on these 64 features); FedMAvg with the paper's
-per-dataset knob ``--q-hat 100`` (with Q_hat = 5 its W steps, d = 5 L_W, are so short that
-SNCP raises rho before the centers settle: 63 % with all clients, 58 % with 10).
+``KMeans(n_init=10)`` of the same run, and their ratio. First the estimator's defaults
+(``def`` rows: no knob but ``random_state``, all clients every round, ``--rounds`` rounds; the
+ratio to KMeans of the same seed, mean and min over ``--seeds``; the target is 0.9).
+Then tuned rows: like KMeans, the best of ``--n-init 10`` starts (lowest clustering cost);
+``--rho0 1e-4``; FedMAvg with the paper's per-dataset knob ``--q-hat 100`` (with Q_hat = 5
+its W steps, d = 5 L_W, are so short that SNCP raises rho before the centers settle).
 
-FedPALM (Fig. 2b, Remark 1): the objective (2) per round at a fixed ``rho`` (no SNCP, so the
-curves compare one problem) on the synthetic data (``--fedpalm-size``, Case 2), FedPALM with
-``Q = 2, 10, 20`` (``Q/2`` pairs of an H step and a projected W step per client) beside
+FedPALM (Fig. 2b, Remark 1): the objective (2) per round at a fixed ``rho = 1e-8 ||X||^2 / N``
+(no SNCP, so the curves compare one problem; one run) on the synthetic data
+(``--fedpalm-size``, Case 2), FedPALM with ``Q = 2, 10, 20`` (``Q/2`` pairs of an H step and a
+projected W step per client) beside
 FedMAvg (``Q = 2``: ``Q1 = Q2 = 1``; and the paper's ``Q1 = 10``, ``Q_hat = 5``) and FedMGS
 (``Q1 = 10``, ``Q2 = 100``). The paper: FedPALM "cannot perform well except for Q = 2".
 """
@@ -44,6 +48,7 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits
 
 from sklearn_fedmf import FederatedClustering
+from sklearn_fedmf.cluster import PAPER_SETTINGS
 from sklearn_fedmf.datasets import partition_fedmf_cases, partition_label_skew
 from sklearn_fedmf.metrics import clustering_accuracy
 
@@ -121,7 +126,8 @@ def synthetic_table(case, sizes, rounds, seeds, n_clients, ms, n_jobs, only=None
         for m in ms:
             if only and f"{algorithm}:{m}" not in only:
                 continue
-            results = [run(algorithm, m, X, y, clients, rounds, s, n_jobs) for s in range(seeds)]
+            results = [run(algorithm, m, X, y, clients, rounds, s, n_jobs,
+                           **PAPER_SETTINGS["FederatedClustering"]) for s in range(seeds)]
             paper = TABLE_I_SYN.get((algorithm, m)) if case == 2 else None
             print_row(algorithm, m, results, paper)
     if not only or "K-means++" in only:
@@ -131,20 +137,29 @@ def synthetic_table(case, sizes, rounds, seeds, n_clients, ms, n_jobs, only=None
             print(f"{name:12s} {'-':>4s} {'(not run)':>14s} {TABLE_I_SYN[(name, None)]:9.1f}")
 
 
-def digits_table(rounds, seeds, n_jobs, quick, ms, q_hat, **params):
+def digits_table(rounds, seeds, n_jobs, quick, ms, q_hat, defaults_only=False, **params):
     X, y = load_digits(return_X_y=True)
     if quick:
         X, y = X[:400], y[:400]
     clients = partition_label_skew(y, 20, classes_per_client=2, random_state=0)
     held = [len(np.unique(y[clients == c])) for c in range(20)]
     print(f"\ndigits {X.shape[0]} x {X.shape[1]}, 20 clients holding {min(held)}-{max(held)} "
-          f"digits each, {seeds} seed(s), at most {rounds} rounds, {params}\n")
+          f"digits each, {seeds} seed(s), at most {rounds} rounds"
+          + ("" if defaults_only else f"; tuned rows: {params}, FedMAvg q_hat={q_hat}") + "\n")
     header = f"{'method':12s} {'m':>4s} {'ACC %':>14s} {'/ KMeans':>9s} {'rounds':>7s} " \
              f"{'seconds':>8s} {'MB up':>9s}"
     print(header + "\n" + "-" * len(header))
     reference = [kmeans_acc(X, y, s) for s in range(seeds)]
     base = np.mean([r["acc"] for r in reference])
     print_row("KMeans", None, reference, 1.0, digits=2)
+    for algorithm in ("FedMGS", "FedMAvg"):  # the estimator as a user builds it: no knobs
+        results = [run(algorithm, None, X, y, clients, rounds, s, n_jobs) for s in range(seeds)]
+        ratios = [r["acc"] / k["acc"] for r, k in zip(results, reference)]
+        print_row(f"{algorithm} def", 20, results, np.mean(ratios), digits=2)
+        print(f"{'':12s} {'':>4s} ratio to KMeans of the same seed: mean {np.mean(ratios):.3f}"
+              f", min {np.min(ratios):.3f}", flush=True)
+    if defaults_only:
+        return
     for algorithm, own in (("FedMGS", {}), ("FedMAvg", {"q_hat": q_hat})):
         for m in ms:
             results = [run(algorithm, m, X, y, clients, rounds, s, n_jobs, **own, **params)
@@ -172,7 +187,8 @@ def fedpalm_table(sizes, rounds, n_clients, m, n_jobs, marks):
                                               local_iter_v=100)))
     for name, params in rows:
         model = FederatedClustering(sizes[2], clients_per_round=m, max_iter=rounds, tol=0.0,
-                                    sncp=False, random_state=0, n_jobs=n_jobs, **params)
+                                    sncp=False, rho0=1e-8, n_init=1, random_state=0,
+                                    n_jobs=n_jobs, **params)
         model.fit(X, clients=clients)
         objective = [model.history_[r - 1]["objective"] for r in marks]
         acc = 100 * clustering_accuracy(y, model.labels_)
@@ -198,6 +214,8 @@ def main():
     parser.add_argument("--fedpalm-size", type=int, nargs=4, default=[2000, 200, 10, 20],
                         metavar=("N", "M", "K", "P"), help="fedpalm: samples, features, "
                         "clusters, clients")
+    parser.add_argument("--defaults-only", action="store_true",
+                        help="digits: only KMeans and the estimator's defaults")
     parser.add_argument("--quick", action="store_true", help="small sizes, few rounds, all")
     args = parser.parse_args()
     if args.quick:
@@ -216,7 +234,7 @@ def main():
     else:
         digits_table(args.rounds, args.seeds, args.n_jobs, False,
                      [None if m == 20 else m for m in args.m], args.q_hat,
-                     n_init=args.n_init, rho0=args.rho0)
+                     defaults_only=args.defaults_only, n_init=args.n_init, rho0=args.rho0)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ D settings (``asso-majority`` ...; majority vote, the paper's superscript v).
   costs the same throughout, so the table also extrapolates the CPU seconds of 100 syncs
   (the setup and first sync once, plus 99 times the median CPU seconds of the later syncs,
   measured by a callback; the clients run in threads of this process) and their wall time
-  on 2 idle cores (the target: at most 10 minutes, 8 GB).
+  on 2 idle cores (the target: at most 10 minutes, 8 GB). A line per synchronization shows
+  the training F1 and the seconds so far.
 - ``movielens``: ml-latest-small binarized at rating >= 3.5 over 50 clients, k = 20, beside
   the paper's MovieLens numbers (a 162541 x 62423 release; the paper's "RMSD" is the sum of
   the 50 per-client RMSDs, printed here as ``rmsd_sum``).
@@ -185,10 +186,13 @@ def bench_ml_shape(args):
     for method in args.methods:
         model = METHODS[method](k, C, 0, T).set_params(n_jobs=args.n_jobs)
         marks = []  # CPU seconds (this process and its threads) at the end of each sync
-        if method.startswith("felb"):
-            model.set_params(callback=lambda k, info, marks=marks: marks.append(
-                time.process_time()))
         wall, cpu0 = time.perf_counter(), time.process_time()
+        if method.startswith("felb"):  # a line per sync: a long fit shows how far it got
+            def mark(k, info, marks=marks, start=wall):
+                marks.append(time.process_time())
+                print(f"   sync {k}: F1 {info['record']['f1']:.3f}, CPU {marks[-1] - cpu0:.0f} s,"
+                      f" wall {time.perf_counter() - start:.0f} s", flush=True)
+            model.set_params(callback=mark)
         model.fit(X)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu0
         peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux

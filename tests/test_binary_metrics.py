@@ -11,6 +11,7 @@ from sklearn_fedmf.metrics import (
     rmsd,
     rmsd_sum_clients,
 )
+from sklearn_fedmf.metrics import _binary
 from sklearn_fedmf.metrics._binary import check_binary
 
 
@@ -48,6 +49,26 @@ def test_factor_path_matches_dense_computation(k):
         assert f1_boolean(Xin, sp.csr_matrix(P)) == pytest.approx(f1, abs=1e-15)
     # relaxed factors are read through the threshold 1/2
     assert f1_boolean(X, (U * 0.9, V * 0.6 + 0.2)) == pytest.approx(f1)
+
+
+@pytest.mark.parametrize("path", ["pairs", "table", "bytes"])
+@pytest.mark.parametrize("k", [1, 5, 12])
+def test_predicted_ones_every_path_counts_the_product(monkeypatch, path, k):
+    # |U o V| by pairs of row and column patterns, by the subset-sum table over all 2^k
+    # patterns, and by the chunked products of the byte-packed patterns: the exact count of
+    # nonzeros of U V, whichever the path.
+    monkeypatch.setattr(_binary, "_MAX_TABLE_BITS", 64 if path == "table" else -1)
+    monkeypatch.setattr(_binary, "_MAX_CODE_BITS", 0 if path == "bytes" else 63)
+    if path == "table":  # the table however few patterns there are
+        monkeypatch.setattr(_binary, "_table_cost", lambda k: 0)
+    rng = np.random.default_rng(k)
+    U = rng.random((500, k)) < 0.3
+    V = rng.random((k, 70)) < 0.2
+    expected = np.count_nonzero(U.astype(int) @ V.astype(int))
+    assert _binary._predicted_ones(U, V) == expected
+    assert _binary._predicted_ones(U[:0], V) == 0
+    assert _binary._predicted_ones(np.zeros((4, k), bool), V) == 0
+    assert _binary._predicted_ones(np.ones((4, k), bool), V) == 4 * np.count_nonzero(V.any(0))
 
 
 def test_empty_reconstruction_and_client_sum():

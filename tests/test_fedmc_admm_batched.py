@@ -2,6 +2,8 @@
 the per-client simulation's iterates, messages and bytes; the memory check fires before a fit
 whose per-client state cannot fit."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -12,7 +14,8 @@ from sklearn_fedmf._engine import initialize_federation, nbytes, run_federation
 from sklearn_fedmf._groups import GroupedTransport, GroupStates, make_groups
 from sklearn_fedmf.completion import _fedmc_admm
 from sklearn_fedmf.completion._fedmc_admm import client_update, make_protocol
-from sklearn_fedmf.completion._fedmc_admm_groups import ImplicitFactor
+from sklearn_fedmf.completion._fedmc_admm_groups import ClientUpload, ImplicitFactor
+from sklearn_fedmf.exceptions import ClientFailureWarning
 
 N_ROWS, N_ITEMS, N_CLIENTS = 40, 25, 30
 
@@ -35,16 +38,16 @@ def protocol(biased, w_update, **kw):
     return make_protocol(**{**params, **kw})
 
 
-def fit(proto, clients, seen=None):
+def fit(proto, clients, seen=None, **kw):
     def callback(k, info):
         if seen is not None:
             seen[k] = {c: {key: np.asarray(v) for key, v in u.items()}
                        for c, u in info["uploads"].items()}
 
     state, init_bytes = initialize_federation(proto, clients, entropy=3)
-    return run_federation(proto, clients, max_iter=12, entropy=3, state=state,
-                          init_bytes=init_bytes, clients_per_round=7, dropout=0.2,
-                          callback=callback)
+    kw = {"max_iter": 12, "clients_per_round": 7, "dropout": 0.2, **kw}
+    return run_federation(proto, clients, entropy=3, state=state, init_bytes=init_bytes,
+                          callback=callback, **kw)
 
 
 def assert_family_close(ref, got, rtol=1e-12):
@@ -111,6 +114,21 @@ def test_batched_update_equals_per_client_function_and_keeps_its_input():
     new, uploads = batched.client_update(gs, group, state.broadcast, (3, 1, 99), active,
                                          selected)
     assert sorted(uploads) == [group.start + i for i in np.flatnonzero(selected)]
+    # the same update again from the same state (its pools now hold the first update's
+    # rows past its end): the same result, the first one's messages untouched
+    sent = {c: {key: np.asarray(v) for key, v in u.items()} for c, u in uploads.items()}
+    again, uploads_again = batched.client_update(gs, group, state.broadcast, (3, 1, 99),
+                                                 active, selected)
+    for i in range(group.n_clients):
+        for key in ("U", "Wt", "Yt"):
+            np.testing.assert_array_equal(batched.client_state(again, group, i)[key],
+                                          batched.client_state(new, group, i)[key])
+    for c, u in uploads.items():
+        assert isinstance(u, ClientUpload) and set(u) == {"W", "Y"}
+        assert not u["W"].values.flags.writeable  # it shares the new state's rows
+        for key in ("W", "Y"):
+            np.testing.assert_array_equal(np.asarray(u[key]), sent[c][key])
+            np.testing.assert_array_equal(np.asarray(uploads_again[c][key]), sent[c][key])
     for i in range(group.n_clients):
         np.testing.assert_array_equal(batched.client_state(gs, group, i)["Wt"],
                                       before[i]["Wt"])  # the input is unchanged
@@ -207,3 +225,50 @@ def test_weighted_regularization_runs_one_block_per_client(monkeypatch):
     model = FedMCADMM(n_components=2, max_iter=2, regularization="weighted", random_state=0,
                       eval_every=0).fit(X, clients=np.arange(N_ROWS))
     assert not isinstance(model._federation.client_states, GroupStates)
+
+
+def test_grouped_federation_with_a_failing_client_equals_per_client():
+    # client 3 always raises: its group's batched call raises, the group's clients are re-run
+    # one by one (dense messages and states amid the implicit ones), client 3 is skipped
+    X, codes = ratings(4)
+    proto = protocol(False, "linearized")
+    rows_of_3 = np.flatnonzero(codes == 3)
+
+    def failing(update):
+        def client_update(state, block, *args, **kw):
+            if np.isin(block.rows, rows_of_3).any():
+                raise ValueError("client 3 fails")
+            return update(state, block, *args, **kw)
+        return client_update
+
+    def failing_batched(update):
+        def client_update(gs, group, broadcast, stream, active, selected):
+            if group.start <= 3 < group.stop and active[3 - group.start]:
+                raise ValueError("a client of this group fails")
+            return update(gs, group, broadcast, stream, active, selected)
+        return client_update
+
+    proto = dataclasses.replace(
+        proto, client_update=failing(proto.client_update),
+        batched=dataclasses.replace(proto.batched,
+                                    client_update=failing_batched(proto.batched.client_update)))
+    seen_ref, seen_got = {}, {}
+    with pytest.warns(ClientFailureWarning, match="Client 3"):
+        ref = fit(proto, split_clients(X, codes, N_CLIENTS), seen_ref, on_client_error="skip",
+                  clients_per_round=20, max_iter=6)
+    with pytest.warns(ClientFailureWarning, match="Client 3"):
+        got = fit(proto, GroupedTransport(make_groups(X, codes, N_CLIENTS, n_groups=3)),
+                  seen_got, on_client_error="skip", clients_per_round=20, max_iter=6)
+    assert not any(3 in uploads for uploads in seen_got.values())
+    # the re-run clients' dense messages reached the server's implicit store
+    assert got.server_state["store"]["rd_len"].max() == N_ITEMS
+    assert [r["n_failed"] for r in got.history] == [r["n_failed"] for r in ref.history]
+    np.testing.assert_allclose(got.server_state["Vt"], ref.server_state["Vt"], rtol=1e-12)
+    for key in ("U", "Wt", "Yt"):
+        assert_family_close([s[key] for s in ref.client_states],
+                            [s[key] for s in got.client_states])
+    for k, uploads in seen_ref.items():
+        assert uploads.keys() == seen_got[k].keys()
+        for c, message in uploads.items():
+            assert_family_close([message["W"], message["Y"]],
+                                [seen_got[k][c]["W"], seen_got[k][c]["Y"]])

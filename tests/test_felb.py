@@ -193,11 +193,76 @@ def test_local_steps_compose_u_and_v_steps(update, prox_mode, proximity, beta, g
         if update_v:
             V, V_prev = _elb.v_step(V, V_prev, U, At, Vh, lam_t=lam_t, gamma=gamma,
                                     proximity=proximity, **step)
+    inputs = [X.copy() for X in (U1, U0, V1, V0, Vh)]
     got = _elb.local_steps(U1, U0, V1, V0, A, At if update_v else None, Vh, t0=2, n_steps=7,
                            update_v=update_v, gamma=gamma, proximity=proximity, **schedule,
                            **step)
     for mine, theirs in zip(got, (U, U_prev, V, V_prev)):
         np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
+    # the compiled steps write into buffers of their own, never into their inputs
+    for before, after in zip(inputs, (U1, U0, V1, V0, Vh)):
+        np.testing.assert_array_equal(after, before)
+
+
+@pytest.mark.parametrize("update, prox_mode, proximity", [
+    ("palm", "exact_nonneg", "sequential"), ("palm", "exact", "joint"),
+    ("palm", "paper", "sequential"), ("mu", "paper_nonneg", "joint"),
+])
+def test_local_steps_skip_zero_columns_exactly(update, prox_mode, proximity):
+    # The compiled V block skips the columns without data whose V, V_prev and Vh are all
+    # 0: they must stay exactly 0, and every other column must match the step-by-step
+    # composition. Zero columns of every kind: no data and all 0 (skipped), with data,
+    # zero in V only, zero in Vh only, across more than one tile.
+    rng = np.random.default_rng(12)
+    m = _elb._TILE + 90
+    dense = (rng.random((40, m)) < 0.3) & (rng.random(m) < 0.4)  # 60% of columns empty
+    A = sp.csr_matrix(dense.astype(float))
+    At = A.T.tocsr()
+    U = rng.random((40, 3))
+    V, V_prev, Vh = (rng.random((3, m)) for _ in range(3))
+    zero = rng.random(m) < 0.7
+    V[:, zero] = V_prev[:, zero] = 0.0
+    Vh[:, zero & (rng.random(m) < 0.8)] = 0.0
+    step = dict(kappa=1e-3, beta=0.2, update=update, prox_mode=prox_mode, step_scale=1.0)
+    expected = [U, U, V, V_prev]
+    for t in range(6):
+        lam_t = _elb.lam_at(t, 0.1, 1.05, 1e12)
+        expected[:2] = _elb.u_step(*expected[:2], expected[2], A, lam_t=lam_t, **step)
+        expected[2:] = _elb.v_step(*expected[2:], expected[0], At, Vh, lam_t=lam_t, gamma=0.8,
+                                   proximity=proximity, **step)
+    got = _elb.local_steps(U, U, V, V_prev, A, At, Vh, t0=0, n_steps=6, lam=0.1, growth=1.05,
+                           lam_max=1e12, rate_unit="local", sync_every=10, gamma=0.8,
+                           proximity=proximity, **step)
+    for mine, theirs in zip(got, expected):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
+    skipped = ~dense.any(0) & zero & ~Vh.any(0)
+    assert skipped.sum() > 20
+    assert not got[2][:, skipped].any()
+
+
+@pytest.mark.parametrize("n_steps", [1, 2, 5])
+def test_local_steps_from_a_sync_leave_the_shared_vh_alone(n_steps):
+    # At a sync every client starts from V_i = V_i_prev = Vh, one shared array: the compiled
+    # steps (which recycle their iterate buffers) match the step-by-step composition and
+    # leave Vh as it was.
+    rng = np.random.default_rng(11)
+    A = sp.csr_matrix((rng.random((30, 50)) < 0.3).astype(float))
+    At = A.T.tocsr()
+    U, Vh = rng.random((30, 3)), rng.random((3, 50))
+    Vh_before = Vh.copy()
+    step = dict(kappa=1e-3, beta=0.2, update="palm", prox_mode="exact_nonneg", step_scale=1.0)
+    expected = [U, U, Vh, Vh]
+    for t in range(n_steps):
+        lam_t = _elb.lam_at(t, 0.1, 1.05, 1e12)
+        expected[:2] = _elb.u_step(*expected[:2], expected[2], A, lam_t=lam_t, **step)
+        expected[2:] = _elb.v_step(*expected[2:], expected[0], At, Vh, lam_t=lam_t, gamma=1.0,
+                                   **step)
+    got = _elb.local_steps(U, U, Vh, Vh, A, At, Vh, t0=0, n_steps=n_steps, lam=0.1,
+                           growth=1.05, lam_max=1e12, rate_unit="local", sync_every=10,
+                           gamma=1.0, **step)
+    for mine, theirs in zip(got, expected):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(Vh, Vh_before)
 
 
 def test_monotone_descent_restricted_setting():

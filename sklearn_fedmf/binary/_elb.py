@@ -107,8 +107,9 @@ def lam_at(t, lam, growth, lam_max):
 
 def loss_terms(A, U, V, AVt=None):
     """``||A - U V||_F^2`` for a binary CSR ``A`` without forming ``U V``."""
-    if AVt is None:
-        AVt = A @ V.T
+    if AVt is None:  # (compiled: scipy's product with the strided V.T took twice as long)
+        AVt = _rows_times(A.indptr, A.indices, np.asarray(A.data, dtype=np.float64),
+                          np.ascontiguousarray(V.T, dtype=np.float64))
     fit = A.nnz - 2.0 * float(np.vdot(U, AVt)) + float(np.vdot(U.T @ U, V @ V.T))
     return max(fit, 0.0)
 
@@ -301,6 +302,14 @@ def _rows_times(indptr, indices, data, Ft):
     return out
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _zero_column(V, V_prev, Vh, j):
+    for a in range(V.shape[0]):
+        if V[a, j] != 0.0 or V_prev[a, j] != 0.0 or Vh[a, j] != 0.0:
+            return False
+    return True
+
+
 @njit(cache=True, nogil=True)
 def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_data, U, U_prev,
                        V, V_prev, Vh, lam_ts, update_v, kappa, beta, mu, mode, step_scale,
@@ -323,15 +332,22 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
     tile = min(_TILE, max(n, 1))
     Vb, B, Vn = np.empty((r, tile)), np.empty((r, tile)), np.empty((r, tile))
     VnT, BT = np.empty((tile, r)), np.empty((tile, r))
+    cols = np.empty(tile, np.int64)  # the columns of the current tile
     extrapolate = beta != 0.0 or mu
+    # Step s writes its iterates into buffer s % 2, which from s = 2 on holds the previous
+    # iterate: a tile of it is read (extrapolation) before the same tile is written. The
+    # inputs are never written (V and V_prev are the shared Vh at a sync). Fresh arrays every
+    # step cost page faults and cache misses (a few per cent of a step).
+    ubufs, Ubar_buf = (np.empty_like(U), np.empty_like(U)), np.empty_like(U)
+    vbufs = (np.empty_like(V), np.empty_like(V)) if update_v else (V, V)
     for s in range(lam_ts.shape[0]):
         lam_t = lam_ts[s]
         # U block: gradient Ubar (V V^T) - A V^T at the extrapolated point
-        Ubar = _extrapolate_kernel(U, U_prev, beta, mu, np.empty_like(U)) if extrapolate else U
+        Ubar = _extrapolate_kernel(U, U_prev, beta, mu, Ubar_buf) if extrapolate else U
         XGu = np.dot(Ubar, S)
         eta0 = 0.0 if mu else step_scale / max(norm_s, EPS_LIPSCHITZ)
         U_new = _step_kernel(Ubar, XGu, Bu, eta0, mu, kappa, lam_t, 0.0, Ubar, False, mode,
-                             np.empty_like(U))
+                             ubufs[s % 2])
         U_prev, U = U, U_new
         if not update_v:
             continue
@@ -340,20 +356,34 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
         eta0 = 0.0 if mu else step_scale / max(norm_q, EPS_LIPSCHITZ)
         palm = not mu and mode <= 1
         ca, cc, s_joint, s_seq, signed = _palm_constants(eta0, kappa, lam_t, gamma, joint, mode)
-        V_new = np.empty_like(V)
+        V_new = vbufs[s % 2]
         S[:] = 0.0
-        Bu = np.zeros((m, r))
+        Bu[:] = 0.0  # (read by this step's U block; it owns the array since _rows_times)
         more = s + 1 < lam_ts.shape[0]  # (the last step needs no next V V^T, A V^T)
-        for j0 in range(0, n, tile):
-            w = min(tile, n - j0)
-            if w < tile:  # the last, narrower tile: zeros in the tail leave the dots unchanged
+        j = 0
+        while j < n:
+            # the tile's columns: a column without data whose V, V_prev and Vh are all 0
+            # stays exactly 0 (zero gradient, prox(0) = 0, no pull) and adds nothing to the
+            # next V V^T and A V^T, so it is written as 0 and skipped (the prox's dead zone
+            # makes most of Vh exactly 0 after a few syncs, and a client of a long-tailed
+            # catalogue has no ones in many columns).
+            w = 0
+            while w < tile and j < n:
+                if At_indptr[j + 1] > At_indptr[j] or not _zero_column(V, V_prev, Vh, j):
+                    cols[w] = j
+                    w += 1
+                else:
+                    for a in range(r):
+                        V_new[a, j] = 0.0
+                j += 1
+            if w < tile:  # a narrower tile: zeros in the tail leave the dots unchanged
                 Vb[:, w:] = 0.0
                 Vn[:, w:] = 0.0
             for a in range(r):
                 for jj in range(w):
-                    v = V[a, j0 + jj]
+                    v = V[a, cols[jj]]
                     if extrapolate:
-                        v += beta * (v - V_prev[a, j0 + jj])
+                        v += beta * (v - V_prev[a, cols[jj]])
                         if mu:
                             v = max(v, 0.0)
                     Vb[a, jj] = v
@@ -361,7 +391,7 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
             for jj in range(w):  # U^T A, column by column, into rows of BT (contiguous)
                 for a in range(r):
                     BT[jj, a] = 0.0
-                for p in range(At_indptr[j0 + jj], At_indptr[j0 + jj + 1]):
+                for p in range(At_indptr[cols[jj]], At_indptr[cols[jj] + 1]):
                     x, row = At_data[p], At_indices[p]
                     for a in range(r):
                         BT[jj, a] += x * U[row, a]
@@ -371,22 +401,22 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
             if palm:
                 for a in range(r):
                     for jj in range(w):
-                        Vn[a, jj] = _palm_entry(Vb[a, jj], XG[a, jj], B[a, jj], Vh[a, j0 + jj],
+                        Vn[a, jj] = _palm_entry(Vb[a, jj], XG[a, jj], B[a, jj], Vh[a, cols[jj]],
                                                 eta0, ca, cc, s_joint, s_seq, signed)
             else:
                 for a in range(r):
                     for jj in range(w):
-                        Vn[a, jj] = _step_entry(Vb[a, jj], XG[a, jj], B[a, jj], Vh[a, j0 + jj],
+                        Vn[a, jj] = _step_entry(Vb[a, jj], XG[a, jj], B[a, jj], Vh[a, cols[jj]],
                                                 eta0, mu, kappa, lam_t, gamma, joint, mode)
             for a in range(r):
                 for jj in range(w):
-                    V_new[a, j0 + jj] = Vn[a, jj]
+                    V_new[a, cols[jj]] = Vn[a, jj]
                     VnT[jj, a] = Vn[a, jj]
             if not more:
                 continue
             S += np.dot(Vn, Vn.T)
             for jj in range(w):  # the next A V^T, scattered into the rows (in column order)
-                for p in range(At_indptr[j0 + jj], At_indptr[j0 + jj + 1]):
+                for p in range(At_indptr[cols[jj]], At_indptr[cols[jj] + 1]):
                     x, row = At_data[p], At_indices[p]
                     for a in range(r):
                         Bu[row, a] += x * VnT[jj, a]

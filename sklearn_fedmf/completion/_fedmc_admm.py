@@ -66,14 +66,15 @@ def state_nbytes(*, n_clients, n_items, n_factors, itemsize, grouped, nnz=0, max
 
     One block per client: every client's dense ``W_i`` and ``Y_i`` and the server's ``Z_i``,
     ``3 p n r`` numbers. Grouped clients (:mod:`._fedmc_admm_groups`): ``W_i``, ``Y_i`` and the
-    server's deviation on the rated rows (with their row indices), and the broadcast history
-    with its Gram blocks (allocated by doubling: up to twice ``max_iter + 1`` broadcasts of
-    ``n r`` numbers and their square of ``r x r`` float64 blocks).
+    server's ``Z_i`` on the rated rows (with their row indices), in append-only arrays of up
+    to twice their size, and the broadcast history with its Gram blocks and the server's
+    per-item coefficients (allocated by doubling: up to twice ``max_iter + 1`` broadcasts of
+    ``n r`` numbers, their square of ``r x r`` float64 blocks and ``n`` float64 per broadcast).
     """
     if grouped:
-        rated = nnz * (n_factors * (2 * itemsize + 8) + 16)
+        rated = nnz * (n_factors * (4 * itemsize + 16) + 32)
         capacity = 2 * (max_iter + 1)
-        return (rated + capacity * n_items * n_factors * itemsize
+        return (rated + capacity * n_items * (n_factors * itemsize + 8)
                 + capacity**2 * n_factors**2 * 8)
     return 3 * n_clients * n_items * n_factors * itemsize
 

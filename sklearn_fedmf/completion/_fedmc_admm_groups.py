@@ -15,17 +15,26 @@ gradient on the rated items only), every unrated row of ``W_i`` and ``Y_i`` is t
 rated rows explicitly and two coefficients per round it took part in; the broadcasts are
 kept once (:class:`FactorHistory`, ``O(rounds n r)``) with their Gram blocks, which give the
 client's ``L_W = ||W_i^T W_i||_F`` and the consensus gap without any dense row. The server
-keeps ``sum_i Z_i`` as ``sum_t C_t V^(k_t)`` plus the explicit rows' deviations.
+keeps ``sum_i Z_i`` as the clients' explicit rows summed plus ``sum_t c_tj V^(k_t)_j``, the
+coefficients per item and broadcast (:func:`~._fedmc_admm_kernels.implicit_total`).
 
-The messages are still the paper's: a client sends its dense ``(W_i, Y_i)``, held as
-:class:`ImplicitFactor` (``nbytes`` counts it dense, ``np.asarray`` rebuilds it), and the
-broadcast's message is ``V^k`` (the history rides in its uncounted simulation part: every
-client holds the broadcasts it received). ``tests/test_fedmc_admm_batched.py`` checks that
-these phases give the per-client functions' states, messages and fits.
+Nothing is done per client in Python in a round: a group's clients keep their explicit rows
+and coefficients concatenated in append-only arrays (:class:`_Pool`), one compiled call per
+group reads them where they are and writes the new ones past the end (the input state stays
+valid), and the group's messages travel as one :class:`GroupUpload` that the server stores
+with one compiled call (:func:`~._fedmc_admm_kernels.replace_terms`).
+
+The messages are still the paper's: a client sends its dense ``(W_i, Y_i)``; the engine and
+``callback`` see it as a :class:`ClientUpload` (a mapping of :class:`ImplicitFactor`:
+``nbytes`` counts it dense, ``np.asarray`` rebuilds it; its arrays are never written again),
+and the broadcast's message is ``V^k`` (the history rides in its uncounted simulation part:
+every client holds the broadcasts it received). ``tests/test_fedmc_admm_batched.py`` checks
+that these phases give the per-client functions' states, messages and fits.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 
 import numpy as np
@@ -40,12 +49,13 @@ from .._transport import client_generator
 from ._fedmc_admm_kernels import (
     group_update,
     implicit_consensus,
-    implicit_deviation,
-    scatter_rows,
+    implicit_total,
+    replace_terms,
+    sum_terms,
 )
 
-__all__ = ["FactorHistory", "ImplicitFactor", "make_batched", "server_init_implicit",
-           "server_update_implicit", "unpack_broadcast"]
+__all__ = ["ClientUpload", "FactorHistory", "GroupUpload", "ImplicitFactor", "make_batched",
+           "server_init_implicit", "server_update_implicit", "unpack_broadcast"]
 
 
 class FactorHistory:
@@ -123,6 +133,72 @@ class ImplicitFactor:
         return out if dtype is None else out.astype(dtype, copy=False)
 
 
+class GroupUpload:
+    """The messages of a group's clients in one phase, concatenated (one object per group
+    instead of one per client): client ``a`` (``clients[a]``) has the explicit rows
+    ``rows[e_ptr[a]:e_ptr[a + 1]]`` with, for each key, ``values[key]`` there and the
+    coefficients ``coef[h_ptr[a]:h_ptr[a + 1], key]`` of the broadcasts ``hist`` elsewhere.
+
+    :meth:`messages` gives the per-client messages the engine sees (``{client:
+    ClientUpload}``); the server reads the concatenated arrays directly.
+    """
+
+    __slots__ = ("clients", "keys", "rows", "e_ptr", "values", "hist", "coef", "h_ptr",
+                 "history", "shape", "client_nbytes")
+
+    def __init__(self, clients, keys, rows, e_ptr, values, hist, coef, h_ptr, history, shape):
+        self.clients, self.keys, self.rows, self.e_ptr = clients, keys, rows, e_ptr
+        self.values, self.hist, self.coef, self.h_ptr = values, hist, coef, h_ptr
+        self.history, self.shape = history, (int(shape[0]), int(shape[1]))
+        # each message counts as the paper's dense n_items x r matrix (ImplicitFactor.nbytes)
+        self.client_nbytes = len(keys) * self.shape[0] * self.shape[1] * values[0].itemsize
+
+    def messages(self):
+        return {c: ClientUpload(self, a) for a, c in enumerate(self.clients.tolist())}
+
+    def factor(self, a, key):
+        """Client ``a``'s message ``key`` as an :class:`ImplicitFactor`."""
+        k = self.keys.index(key)
+        e0, e1, q0, q1 = (int(v) for v in (self.e_ptr[a], self.e_ptr[a + 1], self.h_ptr[a],
+                                           self.h_ptr[a + 1]))
+        return ImplicitFactor(self.rows[e0:e1], self.values[k][e0:e1], self.hist[q0:q1],
+                              self.coef[q0:q1, k], self.history, self.shape)
+
+    def subset(self, keep):
+        """The messages of the clients ``keep`` (a boolean mask over ``clients``)."""
+        e_idx, e_ptr = _segments(self.e_ptr[:-1][keep], np.diff(self.e_ptr)[keep])
+        h_idx, h_ptr = _segments(self.h_ptr[:-1][keep], np.diff(self.h_ptr)[keep])
+        return GroupUpload(self.clients[keep], self.keys, self.rows[e_idx], e_ptr,
+                           tuple(_read_only(v[e_idx]) for v in self.values),
+                           _read_only(self.hist[h_idx]), _read_only(self.coef[h_idx]), h_ptr,
+                           self.history, self.shape)
+
+
+class ClientUpload(Mapping):
+    """One client's message of a :class:`GroupUpload`: ``{key: ImplicitFactor}``, each made on
+    access (read-only arrays); :attr:`nbytes` counts the paper's dense matrices."""
+
+    __slots__ = ("group", "index")
+
+    def __init__(self, group, index):
+        self.group, self.index = group, index
+
+    def __getitem__(self, key):
+        if key not in self.group.keys:
+            raise KeyError(key)
+        return self.group.factor(self.index, key)
+
+    def __iter__(self):
+        return iter(self.group.keys)
+
+    def __len__(self):
+        return len(self.group.keys)
+
+    @property
+    def nbytes(self):
+        return self.group.client_nbytes
+
+
 def unpack_broadcast(broadcast):
     """``(Vt, history, index)`` of a broadcast (history None for a plain ``Vt``)."""
     if isinstance(broadcast, Broadcast):
@@ -131,18 +207,111 @@ def unpack_broadcast(broadcast):
     return broadcast, None, None
 
 
+def _read_only(a):
+    """A read-only view of ``a``: a message that shares the state's arrays."""
+    a = a.view()
+    a.flags.writeable = False
+    return a
+
+
+# ---- per-client segments in shared append-only arrays --------------------------------------
+def _offsets(sizes):
+    """The pointer array of segments of ``sizes``: ``[0, s0, s0 + s1, ...]``."""
+    ptr = np.zeros(sizes.size + 1, dtype=np.int64)
+    np.cumsum(sizes, out=ptr[1:])
+    return ptr
+
+
+def _segments(starts, sizes):
+    """Indices of the concatenated ranges ``starts[a]:starts[a] + sizes[a]`` and their
+    pointer array (one vectorized pass, no Python loop over the ranges)."""
+    ptr = _offsets(sizes)
+    return np.arange(ptr[-1], dtype=np.int64) + np.repeat(starts - ptr[:-1], sizes), ptr
+
+
+class _Pool:
+    """Arrays that hold variable-length per-client segments (``at``: each client's offset).
+
+    A round appends its clients' new segments past ``tail`` and the new state keeps new
+    offsets: the segments an earlier state points to are never written, so the batched
+    phases leave their input state unchanged without copying the whole group every round.
+    A state that is not the latest one (``used != tail``) or a full pool copies the live
+    segments to a new pool (twice their size: amortized ``O(1)`` per appended row).
+    """
+
+    __slots__ = ("arrays", "tail")
+
+    def __init__(self, arrays, tail):
+        self.arrays, self.tail = arrays, tail
+
+    @classmethod
+    def holding(cls, arrays):
+        n = len(arrays[0])
+        pool = cls([np.empty((2 * n + 16,) + a.shape[1:], dtype=a.dtype) for a in arrays], n)
+        for dst, a in zip(pool.arrays, arrays):
+            dst[:n] = a
+        return pool
+
+    def gather(self, at, sizes):
+        """The segments of the clients with offsets ``at`` and ``sizes``, concatenated."""
+        idx, ptr = _segments(at, sizes)
+        return [a[idx] for a in self.arrays], ptr
+
+
+def _reserve(pool, used, at, sizes, n, moving=None):
+    """Room for ``n`` entries past a state's segments (offsets ``at``, ``sizes``, pool tail
+    ``used``): ``(pool, base, at)``, the new entries going to ``base:base + n``. That is
+    ``pool`` itself when the state is its latest and it has room; else a new pool holding
+    the segments of every client but ``moving`` (whose old values the caller reads from
+    the arrays of ``pool``: a copy leaves them unchanged)."""
+    if pool.tail == used and used + n <= len(pool.arrays[0]):
+        return pool, used, at.copy()
+    keep = np.ones(at.size, dtype=bool)
+    if moving is not None:
+        keep[moving] = False
+    idx, ptr = _segments(at[keep], sizes[keep])
+    base = int(ptr[-1])
+    at = at.copy()
+    at[keep] = ptr[:-1]
+    arrays = []
+    for a in pool.arrays:  # (take into the new array: one copy of the live entries)
+        out = np.empty((2 * (base + n) + 16,) + a.shape[1:], dtype=a.dtype)
+        np.take(a, idx, axis=0, out=out[:base], mode="clip")  # ("raise" buffers out)
+        arrays.append(out)
+    return _Pool(arrays, base), base, at
+
+
 # ---- the clients' side: batched phases -----------------------------------------------------
+# A group state holds, for the group's clients in order: "U" (stacked rows); "E" the explicit
+# rows (client i's are E[e_ptr[i]:e_ptr[i + 1]]); "loc", for each rating (group.entry_ptr
+# order), the position of its item among the client's explicit rows; the explicit values of
+# W_i and Y_i in the pool "wy" at "w_at" (same sizes as E); the broadcasts' indices and
+# coefficients (columns W, Y) in the pool "h" at "h_at", "h_len" entries per client.
 def _explicit_rows(group):
-    """Each client's rated items (its explicit rows) and, for each of its ratings, the
-    position of the item among them: lists over the group's clients."""
+    """Each client's rated items (its explicit rows, concatenated; pointer ``e_ptr``) and,
+    for each of its ratings, the position of the item among them."""
     X, n = group.X, group.X.shape[1]
     entry_ptr = group.entry_ptr
     owner = np.repeat(np.arange(group.n_clients), np.diff(entry_ptr))
-    keys, inverse = np.unique(owner * n + X.indices, return_inverse=True)
+    keys = owner * n + X.indices
+    if keys.size and np.all(keys[1:] > keys[:-1]):  # one row per client: no sort needed
+        inverse = np.arange(keys.size)
+    else:
+        keys, inverse = np.unique(keys, return_inverse=True)
     e_ptr = np.searchsorted(keys, np.arange(group.n_clients + 1) * n)
     E = (keys % n).astype(np.int64)
     loc = (inverse - e_ptr[owner]).astype(np.int64)
-    return (np.split(E, e_ptr[1:-1]), np.split(loc, entry_ptr[1:-1]))
+    return E, e_ptr.astype(np.int64), loc
+
+
+def _flat_state(U, E, e_ptr, loc, wy, hist, coef, h_len, V0, history):
+    """A group state from its arrays (each client's segments concatenated in order; ``wy``
+    the pool of the explicit values of ``W_i`` and ``Y_i``)."""
+    h_at = _offsets(h_len)[:-1]
+    h = _Pool.holding([hist, coef])
+    return {"U": U, "E": E, "e_ptr": e_ptr, "loc": loc, "wy": wy, "wy_used": wy.tail,
+            "w_at": e_ptr[:-1].copy(), "h": h, "h_used": h.tail, "h_at": h_at,
+            "h_len": h_len, "V0": V0, "history": history}
 
 
 def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive, biased):
@@ -159,83 +328,71 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
         U = np.maximum(U, 0.0)
     if biased:
         _biases.init_user(U)
-    E, loc = _explicit_rows(group)
+    E, e_ptr, loc = _explicit_rows(group)
+    n = E.size  # the explicit rows go straight into the state's pool
+    wy = _Pool([np.empty((2 * n + 16, r), dtype=dtype) for _ in range(2)], n)
+    W, Y = (a[:n] for a in wy.arrays)
+    np.take(Vt, E, axis=0, out=W, mode="clip")
     if dual_init == "paper":  # -(1/p) grad_V f_i on the rated items, entries in row order
         rows = np.repeat(np.arange(group.n_rows), np.diff(X.indptr))
         resid = np.einsum("sa,sa->s", U[rows], Vt[X.indices]) - X.data
-        e_ptr = np.cumsum([0] + [e.size for e in E])
         owner = np.repeat(np.arange(group.n_clients), np.diff(group.entry_ptr))
-        at = e_ptr[owner] + np.concatenate(loc)
+        at = e_ptr[owner] + loc
         grad = np.stack([np.bincount(at, resid * U[rows, a], minlength=e_ptr[-1])
                          for a in range(r)], axis=1).astype(dtype, copy=False)
-        Y = np.split(grad / -n_clients, e_ptr[1:-1])
+        np.divide(grad, -n_clients, out=Y)
     else:
-        Y = [np.zeros((e.size, r), dtype=dtype) for e in E]
-    state = {"U": U, "E": E, "loc": loc, "W": [Vt[e] for e in E], "Y": Y,
-             "hist": [np.zeros(1, np.int64)] * group.n_clients,
-             "coef": [np.array([[1.0, 0.0]])] * group.n_clients, "V0": Vt, "history": None}
-    empty = np.zeros(0, np.int64)
-    uploads = {group.start + i: {"Y": ImplicitFactor(E[i], Y[i], empty, np.zeros(0), None,
-                                                     Vt.shape)}
-               for i in range(group.n_clients)}
-    return state, uploads
-
-
-def _gather(lists, index):
-    """The concatenation of ``lists[i]`` over ``index`` and its pointer array."""
-    parts = [lists[i] for i in index]
-    ptr = np.zeros(len(parts) + 1, dtype=np.int64)
-    np.cumsum([len(p) for p in parts], out=ptr[1:])
-    return np.concatenate(parts), ptr
+        Y[:] = 0
+    nc = group.n_clients
+    state = _flat_state(U, E, e_ptr, loc, wy, np.zeros(nc, np.int64),
+                        np.tile([1.0, 0.0], (nc, 1)), np.ones(nc, np.int64), Vt, None)
+    upload = GroupUpload(group.start + np.arange(nc), ("Y",), E, e_ptr, (_read_only(Y),),
+                         np.zeros(0, np.int64), np.zeros((0, 1)), np.zeros(nc + 1, np.int64),
+                         None, Vt.shape)
+    return state, upload.messages()
 
 
 def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, beta, local_iter,
                  alpha_u, l1_ratio, positive, w_update, biased, eps):
     """Batched ``client_update``: one compiled call for the group's active clients
-    (:func:`~._fedmc_admm_kernels.group_update`); uploads ``(W_i, Y_i)`` as
-    :class:`ImplicitFactor` (``eps``: the floor of ``L_W`` and ``L_U``)."""
+    (:func:`~._fedmc_admm_kernels.group_update`), reading their segments where they are and
+    writing the new ones past the pools' tails; uploads ``(W_i, Y_i)`` as one
+    :class:`GroupUpload` (views of the new segments, never written again; ``eps``: the floor
+    of ``L_W`` and ``L_U``)."""
     Vt, history, kk = unpack_broadcast(broadcast)
     if history is None:
         raise ValueError("The batched FedMC-ADMM phases need the server's broadcast history "
                          "(server_init_uploads of implicit uploads).")
     act = np.flatnonzero(active)
     X = group.X
-    E, e_ptr = _gather(gs["E"], act)
-    loc, loc_ptr = _gather(gs["loc"], act)
-    W, _ = _gather(gs["W"], act)
-    Y, _ = _gather(gs["Y"], act)
-    hist, h_ptr = _gather(gs["hist"], act)
-    coef, _ = _gather(gs["coef"], act)
+    e_sizes, h_len = np.diff(gs["e_ptr"]), gs["h_len"]
+    out_ptr, hout_ptr = _offsets(e_sizes[act]), _offsets(h_len[act] + 1)
+    n, nh = int(out_ptr[-1]), int(hout_ptr[-1])
+    wy, base, w_at = _reserve(gs["wy"], gs["wy_used"], gs["w_at"], e_sizes, n, act)
+    h, h_base, h_at = _reserve(gs["h"], gs["h_used"], gs["h_at"], h_len, nh, act)
     U_out = gs["U"].copy()
-    W_out, Y_out = np.empty_like(W), np.empty_like(Y)
-    coef_out = np.empty((coef.shape[0] + act.size, 2))
-    group_update(X.indptr, X.data, group.row_ptr, act, loc, loc_ptr, E, e_ptr, W, Y, hist,
-                 coef, h_ptr, gs["U"], Vt, history.H, history.G, kk, n_clients, beta,
-                 local_iter, alpha_u, l1_ratio, positive, biased, w_update == "exact",
-                 eps, U_out, W_out, Y_out, coef_out)
-    # each client's coefficients: its old entries, then broadcast kk (one vectorized pass)
-    hist_out = np.empty(coef_out.shape[0], dtype=np.int64)
-    new_at = h_ptr[1:] + np.arange(act.size)
-    hist_out[np.setdiff1d(np.arange(hist_out.size), new_at, assume_unique=True)] = hist
-    hist_out[new_at] = kk
-    state = dict(gs, U=U_out, history=history)
-    for key in ("W", "Y", "hist", "coef"):
-        state[key] = list(gs[key])
-    shape = Vt.shape
-    uploads = {}
-    rows = e_ptr.tolist()
-    bounds = (h_ptr + np.arange(act.size + 1)).tolist()
-    for a, (i, sends) in enumerate(zip(act.tolist(), selected[act].tolist())):
-        e0, e1 = rows[a], rows[a + 1]
-        Wi, Yi = W_out[e0:e1].copy(), Y_out[e0:e1].copy()  # a round's block is not kept alive
-        hi, ci = hist_out[bounds[a]:bounds[a + 1]], coef_out[bounds[a]:bounds[a + 1]]
-        state["W"][i], state["Y"][i], state["hist"][i], state["coef"][i] = Wi, Yi, hi, ci
-        if sends:
-            Ei = gs["E"][i]
-            uploads[group.start + i] = {
-                "W": ImplicitFactor(Ei, Wi, hi, ci[:, 0], history, shape),
-                "Y": ImplicitFactor(Ei, Yi, hi, ci[:, 1], history, shape)}
-    return state, uploads
+    (W, Y), (hist, coef) = gs["wy"].arrays, gs["h"].arrays
+    group_update(X.indptr, X.data, group.row_ptr, group.entry_ptr, act, gs["loc"], gs["E"],
+                 gs["e_ptr"], W, Y, gs["w_at"], hist, coef, gs["h_at"], h_len, gs["U"], Vt,
+                 history.H, history.G, kk, n_clients, beta, local_iter, alpha_u, l1_ratio,
+                 positive, biased, w_update == "exact", eps, U_out, *wy.arrays,
+                 base + out_ptr[:-1], *h.arrays, h_base + hout_ptr[:-1])
+    wy.tail, h.tail = base + n, h_base + nh
+    w_at[act] = base + out_ptr[:-1]
+    h_at[act] = h_base + hout_ptr[:-1]
+    h_len = h_len.copy()
+    h_len[act] += 1
+    state = dict(gs, U=U_out, history=history, wy=wy, wy_used=wy.tail, w_at=w_at, h=h,
+                 h_used=h.tail, h_at=h_at, h_len=h_len)
+    e_idx, _ = _segments(gs["e_ptr"][act], e_sizes[act])
+    W_new, Y_new = (_read_only(a[base:base + n]) for a in wy.arrays)  # (the new state's rows)
+    upload = GroupUpload(group.start + act, ("W", "Y"), gs["E"][e_idx], out_ptr,
+                         (W_new, Y_new), *(_read_only(a[h_base:h_base + nh]) for a in h.arrays),
+                         hout_ptr, history, Vt.shape)
+    sends = selected[act]
+    if not sends.all():
+        upload = upload.subset(sends)
+    return state, upload.messages()
 
 
 def metrics_group(gs, group, broadcast, *, alpha_u, l1_ratio, biased):
@@ -243,17 +400,15 @@ def metrics_group(gs, group, broadcast, *, alpha_u, l1_ratio, biased):
     Vt, history, kk = unpack_broadcast(broadcast)
     U, X = gs["U"], group.X
     sse = squared_error(X.indptr, X.indices, X.data, U, Vt)
-    everyone = np.arange(group.n_clients)
     if history is None:  # before any server update: materialize (W_i^0 = V^0)
         consensus = sum(float(np.sum((np.asarray(state_of(gs, group, i)["Wt"]) - Vt) ** 2))
-                        for i in everyone)
+                        for i in range(group.n_clients))
     else:
-        E, e_ptr = _gather(gs["E"], everyone)
-        W, _ = _gather(gs["W"], everyone)
-        hist, h_ptr = _gather(gs["hist"], everyone)
-        coef, _ = _gather(gs["coef"], everyone)
-        consensus = implicit_consensus(E, e_ptr, W, hist, np.ascontiguousarray(coef[:, 0]),
-                                       h_ptr, Vt, history.H, history.G, kk)
+        (W, _), _ = gs["wy"].gather(gs["w_at"], np.diff(gs["e_ptr"]))
+        (hist, coef), h_ptr = gs["h"].gather(gs["h_at"], gs["h_len"])
+        consensus = implicit_consensus(gs["E"], gs["e_ptr"], W, hist,
+                                       np.ascontiguousarray(coef[:, 0]), h_ptr, Vt, history.H,
+                                       history.G, kk)
     return {
         "loss": 0.5 * sse + elastic_net_value(_biases.free_user(U) if biased else U, alpha_u,
                                               l1_ratio),
@@ -265,42 +420,53 @@ def metrics_group(gs, group, broadcast, *, alpha_u, l1_ratio, biased):
     }
 
 
-def _dense(gs, key, column, i):
-    hist, coef = gs["hist"][i], gs["coef"][i][:, column]
-    values = gs[key][i]
+def _client_parts(gs, group, i):
+    """Client ``i``'s ``(E, loc, W, Y, hist, coef)``."""
+    e0, e1 = gs["e_ptr"][i], gs["e_ptr"][i + 1]
+    w0, h0 = gs["w_at"][i], gs["h_at"][i]
+    W, Y = (a[w0:w0 + e1 - e0] for a in gs["wy"].arrays)
+    hist, coef = (a[h0:h0 + gs["h_len"][i]] for a in gs["h"].arrays)
+    loc = gs["loc"][group.entry_ptr[i]:group.entry_ptr[i + 1]]
+    return gs["E"][e0:e1], loc, W, Y, hist, coef
+
+
+def _dense(gs, E, values, hist, coef):
     if gs["history"] is not None:
         out = gs["history"].combine(hist, coef, values.dtype)
     else:  # only broadcast 0 so far
         out = np.zeros(gs["V0"].shape, dtype=values.dtype)
         for c in coef.tolist():
             out += c * gs["V0"]
-    out[gs["E"][i]] = values
+    out[E] = values
     return out
 
 
 def state_of(gs, group, i):
     """Client ``i``'s per-client state ``{"U", "Wt", "Yt"}``, made dense."""
     a, b = group.row_ptr[i], group.row_ptr[i + 1]
-    return {"U": gs["U"][a:b].copy(), "Wt": _dense(gs, "W", 0, i),
-            "Yt": _dense(gs, "Y", 1, i)}
+    E, _, W, Y, hist, coef = _client_parts(gs, group, i)
+    return {"U": gs["U"][a:b].copy(), "Wt": _dense(gs, E, W, hist, coef[:, 0]),
+            "Yt": _dense(gs, E, Y, hist, coef[:, 1])}
 
 
 def with_states(gs, group, states):
     """The group state with the per-client ``states`` of some clients: their copies are held
     explicitly on every item (no implicit rows)."""
-    state = dict(gs, U=gs["U"].copy())
-    for key in ("E", "loc", "W", "Y", "hist", "coef"):
-        state[key] = list(gs[key])
+    U = gs["U"].copy()
     n = gs["V0"].shape[0]
+    parts = [_client_parts(gs, group, i) for i in range(group.n_clients)]
     for i, s in states.items():
         a, b = group.row_ptr[i], group.row_ptr[i + 1]
-        state["U"][a:b] = s["U"]
+        U[a:b] = s["U"]
         lo, hi = group.X.indptr[a], group.X.indptr[b]
-        state["E"][i] = np.arange(n, dtype=np.int64)
-        state["loc"][i] = group.X.indices[lo:hi].astype(np.int64)
-        state["W"][i], state["Y"][i] = np.asarray(s["Wt"]), np.asarray(s["Yt"])
-        state["hist"][i], state["coef"][i] = np.zeros(0, np.int64), np.zeros((0, 2))
-    return state
+        parts[i] = (np.arange(n, dtype=np.int64), group.X.indices[lo:hi].astype(np.int64),
+                    np.asarray(s["Wt"]), np.asarray(s["Yt"]), np.zeros(0, np.int64),
+                    np.zeros((0, 2)))
+    E, loc, W, Y, hist, coef = (np.concatenate(p) for p in zip(*parts))
+    e_ptr = _offsets(np.array([p[0].size for p in parts], dtype=np.int64))
+    h_len = np.array([p[4].size for p in parts], dtype=np.int64)
+    return _flat_state(U, E, e_ptr, loc, _Pool.holding([W, Y]), hist, coef, h_len, gs["V0"],
+                       gs["history"])
 
 
 def make_batched(*, n_clients, init_scale, dual_init, positive, biased, beta, local_iter,
@@ -320,110 +486,134 @@ def make_batched(*, n_clients, init_scale, dual_init, positive, biased, beta, lo
 
 
 # ---- the server's side ---------------------------------------------------------------------
-def _dense_parts(upload, n_items):
-    """A dense upload (a client run alone) as an implicit one explicit on every row."""
-    hist = np.zeros(0, np.int64)
-    return tuple(ImplicitFactor(np.arange(n_items, dtype=np.int64), np.asarray(upload[key]),
-                                hist, np.zeros(0), None, (n_items, upload[key].shape[1]))
-                 for key in ("W", "Y"))
+def _parts(uploads, keys, n_items):
+    """The messages of ``uploads`` as :class:`GroupUpload` parts: each group's taken whole
+    (or the part of its clients present), a dense message (a client re-run alone) as a
+    part explicit on every row."""
+    groups, dense = {}, []
+    for c, u in uploads.items():
+        if type(u) is ClientUpload:
+            entry = groups.get(id(u.group))
+            if entry is None:
+                groups[id(u.group)] = [u.group, 1]
+            else:
+                entry[1] += 1
+        else:
+            dense.append(c)
+    parts = []
+    for group, count in groups.values():
+        if count < group.clients.size:
+            group = group.subset(np.isin(group.clients, np.fromiter(uploads, np.int64)))
+        parts.append(group)
+    everywhere = np.arange(n_items, dtype=np.int64)
+    for c in dense:
+        values = tuple(np.asarray(uploads[c][key]) for key in keys)
+        parts.append(GroupUpload(np.array([c], dtype=np.int64), keys, everywhere,
+                                 np.array([0, n_items], np.int64), values,
+                                 np.zeros(0, np.int64), np.zeros((0, len(keys))),
+                                 np.zeros(2, np.int64), None, values[0].shape))
+    return parts
 
 
-def _store(server_state, clients, W, Y, beta):
-    """Replace the clients' terms ``Z_i = W_i + Y_i / beta`` of the server's sum (messages
-    ``W``, ``Y`` in client order); returns them concatenated as ``(rows, D, hist, coef)``
-    with ``D`` the explicit rows' deviations from the implicit combination."""
-    everyone = range(len(clients))
-    rows, e_ptr = _gather([w.rows for w in W], everyone)
-    Z = (_gather([w.values for w in W], everyone)[0]
-         + _gather([y.values for y in Y], everyone)[0] / beta)
-    hist, h_ptr = _gather([w.hist for w in W], everyone)
-    coef = (_gather([w.coef for w in W], everyone)[0]
-            + _gather([y.coef for y in Y], everyone)[0] / beta)
-    return _store_concatenated(server_state, clients, rows, e_ptr, Z, hist, h_ptr, coef)
-
-
-def _store_concatenated(server_state, clients, rows, e_ptr, Z, hist, h_ptr, coef):
-    history, store = server_state["history"], server_state["store"]
-    D = np.empty(Z.shape)
-    implicit_deviation(rows, e_ptr, Z, hist, coef, h_ptr, history.H, D)
-    e_ptr, h_ptr = e_ptr.tolist(), h_ptr.tolist()
-    for a, c in enumerate(clients):
-        e0, e1, q0, q1 = e_ptr[a], e_ptr[a + 1], h_ptr[a], h_ptr[a + 1]
-        store[c] = (rows[e0:e1], D[e0:e1], hist[q0:q1], coef[q0:q1])
-    return rows, D, hist, coef
-
-
-def _set_sum(server_state, rows, D, hist, coef):
-    """The server's sum from all clients' terms (given concatenated): exact."""
-    history = server_state["history"]
-    R = np.zeros(history.H.shape[1:])
-    scatter_rows(R, rows, D, 1.0)
-    server_state["R"] = R
-    server_state["C"] = np.bincount(hist, weights=coef, minlength=history.m)
-    server_state["since_exact"] = 0
+# The server's store of every client's term Z_i = W_i + Y_i / beta: its explicit rows (pool
+# "rd" at "rd_at", "rd_len" rows per client) and, elsewhere, its combination's broadcasts and
+# coefficients (pool "hc" at "hc_at", "hc_len"). The server keeps sum_i Z_i as "S" (the
+# explicit rows summed), "C" (the coefficients per broadcast) and "w" (per item and
+# broadcast, the coefficients of the clients holding that row explicitly):
+# implicit_total. The server owns them and updates them in place.
+def _replace(server_state, parts, beta, accumulate):
+    """Store the terms of the clients of ``parts`` (``values`` ``(W, Y)``, coefficients
+    ``(W, Y)``) in place of their old ones; with ``accumulate`` the running sum takes the
+    change (:func:`~._fedmc_admm_kernels.replace_terms`, one call per part). A client's
+    explicit rows overwrite its old ones (their number is fixed: its rated items); its
+    coefficients, one more each round it takes part in, are appended."""
+    store = server_state["store"]
+    for p in parts:
+        sizes, h_sizes = np.diff(p.e_ptr), np.diff(p.h_ptr)
+        if np.array_equal(sizes, store["rd_len"][p.clients]):
+            dst = store["rd_at"][p.clients]
+        else:  # the first terms, or a client re-run alone (a dense message)
+            store["rd"], base, store["rd_at"] = _reserve(
+                store["rd"], store["rd"].tail, store["rd_at"], store["rd_len"], sizes.sum())
+            store["rd"].tail = base + int(sizes.sum())
+            dst = base + p.e_ptr[:-1]
+        store["hc"], h_base, store["hc_at"] = _reserve(
+            store["hc"], store["hc"].tail, store["hc_at"], store["hc_len"], h_sizes.sum())
+        store["hc"].tail = h_base + int(h_sizes.sum())
+        message = (_read_only(a) for a in (p.clients, p.rows, p.e_ptr, *p.values, p.hist, p.coef,
+                                          p.h_ptr))  # (one compiled signature for all parts)
+        replace_terms(*message, beta,
+                      *store["rd"].arrays, store["rd_at"], store["rd_len"], *store["hc"].arrays,
+                      store["hc_at"], store["hc_len"], dst, h_base + p.h_ptr[:-1],
+                      server_state["S"], server_state["w"], server_state["C"], accumulate)
 
 
 def _resum(server_state):
-    """The server's sum from every client's stored term, exactly (bounds the drift)."""
+    """The server's sum from every client's stored term, exactly (bounds the drift); the
+    coefficients' store is compacted on the way."""
     store = server_state["store"]
-    _set_sum(server_state, *(np.concatenate([s[f] for s in store]) for f in range(4)))
+    live, ptr = store["hc"].gather(store["hc_at"], store["hc_len"])
+    store["hc"], store["hc_at"] = _Pool.holding(live), ptr[:-1].copy()
+    for key in ("S", "w", "C"):
+        server_state[key] = np.zeros_like(server_state[key])
+    sum_terms(*store["rd"].arrays, store["rd_at"], store["rd_len"], *store["hc"].arrays,
+              store["hc_at"], store["hc_len"], server_state["S"], server_state["w"],
+              server_state["C"])
+    server_state["since_exact"] = 0
+
+
+def _grow_coefficients(server_state):
+    """``C`` and ``w`` with an entry for every broadcast so far (doubling)."""
+    m = server_state["history"].m
+    size = server_state["C"].size
+    if size < m:
+        size = max(2 * size, m)
+        C, w = server_state["C"], server_state["w"]
+        server_state["C"] = np.concatenate([C, np.zeros(size - C.size)])
+        server_state["w"] = np.concatenate([w, np.zeros((w.shape[0], size - C.size))], axis=1)
 
 
 def _total(server_state):
-    history, C = server_state["history"], server_state["C"]
-    m = history.m
-    C = np.concatenate([C, np.zeros(m - C.size)]) if C.size < m else C
-    server_state["C"] = C
-    n, r = history.H.shape[1:]
-    return server_state["R"] + (C[:m] @ history.H[:m].reshape(m, n * r)).reshape(n, r)
+    history = server_state["history"]
+    _grow_coefficients(server_state)
+    out = np.empty(server_state["S"].shape)
+    implicit_total(server_state["S"], server_state["w"], server_state["C"], history.H,
+                   history.m, out)
+    return out
 
 
 def server_init_implicit(Vt, uploads, *, beta, n_clients):
     """``server_init_uploads`` for implicit ``Y_i^0``: ``Z_i^0 = V^0 + Y_i^0 / beta`` of
     every client as rows and a coefficient, and the broadcast ``V^0`` with the history."""
     history = FactorHistory(Vt)
-    server_state = {"Vt": Vt, "Z": None, "history": history, "store": [None] * n_clients}
-    clients = sorted(uploads)
-    Y = [uploads[c]["Y"] for c in clients]  # 0 off the rated rows, W_i^0 = V^0 everywhere
-    rows, e_ptr = _gather([y.rows for y in Y], range(len(Y)))
-    Z = Vt[rows] + _gather([y.values for y in Y], range(len(Y)))[0] / beta
-    h_ptr = np.arange(len(Y) + 1, dtype=np.int64)
-    _set_sum(server_state, *_store_concatenated(
-        server_state, clients, rows, e_ptr, Z, np.zeros(len(Y), np.int64), h_ptr,
-        np.ones(len(Y))))
+    n, r = Vt.shape
+    empty = np.zeros(n_clients, np.int64)
+    store = {"rd": _Pool([np.zeros(0, np.int64), np.zeros((0, r))], 0), "rd_at": empty.copy(),
+             "rd_len": empty.copy(), "hc": _Pool([np.zeros(0, np.int64), np.zeros(0)], 0),
+             "hc_at": empty.copy(), "hc_len": empty.copy()}
+    server_state = {"Vt": Vt, "Z": None, "history": history, "store": store,
+                    "S": np.zeros((n, r)), "w": np.zeros((n, 4)), "C": np.zeros(4),
+                    "since_exact": 0}
+    parts = []
+    for p in _parts(uploads, ("Y",), n):  # W_i^0 = V^0: coefficient 1 on broadcast 0
+        k = p.clients.size
+        parts.append(GroupUpload(p.clients, ("W", "Y"), p.rows, p.e_ptr,
+                                 (Vt[p.rows], p.values[0]), np.zeros(k, np.int64),
+                                 np.tile([1.0, 0.0], (k, 1)), np.arange(k + 1), None, Vt.shape))
+    _replace(server_state, parts, beta, accumulate=True)
     return server_state, Broadcast(Vt, (history, 0))
 
 
 def server_update_implicit(server_state, uploads, round_index, *, beta, resum_every):
     """The sum of (P-16) over all clients, replacing the terms of the clients that sent
-    ``uploads`` (their rated rows and coefficients: ``O(ratings)``), exact every
-    ``resum_every`` rounds. Returns ``sum_i Z_i``."""
-    n_items = server_state["history"].H.shape[1]
-    clients = list(uploads)
-    if clients:
-        store = server_state["store"]
-        old = [store[c] for c in clients]
-        W, Y = [], []
-        for c in clients:
-            w, y = uploads[c]["W"], uploads[c]["Y"]
-            if not isinstance(w, ImplicitFactor):
-                w, y = _dense_parts(uploads[c], n_items)
-            W.append(w)
-            Y.append(y)
-        rows, D, hist, coef = _store(server_state, clients, W, Y, beta)
+    ``uploads`` (their rated rows and coefficients: ``O(ratings)``, one compiled call per
+    group), exact every ``resum_every`` rounds. Returns ``sum_i Z_i``."""
     server_state["since_exact"] += 1
-    if server_state["since_exact"] >= resum_every:
+    resum = server_state["since_exact"] >= resum_every
+    _grow_coefficients(server_state)
+    if uploads:
+        _replace(server_state, _parts(uploads, ("W", "Y"), server_state["history"].H.shape[1]),
+                 beta, accumulate=not resum)
+    if resum:
         _resum(server_state)
-    elif clients:
-        R = server_state["R"]
-        scatter_rows(R, np.concatenate([o[0] for o in old]),
-                     np.concatenate([o[1] for o in old]), -1.0)
-        scatter_rows(R, rows, D, 1.0)
-        m = server_state["history"].m
-        C = server_state["C"]
-        C = np.concatenate([C, np.zeros(m - C.size)]) if C.size < m else C
-        np.subtract.at(C, np.concatenate([o[2] for o in old]),
-                       np.concatenate([o[3] for o in old]))
-        np.add.at(C, hist, coef)
-        server_state["C"] = C
     return _total(server_state)

@@ -22,7 +22,7 @@ from .._kernels import (
 )
 
 __all__ = ["linearized_cols", "squared_distance", "replace_and_accumulate", "group_update",
-           "implicit_consensus", "implicit_deviation", "scatter_rows"]
+           "implicit_consensus", "implicit_total", "replace_terms", "sum_terms"]
 
 
 @_jit
@@ -317,23 +317,27 @@ def _frobenius(M, k):
 
 
 @_jit
-def group_update(indptr, data, row_ptr, clients, loc, loc_ptr, E, e_ptr, W, Y, hist, coef,
-                 h_ptr, U, V, H, G, kk, n_clients, beta, n_steps, alpha_u, l1_ratio, positive,
-                 biased, exact, eps, U_out, W_out, Y_out, coef_out):
+def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y, w_at, hist,
+                 coef, h_at, h_len, U, V, H, G, kk, n_clients, beta, n_steps, alpha_u, l1_ratio,
+                 positive, biased, exact, eps, U_out, W_out, Y_out, out_ptr, hist_out, coef_out,
+                 hout_ptr):
     """One FedMC-ADMM round (Algorithm 1, step 3) of each client of ``clients`` in a group.
 
-    Client ``clients[a]`` owns the group rows ``row_ptr[c]:row_ptr[c + 1]``; its explicit rows
-    are ``E[e_ptr[a]:e_ptr[a + 1]]`` with values ``W``, ``Y`` there; ``loc[loc_ptr[a]:...]``
-    gives each of its ratings the position of its item in those rows; its implicit rows are
-    ``sum_q coef[q, 0] H[hist[q]]`` (``W``) and ``sum_q coef[q, 1] H[hist[q]]`` (``Y``) over
-    ``q`` in ``h_ptr[a]:h_ptr[a + 1]``. ``V = H[kk]`` is the broadcast.
+    Client ``c = clients[a]`` owns the group rows ``row_ptr[c]:row_ptr[c + 1]`` (ratings
+    ``entry_ptr[c]:entry_ptr[c + 1]``); its ``k`` explicit rows are ``E[e_ptr[c]:e_ptr[c +
+    1]]`` with values ``W``, ``Y`` at ``w_at[c]:w_at[c] + k``; ``loc`` gives each of its
+    ratings the position of its item in those rows; its implicit rows are ``sum_q coef[q, 0]
+    H[hist[q]]`` (``W``) and ``sum_q coef[q, 1] H[hist[q]]`` (``Y``) over ``q`` in
+    ``h_at[c]:h_at[c] + h_len[c]``. ``V = H[kk]`` is the broadcast.
 
     Writes the new ``U`` rows into ``U_out``, the new explicit rows into ``W_out``, ``Y_out``
-    and the new coefficients into ``coef_out`` (``h_ptr[a] + a`` onwards: the old entries,
-    then one for ``kk``). The explicit rows run the per-client kernels (:func:`u_loop` and
-    :func:`linearized_cols` of the same arithmetic); every implicit row takes the ``k = 0``
-    closed form of :func:`linearized_cols`, ``w_N = keep^N w_0 + sigma_N (beta v - y) /
-    (L + beta)``, or Remark 4.1's ``v - y / beta`` (``exact``), as a map of the coefficients.
+    at ``out_ptr[a]`` onwards and the new broadcasts and coefficients into ``hist_out``,
+    ``coef_out`` at ``hout_ptr[a]`` onwards (the old entries, then one for ``kk``); the
+    outputs may be the input arrays when the written ranges are not read. The explicit rows
+    run the per-client kernels (:func:`u_loop` and :func:`linearized_cols` of the same
+    arithmetic); every implicit row takes the ``k = 0`` closed form of
+    :func:`linearized_cols`, ``w_N = keep^N w_0 + sigma_N (beta v - y) / (L + beta)``, or
+    Remark 4.1's ``v - y / beta`` (``exact``), as a map of the coefficients.
     """
     r = U.shape[1]
     GW = np.empty((r, r))
@@ -342,11 +346,11 @@ def group_update(indptr, data, row_ptr, clients, loc, loc_ptr, E, e_ptr, W, Y, h
         r0, r1 = row_ptr[c], row_ptr[c + 1]
         m = r1 - r0
         s0, s1 = indptr[r0], indptr[r1]
-        e0, e1 = e_ptr[a], e_ptr[a + 1]
-        k = e1 - e0
-        Ec, Wc, Yc = E[e0:e1], W[e0:e1], Y[e0:e1]
-        hc, cc = hist[h_ptr[a]:h_ptr[a + 1]], coef[h_ptr[a]:h_ptr[a + 1]]
-        lc = loc[loc_ptr[a]:loc_ptr[a + 1]]
+        k = e_ptr[c + 1] - e_ptr[c]
+        w0, h0, o0 = w_at[c], h_at[c], out_ptr[a]
+        Ec, Wc, Yc = E[e_ptr[c]:e_ptr[c + 1]], W[w0:w0 + k], Y[w0:w0 + k]
+        hc, cc = hist[h0:h0 + h_len[c]], coef[h0:h0 + h_len[c]]
+        lc = loc[entry_ptr[c]:entry_ptr[c + 1]]
         ip = indptr[r0:r1 + 1] - s0
         # (a) U loop against the client's own W_i (L_W over all its rows).
         _implicit_gram(Wc, Ec, hc, np.ascontiguousarray(cc[:, 0]), H, G, GW)
@@ -383,7 +387,7 @@ def group_update(indptr, data, row_ptr, clients, loc, loc_ptr, E, e_ptr, W, Y, h
         for e in range(k):
             for b in range(r):
                 target[e, b] = beta * V[Ec[e], b] - Yc[e, b]
-        Wn = W_out[e0:e1]
+        Wn = W_out[o0:o0 + k]
         if exact:
             gram = np.zeros((k, r, r))
             rhs = np.zeros((k, r))
@@ -427,10 +431,13 @@ def group_update(indptr, data, row_ptr, clients, loc, loc_ptr, E, e_ptr, W, Y, h
         # (c) dual step with the old V on the explicit rows
         for e in range(k):
             for b in range(r):
-                Y_out[e0 + e, b] = Yc[e, b] + beta * (Wn[e, b] - V[Ec[e], b])
+                Y_out[o0 + e, b] = Yc[e, b] + beta * (Wn[e, b] - V[Ec[e], b])
         # the implicit rows: the same steps as a map of the coefficients
-        q0 = h_ptr[a] + a
+        q0 = hout_ptr[a]
         n_old = hc.size
+        for q in range(n_old):
+            hist_out[q0 + q] = hc[q]
+        hist_out[q0 + n_old] = kk
         if exact:
             for q in range(n_old):
                 coef_out[q0 + q, 0] = -cc[q, 1] / beta
@@ -487,24 +494,84 @@ def implicit_consensus(E, e_ptr, W, hist, coef, h_ptr, V, H, G, kk):
 
 
 @_jit
-def implicit_deviation(E, e_ptr, Z, hist, coef, h_ptr, H, out):
-    """``out = Z - (sum_q coef[q] H[hist[q]])[E]`` per client: how the explicit rows of a
-    client's ``Z_i`` differ from its implicit combination (the server's sum keeps those)."""
-    r = out.shape[1]
-    for a in range(e_ptr.size - 1):
+def replace_terms(clients, rows, e_ptr, W, Y, hist, coef, h_ptr, beta, store_rows, store_Z,
+                  rd_at, rd_len, store_hist, store_coef, hc_at, hc_len, dst, h_dst, S, w, C,
+                  accumulate):
+    """Replace the server's terms ``Z_i = W_i + Y_i / beta`` of the ``clients`` (messages
+    concatenated as in :func:`group_update`'s outputs, ``e_ptr``/``h_ptr`` over the clients).
+
+    A term is stored as its explicit rows ``W + Y / beta`` (at ``dst[a]`` of ``store_rows``,
+    ``store_Z``: the client's old rows when they are as many, read before they are written)
+    and its broadcasts and coefficients ``coef[:, 0] + coef[:, 1] / beta`` elsewhere (at
+    ``h_dst[a]`` of ``store_hist``, ``store_coef``); ``rd_at``, ``rd_len``, ``hc_at``,
+    ``hc_len`` then point there. With ``accumulate`` the sum takes the
+    change, client by client (the old term out, the new one in): ``S`` sums the explicit rows,
+    ``C[t]`` the coefficients of broadcast ``t`` and ``w[j, t]`` those of the clients whose
+    row ``j`` is explicit (:func:`implicit_total`). Only the rows and the broadcasts a client
+    has are touched: no ``H`` row is read.
+    """
+    r = S.shape[1]
+    for a in range(clients.size):
+        c = clients[a]
+        if accumulate:
+            o, q0, nq = rd_at[c], hc_at[c], hc_len[c]
+            for q in range(q0, q0 + nq):
+                C[store_hist[q]] -= store_coef[q]
+            for e in range(o, o + rd_len[c]):
+                j = store_rows[e]
+                for b in range(r):
+                    S[j, b] -= store_Z[e, b]
+                for q in range(q0, q0 + nq):
+                    w[j, store_hist[q]] -= store_coef[q]
         q0, q1 = h_ptr[a], h_ptr[a + 1]
+        hd = h_dst[a] - q0
+        for q in range(q0, q1):
+            cq = coef[q, 0] + coef[q, 1] / beta
+            store_hist[hd + q], store_coef[hd + q] = hist[q], cq
+            if accumulate:
+                C[hist[q]] += cq
+        d = dst[a] - e_ptr[a]
         for e in range(e_ptr[a], e_ptr[a + 1]):
-            j = E[e]
+            j = rows[e]
+            store_rows[d + e] = j
             for b in range(r):
-                acc = Z[e, b]
+                z = W[e, b] + Y[e, b] / beta
+                store_Z[d + e, b] = z
+                if accumulate:
+                    S[j, b] += z
+            if accumulate:
                 for q in range(q0, q1):
-                    acc -= coef[q] * H[hist[q], j, b]
-                out[e, b] = acc
+                    w[j, hist[q]] += store_coef[hd + q]
+        rd_at[c], rd_len[c] = dst[a], e_ptr[a + 1] - e_ptr[a]
+        hc_at[c], hc_len[c] = h_dst[a], q1 - q0
 
 
 @_jit
-def scatter_rows(out, rows, values, sign):
-    """``out[rows[e]] += sign * values[e]`` in order (deterministic, duplicates summed)."""
-    for e in range(rows.size):
-        for b in range(out.shape[1]):
-            out[rows[e], b] += sign * values[e, b]
+def implicit_total(S, w, C, H, m, out):
+    """``out = S + sum_t (C[t] - w[:, t]) H[t]`` over the first ``m`` broadcasts: the sum of
+    every client's ``Z_i``, its combination counted on all rows (``C``) but the explicit ones
+    (``w``), which ``S`` holds."""
+    n, r = S.shape
+    for j in range(n):
+        for b in range(r):
+            acc = S[j, b]
+            for t in range(m):
+                acc += (C[t] - w[j, t]) * H[t, j, b]
+            out[j, b] = acc
+
+
+@_jit
+def sum_terms(rows, Z, rd_at, rd_len, hist, coef, hc_at, hc_len, S, w, C):
+    """``S``, ``w``, ``C`` of :func:`replace_terms` from every client's stored term (exact)."""
+    for c in range(rd_at.size):
+        q0, nq = hc_at[c], hc_len[c]
+        for q in range(q0, q0 + nq):
+            C[hist[q]] += coef[q]
+        for e in range(rd_at[c], rd_at[c] + rd_len[c]):
+            j = rows[e]
+            for b in range(S.shape[1]):
+                S[j, b] += Z[e, b]
+            for q in range(q0, q0 + nq):
+                w[j, hist[q]] += coef[q]
+
+

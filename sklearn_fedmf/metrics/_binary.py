@@ -4,7 +4,7 @@ of the Felb paper, Section 4 and Appendix E.1).
 A reconstruction is given either as a matrix (dense or sparse, 0/1) or as Boolean factors
 ``(U, V)``, meaning ``U o V = min(1, U V)`` (the OR of ANDs). With factors, the true positives
 are counted at the stored ones of the data only, and ``|U o V|`` is counted per distinct row
-pattern of ``U``, so no ``n x m`` matrix is formed.
+pattern of ``U`` and column pattern of ``V``, so no ``n x m`` matrix is formed.
 """
 
 from __future__ import annotations
@@ -63,18 +63,68 @@ def _factors(pred):
 
 
 def _predicted_ones(U, V):
-    """``|U o V|`` grouped by the distinct Boolean rows of ``U``."""
+    """``|U o V|`` grouped by the distinct Boolean rows of ``U`` and columns of ``V``.
+
+    A row of pattern ``p`` misses exactly the columns whose pattern ``c`` has ``c & p == 0``.
+    With ``P`` row and ``C`` column patterns that is ``P C`` bit tests, or, for large ``P C``
+    (a fitted model of many users), one subset-sum table over the ``2^k`` patterns: ``k 2^k``
+    additions however many patterns there are.
+    """
+    k, m = V.shape
     if U.shape[0] == 0:
         return 0
-    patterns, counts = np.unique(np.packbits(U, axis=1), axis=0, return_counts=True)
-    P = np.unpackbits(patterns, axis=1, count=U.shape[1]).astype(np.float64)
-    Vf = V.astype(np.float64)
-    total = 0
-    step = max(1, _CHUNK // max(V.shape[1], 1))
-    for a in range(0, len(P), step):
-        covered = np.count_nonzero(P[a : a + step] @ Vf > 0, axis=1)
-        total += int(covered @ counts[a : a + step])
-    return total
+    if k > _MAX_CODE_BITS:  # patterns as bytes, their products chunk by chunk
+        patterns, counts = np.unique(np.packbits(U, axis=1), axis=0, return_counts=True)
+        P = np.unpackbits(patterns, axis=1, count=k).astype(np.float64)
+        Vf = V.astype(np.float64)
+        total = 0
+        step = max(1, _CHUNK // max(m, 1))
+        for a in range(0, len(P), step):
+            covered = np.count_nonzero(P[a : a + step] @ Vf > 0, axis=1)
+            total += int(covered @ counts[a : a + step])
+        return total
+    bits = np.uint64(1) << np.arange(k, dtype=np.uint64)
+    rows, row_counts = np.unique(U.astype(np.uint64) @ bits, return_counts=True)
+    cols, col_counts = np.unique(bits @ V.astype(np.uint64), return_counts=True)
+    if k <= _MAX_TABLE_BITS and len(rows) * len(cols) > _table_cost(k):
+        missed = _subset_sums(cols, col_counts, k)[~rows & np.uint64((1 << k) - 1)]
+    else:
+        missed = _disjoint_counts(rows, cols, col_counts)
+    return int(row_counts @ (m - missed))
+
+
+_MAX_CODE_BITS = 63  # a pattern of k <= 63 bits is one uint64
+_MAX_TABLE_BITS = 22  # the subset-sum table holds 2^k int64 (32 MB at k = 22)
+
+
+def _table_cost(k):
+    """Operations of the subset-sum table, against ``P C`` for the pairs of patterns."""
+    return (k + 1) << k
+
+
+@njit(cache=True, nogil=True)
+def _disjoint_counts(rows, cols, col_counts):
+    """Per row pattern, the columns (``col_counts`` per pattern) that share no bit with it."""
+    out = np.zeros(rows.shape[0], np.int64)
+    for i in range(rows.shape[0]):
+        for j in range(cols.shape[0]):
+            if rows[i] & cols[j] == 0:
+                out[i] += col_counts[j]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _subset_sums(cols, col_counts, k):
+    """``f[mask]``: the columns whose pattern is a subset of ``mask`` (sum over subsets)."""
+    f = np.zeros(1 << k, np.int64)
+    for j in range(cols.shape[0]):
+        f[cols[j]] += col_counts[j]
+    for b in range(k):
+        bit = 1 << b
+        for mask in range(1 << k):
+            if mask & bit:
+                f[mask] += f[mask ^ bit]
+    return f
 
 
 def factor_counts(X, U, V):
