@@ -188,7 +188,7 @@ def bench_ml_shape(args):
         marks = []  # CPU seconds (this process and its threads) at the end of each sync
         wall, cpu0 = time.perf_counter(), time.process_time()
         if method.startswith("felb"):  # a line per sync: a long fit shows how far it got
-            def mark(k, info, marks=marks, start=wall):
+            def mark(k, info, marks=marks, start=wall, cpu0=cpu0):
                 marks.append(time.process_time())
                 print(f"   sync {k}: F1 {info['record']['f1']:.3f}, CPU {marks[-1] - cpu0:.0f} s,"
                       f" wall {time.perf_counter() - start:.0f} s", flush=True)

@@ -5,13 +5,13 @@ import pytest
 import scipy.sparse as sp
 
 from sklearn_fedmf.metrics import (
+    _binary,
     boolean_counts,
     f1_boolean,
     integrality_gap,
     rmsd,
     rmsd_sum_clients,
 )
-from sklearn_fedmf.metrics import _binary
 from sklearn_fedmf.metrics._binary import check_binary
 
 
