@@ -57,7 +57,7 @@ from ._dispatch import dispatch, shared_thread_pools
 from ._transport import PhaseResult, Transport, _run_clients
 
 __all__ = ["BatchedPhases", "ClientGroup", "GroupStates", "GroupedTransport", "ImplicitRows",
-           "make_groups"]
+           "make_groups", "user_rows_state", "with_user_rows"]
 
 
 class ClientGroup(NamedTuple):
@@ -114,6 +114,20 @@ class ClientGroup(NamedTuple):
         Xt = Xi.T.tocsr()
         Xt.sort_indices()
         return ClientBlock(self.rows[a:b], Xi, Ei, Xt)
+
+
+def user_rows_state(group_state, group, i):
+    """Client ``i``'s ``{"U": its rows of the group's stacked user factors}`` (a copy): the
+    per-client state of a protocol whose clients keep only ``U`` between rounds."""
+    return {"U": group_state["U"][group.row_ptr[i]:group.row_ptr[i + 1]].copy()}
+
+
+def with_user_rows(group_state, group, states):
+    """A copy of the group state with the ``"U"`` rows of the clients of ``states`` put in."""
+    U = group_state["U"].copy()
+    for i, state in states.items():
+        U[group.row_ptr[i]:group.row_ptr[i + 1]] = state["U"]
+    return {**group_state, "U": U}
 
 
 def make_groups(X, codes, n_clients, X_eval=None, n_groups=16):

@@ -21,6 +21,8 @@ from sklearn_fedmf._groups import (
     GroupStates,
     ImplicitRows,
     make_groups,
+    user_rows_state,
+    with_user_rows,
 )
 from sklearn_fedmf.exceptions import ClientError, ClientFailureWarning
 
@@ -111,17 +113,6 @@ def b_metrics(gs, group, v):
     return {"sse": float(resid @ resid), "n": X.nnz}
 
 
-def b_state(gs, group, i):
-    return {"U": gs["U"][group.row_ptr[i]:group.row_ptr[i + 1]].copy()}
-
-
-def b_with(gs, group, states):
-    U = gs["U"].copy()
-    for i, s in states.items():
-        U[group.row_ptr[i]:group.row_ptr[i + 1]] = s["U"]
-    return {"U": U}
-
-
 def make_protocol(n_items, participation=None):
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items), init_client=init_client,
@@ -129,8 +120,8 @@ def make_protocol(n_items, participation=None):
         client_metrics=client_metrics, combine_metrics=combine_metrics,
         participation=participation or Participation(),
         batched=BatchedPhases(init_client=b_init, client_update=b_update,
-                              client_metrics=b_metrics, client_state=b_state,
-                              with_client_states=b_with),
+                              client_metrics=b_metrics, client_state=user_rows_state,
+                              with_client_states=with_user_rows),
     )
 
 

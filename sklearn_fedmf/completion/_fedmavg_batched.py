@@ -26,7 +26,7 @@ from functools import partial
 import numpy as np
 
 from .. import _biases
-from .._groups import BatchedPhases, ImplicitRows
+from .._groups import BatchedPhases, ImplicitRows, user_rows_state
 from .._transport import _rng
 from ._fedmavg import (
     EPS_LIPSCHITZ,
@@ -217,7 +217,7 @@ def update_group(group_state, group, broadcast, stream, active, selected, *, pre
 
 def client_state(group_state, group, i):
     """Client ``i``'s state as the per-client functions hold it."""
-    state = {"U": group_state["U"][group.row_ptr[i]:group.row_ptr[i + 1]].copy()}
+    state = user_rows_state(group_state, group, i)
     if "ready" in group_state and group_state["ready"][i]:  # between prepare and update
         state.update(Vt=group_state["Vt"], q2=group_state["q2"],
                      omega=float(group_state["omega"][i]))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _biases
-from .._groups import ImplicitRows
+from .._groups import ImplicitRows, user_rows_state, with_user_rows
 from .._prox import row_alpha
 from .._transport import client_generator
 from ._fedmavg import EPS_LIPSCHITZ, lambda_max
@@ -122,12 +122,6 @@ def batched_client_update(state, group, Vt, stream, active, selected, *, local_i
     return state, group_share(state, group, np.flatnonzero(active & selected), biased)
 
 
-def client_state(state, group, i):
-    return {"U": state["U"][group.row_ptr[i]:group.row_ptr[i + 1]].copy()}
-
-
-def with_client_states(state, group, states):
-    U = state["U"].copy()
-    for i, s in states.items():
-        U[group.row_ptr[i]:group.row_ptr[i + 1]] = s["U"]
-    return {**state, "U": U}
+# a FedMGS client keeps only U between rounds
+client_state = user_rows_state
+with_client_states = with_user_rows
