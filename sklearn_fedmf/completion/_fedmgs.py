@@ -40,6 +40,15 @@ numbers for ``k`` rated items, the same information as its aggregates (``G1_j = 
 every ``j``, and ``G2_j = x_j a``, whose last entry is ``x_j`` as ``a`` ends with the fixed
 1).
 
+Strengths ``"auto"`` (the default): the server sets ``alpha_u = alpha_v`` each round from the
+noise of its current model (:func:`auto_alpha`) and broadcasts it with ``V`` (8 bytes). For
+that the rows form of a message holds one more number, the client's sum of squares ``S_p =
+sum (x_tj - b_u)^2`` over its ratings: with it the aggregates give the server the client's
+exact loss at any ``V`` (the paper's message is the loss's linear and quadratic terms in
+``V``; ``S_p`` is its constant). It discloses the second moment of the client's ratings
+around its users' biases; the compact form already holds every ``x_tj``. The papers' fixed
+strengths (``PAPER_SETTINGS``) send neither.
+
 Privacy consequence: the aggregates reveal more than a model. Their rows disclose which items
 the client's users rated and how many (the ones entry of ``G1_j``) and the sum of their
 ratings minus ``b_u`` (the last entry of ``G2_j``); a one-user client's message gives its
@@ -519,11 +528,21 @@ class FedMGS(FederatedMFBase):
         Communication rounds (one server step each).
     tol : float, default=0.0
         Stop when the relative change of the objective falls below ``tol``.
-    alpha_u, alpha_v : float, default=10.0
+    alpha_u, alpha_v : float or "auto", default="auto"
         Elastic-net regularization of the user and item factors (as in
-        :class:`~sklearn_fedmf.FedMAvg`).
-        Defaults measured across data sets (``benchmarks/bench_defaults.py``); the papers'
-        ``1e-6`` is in ``PAPER_SETTINGS``.
+        :class:`~sklearn_fedmf.FedMAvg`). ``"auto"`` (plain penalties): the server sets the
+        strength each round to ``AUTO_C * sigma^2 / s^2`` at its current model, the noise
+        variance (training residual per rating) over a factor entry's prior variance ``s^2 =
+        sqrt(q / r)``, ``q`` the variance of the rank-``r`` part ``u.v`` on the ratings: the
+        ratio of the MAP objective of a Gaussian model (Salakhutdinov & Mnih's PMF), with
+        ``AUTO_C = 3.5``. It starts at, and never exceeds, ``10`` times the root mean square
+        of the centred ratings (the former constant 10 on ratings of deviation about 1):
+        low-noise data get weaker penalties, data whose rank-``r`` signal is weak against the
+        noise (MovieLens) keep about 10. It follows the ratings' scale (ratings times ``c``:
+        strength times ``c``). Each client adds one number to its message (see the module
+        documentation). With ``regularization="weighted"``, ``"auto"`` is 0.1 per rating.
+        The values used are ``alpha_u_`` and ``alpha_v_``. Measured across data sets
+        (``benchmarks/bench_defaults.py``); the papers' ``1e-6`` is in ``PAPER_SETTINGS``.
     l1_ratio : float, default=0.0
         Mix of the elastic net: 0 is squared l2, 1 is l1 (soft-thresholding).
     regularization : {"plain", "weighted"}, default="plain"
@@ -594,6 +613,9 @@ class FedMGS(FederatedMFBase):
     converged_, degenerate_
         As in :class:`~sklearn_fedmf.FedMCADMM`.
     n_features_in_ : int
+    alpha_u_, alpha_v_ : float
+        The strengths of the last round (``"auto"``: the server's last value; fold-in uses
+        ``alpha_u_``).
 
     See Also
     --------
