@@ -111,7 +111,7 @@ RESUM_EVERY = 20  # rounds between exact sums of the server's cached aggregates
 # on bench_defaults' "chosen" sets (docs/guide/tuning.rst).
 AUTO_C = 3.5
 AUTO_MAX = 10.0
-AUTO_WEIGHTED = 0.1  # "auto" with regularization="weighted": per rating (bench_defaults' reference)
+AUTO_WEIGHTED = 0.1  # "auto" with regularization="weighted" (per rating; the reference)
 
 
 def auto_alpha(free, total, sum_squares, n_ratings, n_components, cap):
@@ -536,7 +536,7 @@ class FedMGS(FederatedMFBase):
         sqrt(q / r)``, ``q`` the variance of the rank-``r`` part ``u.v`` on the ratings: the
         ratio of the MAP objective of a Gaussian model (Salakhutdinov & Mnih's PMF), with
         ``AUTO_C = 3.5``. It starts at, and never exceeds, ``10`` times the root mean square
-        of the centred ratings (the former constant 10 on ratings of deviation about 1):
+        of the (centred) ratings (the former constant 10 on ratings of deviation about 1):
         low-noise data get weaker penalties, data whose rank-``r`` signal is weak against the
         noise (MovieLens) keep about 10. It follows the ratings' scale (ratings times ``c``:
         strength times ``c``). Each client adds one number to its message (see the module

@@ -10,8 +10,8 @@ __all__ = ["default_search_space"]
 # data term and R_i by p but not R(V); RFRec's penalties carry no 1/2), so each range is the
 # measured default (benchmarks/bench_defaults.py) divided and multiplied by 3: a 3-point grid
 # is (default / 3, default, 3 * default); FedMGS's default "auto" starts at 10 and never
-# exceeds it (times the ratings' root mean square). ALS-WR's weighted lambda is a strength per rating,
-# on one scale for the three estimators that have it (reference 0.1), so the two
+# exceeds it (times the ratings' root mean square). ALS-WR's weighted lambda is a strength
+# per rating, on one scale for the three estimators that have it (reference 0.1), so the two
 # regularizations are separate sub-spaces of their own strengths.
 _STRENGTHS = {
     "FedMCADMM": {"plain": {"alpha_u": (10 / 3, 30.0), "alpha_v": (0.1 / 3, 0.3)}},
