@@ -26,7 +26,8 @@ _OTHERS = {
     "FedMCADMM": {"beta": ["auto", 0.003, 0.03], "local_iter": [30, 100],
                   "n_components": [5, 10, 20], "biased": [True, False]},
     "FedMAvg": {"local_iter_u": [5, 10], "n_components": [5, 10, 20], "biased": [True, False]},
-    "FedMGS": {"local_iter_u": [5, 10], "n_components": [5, 10, 20], "biased": [True, False]},
+    "FedMGS": {"local_iter_u": [5, 10], "local_iter_v": [1, 5], "n_components": [5, 10, 20],
+               "biased": [True, False]},
     "RFRec": {"reg_consensus": [5.0, 10.0, 20.0], "n_components": [5, 10, 20],
               "biased": [True, False]},
 }
