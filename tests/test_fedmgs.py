@@ -217,7 +217,7 @@ def test_auto_strength_follows_the_noise_and_is_the_rule_at_the_fitted_model():
     assert fits[0.2] < 0.5 * fits[1.0]
 
 
-def test_auto_strength_messages(monkeypatch):
+def test_auto_strength_messages():
     """``"auto"`` adds one number to a client's message, ``S = sum (x_tj - b_u)^2`` over its
     ratings (the compact form of a one-user client holds its ``x_tj`` already), and the
     round's strength to the broadcast; the papers' fixed strengths send neither."""
