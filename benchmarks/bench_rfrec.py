@@ -24,14 +24,15 @@ paper's evaluation), the RMSE of the personal models ``link(u_i . v_(c)j)``
 The paper's numbers are for ML-1M (6040 users); they are printed for reference only.
 
 ``pmf`` (Table 2's comparison): RFRec and RFRecF (code settings, one client per user; RFRec
-also with ``reg_consensus=100``, up to 400 rounds) beside a centralized PMF: one client holding every user, no consensus penalty, full-batch Adam 0.01 on
-the same loss, rank, link and initialization, with RFRec's regularization (``lambda_u = 0.1``,
-``lambda_v = 0``) or with the authors' ``PMF.ipynb`` one (``lambda_u = lambda_v = 0.1``); on
-the same splits, on ml-latest-small and on ``make_ratings`` at the ML-100K shape (943 x 1682,
-100000 ratings). Every method overfits with these weak penalties, so the test RMSE depends on
-when it stops: each fit holds out 10 % of its training ratings, and the table gives the test
-RMSE after the paper's ``K`` rounds (100; RFRecF 200 coin flips) and at the round of the best
-validation RMSE (of up to 200 rounds for RFRec, 400 flips for RFRecF, 150 epochs for PMF),
+also with ``reg_consensus=100``) beside a centralized PMF: one client holding every user, no
+consensus penalty, full-batch Adam 0.01 on the same loss, rank, link and initialization, with
+RFRec's regularization (``lambda_u = 0.1``, ``lambda_v = 0``) or with the authors'
+``PMF.ipynb`` one (``lambda_u = lambda_v = 0.1``); on the same splits, on ml-latest-small and
+on ``make_ratings`` at the ML-100K shape (943 x 1682, 100000 ratings). Every method overfits
+with these weak penalties, so the test RMSE depends on when it stops: each fit holds out 10 %
+of its training ratings, and the table gives the test RMSE after the paper's ``K`` rounds
+(100; RFRecF 200 coin flips) and at the round of the best validation RMSE (of up to 200
+rounds for RFRec, 400 with ``reg_consensus=100``, 400 flips for RFRecF, 150 epochs for PMF),
 mean (std) over the seeds, with the paired gaps to both PMFs at their own best rounds.
 """
 
