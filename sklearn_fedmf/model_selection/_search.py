@@ -19,7 +19,7 @@ _STRENGTHS = {
     "FedMCADMM": {"plain": {"alpha_u": (5 / 3, 15.0), "alpha_v": (0.1 / 3, 0.3)}},
     "FedMAvg": {"plain": {"alpha_u": (10 / 3, 30.0), "alpha_v": (10 / 3, 30.0)}},
     "FedMGS": {"plain": {"alpha_u": (10 / 3, 30.0), "alpha_v": (10 / 3, 30.0)}},
-    "RFRec": {"plain": {"alpha_u": (0.5, 4.5), "alpha_v": (0.5, 4.5)}},
+    "RFRec": {"plain": {"alpha_u": (1.5, 13.5), "alpha_v": (1.5, 13.5)}},
 }
 for _name in ("FedMCADMM", "FedMAvg", "FedMGS"):
     _STRENGTHS[_name]["weighted"] = {"alpha_u": (0.1 / 3, 0.3), "alpha_v": (0.1 / 3, 0.3)}
