@@ -226,7 +226,7 @@ def test_auto_strength_messages():
     model = _FedMGS(n_components=2, n_clients=4, clients_per_round=2, max_iter=3,
                     random_state=0, callback=lambda k, info: log.append(info)).fit(X)
     for info in log:
-        for p, upload in info["uploads"].items():
+        for upload in info["uploads"].values():
             assert set(upload) == {"items", "G", "gram", "ss"}
         assert set(info["broadcast"]) == {"Vt", "alpha"}
         assert info["broadcast"]["alpha"][0] == info["server_state"]["alpha"]
