@@ -47,8 +47,12 @@ __all__ = ["Felb"]
 
 # ---- pure protocol functions ----------------------------------------------------------------
 def init_server(rng, *, n_components, n_items, lam):
-    """Shared random start ``Vh^0 ~ U[0, 1)^(k x m)`` (Algorithm 1, line 1) and step counter 0."""
-    Vh = rng.random((n_components, n_items))
+    """Shared random start ``Vh^0 ~ U[0, 1)^(k x m)`` (Algorithm 1, line 1) and step counter 0.
+
+    ``Vh`` is held in Fortran order (item-major), the layout of the clients' compiled steps,
+    so that they read it without a copy (:func:`~._elb.local_steps`).
+    """
+    Vh = np.asfortranarray(rng.random((n_components, n_items)))
     return {"Vh": Vh, "t": 0, "lam": lam}, {"Vh": Vh, "t": 0}
 
 
@@ -75,11 +79,15 @@ def client_update(state, block, broadcast, rng, selected, *, sync_every, schedul
 def server_update(server_state, uploads, round_index, *, sync_every, n_clients, server_step,
                   kappa, schedule, prox_mode):
     """``Vh = prox(mean of the uploads; eta_s kappa, eta_s lambda_t)`` (Section 3.2)."""
-    mean = sum(uploads[c] for c in sorted(uploads)) / len(uploads)  # order-independent
+    order = sorted(uploads)  # the sum in client order: independent of n_jobs
+    mean = np.array(uploads[order[0]], dtype=np.float64, order="F")
+    for c in order[1:]:
+        mean += uploads[c]
+    mean /= len(uploads)
     t_end = server_state["t"] + sync_every
     lam_t = _lam_of_step(t_end - 1, sync_every, **schedule)
     eta = 1.0 / n_clients if server_step == "1/C" else float(server_step)
-    Vh = _prox_elb(mean, eta * kappa, eta * lam_t, prox_mode)
+    Vh = np.asfortranarray(_prox_elb(mean, eta * kappa, eta * lam_t, prox_mode))
     return {"Vh": Vh, "t": t_end, "lam": lam_t}, {"Vh": Vh, "t": t_end}
 
 
