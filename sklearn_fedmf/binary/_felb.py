@@ -38,6 +38,7 @@ from ._elb import (
     lam_at,
     local_steps,
     loss_terms,
+    squared_distance,
     transposed_block,
 )
 from ._elb import prox_elb as _prox_elb
@@ -99,9 +100,8 @@ def client_metrics(state, block, broadcast, *, kappa, gamma, sync_every, schedul
     """Relaxed loss ``F_i`` (with the client's pre-sync ``V_i``) and Boolean counts at ``Vh``."""
     U, V, Vh = state["U"], state["V"], broadcast["Vh"]
     lam_t = _lam_of_step(max(broadcast["t"] - 1, 0), sync_every, **schedule)
-    drift = V - Vh
     loss = (0.5 * loss_terms(block.X, U, V) + elb_value(U, kappa, lam_t)
-            + elb_value(V, kappa, lam_t) + 0.5 * gamma * float(np.vdot(drift, drift)))
+            + elb_value(V, kappa, lam_t) + 0.5 * gamma * squared_distance(V, Vh))
     tp, n_true, n_pred = factor_counts(block.X, U > 0.5, Vh > 0.5)  # X: checked at fit
     return {"loss": loss, "tp": tp, "n_true": n_true, "n_pred": n_pred,
             "n_entries": U.shape[0] * Vh.shape[1], "gap_u": float(integrality_gap_values(U).sum()),
