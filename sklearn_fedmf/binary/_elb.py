@@ -392,14 +392,17 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
         for j0 in range(0, n, tile):
             w = min(tile, n - j0)
             Vbw, XGw, Bw, Vn = Vb[:w], XG[:w], B[:w], Vt_new[j0 : j0 + w]
+            # (the elementwise passes run over the tile's rows as one flat run, which
+            # compiles to vector loops)
+            vb, xg, b, vn = Vbw.reshape(-1), XGw.reshape(-1), Bw.reshape(-1), Vn.reshape(-1)
+            v0, vp, vh = (Vt[j0 : j0 + w].reshape(-1), Vt_prev[j0 : j0 + w].reshape(-1),
+                          Vht[j0 : j0 + w].reshape(-1))
             if extrapolate:
-                for jj in range(w):
-                    for a in range(r):
-                        v = Vt[j0 + jj, a]
-                        v += beta * (v - Vt_prev[j0 + jj, a])
-                        Vbw[jj, a] = max(v, 0.0) if mu else v
+                for i in range(vb.shape[0]):
+                    v = v0[i] + beta * (v0[i] - vp[i])
+                    vb[i] = max(v, 0.0) if mu else v
             else:
-                Vbw[:, :] = Vt[j0 : j0 + w]
+                vb[:] = v0
             np.dot(Vbw, Q, XGw)  # (Q is symmetric: the rows of (Q Vbar)^T)
             for jj in range(w):  # U^T A, item by item, into the rows of B
                 for a in range(r):
@@ -409,17 +412,13 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
                     for a in range(r):
                         Bw[jj, a] += x * U[row, a]
             if palm:
-                for jj in range(w):
-                    for a in range(r):
-                        Vn[jj, a] = _palm_entry(Vbw[jj, a], XGw[jj, a], Bw[jj, a],
-                                                Vht[j0 + jj, a], eta0, ca, cc, s_joint, s_seq,
-                                                signed)
+                for i in range(vn.shape[0]):
+                    vn[i] = _palm_entry(vb[i], xg[i], b[i], vh[i], eta0, ca, cc, s_joint, s_seq,
+                                        signed)
             else:
-                for jj in range(w):
-                    for a in range(r):
-                        Vn[jj, a] = _step_entry(Vbw[jj, a], XGw[jj, a], Bw[jj, a],
-                                                Vht[j0 + jj, a], eta0, mu, kappa, lam_t, gamma,
-                                                joint, mode)
+                for i in range(vn.shape[0]):
+                    vn[i] = _step_entry(vb[i], xg[i], b[i], vh[i], eta0, mu, kappa, lam_t, gamma,
+                                        joint, mode)
             if not more:
                 continue
             np.dot(Vn.T, Vn, S_tile)
