@@ -208,11 +208,11 @@ def test_local_steps_compose_u_and_v_steps(update, prox_mode, proximity, beta, g
     ("palm", "exact_nonneg", "sequential"), ("palm", "exact", "joint"),
     ("palm", "paper", "sequential"), ("mu", "paper_nonneg", "joint"),
 ])
-def test_local_steps_skip_zero_columns_exactly(update, prox_mode, proximity):
-    # The compiled V block skips the columns without data whose V, V_prev and Vh are all
-    # 0: they must stay exactly 0, and every other column must match the step-by-step
-    # composition. Zero columns of every kind: no data and all 0 (skipped), with data,
-    # zero in V only, zero in Vh only, across more than one tile.
+def test_local_steps_keep_zero_columns_exactly_zero(update, prox_mode, proximity):
+    # The columns without data whose V, V_prev and Vh are all 0 must stay exactly 0 in the
+    # compiled V block, and every other column must match the step-by-step composition.
+    # Zero columns of every kind: no data and all 0, with data, zero in V only, zero in Vh
+    # only, across more than one tile.
     rng = np.random.default_rng(12)
     m = _elb._TILE + 90
     dense = (rng.random((40, m)) < 0.3) & (rng.random(m) < 0.4)  # 60% of columns empty
@@ -235,9 +235,9 @@ def test_local_steps_skip_zero_columns_exactly(update, prox_mode, proximity):
                            proximity=proximity, **step)
     for mine, theirs in zip(got, expected):
         np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
-    skipped = ~dense.any(0) & zero & ~Vh.any(0)
-    assert skipped.sum() > 20
-    assert not got[2][:, skipped].any()
+    stays_zero = ~dense.any(0) & zero & ~Vh.any(0)
+    assert stays_zero.sum() > 20
+    assert not got[2][:, stays_zero].any()
 
 
 @pytest.mark.parametrize("n_steps", [1, 2, 5])
@@ -286,6 +286,37 @@ def test_monotone_descent_restricted_setting():
 def test_loss_terms_matches_dense():
     A, U, V, _ = _small_problem(9)
     assert _elb.loss_terms(A, U, V) == pytest.approx(np.sum((A.toarray() - U @ V) ** 2))
+
+
+@pytest.mark.parametrize("order_x, order_y", [("C", "C"), ("F", "F"), ("C", "F"), ("F", "C")])
+def test_squared_distance_and_elb_value_in_any_memory_order(order_x, order_y):
+    # Felb holds its k x m factors in Fortran order: the one-pass ||X - Y||^2 and the Elb
+    # value must read either layout, mixed too, and agree with numpy
+    rng = np.random.default_rng(3)
+    X, Y = rng.random((3, 1001)) * 1.5, rng.random((3, 1001))
+    Xo, Yo = np.asarray(X, order=order_x), np.asarray(Y, order=order_y)
+    assert _elb.squared_distance(Xo, Yo) == pytest.approx(np.sum((X - Y) ** 2), rel=1e-12)
+    d = X.ravel() - 1.0
+    expected = np.minimum(1e-3 * np.abs(X.ravel()) + 0.05 * X.ravel() ** 2,
+                          1e-3 * np.abs(d) + 0.05 * d**2).sum()
+    assert _elb.elb_value(Xo, 1e-3, 0.1) == pytest.approx(expected, rel=1e-12)
+
+
+def test_local_steps_same_values_for_c_and_fortran_factors():
+    # The compiled steps work on V item-major (the memory of a Fortran-ordered k x m V,
+    # read without a copy); C-ordered inputs are transposed in: the same iterates either way,
+    # and V comes back in Fortran order
+    rng = np.random.default_rng(4)
+    A = sp.csr_matrix((rng.random((30, 300)) < 0.2).astype(float))
+    U, V, Vh = rng.random((30, 4)), rng.random((4, 300)), rng.random((4, 300))
+    kw = dict(t0=0, n_steps=4, lam=0.1, growth=1.05, lam_max=1e12, rate_unit="local",
+              sync_every=10, kappa=1e-3, beta=0.1, gamma=0.5)
+    c = _elb.local_steps(U, U, V, V, A, A.T.tocsr(), Vh, **kw)
+    f = _elb.local_steps(U, U, np.asfortranarray(V), np.asfortranarray(V), A, A.T.tocsr(),
+                         np.asfortranarray(Vh), **kw)
+    for got_c, got_f in zip(c, f):
+        np.testing.assert_array_equal(got_c, got_f)
+    assert c[2].flags.f_contiguous and c[2].shape == (4, 300)
 
 
 # ---- 8-10: the estimator --------------------------------------------------------------------

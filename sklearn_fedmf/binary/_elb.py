@@ -27,6 +27,7 @@ __all__ = [
     "loss_terms",
     "prox_elb",
     "prox_proximity",
+    "squared_distance",
     "transposed_block",
     "u_step",
     "v_step",
@@ -72,7 +73,7 @@ def prox_proximity(X, s, Vh):
 def elb_value(X, kappa, lam):
     """``R'(X)`` (halved quadratic weight, Section 3.1); 0 exactly on Boolean matrices."""
     X = np.asarray(X, dtype=float)
-    return float(_elb_sum(X.reshape(-1), float(kappa), float(lam)))
+    return float(_elb_sum(X.ravel(order="K"), float(kappa), float(lam)))  # (no copy if F)
 
 
 @njit(cache=True, nogil=True)
@@ -83,6 +84,30 @@ def _elb_sum(x, kappa, lam):
         d = v - 1.0
         total += min(kappa * abs(v) + 0.5 * lam * v * v, kappa * abs(d) + 0.5 * lam * d * d)
     return total
+
+
+def squared_distance(X, Y):
+    """``||X - Y||_F^2`` in one pass, without the ``X - Y`` temporary."""
+    # both in Fortran order: views of Felb's item-major factors, the same entry order always
+    return float(_squared_sum(np.ravel(np.asarray(X, dtype=np.float64), order="F"),
+                              np.ravel(np.asarray(Y, dtype=np.float64), order="F")))
+
+
+@njit(cache=True, nogil=True)
+def _squared_sum(x, y):
+    """``sum (x - y)^2`` in four running sums (one would wait on each addition)."""
+    s0 = s1 = s2 = s3 = 0.0
+    n4 = x.shape[0] - x.shape[0] % 4
+    for i in range(0, n4, 4):
+        d0, d1, d2, d3 = x[i] - y[i], x[i + 1] - y[i + 1], x[i + 2] - y[i + 2], x[i + 3] - y[i + 3]
+        s0 += d0 * d0
+        s1 += d1 * d1
+        s2 += d2 * d2
+        s3 += d3 * d3
+    for i in range(n4, x.shape[0]):
+        d = x[i] - y[i]
+        s0 += d * d
+    return (s0 + s1) + (s2 + s3)
 
 
 def integrality_gap_values(X):
@@ -260,6 +285,10 @@ def local_steps(U, U_prev, V, V_prev, A, At, Vh, *, t0, n_steps, lam, growth, la
     CSR) is then not needed. The steps are :func:`u_step` and :func:`v_step`, fused into one
     compiled loop: called step by step, their small products left a client's update mostly
     Python overhead, which held the GIL and kept ``n_jobs=2`` from going faster.
+
+    The returned ``V`` and ``V_prev`` are ``k x m`` arrays in Fortran order (item-major
+    memory, the layout the compiled V block works in); a ``V`` or ``Vh`` given in that order
+    is used without a copy.
     """
     lam_ts = np.array([lam_at(t if rate_unit == "local" else t // sync_every, lam, growth,
                               lam_max) for t in range(t0, t0 + n_steps)], dtype=np.float64)
@@ -268,24 +297,28 @@ def local_steps(U, U_prev, V, V_prev, A, At, Vh, *, t0, n_steps, lam, growth, la
     if Vh is None or not gamma:
         Vh, gamma = V, 0.0
     f64 = np.float64
-    return _fused_local_steps(
+
+    def items_major(F):  # F^T C-contiguous: a view of a Fortran-ordered F
+        return np.ascontiguousarray(np.asarray(F, dtype=f64).T)
+
+    U, U_prev, Vt, Vt_prev = _fused_local_steps(
         A.indptr, A.indices, np.asarray(A.data, dtype=f64), At.indptr, At.indices,
         np.asarray(At.data, dtype=f64), np.ascontiguousarray(U, dtype=f64),
-        np.ascontiguousarray(U_prev, dtype=f64), np.ascontiguousarray(V, dtype=f64),
-        np.ascontiguousarray(V_prev, dtype=f64), np.ascontiguousarray(Vh, dtype=f64), lam_ts,
-        update_v, float(kappa), float(beta), update == "mu", _MODE_CODE[prox_mode],
-        float(step_scale), float(gamma), proximity == "joint",
+        np.ascontiguousarray(U_prev, dtype=f64), items_major(V), items_major(V_prev),
+        items_major(Vh), lam_ts, update_v, float(kappa), float(beta), update == "mu",
+        _MODE_CODE[prox_mode], float(step_scale), float(gamma), proximity == "joint",
     )
+    return U, U_prev, Vt.T, Vt_prev.T
 
 
-# Columns per tile of the V block: its buffers (a few k x 256 arrays) stay in the L2 cache.
+# Items per tile of the V block: its buffers (a few 256 x k arrays) stay in the L1/L2 cache.
 _TILE = 256
 
 
 @njit(cache=True, nogil=True)
 def _gram_norm(F):
-    """``F F^T`` (BLAS) and its Frobenius norm."""
-    G = np.dot(F, F.T)
+    """``F^T F`` (BLAS) and its Frobenius norm."""
+    G = np.dot(F.T, F)
     return G, np.sqrt(np.sum(G * G))
 
 
@@ -302,44 +335,41 @@ def _rows_times(indptr, indices, data, Ft):
     return out
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _zero_column(V, V_prev, Vh, j):
-    for a in range(V.shape[0]):
-        if V[a, j] != 0.0 or V_prev[a, j] != 0.0 or Vh[a, j] != 0.0:
-            return False
-    return True
-
-
 @njit(cache=True, nogil=True)
 def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_data, U, U_prev,
-                       V, V_prev, Vh, lam_ts, update_v, kappa, beta, mu, mode, step_scale,
+                       Vt, Vt_prev, Vht, lam_ts, update_v, kappa, beta, mu, mode, step_scale,
                        gamma, joint):
     """:func:`local_steps` compiled: per step, :func:`u_step` then :func:`v_step`.
 
-    The V block is the bulk of the work (``k x m`` per step, against ``n_i x k`` for U) and
-    is bound by memory traffic more than by arithmetic, so it runs tile by tile over the
-    columns: each tile is extrapolated, multiplied by ``U^T U``, gathered from ``A^T``,
+    The item factor is held item-major (``Vt = V^T``, ``m x k``, C-contiguous): an item's
+    ``k`` values, its row of ``U^T A`` and its contribution to ``A V^T`` are each one
+    contiguous row, so every pass over the V block reads and writes memory in order (the
+    ``k x m`` layout took a strided gather and two transposes per tile, about a third of a
+    step). The V block is the bulk of the work (``m x k`` per step, against ``n_i x k`` for
+    U) and is bound by memory traffic more than by arithmetic, so it runs tile by tile over
+    the items: each tile is extrapolated, multiplied by ``U^T U``, gathered from ``A^T``,
     stepped and written once, and the next U step's ``V V^T`` and ``A V^T`` are accumulated
     from the written tile in the same pass (``A V^T`` scattered into the client's small
-    ``n_i x k`` array instead of gathered from an ``m x k`` copy of ``V``). ``A`` is read
-    only for the first ``A V^T``. The values are those of :func:`u_step` and :func:`v_step`
-    up to the order of floating-point sums.
+    ``n_i x k`` array instead of gathered from all of ``V``). ``A`` is read only for the
+    first ``A V^T``. An item without data whose ``V``, ``V_prev`` and ``Vh`` are 0 stays
+    exactly 0 (zero gradient, ``prox(0) = 0``, no pull). The values are those of
+    :func:`u_step` and :func:`v_step` up to the order of floating-point sums.
     """
     m, r = U.shape
-    n = V.shape[1]
-    Bu = _rows_times(A_indptr, A_indices, A_data, np.ascontiguousarray(V.T))  # A V^T
-    S, norm_s = _gram_norm(V)
+    n = Vt.shape[0]
+    Bu = _rows_times(A_indptr, A_indices, A_data, Vt)  # A V^T
+    S, norm_s = _gram_norm(Vt)  # V V^T
     tile = min(_TILE, max(n, 1))
-    Vb, B, Vn = np.empty((r, tile)), np.empty((r, tile)), np.empty((r, tile))
-    VnT, BT = np.empty((tile, r)), np.empty((tile, r))
-    cols = np.empty(tile, np.int64)  # the columns of the current tile
+    Vb, XG, B = np.empty((tile, r)), np.empty((tile, r)), np.empty((tile, r))
+    S_tile = np.empty((r, r))
     extrapolate = beta != 0.0 or mu
     # Step s writes its iterates into buffer s % 2, which from s = 2 on holds the previous
     # iterate: a tile of it is read (extrapolation) before the same tile is written. The
     # inputs are never written (V and V_prev are the shared Vh at a sync). Fresh arrays every
     # step cost page faults and cache misses (a few per cent of a step).
     ubufs, Ubar_buf = (np.empty_like(U), np.empty_like(U)), np.empty_like(U)
-    vbufs = (np.empty_like(V), np.empty_like(V)) if update_v else (V, V)
+    vbufs = (np.empty_like(Vt), np.empty_like(Vt)) if update_v else (Vt, Vt)
+    palm = not mu and mode <= 1
     for s in range(lam_ts.shape[0]):
         lam_t = lam_ts[s]
         # U block: gradient Ubar (V V^T) - A V^T at the extrapolated point
@@ -351,75 +381,53 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
         U_prev, U = U, U_new
         if not update_v:
             continue
-        # V block with the new U: gradient (U^T U) Vbar - U^T A, pulled towards Vh
-        Q, norm_q = _gram_norm(np.ascontiguousarray(U.T))
+        # V block with the new U: gradient Vbar (U^T U) - (U^T A)^T, pulled towards Vh
+        Q, norm_q = _gram_norm(U)
         eta0 = 0.0 if mu else step_scale / max(norm_q, EPS_LIPSCHITZ)
-        palm = not mu and mode <= 1
         ca, cc, s_joint, s_seq, signed = _palm_constants(eta0, kappa, lam_t, gamma, joint, mode)
-        V_new = vbufs[s % 2]
+        Vt_new = vbufs[s % 2]
         S[:] = 0.0
         Bu[:] = 0.0  # (read by this step's U block; it owns the array since _rows_times)
         more = s + 1 < lam_ts.shape[0]  # (the last step needs no next V V^T, A V^T)
-        j = 0
-        while j < n:
-            # the tile's columns: a column without data whose V, V_prev and Vh are all 0
-            # stays exactly 0 (zero gradient, prox(0) = 0, no pull) and adds nothing to the
-            # next V V^T and A V^T, so it is written as 0 and skipped (the prox's dead zone
-            # makes most of Vh exactly 0 after a few syncs, and a client of a long-tailed
-            # catalogue has no ones in many columns).
-            w = 0
-            while w < tile and j < n:
-                if At_indptr[j + 1] > At_indptr[j] or not _zero_column(V, V_prev, Vh, j):
-                    cols[w] = j
-                    w += 1
-                else:
-                    for a in range(r):
-                        V_new[a, j] = 0.0
-                j += 1
-            if w < tile:  # a narrower tile: zeros in the tail leave the dots unchanged
-                Vb[:, w:] = 0.0
-                Vn[:, w:] = 0.0
-            for a in range(r):
-                for jj in range(w):
-                    v = V[a, cols[jj]]
-                    if extrapolate:
-                        v += beta * (v - V_prev[a, cols[jj]])
-                        if mu:
-                            v = max(v, 0.0)
-                    Vb[a, jj] = v
-            XG = np.dot(Q, Vb)
-            for jj in range(w):  # U^T A, column by column, into rows of BT (contiguous)
+        for j0 in range(0, n, tile):
+            w = min(tile, n - j0)
+            Vbw, XGw, Bw, Vn = Vb[:w], XG[:w], B[:w], Vt_new[j0 : j0 + w]
+            # (the elementwise passes run over the tile's rows as one flat run, which
+            # compiles to vector loops)
+            vb, xg, b, vn = Vbw.reshape(-1), XGw.reshape(-1), Bw.reshape(-1), Vn.reshape(-1)
+            v0, vp, vh = (Vt[j0 : j0 + w].reshape(-1), Vt_prev[j0 : j0 + w].reshape(-1),
+                          Vht[j0 : j0 + w].reshape(-1))
+            if extrapolate:
+                for i in range(vb.shape[0]):
+                    v = v0[i] + beta * (v0[i] - vp[i])
+                    vb[i] = max(v, 0.0) if mu else v
+            else:
+                vb[:] = v0
+            np.dot(Vbw, Q, XGw)  # (Q is symmetric: the rows of (Q Vbar)^T)
+            for jj in range(w):  # U^T A, item by item, into the rows of B
                 for a in range(r):
-                    BT[jj, a] = 0.0
-                for p in range(At_indptr[cols[jj]], At_indptr[cols[jj] + 1]):
+                    Bw[jj, a] = 0.0
+                for p in range(At_indptr[j0 + jj], At_indptr[j0 + jj + 1]):
                     x, row = At_data[p], At_indices[p]
                     for a in range(r):
-                        BT[jj, a] += x * U[row, a]
-            for a in range(r):
-                for jj in range(w):
-                    B[a, jj] = BT[jj, a]
+                        Bw[jj, a] += x * U[row, a]
             if palm:
-                for a in range(r):
-                    for jj in range(w):
-                        Vn[a, jj] = _palm_entry(Vb[a, jj], XG[a, jj], B[a, jj], Vh[a, cols[jj]],
-                                                eta0, ca, cc, s_joint, s_seq, signed)
+                for i in range(vn.shape[0]):
+                    vn[i] = _palm_entry(vb[i], xg[i], b[i], vh[i], eta0, ca, cc, s_joint, s_seq,
+                                        signed)
             else:
-                for a in range(r):
-                    for jj in range(w):
-                        Vn[a, jj] = _step_entry(Vb[a, jj], XG[a, jj], B[a, jj], Vh[a, cols[jj]],
-                                                eta0, mu, kappa, lam_t, gamma, joint, mode)
-            for a in range(r):
-                for jj in range(w):
-                    V_new[a, cols[jj]] = Vn[a, jj]
-                    VnT[jj, a] = Vn[a, jj]
+                for i in range(vn.shape[0]):
+                    vn[i] = _step_entry(vb[i], xg[i], b[i], vh[i], eta0, mu, kappa, lam_t, gamma,
+                                        joint, mode)
             if not more:
                 continue
-            S += np.dot(Vn, Vn.T)
-            for jj in range(w):  # the next A V^T, scattered into the rows (in column order)
-                for p in range(At_indptr[cols[jj]], At_indptr[cols[jj] + 1]):
+            np.dot(Vn.T, Vn, S_tile)
+            S += S_tile
+            for jj in range(w):  # the next A V^T, scattered into the rows (in item order)
+                for p in range(At_indptr[j0 + jj], At_indptr[j0 + jj + 1]):
                     x, row = At_data[p], At_indices[p]
                     for a in range(r):
-                        Bu[row, a] += x * VnT[jj, a]
+                        Bu[row, a] += x * Vn[jj, a]
         norm_s = np.sqrt(np.sum(S * S))
-        V_prev, V = V, V_new
-    return U, U_prev, V, V_prev
+        Vt_prev, Vt = Vt, Vt_new
+    return U, U_prev, Vt, Vt_prev

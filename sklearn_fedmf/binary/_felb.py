@@ -38,6 +38,7 @@ from ._elb import (
     lam_at,
     local_steps,
     loss_terms,
+    squared_distance,
     transposed_block,
 )
 from ._elb import prox_elb as _prox_elb
@@ -47,8 +48,12 @@ __all__ = ["Felb"]
 
 # ---- pure protocol functions ----------------------------------------------------------------
 def init_server(rng, *, n_components, n_items, lam):
-    """Shared random start ``Vh^0 ~ U[0, 1)^(k x m)`` (Algorithm 1, line 1) and step counter 0."""
-    Vh = rng.random((n_components, n_items))
+    """Shared random start ``Vh^0 ~ U[0, 1)^(k x m)`` (Algorithm 1, line 1) and step counter 0.
+
+    ``Vh`` is held in Fortran order (item-major), the layout of the clients' compiled steps,
+    so that they read it without a copy (:func:`~._elb.local_steps`).
+    """
+    Vh = np.asfortranarray(rng.random((n_components, n_items)))
     return {"Vh": Vh, "t": 0, "lam": lam}, {"Vh": Vh, "t": 0}
 
 
@@ -75,11 +80,15 @@ def client_update(state, block, broadcast, rng, selected, *, sync_every, schedul
 def server_update(server_state, uploads, round_index, *, sync_every, n_clients, server_step,
                   kappa, schedule, prox_mode):
     """``Vh = prox(mean of the uploads; eta_s kappa, eta_s lambda_t)`` (Section 3.2)."""
-    mean = sum(uploads[c] for c in sorted(uploads)) / len(uploads)  # order-independent
+    order = sorted(uploads)  # the sum in client order: independent of n_jobs
+    mean = np.array(uploads[order[0]], dtype=np.float64, order="F")
+    for c in order[1:]:
+        mean += uploads[c]
+    mean /= len(uploads)
     t_end = server_state["t"] + sync_every
     lam_t = _lam_of_step(t_end - 1, sync_every, **schedule)
     eta = 1.0 / n_clients if server_step == "1/C" else float(server_step)
-    Vh = _prox_elb(mean, eta * kappa, eta * lam_t, prox_mode)
+    Vh = np.asfortranarray(_prox_elb(mean, eta * kappa, eta * lam_t, prox_mode))
     return {"Vh": Vh, "t": t_end, "lam": lam_t}, {"Vh": Vh, "t": t_end}
 
 
@@ -91,9 +100,8 @@ def client_metrics(state, block, broadcast, *, kappa, gamma, sync_every, schedul
     """Relaxed loss ``F_i`` (with the client's pre-sync ``V_i``) and Boolean counts at ``Vh``."""
     U, V, Vh = state["U"], state["V"], broadcast["Vh"]
     lam_t = _lam_of_step(max(broadcast["t"] - 1, 0), sync_every, **schedule)
-    drift = V - Vh
     loss = (0.5 * loss_terms(block.X, U, V) + elb_value(U, kappa, lam_t)
-            + elb_value(V, kappa, lam_t) + 0.5 * gamma * float(np.vdot(drift, drift)))
+            + elb_value(V, kappa, lam_t) + 0.5 * gamma * squared_distance(V, Vh))
     tp, n_true, n_pred = factor_counts(block.X, U > 0.5, Vh > 0.5)  # X: checked at fit
     return {"loss": loss, "tp": tp, "n_true": n_true, "n_pred": n_pred,
             "n_entries": U.shape[0] * Vh.shape[1], "gap_u": float(integrality_gap_values(U).sum()),

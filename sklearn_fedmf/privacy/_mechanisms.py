@@ -617,7 +617,7 @@ def privatize(X, rng, *, mechanism, epsilon=None, delta=None, clip=None, sensiti
     """
     X = np.asarray(X, dtype=float)
     if mechanism is None:
-        return X.copy()
+        return X.copy(order="K")  # (keeps a Fortran-ordered upload in its layout)
     if mechanism == "bernoulli":
         return randomized_response(X, flip_probability(epsilon) if scale is None else scale, rng)
     if clip is not None:
