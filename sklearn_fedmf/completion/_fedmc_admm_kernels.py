@@ -13,8 +13,10 @@ import numpy as np
 
 from .._kernels import (
     _gram_buffers,
+    _gram_of_gathered,
     _gram_pays,
     _jit,
+    _prox_entry,
     _prox_grad_rows,
     _reduce,
     _row_gradient,
@@ -232,12 +234,10 @@ def replace_and_accumulate(Z_i, total, W, Y, beta):
 
 
 @_jit
-def _implicit_gram(Wc, BWc, hist, coef, col, G, out):
-    """``out = W^T W`` of a whole ``n_items x r`` copy held implicitly: the Gram of its
-    combination (coefficients ``coef[:, col]``) over all rows, minus the combination's rows
-    ``BWc`` where the copy is explicit, plus the explicit values ``Wc``."""
-    r = Wc.shape[1]
-    out[:, :] = 0.0
+def _combination_gram(hist, coef, col, G, r, out):
+    """``out[:r, :r] = M^T M`` (its leading ``r`` columns) of the combination ``M = sum_q
+    coef[q, col] H[hist[q]]`` over all rows, from the Gram blocks; upper triangle only."""
+    out[:r, :r] = 0.0
     for q in range(hist.size):  # G[u, t] = G[t, u]^T: each pair once
         cq = coef[q, col]
         Gq = G[hist[q], hist[q]]
@@ -251,6 +251,15 @@ def _implicit_gram(Wc, BWc, hist, coef, col, G, out):
             for a in range(r):
                 for b in range(a, r):
                     out[a, b] += c * (Gq[a, b] + Gq[b, a])
+
+
+@_jit
+def _implicit_gram(Wc, BWc, hist, coef, col, G, out):
+    """``out = W^T W`` of a whole ``n_items x r`` copy held implicitly: the Gram of its
+    combination (coefficients ``coef[:, col]``) over all rows, minus the combination's rows
+    ``BWc`` where the copy is explicit, plus the explicit values ``Wc``."""
+    r = Wc.shape[1]
+    _combination_gram(hist, coef, col, G, r, out)
     for e in range(Wc.shape[0]):
         for a in range(r):
             wa, ba = Wc[e, a], BWc[e, a]
@@ -296,6 +305,96 @@ def _one_rater_cols(u, lc, dat, Wc, target, L, beta, n_clients, n_steps, out):
         c = gamma * (sigma_last * x - acc)
         for a in range(r):
             out[e, a] += c * u[a]
+
+
+@_jit
+def _one_user(u, dat, Ec, Wc, Yc, BWc, BYc, hist, coef, G, V, free, n_clients, beta, n_steps,
+              alpha_u, l1_ratio, positive, eps, Bt, x, GW, P, Q, b, g, u_out, Wn, Yn, BWn, BYn):
+    """:func:`group_update`'s linearized round for a client of one row ``u`` whose explicit
+    rows are exactly its ``k`` rated items (rating ``s`` on row ``s``, ``dat[s]``), fused into
+    two passes over its rows. ``u_out``'s columns past ``free`` are left to the caller (the
+    biases' fixed ones). Returns the W loop's ``L``.
+
+    One gather serves both Grams of (a): the rated items are all the explicit rows, so the
+    U loop's Gram (the one :func:`~sklearn_fedmf._kernels._prox_grad_rows` gathers, with the
+    same arithmetic) is the explicit part of ``W_i^T W_i``. A column of one rater steps
+    ``s <- D + A s``, ``acc <- keep acc + s`` (the ``k = 1`` case of
+    :func:`linearized_cols`) with ``A`` and ``keep`` shared by the client's columns, so
+    ``acc_N = alpha s_0 + delta D`` with two scalars that the same recursion gives once.
+    """
+    k, r = Wc.shape
+    # (a) U loop: the free columns' Gram and right side (ratings minus b_i with biases)
+    for s in range(k):
+        x[s] = dat[s] - Wc[s, r - 1] if free < r else dat[s]
+        for a in range(free):
+            Bt[a, s] = Wc[s, a]
+    _gram_of_gathered(Bt[:free], k, x, P, b)
+    for s in range(k):
+        for a in range(free):
+            Bt[a, s] = BWc[s, a]
+    _gram_of_gathered(Bt[:free], k, x, Q, g)
+    _combination_gram(hist, coef, 0, G, free, GW)
+    total = 0.0
+    for a in range(free):
+        for c in range(free):
+            w = GW[min(a, c), max(a, c)] + P[a, c] - Q[a, c]
+            total += w * w
+    L_W = max(np.sqrt(total), eps)
+    step = 1.0 / L_W
+    l1, shrink = step * alpha_u * l1_ratio, 1.0 + step * alpha_u * (1.0 - l1_ratio)
+    for a in range(free):
+        u_out[a] = u[a]
+    for _ in range(n_steps):
+        for a in range(free):
+            acc = -b[a]
+            for c in range(free):
+                acc += P[a, c] * u_out[c]
+            g[a] = acc
+        for a in range(free):
+            u_out[a] = _prox_entry(u_out[a] - (g[a] + 0.0 * u_out[a]) / L_W, l1, shrink,
+                                   positive)
+    for a in range(free, r):
+        u_out[a] = u[a]  # (the caller's: 1 with biases)
+    # (b) W loop, (c) dual step and the combinations' rows, one pass
+    K = 0.0
+    for a in range(r):
+        for c in range(r):
+            K += (u_out[a] * u_out[c]) ** 2
+    L = max(np.sqrt(K), eps) / n_clients
+    K = 0.0
+    for a in range(r):
+        K += u_out[a] * u_out[a]
+    keep = L / (L + beta)
+    inv_denom = 1.0 / (L + beta)
+    gamma = inv_denom * (1.0 / n_clients)
+    A = -gamma * K + keep
+    pow_last, sigma_last = 1.0, 0.0
+    s_a, acc_a, s_d, acc_d = 1.0, 0.0, 0.0, 0.0  # acc_N for (s_0, D) = (1, 0) and (0, 1)
+    for _ in range(n_steps):
+        pow_last, sigma_last = keep * pow_last, keep * sigma_last + 1.0
+        acc_a, s_a = keep * acc_a + s_a, A * s_a
+        acc_d, s_d = keep * acc_d + s_d, 1.0 + A * s_d
+    c_last = sigma_last * inv_denom
+    w_v = c_last * beta  # the combinations' coefficient of V (group_update's map)
+    for e in range(k):
+        j, xe = Ec[e], dat[e]
+        s0, tq = 0.0, 0.0
+        for a in range(r):
+            t = beta * V[j, a] - Yc[e, a]
+            g[a] = t
+            s0 += u_out[a] * Wc[e, a]
+            tq += u_out[a] * t
+        D = tq * inv_denom + gamma * (K * xe)
+        c = gamma * (sigma_last * xe - (acc_a * s0 + acc_d * D))
+        for a in range(r):
+            v = V[j, a]
+            w = pow_last * Wc[e, a] + c_last * g[a] + c * u_out[a]
+            Wn[e, a] = w
+            Yn[e, a] = Yc[e, a] + beta * (w - v)
+            bw = pow_last * BWc[e, a] - c_last * BYc[e, a] + w_v * v
+            BWn[e, a] = bw
+            BYn[e, a] = BYc[e, a] + beta * bw - beta * v
+    return L
 
 
 @_jit
@@ -348,6 +447,7 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
     L_rows, l1_rows = np.empty((m_max, r)), np.empty((m_max, r))
     shrink_rows, ridge_rows = np.empty(m_max), np.zeros(m_max)
     free = r - 1 if biased else r
+    u_positive = positive and not biased
     if biased:
         dat = np.empty(s_max, data.dtype)
         Uf, outf = np.empty((m_max, r - 1), U.dtype), np.empty((m_max, r - 1), U.dtype)
@@ -355,6 +455,8 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
     if exact:
         gram, rhs = np.empty((k_max, r, r)), np.empty((k_max, r))
         g, x = np.empty((r, r)), np.empty(r)
+    Bt, xg = np.empty((r, k_max)), np.empty(k_max)
+    P, Q, bg, gg = np.empty((r, r)), np.empty((r, r)), np.empty(r), np.empty(r)
     for a in range(clients.size):
         c = clients[a]
         r0, r1 = row_ptr[c], row_ptr[c + 1]
@@ -366,6 +468,15 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
         BWc, BYc = BW[w0:w0 + k], BY[w0:w0 + k]
         hc, cc = hist[h0:h0 + h_len[c]], coef[h0:h0 + h_len[c]]
         lc = loc[entry_ptr[c]:entry_ptr[c + 1]]
+        if m == 1 and not exact and s1 - s0 == k and _gram_pays(k, free, n_steps):
+            L = _one_user(U[r0], data[s0:s1], Ec, Wc, Yc, BWc, BYc, hc, cc, G, V, free,
+                          n_clients, beta, n_steps, alpha_u, l1_ratio, u_positive, eps, Bt, xg, GW, P, Q, bg, gg, U_out[r0], W_out[o0:o0 + k],
+                          Y_out[o0:o0 + k], BW_out[o0:o0 + k], BY_out[o0:o0 + k])
+            if biased:
+                U_out[r0, r - 1] = 1.0
+            _map_coefficients(hc, cc, kk, L, beta, n_steps, exact, hist_out, coef_out,
+                              hout_ptr[a])
+            continue
         for t in range(m + 1):
             ip[t] = indptr[r0 + t] - s0
         ipc = ip[:m + 1]
@@ -455,40 +566,46 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
                 Y_out[o0 + e, b] = Yc[e, b] + beta * (Wn[e, b] - V[Ec[e], b])
         # the implicit rows: the same steps as a map of the coefficients, and of their values
         # on the explicit rows (the coefficient map applied to BW, BY and V there)
-        q0 = hout_ptr[a]
-        n_old = hc.size
+        p_w, c_y, c_v = _map_coefficients(hc, cc, kk, L, beta, n_steps, exact, hist_out,
+                                          coef_out, hout_ptr[a])
+        for e in range(k):
+            for b in range(r):
+                v = V[Ec[e], b]
+                bw = p_w * BWc[e, b] - c_y * BYc[e, b] + c_v * v
+                BW_out[o0 + e, b] = bw
+                BY_out[o0 + e, b] = 0.0 if exact else BYc[e, b] + beta * bw - beta * v
+
+
+@_jit
+def _map_coefficients(hc, cc, kk, L, beta, n_steps, exact, hist_out, coef_out, q0):
+    """A client's new broadcasts and coefficients at ``q0`` of ``hist_out``, ``coef_out``:
+    the W steps and the dual step on an implicit row, as a map of the old ones ``hc``,
+    ``cc``, with one more for the broadcast ``kk``. Returns the map's ``(p, c_y, c_v)``: a
+    combination ``w`` of ``W_i`` becomes ``p w - c_y y + c_v v``."""
+    n_old = hc.size
+    for q in range(n_old):
+        hist_out[q0 + q] = hc[q]
+    hist_out[q0 + n_old] = kk
+    if exact:  # Remark 4.1: w = v - y / beta, then y = y + beta (w - v) = 0
         for q in range(n_old):
-            hist_out[q0 + q] = hc[q]
-        hist_out[q0 + n_old] = kk
-        if exact:
-            for q in range(n_old):
-                coef_out[q0 + q, 0] = -cc[q, 1] / beta
-                coef_out[q0 + q, 1] = 0.0
-            coef_out[q0 + n_old, 0] = 1.0
-            coef_out[q0 + n_old, 1] = 0.0
-            for e in range(k):
-                for b in range(r):
-                    BW_out[o0 + e, b] = -BYc[e, b] / beta + V[Ec[e], b]
-                    BY_out[o0 + e, b] = 0.0
-        else:
-            keep, inv_denom = L / (L + beta), 1.0 / (L + beta)
-            pow_last, sigma_last = 1.0, 0.0
-            for _ in range(n_steps):
-                pow_last, sigma_last = keep * pow_last, keep * sigma_last + 1.0
-            c_last = sigma_last * inv_denom
-            for q in range(n_old):
-                w = pow_last * cc[q, 0] - c_last * cc[q, 1]
-                coef_out[q0 + q, 0] = w
-                coef_out[q0 + q, 1] = cc[q, 1] + beta * w
-            w = c_last * beta
-            coef_out[q0 + n_old, 0] = w
-            coef_out[q0 + n_old, 1] = beta * (w - 1.0)
-            for e in range(k):
-                for b in range(r):
-                    v = V[Ec[e], b]
-                    bw = pow_last * BWc[e, b] - c_last * BYc[e, b] + w * v
-                    BW_out[o0 + e, b] = bw
-                    BY_out[o0 + e, b] = BYc[e, b] + beta * bw - beta * v
+            coef_out[q0 + q, 0] = -cc[q, 1] / beta
+            coef_out[q0 + q, 1] = 0.0
+        coef_out[q0 + n_old, 0] = 1.0
+        coef_out[q0 + n_old, 1] = 0.0
+        return 0.0, 1.0 / beta, 1.0
+    keep, inv_denom = L / (L + beta), 1.0 / (L + beta)
+    pow_last, sigma_last = 1.0, 0.0
+    for _ in range(n_steps):
+        pow_last, sigma_last = keep * pow_last, keep * sigma_last + 1.0
+    c_last = sigma_last * inv_denom
+    for q in range(n_old):
+        w = pow_last * cc[q, 0] - c_last * cc[q, 1]
+        coef_out[q0 + q, 0] = w
+        coef_out[q0 + q, 1] = cc[q, 1] + beta * w
+    w = c_last * beta
+    coef_out[q0 + n_old, 0] = w
+    coef_out[q0 + n_old, 1] = beta * (w - 1.0)
+    return pow_last, c_last, w
 
 
 @_jit
