@@ -142,20 +142,28 @@ class GroupUpload:
     dense message, so the server needs no broadcast row to store it).
 
     :meth:`messages` gives the per-client messages the engine sees (``{client:
-    ClientUpload}``); the server reads the concatenated arrays directly.
+    ClientUpload}``); the server reads the concatenated arrays directly. ``rows`` may be given
+    as a function that makes them (on first access: a server that holds a client's rows
+    already never needs them).
     """
 
-    __slots__ = ("clients", "keys", "rows", "e_ptr", "values", "combined", "hist", "coef",
+    __slots__ = ("clients", "keys", "_rows", "e_ptr", "values", "combined", "hist", "coef",
                  "h_ptr", "history", "shape", "client_nbytes")
 
     def __init__(self, clients, keys, rows, e_ptr, values, combined, hist, coef, h_ptr, history,
                  shape):
-        self.clients, self.keys, self.rows, self.e_ptr = clients, keys, rows, e_ptr
+        self.clients, self.keys, self._rows, self.e_ptr = clients, keys, rows, e_ptr
         self.values, self.combined = values, combined
         self.hist, self.coef, self.h_ptr = hist, coef, h_ptr
         self.history, self.shape = history, (int(shape[0]), int(shape[1]))
         # each message counts as the paper's dense n_items x r matrix (ImplicitFactor.nbytes)
         self.client_nbytes = len(keys) * self.shape[0] * self.shape[1] * values[0].itemsize
+
+    @property
+    def rows(self):
+        if callable(self._rows):
+            self._rows = self._rows()
+        return self._rows
 
     def messages(self):
         return {c: ClientUpload(self, a) for a, c in enumerate(self.clients.tolist())}
@@ -393,9 +401,10 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     h_len[act] += 1
     state = dict(gs, U=U_out, history=history, wy=wy, wy_used=wy.tail, w_at=w_at, h=h,
                  h_used=h.tail, h_at=h_at, h_len=h_len)
-    e_idx, _ = _segments(gs["e_ptr"][act], e_sizes[act])
     W_new, Y_new, BW_new, BY_new = (_read_only(a[base:base + n]) for a in wy.arrays)
-    upload = GroupUpload(group.start + act, ("W", "Y"), gs["E"][e_idx], out_ptr,
+    E, e_ptr = gs["E"], gs["e_ptr"]
+    upload = GroupUpload(group.start + act, ("W", "Y"),
+                         lambda: E[_segments(e_ptr[act], e_sizes[act])[0]], out_ptr,
                          (W_new, Y_new), (BW_new, BY_new),
                          *(_read_only(a[h_base:h_base + nh]) for a in h.arrays),
                          hout_ptr, history, Vt.shape)
@@ -540,9 +549,11 @@ def _replace(server_state, parts, beta, accumulate):
     store = server_state["store"]
     for p in parts:
         sizes, h_sizes = np.diff(p.e_ptr), np.diff(p.h_ptr)
-        if np.array_equal(sizes, store["rd_len"][p.clients]):
-            dst = store["rd_at"][p.clients]
+        stored = np.array_equal(sizes, store["rd_len"][p.clients])  # (then the same rows)
+        if stored:
+            dst, rows = store["rd_at"][p.clients], np.zeros(0, np.int64)
         else:  # the first terms, or a client re-run alone (a dense message)
+            rows = p.rows
             store["rd"], base, store["rd_at"] = _reserve(
                 store["rd"], store["rd"].tail, store["rd_at"], store["rd_len"], sizes.sum())
             store["rd"].tail = base + int(sizes.sum())
@@ -550,9 +561,9 @@ def _replace(server_state, parts, beta, accumulate):
         store["hc"], h_base, store["hc_at"] = _reserve(
             store["hc"], store["hc"].tail, store["hc_at"], store["hc_len"], h_sizes.sum())
         store["hc"].tail = h_base + int(h_sizes.sum())
-        message = (_read_only(a) for a in (p.clients, p.rows, p.e_ptr, *p.values, *p.combined,
+        message = (_read_only(a) for a in (p.clients, rows, p.e_ptr, *p.values, *p.combined,
                                           p.hist, p.coef, p.h_ptr))  # (one compiled signature)
-        replace_terms(*message, beta,
+        replace_terms(*message, stored, beta,
                       *store["rd"].arrays, store["rd_at"], store["rd_len"], *store["hc"].arrays,
                       store["hc_at"], store["hc_len"], dst, h_base + p.h_ptr[:-1],
                       server_state["S"], server_state["C"], accumulate)

@@ -643,9 +643,9 @@ def implicit_consensus(e_ptr, W, BW, E, hist, coef, h_ptr, V, G, kk):
 
 
 @_jit
-def replace_terms(clients, rows, e_ptr, W, Y, BW, BY, hist, coef, h_ptr, beta, store_rows,
-                  store_D, rd_at, rd_len, store_hist, store_coef, hc_at, hc_len, dst, h_dst, S,
-                  C, accumulate):
+def replace_terms(clients, rows, e_ptr, W, Y, BW, BY, hist, coef, h_ptr, stored, beta,
+                  store_rows, store_D, rd_at, rd_len, store_hist, store_coef, hc_at, hc_len, dst,
+                  h_dst, S, C, accumulate):
     """Replace the server's terms ``Z_i = W_i + Y_i / beta`` of the ``clients`` (messages
     concatenated as in :func:`group_update`'s outputs, ``e_ptr``/``h_ptr`` over the clients;
     ``BW``, ``BY`` the combinations' values on the explicit rows).
@@ -654,7 +654,8 @@ def replace_terms(clients, rows, e_ptr, W, Y, BW, BY, hist, coef, h_ptr, beta, s
     ``h_dst[a]`` of ``store_hist``, ``store_coef``), valid on every row, and its explicit rows'
     deviations from that combination, ``(W - BW) + (Y - BY) / beta`` (at ``dst[a]`` of
     ``store_rows``, ``store_D``: the client's old rows when they are as many, read before
-    they are written); ``rd_at``, ``rd_len``, ``hc_at``, ``hc_len`` then point there. With
+    they are written; ``stored``: the rows there are the client's already, ``rows`` is not
+    read); ``rd_at``, ``rd_len``, ``hc_at``, ``hc_len`` then point there. With
     ``accumulate`` the sum takes the change, client by client (the old term out, the new one
     in): ``C[t]`` sums the coefficients of broadcast ``t`` and ``S`` the deviations
     (:func:`implicit_total`). Only the rows and the broadcasts a client has are touched.
@@ -679,8 +680,11 @@ def replace_terms(clients, rows, e_ptr, W, Y, BW, BY, hist, coef, h_ptr, beta, s
                 C[hist[q]] += cq
         d = dst[a] - e_ptr[a]
         for e in range(e_ptr[a], e_ptr[a + 1]):
-            j = rows[e]
-            store_rows[d + e] = j
+            if stored:
+                j = store_rows[d + e]
+            else:
+                j = rows[e]
+                store_rows[d + e] = j
             for b in range(r):
                 z = (W[e, b] - BW[e, b]) + (Y[e, b] - BY[e, b]) / beta
                 store_D[d + e, b] = z
