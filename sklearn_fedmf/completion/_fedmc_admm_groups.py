@@ -137,9 +137,11 @@ class GroupUpload:
     """The messages of a group's clients in one phase, concatenated (one object per group
     instead of one per client): client ``a`` (``clients[a]``) has the explicit rows
     ``rows[e_ptr[a]:e_ptr[a + 1]]`` with, for each key, ``values[key]`` there and the
-    coefficients ``coef[h_ptr[a]:h_ptr[a + 1], key]`` of the broadcasts ``hist`` elsewhere;
-    ``combined[key]`` holds that combination's values on the explicit rows (part of the same
-    dense message, so the server needs no broadcast row to store it).
+    coefficients ``coef[h_ptr[a]:h_ptr[a + 1], key]`` of the broadcasts ``hist`` elsewhere.
+    ``deviation`` (float64, or None to be formed from ``values`` where no row is implicit)
+    holds, on the explicit rows, the server's term ``Z_i = W_i + Y_i / beta`` of the message
+    minus the combination's: what the server stores of it, formed by the client's kernel
+    while the rows are at hand.
 
     :meth:`messages` gives the per-client messages the engine sees (``{client:
     ClientUpload}``); the server reads the concatenated arrays directly. ``rows`` may be given
@@ -147,13 +149,13 @@ class GroupUpload:
     already never needs them).
     """
 
-    __slots__ = ("clients", "keys", "_rows", "e_ptr", "values", "combined", "hist", "coef",
+    __slots__ = ("clients", "keys", "_rows", "e_ptr", "values", "deviation", "hist", "coef",
                  "h_ptr", "history", "shape", "client_nbytes")
 
-    def __init__(self, clients, keys, rows, e_ptr, values, combined, hist, coef, h_ptr, history,
-                 shape):
+    def __init__(self, clients, keys, rows, e_ptr, values, deviation, hist, coef, h_ptr,
+                 history, shape):
         self.clients, self.keys, self._rows, self.e_ptr = clients, keys, rows, e_ptr
-        self.values, self.combined = values, combined
+        self.values, self.deviation = values, deviation
         self.hist, self.coef, self.h_ptr = hist, coef, h_ptr
         self.history, self.shape = history, (int(shape[0]), int(shape[1]))
         # each message counts as the paper's dense n_items x r matrix (ImplicitFactor.nbytes)
@@ -182,7 +184,8 @@ class GroupUpload:
         h_idx, h_ptr = _segments(self.h_ptr[:-1][keep], np.diff(self.h_ptr)[keep])
         return GroupUpload(self.clients[keep], self.keys, self.rows[e_idx], e_ptr,
                            tuple(_read_only(v[e_idx]) for v in self.values),
-                           tuple(_read_only(v[e_idx]) for v in self.combined),
+                           None if self.deviation is None else
+                           _read_only(self.deviation[e_idx]),
                            _read_only(self.hist[h_idx]), _read_only(self.coef[h_idx]), h_ptr,
                            self.history, self.shape)
 
@@ -363,9 +366,9 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
     nc = group.n_clients
     state = _flat_state(U, E, e_ptr, loc, wy, np.zeros(nc, np.int64),
                         np.tile([1.0, 0.0], (nc, 1)), np.ones(nc, np.int64), Vt, None)
-    upload = GroupUpload(group.start + np.arange(nc), ("Y",), E, e_ptr, (_read_only(Y),),
-                         (_read_only(BY),), np.zeros(0, np.int64), np.zeros((0, 1)),
-                         np.zeros(nc + 1, np.int64), None, Vt.shape)
+    upload = GroupUpload(group.start + np.arange(nc), ("Y",), E, e_ptr, (_read_only(Y),), None,
+                         np.zeros(0, np.int64), np.zeros((0, 1)), np.zeros(nc + 1, np.int64),
+                         None, Vt.shape)
     return state, upload.messages()
 
 
@@ -388,12 +391,13 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     wy, base, w_at = _reserve(gs["wy"], gs["wy_used"], gs["w_at"], e_sizes, n, act)
     h, h_base, h_at = _reserve(gs["h"], gs["h_used"], gs["h_at"], h_len, nh, act)
     U_out = gs["U"].copy()
+    deviation = np.empty((n, Vt.shape[1]))
     (hist, coef), at = gs["h"].arrays, base + out_ptr[:-1]
     group_update(X.indptr, X.data, group.row_ptr, group.entry_ptr, act, gs["loc"], gs["E"],
                  gs["e_ptr"], *gs["wy"].arrays, gs["w_at"], hist, coef, gs["h_at"], h_len,
                  gs["U"], Vt, history.G, kk, n_clients, beta, local_iter, alpha_u, l1_ratio,
                  positive, biased, w_update == "exact", eps, U_out, *wy.arrays, at, *h.arrays,
-                 h_base + hout_ptr[:-1])
+                 h_base + hout_ptr[:-1], deviation)
     wy.tail, h.tail = base + n, h_base + nh
     w_at[act] = at
     h_at[act] = h_base + hout_ptr[:-1]
@@ -401,11 +405,11 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     h_len[act] += 1
     state = dict(gs, U=U_out, history=history, wy=wy, wy_used=wy.tail, w_at=w_at, h=h,
                  h_used=h.tail, h_at=h_at, h_len=h_len)
-    W_new, Y_new, BW_new, BY_new = (_read_only(a[base:base + n]) for a in wy.arrays)
+    W_new, Y_new = (_read_only(a[base:base + n]) for a in wy.arrays[:2])
     E, e_ptr = gs["E"], gs["e_ptr"]
     upload = GroupUpload(group.start + act, ("W", "Y"),
                          lambda: E[_segments(e_ptr[act], e_sizes[act])[0]], out_ptr,
-                         (W_new, Y_new), (BW_new, BY_new),
+                         (W_new, Y_new), _read_only(deviation),
                          *(_read_only(a[h_base:h_base + nh]) for a in h.arrays),
                          hout_ptr, history, Vt.shape)
     sends = selected[act]
@@ -528,8 +532,7 @@ def _parts(uploads, keys, n_items):
     for c in dense:
         values = tuple(np.asarray(uploads[c][key]) for key in keys)
         parts.append(GroupUpload(np.array([c], dtype=np.int64), keys, everywhere,
-                                 np.array([0, n_items], np.int64), values,
-                                 tuple(np.zeros(v.shape) for v in values),
+                                 np.array([0, n_items], np.int64), values, None,
                                  np.zeros(0, np.int64), np.zeros((0, len(keys))),
                                  np.zeros(2, np.int64), None, values[0].shape))
     return parts
@@ -541,8 +544,8 @@ def _parts(uploads, keys, n_items):
 # client). The server keeps sum_i Z_i as "C" (the coefficients per broadcast) and "S" (the
 # deviations summed per row): implicit_total. The server owns them and updates them in place.
 def _replace(server_state, parts, beta, accumulate):
-    """Store the terms of the clients of ``parts`` (``values`` ``(W, Y)``, ``combined``,
-    coefficients ``(W, Y)``) in place of their old ones; with ``accumulate`` the running sum
+    """Store the terms of the clients of ``parts`` (``values`` ``(W, Y)``, coefficients ``(W,
+    Y)``, their deviations) in place of their old ones; with ``accumulate`` the running sum
     takes the change (:func:`~._fedmc_admm_kernels.replace_terms`, one call per part). A client's
     explicit rows overwrite its old ones (their number is fixed: its rated items); its
     coefficients, one more each round it takes part in, are appended."""
@@ -561,8 +564,11 @@ def _replace(server_state, parts, beta, accumulate):
         store["hc"], h_base, store["hc_at"] = _reserve(
             store["hc"], store["hc"].tail, store["hc_at"], store["hc_len"], h_sizes.sum())
         store["hc"].tail = h_base + int(h_sizes.sum())
-        message = (_read_only(a) for a in (p.clients, rows, p.e_ptr, *p.values, *p.combined,
-                                          p.hist, p.coef, p.h_ptr))  # (one compiled signature)
+        deviation = p.deviation
+        if deviation is None:  # a dense message: no implicit row
+            deviation = np.asarray(p.values[0], float) + np.asarray(p.values[1], float) / beta
+        message = (_read_only(a) for a in (p.clients, rows, p.e_ptr, deviation, p.hist, p.coef,
+                                          p.h_ptr))  # (one compiled signature for all parts)
         replace_terms(*message, stored, beta,
                       *store["rd"].arrays, store["rd_at"], store["rd_len"], *store["hc"].arrays,
                       store["hc_at"], store["hc_len"], dst, h_base + p.h_ptr[:-1],
@@ -615,7 +621,7 @@ def server_init_implicit(Vt, uploads, *, beta, n_clients):
         k = p.clients.size
         parts.append(GroupUpload(p.clients, ("W", "Y"), p.rows, p.e_ptr,
                                  (Vt[p.rows], p.values[0]),
-                                 (Vt[p.rows].astype(float), p.combined[0]), np.zeros(k, np.int64),
+                                 np.asarray(p.values[0], float) / beta, np.zeros(k, np.int64),
                                  np.tile([1.0, 0.0], (k, 1)), np.arange(k + 1), None, Vt.shape))
     _replace(server_state, parts, beta, accumulate=True)
     return server_state, Broadcast(Vt, (history, 0))

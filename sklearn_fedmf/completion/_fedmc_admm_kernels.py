@@ -309,11 +309,13 @@ def _one_rater_cols(u, lc, dat, Wc, target, L, beta, n_clients, n_steps, out):
 
 @_jit
 def _one_user(u, dat, Ec, Wc, Yc, BWc, BYc, hist, coef, G, V, free, n_clients, beta, n_steps,
-              alpha_u, l1_ratio, positive, eps, Bt, x, GW, P, Q, b, g, u_out, Wn, Yn, BWn, BYn):
+              alpha_u, l1_ratio, positive, eps, Bt, x, GW, P, Q, b, g, u_out, Wn, Yn, BWn, BYn,
+              Dn):
     """:func:`group_update`'s linearized round for a client of one row ``u`` whose explicit
     rows are exactly its ``k`` rated items (rating ``s`` on row ``s``, ``dat[s]``), fused into
-    two passes over its rows. ``u_out``'s columns past ``free`` are left to the caller (the
-    biases' fixed ones). Returns the W loop's ``L``.
+    two passes over its rows (``Dn``: the term's deviations, as :func:`group_update`).
+    ``u_out``'s columns past ``free`` are left to the caller (the biases' fixed ones). Returns
+    the W loop's ``L``.
 
     One gather serves both Grams of (a): the rated items are all the explicit rows, so the
     U loop's Gram (the one :func:`~sklearn_fedmf._kernels._prox_grad_rows` gathers, with the
@@ -389,11 +391,12 @@ def _one_user(u, dat, Ec, Wc, Yc, BWc, BYc, hist, coef, G, V, free, n_clients, b
         for a in range(r):
             v = V[j, a]
             w = pow_last * Wc[e, a] + c_last * g[a] + c * u_out[a]
-            Wn[e, a] = w
-            Yn[e, a] = Yc[e, a] + beta * (w - v)
+            y = Yc[e, a] + beta * (w - v)
+            Wn[e, a], Yn[e, a] = w, y
             bw = pow_last * BWc[e, a] - c_last * BYc[e, a] + w_v * v
-            BWn[e, a] = bw
-            BYn[e, a] = BYc[e, a] + beta * bw - beta * v
+            by = BYc[e, a] + beta * bw - beta * v
+            BWn[e, a], BYn[e, a] = bw, by
+            Dn[e, a] = (Wn[e, a] - bw) + (Yn[e, a] - by) / beta
     return L
 
 
@@ -411,7 +414,7 @@ def _frobenius(M, k):
 def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y, BW, BY, w_at,
                  hist, coef, h_at, h_len, U, V, G, kk, n_clients, beta, n_steps, alpha_u,
                  l1_ratio, positive, biased, exact, eps, U_out, W_out, Y_out, BW_out, BY_out,
-                 out_ptr, hist_out, coef_out, hout_ptr):
+                 out_ptr, hist_out, coef_out, hout_ptr, D_out):
     """One FedMC-ADMM round (Algorithm 1, step 3) of each client of ``clients`` in a group.
 
     Client ``c = clients[a]`` owns the group rows ``row_ptr[c]:row_ptr[c + 1]`` (ratings
@@ -426,7 +429,10 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
     ``W_out``, ``Y_out``, ``BW_out``, ``BY_out`` at ``out_ptr[a]`` onwards and the new
     broadcasts and coefficients into ``hist_out``, ``coef_out`` at ``hout_ptr[a]`` onwards
     (the old entries, then one for ``kk``); the outputs may be the input arrays when the
-    written ranges are not read. The explicit rows run the per-client kernels (:func:`u_loop`
+    written ranges are not read. ``D_out`` receives, row for row from ``out_ptr[0]`` (the
+    outputs' start), the deviations ``(W - BW) + (Y - BY) / beta`` of the new term ``Z_i =
+    W_i + Y_i / beta`` from its combination on the explicit rows: what the server stores of
+    it (:func:`replace_terms`), formed while the rows are at hand. The explicit rows run the per-client kernels (:func:`u_loop`
     and :func:`linearized_cols` of the same arithmetic); every implicit row takes the ``k = 0``
     closed form of :func:`linearized_cols`, ``w_N = keep^N w_0 + sigma_N (beta v - y) / (L +
     beta)``, or Remark 4.1's ``v - y / beta`` (``exact``), as a map of the coefficients and of
@@ -456,6 +462,7 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
         gram, rhs = np.empty((k_max, r, r)), np.empty((k_max, r))
         g, x = np.empty((r, r)), np.empty(r)
     Bt, xg = np.empty((r, k_max)), np.empty(k_max)
+    d0 = out_ptr[0] if clients.size else 0
     P, Q, bg, gg = np.empty((r, r)), np.empty((r, r)), np.empty(r), np.empty(r)
     for a in range(clients.size):
         c = clients[a]
@@ -470,8 +477,10 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
         lc = loc[entry_ptr[c]:entry_ptr[c + 1]]
         if m == 1 and not exact and s1 - s0 == k and _gram_pays(k, free, n_steps):
             L = _one_user(U[r0], data[s0:s1], Ec, Wc, Yc, BWc, BYc, hc, cc, G, V, free,
-                          n_clients, beta, n_steps, alpha_u, l1_ratio, u_positive, eps, Bt, xg, GW, P, Q, bg, gg, U_out[r0], W_out[o0:o0 + k],
-                          Y_out[o0:o0 + k], BW_out[o0:o0 + k], BY_out[o0:o0 + k])
+                          n_clients, beta, n_steps, alpha_u, l1_ratio, u_positive, eps,
+                          Bt, xg, GW, P, Q, bg, gg, U_out[r0], W_out[o0:o0 + k],
+                          Y_out[o0:o0 + k], BW_out[o0:o0 + k], BY_out[o0:o0 + k],
+                          D_out[o0 - d0:o0 - d0 + k])
             if biased:
                 U_out[r0, r - 1] = 1.0
             _map_coefficients(hc, cc, kk, L, beta, n_steps, exact, hist_out, coef_out,
@@ -572,8 +581,9 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
             for b in range(r):
                 v = V[Ec[e], b]
                 bw = p_w * BWc[e, b] - c_y * BYc[e, b] + c_v * v
-                BW_out[o0 + e, b] = bw
-                BY_out[o0 + e, b] = 0.0 if exact else BYc[e, b] + beta * bw - beta * v
+                by = 0.0 if exact else BYc[e, b] + beta * bw - beta * v
+                BW_out[o0 + e, b], BY_out[o0 + e, b] = bw, by
+                D_out[o0 - d0 + e, b] = (Wn[e, b] - bw) + (Y_out[o0 + e, b] - by) / beta
 
 
 @_jit
@@ -643,16 +653,15 @@ def implicit_consensus(e_ptr, W, BW, E, hist, coef, h_ptr, V, G, kk):
 
 
 @_jit
-def replace_terms(clients, rows, e_ptr, W, Y, BW, BY, hist, coef, h_ptr, stored, beta,
+def replace_terms(clients, rows, e_ptr, D, hist, coef, h_ptr, stored, beta,
                   store_rows, store_D, rd_at, rd_len, store_hist, store_coef, hc_at, hc_len, dst,
                   h_dst, S, C, accumulate):
     """Replace the server's terms ``Z_i = W_i + Y_i / beta`` of the ``clients`` (messages
-    concatenated as in :func:`group_update`'s outputs, ``e_ptr``/``h_ptr`` over the clients;
-    ``BW``, ``BY`` the combinations' values on the explicit rows).
+    concatenated as in :func:`group_update`'s outputs, ``e_ptr``/``h_ptr`` over the clients).
 
     A term is stored as its broadcasts and coefficients ``coef[:, 0] + coef[:, 1] / beta`` (at
     ``h_dst[a]`` of ``store_hist``, ``store_coef``), valid on every row, and its explicit rows'
-    deviations from that combination, ``(W - BW) + (Y - BY) / beta`` (at ``dst[a]`` of
+    deviations ``D`` from that combination (:func:`group_update`'s ``D_out``; at ``dst[a]`` of
     ``store_rows``, ``store_D``: the client's old rows when they are as many, read before
     they are written; ``stored``: the rows there are the client's already, ``rows`` is not
     read); ``rd_at``, ``rd_len``, ``hc_at``, ``hc_len`` then point there. With
@@ -686,7 +695,7 @@ def replace_terms(clients, rows, e_ptr, W, Y, BW, BY, hist, coef, h_ptr, stored,
                 j = rows[e]
                 store_rows[d + e] = j
             for b in range(r):
-                z = (W[e, b] - BW[e, b]) + (Y[e, b] - BY[e, b]) / beta
+                z = D[e, b]
                 store_D[d + e, b] = z
                 if accumulate:
                     S[j, b] += z
