@@ -12,11 +12,14 @@ scalars that are the same for every such item (the ``k = 0`` closed form of
 update). Starting from ``W_i^0 = V^0`` and ``Y_i^0 = 0`` there (the initial dual is a
 gradient on the rated items only), every unrated row of ``W_i`` and ``Y_i`` is therefore
 ``sum_t c_t V^(k_t)`` over the broadcasts ``V^(k_t)`` the client received. A client keeps its
-rated rows explicitly and two coefficients per round it took part in; the broadcasts are
-kept once (:class:`FactorHistory`, ``O(rounds n r)``) with their Gram blocks, which give the
-client's ``L_W = ||W_i^T W_i||_F`` and the consensus gap without any dense row. The server
-keeps ``sum_i Z_i`` as the clients' explicit rows summed plus ``sum_t c_tj V^(k_t)_j``, the
-coefficients per item and broadcast (:func:`~._fedmc_admm_kernels.implicit_total`).
+rated rows explicitly, two coefficients per round it took part in, and its combinations'
+values on its rated rows (the same map updates them, so a round reads no broadcast row and
+costs the same at round 100 as at round 1); the broadcasts are kept once
+(:class:`FactorHistory`, ``O(rounds n r)``) with their Gram blocks, which give the client's
+``L_W = ||W_i^T W_i||_F`` and the consensus gap without any dense row. The server keeps
+``sum_i Z_i`` as ``sum_t C_t V^(k_t)``, every client's coefficients summed per broadcast,
+plus on each client's rated rows its term's deviation from its combination
+(:func:`~._fedmc_admm_kernels.implicit_total`).
 
 Nothing is done per client in Python in a round: a group's clients keep their explicit rows
 and coefficients concatenated in append-only arrays (:class:`_Pool`), one compiled call per

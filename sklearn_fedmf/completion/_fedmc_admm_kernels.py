@@ -664,7 +664,8 @@ def replace_terms(clients, rows, e_ptr, D, hist, coef, h_ptr, stored, beta,
     deviations ``D`` from that combination (:func:`group_update`'s ``D_out``; at ``dst[a]`` of
     ``store_rows``, ``store_D``: the client's old rows when they are as many, read before
     they are written; ``stored``: the rows there are the client's already, ``rows`` is not
-    read); ``rd_at``, ``rd_len``, ``hc_at``, ``hc_len`` then point there. With
+    read, and each row takes its change in one pass); ``rd_at``, ``rd_len``, ``hc_at``,
+    ``hc_len`` then point there. With
     ``accumulate`` the sum takes the change, client by client (the old term out, the new one
     in): ``C[t]`` sums the coefficients of broadcast ``t`` and ``S`` the deviations
     (:func:`implicit_total`). Only the rows and the broadcasts a client has are touched.
@@ -673,13 +674,15 @@ def replace_terms(clients, rows, e_ptr, D, hist, coef, h_ptr, stored, beta,
     for a in range(clients.size):
         c = clients[a]
         if accumulate:
-            o, q0, nq = rd_at[c], hc_at[c], hc_len[c]
+            q0, nq = hc_at[c], hc_len[c]
             for q in range(q0, q0 + nq):
                 C[store_hist[q]] -= store_coef[q]
-            for e in range(o, o + rd_len[c]):
-                j = store_rows[e]
-                for b in range(r):
-                    S[j, b] -= store_D[e, b]
+            if not stored:  # (else each row takes its change below, in one pass)
+                o = rd_at[c]
+                for e in range(o, o + rd_len[c]):
+                    j = store_rows[e]
+                    for b in range(r):
+                        S[j, b] -= store_D[e, b]
         q0, q1 = h_ptr[a], h_ptr[a + 1]
         hd = h_dst[a] - q0
         for q in range(q0, q1):
@@ -691,9 +694,14 @@ def replace_terms(clients, rows, e_ptr, D, hist, coef, h_ptr, stored, beta,
         for e in range(e_ptr[a], e_ptr[a + 1]):
             if stored:
                 j = store_rows[d + e]
-            else:
-                j = rows[e]
-                store_rows[d + e] = j
+                for b in range(r):
+                    z = D[e, b]
+                    if accumulate:
+                        S[j, b] += z - store_D[d + e, b]
+                    store_D[d + e, b] = z
+                continue
+            j = rows[e]
+            store_rows[d + e] = j
             for b in range(r):
                 z = D[e, b]
                 store_D[d + e, b] = z
