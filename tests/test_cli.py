@@ -216,15 +216,18 @@ def test_tune_halving_uses_rounds_as_resource(tmp_path, capsys):
 
 
 def test_tune_options_fix_their_parameters(tmp_path, capsys):
-    # --clients and --rank leave the default grid (FedMGS: default_search_space's alpha_u x
-    # alpha_v x biased) and are used by every candidate
+    # --clients and --rank leave the default grid (FedMGS: default_search_space's two
+    # regularizations, each alpha_u x alpha_v x biased) and are used by every candidate
     argv = ["tune", "--method", "fedmgs", *FED, "--clients", "7", "--rank", "3", "--rounds",
             "2", "--cv", "2", "--quiet", "--split", "users", "--out", str(tmp_path)]
     status, out, err = run(argv, capsys)
     assert status == 0 and "tune: candidate" not in err  # --quiet
     report = json.loads((tmp_path / "tune.json").read_text())
-    assert set(report["grid"]) == {"alpha_u", "alpha_v", "biased"}
-    assert len(report["ranked"]) == 18
+    assert [g["regularization"] for g in report["grid"]] == [["plain"], ["weighted"]]
+    assert all(set(g) == {"regularization", "alpha_u", "alpha_v", "biased"}
+               for g in report["grid"])
+    assert len(report["ranked"]) == 36
+    assert {r["params"]["regularization"] for r in report["ranked"]} == {"plain", "weighted"}
     assert (report["estimator"]["n_clients"], report["estimator"]["n_components"]) == (7, 3)
     assert "n_clients=7" in out.splitlines()[0] and "n_components=3" in out.splitlines()[0]
     # Oracle: the best candidate's CV score by hand with n_clients=7 and rank 3.

@@ -82,7 +82,8 @@ def build_parser():
                     "scored on the held-out ratings of the fold's users by fold-in (X = "
                     "training matrix, y = held-out matrix; binary methods: F1 on the fold's "
                     "rows). Default grids: sklearn_fedmf.model_selection.default_search_space "
-                    "(regularization, beta, biases, rank); RFRec: reg_consensus, "
+                    "(two sub-grids: the papers' penalties and ALS-WR's weighted lambda, "
+                    "each with its strengths; beta; biases); RFRec: reg_consensus, "
                     "learning_rate, p, n_clients, rank.")
     tune.add_argument("--method", default="fedmc-admm", metavar="NAME",
                       help=f"one of {names} (default: %(default)s)")

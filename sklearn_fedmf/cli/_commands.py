@@ -145,27 +145,45 @@ def _title(setup):
 
 
 def tune_grid(method, args):
-    """The grid of ``fedmf tune``: ``--grid`` or the method's default grid.
+    """The grid of ``fedmf tune`` as a list of sub-grids: ``--grid`` (one sub-grid) or the
+    method's default grid (two sub-grids when it searches ``regularization``: each
+    regularization with its strengths on its own scale).
 
     An option the user gave (``--clients``, ``--rank``, ``--rounds``, ...) fixes its
     parameter: it leaves the default grid, and is an error together with a ``--grid`` of the
     same parameter. Every value is checked against the estimator's constraints.
     """
-    grid = dict(args.grid) if args.grid else dict(method.grid)
+    if args.grid:
+        grids = [dict(args.grid)]
+    else:
+        grids = [dict(g) for g in (method.grid if isinstance(method.grid, list)
+                                   else [method.grid])]
     for option, param in _OPTION_PARAMS.items():
-        if option not in args.explicit or param not in grid:
+        if option not in args.explicit or not any(param in g for g in grids):
             continue
-        if args.grid and param in dict(args.grid):
+        if args.grid:
             raise CommandError(f"{_flag(option)} and --grid {param}=... both set {param}; "
                                "give one of them")
-        del grid[param]
-    if args.halving and "max_iter" in grid:
+        for g in grids:
+            g.pop(param, None)
+    if args.halving and any("max_iter" in g for g in grids):
         raise CommandError("--grid max_iter=...: with --halving the rounds are the resource "
                            "(up to --rounds); leave max_iter out of the grid")
-    for param, values in grid.items():
-        for value in values:
-            check_value(method, param, value, f"--grid {param}={value!r}")
-    return grid
+    for g in grids:
+        for param, values in g.items():
+            for value in values:
+                check_value(method, param, value, f"--grid {param}={value!r}")
+    return grids
+
+
+def grid_size(grids):
+    """The number of candidates of a list of sub-grids."""
+    return sum(int(np.prod([len(v) for v in g.values()])) for g in grids)
+
+
+def grid_values(grids, param, default):
+    """Every value of ``param`` over the sub-grids (``[default]`` where a sub-grid lacks it)."""
+    return [v for g in grids for v in g.get(param, [default])]
 
 
 def cmd_tune(args):
@@ -188,14 +206,16 @@ def cmd_tune(args):
     X, X_fit, y_fit, name = prepare_data(args, method.kind)  # may adapt the options
     estimator = make_estimator(method, args, verbose=0)
     fold_rows = X.shape[0] - -(-X.shape[0] // args.cv)
-    if max(grid.get("n_clients", [0]) + [estimator.get_params().get("n_clients", 0)]) > fold_rows:
+    own_clients = estimator.get_params().get("n_clients", 0)
+    if max(grid_values(grid, "n_clients", 0) + [own_clients]) > fold_rows:
         raise CommandError(
             f"impossible sizes: a grid or --clients value of n_clients exceeds the {fold_rows} "
             f"users of a training fold ({args.cv}-fold CV over {X.shape[0]} users)"
         )
     cpr = estimator.get_params().get("clients_per_round")
-    if isinstance(cpr, int) and min(grid.get("n_clients", [cpr])) < cpr:
-        raise CommandError(f"impossible sizes: --grid n_clients={min(grid['n_clients'])} is "
+    if isinstance(cpr, int) and min(grid_values(grid, "n_clients", cpr)) < cpr:
+        raise CommandError(f"impossible sizes: --grid n_clients="
+                           f"{min(grid_values(grid, 'n_clients', cpr))} is "
                            f"less than --clients-per-round {cpr}")
     cv = KFold(args.cv, shuffle=True, random_state=args.seed)
     common = dict(cv=cv, n_jobs=args.jobs, error_score="raise", refit=False)
@@ -210,10 +230,11 @@ def cmd_tune(args):
     else:
         search = with_progress(GridSearchCV, **progress)(
             estimator.set_params(n_jobs=None), grid, **common)
-    n_candidates = int(np.prod([len(v) for v in grid.values()]))
+    n_candidates = grid_size(grid)
     params = estimator.get_params()
     fixed = {param: params[param] for option, param in _OPTION_PARAMS.items()
-             if option in args.explicit and param in params and param not in grid
+             if option in args.explicit and param in params
+             and not any(param in g for g in grid)
              and option != "jobs" and not (args.halving and param == "max_iter")}
     print(f"data: {name}: {X.shape[0]} users x {X.shape[1]} items; tuning {method.label}: "
           f"{n_candidates} candidates x {args.cv} folds"

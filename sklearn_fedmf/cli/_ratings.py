@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from ._commands import _output_folder, report_search
+from ._commands import _output_folder, grid_size, report_search
 from ._data import _check_sizes, _movielens_file, load_data
 from ._messages import CommandError, _note
 from ._options import _literal
@@ -120,19 +120,20 @@ def tune_entrywise(args, method, grid, estimator):
     cv = KFold(args.cv, shuffle=True, random_state=args.seed)
     common = dict(cv=cv, n_jobs=args.jobs, error_score="raise", refit=False,
                   scoring="neg_root_mean_squared_error")
-    prefixed = {PREFIX + k: v for k, v in grid.items()}
+    prefixed = [{PREFIX + k: v for k, v in g.items()} for g in grid]
     regressor = RatingRegressor(estimator.set_params(n_jobs=None))
     if args.halving:
         from sklearn.experimental import enable_halving_search_cv  # noqa: F401
         from sklearn.model_selection import HalvingGridSearchCV
 
-        prefixed.pop(PREFIX + "max_iter", None)
+        for g in prefixed:
+            g.pop(PREFIX + "max_iter", None)
         search = HalvingGridSearchCV(regressor, prefixed, resource=PREFIX + "max_iter",
                                      max_resources=args.rounds, factor=3,
                                      random_state=args.seed, **common)
     else:
         search = GridSearchCV(regressor, prefixed, **common)
-    n_candidates = int(np.prod([len(v) for v in grid.values()]))
+    n_candidates = grid_size(grid)
     print(f"data: {name}: {n_users} users x {n_items} items, {len(y)} ratings; tuning "
           f"{method.label}: {n_candidates} candidates x {args.cv} folds of the ratings "
           "(entry-wise)" + (" (successive halving on rounds)" if args.halving else ""),
@@ -146,9 +147,7 @@ def tune_entrywise(args, method, grid, estimator):
     results["params"] = [{k[len(PREFIX):]: v for k, v in p.items()} for p in results["params"]]
     if "n_resources" in results:
         results["n_resources"] = np.asarray(results["n_resources"])
-    view = SimpleNamespace(cv_results_=results, param_grid={k: None for k in grid
-                                                            if k != "max_iter" or
-                                                            not args.halving})
+    view = SimpleNamespace(cv_results_=results)
     data = {"name": name, "shape": [n_users, n_items], "nnz": len(y)}
     return report_search(args, method, view, seconds, grid, data, out, split="ratings",
                          estimator=estimator.get_params())

@@ -24,7 +24,7 @@ class Method:
     label: str
     sends: str  # what a client uploads, for ``fedmf methods``
     fixed: dict = field(default_factory=dict)
-    grid: dict = field(default_factory=dict)
+    grid: dict | list = field(default_factory=dict)  # a grid or a list of sub-grids
     objective: str = ""  # methods with the same label here record the same objective function
 
     def load(self):
@@ -51,7 +51,7 @@ METHODS = {
             "its item-factor copy W_i and dual Y_i",
             fixed=dict(PAPER_SETTINGS["FedMCADMM"]),
             grid=default_search_space(
-                "FedMCADMM", include=["alpha_u", "beta", "biased"]),
+                "FedMCADMM", include=["regularization", "alpha_u", "beta", "biased"]),
             objective="fedmc",
         ),
         Method(
@@ -60,7 +60,7 @@ METHODS = {
             # the baseline as the FedMC-ADMM paper restates it
             fixed={"variant": "fedmc_admm", **PAPER_SETTINGS["FedMAvg"]},
             grid=default_search_space(
-                "FedMAvg", include=["alpha_u", "alpha_v", "biased"]),
+                "FedMAvg", include=["regularization", "alpha_u", "alpha_v", "biased"]),
             objective="fedmc",  # (1/p) sum_i [f_i + R_i] + R(V), as FedMC-ADMM's
         ),
         Method(
@@ -68,7 +68,7 @@ METHODS = {
             "per rated item, its data aggregates sum x u and sum u u^T, and its Gram U_i^T U_i",
             fixed=dict(PAPER_SETTINGS["FedMGS"]),
             grid=default_search_space(
-                "FedMGS", include=["alpha_u", "alpha_v", "biased"]),
+                "FedMGS", include=["regularization", "alpha_u", "alpha_v", "biased"]),
         ),
         Method(
             "rfrec", "sklearn_fedmf.completion:RFRec", "completion", "RFRec",

@@ -91,13 +91,14 @@ def format_search(search, kind, top):
                "fit_seconds": float(res["mean_fit_time"][j]), "params": res["params"][j],
                **({"rounds": int(level[j])} if "n_resources" in res else {})}
               for i, j in enumerate(idx)]
-    keys = sorted(search.param_grid)
     halving = "n_resources" in res
+    # the union over the sub-grids (halving adds its resource, max_iter, to every candidate)
+    keys = sorted({k for p in res["params"] for k in p if not (halving and k == "max_iter")})
     rows = [["rank", "F1" if kind == "binary" else "CV RMSE", "std", "fit s",
              *(["rounds"] if halving else []), *keys]]
     for r in ranked[:top]:
         values = [f"{v:g}" if isinstance(v, float) else str(v)
-                  for v in (r["params"][k] for k in keys)]
+                  for v in (r["params"].get(k, "-") for k in keys)]
         rows.append([str(r["rank"]), f"{r['score']:.4f}", f"{r['std']:.4f}",
                      f"{r['fit_seconds']:.1f}", *([str(r["rounds"])] if halving else []),
                      *values])
