@@ -432,11 +432,13 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
     written ranges are not read. ``D_out`` receives, row for row from ``out_ptr[0]`` (the
     outputs' start), the deviations ``(W - BW) + (Y - BY) / beta`` of the new term ``Z_i =
     W_i + Y_i / beta`` from its combination on the explicit rows: what the server stores of
-    it (:func:`replace_terms`), formed while the rows are at hand. The explicit rows run the per-client kernels (:func:`u_loop`
-    and :func:`linearized_cols` of the same arithmetic); every implicit row takes the ``k = 0``
-    closed form of :func:`linearized_cols`, ``w_N = keep^N w_0 + sigma_N (beta v - y) / (L +
-    beta)``, or Remark 4.1's ``v - y / beta`` (``exact``), as a map of the coefficients and of
-    ``BW``, ``BY``.
+    it (:func:`replace_terms`), formed while the rows are at hand.
+
+    The explicit rows run the per-client kernels (:func:`u_loop` and :func:`linearized_cols`
+    of the same arithmetic; :func:`_one_user` for a client of one row); every implicit row
+    takes the ``k = 0`` closed form of :func:`linearized_cols`, ``w_N = keep^N w_0 + sigma_N
+    (beta v - y) / (L + beta)``, or Remark 4.1's ``v - y / beta`` (``exact``), as a map of the
+    coefficients and of ``BW``, ``BY``.
     """
     r = U.shape[1]
     GW = np.empty((r, r))
