@@ -390,9 +390,8 @@ def _one_user(u, dat, Ec, Wc, Yc, BWc, BYc, hist, coef, G, V, free, n_clients, b
         c = gamma * (sigma_last * xe - (acc_a * s0 + acc_d * D))
         for a in range(r):
             v = V[j, a]
-            w = pow_last * Wc[e, a] + c_last * g[a] + c * u_out[a]
-            y = Yc[e, a] + beta * (w - v)
-            Wn[e, a], Yn[e, a] = w, y
+            Wn[e, a] = pow_last * Wc[e, a] + c_last * g[a] + c * u_out[a]
+            Yn[e, a] = Yc[e, a] + beta * (Wn[e, a] - v)  # (from W as stored: float32 data)
             bw = pow_last * BWc[e, a] - c_last * BYc[e, a] + w_v * v
             by = BYc[e, a] + beta * bw - beta * v
             BWn[e, a], BYn[e, a] = bw, by
