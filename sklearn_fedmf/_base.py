@@ -256,7 +256,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
 
     def _fold_in_rows(self, Xc, Vt):
         U = np.zeros((Xc.shape[0], Vt.shape[1]))
-        alpha_u = getattr(self, "alpha_u_", self.alpha_u)  # (FedMCADMM's "auto", resolved)
+        alpha_u = getattr(self, "alpha_u_", self.alpha_u)  # (an "auto" strength, resolved)
         if getattr(self, "regularization", "plain") == "weighted":  # per rating, as in fit
             alpha_u = alpha_u * np.diff(Xc.indptr).astype(np.float64)[:, None]
         ridge_fold_in(Xc.indptr, Xc.indices, Xc.data, Vt, np.ravel(alpha_u * (1 - self.l1_ratio)),

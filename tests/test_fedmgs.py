@@ -156,8 +156,103 @@ def test_one_client_per_user_at_low_participation_descends(grouped, monkeypatch)
     clients' last gradients, computed at old V, went up by a factor of 40 here."""
     monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1 if grouped else 10**9)
     X = make_ratings(400, 60, 8000, noise=0.5, random_state=0).X
-    model = _FedMGS(clients_per_round=0.02, max_iter=60, random_state=0).fit(
-        X, clients=np.arange(400))
+    model = _FedMGS(clients_per_round=0.02, max_iter=60, alpha_u=10.0, alpha_v=10.0,
+                    random_state=0).fit(X, clients=np.arange(400))  # (a fixed objective)
     objective = np.array([h["objective"] for h in model.history_])
     assert np.all(np.diff(objective) <= 1e-10 * objective[:-1])
     assert objective[-1] < 0.6 * objective[0]
+
+
+# ---- alpha_u = alpha_v = "auto": the server's noise rule -------------------------------------
+def rule(X, U, Vt, cap, n_components):
+    """The rule from the data and the factors directly: ``min(cap, AUTO_C sigma^2 sqrt(r N /
+    q))`` with ``sigma^2`` the residual per rating and ``q`` the sum of ``(u.v)^2``."""
+    rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+    fitted = np.einsum("ij,ij->i", U[rows], Vt[X.indices])
+    n = X.nnz
+    rss = np.sum((X.data - fitted) ** 2)
+    q = np.sum(np.einsum("ij,ij->i", U[rows, :n_components], Vt[X.indices, :n_components]) ** 2)
+    return min(cap, fedmgs.AUTO_C * rss / n * np.sqrt(n_components * n / q))
+
+
+def test_auto_strength_is_computed_from_the_messages_and_scales_with_the_ratings():
+    """The server's rule needs only the aggregates and the sums of squares: from them it
+    gets the residual and the low-rank part's size exactly, and scaling the ratings by ``c``
+    (factors by ``sqrt(c)``) scales the strength by ``c``, as the penalty's units require."""
+    rng = np.random.default_rng(0)
+    X = make_ratings(40, 30, 500, noise=0.5, rating_scale=None, random_state=1).X
+    U, Vt = rng.normal(size=(40, 3)), rng.normal(size=(30, 3))
+
+    def server_value(c, cap):
+        upload = fedmgs.share(np.sqrt(c) * U, c * X, sum_squares=True)
+        total = np.zeros((30, 3 + 9))
+        total[upload["items"]] = upload["G"]
+        assert upload["ss"] == pytest.approx(c * c * np.sum(X.data ** 2), rel=1e-12)
+        return fedmgs.auto_alpha(np.sqrt(c) * Vt, total, upload["ss"], X.nnz, 3, cap)
+
+    below = server_value(1.0, np.inf)
+    assert below == pytest.approx(rule(X, U, Vt, np.inf, 3), rel=1e-10)
+    assert server_value(4.0, np.inf) == pytest.approx(4.0 * below, rel=1e-10)
+    assert server_value(4.0, 4.0 * below / 2) == pytest.approx(4.0 * below / 2, rel=1e-12)
+    # no low-rank part (zero factors): the cap
+    assert fedmgs.auto_alpha(0.0 * Vt, np.zeros((30, 12)), 1.0, X.nnz, 3, 7.0) == 7.0
+
+
+def test_auto_strength_follows_the_noise_and_is_the_rule_at_the_fitted_model():
+    """With biases the fitted ``alpha_u_`` is the rule at the final model (every client's
+    factors, the server's ``V``) with its cap ``AUTO_MAX`` times the centred ratings' root
+    mean square; the same low-rank ratings with less noise get a weaker penalty."""
+    fits = {}
+    for noise in (0.2, 1.0):
+        X = make_ratings(300, 80, 9000, noise=noise, random_state=0).X
+        model = _FedMGS(n_clients=10, max_iter=40, random_state=0).fit(X)
+        fits[noise] = model.alpha_u_
+        assert model.alpha_v_ == model.alpha_u_
+        Xc = X.copy()
+        Xc.data -= model.mean_
+        U = np.hstack([model.user_factors_, model.user_bias_[:, None], np.ones((300, 1))])
+        Vt = np.hstack([model.components_.T, np.ones((80, 1)), model.item_bias_[:, None]])
+        cap = fedmgs.AUTO_MAX * np.sqrt(np.mean(Xc.data ** 2))
+        assert model.alpha_u_ == pytest.approx(rule(Xc, U, Vt, cap, 5), rel=1e-8)
+    assert fits[0.2] < 0.5 * fits[1.0]
+
+
+def test_auto_strength_messages():
+    """``"auto"`` adds one number to a client's message, ``S = sum (x_tj - b_u)^2`` over its
+    ratings (the compact form of a one-user client holds its ``x_tj`` already), and the
+    round's strength to the broadcast; the papers' fixed strengths send neither."""
+    X = make_ratings(60, 20, 600, noise=0.5, random_state=0).X
+    log = []
+    model = _FedMGS(n_components=2, n_clients=4, clients_per_round=2, max_iter=3,
+                    random_state=0, callback=lambda k, info: log.append(info)).fit(X)
+    for info in log:
+        for upload in info["uploads"].values():
+            assert set(upload) == {"items", "G", "gram", "ss"}
+        assert set(info["broadcast"]) == {"Vt", "alpha"}
+        assert info["broadcast"]["alpha"][0] == info["server_state"]["alpha"]
+    rows = np.repeat(np.arange(60), np.diff(X.indptr))
+    shifted = X.data - model.mean_ - model.user_bias_[rows]
+    for p, upload in log[-1]["uploads"].items():
+        assert upload["ss"] == pytest.approx(np.sum(shifted[model.clients_[rows] == p] ** 2))
+    n_items, r = 20, 2 + 2
+    assert model.history_[-1]["bytes_downloaded"] == 2 * (n_items * r * 8 + 8)
+    log.clear()
+    paper(_FedMGS)(n_components=2, n_clients=4, clients_per_round=2, max_iter=2,
+                   random_state=0, callback=lambda k, info: log.append(info)).fit(X)
+    assert all(set(u) == {"items", "G", "gram"} for u in log[-1]["uploads"].values())
+    assert isinstance(log[-1]["broadcast"], np.ndarray)
+    log.clear()  # one-user clients with biases: the compact form, no extra number
+    _FedMGS(n_components=2, clients_per_round=0.1, max_iter=2, random_state=0,
+            callback=lambda k, info: log.append(info)).fit(X, clients=np.arange(60))
+    assert all(set(u) == {"items", "x", "a"} for u in log[-1]["uploads"].values())
+
+
+def test_auto_strength_with_weighted_penalties_and_warm_start():
+    X = make_ratings(60, 20, 600, noise=0.5, random_state=0).X
+    model = _FedMGS(n_components=2, n_clients=4, max_iter=3, regularization="weighted",
+                    random_state=0).fit(X)
+    assert (model.alpha_u_, model.alpha_v_) == (fedmgs.AUTO_WEIGHTED, fedmgs.AUTO_WEIGHTED)
+    model = _FedMGS(n_components=2, n_clients=4, max_iter=3, alpha_u=1.0, alpha_v=1.0,
+                    warm_start=True, random_state=0).fit(X)
+    with pytest.raises(ValueError, match="warm_start cannot switch"):
+        model.set_params(alpha_u="auto", alpha_v="auto").fit(X)

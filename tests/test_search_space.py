@@ -12,15 +12,17 @@ from sklearn.model_selection import (
 )
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, RatingRegressor, RFRec
+from sklearn_fedmf.completion._fedmgs import AUTO_MAX
 from sklearn_fedmf.model_selection import default_search_space, train_test_split_ratings
 
 WITH_REGULARIZATION = (FedMCADMM, FedMAvg, FedMGS)
-# FedMC-ADMM's alpha_u="auto" (0.04 per rating) at MovieLens's ~130 training ratings per user
-AUTO_CENTRE = 5.0
+# "auto" strengths as numbers: FedMC-ADMM's alpha_u (0.04 per rating) at MovieLens's ~130
+# training ratings per user; FedMGS's start and cap AUTO_MAX (ratings of unit root mean square)
+AUTO_CENTRE = {"FedMCADMM": 5.0, "FedMGS": AUTO_MAX}
 
 
-def _centre(value):
-    return AUTO_CENTRE if value == "auto" else value
+def _centre(cls, value):
+    return AUTO_CENTRE[cls.__name__] if value == "auto" else value
 
 
 def _subspaces(space):
@@ -42,8 +44,8 @@ def test_every_key_is_a_parameter_and_strengths_centre_on_the_defaults(cls):
         assert sub["biased"] == [True, False]
     # one point per strength is the default of the estimator's own regularization
     centre = default_search_space(cls(), n_points=1, include=["alpha_u", "alpha_v"])
-    assert centre["alpha_u"] == [pytest.approx(_centre(params["alpha_u"]))]
-    assert centre["alpha_v"] == [pytest.approx(params["alpha_v"])]
+    assert centre["alpha_u"] == [pytest.approx(_centre(cls, params["alpha_u"]))]
+    assert centre["alpha_v"] == [pytest.approx(_centre(cls, params["alpha_v"]))]
     dists = default_search_space(cls(), kind="distributions")
     assert isinstance(_subspaces(dists)[0]["alpha_u"], type(loguniform(1, 2)))
 
@@ -57,7 +59,7 @@ def test_the_two_regularizations_have_their_own_strengths():
         # ALS-WR's strength is per rating: 0.1 at the centre for every estimator
         assert weighted["alpha_u"][1] == pytest.approx(0.1)
         assert weighted["alpha_v"][1] == pytest.approx(0.1)
-        assert plain["alpha_u"][1] == pytest.approx(_centre(cls().alpha_u))
+        assert plain["alpha_u"][1] == pytest.approx(_centre(cls, cls().alpha_u))
     # a strength left out stays the estimator's under its own regularization and is the
     # other one's default under the other (never plain's 10 per rating)
     plain, weighted = default_search_space(FedMAvg(alpha_u=2.0), include=["regularization"])

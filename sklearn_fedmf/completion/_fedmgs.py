@@ -40,6 +40,15 @@ numbers for ``k`` rated items, the same information as its aggregates (``G1_j = 
 every ``j``, and ``G2_j = x_j a``, whose last entry is ``x_j`` as ``a`` ends with the fixed
 1).
 
+Strengths ``"auto"`` (the default): the server sets ``alpha_u = alpha_v`` each round from the
+noise of its current model (:func:`auto_alpha`) and broadcasts it with ``V`` (8 bytes). For
+that the rows form of a message holds one more number, the client's sum of squares ``S_p =
+sum (x_tj - b_u)^2`` over its ratings: with it the aggregates give the server the client's
+exact loss at any ``V`` (the paper's message is the loss's linear and quadratic terms in
+``V``; ``S_p`` is its constant). It discloses the second moment of the client's ratings
+around its users' biases; the compact form already holds every ``x_tj``. The papers' fixed
+strengths (``PAPER_SETTINGS``) send neither.
+
 Privacy consequence: the aggregates reveal more than a model. Their rows disclose which items
 the client's users rated and how many (the ones entry of ``G1_j``) and the sum of their
 ratings minus ``b_u`` (the last entry of ``G2_j``); a one-user client's message gives its
@@ -86,6 +95,7 @@ from ._fedmgs_batched import (
     client_state,
     group_layout,
     group_share,
+    unpack,
     with_client_states,
 )
 from ._fedmgs_kernels import add_outer, add_rows, outer_sum, replace_outer, replace_rows
@@ -93,6 +103,46 @@ from ._fedmgs_kernels import add_outer, add_rows, outer_sum, replace_outer, repl
 __all__ = ["FedMGS"]
 
 RESUM_EVERY = 20  # rounds between exact sums of the server's cached aggregates
+
+# alpha_u = alpha_v = "auto": the strength MAP estimation gives a Gaussian model, noise
+# variance over a factor entry's prior variance, estimated each round by the server at its
+# current model (:func:`auto_alpha`), times AUTO_C, capped at AUTO_MAX times the ratings'
+# standard deviation (the former constant 10 on ratings of deviation ~1). AUTO_C was chosen
+# on bench_defaults' "chosen" sets (docs/guide/tuning.rst).
+AUTO_C = 3.5
+AUTO_MAX = 10.0
+AUTO_WEIGHTED = 0.1  # "auto" with regularization="weighted" (per rating; the reference)
+
+
+def auto_alpha(free, total, sum_squares, n_ratings, n_components, cap):
+    """The ``"auto"`` strength at the server's model: ``min(cap, AUTO_C sigma^2 / s^2)``.
+
+    ``sigma^2``, the noise variance, is the training residual per rating; ``s^2 = sqrt(q /
+    r)`` is the prior variance of a factor entry for which the rank-``r`` part ``u.v`` has
+    the variance ``q`` it has on the ratings (``r s^4 = q``); ``sigma^2 / s^2`` is then the
+    ratio of the two terms of the MAP objective of a Gaussian model (Salakhutdinov & Mnih's
+    PMF). The server needs no client for it: with ``a_t``, ``x_tj`` as in :func:`share`,
+    ``sum (x_tj - a_t.f_j)^2 = S - 2 sum_j f_j.G2_j + sum_j f_j^T G1_j f_j`` over the free item
+    rows ``f_j`` (``S``: the clients' sums of squares) and ``q`` is ``sum_j v_j^T G1_j v_j``
+    (the factor block) over ``n_ratings``. Both scale with the ratings as the strength must
+    (``alpha`` in rating units: scaling ``X`` by ``c`` scales the factors by ``sqrt(c)``).
+    The cap: as ``alpha`` grows the factors shrink, ``q`` falls and ``sigma^2`` rises, so the
+    zero factors are a fixed point of every such (empirical Bayes) rule; below the cap it
+    only weakens the penalty where the data's noise is low against its low-rank signal."""
+    r = free.shape[1]
+    G2, G1 = total[:, :r], total[:, r:].reshape(-1, r, r)
+    fitted = np.einsum("ja,jab,jb->", free, G1, free)
+    rss = max(sum_squares - 2.0 * np.einsum("ja,ja->", free, G2) + fitted, 0.0)
+    V = free[:, :n_components]
+    signal = np.einsum("ja,jab,jb->", V, G1[:, :n_components, :n_components], V)
+    if signal <= 0.0:
+        return cap
+    return min(cap, AUTO_C * rss / n_ratings * np.sqrt(n_components * n_ratings / signal))
+
+
+def _sum_squares(upload):
+    """A client's ``S``: sent in the rows form, the squares of the compact form's ``x``."""
+    return float(upload["ss"]) if "ss" in upload else float(np.dot(upload["x"], upload["x"]))
 
 
 # ---- pure solver functions ------------------------------------------------------------------
@@ -104,16 +154,19 @@ def init_server(rng, *, n_items, n_components, init_scale, biased=False):
     return {"Vt": Vt}, Vt
 
 
-def share(U, X, biased=False):
+def share(U, X, biased=False, sum_squares=False):
     """What a client sends: its data aggregates ``G1_j``, ``G2_j`` on the items it rated (the
     masked form of (29); module docstring) and its Gram; they do not depend on ``V``.
 
     ``{"items", "G", "gram"}``: row ``q`` of ``G`` is ``[G2_j, vec(G1_j)]`` for item ``j =
     items[q]``. A one-user client with biases sends the compact form ``{"items", "x", "a"}``
     (``G1_j = a a^T``, ``G2_j = x_j a``). With biases ``a_t = [u_t, 1]`` (the columns the free
-    item entries ``[V; b_i]`` multiply) and ``x_tj`` is the rating minus ``b_u``."""
+    item entries ``[V; b_i]`` multiply) and ``x_tj`` is the rating minus ``b_u``.
+    ``sum_squares`` (``alpha_u="auto"``): the rows form also holds ``"ss"``, ``sum_tj
+    x_tj^2`` (the compact form holds every ``x_tj`` already)."""
     group = _OneClient(X)
-    return group_share({"U": U, **group_layout(group)}, group, np.array([0]), biased)[0]
+    return group_share({"U": U, **group_layout(group)}, group, np.array([0]), biased,
+                       sum_squares)[0]
 
 
 class _OneClient:
@@ -124,24 +177,28 @@ class _OneClient:
         self.row_ptr = np.array([0, X.shape[0]], dtype=np.int64)
 
 
-def init_client(block, Vt, rng, *, init_scale, positive, biased=False, weighted=False):
+def init_client(block, Vt, rng, *, init_scale, positive, biased=False, weighted=False,
+                sum_squares=False):
     """Private ``U_p^0`` and the upload of its aggregates (Algorithm 2's ``G1^0``, ``G2^0``);
     weighted regularization: also its ratings per item, once (their sum over the clients is
     the item weights ``n_j``)."""
     U = init_user_factors(block, Vt.shape[1], rng, init_scale, positive, biased)
-    upload = share(U, block.X, biased)
+    upload = share(U, block.X, biased, sum_squares)
     if weighted:
         upload["counts"] = item_counts(block.X)
     return {"U": U}, upload
 
 
-def client_update(state, block, Vt, rng, selected, *, local_iter_u, c_factor, alpha_u,
+def client_update(state, block, broadcast, rng, selected, *, local_iter_u, c_factor, alpha_u,
                   l1_ratio, positive, biased=False, weighted=False):
-    """Q1 proximal-gradient steps on ``U_p`` at ``V^s`` (step ``1/(c_factor L_U)``), then share."""
+    """Q1 proximal-gradient steps on ``U_p`` at ``V^s`` (step ``1/(c_factor L_U)``), then share
+    (``alpha_u="auto"``: at the broadcast strength, with the sum of squares)."""
+    Vt, alpha_u, _ = unpack(broadcast, alpha_u)
     alpha_u = row_alpha(alpha_u, block.X, weighted)
     U = user_steps(state["U"], Vt, block.X, local_iter_u, c_factor, alpha_u * (1.0 - l1_ratio),
                    alpha_u, l1_ratio, positive, biased)
-    return {"U": U}, (share(U, block.X, biased) if selected else None)
+    return {"U": U}, (share(U, block.X, biased, isinstance(broadcast, dict)) if selected
+                      else None)
 
 
 # ---- the server's cache of every client's latest aggregates ---------------------------------
@@ -298,9 +355,11 @@ def update_cache(segments, total, uploads):
     return segments
 
 
-def server_init_uploads(server_state, uploads, *, n_clients):
+def server_init_uploads(server_state, uploads, *, n_clients, auto=False, n_ratings=None):
     """Cache every client's aggregates (rated rows) and Gram, and their sums (Algorithm 2's
-    ``G1^0``, ``G2^0``, item by item)."""
+    ``G1^0``, ``G2^0``, item by item); ``auto``: also their sums of squares, and round 1's
+    strength, the cap ``AUTO_MAX`` times the ratings' root mean square (what the sums of
+    squares give before any bias is fitted), goes with ``V``."""
     pieces = [_piece(uploads[p]) for p in range(n_clients)]
     r = pieces[0][3].shape[-1]
     segments = cache_segments(pieces)
@@ -314,11 +373,15 @@ def server_init_uploads(server_state, uploads, *, n_clients):
                 sent.add_to(counts)
             else:
                 counts += sent
+    if auto:
+        state["ss"] = np.array([_sum_squares(uploads[p]) for p in range(n_clients)])
+        state["alpha"] = state["alpha_max"] = AUTO_MAX * np.sqrt(state["ss"].sum() / n_ratings)
+        return state, {"Vt": server_state["Vt"], "alpha": np.array([state["alpha"]])}
     return state, server_state["Vt"]
 
 
 def server_update(server_state, uploads, round_index, *, d_factor, local_iter_v, alpha_v,
-                  l1_ratio, positive, biased=False):
+                  l1_ratio, positive, biased=False, n_ratings=None, n_components=None):
     """``Q2 = local_iter_v`` proximal-gradient steps on ``V`` with the exact gradient (32).
 
     The sums ``G1_j``, ``G2_j`` hold every client's latest aggregates, so the gradient of
@@ -329,9 +392,16 @@ def server_update(server_state, uploads, round_index, *, d_factor, local_iter_v,
     the rounding drift; both in client order. Weighted regularization (``server_state``
     holds the item counts ``n_j``): the penalty ``alpha_v/2 sum_j n_j ||v_j||^2`` is taken
     whole in the prox, an exact per-row shrink, and ``d`` holds the data's Lipschitz bound
-    only.
+    only. ``alpha_v="auto"``: at the round's strength; then the next round's from the new
+    ``V`` (:func:`auto_alpha`), broadcast with it.
     """
     Vt, total = server_state["Vt"], server_state["sums"]
+    auto = "ss" in server_state
+    if auto:
+        if alpha_v == "auto":
+            alpha_v = server_state["alpha"]
+        for c, upload in uploads.items():
+            server_state["ss"][c] = _sum_squares(upload)
     segments = update_cache(server_state["segments"], total, uploads)
     if round_index % RESUM_EVERY == 0:
         total = cache_sum(segments, total.shape)
@@ -354,22 +424,38 @@ def server_update(server_state, uploads, round_index, *, d_factor, local_iter_v,
             free = prox_elastic_net(free - grad / d, 1.0 / d, alpha_v * counts[:, None],
                                     l1_ratio, positive)
     Vt = _biases.with_item(free) if biased else free
-    return {**server_state, "Vt": Vt, "segments": segments, "sums": total}, Vt
+    state = {**server_state, "Vt": Vt, "segments": segments, "sums": total}
+    if not auto:
+        return state, Vt
+    state["alpha"] = auto_alpha(free, total, float(state["ss"].sum()), n_ratings, n_components,
+                                state["alpha_max"])
+    return state, {"Vt": Vt, "alpha": np.array([state["alpha"]])}
 
 
-def _metrics(state, block, Vt, **params):
+def _metrics(state, block, broadcast, *, alpha_u, alpha_v, **params):
     """:func:`._fedmavg.client_metrics` at ``V``; also the sums over a client group's stacked
     rows (a :class:`~sklearn_fedmf._groups.ClientGroup` has the block's fields)."""
-    return client_metrics(state, block, {"Vt": Vt}, **params)
+    Vt, alpha_u, alpha_v = unpack(broadcast, alpha_u, alpha_v)
+    return client_metrics(state, block, {"Vt": Vt}, alpha_u=alpha_u, alpha_v=alpha_v, **params)
+
+
+def _combine(server_state, sums, *, alpha_v, **params):
+    """:func:`._fedmavg.combine_metrics` at the round's strength."""
+    if alpha_v == "auto":
+        alpha_v = server_state["alpha"]
+    return combine_metrics(server_state, sums, alpha_v=alpha_v, **params)
 
 
 def make_protocol(*, n_items, n_clients, n_components, local_iter_u, local_iter_v, c_factor,
                   d_factor, alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False,
-                  weighted=False):
-    """Bind the hyperparameters to the pure functions above."""
+                  weighted=False, n_ratings=None):
+    """Bind the hyperparameters to the pure functions above (``"auto"`` strengths:
+    ``n_ratings``, the sum of the clients' rating counts, is the rule's denominator)."""
+    auto = "auto" in (alpha_u, alpha_v)
     update = dict(local_iter_u=local_iter_u, c_factor=c_factor, alpha_u=alpha_u,
                   l1_ratio=l1_ratio, positive=positive, biased=biased, weighted=weighted)
-    init = dict(init_scale=init_scale, positive=positive, biased=biased, weighted=weighted)
+    init = dict(init_scale=init_scale, positive=positive, biased=biased, weighted=weighted,
+                sum_squares=auto)
     metrics = dict(alpha_u=alpha_u, l1_ratio=l1_ratio, biased=biased, alpha_v=alpha_v,
                    weighted=weighted)
     return FederatedProtocol(
@@ -377,13 +463,14 @@ def make_protocol(*, n_items, n_clients, n_components, local_iter_u, local_iter_
                             n_components=_biases.n_factors(n_components, biased),
                             init_scale=init_scale, biased=biased),
         init_client=partial(init_client, **init),
-        server_init_uploads=partial(server_init_uploads, n_clients=n_clients),
+        server_init_uploads=partial(server_init_uploads, n_clients=n_clients, auto=auto,
+                                    n_ratings=n_ratings),
         client_update=partial(client_update, **update),
         server_update=partial(server_update, d_factor=d_factor, local_iter_v=local_iter_v,
                               alpha_v=alpha_v, l1_ratio=l1_ratio, positive=positive,
-                              biased=biased),
+                              biased=biased, n_ratings=n_ratings, n_components=n_components),
         client_metrics=partial(_metrics, **metrics),
-        combine_metrics=partial(combine_metrics, loss_scale=1.0, alpha_v=alpha_v,
+        combine_metrics=partial(_combine, loss_scale=1.0, alpha_v=alpha_v,
                                 l1_ratio=l1_ratio, biased=biased, weighted=weighted),
         batched=BatchedPhases(
             init_client=partial(batched_init_client, **init),
@@ -441,11 +528,21 @@ class FedMGS(FederatedMFBase):
         Communication rounds (one server step each).
     tol : float, default=0.0
         Stop when the relative change of the objective falls below ``tol``.
-    alpha_u, alpha_v : float, default=10.0
+    alpha_u, alpha_v : float or "auto", default="auto"
         Elastic-net regularization of the user and item factors (as in
-        :class:`~sklearn_fedmf.FedMAvg`).
-        Defaults measured across data sets (``benchmarks/bench_defaults.py``); the papers'
-        ``1e-6`` is in ``PAPER_SETTINGS``.
+        :class:`~sklearn_fedmf.FedMAvg`). ``"auto"`` (plain penalties): the server sets the
+        strength each round to ``AUTO_C * sigma^2 / s^2`` at its current model, the noise
+        variance (training residual per rating) over a factor entry's prior variance ``s^2 =
+        sqrt(q / r)``, ``q`` the variance of the rank-``r`` part ``u.v`` on the ratings: the
+        ratio of the MAP objective of a Gaussian model (Salakhutdinov & Mnih's PMF), with
+        ``AUTO_C = 3.5``. It starts at, and never exceeds, ``10`` times the root mean square
+        of the (centred) ratings (the former constant 10 on ratings of deviation about 1):
+        low-noise data get weaker penalties, data whose rank-``r`` signal is weak against the
+        noise (MovieLens) keep about 10. It follows the ratings' scale (ratings times ``c``:
+        strength times ``c``). Each client adds one number to its message (see the module
+        documentation). With ``regularization="weighted"``, ``"auto"`` is 0.1 per rating.
+        The values used are ``alpha_u_`` and ``alpha_v_``. Measured across data sets
+        (``benchmarks/bench_defaults.py``); the papers' ``1e-6`` is in ``PAPER_SETTINGS``.
     l1_ratio : float, default=0.0
         Mix of the elastic net: 0 is squared l2, 1 is l1 (soft-thresholding).
     regularization : {"plain", "weighted"}, default="plain"
@@ -516,6 +613,9 @@ class FedMGS(FederatedMFBase):
     converged_, degenerate_
         As in :class:`~sklearn_fedmf.FedMCADMM`.
     n_features_in_ : int
+    alpha_u_, alpha_v_ : float
+        The strengths of the last round (``"auto"``: the server's last value; fold-in uses
+        ``alpha_u_``).
 
     See Also
     --------
@@ -549,6 +649,8 @@ class FedMGS(FederatedMFBase):
         "init_scale": [Interval(Real, 0, None, closed="left")],
         "sampling": [StrOptions({"uniform", "weighted"})],
         "regularization": [StrOptions({"plain", "weighted"})],
+        "alpha_u": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
+        "alpha_v": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
     }
 
     def __init__(
@@ -565,8 +667,8 @@ class FedMGS(FederatedMFBase):
         sampling="uniform",
         max_iter=100,
         tol=0.0,
-        alpha_u=10.0,
-        alpha_v=10.0,
+        alpha_u="auto",
+        alpha_v="auto",
         l1_ratio=0.0,
         regularization="plain",
         positive=False,
@@ -603,15 +705,32 @@ class FedMGS(FederatedMFBase):
         self.positive = positive
         self.init_scale = init_scale
 
+    def _strengths(self):
+        """``(alpha_u, alpha_v)`` for the protocol: ``"auto"`` is the server's rule with the
+        plain penalties, ``AUTO_WEIGHTED`` per rating with the weighted ones."""
+        if self.regularization == "plain":
+            return self.alpha_u, self.alpha_v
+        return tuple(AUTO_WEIGHTED if a == "auto" else a for a in (self.alpha_u, self.alpha_v))
+
     def _make_protocol(self, ctx):
+        alpha_u, alpha_v = self._strengths()
+        auto = "auto" in (alpha_u, alpha_v)
+        if ctx.warm and auto != ("ss" in self._federation.server_state):
+            raise ValueError("warm_start cannot switch alpha_u or alpha_v between 'auto' and a "
+                             "fixed strength; fit again without warm_start.")
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             local_iter_u=self.local_iter_u, local_iter_v=self.local_iter_v,
             c_factor=self.c_factor, d_factor=self.d_factor,
-            alpha_u=self.alpha_u, alpha_v=self.alpha_v, l1_ratio=self.l1_ratio,
+            alpha_u=alpha_u, alpha_v=alpha_v, l1_ratio=self.l1_ratio,
             positive=self.positive, init_scale=self.init_scale, biased=self.biased,
-            weighted=self.regularization == "weighted",
+            weighted=self.regularization == "weighted", n_ratings=ctx.info["n_ratings"],
         )
+
+    def _collect(self, state, blocks, ctx):
+        super()._collect(state, blocks, ctx)
+        alpha = state.server_state.get("alpha")
+        self.alpha_u_, self.alpha_v_ = (alpha if a == "auto" else a for a in self._strengths())
 
     def _read_components(self, server_state, broadcast):
         return np.ascontiguousarray(server_state["Vt"].T)

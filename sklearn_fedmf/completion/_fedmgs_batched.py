@@ -21,7 +21,18 @@ from ._fedmgs_kernels import group_share as share_kernel
 from ._fedmgs_kernels import group_share_outer as share_outer_kernel
 
 __all__ = ["batched_client_update", "batched_init_client", "client_state",
-           "group_layout", "group_share", "with_client_states"]
+           "group_layout", "group_share", "unpack", "with_client_states"]
+
+
+def unpack(broadcast, alpha_u, alpha_v=None):
+    """``(Vt, alpha_u, alpha_v)``: with ``"auto"`` strengths the broadcast is ``{"Vt",
+    "alpha"}`` and ``"auto"`` stands for the round's ``alpha``."""
+    if not isinstance(broadcast, dict):
+        return broadcast, alpha_u, alpha_v
+    alpha = float(broadcast["alpha"][0])
+    return (broadcast["Vt"], alpha if alpha_u == "auto" else alpha_u,
+            alpha if alpha_v == "auto" else alpha_v)
+
 
 # ---- the client phases for a group of clients (``_groups.BatchedPhases``) --------------------
 def group_layout(group):
@@ -39,10 +50,11 @@ def group_layout(group):
             "owner": owner}
 
 
-def group_share(state, group, clients, biased):
+def group_share(state, group, clients, biased, sum_squares=False):
     """:func:`._fedmgs.share` of the group's ``clients`` (local indices) in one call: each
     client's per-item aggregates on its rated items (views of the call's arrays), in the
-    compact form ``{"items", "x", "a"}`` for one-user clients with biases."""
+    compact form ``{"items", "x", "a"}`` for one-user clients with biases; ``sum_squares``:
+    the rows form also holds ``"ss"``, the sum of the squared ratings minus ``b_u``."""
     U, X = state["U"], group.X
     n_f = U.shape[1]
     if biased:  # a_t = [u_t, 1], ratings minus b_u (as _biases.item_step_view)
@@ -63,13 +75,22 @@ def group_share(state, group, clients, biased):
     G, grams = np.empty((out_ptr[-1], r + r * r)), np.empty((len(clients), r, r))
     share_kernel(X.indptr, X.indices, X.data, group.row_ptr, clients, U, cols, shift_col,
                  item_ptr, state["slot"], state["single"], out_ptr, G, grams)
-    return {group.start + i: {"items": items[item_ptr[i]:item_ptr[i + 1]],
-                              "G": G[out_ptr[q]:out_ptr[q + 1]], "gram": grams[q]}
-            for q, i in enumerate(clients.tolist())}
+    uploads = {group.start + i: {"items": items[item_ptr[i]:item_ptr[i + 1]],
+                                 "G": G[out_ptr[q]:out_ptr[q + 1]], "gram": grams[q]}
+               for q, i in enumerate(clients.tolist())}
+    if sum_squares:
+        x = X.data
+        if biased:
+            x = x - np.repeat(U[:, shift_col], np.diff(X.indptr))
+        cumulative = np.concatenate([[0.0], np.cumsum(x * x)])
+        entries = X.indptr[group.row_ptr]  # each client's first entry
+        for i in clients.tolist():
+            uploads[group.start + i]["ss"] = cumulative[entries[i + 1]] - cumulative[entries[i]]
+    return uploads
 
 
 def batched_init_client(group, Vt, stream, *, init_scale, positive, biased=False,
-                        weighted=False):
+                        weighted=False, sum_squares=False):
     """:func:`._fedmgs.init_client` of every client of the group (each from its own generator)."""
     n_f, ptr = Vt.shape[1], group.row_ptr
     U = np.empty((group.n_rows, n_f))
@@ -81,7 +102,7 @@ def batched_init_client(group, Vt, stream, *, init_scale, positive, biased=False
     if biased:
         _biases.init_user(U)
     state = {"U": U, **group_layout(group)}
-    uploads = group_share(state, group, np.arange(group.n_clients), biased)
+    uploads = group_share(state, group, np.arange(group.n_clients), biased, sum_squares)
     if weighted:  # each client's ratings per item, on the items it rated
         items, item_ptr, X = state["items"], state["item_ptr"], group.X
         if state["single"]:
@@ -98,13 +119,14 @@ def batched_init_client(group, Vt, stream, *, init_scale, positive, biased=False
     return state, uploads
 
 
-def batched_client_update(state, group, Vt, stream, active, selected, *, local_iter_u,
+def batched_client_update(state, group, broadcast, stream, active, selected, *, local_iter_u,
                           c_factor, alpha_u, l1_ratio, positive, biased=False, weighted=False):
     """:func:`._fedmgs.client_update` of the group's active clients: one call for all their rows.
 
     The step's Lipschitz bounds need ``V`` only: ``lambda_max(V^T V)``, or with biases each
     item's ``||v_j||^2`` for the per-row bounds of ``_biases.user_step_bounds``, are formed
     once per call, not once per client."""
+    Vt, alpha_u, _ = unpack(broadcast, alpha_u)
     X = group.X
     alpha = np.broadcast_to(row_alpha(alpha_u, X, weighted), (group.n_rows,))
     if biased:
@@ -119,7 +141,8 @@ def batched_client_update(state, group, Vt, stream, active, selected, *, local_i
                      shift, norms2, biased, lam, c_factor, np.ascontiguousarray(alpha), l1_ratio,
                      local_iter_u, positive, EPS_LIPSCHITZ, _biases.TAU, U)
     state = {**state, "U": U}
-    return state, group_share(state, group, np.flatnonzero(active & selected), biased)
+    return state, group_share(state, group, np.flatnonzero(active & selected), biased,
+                              isinstance(broadcast, dict))
 
 
 # a FedMGS client keeps only U between rounds

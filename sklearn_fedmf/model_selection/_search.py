@@ -14,11 +14,12 @@ __all__ = ["default_search_space"]
 # regularizations are separate sub-spaces of their own strengths. FedMC-ADMM's
 # alpha_u="auto" follows the ratings per user: its plain range is centred on the value it
 # takes at MovieLens latest-small's training part (5, at about 130 ratings per user).
+# FedMGS's "auto" starts at 10 and never exceeds it (times the ratings' root mean square).
 _STRENGTHS = {
     "FedMCADMM": {"plain": {"alpha_u": (5 / 3, 15.0), "alpha_v": (0.1 / 3, 0.3)}},
     "FedMAvg": {"plain": {"alpha_u": (10 / 3, 30.0), "alpha_v": (10 / 3, 30.0)}},
     "FedMGS": {"plain": {"alpha_u": (10 / 3, 30.0), "alpha_v": (10 / 3, 30.0)}},
-    "RFRec": {"plain": {"alpha_u": (0.5, 4.5), "alpha_v": (0.5, 4.5)}},
+    "RFRec": {"plain": {"alpha_u": (1.5, 13.5), "alpha_v": (1.5, 13.5)}},
 }
 for _name in ("FedMCADMM", "FedMAvg", "FedMGS"):
     _STRENGTHS[_name]["weighted"] = {"alpha_u": (0.1 / 3, 0.3), "alpha_v": (0.1 / 3, 0.3)}
