@@ -65,16 +65,16 @@ def state_nbytes(*, n_clients, n_items, n_factors, itemsize, grouped, nnz=0, max
     """Bytes of FedMC-ADMM's item-side state, estimated before a fit.
 
     One block per client: every client's dense ``W_i`` and ``Y_i`` and the server's ``Z_i``,
-    ``3 p n r`` numbers. Grouped clients (:mod:`._fedmc_admm_groups`): ``W_i``, ``Y_i`` and the
-    server's ``Z_i`` on the rated rows (with their row indices), in append-only arrays of up
-    to twice their size, and the broadcast history with its Gram blocks and the server's
-    per-item coefficients (allocated by doubling: up to twice ``max_iter + 1`` broadcasts of
-    ``n r`` numbers, their square of ``r x r`` float64 blocks and ``n`` float64 per broadcast).
+    ``3 p n r`` numbers. Grouped clients (:mod:`._fedmc_admm_groups`): ``W_i``, ``Y_i``, their
+    combinations' values there (float64) and the server's ``Z_i`` on the rated rows (with
+    their row indices), in append-only arrays of up to twice their size, and the broadcast
+    history with its Gram blocks (allocated by doubling: up to twice ``max_iter + 1``
+    broadcasts of ``n r`` numbers and their square of ``r x r`` float64 blocks).
     """
     if grouped:
-        rated = nnz * (n_factors * (4 * itemsize + 16) + 32)
+        rated = nnz * (n_factors * (4 * itemsize + 48) + 32)
         capacity = 2 * (max_iter + 1)
-        return (rated + capacity * n_items * (n_factors * itemsize + 8)
+        return (rated + capacity * n_items * n_factors * itemsize
                 + capacity**2 * n_factors**2 * 8)
     return 3 * n_clients * n_items * n_factors * itemsize
 

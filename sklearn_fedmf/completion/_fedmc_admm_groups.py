@@ -12,11 +12,14 @@ scalars that are the same for every such item (the ``k = 0`` closed form of
 update). Starting from ``W_i^0 = V^0`` and ``Y_i^0 = 0`` there (the initial dual is a
 gradient on the rated items only), every unrated row of ``W_i`` and ``Y_i`` is therefore
 ``sum_t c_t V^(k_t)`` over the broadcasts ``V^(k_t)`` the client received. A client keeps its
-rated rows explicitly and two coefficients per round it took part in; the broadcasts are
-kept once (:class:`FactorHistory`, ``O(rounds n r)``) with their Gram blocks, which give the
-client's ``L_W = ||W_i^T W_i||_F`` and the consensus gap without any dense row. The server
-keeps ``sum_i Z_i`` as the clients' explicit rows summed plus ``sum_t c_tj V^(k_t)_j``, the
-coefficients per item and broadcast (:func:`~._fedmc_admm_kernels.implicit_total`).
+rated rows explicitly, two coefficients per round it took part in, and its combinations'
+values on its rated rows (the same map updates them, so a round reads no broadcast row and
+costs the same at round 100 as at round 1); the broadcasts are kept once
+(:class:`FactorHistory`, ``O(rounds n r)``) with their Gram blocks, which give the client's
+``L_W = ||W_i^T W_i||_F`` and the consensus gap without any dense row. The server keeps
+``sum_i Z_i`` as ``sum_t C_t V^(k_t)``, every client's coefficients summed per broadcast,
+plus on each client's rated rows its term's deviation from its combination
+(:func:`~._fedmc_admm_kernels.implicit_total`).
 
 Nothing is done per client in Python in a round: a group's clients keep their explicit rows
 and coefficients concatenated in append-only arrays (:class:`_Pool`), one compiled call per
@@ -138,20 +141,34 @@ class GroupUpload:
     instead of one per client): client ``a`` (``clients[a]``) has the explicit rows
     ``rows[e_ptr[a]:e_ptr[a + 1]]`` with, for each key, ``values[key]`` there and the
     coefficients ``coef[h_ptr[a]:h_ptr[a + 1], key]`` of the broadcasts ``hist`` elsewhere.
+    ``deviation`` (float64, or None to be formed from ``values`` where no row is implicit)
+    holds, on the explicit rows, the server's term ``Z_i = W_i + Y_i / beta`` of the message
+    minus the combination's: what the server stores of it, formed by the client's kernel
+    while the rows are at hand.
 
     :meth:`messages` gives the per-client messages the engine sees (``{client:
-    ClientUpload}``); the server reads the concatenated arrays directly.
+    ClientUpload}``); the server reads the concatenated arrays directly. ``rows`` may be given
+    as a function that makes them (on first access: a server that holds a client's rows
+    already never needs them).
     """
 
-    __slots__ = ("clients", "keys", "rows", "e_ptr", "values", "hist", "coef", "h_ptr",
-                 "history", "shape", "client_nbytes")
+    __slots__ = ("clients", "keys", "_rows", "e_ptr", "values", "deviation", "hist", "coef",
+                 "h_ptr", "history", "shape", "client_nbytes")
 
-    def __init__(self, clients, keys, rows, e_ptr, values, hist, coef, h_ptr, history, shape):
-        self.clients, self.keys, self.rows, self.e_ptr = clients, keys, rows, e_ptr
-        self.values, self.hist, self.coef, self.h_ptr = values, hist, coef, h_ptr
+    def __init__(self, clients, keys, rows, e_ptr, values, deviation, hist, coef, h_ptr,
+                 history, shape):
+        self.clients, self.keys, self._rows, self.e_ptr = clients, keys, rows, e_ptr
+        self.values, self.deviation = values, deviation
+        self.hist, self.coef, self.h_ptr = hist, coef, h_ptr
         self.history, self.shape = history, (int(shape[0]), int(shape[1]))
         # each message counts as the paper's dense n_items x r matrix (ImplicitFactor.nbytes)
         self.client_nbytes = len(keys) * self.shape[0] * self.shape[1] * values[0].itemsize
+
+    @property
+    def rows(self):
+        if callable(self._rows):
+            self._rows = self._rows()
+        return self._rows
 
     def messages(self):
         return {c: ClientUpload(self, a) for a, c in enumerate(self.clients.tolist())}
@@ -170,6 +187,8 @@ class GroupUpload:
         h_idx, h_ptr = _segments(self.h_ptr[:-1][keep], np.diff(self.h_ptr)[keep])
         return GroupUpload(self.clients[keep], self.keys, self.rows[e_idx], e_ptr,
                            tuple(_read_only(v[e_idx]) for v in self.values),
+                           None if self.deviation is None else
+                           _read_only(self.deviation[e_idx]),
                            _read_only(self.hist[h_idx]), _read_only(self.coef[h_idx]), h_ptr,
                            self.history, self.shape)
 
@@ -258,6 +277,15 @@ class _Pool:
         return [a[idx] for a in self.arrays], ptr
 
 
+def _pool_array(size, shape, dtype, used):
+    """An empty pool array whose part past ``used`` is written once now: the memory is then
+    mapped here, in one pass, rather than a page at a time inside the rounds' compiled calls
+    (where both threads fault on one address space: rounds measured 1.5-2x slower, erratic)."""
+    out = np.empty((size,) + tuple(shape), dtype=dtype)
+    out[used:] = 0
+    return out
+
+
 def _reserve(pool, used, at, sizes, n, moving=None):
     """Room for ``n`` entries past a state's segments (offsets ``at``, ``sizes``, pool tail
     ``used``): ``(pool, base, at)``, the new entries going to ``base:base + n``. That is
@@ -275,7 +303,7 @@ def _reserve(pool, used, at, sizes, n, moving=None):
     at[keep] = ptr[:-1]
     arrays = []
     for a in pool.arrays:  # (take into the new array: one copy of the live entries)
-        out = np.empty((2 * (base + n) + 16,) + a.shape[1:], dtype=a.dtype)
+        out = _pool_array(2 * (base + n) + 16, a.shape[1:], a.dtype, base)
         np.take(a, idx, axis=0, out=out[:base], mode="clip")  # ("raise" buffers out)
         arrays.append(out)
     return _Pool(arrays, base), base, at
@@ -284,9 +312,11 @@ def _reserve(pool, used, at, sizes, n, moving=None):
 # ---- the clients' side: batched phases -----------------------------------------------------
 # A group state holds, for the group's clients in order: "U" (stacked rows); "E" the explicit
 # rows (client i's are E[e_ptr[i]:e_ptr[i + 1]]); "loc", for each rating (group.entry_ptr
-# order), the position of its item among the client's explicit rows; the explicit values of
-# W_i and Y_i in the pool "wy" at "w_at" (same sizes as E); the broadcasts' indices and
-# coefficients (columns W, Y) in the pool "h" at "h_at", "h_len" entries per client.
+# order), the position of its item among the client's explicit rows; in the pool "wy" at
+# "w_at" (same sizes as E) the explicit values of W_i and Y_i and, in float64, the values of
+# their combinations on those rows (BW, BY: the update maps them as it maps the
+# coefficients, so a round reads no broadcast row); the broadcasts' indices and coefficients
+# (columns W, Y) in the pool "h" at "h_at", "h_len" entries per client.
 def _explicit_rows(group):
     """Each client's rated items (its explicit rows, concatenated; pointer ``e_ptr``) and,
     for each of its ratings, the position of the item among them."""
@@ -306,7 +336,7 @@ def _explicit_rows(group):
 
 def _flat_state(U, E, e_ptr, loc, wy, hist, coef, h_len, V0, history):
     """A group state from its arrays (each client's segments concatenated in order; ``wy``
-    the pool of the explicit values of ``W_i`` and ``Y_i``)."""
+    the pool of the explicit values of ``W_i``, ``Y_i`` and their combinations' values)."""
     h_at = _offsets(h_len)[:-1]
     h = _Pool.holding([hist, coef])
     return {"U": U, "E": E, "e_ptr": e_ptr, "loc": loc, "wy": wy, "wy_used": wy.tail,
@@ -330,9 +360,11 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
         _biases.init_user(U)
     E, e_ptr, loc = _explicit_rows(group)
     n = E.size  # the explicit rows go straight into the state's pool
-    wy = _Pool([np.empty((2 * n + 16, r), dtype=dtype) for _ in range(2)], n)
-    W, Y = (a[:n] for a in wy.arrays)
+    wy = _Pool([_pool_array(2 * n + 16, (r,), t, n) for t in (dtype, dtype, float, float)], n)
+    W, Y, BW, BY = (a[:n] for a in wy.arrays)
     np.take(Vt, E, axis=0, out=W, mode="clip")
+    BW[:] = W
+    BY[:] = 0
     if dual_init == "paper":  # -(1/p) grad_V f_i on the rated items, entries in row order
         rows = np.repeat(np.arange(group.n_rows), np.diff(X.indptr))
         resid = np.einsum("sa,sa->s", U[rows], Vt[X.indices]) - X.data
@@ -346,7 +378,7 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
     nc = group.n_clients
     state = _flat_state(U, E, e_ptr, loc, wy, np.zeros(nc, np.int64),
                         np.tile([1.0, 0.0], (nc, 1)), np.ones(nc, np.int64), Vt, None)
-    upload = GroupUpload(group.start + np.arange(nc), ("Y",), E, e_ptr, (_read_only(Y),),
+    upload = GroupUpload(group.start + np.arange(nc), ("Y",), E, e_ptr, (_read_only(Y),), None,
                          np.zeros(0, np.int64), np.zeros((0, 1)), np.zeros(nc + 1, np.int64),
                          None, Vt.shape)
     return state, upload.messages()
@@ -371,23 +403,26 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     wy, base, w_at = _reserve(gs["wy"], gs["wy_used"], gs["w_at"], e_sizes, n, act)
     h, h_base, h_at = _reserve(gs["h"], gs["h_used"], gs["h_at"], h_len, nh, act)
     U_out = gs["U"].copy()
-    (W, Y), (hist, coef) = gs["wy"].arrays, gs["h"].arrays
+    deviation = np.empty((n, Vt.shape[1]))
+    (hist, coef), at = gs["h"].arrays, base + out_ptr[:-1]
     group_update(X.indptr, X.data, group.row_ptr, group.entry_ptr, act, gs["loc"], gs["E"],
-                 gs["e_ptr"], W, Y, gs["w_at"], hist, coef, gs["h_at"], h_len, gs["U"], Vt,
-                 history.H, history.G, kk, n_clients, beta, local_iter, alpha_u, l1_ratio,
-                 positive, biased, w_update == "exact", eps, U_out, *wy.arrays,
-                 base + out_ptr[:-1], *h.arrays, h_base + hout_ptr[:-1])
+                 gs["e_ptr"], *gs["wy"].arrays, gs["w_at"], hist, coef, gs["h_at"], h_len,
+                 gs["U"], Vt, history.G, kk, n_clients, beta, local_iter, alpha_u, l1_ratio,
+                 positive, biased, w_update == "exact", eps, U_out, *wy.arrays, at, *h.arrays,
+                 h_base + hout_ptr[:-1], deviation)
     wy.tail, h.tail = base + n, h_base + nh
-    w_at[act] = base + out_ptr[:-1]
+    w_at[act] = at
     h_at[act] = h_base + hout_ptr[:-1]
     h_len = h_len.copy()
     h_len[act] += 1
     state = dict(gs, U=U_out, history=history, wy=wy, wy_used=wy.tail, w_at=w_at, h=h,
                  h_used=h.tail, h_at=h_at, h_len=h_len)
-    e_idx, _ = _segments(gs["e_ptr"][act], e_sizes[act])
-    W_new, Y_new = (_read_only(a[base:base + n]) for a in wy.arrays)  # (the new state's rows)
-    upload = GroupUpload(group.start + act, ("W", "Y"), gs["E"][e_idx], out_ptr,
-                         (W_new, Y_new), *(_read_only(a[h_base:h_base + nh]) for a in h.arrays),
+    W_new, Y_new = (_read_only(a[base:base + n]) for a in wy.arrays[:2])
+    E, e_ptr = gs["E"], gs["e_ptr"]
+    upload = GroupUpload(group.start + act, ("W", "Y"),
+                         lambda: E[_segments(e_ptr[act], e_sizes[act])[0]], out_ptr,
+                         (W_new, Y_new), _read_only(deviation),
+                         *(_read_only(a[h_base:h_base + nh]) for a in h.arrays),
                          hout_ptr, history, Vt.shape)
     sends = selected[act]
     if not sends.all():
@@ -404,11 +439,11 @@ def metrics_group(gs, group, broadcast, *, alpha_u, l1_ratio, biased):
         consensus = sum(float(np.sum((np.asarray(state_of(gs, group, i)["Wt"]) - Vt) ** 2))
                         for i in range(group.n_clients))
     else:
-        (W, _), _ = gs["wy"].gather(gs["w_at"], np.diff(gs["e_ptr"]))
+        (W, _, BW, _), _ = gs["wy"].gather(gs["w_at"], np.diff(gs["e_ptr"]))
         (hist, coef), h_ptr = gs["h"].gather(gs["h_at"], gs["h_len"])
-        consensus = implicit_consensus(gs["E"], gs["e_ptr"], W, hist,
-                                       np.ascontiguousarray(coef[:, 0]), h_ptr, Vt, history.H,
-                                       history.G, kk)
+        consensus = implicit_consensus(gs["e_ptr"], W, BW, gs["E"], hist,
+                                       np.ascontiguousarray(coef[:, 0]), h_ptr, Vt, history.G,
+                                       kk)
     return {
         "loss": 0.5 * sse + elastic_net_value(_biases.free_user(U) if biased else U, alpha_u,
                                               l1_ratio),
@@ -421,13 +456,13 @@ def metrics_group(gs, group, broadcast, *, alpha_u, l1_ratio, biased):
 
 
 def _client_parts(gs, group, i):
-    """Client ``i``'s ``(E, loc, W, Y, hist, coef)``."""
+    """Client ``i``'s ``(E, loc, W, Y, BW, BY, hist, coef)``."""
     e0, e1 = gs["e_ptr"][i], gs["e_ptr"][i + 1]
     w0, h0 = gs["w_at"][i], gs["h_at"][i]
-    W, Y = (a[w0:w0 + e1 - e0] for a in gs["wy"].arrays)
+    W, Y, BW, BY = (a[w0:w0 + e1 - e0] for a in gs["wy"].arrays)
     hist, coef = (a[h0:h0 + gs["h_len"][i]] for a in gs["h"].arrays)
     loc = gs["loc"][group.entry_ptr[i]:group.entry_ptr[i + 1]]
-    return gs["E"][e0:e1], loc, W, Y, hist, coef
+    return gs["E"][e0:e1], loc, W, Y, BW, BY, hist, coef
 
 
 def _dense(gs, E, values, hist, coef):
@@ -444,29 +479,29 @@ def _dense(gs, E, values, hist, coef):
 def state_of(gs, group, i):
     """Client ``i``'s per-client state ``{"U", "Wt", "Yt"}``, made dense."""
     a, b = group.row_ptr[i], group.row_ptr[i + 1]
-    E, _, W, Y, hist, coef = _client_parts(gs, group, i)
+    E, _, W, Y, _, _, hist, coef = _client_parts(gs, group, i)
     return {"U": gs["U"][a:b].copy(), "Wt": _dense(gs, E, W, hist, coef[:, 0]),
             "Yt": _dense(gs, E, Y, hist, coef[:, 1])}
 
 
 def with_states(gs, group, states):
     """The group state with the per-client ``states`` of some clients: their copies are held
-    explicitly on every item (no implicit rows)."""
+    explicitly on every item (no implicit rows: their combinations are 0)."""
     U = gs["U"].copy()
-    n = gs["V0"].shape[0]
+    n, r = gs["V0"].shape
     parts = [_client_parts(gs, group, i) for i in range(group.n_clients)]
     for i, s in states.items():
         a, b = group.row_ptr[i], group.row_ptr[i + 1]
         U[a:b] = s["U"]
         lo, hi = group.X.indptr[a], group.X.indptr[b]
         parts[i] = (np.arange(n, dtype=np.int64), group.X.indices[lo:hi].astype(np.int64),
-                    np.asarray(s["Wt"]), np.asarray(s["Yt"]), np.zeros(0, np.int64),
-                    np.zeros((0, 2)))
-    E, loc, W, Y, hist, coef = (np.concatenate(p) for p in zip(*parts))
+                    np.asarray(s["Wt"]), np.asarray(s["Yt"]), np.zeros((n, r)),
+                    np.zeros((n, r)), np.zeros(0, np.int64), np.zeros((0, 2)))
+    E, loc, W, Y, BW, BY, hist, coef = (np.concatenate(p) for p in zip(*parts))
     e_ptr = _offsets(np.array([p[0].size for p in parts], dtype=np.int64))
-    h_len = np.array([p[4].size for p in parts], dtype=np.int64)
-    return _flat_state(U, E, e_ptr, loc, _Pool.holding([W, Y]), hist, coef, h_len, gs["V0"],
-                       gs["history"])
+    h_len = np.array([p[6].size for p in parts], dtype=np.int64)
+    return _flat_state(U, E, e_ptr, loc, _Pool.holding([W, Y, BW, BY]), hist, coef, h_len,
+                       gs["V0"], gs["history"])
 
 
 def make_batched(*, n_clients, init_scale, dual_init, positive, biased, beta, local_iter,
@@ -509,30 +544,31 @@ def _parts(uploads, keys, n_items):
     for c in dense:
         values = tuple(np.asarray(uploads[c][key]) for key in keys)
         parts.append(GroupUpload(np.array([c], dtype=np.int64), keys, everywhere,
-                                 np.array([0, n_items], np.int64), values,
+                                 np.array([0, n_items], np.int64), values, None,
                                  np.zeros(0, np.int64), np.zeros((0, len(keys))),
                                  np.zeros(2, np.int64), None, values[0].shape))
     return parts
 
 
-# The server's store of every client's term Z_i = W_i + Y_i / beta: its explicit rows (pool
-# "rd" at "rd_at", "rd_len" rows per client) and, elsewhere, its combination's broadcasts and
-# coefficients (pool "hc" at "hc_at", "hc_len"). The server keeps sum_i Z_i as "S" (the
-# explicit rows summed), "C" (the coefficients per broadcast) and "w" (per item and
-# broadcast, the coefficients of the clients holding that row explicitly):
-# implicit_total. The server owns them and updates them in place.
+# The server's store of every client's term Z_i = W_i + Y_i / beta: its combination's
+# broadcasts and coefficients (pool "hc" at "hc_at", "hc_len"), valid on every row, and its
+# explicit rows' deviations from that combination (pool "rd" at "rd_at", "rd_len" rows per
+# client). The server keeps sum_i Z_i as "C" (the coefficients per broadcast) and "S" (the
+# deviations summed per row): implicit_total. The server owns them and updates them in place.
 def _replace(server_state, parts, beta, accumulate):
-    """Store the terms of the clients of ``parts`` (``values`` ``(W, Y)``, coefficients
-    ``(W, Y)``) in place of their old ones; with ``accumulate`` the running sum takes the
-    change (:func:`~._fedmc_admm_kernels.replace_terms`, one call per part). A client's
+    """Store the terms of the clients of ``parts`` (``values`` ``(W, Y)``, coefficients ``(W,
+    Y)``, their deviations) in place of their old ones; with ``accumulate`` the running sum
+    takes the change (:func:`~._fedmc_admm_kernels.replace_terms`, one call per part). A client's
     explicit rows overwrite its old ones (their number is fixed: its rated items); its
     coefficients, one more each round it takes part in, are appended."""
     store = server_state["store"]
     for p in parts:
         sizes, h_sizes = np.diff(p.e_ptr), np.diff(p.h_ptr)
-        if np.array_equal(sizes, store["rd_len"][p.clients]):
-            dst = store["rd_at"][p.clients]
+        stored = np.array_equal(sizes, store["rd_len"][p.clients])  # (then the same rows)
+        if stored:
+            dst, rows = store["rd_at"][p.clients], np.zeros(0, np.int64)
         else:  # the first terms, or a client re-run alone (a dense message)
+            rows = p.rows
             store["rd"], base, store["rd_at"] = _reserve(
                 store["rd"], store["rd"].tail, store["rd_at"], store["rd_len"], sizes.sum())
             store["rd"].tail = base + int(sizes.sum())
@@ -540,12 +576,15 @@ def _replace(server_state, parts, beta, accumulate):
         store["hc"], h_base, store["hc_at"] = _reserve(
             store["hc"], store["hc"].tail, store["hc_at"], store["hc_len"], h_sizes.sum())
         store["hc"].tail = h_base + int(h_sizes.sum())
-        message = (_read_only(a) for a in (p.clients, p.rows, p.e_ptr, *p.values, p.hist, p.coef,
+        deviation = p.deviation
+        if deviation is None:  # a dense message: no implicit row
+            deviation = np.asarray(p.values[0], float) + np.asarray(p.values[1], float) / beta
+        message = (_read_only(a) for a in (p.clients, rows, p.e_ptr, deviation, p.hist, p.coef,
                                           p.h_ptr))  # (one compiled signature for all parts)
-        replace_terms(*message, beta,
+        replace_terms(*message, stored, beta,
                       *store["rd"].arrays, store["rd_at"], store["rd_len"], *store["hc"].arrays,
                       store["hc_at"], store["hc_len"], dst, h_base + p.h_ptr[:-1],
-                      server_state["S"], server_state["w"], server_state["C"], accumulate)
+                      server_state["S"], server_state["C"], accumulate)
 
 
 def _resum(server_state):
@@ -554,37 +593,32 @@ def _resum(server_state):
     store = server_state["store"]
     live, ptr = store["hc"].gather(store["hc_at"], store["hc_len"])
     store["hc"], store["hc_at"] = _Pool.holding(live), ptr[:-1].copy()
-    for key in ("S", "w", "C"):
+    for key in ("S", "C"):
         server_state[key] = np.zeros_like(server_state[key])
     sum_terms(*store["rd"].arrays, store["rd_at"], store["rd_len"], *store["hc"].arrays,
-              store["hc_at"], store["hc_len"], server_state["S"], server_state["w"],
-              server_state["C"])
+              store["hc_at"], store["hc_len"], server_state["S"], server_state["C"])
     server_state["since_exact"] = 0
 
 
 def _grow_coefficients(server_state):
-    """``C`` and ``w`` with an entry for every broadcast so far (doubling)."""
+    """``C`` with an entry for every broadcast so far (doubling)."""
     m = server_state["history"].m
-    size = server_state["C"].size
-    if size < m:
-        size = max(2 * size, m)
-        C, w = server_state["C"], server_state["w"]
-        server_state["C"] = np.concatenate([C, np.zeros(size - C.size)])
-        server_state["w"] = np.concatenate([w, np.zeros((w.shape[0], size - C.size))], axis=1)
+    C = server_state["C"]
+    if C.size < m:
+        server_state["C"] = np.concatenate([C, np.zeros(max(2 * C.size, m) - C.size)])
 
 
 def _total(server_state):
     history = server_state["history"]
     _grow_coefficients(server_state)
     out = np.empty(server_state["S"].shape)
-    implicit_total(server_state["S"], server_state["w"], server_state["C"], history.H,
-                   history.m, out)
+    implicit_total(server_state["S"], server_state["C"], history.H, history.m, out)
     return out
 
 
 def server_init_implicit(Vt, uploads, *, beta, n_clients):
     """``server_init_uploads`` for implicit ``Y_i^0``: ``Z_i^0 = V^0 + Y_i^0 / beta`` of
-    every client as rows and a coefficient, and the broadcast ``V^0`` with the history."""
+    every client as a coefficient and rows, and the broadcast ``V^0`` with the history."""
     history = FactorHistory(Vt)
     n, r = Vt.shape
     empty = np.zeros(n_clients, np.int64)
@@ -592,13 +626,14 @@ def server_init_implicit(Vt, uploads, *, beta, n_clients):
              "rd_len": empty.copy(), "hc": _Pool([np.zeros(0, np.int64), np.zeros(0)], 0),
              "hc_at": empty.copy(), "hc_len": empty.copy()}
     server_state = {"Vt": Vt, "Z": None, "history": history, "store": store,
-                    "S": np.zeros((n, r)), "w": np.zeros((n, 4)), "C": np.zeros(4),
+                    "S": np.zeros((n, r)), "C": np.zeros(4),
                     "since_exact": 0}
     parts = []
     for p in _parts(uploads, ("Y",), n):  # W_i^0 = V^0: coefficient 1 on broadcast 0
         k = p.clients.size
         parts.append(GroupUpload(p.clients, ("W", "Y"), p.rows, p.e_ptr,
-                                 (Vt[p.rows], p.values[0]), np.zeros(k, np.int64),
+                                 (Vt[p.rows], p.values[0]),
+                                 np.asarray(p.values[0], float) / beta, np.zeros(k, np.int64),
                                  np.tile([1.0, 0.0], (k, 1)), np.arange(k + 1), None, Vt.shape))
     _replace(server_state, parts, beta, accumulate=True)
     return server_state, Broadcast(Vt, (history, 0))

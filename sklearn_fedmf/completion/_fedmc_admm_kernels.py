@@ -13,8 +13,10 @@ import numpy as np
 
 from .._kernels import (
     _gram_buffers,
+    _gram_of_gathered,
     _gram_pays,
     _jit,
+    _prox_entry,
     _prox_grad_rows,
     _reduce,
     _row_gradient,
@@ -226,44 +228,43 @@ def replace_and_accumulate(Z_i, total, W, Y, beta):
 # A client's copies W_i, Y_i are held as explicit rows (its rated items) plus, for every other
 # row, a combination sum_t c_t V^(h_t) of the broadcasts it received (the W loop and the dual
 # step act on an unrated row as the same affine map for every such row). ``H`` stacks those
-# broadcasts (m, n_items, r) and ``G[t, u] = H[t]^T H[u]`` their Gram blocks.
+# broadcasts (m, n_items, r) and ``G[t, u] = H[t]^T H[u]`` their Gram blocks. Besides its
+# explicit values, a client keeps the values of its combinations on its explicit rows
+# (``BW``, ``BY``): the same affine map updates them, so no round reads ``H``.
 
 
 @_jit
-def _combined_rows(E, hist, coef, H, out):
-    """``out[e] = sum_q coef[q] H[hist[q], E[e]]``: the implicit rows ``E`` made explicit."""
-    r = out.shape[1]
-    out[:, :] = 0.0
-    for q in range(hist.size):
-        c, Hq = coef[q], H[hist[q]]
-        for e in range(E.size):
-            for a in range(r):
-                out[e, a] += c * Hq[E[e], a]
-
-
-@_jit
-def _implicit_gram(Wc, E, hist, coef, H, G, out):
-    """``out = W^T W`` of a whole ``n_items x r`` copy held implicitly: the combination's Gram
-    over all rows, minus its explicit rows, plus the explicit values ``Wc``."""
-    r = Wc.shape[1]
-    out[:, :] = 0.0
-    for q in range(hist.size):
-        for q2 in range(hist.size):
-            c = coef[q] * coef[q2]
-            for a in range(r):
-                for b in range(a, r):
-                    out[a, b] += c * G[hist[q], hist[q2], a, b]
-    B = np.zeros(r)
-    for e in range(E.size):
-        j = E[e]
-        for a in range(r):
-            acc = 0.0
-            for q in range(hist.size):
-                acc += coef[q] * H[hist[q], j, a]
-            B[a] = acc
+def _combination_gram(hist, coef, col, G, r, out):
+    """``out[:r, :r] = M^T M`` (its leading ``r`` columns) of the combination ``M = sum_q
+    coef[q, col] H[hist[q]]`` over all rows, from the Gram blocks; upper triangle only."""
+    out[:r, :r] = 0.0
+    for q in range(hist.size):  # G[u, t] = G[t, u]^T: each pair once
+        cq = coef[q, col]
+        Gq = G[hist[q], hist[q]]
+        c = cq * cq
         for a in range(r):
             for b in range(a, r):
-                out[a, b] += Wc[e, a] * Wc[e, b] - B[a] * B[b]
+                out[a, b] += c * Gq[a, b]
+        for q2 in range(q + 1, hist.size):
+            c = cq * coef[q2, col]
+            Gq = G[hist[q], hist[q2]]
+            for a in range(r):
+                for b in range(a, r):
+                    out[a, b] += c * (Gq[a, b] + Gq[b, a])
+
+
+@_jit
+def _implicit_gram(Wc, BWc, hist, coef, col, G, out):
+    """``out = W^T W`` of a whole ``n_items x r`` copy held implicitly: the Gram of its
+    combination (coefficients ``coef[:, col]``) over all rows, minus the combination's rows
+    ``BWc`` where the copy is explicit, plus the explicit values ``Wc``."""
+    r = Wc.shape[1]
+    _combination_gram(hist, coef, col, G, r, out)
+    for e in range(Wc.shape[0]):
+        for a in range(r):
+            wa, ba = Wc[e, a], BWc[e, a]
+            for b in range(a, r):
+                out[a, b] += wa * Wc[e, b] - ba * BWc[e, b]
     for a in range(r):
         for b in range(a):
             out[a, b] = out[b, a]
@@ -307,6 +308,98 @@ def _one_rater_cols(u, lc, dat, Wc, target, L, beta, n_clients, n_steps, out):
 
 
 @_jit
+def _one_user(u, dat, Ec, Wc, Yc, BWc, BYc, hist, coef, G, V, free, n_clients, beta, n_steps,
+              alpha_u, l1_ratio, positive, eps, Bt, x, GW, P, Q, b, g, u_out, Wn, Yn, BWn, BYn,
+              Dn):
+    """:func:`group_update`'s linearized round for a client of one row ``u`` whose explicit
+    rows are exactly its ``k`` rated items (rating ``s`` on row ``s``, ``dat[s]``), fused into
+    two passes over its rows (``Dn``: the term's deviations, as :func:`group_update`).
+    ``u_out``'s columns past ``free`` are left to the caller (the biases' fixed ones). Returns
+    the W loop's ``L``.
+
+    One gather serves both Grams of (a): the rated items are all the explicit rows, so the
+    U loop's Gram (the one :func:`~sklearn_fedmf._kernels._prox_grad_rows` gathers, with the
+    same arithmetic) is the explicit part of ``W_i^T W_i``. A column of one rater steps
+    ``s <- D + A s``, ``acc <- keep acc + s`` (the ``k = 1`` case of
+    :func:`linearized_cols`) with ``A`` and ``keep`` shared by the client's columns, so
+    ``acc_N = alpha s_0 + delta D`` with two scalars that the same recursion gives once.
+    """
+    k, r = Wc.shape
+    # (a) U loop: the free columns' Gram and right side (ratings minus b_i with biases)
+    for s in range(k):
+        x[s] = dat[s] - Wc[s, r - 1] if free < r else dat[s]
+        for a in range(free):
+            Bt[a, s] = Wc[s, a]
+    _gram_of_gathered(Bt[:free], k, x, P, b)
+    for s in range(k):
+        for a in range(free):
+            Bt[a, s] = BWc[s, a]
+    _gram_of_gathered(Bt[:free], k, x, Q, g)
+    _combination_gram(hist, coef, 0, G, free, GW)
+    total = 0.0
+    for a in range(free):
+        for c in range(free):
+            w = GW[min(a, c), max(a, c)] + P[a, c] - Q[a, c]
+            total += w * w
+    L_W = max(np.sqrt(total), eps)
+    step = 1.0 / L_W
+    l1, shrink = step * alpha_u * l1_ratio, 1.0 + step * alpha_u * (1.0 - l1_ratio)
+    for a in range(free):
+        u_out[a] = u[a]
+    for _ in range(n_steps):
+        for a in range(free):
+            acc = -b[a]
+            for c in range(free):
+                acc += P[a, c] * u_out[c]
+            g[a] = acc
+        for a in range(free):
+            u_out[a] = _prox_entry(u_out[a] - (g[a] + 0.0 * u_out[a]) / L_W, l1, shrink,
+                                   positive)
+    for a in range(free, r):
+        u_out[a] = u[a]  # (the caller's: 1 with biases)
+    # (b) W loop, (c) dual step and the combinations' rows, one pass
+    K = 0.0
+    for a in range(r):
+        for c in range(r):
+            K += (u_out[a] * u_out[c]) ** 2
+    L = max(np.sqrt(K), eps) / n_clients
+    K = 0.0
+    for a in range(r):
+        K += u_out[a] * u_out[a]
+    keep = L / (L + beta)
+    inv_denom = 1.0 / (L + beta)
+    gamma = inv_denom * (1.0 / n_clients)
+    A = -gamma * K + keep
+    pow_last, sigma_last = 1.0, 0.0
+    s_a, acc_a, s_d, acc_d = 1.0, 0.0, 0.0, 0.0  # acc_N for (s_0, D) = (1, 0) and (0, 1)
+    for _ in range(n_steps):
+        pow_last, sigma_last = keep * pow_last, keep * sigma_last + 1.0
+        acc_a, s_a = keep * acc_a + s_a, A * s_a
+        acc_d, s_d = keep * acc_d + s_d, 1.0 + A * s_d
+    c_last = sigma_last * inv_denom
+    w_v = c_last * beta  # the combinations' coefficient of V (group_update's map)
+    for e in range(k):
+        j, xe = Ec[e], dat[e]
+        s0, tq = 0.0, 0.0
+        for a in range(r):
+            t = beta * V[j, a] - Yc[e, a]
+            g[a] = t
+            s0 += u_out[a] * Wc[e, a]
+            tq += u_out[a] * t
+        D = tq * inv_denom + gamma * (K * xe)
+        c = gamma * (sigma_last * xe - (acc_a * s0 + acc_d * D))
+        for a in range(r):
+            v = V[j, a]
+            Wn[e, a] = pow_last * Wc[e, a] + c_last * g[a] + c * u_out[a]
+            Yn[e, a] = Yc[e, a] + beta * (Wn[e, a] - v)  # (from W as stored: float32 data)
+            bw = pow_last * BWc[e, a] - c_last * BYc[e, a] + w_v * v
+            by = BYc[e, a] + beta * bw - beta * v
+            BWn[e, a], BYn[e, a] = bw, by
+            Dn[e, a] = (Wn[e, a] - bw) + (Yn[e, a] - by) / beta
+    return L
+
+
+@_jit
 def _frobenius(M, k):
     """``||M[:k, :k]||_F``."""
     total = 0.0
@@ -317,10 +410,10 @@ def _frobenius(M, k):
 
 
 @_jit
-def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y, w_at, hist,
-                 coef, h_at, h_len, U, V, H, G, kk, n_clients, beta, n_steps, alpha_u, l1_ratio,
-                 positive, biased, exact, eps, U_out, W_out, Y_out, out_ptr, hist_out, coef_out,
-                 hout_ptr):
+def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y, BW, BY, w_at,
+                 hist, coef, h_at, h_len, U, V, G, kk, n_clients, beta, n_steps, alpha_u,
+                 l1_ratio, positive, biased, exact, eps, U_out, W_out, Y_out, BW_out, BY_out,
+                 out_ptr, hist_out, coef_out, hout_ptr, D_out):
     """One FedMC-ADMM round (Algorithm 1, step 3) of each client of ``clients`` in a group.
 
     Client ``c = clients[a]`` owns the group rows ``row_ptr[c]:row_ptr[c + 1]`` (ratings
@@ -328,19 +421,50 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
     1]]`` with values ``W``, ``Y`` at ``w_at[c]:w_at[c] + k``; ``loc`` gives each of its
     ratings the position of its item in those rows; its implicit rows are ``sum_q coef[q, 0]
     H[hist[q]]`` (``W``) and ``sum_q coef[q, 1] H[hist[q]]`` (``Y``) over ``q`` in
-    ``h_at[c]:h_at[c] + h_len[c]``. ``V = H[kk]`` is the broadcast.
+    ``h_at[c]:h_at[c] + h_len[c]``, whose values on the explicit rows are ``BW``, ``BY`` (at
+    ``w_at[c]``). ``V = H[kk]`` is the broadcast.
 
-    Writes the new ``U`` rows into ``U_out``, the new explicit rows into ``W_out``, ``Y_out``
-    at ``out_ptr[a]`` onwards and the new broadcasts and coefficients into ``hist_out``,
-    ``coef_out`` at ``hout_ptr[a]`` onwards (the old entries, then one for ``kk``); the
-    outputs may be the input arrays when the written ranges are not read. The explicit rows
-    run the per-client kernels (:func:`u_loop` and :func:`linearized_cols` of the same
-    arithmetic); every implicit row takes the ``k = 0`` closed form of
-    :func:`linearized_cols`, ``w_N = keep^N w_0 + sigma_N (beta v - y) / (L + beta)``, or
-    Remark 4.1's ``v - y / beta`` (``exact``), as a map of the coefficients.
+    Writes the new ``U`` rows into ``U_out``, the new explicit rows and combination rows into
+    ``W_out``, ``Y_out``, ``BW_out``, ``BY_out`` at ``out_ptr[a]`` onwards and the new
+    broadcasts and coefficients into ``hist_out``, ``coef_out`` at ``hout_ptr[a]`` onwards
+    (the old entries, then one for ``kk``); the outputs may be the input arrays when the
+    written ranges are not read. ``D_out`` receives, row for row from ``out_ptr[0]`` (the
+    outputs' start), the deviations ``(W - BW) + (Y - BY) / beta`` of the new term ``Z_i =
+    W_i + Y_i / beta`` from its combination on the explicit rows: what the server stores of
+    it (:func:`replace_terms`), formed while the rows are at hand.
+
+    The explicit rows run the per-client kernels (:func:`u_loop` and :func:`linearized_cols`
+    of the same arithmetic; :func:`_one_user` for a client of one row); every implicit row
+    takes the ``k = 0`` closed form of :func:`linearized_cols`, ``w_N = keep^N w_0 + sigma_N
+    (beta v - y) / (L + beta)``, or Remark 4.1's ``v - y / beta`` (``exact``), as a map of the
+    coefficients and of ``BW``, ``BY``.
     """
     r = U.shape[1]
     GW = np.empty((r, r))
+    UU = np.empty((r, r))
+    # per-call buffers, sized for the largest client (no allocation per client)
+    m_max, k_max, s_max = 1, 1, 1
+    for a in range(clients.size):
+        c = clients[a]
+        m_max = max(m_max, row_ptr[c + 1] - row_ptr[c])
+        k_max = max(k_max, e_ptr[c + 1] - e_ptr[c])
+        s_max = max(s_max, indptr[row_ptr[c + 1]] - indptr[row_ptr[c]])
+    target = np.empty((k_max, r), W.dtype)
+    ip = np.empty(m_max + 1, indptr.dtype)
+    L_rows, l1_rows = np.empty((m_max, r)), np.empty((m_max, r))
+    shrink_rows, ridge_rows = np.empty(m_max), np.zeros(m_max)
+    free = r - 1 if biased else r
+    u_positive = positive and not biased
+    if biased:
+        dat = np.empty(s_max, data.dtype)
+        Uf, outf = np.empty((m_max, r - 1), U.dtype), np.empty((m_max, r - 1), U.dtype)
+        Wf = np.empty((k_max, r - 1), W.dtype)
+    if exact:
+        gram, rhs = np.empty((k_max, r, r)), np.empty((k_max, r))
+        g, x = np.empty((r, r)), np.empty(r)
+    Bt, xg = np.empty((r, k_max)), np.empty(k_max)
+    d0 = out_ptr[0] if clients.size else 0
+    P, Q, bg, gg = np.empty((r, r)), np.empty((r, r)), np.empty(r), np.empty(r)
     for a in range(clients.size):
         c = clients[a]
         r0, r1 = row_ptr[c], row_ptr[c + 1]
@@ -349,68 +473,85 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
         k = e_ptr[c + 1] - e_ptr[c]
         w0, h0, o0 = w_at[c], h_at[c], out_ptr[a]
         Ec, Wc, Yc = E[e_ptr[c]:e_ptr[c + 1]], W[w0:w0 + k], Y[w0:w0 + k]
+        BWc, BYc = BW[w0:w0 + k], BY[w0:w0 + k]
         hc, cc = hist[h0:h0 + h_len[c]], coef[h0:h0 + h_len[c]]
         lc = loc[entry_ptr[c]:entry_ptr[c + 1]]
-        ip = indptr[r0:r1 + 1] - s0
+        if m == 1 and not exact and s1 - s0 == k and _gram_pays(k, free, n_steps):
+            L = _one_user(U[r0], data[s0:s1], Ec, Wc, Yc, BWc, BYc, hc, cc, G, V, free,
+                          n_clients, beta, n_steps, alpha_u, l1_ratio, u_positive, eps,
+                          Bt, xg, GW, P, Q, bg, gg, U_out[r0], W_out[o0:o0 + k],
+                          Y_out[o0:o0 + k], BW_out[o0:o0 + k], BY_out[o0:o0 + k],
+                          D_out[o0 - d0:o0 - d0 + k])
+            if biased:
+                U_out[r0, r - 1] = 1.0
+            _map_coefficients(hc, cc, kk, L, beta, n_steps, exact, hist_out, coef_out,
+                              hout_ptr[a])
+            continue
+        for t in range(m + 1):
+            ip[t] = indptr[r0 + t] - s0
+        ipc = ip[:m + 1]
         # (a) U loop against the client's own W_i (L_W over all its rows).
-        _implicit_gram(Wc, Ec, hc, np.ascontiguousarray(cc[:, 0]), H, G, GW)
-        free = r - 1 if biased else r
+        _implicit_gram(Wc, BWc, hc, cc, 0, G, GW)
         L_W = max(_frobenius(GW, free), eps)
         step = 1.0 / L_W
         l1, shrink = step * alpha_u * l1_ratio, 1.0 + step * alpha_u * (1.0 - l1_ratio)
+        L_rows[:m, :] = L_W
+        l1_rows[:m, :] = l1
+        shrink_rows[:m] = shrink
         if biased:  # the free columns [U, b_u] against [W, 1], ratings minus b_i (_biases)
-            dat = data[s0:s1].copy()
             for s in range(s1 - s0):
-                dat[s] -= Wc[lc[s], r - 1]
-            Uf = np.ascontiguousarray(U[r0:r1, :r - 1])
-            outf = np.empty_like(Uf)
-            _prox_grad_rows(ip, lc, dat, Uf, np.ascontiguousarray(Wc[:, :r - 1]),
-                            np.full(Uf.shape, L_W), n_steps, np.full(Uf.shape, l1),
-                            np.full(m, shrink), False, np.zeros(m), outf)
+                dat[s] = data[s0 + s] - Wc[lc[s], r - 1]
+            for t in range(m):
+                for b in range(r - 1):
+                    Uf[t, b] = U[r0 + t, b]
+            for e in range(k):
+                for b in range(r - 1):
+                    Wf[e, b] = Wc[e, b]
+            _prox_grad_rows(ipc, lc, dat[:s1 - s0], Uf[:m], Wf[:k], L_rows[:m, :r - 1],
+                            n_steps, l1_rows[:m, :r - 1], shrink_rows[:m], False,
+                            ridge_rows[:m], outf[:m])
             for t in range(m):
                 for b in range(r - 1):
                     U_out[r0 + t, b] = outf[t, b]
                 U_out[r0 + t, r - 1] = 1.0
         else:
-            _prox_grad_rows(ip, lc, data[s0:s1], U[r0:r1], Wc, np.full((m, r), L_W), n_steps,
-                            np.full((m, r), l1), np.full(m, shrink), positive, np.zeros(m),
+            _prox_grad_rows(ipc, lc, data[s0:s1], U[r0:r1], Wc, L_rows[:m], n_steps,
+                            l1_rows[:m], shrink_rows[:m], positive, ridge_rows[:m],
                             U_out[r0:r1])
         Uc = U_out[r0:r1]
         # (b) W loop on the explicit rows: the client's block transposed onto them.
-        UU = np.zeros((r, r))
+        UU[:, :] = 0.0
         for t in range(m):
             for b in range(r):
                 for d in range(r):
                     UU[b, d] += Uc[t, b] * Uc[t, d]
         L = max(_frobenius(UU, r), eps) / n_clients
-        target = np.empty((k, r), W.dtype)
+        tc = target[:k]
         for e in range(k):
             for b in range(r):
-                target[e, b] = beta * V[Ec[e], b] - Yc[e, b]
+                tc[e, b] = beta * V[Ec[e], b] - Yc[e, b]
         Wn = W_out[o0:o0 + k]
         if exact:
-            gram = np.zeros((k, r, r))
-            rhs = np.zeros((k, r))
+            gram[:k] = 0.0
+            rhs[:k] = 0.0
             for t in range(m):
-                for s in range(ip[t], ip[t + 1]):
+                for s in range(ipc[t], ipc[t + 1]):
                     e = lc[s]
                     for b in range(r):
                         rhs[e, b] += data[s0 + s] * Uc[t, b]
                         for d in range(r):
                             gram[e, b, d] += Uc[t, b] * Uc[t, d]
-            g, x = np.empty((r, r)), np.empty(r)
             for e in range(k):
                 for b in range(r):
                     for d in range(r):
                         g[b, d] = gram[e, b, d] / n_clients
                     g[b, b] += beta
-                    x[b] = rhs[e, b] / n_clients + target[e, b]
+                    x[b] = rhs[e, b] / n_clients + tc[e, b]
                 w = np.linalg.solve(g, x)
                 for b in range(r):
                     Wn[e, b] = w[b]
         elif m == 1:
-            _one_rater_cols(Uc[0], lc, data[s0:s1], Wc, target, L, beta, n_clients, n_steps,
-                            Wn)
+            _one_rater_cols(Uc[0], lc, data[s0:s1], Wc, tc, L, beta, n_clients, n_steps, Wn)
         else:
             xt_ptr = np.zeros(k + 1, np.int64)
             for s in range(s1 - s0):
@@ -421,49 +562,69 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
             xt_ind = np.empty(s1 - s0, np.int64)
             xt_dat = np.empty(s1 - s0, data.dtype)
             for t in range(m):  # rows ascending: each column's raters stay sorted
-                for s in range(ip[t], ip[t + 1]):
+                for s in range(ipc[t], ipc[t + 1]):
                     e = lc[s]
                     xt_ind[fill[e]] = t
                     xt_dat[fill[e]] = data[s0 + s]
                     fill[e] += 1
             linearized_cols(xt_ptr, xt_ind, xt_dat, np.ascontiguousarray(Uc), Wc,
-                            target, L, beta, n_clients, n_steps, Wn, np.empty_like(Wn))
+                            np.ascontiguousarray(tc), L, beta, n_clients, n_steps, Wn,
+                            np.empty_like(Wn))
         # (c) dual step with the old V on the explicit rows
         for e in range(k):
             for b in range(r):
                 Y_out[o0 + e, b] = Yc[e, b] + beta * (Wn[e, b] - V[Ec[e], b])
-        # the implicit rows: the same steps as a map of the coefficients
-        q0 = hout_ptr[a]
-        n_old = hc.size
-        for q in range(n_old):
-            hist_out[q0 + q] = hc[q]
-        hist_out[q0 + n_old] = kk
-        if exact:
-            for q in range(n_old):
-                coef_out[q0 + q, 0] = -cc[q, 1] / beta
-                coef_out[q0 + q, 1] = 0.0
-            coef_out[q0 + n_old, 0] = 1.0
-            coef_out[q0 + n_old, 1] = 0.0
-        else:
-            keep, inv_denom = L / (L + beta), 1.0 / (L + beta)
-            pow_last, sigma_last = 1.0, 0.0
-            for _ in range(n_steps):
-                pow_last, sigma_last = keep * pow_last, keep * sigma_last + 1.0
-            c_last = sigma_last * inv_denom
-            for q in range(n_old):
-                w = pow_last * cc[q, 0] - c_last * cc[q, 1]
-                coef_out[q0 + q, 0] = w
-                coef_out[q0 + q, 1] = cc[q, 1] + beta * w
-            w = c_last * beta
-            coef_out[q0 + n_old, 0] = w
-            coef_out[q0 + n_old, 1] = beta * (w - 1.0)
+        # the implicit rows: the same steps as a map of the coefficients, and of their values
+        # on the explicit rows (the coefficient map applied to BW, BY and V there)
+        p_w, c_y, c_v = _map_coefficients(hc, cc, kk, L, beta, n_steps, exact, hist_out,
+                                          coef_out, hout_ptr[a])
+        for e in range(k):
+            for b in range(r):
+                v = V[Ec[e], b]
+                bw = p_w * BWc[e, b] - c_y * BYc[e, b] + c_v * v
+                by = 0.0 if exact else BYc[e, b] + beta * bw - beta * v
+                BW_out[o0 + e, b], BY_out[o0 + e, b] = bw, by
+                D_out[o0 - d0 + e, b] = (Wn[e, b] - bw) + (Y_out[o0 + e, b] - by) / beta
 
 
 @_jit
-def implicit_consensus(E, e_ptr, W, hist, coef, h_ptr, V, H, G, kk):
+def _map_coefficients(hc, cc, kk, L, beta, n_steps, exact, hist_out, coef_out, q0):
+    """A client's new broadcasts and coefficients at ``q0`` of ``hist_out``, ``coef_out``:
+    the W steps and the dual step on an implicit row, as a map of the old ones ``hc``,
+    ``cc``, with one more for the broadcast ``kk``. Returns the map's ``(p, c_y, c_v)``: a
+    combination ``w`` of ``W_i`` becomes ``p w - c_y y + c_v v``."""
+    n_old = hc.size
+    for q in range(n_old):
+        hist_out[q0 + q] = hc[q]
+    hist_out[q0 + n_old] = kk
+    if exact:  # Remark 4.1: w = v - y / beta, then y = y + beta (w - v) = 0
+        for q in range(n_old):
+            coef_out[q0 + q, 0] = -cc[q, 1] / beta
+            coef_out[q0 + q, 1] = 0.0
+        coef_out[q0 + n_old, 0] = 1.0
+        coef_out[q0 + n_old, 1] = 0.0
+        return 0.0, 1.0 / beta, 1.0
+    keep, inv_denom = L / (L + beta), 1.0 / (L + beta)
+    pow_last, sigma_last = 1.0, 0.0
+    for _ in range(n_steps):
+        pow_last, sigma_last = keep * pow_last, keep * sigma_last + 1.0
+    c_last = sigma_last * inv_denom
+    for q in range(n_old):
+        w = pow_last * cc[q, 0] - c_last * cc[q, 1]
+        coef_out[q0 + q, 0] = w
+        coef_out[q0 + q, 1] = cc[q, 1] + beta * w
+    w = c_last * beta
+    coef_out[q0 + n_old, 0] = w
+    coef_out[q0 + n_old, 1] = beta * (w - 1.0)
+    return pow_last, c_last, w
+
+
+@_jit
+def implicit_consensus(e_ptr, W, BW, E, hist, coef, h_ptr, V, G, kk):
     """``sum_i ||W_i - V||_F^2`` over clients held implicitly (:func:`group_update`), with
     ``V = H[kk]``: per client the combination ``sum_q coef[q] H[hist[q]] - V`` over all rows
-    (from the Gram blocks), corrected on its explicit rows."""
+    (from the Gram blocks), corrected on its explicit rows (where the combination is
+    ``BW``)."""
     r = W.shape[1]
     total = 0.0
     for a in range(e_ptr.size - 1):
@@ -481,48 +642,48 @@ def implicit_consensus(E, e_ptr, W, hist, coef, h_ptr, V, H, G, kk):
                 for b in range(r):
                     tr += G[hc[q], hc[q2], b, b]
                 quad += cc[q] * cc[q2] * tr
-        B = np.empty((e1 - e0, r))
-        _combined_rows(E[e0:e1], hc, cc, H, B)
-        for e in range(e1 - e0):
-            j = E[e0 + e]
+        for e in range(e0, e1):
+            j = E[e]
             for b in range(r):
-                d = W[e0 + e, b] - V[j, b]
+                d = W[e, b] - V[j, b]
                 total += d * d
-                quad -= B[e, b] * B[e, b]
+                d = BW[e, b] - V[j, b]
+                quad -= d * d
         total += quad
     return total
 
 
 @_jit
-def replace_terms(clients, rows, e_ptr, W, Y, hist, coef, h_ptr, beta, store_rows, store_Z,
-                  rd_at, rd_len, store_hist, store_coef, hc_at, hc_len, dst, h_dst, S, w, C,
-                  accumulate):
+def replace_terms(clients, rows, e_ptr, D, hist, coef, h_ptr, stored, beta,
+                  store_rows, store_D, rd_at, rd_len, store_hist, store_coef, hc_at, hc_len, dst,
+                  h_dst, S, C, accumulate):
     """Replace the server's terms ``Z_i = W_i + Y_i / beta`` of the ``clients`` (messages
     concatenated as in :func:`group_update`'s outputs, ``e_ptr``/``h_ptr`` over the clients).
 
-    A term is stored as its explicit rows ``W + Y / beta`` (at ``dst[a]`` of ``store_rows``,
-    ``store_Z``: the client's old rows when they are as many, read before they are written)
-    and its broadcasts and coefficients ``coef[:, 0] + coef[:, 1] / beta`` elsewhere (at
-    ``h_dst[a]`` of ``store_hist``, ``store_coef``); ``rd_at``, ``rd_len``, ``hc_at``,
-    ``hc_len`` then point there. With ``accumulate`` the sum takes the
-    change, client by client (the old term out, the new one in): ``S`` sums the explicit rows,
-    ``C[t]`` the coefficients of broadcast ``t`` and ``w[j, t]`` those of the clients whose
-    row ``j`` is explicit (:func:`implicit_total`). Only the rows and the broadcasts a client
-    has are touched: no ``H`` row is read.
+    A term is stored as its broadcasts and coefficients ``coef[:, 0] + coef[:, 1] / beta`` (at
+    ``h_dst[a]`` of ``store_hist``, ``store_coef``), valid on every row, and its explicit rows'
+    deviations ``D`` from that combination (:func:`group_update`'s ``D_out``; at ``dst[a]`` of
+    ``store_rows``, ``store_D``: the client's old rows when they are as many, read before
+    they are written; ``stored``: the rows there are the client's already, ``rows`` is not
+    read, and each row takes its change in one pass); ``rd_at``, ``rd_len``, ``hc_at``,
+    ``hc_len`` then point there. With
+    ``accumulate`` the sum takes the change, client by client (the old term out, the new one
+    in): ``C[t]`` sums the coefficients of broadcast ``t`` and ``S`` the deviations
+    (:func:`implicit_total`). Only the rows and the broadcasts a client has are touched.
     """
     r = S.shape[1]
     for a in range(clients.size):
         c = clients[a]
         if accumulate:
-            o, q0, nq = rd_at[c], hc_at[c], hc_len[c]
+            q0, nq = hc_at[c], hc_len[c]
             for q in range(q0, q0 + nq):
                 C[store_hist[q]] -= store_coef[q]
-            for e in range(o, o + rd_len[c]):
-                j = store_rows[e]
-                for b in range(r):
-                    S[j, b] -= store_Z[e, b]
-                for q in range(q0, q0 + nq):
-                    w[j, store_hist[q]] -= store_coef[q]
+            if not stored:  # (else each row takes its change below, in one pass)
+                o = rd_at[c]
+                for e in range(o, o + rd_len[c]):
+                    j = store_rows[e]
+                    for b in range(r):
+                        S[j, b] -= store_D[e, b]
         q0, q1 = h_ptr[a], h_ptr[a + 1]
         hd = h_dst[a] - q0
         for q in range(q0, q1):
@@ -532,46 +693,47 @@ def replace_terms(clients, rows, e_ptr, W, Y, hist, coef, h_ptr, beta, store_row
                 C[hist[q]] += cq
         d = dst[a] - e_ptr[a]
         for e in range(e_ptr[a], e_ptr[a + 1]):
+            if stored:
+                j = store_rows[d + e]
+                for b in range(r):
+                    z = D[e, b]
+                    if accumulate:
+                        S[j, b] += z - store_D[d + e, b]
+                    store_D[d + e, b] = z
+                continue
             j = rows[e]
             store_rows[d + e] = j
             for b in range(r):
-                z = W[e, b] + Y[e, b] / beta
-                store_Z[d + e, b] = z
+                z = D[e, b]
+                store_D[d + e, b] = z
                 if accumulate:
                     S[j, b] += z
-            if accumulate:
-                for q in range(q0, q1):
-                    w[j, hist[q]] += store_coef[hd + q]
         rd_at[c], rd_len[c] = dst[a], e_ptr[a + 1] - e_ptr[a]
         hc_at[c], hc_len[c] = h_dst[a], q1 - q0
 
 
 @_jit
-def implicit_total(S, w, C, H, m, out):
-    """``out = S + sum_t (C[t] - w[:, t]) H[t]`` over the first ``m`` broadcasts: the sum of
-    every client's ``Z_i``, its combination counted on all rows (``C``) but the explicit ones
-    (``w``), which ``S`` holds."""
+def implicit_total(S, C, H, m, out):
+    """``out = S + sum_t C[t] H[t]`` over the first ``m`` broadcasts: the sum of every
+    client's ``Z_i``, its combination counted on all rows (``C``) and its explicit rows'
+    deviations from it (``S``)."""
     n, r = S.shape
-    for j in range(n):
-        for b in range(r):
-            acc = S[j, b]
-            for t in range(m):
-                acc += (C[t] - w[j, t]) * H[t, j, b]
-            out[j, b] = acc
+    o, s = out.reshape(n * r), S.reshape(n * r)
+    for i in range(n * r):
+        o[i] = s[i]
+    for t in range(m):
+        c, h = C[t], H[t].reshape(n * r)
+        for i in range(n * r):
+            o[i] += c * h[i]
 
 
 @_jit
-def sum_terms(rows, Z, rd_at, rd_len, hist, coef, hc_at, hc_len, S, w, C):
-    """``S``, ``w``, ``C`` of :func:`replace_terms` from every client's stored term (exact)."""
+def sum_terms(rows, D, rd_at, rd_len, hist, coef, hc_at, hc_len, S, C):
+    """``S``, ``C`` of :func:`replace_terms` from every client's stored term (exact)."""
     for c in range(rd_at.size):
-        q0, nq = hc_at[c], hc_len[c]
-        for q in range(q0, q0 + nq):
+        for q in range(hc_at[c], hc_at[c] + hc_len[c]):
             C[hist[q]] += coef[q]
         for e in range(rd_at[c], rd_at[c] + rd_len[c]):
             j = rows[e]
             for b in range(S.shape[1]):
-                S[j, b] += Z[e, b]
-            for q in range(q0, q0 + nq):
-                w[j, hist[q]] += coef[q]
-
-
+                S[j, b] += D[e, b]
