@@ -217,6 +217,19 @@ def test_auto_strength_follows_the_noise_and_is_the_rule_at_the_fitted_model():
     assert fits[0.2] < 0.5 * fits[1.0]
 
 
+def test_auto_strength_is_recorded_in_history():
+    """Each evaluated round of ``history_`` records the strength the server sent with its
+    ``V`` (the last one is ``alpha_u_``); fixed strengths record none."""
+    X = make_ratings(300, 80, 9000, noise=0.2, random_state=0).X
+    model = _FedMGS(n_clients=10, max_iter=6, eval_every=1, random_state=0).fit(X)
+    alphas = [record["alpha"] for record in model.history_]
+    assert len(alphas) == 6 and alphas[-1] == model.alpha_u_
+    assert len(set(alphas)) > 1  # it moves with the model
+    fixed = _FedMGS(n_clients=10, max_iter=2, eval_every=1, alpha_u=10.0, alpha_v=10.0,
+                    random_state=0).fit(X)
+    assert all("alpha" not in record for record in fixed.history_)
+
+
 def test_auto_strength_messages():
     """``"auto"`` adds one number to a client's message, ``S = sum (x_tj - b_u)^2`` over its
     ratings (the compact form of a one-user client holds its ``x_tj`` already), and the

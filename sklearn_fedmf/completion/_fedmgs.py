@@ -440,10 +440,14 @@ def _metrics(state, block, broadcast, *, alpha_u, alpha_v, **params):
 
 
 def _combine(server_state, sums, *, alpha_v, **params):
-    """:func:`._fedmavg.combine_metrics` at the round's strength."""
+    """:func:`._fedmavg.combine_metrics` at the round's strength; ``"auto"`` strengths also
+    record ``alpha``, the strength the server sends with this round's ``V``."""
     if alpha_v == "auto":
         alpha_v = server_state["alpha"]
-    return combine_metrics(server_state, sums, alpha_v=alpha_v, **params)
+    record = combine_metrics(server_state, sums, alpha_v=alpha_v, **params)
+    if "alpha" in server_state:
+        record["alpha"] = float(server_state["alpha"])
+    return record
 
 
 def make_protocol(*, n_items, n_clients, n_components, local_iter_u, local_iter_v, c_factor,
