@@ -157,7 +157,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         if eval_X is not None:
             eval_X = _shift(eval_X, -offset)
         _warn_unobserved(X)
-        # n_ratings: the sum of the clients' rating counts (FedMCADMM's beta='auto')
+        # n_ratings: the sum of the clients' rating counts (FedMC-ADMM and FedMGS "auto")
         return X, dict(eval_X=eval_X, mean=mean, rating_range=rating_range, offset=offset,
                        n_ratings=X.nnz)
 

@@ -116,6 +116,20 @@ class ClientGroup(NamedTuple):
         return ClientBlock(self.rows[a:b], Xi, Ei, Xt)
 
 
+def offsets(sizes):
+    """The pointer array of segments of ``sizes``: ``[0, s0, s0 + s1, ...]``."""
+    ptr = np.zeros(sizes.size + 1, dtype=np.int64)
+    np.cumsum(sizes, out=ptr[1:])
+    return ptr
+
+
+def segments(starts, sizes):
+    """Indices of the concatenated ranges ``starts[a]:starts[a] + sizes[a]`` and their
+    pointer array (one vectorized pass, no Python loop over the ranges)."""
+    ptr = offsets(sizes)
+    return np.arange(ptr[-1], dtype=np.int64) + np.repeat(starts - ptr[:-1], sizes), ptr
+
+
 def user_rows_state(group_state, group, i):
     """Client ``i``'s ``{"U": its rows of the group's stacked user factors}`` (a copy): the
     per-client state of a protocol whose clients keep only ``U`` between rounds."""

@@ -46,6 +46,8 @@ from .. import _biases
 from .._base import squared_error_of
 from .._engine import Broadcast
 from .._groups import BatchedPhases
+from .._groups import offsets as _offsets
+from .._groups import segments as _segments
 from .._kernels import squared_error
 from .._prox import elastic_net_value
 from .._transport import client_generator
@@ -234,20 +236,6 @@ def _read_only(a):
 
 
 # ---- per-client segments in shared append-only arrays --------------------------------------
-def _offsets(sizes):
-    """The pointer array of segments of ``sizes``: ``[0, s0, s0 + s1, ...]``."""
-    ptr = np.zeros(sizes.size + 1, dtype=np.int64)
-    np.cumsum(sizes, out=ptr[1:])
-    return ptr
-
-
-def _segments(starts, sizes):
-    """Indices of the concatenated ranges ``starts[a]:starts[a] + sizes[a]`` and their
-    pointer array (one vectorized pass, no Python loop over the ranges)."""
-    ptr = _offsets(sizes)
-    return np.arange(ptr[-1], dtype=np.int64) + np.repeat(starts - ptr[:-1], sizes), ptr
-
-
 class _Pool:
     """Arrays that hold variable-length per-client segments (``at``: each client's offset).
 

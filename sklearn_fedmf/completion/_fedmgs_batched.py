@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _biases
-from .._groups import ImplicitRows, user_rows_state, with_user_rows
+from .._groups import ImplicitRows, segments, user_rows_state, with_user_rows
 from .._prox import row_alpha
 from .._transport import client_generator
 from ._fedmavg import EPS_LIPSCHITZ, lambda_max
@@ -78,14 +78,17 @@ def group_share(state, group, clients, biased, sum_squares=False):
     uploads = {group.start + i: {"items": items[item_ptr[i]:item_ptr[i + 1]],
                                  "G": G[out_ptr[q]:out_ptr[q + 1]], "gram": grams[q]}
                for q, i in enumerate(clients.tolist())}
-    if sum_squares:
-        x = X.data
+    if sum_squares:  # over the sending clients' entries only (rows, then their entries)
+        first_row = group.row_ptr[clients]
+        rows, _ = segments(first_row, group.row_ptr[clients + 1] - first_row)
+        first = X.indptr[group.row_ptr[clients]]
+        entries, ptr = segments(first, X.indptr[group.row_ptr[clients + 1]] - first)
+        x = X.data[entries]
         if biased:
-            x = x - np.repeat(U[:, shift_col], np.diff(X.indptr))
+            x = x - np.repeat(U[rows, shift_col], np.diff(X.indptr)[rows])
         cumulative = np.concatenate([[0.0], np.cumsum(x * x)])
-        entries = X.indptr[group.row_ptr]  # each client's first entry
-        for i in clients.tolist():
-            uploads[group.start + i]["ss"] = cumulative[entries[i + 1]] - cumulative[entries[i]]
+        for q, i in enumerate(clients.tolist()):
+            uploads[group.start + i]["ss"] = cumulative[ptr[q + 1]] - cumulative[ptr[q]]
     return uploads
 
 
