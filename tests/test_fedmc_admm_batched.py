@@ -149,6 +149,39 @@ def test_batched_update_equals_per_client_function_and_keeps_its_input():
                                 [np.asarray(upload["W"]), np.asarray(upload["Y"])])
 
 
+def test_full_pool_is_compacted_in_place_and_its_input_keeps_its_values():
+    X, codes = ratings(4)
+    proto = protocol(True, "linearized")
+    transport = GroupedTransport(make_groups(X, codes, N_CLIENTS, n_groups=2))
+    state = fit(proto, transport, max_iter=1)
+    batched, group = proto.batched, transport.groups[0]
+    everyone = np.ones(group.n_clients, dtype=bool)
+    gs = state.client_states.group_states[0]
+
+    def states_of(gs):
+        return [batched.client_state(gs, group, i) for i in range(group.n_clients)]
+
+    ref = states_of(gs)
+    pool = None
+    for k in range(4):  # every client appends its rows each round: the pool fills at once
+        before = states_of(gs)
+        new, _ = batched.client_update(gs, group, state.broadcast, (3, 2, k), everyone,
+                                       everyone)
+        if k > 0:
+            assert new["wy"] is pool  # compacted in place, never a second pool
+        pool = new["wy"]
+        for a, b in zip(before, states_of(gs)):  # the input's values, under a new layout
+            for key in ("U", "Wt", "Yt"):
+                np.testing.assert_array_equal(b[key], a[key])
+        gs = new
+        ref = [client_update(s, group.block(i), state.broadcast, None, True,
+                             **proto.client_update.keywords)[0] for i, s in enumerate(ref)]
+        for a, b in zip(ref, states_of(gs)):
+            for key in ("U", "Wt", "Yt"):
+                assert_family_close([a[key]], [b[key]])
+    assert len(pool.arrays[0]) <= 2 * int(np.diff(gs["e_ptr"]).sum()) + 16
+
+
 def test_with_client_states_holds_a_dense_state_exactly():
     X, codes = ratings(2)
     proto = protocol(False, "linearized")

@@ -29,7 +29,8 @@ with one compiled call (:func:`~._fedmc_admm_kernels.replace_terms`).
 
 The messages are still the paper's: a client sends its dense ``(W_i, Y_i)``; the engine and
 ``callback`` see it as a :class:`ClientUpload` (a mapping of :class:`ImplicitFactor`:
-``nbytes`` counts it dense, ``np.asarray`` rebuilds it; its arrays are never written again),
+``nbytes`` counts it dense, ``np.asarray`` rebuilds it; its arrays are read-only views of the
+state, valid in their round: a later round may compact them in place),
 and the broadcast's message is ``V^k`` (the history rides in its uncounted simulation part:
 every client holds the broadcasts it received). ``tests/test_fedmc_admm_batched.py`` checks
 that these phases give the per-client functions' states, messages and fits.
@@ -240,10 +241,11 @@ class _Pool:
     """Arrays that hold variable-length per-client segments (``at``: each client's offset).
 
     A round appends its clients' new segments past ``tail`` and the new state keeps new
-    offsets: the segments an earlier state points to are never written, so the batched
-    phases leave their input state unchanged without copying the whole group every round.
-    A state that is not the latest one (``used != tail``) or a full pool copies the live
-    segments to a new pool (twice their size: amortized ``O(1)`` per appended row).
+    offsets: the segments an earlier state points to are not written by that round, so the
+    batched phases leave their input state's values unchanged without copying the whole
+    group every round. When the pool is full, :func:`_reserve` compacts it in place (the
+    latest state's layout changes, its values do not; older states are then stale) or, for a
+    state that is not the latest, copies its live segments to a new pool.
     """
 
     __slots__ = ("arrays", "tail")
@@ -276,12 +278,29 @@ def _pool_array(size, shape, dtype, used):
 
 def _reserve(pool, used, at, sizes, n, moving=None):
     """Room for ``n`` entries past a state's segments (offsets ``at``, ``sizes``, pool tail
-    ``used``): ``(pool, base, at)``, the new entries going to ``base:base + n``. That is
-    ``pool`` itself when the state is its latest and it has room; else a new pool holding
-    the segments of every client but ``moving`` (whose old values the caller reads from
-    the arrays of ``pool``: a copy leaves them unchanged)."""
-    if pool.tail == used and used + n <= len(pool.arrays[0]):
-        return pool, used, at.copy()
+    ``used``): ``(pool, base, at)``, the new entries going to ``base:base + n``.
+
+    That is ``pool`` itself when the state is its latest and it has room. A full pool of the
+    latest state whose live segments and the ``n`` new entries fit is compacted in place: the
+    segments move down in offset order and ``at`` is rewritten in place, so the state that
+    owns ``at`` keeps its values (under a new layout) and no second pool is made (a copy
+    would hold the old and the new pool at once: the per-user fit's peak). Else a new pool
+    holds the segments of every client but ``moving`` (whose old values the caller reads from
+    the arrays of ``pool``: a copy leaves them unchanged).
+    """
+    size = len(pool.arrays[0])
+    if pool.tail == used:
+        if used + n <= size:
+            return pool, used, at.copy()
+        live = int(sizes.sum())
+        if live + n <= size:
+            order = np.argsort(at, kind="stable")
+            idx, ptr = _segments(at[order], sizes[order])
+            for a in pool.arrays:  # idx is increasing and idx[j] >= j: a move down
+                a[:live] = a[idx]
+            at[order] = ptr[:-1]
+            pool.tail = live
+            return pool, live, at.copy()
     keep = np.ones(at.size, dtype=bool)
     if moving is not None:
         keep[moving] = False
@@ -377,7 +396,7 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     """Batched ``client_update``: one compiled call for the group's active clients
     (:func:`~._fedmc_admm_kernels.group_update`), reading their segments where they are and
     writing the new ones past the pools' tails; uploads ``(W_i, Y_i)`` as one
-    :class:`GroupUpload` (views of the new segments, never written again; ``eps``: the floor
+    :class:`GroupUpload` (read-only views of the new segments; ``eps``: the floor
     of ``L_W`` and ``L_U``)."""
     Vt, history, kk = unpack_broadcast(broadcast)
     if history is None:
@@ -610,20 +629,22 @@ def server_init_implicit(Vt, uploads, *, beta, n_clients):
     history = FactorHistory(Vt)
     n, r = Vt.shape
     empty = np.zeros(n_clients, np.int64)
-    store = {"rd": _Pool([np.zeros(0, np.int64), np.zeros((0, r))], 0), "rd_at": empty.copy(),
+    parts = _parts(uploads, ("Y",), n)
+    rows = sum(int(p.e_ptr[-1]) for p in parts)  # (the rated rows' store, made once to size)
+    store = {"rd": _Pool([np.empty(rows, np.int64), np.empty((rows, r))], 0),
+             "rd_at": empty.copy(),
              "rd_len": empty.copy(), "hc": _Pool([np.zeros(0, np.int64), np.zeros(0)], 0),
              "hc_at": empty.copy(), "hc_len": empty.copy()}
     server_state = {"Vt": Vt, "Z": None, "history": history, "store": store,
                     "S": np.zeros((n, r)), "C": np.zeros(4),
                     "since_exact": 0}
-    parts = []
-    for p in _parts(uploads, ("Y",), n):  # W_i^0 = V^0: coefficient 1 on broadcast 0
-        k = p.clients.size
-        parts.append(GroupUpload(p.clients, ("W", "Y"), p.rows, p.e_ptr,
-                                 (Vt[p.rows], p.values[0]),
-                                 np.asarray(p.values[0], float) / beta, np.zeros(k, np.int64),
-                                 np.tile([1.0, 0.0], (k, 1)), np.arange(k + 1), None, Vt.shape))
-    _replace(server_state, parts, beta, accumulate=True)
+    # W_i^0 = V^0: coefficient 1 on broadcast 0 (one group's rows at a time)
+    terms = (GroupUpload(p.clients, ("W", "Y"), p.rows, p.e_ptr, (Vt[p.rows], p.values[0]),
+                         np.asarray(p.values[0], float) / beta,
+                         np.zeros(p.clients.size, np.int64),
+                         np.tile([1.0, 0.0], (p.clients.size, 1)),
+                         np.arange(p.clients.size + 1), None, Vt.shape) for p in parts)
+    _replace(server_state, terms, beta, accumulate=True)
     return server_state, Broadcast(Vt, (history, 0))
 
 
