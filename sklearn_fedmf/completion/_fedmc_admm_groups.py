@@ -22,15 +22,16 @@ plus on each client's rated rows its term's deviation from its combination
 (:func:`~._fedmc_admm_kernels.implicit_total`).
 
 Nothing is done per client in Python in a round: a group's clients keep their explicit rows
-and coefficients concatenated in append-only arrays (:class:`_Pool`), one compiled call per
-group reads them where they are and writes the new ones past the end (the input state stays
-valid), and the group's messages travel as one :class:`GroupUpload` that the server stores
+and coefficients concatenated in shared arrays (:class:`_Pool`), one compiled call per group
+reads them where they are and writes the new ones (the linearized round over the old rows,
+the exact round past the end, leaving its input state valid; the coefficients are
+appended), and the group's messages travel as one :class:`GroupUpload` that the server stores
 with one compiled call (:func:`~._fedmc_admm_kernels.replace_terms`).
 
 The messages are still the paper's: a client sends its dense ``(W_i, Y_i)``; the engine and
 ``callback`` see it as a :class:`ClientUpload` (a mapping of :class:`ImplicitFactor`:
-``nbytes`` counts it dense, ``np.asarray`` rebuilds it; its arrays are read-only views of the
-state, valid in their round: a later round may compact them in place),
+``nbytes`` counts it dense, ``np.asarray`` rebuilds it; its arrays are read from the state
+and valid in their round: copy them to keep them),
 and the broadcast's message is ``V^k`` (the history rides in its uncounted simulation part:
 every client holds the broadcasts it received). ``tests/test_fedmc_admm_batched.py`` checks
 that these phases give the per-client functions' states, messages and fits.
@@ -150,28 +151,36 @@ class GroupUpload:
     while the rows are at hand.
 
     :meth:`messages` gives the per-client messages the engine sees (``{client:
-    ClientUpload}``); the server reads the concatenated arrays directly. ``rows`` may be given
-    as a function that makes them (on first access: a server that holds a client's rows
-    already never needs them).
+    ClientUpload}``); the server reads the concatenated arrays directly. ``rows`` and
+    ``values`` may be given as functions that make them on first access (a server that holds
+    a client's rows already never needs them, and it reads only ``deviation``); with a
+    function for ``values``, ``dtype`` gives their type.
     """
 
-    __slots__ = ("clients", "keys", "_rows", "e_ptr", "values", "deviation", "hist", "coef",
+    __slots__ = ("clients", "keys", "_rows", "e_ptr", "_values", "deviation", "hist", "coef",
                  "h_ptr", "history", "shape", "client_nbytes")
 
     def __init__(self, clients, keys, rows, e_ptr, values, deviation, hist, coef, h_ptr,
-                 history, shape):
+                 history, shape, dtype=None):
         self.clients, self.keys, self._rows, self.e_ptr = clients, keys, rows, e_ptr
-        self.values, self.deviation = values, deviation
+        self._values, self.deviation = values, deviation
         self.hist, self.coef, self.h_ptr = hist, coef, h_ptr
         self.history, self.shape = history, (int(shape[0]), int(shape[1]))
+        itemsize = np.dtype(values[0].dtype if dtype is None else dtype).itemsize
         # each message counts as the paper's dense n_items x r matrix (ImplicitFactor.nbytes)
-        self.client_nbytes = len(keys) * self.shape[0] * self.shape[1] * values[0].itemsize
+        self.client_nbytes = len(keys) * self.shape[0] * self.shape[1] * itemsize
 
     @property
     def rows(self):
         if callable(self._rows):
             self._rows = self._rows()
         return self._rows
+
+    @property
+    def values(self):
+        if callable(self._values):
+            self._values = self._values()
+        return self._values
 
     def messages(self):
         return {c: ClientUpload(self, a) for a, c in enumerate(self.clients.tolist())}
@@ -366,8 +375,9 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
     if biased:
         _biases.init_user(U)
     E, e_ptr, loc = _explicit_rows(group)
-    n = E.size  # the explicit rows go straight into the state's pool
-    wy = _Pool([_pool_array(2 * n + 16, (r,), t, n) for t in (dtype, dtype, float, float)], n)
+    n = E.size  # the explicit rows go straight into the state's pool (the linearized round
+    # writes them in place: no room past them)
+    wy = _Pool([np.empty((n, r), dtype=t) for t in (dtype, dtype, float, float)], n)
     W, Y, BW, BY = (a[:n] for a in wy.arrays)
     np.take(Vt, E, axis=0, out=W, mode="clip")
     BW[:] = W
@@ -394,10 +404,16 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
 def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, beta, local_iter,
                  alpha_u, l1_ratio, positive, w_update, biased, eps):
     """Batched ``client_update``: one compiled call for the group's active clients
-    (:func:`~._fedmc_admm_kernels.group_update`), reading their segments where they are and
-    writing the new ones past the pools' tails; uploads ``(W_i, Y_i)`` as one
-    :class:`GroupUpload` (read-only views of the new segments; ``eps``: the floor
-    of ``L_W`` and ``L_U``)."""
+    (:func:`~._fedmc_admm_kernels.group_update`); uploads ``(W_i, Y_i)`` as one
+    :class:`GroupUpload` (``eps``: the floor of ``L_W`` and ``L_U``).
+
+    The linearized round writes the clients' new explicit rows over their old ones (the
+    state is ``5 r`` numbers per rating: a copy per round would double the fit's memory;
+    the compiled call that writes comes after every allocation and raises nothing but
+    ``MemoryError``), and its uploads' rows are gathered from the state when first read, in
+    their round. ``w_update="exact"`` (whose solves raise on non-finite input) writes the
+    new rows past the pools' tails and leaves its input state unchanged.
+    """
     Vt, history, kk = unpack_broadcast(broadcast)
     if history is None:
         raise ValueError("The batched FedMC-ADMM phases need the server's broadcast history "
@@ -407,30 +423,44 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     e_sizes, h_len = np.diff(gs["e_ptr"]), gs["h_len"]
     out_ptr, hout_ptr = _offsets(e_sizes[act]), _offsets(h_len[act] + 1)
     n, nh = int(out_ptr[-1]), int(hout_ptr[-1])
-    wy, base, w_at = _reserve(gs["wy"], gs["wy_used"], gs["w_at"], e_sizes, n, act)
+    in_place = w_update != "exact"
+    if in_place:
+        wy, w_at = gs["wy"], gs["w_at"]
+        at = w_at[act]
+    else:
+        wy, base, w_at = _reserve(gs["wy"], gs["wy_used"], gs["w_at"], e_sizes, n, act)
+        at = base + out_ptr[:-1]
     h, h_base, h_at = _reserve(gs["h"], gs["h_used"], gs["h_at"], h_len, nh, act)
     U_out = gs["U"].copy()
     deviation = np.empty((n, Vt.shape[1]))
-    (hist, coef), at = gs["h"].arrays, base + out_ptr[:-1]
+    (hist, coef) = gs["h"].arrays
     group_update(X.indptr, X.data, group.row_ptr, group.entry_ptr, act, gs["loc"], gs["E"],
                  gs["e_ptr"], *gs["wy"].arrays, gs["w_at"], hist, coef, gs["h_at"], h_len,
                  gs["U"], Vt, history.G, kk, n_clients, beta, local_iter, alpha_u, l1_ratio,
                  positive, biased, w_update == "exact", eps, U_out, *wy.arrays, at, *h.arrays,
-                 h_base + hout_ptr[:-1], deviation)
-    wy.tail, h.tail = base + n, h_base + nh
-    w_at[act] = at
+                 h_base + hout_ptr[:-1], deviation, out_ptr[:-1])
+    h.tail = h_base + nh
+    if in_place:
+        W_all, Y_all = wy.arrays[:2]
+
+        def values():  # (the sent rows, gathered from the state when first read)
+            idx = _segments(at, e_sizes[act])[0]
+            return _read_only(W_all[idx]), _read_only(Y_all[idx])
+    else:
+        wy.tail = base + n
+        w_at[act] = at
+        values = tuple(_read_only(a[base:base + n]) for a in wy.arrays[:2])
     h_at[act] = h_base + hout_ptr[:-1]
     h_len = h_len.copy()
     h_len[act] += 1
     state = dict(gs, U=U_out, history=history, wy=wy, wy_used=wy.tail, w_at=w_at, h=h,
                  h_used=h.tail, h_at=h_at, h_len=h_len)
-    W_new, Y_new = (_read_only(a[base:base + n]) for a in wy.arrays[:2])
     E, e_ptr = gs["E"], gs["e_ptr"]
     upload = GroupUpload(group.start + act, ("W", "Y"),
                          lambda: E[_segments(e_ptr[act], e_sizes[act])[0]], out_ptr,
-                         (W_new, Y_new), _read_only(deviation),
+                         values, _read_only(deviation),
                          *(_read_only(a[h_base:h_base + nh]) for a in h.arrays),
-                         hout_ptr, history, Vt.shape)
+                         hout_ptr, history, Vt.shape, dtype=wy.arrays[0].dtype)
     sends = selected[act]
     if not sends.all():
         upload = upload.subset(sends)

@@ -413,7 +413,7 @@ def _frobenius(M, k):
 def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y, BW, BY, w_at,
                  hist, coef, h_at, h_len, U, V, G, kk, n_clients, beta, n_steps, alpha_u,
                  l1_ratio, positive, biased, exact, eps, U_out, W_out, Y_out, BW_out, BY_out,
-                 out_ptr, hist_out, coef_out, hout_ptr, D_out):
+                 out_at, hist_out, coef_out, hout_ptr, D_out, d_ptr):
     """One FedMC-ADMM round (Algorithm 1, step 3) of each client of ``clients`` in a group.
 
     Client ``c = clients[a]`` owns the group rows ``row_ptr[c]:row_ptr[c + 1]`` (ratings
@@ -425,13 +425,16 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
     ``w_at[c]``). ``V = H[kk]`` is the broadcast.
 
     Writes the new ``U`` rows into ``U_out``, the new explicit rows and combination rows into
-    ``W_out``, ``Y_out``, ``BW_out``, ``BY_out`` at ``out_ptr[a]`` onwards and the new
+    ``W_out``, ``Y_out``, ``BW_out``, ``BY_out`` at ``out_at[a]`` onwards and the new
     broadcasts and coefficients into ``hist_out``, ``coef_out`` at ``hout_ptr[a]`` onwards
-    (the old entries, then one for ``kk``); the outputs may be the input arrays when the
-    written ranges are not read. ``D_out`` receives, row for row from ``out_ptr[0]`` (the
-    outputs' start), the deviations ``(W - BW) + (Y - BY) / beta`` of the new term ``Z_i =
+    (the old entries, then one for ``kk``). The outputs may be the input arrays: at other
+    rows, or at the client's own rows (``out_at[a] == w_at[c]``: a client reads each of its
+    rows before it writes it, and the W loops step from a copy). ``D_out`` receives, from
+    ``d_ptr[a]``, the deviations ``(W - BW) + (Y - BY) / beta`` of the new term ``Z_i =
     W_i + Y_i / beta`` from its combination on the explicit rows: what the server stores of
-    it (:func:`replace_terms`), formed while the rows are at hand.
+    it (:func:`replace_terms`), formed while the rows are at hand. Past its buffers (made
+    first) the linearized round allocates only the packing of a client of several rows and
+    divides only by floored or positive numbers, so it raises nothing but ``MemoryError``.
 
     The explicit rows run the per-client kernels (:func:`u_loop` and :func:`linearized_cols`
     of the same arithmetic; :func:`_one_user` for a client of one row); every implicit row
@@ -463,7 +466,7 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
         gram, rhs = np.empty((k_max, r, r)), np.empty((k_max, r))
         g, x = np.empty((r, r)), np.empty(r)
     Bt, xg = np.empty((r, k_max)), np.empty(k_max)
-    d0 = out_ptr[0] if clients.size else 0
+    W_from = np.empty((k_max, r), W.dtype)  # the W loops' start (W_out may be W)
     P, Q, bg, gg = np.empty((r, r)), np.empty((r, r)), np.empty(r), np.empty(r)
     for a in range(clients.size):
         c = clients[a]
@@ -471,7 +474,7 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
         m = r1 - r0
         s0, s1 = indptr[r0], indptr[r1]
         k = e_ptr[c + 1] - e_ptr[c]
-        w0, h0, o0 = w_at[c], h_at[c], out_ptr[a]
+        w0, h0, o0, d0 = w_at[c], h_at[c], out_at[a], d_ptr[a]
         Ec, Wc, Yc = E[e_ptr[c]:e_ptr[c + 1]], W[w0:w0 + k], Y[w0:w0 + k]
         BWc, BYc = BW[w0:w0 + k], BY[w0:w0 + k]
         hc, cc = hist[h0:h0 + h_len[c]], coef[h0:h0 + h_len[c]]
@@ -481,7 +484,7 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
                           n_clients, beta, n_steps, alpha_u, l1_ratio, u_positive, eps,
                           Bt, xg, GW, P, Q, bg, gg, U_out[r0], W_out[o0:o0 + k],
                           Y_out[o0:o0 + k], BW_out[o0:o0 + k], BY_out[o0:o0 + k],
-                          D_out[o0 - d0:o0 - d0 + k])
+                          D_out[d0:d0 + k])
             if biased:
                 U_out[r0, r - 1] = 1.0
             _map_coefficients(hc, cc, kk, L, beta, n_steps, exact, hist_out, coef_out,
@@ -531,6 +534,8 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
             for b in range(r):
                 tc[e, b] = beta * V[Ec[e], b] - Yc[e, b]
         Wn = W_out[o0:o0 + k]
+        Wp = W_from[:k]
+        Wp[:, :] = Wc
         if exact:
             gram[:k] = 0.0
             rhs[:k] = 0.0
@@ -551,7 +556,7 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
                 for b in range(r):
                     Wn[e, b] = w[b]
         elif m == 1:
-            _one_rater_cols(Uc[0], lc, data[s0:s1], Wc, tc, L, beta, n_clients, n_steps, Wn)
+            _one_rater_cols(Uc[0], lc, data[s0:s1], Wp, tc, L, beta, n_clients, n_steps, Wn)
         else:
             xt_ptr = np.zeros(k + 1, np.int64)
             for s in range(s1 - s0):
@@ -567,7 +572,7 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
                     xt_ind[fill[e]] = t
                     xt_dat[fill[e]] = data[s0 + s]
                     fill[e] += 1
-            linearized_cols(xt_ptr, xt_ind, xt_dat, np.ascontiguousarray(Uc), Wc,
+            linearized_cols(xt_ptr, xt_ind, xt_dat, np.ascontiguousarray(Uc), Wp,
                             np.ascontiguousarray(tc), L, beta, n_clients, n_steps, Wn,
                             np.empty_like(Wn))
         # (c) dual step with the old V on the explicit rows
@@ -584,7 +589,7 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
                 bw = p_w * BWc[e, b] - c_y * BYc[e, b] + c_v * v
                 by = 0.0 if exact else BYc[e, b] + beta * bw - beta * v
                 BW_out[o0 + e, b], BY_out[o0 + e, b] = bw, by
-                D_out[o0 - d0 + e, b] = (Wn[e, b] - bw) + (Y_out[o0 + e, b] - by) / beta
+                D_out[d0 + e, b] = (Wn[e, b] - bw) + (Y_out[o0 + e, b] - by) / beta
 
 
 @_jit
