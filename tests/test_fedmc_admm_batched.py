@@ -133,7 +133,7 @@ def test_batched_update_equals_per_client_function(w_update):
                 np.testing.assert_array_equal(np.asarray(uploads_again[c][key]), sent[c][key])
     else:  # the linearized round writes over the clients' rows: no second array
         assert all(a is b for a, b in zip(new["wy"].arrays, gs["wy"].arrays))
-    for c, u in uploads.items():
+    for u in uploads.values():
         assert isinstance(u, ClientUpload) and set(u) == {"W", "Y"}
         assert not u["W"].values.flags.writeable  # it shares or gathers the state's rows
     for i in range(group.n_clients):
@@ -253,6 +253,36 @@ def test_memory_error_before_the_fit_names_the_bytes(monkeypatch, min_clients):
     # the dense state grows with the clients: 3 p n r numbers
     assert _fedmc_admm.state_nbytes(n_clients=6040, n_items=3706, n_factors=7, itemsize=8,
                                     grouped=False) == 3 * 6040 * 3706 * 7 * 8
+
+
+def _state_bytes(obj):
+    """Bytes of the numpy arrays in a (nested) state."""
+    if isinstance(obj, np.ndarray):
+        return obj.nbytes
+    if isinstance(obj, dict):
+        return sum(map(_state_bytes, obj.values()))
+    if isinstance(obj, (list, tuple)):
+        return sum(map(_state_bytes, obj))
+    return _state_bytes(getattr(obj, "arrays", ()))
+
+
+def test_memory_estimate_bounds_the_grouped_state():
+    X, _ = ratings()
+    held = {}
+    for w_update in ("linearized", "exact"):
+        proto = protocol(True, w_update, n_clients=N_ROWS)  # one client per row
+        transport = GroupedTransport(make_groups(X, np.arange(N_ROWS), N_ROWS, n_groups=3))
+        state = fit(proto, transport, max_iter=12, clients_per_round=N_ROWS, dropout=0.0)
+        clients = sum(_state_bytes({k: v for k, v in gs.items() if k not in ("U", "V0")})
+                      for gs in state.client_states.group_states)
+        server, history = state.server_state, state.server_state["history"]
+        held[w_update] = clients + _state_bytes(
+            [server["store"], server["S"], server["C"], history.H, history.G])
+        assert held[w_update] <= _fedmc_admm.state_nbytes(
+            n_clients=N_ROWS, n_items=N_ITEMS, n_factors=5, itemsize=8, grouped=True,
+            nnz=X.nnz, max_iter=12, exact=w_update == "exact")
+    # the linearized round writes its rows in place; the exact one keeps room for a round
+    assert held["linearized"] < held["exact"]
 
 
 def test_weighted_regularization_runs_one_block_per_client(monkeypatch):

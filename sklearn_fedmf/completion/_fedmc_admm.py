@@ -61,18 +61,21 @@ def _available_memory():
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def state_nbytes(*, n_clients, n_items, n_factors, itemsize, grouped, nnz=0, max_iter=0):
+def state_nbytes(*, n_clients, n_items, n_factors, itemsize, grouped, nnz=0, max_iter=0,
+                 exact=False):
     """Bytes of FedMC-ADMM's item-side state, estimated before a fit.
 
     One block per client: every client's dense ``W_i`` and ``Y_i`` and the server's ``Z_i``,
     ``3 p n r`` numbers. Grouped clients (:mod:`._fedmc_admm_groups`): ``W_i``, ``Y_i``, their
-    combinations' values there (float64) and the server's ``Z_i`` on the rated rows (with
-    their row indices), in append-only arrays of up to twice their size, and the broadcast
+    combinations' values there (float64), the server's ``Z_i`` on the rated rows (with their
+    row indices) and a round's deviations, where the linearized round writes them in place
+    (the ``exact`` one appends them to arrays of up to twice their size), and the broadcast
     history with its Gram blocks (allocated by doubling: up to twice ``max_iter + 1``
     broadcasts of ``n r`` numbers and their square of ``r x r`` float64 blocks).
     """
     if grouped:
-        rated = nnz * (n_factors * (4 * itemsize + 48) + 32)
+        per_factor = 4 * itemsize + 48 if exact else 2 * itemsize + 32
+        rated = nnz * (n_factors * per_factor + 32)
         capacity = 2 * (max_iter + 1)
         return (rated + capacity * n_items * n_factors * itemsize
                 + capacity**2 * n_factors**2 * 8)
@@ -689,7 +692,7 @@ class FedMCADMM(FederatedMFBase):
         itemsize = ctx.X.dtype.itemsize
         need = state_nbytes(n_clients=ctx.n_clients, n_items=ctx.n_features, n_factors=r,
                             itemsize=itemsize, grouped=grouped, nnz=ctx.X.nnz,
-                            max_iter=self.max_iter)
+                            max_iter=self.max_iter, exact=self.w_update == "exact")
         if not local:  # only the server's Z_i in this process
             need //= 3
         available = _available_memory()
