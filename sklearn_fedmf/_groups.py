@@ -30,10 +30,11 @@ its client index):
 Every batched function gives the states and messages of the per-client function (to rounding
 error), leaves inactive clients' states exactly unchanged, and never modifies its inputs
 (it returns a new group state; unchanged arrays may be shared), except where a copy per
-round would double the fit's memory (RFRec's per-(client, item) state): there the state is
-written in place by one compiled call that cannot raise, after every allocation; and where a
-full append-only pool (FedMC-ADMM's) is compacted in place: the input state's layout changes,
-its values do not, and only states older than it go stale. When a
+round would double the fit's memory (RFRec's per-(client, item) state, FedMC-ADMM's rated
+rows in its linearized round): there the state is written in place by one compiled call that
+raises nothing but ``MemoryError``, after every other allocation; and where a full
+append-only pool (FedMC-ADMM's exact round) is compacted in place: the input state's layout
+changes, its values do not, and only states older than it go stale. When a
 batched call raises, the transport re-runs that group's clients one by one with the
 per-client functions, so a failure names its client and ``on_client_error`` applies as
 usual.
