@@ -433,7 +433,7 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     h, h_base, h_at = _reserve(gs["h"], gs["h_used"], gs["h_at"], h_len, nh, act)
     U_out = gs["U"].copy()
     deviation = np.empty((n, Vt.shape[1]))
-    (hist, coef) = gs["h"].arrays
+    hist, coef = gs["h"].arrays
     group_update(X.indptr, X.data, group.row_ptr, group.entry_ptr, act, gs["loc"], gs["E"],
                  gs["e_ptr"], *gs["wy"].arrays, gs["w_at"], hist, coef, gs["h_at"], h_len,
                  gs["U"], Vt, history.G, kk, n_clients, beta, local_iter, alpha_u, l1_ratio,

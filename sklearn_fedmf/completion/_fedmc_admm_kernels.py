@@ -432,9 +432,9 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
     rows before it writes it, and the W loops step from a copy). ``D_out`` receives, from
     ``d_ptr[a]``, the deviations ``(W - BW) + (Y - BY) / beta`` of the new term ``Z_i =
     W_i + Y_i / beta`` from its combination on the explicit rows: what the server stores of
-    it (:func:`replace_terms`), formed while the rows are at hand. Past its buffers (made
-    first) the linearized round allocates only the packing of a client of several rows and
-    divides only by floored or positive numbers, so it raises nothing but ``MemoryError``.
+    it (:func:`replace_terms`), formed while the rows are at hand. The linearized round
+    divides only by floored or positive numbers and calls no checked solver, so it raises
+    nothing but ``MemoryError``.
 
     The explicit rows run the per-client kernels (:func:`u_loop` and :func:`linearized_cols`
     of the same arithmetic; :func:`_one_user` for a client of one row); every implicit row
