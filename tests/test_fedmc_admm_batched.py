@@ -166,15 +166,12 @@ def test_full_pool_is_compacted_in_place_and_its_input_keeps_its_values():
     def states_of(gs):
         return [batched.client_state(gs, group, i) for i in range(group.n_clients)]
 
-    ref = states_of(gs)
-    pool = None
+    ref, pool = states_of(gs), gs["wy"]
     for k in range(4):  # every client appends its rows each round: the pool fills at once
         before = states_of(gs)
         new, _ = batched.client_update(gs, group, state.broadcast, (3, 2, k), everyone,
                                        everyone)
-        if k > 0:  # (the first round grows the pool to twice the rows)
-            assert new["wy"] is pool  # compacted in place, never a second pool
-        pool = new["wy"]
+        assert new["wy"] is pool  # compacted in place, never a second pool
         for a, b in zip(before, states_of(gs)):  # the input's values, under a new layout
             for key in ("U", "Wt", "Yt"):
                 np.testing.assert_array_equal(b[key], a[key])

@@ -360,7 +360,8 @@ def _flat_state(U, E, e_ptr, loc, wy, hist, coef, h_len, V0, history):
             "h_len": h_len, "V0": V0, "history": history}
 
 
-def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive, biased):
+def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive, biased,
+               w_update):
     """Batched ``init_client``: ``U_i^0`` from each client's own generator, ``W_i^0 = V^0``
     (coefficient 1 on broadcast 0), ``Y_i^0`` explicit on the rated items (0 elsewhere)."""
     X = group.X
@@ -375,9 +376,10 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
     if biased:
         _biases.init_user(U)
     E, e_ptr, loc = _explicit_rows(group)
-    n = E.size  # the explicit rows go straight into the state's pool (the linearized round
-    # writes them in place: no room past them)
-    wy = _Pool([np.empty((n, r), dtype=t) for t in (dtype, dtype, float, float)], n)
+    n = E.size  # the explicit rows go straight into the state's pool: no room past them
+    # for the linearized round (it writes them in place), a round's for the exact one
+    size = 2 * n + 16 if w_update == "exact" else n
+    wy = _Pool([_pool_array(size, (r,), t, n) for t in (dtype, dtype, float, float)], n)
     W, Y, BW, BY = (a[:n] for a in wy.arrays)
     np.take(Vt, E, axis=0, out=W, mode="clip")
     BW[:] = W
@@ -546,7 +548,8 @@ def make_batched(*, n_clients, init_scale, dual_init, positive, biased, beta, lo
     """The :class:`~sklearn_fedmf._groups.BatchedPhases` of FedMC-ADMM."""
     return BatchedPhases(
         init_client=partial(init_group, n_clients=n_clients, init_scale=init_scale,
-                            dual_init=dual_init, positive=positive, biased=biased),
+                            dual_init=dual_init, positive=positive, biased=biased,
+                            w_update=w_update),
         client_update=partial(update_group, n_clients=n_clients, beta=beta,
                               local_iter=local_iter, alpha_u=alpha_u, l1_ratio=l1_ratio,
                               positive=positive, w_update=w_update, biased=biased, eps=eps),
