@@ -208,12 +208,15 @@ def nbytes(obj):
         return 0
     if isinstance(obj, np.ndarray):
         return obj.nbytes
+    if isinstance(obj, dict):  # (before issparse: one message per client, thousands a round)
+        total = 0
+        for v in obj.values():
+            total += v.nbytes if type(v) is np.ndarray else nbytes(v)
+        return total
     if isinstance(obj, Broadcast):
         return nbytes(obj.message)
     if sp.issparse(obj):
         return obj.data.nbytes + obj.indices.nbytes + obj.indptr.nbytes
-    if isinstance(obj, dict):
-        return sum(nbytes(v) for v in obj.values())
     if isinstance(obj, (list, tuple)):
         return sum(nbytes(v) for v in obj)
     if isinstance(obj, (int, float, np.number, bool)):
