@@ -9,7 +9,8 @@ from joblib import parallel_config
 from sklearn_fedmf import FedMAvg as _FedMAvg
 from sklearn_fedmf import FedMGS as _FedMGS
 from sklearn_fedmf._engine import nbytes
-from sklearn_fedmf.completion._fedmavg import q2_schedule
+from sklearn_fedmf.completion import _fedmavg
+from sklearn_fedmf.completion._fedmavg import q2_schedule, server_prepare
 
 from .conftest import low_rank_ratings, paper
 
@@ -188,3 +189,24 @@ def test_fedmc_admm_variant_rejects_a_global_step(ratings):
     X, _, _ = ratings
     with pytest.raises(ValueError, match="its own local step"):
         small(variant="fedmc_admm", w_step="global").fit(X)
+
+
+def test_server_prepare_stores_the_grams_a_chunk_at_a_time(monkeypatch):
+    # the stacked assignment runs in chunks (one stack of 480,189 Grams is a 0.75 GB
+    # temporary); every chunk boundary must land each Gram on its client
+    rng = np.random.default_rng(0)
+    grams = rng.random((11, 3, 3))
+    sent = {c: {"gram": rng.random((3, 3))} for c in [7, 2, 9, 0, 5, 10, 3]}
+    expected = grams.copy()
+    for c, stat in sent.items():
+        expected[c] = stat["gram"]
+    outs = []
+    for chunk in (3, 4096):
+        monkeypatch.setattr(_fedmavg, "_GRAM_CHUNK", chunk)
+        state = {"grams": grams.copy()}
+        state, message = server_prepare(state, sent, 0, d_factor=1.2, alpha_v=0.5,
+                                        l1_ratio=0.0)
+        np.testing.assert_array_equal(state["grams"], expected)
+        outs.append(message["d"])
+    top = np.linalg.eigvalsh(expected.sum(axis=0))[-1]
+    np.testing.assert_allclose(outs, [1.2 * (top + 0.5)] * 2, rtol=1e-12)

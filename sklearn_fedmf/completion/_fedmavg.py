@@ -300,6 +300,9 @@ def client_prepare(state, block, broadcast, rng, selected, **params):
     return new, {"gram": item_gram(new["U"], params.get("biased", False))}
 
 
+_GRAM_CHUNK = 4096  # Grams per stacked assignment in server_prepare
+
+
 def server_prepare(server_state, stats, round_index, *, d_factor, alpha_v, l1_ratio,
                    biased=False):
     """The global step ``d = d_factor (lambda_max(sum_p U_p^T U_p) + ridge)`` (3.4, 8.3).
@@ -307,9 +310,13 @@ def server_prepare(server_state, stats, round_index, *, d_factor, alpha_v, l1_ra
     The server's cache of the clients' Grams is updated in place: at one client per user it
     is ``p x r x r`` (0.75 GB at the Netflix shape), too large to copy every round."""
     grams = server_state["grams"]
-    if stats:  # (one stacked assignment: at one client per user there are thousands)
-        grams[np.fromiter(stats, np.int64, len(stats))] = np.concatenate(
-            [stat["gram"] for stat in stats.values()]).reshape(-1, *grams.shape[1:])
+    clients = np.fromiter(stats, np.int64, len(stats))
+    new = [stat["gram"] for stat in stats.values()]
+    # stacked assignments (at one client per user there are 480,189 Grams a round), a chunk
+    # at a time: one stack of them all is a 0.75 GB temporary, paged in afresh every round
+    for a in range(0, len(new), _GRAM_CHUNK):
+        grams[clients[a:a + _GRAM_CHUNK]] = np.concatenate(
+            new[a:a + _GRAM_CHUNK]).reshape(-1, *grams.shape[1:])
     L = w_bound(grams.sum(axis=0), alpha_v * (1.0 - l1_ratio), biased)
     return server_state, {"d": d_factor * L}
 
