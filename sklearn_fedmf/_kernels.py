@@ -26,6 +26,7 @@ __all__ = [
     "values_at",
     "ridge_fold_in",
     "prox_grad_rows",
+    "squared_distance",
 ]
 
 _jit = njit(cache=True, nogil=True, fastmath=False)
@@ -178,6 +179,24 @@ def _gram_pays(nnz, r, n_steps):
 # Reassociating lets LLVM vectorize the reductions. The summation order then depends only on
 # the length (no peeling for alignment: tested), so results stay the same for any n_jobs.
 _reduce = njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+
+
+def squared_distance(A, B):
+    """``||A - B||_F^2`` in one pass, without the ``A - B`` temporary. Both are read in the
+    memory order of ``A`` (no copy of a Fortran-ordered ``A``, like Felb's factors, or of a
+    ``B`` in the same order)."""
+    order = "F" if np.isfortran(A) else "C"
+    return float(_squared_sum(np.ravel(A, order=order), np.ravel(B, order=order)))
+
+
+@_reduce
+def _squared_sum(a, b):
+    total = 0.0
+    for i in range(a.size):
+        d = a[i] - b[i]
+        total += d * d
+    return total
+
 
 
 @_reduce

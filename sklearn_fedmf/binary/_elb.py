@@ -18,6 +18,8 @@ import math
 import numpy as np
 from numba import njit
 
+from .._kernels import squared_distance
+
 __all__ = [
     "PROX_MODES",
     "elb_value",
@@ -84,30 +86,6 @@ def _elb_sum(x, kappa, lam):
         d = v - 1.0
         total += min(kappa * abs(v) + 0.5 * lam * v * v, kappa * abs(d) + 0.5 * lam * d * d)
     return total
-
-
-def squared_distance(X, Y):
-    """``||X - Y||_F^2`` in one pass, without the ``X - Y`` temporary."""
-    # both in Fortran order: views of Felb's item-major factors, the same entry order always
-    return float(_squared_sum(np.ravel(np.asarray(X, dtype=np.float64), order="F"),
-                              np.ravel(np.asarray(Y, dtype=np.float64), order="F")))
-
-
-@njit(cache=True, nogil=True)
-def _squared_sum(x, y):
-    """``sum (x - y)^2`` in four running sums (one would wait on each addition)."""
-    s0 = s1 = s2 = s3 = 0.0
-    n4 = x.shape[0] - x.shape[0] % 4
-    for i in range(0, n4, 4):
-        d0, d1, d2, d3 = x[i] - y[i], x[i + 1] - y[i + 1], x[i + 2] - y[i + 2], x[i + 3] - y[i + 3]
-        s0 += d0 * d0
-        s1 += d1 * d1
-        s2 += d2 * d2
-        s3 += d3 * d3
-    for i in range(n4, x.shape[0]):
-        d = x[i] - y[i]
-        s0 += d * d
-    return (s0 + s1) + (s2 + s3)
 
 
 def integrality_gap_values(X):

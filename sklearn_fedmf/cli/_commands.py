@@ -213,9 +213,9 @@ def cmd_tune(args):
             f"users of a training fold ({args.cv}-fold CV over {X.shape[0]} users)"
         )
     cpr = estimator.get_params().get("clients_per_round")
-    if isinstance(cpr, int) and min(grid_values(grid, "n_clients", cpr)) < cpr:
-        raise CommandError(f"impossible sizes: --grid n_clients="
-                           f"{min(grid_values(grid, 'n_clients', cpr))} is "
+    fewest = min(grid_values(grid, "n_clients", cpr)) if isinstance(cpr, int) else None
+    if fewest is not None and fewest < cpr:
+        raise CommandError(f"impossible sizes: --grid n_clients={fewest} is "
                            f"less than --clients-per-round {cpr}")
     cv = KFold(args.cv, shuffle=True, random_state=args.seed)
     common = dict(cv=cv, n_jobs=args.jobs, error_score="raise", refit=False)

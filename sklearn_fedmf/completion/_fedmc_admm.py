@@ -329,8 +329,7 @@ def client_metrics(state, block, Vt, *, alpha_u, l1_ratio, biased=False, alpha_v
         "n": block.nnz,
         "sse_eval": squared_error_of(block.X_eval, U, Vt),
         "n_eval": 0 if block.X_eval is None else block.X_eval.nnz,
-        "consensus": squared_distance(np.ascontiguousarray(state["Wt"]),
-                                      np.ascontiguousarray(Vt)),
+        "consensus": squared_distance(state["Wt"], Vt),
     }
 
 

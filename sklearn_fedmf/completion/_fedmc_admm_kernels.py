@@ -2,10 +2,11 @@
 
 :func:`linearized_cols` runs a client's ``N`` linearized W-steps over its item columns (the
 W-update of Algorithm 1); :func:`replace_and_accumulate` updates the server's running sum of
-``W_i + Y_i / beta``; :func:`squared_distance` measures the consensus gap. They build on the
+``W_i + Y_i / beta``; the consensus gap is the shared
+:func:`~sklearn_fedmf._kernels.squared_distance`. They build on the
 shared row kernels of :mod:`sklearn_fedmf._kernels` (Gram gathering, row gradients), whose
-conventions they follow: C-contiguous factors, item factors passed transposed, reductions
-compiled with ``_reduce`` so that results do not depend on ``n_jobs`` or the backend.
+conventions they follow: C-contiguous factors, item factors passed transposed, sums whose
+order does not depend on ``n_jobs`` or the backend.
 ``tests/test_kernels.py`` checks them against dense numpy oracles.
 """
 
@@ -18,9 +19,9 @@ from .._kernels import (
     _jit,
     _prox_entry,
     _prox_grad_rows,
-    _reduce,
     _row_gradient,
     _row_gram,
+    squared_distance,
 )
 
 __all__ = ["linearized_cols", "squared_distance", "replace_and_accumulate", "group_update",
@@ -195,17 +196,6 @@ def linearized_cols(indptr, indices, data, U, Wt, target, L, beta, n_clients, n_
                 for a in range(r):
                     out[j, a] += c_last * U[iq, a]
                     out_prev[j, a] += c_before * U[iq, a]
-
-
-@_reduce
-def squared_distance(A, B):
-    """``||A - B||_F^2`` for two C-contiguous arrays of the same 2-D shape."""
-    a, b = A.reshape(A.size), B.reshape(B.size)
-    total = 0.0
-    for i in range(a.size):
-        d = a[i] - b[i]
-        total += d * d
-    return total
 
 
 @_jit
