@@ -16,6 +16,7 @@ from .._kernels import (
     _gram_buffers,
     _gram_of_gathered,
     _gram_pays,
+    _inline,
     _jit,
     _prox_entry,
     _prox_grad_rows,
@@ -260,18 +261,25 @@ def _implicit_gram(Wc, BWc, hist, coef, col, G, out):
             out[a, b] = out[b, a]
 
 
+@_inline
+def _unrated_map(L, beta, n_steps):
+    """``(keep, 1 / (L + beta), keep^N, sigma_N)`` of :func:`linearized_cols`'s ``k = 0``
+    closed form ``w_N = keep^N w_0 + sigma_N c``, ``sigma_N = sum_{q<N} keep^q``."""
+    keep, inv_denom = L / (L + beta), 1.0 / (L + beta)
+    pow_last, sigma_last = 1.0, 0.0
+    for _ in range(n_steps):
+        pow_last, sigma_last = keep * pow_last, keep * sigma_last + 1.0
+    return keep, inv_denom, pow_last, sigma_last
+
+
 @_jit
 def _one_rater_cols(u, lc, dat, Wc, target, L, beta, n_clients, n_steps, out):
     """:func:`linearized_cols` for a client of one row ``u`` (a column has 0 or 1 rating:
     ``dat[s]`` at column ``lc[s]``), with the same arithmetic as its ``k = 0`` and ``k = 1``
     cases, without its packing (one user per client: the common case)."""
     r, k = u.size, Wc.shape[0]
-    keep = L / (L + beta)
-    inv_denom = 1.0 / (L + beta)
+    keep, inv_denom, pow_last, sigma_last = _unrated_map(L, beta, n_steps)
     gamma = inv_denom * (1.0 / n_clients)
-    pow_last, sigma_last = 1.0, 0.0
-    for _ in range(n_steps):
-        pow_last, sigma_last = keep * pow_last, keep * sigma_last + 1.0
     c_last = sigma_last * inv_denom
     for e in range(k):
         for a in range(r):
@@ -356,14 +364,11 @@ def _one_user(u, dat, Ec, Wc, Yc, BWc, BYc, hist, coef, G, V, free, n_clients, b
     K = 0.0
     for a in range(r):
         K += u_out[a] * u_out[a]
-    keep = L / (L + beta)
-    inv_denom = 1.0 / (L + beta)
+    keep, inv_denom, pow_last, sigma_last = _unrated_map(L, beta, n_steps)
     gamma = inv_denom * (1.0 / n_clients)
     A = -gamma * K + keep
-    pow_last, sigma_last = 1.0, 0.0
     s_a, acc_a, s_d, acc_d = 1.0, 0.0, 0.0, 0.0  # acc_N for (s_0, D) = (1, 0) and (0, 1)
     for _ in range(n_steps):
-        pow_last, sigma_last = keep * pow_last, keep * sigma_last + 1.0
         acc_a, s_a = keep * acc_a + s_a, A * s_a
         acc_d, s_d = keep * acc_d + s_d, 1.0 + A * s_d
     c_last = sigma_last * inv_denom
@@ -599,10 +604,7 @@ def _map_coefficients(hc, cc, kk, L, beta, n_steps, exact, hist_out, coef_out, q
         coef_out[q0 + n_old, 0] = 1.0
         coef_out[q0 + n_old, 1] = 0.0
         return 0.0, 1.0 / beta, 1.0
-    keep, inv_denom = L / (L + beta), 1.0 / (L + beta)
-    pow_last, sigma_last = 1.0, 0.0
-    for _ in range(n_steps):
-        pow_last, sigma_last = keep * pow_last, keep * sigma_last + 1.0
+    _, inv_denom, pow_last, sigma_last = _unrated_map(L, beta, n_steps)
     c_last = sigma_last * inv_denom
     for q in range(n_old):
         w = pow_last * cc[q, 0] - c_last * cc[q, 1]
