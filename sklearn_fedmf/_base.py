@@ -182,7 +182,38 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         biases = self.biased and (self.item_bias_.any() or self.user_bias_.any())
         if (not self.components_.any() or not self.user_factors_.any()) and not biases:
             return "the factors are all zero, so every prediction is the same constant"
-        return objective_not_decreasing(history)
+        return self._collapsed(ctx.X) or objective_not_decreasing(history)
+
+    def _collapsed(self, Xc):
+        """Why the factor part ``U V`` is negligible on the training ratings, or None.
+
+        Negligible means an RMS of ``u . v`` over the (centred) training ratings below
+        ``COLLAPSE_RATIO`` times theirs: the model then predicts with its biases (or the
+        mean) alone, whatever its rank. Measured on rows spread over the data, at most about
+        ``COLLAPSE_SAMPLE`` ratings, so the check stays cheap on any size.
+        """
+        step = max(1, -(-Xc.nnz // COLLAPSE_SAMPLE))
+        rows = np.arange(0, Xc.shape[0], step)
+        sample = Xc[rows]
+        if sample.nnz == 0:
+            return None
+        U = np.ascontiguousarray(self.user_factors_[rows], dtype=np.float64)
+        Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
+        zeros = np.zeros(sample.nnz)
+        rms_uv = np.sqrt(squared_error(sample.indptr, sample.indices, zeros, U, Vt) / sample.nnz)
+        rms_data = np.sqrt(np.mean(np.square(sample.data, dtype=np.float64)))
+        if rms_uv >= COLLAPSE_RATIO * rms_data:
+            return None
+        if self.biased:
+            users = np.repeat(rows, np.diff(sample.indptr))
+            bias = self.user_bias_[users] + self.item_bias_[sample.indices]
+            alone = (f"against {np.sqrt(np.mean(np.square(bias))):.3g} for the biases: the "
+                     "model is its biases alone")
+        else:
+            alone = "so every prediction is about the training mean"
+        return (f"the factor part is negligible (on the training ratings U V has an RMS of "
+                f"{rms_uv:.3g}, {alone}); lower alpha_u and alpha_v, run more rounds, or "
+                "check that the data has structure beyond the biases")
 
     def fit_transform(self, X, y=None, **fit_params):
         """Fit, then fold ``X`` in: the same as ``fit(X).transform(X)``.
@@ -416,6 +447,11 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         tags.target_tags.required = False
         return tags
 
+
+# A factor part whose RMS on the training ratings is below COLLAPSE_RATIO times the ratings'
+# (centred) RMS has collapsed; the check reads about COLLAPSE_SAMPLE ratings.
+COLLAPSE_RATIO = 1e-2
+COLLAPSE_SAMPLE = 200_000
 
 # Above this many entries, a dense users x items result is refused (400 MB in float64).
 MAX_DENSE_ENTRIES = 50_000_000

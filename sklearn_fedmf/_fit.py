@@ -48,7 +48,7 @@ from ._engine import (
 )
 from ._groups import ClientGroup, GroupedTransport, GroupStates, make_groups
 from ._joblib_backend import dask_client
-from .exceptions import DegenerateFitWarning
+from .exceptions import ConvergenceWarning, DegenerateFitWarning
 
 __all__ = ["FEDERATION_CONSTRAINTS", "FederatedEstimator", "FitContext"]
 
@@ -291,16 +291,13 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         rounds = self._engine_params()["max_iter"]
         self.converged_ = not (tol and len(history) >= rounds and not self._tol_met(history))
         self.degenerate_ = self._degenerate(state, blocks, ctx, history)
-        problems = [] if self.degenerate_ is None else [self.degenerate_]
+        # stacklevel 5: the caller of fit (through _fit_context, fit and _fit)
+        name = type(self).__name__
+        if self.degenerate_ is not None:
+            warnings.warn(f"{name}: {self.degenerate_}.", DegenerateFitWarning, stacklevel=5)
         if not self.converged_:
-            problems.append(f"tol={tol:g} was not met within max_iter={rounds} rounds; raise "
-                            "max_iter or tol")
-        if problems:
-            warnings.warn(
-                f"{type(self).__name__}: " + "; ".join(problems) + ".",
-                DegenerateFitWarning,
-                stacklevel=5,  # the caller of fit (through _fit_context, fit and _fit)
-            )
+            warnings.warn(f"{name}: tol={tol:g} was not met within max_iter={rounds} rounds; "
+                          "raise max_iter or tol.", ConvergenceWarning, stacklevel=5)
 
 
 def objective_not_decreasing(history):

@@ -5,7 +5,7 @@ own (``warnings.filterwarnings("ignore", category=UnobservedItemsWarning)``). An
 raises each warning at most once per fit.
 """
 
-from sklearn.exceptions import ConvergenceWarning
+from sklearn.exceptions import ConvergenceWarning as _SklearnConvergenceWarning
 
 __all__ = [
     "FedMFWarning",
@@ -13,6 +13,7 @@ __all__ = [
     "DataWarning",
     "ConfigurationWarning",
     "ClientFailureWarning",
+    "ConvergenceWarning",
     "DegenerateFitWarning",
     "PrivacyWarning",
     "ClientDropout",
@@ -44,10 +45,18 @@ class ClientFailureWarning(FedMFWarning):
     without them."""
 
 
-class DegenerateFitWarning(ConvergenceWarning, FedMFWarning):
-    """A fit ended at a trivial solution (all-zero factors, a frozen model, no decrease of the
-    objective) or without meeting ``tol``. A :class:`~sklearn.exceptions.ConvergenceWarning`,
-    so scikit-learn's own filters for it apply."""
+class ConvergenceWarning(_SklearnConvergenceWarning, FedMFWarning):
+    """A fit ran all ``max_iter`` rounds without meeting ``tol``. The model is usable; more
+    rounds (or a larger ``tol``) would change it. A subclass of scikit-learn's
+    :class:`~sklearn.exceptions.ConvergenceWarning`, so scikit-learn's own filters for it
+    apply."""
+
+
+class DegenerateFitWarning(FedMFWarning):
+    """A fit ended at a trivial solution: all-zero factors, a factor part that has collapsed
+    next to the biases (the model is its biases alone), a frozen model, or an objective that
+    did not decrease. Unlike :class:`ConvergenceWarning`, more rounds do not help: the
+    settings (usually too strong a regularization) or the data are the cause."""
 
 
 class PrivacyWarning(FedMFWarning):

@@ -25,6 +25,7 @@ from sklearn_fedmf import (
 )
 from sklearn_fedmf._fit import objective_not_decreasing
 from sklearn_fedmf.binary import MEBF, Asso, GreConD
+from sklearn_fedmf.exceptions import ConvergenceWarning as FedMFConvergenceWarning
 from sklearn_fedmf.exceptions import DataWarning, DegenerateFitWarning, FedMFWarning
 
 from .conftest import low_rank_ratings
@@ -167,7 +168,7 @@ def test_each_warning_at_most_once_per_fit(kind, estimator):
         X[0, 1] = -1.0  # negative entries: DataWarning
     estimator = clone(estimator)
     if "tol" in estimator.get_params():
-        estimator.set_params(tol=1e-300)  # never met: DegenerateFitWarning
+        estimator.set_params(tol=1e-300)  # never met: ConvergenceWarning
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         estimator.fit(X)
@@ -255,7 +256,6 @@ def test_a_trivial_result_warns_once_and_says_so(estimator, X, reason):
         estimator.fit(X)
     degenerate = [w for w in caught if issubclass(w.category, DegenerateFitWarning)]
     assert len(degenerate) == 1 and reason in str(degenerate[0].message)
-    assert issubclass(DegenerateFitWarning, ConvergenceWarning)
     assert reason in estimator.degenerate_
 
 
@@ -266,22 +266,62 @@ def test_a_healthy_fit_does_not_warn(kind, estimator):
         X[:15, :6] = X[15:, 6:] = 1  # two tiles
     else:
         X = _data(kind)[0]
+    params = {"tol": 0.0} if "tol" in estimator.get_params() else {}
+    if kind == "ratings":  # data with a factor structure, and strengths that let it show
+        X = low_rank_ratings(m=40, n=12)[0]
+        params.update(HEALTHY)
     with warnings.catch_warnings():
         warnings.simplefilter("error", DegenerateFitWarning)
-        model = clone(estimator).set_params(
-            **({"tol": 0.0} if "tol" in estimator.get_params() else {})).fit(X)
+        warnings.simplefilter("error", FedMFConvergenceWarning)
+        model = clone(estimator).set_params(**params).fit(X)
     assert model.degenerate_ is None and model.converged_
 
 
 def test_tol_never_met_warns_and_sets_converged():
     X, _, _ = low_rank_ratings(m=40, n=12)
     est = FedMCADMM(n_components=2, n_clients=3, max_iter=4, random_state=0)
-    with pytest.warns(DegenerateFitWarning, match="tol=1e-300 was not met within max_iter=4"):
-        assert not clone(est).set_params(tol=1e-300).fit(X).converged_
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = clone(est).set_params(tol=1e-300).fit(X)
+    # not meeting tol is a ConvergenceWarning (scikit-learn's filters apply), not a
+    # degenerate fit: the model itself is fine
+    categories = [w.category for w in caught]
+    assert categories == [FedMFConvergenceWarning] and not model.converged_
+    assert "tol=1e-300 was not met within max_iter=4" in str(caught[0].message)
+    assert issubclass(FedMFConvergenceWarning, ConvergenceWarning)
+    assert model.degenerate_ is None
     with warnings.catch_warnings():
-        warnings.simplefilter("error", DegenerateFitWarning)
+        warnings.simplefilter("error", FedMFConvergenceWarning)
         model = clone(est).set_params(tol=0.5, max_iter=50).fit(X)  # met early
     assert model.converged_ and model.n_iter_ < 50
+
+
+# ---- a collapsed factor part (every completion estimator) ----------------------------------
+# weak strengths and enough rounds for RFRec's small start to grow off the zero saddle
+HEALTHY = dict(alpha_u=0.01, alpha_v=0.01, max_iter=30, tol=0.0)
+COLLAPSING = {  # strengths far above the data's scale: U V ends negligible beside the biases
+    "FedMCADMM": dict(alpha_u=1e4, alpha_v=1e4),
+    "FedMAvg": dict(alpha_u=1e4, alpha_v=1e4),
+    "FedMGS": dict(alpha_u=1e4, alpha_v=1e4),
+    "RFRec": dict(alpha_u=1e4, alpha_v=1e4, learning_rate=1e-5),
+}
+
+
+@pytest.mark.parametrize("estimator", RATINGS, ids=RATINGS_IDS)
+def test_a_collapsed_factor_part_warns_that_the_model_is_its_biases(estimator):
+    X, _, _ = low_rank_ratings(m=40, n=12)
+    name = type(estimator).__name__
+    est = clone(estimator).set_params(biased=True, tol=0.0, max_iter=30, **COLLAPSING[name])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.fit(X)
+    degenerate = [str(w.message) for w in caught if w.category is DegenerateFitWarning]
+    assert len(degenerate) == 1 and "the model is its biases alone" in degenerate[0]
+    assert "factor part is negligible" in est.degenerate_
+    # the same data with weak strengths and enough rounds keeps its factor part
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateFitWarning)
+        clone(estimator).set_params(biased=True, **HEALTHY).fit(X)
 
 
 def test_objective_not_decreasing():

@@ -26,7 +26,7 @@ def test_auto_alpha_u_is_the_per_rating_strength_at_the_mean_user(n_ratings, n_u
     assert auto_alpha_u(n_ratings, n_users, weighted=True) == AUTO_ALPHA_U
 
 
-@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")  # 5 rounds
+@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.ConvergenceWarning")  # 5 rounds
 def test_fit_resolves_auto_to_the_explicit_strength():
     X, Y, _ = low_rank_ratings(m=60, n=30)
     auto = FedMCADMM(**SMALL).fit(X)

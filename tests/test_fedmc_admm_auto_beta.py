@@ -45,7 +45,7 @@ def test_initial_curvature_limits():
             < initial_curvature(10**5, 1000, 100, 5, 0.1, True))
 
 
-@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")  # 2 rounds
+@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.ConvergenceWarning")  # 2 rounds
 def test_auto_beta_is_scaled_by_the_training_ratings():
     X, _, _ = low_rank_ratings(m=60, n=30)
     model = FedMCADMM(n_clients=6, max_iter=2, random_state=0).fit(X)

@@ -59,7 +59,7 @@ def test_fedpalm_q_2_clustering_round_by_hand():
     np.testing.assert_allclose(model.sample_factors_, A_all, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
+@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.ConvergenceWarning")
 def test_fedpalm_uploads_only_the_local_centers():
     X = np.abs(np.random.default_rng(1).normal(size=(40, 5)))
 

@@ -138,6 +138,7 @@ CONTRACT = {
 }
 
 
+@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.ConvergenceWarning")
 @pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
 @pytest.mark.parametrize("name", sorted(CONTRACT))
 def test_flower_fit_equals_the_simulation(name, tmp_path, task_identity):

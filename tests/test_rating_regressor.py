@@ -324,3 +324,34 @@ def test_binary_predict_is_guarded_too(monkeypatch):
     monkeypatch.setattr(type(model), "transform", lambda *a: pytest.fail("work started"))
     with pytest.raises(ValueError, match=r"30 x 10 matrix.*transform\(X\) and components_"):
         model.predict(X)
+
+
+# ---- predictions stay on the rating scale by default (clip=True) -------------------------
+@pytest.mark.parametrize("Estimator", [FedMCADMM, FedMAvg, FedMGS, RFRec])
+def test_predictions_are_clipped_to_the_training_range_by_default(Estimator):
+    # a rank-2 model whose unobserved entries reach far beyond the observed range: the raw
+    # model extrapolates past it, the default clips every face to rating_range_
+    rng = np.random.default_rng(3)
+    U, V = rng.normal(size=(60, 2)) * 2, rng.normal(size=(20, 2)) * 2
+    users, items = np.nonzero(rng.random((60, 20)) < 0.5)
+    raw = (U[users] * V[items]).sum(1)
+    keep = np.abs(raw) < 2.0  # observed ratings in (1, 5); the hidden ones are not
+    users, items, y = users[keep], items[keep], 3.0 + raw[keep]
+    X = pd.DataFrame({"user": users, "item": items})
+    params = dict(n_components=2, n_clients=3, max_iter=60, alpha_u=1e-3, alpha_v=1e-3,
+                  random_state=0)
+    if Estimator is RFRec:
+        params.update(learning_rate=0.05, n_clients=20, max_iter=200)
+    clipped = RatingRegressor(Estimator(**params)).fit(X, y)
+    low, high = clipped.estimator_.rating_range_
+    assert (low, high) == (y.min(), y.max())
+    grid = pd.DataFrame({"user": np.repeat(np.arange(60), 20), "item": np.tile(np.arange(20), 60)})
+    unclipped = RatingRegressor(Estimator(**params, clip=False)).fit(X, y)
+    raw_pred = unclipped.predict(grid)
+    assert raw_pred.min() < low - 0.1 or raw_pred.max() > high + 0.1  # the raw model leaves it
+    pred = clipped.predict(grid)
+    np.testing.assert_array_equal(pred, np.clip(raw_pred, low, high))
+    _, scores = clipped.recommend(np.arange(60), n=5, exclude_seen=False)
+    assert scores.min() >= low and scores.max() <= high
+    dense = clipped.estimator_.predict(sp.csr_matrix((y, (users, items)), shape=(60, 20)))
+    assert dense.min() >= low and dense.max() <= high

@@ -121,7 +121,7 @@ def test_weighted_sampling_fits_and_fedmgs_applies_each_client_once():
         assert model.history_[-1]["eval_rmse"] < 0.1  # predicting 0 gives about 1
 
 
-@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
+@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.ConvergenceWarning")
 def test_weighted_sampling_clusters_blobs():
     rng = np.random.default_rng(0)
     centers = np.array([[5.0, 0.2, 0.2], [0.2, 5.0, 0.2], [0.2, 0.2, 5.0]])

@@ -477,8 +477,10 @@ class FedMCADMM(FederatedMFBase):
         projection onto 1 (derivation in the user guide, "Biases"). ``b_u`` is private like
         ``U_i``; ``b_i`` travels in ``(W_i, Y_i)`` and is aggregated as ``V`` (two more
         columns of bytes). The biases are regularized by ``alpha_u`` and ``alpha_v``.
-    clip : bool, default=False
-        Clip predictions to the training rating range.
+    clip : bool, default=True
+        Clip predictions (``predict``, ``score``, and through
+        :class:`~sklearn_fedmf.RatingRegressor` its pairs and ``recommend`` scores) to the
+        training rating range ``rating_range_``, as Surprise does; False gives the raw model.
     dropout : float, default=0.0
         Probability that a sampled client fails in a round (it then keeps its state and sends
         nothing); failures are counted in ``history_``.
@@ -622,7 +624,7 @@ class FedMCADMM(FederatedMFBase):
         dual_init="paper",
         center=True,
         biased=True,
-        clip=False,
+        clip=True,
         dropout=0.0,
         eval_every=1,
         callback=None,

@@ -569,8 +569,10 @@ class FedMGS(FederatedMFBase):
         by indicator functions in the regularizers (their prox is the projection onto 1), so
         the algorithm runs unchanged on rank ``n_components + 2``. ``b_u`` stays on its
         client like ``U_p``; ``b_i`` travels and is aggregated as ``V`` (its bytes counted).
-    clip : bool, default=False
-        Clip predictions to the training rating range.
+    clip : bool, default=True
+        Clip predictions (``predict``, ``score``, and through
+        :class:`~sklearn_fedmf.RatingRegressor` its pairs and ``recommend`` scores) to the
+        training rating range ``rating_range_``, as Surprise does; False gives the raw model.
     dropout : float, default=0.0
         Probability that a sampled client fails in a round (it then sends nothing);
         failures are counted in ``history_``.
@@ -679,7 +681,7 @@ class FedMGS(FederatedMFBase):
         init_scale=1.0,
         center=True,
         biased=True,
-        clip=False,
+        clip=True,
         dropout=0.0,
         eval_every=1,
         callback=None,

@@ -192,8 +192,10 @@ class RFRec(FederatedMFBase):
         by indicator functions in the regularizers (their prox is the projection onto 1), so
         the algorithm runs unchanged on rank ``n_components + 2``. ``b_u`` stays on its
         client like ``U_p``; ``b_i`` travels and is aggregated as ``V`` (its bytes counted).
-    clip : bool, default=False
-        Clip predictions to the training rating range.
+    clip : bool, default=True
+        Clip predictions (``predict``, ``score``, and through
+        :class:`~sklearn_fedmf.RatingRegressor` its pairs and ``recommend`` scores) to the
+        training rating range ``rating_range_``, as Surprise does; False gives the raw model.
     predict_with : {"global", "personal"}, default="global"
         ``"global"``: ``predict``/``score`` fold rows in against ``Vbar`` (the paper's and the
         code's model). ``"personal"``: each training user's client predicts with
@@ -321,7 +323,7 @@ class RFRec(FederatedMFBase):
         simulate_uploads=False,
         center=True,
         biased=True,
-        clip=False,
+        clip=True,
         predict_with="global",
         dropout=0.0,
         eval_every=1,
