@@ -60,10 +60,16 @@ class FedBaseline(FederatedMFBase):
         How rows are assigned to ``n_clients`` clients when ``clients`` is not given to fit
         (``"random"`` is seeded by ``random_state``).
     clients_per_round : int, float or None, default=None
-        Clients drawn each round; None means all.
+        Clients drawn each round; None means all. The server's sums keep every client's
+        latest contribution, so a sampled round still moves toward the same model; it needs
+        more rounds (``benchmarks/bench_fed_baseline.py``, one client per user of
+        ml-latest-small, 10 % per round: test RMSE 0.8810, 0.8676, 0.8663 after 20, 40, 60
+        rounds against 0.8661 with every client; a server using only the round's uploads
+        stays at 0.905).
     max_iter : int, default=20
         Communication rounds (one user step and one item step each). With every client each
-        round, 10 rounds reach the test RMSE of the converged model to 1e-4 on MovieLens.
+        round the test RMSE on ml-latest-small is within 1.3e-5 of the converged model's
+        after 10 rounds (Surprise's 10 epochs) and 1e-7 after 20.
     tol : float, default=0.0
         Stop when the relative change of the objective falls below ``tol``.
     clip : bool, default=True
