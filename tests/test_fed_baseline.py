@@ -11,7 +11,7 @@ from sklearn_fedmf import FedBaseline, RatingRegressor
 from sklearn_fedmf.completion import _fed_baseline_protocol as protocol
 from sklearn_fedmf.datasets import load_movielens
 from sklearn_fedmf.exceptions import DegenerateFitWarning, FedMFWarning
-from sklearn_fedmf.model_selection import train_test_split_ratings
+from sklearn_fedmf.model_selection import default_search_space, train_test_split_ratings
 
 
 def als_baseline(X, alpha_u, alpha_v, n_rounds):
@@ -185,14 +185,32 @@ def test_n_jobs_does_not_change_the_model():
     assert [r["objective"] for r in one.history_] == [r["objective"] for r in two.history_]
 
 
-def test_partial_participation_reaches_the_same_model():
-    # a client that is not sampled keeps b_u, so its sums at the server stay exact: randomized
-    # block coordinate descent on the same objective, to the same minimizer
+@pytest.mark.parametrize("partial", [dict(clients_per_round=2), dict(dropout=0.5)])
+def test_partial_participation_reaches_the_same_model(partial):
+    # a client that is not sampled (or drops out) keeps b_u, so its sums at the server stay
+    # exact: randomized block coordinate descent on the same objective, to the same minimizer
     X, _ = bias_ratings()
     full = FedBaseline(n_clients=6, max_iter=60, random_state=0).fit(X)
-    partial = FedBaseline(n_clients=6, clients_per_round=2, max_iter=400, random_state=0).fit(X)
+    partial = FedBaseline(n_clients=6, max_iter=400, random_state=0, **partial).fit(X)
     np.testing.assert_allclose(partial.item_bias_, full.item_bias_, rtol=0, atol=1e-8)
     np.testing.assert_allclose(partial.user_bias_, full.user_bias_, rtol=0, atol=1e-8)
+
+
+def test_warm_start_continues_the_rounds():
+    X, _ = bias_ratings()
+    once = FedBaseline(n_clients=4, max_iter=6, random_state=0).fit(X)
+    warm = FedBaseline(n_clients=4, max_iter=3, warm_start=True, random_state=0).fit(X)
+    warm.fit(X)
+    assert warm.n_iter_ == 6
+    np.testing.assert_allclose(warm.item_bias_, once.item_bias_, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(warm.user_bias_, once.user_bias_, rtol=0, atol=1e-12)
+
+
+def test_search_space_holds_the_defaults():
+    space = default_search_space(FedBaseline())
+    assert set(space) == {"alpha_u", "alpha_v"}
+    assert 15.0 in [round(a, 9) for a in space["alpha_u"]]
+    assert 10.0 in [round(a, 9) for a in space["alpha_v"]]
 
 
 def test_biases_only_data_fit_to_the_noise_level():
