@@ -268,6 +268,13 @@ def test_rating_regressor_pairs_and_recommend():
                        + est.item_bias_[reg._encode(coo.col, reg._item_index)],
                        *est.rating_range_)
     np.testing.assert_allclose(reg.predict(pairs), expected, atol=1e-12)
+    # an unseen user gets the item's bias, an unseen item the user's
+    item, user = coo.col[0], coo.row[0]
+    cold = reg.predict(np.array([[10_000, item], [user, 10_000]]))
+    np.testing.assert_allclose(cold, np.clip(
+        [est.mean_ + est.item_bias_[reg._encode(np.array([item]), reg._item_index)[0]],
+         est.mean_ + est.user_bias_[reg._encode(np.array([user]), reg._user_index)[0]]],
+        *est.rating_range_), atol=1e-12)
     # one user's ranking is the item biases' among the items it has not rated
     items, _ = reg.recommend(coo.row[0], n=5)
     seen = set(coo.col[coo.row == coo.row[0]])
