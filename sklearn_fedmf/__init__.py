@@ -3,12 +3,12 @@
 from ._rating_regressor import RatingRegressor
 from .binary import AggregatedBMF, Felb
 from .cluster import FederatedClustering
-from .completion import FedMAvg, FedMCADMM, FedMGS, RFRec
+from .completion import FedBaseline, FedMAvg, FedMCADMM, FedMGS, RFRec
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AggregatedBMF", "FedMAvg", "FedMCADMM", "FedMGS", "FederatedClustering", "Felb", "RFRec",
-    "RatingRegressor",
+    "AggregatedBMF", "FedBaseline", "FedMAvg", "FedMCADMM", "FedMGS", "FederatedClustering",
+    "Felb", "RFRec", "RatingRegressor",
     "__version__",
 ]
