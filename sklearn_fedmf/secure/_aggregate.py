@@ -1,0 +1,169 @@
+"""One secure sum of a round's uploads, every phase of the protocol run in this process."""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+import numpy as np
+
+from ._encoding import FixedPointEncoding
+from ._protocol import (
+    PHASES,
+    client_advertise_keys,
+    client_masked_input,
+    client_share_keys,
+    client_unmask,
+    default_threshold,
+    server_collect_keys,
+    server_collect_masked,
+    server_route_shares,
+    server_unmask,
+)
+
+__all__ = ["SecureSumResult", "secure_sum"]
+
+
+class SecureSumResult(NamedTuple):
+    """What :func:`secure_sum` returns.
+
+    sum : ndarray
+        The sum of the survivors' vectors, in the uploads' shape.
+    clients : tuple of int
+        The survivors: the clients whose vectors are in ``sum``.
+    bytes_uploaded, bytes_downloaded : dict
+        ``{phase: {client: bytes}}``: each client's message of each phase, and the server's
+        message each client received to start the phase (the key list before
+        ``share_keys``, its routed shares before ``masked_input``, the survivor list before
+        ``unmasking``).
+    seconds : dict
+        ``{phase: (clients, server)}``: the clients' computing time summed over clients
+        (they would run in parallel), and the server's.
+    """
+
+    sum: np.ndarray
+    clients: tuple
+    bytes_uploaded: dict
+    bytes_downloaded: dict
+    seconds: dict
+
+
+def _client_rngs(seed, clients):
+    if seed is None:
+        return dict.fromkeys(clients)
+    if not isinstance(seed, np.random.SeedSequence):
+        seed = np.random.SeedSequence(seed)
+    return {c: np.random.default_rng(np.random.SeedSequence(
+        seed.entropy, spawn_key=(*seed.spawn_key, c))) for c in clients}
+
+
+def secure_sum(uploads, *, encoding=None, threshold=None, seed=None, dropout=None):
+    """The sum of the clients' vectors, computed by the secure-aggregation protocol.
+
+    Runs the four phases of :mod:`sklearn_fedmf.secure` (advertise keys, share keys, masked
+    input, unmasking) for the clients of ``uploads`` in this process, as an estimator's
+    server would run them over its transport: the server's functions only ever see keys,
+    ciphertexts, masked vectors and shares, never a client's vector.
+
+    Parameters
+    ----------
+    uploads : dict
+        ``{client: array}``: client ids (ints from 0, below ``2^32``) to float arrays of one
+        shape.
+    encoding : FixedPointEncoding, default=None
+        The fixed-point encoding (``FixedPointEncoding()`` when None); the number of clients
+        must fit its ring (:meth:`~FixedPointEncoding.check_clients`).
+    threshold : int, default=None
+        Shares needed to reconstruct a secret; a strict majority ``n // 2 + 1`` of the
+        ``n`` clients when None. Fewer clients than this at any phase fail the sum.
+    seed : int, numpy.random.SeedSequence or None, default=None
+        Simulation: client ``c``'s keys, seeds and share coefficients come from
+        ``SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, c))``, so the same seed
+        gives bit-identical messages (and anyone who knows it knows the keys). None: from
+        ``os.urandom``, as in a deployment.
+    dropout : dict, default=None
+        ``{phase: clients}``: simulated clients that go offline before sending their
+        message of ``phase`` (one of ``"share_keys"``, ``"masked_input"``, ``"unmasking"``)
+        and do nothing after. Clients dropped before ``unmasking`` are not in the sum.
+
+    Returns
+    -------
+    SecureSumResult
+        The sum, the survivors, and bytes and seconds per phase.
+
+    Raises
+    ------
+    FederationError
+        When fewer than ``threshold`` clients take part in a phase.
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.secure import secure_sum
+    >>> uploads = {c: np.full(3, 0.5 * c) for c in range(5)}
+    >>> result = secure_sum(uploads, seed=0, dropout={"masked_input": {4}})
+    >>> result.clients, np.round(result.sum, 6)
+    ((0, 1, 2, 3), array([3., 3., 3.]))
+    """
+    encoding = FixedPointEncoding() if encoding is None else encoding
+    clients = sorted(uploads)
+    if not clients:
+        raise ValueError("secure_sum needs at least one client's upload.")
+    if not all(isinstance(c, (int, np.integer)) and 0 <= c < 2**32 for c in clients):
+        raise ValueError("Client ids must be integers in [0, 2^32).")
+    clients = [int(c) for c in clients]
+    shape = np.shape(uploads[clients[0]])
+    if any(np.shape(uploads[c]) != shape for c in clients):
+        raise ValueError("Every upload of a secure sum must have the same shape.")
+    encoding.check_clients(len(clients))
+    threshold = default_threshold(len(clients)) if threshold is None else int(threshold)
+    if not 1 <= threshold <= len(clients):
+        raise ValueError(f"threshold must be in [1, {len(clients)}], got {threshold}.")
+    dropout = {} if dropout is None else dropout
+    unknown = set(dropout) - set(PHASES[1:])
+    if unknown:
+        raise ValueError(f"dropout phases must be among {PHASES[1:]}, got {sorted(unknown)}.")
+    gone = set()
+    up = {p: {} for p in PHASES}
+    down = {p: {} for p in PHASES}
+    seconds = {}
+
+    def run_clients(phase, online, step):
+        """Each online client's step, minus those that drop now; with their bytes."""
+        gone.update(dropout.get(phase, ()))
+        states, messages, t0 = {}, {}, time.perf_counter()
+        for c in online:
+            if c not in gone:
+                states[c], messages[c] = step(c)
+                up[phase][c] = messages[c].nbytes
+        return states, messages, time.perf_counter() - t0
+
+    rngs = _client_rngs(seed, clients)
+    states, adverts, t_c = run_clients(
+        "advertise_keys", clients, lambda c: client_advertise_keys(c, threshold, rngs[c]))
+    t0 = time.perf_counter()
+    keys = server_collect_keys(adverts, threshold)
+    seconds["advertise_keys"] = (t_c, time.perf_counter() - t0)
+
+    key_list_bytes = sum(a.nbytes for a in keys.values())
+    down["share_keys"] = dict.fromkeys(keys, key_list_bytes)
+    states, shares, t_c = run_clients(
+        "share_keys", list(keys), lambda c: client_share_keys(states[c], keys))
+    t0 = time.perf_counter()
+    routed = server_route_shares(shares, threshold)
+    seconds["share_keys"] = (t_c, time.perf_counter() - t0)
+
+    down["masked_input"] = {c: m.nbytes for c, m in routed.items()}
+    states, masked, t_c = run_clients(
+        "masked_input", list(routed),
+        lambda c: client_masked_input(states[c], routed[c], uploads[c], encoding))
+    t0 = time.perf_counter()
+    survivors = server_collect_masked(masked, routed, threshold)
+    seconds["masked_input"] = (t_c, time.perf_counter() - t0)
+
+    down["unmasking"] = dict.fromkeys(survivors.clients, survivors.nbytes)
+    _, unmasking, t_c = run_clients(
+        "unmasking", survivors.clients, lambda c: client_unmask(states[c], survivors))
+    t0 = time.perf_counter()
+    total = server_unmask(keys, routed, masked, unmasking, threshold, encoding)
+    seconds["unmasking"] = (t_c, time.perf_counter() - t0)
+    return SecureSumResult(total.reshape(shape), survivors.clients, up, down, seconds)
