@@ -39,6 +39,9 @@ class SecureSumResult(NamedTuple):
     seconds : dict
         ``{phase: (clients, server)}``: the clients' computing time summed over clients
         (they would run in parallel), and the server's.
+    server_view : dict
+        ``{phase: {client: message}}``: every message the server received, i.e. all it
+        learns besides the sum (public keys, ciphertexts, masked vectors, shares).
     """
 
     sum: np.ndarray
@@ -46,6 +49,7 @@ class SecureSumResult(NamedTuple):
     bytes_uploaded: dict
     bytes_downloaded: dict
     seconds: dict
+    server_view: dict
 
 
 def _client_rngs(seed, clients):
@@ -166,4 +170,6 @@ def secure_sum(uploads, *, encoding=None, threshold=None, seed=None, dropout=Non
     t0 = time.perf_counter()
     total = server_unmask(keys, routed, masked, unmasking, threshold, encoding)
     seconds["unmasking"] = (t_c, time.perf_counter() - t0)
-    return SecureSumResult(total.reshape(shape), survivors.clients, up, down, seconds)
+    view = {"advertise_keys": adverts, "share_keys": shares, "masked_input": masked,
+            "unmasking": unmasking}
+    return SecureSumResult(total.reshape(shape), survivors.clients, up, down, seconds, view)
