@@ -6,7 +6,7 @@ HKDF-SHA256, ChaCha20, ChaCha20-Poly1305), Shamir sharing over a prime field and
 fixed-point encoding in Z_{2^k}. Needs the ``secure`` extra (``cryptography``).
 """
 
-from ._aggregate import SecureSumResult, secure_sum  # noqa: F401  (the result type)
+from ._aggregate import SecureSumResult, secure_aggregate, secure_sum  # noqa: F401
 from ._encoding import FixedPointEncoding
 
-__all__ = ["FixedPointEncoding", "secure_sum"]
+__all__ = ["FixedPointEncoding", "secure_aggregate", "secure_sum"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -21,7 +22,7 @@ from ._protocol import (
     server_unmask,
 )
 
-__all__ = ["SecureSumResult", "secure_sum"]
+__all__ = ["SecureSumResult", "secure_sum", "secure_aggregate"]
 
 
 class SecureSumResult(NamedTuple):
@@ -184,3 +185,69 @@ def secure_sum(uploads, *, encoding=None, threshold=None, seed=None, dropout=Non
     view = {"advertise_keys": adverts, "share_keys": shares, "masked_input": masked,
             "unmasking": unmasking}
     return SecureSumResult(total.reshape(shape), survivors.clients, up, down, seconds, view)
+
+
+def secure_aggregate(uploads, *, encoding=None, threshold=None, seed=None, dropout=None):
+    """The sums of a round's uploads by one secure sum, as an estimator's server needs them.
+
+    Each upload is a dict of named arrays and numbers, as the protocols' uploads are (for
+    example ``{"W": weight * W_p, "weight": weight}``: a client applies its weight itself, so
+    that the server's weighted mean is a ratio of two sums). The entries of every upload are
+    laid end to end in the order of their sorted names, summed by :func:`secure_sum` as one
+    vector, and the sum is cut back into the same names and shapes.
+
+    Parameters
+    ----------
+    uploads : dict
+        ``{client: {name: array or number}}``, the same names and shapes for every client.
+    encoding : FixedPointEncoding, default=None
+        As in :func:`secure_sum`; every entry of every upload must lie within its ``clip``.
+    threshold : int, default=None
+        As in :func:`secure_sum`.
+    seed : int, numpy.random.SeedSequence or None, default=None
+        As in :func:`secure_sum` (a fit would pass one spawned per round).
+    dropout : dict, default=None
+        As in :func:`secure_sum`.
+
+    Returns
+    -------
+    sums : dict
+        ``{name: sum over the survivors}``, arrays in the uploads' shapes, numbers as floats.
+    result : SecureSumResult
+        The protocol's record (survivors, bytes and seconds per phase, what the server saw).
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.secure import secure_aggregate
+    >>> W = {c: np.full((2, 2), float(c)) for c in range(4)}  # client c's copy, weight c + 1
+    >>> uploads = {c: {"W": (c + 1) * W[c], "weight": c + 1.0} for c in range(4)}
+    >>> sums, result = secure_aggregate(uploads, seed=0)
+    >>> sums["weight"], np.round(sums["W"] / sums["weight"], 6)  # the weighted mean
+    (10.0, array([[2., 2.],
+           [2., 2.]]))
+    """
+    if not uploads:
+        raise ValueError("secure_aggregate needs at least one client's upload.")
+    first = next(iter(uploads.values()))
+    if not isinstance(first, Mapping):
+        raise TypeError(f"An upload must be a dict of named arrays, got "
+                        f"{type(first).__name__}; use secure_sum for plain vectors.")
+    names = sorted(first)
+    shapes = {name: np.shape(first[name]) for name in names}
+    vectors = {}
+    for client, upload in uploads.items():
+        if not isinstance(upload, Mapping) or sorted(upload) != names or any(
+                np.shape(upload[name]) != shapes[name] for name in names):
+            raise ValueError(f"Client {client}'s upload does not have the names and shapes "
+                             f"of the others ({shapes}).")
+        vectors[client] = np.concatenate(
+            [np.ravel(np.asarray(upload[name], dtype=np.float64)) for name in names])
+    result = secure_sum(vectors, encoding=encoding, threshold=threshold, seed=seed,
+                        dropout=dropout)
+    sums, start = {}, 0
+    for name in names:
+        size = int(np.prod(shapes[name], dtype=np.int64))
+        part = result.sum[start:start + size]
+        sums[name] = float(part[0]) if shapes[name] == () else part.reshape(shapes[name])
+        start += size
+    return sums, result
