@@ -19,6 +19,7 @@ from sklearn_fedmf.secure._protocol import (  # noqa: E402
     client_masked_input,
     client_share_keys,
     client_unmask,
+    neighbour_graph,
     server_collect_keys,
     server_route_shares,
 )
@@ -44,7 +45,7 @@ def _phases_to_masked(n, d, encoding, seed=0):
     keys = server_collect_keys(adverts, threshold)
     shares = {}
     for c in range(n):
-        states[c], shares[c] = client_share_keys(states[c], keys)
+        states[c], shares[c] = client_share_keys(states[c], keys[c])
     routed = server_route_shares(shares, threshold)
     uploads = _uploads(n, d, seed)
     masked = {}
@@ -153,7 +154,7 @@ def test_a_client_refuses_an_inconsistent_survivor_list():
     with pytest.raises(ValueError, match="refuses to unmask"):
         client_unmask(states[0], Survivors((0, 1)))  # fewer than the threshold 3
     with pytest.raises(ValueError, match="refuses to unmask"):
-        client_unmask(states[0], Survivors((0, 1, 2, 9)))  # 9 never shared keys
+        client_unmask(states[0], Survivors((0, 1, 9)))  # 9 shares nothing with it
     with pytest.raises(ValueError, match="refuses to unmask"):
         client_unmask(states[0], Survivors((1, 2, 3)))  # without itself
 
@@ -212,3 +213,48 @@ def test_secure_sum_validation():
         secure_sum(uploads, encoding=FixedPointEncoding(clip=2.0**30, scale_bits=31))
     with pytest.raises(ValueError, match="exceeds"):
         secure_sum({0: np.array([1e6]), 1: np.zeros(1)}, seed=0)
+
+
+def test_neighbour_graph_is_a_symmetric_regular_graph_drawn_from_its_generator():
+    clients = list(range(3, 23))
+    graphs = [neighbour_graph(clients, 4, np.random.default_rng(s)) for s in (0, 0, 1)]
+    graph = graphs[0]
+    assert sorted(graph) == clients
+    for c, peers in graph.items():
+        assert len(peers) == 4 and c not in peers
+        assert all(c in graph[v] for v in peers)
+    assert graphs[0] == graphs[1] and graphs[0] != graphs[2]
+    complete = neighbour_graph(range(5), 4, np.random.default_rng(0))
+    assert all(len(p) == 4 for p in complete.values())
+    with pytest.raises(ValueError, match="even"):
+        neighbour_graph(clients, 3, np.random.default_rng(0))
+
+
+def test_secagg_plus_sums_with_dropouts_at_linear_cost_in_the_degree():
+    n, d, degree = 15, 40, 4
+    uploads = _uploads(n, d, seed=12)
+    dropped = {2, 9}
+    result = secure_sum(uploads, neighbours=degree, seed=12, dropout={"masked_input": dropped})
+    survivors = tuple(c for c in range(n) if c not in dropped)
+    assert result.clients == survivors
+    np.testing.assert_allclose(result.sum, _plain(uploads, survivors), rtol=0,
+                               atol=FixedPointEncoding().error_bound(len(survivors)))
+    ciphertext = 2 * ID_BYTES + 2 * SHARE_BYTES + TAG_BYTES
+    for c in range(n):
+        assert len(result.server_view["share_keys"][c].ciphertexts) == degree
+        assert result.bytes_uploaded["share_keys"][c] == ID_BYTES + degree * (
+            ID_BYTES + ciphertext)
+        assert result.bytes_downloaded["share_keys"][c] == (degree + 1) * (ID_BYTES + 64)
+    for c in survivors:  # a share per neighbour (and itself), of one kind each
+        message = result.server_view["unmasking"][c]
+        assert len(message.self_mask_shares) + len(message.mask_key_shares) == degree + 1
+
+
+def test_secagg_plus_fails_when_a_secret_has_too_few_holders_left():
+    # degree 2: a secret has 3 holders (threshold 2); when both neighbours of client 0 stop
+    # answering, its self mask cannot be removed, although most clients answered
+    uploads = _uploads(9, 5, seed=13)
+    graph = secure_sum(uploads, neighbours=2, seed=13).server_view["share_keys"]
+    neighbours = set(graph[0].ciphertexts)
+    with pytest.raises(FederationError, match="client 0's secret, fewer than the threshold 2"):
+        secure_sum(uploads, neighbours=2, seed=13, dropout={"unmasking": neighbours})

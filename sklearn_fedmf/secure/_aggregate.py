@@ -64,16 +64,24 @@ class SecureSumResult(NamedTuple):
     server_view: dict
 
 
-def _client_rngs(seed, clients):
+_SERVER_KEY = 2**32  # above every client id
+
+
+def _generators(seed, clients):
+    """Each client's generator and the server's (clients: None, i.e. ``os.urandom``, when
+    ``seed`` is None)."""
     if seed is None:
-        return dict.fromkeys(clients)
+        return dict.fromkeys(clients), np.random.default_rng()
     if not isinstance(seed, np.random.SeedSequence):
         seed = np.random.SeedSequence(seed)
-    return {c: np.random.default_rng(np.random.SeedSequence(
-        seed.entropy, spawn_key=(*seed.spawn_key, c))) for c in clients}
+    return ({c: np.random.default_rng(np.random.SeedSequence(
+        seed.entropy, spawn_key=(*seed.spawn_key, c))) for c in clients},
+            np.random.default_rng(np.random.SeedSequence(
+                seed.entropy, spawn_key=(*seed.spawn_key, _SERVER_KEY))))
 
 
-def secure_sum(uploads, *, encoding=None, threshold=None, seed=None, dropout=None):
+def secure_sum(uploads, *, encoding=None, threshold=None, neighbours=None, seed=None,
+               dropout=None):
     """The sum of the clients' vectors, computed by the secure-aggregation protocol.
 
     Runs the four phases of :mod:`sklearn_fedmf.secure` (advertise keys, share keys, masked
@@ -90,13 +98,20 @@ def secure_sum(uploads, *, encoding=None, threshold=None, seed=None, dropout=Non
         The fixed-point encoding (``FixedPointEncoding()`` when None); the number of clients
         must fit its ring (:meth:`~FixedPointEncoding.check_clients`).
     threshold : int, default=None
-        Shares needed to reconstruct a secret; a strict majority ``n // 2 + 1`` of the
-        ``n`` clients when None. Fewer clients than this at any phase fail the sum.
+        Shares needed to reconstruct a secret; a strict majority of the clients a secret is
+        shared among when None (``n // 2 + 1``, or ``(neighbours + 1) // 2 + 1``). Fewer
+        clients than this at any phase, or among a secret's holders, fail the sum.
+    neighbours : int or None, default=None
+        None: every client pairs with every other (SecAgg, ``O(n)`` work and bytes per
+        client). An even degree: each client pairs with that many neighbours of a random
+        graph the server draws (SecAgg+, ``O(neighbours)`` per client); a degree of at least
+        ``n - 1`` is the complete graph.
     seed : int, numpy.random.SeedSequence or None, default=None
         Simulation: client ``c``'s keys, seeds and share coefficients come from
         ``SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, c))``, so the same seed
-        gives bit-identical messages (and anyone who knows it knows the keys). None: from
-        ``os.urandom``, as in a deployment.
+        gives bit-identical messages (and anyone who knows it knows the keys); the server's
+        graph comes from ``spawn_key=(*seed.spawn_key, 2**32)``. None: from the OS
+        (``os.urandom``), as in a deployment.
     dropout : dict, default=None
         ``{phase: clients}``: simulated clients that go offline before sending their
         message of ``phase`` (one of ``"share_keys"``, ``"masked_input"``, ``"unmasking"``)
@@ -131,9 +146,11 @@ def secure_sum(uploads, *, encoding=None, threshold=None, seed=None, dropout=Non
     if any(np.shape(uploads[c]) != shape for c in clients):
         raise ValueError("Every upload of a secure sum must have the same shape.")
     encoding.check_clients(len(clients))
-    threshold = default_threshold(len(clients)) if threshold is None else int(threshold)
-    if not 1 <= threshold <= len(clients):
-        raise ValueError(f"threshold must be in [1, {len(clients)}], got {threshold}.")
+    holders = len(clients) if neighbours is None else min(int(neighbours) + 1, len(clients))
+    threshold = default_threshold(holders) if threshold is None else int(threshold)
+    if not 1 <= threshold <= holders:
+        raise ValueError(f"threshold must be in [1, {holders}] (the clients a secret is shared "
+                         f"among), got {threshold}.")
     dropout = {} if dropout is None else dropout
     unknown = set(dropout) - set(PHASES[1:])
     if unknown:
@@ -153,17 +170,16 @@ def secure_sum(uploads, *, encoding=None, threshold=None, seed=None, dropout=Non
                 up[phase][c] = messages[c].nbytes
         return states, messages, time.perf_counter() - t0
 
-    rngs = _client_rngs(seed, clients)
+    rngs, server_rng = _generators(seed, clients)
     states, adverts, t_c = run_clients(
         "advertise_keys", clients, lambda c: client_advertise_keys(c, threshold, rngs[c]))
     t0 = time.perf_counter()
-    keys = server_collect_keys(adverts, threshold)
+    keys = server_collect_keys(adverts, threshold, neighbours, server_rng)
     seconds["advertise_keys"] = (t_c, time.perf_counter() - t0)
 
-    key_list_bytes = sum(a.nbytes for a in keys.values())
-    down["share_keys"] = dict.fromkeys(keys, key_list_bytes)
+    down["share_keys"] = {c: sum(a.nbytes for a in keys[c].values()) for c in keys}
     states, shares, t_c = run_clients(
-        "share_keys", list(keys), lambda c: client_share_keys(states[c], keys))
+        "share_keys", list(keys), lambda c: client_share_keys(states[c], keys[c]))
     t0 = time.perf_counter()
     routed = server_route_shares(shares, threshold)
     seconds["share_keys"] = (t_c, time.perf_counter() - t0)
@@ -187,7 +203,8 @@ def secure_sum(uploads, *, encoding=None, threshold=None, seed=None, dropout=Non
     return SecureSumResult(total.reshape(shape), survivors.clients, up, down, seconds, view)
 
 
-def secure_aggregate(uploads, *, encoding=None, threshold=None, seed=None, dropout=None):
+def secure_aggregate(uploads, *, encoding=None, threshold=None, neighbours=None, seed=None,
+                     dropout=None):
     """The sums of a round's uploads by one secure sum, as an estimator's server needs them.
 
     Each upload is a dict of named arrays and numbers, as the protocols' uploads are (for
@@ -203,6 +220,8 @@ def secure_aggregate(uploads, *, encoding=None, threshold=None, seed=None, dropo
     encoding : FixedPointEncoding, default=None
         As in :func:`secure_sum`; every entry of every upload must lie within its ``clip``.
     threshold : int, default=None
+        As in :func:`secure_sum`.
+    neighbours : int or None, default=None
         As in :func:`secure_sum`.
     seed : int, numpy.random.SeedSequence or None, default=None
         As in :func:`secure_sum` (a fit would pass one spawned per round).
@@ -242,8 +261,8 @@ def secure_aggregate(uploads, *, encoding=None, threshold=None, seed=None, dropo
                              f"of the others ({shapes}).")
         vectors[client] = np.concatenate(
             [np.ravel(np.asarray(upload[name], dtype=np.float64)) for name in names])
-    result = secure_sum(vectors, encoding=encoding, threshold=threshold, seed=seed,
-                        dropout=dropout)
+    result = secure_sum(vectors, encoding=encoding, threshold=threshold,
+                        neighbours=neighbours, seed=seed, dropout=dropout)
     sums, start = {}, 0
     for name in names:
         size = int(np.prod(shapes[name], dtype=np.int64))

@@ -1,4 +1,5 @@
-"""The secure-aggregation protocol of Bonawitz et al. (CCS 2017), as pure phase functions.
+"""The secure-aggregation protocol of Bonawitz et al. (CCS 2017), as pure phase functions,
+with the sparse neighbour graph of SecAgg+ (Bell et al., CCS 2020) as an option.
 
 One aggregation runs four phases. In each, every client still online runs its client
 function on its state and the server's last message, and the server turns the clients'
@@ -13,21 +14,24 @@ messages into the next one::
 Client ``u`` draws two X25519 key pairs (a channel pair, whose agreement with ``v``'s keys
 an authenticated channel ``u -> v`` through the server, and a mask pair, whose agreement
 seeds the pairwise mask of ``u`` and ``v``) and a self-mask seed ``b_u``. It Shamir-shares
-``b_u`` and its mask private key among the clients that advertised keys (``U1``), encrypted
-for each recipient. Its masked input is ``y_u = q_u + PRG(b_u) + sum_{v in U2, v > u}
-PRG(s_uv) - sum_{v in U2, v < u} PRG(s_uv) mod 2^k`` (``q_u`` its fixed-point encoding,
-``U2`` the clients whose shares went out). The pairwise masks of two clients that both send
-``y`` cancel in the sum; for every client ``v`` of ``U2`` whose ``y`` did not arrive, the
-survivors send their shares of ``v``'s mask key so that the server can remove ``v``'s
-pairwise masks from the survivors' inputs; for every survivor, they send their shares of
-its self-mask seed. A client never reveals both kinds of share for the same client.
+``b_u`` and its mask private key among its neighbours that advertised keys (``U1``; in
+SecAgg every other client, in SecAgg+ those of a random graph of even degree the server
+draws), encrypted for each recipient. Its masked input is ``y_u = q_u + PRG(b_u) +
+sum_{v > u} PRG(s_uv) - sum_{v < u} PRG(s_uv) mod 2^k`` over its neighbours ``v`` in ``U2``
+(``q_u`` its fixed-point encoding, ``U2`` the clients whose shares went out). The pairwise
+masks of two clients that both send ``y`` cancel in the sum; for every client ``v`` of
+``U2`` whose ``y`` did not arrive, its neighbours send their shares of ``v``'s mask key so
+that the server can remove ``v``'s pairwise masks from the survivors' inputs; for every
+survivor, they send their shares of its self-mask seed. A client never reveals both kinds
+of share for the same client.
 
 Threat model: the server is honest but curious (it follows the protocol and reads all it
 receives). Signatures and the consistency round of the actively secure version are not
-implemented. The threshold ``t`` of the shares is at least a majority of the clients, so
-no two disjoint groups of clients can each reach it. Every message is a dataclass whose
-``nbytes`` is its size on the wire (client ids as 4 bytes, field elements as 33 bytes,
-ring elements as ``ceil(k / 8)`` bytes), which the engine's byte counts read.
+implemented. By default the threshold ``t`` of the shares is a strict majority of the
+clients a secret is shared among, so no two disjoint groups of them can each reach it.
+Every message is a dataclass whose ``nbytes`` is its size on the wire (client ids as 4
+bytes, field elements as 33 bytes, ring elements as ``ceil(k / 8)`` bytes), which the
+engine's byte counts read.
 
 Randomness: with a numpy ``Generator`` a client's keys, seed and share coefficients are
 reproducible, a *simulation* property (whoever knows the seed knows the keys); with None
@@ -57,7 +61,7 @@ from ._crypto import (
 from ._shamir import SHARE_BYTES, lagrange_at_zero, reconstruct, split
 
 __all__ = [
-    "PHASES", "ID_BYTES", "default_threshold",
+    "PHASES", "ID_BYTES", "default_threshold", "neighbour_graph",
     "KeyAdvertisement", "EncryptedShares", "MaskedInput", "Survivors", "UnmaskingShares",
     "ClientState", "client_advertise_keys", "client_share_keys", "client_masked_input",
     "client_unmask", "server_collect_keys", "server_route_shares", "server_collect_masked",
@@ -187,8 +191,36 @@ def client_advertise_keys(client, threshold, rng=None):
     return state, KeyAdvertisement(client, public_key(channel_private), public_key(mask_private))
 
 
-def server_collect_keys(adverts, threshold):
-    """``{client: KeyAdvertisement}`` -> the key list every client receives (``U1``)."""
+def neighbour_graph(clients, degree, rng):
+    """SecAgg+'s sparse graph: a Harary graph ``H(degree, n)`` on a random order of ``clients``.
+
+    Each client is joined to the ``degree / 2`` clients on either side of it on a ring of the
+    clients in random order; ``degree`` must be even. With ``degree >= n - 1`` every pair is
+    joined (SecAgg). Returns ``{client: sorted neighbours}``.
+    """
+    clients = sorted(clients)
+    n = len(clients)
+    if degree != int(degree) or degree < 2 or degree % 2:
+        raise ValueError(f"The neighbour degree must be an even integer >= 2, got {degree!r}.")
+    if degree >= n - 1:
+        return {c: [v for v in clients if v != c] for c in clients}
+    order = [clients[i] for i in rng.permutation(n)]
+    graph = {c: set() for c in clients}
+    for i, c in enumerate(order):
+        for step in range(1, degree // 2 + 1):
+            v = order[(i + step) % n]
+            graph[c].add(v)
+            graph[v].add(c)
+    return {c: sorted(graph[c]) for c in clients}
+
+
+def server_collect_keys(adverts, threshold, degree=None, rng=None):
+    """``{client: KeyAdvertisement}`` (``U1``) -> ``{client: its key list}``.
+
+    With ``degree`` None every client receives every key (SecAgg); with an even ``degree``
+    the server draws a :func:`neighbour_graph` from ``rng`` and each client receives its
+    neighbours' keys and its own (SecAgg+). Every key list must hold ``threshold`` clients.
+    """
     _require(len(adverts), threshold, "advertised keys")
     keys = {}
     for c in sorted(adverts):
@@ -198,13 +230,20 @@ def server_collect_keys(adverts, threshold):
     public = [k for a in keys.values() for k in (a.channel_key, a.mask_key)]
     if len(set(public)) != len(public):
         raise FederationError("Secure aggregation failed: two advertised public keys are equal.")
-    return keys
+    if degree is None or degree >= len(keys) - 1:
+        return dict.fromkeys(keys, keys)  # one list, shared by every client
+    if degree + 1 < threshold:
+        raise ValueError(f"A neighbourhood of {degree + 1} clients cannot hold the threshold "
+                         f"{threshold} of shares; raise the degree or lower the threshold.")
+    graph = neighbour_graph(keys, degree, rng)
+    return {c: {v: keys[v] for v in sorted([c, *graph[c]])} for c in keys}
 
 
 # -------------------------------------------------------------------- phase 1: share keys
 def client_share_keys(state, keys):
-    """Shamir-share the self-mask seed and the mask private key among ``keys`` (``U1``) and
-    encrypt each recipient's pair of shares for it. Returns ``(state, EncryptedShares)``."""
+    """Shamir-share the self-mask seed and the mask private key among the clients of its key
+    list ``keys`` (itself included) and encrypt each recipient's pair of shares for it.
+    Returns ``(state, EncryptedShares)``."""
     u, t = state.client, state.threshold
     if u not in keys or keys[u].mask_key != public_key(state.mask_private):
         raise ValueError(f"The server's key list does not hold client {u}'s own keys.")
@@ -232,8 +271,8 @@ def server_route_shares(uploads, threshold):
     each client of ``U2``: the ciphertexts the other clients of ``U2`` sent it."""
     senders = sorted(uploads)
     _require(len(senders), threshold, "shared their keys")
-    return {v: EncryptedShares(v, {u: uploads[u].ciphertexts[v] for u in senders if u != v})
-            for v in senders}
+    return {v: EncryptedShares(v, {u: uploads[u].ciphertexts[v] for u in senders
+                                   if v in uploads[u].ciphertexts}) for v in senders}
 
 
 # ------------------------------------------------------------------ phase 2: masked input
@@ -288,9 +327,9 @@ def client_unmask(state, survivors):
         raise ValueError("client_unmask runs after client_masked_input.")
     alive = set(survivors.clients)
     shared = set(state.received) | {u}
-    if u not in alive or not alive <= shared or len(alive) < state.threshold:
-        raise ValueError(f"Client {u} refuses to unmask: the survivor list is not a set of at "
-                         f"least {state.threshold} clients that shared keys, with itself in it.")
+    if u not in alive or len(alive & shared) < state.threshold:
+        raise ValueError(f"Client {u} refuses to unmask: the survivor list does not hold "
+                         f"itself and at least {state.threshold} of the clients it shares with.")
     seed_shares = {u: state.own_shares[0]}
     key_shares = {}
     for v, ciphertext in state.received.items():
@@ -314,7 +353,7 @@ def server_unmask(keys, shared, masked, uploads, threshold, encoding):
     Parameters
     ----------
     keys : dict
-        The key list (:func:`server_collect_keys`).
+        The clients' key lists (:func:`server_collect_keys`).
     shared : collection of int
         ``U2``, the clients whose shares were routed.
     masked : dict
@@ -332,27 +371,38 @@ def server_unmask(keys, shared, masked, uploads, threshold, encoding):
     _require(len(uploads), threshold, "sent unmasking shares")
     survivors = sorted(masked)
     dropped = sorted(set(shared) - set(survivors))
-    # every responder holds a share of every client of U2: one set of Lagrange weights
-    responders = sorted(uploads)[:threshold]
-    weights = lagrange_at_zero([c + 1 for c in responders])
+    cache = {}  # Lagrange weights per set of points (one set in SecAgg)
+
+    def secret_of(owner, kind):
+        shares = {c + 1: getattr(uploads[c], kind)[owner] for c in sorted(uploads)
+                  if owner in getattr(uploads[c], kind)}
+        if len(shares) < threshold:
+            raise FederationError(
+                f"Secure aggregation failed: only {len(shares)} clients sent shares of client "
+                f"{owner}'s secret, fewer than the threshold {threshold}; the masks cannot be "
+                f"removed, so the round has no sum.")
+        points = tuple(sorted(shares)[:threshold])
+        if points not in cache:
+            cache[points] = lagrange_at_zero(points)
+        return _to_key(reconstruct(shares, threshold, weights=cache[points]))
+
     ring_bits = encoding.ring_bits
     length = masked[survivors[0]].vector.size
     total = np.zeros(length, dtype=np.uint64)
     for u in survivors:
         total += masked[u].vector
     for v in survivors:
-        seed = _to_key(reconstruct({c + 1: uploads[c].self_mask_shares[v] for c in responders},
-                                   threshold, weights=weights))
-        total -= prg(seed, length, ring_bits)
+        total -= prg(secret_of(v, "self_mask_shares"), length, ring_bits)
+    alive = set(survivors)
     for v in dropped:
-        private = _to_key(reconstruct({c + 1: uploads[c].mask_key_shares[v] for c in responders},
-                                      threshold, weights=weights))
-        if public_key(private) != keys[v].mask_key:
+        private = secret_of(v, "mask_key_shares")
+        if public_key(private) != keys[v][v].mask_key:
             raise FederationError(f"Secure aggregation failed: the shares of client {v}'s mask "
                                   f"key reconstruct another key.")
         # survivor u added +PRG(s_uv) when v > u and -PRG(s_uv) when v < u: the negation
-        # of v's own pairwise sum over the survivors, which therefore is added back
-        total += _pairwise_masks(private, survivors, keys, v, length, ring_bits)
+        # of v's own pairwise sum over its surviving neighbours, which is added back
+        peers = [u for u in keys[v] if u in alive]
+        total += _pairwise_masks(private, peers, keys[v], v, length, ring_bits)
     if ring_bits < 64:
         total &= np.uint64((1 << ring_bits) - 1)
     return encoding.decode(total)
