@@ -9,6 +9,7 @@ from scipy import stats
 
 pytest.importorskip("cryptography", reason="secure aggregation needs the 'secure' extra")
 
+from sklearn_fedmf._engine import nbytes  # noqa: E402
 from sklearn_fedmf.exceptions import FederationError  # noqa: E402
 from sklearn_fedmf.secure import FixedPointEncoding, secure_sum  # noqa: E402
 from sklearn_fedmf.secure._crypto import TAG_BYTES, prg  # noqa: E402
@@ -183,6 +184,7 @@ def test_byte_counts_are_the_messages_sizes(ring_bits):
     up, down, view = result.bytes_uploaded, result.bytes_downloaded, result.server_view
     for phase, messages in view.items():
         assert up[phase] == {c: m.nbytes for c, m in messages.items()}
+        assert nbytes(messages) == sum(up[phase].values())  # as the engine counts them
     ciphertext = 2 * ID_BYTES + 2 * SHARE_BYTES + TAG_BYTES  # ids, two shares, the tag
     for c in range(n):
         assert len(view["advertise_keys"][c].channel_key) == 32
