@@ -1,0 +1,91 @@
+"""The cryptographic primitives of secure aggregation, all from ``cryptography``.
+
+Nothing here is a hand-written cipher or curve: X25519 key agreement, HKDF-SHA256,
+the ChaCha20 keystream as a pseudo-random generator and ChaCha20-Poly1305 as the
+authenticated channel between two clients are ``cryptography``'s (OpenSSL's). This module
+only fixes how the protocol calls them (key sizes, nonces, domain-separation labels).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+try:
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric.x25519 import (
+        X25519PrivateKey,
+        X25519PublicKey,
+    )
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+    from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
+    raise ModuleNotFoundError(
+        "Secure aggregation needs the 'cryptography' package: "
+        "pip install 'sklearn_fedmf[secure]'.", name="cryptography") from exc
+
+__all__ = ["KEY_BYTES", "random_bytes", "public_key", "agree", "prg", "encrypt", "decrypt"]
+
+KEY_BYTES = 32  # X25519 keys, HKDF outputs, PRG seeds and channel keys
+TAG_BYTES = 16  # ChaCha20-Poly1305's authentication tag
+
+# HKDF labels: one shared secret never gives the same key for two purposes
+MASK_LABEL = b"sklearn_fedmf secagg pairwise mask"
+CHANNEL_LABEL = b"sklearn_fedmf secagg channel"
+
+_RAW = (serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def random_bytes(rng, n):
+    """``n`` random bytes: from the numpy ``Generator`` ``rng`` in a simulation (reproducible,
+    *not* secret from whoever knows the seed), from the OS (``os.urandom``) when ``rng`` is
+    None, as a real deployment must."""
+    return os.urandom(n) if rng is None else rng.bytes(n)
+
+
+def public_key(private):
+    """The raw 32-byte X25519 public key of the raw 32-byte private key ``private``."""
+    return X25519PrivateKey.from_private_bytes(private).public_key().public_bytes(*_RAW)
+
+
+def agree(private, peer_publics, label):
+    """X25519 key agreement of ``private`` with each of ``peer_publics``, each followed by
+    HKDF-SHA256 to a 32-byte key for ``label`` (one list of keys).
+
+    Symmetric: ``agree(a, [public_key(b)], l) == agree(b, [public_key(a)], l)``.
+    """
+    own = X25519PrivateKey.from_private_bytes(private)  # ~0.1 ms: once for all the peers
+    return [HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=label).derive(
+        own.exchange(X25519PublicKey.from_public_bytes(peer))) for peer in peer_publics]
+
+
+def prg(seed, length, ring_bits=64):
+    """``length`` ring elements of Z_{2^ring_bits} (as ``uint64``) expanded from a 32-byte seed.
+
+    The ChaCha20 keystream under key ``seed`` (zero nonce and counter: every seed of the
+    protocol is fresh for one expansion) read as little-endian 64-bit words, reduced mod
+    ``2^ring_bits``: uniform on the ring when the seed is.
+    """
+    encryptor = Cipher(algorithms.ChaCha20(seed, bytes(16)), mode=None).encryptor()
+    words = np.frombuffer(encryptor.update(bytes(8 * length)), dtype="<u8").astype(np.uint64)
+    if ring_bits < 64:
+        words &= np.uint64((1 << ring_bits) - 1)
+    return words
+
+
+def _nonce(sender, recipient):
+    # the channel key of a pair is the same both ways: the direction makes each nonce unique
+    return sender.to_bytes(6, "little") + recipient.to_bytes(6, "little")
+
+
+def encrypt(key, sender, recipient, plaintext):
+    """ChaCha20-Poly1305 encryption of ``plaintext`` from ``sender`` to ``recipient``."""
+    return ChaCha20Poly1305(key).encrypt(_nonce(sender, recipient), plaintext, None)
+
+
+def decrypt(key, sender, recipient, ciphertext):
+    """The plaintext of :func:`encrypt`; raises ``cryptography.exceptions.InvalidTag`` when the
+    ciphertext was altered or is not from ``sender`` to ``recipient`` under ``key``."""
+    return ChaCha20Poly1305(key).decrypt(_nonce(sender, recipient), ciphertext, None)

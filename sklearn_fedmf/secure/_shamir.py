@@ -1,0 +1,100 @@
+"""Shamir secret sharing over a prime field, on Python integers.
+
+A secret ``s`` (here a 32-byte key or seed, read as an integer below ``2^256``) is the value
+at 0 of a random polynomial ``f`` of degree ``t - 1`` over GF(p); share ``i`` is ``(x_i,
+f(x_i))`` with distinct nonzero ``x_i``. Any ``t`` shares give ``f(0)`` by Lagrange
+interpolation at 0. Any ``t - 1`` shares are uniformly distributed whatever the secret:
+for every candidate secret there is exactly one polynomial of degree ``t - 1`` through
+them and ``(0, secret)``, and the ``t - 1`` random coefficients make all such polynomials
+equally likely. The protocol gives client ``c`` the point ``x = c + 1``.
+"""
+
+from __future__ import annotations
+
+from ._crypto import random_bytes
+
+__all__ = ["PRIME", "SHARE_BYTES", "split", "reconstruct", "lagrange_at_zero"]
+
+PRIME = 2**256 + 297  # the smallest prime above 2^256: every 32-byte secret is a field element
+SHARE_BYTES = 33  # a field element on the wire
+
+
+def _random_element(rng, prime):
+    """A uniform element of GF(prime), by rejection from random bytes (no modulo bias)."""
+    n_bits = prime.bit_length()
+    n_bytes = (n_bits + 7) // 8
+    while True:
+        value = int.from_bytes(random_bytes(rng, n_bytes), "little") & ((1 << n_bits) - 1)
+        if value < prime:
+            return value
+
+
+def evaluate(coefficients, x, prime=PRIME):
+    """``f(x) mod prime`` for ``f = coefficients[0] + coefficients[1] x + ...`` (Horner)."""
+    value = 0
+    for c in reversed(coefficients):
+        value = (value * x + c) % prime
+    return value
+
+
+def split(secret, points, threshold, rng=None, prime=PRIME):
+    """Shares of ``secret`` at ``points``, any ``threshold`` of which reconstruct it.
+
+    Parameters
+    ----------
+    secret : int
+        In ``[0, prime)``.
+    points : iterable of int
+        Distinct x-coordinates in ``[1, prime)``.
+    threshold : int
+        ``t``: the polynomial has degree ``t - 1``; ``1 <= t <= len(points)``.
+    rng : numpy.random.Generator or None
+        Source of the coefficients (None: the OS, see :func:`~._crypto.random_bytes`).
+    prime : int
+        The field's order.
+
+    Returns
+    -------
+    shares : dict
+        ``{x: f(x)}``.
+    """
+    points = list(points)
+    if not 0 <= secret < prime:
+        raise ValueError(f"The secret must be in [0, prime), got {secret}.")
+    if len(set(points)) != len(points) or not all(0 < x < prime for x in points):
+        raise ValueError("Share points must be distinct and in [1, prime).")
+    if not 1 <= threshold <= len(points):
+        raise ValueError(f"threshold must be in [1, {len(points)}] (the number of shares), "
+                         f"got {threshold}.")
+    coefficients = [secret] + [_random_element(rng, prime) for _ in range(threshold - 1)]
+    return {x: evaluate(coefficients, x, prime) for x in points}
+
+
+def lagrange_at_zero(points, prime=PRIME):
+    """The Lagrange weights ``l_j(0)`` of the distinct ``points``: ``f(0) = sum_j l_j f(x_j)``
+    for every polynomial of degree below ``len(points)``. Computed once per set of points."""
+    weights = []
+    for j, xj in enumerate(points):
+        num, den = 1, 1
+        for m, xm in enumerate(points):
+            if m != j:
+                num = num * xm % prime
+                den = den * (xm - xj) % prime
+        weights.append(num * pow(den, -1, prime) % prime)
+    return weights
+
+
+def reconstruct(shares, threshold, prime=PRIME, weights=None):
+    """The secret of ``threshold`` of ``shares`` (``{x: y}``), by Lagrange interpolation at 0.
+
+    Uses the ``threshold`` shares of smallest ``x``. Fewer than ``threshold`` shares raise a
+    ``ValueError``: they determine nothing about the secret. ``weights`` may pass
+    :func:`lagrange_at_zero` of those points when many secrets share them.
+    """
+    if len(shares) < threshold:
+        raise ValueError(f"{len(shares)} shares cannot reconstruct a secret shared with "
+                         f"threshold {threshold}: at least {threshold} are needed.")
+    points = sorted(shares)[:threshold]
+    if weights is None:
+        weights = lagrange_at_zero(points, prime)
+    return sum(w * shares[x] for w, x in zip(weights, points)) % prime
