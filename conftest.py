@@ -10,7 +10,7 @@ import importlib
 
 import pytest
 
-OPTIONAL = {"dask", "distributed", "matplotlib", "flwr", "tqdm"}
+OPTIONAL = {"cryptography", "dask", "distributed", "matplotlib", "flwr", "tqdm"}
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -31,6 +31,7 @@ SMOKE_RUNS = [
     ("bench_defaults.py", [], "tuned parameters"),
     ("bench_accuracy.py", [], "RFRec (tuned)"),
     ("bench_fed_baseline.py", [], "running sums of the latest uploads"),
+    ("bench_secure.py", [], "total (wall)"),
 ]
 
 

@@ -16,6 +16,7 @@ PUBLIC_MODULES = [
     "sklearn_fedmf.model_selection",
     "sklearn_fedmf.metrics",
     "sklearn_fedmf.privacy",
+    "sklearn_fedmf.secure",
     "sklearn_fedmf.exceptions",
 ]
 
