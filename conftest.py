@@ -7,17 +7,30 @@ the collection; its tests say themselves what they need.
 """
 
 import importlib
+from pathlib import Path
 
 import pytest
 
 OPTIONAL = {"cryptography", "dask", "distributed", "matplotlib", "flwr", "tqdm"}
 
+# The package beside this file. Module names are taken relative to its parent, never from
+# the folder names above it: a checkout may itself be called ``sklearn_fedmf``.
+PACKAGE_DIR = Path(__file__).resolve().parent / "sklearn_fedmf"
+
+
+def _module_name(path):
+    """``sklearn_fedmf.a.b`` for ``<checkout>/sklearn_fedmf/a/b.py``, None outside the package."""
+    try:
+        relative = Path(path).resolve().relative_to(PACKAGE_DIR)
+    except ValueError:
+        return None
+    return ".".join((PACKAGE_DIR.name, *relative.with_suffix("").parts)).removesuffix(".__init__")
+
 
 def pytest_ignore_collect(collection_path, config):
-    if collection_path.suffix != ".py" or "sklearn_fedmf" not in collection_path.parts:
+    module = _module_name(collection_path) if collection_path.suffix == ".py" else None
+    if module is None:
         return None
-    parts = collection_path.parts[collection_path.parts.index("sklearn_fedmf"):]
-    module = ".".join(parts).removesuffix(".py").removesuffix(".__init__")
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as exc:

@@ -65,15 +65,22 @@ class FedmfMethods(Directive):
         for m in METHODS.values():
             fixed = ", ".join(f"{k}={v!r}" for k, v in m.fixed.items())
             target = m.target.replace(":", ".")
-            grid = "; ".join(f"``{k}`` " + ", ".join(f"{v:g}" if isinstance(v, float) else str(v)
-                                                     for v in values)
-                             for k, values in m.grid.items())
+            # a grid, or a list of sub-grids (GridSearchCV's param_grid): one bullet each
+            grids = [_grid_text(g) for g in (m.grid if isinstance(m.grid, list) else [m.grid])]
+            cell = ([f"     - {grids[0]}"] if len(grids) == 1 else
+                    ["     - * " + grids[0]] + [f"       * {g}" for g in grids[1:]])
             lines += [f"   * - ``{m.name}``", f"     - :class:`{target}`"
-                      + (f" (``{fixed}``)" if fixed else ""), f"     - {m.sends}",
-                      f"     - {grid}"]
+                      + (f" (``{fixed}``)" if fixed else ""), f"     - {m.sends}", *cell]
         node = nodes.section()
         self.state.nested_parse(StringList(lines), self.content_offset, node)
         return node.children
+
+
+def _grid_text(grid):
+    """``alpha_u`` 1, 10; ``beta`` auto, 0.01: one grid as the text of a table cell."""
+    return "; ".join(f"``{k}`` " + ", ".join(f"{v:g}" if isinstance(v, float) else str(v)
+                                             for v in values)
+                     for k, values in grid.items())
 
 
 def setup(app):

@@ -66,7 +66,7 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         The item ids, likewise; column ``k`` of ``estimator_.components_``.
     n_features_in_ : int
         Number of columns of ``X``.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Column names of ``X`` when it is a DataFrame with string column names.
 
     See Also

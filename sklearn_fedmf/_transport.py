@@ -26,8 +26,7 @@ session(protocol) -> context manager
     are the same in every call of a fit; server-side fields such as ``after_round`` may
     differ).
 
-run(phase, clients, broadcast, *, stream=None, selected=None, round_number=None)
-        -> PhaseResult
+``run(phase, clients, broadcast, *, stream=None, selected=None, round_number=None) -> PhaseResult``
     Run one client phase on each client of ``clients`` and return what they sent.
 
     phase : {"init_client", "client_prepare", "client_update", "client_metrics"}
