@@ -65,16 +65,20 @@ def fitted():
                          + [(name, True) for name in ESTIMATORS if name != "rfrec-sigmoid"])
 def test_pair_predictions_are_the_dense_matrix_entries(name, biased):
     users, items, y = ratings()
-    reg = RatingRegressor(ESTIMATORS[name](biased=biased)).fit(np.column_stack([users, items]),
-                                                               y)
+    reg = RatingRegressor(ESTIMATORS[name](biased=biased, clip=False)).fit(
+        np.column_stack([users, items]), y)
     est = reg.estimator_
     dense = est.inverse_transform(est.user_factors_)  # the fitted model's full matrix
     if est.biased:  # (inverse_transform of factors alone carries no user bias)
         dense = dense + est.user_bias_[:, None]
     rng = np.random.default_rng(1)
     u, i = rng.integers(0, 40, 500), rng.integers(0, 15, 500)
-    pred = reg.predict(np.column_stack([reg.users_[u], reg.items_[i]]))
-    np.testing.assert_allclose(pred, dense[u, i], rtol=1e-12, atol=1e-12)
+    pairs = np.column_stack([reg.users_[u], reg.items_[i]])
+    np.testing.assert_allclose(reg.predict(pairs), dense[u, i], rtol=1e-12, atol=1e-12)
+    # the default clips the same model's entries to the training range, and only that
+    est.set_params(clip=True)
+    np.testing.assert_allclose(reg.predict(pairs), np.clip(dense[u, i], *est.rating_range_),
+                               rtol=1e-12, atol=1e-12)
 
 
 def test_unseen_ids_fall_back_to_the_training_mean_and_clip():
