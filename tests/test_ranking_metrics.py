@@ -158,3 +158,13 @@ def test_sampled_protocol_ranks_by_the_scores():
     small_test = pd.DataFrame({"user": [0], "item": [2]})
     _, short = sampled_rankings(oracle, small_train, small_test, n_negatives=5, random_state=0)
     assert short.shape == (1, 6) and sum(x is not None for x in short[0]) == 1
+
+
+def test_sampled_protocol_keeps_mixed_type_ids():
+    train = pd.DataFrame({"user": ["a", "a", "b", "b", 7], "item": ["x", 1, 1, "y", 2]})
+    test = pd.DataFrame({"user": ["a", "b"], "item": ["y", "x"]})
+    by_position = lambda pairs: -np.arange(len(pairs), dtype=float)  # noqa: E731
+    y_true, y_pred = sampled_rankings(by_position, train, test, n_negatives=3, random_state=0)
+    # each user left only item 2 unrated; the held-out item is scored first, so ranked first
+    assert y_pred.tolist() == [["y", 2, None, None], ["x", 2, None, None]]
+    assert y_true.tolist() == ["y", "x"]

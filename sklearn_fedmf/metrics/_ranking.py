@@ -37,6 +37,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from .._data import check_int
+from .._rating_regressor import _factorize
 from ..datasets._synthetic import _check_generator
 
 __all__ = [
@@ -405,13 +406,10 @@ def sampled_rankings(predict, train, test, *, n_negatives=99, random_state=None)
     columns = list(train.columns[:2]) if _is_frame(train) else None
     train_u, train_i = _two_columns(train, "train")
     test_u, test_i = _two_columns(test, "test")
-    item_ids, train_codes = np.unique(train_i, return_inverse=True)
-    test_codes = np.searchsorted(item_ids, test_i)
-    test_codes = np.where((test_codes < len(item_ids))
-                          & (item_ids[np.minimum(test_codes, len(item_ids) - 1)] == test_i),
-                          test_codes, -1)
+    item_ids, train_codes = _factorize(train_i)
+    test_codes = pd.Index(item_ids).get_indexer(test_i)  # -1: an item unseen in train
     rated = pd.DataFrame({"u": np.concatenate([train_u, test_u]),
-                          "i": np.concatenate([train_codes.ravel(), test_codes])})
+                          "i": np.concatenate([train_codes, test_codes])})
     rated = rated[rated.i >= 0].groupby("u").i.unique().to_dict()
     n_items = len(item_ids)
     width = n_negatives + 1
@@ -450,10 +448,12 @@ def sampled_rankings(predict, train, test, *, n_negatives=99, random_state=None)
 
 
 def _narrow(ids):
-    """An object array of ids without ``None`` as the ids' own dtype."""
-    if any(x is None for x in ids.ravel()):
+    """An object array of ids as the ids' own dtype when they share one (mixed ids and
+    ``None`` padding stay objects)."""
+    if any(x is None for x in ids.flat):
         return ids
-    return np.array(ids.tolist())
+    flat = pd.Series(ids.ravel(), dtype=object).infer_objects()
+    return ids if flat.dtype == object else flat.to_numpy().reshape(ids.shape)
 
 
 def _two_columns(data, name):

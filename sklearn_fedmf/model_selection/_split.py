@@ -71,8 +71,8 @@ def holdout_counts(counts, test_size, min_train, rng):
 
 
 def first_in_group(group, n_first, key):
-    """Mask of the ``n_first[g]`` entries of each group ``g`` with the smallest ``key``
-    (``key`` in [0, 1); ``group`` sorted or not)."""
+    """Mask of the ``n_first[g]`` entries of each group ``g`` (codes ``0 .. len(n_first) - 1``,
+    in any order) with the smallest ``key``."""
     order = np.lexsort((key, group))
     starts = np.concatenate([[0], np.cumsum(np.bincount(group, minlength=len(n_first)))])
     g = group[order]
