@@ -56,16 +56,30 @@ def train_test_split_ratings(X, test_size=0.2, *, random_state=None, min_train_p
     rng = _check_generator(random_state)
     n_rows = X.shape[0]
     counts = np.diff(X.indptr)
-    n_test = np.floor(test_size * counts + rng.random(n_rows)).astype(np.int64)
-    n_test = np.minimum(n_test, np.maximum(counts - min_train_per_row, 0))
-
-    # A random order inside each row: sort by row + U(0, 1) keys (rows stay contiguous).
+    n_test = holdout_counts(counts, test_size, min_train_per_row, rng)
     row = np.repeat(np.arange(n_rows), counts)
-    order = np.argsort(row + rng.random(X.nnz), kind="stable")
-    rank = np.arange(X.nnz) - X.indptr[row]
-    test = np.empty(X.nnz, dtype=bool)
-    test[order] = rank < n_test[row]
+    test = first_in_group(row, n_test, rng.random(X.nnz))
     return _select(X, ~test, row), _select(X, test, row)
+
+
+def holdout_counts(counts, test_size, min_train, rng):
+    """Held-out entries of groups of ``counts`` entries: ``floor(test_size * n + u)``,
+    ``u ~ Uniform(0, 1)`` (unbiased rounding), leaving at least ``min_train`` in a group
+    that has more than that many."""
+    n_test = np.floor(test_size * counts + rng.random(len(counts))).astype(np.int64)
+    return np.minimum(n_test, np.maximum(counts - min_train, 0))
+
+
+def first_in_group(group, n_first, key):
+    """Mask of the ``n_first[g]`` entries of each group ``g`` (codes ``0 .. len(n_first) - 1``,
+    in any order) with the smallest ``key``."""
+    order = np.lexsort((key, group))
+    starts = np.concatenate([[0], np.cumsum(np.bincount(group, minlength=len(n_first)))])
+    g = group[order]
+    rank = np.arange(len(group)) - starts[g]
+    out = np.empty(len(group), dtype=bool)
+    out[order] = rank < n_first[g]
+    return out
 
 
 def _select(X, keep, row):
