@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-from ._data import load_data
 from ._messages import CommandError
 
 EXAMPLE_APP = "examples/flower_app"
@@ -41,8 +38,11 @@ def add_flower_split(sub, positive_int):
 
 
 def cmd_flower_split(args):
+    import numpy as np
+
     from ..flower import split_sites
     from ..model_selection import train_test_split_ratings
+    from ._data import load_data
 
     if not 0 <= args.test_size < 1:
         raise CommandError(f"--test-size must be in [0, 1), got {args.test_size}")
