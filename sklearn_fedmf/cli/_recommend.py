@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import pickle
+import struct
 import time
 import warnings
 import zipfile
+import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,7 +27,8 @@ from ._report import jsonable, output_folder
 _JOBLIB_MAGIC = (b"\x80", b"x", b"\x1f\x8b", b"BZ", b"\xfd7zXZ", b"]\x00\x00", b'\x04"M\x18')
 # What unpickling a file that is not a pickle of this package raises
 _LOAD_ERRORS = (pickle.UnpicklingError, EOFError, ValueError, IndexError, KeyError,
-                AttributeError, ImportError, TypeError, zipfile.BadZipFile, OSError)
+                AttributeError, ImportError, TypeError, struct.error, zlib.error,
+                zipfile.BadZipFile, OSError)
 
 
 def load_model(path):
