@@ -8,6 +8,7 @@ __version__ = "0.1.0"
 # ``fedmf --help`` of the command line stay fast: they import scikit-learn and numba.
 _LAZY = {
     "AggregatedBMF": ".binary",
+    "FedBaseline": ".completion",
     "FedMAvg": ".completion",
     "FedMCADMM": ".completion",
     "FedMGS": ".completion",

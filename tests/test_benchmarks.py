@@ -30,6 +30,7 @@ SMOKE_RUNS = [
     ("bench_cv.py", [], "FedMCADMM"),
     ("bench_defaults.py", [], "tuned parameters"),
     ("bench_accuracy.py", [], "RFRec (tuned)"),
+    ("bench_fed_baseline.py", [], "running sums of the latest uploads"),
 ]
 
 

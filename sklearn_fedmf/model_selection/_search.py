@@ -20,6 +20,7 @@ _STRENGTHS = {
     "FedMAvg": {"plain": {"alpha_u": (10 / 3, 30.0), "alpha_v": (10 / 3, 30.0)}},
     "FedMGS": {"plain": {"alpha_u": (10 / 3, 30.0), "alpha_v": (10 / 3, 30.0)}},
     "RFRec": {"plain": {"alpha_u": (1.5, 13.5), "alpha_v": (1.5, 13.5)}},
+    "FedBaseline": {"plain": {"alpha_u": (5.0, 45.0), "alpha_v": (10 / 3, 30.0)}},  # Surprise's
 }
 for _name in ("FedMCADMM", "FedMAvg", "FedMGS"):
     _STRENGTHS[_name]["weighted"] = {"alpha_u": (0.1 / 3, 0.3), "alpha_v": (0.1 / 3, 0.3)}
@@ -31,6 +32,7 @@ _OTHERS = {
                "biased": [True, False]},
     "RFRec": {"reg_consensus": [5.0, 10.0, 20.0], "n_components": [5, 10, 20],
               "biased": [True, False]},
+    "FedBaseline": {},
 }
 
 
@@ -48,7 +50,8 @@ def default_search_space(estimator, *, kind="grid", n_points=3, include=None):
     ----------
     estimator : estimator instance, class or class name
         :class:`~sklearn_fedmf.FedMCADMM`, :class:`~sklearn_fedmf.FedMAvg`,
-        :class:`~sklearn_fedmf.FedMGS` or :class:`~sklearn_fedmf.RFRec`.
+        :class:`~sklearn_fedmf.FedMGS`, :class:`~sklearn_fedmf.RFRec` or
+        :class:`~sklearn_fedmf.FedBaseline` (its two strengths only).
     kind : {"grid", "distributions"}, default="grid"
         ``"grid"``: lists (continuous strengths as ``n_points`` log-spaced values);
         ``"distributions"``: ``scipy.stats.loguniform`` for the strengths, lists otherwise.

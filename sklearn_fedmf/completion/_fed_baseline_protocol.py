@@ -1,0 +1,161 @@
+"""The federated biases-only model: alternating least squares on ``mean + b_u + b_i``.
+
+The model of Surprise's ``BaselineOnly`` (Koren, 2010, section 2.1) with its ``"als"`` method:
+on the centred ratings ``x_ui = r_ui - mean`` it minimizes::
+
+    1/2 sum_(u,i) (x_ui - b_u - b_i)^2 + alpha_u/2 sum_u b_u^2 + alpha_v/2 sum_i b_i^2
+
+by exact block minimizations, items first as Surprise does::
+
+    b_i <- sum_{u rated i} (x_ui - b_u) / (alpha_v + n_i)
+    b_u <- sum_{i rated by u} (x_ui - b_i) / (alpha_u + n_u)
+
+Federated: ``b_u`` is a client's own (it never leaves it), ``b_i`` lives on the server.
+
+* Initialization: each client sends, for the items its users rated, its ratings' count and sum
+  per item (``{"items", "counts", "sums"}``: the sums of ``x_ui - b_u`` at ``b_u = 0``). The
+  counts do not change during the fit, so they are sent once. The server sets ``b_i`` (the
+  first item step of Surprise's first epoch) and broadcasts it.
+* Round ``k``: each sampled client solves its users' ``b_u`` in closed form against the
+  broadcast ``b_i`` and sends the *change* of its per-item sums of ``x_ui - b_u`` on its rated
+  items (``{"items", "sums"}``: ``-sum_{u rated i} (b_u^new - b_u^old)``). The server adds the
+  changes into its running sums, which therefore always equal the sum of every client's
+  latest sums (as FedMC-ADMM's server keeps ``sum_i beta W_i + Y_i``), and sets ``b_i``.
+  It needs only the sum of a round's uploads (secure-aggregation ready) and ``O(n_items)``
+  memory. Sending the sums themselves would tell the server nothing more: consecutive sums
+  give the changes and the changes add up to the sums.
+
+A client that is not sampled has not moved its ``b_u``, so its part of the server's sums is
+exact: every server step is an exact minimization in ``b_i`` given every client's current
+``b_u``, and partial participation is randomized block-coordinate descent on the same convex
+objective. With every client in every round, round ``k`` is Surprise's user step of epoch
+``k`` and item step of epoch ``k + 1``: after ``K`` rounds ``b_u`` is Surprise's after ``K``
+epochs and ``b_i`` its after ``K + 1`` (whatever the partition of the users into clients).
+
+What an upload discloses: per item the number of the client's users who rated it (once) and
+sums of their centred ratings minus their biases. For a client of one user that is the user's
+ratings (the initial sums, at ``b_u = 0``) and the changes of its bias: the price of any
+per-item aggregate of one user (FedMGS's module documentation says the same of its
+aggregates).
+
+The states use the augmented factors of :mod:`sklearn_fedmf._biases` at rank 0 (``U_aug =
+[b_u, 1]``, ``Vt_aug = [1, b_i]``), so the completion base reads the fitted model, and the
+diagnostics of FedMAvg apply unchanged.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from .. import _biases
+from .._engine import FederatedProtocol
+from . import _fedmavg
+
+__all__ = ["user_biases", "item_biases", "make_protocol"]
+
+
+def _shrunk_mean(sums, counts, reg):
+    """``sums / (reg + counts)``, 0 where ``reg + counts`` is 0 (no rating and no penalty)."""
+    denom = reg + counts
+    return np.divide(sums, denom, out=np.zeros(sums.shape), where=denom > 0)
+
+
+def user_biases(X, item_bias, alpha_u):
+    """Each row's ``b_u = sum_i (x_ui - b_i) / (alpha_u + n_u)`` on the centred CSR ``X``
+    (a row without ratings gets 0): the exact minimizer in ``b_u`` with ``b_i`` fixed."""
+    counts = np.diff(X.indptr)
+    rows = np.repeat(np.arange(X.shape[0]), counts)
+    deviations = np.bincount(rows, weights=X.data - item_bias[X.indices], minlength=X.shape[0])
+    return _shrunk_mean(deviations, counts, alpha_u)
+
+
+def item_biases(sums, counts, alpha_v):
+    """``b_i = sum_u (x_ui - b_u) / (alpha_v + n_i)`` from the server's sums and counts."""
+    return _shrunk_mean(sums, counts, alpha_v)
+
+
+def _item_factor(item_bias):
+    """``Vt_aug = [1, b_i]`` (rank 0 with biases, :mod:`sklearn_fedmf._biases`)."""
+    Vt = np.empty((item_bias.shape[0], 2))
+    Vt[:, _biases.ONE_V], Vt[:, _biases.B_I] = 1.0, item_bias
+    return Vt
+
+
+# ---- the protocol ---------------------------------------------------------------------------
+def init_server(rng, *, n_items):
+    """Zero sums, counts and biases; nothing is broadcast before the clients' counts arrive."""
+    state = {"Vt": _item_factor(np.zeros(n_items)), "sums": np.zeros(n_items),
+             "counts": np.zeros(n_items)}
+    return state, None
+
+
+def init_client(block, broadcast, rng):
+    """``b_u = 0`` and the client's count and sum of ratings per rated item."""
+    X = block.X
+    items, inverse = np.unique(X.indices, return_inverse=True)
+    U = _biases.init_user(np.empty((X.shape[0], 2)))
+    state = {"U": U, "items": items.astype(np.int32), "inverse": inverse}
+    upload = {"items": state["items"],
+              "counts": np.bincount(inverse, minlength=len(items)).astype(np.int32),
+              "sums": np.bincount(inverse, weights=X.data, minlength=len(items))}
+    return state, upload
+
+
+def server_init_uploads(state, uploads, *, alpha_v):
+    """Every client's counts and sums into the server's; the first ``b_i``."""
+    sums, counts = state["sums"], state["counts"]
+    for upload in uploads.values():  # (client order: the sums do not depend on n_jobs)
+        items = upload["items"]
+        counts[items] += upload["counts"]
+        sums[items] += upload["sums"]
+    return _set_item_bias(state, alpha_v)
+
+
+def client_update(state, block, item_bias, rng, selected, *, alpha_u):
+    """The client's ``b_u`` against the broadcast ``b_i``, and the change of its per-item sums
+    of ``x_ui - b_u`` (module docstring)."""
+    U = state["U"]
+    new = user_biases(block.X, item_bias, alpha_u)
+    change = (U[:, _biases.B_U] - new)[block.row_of_entry]
+    upload = {"items": state["items"],
+              "sums": np.bincount(state["inverse"], weights=change,
+                                  minlength=len(state["items"]))}
+    U = U.copy()
+    U[:, _biases.B_U] = new
+    return {**state, "U": U}, upload
+
+
+def server_update(state, uploads, round_number, *, alpha_v):
+    """Add the round's changes into the sums (each client's items are distinct); new ``b_i``."""
+    sums = state["sums"].copy()
+    for upload in uploads.values():
+        sums[upload["items"]] += upload["sums"]
+    return _set_item_bias({**state, "sums": sums}, alpha_v)
+
+
+def _set_item_bias(state, alpha_v):
+    item_bias = item_biases(state["sums"], state["counts"], alpha_v)
+    return {**state, "Vt": _item_factor(item_bias)}, item_bias
+
+
+def client_metrics(state, block, item_bias, *, alpha_u):
+    """FedMAvg's diagnostics on the augmented factors: ``1/2`` squared error plus the client's
+    ``alpha_u/2 sum b_u^2``, train and eval squared errors and counts."""
+    return _fedmavg.client_metrics(state, block, {"Vt": _item_factor(item_bias)},
+                                   alpha_u=alpha_u, l1_ratio=0.0, biased=True)
+
+
+def make_protocol(*, n_items, alpha_u, alpha_v):
+    """Bind the strengths to the pure functions above."""
+    return FederatedProtocol(
+        init_server=partial(init_server, n_items=n_items),
+        init_client=init_client,
+        server_init_uploads=partial(server_init_uploads, alpha_v=alpha_v),
+        client_update=partial(client_update, alpha_u=alpha_u),
+        server_update=partial(server_update, alpha_v=alpha_v),
+        client_metrics=partial(client_metrics, alpha_u=alpha_u),
+        combine_metrics=partial(_fedmavg.combine_metrics, loss_scale=1.0, alpha_v=alpha_v,
+                                l1_ratio=0.0, biased=True),
+    )
