@@ -17,7 +17,6 @@ Building the parser imports neither scikit-learn nor numba (``fedmf --help`` sta
 each command imports what it needs when it runs.
 """
 
-import argparse
 import importlib
 import os
 import sys
@@ -109,9 +108,9 @@ def build_parser():
                      help="rows of each rating method: the papers' settings "
                           "(sklearn_fedmf.completion.PAPER_SETTINGS), the estimator's "
                           "defaults, or both (default: %(default)s)")
-    run.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=False,
-                     help="the two yardstick rows (global mean, FedBaseline) before the "
-                          "methods (default: off until FedBaseline is part of the package)")
+    run.add_argument("--no-baselines", dest="baselines", action="store_false",
+                     help="leave out the two yardstick rows of a rating run (the global mean "
+                          "and FedBaseline)")
     run.add_argument("--set", type=_assignment, action="append", metavar="NAME=VALUE",
                      help="any other estimator parameter, e.g. --set beta=0.5 (repeatable; "
                           "applies to every method that has it)")

@@ -12,12 +12,12 @@ import numpy as np
 
 from ._data import prepare_data
 from ._messages import CommandError, _note
-from ._registry import METHODS, Method, _methods, make_estimator
+from ._registry import METHODS, _methods, make_estimator
 from ._report import format_table, jsonable, output_folder, plot_histories
 
-# The yardsticks of a rating run: what a method must beat to be worth its rounds.
-BASELINE = Method("baseline", "sklearn_fedmf.completion:FedBaseline", "completion",
-                  "biases only (FedBaseline)", "its item biases' update")
+# The yardsticks of a rating run (what a method must beat to be worth its rounds): the
+# global mean and this federated biases-only model.
+BASELINE = METHODS["baseline"]
 _SETTINGS = {"both": ("papers", "defaults"), "papers": ("papers",), "defaults": ("defaults",)}
 
 
@@ -145,7 +145,7 @@ def cmd_run(args):
     fits = [(method, make_estimator(method, args, verbose=verbose, settings=settings),
              settings, label) for method, settings, label in rows]
     yardsticks = X_test is not None and args.baselines
-    if yardsticks:
+    if yardsticks and BASELINE not in methods:
         fits.insert(0, (BASELINE, _baseline_estimator(args, verbose), "baseline",
                         BASELINE.label))
     if X_test is None:  # binary

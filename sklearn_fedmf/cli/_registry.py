@@ -115,6 +115,12 @@ METHODS = {
                    "n_clients": [50, 100], "n_components": [5, 10]},
         ),
         Method(
+            "baseline", "sklearn_fedmf.completion:FedBaseline", "completion",
+            "biases only (FedBaseline)",
+            "per item its users rated, the change of its sums of r - mean - b_u",
+            search=("alpha_u", "alpha_v"),
+        ),
+        Method(
             "felb", "sklearn_fedmf.binary:Felb", "binary", "Felb",
             "its item-factor copy V_i (optionally with local DP noise)", grid_=_FELB_GRID,
         ),

@@ -79,7 +79,8 @@ def plot_histories(results, path, title):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
     styles = iter([":", "--", "-."])
     # one colour per method; its defaults row dashed beside its papers' row
-    colours = {m: f"C{k}" for k, m in enumerate(dict.fromkeys(r["method"] for r in results))}
+    colours = {m: f"C{k}" for k, m in enumerate(dict.fromkeys(
+        r["method"] for r in results if r.get("settings") not in ("mean", "baseline")))}
     for r in results:
         if r.get("settings") in ("mean", "baseline"):  # yardsticks: their final test RMSE
             axes[1].axhline(r["summary"]["eval_rmse"], color="0.35", lw=1.2,
