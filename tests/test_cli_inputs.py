@@ -45,6 +45,8 @@ def commands(data, out, *extra):
                  "--data", data, *FED, *extra, "--out", str(out / "tune")],
         "recommend": ["recommend", "--data", data, *FED, *extra, "--user", "1",
                       "--out", str(out / "recommend")],
+        "flower-split": ["flower-split", "--data", data, "--sites", "2", *extra,
+                         "--out", str(out / "sites")],
     }
 
 
@@ -54,7 +56,8 @@ def test_one_reader_for_run_tune_and_recommend(tmp_path, capsys):
     for name, argv in commands(str(tmp_path / "ratings.csv"), tmp_path).items():
         status, out, err = run(argv, capsys)
         assert status == 0, (name, err)
-        assert f"30 users x 12 items, {n_ratings} ratings" in out
+        if name != "flower-split":  # (which prints the training ratings of its split)
+            assert f"30 users x 12 items, {n_ratings} ratings" in out
     report = json.loads((tmp_path / "run" / "history.json").read_text())
     assert report["data"]["nnz"] == n_ratings == 180
 
@@ -65,6 +68,7 @@ def test_columns_options_on_every_command(tmp_path, capsys):
                                "--item-col", "what", "--rating-col", "stars").items():
         status, out, err = run(argv, capsys)
         assert status == 0 and "30 users x 12 items" in out, (name, err)
+        assert "2 sites" in out or name != "flower-split"
     # without them: one line naming the file and its columns
     for name, argv in commands(str(tmp_path / "r.csv"), tmp_path).items():
         status, _, err = run(argv, capsys)

@@ -51,8 +51,8 @@ def test_main_job_rows_are_the_yardsticks_then_papers_and_defaults(split, tmp_pa
     assert status == 0
     rows, legend = table(out)
     assert [r[0] for r in rows] == ROWS
-    for words in ("global mean = ", "biases only = FedBaseline", "(papers) = the papers'",
-                  "(defaults) = the estimator's defaults", "same split, clients and rounds",
+    for words in ("global mean = ", "biases only = FedBaseline", "(papers) = PAPER_SETTINGS",
+                  "(defaults) = the estimator's defaults", "Same split, clients and rounds",
                   "seconds exclude compilation"):
         assert words in legend
     results = json.loads((tmp_path / "history.json").read_text())["results"]

@@ -23,7 +23,15 @@ import sys
 
 from ._flower import add_flower_split
 from ._messages import _one_line
-from ._options import _assignment, _at_least_two, _common, _grid_entry, _Parser, _positive_int
+from ._options import (
+    _assignment,
+    _at_least_two,
+    _columns,
+    _common,
+    _grid_entry,
+    _Parser,
+    _positive_int,
+)
 from ._registry import MAIN_JOB, METHODS, PROTOCOL, RATING_METHODS
 
 __all__ = ["main", "build_parser", "METHODS"]
@@ -184,7 +192,7 @@ def build_parser():
     _common(rec, rounds=PROTOCOL["rounds"], test_size=False)
     rec.set_defaults(func=cmd_recommend)
 
-    add_flower_split(sub, _positive_int)
+    add_flower_split(sub, _positive_int, _columns)
 
     methods = sub.add_parser("methods", help="list the methods",
                              description="List the methods of the registry, their estimators "

@@ -109,6 +109,14 @@ class _Explicit(argparse.Action):
         namespace.explicit = {*getattr(namespace, "explicit", set()), self.dest}
 
 
+def _columns(group):
+    """The columns of a CSV ratings file: ``--user-col``, ``--item-col``, ``--rating-col``."""
+    for option, default, what in zip(("--user-col", "--item-col", "--rating-col"), COLUMNS,
+                                     ("user", "item", "rating")):
+        group.add_argument(option, default=default, metavar="NAME",
+                           help=f"{what} column of a CSV file (default: %(default)s)")
+
+
 def _common(parser, *, rounds, test_size=True):
     """The options every fitting command shares: the data and its columns, the federation
     and the common ``--quiet``, ``--seed``, ``--jobs`` and ``--out``."""
@@ -124,12 +132,7 @@ def _common(parser, *, rounds, test_size=True):
                            "synthetic:2000x500x50k) or, for binary methods, "
                            "'tiles:ROWSxCOLSxTILES' (make_binary_tiles). Binary methods "
                            "binarize ratings at >= 3.5")
-    data.add_argument("--user-col", default=COLUMNS[0], metavar="NAME",
-                      help="user column of a CSV file (default: %(default)s)")
-    data.add_argument("--item-col", default=COLUMNS[1], metavar="NAME",
-                      help="item column of a CSV file (default: %(default)s)")
-    data.add_argument("--rating-col", default=COLUMNS[2], metavar="NAME",
-                      help="rating column of a CSV file (default: %(default)s)")
+    _columns(data)
     if test_size:
         data.add_argument("--test-size", type=_fraction, default=p["test_size"],
                           metavar="FRACTION",

@@ -44,9 +44,9 @@ def format_table(results):
 
 
 _ROW_MEANINGS = {
-    "mean": "global mean = the training mean for every rating",
-    "baseline": "biases only = FedBaseline (mean + federated user and item biases)",
-    "papers": "(papers) = the papers' settings (PAPER_SETTINGS)",
+    "mean": "global mean = the training mean",
+    "baseline": "biases only = FedBaseline (mean + user and item biases)",
+    "papers": "(papers) = PAPER_SETTINGS",
     "defaults": "(defaults) = the estimator's defaults",
 }
 
@@ -57,8 +57,8 @@ def rows_legend(results):
     parts = [_ROW_MEANINGS[k] for k in kinds if k in _ROW_MEANINGS]
     if len(parts) < 2:
         return ""
-    return ("rows: " + "; ".join(parts) + "; all on the same split, clients and rounds; "
-            "seconds exclude compilation (one untimed warm-up round of each fit first)")
+    return ("rows: " + "; ".join(parts) + ". Same split, clients and rounds; seconds "
+            "exclude compilation (an untimed warm-up round first)")
 
 
 def plot_histories(results, path, title):
