@@ -4,7 +4,7 @@
 latest-small under the papers' protocol (80/20 hold-out with seed 0, 100 clients, 10 sampled
 per round, 100 rounds, rank 5), each with the papers' settings and with the library's
 defaults, beside two yardsticks on the same split and clients: the global mean and the
-federated biases-only model (:class:`~sklearn_fedmf.completion.FedBaseline`). It prints a
+federated biases-only model (:class:`~sklearn_fedmf.FedBaseline`). It prints a
 table of final train and test RMSE, seconds (compilation excluded) and bytes communicated
 and writes ``curves.png`` (objective and test RMSE per round, the yardsticks as horizontal
 lines) and ``history.json`` to ``--out``. ``fedmf run`` takes any method and data set,
@@ -49,6 +49,10 @@ def __getattr__(name):
     if name in _LAZY:
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *_LAZY})
 
 
 # The commands, each importing its module when it runs.
