@@ -189,15 +189,16 @@ def test_tune_prints_the_number_of_fits_and_an_estimate_first(halving, tmp_path,
     status, out, err = run([*argv, *(["--halving"] if halving else [])], capsys)
     assert status == 0
     plan = out.splitlines()[1]
-    assert plan.startswith("plan: ") and " estimated " in plan and " s per round " in plan
+    assert plan.startswith("plan: ") and " estimated " in plan
+    assert " s per fit + " in plan and " s per round; " in plan
     ranked = json.loads((tmp_path / "tune.json").read_text())["ranked"]
     n_fits = 2 * len(ranked)  # every evaluated candidate, on each of the 2 folds
     if halving:  # 4 candidates at 3 rounds, then 2 at 9 (factor 3, rounds up to 9)
         assert "4 x 2 fits of 3 rounds + 2 x 2 fits of 9 rounds" in plan
-        assert f"x {4 * 2 * 3 + 2 * 2 * 9} rounds" in plan and n_fits == 12
+        assert f"; 12 fits, {4 * 2 * 3 + 2 * 2 * 9} rounds, 1 worker)" in plan and n_fits == 12
     else:
         assert f"4 candidates x 2 folds = {n_fits} fits" in plan and n_fits == 8
-        assert "x 72 rounds" in plan
+        assert "; 8 fits, 72 rounds, 1 worker)" in plan
     # the plan is printed before any candidate is evaluated
     assert out.index("plan: ") < out.index("best parameters")
     assert err.count("fedmf: tune: candidate") == len(ranked)

@@ -144,9 +144,9 @@ def build_parser():
                     "papers' penalties and ALS-WR's weighted lambda, each with its strengths; "
                     "beta; biases); RFRec: reg_consensus, learning_rate, p, n_clients, rank. "
                     "Before the search starts, a line gives the number of fits and an "
-                    "estimate of the time: a few rounds of the first candidate on the first "
-                    "fold are timed (after an untimed one) and scaled to the rounds of all "
-                    "fits over the workers.")
+                    "estimate of the time: fits of one and three rounds of the first "
+                    "candidate on the first fold are timed (after an untimed one) and scaled "
+                    "to the fits and rounds of the search over the workers.")
     tune.add_argument("--method", default="fedmc-admm", metavar="NAME",
                       help=f"one of {names} (default: %(default)s)")
     tune.add_argument("--grid", type=_grid_entry, action="append", metavar="NAME=V1,V2",

@@ -167,9 +167,10 @@ def _search(args, method, estimator, grid, prefix):
 def _plan(args, search, grid, prefix, X, y, params):
     """The line printed before the search: its number of fits and an estimate of its time.
 
-    The estimate is a linear model, measured now: one untimed round of the first candidate
-    on the first fold (to compile its kernels), then a few timed rounds of it; seconds per
-    round x the rounds of all fits / the workers. Candidates that change the work per round
+    The estimate is a linear model, measured now on the first candidate and the first fold:
+    an untimed fit of one round (it compiles the kernels), then timed fits of one and three
+    rounds give the seconds per fit (setup, scoring) and per round; (per fit x fits + per
+    round x the rounds of all fits) / the workers. Candidates that change the work per round
     (rank, local steps) make it rough.
     """
     from joblib import effective_n_jobs
@@ -190,19 +191,26 @@ def _plan(args, search, grid, prefix, X, y, params):
     train = next(search.cv.split(X, y))[0]
     X_train = X.iloc[train] if hasattr(X, "iloc") else X[train]
     y_train = None if y is None else y[train]
-    timed = min(3, first.get(prefix + "max_iter", params.get("max_iter", 1)))
     model = clone(search.estimator).set_params(**first)
+
+    def seconds(rounds):
+        tic = time.perf_counter()
+        clone(model).set_params(**{prefix + "max_iter": rounds}).fit(X_train, y_train)
+        return time.perf_counter() - tic
+
+    longest = min(3, first.get(prefix + "max_iter", params.get("max_iter", 1)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        clone(model).set_params(**{prefix + "max_iter": 1}).fit(X_train, y_train)
-        tic = time.perf_counter()
-        clone(model).set_params(**{prefix + "max_iter": timed}).fit(X_train, y_train)
-        per_round = (time.perf_counter() - tic) / timed
+        seconds(1)  # compiles the kernels
+        one = seconds(1)
+        per_round = (seconds(longest) - one) / (longest - 1) if longest > 1 else one
+    per_round = max(per_round, 0.0)  # (timings on a busy machine)
+    per_fit = max(one - per_round, 0.0)  # what a fit costs besides its rounds
     workers = max(1, min(effective_n_jobs(args.jobs), n_fits))
-    estimate = per_round * rounds / workers
-    return (f"plan: {shown}; estimated {_duration(estimate)} ({per_round:.2g} s per round of "
-            f"the first candidate x {rounds} rounds / {workers} worker"
-            + ("s" if workers > 1 else "") + ")")
+    estimate = (per_fit * n_fits + per_round * rounds) / workers
+    return (f"plan: {shown}; estimated {_duration(estimate)} (the first candidate on the "
+            f"first fold: {per_fit:.2g} s per fit + {per_round:.2g} s per round; {n_fits} fits,"
+            f" {rounds} rounds, {workers} worker" + ("s" if workers > 1 else "") + ")")
 
 
 def _duration(seconds):
