@@ -227,6 +227,7 @@ def test_help_builds_without_scikit_learn_or_numba():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "[]", result.stderr
-    result = subprocess.run([sys.executable, "-m", "sklearn_fedmf", "--help"],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0 and result.stdout.startswith("usage: fedmf")
+    for module in ("sklearn_fedmf", "sklearn_fedmf.cli"):
+        result = subprocess.run([sys.executable, "-m", module, "--help"],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0 and result.stdout.startswith("usage: fedmf")
