@@ -127,3 +127,14 @@ def test_settings_and_yardsticks_can_be_chosen(tmp_path, capsys):
     status, out, _ = run([*FED, "--method", "baseline", "--out", str(tmp_path)], capsys)
     rows, _ = table(out)
     assert status == 0 and [r[0] for r in rows] == ["global mean", "biases only (FedBaseline)"]
+
+
+def test_set_applies_to_the_methods_that_have_the_parameter(tmp_path, capsys):
+    argv = [*FED, "--settings", "papers", "--no-baselines", "--out", str(tmp_path)]
+    status, _, err = run([*argv, "--set", "beta=0.5"], capsys)  # FedMAvg has no beta
+    assert status == 0, err
+    results = json.loads((tmp_path / "history.json").read_text())["results"]
+    assert [r["params"].get("beta") for r in results] == [0.5, None]
+    status, _, err = run([*argv, "--set", "nonsense=1"], capsys)
+    assert status == 1 and err == ("fedmf: error: --set nonsense=...: no method of the run "
+                                   "(fedmc-admm,fedmavg) has a parameter 'nonsense'\n")

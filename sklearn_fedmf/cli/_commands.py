@@ -138,12 +138,17 @@ def cmd_run(args):
     methods = _methods(args.method)
     out = output_folder(args.out, ("history.json", "curves.png"))
     rows = _rows(methods, args.settings)
+    for key, _ in args.set or []:  # --set applies to each method that has the parameter
+        if not any(key in m.load()().get_params() for m in methods):
+            raise CommandError(f"--set {key}=...: no method of the run ({args.method}) has a "
+                               f"parameter {key!r}")
     for method, settings, _ in rows:  # option errors before the data is loaded
-        make_estimator(method, args, settings=settings)
+        make_estimator(method, args, settings=settings, strict_set=False)
     X, X_train, X_test, name = prepare_data(args, methods[0].kind)  # may adapt the options
     verbose = 0 if args.quiet else 1
-    fits = [(method, make_estimator(method, args, verbose=verbose, settings=settings),
-             settings, label) for method, settings, label in rows]
+    fits = [(method, make_estimator(method, args, verbose=verbose, settings=settings,
+                                    strict_set=False), settings, label)
+            for method, settings, label in rows]
     yardsticks = X_test is not None and args.baselines
     if yardsticks and BASELINE not in methods:
         fits.insert(0, (BASELINE, _baseline_estimator(args, verbose), "baseline",

@@ -160,13 +160,14 @@ def _flag(option):
     return "--" + option.replace("_", "-")
 
 
-def make_estimator(method, args, *, verbose=0, settings="papers"):
+def make_estimator(method, args, *, verbose=0, settings="papers", strict_set=True):
     """The estimator of ``method`` with the command-line options mapped onto its parameters.
 
     ``settings="papers"`` starts from the papers' settings, ``"defaults"`` from the
     estimator's own defaults (``variant`` is applied either way). An option the user gave for
     a parameter the estimator does not have, and a value the estimator rejects, are errors
-    naming the option (before anything is fitted).
+    naming the option (before anything is fitted); ``strict_set=False`` skips a ``--set``
+    parameter the estimator does not have (``run`` applies each to the methods that have it).
     """
     cls = method.load()
     params = cls().get_params()
@@ -185,6 +186,8 @@ def make_estimator(method, args, *, verbose=0, settings="papers"):
         chosen["verbose"] = verbose
     for key, value in (getattr(args, "set", None) or []):
         if key not in params:
+            if not strict_set:
+                continue
             raise CommandError(f"--set {key}=...: {method.name} has no parameter {key!r}")
         chosen[key] = value
         origin[key] = f"--set {key}={value!r}"
