@@ -231,3 +231,16 @@ def test_help_builds_without_scikit_learn_or_numba():
         result = subprocess.run([sys.executable, "-m", module, "--help"],
                                 capture_output=True, text=True, timeout=120)
         assert result.returncode == 0 and result.stdout.startswith("usage: fedmf")
+
+
+@pytest.mark.parametrize("name, lines, message", [
+    ("ratings.dat", ["1::10::4::1", "2::11::x::2"], "line 2: rating 'x' is not a number"),
+    ("ratings.dat", ["1::10::4::1", "2:11:4:2"], "line 2: 1 fields where the format has 4"),
+    ("u.data", ["1\t10\t4\t1", "", "2\t11\t4"], "line 3: 3 fields where the format has 4"),
+    ("u.data", ["1\t10\t4\t1", "1\t10\t5\t2"], "line 2: userId 1 rated movieId 10 again"),
+])
+def test_movielens_formats_name_the_line_too(name, lines, message, tmp_path, capsys):
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    status, _, err = run(["run", "--data", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert status == 1 and err.startswith(f"fedmf: error: {path} {message}")

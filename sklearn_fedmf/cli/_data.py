@@ -59,7 +59,12 @@ def read_ratings(spec, seed=0, columns=COLUMNS):
     if path.is_dir() or path.name in ("u.data", "ratings.dat"):
         file, variant = _movielens_file(path)
         if file.suffix != ".csv":  # MovieLens's own formats (no header)
-            return _bunch(load_movielens(variant, path=file), f"MovieLens {variant} ({file})")
+            try:
+                data = load_movielens(variant, path=file)
+            except ValueError:
+                sep = "\t" if file.name == "u.data" else "::"
+                raise CommandError(_first_bad_line(file, COLUMNS, sep)) from None
+            return _bunch(data, f"MovieLens {variant} ({file})")
         path = file
     else:
         variant = _movielens_file(path)[1] if path.name == "ratings.csv" else None
@@ -97,8 +102,10 @@ def read_csv_ratings(path, columns=COLUMNS):
     return {"X": X, "user_ids": user_ids, "item_ids": item_ids, "name": str(path)}
 
 
-def _first_bad_line(path, columns):
-    """``"FILE line N: what is wrong"`` for the first malformed line of a CSV ratings file.
+def _first_bad_line(path, columns, sep=None):
+    """``"FILE line N: what is wrong"`` for the first malformed line of a ratings file: a CSV
+    file with a header (``sep=None``), or MovieLens's headerless ``user<sep>item<sep>rating
+    <sep>timestamp`` lines (``columns`` then only name the fields in messages).
 
     Only called once the fast reader has failed: this one reads the file line by line.
     """
@@ -106,17 +113,24 @@ def _first_bad_line(path, columns):
     seen = {}
     try:
         with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.reader(fh)
-            header = next(reader, [])
-            if not set(columns) <= set(header):
-                return f"{path}: no column {', '.join(repr(c) for c in columns if c not in header)}"
-            at = [header.index(c) for c in columns]
-            for row in reader:
-                where = f"{path} line {reader.line_num}"
+            if sep is None:
+                reader = csv.reader(fh)
+                header = next(reader, [])
+                missing = [c for c in columns if c not in header]
+                if missing:
+                    return f"{path}: no column {', '.join(map(repr, missing))}"
+                at, n_fields, what = [header.index(c) for c in columns], len(header), "header"
+                rows = ((reader.line_num, row) for row in reader)
+            else:
+                at, n_fields, what = (0, 1, 2), 4, "format"
+                rows = ((k, line.rstrip("\r\n").split(sep)) for k, line in enumerate(fh, 1)
+                        if line.strip())
+            for line, row in rows:
+                where = f"{path} line {line}"
                 if not row:  # blank lines are skipped, as by the fast reader
                     continue
-                if len(row) != len(header):
-                    return f"{where}: {len(row)} fields where the header has {len(header)}"
+                if len(row) != n_fields:
+                    return f"{where}: {len(row)} fields where the {what} has {n_fields}"
                 u, i, r = (row[k].strip() for k in at)
                 if not u or not i:
                     return f"{where}: no {user if not u else item}"
@@ -126,14 +140,14 @@ def _first_bad_line(path, columns):
                     return f"{where}: {rating} {r!r} is not a number"
                 if not math.isfinite(value):
                     return f"{where}: {rating} {r!r} is not a finite number"
-                first = seen.setdefault((u, i), reader.line_num)
-                if first != reader.line_num:
+                first = seen.setdefault((u, i), line)
+                if first != line:
                     return f"{where}: {user} {u} rated {item} {i} again (first on line {first})"
     except UnicodeDecodeError as exc:
         return f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})"
     except csv.Error as exc:
         return f"{path} line {reader.line_num}: {exc}"
-    return f"{path}: could not be read as a CSV ratings file with a header"
+    return f"{path}: could not be read as a ratings file"
 
 
 def _bunch(data, name):
