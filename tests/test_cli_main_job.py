@@ -125,8 +125,10 @@ def test_settings_and_yardsticks_can_be_chosen(tmp_path, capsys):
     assert legend == ""  # one kind of row: nothing to explain
     # the biases-only model is also a method of its own (then it is not repeated)
     status, out, _ = run([*FED, "--method", "baseline", "--out", str(tmp_path)], capsys)
-    rows, _ = table(out)
+    rows, legend = table(out)
     assert status == 0 and [r[0] for r in rows] == ["global mean", "biases only (FedBaseline)"]
+    assert legend.startswith("rows: global mean = the training mean; biases only = FedBaseline")
+    assert "(papers)" not in legend
 
 
 def test_set_applies_to_the_methods_that_have_the_parameter(tmp_path, capsys):

@@ -124,11 +124,11 @@ def _warm_up(estimator, X_train, X_test):
 
 def _rows(methods, settings):
     """``(method, settings, label)`` of each row: a method with papers' settings gets a row
-    for each requested setting; the others (binary methods) one row."""
+    for each requested setting; the others (binary methods, the biases-only model) one."""
     rows = []
     for method in methods:
         if method.papers == method.variant:  # no papers' settings to compare
-            rows.append((method, "papers", method.label))
+            rows.append((method, "baseline" if method is BASELINE else "", method.label))
             continue
         rows += [(method, s, f"{method.label} ({s})") for s in _SETTINGS[settings]]
     return rows
