@@ -1,6 +1,7 @@
 """The ``fedmf`` command: main job on reduced sizes, data specs, tune, errors and --help."""
 
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -22,6 +23,7 @@ from sklearn_fedmf.model_selection import train_test_split_ratings
 FED = ["--data", "synthetic:200x60x3000", "--clients", "10", "--clients-per-round", "3",
        "--rounds", "4"]
 SMALL = [*FED, "--quiet"]
+PAPERS = ["--settings", "papers", "--no-baselines"]  # one row per method, as the papers ran
 
 
 def run(argv, capsys):
@@ -31,16 +33,21 @@ def run(argv, capsys):
 
 
 def table_rows(out, labels):
-    return {label: line.split() for line in out.splitlines() for label in labels
-            if line.startswith(label + " ")}
+    """The cells of the table rows whose label is in ``labels`` (cells: 2+ spaces apart)."""
+    rows = {}
+    for line in out.splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if cells[0] in labels:
+            rows[cells[0]] = cells
+    return rows
 
 
 def test_main_job_on_reduced_sizes(tmp_path, capsys):
-    status, out, _ = run([*SMALL, "--out", str(tmp_path)], capsys)
+    status, out, _ = run([*SMALL, *PAPERS, "--out", str(tmp_path)], capsys)
     assert status == 0
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = json.loads((tmp_path / "history.json").read_text())
-    labels = [METHODS[name].label for name in MAIN_JOB]
+    labels = [f"{METHODS[name].label} (papers)" for name in MAIN_JOB]
     assert [r["label"] for r in report["results"]] == labels
     rows = table_rows(out, labels)
     assert set(rows) == set(labels)
@@ -56,7 +63,7 @@ def test_main_job_on_reduced_sizes(tmp_path, capsys):
         row = rows[result["label"]]
         assert row[1] == "4" and row[3] == f"{summary['eval_rmse']:.4f}"
         assert row[5] == f"{summary['bytes_uploaded'] / 1e6:.1f}"
-    fedmavg = report["results"][labels.index("FedMAvg")]
+    fedmavg = report["results"][labels.index("FedMAvg (papers)")]
     assert fedmavg["params"]["variant"] == "fedmc_admm"
     # the restated FedMAvg records FedMC-ADMM's objective F, so the curves share an axis
     assert len({r["objective"] for r in report["results"]}) == 1
@@ -74,7 +81,7 @@ def test_bare_command_is_the_papers_protocol(monkeypatch):
 
 
 def test_embedded_data_split_80_20(tmp_path, capsys):
-    status, out, _ = run(["run", "--method", "fedmc-admm", "--rounds", "2", "--quiet",
+    status, out, _ = run(["run", "--method", "fedmc-admm", "--rounds", "2", "--quiet", *PAPERS,
                           "--out", str(tmp_path)], capsys)
     assert status == 0
     assert "610 users x 9724 items, 100836 ratings" in out
@@ -92,7 +99,7 @@ def _counts(out):
 def test_same_model_for_one_and_two_jobs(tmp_path, capsys):
     histories = []
     for jobs in ("1", "2"):
-        assert run([*SMALL, "--method", "fedmc-admm", "--jobs", jobs,
+        assert run([*SMALL, *PAPERS, "--method", "fedmc-admm", "--jobs", jobs,
                     "--out", str(tmp_path / jobs)], capsys)[0] == 0
         report = json.loads((tmp_path / jobs / "history.json").read_text())
         histories.append([{k: v for k, v in h.items() if k != "seconds"}
@@ -124,7 +131,8 @@ def test_binarize_keeps_ratings_at_or_above_threshold():
 
 def test_without_matplotlib_the_json_is_still_written(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    status, _, err = run([*SMALL, "--method", "fedmc-admm", "--out", str(tmp_path)], capsys)
+    status, _, err = run([*SMALL, *PAPERS, "--method", "fedmc-admm", "--out", str(tmp_path)],
+                         capsys)
     assert status == 0
     assert "matplotlib is not installed" in err
     assert (tmp_path / "history.json").exists() and not (tmp_path / "curves.png").exists()
@@ -182,13 +190,13 @@ def test_recommend_saves_the_model_and_lists_unrated_items_by_their_ids(tmp_path
     frame = pd.DataFrame({"who": [f"u{k}" for k in users], "film": [f"m{k}" for k in items],
                           "stars": rng.integers(1, 6, users.size)})
     frame.to_csv(tmp_path / "r.csv", index=False)
-    common = ["--user", "u3", "--user", "stranger", "--top", "4"]
+    common = ["--user", "u3", "--user", "stranger", "--top", "4", "--out", str(tmp_path)]
     argv = ["recommend", "--data", str(tmp_path / "r.csv"), "--user-col", "who",
             "--item-col", "film", "--rating-col", "stars", "--clients", "5", "--rounds", "5",
             "--save", str(tmp_path / "m.joblib"), *common]
     status, out, _ = run(argv, capsys)
     assert status == 0 and f"wrote {tmp_path / 'm.joblib'}" in out
-    lists = out.split("top-4 for user ")[1:]
+    lists = [text.split("\n\n")[0] for text in out.split("top-4 for user ")[1:]]
     listed = [line.split()[1] for line in lists[0].splitlines()[2:] if line.strip()]
     assert len(listed) == 4 and not set(listed) & set(frame.film[frame.who == "u3"])
     model = joblib.load(tmp_path / "m.joblib")
@@ -263,12 +271,13 @@ def test_degenerate_fits_are_flagged_in_the_table(tmp_path, capsys, monkeypatch)
         return self
 
     monkeypatch.setattr(FedMAvg, "fit", degenerate_fit)
-    status, out, _ = run([*SMALL, "--out", str(tmp_path)], capsys)
+    status, out, _ = run([*SMALL, *PAPERS, "--out", str(tmp_path)], capsys)
     assert status == 0
-    rows = table_rows(out, ["FedMC-ADMM", "FedMAvg"])
-    assert rows["FedMAvg"][-1] == "!" and rows["FedMC-ADMM"][-1] != "!"
-    assert len(rows["FedMAvg"]) == len(rows["FedMC-ADMM"]) + 1  # the flag column
-    assert "! FedMAvg: the fit ended degenerate: FedMAvg: all factors are zero" in out
+    admm, mavg = "FedMC-ADMM (papers)", "FedMAvg (papers)"
+    rows = table_rows(out, [admm, mavg])
+    assert rows[mavg][-1] == "!" and rows[admm][-1] != "!"
+    assert len(rows[mavg]) == len(rows[admm]) + 1  # the flag column
+    assert f"! {mavg}: the fit ended degenerate: FedMAvg: all factors are zero" in out
     results = json.loads((tmp_path / "history.json").read_text())["results"]
     assert [r["summary"]["degenerate"] for r in results] == [False, True]
 
@@ -404,12 +413,12 @@ def test_methods_lists_the_registry(capsys):
     assert main(["methods"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    for name in cli.available_methods():
+    for name in METHODS:
         assert any(line.startswith(name + " ") for line in lines)
-    assert set(MAIN_JOB) <= set(cli.available_methods())
+    assert set(MAIN_JOB) <= set(METHODS)
     # aligned columns: every row's estimator and upload start under their headers
     header = lines[0]
-    for name, method in cli.available_methods().items():
+    for name, method in METHODS.items():
         line = next(line for line in lines if line.startswith(name + " "))
         assert line.index("sklearn_fedmf.") == header.index("estimator")
         assert line.index(method.sends) == header.index("a client uploads")

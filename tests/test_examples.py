@@ -47,9 +47,10 @@ def test_main_job_as_a_command(tmp_path):
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "curves.png").read_bytes()[:8] == PNG
     labels = [r["label"] for r in json.loads((tmp_path / "history.json").read_text())["results"]]
-    assert labels == ["FedMC-ADMM", "FedMAvg"]
+    assert labels == ["global mean", "biases only (FedBaseline)", "FedMC-ADMM (papers)",
+                      "FedMC-ADMM (defaults)", "FedMAvg (papers)", "FedMAvg (defaults)"]
     for label in labels:
-        assert any(line.startswith(label + " ") for line in result.stdout.splitlines())
+        assert any(line.startswith(label + "  ") for line in result.stdout.splitlines())
     # the progress bars (verbose=1) go to stderr, the table to stdout
     assert "3/3" in result.stderr and "3/3" not in result.stdout
 

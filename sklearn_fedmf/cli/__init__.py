@@ -1,38 +1,83 @@
 """The ``fedmf`` command: run, compare and tune federated matrix factorization from a shell.
 
-``fedmf`` alone is the README's main job: FedMC-ADMM and FedMAvg side by side on the embedded
-MovieLens latest-small under the papers' protocol (80/20 hold-out with seed 0, 100 clients, 10
-sampled per round, 100 rounds, rank 5). It prints a table of final test RMSE, seconds and bytes
-communicated and writes ``curves.png`` (objective and test RMSE per round) and
-``history.json`` to ``--out``. ``fedmf run`` takes any method and data set, ``fedmf tune``
-runs a (halving) grid search (entry-wise folds of the ratings by default), ``fedmf recommend``
-fits on a ratings file, saves the model and prints users' top-N items, and ``fedmf methods``
-lists the registry.
+``fedmf`` alone is the README's main job: FedMC-ADMM and FedMAvg on the embedded MovieLens
+latest-small under the papers' protocol (80/20 hold-out with seed 0, 100 clients, 10 sampled
+per round, 100 rounds, rank 5), each with the papers' settings and with the library's
+defaults, beside two yardsticks on the same split and clients: the global mean and the
+federated biases-only model (:class:`~sklearn_fedmf.FedBaseline`). It prints a
+table of final train and test RMSE, seconds (compilation excluded) and bytes communicated
+and writes ``curves.png`` (objective and test RMSE per round, the yardsticks as horizontal
+lines) and ``history.json`` to ``--out``. ``fedmf run`` takes any method and data set,
+``fedmf tune`` runs a (halving) grid search (entry-wise folds of the ratings by default),
+``fedmf recommend`` fits on a ratings file and prints users' top-N items, and ``fedmf
+methods`` lists the registry.
 
 Every error prints one line on stderr and exits non-zero; ``FEDMF_DEBUG=1`` shows tracebacks.
+Building the parser imports neither scikit-learn nor numba (``fedmf --help`` stays fast):
+each command imports what it needs when it runs.
 """
 
+import importlib
 import os
 import sys
 
-# the command's public names, importable from here (build_parser and main use some of them)
-from ._commands import cmd_methods, cmd_run, cmd_tune, fit_method  # noqa: F401
-from ._data import BINARY_THRESHOLD, binarize, load_data, prepare_data  # noqa: F401
 from ._flower import add_flower_split
-from ._messages import CommandError, _one_line  # noqa: F401
-from ._options import _assignment, _at_least_two, _common, _grid_entry, _Parser, _positive_int
-from ._ratings import cmd_recommend, load_pairs  # noqa: F401
-from ._registry import (  # noqa: F401
-    MAIN_JOB,
-    METHODS,
-    PROTOCOL,
-    Method,
-    available_methods,
-    make_estimator,
+from ._messages import _one_line
+from ._options import (
+    _assignment,
+    _at_least_two,
+    _columns,
+    _common,
+    _grid_entry,
+    _Parser,
+    _positive_int,
 )
-from ._report import format_search, format_table, plot_histories  # noqa: F401
+from ._registry import MAIN_JOB, METHODS, PROTOCOL, RATING_METHODS
 
-__all__ = ["main", "METHODS"]
+__all__ = ["main", "build_parser", "METHODS"]
+
+# public helpers of the command, imported from their module on first use (PEP 562)
+_LAZY = {
+    "fit_method": "_commands", "load_data": "_data", "read_ratings": "_data",
+    "load_pairs": "_data", "prepare_data": "_data", "binarize": "_data",
+    "BINARY_THRESHOLD": "_data", "format_table": "_report", "format_search": "_report",
+    "plot_histories": "_report", "load_model": "_recommend",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *_LAZY})
+
+
+# The commands, each importing its module when it runs.
+def cmd_run(args):
+    from ._commands import cmd_run
+
+    return cmd_run(args)
+
+
+def cmd_tune(args):
+    from ._tune import cmd_tune
+
+    return cmd_tune(args)
+
+
+def cmd_recommend(args):
+    from ._recommend import cmd_recommend
+
+    return cmd_recommend(args)
+
+
+def cmd_methods(args):
+    from ._commands import cmd_methods
+
+    return cmd_methods(args)
 
 
 def build_parser():
@@ -41,10 +86,12 @@ def build_parser():
     parser = _Parser(
         prog="fedmf",
         description="Federated matrix factorization from the command line. With no command, "
-                    "runs the main job: FedMC-ADMM and FedMAvg side by side on the embedded "
-                    "MovieLens latest-small under the papers' protocol (80/20 hold-out, 100 "
-                    "clients, 10 per round, 100 rounds, rank 5), i.e. 'fedmf run' with its "
-                    "defaults. Options given without a command go to 'run'.",
+                    "runs the main job: FedMC-ADMM and FedMAvg on the embedded MovieLens "
+                    "latest-small under the papers' protocol (80/20 hold-out, 100 clients, "
+                    "10 per round, 100 rounds, rank 5), each with the papers' settings and "
+                    "the library's defaults, beside the global mean and the federated "
+                    "biases-only model, i.e. 'fedmf run' with its defaults. Options given "
+                    "without a command go to 'run'.",
         epilog="Run 'fedmf COMMAND --help' for the options of a command. Errors print one line "
                "and exit with status 1 (2 for bad options); set FEDMF_DEBUG=1 for tracebacks.",
     )
@@ -55,19 +102,30 @@ def build_parser():
                                 help="'run' when omitted")
 
     run = sub.add_parser(
-        "run", help="fit one or more methods, print a table, write curves.png and history.json",
+        "run", help="fit one or more methods beside the yardsticks, print a table, write "
+                    "curves.png and history.json",
         description="Fit each method on the training ratings with the held-out ratings as "
                     "eval_set, print final train/test RMSE (F1 and RMSD for binary methods, "
                     "which use the data binarized at rating >= 3.5 and no hold-out), seconds "
                     "and megabytes uploaded/downloaded, and write curves.png (objective and "
-                    "test RMSE per round) and history.json (every round's record) to --out.")
+                    "test RMSE per round) and history.json (every round's record) to --out. "
+                    "Rating methods run beside two yardsticks on the same split and clients "
+                    "(the global mean and FedBaseline, the federated biases-only model), "
+                    "each with the papers' settings and with the estimator's defaults "
+                    "(--settings). Every fit runs one untimed warm-up round first, so that "
+                    "the seconds exclude compiling the kernels.")
     run.add_argument("--method", default=",".join(MAIN_JOB), metavar="NAMES",
-                     help=f"comma-separated methods among {names} (default: %(default)s; "
-                          "'fedmf methods' lists those installed)")
+                     help=f"comma-separated methods among {names} (default: %(default)s)")
+    run.add_argument("--settings", choices=("both", "papers", "defaults"), default="both",
+                     help="rows of each rating method: the papers' settings "
+                          "(sklearn_fedmf.completion.PAPER_SETTINGS), the estimator's "
+                          "defaults, or both (default: %(default)s)")
+    run.add_argument("--no-baselines", dest="baselines", action="store_false",
+                     help="leave out the two yardstick rows of a rating run (the global mean "
+                          "and FedBaseline)")
     run.add_argument("--set", type=_assignment, action="append", metavar="NAME=VALUE",
                      help="any other estimator parameter, e.g. --set beta=0.5 (repeatable; "
                           "applies to every method that has it)")
-    run.add_argument("--quiet", action="store_true", help="no progress bars")
     _common(run, rounds=PROTOCOL["rounds"])
     run.set_defaults(func=cmd_run)
 
@@ -81,10 +139,14 @@ def build_parser():
                     "candidate is fit on the training ratings of the other folds' users and "
                     "scored on the held-out ratings of the fold's users by fold-in (X = "
                     "training matrix, y = held-out matrix; binary methods: F1 on the fold's "
-                    "rows). Default grids: sklearn_fedmf.model_selection.default_search_space "
-                    "(two sub-grids: the papers' penalties and ALS-WR's weighted lambda, "
-                    "each with its strengths; beta; biases); RFRec: reg_consensus, "
-                    "learning_rate, p, n_clients, rank.")
+                    "rows). Candidates start from the papers' settings. Default grids: "
+                    "sklearn_fedmf.model_selection.default_search_space (two sub-grids: the "
+                    "papers' penalties and ALS-WR's weighted lambda, each with its strengths; "
+                    "beta; biases); RFRec: reg_consensus, learning_rate, p, n_clients, rank. "
+                    "Before the search starts, a line gives the number of fits and an "
+                    "estimate of the time: fits of one and three rounds of the first "
+                    "candidate on the first fold are timed (after an untimed one) and scaled "
+                    "to the fits and rounds of the search over the workers.")
     tune.add_argument("--method", default="fedmc-admm", metavar="NAME",
                       help=f"one of {names} (default: %(default)s)")
     tune.add_argument("--grid", type=_grid_entry, action="append", metavar="NAME=V1,V2",
@@ -103,50 +165,44 @@ def build_parser():
                       help="what the folds hold out for rating methods: ratings of users who "
                            "stay in training (entry-wise, the default) or whole users "
                            "(fold-in)")
-    _ratings_columns(tune)
-    tune.add_argument("--quiet", action="store_true",
-                      help="no progress line per candidate on stderr")
     _common(tune, rounds=50)
     tune.set_defaults(func=cmd_tune)
 
     rec = sub.add_parser(
-        "recommend", help="fit on a ratings file, save the model, print users' top-N items",
-        description="Fit one rating method, wrapped in RatingRegressor, on every rating of "
-                    "--data (a MovieLens file or folder, the embedded data, or any CSV with "
-                    "a header: --user-col, --item-col, --rating-col), save it with joblib "
-                    "(--save) and print the top-N unrated items of each --user with the "
-                    "data's own ids. --model loads a saved model instead of fitting.")
+        "recommend", help="fit on a ratings file (or load a saved model), print users' "
+                          "top-N items",
+        description="Fit one rating method with the papers' settings, wrapped in "
+                    "RatingRegressor, on every rating of --data, or load a model saved "
+                    "earlier (--model), and print the top-N unrated items of each --user with "
+                    "the data's own ids (also written to OUT/recommend.json). The model is "
+                    "saved only with --save FILE. A user absent from the training data is "
+                    "said on stderr and gets the cold-start list (the items of highest item "
+                    "bias, or the most rated).")
     rec.add_argument("--method", default="fedmavg", metavar="NAME",
-                     help=f"one rating method among {names} (default: %(default)s)")
+                     help=f"one rating method among {', '.join(RATING_METHODS)} (default: "
+                          "%(default)s)")
     rec.add_argument("--user", action="append", metavar="ID",
-                     help="a user id of the data (repeatable); an unknown id gets the "
-                          "cold-start list (the most rated items)")
+                     help="a user id of the data (repeatable)")
     rec.add_argument("--top", type=_positive_int, default=10,
                      help="items per user (default: %(default)s)")
     rec.add_argument("--include-seen", action="store_true",
                      help="also list items the user has rated")
-    rec.add_argument("--model", metavar="FILE", help="a model saved by an earlier run")
-    rec.add_argument("--save", metavar="FILE",
-                     help="where to save the fitted model (default: OUT/model.joblib)")
+    rec.add_argument("--model", metavar="FILE",
+                     help="a model saved by an earlier 'fedmf recommend --save' (a pickle: "
+                          "load only files you trust)")
+    rec.add_argument("--save", metavar="FILE", help="save the fitted model to FILE (joblib)")
     rec.add_argument("--set", type=_assignment, action="append", metavar="NAME=VALUE",
                      help="any other estimator parameter, e.g. --set alpha_u=10")
-    _ratings_columns(rec)
-    _common(rec, rounds=PROTOCOL["rounds"])
+    _common(rec, rounds=PROTOCOL["rounds"], test_size=False)
     rec.set_defaults(func=cmd_recommend)
 
-    add_flower_split(sub, _positive_int)
+    add_flower_split(sub, _positive_int, _columns)
 
-    methods = sub.add_parser("methods", help="list the installed methods",
-                             description="List the methods of this installation.")
+    methods = sub.add_parser("methods", help="list the methods",
+                             description="List the methods of the registry, their estimators "
+                                         "and what their clients upload.")
     methods.set_defaults(func=cmd_methods)
     return parser
-
-
-def _ratings_columns(parser):
-    cols = parser.add_argument_group("columns of a CSV ratings file")
-    cols.add_argument("--user-col", default="userId", help="(default: %(default)s)")
-    cols.add_argument("--item-col", default="movieId", help="(default: %(default)s)")
-    cols.add_argument("--rating-col", default="rating", help="(default: %(default)s)")
 
 
 def main(argv=None):

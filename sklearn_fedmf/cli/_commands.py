@@ -1,40 +1,36 @@
-"""The subcommands of ``fedmf``: ``run`` (fit, time and summarize methods), ``tune`` (grid
-search of one method) and ``methods`` (list the registry); ``recommend`` is in ``_ratings``."""
+"""``fedmf run`` (fit, time and summarize methods beside two yardsticks) and ``fedmf
+methods`` (list the registry); ``tune`` is in ``_tune``, ``recommend`` in ``_recommend``."""
 
 from __future__ import annotations
 
 import inspect
 import json
-import os
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 
-from ..exceptions import DegenerateFitWarning
 from ._data import prepare_data
 from ._messages import CommandError, _note
-from ._progress import with_progress
-from ._registry import (
-    _OPTION_PARAMS,
-    METHODS,
-    _flag,
-    _methods,
-    available_methods,
-    check_value,
-    make_estimator,
-)
-from ._report import format_search, format_table, plot_histories
+from ._registry import METHODS, _methods, make_estimator
+from ._report import format_table, jsonable, output_folder, plot_histories
+
+# The yardsticks of a rating run (what a method must beat to be worth its rounds): the
+# global mean and this federated biases-only model.
+BASELINE = METHODS["baseline"]
+_SETTINGS = {"both": ("papers", "defaults"), "papers": ("papers",), "defaults": ("defaults",)}
 
 
-def fit_method(method, estimator, X_train, X_test=None, seen=None):
+def fit_method(method, estimator, X_train, X_test=None, seen=None, *, label=None,
+               settings=""):
     """Fit, time, and summarize one estimator.
 
     Each distinct warning becomes one ``note`` line (once per command: ``seen`` holds those
     already printed) and is kept in the result; a :class:`DegenerateFitWarning` also marks
     the result ``degenerate`` (flagged in the table).
     """
+    from ..exceptions import DegenerateFitWarning
+
     fit_params = {}
     if X_test is not None and "eval_set" in inspect.signature(estimator.fit).parameters:
         fit_params["eval_set"] = X_test
@@ -51,7 +47,7 @@ def fit_method(method, estimator, X_train, X_test=None, seen=None):
         if message not in seen:
             _note(message)
             seen.add(message)
-    history = [_jsonable(r) for r in getattr(estimator, "history_", [])]
+    history = [jsonable(r) for r in getattr(estimator, "history_", [])]
     summary = {
         "rounds": int(getattr(estimator, "n_iter_", len(history))),
         "seconds": seconds,
@@ -65,52 +61,110 @@ def fit_method(method, estimator, X_train, X_test=None, seen=None):
             summary[key] = float(values[-1])
     if method.kind == "completion" and "eval_rmse" not in summary and X_test is not None:
         summary["eval_rmse"] = -float(estimator.score(X_train, X_test))
-    return {"method": method.name, "label": method.label, "kind": method.kind,
-            "objective": _objective_id(method, estimator),
-            "estimator": type(estimator).__name__, "params": _jsonable(estimator.get_params()),
+    return {"method": method.name, "label": label or method.label, "kind": method.kind,
+            "settings": settings, "objective": _objective_id(method, estimator),
+            "estimator": type(estimator).__name__, "params": jsonable(estimator.get_params()),
             "summary": summary, "warnings": messages, "degenerate": degenerate[:1],
             "history": history}
 
 
 def _objective_id(method, estimator):
-    """Which objective ``history_`` records: shared only while the variant is unchanged."""
+    """Which objective ``history_`` records: shared only while the papers' settings hold."""
     params = estimator.get_params()
-    unchanged = all(params.get(k) == v for k, v in method.fixed.items())
+    unchanged = all(params.get(k) == v for k, v in method.papers.items())
     return method.objective if method.objective and unchanged else method.name
 
 
-def _output_folder(text, files):
-    """The ``--out`` folder, created now, so that a bad path fails before any fit."""
-    out = Path(text).expanduser()
-    if out.exists() and not out.is_dir():
-        raise CommandError(f"--out {text}: exists and is not a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CommandError(f"--out {text}: cannot create the folder ({exc.strerror})") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise CommandError(f"--out {text}: the folder is not writable")
-    for name in files:
-        if (out / name).is_dir():
-            raise CommandError(f"--out {text}: {out / name} is a folder, not a file")
-    return out
+def global_mean(X_train, X_test, n_clients):
+    """The first yardstick: the training mean predicts every rating (one aggregate round:
+    each client uploads its sum and count, the server sends the mean back)."""
+    tic = time.perf_counter()
+    mean = float(X_train.data.mean())
+    summary = {
+        "rounds": 1,
+        "train_rmse": float(np.sqrt(np.mean((X_train.data - mean) ** 2))),
+        "eval_rmse": float(np.sqrt(np.mean((X_test.data - mean) ** 2))),
+        "seconds": time.perf_counter() - tic,
+        "bytes_uploaded": 16 * n_clients, "bytes_downloaded": 8 * n_clients,
+        "degenerate": False,
+    }
+    return {"method": "mean", "label": "global mean", "kind": "completion", "settings": "mean",
+            "objective": "mean", "estimator": None, "params": {"mean": mean},
+            "summary": summary, "warnings": [], "degenerate": [], "history": []}
+
+
+def _baseline_estimator(args, verbose):
+    """The second yardstick, :class:`FedBaseline`, with the run's clients, rounds and seed."""
+    from ._registry import _OPTION_PARAMS
+
+    cls = BASELINE.load()
+    params = cls().get_params()
+    chosen = {param: getattr(args, option) for option, param in _OPTION_PARAMS.items()
+              if param in params and getattr(args, option, None) is not None}
+    if "verbose" in params:
+        chosen["verbose"] = verbose
+    return cls(**chosen)
+
+
+def _warm_up(estimator, X_train, X_test):
+    """One untimed round of ``estimator`` on the same data, so that compiling its kernels
+    (numba, at the first call) is not counted in the timed fit's seconds."""
+    from sklearn.base import clone
+
+    params = estimator.get_params()
+    short = clone(estimator).set_params(
+        **{k: v for k, v in (("max_iter", 1), ("verbose", 0)) if k in params})
+    fit_params = {}
+    if X_test is not None and "eval_set" in inspect.signature(short.fit).parameters:
+        fit_params["eval_set"] = X_test
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        short.fit(X_train, **fit_params)
+
+
+def _rows(methods, settings):
+    """``(method, settings, label)`` of each row: a method with papers' settings gets a row
+    for each requested setting; the others (binary methods, the biases-only model) one."""
+    rows = []
+    for method in methods:
+        if method.papers == method.variant:  # no papers' settings to compare
+            rows.append((method, "baseline" if method is BASELINE else "", method.label))
+            continue
+        rows += [(method, s, f"{method.label} ({s})") for s in _SETTINGS[settings]]
+    return rows
 
 
 def cmd_run(args):
     methods = _methods(args.method)
-    out = _output_folder(args.out, ("history.json", "curves.png"))
-    for method in methods:  # option errors before the data is loaded
-        make_estimator(method, args)
+    out = output_folder(args.out, ("history.json", "curves.png"))
+    rows = _rows(methods, args.settings)
+    for key, _ in args.set or []:  # --set applies to each method that has the parameter
+        if not any(key in m.load()().get_params() for m in methods):
+            raise CommandError(f"--set {key}=...: no method of the run ({args.method}) has a "
+                               f"parameter {key!r}")
+    for method, settings, _ in rows:  # option errors before the data is loaded
+        make_estimator(method, args, settings=settings, strict_set=False)
     X, X_train, X_test, name = prepare_data(args, methods[0].kind)  # may adapt the options
-    estimators = [make_estimator(m, args, verbose=0 if args.quiet else 1) for m in methods]
+    verbose = 0 if args.quiet else 1
+    fits = [(method, make_estimator(method, args, verbose=verbose, settings=settings,
+                                    strict_set=False), settings, label)
+            for method, settings, label in rows]
+    yardsticks = X_test is not None and args.baselines
+    if yardsticks and BASELINE not in methods:
+        fits.insert(0, (BASELINE, _baseline_estimator(args, verbose), "baseline",
+                        BASELINE.label))
     if X_test is None:  # binary
         print(f"data: {name}: {X.shape[0]} rows x {X.shape[1]} columns, {X_train.nnz} ones")
     else:
         print(f"data: {name}: {X.shape[0]} users x {X.shape[1]} items, {X.nnz} ratings "
               f"({X_train.nnz} train / {X_test.nnz} test)")
-    results, seen = [], set()
-    for method, estimator in zip(methods, estimators):
-        results.append(fit_method(method, estimator, X_train, X_test, seen))
+    for _, estimator, _, _ in fits:
+        _warm_up(estimator, X_train, X_test)
+    results = [global_mean(X_train, X_test, args.clients)] if yardsticks else []
+    seen = set()
+    for method, estimator, settings, label in fits:
+        results.append(fit_method(method, estimator, X_train, X_test, seen, label=label,
+                                  settings=settings))
     print()
     print(format_table(results))
     setup = _setup(args, X, name, methods[0].kind)
@@ -144,138 +198,13 @@ def _title(setup):
     return ", ".join(parts)
 
 
-def tune_grid(method, args):
-    """The grid of ``fedmf tune`` as a list of sub-grids: ``--grid`` (one sub-grid) or the
-    method's default grid (two sub-grids when it searches ``regularization``: each
-    regularization with its strengths on its own scale).
-
-    An option the user gave (``--clients``, ``--rank``, ``--rounds``, ...) fixes its
-    parameter: it leaves the default grid, and is an error together with a ``--grid`` of the
-    same parameter. Every value is checked against the estimator's constraints.
-    """
-    if args.grid:
-        grids = [dict(args.grid)]
-    else:
-        grids = [dict(g) for g in (method.grid if isinstance(method.grid, list)
-                                   else [method.grid])]
-    for option, param in _OPTION_PARAMS.items():
-        if option not in args.explicit or not any(param in g for g in grids):
-            continue
-        if args.grid:
-            raise CommandError(f"{_flag(option)} and --grid {param}=... both set {param}; "
-                               "give one of them")
-        for g in grids:
-            g.pop(param, None)
-    if args.halving and any("max_iter" in g for g in grids):
-        raise CommandError("--grid max_iter=...: with --halving the rounds are the resource "
-                           "(up to --rounds); leave max_iter out of the grid")
-    for g in grids:
-        for param, values in g.items():
-            for value in values:
-                check_value(method, param, value, f"--grid {param}={value!r}")
-    return grids
-
-
-def grid_size(grids):
-    """The number of candidates of a list of sub-grids."""
-    return sum(int(np.prod([len(v) for v in g.values()])) for g in grids)
-
-
-def grid_values(grids, param, default):
-    """Every value of ``param`` over the sub-grids (``[default]`` where a sub-grid lacks it)."""
-    return [v for g in grids for v in g.get(param, [default])]
-
-
-def cmd_tune(args):
-    from sklearn.model_selection import GridSearchCV, KFold
-
-    methods = _methods(args.method)
-    if len(methods) != 1:
-        raise CommandError(f"--method {args.method}: tune takes one method at a time")
-    method = methods[0]
-    out = _output_folder(args.out, ("tune.json",))
-    # option and grid errors before the data is loaded
-    unknown = sorted(set(dict(args.grid or ())) - set(make_estimator(method, args).get_params()))
-    if unknown:
-        raise CommandError(f"--grid: {method.name} has no parameter {', '.join(unknown)}")
-    grid = tune_grid(method, args)
-    if method.kind == "completion" and args.split == "ratings":
-        from ._ratings import tune_entrywise
-
-        return tune_entrywise(args, method, grid, make_estimator(method, args, verbose=0))
-    X, X_fit, y_fit, name = prepare_data(args, method.kind)  # may adapt the options
-    estimator = make_estimator(method, args, verbose=0)
-    fold_rows = X.shape[0] - -(-X.shape[0] // args.cv)
-    own_clients = estimator.get_params().get("n_clients", 0)
-    if max(grid_values(grid, "n_clients", 0) + [own_clients]) > fold_rows:
-        raise CommandError(
-            f"impossible sizes: a grid or --clients value of n_clients exceeds the {fold_rows} "
-            f"users of a training fold ({args.cv}-fold CV over {X.shape[0]} users)"
-        )
-    cpr = estimator.get_params().get("clients_per_round")
-    fewest = min(grid_values(grid, "n_clients", cpr)) if isinstance(cpr, int) else None
-    if fewest is not None and fewest < cpr:
-        raise CommandError(f"impossible sizes: --grid n_clients={fewest} is "
-                           f"less than --clients-per-round {cpr}")
-    cv = KFold(args.cv, shuffle=True, random_state=args.seed)
-    common = dict(cv=cv, n_jobs=args.jobs, error_score="raise", refit=False)
-    progress = dict(binary=method.kind == "binary", quiet=args.quiet)
-    if args.halving:
-        from sklearn.experimental import enable_halving_search_cv  # noqa: F401
-        from sklearn.model_selection import HalvingGridSearchCV
-
-        search = with_progress(HalvingGridSearchCV, **progress)(
-            estimator.set_params(n_jobs=None), grid, resource="max_iter",
-            max_resources=args.rounds, factor=3, random_state=args.seed, **common)
-    else:
-        search = with_progress(GridSearchCV, **progress)(
-            estimator.set_params(n_jobs=None), grid, **common)
-    n_candidates = grid_size(grid)
-    params = estimator.get_params()
-    fixed = {param: params[param] for option, param in _OPTION_PARAMS.items()
-             if option in args.explicit and param in params
-             and not any(param in g for g in grid)
-             and option != "jobs" and not (args.halving and param == "max_iter")}
-    print(f"data: {name}: {X.shape[0]} users x {X.shape[1]} items; tuning {method.label}: "
-          f"{n_candidates} candidates x {args.cv} folds"
-          + (" (successive halving on rounds)" if args.halving else "")
-          + "".join(f"; {k}={v!r}" for k, v in fixed.items()), flush=True)
-    tic = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        search.fit(X_fit, y_fit)
-    seconds = time.perf_counter() - tic
-    data = {"name": name, "shape": list(X.shape), "nnz": int(X.nnz)}
-    return report_search(args, method, search, seconds, grid, data, out, estimator=params)
-
-
-def report_search(args, method, search, seconds, grid, data, out, **extra):
-    """Print the ranked table and the best parameters of a search; write ``tune.json``."""
-    table, ranked = format_search(search, method.kind, args.top)
-    print(table)
-    best = ranked[0]
-    shown = [f"{k}={v!r}" for k, v in sorted(best["params"].items())
-             if not (args.halving and k == "max_iter")]
-    if "rounds" in best:
-        shown.append(f"rounds={best['rounds']}")
-    print(f"\nbest parameters ({seconds:.1f} s): "
-          + (", ".join(shown) or "the only candidate (no parameter varied)"))
-    report = {"command": "tune", "method": method.name, "halving": args.halving, **extra,
-              "data": data, "cv": args.cv, "seconds": seconds, "grid": grid, "ranked": ranked}
-    (out / "tune.json").write_text(json.dumps(_jsonable(report), indent=1))
-    print(f"wrote {out / 'tune.json'}")
-    return 0
-
-
 def cmd_methods(args):
     """Print the registry as an aligned table; a variant's fixed parameters go on the line
     below its row, so that long ones do not widen every row."""
-    available = available_methods()
     rows = [("name", "kind", "estimator", "a client uploads", "")]
     for m in METHODS.values():
-        if m.name in available:
-            fixed = ", ".join(f"{k}={v!r}" for k, v in m.fixed.items())
-            rows.append((m.name, m.kind, m.target.replace(":", "."), m.sends, fixed))
+        fixed = ", ".join(f"{k}={v!r}" for k, v in m.fixed.items())
+        rows.append((m.name, m.kind, m.target.replace(":", "."), m.sends, fixed))
     widths = [max(len(row[j]) for row in rows) for j in range(3)]
     indent = sum(widths[:2]) + 4
     for *cells, fixed in rows:
@@ -285,15 +214,9 @@ def cmd_methods(args):
     return 0
 
 
-def _jsonable(obj):
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (np.integer, np.bool_)):
-        return obj.item()
-    if isinstance(obj, np.floating):
-        return float(obj)
-    if obj is None or isinstance(obj, (str, int, float, bool)):
-        return obj
-    return repr(obj)
+def one_method(text, command):
+    """The one method named by ``--method`` (``tune`` and ``recommend``)."""
+    methods = _methods(text)
+    if len(methods) != 1:
+        raise CommandError(f"--method {text}: {command} takes one method at a time")
+    return methods[0]

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-from ._data import load_data
 from ._messages import CommandError
 
 EXAMPLE_APP = "examples/flower_app"
 
 
-def add_flower_split(sub, positive_int):
+def add_flower_split(sub, positive_int, columns):
     split = sub.add_parser(
         "flower-split", help="split ratings into one file per site and print the Flower "
                              "commands (SuperLink, SuperNodes, run)",
@@ -25,6 +22,7 @@ def add_flower_split(sub, positive_int):
                     "run of the example app on 127.0.0.1.")
     split.add_argument("--data", default="embedded", metavar="SPEC",
                        help="as in 'fedmf run --data' (default: %(default)s)")
+    columns(split)
     split.add_argument("--sites", type=positive_int, default=2,
                        help="number of sites (default: %(default)s)")
     split.add_argument("--test-size", type=float, default=0.2, metavar="FRACTION",
@@ -41,12 +39,15 @@ def add_flower_split(sub, positive_int):
 
 
 def cmd_flower_split(args):
+    import numpy as np
+
     from ..flower import split_sites
     from ..model_selection import train_test_split_ratings
+    from ._data import _columns, load_data
 
     if not 0 <= args.test_size < 1:
         raise CommandError(f"--test-size must be in [0, 1), got {args.test_size}")
-    X, name = load_data(args.data, args.seed)
+    X, name = load_data(args.data, args.seed, _columns(args))
     if args.sites > X.shape[0]:
         raise CommandError(f"--sites {args.sites} is more than the {X.shape[0]} users")
     X_eval = None

@@ -6,7 +6,7 @@ import argparse
 import ast
 import sys
 
-from ._registry import PROTOCOL
+from ._registry import COLUMNS, PROTOCOL
 
 
 class _Parser(argparse.ArgumentParser):
@@ -109,20 +109,35 @@ class _Explicit(argparse.Action):
         namespace.explicit = {*getattr(namespace, "explicit", set()), self.dest}
 
 
-def _common(parser, *, rounds):
+def _columns(group):
+    """The columns of a CSV ratings file: ``--user-col``, ``--item-col``, ``--rating-col``."""
+    for option, default, what in zip(("--user-col", "--item-col", "--rating-col"), COLUMNS,
+                                     ("user", "item", "rating")):
+        group.add_argument(option, default=default, metavar="NAME",
+                           help=f"{what} column of a CSV file (default: %(default)s)")
+
+
+def _common(parser, *, rounds, test_size=True):
+    """The options every fitting command shares: the data and its columns, the federation
+    and the common ``--quiet``, ``--seed``, ``--jobs`` and ``--out``."""
     p = PROTOCOL
     data = parser.add_argument_group("data")
     data.add_argument("--data", default="embedded", metavar="SPEC",
                       help="'embedded' (MovieLens latest-small shipped with the package, the "
                            "default), a MovieLens ratings file or folder (u.data, ratings.dat "
-                           "or ratings.csv; 100K, 1M, 10M, 20M, 25M, latest), "
+                           "or ratings.csv; 100K, 1M, 10M, 20M, 25M, latest), any CSV file "
+                           "with a header (columns: --user-col, --item-col, --rating-col), "
                            "'movielens:VARIANT' (fetch_movielens: download once, then cached), "
                            "'synthetic:USERSxITEMSxRATINGS' (make_ratings, e.g. "
                            "synthetic:2000x500x50k) or, for binary methods, "
                            "'tiles:ROWSxCOLSxTILES' (make_binary_tiles). Binary methods "
                            "binarize ratings at >= 3.5")
-    data.add_argument("--test-size", type=_fraction, default=p["test_size"], metavar="FRACTION",
-                      help="held-out fraction of each user's ratings (default: %(default)s)")
+    _columns(data)
+    if test_size:
+        data.add_argument("--test-size", type=_fraction, default=p["test_size"],
+                          metavar="FRACTION",
+                          help="held-out fraction of each user's ratings (default: "
+                               "%(default)s)")
     fed = parser.add_argument_group("federation")
     fed.add_argument("--clients", type=_positive_int, default=p["clients"], action=_Explicit,
                      help="number of clients the users are split into (default: %(default)s)")
@@ -134,13 +149,17 @@ def _common(parser, *, rounds):
                      help="communication rounds (default: %(default)s)")
     fed.add_argument("--rank", type=_positive_int, default=p["rank"], action=_Explicit,
                      help="rank / number of components (default: %(default)s)")
-    fed.add_argument("--jobs", type=_n_jobs, default=1, action=_Explicit,
-                     help="parallel workers (joblib n_jobs; -1 = all cores; default: 1, "
-                          "fastest on the small embedded data)")
-    fed.add_argument("--seed", type=_seed, default=p["seed"], action=_Explicit,
-                     help="seed of the split, the partition and every round (default: "
-                          "%(default)s)")
-    out = parser.add_argument_group("output")
-    out.add_argument("--out", default="fedmf-out", metavar="DIR",
-                     help="folder for the figure and JSON files (default: %(default)s)")
+    common = parser.add_argument_group("common options (every fitting command)")
+    common.add_argument("--quiet", action="store_true",
+                        help="no progress on stderr (no bar per fit, no line per tuned "
+                             "candidate); notes and errors stay")
+    common.add_argument("--seed", type=_seed, default=p["seed"], action=_Explicit,
+                        help="seed of the split, the partition and every round (default: "
+                             "%(default)s)")
+    common.add_argument("--jobs", type=_n_jobs, default=1, action=_Explicit,
+                        help="parallel workers (joblib n_jobs; -1 = all cores; default: 1, "
+                             "fastest on the small embedded data)")
+    common.add_argument("--out", default="fedmf-out", metavar="DIR",
+                        help="folder of the command's files: its JSON report, and run's "
+                             "figure (default: %(default)s)")
     parser.set_defaults(explicit=set())

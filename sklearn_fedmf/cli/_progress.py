@@ -25,6 +25,7 @@ class _ProgressMixin:
     _progress_sign = -1.0  # completion methods report RMSE, the negated score
     _progress_metric = "CV RMSE"
     _progress_quiet = False
+    _progress_prefix = ""  # RatingRegressor's "estimator__", left out of the lines
 
     def _run_search(self, evaluate_candidates, *, callback_ctx=None):
         # scikit-learn >= 1.9 passes callback_ctx only to a _run_search that names it
@@ -55,17 +56,19 @@ class _ProgressMixin:
     def _progress_line(self, index, n_candidates, params, score, seconds):
         if self._progress_quiet:
             return
-        shown = ", ".join(f"{k}={v!r}" for k, v in sorted(params.items())) or "defaults"
+        cut = len(self._progress_prefix)
+        shown = ", ".join(f"{k[cut:]}={v!r}" for k, v in sorted(params.items())) or "defaults"
         print(f"fedmf: tune: candidate {index + 1}/{n_candidates}: {self._progress_metric} "
               f"{self._progress_sign * score:.4f} ({shown}); {seconds:.1f} s elapsed",
               file=sys.stderr, flush=True)
 
 
-def with_progress(search_class, *, binary, quiet):
+def with_progress(search_class, *, binary, quiet, prefix=""):
     """A subclass of ``search_class`` that prints a line per evaluated candidate."""
     return type(search_class.__name__, (_ProgressMixin, search_class), {
         "_progress_sign": 1.0 if binary else -1.0,
         "_progress_metric": "CV F1" if binary else "CV RMSE",
         "_progress_quiet": quiet,
+        "_progress_prefix": prefix,
         "__module__": __name__,
     })

@@ -1,104 +1,137 @@
-"""The method registry of the ``fedmf`` command: each method's estimator class, variant and
-default grid, and the mapping of command-line options onto estimator parameters."""
+"""The method registry of the ``fedmf`` command: each method's estimator class, variant,
+papers' settings and default grid, and the mapping of command-line options onto estimator
+parameters.
+
+Nothing here imports an estimator until a method is used: ``fedmf --help`` builds its parser
+from the names alone.
+"""
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
 
-from ..completion import PAPER_SETTINGS
-from ..model_selection import default_search_space
 from ._messages import CommandError
 
 MAIN_JOB = ("fedmc-admm", "fedmavg")
 PROTOCOL = dict(clients=100, clients_per_round=10, rounds=100, rank=5, seed=0, test_size=0.2)
+COLUMNS = ("userId", "movieId", "rating")  # MovieLens's: the default --user/item/rating-col
 
 
 @dataclass(frozen=True)
 class Method:
-    """One entry of the registry: an estimator class, the parameters of its variant, a grid."""
+    """One entry of the registry: an estimator class, its variant, the papers' settings, a grid.
+
+    ``variant`` is always applied (it makes the entry what it is, e.g. RFRecF); ``paper``
+    names the entry of :data:`sklearn_fedmf.completion.PAPER_SETTINGS` applied on top, with
+    ``extra`` after it (settings the papers' code used); ``search`` is the ``include`` list of
+    :func:`~sklearn_fedmf.model_selection.default_search_space`, or ``grid_`` an explicit grid.
+    """
 
     name: str
     target: str  # "module:Class"
     kind: str  # "completion" (ratings, held-out RMSE) or "binary" (0/1 data, F1)
     label: str
     sends: str  # what a client uploads, for ``fedmf methods``
-    fixed: dict = field(default_factory=dict)
-    grid: dict | list = field(default_factory=dict)  # a grid or a list of sub-grids
+    variant: dict = field(default_factory=dict)
+    paper: str = ""  # key of PAPER_SETTINGS
+    extra: dict = field(default_factory=dict)
+    search: tuple = ()
+    grid_: dict = field(default_factory=dict)
     objective: str = ""  # methods with the same label here record the same objective function
 
     def load(self):
-        """The estimator class, or None when it is not part of this installation."""
+        """The estimator class."""
         module, _, cls = self.target.partition(":")
-        try:
-            return getattr(importlib.import_module(module), cls)
-        except (ImportError, AttributeError):
-            return None
+        return getattr(importlib.import_module(module), cls)
+
+    @property
+    def papers(self):
+        """The parameters of the papers' settings (``variant`` included)."""
+        settings = {}
+        if self.paper:
+            from ..completion import PAPER_SETTINGS
+
+            settings = PAPER_SETTINGS[self.paper]
+        return {**self.variant, **settings, **self.extra}
+
+    @property
+    def fixed(self):
+        """The parameters ``tune`` and ``recommend`` start from: the papers' settings."""
+        return self.papers
+
+    @property
+    def grid(self):
+        """The default ``tune`` grid: a dict, or a list of sub-grids."""
+        if self.search:
+            from ..model_selection import default_search_space
+
+            return default_search_space(self.load().__name__, include=list(self.search))
+        return self.grid_
 
 
 # The RFRec authors' code settings: the paper's plain gradient steps (learning_rate 0.05)
 # diverge on MovieLens, Adam is scale-free (RFRec docstring; benchmarks/bench_rfrec.py).
-_RFREC_CODE = {**PAPER_SETTINGS["RFRec"], "optimizer": "adam", "link": "sigmoid",
-               "learning_rate": 0.1, "reg_consensus": 20.0}
-# The methods run with the papers' settings (PAPER_SETTINGS), not the measured defaults: the
-# main job reproduces the papers' comparison.
+_RFREC_CODE = {"optimizer": "adam", "link": "sigmoid", "learning_rate": 0.1,
+               "reg_consensus": 20.0}
+_FELB_GRID = {"lam": [0.01, 0.1], "gamma": [0.1, 1.0], "sync_every": [5, 10],
+              "n_clients": [10, 50], "n_components": [10, 20]}
+_SEARCH = ("regularization", "alpha_u", "alpha_v", "biased")
 
 METHODS = {
     m.name: m
     for m in [
         Method(
             "fedmc-admm", "sklearn_fedmf.completion:FedMCADMM", "completion", "FedMC-ADMM",
-            "its item-factor copy W_i and dual Y_i",
-            fixed=dict(PAPER_SETTINGS["FedMCADMM"]),
-            grid=default_search_space(
-                "FedMCADMM", include=["regularization", "alpha_u", "beta", "biased"]),
-            objective="fedmc",
+            "its item-factor copy W_i and dual Y_i", paper="FedMCADMM",
+            search=("regularization", "alpha_u", "beta", "biased"), objective="fedmc",
         ),
         Method(
             "fedmavg", "sklearn_fedmf.completion:FedMAvg", "completion", "FedMAvg",
             "its item-factor copy W_i after Q2 local steps",
-            # the baseline as the FedMC-ADMM paper restates it
-            fixed={"variant": "fedmc_admm", **PAPER_SETTINGS["FedMAvg"]},
-            grid=default_search_space(
-                "FedMAvg", include=["regularization", "alpha_u", "alpha_v", "biased"]),
-            objective="fedmc",  # (1/p) sum_i [f_i + R_i] + R(V), as FedMC-ADMM's
+            # the papers' settings: the baseline as the FedMC-ADMM paper restates it, which
+            # records FedMC-ADMM's objective (1/p) sum_i [f_i + R_i] + R(V)
+            paper="FedMAvg", extra={"variant": "fedmc_admm"}, search=_SEARCH,
+            objective="fedmc",
         ),
         Method(
             "fedmgs", "sklearn_fedmf.completion:FedMGS", "completion", "FedMGS",
             "per rated item, its data aggregates sum x u and sum u u^T, and its Gram U_i^T U_i",
-            fixed=dict(PAPER_SETTINGS["FedMGS"]),
-            grid=default_search_space(
-                "FedMGS", include=["regularization", "alpha_u", "alpha_v", "biased"]),
+            paper="FedMGS", search=_SEARCH,
         ),
         Method(
             "rfrec", "sklearn_fedmf.completion:RFRec", "completion", "RFRec",
             "its item-matrix copy V_(c) (optionally clipped + Laplace noise)",
-            fixed={"variant": "rfrec", **_RFREC_CODE},
-            grid={"reg_consensus": [5.0, 20.0, 80.0], "learning_rate": [0.03, 0.1],
-                  "n_clients": [50, 100], "n_components": [5, 10]},
+            variant={"variant": "rfrec"}, paper="RFRec", extra=_RFREC_CODE,
+            grid_={"reg_consensus": [5.0, 20.0, 80.0], "learning_rate": [0.03, 0.1],
+                   "n_clients": [50, 100], "n_components": [5, 10]},
         ),
         Method(
             "rfrecf", "sklearn_fedmf.completion:RFRec", "completion", "RFRecF",
             "its item-matrix copy V_(c), only when its coin flips to averaging",
-            fixed={"variant": "rfrecf", "p": 0.8, "pull_eta": 1.0, **_RFREC_CODE},
-            grid={"reg_consensus": [5.0, 20.0, 80.0], "p": [0.5, 0.8],
-                  "n_clients": [50, 100], "n_components": [5, 10]},
+            variant={"variant": "rfrecf", "p": 0.8, "pull_eta": 1.0}, paper="RFRec",
+            extra=_RFREC_CODE,
+            grid_={"reg_consensus": [5.0, 20.0, 80.0], "p": [0.5, 0.8],
+                   "n_clients": [50, 100], "n_components": [5, 10]},
+        ),
+        Method(
+            "baseline", "sklearn_fedmf.completion:FedBaseline", "completion",
+            "biases only (FedBaseline)",
+            "per item its users rated, the change of its sums of r - mean - b_u",
+            search=("alpha_u", "alpha_v"),
         ),
         Method(
             "felb", "sklearn_fedmf.binary:Felb", "binary", "Felb",
-            "its item-factor copy V_i (optionally with local DP noise)",
-            grid={"lam": [0.01, 0.1], "gamma": [0.1, 1.0], "sync_every": [5, 10],
-                  "n_clients": [10, 50], "n_components": [10, 20]},
+            "its item-factor copy V_i (optionally with local DP noise)", grid_=_FELB_GRID,
         ),
         Method(
             "felb-mu", "sklearn_fedmf.binary:Felb", "binary", "Felb-MU",
             "its item-factor copy V_i (optionally with local DP noise)",
-            fixed={"update": "mu"},
-            grid={"lam": [0.01, 0.1], "gamma": [0.1, 1.0], "sync_every": [5, 10],
-                  "n_clients": [10, 50], "n_components": [10, 20]},
+            variant={"update": "mu"}, grid_=_FELB_GRID,
         ),
     ]
 }
+RATING_METHODS = tuple(name for name, m in METHODS.items() if m.kind == "completion")
 
 # command-line option -> estimator parameter
 _OPTION_PARAMS = {
@@ -107,43 +140,38 @@ _OPTION_PARAMS = {
 }
 
 
-def available_methods():
-    """Registry entries whose estimator exists in this installation."""
-    return {name: m for name, m in METHODS.items() if m.load() is not None}
-
-
 def _methods(text):
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
-    available = available_methods()
     if not names:
         raise CommandError(f"--method {text!r}: no method named; available: "
-                           f"{', '.join(available)}")
+                           f"{', '.join(METHODS)}")
     for name in names:
-        if name not in available:
-            raise CommandError(
-                f"unknown method {name!r}; available: {', '.join(available)}"
-            )
-    if len({available[n].kind for n in names}) > 1:
+        if name not in METHODS:
+            raise CommandError(f"unknown method {name!r}; available: {', '.join(METHODS)}")
+    if len({METHODS[n].kind for n in names}) > 1:
         raise CommandError(
             "rating-completion and binary methods cannot share a run (different data and "
             "metrics); run them separately"
         )
-    return [available[n] for n in names]
+    return [METHODS[n] for n in names]
 
 
 def _flag(option):
     return "--" + option.replace("_", "-")
 
 
-def make_estimator(method, args, *, verbose=0):
+def make_estimator(method, args, *, verbose=0, settings="papers", strict_set=True):
     """The estimator of ``method`` with the command-line options mapped onto its parameters.
 
-    An option the user gave for a parameter the estimator does not have, and a value the
-    estimator rejects, are errors naming the option (before anything is fitted).
+    ``settings="papers"`` starts from the papers' settings, ``"defaults"`` from the
+    estimator's own defaults (``variant`` is applied either way). An option the user gave for
+    a parameter the estimator does not have, and a value the estimator rejects, are errors
+    naming the option (before anything is fitted); ``strict_set=False`` skips a ``--set``
+    parameter the estimator does not have (``run`` applies each to the methods that have it).
     """
     cls = method.load()
     params = cls().get_params()
-    chosen = {**method.fixed}
+    chosen = dict(method.papers if settings == "papers" else method.variant)
     origin = {}  # parameter -> the option that set it, for error messages
     for option, param in _OPTION_PARAMS.items():
         value = getattr(args, option, None)
@@ -158,6 +186,8 @@ def make_estimator(method, args, *, verbose=0):
         chosen["verbose"] = verbose
     for key, value in (getattr(args, "set", None) or []):
         if key not in params:
+            if not strict_set:
+                continue
             raise CommandError(f"--set {key}=...: {method.name} has no parameter {key!r}")
         chosen[key] = value
         origin[key] = f"--set {key}={value!r}"

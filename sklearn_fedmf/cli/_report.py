@@ -1,11 +1,14 @@
-"""What the ``fedmf`` command shows: the results table of ``run``, the ranked table of
-``tune`` and the figure of the per-round histories."""
+"""What the ``fedmf`` command shows and writes: the results table of ``run``, the ranked
+table of ``tune``, the figure of the per-round histories, the ``--out`` folder and its JSON."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 
-from ._messages import _note
+from ._messages import CommandError, _note
 
 
 def format_table(results):
@@ -34,7 +37,28 @@ def format_table(results):
     for r in flagged:
         reason = r.get("degenerate") or ["degenerate solution"]
         lines.append(f"! {r['label']}: the fit ended degenerate: {reason[0]}")
+    legend = rows_legend(results)
+    if legend:
+        lines.append(legend)
     return "\n".join(lines)
+
+
+_ROW_MEANINGS = {
+    "mean": "global mean = the training mean",
+    "baseline": "biases only = FedBaseline (mean + user and item biases)",
+    "papers": "(papers) = PAPER_SETTINGS",
+    "defaults": "(defaults) = the estimator's defaults",
+}
+
+
+def rows_legend(results):
+    """The line under the table that says what each kind of row is ('' for one kind)."""
+    kinds = list(dict.fromkeys(r.get("settings", "") for r in results))
+    parts = [_ROW_MEANINGS[k] for k in kinds if k in _ROW_MEANINGS]
+    if len(parts) < 2:
+        return ""
+    return ("rows: " + "; ".join(parts) + ". Same split, clients and rounds; seconds "
+            "exclude compilation (an untimed warm-up round first)")
 
 
 def plot_histories(results, path, title):
@@ -53,15 +77,25 @@ def plot_histories(results, path, title):
     right, right_label = ("f1", "F1 of the Boolean reconstruction") if binary else (
         "eval_rmse", "test RMSE (held-out ratings)")
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+    styles = iter([":", "--", "-."])
+    # one colour per method; its defaults row dashed beside its papers' row
+    colours = {m: f"C{k}" for k, m in enumerate(dict.fromkeys(
+        r["method"] for r in results if r.get("settings") not in ("mean", "baseline")))}
     for r in results:
+        if r.get("settings") in ("mean", "baseline"):  # yardsticks: their final test RMSE
+            axes[1].axhline(r["summary"]["eval_rmse"], color="0.35", lw=1.2,
+                            ls=next(styles, ":"), label=r["label"])
+            continue
         for ax, key in zip(axes, ("objective", right)):
             pts = [(h["round"], h[key]) for h in r["history"] if h.get(key) is not None]
             if pts:
-                ax.plot(*zip(*pts), label=r["label"], lw=1.8)
+                ax.plot(*zip(*pts), label=r["label"], lw=1.8, color=colours[r["method"]],
+                        ls="--" if r.get("settings") == "defaults" else "-")
     axes[0].set_yscale("log")
     axes[0].set_title("Relaxed objective (its weight lambda_t grows)" if binary
                       else "Training objective")
-    same = len({r["objective"] for r in results}) == 1
+    same = len({r["objective"] for r in results
+                if r.get("settings") not in ("mean", "baseline")}) == 1
     axes[0].set_ylabel("objective (log scale)" if same
                        else "objective, each method's own (log scale)")
     axes[1].set_title("F1 on the training data" if binary else "Test RMSE")
@@ -70,7 +104,8 @@ def plot_histories(results, path, title):
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_xlabel("communication round")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize="small", framealpha=0.7)
+        if ax.get_legend_handles_labels()[0]:  # (the yardsticks alone draw no objective)
+            ax.legend(fontsize="small", framealpha=0.7)
     fig.suptitle(title)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -108,3 +143,35 @@ def format_search(search, kind, top):
     if len(ranked) > top:
         lines.append(f"... {len(ranked) - top} more in tune.json")
     return "\n".join(lines), ranked
+
+
+def output_folder(text, files):
+    """The ``--out`` folder, created now, so that a bad path fails before any fit."""
+    out = Path(text).expanduser()
+    if out.exists() and not out.is_dir():
+        raise CommandError(f"--out {text}: exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CommandError(f"--out {text}: cannot create the folder ({exc.strerror})") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise CommandError(f"--out {text}: the folder is not writable")
+    for name in files:
+        if (out / name).is_dir():
+            raise CommandError(f"--out {text}: {out / name} is a folder, not a file")
+    return out
+
+
+def jsonable(obj):
+    """``obj`` with numpy scalars as Python numbers and unknown objects as their repr."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, (np.integer, np.bool_)):
+        return obj.item()
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return repr(obj)
