@@ -40,3 +40,9 @@ def paper(cls):
 
     make.__name__ = cls.__name__
     return make
+
+
+def row_of_entry(block):
+    """Local row of each stored entry of a client block's ``X`` (its COO row array)."""
+    return np.repeat(np.arange(block.X.shape[0]), np.diff(block.X.indptr))
+
