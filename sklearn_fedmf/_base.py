@@ -18,13 +18,13 @@ from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._biases import init_item, user_step_view, with_user
+from ._biases import free_item, free_user, init_item, user_step_view, with_user
 from ._data import check_like, check_ratings, reject_duplicates, warn_if_zero_filled
 from ._fit import FEDERATION_CONSTRAINTS, FederatedEstimator, objective_not_decreasing
 from ._groups import GroupStates
 from ._kernels import grad_rows, ridge_fold_in, squared_error
 from ._pairs import FactorModel, predict_pairs, score_block
-from ._prox import prox_elastic_net
+from ._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
 from .exceptions import UnobservedItemsWarning
 
 __all__ = ["FederatedMFBase", "FEDERATION_CONSTRAINTS", "MAX_DENSE_ENTRIES", "check_dense_size"]
@@ -499,3 +499,24 @@ def squared_error_of(block_X, U, Vt):
     if block_X is None:  # (an empty block needs no test: the kernel then sums nothing)
         return 0.0
     return squared_error(block_X.indptr, block_X.indices, block_X.data, U, Vt)
+
+
+def factor_metrics(U, Vt, block, *, alpha_u, l1_ratio, biased=False, alpha_v=0.0,
+                   weighted=False):
+    """Additive diagnostics of one client's factors ``U`` at the global ``V``: its loss (half
+    its squared error plus its penalties; weighted regularization: with its share
+    ``alpha_v/2 sum_j n_jp ||v_j||^2`` of the item penalty, the shares sum to it), its
+    squared errors and counts on ``X`` and on the held-out ``X_eval``."""
+    sse = squared_error_of(block.X, U, Vt)
+    item_penalty = 0.0
+    if weighted:
+        item_penalty = elastic_net_value(free_item(Vt) if biased else Vt,
+                                         alpha_v * item_counts(block.X), l1_ratio)
+    return {
+        "loss": 0.5 * sse + item_penalty + elastic_net_value(
+            free_user(U) if biased else U, row_alpha(alpha_u, block.X, weighted), l1_ratio),
+        "sse": sse,
+        "n": block.nnz,
+        "sse_eval": squared_error_of(block.X_eval, U, Vt),
+        "n_eval": 0 if block.X_eval is None else block.X_eval.nnz,
+    }

@@ -40,3 +40,26 @@ def paper(cls):
 
     make.__name__ = cls.__name__
     return make
+
+
+def row_of_entry(block):
+    """Local row of each stored entry of a client block's ``X`` (its COO row array)."""
+    return np.repeat(np.arange(block.X.shape[0]), np.diff(block.X.indptr))
+
+
+def cached_aggregates(segments, client, n_items):
+    """Client ``client``'s aggregates in the FedMGS server's cache (the segments of
+    ``completion._fedmgs_protocol``) as the dense ``n_items x (r + r^2)`` matrix of rows
+    ``[G2_j, vec(G1_j)]`` (zero on the items it did not rate)."""
+    seg = segments[max(i for i, s in enumerate(segments) if s["lo"] <= client)]
+    i = client - seg["lo"]
+    a, b = seg["ptr"][i], seg["ptr"][i + 1]
+    if seg["kind"] == "rows":
+        G = seg["G"][a:b]
+    else:  # a one-user client's compact form: G1_j = a a^T and G2_j = x_j a
+        vec = seg["a"][i]
+        G = np.hstack([np.multiply.outer(seg["x"][a:b], vec),
+                       np.tile(np.multiply.outer(vec, vec).ravel(), (b - a, 1))])
+    out = np.zeros((n_items, G.shape[1]))
+    out[seg["items"][a:b]] = G
+    return out

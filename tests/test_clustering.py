@@ -15,9 +15,9 @@ from sklearn.metrics.pairwise import euclidean_distances
 
 from sklearn_fedmf import FederatedClustering
 from sklearn_fedmf._engine import nbytes
-from sklearn_fedmf.cluster._clustering_protocols import local_centers
-from sklearn_fedmf.cluster._federated_clustering import (
+from sklearn_fedmf.cluster._clustering_protocols import (
     h_steps,
+    local_centers,
     local_w_steps,
     one_sparse_fit,
     penalty_matrix,

@@ -8,9 +8,10 @@ from joblib import parallel_config
 
 from sklearn_fedmf import FedMAvg as _FedMAvg
 from sklearn_fedmf import FedMGS as _FedMGS
+from sklearn_fedmf import _fedmavg_protocol
 from sklearn_fedmf._engine import nbytes
-from sklearn_fedmf.completion import _fedmavg
-from sklearn_fedmf.completion._fedmavg import q2_schedule, server_prepare
+from sklearn_fedmf._fedmavg_protocol import q2_schedule
+from sklearn_fedmf.completion._fedmavg_protocol import server_prepare
 
 from .conftest import low_rank_ratings, paper
 
@@ -202,7 +203,7 @@ def test_server_prepare_stores_the_grams_a_chunk_at_a_time(monkeypatch):
         expected[c] = stat["gram"]
     outs = []
     for chunk in (3, 4096):
-        monkeypatch.setattr(_fedmavg, "_GRAM_CHUNK", chunk)
+        monkeypatch.setattr(_fedmavg_protocol, "_GRAM_CHUNK", chunk)
         state = {"grams": grams.copy()}
         state, message = server_prepare(state, sent, 0, d_factor=1.2, alpha_v=0.5,
                                         l1_ratio=0.0)

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from joblib import parallel_config
 
-import sklearn_fedmf.completion._fedmgs as fedmgs
+import sklearn_fedmf.completion._fedmgs_protocol as fedmgs
 from sklearn_fedmf import FedMGS as _FedMGS
 from sklearn_fedmf._engine import nbytes
 from sklearn_fedmf.datasets import make_ratings
 
-from .conftest import low_rank_ratings, paper
+from .conftest import cached_aggregates, low_rank_ratings, paper
 from .test_fedmavg import lam_max, masked
 
 # The spec's oracles hold for the papers' settings (conftest.paper).
@@ -66,7 +66,7 @@ def test_server_steps_use_the_exact_gradient_at_every_clients_factors(ratings):
     log = []
 
     def cached(state):  # the server's cache, as dense per-client aggregates
-        return np.stack([fedmgs.cached_aggregates(state["segments"], p, n_items)
+        return np.stack([cached_aggregates(state["segments"], p, n_items)
                          for p in range(4)])
 
     model = small(clients_per_round=2, max_iter=6, alpha_v=a_v, local_iter_v=3,

@@ -8,15 +8,17 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import sklearn_fedmf.completion._fedmgs as fedmgs
 import sklearn_fedmf.completion._fedmgs_batched as batched
+import sklearn_fedmf.completion._fedmgs_protocol as fedmgs
 from sklearn_fedmf import FedMGS
 from sklearn_fedmf._biases import item_step_bounds
 from sklearn_fedmf._engine import nbytes
 from sklearn_fedmf._groups import make_groups
 from sklearn_fedmf._transport import client_generator
-from sklearn_fedmf.completion._fedmavg import EPS_LIPSCHITZ, lambda_max, prox_nonsmooth
+from sklearn_fedmf.completion._fedmavg_protocol import EPS_LIPSCHITZ, lambda_max, prox_nonsmooth
 from sklearn_fedmf.exceptions import FederationError
+
+from .conftest import cached_aggregates
 
 
 def ratings(n_rows=90, n_items=40, density=0.15, seed=0):
@@ -224,7 +226,7 @@ def test_sparse_cache_steps_as_the_dense_cache(biased, monkeypatch):
         np.testing.assert_allclose(state["sums"], ref["cache"].sum(axis=0), rtol=1e-12,
                                    atol=1e-14)
         for p in range(n_clients):
-            np.testing.assert_allclose(fedmgs.cached_aggregates(state["segments"], p, n_items),
+            np.testing.assert_allclose(cached_aggregates(state["segments"], p, n_items),
                                        ref["cache"][p], rtol=1e-15)
         np.testing.assert_allclose(fedmgs.gram_sum(state["segments"]),
                                    ref["grams"].sum(axis=0), rtol=1e-13)

@@ -8,7 +8,7 @@ from sklearn_fedmf import FederatedClustering, FedMAvg, FedMGS
 from sklearn_fedmf._engine import nbytes, sample_clients
 from sklearn_fedmf.cluster._clustering_protocols import mavg_server_update
 from sklearn_fedmf.completion import PAPER_SETTINGS
-from sklearn_fedmf.completion._fedmavg import server_update
+from sklearn_fedmf.completion._fedmavg_protocol import server_update
 
 from .conftest import low_rank_ratings
 

@@ -12,7 +12,7 @@ from sklearn.model_selection import (
 )
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, RatingRegressor, RFRec
-from sklearn_fedmf.completion._fedmgs import AUTO_MAX
+from sklearn_fedmf.completion._fedmgs_protocol import AUTO_MAX
 from sklearn_fedmf.model_selection import default_search_space, train_test_split_ratings
 
 WITH_REGULARIZATION = (FedMCADMM, FedMAvg, FedMGS)

@@ -1,7 +1,8 @@
 """The pure functions of :class:`~sklearn_fedmf.FederatedClustering`: the H and W steps of
-orthogonal NMF, the FedMGS and FedMAvg client and server updates, ``make_protocol``, which binds
-them into the engine's ``FederatedProtocol``, and the SNCP schedule that raises ``rho`` between
-rounds (the protocol's ``after_round``)."""
+orthogonal NMF, the clustering family's parts of the FedMGS and FedMAvg client and server
+updates, ``make_protocol``, which binds them into the rounds written once for every family
+(:mod:`sklearn_fedmf._fedmgs_protocol`, :mod:`sklearn_fedmf._fedmavg_protocol`), and the
+SNCP schedule that raises ``rho`` between rounds (the protocol's ``after_round``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from .._engine import FederatedProtocol, Participation, evaluate
+from .. import _fedmgs_protocol as mgs_round
+from .._engine import FederatedProtocol, evaluate
+from .._fedmavg_protocol import (
+    average_uploads,
+    check_aggregation,
+    q2_schedule,
+    round_phases,
+    store_grams,
+    w_step_size,
+)
 
 EPS = 1e-300  # floor of a Lipschitz constant (an all-zero factor)
 
@@ -137,12 +147,6 @@ def project_w(W, box):
     return W if box is None else np.clip(W, box[0], box[1])
 
 
-def q2_schedule(round_number, local_iter_v, q_hat):
-    """``Q2^s``: constant, or ``floor(q_hat / s) + 1`` when ``local_iter_v`` is None (Algorithm 1's
-    diminishing schedule)."""
-    return int(local_iter_v) if local_iter_v is not None else q_hat // round_number + 1
-
-
 def _with_stats(A, X, sq):
     """Client state: memberships plus the two Grams every later step needs."""
     return {"A": A, "AtA": A.T @ A, "XtA": np.asarray(X.T @ A), "sq": sq}
@@ -197,12 +201,9 @@ def init_uploads(server_state, uploads, *, n_clients, q2):
 
 
 # -- FedMGS (Algorithm 2) --
-
-
-def mgs_client_update(state, block, broadcast, rng, selected, *, h_params):
-    """Sampled client: H phase, then send ``H_p H_p^T`` and ``X_p H_p^T`` (full values)."""
-    new = h_phase(state, block, broadcast, **h_params)
-    return new, {"AtA": new["AtA"], "XtA": new["XtA"]}
+def aggregates(state, block, broadcast):
+    """What a sampled client sends: ``H_p H_p^T`` and ``X_p H_p^T`` (full values)."""
+    return {"AtA": state["AtA"], "XtA": state["XtA"]}
 
 
 def mgs_server_update(server_state, uploads, round_index, *, n_total, d_factor, q2, box):
@@ -217,81 +218,69 @@ def mgs_server_update(server_state, uploads, round_index, *, n_total, d_factor, 
     G1 = (2.0 / n_total) * server_state["AtA"].sum(axis=0)
     G2 = (2.0 / n_total) * server_state["XtA"].sum(axis=0)
     d = d_factor * max(spectral_norm(G1), EPS)
-    W = server_state["W"]
-    for _ in range(q2):
-        W = project_w(W - (W @ G1 - G2) / d, box)
+    W = mgs_round.server_steps(server_state["W"], q2, d, lambda W: W @ G1 - G2,
+                               lambda Z, d: project_w(Z, box))
     rho = server_state["rho"]
     return {**server_state, "W": W}, {"W": W, "rho": rho, "q2": q2}
 
 
 # -- FedMAvg (Algorithm 1) --
-def mavg_prepare(state, block, broadcast, rng, selected, *, h_params):
-    """Prepare phase (global step): H phase, keep ``W^s``, send ``H_p H_p^T``."""
-    new = h_phase(state, block, broadcast, **h_params)
-    return {**new, "round": broadcast}, {"gram": new["AtA"]}
+def h_round(state, block, broadcast, *, h_params):
+    """The H phase, keeping the round's broadcast ``W^s`` for the W phase."""
+    return {**h_phase(state, block, broadcast, **h_params), "round": broadcast}
+
+
+def without_round(state):
+    """What a client keeps between rounds (the broadcast it held goes)."""
+    return {key: value for key, value in state.items() if key != "round"}
+
+
+def membership_gram(state):
+    """The Gram a client sends in the prepare phase (global step): ``H_p H_p^T``."""
+    return state["AtA"]
 
 
 def mavg_server_prepare(server_state, stats, round_index, *, n_total, d_factor):
     """``d^s = d_factor (2/N) lambda_max(H^s H^s^T)`` over all clients (Section V-A's step)."""
-    grams = server_state["gram"].copy()
-    for p, stat in stats.items():
-        grams[p] = stat["gram"]
+    grams = store_grams(server_state["gram"].copy(), stats)
     d = d_factor * (2.0 / n_total) * spectral_norm(grams.sum(axis=0))
     return {**server_state, "gram": grams}, {"d": max(d, EPS)}
 
 
-def mavg_client_update(state, block, message, rng, selected, *, h_params, d_factor, w_step):
-    """H phase (unless prepared), then, if sampled, Q2 local W steps and the upload of W_p."""
-    if w_step == "local":
-        state = {**h_phase(state, block, message, **h_params), "round": message}
-    broadcast = state.pop("round")
-    if not selected:
-        return state, None
-    n_p = block.n_rows
+def mavg_w_phase(state, block, d_global, *, d_factor, w_step):
+    """``Q2`` local W steps from the kept ``W^s`` (:func:`local_w_steps`); the upload."""
+    n_p, broadcast = block.n_rows, state["round"]
     d_local = d_factor * (2.0 / n_p) * spectral_norm(state["AtA"])
-    if w_step == "local":
-        d = d_local
-    elif w_step == "guarded":  # never longer than 1/(0.51 L_Wp) on this client (non-iid guard)
-        d = max(message["d"], 0.51 * d_local / d_factor)
-    else:
-        d = message["d"]
+    d = w_step_size(d_local, d_global, w_step, d_factor)
     W = local_w_steps(broadcast["W"], state["AtA"], state["XtA"], n_p, max(d, EPS),
                       broadcast["q2"])
-    return state, {"W": W}
+    return {"W": W}
 
 
-def palm_client_update(state, block, broadcast, rng, selected, *, n_total, nu, c_factor,
-                       d_factor, n_pairs, box):
-    """FedPALM (Remark 1, (15)-(16)): from ``W_p = W^s``, ``n_pairs`` times one projected
-    H step at the current ``W_p`` and one projected W step at the new ``H_p``; then, if
-    sampled, the upload of ``W_p`` (FedMAvg's averaging). Step sizes are factors of the
-    Lipschitz constants at the current iterate, as in PALM."""
-    X, W, A = block.X, broadcast["W"], state["A"]
-    n_p = block.n_rows
-    for _ in range(n_pairs):
-        A = h_steps(A, X, W, n_total=n_total, rho=broadcast["rho"], nu=nu, c_factor=c_factor,
-                    n_steps=1)
-        AtA, XtA = A.T @ A, np.asarray(X.T @ A)
-        d = max(d_factor * (2.0 / n_p) * spectral_norm(AtA), EPS)
-        W = project_w(local_w_steps(W, AtA, XtA, n_p, d, 1), box)
-    state = {**state, "A": A, "AtA": A.T @ A, "XtA": np.asarray(X.T @ A)}
-    return state, ({"W": W} if selected else None)
+def palm_h_step(A, W, block, broadcast, *, n_total, nu, c_factor):
+    """FedPALM's projected H step at the current ``W_p`` (Remark 1, (15))."""
+    return h_steps(A, block.X, W, n_total=n_total, rho=broadcast["rho"], nu=nu,
+                   c_factor=c_factor, n_steps=1)
+
+
+def palm_w_step(W, A, block, broadcast, *, d_factor, box):
+    """FedPALM's projected W step at the new ``H_p`` (Remark 1, (16)); its size is a factor
+    of the Lipschitz constant at that iterate, as in PALM."""
+    AtA, XtA = A.T @ A, np.asarray(block.X.T @ A)
+    d = max(d_factor * (2.0 / block.n_rows) * spectral_norm(AtA), EPS)
+    return project_w(local_w_steps(W, AtA, XtA, block.n_rows, d, 1), box)
+
+
+def palm_state(state, block, A):
+    """The client's state after its FedPALM pairs."""
+    return _with_stats(A, block.X, state["sq"])
 
 
 def mavg_server_update(server_state, uploads, round_index, counts=None, *, weights,
                        aggregation, local_iter_v, q_hat, box):
-    """``W^{s+1} = P_W(average of the uploaded W_p)`` ((8)-(10)).
-
-    ``"sampled_mean"`` weighs each upload by its draws ``n_p`` (``counts``): the mean over the
-    multiset ``A^s``, ``sum_p (n_p / m) W_p`` (Algorithm 1, eqs. (9)-(10)).
-    """
-    clients = list(uploads)
-    if aggregation == "weighted":
-        w = weights[clients]
-    else:
-        w = np.array([1.0 if counts is None else counts[p] for p in clients])
-    w = w / w.sum()
-    W = project_w(sum(wi * uploads[p]["W"] for wi, p in zip(w, clients)), box)
+    """``W^{s+1} = P_W(average of the uploaded W_p)`` ((8)-(10);
+    :func:`~sklearn_fedmf._fedmavg_protocol.average_uploads`, ``counts``: client -> draws)."""
+    W = project_w(average_uploads(uploads, counts, weights, aggregation), box)
     q2 = q2_schedule(round_index + 2, local_iter_v, q_hat)
     return {**server_state, "W": W}, {"W": W, "rho": server_state["rho"], "q2": q2}
 
@@ -326,10 +315,8 @@ def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_to
     and, with a ``schedule``, the raise of ``rho``); the server state then needs ``F_prev``,
     the objective at the initial state, before round 1 (:func:`start_rounds`).
     """
-    if sampling == "weighted" and aggregation == "weighted" and algorithm == "fedmavg":
-        raise ValueError('aggregation="weighted" with sampling="weighted" would weigh the '
-                         'clients by omega twice; the paper averages weighted draws with '
-                         '"sampled_mean".')
+    if algorithm == "fedmavg":
+        check_aggregation(aggregation, sampling)
     h_params = dict(n_total=n_total, nu=nu, c_factor=c_factor, local_iter_u=local_iter_u,
                     onehot=onehot)
     mgs = algorithm == "fedmgs"
@@ -355,7 +342,8 @@ def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_to
         return FederatedProtocol(
             **common,
             server_init_uploads=partial(init_uploads, n_clients=n_clients, q2=q2_first),
-            client_update=partial(mgs_client_update, h_params=h_params),
+            client_update=partial(mgs_round.client_update,
+                                  local_phase=partial(h_phase, **h_params), share=aggregates),
             server_update=partial(mgs_server_update, n_total=n_total, d_factor=d_factor,
                                   q2=q2_first, box=box),
         )
@@ -363,17 +351,19 @@ def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_to
         **common,
         server_init_uploads=(partial(init_uploads, n_clients=n_clients, q2=q2_first)
                              if prepared else None),
-        client_prepare=partial(mavg_prepare, h_params=h_params) if prepared else None,
-        server_prepare=partial(mavg_server_prepare, n_total=n_total,
-                               d_factor=d_factor) if prepared else None,
-        client_update=partial(palm_client_update, n_total=n_total, nu=nu, c_factor=c_factor,
-                              d_factor=d_factor, n_pairs=local_iter_u, box=box) if palm
-        else partial(mavg_client_update, h_params=h_params, d_factor=d_factor, w_step=w_step),
-        server_update=partial(mavg_server_update, weights=weights, aggregation=aggregation,
-                              local_iter_v=local_iter_v, q_hat=q_hat, box=box),
-        participation=Participation(computes="all", receives="all") if participation == "pcc"
-        else Participation(),
-        server_counts=True,
+        **round_phases(
+            participation=participation, prepared=prepared,
+            local_phase=partial(h_round, h_params=h_params),
+            w_phase=partial(mavg_w_phase, d_factor=d_factor, w_step=w_step),
+            keep=without_round, gram=membership_gram,
+            server_prepare=partial(mavg_server_prepare, n_total=n_total, d_factor=d_factor),
+            server_update=partial(mavg_server_update, weights=weights, aggregation=aggregation,
+                                  local_iter_v=local_iter_v, q_hat=q_hat, box=box),
+            palm=dict(n_pairs=local_iter_u, factor="A", shared="W", finish=palm_state,
+                      local_step=partial(palm_h_step, n_total=n_total, nu=nu,
+                                         c_factor=c_factor),
+                      proximal_step=partial(palm_w_step, d_factor=d_factor, box=box))
+            if palm else None),
     )
 
 

@@ -15,9 +15,9 @@ clustered by direction. ``h_constraint="onehot"`` is the exact K-means formulati
 no penalty, one-hot ``h_j`` (the H phase is the assignment step), ``W`` unconstrained.
 
 Steps are factors of Lipschitz constants (Section V-A's factors, with the true constants). As
-``(1/c_p) grad_{H_p} F_p`` does not depend on ``p`` (from (29), (35), (36)), :func:`h_steps` is
-one matrix operation on the stacked rows of any set of clients: a client runs it on its rows,
-a simulator may batch clients.
+``(1/c_p) grad_{H_p} F_p`` does not depend on ``p`` (from (29), (35), (36)),
+:func:`._clustering_protocols.h_steps` is one matrix operation on the stacked rows of any set of
+clients: a client runs it on its rows, a simulator may batch clients.
 """
 
 from __future__ import annotations
@@ -39,18 +39,13 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .._fit import FederatedEstimator
 from ..exceptions import DataWarning
-from ._clustering_protocols import (  # noqa: F401  (the tests import the unused ones from here)
+from ._clustering_protocols import (
     EPS,
     SampleBlock,
     center_distances,
     clustering_cost,
-    h_steps,
     kfed_centers,
-    local_w_steps,
     make_protocol,
-    one_sparse_fit,
-    penalty_matrix,
-    sncp_rho,
     start_rounds,
 )
 

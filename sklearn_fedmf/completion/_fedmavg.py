@@ -1,46 +1,10 @@
 """FedMAvg: federated model averaging for matrix completion (Wang & Chang, Algorithm 1).
 
-Orientation: the paper's (its model (1)-(3) splits the data by columns) global ``W`` is our
-item factor
-(``components_ = V``, kept transposed as ``Vt`` of shape ``(n_items, r)``); the paper's local
-``H_p`` is client ``p``'s user factors ``U_p^T``.
-
-``variant="wang_chang"`` (the paper's Algorithm 1 on a masked loss) minimizes the plain sum of
-squared errors::
-
-    F(U, V) = sum_p [1/2 ||P_Omega_p(M_p - U_p V)||^2 + h(U_p)] + h(V) = sum_p omega_p F_p
-    F_p = (1/omega_p) [1/2 ||P_Omega_p(M_p - U_p V)||^2 + h(U_p)] + h(V)
-
-with ``omega_p = |Omega_p| / |Omega|`` (``client_weights="entries"``: the paper's ``N_p / N``
-assumes dense data) or ``n_p / n``. Every step is a factor times a Lipschitz bound (Section
-V-A's factors, with the true constants), so the loss scaling only weighs the regularizers.
-``variant="fedpalm"`` is Remark 1's FedPALM (15)-(16), the baseline of the paper's Fig. 2b:
-from ``W_p = V^s`` each client interleaves ``local_iter_u`` pairs of one step on ``U_p`` at its
-current ``W_p`` and one proximal (projected) step on ``W_p`` at the new ``U_p``, then FedMAvg's
-averaging. ``variant="fedmc_admm"`` is the baseline exactly as restated in the FedMC-ADMM paper (its
-Section 5.2): no 1/p in the U step, the data gradient of the W step divided by
-``p``, ``d_i = 5 lambda_max(U_i^T U_i)``, ``c = 1/2 lambda_max(V V^T)``, ``Q1 = Q2 = 10``.
-
-Rounds (Algorithm 1): every client (``participation="pcc"``) or only the sampled ones (``"pcp"``)
-take ``Q1`` proximal-gradient steps on ``U_p`` against the broadcast ``V``; each sampled
-client then takes ``Q2`` gradient steps on its own copy ``W_p`` of ``V``, started at ``V``,
-and uploads ``W_p``; the server averages the uploads. With ``w_step="global"`` the W step
-size needs every client's ``U_p^T U_p`` of this round: clients send that ``r x r`` Gram in a
-first exchange (the engine's prepare phase) and the server answers with the step.
-
-Sampling: ``sampling="weighted"`` is the paper's (Algorithm 1): ``clients_per_round`` draws
-with replacement, proportionally to ``omega``, and the plain mean of the multiset,
-``W = sum_p (n_p / m) W_p`` with ``n_p`` the draws of client ``p`` (9)-(10), unbiased for
-``sum_p omega_p W_p``; a client drawn twice computes and uploads once. ``"uniform"`` draws
-distinct clients without replacement; then ``aggregation="weighted"`` averages the uploads
-with weights ``omega_p`` (renormalized over the senders: eq. (8) at full participation, a
-ratio estimate otherwise) and ``"sampled_mean"`` takes the plain mean (the FedMC-ADMM
-restatement). On balanced clients the schemes coincide.
-
-Many small clients (one per user): ``_fedmavg_batched`` gives the protocol batched phases
-(``FederatedProtocol.batched``) that run a whole group of clients per compiled call and send
-``W_p`` as its rated rows plus the ridge-shrunk broadcast (FedPALM and the weighted
-regularization run client by client).
+The estimator and :func:`make_protocol`, which binds the completion family's steps
+(:mod:`._fedmavg_protocol`) into FedMAvg's round (:mod:`sklearn_fedmf._fedmavg_protocol`) and,
+for many small clients, the batched phases (:mod:`._fedmavg_batched`). The binding sits
+here, above both, so that the batched phases can build on the per-client functions without
+an import cycle.
 """
 
 from __future__ import annotations
@@ -52,369 +16,35 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import _biases
-from .._base import FederatedMFBase, squared_error_of
-from .._engine import FederatedProtocol, Participation
-from .._groups import ImplicitRows
-from .._kernels import grad_cols, prox_grad_rows
-from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
+from .._base import FederatedMFBase
+from .._engine import FederatedProtocol
+from .._fedmavg_protocol import check_aggregation, q2_schedule, round_phases
+from ._fedmavg_batched import make_batched
+from ._fedmavg_protocol import (
+    client_metrics,
+    combine_metrics,
+    init_client,
+    init_server,
+    kept_state,
+    palm_state,
+    palm_u_step,
+    palm_w_step,
+    server_init_uploads,
+    server_prepare,
+    server_update,
+    state_gram,
+    u_phase,
+    w_phase,
+)
 
 __all__ = ["FedMAvg"]
-
-EPS_LIPSCHITZ = 1e-12  # floor of every Lipschitz bound: a zero factor must not give 0/0
-
-
-# ---- pure solver functions ------------------------------------------------------------------
-def lambda_max(S):
-    """Largest eigenvalue of a symmetric matrix (0 for an empty one)."""
-    return float(np.linalg.eigvalsh(S)[-1]) if S.size else 0.0
-
-
-def q2_schedule(round_number, local_iter_v, q_hat):
-    """``Q2^s``: constant ``local_iter_v``, or ``floor(q_hat / s) + 1`` when it is None
-    (Algorithm 1's diminishing schedule)."""
-    if local_iter_v is not None:
-        return int(local_iter_v)
-    return int(q_hat) // int(round_number) + 1
-
-
-def prox_nonsmooth(Z, t, alpha, l1_ratio, positive):
-    """Prox of the l1 part of the elastic net and of the sign constraint (the l2 part is
-    smooth and taken in the gradient)."""
-    if not np.any(alpha * l1_ratio) and not positive:
-        return Z
-    return prox_elastic_net(Z, t, alpha * l1_ratio, 1.0, positive)
-
-
-def _per_row(a):
-    """A per-row array as a column (it then broadcasts against per-entry steps)."""
-    return a[:, None] if np.ndim(a) == 1 else a
-
-
-def u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive):
-    """``n_steps`` proximal-gradient steps of size ``1/c`` on ``U`` with ``V`` fixed (11).
-
-    The ridge part of the regularizer is in the gradient, the l1 part and the sign constraint
-    in the prox (:func:`prox_nonsmooth`); the fused kernel runs each row's steps at once.
-    """
-    out = np.empty(U.shape)
-    prox_grad_rows(X.indptr, X.indices, X.data, np.ascontiguousarray(U),
-                   np.ascontiguousarray(Vt), c, n_steps,
-                   _per_row(alpha) * l1_ratio / _per_row(c), 1.0, positive,
-                   alpha * (1.0 - l1_ratio), out)
-    return out
-
-
-def w_steps(Wt, U, X, n_steps, d, scale, alpha, l1_ratio, positive):
-    """``n_steps`` gradient steps (13) on a local copy of ``V``: gradient
-    ``scale * grad_V 1/2||P(M - U W)||^2 + ridge * W``. Unprojected unless the regularizer has a
-    nonsmooth part, which is then applied as a prox at every step. ``alpha`` may be a column,
-    one strength per item row (weighted regularization)."""
-    G = np.empty_like(Wt)
-    ridge = alpha * (1.0 - l1_ratio)
-    for _ in range(n_steps):
-        grad_cols(X.indptr, X.indices, X.data, U, Wt, G)
-        Wt = prox_nonsmooth(Wt - (scale * G + ridge * Wt) / d, 1.0 / d, alpha, l1_ratio, positive)
-    return Wt
-
-
-def client_weight(block, client_weights):
-    return block.nnz if client_weights == "entries" else block.n_rows
-
-
-def init_server(rng, *, n_items, n_components, init_scale, biased=False):
-    """``V^0``: i.i.d. ``init_scale * Uniform[0, 1)`` (``[V^0; 1; 0]`` with biases)."""
-    Vt = init_scale * rng.random((n_items, n_components))
-    if biased:
-        _biases.init_item(Vt)
-    return {"Vt": Vt}, {"Vt": Vt}
-
-
-def init_user_factors(block, n_factors, rng, init_scale, positive, biased):
-    """Private ``U_p^0`` (``[U_p^0, 0, 1]`` with biases)."""
-    return random_user_factors(block.n_rows, n_factors, rng, init_scale, positive, biased)
-
-
-def random_user_factors(n_rows, n_factors, rng, init_scale, positive, biased):
-    """``n_rows`` rows of i.i.d. ``init_scale * Uniform[0, 1)`` factors (biases as above)."""
-    U = init_scale * rng.random((n_rows, n_factors))
-    if positive:
-        U = np.maximum(U, 0.0)
-    return _biases.init_user(U) if biased else U
-
-
-def item_gram(U, biased):
-    """``U_p^T U_p`` of the user columns the item side sees (``[U_p, 1]``: never ``b_u``)."""
-    A = _biases.item_partner(U) if biased else U
-    return A.T @ A
-
-
-def init_client(block, broadcast, rng, *, init_scale, positive, client_weights, send_gram,
-                biased=False, weighted=False):
-    """Private ``U_p^0``; uploads its size (for ``omega``), for the global step its Gram and,
-    for the weighted regularization, its ratings per item."""
-    U = init_user_factors(block, broadcast["Vt"].shape[1], rng, init_scale, positive, biased)
-    upload = {"size": float(client_weight(block, client_weights))}
-    if send_gram:
-        upload["gram"] = item_gram(U, biased)
-    if weighted:
-        upload["counts"] = item_counts(block.X)
-    return {"U": U}, upload
-
-
-def server_init_uploads(server_state, uploads, *, n_clients, q2_first):
-    """``omega_p`` from the clients' sizes; the Grams start the cache of the global step."""
-    sizes = np.array([uploads[p]["size"] for p in range(n_clients)])
-    total = float(max(sizes.sum(), 1.0))
-    grams = None
-    if "gram" in uploads[0]:
-        grams = np.concatenate([uploads[p]["gram"] for p in range(n_clients)]).reshape(
-            n_clients, *uploads[0]["gram"].shape)
-    Vt = server_state["Vt"]
-    state = {"Vt": Vt, "weights": sizes / total, "total": total, "grams": grams}
-    if "counts" in uploads[0]:  # the item weights n_j of the weighted regularization
-        state["counts"] = sum(uploads[p]["counts"] for p in range(n_clients))
-    # the broadcast carries the total size so that each client can form its own omega_p
-    return state, {"Vt": Vt, "q2": q2_first, **_shared(state)}
-
-
-def _shared(server_state):
-    """What every broadcast carries besides ``V``: the total size and, for the weighted
-    regularization, the item counts (``h(V)`` is in every client's local objective)."""
-    return {key: server_state[key] for key in ("total", "counts") if key in server_state}
-
-
-def w_bound(gram, ridge, biased):
-    """``L_W = lambda_max(gram) + ridge`` from the Gram of the user columns the item step
-    multiplies; with biases one bound per column block of ``[V; b_i]``
-    (``_biases.item_step_bounds``: the ones column must not shorten the factor steps)."""
-    if biased:
-        return np.maximum(_biases.item_step_bounds(gram, ridge), EPS_LIPSCHITZ)
-    return max(lambda_max(gram) + ridge, EPS_LIPSCHITZ)
-
-
-def user_steps(U, Vt, X, n_steps, c_factor, ridge_in_L, alpha, l1_ratio, positive, biased):
-    """(11) with step ``1/(c_factor (lambda_max(V V^T) + ridge_in_L))``. With biases the
-    fixed column of ``[U, b_u, 1]`` is substituted (exact, ``_biases``): the steps run on
-    ``[U, b_u]`` against ``[V; 1]`` with the ratings minus ``b_i``, each row and column block
-    with its own Lipschitz bound (``_biases.user_step_bounds``: the global one would count
-    the ones column over every item). ``alpha`` and ``ridge_in_L`` may be one value per row
-    (weighted regularization): each row's bound then holds its own ridge."""
-    if not biased:
-        c = c_factor * np.maximum(lambda_max(Vt.T @ Vt) + ridge_in_L, EPS_LIPSCHITZ)
-        return u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive)
-    X, Vt = _biases.user_step_view(X, Vt)
-    # (a row's bound is tight: it must hold the ridge the gradient holds, whatever the
-    # variant's ridge_in_L; the global bound's slack forgave that)
-    c = c_factor * np.maximum(_biases.user_step_bounds(X, Vt, alpha * (1.0 - l1_ratio)),
-                              EPS_LIPSCHITZ)
-    U = u_steps(_biases.free_user(U), Vt, X, n_steps, c, alpha, l1_ratio, positive)
-    return _biases.with_user(U)
-
-
-def u_phase(state, block, broadcast, *, variant, c_factor, alpha_u, l1_ratio, positive,
-            local_iter_u, client_weights, biased=False, weighted=False):
-    """Q1 steps on ``U_p`` against the broadcast ``V^s``; keeps the broadcast for the W phase."""
-    Vt = broadcast["Vt"]
-    alpha_u = row_alpha(alpha_u, block.X, weighted)
-    ridge = alpha_u * (1.0 - l1_ratio) if variant == "wang_chang" else 0.0
-    U = user_steps(state["U"], Vt, block.X, local_iter_u, c_factor, ridge, alpha_u, l1_ratio,
-                   positive, biased)
-    # a client without ratings has a zero gradient: any omega > 0 gives it the same steps
-    omega = max(client_weight(block, client_weights), 1.0) / broadcast["total"]
-    return {"U": U, "Vt": Vt, "q2": broadcast["q2"], "omega": omega,
-            "counts": broadcast.get("counts")}
-
-
-def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alpha_v, l1_ratio,
-            positive, biased=False, weighted=False):
-    """Q2 local steps from ``V^s``; returns the upload ``{"W": W_p}``.
-
-    With biases ``h(V)`` holds the indicator of the fixed row of ``[V; 1; b_i]``: the steps
-    run on ``[V; b_i]`` against ``[U_p, 1]`` with the ratings minus ``b_u`` (exact), and
-    ``W_p`` goes up whole, ``b_i`` with it.
-
-    Weighted regularization: ``h(V) = alpha_v/2 sum_j n_j ||v_j||^2`` (``1/p`` of it in the
-    ``"fedmc_admm"`` variant, whose ``R(V)`` then sits inside the ``1/p`` like the data), with
-    the item counts ``n_j`` summed by the server from the clients' one-time uploads and
-    broadcast with ``V``. ``h(V)`` stays whole in every ``F_p``, as the plain one: one ridge
-    per item row in the gradient, and each row's bound adds its own ridge where the plain
-    ones add ``ridge`` (the server's global bound is then the data's alone). The steps stay
-    linear and equal in every client, so their average keeps the exact stationary points.
-    (Splitting ``h(V)``
-    into the clients' shares ``n_jp`` needs no broadcast but, measured, its ``1/omega_p``
-    scaling makes the local steps drift on the items the few sampled clients rated.)"""
-    U, omega, X, W0 = state["U"], state["omega"], block.X, state["Vt"]
-    scale = 1.0 / n_clients if variant == "fedmc_admm" else 1.0 / omega
-    if weighted:
-        alpha_v = alpha_v * state["counts"][:, None] / (
-            n_clients if variant == "fedmc_admm" else 1.0)
-    if biased:
-        X, U = _biases.item_step_view(X, U)
-        W0 = _biases.free_item(W0)
-    ridge = alpha_v * (1.0 - l1_ratio)  # weighted: one per item row, and so are the bounds
-    if weighted and d_global is not None:
-        d_global = d_global + d_factor * ridge
-    if variant == "fedmc_admm":
-        # d_i = 5 lambda_max(U_i^T U_i), plus the ridge where the bound is per row (weighted)
-        # or per column block (biased: tight, its slack no longer covers the ridge)
-        d = d_factor * (w_bound(U.T @ U, 0.0, biased) + (ridge if weighted or biased else 0.0))
-    else:
-        d_local = d_factor * (w_bound(U.T @ U / omega, 0.0, biased) + ridge)
-        if w_step == "local":
-            d = d_local
-        elif w_step == "guarded":  # never a step longer than 1/(0.51 L_Wp) locally: d is
-            # unstable on non-iid clients
-            d = np.maximum(d_global, 0.51 * d_local / d_factor)
-        else:
-            d = d_global
-    Wt = w_steps(W0, U, X, state["q2"], d, scale, alpha_v, l1_ratio, positive)
-    return {"W": _biases.with_item(Wt) if biased else Wt}
-
-
-def palm_pairs(state, block, broadcast, *, n_pairs, c_factor, d_factor, alpha_u, alpha_v,
-               l1_ratio, positive, client_weights):
-    """FedPALM's local work (Remark 1, (15)-(16)): ``n_pairs`` times one step on ``U_p`` at the
-    current local ``W_p``, then one proximal step on ``W_p`` at the new ``U_p``, from
-    ``W_p = V^s``. As in PALM (the paper's [40]) each step size is a factor times the Lipschitz
-    constant at the current iterate. Returns ``(U_p, W_p)``."""
-    U, Wt = state["U"], broadcast["Vt"]
-    omega = max(client_weight(block, client_weights), 1.0) / broadcast["total"]
-    ridge_u, ridge_v = alpha_u * (1.0 - l1_ratio), alpha_v * (1.0 - l1_ratio)
-    for _ in range(n_pairs):
-        c = c_factor * max(lambda_max(Wt.T @ Wt) + ridge_u, EPS_LIPSCHITZ)
-        U = u_steps(U, Wt, block.X, 1, c, alpha_u, l1_ratio, positive)
-        d = d_factor * max(lambda_max(U.T @ U) / omega + ridge_v, EPS_LIPSCHITZ)
-        Wt = w_steps(Wt, U, block.X, 1, d, 1.0 / omega, alpha_v, l1_ratio, positive)
-    return U, Wt
-
-
-def palm_client_update(state, block, broadcast, rng, selected, **params):
-    """FedPALM round of a client: its pairs of steps, then (if sampled) the upload of ``W_p``."""
-    U, Wt = palm_pairs(state, block, broadcast, **params)
-    return {"U": U}, ({"W": Wt} if selected else None)
-
-
-def client_prepare(state, block, broadcast, rng, selected, **params):
-    """Prepare phase (global step only): the U phase, then send ``U_p^T U_p``."""
-    new = u_phase(state, block, broadcast, **params)
-    return new, {"gram": item_gram(new["U"], params.get("biased", False))}
-
-
-_GRAM_CHUNK = 4096  # Grams per stacked assignment in server_prepare
-
-
-def server_prepare(server_state, stats, round_index, *, d_factor, alpha_v, l1_ratio,
-                   biased=False):
-    """The global step ``d = d_factor (lambda_max(sum_p U_p^T U_p) + ridge)`` (3.4, 8.3).
-
-    The server's cache of the clients' Grams is updated in place: at one client per user it
-    is ``p x r x r`` (0.75 GB at the Netflix shape), too large to copy every round."""
-    grams = server_state["grams"]
-    clients = np.fromiter(stats, np.int64, len(stats))
-    new = [stat["gram"] for stat in stats.values()]
-    # stacked assignments (at one client per user there are 480,189 Grams a round), a chunk
-    # at a time: one stack of them all is a 0.75 GB temporary, paged in afresh every round
-    for a in range(0, len(new), _GRAM_CHUNK):
-        grams[clients[a:a + _GRAM_CHUNK]] = np.concatenate(
-            new[a:a + _GRAM_CHUNK]).reshape(-1, *grams.shape[1:])
-    L = w_bound(grams.sum(axis=0), alpha_v * (1.0 - l1_ratio), biased)
-    return server_state, {"d": d_factor * L}
-
-
-def client_update(state, block, broadcast, rng, selected, *, prepared, u_params, w_params):
-    """Main phase: (U phase unless prepared) then, if sampled, the W phase and the upload."""
-    if not prepared:
-        state = u_phase(state, block, broadcast, **u_params)
-    keep = {"U": state["U"]}
-    if not selected:
-        return keep, None
-    d_global = broadcast["d"] if prepared else None
-    return keep, w_phase(state, block, d_global, **w_params)
-
-
-def weighted_sum(messages, weights):
-    """``sum_p w_p W_p`` of dense uploads and :class:`~sklearn_fedmf._groups.ImplicitRows`
-    (``scale * base`` but for the rated rows): an implicit upload costs its rated rows, the
-    base is added once with the summed coefficients (one per column when the scale is)."""
-    total, bases = None, {}
-    for message, weight in zip(messages, weights):
-        if isinstance(message, ImplicitRows):
-            if total is None:
-                total = np.zeros(message.shape)
-            coef = message.add_to(total, weight)
-            if np.any(coef):
-                base, summed = bases.get(id(message.base), (message.base, 0.0))
-                bases[id(message.base)] = (base, summed + coef)
-        elif total is None:
-            total = weight * message
-        else:
-            total += weight * message
-    for base, coef in bases.values():
-        total += coef * base
-    return total
-
-
-def server_update(server_state, uploads, round_index, counts=None, *, aggregation,
-                  local_iter_v, q_hat, biased=False):
-    """``V^{s+1}``: the (weighted) mean of the uploaded local copies (8)-(10).
-
-    ``counts`` (client -> draws) makes ``"sampled_mean"`` the mean over the multiset of draws,
-    ``sum_p n_p W_p / sum_p n_p`` (eqs. (9)-(10); ``1/m`` when every drawn client arrived).
-    """
-    clients = list(uploads)
-    if aggregation == "weighted":
-        w = server_state["weights"][clients]
-    else:
-        w = np.array([1.0 if counts is None else counts[p] for p in clients])
-    w = w / w.sum() if w.sum() > 0 else np.full(len(clients), 1.0 / len(clients))
-    Vt = weighted_sum([uploads[p]["W"] for p in clients], w)
-    if biased:  # (a weighted mean of ones can round off 1)
-        _biases.fix_item(Vt)
-    q2 = q2_schedule(round_index + 2, local_iter_v, q_hat)
-    return {**server_state, "Vt": Vt}, {"Vt": Vt, "q2": q2, **_shared(server_state)}
-
-
-def client_metrics(state, block, broadcast, *, alpha_u, l1_ratio, biased=False, alpha_v=0.0,
-                   weighted=False):
-    """Additive diagnostics of one client at the global ``V`` (weighted regularization: with
-    the client's share ``alpha_v/2 sum_j n_jp ||v_j||^2`` of ``h(V)``; the shares sum to it)."""
-    U, Vt = state["U"], broadcast["Vt"]
-    sse = squared_error_of(block.X, U, Vt)
-    item_penalty = 0.0
-    if weighted:
-        item_penalty = elastic_net_value(_biases.free_item(Vt) if biased else Vt,
-                                         alpha_v * item_counts(block.X), l1_ratio)
-    return {
-        "loss": 0.5 * sse + item_penalty + elastic_net_value(
-            _biases.free_user(U) if biased else U, row_alpha(alpha_u, block.X, weighted),
-            l1_ratio),
-        "sse": sse,
-        "n": block.nnz,
-        "sse_eval": squared_error_of(block.X_eval, U, Vt),
-        "n_eval": 0 if block.X_eval is None else block.X_eval.nnz,
-    }
-
-
-def combine_metrics(server_state, sums, *, loss_scale, alpha_v, l1_ratio, biased=False,
-                    weighted=False):
-    """The objective (``sum`` of client losses, ``1/p`` of it for the FedMC-ADMM variant;
-    weighted regularization: the item penalty is in the client losses)."""
-    Vt = _biases.free_item(server_state["Vt"]) if biased else server_state["Vt"]
-    record = {
-        "objective": loss_scale * sums["loss"]
-        + (0.0 if weighted else elastic_net_value(Vt, alpha_v, l1_ratio)),
-        "train_rmse": float(np.sqrt(sums["sse"] / max(sums["n"], 1))),
-    }
-    if sums["n_eval"]:
-        record["eval_rmse"] = float(np.sqrt(sums["sse_eval"] / sums["n_eval"]))
-    return record
 
 
 def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, local_iter_v,
                   q_hat, participation, aggregation, c_factor, d_factor, w_step, client_weights,
                   alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False,
                   weighted=False):
-    """Bind the hyperparameters to the pure functions above (``biased``: rank
+    """Bind the hyperparameters to the pure functions (``biased``: rank
     ``n_components + 2`` with the augmented factors of ``_biases``; ``weighted``: each row's
     penalty scaled by its number of ratings)."""
     prepared = variant == "wang_chang" and w_step in ("global", "guarded")
@@ -425,7 +55,7 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
                     alpha_v=alpha_v, l1_ratio=l1_ratio, positive=positive, biased=biased,
                     weighted=weighted)
     q2_first = q2_schedule(1, local_iter_v, q_hat)
-    update = partial(client_update, prepared=prepared, u_params=u_params, w_params=w_params)
+    palm = None
     if variant == "fedpalm":
         if weighted:
             raise ValueError('variant="fedpalm" is the paper\'s Remark 1 baseline; set '
@@ -433,13 +63,14 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
         if biased:
             raise ValueError('variant="fedpalm" is the paper\'s Remark 1 baseline on plain '
                              "factors; set biased=False.")
-        update = partial(palm_client_update, n_pairs=local_iter_u, c_factor=c_factor,
-                         d_factor=d_factor, alpha_u=alpha_u, alpha_v=alpha_v,
-                         l1_ratio=l1_ratio, positive=positive, client_weights=client_weights)
+        palm = dict(n_pairs=local_iter_u, factor="U", shared="Vt", finish=palm_state,
+                    local_step=partial(palm_u_step, c_factor=c_factor, alpha_u=alpha_u,
+                                       l1_ratio=l1_ratio, positive=positive),
+                    proximal_step=partial(palm_w_step, d_factor=d_factor, alpha_v=alpha_v,
+                                          l1_ratio=l1_ratio, positive=positive,
+                                          client_weights=client_weights))
     batched = None  # FedPALM's pairs and the weighted ridges (one per item) run per client
     if variant != "fedpalm" and not weighted:
-        from ._fedmavg_batched import make_batched  # (it builds on this module's functions)
-
         batched = make_batched(prepared=prepared, u_params=u_params, w_params=w_params,
                                init_params=dict(init_scale=init_scale, positive=positive,
                                                 client_weights=client_weights,
@@ -454,21 +85,21 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
                             weighted=weighted),
         server_init_uploads=partial(server_init_uploads, n_clients=n_clients,
                                     q2_first=q2_first),
-        client_prepare=partial(client_prepare, **u_params) if prepared else None,
-        server_prepare=partial(server_prepare, d_factor=d_factor,
-                               alpha_v=0.0 if weighted else alpha_v,  # (its share is a prox)
-                               l1_ratio=l1_ratio, biased=biased) if prepared else None,
-        client_update=update,
-        server_update=partial(server_update, aggregation=aggregation,
-                              local_iter_v=local_iter_v, q_hat=q_hat, biased=biased),
+        **round_phases(
+            participation=participation, prepared=prepared,
+            local_phase=partial(u_phase, **u_params), w_phase=partial(w_phase, **w_params),
+            keep=kept_state, gram=partial(state_gram, biased=biased),
+            server_prepare=partial(server_prepare, d_factor=d_factor,
+                                   alpha_v=0.0 if weighted else alpha_v,  # (a prox's share)
+                                   l1_ratio=l1_ratio, biased=biased),
+            server_update=partial(server_update, aggregation=aggregation,
+                                  local_iter_v=local_iter_v, q_hat=q_hat, biased=biased),
+            palm=palm),
         client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio,
                                biased=biased, alpha_v=alpha_v, weighted=weighted),
         combine_metrics=partial(combine_metrics, alpha_v=alpha_v, l1_ratio=l1_ratio,
                                 biased=biased, weighted=weighted,
                                 loss_scale=1.0 / n_clients if variant == "fedmc_admm" else 1.0),
-        participation=Participation(computes="all", receives="all") if participation == "pcc"
-        else Participation(),
-        server_counts=True,
         batched=batched,
     )
 
@@ -740,11 +371,7 @@ class FedMAvg(FederatedMFBase):
             )
         paper = self.variant == "fedmc_admm"
         weighted_draws = self.sampling == "weighted"
-        if weighted_draws and self.aggregation == "weighted":
-            raise ValueError(
-                'aggregation="weighted" with sampling="weighted" would weigh the clients by '
-                'omega twice; the paper averages weighted draws with "sampled_mean".'
-            )
+        check_aggregation(self.aggregation, self.sampling)
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             variant=self.variant, local_iter_u=self.local_iter_u,

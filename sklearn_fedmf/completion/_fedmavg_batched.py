@@ -2,9 +2,10 @@
 
 The :class:`~sklearn_fedmf._groups.BatchedPhases` of ``variant="wang_chang"`` and
 ``"fedmc_admm"``: the same federation as the per-client functions of
-:mod:`~sklearn_fedmf.completion._fedmavg` (same draws, states and messages, to rounding), with
-one compiled call per group (:mod:`~sklearn_fedmf.completion._fedmavg_kernels`) and work
-proportional to the clients' ratings:
+:mod:`~sklearn_fedmf.completion._fedmavg_protocol` (same draws, states and messages, to
+rounding), with one compiled call per group
+(:mod:`~sklearn_fedmf.completion._fedmavg_kernels`) and work proportional to the clients'
+ratings:
 
 * The U phase (11) runs every active client's rows in one call. Its step needs
   ``lambda_max(V V^T)``, the same for every client: it is computed once per call (with biases
@@ -14,7 +15,7 @@ proportional to the clients' ratings:
   ``(1 - ridge/d_p) v`` (``positive`` keeps it: ``max(s v, 0) = max(s, 0) v`` for ``v >= 0``).
   The upload ``W_p`` is then ``s_p V`` but for the rated rows, sent as
   :class:`~sklearn_fedmf._groups.ImplicitRows` (bytes counted dense, as the paper's client
-  sends them); the server's :func:`~sklearn_fedmf.completion._fedmavg.weighted_sum` costs the
+  sends them); the server's :func:`~sklearn_fedmf._fedmavg_protocol.weighted_sum` costs the
   rated rows. With an l1 part, or a negative ``V`` under ``positive``, the unrated rows are
   not a scaling of ``V``: those uploads are computed dense.
 """
@@ -26,16 +27,17 @@ from functools import partial
 import numpy as np
 
 from .. import _biases
+from .._fedmavg_protocol import w_step_size
 from .._groups import BatchedPhases, ImplicitRows, user_rows_state
 from .._transport import _rng
-from ._fedmavg import (
+from ._fedmavg_kernels import add_rows, partner_grams, rated_item_steps
+from ._fedmavg_protocol import (
     EPS_LIPSCHITZ,
     client_metrics,
     prox_nonsmooth,
     random_user_factors,
     user_steps,
 )
-from ._fedmavg_kernels import add_rows, partner_grams, rated_item_steps
 
 __all__ = ["ItemRows", "make_batched"]
 
@@ -119,9 +121,7 @@ def _step_sizes(U, group, senders, omega, d_global, *, variant, n_clients, d_fac
     if paper:  # (w_phase: plus the ridge where the bounds are per column block)
         d = d_factor * (bound + (ridge if biased else 0.0))
     else:
-        d = d_factor * (bound + ridge)
-        if w_step == "guarded":  # (w_phase's stability guard)
-            d = np.maximum(d_global, 0.51 * d / d_factor)
+        d = w_step_size(d_factor * (bound + ridge), d_global, w_step, d_factor)
     return np.ascontiguousarray(np.broadcast_to(d, (senders.size, kw))), scale
 
 

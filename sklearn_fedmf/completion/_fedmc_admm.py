@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import _biases
-from .._base import FederatedMFBase, squared_error_of
+from .._base import FederatedMFBase, factor_metrics
 from .._engine import Broadcast, FederatedProtocol
 from .._groups import ClientGroup
 from .._kernels import grad_cols, prox_grad_rows
@@ -315,22 +315,9 @@ def client_metrics(state, block, Vt, *, alpha_u, l1_ratio, biased=False, alpha_v
     """Additive diagnostics of one client at the global ``V`` (not its local copy; weighted
     regularization: with its share ``alpha_v/2 sum_j n_ji ||v_j||^2`` of ``p R(V)``)."""
     Vt = unpack_broadcast(Vt)[0]
-    U = state["U"]
-    sse = squared_error_of(block.X, U, Vt)
-    item_penalty = 0.0
-    if weighted:
-        item_penalty = elastic_net_value(_biases.free_item(Vt) if biased else Vt,
-                                         alpha_v * item_counts(block.X), l1_ratio)
-    return {
-        "loss": 0.5 * sse + item_penalty + elastic_net_value(
-            _biases.free_user(U) if biased else U, row_alpha(alpha_u, block.X, weighted),
-            l1_ratio),
-        "sse": sse,
-        "n": block.nnz,
-        "sse_eval": squared_error_of(block.X_eval, U, Vt),
-        "n_eval": 0 if block.X_eval is None else block.X_eval.nnz,
-        "consensus": squared_distance(state["Wt"], Vt),
-    }
+    return {**factor_metrics(state["U"], Vt, block, alpha_u=alpha_u, l1_ratio=l1_ratio,
+                             biased=biased, alpha_v=alpha_v, weighted=weighted),
+            "consensus": squared_distance(state["Wt"], Vt)}
 
 
 def combine_metrics(server_state, sums, *, n_clients, alpha_v, l1_ratio, biased=False,

@@ -2,9 +2,9 @@
 
 At one client per user each round's sampled clients run as one compiled call per group
 (:mod:`._fedmgs_kernels`); their aggregates go up on their rated items only, in the forms of
-:func:`._fedmgs.share` (which calls :func:`group_share` for a single client), as views of
+:func:`._fedmgs_protocol.share` (which calls :func:`group_share` for a single client), as views of
 the call's arrays (the server's cache keeps such runs without a copy). The states, messages
-and bytes are those of the per-client functions of :mod:`._fedmgs`.
+and bytes are those of the per-client functions of :mod:`._fedmgs_protocol`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .. import _biases
 from .._groups import ImplicitRows, segments, user_rows_state, with_user_rows
 from .._prox import row_alpha
 from .._transport import client_generator
-from ._fedmavg import EPS_LIPSCHITZ, lambda_max
+from ._fedmavg_protocol import EPS_LIPSCHITZ, lambda_max
 from ._fedmgs_kernels import client_items, group_user_steps
 from ._fedmgs_kernels import group_share as share_kernel
 from ._fedmgs_kernels import group_share_outer as share_outer_kernel
@@ -51,7 +51,7 @@ def group_layout(group):
 
 
 def group_share(state, group, clients, biased, sum_squares=False):
-    """:func:`._fedmgs.share` of the group's ``clients`` (local indices) in one call: each
+    """:func:`._fedmgs_protocol.share` of the group's ``clients`` (local indices) in one call: each
     client's per-item aggregates on its rated items (views of the call's arrays), in the
     compact form ``{"items", "x", "a"}`` for one-user clients with biases; ``sum_squares``:
     the rows form also holds ``"ss"``, the sum of the squared ratings minus ``b_u``."""
@@ -94,7 +94,8 @@ def group_share(state, group, clients, biased, sum_squares=False):
 
 def batched_init_client(group, Vt, stream, *, init_scale, positive, biased=False,
                         weighted=False, sum_squares=False):
-    """:func:`._fedmgs.init_client` of every client of the group (each from its own generator)."""
+    """:func:`._fedmgs_protocol.init_client` of every client of the group (each from its own
+    generator)."""
     n_f, ptr = Vt.shape[1], group.row_ptr
     U = np.empty((group.n_rows, n_f))
     for i in range(group.n_clients):
@@ -124,7 +125,8 @@ def batched_init_client(group, Vt, stream, *, init_scale, positive, biased=False
 
 def batched_client_update(state, group, broadcast, stream, active, selected, *, local_iter_u,
                           c_factor, alpha_u, l1_ratio, positive, biased=False, weighted=False):
-    """:func:`._fedmgs.client_update` of the group's active clients: one call for all their rows.
+    """:func:`._fedmgs_protocol.client_update` of the group's active clients: one call for all
+    their rows.
 
     The step's Lipschitz bounds need ``V`` only: ``lambda_max(V^T V)``, or with biases each
     item's ``||v_j||^2`` for the per-row bounds of ``_biases.user_step_bounds``, are formed

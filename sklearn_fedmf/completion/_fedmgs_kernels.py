@@ -5,7 +5,7 @@ takes each active row's ``Q1`` proximal-gradient steps on ``U`` (the per-row bod
 :func:`sklearn_fedmf._kernels.prox_grad_rows`, with each row's own step when the factors
 carry biases, as ``_biases.row_groups`` gives it), :func:`group_share` forms each sampled
 client's per-item aggregates ``G1_j``, ``G2_j`` on the items it rated and its Gram (the
-per-client :func:`._fedmgs.share` calls it for one client). :func:`client_items` lays those
+per-client :func:`._fedmgs_protocol.share` calls it for one client). :func:`client_items` lays those
 rated items out once per group; :func:`group_share_outer` is the compact form of a one-user
 client's aggregates (``a`` and its ratings); :func:`replace_rows`, :func:`add_rows` and their
 ``outer`` forms keep the server's running sums of the clients' latest aggregates. They follow
@@ -59,7 +59,7 @@ def client_items(indptr, indices, row_ptr, n_items):
 def group_user_steps(indptr, indices, data, rows, W, shift, norms2, biased, lam, c_factor,
                      alpha, l1_ratio, n_steps, positive, eps, tau, out):
     """``n_steps`` proximal-gradient steps on the first ``W.shape[1]`` columns of the rows
-    ``rows`` of ``out`` (in place), ``W`` fixed, as ``_fedmavg.user_steps`` takes them.
+    ``rows`` of ``out`` (in place), ``W`` fixed, as ``_fedmavg_protocol.user_steps`` takes them.
 
     Row ``t`` sees the ratings ``data - shift[item]`` (the biased view subtracts ``b_i``;
     pass zeros otherwise) and has the strength ``alpha[t]`` (ridge part in the gradient and

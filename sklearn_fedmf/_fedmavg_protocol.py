@@ -1,0 +1,192 @@
+"""FedMAvg's round (Wang & Chang, Algorithm 1), written once for every family.
+
+A family (matrix completion in :mod:`~sklearn_fedmf.completion._fedmavg_protocol`, clustering
+in :mod:`~sklearn_fedmf.cluster._clustering_protocols`) gives its steps as functions: the
+local phase (``Q1`` steps on the client's private factor against the broadcast global
+factor), the W phase (``Q2`` steps on the client's copy ``W_p`` of the global factor, sent as
+the upload) and, for FedPALM (Remark 1), one local step and one proximal W step. This module
+runs them in the round's phases and holds what is the same in every family:
+
+* the local-step schedule ``Q2^s`` (:func:`q2_schedule`);
+* the size of the W step, ``"local"``, ``"global"`` (a first exchange of the clients'
+  Grams: :func:`client_prepare`, :func:`store_grams`) or ``"guarded"`` (:func:`w_step_size`);
+* the two aggregation rules (:func:`average_uploads`) and the check of their combination
+  with the sampling (:func:`check_aggregation`);
+* the participation modes ``"pcc"`` and ``"pcp"`` (:func:`round_phases`).
+
+Every function is pure and module-level (the protocol travels to processes, Dask workers and
+Flower clients by pickling; the family's steps are bound with :func:`functools.partial`).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from ._engine import Participation
+from ._groups import ImplicitRows
+
+__all__ = [
+    "average_uploads", "check_aggregation", "client_prepare", "client_update",
+    "palm_client_update", "q2_schedule", "round_phases", "store_grams", "w_step_size",
+    "weighted_sum",
+]
+
+_GRAM_CHUNK = 4096  # Grams per stacked assignment in store_grams
+
+
+def q2_schedule(round_number, local_iter_v, q_hat):
+    """``Q2^s``: constant ``local_iter_v``, or ``floor(q_hat / s) + 1`` when it is None
+    (Algorithm 1's diminishing schedule)."""
+    if local_iter_v is not None:
+        return int(local_iter_v)
+    return int(q_hat) // int(round_number) + 1
+
+
+def check_aggregation(aggregation, sampling):
+    """Refuse ``aggregation="weighted"`` with ``sampling="weighted"``: the draws already
+    follow ``omega``."""
+    if sampling == "weighted" and aggregation == "weighted":
+        raise ValueError(
+            'aggregation="weighted" with sampling="weighted" would weigh the clients by '
+            'omega twice; the paper averages weighted draws with "sampled_mean".'
+        )
+
+
+def w_step_size(d_local, d_global, w_step, d_factor):
+    """The W step's ``d`` (step ``1/d``): the client's own ``d_local = d_factor L_Wp``
+    (``"local"``), the server's ``d_global`` from every client's Gram (``"global"``), or
+    the global one but never a step longer than ``1/(0.51 L_Wp)`` on this client
+    (``"guarded"``: the global step is unstable on non-iid clients). Values or arrays."""
+    if w_step == "local":
+        return d_local
+    if w_step == "guarded":
+        return np.maximum(d_global, 0.51 * d_local / d_factor)
+    return d_global
+
+
+# ---- client phases ----------------------------------------------------------------------------
+def client_prepare(state, block, broadcast, rng, selected, *, local_phase, gram):
+    """Prepare phase (global step only): the local phase, then send the Gram of the new
+    private factor (``gram(state)``, ``r x r``) for the server's step size."""
+    new = local_phase(state, block, broadcast)
+    return new, {"gram": gram(new)}
+
+
+def client_update(state, block, message, rng, selected, *, prepared, local_phase, w_phase,
+                  keep):
+    """Main phase: the local phase (unless done in the prepare phase) then, if sampled, the
+    W phase and the upload ``{"W": W_p}``.
+
+    ``local_phase(state, block, broadcast)`` returns the state the W phase needs (with what
+    it keeps of the broadcast); ``w_phase(state, block, d_global)`` returns the upload
+    (``d_global``: the server's answer to the prepare phase, None without one);
+    ``keep(state)`` is what the client keeps between rounds.
+    """
+    if not prepared:
+        state = local_phase(state, block, message)
+    if not selected:
+        return keep(state), None
+    return keep(state), w_phase(state, block, message["d"] if prepared else None)
+
+
+def palm_client_update(state, block, broadcast, rng, selected, *, n_pairs, factor, shared,
+                       local_step, proximal_step, finish):
+    """FedPALM (Remark 1, (15)-(16)): from ``W_p`` = the broadcast ``shared`` factor,
+    ``n_pairs`` times one step on the private factor (``state[factor]``) at the current
+    ``W_p`` and one proximal step on ``W_p`` at the new private factor; then, if sampled,
+    the upload of ``W_p`` (FedMAvg's averaging).
+
+    ``local_step(private, W, block, broadcast)`` and ``proximal_step(W, private, block,
+    broadcast)`` are the family's steps, each with its step size at the current iterate (as
+    in PALM); ``finish(state, block, private)`` is the client's new state.
+    """
+    private, W = state[factor], broadcast[shared]
+    for _ in range(n_pairs):
+        private = local_step(private, W, block, broadcast)
+        W = proximal_step(W, private, block, broadcast)
+    return finish(state, block, private), ({"W": W} if selected else None)
+
+
+# ---- server ----------------------------------------------------------------------------------
+def store_grams(grams, stats):
+    """Put the Grams of ``stats`` (client -> ``{"gram"}``) into the server's cache ``grams``
+    (clients x r x r), in place: at one client per user it is ``p x r x r`` (0.75 GB at the
+    Netflix shape), too large to copy every round. Stacked assignments (480,189 Grams a
+    round there), a chunk at a time: one stack of them all is a 0.75 GB temporary, paged in
+    afresh every round."""
+    clients = np.fromiter(stats, np.int64, len(stats))
+    new = [stat["gram"] for stat in stats.values()]
+    for a in range(0, len(new), _GRAM_CHUNK):
+        grams[clients[a:a + _GRAM_CHUNK]] = np.concatenate(
+            new[a:a + _GRAM_CHUNK]).reshape(-1, *grams.shape[1:])
+    return grams
+
+
+def weighted_sum(messages, weights):
+    """``sum_p w_p W_p`` of dense uploads and :class:`~sklearn_fedmf._groups.ImplicitRows`
+    (``scale * base`` but for the rated rows): an implicit upload costs its rated rows, the
+    base is added once with the summed coefficients (one per column when the scale is)."""
+    total, bases = None, {}
+    for message, weight in zip(messages, weights):
+        if isinstance(message, ImplicitRows):
+            if total is None:
+                total = np.zeros(message.shape)
+            coef = message.add_to(total, weight)
+            if np.any(coef):
+                base, summed = bases.get(id(message.base), (message.base, 0.0))
+                bases[id(message.base)] = (base, summed + coef)
+        elif total is None:
+            total = weight * message
+        else:
+            total += weight * message
+    for base, coef in bases.values():
+        total += coef * base
+    return total
+
+
+def average_uploads(uploads, counts, weights, aggregation):
+    """The server's average of the uploaded copies ``W_p`` ((8)-(10)).
+
+    ``"weighted"``: ``sum omega_p W_p / sum omega_p`` over the senders (``weights``, one per
+    client). ``"sampled_mean"``: each upload weighed by its draws ``n_p`` (``counts``, client
+    -> draws; None: once), the mean over the multiset of draws ``sum_p n_p W_p / sum_p n_p``
+    (Algorithm 1, eqs. (9)-(10); ``1/m`` when every drawn client arrived).
+    """
+    clients = list(uploads)
+    if aggregation == "weighted":
+        w = weights[clients]
+    else:
+        w = np.array([1.0 if counts is None else counts[p] for p in clients])
+    w = w / w.sum() if w.sum() > 0 else np.full(len(clients), 1.0 / len(clients))
+    return weighted_sum([uploads[p]["W"] for p in clients], w)
+
+
+def round_phases(*, participation, prepared, local_phase, w_phase, keep, gram, server_prepare,
+                 server_update, palm=None):
+    """The round's entries of a :class:`~sklearn_fedmf._engine.FederatedProtocol`: the
+    family's steps bound into the phases above.
+
+    ``participation``: ``"pcc"``, every client takes the local phase every round and only
+    the sampled ones upload (partial client communication; the broadcast reaches all), or
+    ``"pcp"``, only the sampled clients compute (partial participation). ``prepared``: the
+    W step needs the server's global step (a prepare phase with ``gram`` and
+    ``server_prepare``). ``palm``: the keywords of :func:`palm_client_update`
+    (``variant="fedpalm"``), whose pairs replace the local and W phases.
+    """
+    if palm is not None:
+        update = partial(palm_client_update, **palm)
+    else:
+        update = partial(client_update, prepared=prepared, local_phase=local_phase,
+                         w_phase=w_phase, keep=keep)
+    return dict(
+        client_prepare=(partial(client_prepare, local_phase=local_phase, gram=gram)
+                        if prepared else None),
+        server_prepare=server_prepare if prepared else None,
+        client_update=update,
+        server_update=server_update,
+        participation=Participation(computes="all", receives="all") if participation == "pcc"
+        else Participation(),
+        server_counts=True,
+    )
