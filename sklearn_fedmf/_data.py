@@ -208,6 +208,11 @@ class ClientBlock(NamedTuple):
     Xt: sp.csr_matrix | None = None
 
     @property
+    def row_of_entry(self):
+        """Local row of each stored entry (the COO row array of ``X``), built on demand."""
+        return np.repeat(np.arange(self.X.shape[0]), np.diff(self.X.indptr))
+
+    @property
     def n_rows(self):
         return self.X.shape[0]
 

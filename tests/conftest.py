@@ -42,11 +42,6 @@ def paper(cls):
     return make
 
 
-def row_of_entry(block):
-    """Local row of each stored entry of a client block's ``X`` (its COO row array)."""
-    return np.repeat(np.arange(block.X.shape[0]), np.diff(block.X.indptr))
-
-
 def cached_aggregates(segments, client, n_items):
     """Client ``client``'s aggregates in the FedMGS server's cache (the segments of
     ``completion._fedmgs_protocol``) as the dense ``n_items x (r + r^2)`` matrix of rows

@@ -32,7 +32,7 @@ from sklearn_fedmf.completion._fedmc_admm import (
     w_loop_linearized,
 )
 
-from .conftest import paper, row_of_entry
+from .conftest import paper
 
 # The spec's oracles hold for the papers' settings (conftest.paper).
 
@@ -74,7 +74,7 @@ class Dense(NamedTuple):
 
 def dense_of(block):
     mask = np.zeros(block.X.shape, dtype=bool)
-    mask[row_of_entry(block), block.X.indices] = True
+    mask[block.row_of_entry, block.X.indices] = True
     return Dense(block.X.toarray(), mask)
 
 

@@ -26,8 +26,6 @@ from sklearn_fedmf._groups import (
 )
 from sklearn_fedmf.exceptions import ClientError, ClientFailureWarning
 
-from .conftest import row_of_entry
-
 BAD = 99.0  # a rating that makes a client's code raise
 
 
@@ -45,12 +43,12 @@ def client_update(state, block, v, rng, selected, step=0.1):
     X = block.X
     if X.nnz and X.data.max() == BAD:
         raise ValueError("bad rating")
-    resid = X.data - state["U"][row_of_entry(block)] * v[X.indices]
-    U = state["U"] + step * np.bincount(row_of_entry(block), resid * v[X.indices],
+    resid = X.data - state["U"][block.row_of_entry] * v[X.indices]
+    U = state["U"] + step * np.bincount(block.row_of_entry, resid * v[X.indices],
                                         minlength=block.n_rows) + 0.01 * rng.random()
     if not selected:
         return {"U": U}, None
-    g = np.bincount(X.indices, resid * U[row_of_entry(block)], minlength=X.shape[1])
+    g = np.bincount(X.indices, resid * U[block.row_of_entry], minlength=X.shape[1])
     return {"U": U}, {"g": g}
 
 
@@ -61,7 +59,7 @@ def server_update(state, uploads, k):
 
 def client_metrics(state, block, v):
     X = block.X
-    resid = X.data - state["U"][row_of_entry(block)] * v[X.indices]
+    resid = X.data - state["U"][block.row_of_entry] * v[X.indices]
     return {"sse": float(resid @ resid), "n": X.nnz}
 
 

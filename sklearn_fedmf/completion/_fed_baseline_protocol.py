@@ -51,7 +51,7 @@ import numpy as np
 
 from .. import _biases
 from .._engine import FederatedProtocol
-from . import _fedmavg
+from . import _fedmavg_protocol as _fedmavg
 
 __all__ = ["user_biases", "item_biases", "make_protocol"]
 
