@@ -193,3 +193,22 @@ def test_the_object_travels_to_flower_sites():
     rebuilt = site_estimator("Felb", params)
     assert isinstance(rebuilt.privacy, LocalDP)
     assert rebuilt.privacy.get_params() == model.privacy.get_params()
+
+
+def test_the_command_line_sets_fields_of_the_privacy_object():
+    from sklearn_fedmf.cli import METHODS, build_parser
+    from sklearn_fedmf.cli._messages import CommandError
+    from sklearn_fedmf.cli._registry import make_estimator
+
+    def estimator(*pairs):
+        argv = ["run", "--method", "rfrec"] + [a for p in pairs for a in ("--set", p)]
+        return make_estimator(METHODS["rfrec"], build_parser().parse_args(argv))
+
+    est = estimator("privacy__clip=0.2", "privacy__noise=0.1")
+    assert est.privacy.get_params() == LocalDP(clip=0.2, noise=0.1).get_params()
+    with pytest.raises(CommandError, match="LocalDP has no field 'scale'"):
+        estimator("privacy__scale=0.1")
+    with pytest.raises(CommandError, match=r"--set privacy__clip=-1.*'clip' parameter"):
+        estimator("privacy__clip=-1")
+    with pytest.raises(CommandError, match="no parameter 'dp_clip'"):
+        estimator("dp_clip=0.2")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ..completion import PAPER_SETTINGS
 from ..model_selection import default_search_space
+from ..privacy import LocalDP
 from ._messages import CommandError
 
 MAIN_JOB = ("fedmc-admm", "fedmavg")
@@ -157,6 +158,9 @@ def make_estimator(method, args, *, verbose=0):
     if "verbose" in params:
         chosen["verbose"] = verbose
     for key, value in (getattr(args, "set", None) or []):
+        if key.startswith("privacy__") and "privacy" in params:
+            chosen["privacy"] = _privacy_field(chosen.get("privacy"), key, value)
+            continue
         if key not in params:
             raise CommandError(f"--set {key}=...: {method.name} has no parameter {key!r}")
         chosen[key] = value
@@ -164,6 +168,22 @@ def make_estimator(method, args, *, verbose=0):
     for param, where in origin.items():
         check_value(method, param, chosen[param], where)
     return cls(**chosen)
+
+
+def _privacy_field(privacy, key, value):
+    """``privacy`` (a new :class:`~sklearn_fedmf.privacy.LocalDP` when None) with the field of
+    ``--set privacy__<field>=value`` set and checked."""
+    privacy = LocalDP() if privacy is None else privacy
+    field = key[len("privacy__"):]
+    if field not in privacy.get_params():
+        raise CommandError(f"--set {key}=...: LocalDP has no field {field!r} (fields: "
+                           f"{', '.join(sorted(privacy.get_params()))})")
+    privacy.set_params(**{field: value})
+    try:
+        privacy._validate_params()
+    except (TypeError, ValueError) as exc:  # sklearn's InvalidParameterError is both
+        raise CommandError(f"--set {key}={value!r}: {exc}") from None
+    return privacy
 
 
 def check_value(method, param, value, where):
