@@ -9,6 +9,7 @@ the ``privacy`` parameter, its constraint and its documentation once for those e
 
 from __future__ import annotations
 
+from abc import ABCMeta, abstractmethod
 from numbers import Real
 
 import numpy as np
@@ -319,7 +320,7 @@ def _fill_doc(doc, **parts):
     return "\n".join(lines)
 
 
-class LocalDPMixin:
+class LocalDPMixin(metaclass=ABCMeta):
     """The ``privacy`` parameter of the estimators that noise their uploads (not for direct
     use): its constraint, its documentation (the lines ``%(privacy)s`` and
     ``%(privacy_attributes)s`` of a subclass's docstring), the removed parameters' errors,
@@ -342,9 +343,9 @@ class LocalDPMixin:
             cls.__doc__ = _fill_doc(cls.__doc__, privacy=_PRIVACY_PARAMETER,
                                     privacy_attributes=_PRIVACY_ATTRIBUTES)
 
+    @abstractmethod
     def _privacy_upload(self, n_items):
         """``(shape of one upload, the most uploads a client makes in one fit)``."""
-        raise NotImplementedError
 
     def _privacy_settings(self, n_items):
         """The validated :func:`privacy_settings` of this fit (``n_items`` columns)."""
