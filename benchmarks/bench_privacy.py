@@ -7,25 +7,26 @@ Usage::
 
 Table 1, **reported epsilon at the same noise**: every client uploads every round with the
 noise of one ``(0.5, 1e-5)`` release (Felb: Gaussian, the paper's classical sigma 9.69 per unit
-of sensitivity; RFRec: Laplace of per-entry epsilon 0.5, ``noise_scale = 4 dp_clip``). The
+of sensitivity; RFRec: Laplace of per-entry epsilon 0.5, ``LocalDP(noise=4 clip)``). The
 figures are ``privacy_spent_`` of real fits after T rounds: basic composition
 (``epsilon_basic``) and the PLD accountant (``epsilon``); the RDP column is what the same fit
-reports with ``accountant="rdp"`` (``epsilon_spent(..., "rdp")`` on the fit's release counts,
-the function the estimator calls); all at ``delta = 1e-5``. They do not depend on the data, so
-small data sets serve.
+reports with ``LocalDP(accountant="rdp")`` (``epsilon_spent(..., "rdp")`` on the fit's
+release counts, the function the estimator calls); all at ``delta = 1e-5``. They do not
+depend on the data, so small data sets serve.
 
 Table 2, **accuracy at a fixed total budget** ``(epsilon, 1e-5)`` for the whole fit:
 
 - *old*: what the library offered before: split the budget evenly over the T releases by basic
   composition and calibrate each release by the classical Gaussian bound (Felb:
-  ``epsilon / T``, ``delta / T``, ``calibration="classical"``; RFRec:
-  ``noise_scale = 2 dp_clip T / epsilon``);
-- *new*: ``target_epsilon=epsilon, target_delta=1e-5``: the PLD accountant finds the noise.
+  ``LocalDP(epsilon=epsilon / T, delta=delta / T, calibration="classical")``; RFRec:
+  ``LocalDP(noise=2 clip T / epsilon)``);
+- *new*: ``LocalDP(target_epsilon=epsilon, target_delta=1e-5)``: the PLD accountant finds the
+  noise.
 
 Felb: test F1 (fold-in of held-out rows of planted Boolean tiles, against their rows); 100
-clients of 32 rows, 20 synchronizations of 5 local steps, Gaussian noise, ``dp_clip = 1.5``.
+clients of 32 rows, 20 synchronizations of 5 local steps, Gaussian noise, ``clip = 1.5``.
 RFRec: test RMSE of the federated model on MovieLens latest-small (80/20 split of every
-user's ratings; the authors' code settings; one client per user; ``dp_clip = 0.2``, the
+user's ratings; the authors' code settings; one client per user; ``clip = 0.2``, the
 paper's delta).
 """
 
@@ -40,7 +41,7 @@ from sklearn_fedmf import RFRec
 from sklearn_fedmf.binary import Felb
 from sklearn_fedmf.datasets import load_movielens, make_binary_tiles
 from sklearn_fedmf.model_selection import train_test_split_ratings
-from sklearn_fedmf.privacy import epsilon_spent, gaussian_sigma
+from sklearn_fedmf.privacy import LocalDP, epsilon_spent, gaussian_sigma
 
 DELTA = 1e-5
 CODE = dict(optimizer="adam", link="sigmoid", learning_rate=0.1, reg_consensus=20.0,
@@ -65,15 +66,17 @@ def ratings(quick, seed=0):
     return train_test_split_ratings(X, 0.2, random_state=seed)
 
 
-def felb(T, quick, **params):
-    base = dict(n_components=3 if quick else 4, n_clients=10 if quick else 100, max_iter=T,
-                sync_every=5, privacy="gaussian", dp_clip=FELB_CLIP, random_state=0)
-    return Felb(**{**base, **params})
+def felb(T, quick, noisy=True, **dp):
+    """Felb with Gaussian noise on uploads clipped at FELB_CLIP (``dp``: LocalDP's fields)."""
+    privacy = LocalDP("gaussian", clip=FELB_CLIP, **dp) if noisy else None
+    return Felb(n_components=3 if quick else 4, n_clients=10 if quick else 100, max_iter=T,
+                sync_every=5, privacy=privacy, random_state=0)
 
 
-def rfrec(T, **params):
-    base = dict(n_components=10, max_iter=T, dp_clip=RFREC_CLIP, eval_every=0, random_state=0)
-    return RFRec(**{**base, **CODE, **params})
+def rfrec(T, eval_every=0, **dp):
+    """RFRec with Laplace noise on uploads clipped at RFREC_CLIP (``dp``: LocalDP's fields)."""
+    return RFRec(n_components=10, max_iter=T, eval_every=eval_every, random_state=0,
+                 privacy=LocalDP(clip=RFREC_CLIP, **dp), **CODE)
 
 
 def fit(est, X, **kw):
@@ -96,7 +99,7 @@ def table_spent(quick):
         (f"Felb (Gaussian, z = {z_felb:.2f})",
          lambda T: felb(T, True, epsilon=0.5, delta=DELTA, calibration="classical"), A),
         ("RFRec (Laplace, eps 0.5 per entry)",
-         lambda T: rfrec(T, noise_scale=2 * RFREC_CLIP / 0.5), R),
+         lambda T: rfrec(T, noise=2 * RFREC_CLIP / 0.5), R),
     ):
         for T in rounds:
             tic = time.perf_counter()
@@ -128,7 +131,7 @@ def table_budget(quick):
     def rmse(est):
         return f"RMSE {est.history_[-1]['eval_rmse']:.4f}"
 
-    ref = fit(felb(T_felb, quick, privacy=None), A_train)
+    ref = fit(felb(T_felb, quick, noisy=False), A_train)
     print(f"{'Felb':10s} {'inf':>8s} {'no noise':>12s} {0:10.3g} {'-':>11s} {f1(ref):>12s}")
     for eps in budgets:
         for label, params in (
@@ -141,19 +144,19 @@ def table_budget(quick):
     ref = fit(RFRec(n_components=10, max_iter=T_rfrec, random_state=0, **CODE), R_train,
               eval_set=R_test)
     print(f"{'RFRec':10s} {'inf':>8s} {'no noise':>12s} {0:10.3g} {'-':>11s} {rmse(ref):>12s}")
-    clipped = fit(rfrec(T_rfrec, eval_every=T_rfrec), R_train, eval_set=R_test)
+    clipped = fit(rfrec(T_rfrec, eval_every=T_rfrec, noise=0.0), R_train, eval_set=R_test)
     print(f"{'RFRec':10s} {'inf':>8s} {'clip only':>12s} {0:10.3g} {'-':>11s} "
           f"{rmse(clipped):>12s}")
     for eps in budgets:
         for label, params in (
-            ("old", dict(noise_scale=2 * RFREC_CLIP * T_rfrec / eps)),
+            ("old", dict(noise=2 * RFREC_CLIP * T_rfrec / eps)),
             ("new", dict(target_epsilon=eps, target_delta=DELTA)),
         ):
             est = rfrec(T_rfrec, eval_every=T_rfrec, **params)
             try:
                 fit(est, R_train, eval_set=R_test)
             except FloatingPointError:  # the noise blew the consensus term up: no model
-                noise = params.get("noise_scale", float("nan"))  # the fit kept no attributes
+                noise = params.get("noise", float("nan"))  # the fit kept no attributes
                 print(f"{'RFRec':10s} {eps:8g} {label:>12s} {noise:10.3g} "
                       f"{'-':>11s} {'diverged':>12s}")
                 continue

@@ -27,6 +27,8 @@ just before):
 
 from __future__ import annotations
 
+import functools
+import inspect
 import warnings
 from abc import ABCMeta, abstractmethod
 from dataclasses import dataclass, field
@@ -50,7 +52,7 @@ from ._groups import ClientGroup, GroupedTransport, GroupStates, make_groups
 from ._joblib_backend import dask_client
 from .exceptions import ConvergenceWarning, DegenerateFitWarning
 
-__all__ = ["FEDERATION_CONSTRAINTS", "FederatedEstimator", "FitContext"]
+__all__ = ["FEDERATION_CONSTRAINTS", "FederatedEstimator", "FitContext", "refuse_moved_params"]
 
 # From this many clients on, a protocol with batched phases runs its clients in N_GROUPS
 # groups (one compiled call per group instead of a Python call per client); the model is the
@@ -68,6 +70,27 @@ FEDERATION_CONSTRAINTS: dict = {
     "verbose": ["verbose"],
     "on_client_error": [StrOptions({"raise", "skip"})],
 }
+
+
+def refuse_moved_params(init, moved):
+    """``init`` that raises a TypeError naming the new place of each removed parameter.
+
+    ``functools.wraps`` keeps ``init``'s signature visible to ``inspect.signature`` (which
+    follows ``__wrapped__``), so ``get_params``, ``clone`` and ``set_params`` see the
+    constructor's own parameters; ``**kwargs`` only receives what the caller passed.
+    """
+    own = set(inspect.signature(init).parameters)
+    moved = {name: place for name, place in moved.items() if name not in own}
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        gone = [name for name in kwargs if name in moved]
+        if gone:
+            raise TypeError(f"{type(self).__name__}: " + "; ".join(
+                f"`{name}` moved to `{moved[name]}`" for name in gone) + ".")
+        init(self, *args, **kwargs)
+
+    return __init__
 
 
 @dataclass(frozen=True)
@@ -111,6 +134,18 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
     """
 
     _parameter_constraints: dict = dict(FEDERATION_CONSTRAINTS)
+    # removed parameter -> its new place; passing one raises a TypeError saying where it
+    # went (for one release). Merged over the class and its bases.
+    _moved_params: dict = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            moved = {}
+            for klass in reversed(cls.__mro__):
+                moved.update(vars(klass).get("_moved_params", {}))
+            if moved:
+                cls.__init__ = refuse_moved_params(cls.__init__, moved)
 
     def __init__(self, *, n_clients, partition, callback, random_state, n_jobs, verbose,
                  on_client_error):

@@ -12,7 +12,7 @@ from sklearn_fedmf.binary._aggregated import aggregate_boolean
 from sklearn_fedmf.datasets import make_binary_tiles
 from sklearn_fedmf.exceptions import PrivacyWarning
 from sklearn_fedmf.metrics import f1_boolean
-from sklearn_fedmf.privacy import gaussian_sigma
+from sklearn_fedmf.privacy import LocalDP, gaussian_sigma
 
 
 def tiles(n=800, m=80, k=4, density=1.0, noise=0.0, seed=0):
@@ -478,7 +478,7 @@ def test_aggregated_bmf_one_shot():
     assert model.n_iter_ == 1 and len(log) == 1
     assert all(u.dtype == bool and u.shape == (1, 30) for u in log[0].values())
     assert f1_boolean(truth, (model.user_factors_, model.components_)) == 1.0
-    dp = AggregatedBMF(n_components=1, n_clients=4, privacy="bernoulli", epsilon=0.5,
+    dp = AggregatedBMF(n_components=1, n_clients=4, privacy=LocalDP("bernoulli", epsilon=0.5),
                        random_state=0, callback=lambda r, info: log.append(info["uploads"]))
     dp.fit(X)
     flips = sum(int((log[1][c] != log[0][c]).sum()) for c in range(4))
@@ -491,8 +491,8 @@ def test_aggregated_bmf_one_shot():
 # ---- 12 and 16: privacy accounting, determinism, input contract -------------------------------
 def test_privacy_spent_reports_per_release_and_composition():
     X, _ = tiles(60, 20, 2, seed=8)
-    model = Felb(n_components=2, n_clients=3, max_iter=4, sync_every=2, privacy="laplace",
-                 epsilon=0.5, dp_clip=1.5, random_state=0).fit(X)
+    model = Felb(n_components=2, n_clients=3, max_iter=4, sync_every=2,
+                 privacy=LocalDP("laplace", epsilon=0.5, clip=1.5), random_state=0).fit(X)
     spent = model.privacy_spent_
     assert model.noise_scale_ == pytest.approx(1.5 / 0.5)
     assert spent["client"].tolist() == [0, 1, 2] and spent["n_releases"].tolist() == [4] * 3
@@ -500,11 +500,12 @@ def test_privacy_spent_reports_per_release_and_composition():
     assert np.all(spent["epsilon"] <= spent["epsilon_basic"] + 1e-9)
     assert Felb(n_components=2, n_clients=3, max_iter=2).fit(X).privacy_spent_ is None
     with pytest.warns(PrivacyWarning, match="without clipping"):
-        Felb(n_components=2, n_clients=3, max_iter=1, privacy="gaussian", epsilon=0.5).fit(X)
+        Felb(n_components=2, n_clients=3, max_iter=1,
+             privacy=LocalDP("gaussian", epsilon=0.5)).fit(X)
 
 
-@pytest.mark.parametrize("params", [dict(update="palm"), dict(update="mu", privacy="gaussian",
-                                                                 epsilon=0.5, dp_clip=1.5)])
+@pytest.mark.parametrize("params", [dict(update="palm"), dict(
+    update="mu", privacy=LocalDP("gaussian", epsilon=0.5, delta=0.05, clip=1.5))])
 def test_n_jobs_invariance(params):
     X, _ = tiles(120, 30, 3, density=0.9, noise=0.05, seed=9)
     fits = [Felb(n_components=3, n_clients=6, max_iter=8, random_state=0, n_jobs=n_jobs,

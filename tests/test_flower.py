@@ -26,6 +26,7 @@ from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, Felb, RFRec  # noqa: E402
 from sklearn_fedmf.flower import MESSAGE_TYPES, client_app, fit_on_grid, split_sites  # noqa: E402
 from sklearn_fedmf.flower._codec import take  # noqa: E402
 from sklearn_fedmf.flower._server import wire_bytes  # noqa: E402
+from sklearn_fedmf.privacy import LocalDP  # noqa: E402
 
 from .conftest import low_rank_ratings  # noqa: E402
 
@@ -133,8 +134,9 @@ CONTRACT = {
     "RFRec": RFRec(n_components=2, max_iter=3, n_clients=N_SITES, random_state=3,
                    center=False),
     "Felb": Felb(n_components=2, max_iter=3, sync_every=2, random_state=3),
-    "Felb-gaussian": Felb(n_components=2, max_iter=2, privacy="gaussian", epsilon=0.5,
-                          dp_clip=1.0, random_state=3),
+    "Felb-gaussian": Felb(n_components=2, max_iter=2,
+                          privacy=LocalDP("gaussian", epsilon=0.5, delta=0.05, clip=1.0),
+                          random_state=3),
 }
 
 
@@ -147,10 +149,10 @@ def test_flower_fit_equals_the_simulation(name, tmp_path, task_identity):
         X, Y = X.copy(), None
         X.data = (X.data > 0).astype(float)
     fit_params = {} if Y is None else {"eval_set": Y}
-    simulated = CONTRACT[name].__class__(**CONTRACT[name].get_params()).fit(
+    simulated = CONTRACT[name].__class__(**CONTRACT[name].get_params(deep=False)).fit(
         X, clients=labels, **fit_params)
     grid = FakeGrid(site_files(tmp_path, X, labels, Y))
-    flower = fit_on_grid(CONTRACT[name].__class__(**CONTRACT[name].get_params()), grid,
+    flower = fit_on_grid(CONTRACT[name].__class__(**CONTRACT[name].get_params(deep=False)), grid,
                          min_nodes=N_SITES, wait=1)
     assert flower.n_iter_ == simulated.n_iter_
     assert flower.n_clients_ == N_SITES

@@ -19,6 +19,7 @@ from sklearn_fedmf.binary import AggregatedBMF, Felb
 from sklearn_fedmf.datasets import make_binary_tiles
 from sklearn_fedmf.exceptions import PrivacyWarning
 from sklearn_fedmf.privacy import (
+    LocalDP,
     _accounting,
     analytic_gaussian_sigma,
     basic_epsilon,
@@ -180,7 +181,7 @@ def test_privacy_spent_counts_each_clients_real_uploads(variant):
         arrived[list(info["uploads"])] += 1
 
     est = RFRec(n_components=2, variant=variant, learning_rate=0.01, max_iter=12,
-                clients_per_round=0.5, dropout=0.3, dp_clip=0.5, noise_scale=0.5,
+                clients_per_round=0.5, dropout=0.3, privacy=LocalDP(clip=0.5, noise=0.5),
                 random_state=0, callback=log).fit(X)
     spent = est.privacy_spent_
     np.testing.assert_array_equal(spent["client"], np.arange(X.shape[0]))
@@ -202,22 +203,23 @@ def test_privacy_spent_counts_each_clients_real_uploads(variant):
 @pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
 def test_target_epsilon_calibrates_the_whole_fit():
     X = _ratings()
-    est = RFRec(n_components=2, learning_rate=0.01, max_iter=20, dp_clip=0.5,
-                target_epsilon=5.0, random_state=0).fit(X)
+    est = RFRec(n_components=2, learning_rate=0.01, max_iter=20,
+                privacy=LocalDP(clip=0.5, target_epsilon=5.0), random_state=0).fit(X)
     # every client uploads every round: each spends the target, within 1%
     assert est.privacy_spent_["n_releases"].tolist() == [20] * X.shape[0]
     np.testing.assert_allclose(est.privacy_spent_["epsilon"], 5.0, rtol=0.01)
     assert np.all(est.privacy_spent_["epsilon"] <= 5.0 * (1 + 1e-6))
     # the basic-composition calibration (the old way) needs more noise for the same budget
     assert est.noise_scale_ < 2 * 0.5 * 20 / 5.0
-    with pytest.raises(ValueError, match="either noise_scale or target_epsilon"):
-        RFRec(dp_clip=0.5, noise_scale=0.1, target_epsilon=1.0).fit(X)
-    with pytest.raises(ValueError, match="needs dp_clip"):
-        RFRec(target_epsilon=1.0).fit(X)
+    with pytest.raises(ValueError, match="exactly one of epsilon, noise and target_epsilon"):
+        RFRec(n_components=2, privacy=LocalDP(clip=0.5, noise=0.1, target_epsilon=1.0)).fit(X)
+    with pytest.raises(ValueError, match="needs clip"):
+        RFRec(n_components=2, privacy=LocalDP(target_epsilon=1.0)).fit(X)
 
     A = make_binary_tiles(40, 16, 2, noise=0.0, tile_density=1.0, random_state=0).X
-    felb = Felb(n_components=2, n_clients=4, max_iter=6, privacy="gaussian", dp_clip=1.5,
-                target_epsilon=1.0, random_state=0).fit(A)
+    felb = Felb(n_components=2, n_clients=4, max_iter=6,
+                privacy=LocalDP("gaussian", clip=1.5, target_epsilon=1.0),
+                random_state=0).fit(A)
     assert felb.noise_scale_ == pytest.approx(1.5 * math.sqrt(6) * analytic_gaussian_sigma(
         1.0, 1e-5), rel=1e-9)
     np.testing.assert_allclose(felb.privacy_spent_["epsilon"], 1.0, rtol=1e-6)
@@ -231,8 +233,8 @@ def test_without_dp_accounting_basic_composition_and_one_warning(monkeypatch):
     A = make_binary_tiles(40, 16, 2, noise=0.0, tile_density=1.0, random_state=0).X
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        felb = Felb(n_components=2, n_clients=4, max_iter=5, privacy="laplace", epsilon=0.5,
-                    dp_clip=1.5, random_state=0).fit(A)
+        felb = Felb(n_components=2, n_clients=4, max_iter=5,
+                    privacy=LocalDP("laplace", epsilon=0.5, clip=1.5), random_state=0).fit(A)
     notes = [w for w in caught if issubclass(w.category, PrivacyWarning)]
     assert len(notes) == 1 and "sklearn_fedmf[privacy]" in str(notes[0].message)
     assert felb.accountant_ == "basic"
@@ -240,8 +242,8 @@ def test_without_dp_accounting_basic_composition_and_one_warning(monkeypatch):
     np.testing.assert_array_equal(felb.privacy_spent_["epsilon"],
                                   felb.privacy_spent_["epsilon_basic"])
     # calibration falls back to an exact split of the budget over the releases
-    felb = Felb(n_components=2, n_clients=4, max_iter=5, privacy="laplace", dp_clip=1.5,
-                target_epsilon=2.0, random_state=0)
+    felb = Felb(n_components=2, n_clients=4, max_iter=5,
+                privacy=LocalDP("laplace", clip=1.5, target_epsilon=2.0), random_state=0)
     with pytest.warns(PrivacyWarning, match="basic composition"):
         felb.fit(A)
     assert felb.noise_scale_ == pytest.approx(1.5 * 5 / 2.0)
@@ -249,8 +251,8 @@ def test_without_dp_accounting_basic_composition_and_one_warning(monkeypatch):
     # randomized response of AggregatedBMF needs no accountant: no warning
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyWarning)
-        agg = AggregatedBMF(n_components=2, n_clients=4, local_iter=20, privacy="bernoulli",
-                            epsilon=0.5, random_state=0).fit(A)
+        agg = AggregatedBMF(n_components=2, n_clients=4, local_iter=20,
+                            privacy=LocalDP("bernoulli", epsilon=0.5), random_state=0).fit(A)
     np.testing.assert_allclose(agg.privacy_spent_["epsilon"], 0.5)
 
 

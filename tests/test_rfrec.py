@@ -14,6 +14,7 @@ import scipy.sparse as sp
 from sklearn_fedmf import RFRec as _RFRec
 from sklearn_fedmf.completion._rfrec import ItemMatrixUpload, _coin, _pulled
 from sklearn_fedmf.datasets import make_ratings
+from sklearn_fedmf.privacy import LocalDP
 
 from .conftest import paper
 
@@ -345,15 +346,15 @@ def test_privacy_plumbing():
     R, mask = toy(n=20, m=40, d=2, density=0.3)
     X = to_csr(R, mask)
     clean = model(max_iter=5).fit(X)
-    big = model(max_iter=5, dp_clip=1e6, noise_scale=0.0).fit(X)
+    big = model(max_iter=5, privacy=LocalDP(clip=1e6, noise=0.0)).fit(X)
     np.testing.assert_array_equal(big.components_, clean.components_)
-    clipped = model(max_iter=5, dp_clip=0.004, noise_scale=0.0, simulate_uploads=True)
+    clipped = model(max_iter=5, privacy=LocalDP(clip=0.004, noise=0.0), simulate_uploads=True)
     _, uploads = run_and_log(clipped, X)
     assert all(np.abs(u).max() <= 0.004 for r in uploads for u in r.values())
     assert np.abs(clipped.components_).max() <= 0.004 * (1 + 1e-12)  # a mean of clipped
     s, n = 0.05, 20
     for simulate in (False, True):
-        noisy = model(max_iter=1, dp_clip=1e6, noise_scale=s, simulate_uploads=simulate,
+        noisy = model(max_iter=1, privacy=LocalDP(clip=1e6, noise=s), simulate_uploads=simulate,
                       n_components=10).fit(X)
         ref = model(max_iter=1, n_components=10).fit(X)
         noise = (noisy.components_ - ref.components_).ravel()  # 400 entries
@@ -368,7 +369,7 @@ def test_results_do_not_depend_on_n_jobs():
     R, mask = toy(n=12, m=8)
     X = to_csr(R, mask)
     params = dict(variant="rfrecf", optimizer="adam", learning_rate=0.05, max_iter=20,
-                  clients_per_round=0.7, dropout=0.2, dp_clip=1.0, noise_scale=0.01)
+                  clients_per_round=0.7, dropout=0.2, privacy=LocalDP(clip=1.0, noise=0.01))
     a, b = model(n_jobs=1, **params).fit(X), model(n_jobs=2, **params).fit(X)
     np.testing.assert_array_equal(a.components_, b.components_)
     np.testing.assert_array_equal(a.user_factors_, b.user_factors_)

@@ -18,7 +18,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._engine import FederatedProtocol, Participation
 from ..metrics._binary import factor_counts
-from ..privacy import check_privacy, flip_probability, privacy_spent, privatize
+from ..privacy import privatize
 from ._base import BooleanFactorizationBase
 from ._cover_solvers import COVER_SOLVERS
 from ._elb import PROX_MODES, local_steps, transposed_block
@@ -66,7 +66,10 @@ def client_update(state, block, broadcast, rng, selected, *, n_components, local
                                  n_steps=local_iter, sync_every=1, rate_unit="local", gamma=0.0,
                                  proximity="sequential", **solver)
     V_bool = V > 0.5
-    upload = privatize(V_bool, rng, **privacy) > 0.5 if privacy["mechanism"] else V_bool
+    upload = V_bool
+    if privacy["mechanism"]:
+        upload = privatize(V_bool, rng, mechanism=privacy["mechanism"],
+                           scale=privacy["scale"]) > 0.5
     return {"U": U > 0.5, "V": V_bool}, upload
 
 
@@ -123,12 +126,10 @@ class AggregatedBMF(BooleanFactorizationBase):
         Lipschitz steps (Elbmf) or multiplicative-update steps.
     prox_mode : {"exact_nonneg", "exact", "paper", "paper_nonneg"}, default="exact_nonneg"
         Elb prox (see :class:`Felb`).
-    privacy : {None, "bernoulli"}, default=None
-        Randomized response on the Boolean upload (flip probability ``1 / (1 + e^epsilon)``),
-        epsilon-DP per bit of the single release against the server (local DP; the
-        aggregate is post-processing and stays Boolean).
-    epsilon : float, default=1.0
-        Privacy budget of the single release (``privacy="bernoulli"``, per bit), > 0.
+    %(privacy)s
+        AggregatedBMF's upload is one Boolean ``V_i``, once: randomized response
+        (``"auto"``, flip probability ``1 / (1 + e^epsilon)``), epsilon-DP per bit; the
+        aggregate is post-processing and stays Boolean.
     n_clients : int, default=10
         Number of clients when ``clients`` is not given to fit.
     partition : {"random", "contiguous"}, default="random"
@@ -162,11 +163,7 @@ class AggregatedBMF(BooleanFactorizationBase):
         The aggregate ``Vh``.
     user_factors_ : ndarray of bool, shape (n_samples, n_components)
         The clients' local Boolean ``U_i`` in row order (analysis only).
-    privacy_spent_ : dict of ndarray or None
-        As in :class:`Felb`, at ``delta = 0``: one pure release, so ``epsilon`` is exact
-        (``epsilon`` for each client that uploaded).
-    noise_scale_ : float or None
-        The flip probability.
+    %(privacy_attributes)s
     n_clients_, clients_, n_iter_, history_, n_features_in_
         As in :class:`Felb` (one round: ``n_iter_ == 1``).
     converged_ : bool
@@ -200,8 +197,6 @@ class AggregatedBMF(BooleanFactorizationBase):
         "inertia": [Interval(Real, 0, 1, closed="left")],
         "update": [StrOptions({"palm", "mu"})],
         "prox_mode": [StrOptions(set(PROX_MODES))],
-        "privacy": [StrOptions({"bernoulli"}), None],
-        "epsilon": [Interval(Real, 0, None, closed="neither")],
     }
 
     def __init__(
@@ -220,7 +215,6 @@ class AggregatedBMF(BooleanFactorizationBase):
         update="palm",
         prox_mode="exact_nonneg",
         privacy=None,
-        epsilon=1.0,
         n_clients=10,
         partition="random",
         binarize=None,
@@ -247,11 +241,11 @@ class AggregatedBMF(BooleanFactorizationBase):
         self.update = update
         self.prox_mode = prox_mode
         self.privacy = privacy
-        self.epsilon = epsilon
 
-    def _privacy_settings(self, n_items):
-        check_privacy(self.privacy, self.epsilon)
-        return dict(mechanism=self.privacy, epsilon=self.epsilon)
+    _privacy_mechanisms = ("bernoulli",)  # the upload is Boolean
+
+    def _privacy_upload(self, n_items):
+        return (self.n_components, n_items), 1  # one-shot
 
     def _engine_params(self):
         return dict(max_iter=1)  # one-shot: a single upload of every V_i
@@ -279,14 +273,7 @@ class AggregatedBMF(BooleanFactorizationBase):
         self.components_ = state.server_state["Vh"]
         self.user_factors_ = self._stack_rows(
             blocks, [s["U"] for s in state.client_states], self.n_components, bool)
-        self._read_privacy_spent(state.n_uploads)
-
-    def _read_privacy_spent(self, n_uploads):
-        """``noise_scale_`` and ``privacy_spent_`` of the one randomized-response release."""
-        self.noise_scale_ = None if self.privacy is None else flip_probability(self.epsilon)
-        self.privacy_spent_ = None if self.privacy is None else privacy_spent(
-            np.unique(self.clients_), n_uploads, mechanism=self.privacy,
-            noise_multiplier=self.noise_scale_, delta=0.0, accountant="basic")
+        self._read_privacy_spent(ctx.info["privacy"], state.n_uploads)
 
     def _solver(self):
         return dict(kappa=self.kappa, lam=self.lam, growth=self.growth, lam_max=self.lam_max,

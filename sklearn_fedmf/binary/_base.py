@@ -22,6 +22,7 @@ from threadpoolctl import threadpool_limits
 from .._base import check_dense_size
 from .._fit import FederatedEstimator
 from ..metrics._binary import check_binary, f1_boolean
+from ..privacy._local_dp import LocalDPMixin
 from ._elb import local_steps
 
 __all__ = ["BooleanFactorizationBase", "fold_in", "single_threaded_blas"]
@@ -50,12 +51,17 @@ def fold_in(A, V, *, n_steps, **schedule):
 
 
 class BooleanFactorizationBase(
-    ClassNamePrefixFeaturesOutMixin, TransformerMixin, FederatedEstimator
+    LocalDPMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, FederatedEstimator
 ):
-    """Base class of the federated Boolean factorizations (not for direct use)."""
+    """Base class of the federated Boolean factorizations (not for direct use).
+
+    Every Boolean factorization uploads item factors and takes ``privacy`` (a
+    :class:`~sklearn_fedmf.privacy.LocalDP`, declared by :class:`LocalDPMixin`).
+    """
 
     _parameter_constraints: dict = {
         **FederatedEstimator._parameter_constraints,
+        **LocalDPMixin._parameter_constraints,
         "n_components": [Interval(Integral, 1, None, closed="left")],
         "binarize": [Real, None],
     }
@@ -107,10 +113,6 @@ class BooleanFactorizationBase(
                 f"({X.shape[1]})."
             )
         return X, {"privacy": self._privacy_settings(X.shape[1])}
-
-    @abstractmethod
-    def _privacy_settings(self, n_items):
-        """The privacy settings of the ``(n_components, n_items)`` uploads (validated)."""
 
     def _stack_rows(self, blocks, parts, width, dtype):
         out = np.zeros((sum(b.n_rows for b in blocks), width), dtype=dtype)

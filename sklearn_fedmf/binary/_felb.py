@@ -19,17 +19,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._engine import FederatedProtocol, Participation
 from ..metrics._binary import factor_counts
-from ..privacy import (
-    ACCOUNTANTS,
-    CALIBRATIONS,
-    calibrate_noise,
-    check_privacy,
-    noise_scale,
-    privacy_spent,
-    privatize,
-    resolve_accountant,
-    sensitivity_of,
-)
+from ..privacy import privatize
 from ._base import BooleanFactorizationBase
 from ._elb import (
     PROX_MODES,
@@ -198,41 +188,10 @@ class Felb(BooleanFactorizationBase):
     server_step : float or "1/C", default=1.0
         Step ``eta_s`` of the server's Elb prox; ``"1/C"`` is the exact minimizer of the
         server subproblem.
-    privacy : {None, "gaussian", "laplace", "bernoulli"}, default=None
-        Local differential privacy applied by each client to every upload ``V_i`` (see
-        :mod:`sklearn_fedmf.privacy`): Gaussian or Laplace noise per entry after optional
-        clipping, or randomized response (``v -> 1 - v`` with probability
-        ``1 / (1 + e^epsilon)``). The guarantee protects the client **against the server**:
-        each upload is one release, ``V_i`` is the only thing a client sends, and everything
-        the server computes is post-processing. With ``sensitivity="entry"`` it covers a
-        change of one entry of the upload; ``"matrix"`` covers the whole upload. Without
-        ``dp_clip`` the sensitivity is nominal (no formal bound). No amplification by client
-        sampling is claimed: the server samples, and it is the adversary.
-    epsilon : float, default=1.0
-        Privacy budget per release (> 0), used unless ``target_epsilon`` is set.
-    delta : float, default=0.05
-        ``delta`` per release of the Gaussian mechanism, used unless ``target_epsilon`` is set.
-    target_epsilon : float or None, default=None
-        Budget of the **whole fit** instead of a per-release one: the accountant finds the
-        smallest noise with which ``max_iter`` releases (a client uploading every round)
-        spend at most ``(target_epsilon, target_delta)``.
-    target_delta : float, default=1e-5
-        ``delta`` of the whole fit: the target with ``target_epsilon``, and the ``delta`` at
-        which ``privacy_spent_`` reports each client's epsilon.
-    accountant : {"pld", "rdp"}, default="pld"
-        Composition over rounds by dp-accounting's privacy-loss-distribution (tight) or Renyi
-        accountant (the ``privacy`` extra). Without the extra, basic composition and a
-        :class:`~sklearn_fedmf.exceptions.PrivacyWarning`.
-    calibration : {"analytic", "classical"}, default="analytic"
-        Gaussian noise of one ``(epsilon, delta)`` release: the analytic Gaussian mechanism
-        (Balle & Wang 2018; exact for every epsilon) or the classical bound the paper uses
-        (``sqrt(2 ln(1.25 / delta)) / epsilon``: 38% more noise at ``(0.5, 1e-5)``, 2.5 times
-        as much at the paper's ``(0.5, 0.05)``; proven for ``epsilon < 1``).
-    dp_clip : float or None, default=None
-        Entrywise clipping threshold ``theta`` of the upload before the noise (1.5 bounds
-        the relaxed entries with room to spare).
-    sensitivity : {"entry", "matrix"} or float, default="entry"
-        Sensitivity the noise is calibrated to (:func:`sklearn_fedmf.privacy.sensitivity_of`).
+    %(privacy)s
+        Felb's upload is ``V_i`` (k x m), the only thing a client sends: ``"auto"`` is
+        Gaussian noise per entry; ``"laplace"`` and randomized response (``"bernoulli"``)
+        are supported too. ``clip=1.5`` bounds the relaxed entries with room to spare.
     n_clients : int, default=10
         Number of clients the rows are split into when ``clients`` is not given to fit.
     partition : {"random", "contiguous"}, default="random"
@@ -282,16 +241,7 @@ class Felb(BooleanFactorizationBase):
         and ``rmsd`` of the Boolean model on the training rows, ``integrality_gap_u``,
         ``integrality_gap_v``, ``integrality_gap_v_max``, ``lambda_t``, ``bytes_uploaded``,
         ``bytes_downloaded``, ``seconds``.
-    privacy_spent_ : dict of ndarray or None
-        One entry per client (``pandas.DataFrame(privacy_spent_)`` is a table): ``client``,
-        ``n_releases`` (uploads the server received from it: fewer than ``n_iter_`` under
-        partial participation or dropout), ``epsilon`` at ``delta`` (= ``target_delta``) by
-        ``accountant_``, and the basic-composition bound ``epsilon_basic`` at
-        ``delta_basic``. None without ``privacy``.
-    noise_scale_ : float or None
-        The noise each upload got: Gaussian sigma, Laplace scale or flip probability.
-    accountant_ : str or None
-        ``"pld"``, ``"rdp"``, or ``"basic"`` when dp-accounting is not installed.
+    %(privacy_attributes)s
     converged_ : bool
         False when ``tol`` > 0 was not met within ``max_iter`` rounds.
     degenerate_ : str or None
@@ -337,15 +287,6 @@ class Felb(BooleanFactorizationBase):
         "proximity": [StrOptions({"sequential", "joint"})],
         "step_scale": [Interval(Real, 0, None, closed="neither")],
         "server_step": [Interval(Real, 0, None, closed="neither"), StrOptions({"1/C"})],
-        "privacy": [StrOptions({"gaussian", "laplace", "bernoulli"}), None],
-        "epsilon": [Interval(Real, 0, None, closed="neither")],
-        "delta": [Interval(Real, 0, 1, closed="neither")],
-        "target_epsilon": [Interval(Real, 0, None, closed="neither"), None],
-        "target_delta": [Interval(Real, 0, 1, closed="neither")],
-        "accountant": [StrOptions(set(ACCOUNTANTS))],
-        "calibration": [StrOptions(set(CALIBRATIONS))],
-        "dp_clip": [Interval(Real, 0, None, closed="neither"), None],
-        "sensitivity": [StrOptions({"entry", "matrix"}), Interval(Real, 0, None, closed="neither")],
         "tol": [Interval(Real, 0, None, closed="left")],
     }
 
@@ -368,14 +309,6 @@ class Felb(BooleanFactorizationBase):
         step_scale=1.0,
         server_step=1.0,
         privacy=None,
-        epsilon=1.0,
-        delta=0.05,
-        target_epsilon=None,
-        target_delta=1e-5,
-        accountant="pld",
-        calibration="analytic",
-        dp_clip=None,
-        sensitivity="entry",
         n_clients=10,
         partition="random",
         binarize=None,
@@ -406,14 +339,6 @@ class Felb(BooleanFactorizationBase):
         self.step_scale = step_scale
         self.server_step = server_step
         self.privacy = privacy
-        self.epsilon = epsilon
-        self.delta = delta
-        self.target_epsilon = target_epsilon
-        self.target_delta = target_delta
-        self.accountant = accountant
-        self.calibration = calibration
-        self.dp_clip = dp_clip
-        self.sensitivity = sensitivity
         self.tol = tol
 
 
@@ -437,38 +362,8 @@ class Felb(BooleanFactorizationBase):
         self.user_factors_ = U > 0.5
         self._read_privacy_spent(ctx.info["privacy"], state.n_uploads)
 
-    def _privacy_settings(self, n_items):
-        """Validate the DP parameters; the upload's mechanism, clipping and noise ``scale``,
-        its ``multiplier`` (noise per unit of sensitivity) and the ``accountant``."""
-        per_release = self.target_epsilon is None
-        check_privacy(self.privacy, self.epsilon, self.delta, self.dp_clip, self.sensitivity,
-                      self.calibration if per_release else "analytic")
-        accountant = resolve_accountant(self.accountant, self.privacy)
-        if self.privacy is None:
-            return dict(mechanism=None, clip=None, scale=None, multiplier=None,
-                        accountant=None)
-        sens = sensitivity_of(self.privacy, self.dp_clip, (self.n_components, n_items),
-                              self.sensitivity)
-        if per_release:
-            scale = noise_scale(self.privacy, self.epsilon, self.delta, sens, self.calibration)
-        else:  # a client uploads at most once per round
-            scale = calibrate_noise(self.privacy, self.target_epsilon, self.target_delta,
-                                    self.max_iter, accountant)
-            scale = scale if self.privacy == "bernoulli" else scale * sens
-        multiplier = scale if self.privacy == "bernoulli" else scale / sens
-        return dict(mechanism=self.privacy, clip=self.dp_clip, scale=scale,
-                    multiplier=multiplier, accountant=accountant)
-
-    def _read_privacy_spent(self, privacy, n_uploads):
-        """``noise_scale_``, ``accountant_`` and ``privacy_spent_``: the releases each client
-        actually made."""
-        self.noise_scale_, self.accountant_ = privacy["scale"], privacy["accountant"]
-        self.privacy_spent_ = None if self.privacy is None else privacy_spent(
-            # (a Flower server has no clients_: the sites keep their rows; engine order then)
-            np.unique(getattr(self, "clients_", np.arange(len(n_uploads)))), n_uploads,
-            mechanism=self.privacy,
-            noise_multiplier=privacy["multiplier"], delta=self.target_delta,
-            accountant=self.accountant_)
+    def _privacy_upload(self, n_items):
+        return (self.n_components, n_items), self.max_iter  # V_i, at most once per round
 
     def _fold_in_params(self):
         return dict(n_steps=self.max_iter * self.sync_every, kappa=self.kappa, lam=self.lam,

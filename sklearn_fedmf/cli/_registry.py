@@ -185,6 +185,9 @@ def make_estimator(method, args, *, verbose=0, settings="papers", strict_set=Tru
     if "verbose" in params:
         chosen["verbose"] = verbose
     for key, value in (getattr(args, "set", None) or []):
+        if key.startswith("privacy__") and "privacy" in params:
+            chosen["privacy"] = _privacy_field(chosen.get("privacy"), key, value)
+            continue
         if key not in params:
             if not strict_set:
                 continue
@@ -194,6 +197,24 @@ def make_estimator(method, args, *, verbose=0, settings="papers", strict_set=Tru
     for param, where in origin.items():
         check_value(method, param, chosen[param], where)
     return cls(**chosen)
+
+
+def _privacy_field(privacy, key, value):
+    """``privacy`` (a new :class:`~sklearn_fedmf.privacy.LocalDP` when None) with the field of
+    ``--set privacy__<field>=value`` set and checked."""
+    from ..privacy import LocalDP  # (lazy: the parser imports no estimator code)
+
+    privacy = LocalDP() if privacy is None else privacy
+    field = key[len("privacy__"):]
+    if field not in privacy.get_params():
+        raise CommandError(f"--set {key}=...: LocalDP has no field {field!r} (fields: "
+                           f"{', '.join(sorted(privacy.get_params()))})")
+    privacy.set_params(**{field: value})
+    try:
+        privacy._validate_params()
+    except (TypeError, ValueError) as exc:  # sklearn's InvalidParameterError is both
+        raise CommandError(f"--set {key}={value!r}: {exc}") from None
+    return privacy
 
 
 def check_value(method, param, value, where):

@@ -50,14 +50,8 @@ from sklearn.utils.validation import _num_samples, check_is_fitted
 from .._base import FederatedMFBase, check_dense_size
 from .._groups import GroupStates
 from .._kernels import ridge_fold_in
-from ..exceptions import ConfigurationWarning, PrivacyWarning
-from ..privacy import (
-    ACCOUNTANTS,
-    calibrate_noise,
-    laplace_epsilon,
-    privacy_spent,
-    resolve_accountant,
-)
+from ..exceptions import ConfigurationWarning
+from ..privacy._local_dp import LocalDPMixin
 from ._rfrec_kernels import _errors_at, _sigmoid_fold_in
 from ._rfrec_solver import (  # noqa: F401  (the tests import _coin and _pulled from here)
     _EXPLODE,
@@ -78,7 +72,7 @@ AUTO_ADAM_LR = 0.05
 
 
 # ---- estimator ----------------------------------------------------------------------------
-class RFRec(FederatedMFBase):
+class RFRec(LocalDPMixin, FederatedMFBase):
     """Regularized federated recommendation: RFRec and RFRecF (Liu et al., CIKM 2024).
 
     Each client keeps its users' vectors and its own copy ``V_(c)`` of the item matrix, tied to
@@ -155,32 +149,15 @@ class RFRec(FederatedMFBase):
         tuned value); the code's settings are in ``PAPER_SETTINGS``.
     init_std : float, default=0.01
         Standard deviation of the Gaussian initialization of ``u_i`` and ``Vbar^0``.
-    dp_clip : float or None, default=None
-        The paper's clipping threshold ``delta`` (Section 3.4, eq. 9): each upload is
-        ``clip(V_(c), dp_clip) + Laplace(noise_scale)`` per entry, local differential privacy
-        of each client against the server. Clipping bounds an entry's change by
-        ``2 dp_clip``, so one upload is ``epsilon_ = 2 dp_clip / noise_scale``-DP for a
-        change of one entry of ``V_(c)`` (a whole upload changes ``n_items * d`` entries),
-        and a client's uploads compose over rounds (``privacy_spent_``). Without noise,
-        uploads reveal which items a client rated (its copy differs from ``Vbar`` only
-        there); with ``center=True`` each client's rating sum and count reach the server
-        without noise, outside the guarantee.
-    noise_scale : float or None, default=None
-        Laplace scale ``s`` of the upload noise (needs ``dp_clip`` for a guarantee).
-    target_epsilon : float or None, default=None
-        Budget of the **whole fit** instead of ``noise_scale``: the accountant finds the
-        smallest ``s`` with which ``max_iter`` uploads (a client uploading every round)
-        spend at most ``(target_epsilon, target_delta)`` per entry; needs ``dp_clip``. No
-        amplification by client sampling is claimed: the server samples, and it is the
-        adversary. With ``warm_start`` each call is calibrated on its own, and
-        ``privacy_spent_`` counts the releases of all of them.
-    target_delta : float, default=1e-5
-        ``delta`` of the whole fit: the target with ``target_epsilon``, and the ``delta`` at
-        which ``privacy_spent_`` reports each client's epsilon.
-    accountant : {"pld", "rdp"}, default="pld"
-        Composition over rounds by dp-accounting's privacy-loss-distribution or Renyi
-        accountant (the ``privacy`` extra); without it, basic composition and a
-        :class:`~sklearn_fedmf.exceptions.PrivacyWarning`.
+    %(privacy)s
+        RFRec's upload is ``V_(c)``: ``"auto"`` is the paper's (Section 3.4, eq. 9)
+        ``clip(V_(c), clip) + Laplace(noise)`` per entry, the only mechanism offered.
+        Clipping bounds an entry's change by ``2 clip``, so one upload is ``epsilon_ = 2
+        clip / noise``-DP for a change of one entry of ``V_(c)`` (``sensitivity="matrix"``
+        covers the ``n_items * d`` entries of an upload). Without noise, uploads reveal
+        which items a client rated (its copy differs from ``Vbar`` only there); with
+        ``center=True`` each client's rating sum and count reach the server without noise,
+        outside the guarantee.
     simulate_uploads : bool, default=False
         Send dense per-client matrices with per-client noise (tiny problems, audits); by
         default uploads are sparse views and the noise is summed exactly on the server.
@@ -222,19 +199,7 @@ class RFRec(FederatedMFBase):
     n_iter_ : int
     comm_rounds_ : int
         One-way communication rounds (Definition 3.8), counted as in Lemma 3.9.
-    epsilon_ : float or None
-        ``2 dp_clip / noise_scale_``, per entry and per upload.
-    noise_scale_ : float or None
-        The Laplace scale used (``noise_scale``, or the one ``target_epsilon`` needs).
-    privacy_spent_ : dict of ndarray or None
-        One entry per client (``pandas.DataFrame(privacy_spent_)`` is a table): ``client``,
-        ``n_releases`` (uploads the server received from it, counting partial participation,
-        lost uploads and RFRecF's rounds without upload), ``epsilon`` at ``delta``
-        (= ``target_delta``) by ``accountant_``, and the basic-composition bound
-        ``epsilon_basic`` at ``delta_basic = 0``; per entry of the upload, like ``epsilon_``.
-        None without clipped noise.
-    accountant_ : str or None
-        ``"pld"``, ``"rdp"``, or ``"basic"`` when dp-accounting is not installed.
+    %(privacy_attributes)s
     n_clients_ : int
     clients_ : ndarray of shape (n_users,)
     history_ : list of dict
@@ -286,11 +251,7 @@ class RFRec(FederatedMFBase):
         "schedule": [StrOptions({"l2gd", "algorithm2"})],
         "pull_eta": [Interval(Real, 0, None, closed="neither"), None],
         "init_std": [Interval(Real, 0, None, closed="neither")],
-        "dp_clip": [Interval(Real, 0, None, closed="neither"), None],
-        "noise_scale": [Interval(Real, 0, None, closed="left"), None],
-        "target_epsilon": [Interval(Real, 0, None, closed="neither"), None],
-        "target_delta": [Interval(Real, 0, 1, closed="neither")],
-        "accountant": [StrOptions(set(ACCOUNTANTS))],
+        **LocalDPMixin._parameter_constraints,
         "simulate_uploads": ["boolean"],
         "predict_with": [StrOptions({"global", "personal"})],
     }
@@ -315,11 +276,7 @@ class RFRec(FederatedMFBase):
         alpha_u=4.5,
         alpha_v=4.5,
         init_std=0.01,
-        dp_clip=None,
-        noise_scale=None,
-        target_epsilon=None,
-        target_delta=1e-5,
-        accountant="pld",
+        privacy=None,
         simulate_uploads=False,
         center=True,
         biased=True,
@@ -353,11 +310,7 @@ class RFRec(FederatedMFBase):
         self.schedule = schedule
         self.pull_eta = pull_eta
         self.init_std = init_std
-        self.dp_clip = dp_clip
-        self.noise_scale = noise_scale
-        self.target_epsilon = target_epsilon
-        self.target_delta = target_delta
-        self.accountant = accountant
+        self.privacy = privacy
         self.simulate_uploads = simulate_uploads
         self.predict_with = predict_with
 
@@ -388,7 +341,6 @@ class RFRec(FederatedMFBase):
         if self.biased and self.link != "identity":
             raise ValueError("biased=True needs link='identity' (the biases are added to the "
                              "rating, outside any link); set biased=False for the sigmoid link.")
-        privacy = self._privacy_settings()
         # (the "auto" pull is capped at 1; reg_v only enters it, so 0 is exact here)
         eta = pull_strength(self._learning_rate(), self.reg_consensus, 0.0, self.p,
                             self.pull_eta)
@@ -399,7 +351,7 @@ class RFRec(FederatedMFBase):
                 "pull_eta <= 1.", ConfigurationWarning, stacklevel=5,  # the caller of fit
             )
         X, info = super()._check_fit_data(X, reset=reset, eval_set=eval_set)
-        info["privacy"] = privacy
+        info["privacy"] = self._privacy_settings(X.shape[1])
         return X, info
 
     def _collect(self, state, blocks, ctx):
@@ -408,19 +360,6 @@ class RFRec(FederatedMFBase):
         self._keep_personal(state)
         self.comm_rounds_ = state.server_state["comm_rounds"]
         self._read_privacy_spent(ctx.info["privacy"], state.n_uploads)
-
-    def _read_privacy_spent(self, privacy, n_uploads):
-        """``epsilon_``, ``noise_scale_``, ``accountant_`` and ``privacy_spent_``: the uploads
-        each client actually made."""
-        self.noise_scale_, self.accountant_ = privacy["noise_scale"], privacy["accountant"]
-        private = bool(self.dp_clip and self.noise_scale_)
-        self.epsilon_ = laplace_epsilon(self.noise_scale_, 2 * self.dp_clip) if private else None
-        self.privacy_spent_ = None if not private else privacy_spent(
-            # (a Flower server has no clients_: the sites keep their rows; engine order then)
-            np.unique(getattr(self, "clients_", np.arange(len(n_uploads)))), n_uploads,
-            mechanism="laplace",
-            noise_multiplier=self.noise_scale_ / (2 * self.dp_clip), delta=self.target_delta,
-            accountant=self.accountant_)
 
     def _keep_personal(self, state):
         """Every client's copy ``V_(c)`` as its rated columns over the shared ones: blocks of
@@ -528,27 +467,12 @@ class RFRec(FederatedMFBase):
                 f"the training RMSE of the federated model is {rmse:.4g} for ratings in "
                 f"[{lo:g}, {hi:g}]", self.learning_rate, self.optimizer))
 
-    def _privacy_settings(self):
-        """Validate the DP parameters; the Laplace ``noise_scale`` and the ``accountant``."""
-        if self.target_epsilon is not None:
-            if self.noise_scale is not None:
-                raise ValueError("Give either noise_scale or target_epsilon, not both.")
-            if not self.dp_clip:
-                raise ValueError("target_epsilon needs dp_clip: without clipping nothing "
-                                 "bounds an entry of the upload, so no noise reaches a budget.")
-        elif self.noise_scale and not self.dp_clip:
-            warnings.warn(
-                "noise_scale without dp_clip: nothing bounds an entry of the upload, so the "
-                "Laplace noise gives no formal guarantee (epsilon_ is None).",
-                PrivacyWarning, stacklevel=6,  # the caller of fit
-            )
-        private = self.dp_clip and (self.noise_scale or self.target_epsilon is not None)
-        accountant = resolve_accountant(self.accountant, "laplace" if private else None)
-        noise_scale = self.noise_scale or None
-        if self.target_epsilon is not None:  # a client uploads at most once per round
-            noise_scale = 2 * self.dp_clip * calibrate_noise(
-                "laplace", self.target_epsilon, self.target_delta, self.max_iter, accountant)
-        return dict(noise_scale=noise_scale, accountant=accountant)
+    _privacy_mechanisms = ("laplace",)  # the paper's
+    _privacy_entry_range = 2.0  # an entry clipped to [-clip, clip] moves by up to 2 clip
+
+    def _privacy_upload(self, n_items):
+        # V_(c) (with the bias rows when biased), at most once per round
+        return (n_items, self.n_components + 2 * self.biased), self.max_iter
 
     def _learning_rate(self):
         """The step handed to the solver: None means per-block curvature steps (gd)."""
@@ -565,7 +489,7 @@ class RFRec(FederatedMFBase):
             reg_consensus=self.reg_consensus, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
             p=self.p, pull_eta=self.pull_eta, optimizer=self.optimizer, link=self.link,
             shift=offset - lo, span=(hi - lo) or 1.0, init_std=self.init_std,
-            clip_delta=self.dp_clip, noise_scale=ctx.info["privacy"]["noise_scale"] or 0.0,
+            clip_delta=ctx.info["privacy"]["clip"], noise_scale=ctx.info["privacy"]["scale"] or 0.0,
             simulate_uploads=self.simulate_uploads, biased=self.biased,
         )
 

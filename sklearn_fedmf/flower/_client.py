@@ -18,7 +18,7 @@ from threadpoolctl import threadpool_limits
 
 from .._transport import client_generator
 from ._codec import put, take
-from ._sites import estimator_class, load_site, make_site_protocol, site_block
+from ._sites import load_site, make_site_protocol, site_block, site_estimator
 
 __all__ = ["client_app", "MESSAGE_TYPES", "HELLO"]
 
@@ -52,7 +52,7 @@ class _Site:
         if self.X.shape[1] != setup["n_items"]:
             raise ValueError(f"This site's ratings have {self.X.shape[1]} items, the "
                              f"federation {setup['n_items']}.")
-        estimator = estimator_class(setup["estimator"])(**setup["params"])
+        estimator = site_estimator(setup["estimator"], setup["params"])
         self.protocol = make_site_protocol(
             estimator, n_items=setup["n_items"], n_clients=setup["n_clients"],
             n_users=setup["n_users"], mean=setup["mean"], rating_range=setup["rating_range"],

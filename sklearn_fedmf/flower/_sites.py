@@ -15,9 +15,11 @@ import scipy.sparse as sp
 from .._base import FederatedMFBase
 from .._data import check_ratings, split_clients
 from .._fit import FitContext
+from ..privacy import LocalDP
+from ..privacy._local_dp import LocalDPMixin
 
 __all__ = ["estimator_class", "fit_context", "load_site", "make_site_protocol", "site_block",
-           "split_sites", "travelling_params"]
+           "site_estimator", "split_sites", "travelling_params"]
 
 # Parameters that configure the local process only; they never travel to the sites.
 _LOCAL_PARAMS = ("callback", "n_jobs", "verbose", "random_state", "warm_start",
@@ -46,10 +48,14 @@ def travelling_params(estimator):
     strings, booleans, None, and lists or tuples of those)."""
     params = {k: v for k, v in estimator.get_params(deep=False).items()
               if k not in _LOCAL_PARAMS}
+    if isinstance(params.get("privacy"), LocalDP):  # travels as its own parameters
+        params["privacy"] = params["privacy"].get_params()
 
     def plain(v):
         if isinstance(v, (list, tuple)):
             return all(plain(x) for x in v)
+        if isinstance(v, dict):
+            return all(plain(x) for x in v.values())
         return v is None or isinstance(v, (bool, int, float, str, np.number))
 
     bad = sorted(k for k, v in params.items() if not plain(v))
@@ -57,6 +63,14 @@ def travelling_params(estimator):
         raise ValueError(f"The parameters {bad} of {type(estimator).__name__} cannot travel to "
                          "the sites: only numbers, strings, booleans and None can.")
     return params
+
+
+def site_estimator(name, params):
+    """The estimator ``name`` rebuilt from its :func:`travelling_params` on a site."""
+    params = dict(params)
+    if isinstance(params.get("privacy"), dict):
+        params["privacy"] = LocalDP(**params["privacy"])
+    return estimator_class(name)(**params)
 
 
 def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, n_ratings,
@@ -76,10 +90,10 @@ def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, n
         estimator.rating_range_ = (float(rating_range[0]), float(rating_range[1]))
         info = dict(eval_X=None, mean=estimator.mean_, rating_range=estimator.rating_range_,
                     offset=estimator._offset, n_ratings=int(n_ratings))
-        if hasattr(estimator, "_privacy_settings"):  # RFRec's upload noise
-            info["privacy"] = estimator._privacy_settings()
     else:  # Felb
-        info = dict(privacy=estimator._privacy_settings(int(n_items)))
+        info = {}
+    if isinstance(estimator, LocalDPMixin):  # the upload noise
+        info["privacy"] = estimator._privacy_settings(int(n_items))
     no_ratings = sp.csr_matrix((0, int(n_items)))  # the server holds none
     return FitContext(no_ratings, int(n_users), int(n_items), int(n_clients), None, None,
                       int(entropy), False, info)

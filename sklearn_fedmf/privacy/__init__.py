@@ -1,11 +1,14 @@
 """Local differential privacy: the mechanisms a client applies to an upload, and accounting.
 
-Clipping, Gaussian and Laplace noise, randomized response and their noise-scale formulas
-(classical and analytic Gaussian) are in ``sklearn_fedmf.privacy._mechanisms``; the cost of
-a client's releases over a whole fit (PLD and RDP accountants of the optional
-``dp-accounting``, or basic composition) and the calibration of noise to a target budget are
-in ``sklearn_fedmf.privacy._accounting``. What the guarantees cover, and what they do not, is
-documented in both modules and in the privacy guide.
+An estimator that noises its uploads takes ``privacy=LocalDP(...)``
+(``sklearn_fedmf.privacy._local_dp``: the object, the settings of a fit and the reader of
+the budget spent). Clipping, Gaussian and Laplace noise, randomized response and their
+noise-scale formulas (classical and analytic Gaussian) are in
+``sklearn_fedmf.privacy._mechanisms``; the cost of a client's releases over a whole fit (PLD
+and RDP accountants of the optional ``dp-accounting``, or basic composition) and the
+calibration of noise to a target budget are in ``sklearn_fedmf.privacy._accounting``. What
+the guarantees cover, and what they do not, is documented in these modules and in the
+privacy guide.
 """
 
 from ..exceptions import PrivacyWarning
@@ -17,6 +20,7 @@ from ._accounting import (
     privacy_spent,
     resolve_accountant,
 )
+from ._local_dp import LocalDP, privacy_settings, read_privacy_spent
 from ._mechanisms import (
     CALIBRATIONS,
     MECHANISMS,
@@ -43,6 +47,7 @@ __all__ = [
     "ACCOUNTANTS",
     "CALIBRATIONS",
     "MECHANISMS",
+    "LocalDP",
     "PrivacyWarning",
     "analytic_gaussian_sigma",
     "basic_epsilon",
@@ -61,9 +66,11 @@ __all__ = [
     "laplace_scale",
     "mean_laplace_noise",
     "noise_scale",
+    "privacy_settings",
     "privacy_spent",
     "privatize",
     "randomized_response",
+    "read_privacy_spent",
     "resolve_accountant",
     "sensitivity_of",
 ]

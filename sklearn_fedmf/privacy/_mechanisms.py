@@ -571,14 +571,27 @@ def check_privacy(mechanism, epsilon, delta=None, clip=None, sensitivity="entry"
             )
     if clip is not None:
         _check_positive(clip, "clip")
-    if mechanism != "bernoulli" and clip is None and not isinstance(sensitivity, numbers.Real):
-        warnings.warn(
-            f"{mechanism} noise without clipping: nothing bounds how much one row changes the "
-            "upload, so the noise is calibrated to a nominal sensitivity and gives no formal "
-            "guarantee. Set clip to bound it.",
-            PrivacyWarning, stacklevel=3,
-        )
+    warn_unless_bounded(mechanism, clip, sensitivity, stacklevel=4)
     return mechanism
+
+
+def is_bounded(mechanism, clip, sensitivity):
+    """Whether a release of ``mechanism`` has a proven sensitivity: randomized response works
+    per bit; otherwise the upload is clipped or its sensitivity is given as a number."""
+    return mechanism == "bernoulli" or clip is not None or isinstance(sensitivity, numbers.Real)
+
+
+def warn_unless_bounded(mechanism, clip, sensitivity, stacklevel=3):
+    """:func:`is_bounded`, and a :class:`PrivacyWarning` when it is not."""
+    if is_bounded(mechanism, clip, sensitivity):
+        return True
+    warnings.warn(
+        f"{mechanism} noise without clipping: nothing bounds how much one row changes the "
+        "upload, so the noise is calibrated to a nominal sensitivity and gives no formal "
+        "guarantee. Set clip to bound it.",
+        PrivacyWarning, stacklevel=stacklevel,
+    )
+    return False
 
 
 def privatize(X, rng, *, mechanism, epsilon=None, delta=None, clip=None, sensitivity="entry",
