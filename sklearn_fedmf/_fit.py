@@ -36,7 +36,11 @@ from numbers import Integral
 
 import numpy as np
 from sklearn.base import BaseEstimator
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import (
+    Interval,
+    StrOptions,
+    validate_parameter_constraints,
+)
 from sklearn.utils.validation import check_array, check_is_fitted
 from threadpoolctl import threadpool_limits
 
@@ -52,7 +56,10 @@ from ._groups import ClientGroup, GroupedTransport, GroupStates, make_groups
 from ._joblib_backend import dask_client
 from .exceptions import ConvergenceWarning, DegenerateFitWarning
 
-__all__ = ["FEDERATION_CONSTRAINTS", "FederatedEstimator", "FitContext", "refuse_moved_params"]
+__all__ = [
+    "FEDERATION_CONSTRAINTS", "FederatedEstimator", "FitContext", "refuse_moved_params",
+    "resolve_solver_params",
+]
 
 # From this many clients on, a protocol with batched phases runs its clients in N_GROUPS
 # groups (one compiled call per group instead of a Python call per client); the model is the
@@ -91,6 +98,29 @@ def refuse_moved_params(init, moved):
         init(self, *args, **kwargs)
 
     return __init__
+
+
+def resolve_solver_params(estimator):
+    """The solver constants of one fit: the class's declared defaults, updated by the
+    estimator's ``solver_params`` dict, each key checked.
+
+    A class declares its keys in ``_solver_params`` as ``{key: (default, constraints)}``
+    (constraints in the form of ``_parameter_constraints``); an unknown key is a
+    ``ValueError`` that lists the keys the class has.
+    """
+    declared = type(estimator)._solver_params
+    given = dict(estimator.solver_params or {})
+    name = type(estimator).__name__
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise ValueError(
+            f"{name}: solver_params has no key {', '.join(map(repr, unknown))}; its keys are "
+            f"{', '.join(sorted(declared)) or 'none'} (see the solver_params entry of "
+            f"{name}'s docstring)."
+        )
+    validate_parameter_constraints({key: declared[key][1] for key in given}, given,
+                                   caller_name=f"{name}.solver_params")
+    return {**{key: default for key, (default, _) in declared.items()}, **given}
 
 
 @dataclass(frozen=True)
@@ -137,6 +167,9 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
     # removed parameter -> its new place; passing one raises a TypeError saying where it
     # went (for one release). Merged over the class and its bases.
     _moved_params: dict = {}
+    # solver constant -> (default, constraints): the keys of ``solver_params``, declared per
+    # class and read once per fit by ``resolve_solver_params``
+    _solver_params: dict = {}
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

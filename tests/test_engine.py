@@ -446,3 +446,27 @@ def test_local_transport_keeps_old_states_of_failed_clients():
     assert result.messages[2] is None  # computed, not selected: no upload
     assert isinstance(result.failures[1], RuntimeError)
     assert transport.client_states[1] is before
+
+
+def test_solver_params_are_declared_defaults_updated_and_checked():
+    from numbers import Real
+
+    from sklearn.utils._param_validation import Interval, InvalidParameterError
+
+    from sklearn_fedmf._fit import FederatedEstimator, resolve_solver_params
+
+    class Toy(FederatedEstimator):
+        _solver_params = {"step": (0.5, [Interval(Real, 0, None, closed="neither")]),
+                          "mode": ("paper", [str])}
+
+        def __init__(self, solver_params=None):
+            self.solver_params = solver_params
+
+        _check_fit_data = _make_protocol = _collect = None
+
+    assert resolve_solver_params(Toy()) == {"step": 0.5, "mode": "paper"}
+    assert resolve_solver_params(Toy({"step": 2.0})) == {"step": 2.0, "mode": "paper"}
+    with pytest.raises(ValueError, match="no key 'stepp'; its keys are mode, step"):
+        resolve_solver_params(Toy({"stepp": 2.0}))
+    with pytest.raises(InvalidParameterError, match="Toy.solver_params"):
+        resolve_solver_params(Toy({"step": -1.0}))
