@@ -73,7 +73,11 @@ SITE_SETS = {**{name: (name, None) for name in SITE_PRESETS},
 
 
 def load(name, quick=False):
-    """The rating matrix of a data set of the protocol."""
+    """The rating matrix of a data set of the protocol (``<release>:<path>``: a MovieLens
+    release read from a local file, e.g. ``100k:ml-100k/u.data``; never committed)."""
+    if ":" in name:
+        variant, path = name.split(":", 1)
+        return load_movielens(variant, path=path).X.tocsr()
     if name.startswith("ml"):
         X = load_movielens().X.tocsr()
         if name == "ml-items":
