@@ -41,6 +41,9 @@ first, weak taste, heavy-tailed activity, other scales:
 * ``netflix-1m``: Netflix's titles and activity at 1,000,000 ratings, half stars 0.5-5
   (``netflix-100k``: the same at 100,000 ratings, 478 users).
 
+A MovieLens release on disk is ``<release>:<path>`` (e.g. ``100k:ml-100k/u.data``), read with
+``load_movielens``: for measuring on real data that the repository does not ship.
+
 The scaling keeps each user's number of ratings and the item count; it is there so that the
 whole table runs in about an hour on a shared two-core machine.
 """

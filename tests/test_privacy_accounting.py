@@ -181,7 +181,7 @@ def test_privacy_spent_counts_each_clients_real_uploads(variant):
 
     est = RFRec(n_components=2, variant=variant, learning_rate=0.01, max_iter=12,
                 clients_per_round=0.5, dropout=0.3, dp_clip=0.5, noise_scale=0.5,
-                random_state=0, callback=log).fit(X)
+                n_clients=None, random_state=0, callback=log).fit(X)  # (a user per client)
     spent = est.privacy_spent_
     np.testing.assert_array_equal(spent["client"], np.arange(X.shape[0]))
     np.testing.assert_array_equal(spent["n_releases"], arrived)
