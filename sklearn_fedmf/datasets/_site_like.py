@@ -131,6 +131,7 @@ def make_site_ratings(preset="filmtrust", *, n_ratings=None, random_state=None,
 
 
 def _generate(params, rng):
+    """Draw the biases, the weak taste, the activity and the rated pairs of ``params``."""
     n_users = check_int(params["n_users"], "n_users", 1)
     n_items = check_int(params["n_items"], "n_items", 1)
     n_ratings = check_int(params["n_ratings"], "n_ratings", 1)
@@ -171,8 +172,7 @@ def _generate(params, rng):
     counts = _user_counts(n_ratings, w / w.sum(), n_items, rng)
     indptr = np.zeros(n_users + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
-    chunk = 2**23
-    block = max(1, chunk // n_items)
+    block = max(1, 2**23 // n_items)  # users per block: 2**23 cells at most in the sampler
     sampler = _PairSampler(np.exp(log_p), log_p, rng, block * n_items)
     indices = np.empty(n_ratings, dtype=np.int32)
     expected = np.empty(n_ratings)
