@@ -5,6 +5,16 @@
     python benchmarks/bench_accuracy.py --data ml --estimators FedMGS --peers SVD,SVDpp
     python benchmarks/bench_accuracy.py --data 1m-1.0 --search regularization,alpha_u,biased
     python benchmarks/bench_accuracy.py --quick               # smoke run: 94 users, 6 rounds
+    python benchmarks/bench_accuracy.py --all-defaults        # the defaults table (below)
+    python benchmarks/bench_accuracy.py --all-defaults --quick
+
+``--all-defaults``: the table of the tuning guide. On every data set of ``bench_defaults.py``
+(MovieLens and its subsets, the ``make_ratings`` shapes and the site-like sets of
+``make_site_ratings``; ``--data`` picks), a random 80/20 split of the *ratings* (entry-wise,
+seed 0: a user may have none in training and gets the fallback), every completion estimator
+and variant with **all its defaults** (``random_state=0`` only) through ``RatingRegressor``,
+beside the global mean and Surprise's ``BaselineOnly`` and ``SVD()``; test RMSE, then the fit
+seconds. ``role`` says whether the defaults were chosen on the set or it only confirms them.
 
 The data sets are those of ``bench_defaults.py`` (``ml``, ``ml-users``, ``ml-items``,
 ``1m-0.5``, ``1m-1.0``, ``10m-0.5``, ``10m-1.0``; see its docstring), each with an 80/20
@@ -29,14 +39,20 @@ import time
 import warnings
 
 import numpy as np
-from bench_defaults import ESTIMATORS, PROTOCOL, load
+import scipy.sparse as sp
+from bench_defaults import CHOSEN_ON, ESTIMATORS, PROTOCOL, load
 from sklearn.experimental import enable_halving_search_cv  # noqa: F401
-from sklearn.model_selection import GridSearchCV, HalvingGridSearchCV, KFold
+from sklearn.model_selection import GridSearchCV, HalvingGridSearchCV, KFold, train_test_split
 
-from sklearn_fedmf import RatingRegressor
+from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, RatingRegressor, RFRec
 from sklearn_fedmf.model_selection import default_search_space, train_test_split_ratings
 
 PEERS = ("BaselineOnly", "SVD", "SVDpp", "KNNBaseline")
+# every completion estimator and variant, all defaults (--all-defaults)
+DEFAULT_MODELS = {"FedMCADMM": (FedMCADMM, {}), "FedMAvg": (FedMAvg, {}), "FedMGS": (FedMGS, {}),
+                  "RFRec": (RFRec, {}), "RFRecF": (RFRec, {"variant": "rfrecf"})}
+ALL_DATA = ("ml,ml-users,ml-items,1m-0.5,1m-1.0,100k-0.8,filmtrust,douban,epinions,"
+            "netflix-100k")
 SEARCHED = "regularization,alpha_u,alpha_v"
 
 
@@ -118,6 +134,59 @@ def surprise_rows(names, X_train, X_test):
                float(np.mean(np.abs(e))), seconds, {})
 
 
+def entrywise_split(X, seed=0):
+    """A random 80/20 split of the ratings (not of each user's): train and test CSR matrices
+    of ``X``'s shape."""
+    coo = X.tocoo()
+    keep = train_test_split(np.arange(coo.nnz), test_size=0.2, random_state=seed)
+    return [sp.csr_matrix((coo.data[k], (coo.row[k], coo.col[k])), shape=X.shape)
+            for k in keep]
+
+
+def defaults_row(X, models, quick):
+    """Test RMSE and fit seconds of the global mean, BaselineOnly, SVD and every model."""
+    X_train, X_test = entrywise_split(X)
+    (P_train, y_train), (P_test, y_test) = pairs(X_train), pairs(X_test)
+    rmse, seconds = {"mean": float(np.sqrt(np.mean((y_test - y_train.mean()) ** 2)))}, {}
+    for name, score, _, secs, _ in surprise_rows(["BaselineOnly", "SVD"], X_train, X_test):
+        key = name.split()[1]
+        rmse[key], seconds[key] = score, secs
+    for name, (cls, params) in models.items():
+        params = {**params, "random_state": 0, **({"max_iter": 5} if quick else {})}
+        tic = time.perf_counter()
+        try:
+            model = RatingRegressor(cls(**params)).fit(P_train, y_train)
+        except FloatingPointError:  # (a diverged fit is a result of the table, not a crash)
+            rmse[name], seconds[name] = float("nan"), time.perf_counter() - tic
+            continue
+        seconds[name] = time.perf_counter() - tic
+        rmse[name] = float(np.sqrt(np.mean((model.predict(P_test) - y_test) ** 2)))
+    return rmse, seconds
+
+
+def all_defaults(data_names, models, quick):
+    columns = ["mean", "BaselineOnly", "SVD", *models]
+    print(f"every estimator with all its defaults (random_state=0), RatingRegressor, random "
+          f"80/20 of the ratings; test RMSE{' (--quick: 5 rounds)' if quick else ''}\n")
+    header = f"{'data':13s} {'role':8s} {'ratings':>8s} " + " ".join(f"{c:>12s}" for c in columns)
+    print(header + "\n" + "-" * len(header), flush=True)
+    times = []
+    for data_name in data_names:
+        X = load(data_name, quick=quick)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # empty item columns of the subsets
+            rmse, seconds = defaults_row(X, models, quick)
+        role = "chosen" if data_name in CHOSEN_ON else "confirm"
+        print(f"{data_name:13s} {role:8s} {X.nnz:8d} "
+              + " ".join(f"{rmse.get(c, float('nan')):12.4f}" for c in columns), flush=True)
+        times.append((data_name, seconds))
+    print("\nfit seconds (same runs)\n" + header.replace("role    ", "        ")
+          .replace(f"{'mean':>12s}", " " * 12))
+    for data_name, seconds in times:
+        print(f"{data_name:13s} {'':8s} {'':8s} {'':12s} "
+              + " ".join(f"{seconds.get(c, float('nan')):12.1f}" for c in columns[1:]))
+
+
 def names_of(text, known, option):
     names = [n for n in text.split(",") if n]
     unknown = sorted(set(names) - set(known))
@@ -130,7 +199,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="smoke run (1m-0.5 at 94 users, 20 clients, 6 rounds, no SVD++)")
-    parser.add_argument("--data", default="ml", help="data sets of bench_defaults.py")
+    parser.add_argument("--data", default=None,
+                        help="data sets of bench_defaults.py (default: ml; with "
+                             f"--all-defaults: {ALL_DATA})")
+    parser.add_argument("--all-defaults", action="store_true",
+                        help="the defaults table: every estimator with all defaults beside "
+                             "the global mean, BaselineOnly and SVD")
     parser.add_argument("--estimators", default=",".join(ESTIMATORS))
     parser.add_argument("--peers", default=",".join(PEERS),
                         help="Surprise peers (an empty string: none)")
@@ -141,6 +215,13 @@ def main():
     parser.add_argument("--rounds", type=int, default=PROTOCOL["max_iter"],
                         help="rounds of every federated fit (the search's largest resource)")
     args = parser.parse_args()
+    if args.all_defaults:
+        data = args.data or ("filmtrust" if args.quick else ALL_DATA)
+        models = {k: DEFAULT_MODELS[k] for k in names_of(
+            args.estimators if args.estimators != ",".join(ESTIMATORS) else
+            ",".join(DEFAULT_MODELS), DEFAULT_MODELS, "--estimators")}
+        return all_defaults(data.split(","), models, args.quick)
+    args.data = args.data or "ml"
     estimators = names_of(args.estimators, ESTIMATORS, "--estimators")
     peers = names_of(args.peers, PEERS, "--peers")
     data_names = ["1m-0.5"] if args.quick else args.data.split(",")

@@ -31,6 +31,19 @@ block weight ``tau`` of ``sklearn_fedmf._biases``); the others only confirm them
 
 The last two joined after the defaults of 2026-11 were chosen: no default has seen them.
 
+Site-like sets (``sklearn_fedmf.datasets.make_site_ratings``; they only confirm): biases
+first, weak taste, heavy-tailed activity, other scales:
+
+* ``filmtrust``: FilmTrust's shape and 0.5-4 half-star scale (1508 x 2071, 35,497 ratings,
+  median 12 ratings per user);
+* ``douban``: the Douban movie subset's shape (3000 x 3000, 136,891 ratings, 1-5 stars);
+* ``epinions``: Epinions scaled down 8x (5020 x 17467, 83,103 ratings, median 10);
+* ``netflix-1m``: Netflix's titles and activity at 1,000,000 ratings, half stars 0.5-5
+  (``netflix-100k``: the same at 100,000 ratings, 478 users).
+
+A MovieLens release on disk is ``<release>:<path>`` (e.g. ``100k:ml-100k/u.data``), read with
+``load_movielens``: for measuring on real data that the repository does not ship.
+
 The scaling keeps each user's number of ratings and the item count; it is there so that the
 whole table runs in about an hour on a shared two-core machine.
 """
@@ -42,7 +55,7 @@ import warnings
 import numpy as np
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, RFRec
-from sklearn_fedmf.datasets import load_movielens, make_ratings
+from sklearn_fedmf.datasets import SITE_PRESETS, load_movielens, make_ratings, make_site_ratings
 from sklearn_fedmf.model_selection import train_test_split_ratings
 
 PROTOCOL = dict(n_components=5, n_clients=100, clients_per_round=10, max_iter=100,
@@ -57,10 +70,17 @@ WEIGHTED = {"regularization": "weighted", "alpha_u": 0.1, "alpha_v": 0.1}
 PLAIN_WEIGHTED = ("plain", "weighted")
 SHAPES = {"1m": (6040, 3706, 1000209, 8), "10m": (69878, 10677, 10000054, 40),
           "100k": (943, 1682, 100000, 1), "20m": (138493, 26744, 20000263, 100)}
+# the site-like sets: (preset of make_site_ratings, ratings or None for the preset's)
+SITE_SETS = {**{name: (name, None) for name in SITE_PRESETS},
+             "netflix-100k": ("netflix-1m", 100_000)}
 
 
 def load(name, quick=False):
-    """The rating matrix of a data set of the protocol."""
+    """The rating matrix of a data set of the protocol (``<release>:<path>``: a MovieLens
+    release read from a local file, e.g. ``100k:ml-100k/u.data``; never committed)."""
+    if ":" in name:
+        variant, path = name.split(":", 1)
+        return load_movielens(variant, path=path).X.tocsr()
     if name.startswith("ml"):
         X = load_movielens().X.tocsr()
         if name == "ml-items":
@@ -71,6 +91,11 @@ def load(name, quick=False):
             X = X[np.sort(np.argsort(-np.diff(X.indptr), kind="stable")[:300])]
             X = X[:, np.diff(X.tocsc().indptr) > 0]
         return X.tocsr()
+    if name in SITE_SETS:
+        preset, n_ratings = SITE_SETS[name]
+        n_ratings = n_ratings or SITE_PRESETS[preset]["n_ratings"]
+        return make_site_ratings(preset, n_ratings=n_ratings // (8 if quick else 1),
+                                 random_state=0).X
     shape, noise = name.split("-")
     n_users, n_items, n_ratings, down = SHAPES[shape]
     down *= 8 if quick else 1  # (--quick: 94 users)

@@ -45,7 +45,7 @@ from sklearn_fedmf.privacy import LocalDP, epsilon_spent, gaussian_sigma
 
 DELTA = 1e-5
 CODE = dict(optimizer="adam", link="sigmoid", learning_rate=0.1, reg_consensus=20.0,
-            biased=False)
+            biased=False, n_clients=None)  # (one client per user, as documented above)
 RFREC_CLIP = 0.2  # the paper's clipping threshold delta (Fig. 4)
 FELB_CLIP = 1.5  # the Felb spec's theta
 

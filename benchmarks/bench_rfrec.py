@@ -53,8 +53,11 @@ try:
 except ImportError:  # not merged yet
     FedMAvg = None
 
-PAPER = dict(PAPER_SETTINGS["RFRec"], learning_rate=0.05, reg_consensus=10.0, center=False)
-CODE = dict(PAPER_SETTINGS["RFRec"], optimizer="adam", link="sigmoid", learning_rate=0.1,
+# the paper's objective (its penalties, no biases), one client per user: PAPER_SETTINGS["RFRec"]
+# is the code's settings with its 200 contiguous clients, and the default is 10 clients
+OBJECTIVE = dict(alpha_u=0.1, alpha_v=0.0, biased=False, n_clients=None)
+PAPER = dict(OBJECTIVE, learning_rate=0.05, reg_consensus=10.0, center=False)
+CODE = dict(OBJECTIVE, optimizer="adam", link="sigmoid", learning_rate=0.1,
             reg_consensus=20.0)
 CODE_F = dict(CODE, variant="rfrecf", p=0.8, pull_eta=1.0, max_iter=200)
 PMF = dict(CODE, n_clients=1, reg_consensus=0.0, learning_rate=0.01)  # full-batch Adam 0.01
@@ -214,9 +217,8 @@ def table_cost(X, seeds, quick, n_jobs, variants=None):
         for n_clients in (None, min(200, n // 2)):  # (the --quick data has 150 users)
             times = []
             for jobs in (1, 2):
-                est = RFRec(**{**PAPER_SETTINGS["RFRec"], "learning_rate": 1e-3},
-                            max_iter=rounds, eval_every=0, n_jobs=jobs,
-                            n_clients=n_clients, random_state=0)
+                est = RFRec(**{**OBJECTIVE, "learning_rate": 1e-3, "n_clients": n_clients},
+                            max_iter=rounds, eval_every=0, n_jobs=jobs, random_state=0)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     est.fit(Xd)

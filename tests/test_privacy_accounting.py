@@ -182,7 +182,7 @@ def test_privacy_spent_counts_each_clients_real_uploads(variant):
 
     est = RFRec(n_components=2, variant=variant, learning_rate=0.01, max_iter=12,
                 clients_per_round=0.5, dropout=0.3, privacy=LocalDP(clip=0.5, noise=0.5),
-                random_state=0, callback=log).fit(X)
+                n_clients=None, random_state=0, callback=log).fit(X)  # (a user per client)
     spent = est.privacy_spent_
     np.testing.assert_array_equal(spent["client"], np.arange(X.shape[0]))
     np.testing.assert_array_equal(spent["n_releases"], arrived)
@@ -204,7 +204,8 @@ def test_privacy_spent_counts_each_clients_real_uploads(variant):
 def test_target_epsilon_calibrates_the_whole_fit():
     X = _ratings()
     est = RFRec(n_components=2, learning_rate=0.01, max_iter=20,
-                privacy=LocalDP(clip=0.5, target_epsilon=5.0), random_state=0).fit(X)
+                privacy=LocalDP(clip=0.5, target_epsilon=5.0), n_clients=None,
+                random_state=0).fit(X)  # (a user per client)
     # every client uploads every round: each spends the target, within 1%
     assert est.privacy_spent_["n_releases"].tolist() == [20] * X.shape[0]
     np.testing.assert_allclose(est.privacy_spent_["epsilon"], 5.0, rtol=0.01)

@@ -137,7 +137,8 @@ def _fit_both(grouped, X, **params):
             seen.append({c: (u.cols.copy(), u.values.copy(), u.nbytes)
                          for c, u in info["uploads"].items()})
 
-        model = RFRec(n_components=3, max_iter=5, random_state=0, callback=keep, **params)
+        model = RFRec(n_components=3, max_iter=5, random_state=0, callback=keep,
+                      **{"n_clients": None, **params})  # (a user per client unless given)
         models.append(model.fit(X, eval_set=X))
         uploads.append(seen)
     assert isinstance(models[1]._federation.client_states, GroupStates)
@@ -184,7 +185,7 @@ def test_grouped_state_is_proportional_to_the_ratings(grouped):
     X = make_ratings(150, 40, 1200, random_state=1).X
     grouped(True)
     sent = []
-    model = RFRec(n_components=4, optimizer="adam", max_iter=2, random_state=0,
+    model = RFRec(n_components=4, optimizer="adam", max_iter=2, random_state=0, n_clients=None,
                   warm_start=True, callback=lambda k, info: sent.append(info["uploads"][0]))
     model.fit(X)
     with pytest.raises(ValueError, match="read-only"):  # a view: no writing into the state
@@ -197,5 +198,6 @@ def test_grouped_state_is_proportional_to_the_ratings(grouped):
         assert gs["opt"]["t"].shape == gs["pending"].shape == (group.n_clients,)
     model.fit(X)  # 2 more rounds, continued
     grouped(False)
-    ref = RFRec(n_components=4, optimizer="adam", max_iter=4, random_state=0).fit(X)
+    ref = RFRec(n_components=4, optimizer="adam", max_iter=4, random_state=0,
+                n_clients=None).fit(X)
     np.testing.assert_allclose(model.components_, ref.components_, rtol=RTOL, atol=1e-14)

@@ -23,7 +23,7 @@ def test_personal_predictions_use_each_clients_uploaded_copy(params):
     R, mask = ratings()
     X = sp.csr_matrix((R[mask], np.nonzero(mask)), shape=R.shape)
     last = {}
-    params = {"learning_rate": 0.01, "biased": False, **params}
+    params = {"learning_rate": 0.01, "biased": False, "n_clients": None, **params}
     est = RFRec(n_components=2, reg_consensus=1.0, max_iter=15, simulate_uploads=True,
                 predict_with="personal", random_state=0,
                 callback=lambda k, info: last.update(info["uploads"]), **params).fit(X)
@@ -45,7 +45,8 @@ def test_personal_models_fit_their_own_ratings_better_than_the_average():
     R, mask = ratings(seed=1)
     X = sp.csr_matrix((R[mask], np.nonzero(mask)), shape=R.shape)
     est = RFRec(n_components=2, learning_rate=0.02, reg_consensus=0.0, alpha_u=0.01,
-                max_iter=300, random_state=0, center=False, eval_every=0).fit(X)
+                max_iter=300, random_state=0, center=False, eval_every=0,
+                n_clients=None).fit(X)  # (a user per client: each copy is one user's model)
     train_personal = -est.set_params(predict_with="personal").score(X)
     rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
     federated = est.user_factors_ @ est.components_
@@ -57,6 +58,6 @@ def test_personal_predictions_need_the_training_rows():
     R, mask = ratings()
     X = sp.csr_matrix((R[mask], np.nonzero(mask)), shape=R.shape)
     est = RFRec(n_components=2, learning_rate=0.01, max_iter=3, predict_with="personal",
-                random_state=0).fit(X)
+                random_state=0, n_clients=None).fit(X)
     with pytest.raises(ValueError, match="training users only"):
         est.predict(X[:5])
