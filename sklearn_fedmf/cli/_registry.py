@@ -70,10 +70,6 @@ class Method:
         return self.grid_
 
 
-# The RFRec authors' code settings: the paper's plain gradient steps (learning_rate 0.05)
-# diverge on MovieLens, Adam is scale-free (RFRec docstring; benchmarks/bench_rfrec.py).
-_RFREC_CODE = {"optimizer": "adam", "link": "sigmoid", "learning_rate": 0.1,
-               "reg_consensus": 20.0}
 _FELB_GRID = {"lam": [0.01, 0.1], "gamma": [0.1, 1.0], "sync_every": [5, 10],
               "n_clients": [10, 50], "n_components": [10, 20]}
 _SEARCH = ("regularization", "alpha_u", "alpha_v", "biased")
@@ -102,7 +98,7 @@ METHODS = {
         Method(
             "rfrec", "sklearn_fedmf.completion:RFRec", "completion", "RFRec",
             "its item-matrix copy V_(c) (optionally clipped + Laplace noise)",
-            variant={"variant": "rfrec"}, paper="RFRec", extra=_RFREC_CODE,
+            variant={"variant": "rfrec"}, paper="RFRec",  # (the authors' code settings)
             grid_={"reg_consensus": [5.0, 20.0, 80.0], "learning_rate": [0.03, 0.1],
                    "n_clients": [50, 100], "n_components": [5, 10]},
         ),
@@ -110,7 +106,6 @@ METHODS = {
             "rfrecf", "sklearn_fedmf.completion:RFRec", "completion", "RFRecF",
             "its item-matrix copy V_(c), only when its coin flips to averaging",
             variant={"variant": "rfrecf", "p": 0.8, "pull_eta": 1.0}, paper="RFRec",
-            extra=_RFREC_CODE,
             grid_={"reg_consensus": [5.0, 20.0, 80.0], "p": [0.5, 0.8],
                    "n_clients": [50, 100], "n_components": [5, 10]},
         ),
