@@ -1,4 +1,4 @@
-"""FedMC-ADMM's batched client phases (``_fedmc_admm_groups``): the implicit client copies give
+"""FedMC-ADMM's batched client phases (``_fedmc_admm_batched``): the implicit client copies give
 the per-client simulation's iterates, messages and bytes; the memory check fires before a fit
 whose per-client state cannot fit."""
 
@@ -14,7 +14,7 @@ from sklearn_fedmf._engine import initialize_federation, nbytes, run_federation
 from sklearn_fedmf._groups import GroupedTransport, GroupStates, make_groups
 from sklearn_fedmf.completion import _fedmc_admm
 from sklearn_fedmf.completion._fedmc_admm import client_update, make_protocol
-from sklearn_fedmf.completion._fedmc_admm_groups import ClientUpload, ImplicitFactor
+from sklearn_fedmf.completion._fedmc_admm_batched import ClientUpload, ImplicitFactor
 from sklearn_fedmf.exceptions import ClientFailureWarning
 
 N_ROWS, N_ITEMS, N_CLIENTS = 40, 25, 30

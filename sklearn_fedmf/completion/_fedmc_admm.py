@@ -27,7 +27,7 @@ from .._engine import Broadcast, FederatedProtocol
 from .._groups import ClientGroup
 from .._kernels import grad_cols, prox_grad_rows
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
-from ._fedmc_admm_groups import (
+from ._fedmc_admm_batched import (
     ImplicitFactor,
     make_batched,
     server_init_implicit,
@@ -66,7 +66,7 @@ def state_nbytes(*, n_clients, n_items, n_factors, itemsize, grouped, nnz=0, max
     """Bytes of FedMC-ADMM's item-side state, estimated before a fit.
 
     One block per client: every client's dense ``W_i`` and ``Y_i`` and the server's ``Z_i``,
-    ``3 p n r`` numbers. Grouped clients (:mod:`._fedmc_admm_groups`): ``W_i``, ``Y_i``, their
+    ``3 p n r`` numbers. Grouped clients (:mod:`._fedmc_admm_batched`): ``W_i``, ``Y_i``, their
     combinations' values there (float64), the server's ``Z_i`` on the rated rows (with their
     row indices) and a round's deviations, where the linearized round writes them in place
     (the ``exact`` one appends them to arrays of up to twice their size), and the broadcast
@@ -160,7 +160,7 @@ def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive, b
 def server_init_uploads(server_state, uploads, *, beta, n_clients):
     """Store ``Z_i = W_i^0 + Y_i^0 / beta`` for every client (``W_i^0 = V^0``).
 
-    Uploads of the batched phases (:mod:`._fedmc_admm_groups`) keep their implicit form: the
+    Uploads of the batched phases (:mod:`._fedmc_admm_batched`) keep their implicit form: the
     server then holds the same sum in ``O(ratings + rounds n r)`` instead of ``O(p n r)``.
     """
     first = next(iter(uploads.values()))["Y"]
@@ -274,7 +274,7 @@ def server_update(server_state, uploads, round_index, *, beta, n_clients, alpha_
     re-reading all ``p`` copies) and is recomputed exactly every ``RESUM_EVERY`` rounds, which
     bounds the rounding drift. Both orders are fixed: the result does not depend on ``n_jobs``.
     """
-    if server_state.get("history") is not None:  # implicit client copies (_fedmc_admm_groups)
+    if server_state.get("history") is not None:  # implicit client copies (_fedmc_admm_batched)
         total = server_update_implicit(server_state, uploads, round_index, beta=beta,
                                        resum_every=RESUM_EVERY)
         Vt = _server_prox(total.astype(server_state["Vt"].dtype, copy=False), None, beta=beta,

@@ -215,7 +215,7 @@ def replace_and_accumulate(Z_i, total, W, Y, beta):
         z_i[k] = z
 
 
-# ---- many small clients: implicit item-side states (``_fedmc_admm_groups``) -----------------
+# ---- many small clients: implicit item-side states (``_fedmc_admm_batched``) -----------------
 # A client's copies W_i, Y_i are held as explicit rows (its rated items) plus, for every other
 # row, a combination sum_t c_t V^(h_t) of the broadcasts it received (the W loop and the dual
 # step act on an unrated row as the same affine map for every such row). ``H`` stacks those
