@@ -53,7 +53,7 @@ from .._kernels import ridge_fold_in
 from ..exceptions import ConfigurationWarning
 from ..privacy._local_dp import LocalDPMixin
 from ._rfrec_kernels import _errors_at, _sigmoid_fold_in
-from ._rfrec_solver import (  # noqa: F401  (the tests import _coin and _pulled from here)
+from ._rfrec_protocol import (  # noqa: F401  (the tests import _coin and _pulled from here)
     _EXPLODE,
     ItemMatrixUpload,
     _coin,

@@ -160,7 +160,7 @@ def _sigmoid_fold_in(indptr, indices, data, Vt, alpha, shift, span, n_steps, out
         out[t] = u
 
 
-# ---- batched clients (_rfrec_solver.BATCHED): every active client of a group in one call ----
+# ---- batched clients (_rfrec_protocol.BATCHED): every active client of a group in one call ----
 _STEP, _PULL, _NOTHING = 0, 1, 2  # what a client does to its rated columns in a round
 
 
@@ -180,7 +180,7 @@ def _norm(A, r):
 
 @njit(cache=True, nogil=True)
 def _adam(x, g, m, v, rate, bias2):
-    """One Adam step of one coordinate (``_rfrec_solver._optimize``) with ``rate = lr /
+    """One Adam step of one coordinate (``_rfrec_protocol._optimize``) with ``rate = lr /
     (1 - beta1^t)`` and ``bias2 = 1 - beta2^t``; returns the new ``(x, m, v)``."""
     m = 0.9 * m + (1 - 0.9) * g
     v = 0.999 * v + (1 - 0.999) * g * g
@@ -290,7 +290,7 @@ def _group_update(indptr, data, row_ptr, pair_ptr, pair, cols, U, P, Vbar, activ
 def _group_sums(indptr, data, row_ptr, pair_ptr, pair, cols, U, P, W, Vbar, pending, eta,
                 sigmoid, shift, span):
     """``_client_sums`` summed over the clients of a group, each client's columns pulled
-    first when its pull is pending (``_rfrec_solver._pulled``)."""
+    first when its pull is pending (``_rfrec_protocol._pulled``)."""
     d = U.shape[1]
     fit = sse = ae = psi = sq = 0.0
     p = np.empty(d)
