@@ -1,7 +1,7 @@
 """FedMAvg's round (Wang & Chang, Algorithm 1), written once for every family.
 
 A family (matrix completion in :mod:`~sklearn_fedmf.completion._fedmavg_protocol`, clustering
-in :mod:`~sklearn_fedmf.cluster._clustering_protocols`) gives its steps as functions: the
+in :mod:`~sklearn_fedmf.cluster._federated_clustering_protocol`) gives its steps as functions: the
 local phase (``Q1`` steps on the client's private factor against the broadcast global
 factor), the W phase (``Q2`` steps on the client's copy ``W_p`` of the global factor, sent as
 the upload) and, for FedPALM (Remark 1), one local step and one proximal W step. This module

@@ -6,7 +6,7 @@ the global factor: the gradient in it is linear, ``grad = W G1 - G2`` (29). The 
 every client's latest aggregates and takes ``Q2`` proximal-gradient steps alone, each with
 the exact gradient at the clients' current factors. A family (matrix completion in
 :mod:`~sklearn_fedmf.completion._fedmgs_protocol`, clustering in
-:mod:`~sklearn_fedmf.cluster._clustering_protocols`) gives its local phase, what it shares,
+:mod:`~sklearn_fedmf.cluster._federated_clustering_protocol`) gives its local phase, what it shares,
 its gradient and its proximal step (the prox of its regularizer, or the projection on its
 constraint).
 """

@@ -15,7 +15,7 @@ from sklearn.metrics.pairwise import euclidean_distances
 
 from sklearn_fedmf import FederatedClustering
 from sklearn_fedmf._engine import nbytes
-from sklearn_fedmf.cluster._clustering_protocols import (
+from sklearn_fedmf.cluster._federated_clustering_protocol import (
     h_steps,
     local_centers,
     local_w_steps,

@@ -6,7 +6,7 @@ from joblib import parallel_config
 
 from sklearn_fedmf import FederatedClustering, FedMAvg, FedMGS
 from sklearn_fedmf._engine import nbytes, sample_clients
-from sklearn_fedmf.cluster._clustering_protocols import mavg_server_update
+from sklearn_fedmf.cluster._federated_clustering_protocol import mavg_server_update
 from sklearn_fedmf.completion import PAPER_SETTINGS
 from sklearn_fedmf.completion._fedmavg_protocol import server_update
 

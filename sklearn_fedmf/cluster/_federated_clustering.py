@@ -16,8 +16,8 @@ no penalty, one-hot ``h_j`` (the H phase is the assignment step), ``W`` unconstr
 
 Steps are factors of Lipschitz constants (Section V-A's factors, with the true constants). As
 ``(1/c_p) grad_{H_p} F_p`` does not depend on ``p`` (from (29), (35), (36)),
-:func:`._clustering_protocols.h_steps` is one matrix operation on the stacked rows of any set of
-clients: a client runs it on its rows, a simulator may batch clients.
+:func:`._federated_clustering_protocol.h_steps` is one matrix operation on the stacked rows of
+any set of clients: a client runs it on its rows, a simulator may batch clients.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .._fit import FederatedEstimator
 from ..exceptions import DataWarning
-from ._clustering_protocols import (
+from ._federated_clustering_protocol import (
     EPS,
     SampleBlock,
     center_distances,
