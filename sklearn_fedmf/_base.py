@@ -19,7 +19,13 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._biases import free_item, free_user, init_item, user_step_view, with_user
-from ._data import check_like, check_ratings, reject_duplicates, warn_if_zero_filled
+from ._data import (
+    check_dense_size,
+    check_like,
+    check_ratings,
+    reject_duplicates,
+    warn_if_zero_filled,
+)
 from ._fit import FEDERATION_CONSTRAINTS, FederatedEstimator, objective_not_decreasing
 from ._groups import GroupStates
 from ._kernels import grad_rows, ridge_fold_in, squared_error
@@ -27,7 +33,7 @@ from ._pairs import FactorModel, predict_pairs, score_block
 from ._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
 from .exceptions import UnobservedItemsWarning
 
-__all__ = ["FederatedMFBase", "FEDERATION_CONSTRAINTS", "MAX_DENSE_ENTRIES", "check_dense_size"]
+__all__ = ["FederatedMFBase", "FEDERATION_CONSTRAINTS"]
 
 
 class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, FederatedEstimator):
@@ -452,25 +458,6 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
 # (centred) RMS has collapsed; the check reads about COLLAPSE_SAMPLE ratings.
 COLLAPSE_RATIO = 1e-2
 COLLAPSE_SAMPLE = 200_000
-
-# Above this many entries, a dense users x items result is refused (400 MB in float64).
-MAX_DENSE_ENTRIES = 50_000_000
-
-
-_PAIR_API = ("Predict where you need it: predict(X, at=pattern) with a sparse pattern of the "
-             "same shape, or sklearn_fedmf.RatingRegressor for (user, item) pairs (predict) "
-             "and top-N lists (recommend).")
-
-
-def check_dense_size(n_rows, n_items, what, hint=_PAIR_API):
-    """Raise, before anything is allocated, if a dense ``n_rows x n_items`` result is large."""
-    if n_rows * n_items > MAX_DENSE_ENTRIES:
-        raise ValueError(
-            f"{what} would build a dense {n_rows} x {n_items} matrix "
-            f"({n_rows * n_items * 8 / 1e9:.1f} GB), above MAX_DENSE_ENTRIES = "
-            f"{MAX_DENSE_ENTRIES:_} entries. {hint}"
-        )
-
 
 def _shift(X, delta):
     """Add ``delta`` to every stored value of the CSR ``X``, in place, and return ``X``.

@@ -27,6 +27,8 @@ __all__ = [
     "warn_if_zero_filled",
     "resolve_clients",
     "split_clients",
+    "MAX_DENSE_ENTRIES",
+    "check_dense_size",
 ]
 
 
@@ -262,3 +264,22 @@ def check_int(value, name, low=1):
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
     return int(value)
+
+
+# Above this many entries, a dense users x items result is refused (400 MB in float64).
+MAX_DENSE_ENTRIES = 50_000_000
+
+
+_PAIR_API = ("Predict where you need it: predict(X, at=pattern) with a sparse pattern of the "
+             "same shape, or sklearn_fedmf.RatingRegressor for (user, item) pairs (predict) "
+             "and top-N lists (recommend).")
+
+
+def check_dense_size(n_rows, n_items, what, hint=_PAIR_API):
+    """Raise, before anything is allocated, if a dense ``n_rows x n_items`` result is large."""
+    if n_rows * n_items > MAX_DENSE_ENTRIES:
+        raise ValueError(
+            f"{what} would build a dense {n_rows} x {n_items} matrix "
+            f"({n_rows * n_items * 8 / 1e9:.1f} GB), above MAX_DENSE_ENTRIES = "
+            f"{MAX_DENSE_ENTRIES:_} entries. {hint}"
+        )

@@ -12,7 +12,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-import sklearn_fedmf._base as base
+import sklearn_fedmf._data as data
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, RatingRegressor, RFRec
 from sklearn_fedmf._pairs import FactorModel, predict_pairs, top_n
 from sklearn_fedmf.model_selection import fold_in_rmse
@@ -305,7 +305,7 @@ def test_dense_guard_raises_before_any_work(fitted, monkeypatch, name):
     def no_work(*args, **kwargs):  # the guard must come before fold-in and allocation
         raise AssertionError("work started before the size check")
 
-    monkeypatch.setattr(base, "MAX_DENSE_ENTRIES", 40 * 15 - 1)
+    monkeypatch.setattr(data, "MAX_DENSE_ENTRIES", 40 * 15 - 1)
     monkeypatch.setattr(type(est), "_factor_model", no_work)
     monkeypatch.setattr(type(est), "_fold_in", no_work)
     with pytest.raises(ValueError, match="RatingRegressor.*recommend"):
@@ -324,7 +324,7 @@ def test_binary_predict_is_guarded_too(monkeypatch):
     X = (np.random.default_rng(0).random((30, 10)) < 0.3).astype(float)
     model = Felb(n_components=2, n_clients=3, max_iter=3, random_state=0).fit(X)
     assert model.predict(X).shape == (30, 10)
-    monkeypatch.setattr(base, "MAX_DENSE_ENTRIES", 299)
+    monkeypatch.setattr(data, "MAX_DENSE_ENTRIES", 299)
     monkeypatch.setattr(type(model), "transform", lambda *a: pytest.fail("work started"))
     with pytest.raises(ValueError, match=r"30 x 10 matrix.*transform\(X\) and components_"):
         model.predict(X)

@@ -19,7 +19,7 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
-from .._base import check_dense_size
+from .._data import check_dense_size
 from .._fit import FederatedEstimator
 from ..metrics._binary import check_binary, f1_boolean
 from ..privacy._local_dp import LocalDPMixin
@@ -193,7 +193,7 @@ class BooleanFactorizationBase(
         """Boolean reconstruction of the rows of ``X``: ``transform(X) o components_``.
 
         Returns a dense bool array of shape (n_samples, n_features); above
-        ``sklearn_fedmf._base.MAX_DENSE_ENTRIES`` (50 million) entries it raises before any
+        ``sklearn_fedmf._data.MAX_DENSE_ENTRIES`` (50 million) entries it raises before any
         work: use :meth:`transform` and the factors for large inputs
         (:mod:`sklearn_fedmf.metrics` scores them without densifying).
 

@@ -13,7 +13,8 @@ import numpy as np
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .._base import FederatedMFBase, check_dense_size
+from .._base import FederatedMFBase
+from .._data import check_dense_size
 from .._fit import FederatedEstimator
 from ._fed_baseline_protocol import make_protocol
 

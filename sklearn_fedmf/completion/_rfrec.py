@@ -47,7 +47,8 @@ from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
-from .._base import FederatedMFBase, check_dense_size
+from .._base import FederatedMFBase
+from .._data import check_dense_size
 from .._groups import GroupStates
 from .._kernels import ridge_fold_in
 from ..exceptions import ConfigurationWarning
