@@ -1,10 +1,10 @@
 """The scikit-learn contract shared by the federated Boolean factorizations.
 
 Unlike ratings, every entry of a binary matrix is observed (absent = 0). Rows are partitioned
-over clients exactly as in :class:`~sklearn_fedmf._base.FederatedMFBase`; ``components_`` is
-the Boolean ``k x m`` factor, ``transform`` gives Boolean row factors by fold-in (U-only Elb
-steps against the fixed ``components_``), ``predict`` the Boolean reconstruction and ``score``
-its F1 against the input.
+over clients exactly as in :class:`~sklearn_fedmf.completion._base.FederatedMFBase`;
+``components_`` is the Boolean ``k x m`` factor, ``transform`` gives Boolean row factors by
+fold-in (U-only Elb steps against the fixed ``components_``), ``predict`` the Boolean
+reconstruction and ``score`` its F1 against the input.
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ import numpy as np
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .._base import FederatedMFBase
 from .._data import check_dense_size
 from .._fit import FederatedEstimator
+from ._base import FederatedMFBase
 from ._fed_baseline_protocol import make_protocol
 
 __all__ = ["FedBaseline"]

@@ -16,9 +16,9 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import _biases
-from .._base import FederatedMFBase
 from .._engine import FederatedProtocol
 from .._fedmavg_protocol import check_aggregation, q2_schedule, round_phases
+from ._base import FederatedMFBase
 from ._fedmavg_batched import make_batched
 from ._fedmavg_protocol import (
     client_metrics,

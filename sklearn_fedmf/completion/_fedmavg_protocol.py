@@ -51,10 +51,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _biases
-from .._base import factor_metrics
 from .._fedmavg_protocol import average_uploads, q2_schedule, store_grams, w_step_size
 from .._kernels import grad_cols, prox_grad_rows
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
+from ._base import factor_metrics
 
 EPS_LIPSCHITZ = 1e-12  # floor of every Lipschitz bound: a zero factor must not give 0/0
 

@@ -22,11 +22,11 @@ import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import _biases
-from .._base import FederatedMFBase, factor_metrics
 from .._engine import Broadcast, FederatedProtocol
 from .._groups import ClientGroup
 from .._kernels import grad_cols, prox_grad_rows
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
+from ._base import FederatedMFBase, factor_metrics
 from ._fedmc_admm_batched import (
     ImplicitFactor,
     make_batched,

@@ -45,7 +45,6 @@ from functools import partial
 import numpy as np
 
 from .. import _biases
-from .._base import squared_error_of
 from .._engine import Broadcast
 from .._groups import BatchedPhases
 from .._groups import offsets as _offsets
@@ -53,6 +52,7 @@ from .._groups import segments as _segments
 from .._kernels import squared_error
 from .._prox import elastic_net_value
 from .._transport import client_generator
+from ._base import squared_error_of
 from ._fedmc_admm_kernels import (
     group_update,
     implicit_consensus,

@@ -11,7 +11,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._base import FederatedMFBase
+from ._base import FederatedMFBase
 from ._fedmgs_protocol import AUTO_WEIGHTED, make_protocol
 
 __all__ = ["FedMGS"]

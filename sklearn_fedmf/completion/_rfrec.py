@@ -47,12 +47,12 @@ from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
-from .._base import FederatedMFBase
 from .._data import check_dense_size
 from .._groups import GroupStates
 from .._kernels import ridge_fold_in
 from ..exceptions import ConfigurationWarning
 from ..privacy._local_dp import LocalDPMixin
+from ._base import FederatedMFBase
 from ._rfrec_kernels import _errors_at, _sigmoid_fold_in
 from ._rfrec_protocol import (  # noqa: F401  (the tests import _coin and _pulled from here)
     _EXPLODE,

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from .._base import FederatedMFBase
 from .._data import check_ratings, split_clients
 from .._fit import FitContext
+from ..completion._base import FederatedMFBase
 from ..privacy import LocalDP
 from ..privacy._local_dp import LocalDPMixin
 

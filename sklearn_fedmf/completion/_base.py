@@ -18,20 +18,20 @@ from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._biases import free_item, free_user, init_item, user_step_view, with_user
-from ._data import (
+from .._biases import free_item, free_user, init_item, user_step_view, with_user
+from .._data import (
     check_dense_size,
     check_like,
     check_ratings,
     reject_duplicates,
     warn_if_zero_filled,
 )
-from ._fit import FEDERATION_CONSTRAINTS, FederatedEstimator, objective_not_decreasing
-from ._groups import GroupStates
-from ._kernels import grad_rows, ridge_fold_in, squared_error
-from ._pairs import FactorModel, predict_pairs, score_block
-from ._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
-from .exceptions import UnobservedItemsWarning
+from .._fit import FEDERATION_CONSTRAINTS, FederatedEstimator, objective_not_decreasing
+from .._groups import GroupStates
+from .._kernels import grad_rows, ridge_fold_in, squared_error
+from .._pairs import FactorModel, predict_pairs, score_block
+from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
+from ..exceptions import UnobservedItemsWarning
 
 __all__ = ["FederatedMFBase", "FEDERATION_CONSTRAINTS"]
 
