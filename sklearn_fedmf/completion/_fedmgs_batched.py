@@ -9,10 +9,12 @@ and bytes are those of the per-client functions of :mod:`._fedmgs_protocol`.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from .. import _biases
-from .._groups import ImplicitRows, segments, user_rows_state, with_user_rows
+from .._groups import BatchedPhases, ImplicitRows, segments, user_rows_state, with_user_rows
 from .._prox import row_alpha
 from .._transport import client_generator
 from ._fedmavg_protocol import EPS_LIPSCHITZ, lambda_max
@@ -21,7 +23,7 @@ from ._fedmgs_kernels import group_share as share_kernel
 from ._fedmgs_kernels import group_share_outer as share_outer_kernel
 
 __all__ = ["batched_client_update", "batched_init_client", "client_state",
-           "group_layout", "group_share", "unpack", "with_client_states"]
+           "group_layout", "group_share", "make_batched", "unpack", "with_client_states"]
 
 
 def unpack(broadcast, alpha_u, alpha_v=None):
@@ -153,3 +155,14 @@ def batched_client_update(state, group, broadcast, stream, active, selected, *, 
 # a FedMGS client keeps only U between rounds
 client_state = user_rows_state
 with_client_states = with_user_rows
+
+
+def make_batched(*, init, update, client_metrics):
+    """FedMGS's :class:`~sklearn_fedmf._groups.BatchedPhases`: ``init`` and ``update`` are the
+    keyword arguments :func:`._fedmgs_protocol.make_protocol` binds to the per-client phases;
+    ``client_metrics`` sums over a group's stacked rows as over one client's."""
+    return BatchedPhases(
+        init_client=partial(batched_init_client, **init),
+        client_update=partial(batched_client_update, **update),
+        client_metrics=client_metrics,
+        client_state=client_state, with_client_states=with_client_states)

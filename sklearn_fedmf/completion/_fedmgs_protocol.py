@@ -78,7 +78,7 @@ import numpy as np
 from .. import _biases
 from .. import _fedmgs_protocol as rounds
 from .._engine import FederatedProtocol
-from .._groups import BatchedPhases, ImplicitRows
+from .._groups import ImplicitRows
 from .._prox import item_counts, prox_elastic_net, row_alpha
 from ..exceptions import FederationError
 from ._fedmavg_protocol import (
@@ -90,15 +90,7 @@ from ._fedmavg_protocol import (
     prox_nonsmooth,
     user_steps,
 )
-from ._fedmgs_batched import (
-    batched_client_update,
-    batched_init_client,
-    client_state,
-    group_layout,
-    group_share,
-    unpack,
-    with_client_states,
-)
+from ._fedmgs_batched import group_layout, group_share, make_batched, unpack
 from ._fedmgs_kernels import add_outer, add_rows, outer_sum, replace_outer, replace_rows
 
 RESUM_EVERY = 20  # rounds between exact sums of the server's cached aggregates
@@ -465,9 +457,6 @@ def make_protocol(*, n_items, n_clients, n_components, local_iter_u, local_iter_
         client_metrics=partial(_metrics, **metrics),
         combine_metrics=partial(_combine, loss_scale=1.0, alpha_v=alpha_v,
                                 l1_ratio=l1_ratio, biased=biased, weighted=weighted),
-        batched=BatchedPhases(
-            init_client=partial(batched_init_client, **init),
-            client_update=partial(batched_client_update, **update),
-            client_metrics=partial(_metrics, **metrics),
-            client_state=client_state, with_client_states=with_client_states),
+        batched=make_batched(init=init, update=update,
+                             client_metrics=partial(_metrics, **metrics)),
     )
