@@ -10,7 +10,7 @@ import sklearn_fedmf._fit as fit_module
 from sklearn_fedmf import RFRec
 from sklearn_fedmf._groups import GroupStates, make_groups
 from sklearn_fedmf._transport import client_generator
-from sklearn_fedmf.completion._rfrec_protocol import ItemMatrixUpload, make_protocol
+from sklearn_fedmf.completion._rfrec import ItemMatrixUpload, make_protocol
 from sklearn_fedmf.datasets import make_ratings
 
 RTOL = 1e-12

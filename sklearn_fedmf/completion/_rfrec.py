@@ -39,6 +39,7 @@ client; the model is the per-client simulation's (``tests/test_rfrec_batched.py`
 from __future__ import annotations
 
 import warnings
+from functools import partial
 from numbers import Integral, Real
 
 import numpy as np
@@ -47,12 +48,15 @@ from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
+from .. import _biases
 from .._data import check_dense_size
+from .._engine import FederatedProtocol, Participation
 from .._groups import GroupStates
 from .._kernels import ridge_fold_in
 from ..exceptions import ConfigurationWarning
 from ..privacy._local_dp import LocalDPMixin
 from ._base import FederatedMFBase
+from ._rfrec_batched import make_batched
 from ._rfrec_kernels import _errors_at, _sigmoid_fold_in
 from ._rfrec_protocol import (  # noqa: F401  (the tests import _coin and _pulled from here)
     _EXPLODE,
@@ -61,8 +65,13 @@ from ._rfrec_protocol import (  # noqa: F401  (the tests import _coin and _pulle
     _diverged,
     _pulled,
     _pulled_group,
-    make_protocol,
+    client_metrics,
+    client_update,
+    combine_metrics,
+    init_client,
+    init_server,
     pull_strength,
+    server_update,
 )
 
 __all__ = ["RFRec", "ItemMatrixUpload"]
@@ -70,6 +79,45 @@ __all__ = ["RFRec", "ItemMatrixUpload"]
 # learning_rate="auto" with optimizer="adam": Adam's steps are scale-free, so one value serves
 # every data set (the authors' code uses 0.1; measured in benchmarks/bench_defaults.py).
 AUTO_ADAM_LR = 0.05
+
+
+def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
+                  reg_consensus, alpha_u, alpha_v, p, pull_eta, optimizer, link, shift, span,
+                  init_std, clip_delta, noise_scale, simulate_uploads, biased=False):
+    """Bind the hyperparameters to the pure functions of :mod:`._rfrec_protocol` and
+    :mod:`._rfrec_batched` (``alpha_v`` is split 1/N;
+    ``biased``: rank ``n_components + 2`` with the augmented factors of ``_biases``)."""
+    p = None if variant == "rfrec" else p
+    eta = None if p is None else pull_strength(learning_rate, reg_consensus,
+                                               alpha_v / n_clients, p, pull_eta)
+    step = dict(lr=learning_rate, reg=reg_consensus, reg_v=alpha_v / n_clients, p=p, eta=eta,
+                optimizer=optimizer, biased=biased)
+    privacy = dict(clip_delta=clip_delta, noise_scale=noise_scale)
+    link_ = dict(link=link, shift=shift, span=span)
+    return FederatedProtocol(
+        init_server=partial(init_server, n_items=n_items,
+                            n_components=_biases.n_factors(n_components, biased),
+                            init_std=init_std, p=p, optimizer=optimizer, biased=biased),
+        init_client=partial(init_client, init_std=init_std, optimizer=optimizer,
+                            biased=biased),
+        client_update=partial(client_update, variant=variant, schedule=schedule,
+                              alpha_u=alpha_u, simulate=simulate_uploads, **step, **privacy,
+                              **link_),
+        server_update=partial(server_update, variant=variant, schedule=schedule, **step,
+                              **privacy),
+        client_metrics=partial(client_metrics, alpha_u=alpha_u, eta=eta, biased=biased,
+                               **link_),
+        combine_metrics=partial(combine_metrics, n_clients=n_clients, reg=reg_consensus,
+                                alpha_v=alpha_v, lr=learning_rate,
+                                optimizer=optimizer, variant=variant),
+        # every client steps each round; only uploads are sampled or lost (Section 3.3)
+        participation=Participation(computes="all", receives="all", dropped="upload_lost",
+                                    server_update="every_round"),
+        batched=make_batched(init_std=init_std, optimizer=optimizer, biased=biased,
+                             variant=variant, schedule=schedule, alpha_u=alpha_u, eta=eta,
+                             simulate=simulate_uploads, step=step, privacy=privacy,
+                             link=link_),
+    )
 
 
 # ---- estimator ----------------------------------------------------------------------------

@@ -160,7 +160,7 @@ def _sigmoid_fold_in(indptr, indices, data, Vt, alpha, shift, span, n_steps, out
         out[t] = u
 
 
-# ---- batched clients (_rfrec_protocol.BATCHED): every active client of a group in one call ----
+# ---- batched clients (_rfrec_batched): every active client of a group in one call ----
 _STEP, _PULL, _NOTHING = 0, 1, 2  # what a client does to its rated columns in a round
 
 
