@@ -6,7 +6,7 @@ import scipy.sparse as sp
 from numpy.testing import assert_allclose
 
 from sklearn_fedmf import FedMCADMM
-from sklearn_fedmf.completion._fedmc_admm import AUTO_ALPHA_U, auto_alpha_u
+from sklearn_fedmf.completion._fedmc_admm_protocol import AUTO_ALPHA_U, auto_alpha_u
 from sklearn_fedmf.flower._sites import make_site_protocol
 
 from .conftest import low_rank_ratings

@@ -13,8 +13,8 @@ from sklearn_fedmf._data import split_clients
 from sklearn_fedmf._engine import initialize_federation, nbytes, run_federation
 from sklearn_fedmf._groups import GroupedTransport, GroupStates, make_groups
 from sklearn_fedmf.completion import _fedmc_admm
-from sklearn_fedmf.completion._fedmc_admm import client_update, make_protocol
 from sklearn_fedmf.completion._fedmc_admm_batched import ClientUpload, ImplicitFactor
+from sklearn_fedmf.completion._fedmc_admm_protocol import client_update, make_protocol
 from sklearn_fedmf.exceptions import ClientFailureWarning
 
 N_ROWS, N_ITEMS, N_CLIENTS = 40, 25, 30

@@ -263,7 +263,7 @@ def test_failed_clients_lose_nothing(ratings):
 
 
 def _crash_client_0(monkeypatch):
-    import sklearn_fedmf.completion._fedmc_admm as admm
+    import sklearn_fedmf.completion._fedmc_admm_protocol as admm
 
     original = admm.client_update
 

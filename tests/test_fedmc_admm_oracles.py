@@ -22,7 +22,7 @@ from sklearn_fedmf import FedMCADMM as _FedMCADMM
 from sklearn_fedmf._data import check_ratings, split_clients
 from sklearn_fedmf._engine import evaluate, initialize_federation, nbytes, run_federation
 from sklearn_fedmf._prox import soft_threshold
-from sklearn_fedmf.completion._fedmc_admm import (
+from sklearn_fedmf.completion._fedmc_admm_protocol import (
     RESUM_EVERY,
     make_protocol,
     server_init_uploads,
