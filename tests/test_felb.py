@@ -7,7 +7,7 @@ import scipy.sparse as sp
 
 from sklearn_fedmf import AggregatedBMF, Felb
 from sklearn_fedmf._data import split_clients
-from sklearn_fedmf.binary import _elb, _felb
+from sklearn_fedmf.binary import _elb, _felb_protocol
 from sklearn_fedmf.binary._aggregated import aggregate_boolean
 from sklearn_fedmf.datasets import make_binary_tiles
 from sklearn_fedmf.exceptions import PrivacyWarning
@@ -409,7 +409,7 @@ def _update(block, state, broadcast, privacy, seed=0, **overrides):
                             prox_mode="exact_nonneg", proximity="sequential", step_scale=1.0),
                   privacy=privacy)
     params.update(overrides)
-    return _felb.client_update(state, block, broadcast, np.random.default_rng(seed), True,
+    return _felb_protocol.client_update(state, block, broadcast, np.random.default_rng(seed), True,
                                **params)
 
 
@@ -448,7 +448,7 @@ def test_server_prox_of_the_mean(server_step):
     schedule = dict(lam=0.1, growth=1.05, lam_max=1e12, rate_unit="local")
     kw = dict(sync_every=10, n_clients=5, server_step=server_step, kappa=1e-3,
               schedule=schedule, prox_mode="exact_nonneg")
-    state, bcast = _felb.server_update({"Vh": None, "t": 30, "lam": 0.1}, uploads, 3, **kw)
+    state, bcast = _felb_protocol.server_update({"Vh": None, "t": 30, "lam": 0.1}, uploads, 3, **kw)
     eta = 0.2 if server_step == "1/C" else 1.0
     lam_t = 0.1 * 1.05**39  # lambda of the last local step of the round
     mean = sum(uploads[c] for c in range(5)) / 5
@@ -456,7 +456,7 @@ def test_server_prox_of_the_mean(server_step):
     expected = _elb.prox_elb(mean, eta * 1e-3, eta * state["lam"])
     np.testing.assert_array_equal(bcast["Vh"], expected)
     shuffled = {c: uploads[c] for c in (3, 1, 4, 0, 2)}
-    np.testing.assert_array_equal(_felb.server_update({"Vh": None, "t": 30}, shuffled, 3,
+    np.testing.assert_array_equal(_felb_protocol.server_update({"Vh": None, "t": 30}, shuffled, 3,
                                                       **kw)[1]["Vh"], bcast["Vh"])
 
 
