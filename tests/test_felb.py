@@ -355,7 +355,8 @@ def test_planted_tile_recovery_best_of_five_seeds(update, density, noise, f1_sta
     X, truth = tiles(800, 80, 4, density=density, noise=noise, seed=3)
     best = (0.0, 0.0)
     for seed in range(5):
-        model = Felb(n_components=4, n_clients=4, update=update, random_state=seed).fit(X)
+        model = Felb(n_components=4, n_clients=4, solver_params={"update": update},
+                     random_state=seed).fit(X)
         factors = (model.user_factors_, model.components_)
         best = max(best, (f1_boolean(truth, factors), f1_boolean(X, factors)))
         if best[0] >= f1_star and (f1_data is None or best[1] >= f1_data):
@@ -504,8 +505,9 @@ def test_privacy_spent_reports_per_release_and_composition():
              privacy=LocalDP("gaussian", epsilon=0.5)).fit(X)
 
 
-@pytest.mark.parametrize("params", [dict(update="palm"), dict(
-    update="mu", privacy=LocalDP("gaussian", epsilon=0.5, delta=0.05, clip=1.5))])
+@pytest.mark.parametrize("params", [dict(solver_params={"update": "palm"}), dict(
+    solver_params={"update": "mu"},
+    privacy=LocalDP("gaussian", epsilon=0.5, delta=0.05, clip=1.5))])
 def test_n_jobs_invariance(params):
     X, _ = tiles(120, 30, 3, density=0.9, noise=0.05, seed=9)
     fits = [Felb(n_components=3, n_clients=6, max_iter=8, random_state=0, n_jobs=n_jobs,
