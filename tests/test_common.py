@@ -52,8 +52,9 @@ CHECKED = [
     GreConD(n_components=2, binarize=0.0),
     MEBF(n_components=2, binarize=0.0),
     FederatedClustering(n_clusters=3, n_clients=2, max_iter=20, random_state=0),
-    FederatedClustering(n_clusters=3, n_clients=2, max_iter=20, h_constraint="onehot",
-                        algorithm="fedmavg", random_state=0),
+    FederatedClustering(n_clusters=3, n_clients=2, max_iter=20,
+                        solver_params={"h_constraint": "onehot"}, algorithm="fedmavg",
+                        random_state=0),
 ]
 
 
