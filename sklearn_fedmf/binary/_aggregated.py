@@ -16,6 +16,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .._docstrings import SHARED_PARAMETERS, Substitution
 from .._engine import FederatedProtocol, Participation
 from .._fit import resolve_solver_params
 from ..metrics._binary import factor_counts
@@ -94,6 +95,7 @@ def combine_metrics(server_state, sums):
 
 
 # ---- estimator ----------------------------------------------------------------------------
+@Substitution(**SHARED_PARAMETERS)
 class AggregatedBMF(BooleanFactorizationBase):
     """One-shot federated Boolean factorization: a local BMF, then aggregation of the ``V_i``.
 
@@ -122,10 +124,9 @@ class AggregatedBMF(BooleanFactorizationBase):
         (``"auto"``, flip probability ``1 / (1 + e^epsilon)``), epsilon-DP per bit; the
         aggregate is post-processing and stays Boolean.
     n_clients : int, default=10
-        Number of clients when ``clients`` is not given to fit.
+        %(n_clients)s
     partition : {"random", "contiguous"}, default="random"
-        How rows are assigned to ``n_clients`` clients when ``clients`` is not given to fit
-        (``"random"`` is seeded by ``random_state``).
+        %(partition)s
     binarize : float or None, default=None
         None: ``X`` must be binary (a ValueError otherwise). A float maps every entry to
         ``x > binarize`` first, as :class:`~sklearn.naive_bayes.BernoulliNB` does (e.g. 3.25
@@ -160,17 +161,11 @@ class AggregatedBMF(BooleanFactorizationBase):
     random_state : int, RandomState instance or None, default=None
         Seeds the partition, the local initializations and the randomized response.
     n_jobs : int, default=None
-        Parallel local factorizations (joblib; threads unless a backend is configured).
+        %(n_jobs)s
     verbose : int, default=0
         1 shows a progress bar of the single round, 2 a line.
     on_client_error : {"raise", "skip"}, default="raise"
-        An exception in a client's code raises a
-        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
-        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
-        previous state for that round and counts in ``history_``'s ``n_failed``, a
-        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
-        round in which every sampled client failed raises
-        :class:`~sklearn_fedmf.exceptions.FederationError`.
+        %(on_client_error)s
 
     Attributes
     ----------

@@ -17,6 +17,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .._docstrings import SHARED_PARAMETERS, Substitution
 from .._engine import FederatedProtocol, Participation
 from .._fit import resolve_solver_params
 from ..metrics._binary import factor_counts
@@ -138,6 +139,7 @@ def make_protocol(*, n_items, n_clients, n_components, sync_every, kappa, lam, g
 
 
 # ---- estimator ----------------------------------------------------------------------------
+@Substitution(**SHARED_PARAMETERS)
 class Felb(BooleanFactorizationBase):
     """Federated Boolean matrix factorization by proximal optimization (Felb and Felb-MU).
 
@@ -170,9 +172,9 @@ class Felb(BooleanFactorizationBase):
         Gaussian noise per entry; ``"laplace"`` and randomized response (``"bernoulli"``)
         are supported too. ``clip=1.5`` bounds the relaxed entries with room to spare.
     n_clients : int, default=10
-        Number of clients the rows are split into when ``clients`` is not given to fit.
+        %(n_clients)s
     partition : {"random", "contiguous"}, default="random"
-        How rows are assigned to ``n_clients`` clients (random is seeded by ``random_state``).
+        %(partition)s
     binarize : float or None, default=None
         None: ``X`` must be binary (a ValueError otherwise). A float maps every entry to
         ``x > binarize`` first, as :class:`~sklearn.naive_bayes.BernoulliNB` does (e.g. 3.25
@@ -209,22 +211,15 @@ class Felb(BooleanFactorizationBase):
 
         ``Felb(solver_params={"update": "mu"})`` is Felb-MU.
     callback : callable, default=None
-        ``callback(round, info)`` after each synchronization (``info["uploads"]`` maps client
-        -> upload); returning True stops the fit.
+        %(callback)s
     random_state : int, RandomState instance or None, default=None
         Seeds the partition, the initialization and the privacy noise.
     n_jobs : int, default=None
-        Parallel local updates (joblib; threads unless a backend is configured).
+        %(n_jobs)s
     verbose : int, default=0
-        1 shows a progress bar, 2 a line per synchronization.
+        %(verbose)s
     on_client_error : {"raise", "skip"}, default="raise"
-        An exception in a client's code raises a
-        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
-        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
-        previous state for that round and counts in ``history_``'s ``n_failed``, a
-        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
-        round in which every sampled client failed raises
-        :class:`~sklearn_fedmf.exceptions.FederationError`.
+        %(on_client_error)s
 
     Attributes
     ----------
