@@ -140,7 +140,7 @@ def test_weighted_sampling_clusters_blobs():
 def test_omega_weighted_mean_of_omega_draws_is_refused(cls):
     X = np.abs(low_rank_ratings(m=40, n=10, density=1.0)[2])
     params = dict(sampling="weighted", aggregation="weighted")
-    if cls is FederatedClustering:  # (its sampling constants are solver_params)
+    if cls is FederatedClustering:
         params = dict(algorithm="fedmavg", solver_params=params)
     with pytest.raises(ValueError, match="omega twice"):
         cls(**params).fit(X)

@@ -136,26 +136,32 @@ class AggregatedBMF(BooleanFactorizationBase):
         out keeps its default. Elbmf's keys (they also set the fold-in of :meth:`transform`,
         whatever ``solver``):
 
-        - ``"kappa"`` : float, default=0.01. L1 weight of the Elb regularizer.
-        - ``"lam"`` : float, default=0.01. Initial quadratic weight of the Elb regularizer.
-        - ``"growth"`` : float, default=1.02. Growth of the quadratic weight per step.
-        - ``"lam_max"`` : float, default=1e12. Cap of the quadratic weight.
-        - ``"inertia"`` : float in [0, 1), default=0.01. iPALM inertia ``beta``.
-        - ``"update"`` : {"palm", "mu"}, default="palm". Lipschitz steps (Elbmf) or
-          multiplicative-update steps.
-        - ``"prox_mode"`` : {"exact_nonneg", "exact", "paper", "paper_nonneg"},
-          default="exact_nonneg". The Elb prox (see :class:`Felb`).
+        - ``kappa`` : float, default=0.01
+          L1 weight of the Elb regularizer.
+        - ``lam`` : float, default=0.01
+          Initial quadratic weight of the Elb regularizer.
+        - ``growth`` : float, default=1.02
+          Growth of the quadratic weight per step.
+        - ``lam_max`` : float, default=1e12
+          Cap of the quadratic weight.
+        - ``inertia`` : float in [0, 1), default=0.01
+          iPALM inertia ``beta``.
+        - ``update`` : {"palm", "mu"}, default="palm"
+          Lipschitz steps (Elbmf) or multiplicative-update steps.
+        - ``prox_mode`` : {"exact_nonneg", "exact", "paper", "paper_nonneg"}, default="exact_nonneg"
+          The Elb prox (see :class:`Felb`).
 
         The options of ``solver="asso"`` (see :class:`~sklearn_fedmf.binary.Asso`) and
         ``"mebf"`` (see :class:`~sklearn_fedmf.binary.MEBF`), an error with another solver;
         GreConD has none:
 
-        - ``"threshold"`` : float in (0, 1] or None, default=None. Asso's minimum confidence
-          or MEBF's expansion share; None: the paper's 1.0 (Asso) or 0.5 (MEBF).
-        - ``"gain"``, ``"loss"`` : float, default=1.0. Asso's weights of a newly covered one
-          and zero.
-        - ``"cover"`` : float in (0, 1], default=0.95. MEBF stops once this share of the
-          ones is covered.
+        - ``threshold`` : float in (0, 1] or None, default=None
+          Asso's minimum confidence or MEBF's expansion share; None: the paper's 1.0 (Asso) or 0.5
+          (MEBF).
+        - ``gain``, ``loss`` : float, default=1.0
+          Asso's weights of a newly covered one and zero.
+        - ``cover`` : float in (0, 1], default=0.95
+          MEBF stops once this share of the ones is covered.
     callback : callable, default=None
         ``callback(round, info)`` after the single round.
     random_state : int, RandomState instance or None, default=None

@@ -185,29 +185,31 @@ class Felb(BooleanFactorizationBase):
         The paper's step constants and variant switches (Appendix D's settings and the
         resolutions of the user guide); a key left out keeps its default:
 
-        - ``"kappa"`` : float, default=1e-3. L1 weight of the Elb regularizer (constant).
-        - ``"growth"`` : float, default=1.05. ``lambda_t = min(lam * growth**t, lam_max)``.
-        - ``"lam_max"`` : float, default=1e12. Cap of ``lambda_t`` (``1.05**t`` overflows
-          near ``t = 14500``).
-        - ``"rate_unit"`` : {"local", "sync"}, default="local". ``t`` counts local steps, or
-          synchronizations (exponent ``t // sync_every``).
-        - ``"inertia"`` : float in [0, 1), default=1e-3. iPALM inertia ``beta`` (0 is plain
-          PALM); the V inertia is reset at every synchronization.
-        - ``"update"`` : {"palm", "mu"}, default="palm". ``"palm"``: Felb, steps
-          ``step_scale / max(||Gram||_F, 1e-4)``. ``"mu"``: Felb-MU, per-entry
-          multiplicative-update steps ``Xbar / (Xbar Gram)``, evaluated at the extrapolated
-          point clamped at 0 (entries that reach exactly 0 stay 0: zeros of ``Vh`` are
+        - ``kappa`` : float, default=1e-3
+          L1 weight of the Elb regularizer (constant).
+        - ``growth`` : float, default=1.05
+          ``lambda_t = min(lam * growth**t, lam_max)``.
+        - ``lam_max`` : float, default=1e12
+          Cap of ``lambda_t`` (``1.05**t`` overflows near ``t = 14500``).
+        - ``rate_unit`` : {"local", "sync"}, default="local"
+          ``t`` counts local steps, or synchronizations (exponent ``t // sync_every``).
+        - ``inertia`` : float in [0, 1), default=1e-3
+          iPALM inertia ``beta`` (0 is plain PALM); the V inertia is reset at every synchronization.
+        - ``update`` : {"palm", "mu"}, default="palm"
+          ``"palm"``: Felb, steps ``step_scale / max(||Gram||_F, 1e-4)``. ``"mu"``: Felb-MU,
+          per-entry multiplicative-update steps ``Xbar / (Xbar Gram)``, evaluated at the
+          extrapolated point clamped at 0 (entries that reach exactly 0 stay 0: zeros of ``Vh`` are
           absorbing, a faithful consequence of the method).
-        - ``"prox_mode"`` : {"exact_nonneg", "exact", "paper", "paper_nonneg"},
-          default="exact_nonneg". The exact prox of the Elb regularizer on ``x >= 0`` (a
-          correction of eq. 6), or the paper's eq. 6 (which omits the soft-threshold dead
-          zones), clamped at 0 or not.
-        - ``"proximity"`` : {"sequential", "joint"}, default="sequential". The paper's Elb
-          prox followed by the proximity prox, or their exact joint prox.
-        - ``"step_scale"`` : float > 0, default=1.0. Multiplies the Lipschitz steps
-          (``update="palm"`` only).
-        - ``"server_step"`` : float > 0 or "1/C", default=1.0. Step ``eta_s`` of the server's
-          Elb prox; ``"1/C"`` is the exact minimizer of the server subproblem.
+        - ``prox_mode`` : {"exact_nonneg", "exact", "paper", "paper_nonneg"}, default="exact_nonneg"
+          The exact prox of the Elb regularizer on ``x >= 0`` (a correction of eq. 6), or the
+          paper's eq. 6 (which omits the soft-threshold dead zones), clamped at 0 or not.
+        - ``proximity`` : {"sequential", "joint"}, default="sequential"
+          The paper's Elb prox followed by the proximity prox, or their exact joint prox.
+        - ``step_scale`` : float > 0, default=1.0
+          Multiplies the Lipschitz steps (``update="palm"`` only).
+        - ``server_step`` : float > 0 or "1/C", default=1.0
+          Step ``eta_s`` of the server's Elb prox; ``"1/C"`` is the exact minimizer of the server
+          subproblem.
 
         ``Felb(solver_params={"update": "mu"})`` is Felb-MU.
     callback : callable, default=None

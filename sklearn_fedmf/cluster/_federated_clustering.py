@@ -38,7 +38,7 @@ from sklearn.base import (
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from .._docstrings import SHARED_PARAMETERS, Substitution
+from .._docstrings import SHARED_PARAMETERS, Substitution, solver_key
 from .._fit import FederatedEstimator, resolve_solver_params
 from ..exceptions import DataWarning
 from ._clustering_protocols import (
@@ -67,7 +67,8 @@ def _value_range(X):
 
 
 # ---- estimator ----------------------------------------------------------------------------
-@Substitution(**SHARED_PARAMETERS)
+@Substitution(**SHARED_PARAMETERS,
+              dropout_key=solver_key("dropout", "float in [0, 1), default=0.0"))
 class FederatedClustering(
     ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, FederatedEstimator
 ):
@@ -125,55 +126,57 @@ class FederatedClustering(
         its default. An unknown key or a bad value raises an error that lists the keys. The
         paper's own start is ``PAPER_SETTINGS`` (:mod:`sklearn_fedmf.cluster`).
 
-        - ``"variant"`` : {"wang_chang", "fedpalm"}, default="wang_chang". ``"fedpalm"``
-          (with ``algorithm="fedmavg"``): Remark 1's FedPALM, the baseline of the paper's
-          Fig. 2b: each client interleaves ``local_iter_u`` pairs of one projected membership
-          step at its current copy of the centers and one projected center step, then
-          FedMAvg's averaging (``Q = 2 local_iter_u``; ``local_iter_v``, ``q_hat`` and
-          ``w_step`` do not apply).
-        - ``"q_hat"`` : int, default=5. ``Q_hat`` of FedMAvg's diminishing schedule.
-        - ``"sampling"`` : {"uniform", "weighted"}, default="uniform". ``"uniform"``:
-          distinct clients without replacement. ``"weighted"``: the paper's i.i.d. draws with
-          replacement, probabilities ``omega_p = N_p / N`` (Algorithm 1); a client drawn twice
-          computes and uploads once and FedMAvg's mean counts it per draw.
-        - ``"participation"`` : {"pcc", "pcp"}, default="pcc". FedMAvg only: every client
-          (``"pcc"``) or only the sampled ones (``"pcp"``) update their memberships. FedMGS
-          always uses the sampled clients only.
-        - ``"aggregation"`` : {"weighted", "sampled_mean"} or None, default=None. FedMAvg's
-          server average: weights ``N_p`` (eq. (8) at full participation, renormalized over
-          the senders otherwise) or the plain mean, a client counted once per draw. None
-          means ``"weighted"``, or ``"sampled_mean"`` with ``sampling="weighted"``.
-        - ``"c_factor"`` : float, default=0.51. Membership step ``1 / (c_factor L_Hp)``.
-        - ``"d_factor"`` : float or None, default=None. Center step ``1 / (d_factor L_W)``;
-          None: 0.501 (FedMGS) or 5 (FedMAvg).
-        - ``"w_step"`` : {"global", "local", "guarded"}, default="global". FedMAvg's
-          ``L_W``: of all clients' memberships this round (clients send ``H_p H_p^T``
-          first), of the client's own, or the global one bounded by the local (a stability
-          guard on non-iid clients).
-        - ``"h_constraint"`` : {"nonnegative", "onehot"}, default="nonnegative".
-          ``"onehot"``: the exact K-means formulation (assignment step, unconstrained
-          centers, no penalty).
-        - ``"sncp"`` : bool, default=True. Grow ``rho`` (SNCP); False keeps
-          ``rho = rho0 ||X||^2 / N``.
-        - ``"rho0"`` : float, default=1e-5. Initial penalty weight, relative to
-          ``||X||^2 / N``. The paper's ``1e-8`` (``PAPER_SETTINGS``) suits its random start;
-          from the k-FED seeding's one-sparse memberships it lets the centers drift to an
-          almost unpenalized NMF before SNCP makes the memberships one-sparse again, and
-          FedMAvg's SNCP rarely raises ``rho`` within 1000 rounds. ``1e-5`` still lets a poor
-          seeding be corrected (the samples can change cluster); ``1e-3`` and above freeze
-          the seeding's clusters (user guide, Clustering).
-        - ``"nu"`` : float, default=1e-10. Ridge weight on the memberships, relative to
-          ``||X||^2 / N``.
-        - ``"rho_growth"`` : float, default=1.5. Factor by which SNCP multiplies ``rho``
-          each time it raises it.
-        - ``"rho_tol"`` : float or None, default=None. Raise ``rho`` when the relative change
-          of the objective is below it; None: 5e-5 (FedMGS) or 1e-5 (FedMAvg).
-        - ``"rho_force_every"`` : int, default=200. Also raise ``rho`` every that many rounds
-          (0 never).
-        - ``"rho_max"`` : float or None, default=None. Cap of ``rho`` relative to
-          ``||X||^2 / N``; None: 1 (FedMGS) or 100 (FedMAvg).
-        - ``"dropout"`` : float in [0, 1), default=0.0. Probability that a sampled client
-          fails in a round (simulated: it keeps its state and sends nothing).
+        - ``variant`` : {"wang_chang", "fedpalm"}, default="wang_chang"
+          ``"fedpalm"`` (with ``algorithm="fedmavg"``): Remark 1's FedPALM, the baseline of the
+          paper's Fig. 2b: each client interleaves ``local_iter_u`` pairs of one projected
+          membership step at its current copy of the centers and one projected center step, then
+          FedMAvg's averaging (``Q = 2 local_iter_u``; ``local_iter_v``, ``q_hat`` and ``w_step`` do
+          not apply).
+        - ``q_hat`` : int, default=5
+          ``Q_hat`` of FedMAvg's diminishing schedule.
+        - ``sampling`` : {"uniform", "weighted"}, default="uniform"
+          ``"uniform"``: distinct clients without replacement. ``"weighted"``: the paper's i.i.d.
+          draws with replacement, probabilities ``omega_p = N_p / N`` (Algorithm 1); a client drawn
+          twice computes and uploads once and FedMAvg's mean counts it per draw.
+        - ``participation`` : {"pcc", "pcp"}, default="pcc"
+          FedMAvg only: every client (``"pcc"``) or only the sampled ones (``"pcp"``) update their
+          memberships. FedMGS always uses the sampled clients only.
+        - ``aggregation`` : {"weighted", "sampled_mean"} or None, default=None
+          FedMAvg's server average: weights ``N_p`` (eq. (8) at full participation, renormalized
+          over the senders otherwise) or the plain mean, a client counted once per draw. None means
+          ``"weighted"``, or ``"sampled_mean"`` with ``sampling="weighted"``.
+        - ``c_factor`` : float, default=0.51
+          Membership step ``1 / (c_factor L_Hp)``.
+        - ``d_factor`` : float or None, default=None
+          Center step ``1 / (d_factor L_W)``; None: 0.501 (FedMGS) or 5 (FedMAvg).
+        - ``w_step`` : {"global", "local", "guarded"}, default="global"
+          FedMAvg's ``L_W``: of all clients' memberships this round (clients send ``H_p H_p^T``
+          first), of the client's own, or the global one bounded by the local (a stability guard on
+          non-iid clients).
+        - ``h_constraint`` : {"nonnegative", "onehot"}, default="nonnegative"
+          ``"onehot"``: the exact K-means formulation (assignment step, unconstrained centers, no
+          penalty).
+        - ``sncp`` : bool, default=True
+          Grow ``rho`` (SNCP); False keeps ``rho = rho0 ||X||^2 / N``.
+        - ``rho0`` : float, default=1e-5
+          Initial penalty weight, relative to ``||X||^2 / N``. The paper's ``1e-8``
+          (``PAPER_SETTINGS``) suits its random start; from the k-FED seeding's one-sparse
+          memberships it lets the centers drift to an almost unpenalized NMF before SNCP makes the
+          memberships one-sparse again, and FedMAvg's SNCP rarely raises ``rho`` within 1000 rounds.
+          ``1e-5`` still lets a poor seeding be corrected (the samples can change cluster); ``1e-3``
+          and above freeze the seeding's clusters (user guide, Clustering).
+        - ``nu`` : float, default=1e-10
+          Ridge weight on the memberships, relative to ``||X||^2 / N``.
+        - ``rho_growth`` : float, default=1.5
+          Factor by which SNCP multiplies ``rho`` each time it raises it.
+        - ``rho_tol`` : float or None, default=None
+          Raise ``rho`` when the relative change of the objective is below it; None: 5e-5 (FedMGS)
+          or 1e-5 (FedMAvg).
+        - ``rho_force_every`` : int, default=200
+          Also raise ``rho`` every that many rounds (0 never).
+        - ``rho_max`` : float or None, default=None
+          Cap of ``rho`` relative to ``||X||^2 / N``; None: 1 (FedMGS) or 100 (FedMAvg).
+        %(dropout_key)s
     callback : callable, default=None
         ``callback(round, info)`` after each round (of each of the ``n_init`` federations);
         returning True stops that federation.
