@@ -12,8 +12,8 @@ memberships. The model of all the paper's experiments (35)-(36)::
 The penalty vanishes iff every ``h_j`` has at most one nonzero, so growing ``rho`` (SNCP,
 Section V-F) drives each sample into one cluster; as samples keep their own scale, samples are
 clustered by direction. ``solver_params["h_constraint"] = "onehot"`` is the exact K-means
-formulation (Section II-B):
-no penalty, one-hot ``h_j`` (the H phase is the assignment step), ``W`` unconstrained.
+formulation (Section II-B): no penalty, one-hot ``h_j`` (the H phase is the assignment step),
+``W`` unconstrained.
 
 Steps are factors of Lipschitz constants (Section V-A's factors, with the true constants). As
 ``(1/c_p) grad_{H_p} F_p`` does not depend on ``p`` (from (29), (35), (36)),
