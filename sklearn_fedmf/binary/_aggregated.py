@@ -11,7 +11,7 @@ refitted to the aggregate and components are not aligned across clients.
 from __future__ import annotations
 
 from functools import partial
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -21,9 +21,10 @@ from .._engine import FederatedProtocol, Participation
 from .._fit import resolve_solver_params
 from ..metrics._binary import factor_counts
 from ..privacy import privatize
-from ._base import BooleanFactorizationBase
+from ._base import BooleanFactorizationBase, elb_solver_params
+from ._cover import MEBF, Asso
 from ._cover_solvers import COVER_SOLVERS
-from ._elb import PROX_MODES, local_steps, transposed_block
+from ._elb import local_steps, transposed_block
 
 __all__ = ["AggregatedBMF", "aggregate_boolean"]
 
@@ -208,17 +209,13 @@ class AggregatedBMF(BooleanFactorizationBase):
         "solver_params": [dict, None],
     }
     _solver_params: dict = {
-        "kappa": (0.01, [Interval(Real, 0, None, closed="left")]),
-        "lam": (0.01, [Interval(Real, 0, None, closed="left")]),
-        "growth": (1.02, [Interval(Real, 1, None, closed="left")]),
-        "lam_max": (1e12, [Interval(Real, 0, None, closed="neither")]),
-        "inertia": (0.01, [Interval(Real, 0, 1, closed="left")]),
-        "update": ("palm", [StrOptions({"palm", "mu"})]),
-        "prox_mode": ("exact_nonneg", [StrOptions(set(PROX_MODES))]),
-        "threshold": (None, [Interval(Real, 0, 1, closed="right"), None]),
-        "gain": (1.0, [Interval(Real, 0, None, closed="neither")]),
-        "loss": (1.0, [Interval(Real, 0, None, closed="left")]),
-        "cover": (0.95, [Interval(Real, 0, 1, closed="right")]),
+        **elb_solver_params(kappa=0.01, lam=0.01, growth=1.02, lam_max=1e12, inertia=0.01,
+                            update="palm", prox_mode="exact_nonneg"),
+        # the cover solvers' options, constrained as in their own estimators
+        "threshold": (None, [*Asso._parameter_constraints["threshold"], None]),
+        "gain": (1.0, Asso._parameter_constraints["gain"]),
+        "loss": (1.0, Asso._parameter_constraints["loss"]),
+        "cover": (0.95, MEBF._parameter_constraints["cover"]),
     }
     # the options each cover solver reads (the other keys are Elbmf's)
     _cover_keys = {"elbmf": (), "asso": ("threshold", "gain", "loss"), "grecond": (),

@@ -22,9 +22,8 @@ from .._engine import FederatedProtocol, Participation
 from .._fit import resolve_solver_params
 from ..metrics._binary import factor_counts
 from ..privacy import privatize
-from ._base import BooleanFactorizationBase
+from ._base import ELB_CONSTRAINTS, BooleanFactorizationBase, elb_solver_params
 from ._elb import (
-    PROX_MODES,
     elb_value,
     integrality_gap_values,
     lam_at,
@@ -277,19 +276,15 @@ class Felb(BooleanFactorizationBase):
         **BooleanFactorizationBase._parameter_constraints,
         "sync_every": [Interval(Integral, 1, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
-        "lam": [Interval(Real, 0, None, closed="left")],
+        "lam": ELB_CONSTRAINTS["lam"],
         "gamma": [Interval(Real, 0, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "solver_params": [dict, None],
     }
     _solver_params: dict = {
-        "kappa": (1e-3, [Interval(Real, 0, None, closed="left")]),
-        "growth": (1.05, [Interval(Real, 1, None, closed="left")]),
-        "lam_max": (1e12, [Interval(Real, 0, None, closed="neither")]),
+        **elb_solver_params(kappa=1e-3, growth=1.05, lam_max=1e12, inertia=1e-3, update="palm",
+                            prox_mode="exact_nonneg"),
         "rate_unit": ("local", [StrOptions({"local", "sync"})]),
-        "inertia": (1e-3, [Interval(Real, 0, 1, closed="left")]),
-        "update": ("palm", [StrOptions({"palm", "mu"})]),
-        "prox_mode": ("exact_nonneg", [StrOptions(set(PROX_MODES))]),
         "proximity": ("sequential", [StrOptions({"sequential", "joint"})]),
         "step_scale": (1.0, [Interval(Real, 0, None, closed="neither")]),
         "server_step": (1.0, [Interval(Real, 0, None, closed="neither"), StrOptions({"1/C"})]),
