@@ -137,7 +137,8 @@ def synthetic_table(case, sizes, rounds, seeds, n_clients, ms, n_jobs, only=None
             print(f"{name:12s} {'-':>4s} {'(not run)':>14s} {TABLE_I_SYN[(name, None)]:9.1f}")
 
 
-def digits_table(rounds, seeds, n_jobs, quick, ms, q_hat, defaults_only=False, **params):
+def digits_table(rounds, seeds, n_jobs, quick, ms, q_hat, defaults_only=False, n_init=10,
+                 rho0=1e-4):
     X, y = load_digits(return_X_y=True)
     if quick:
         X, y = X[:400], y[:400]
@@ -145,7 +146,8 @@ def digits_table(rounds, seeds, n_jobs, quick, ms, q_hat, defaults_only=False, *
     held = [len(np.unique(y[clients == c])) for c in range(20)]
     print(f"\ndigits {X.shape[0]} x {X.shape[1]}, 20 clients holding {min(held)}-{max(held)} "
           f"digits each, {seeds} seed(s), at most {rounds} rounds"
-          + ("" if defaults_only else f"; tuned rows: {params}, FedMAvg q_hat={q_hat}") + "\n")
+          + ("" if defaults_only else f"; tuned rows: n_init={n_init}, rho0={rho0}, FedMAvg "
+                                      f"q_hat={q_hat}") + "\n")
     header = f"{'method':12s} {'m':>4s} {'ACC %':>14s} {'/ KMeans':>9s} {'rounds':>7s} " \
              f"{'seconds':>8s} {'MB up':>9s}"
     print(header + "\n" + "-" * len(header))
@@ -161,9 +163,10 @@ def digits_table(rounds, seeds, n_jobs, quick, ms, q_hat, defaults_only=False, *
     if defaults_only:
         return
     for algorithm, own in (("FedMGS", {}), ("FedMAvg", {"q_hat": q_hat})):
+        solver = {"rho0": rho0, **own}
         for m in ms:
-            results = [run(algorithm, m, X, y, clients, rounds, s, n_jobs, **own, **params)
-                       for s in range(seeds)]
+            results = [run(algorithm, m, X, y, clients, rounds, s, n_jobs, n_init=n_init,
+                           solver_params=solver) for s in range(seeds)]
             print_row(algorithm, m or 20, results, np.mean([r["acc"] for r in results]) / base,
                       digits=2)
 
@@ -179,16 +182,16 @@ def fedpalm_table(sizes, rounds, n_clients, m, n_jobs, marks):
     header = f"{'method':22s}" + "".join(f"{r:>11d}" for r in marks) + f"{'ACC %':>8s}"
     print(header + "\n" + "-" * len(header))
     fedmavg = dict(algorithm="fedmavg")
-    rows = [("FedMAvg Q=2 (1+1)", dict(fedmavg, local_iter_u=1, local_iter_v=1)),
-            ("FedMAvg Q1=10 Qhat=5", dict(fedmavg, local_iter_u=10, q_hat=5))]
-    rows += [(f"FedPALM Q={2 * pairs}", dict(fedmavg, variant="fedpalm", local_iter_u=pairs))
-             for pairs in (1, 5, 10)]
+    rows = [("FedMAvg Q=2 (1+1)", dict(fedmavg, local_iter_u=1, local_iter_v=1), {}),
+            ("FedMAvg Q1=10 Qhat=5", dict(fedmavg, local_iter_u=10), {"q_hat": 5})]
+    rows += [(f"FedPALM Q={2 * pairs}", dict(fedmavg, local_iter_u=pairs),
+              {"variant": "fedpalm"}) for pairs in (1, 5, 10)]
     rows.append(("FedMGS Q1=10 Q2=100", dict(algorithm="fedmgs", local_iter_u=10,
-                                              local_iter_v=100)))
-    for name, params in rows:
+                                              local_iter_v=100), {}))
+    for name, params, solver in rows:
         model = FederatedClustering(sizes[2], clients_per_round=m, max_iter=rounds, tol=0.0,
-                                    sncp=False, rho0=1e-8, n_init=1, random_state=0,
-                                    n_jobs=n_jobs, **params)
+                                    n_init=1, random_state=0, n_jobs=n_jobs, **params,
+                                    solver_params={"sncp": False, "rho0": 1e-8, **solver})
         model.fit(X, clients=clients)
         objective = [model.history_[r - 1]["objective"] for r in marks]
         acc = 100 * clustering_accuracy(y, model.labels_)

@@ -49,8 +49,8 @@ from sklearn_fedmf.metrics import f1_boolean, rmsd, rmsd_sum_clients
 
 METHODS = {
     "felb": lambda k, C, seed, T: Felb(k, n_clients=C, max_iter=T, random_state=seed),
-    "felb-mu": lambda k, C, seed, T: Felb(k, n_clients=C, max_iter=T, update="mu",
-                                          random_state=seed),
+    "felb-mu": lambda k, C, seed, T: Felb(k, n_clients=C, max_iter=T,
+                                          solver_params={"update": "mu"}, random_state=seed),
     "agg-majority": lambda k, C, seed, T: AggregatedBMF(k, n_clients=C, local_iter=10 * T,
                                                         random_state=seed),
     "agg-round": lambda k, C, seed, T: AggregatedBMF(k, n_clients=C, local_iter=10 * T,

@@ -40,7 +40,7 @@ def main():
     common = dict(n_components=5, n_clients=10, random_state=0)
     models = {
         "Felb": Felb(max_iter=syncs, **common),
-        "Felb-MU": Felb(update="mu", max_iter=syncs, **common),
+        "Felb-MU": Felb(solver_params={"update": "mu"}, max_iter=syncs, **common),
         "AggregatedBMF (one shot)": AggregatedBMF(local_iter=10 * syncs, **common),
     }
     # Order rows and columns by their planted tile (none last), so the tiles show as blocks.

@@ -1,5 +1,6 @@
 """The ``fedmf`` command: main job on reduced sizes, data specs, tune, errors and --help."""
 
+import argparse
 import json
 import re
 import subprocess
@@ -337,6 +338,11 @@ def _bad_file(tmp_path):
          "--set beta=-1: "),
         (["run", "--method", "felb", "--data", "tiles:50x20x3", "--clients-per-round", "3"],
          "--clients-per-round: felb has no parameter clients_per_round"),
+        # a solver constant goes into solver_params, its value checked there
+        (["run", "--method", "felb-mu", "--data", "tiles:50x20x3", "--set", "kappa=-1"],
+         "--set kappa=-1: "),
+        (["run", "--method", "felb", "--data", "tiles:50x20x3", "--set", "update=newton"],
+         "--set update='newton': "),
         (["tune", "--data", "synthetic:40x30x300", "--clients", "5", "--grid", "n_clients=4,5"],
          "--clients and --grid n_clients=... both set n_clients"),
         (["tune", "--data", "synthetic:40x30x300", "--clients", "5", "--rounds", "5", "--grid",
@@ -428,3 +434,14 @@ def test_python_dash_m_runs_the_command():
     result = subprocess.run([sys.executable, "-m", "sklearn_fedmf", "--version"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.startswith("fedmf ")
+
+
+def test_set_routes_a_solver_constant_into_solver_params():
+    # felb-mu's variant is solver_params={"update": "mu"}: a --set of another solver key
+    # joins it, a constructor parameter stays one
+    from sklearn_fedmf.cli._registry import METHODS, make_estimator
+
+    args = argparse.Namespace(set=[("kappa", 5.0), ("lam", 50.0)], explicit=set())
+    felb_mu = make_estimator(METHODS["felb-mu"], args)
+    assert felb_mu.solver_params == {"update": "mu", "kappa": 5.0} and felb_mu.lam == 50.0
+    assert make_estimator(METHODS["felb"], args).solver_params == {"kappa": 5.0}

@@ -108,7 +108,8 @@ def test_sncp_schedule():
 
 
 # ---- exact equivalences -------------------------------------------------------------------
-FIXED = dict(max_iter=12, tol=0.0, sncp=False, rho0=1e-3, random_state=0)
+FIXED = dict(max_iter=12, tol=0.0, random_state=0)
+FIXED_RHO = {"sncp": False, "rho0": 1e-3}
 
 
 def test_fedmgs_with_all_clients_does_not_depend_on_the_partition():
@@ -116,8 +117,8 @@ def test_fedmgs_with_all_clients_does_not_depend_on_the_partition():
     X, y = blobs()
     init = X[:3]
     fits = [
-        FederatedClustering(3, algorithm="fedmgs", local_iter_v=5, init=init, **FIXED).fit(
-            X, clients=clients)
+        FederatedClustering(3, algorithm="fedmgs", local_iter_v=5, init=init,
+                            solver_params=FIXED_RHO, **FIXED).fit(X, clients=clients)
         for clients in (np.zeros(len(X)), np.arange(len(X)) % 10, y)  # P = 1, 10, by label
     ]
     for other in fits[1:]:
@@ -131,10 +132,11 @@ def test_fedmavg_weighted_with_q2_one_equals_fedmgs_with_q2_one():
     """Oracle 12: full participation, weighted average (8), Q2 = 1, the same d factor."""
     X, y = blobs()
     init = X[:3]
-    mavg = FederatedClustering(3, algorithm="fedmavg", local_iter_v=1, d_factor=0.501,
-                               aggregation="weighted", init=init, **FIXED).fit(X, clients=y)
+    mavg = FederatedClustering(3, algorithm="fedmavg", local_iter_v=1, init=init, **FIXED,
+                               solver_params={**FIXED_RHO, "d_factor": 0.501,
+                                              "aggregation": "weighted"}).fit(X, clients=y)
     mgs = FederatedClustering(3, algorithm="fedmgs", local_iter_v=1, init=init,
-                              n_clients=7, **FIXED).fit(X)
+                              n_clients=7, solver_params=FIXED_RHO, **FIXED).fit(X)
     np.testing.assert_allclose(mavg.cluster_centers_, mgs.cluster_centers_, rtol=1e-10,
                                atol=1e-12)
     np.testing.assert_allclose(mavg.sample_factors_, mgs.sample_factors_, rtol=1e-10,
@@ -148,7 +150,8 @@ def test_one_client_and_one_step_is_centralized_alternating_pgd(algorithm):
     N, init, rho0, nu = len(X), X[:3], 1e-3, 1e-10
     d_factor = 0.501 if algorithm == "fedmgs" else 5.0
     params = dict(algorithm=algorithm, n_clients=1, local_iter_u=1, local_iter_v=1,
-                  init=init, sncp=False, rho0=rho0, nu=nu, tol=0.0, random_state=0)
+                  init=init, solver_params={"sncp": False, "rho0": rho0, "nu": nu}, tol=0.0,
+                  random_state=0)
     models = [FederatedClustering(3, max_iter=k, **params).fit(X) for k in (1, 2)]
     scale = (X**2).sum() / N
     rho, nu = rho0 * scale, nu * scale
@@ -167,7 +170,8 @@ def test_fedmgs_full_participation_descends_monotonically():
     """Oracle 13: fixed rho, c = 0.51 L_H, d = 0.501 L_W."""
     X, _ = blobs()
     model = FederatedClustering(3, n_clients=6, local_iter_v=10, max_iter=40, tol=0.0,
-                                init="random", sncp=False, rho0=1e-2, random_state=1).fit(X)
+                                init="random", solver_params={"sncp": False, "rho0": 1e-2},
+                                random_state=1).fit(X)
     F = np.array([r["objective"] for r in model.history_])
     assert np.all(np.diff(F) <= 1e-12 * F[:-1])
     assert F[-1] < 0.9 * F[0]
@@ -199,7 +203,8 @@ def test_who_moves(algorithm, participation, all_move):
     """Oracle 6: FedMGS and PCP leave non-sampled memberships bitwise unchanged."""
     X, _ = blobs(n=60)
     sampled = []
-    params = dict(algorithm=algorithm, participation=participation, n_clients=5,
+    params = dict(algorithm=algorithm, solver_params={"participation": participation},
+                  n_clients=5,
                   clients_per_round=2, n_init=1, random_state=0)  # one federation to follow
     before = FederatedClustering(3, max_iter=1, **params).fit(X)
     after = FederatedClustering(3, max_iter=2, **params,
@@ -283,7 +288,8 @@ def test_onehot_mode_is_federated_kmeans():
     fixed points stay."""
     X, y = blobs(n=300, m=10, k=4, seed=4)
     kmeans = KMeans(4, n_init=10, tol=0.0, random_state=0).fit(X)  # exact Lloyd fixed point
-    model = FederatedClustering(4, h_constraint="onehot", n_clients=5, local_iter_v=50,
+    onehot = {"h_constraint": "onehot"}
+    model = FederatedClustering(4, solver_params=onehot, n_clients=5, local_iter_v=50,
                                 max_iter=100, init=kmeans.cluster_centers_,
                                 random_state=0).fit(X)
     H = model.sample_factors_
@@ -295,7 +301,7 @@ def test_onehot_mode_is_federated_kmeans():
     # FedMAvg from perturbed centers ends at a Lloyd fixed point: every sample at its nearest
     # center, every center the mean of its samples
     start = kmeans.cluster_centers_ + 0.1 * np.random.default_rng(0).normal(size=(4, 10))
-    model = FederatedClustering(4, h_constraint="onehot", algorithm="fedmavg", n_clients=5,
+    model = FederatedClustering(4, solver_params=onehot, algorithm="fedmavg", n_clients=5,
                                 max_iter=200, tol=0.0, init=start, random_state=0).fit(X)
     np.testing.assert_array_equal(model.predict(X), model.labels_)
     means = [X[model.labels_ == k].mean(axis=0) for k in range(4)]
@@ -365,7 +371,8 @@ def test_defaults_reach_nine_tenths_of_kmeans_on_label_skewed_digits(algorithm):
 @pytest.mark.parametrize("h_constraint", ["nonnegative", "onehot"])
 def test_transform_is_the_distance_that_predict_and_score_minimize(h_constraint):
     X, _ = blobs(n=90)
-    model = FederatedClustering(3, n_clients=3, max_iter=30, h_constraint=h_constraint,
+    model = FederatedClustering(3, n_clients=3, max_iter=30,
+                                solver_params={"h_constraint": h_constraint},
                                 random_state=0).fit(X)
     D = model.transform(X)
     assert D.shape == (90, 3) and (D >= 0).all()

@@ -45,15 +45,16 @@ CHECKED = [
           learning_rate=0.05, n_clients=2, max_iter=20, random_state=0),
     # binarize=0.0 maps the checks' real-valued data to 0/1; the default rejects it
     Felb(n_components=2, n_clients=2, max_iter=3, sync_every=2, binarize=0.0, random_state=0),
-    Felb(n_components=2, n_clients=2, max_iter=3, sync_every=2, binarize=0.0, update="mu",
-         random_state=0),
+    Felb(n_components=2, n_clients=2, max_iter=3, sync_every=2, binarize=0.0,
+         solver_params={"update": "mu"}, random_state=0),
     AggregatedBMF(n_components=2, n_clients=2, local_iter=5, binarize=0.0, random_state=0),
     Asso(n_components=2, binarize=0.0),
     GreConD(n_components=2, binarize=0.0),
     MEBF(n_components=2, binarize=0.0),
     FederatedClustering(n_clusters=3, n_clients=2, max_iter=20, random_state=0),
-    FederatedClustering(n_clusters=3, n_clients=2, max_iter=20, h_constraint="onehot",
-                        algorithm="fedmavg", random_state=0),
+    FederatedClustering(n_clusters=3, n_clients=2, max_iter=20,
+                        solver_params={"h_constraint": "onehot"}, algorithm="fedmavg",
+                        random_state=0),
 ]
 
 

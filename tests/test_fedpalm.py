@@ -29,9 +29,10 @@ def test_fedpalm_q_2_clustering_round_by_hand():
     X = rng.random((30, 4)) * 2.0
     clients = np.repeat([0, 1, 2], 10)
     W0 = np.array([[1.5, 0.2, 0.1, 0.3], [0.1, 1.8, 1.9, 0.2]])  # (K, M) centers
-    model = FederatedClustering(n_clusters=2, algorithm="fedmavg", variant="fedpalm",
-                                local_iter_u=1, init=W0, sncp=False, max_iter=1, tol=0.0,
-                                rho0=1e-3, nu=1e-4, random_state=0).fit(X, clients=clients)
+    model = FederatedClustering(n_clusters=2, algorithm="fedmavg", local_iter_u=1, init=W0,
+                                max_iter=1, tol=0.0, random_state=0,
+                                solver_params={"variant": "fedpalm", "sncp": False,
+                                               "rho0": 1e-3, "nu": 1e-4}).fit(X, clients=clients)
 
     N, K = X.shape[0], 2
     scale = (X * X).sum() / N
@@ -67,17 +68,19 @@ def test_fedpalm_uploads_only_the_local_centers():
         for upload in info["uploads"].values():
             assert set(upload) == {"W"} and upload["W"].shape == (5, 3)
 
-    FederatedClustering(n_clusters=3, algorithm="fedmavg", variant="fedpalm", n_clients=4,
+    FederatedClustering(n_clusters=3, algorithm="fedmavg", solver_params={"variant": "fedpalm"},
+                        n_clients=4,
                         clients_per_round=2, max_iter=5, callback=only_w,
                         random_state=0).fit(X)
 
 
-@pytest.mark.parametrize("params", [{"algorithm": "fedmgs"},
-                                    {"algorithm": "fedmavg", "h_constraint": "onehot"}])
-def test_fedpalm_needs_fedmavg_with_nonnegative_memberships(params):
+@pytest.mark.parametrize("algorithm, solver", [("fedmgs", {}),
+                                               ("fedmavg", {"h_constraint": "onehot"})])
+def test_fedpalm_needs_fedmavg_with_nonnegative_memberships(algorithm, solver):
     X = np.abs(np.random.default_rng(1).normal(size=(20, 3)))
     with pytest.raises(ValueError, match="fedpalm"):
-        FederatedClustering(n_clusters=2, variant="fedpalm", **params).fit(X)
+        FederatedClustering(n_clusters=2, algorithm=algorithm,
+                            solver_params={"variant": "fedpalm", **solver}).fit(X)
 
 
 def test_fedpalm_refuses_a_global_w_step():

@@ -1,6 +1,7 @@
 """Felb, Felb-MU and AggregatedBMF: oracles from the Felb paper (Algorithm 1,
 the Elb prox, Appendix B) and planted-tile recovery."""
 
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -355,7 +356,8 @@ def test_planted_tile_recovery_best_of_five_seeds(update, density, noise, f1_sta
     X, truth = tiles(800, 80, 4, density=density, noise=noise, seed=3)
     best = (0.0, 0.0)
     for seed in range(5):
-        model = Felb(n_components=4, n_clients=4, update=update, random_state=seed).fit(X)
+        model = Felb(n_components=4, n_clients=4, solver_params={"update": update},
+                     random_state=seed).fit(X)
         factors = (model.user_factors_, model.components_)
         best = max(best, (f1_boolean(truth, factors), f1_boolean(X, factors)))
         if best[0] >= f1_star and (f1_data is None or best[1] >= f1_data):
@@ -504,8 +506,9 @@ def test_privacy_spent_reports_per_release_and_composition():
              privacy=LocalDP("gaussian", epsilon=0.5)).fit(X)
 
 
-@pytest.mark.parametrize("params", [dict(update="palm"), dict(
-    update="mu", privacy=LocalDP("gaussian", epsilon=0.5, delta=0.05, clip=1.5))])
+@pytest.mark.parametrize("params", [dict(solver_params={"update": "palm"}), dict(
+    solver_params={"update": "mu"},
+    privacy=LocalDP("gaussian", epsilon=0.5, delta=0.05, clip=1.5))])
 def test_n_jobs_invariance(params):
     X, _ = tiles(120, 30, 3, density=0.9, noise=0.05, seed=9)
     fits = [Felb(n_components=3, n_clients=6, max_iter=8, random_state=0, n_jobs=n_jobs,
@@ -562,3 +565,24 @@ def test_fused_step_matches_numpy_composition(mode, update, proximity):
         expected = _elb.prox_proximity(_elb.prox_elb(X, eta * 0.02, eta * 0.4, mode), s, Vh)
     V_new, _ = _elb.v_step(V, V_prev, U, A.T.tocsr(), Vh, gamma=0.7, proximity=proximity, **kw)
     np.testing.assert_allclose(V_new, expected, rtol=1e-12, atol=1e-14)
+
+
+# ---- solver_params ------------------------------------------------------------------------
+def test_solver_params_reach_the_steps_and_the_fold_in():
+    # the same model from the same constants, spelled as solver_params: a key changes the
+    # fit (and transform, which folds in with them), a key at its default changes nothing
+    X, _ = tiles(60, 20, 2, density=0.9, noise=0.05, seed=2)
+    kw = dict(n_components=2, n_clients=3, max_iter=4, sync_every=3, random_state=0)
+    plain = Felb(**kw).fit(X)
+    same = Felb(**kw, solver_params={"kappa": 1e-3, "update": "palm"}).fit(X)
+    np.testing.assert_array_equal(plain.components_relaxed_, same.components_relaxed_)
+    other = Felb(**kw, solver_params={"inertia": 0.3}).fit(X)
+    assert not np.array_equal(plain.components_relaxed_, other.components_relaxed_)
+    # AggregatedBMF: Elbmf's keys set the fold-in whatever the solver; a cover option of
+    # another solver is refused
+    agg = AggregatedBMF(n_components=2, n_clients=3, solver="grecond", random_state=0)
+    assert agg.fit(X)._fold_in_params()["kappa"] == 0.01
+    agg.set_params(solver_params={"kappa": 0.5})
+    assert agg._fold_in_params()["kappa"] == 0.5
+    with pytest.raises(ValueError, match="'cover' do not apply to solver='asso'"):
+        agg.set_params(solver="asso", solver_params={"cover": 0.9}).fit(X)

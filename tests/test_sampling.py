@@ -128,7 +128,8 @@ def test_weighted_sampling_clusters_blobs():
     y = rng.integers(3, size=150)
     X = np.abs(centers[y] + 0.3 * rng.normal(size=(150, 3)))
     model = FederatedClustering(n_clusters=3, algorithm="fedmavg", n_clients=6,
-                                clients_per_round=3, sampling="weighted", max_iter=200,
+                                clients_per_round=3, solver_params={"sampling": "weighted"},
+                                max_iter=200,
                                 random_state=0).fit(X)
     agreement = max(np.mean(model.labels_[y == k] == np.bincount(model.labels_[y == k]).argmax())
                     for k in range(3))
@@ -140,6 +141,6 @@ def test_omega_weighted_mean_of_omega_draws_is_refused(cls):
     X = np.abs(low_rank_ratings(m=40, n=10, density=1.0)[2])
     params = dict(sampling="weighted", aggregation="weighted")
     if cls is FederatedClustering:
-        params["algorithm"] = "fedmavg"
+        params = dict(algorithm="fedmavg", solver_params=params)
     with pytest.raises(ValueError, match="omega twice"):
         cls(**params).fit(X)

@@ -11,19 +11,24 @@ refitted to the aggregate and components are not aligned across clients.
 from __future__ import annotations
 
 from functools import partial
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .._docstrings import SHARED_PARAMETERS, Substitution
 from .._engine import FederatedProtocol, Participation
+from .._fit import resolve_solver_params
 from ..metrics._binary import factor_counts
 from ..privacy import privatize
-from ._base import BooleanFactorizationBase
+from ._base import BooleanFactorizationBase, elb_solver_params
+from ._cover import MEBF, Asso
 from ._cover_solvers import COVER_SOLVERS
-from ._elb import PROX_MODES, local_steps, transposed_block
+from ._elb import local_steps, transposed_block
 
 __all__ = ["AggregatedBMF", "aggregate_boolean"]
+
+_COVER_OPTIONS = {"threshold", "gain", "loss", "cover"}
 
 
 def aggregate_boolean(V_stack, aggregation):
@@ -91,6 +96,7 @@ def combine_metrics(server_state, sums):
 
 
 # ---- estimator ----------------------------------------------------------------------------
+@Substitution(**SHARED_PARAMETERS)
 class AggregatedBMF(BooleanFactorizationBase):
     """One-shot federated Boolean factorization: a local BMF, then aggregation of the ``V_i``.
 
@@ -109,53 +115,64 @@ class AggregatedBMF(BooleanFactorizationBase):
     aggregation : {"majority", "round", "or"}, default="majority"
         Majority vote (ties to 1), rounded average (ties to 0), or logical or.
     solver : {"elbmf", "asso", "grecond", "mebf"}, default="elbmf"
-        The local factorization: Elbmf (the parameters below), or the cover-based
-        :class:`~sklearn_fedmf.binary.Asso`, :class:`~sklearn_fedmf.binary.GreConD`,
-        :class:`~sklearn_fedmf.binary.MEBF` with the paper's Appendix D settings
-        (``solver_params`` overrides them).
-    solver_params : dict or None, default=None
-        Keyword arguments of the cover solver, e.g. ``{"threshold": 0.8}`` for Asso.
+        The local factorization: Elbmf (its constants are ``solver_params``), or the
+        cover-based :class:`~sklearn_fedmf.binary.Asso`, :class:`~sklearn_fedmf.binary.GreConD`,
+        :class:`~sklearn_fedmf.binary.MEBF` with the paper's Appendix D settings.
     local_iter : int, default=1000
         Local Elbmf steps (the paper's iteration limit).
-    kappa, lam, growth, inertia : float, default=0.01, 0.01, 1.02, 0.01
-        Elbmf's L1 weight, initial quadratic weight, its growth per step and the iPALM inertia
-        ``beta`` (the paper's Appendix D settings).
-    lam_max : float, default=1e12
-        Cap of the quadratic weight.
-    update : {"palm", "mu"}, default="palm"
-        Lipschitz steps (Elbmf) or multiplicative-update steps.
-    prox_mode : {"exact_nonneg", "exact", "paper", "paper_nonneg"}, default="exact_nonneg"
-        Elb prox (see :class:`Felb`).
     %(privacy)s
         AggregatedBMF's upload is one Boolean ``V_i``, once: randomized response
         (``"auto"``, flip probability ``1 / (1 + e^epsilon)``), epsilon-DP per bit; the
         aggregate is post-processing and stays Boolean.
     n_clients : int, default=10
-        Number of clients when ``clients`` is not given to fit.
+        %(n_clients)s
     partition : {"random", "contiguous"}, default="random"
-        How rows are assigned to ``n_clients`` clients when ``clients`` is not given to fit
-        (``"random"`` is seeded by ``random_state``).
+        %(partition)s
     binarize : float or None, default=None
         None: ``X`` must be binary (a ValueError otherwise). A float maps every entry to
         ``x > binarize`` first, as :class:`~sklearn.naive_bayes.BernoulliNB` does (e.g. 3.25
         keeps ratings >= 3.5 of a rating matrix).
+    solver_params : dict or None, default=None
+        The local solver's constants, the paper's Appendix D settings by default; a key left
+        out keeps its default. Elbmf's keys (they also set the fold-in of :meth:`transform`,
+        whatever ``solver``):
+
+        - ``kappa`` : float, default=0.01
+          L1 weight of the Elb regularizer.
+        - ``lam`` : float, default=0.01
+          Initial quadratic weight of the Elb regularizer.
+        - ``growth`` : float, default=1.02
+          Growth of the quadratic weight per step.
+        - ``lam_max`` : float, default=1e12
+          Cap of the quadratic weight.
+        - ``inertia`` : float in [0, 1), default=0.01
+          iPALM inertia ``beta``.
+        - ``update`` : {"palm", "mu"}, default="palm"
+          Lipschitz steps (Elbmf) or multiplicative-update steps.
+        - ``prox_mode`` : {"exact_nonneg", "exact", "paper", "paper_nonneg"}, default="exact_nonneg"
+          The Elb prox (see :class:`Felb`).
+
+        The options of ``solver="asso"`` (see :class:`~sklearn_fedmf.binary.Asso`) and
+        ``"mebf"`` (see :class:`~sklearn_fedmf.binary.MEBF`), an error with another solver;
+        GreConD has none:
+
+        - ``threshold`` : float in (0, 1] or None, default=None
+          Asso's minimum confidence or MEBF's expansion share; None: the paper's 1.0 (Asso) or 0.5
+          (MEBF).
+        - ``gain``, ``loss`` : float, default=1.0
+          Asso's weights of a newly covered one and zero.
+        - ``cover`` : float in (0, 1], default=0.95
+          MEBF stops once this share of the ones is covered.
     callback : callable, default=None
         ``callback(round, info)`` after the single round.
     random_state : int, RandomState instance or None, default=None
         Seeds the partition, the local initializations and the randomized response.
     n_jobs : int, default=None
-        Parallel local factorizations (joblib; threads unless a backend is configured).
+        %(n_jobs)s
     verbose : int, default=0
         1 shows a progress bar of the single round, 2 a line.
     on_client_error : {"raise", "skip"}, default="raise"
-        An exception in a client's code raises a
-        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
-        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
-        previous state for that round and counts in ``history_``'s ``n_failed``, a
-        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
-        round in which every sampled client failed raises
-        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
-        (``dropout``) are counted either way.
+        %(on_client_error)s
 
     Attributes
     ----------
@@ -188,16 +205,23 @@ class AggregatedBMF(BooleanFactorizationBase):
         **BooleanFactorizationBase._parameter_constraints,
         "aggregation": [StrOptions({"majority", "round", "or"})],
         "solver": [StrOptions({"elbmf", *COVER_SOLVERS})],
-        "solver_params": [dict, None],
         "local_iter": [Interval(Integral, 1, None, closed="left")],
-        "kappa": [Interval(Real, 0, None, closed="left")],
-        "lam": [Interval(Real, 0, None, closed="left")],
-        "growth": [Interval(Real, 1, None, closed="left")],
-        "lam_max": [Interval(Real, 0, None, closed="neither")],
-        "inertia": [Interval(Real, 0, 1, closed="left")],
-        "update": [StrOptions({"palm", "mu"})],
-        "prox_mode": [StrOptions(set(PROX_MODES))],
+        "solver_params": [dict, None],
     }
+    _solver_params: dict = {
+        **elb_solver_params(kappa=0.01, lam=0.01, growth=1.02, lam_max=1e12, inertia=0.01,
+                            update="palm", prox_mode="exact_nonneg"),
+        # the cover solvers' options, constrained as in their own estimators
+        "threshold": (None, [*Asso._parameter_constraints["threshold"], None]),
+        "gain": (1.0, Asso._parameter_constraints["gain"]),
+        "loss": (1.0, Asso._parameter_constraints["loss"]),
+        "cover": (0.95, MEBF._parameter_constraints["cover"]),
+    }
+    # the options each cover solver reads (the other keys are Elbmf's)
+    _cover_keys = {"elbmf": (), "asso": ("threshold", "gain", "loss"), "grecond": (),
+                   "mebf": ("threshold", "cover")}
+    _moved_params = {key: f"solver_params['{key}']" for key in _solver_params
+                     if key not in _COVER_OPTIONS}
 
     def __init__(
         self,
@@ -205,19 +229,12 @@ class AggregatedBMF(BooleanFactorizationBase):
         *,
         aggregation="majority",
         solver="elbmf",
-        solver_params=None,
         local_iter=1000,
-        kappa=0.01,
-        lam=0.01,
-        growth=1.02,
-        lam_max=1e12,
-        inertia=0.01,
-        update="palm",
-        prox_mode="exact_nonneg",
         privacy=None,
         n_clients=10,
         partition="random",
         binarize=None,
+        solver_params=None,
         callback=None,
         random_state=None,
         n_jobs=None,
@@ -231,16 +248,9 @@ class AggregatedBMF(BooleanFactorizationBase):
         )
         self.aggregation = aggregation
         self.solver = solver
-        self.solver_params = solver_params
         self.local_iter = local_iter
-        self.kappa = kappa
-        self.lam = lam
-        self.growth = growth
-        self.lam_max = lam_max
-        self.inertia = inertia
-        self.update = update
-        self.prox_mode = prox_mode
         self.privacy = privacy
+        self.solver_params = solver_params
 
     _privacy_mechanisms = ("bernoulli",)  # the upload is Boolean
 
@@ -251,17 +261,12 @@ class AggregatedBMF(BooleanFactorizationBase):
         return dict(max_iter=1)  # one-shot: a single upload of every V_i
 
     def _make_protocol(self, ctx):
-        cover = None
-        if self.solver != "elbmf":
-            cover = (COVER_SOLVERS[self.solver], dict(self.solver_params or {}))
-        elif self.solver_params:
-            raise ValueError('solver_params apply to the cover solvers; solver="elbmf" takes '
-                             "kappa, lam, growth, beta, update and prox_mode.")
+        solver, cover = self._solver()
         return FederatedProtocol(
             init_server=init_server,
             init_client=init_client,
             client_update=partial(client_update, n_components=self.n_components,
-                                  local_iter=self.local_iter, solver=self._solver(),
+                                  local_iter=self.local_iter, solver=solver,
                                   privacy=ctx.info["privacy"], cover=cover),
             server_update=partial(server_update, aggregation=self.aggregation),
             client_metrics=client_metrics,
@@ -276,8 +281,27 @@ class AggregatedBMF(BooleanFactorizationBase):
         self._read_privacy_spent(ctx.info["privacy"], state.n_uploads)
 
     def _solver(self):
-        return dict(kappa=self.kappa, lam=self.lam, growth=self.growth, lam_max=self.lam_max,
-                    beta=self.inertia, update=self.update, prox_mode=self.prox_mode, step_scale=1.0)
+        """``(Elbmf's step keywords, (cover solver, its options) or None)`` of this fit, read
+        from ``solver_params``; a cover solver's option given for another solver is refused."""
+        params = resolve_solver_params(self)
+        own = self._cover_keys[self.solver]
+        foreign = sorted(set(self.solver_params or {}) & (_COVER_OPTIONS - set(own)))
+        if foreign:
+            raise ValueError(
+                f"AggregatedBMF: solver_params {', '.join(map(repr, foreign))} do not apply to "
+                f"solver={self.solver!r}; its own keys are {', '.join(own) or 'none'} (and "
+                "Elbmf's, which also set the fold-in)."
+            )
+        elbmf = dict(kappa=params["kappa"], lam=params["lam"], growth=params["growth"],
+                     lam_max=params["lam_max"], beta=params["inertia"], update=params["update"],
+                     prox_mode=params["prox_mode"], step_scale=1.0)
+        if self.solver == "elbmf":
+            return elbmf, None
+        options = {key: params[key] for key in own}
+        if options.get("threshold", 0.0) is None:  # the paper's setting of this solver
+            options["threshold"] = {"asso": 1.0, "mebf": 0.5}[self.solver]
+        return elbmf, (COVER_SOLVERS[self.solver], options)
 
     def _fold_in_params(self):
-        return dict(n_steps=self.local_iter, sync_every=1, rate_unit="local", **self._solver())
+        return dict(n_steps=self.local_iter, sync_every=1, rate_unit="local",
+                    **self._solver()[0])

@@ -15,7 +15,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
 from sklearn.preprocessing import binarize
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
@@ -23,9 +23,27 @@ from .._data import check_dense_size
 from .._fit import FederatedEstimator
 from ..metrics._binary import check_binary, f1_boolean
 from ..privacy._local_dp import LocalDPMixin
-from ._elb import local_steps
+from ._elb import PROX_MODES, local_steps
 
-__all__ = ["BooleanFactorizationBase", "fold_in", "single_threaded_blas"]
+__all__ = ["BooleanFactorizationBase", "elb_solver_params", "fold_in", "single_threaded_blas"]
+
+# The constraints of the Elb steps' constants, keys of Felb's and AggregatedBMF's
+# ``solver_params`` (each class declares its own defaults: the paper's, Felb's or Elbmf's)
+ELB_CONSTRAINTS = {
+    "kappa": [Interval(Real, 0, None, closed="left")],
+    "lam": [Interval(Real, 0, None, closed="left")],
+    "growth": [Interval(Real, 1, None, closed="left")],
+    "lam_max": [Interval(Real, 0, None, closed="neither")],
+    "inertia": [Interval(Real, 0, 1, closed="left")],
+    "update": [StrOptions({"palm", "mu"})],
+    "prox_mode": [StrOptions(set(PROX_MODES))],
+}
+
+
+def elb_solver_params(**defaults):
+    """``_solver_params`` declarations ``{key: (default, constraints)}`` of the Elb constants
+    given as ``key=default``."""
+    return {key: (default, ELB_CONSTRAINTS[key]) for key, default in defaults.items()}
 
 
 def single_threaded_blas():

@@ -16,14 +16,16 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ._base import BooleanFactorizationBase
-from ._elb import PROX_MODES
+from .._docstrings import SHARED_PARAMETERS, Substitution
+from .._fit import resolve_solver_params
+from ._base import ELB_CONSTRAINTS, BooleanFactorizationBase, elb_solver_params
 from ._felb_protocol import make_protocol
 
 __all__ = ["Felb"]
 
 
 # ---- estimator ----------------------------------------------------------------------------
+@Substitution(**SHARED_PARAMETERS)
 class Felb(BooleanFactorizationBase):
     """Federated Boolean matrix factorization by proximal optimization (Felb and Felb-MU).
 
@@ -45,68 +47,67 @@ class Felb(BooleanFactorizationBase):
         Local steps ``b`` between two synchronizations (the paper's local rounds).
     max_iter : int, default=100
         Synchronizations ``T`` (communication rounds); ``T * sync_every`` local steps in all.
-    kappa : float, default=1e-3
-        L1 weight of the Elb regularizer (constant).
     lam : float, default=0.1
-        Initial quadratic weight of the Elb regularizer.
-    growth : float, default=1.05
-        ``lambda_t = min(lam * growth**t, lam_max)``.
-    lam_max : float, default=1e12
-        Cap of ``lambda_t`` (``1.05**t`` overflows near ``t = 14500``).
-    rate_unit : {"local", "sync"}, default="local"
-        ``t`` counts local steps, or synchronizations (exponent ``t // sync_every``).
-    inertia : float, default=1e-3
-        iPALM inertia ``beta`` (0 is plain PALM). The V inertia is reset at every
-        synchronization.
+        Initial quadratic weight ``lambda`` of the Elb regularizer; it grows every local step
+        (``solver_params["growth"]``) and drives the factors to {0, 1}.
     gamma : float, default=1.0
-        Weight of the proximity pull of ``V_i`` towards the last ``Vh``.
-    update : {"palm", "mu"}, default="palm"
-        ``"palm"``: Felb, steps ``step_scale / max(||Gram||_F, 1e-4)``. ``"mu"``: Felb-MU,
-        per-entry multiplicative-update steps ``Xbar / (Xbar Gram)``, evaluated at the
-        extrapolated point clamped at 0 (entries that reach exactly 0 stay 0: zeros of ``Vh``
-        are absorbing, a faithful consequence of the method).
-    prox_mode : {"exact_nonneg", "exact", "paper", "paper_nonneg"}, default="exact_nonneg"
-        The exact prox of the Elb regularizer on ``x >= 0`` (a correction of eq. 6), or the
-        paper's eq. 6 (which omits the soft-threshold dead zones), clamped at 0 or not.
-    proximity : {"sequential", "joint"}, default="sequential"
-        The paper's Elb prox followed by the proximity prox, or their exact joint prox.
-    step_scale : float, default=1.0
-        Multiplies the Lipschitz steps (``update="palm"`` only).
-    server_step : float or "1/C", default=1.0
-        Step ``eta_s`` of the server's Elb prox; ``"1/C"`` is the exact minimizer of the
-        server subproblem.
+        Weight of the proximity pull of ``V_i`` towards the last ``Vh`` (the paper leaves it
+        open; 1 and 10 both recover planted tiles, 0 degrades Felb-MU).
     %(privacy)s
         Felb's upload is ``V_i`` (k x m), the only thing a client sends: ``"auto"`` is
         Gaussian noise per entry; ``"laplace"`` and randomized response (``"bernoulli"``)
         are supported too. ``clip=1.5`` bounds the relaxed entries with room to spare.
     n_clients : int, default=10
-        Number of clients the rows are split into when ``clients`` is not given to fit.
+        %(n_clients)s
     partition : {"random", "contiguous"}, default="random"
-        How rows are assigned to ``n_clients`` clients (random is seeded by ``random_state``).
+        %(partition)s
     binarize : float or None, default=None
         None: ``X`` must be binary (a ValueError otherwise). A float maps every entry to
         ``x > binarize`` first, as :class:`~sklearn.naive_bayes.BernoulliNB` does (e.g. 3.25
         keeps ratings >= 3.5 of a rating matrix).
     tol : float, default=0.0
         Stop when the relative change of the relaxed objective between syncs is below ``tol``.
+    solver_params : dict or None, default=None
+        The paper's step constants and variant switches (Appendix D's settings and the
+        resolutions of the user guide); a key left out keeps its default:
+
+        - ``kappa`` : float, default=1e-3
+          L1 weight of the Elb regularizer (constant).
+        - ``growth`` : float, default=1.05
+          ``lambda_t = min(lam * growth**t, lam_max)``.
+        - ``lam_max`` : float, default=1e12
+          Cap of ``lambda_t`` (``1.05**t`` overflows near ``t = 14500``).
+        - ``rate_unit`` : {"local", "sync"}, default="local"
+          ``t`` counts local steps, or synchronizations (exponent ``t // sync_every``).
+        - ``inertia`` : float in [0, 1), default=1e-3
+          iPALM inertia ``beta`` (0 is plain PALM); the V inertia is reset at every synchronization.
+        - ``update`` : {"palm", "mu"}, default="palm"
+          ``"palm"``: Felb, steps ``step_scale / max(||Gram||_F, 1e-4)``. ``"mu"``: Felb-MU,
+          per-entry multiplicative-update steps ``Xbar / (Xbar Gram)``, evaluated at the
+          extrapolated point clamped at 0 (entries that reach exactly 0 stay 0: zeros of ``Vh`` are
+          absorbing, a faithful consequence of the method).
+        - ``prox_mode`` : {"exact_nonneg", "exact", "paper", "paper_nonneg"}, default="exact_nonneg"
+          The exact prox of the Elb regularizer on ``x >= 0`` (a correction of eq. 6), or the
+          paper's eq. 6 (which omits the soft-threshold dead zones), clamped at 0 or not.
+        - ``proximity`` : {"sequential", "joint"}, default="sequential"
+          The paper's Elb prox followed by the proximity prox, or their exact joint prox.
+        - ``step_scale`` : float > 0, default=1.0
+          Multiplies the Lipschitz steps (``update="palm"`` only).
+        - ``server_step`` : float > 0 or "1/C", default=1.0
+          Step ``eta_s`` of the server's Elb prox; ``"1/C"`` is the exact minimizer of the server
+          subproblem.
+
+        ``Felb(solver_params={"update": "mu"})`` is Felb-MU.
     callback : callable, default=None
-        ``callback(round, info)`` after each synchronization (``info["uploads"]`` maps client
-        -> upload); returning True stops the fit.
+        %(callback)s
     random_state : int, RandomState instance or None, default=None
         Seeds the partition, the initialization and the privacy noise.
     n_jobs : int, default=None
-        Parallel local updates (joblib; threads unless a backend is configured).
+        %(n_jobs)s
     verbose : int, default=0
-        1 shows a progress bar, 2 a line per synchronization.
+        %(verbose)s
     on_client_error : {"raise", "skip"}, default="raise"
-        An exception in a client's code raises a
-        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
-        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
-        previous state for that round and counts in ``history_``'s ``n_failed``, a
-        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
-        round in which every sampled client failed raises
-        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
-        (``dropout``) are counted either way.
+        %(on_client_error)s
 
     Attributes
     ----------
@@ -162,20 +163,20 @@ class Felb(BooleanFactorizationBase):
         **BooleanFactorizationBase._parameter_constraints,
         "sync_every": [Interval(Integral, 1, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
-        "kappa": [Interval(Real, 0, None, closed="left")],
-        "lam": [Interval(Real, 0, None, closed="left")],
-        "growth": [Interval(Real, 1, None, closed="left")],
-        "lam_max": [Interval(Real, 0, None, closed="neither")],
-        "rate_unit": [StrOptions({"local", "sync"})],
-        "inertia": [Interval(Real, 0, 1, closed="left")],
+        "lam": ELB_CONSTRAINTS["lam"],
         "gamma": [Interval(Real, 0, None, closed="left")],
-        "update": [StrOptions({"palm", "mu"})],
-        "prox_mode": [StrOptions(set(PROX_MODES))],
-        "proximity": [StrOptions({"sequential", "joint"})],
-        "step_scale": [Interval(Real, 0, None, closed="neither")],
-        "server_step": [Interval(Real, 0, None, closed="neither"), StrOptions({"1/C"})],
         "tol": [Interval(Real, 0, None, closed="left")],
+        "solver_params": [dict, None],
     }
+    _solver_params: dict = {
+        **elb_solver_params(kappa=1e-3, growth=1.05, lam_max=1e12, inertia=1e-3, update="palm",
+                            prox_mode="exact_nonneg"),
+        "rate_unit": ("local", [StrOptions({"local", "sync"})]),
+        "proximity": ("sequential", [StrOptions({"sequential", "joint"})]),
+        "step_scale": (1.0, [Interval(Real, 0, None, closed="neither")]),
+        "server_step": (1.0, [Interval(Real, 0, None, closed="neither"), StrOptions({"1/C"})]),
+    }
+    _moved_params = {key: f"solver_params['{key}']" for key in _solver_params}
 
     def __init__(
         self,
@@ -183,23 +184,14 @@ class Felb(BooleanFactorizationBase):
         *,
         sync_every=10,
         max_iter=100,
-        kappa=1e-3,
         lam=0.1,
-        growth=1.05,
-        lam_max=1e12,
-        rate_unit="local",
-        inertia=1e-3,
         gamma=1.0,
-        update="palm",
-        prox_mode="exact_nonneg",
-        proximity="sequential",
-        step_scale=1.0,
-        server_step=1.0,
         privacy=None,
         n_clients=10,
         partition="random",
         binarize=None,
         tol=0.0,
+        solver_params=None,
         callback=None,
         random_state=None,
         n_jobs=None,
@@ -213,30 +205,19 @@ class Felb(BooleanFactorizationBase):
         )
         self.sync_every = sync_every
         self.max_iter = max_iter
-        self.kappa = kappa
         self.lam = lam
-        self.growth = growth
-        self.lam_max = lam_max
-        self.rate_unit = rate_unit
-        self.inertia = inertia
         self.gamma = gamma
-        self.update = update
-        self.prox_mode = prox_mode
-        self.proximity = proximity
-        self.step_scale = step_scale
-        self.server_step = server_step
         self.privacy = privacy
         self.tol = tol
-
+        self.solver_params = solver_params
 
     def _make_protocol(self, ctx):
+        solver = resolve_solver_params(self)
+        solver["beta"] = solver.pop("inertia")
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
-            sync_every=self.sync_every, kappa=self.kappa, lam=self.lam, growth=self.growth,
-            lam_max=self.lam_max, rate_unit=self.rate_unit, beta=self.inertia, gamma=self.gamma,
-            update=self.update, prox_mode=self.prox_mode, proximity=self.proximity,
-            step_scale=self.step_scale, server_step=self.server_step,
-            privacy=ctx.info["privacy"],
+            sync_every=self.sync_every, lam=self.lam, gamma=self.gamma,
+            privacy=ctx.info["privacy"], **solver,
         )
 
     def _collect(self, state, blocks, ctx):
@@ -253,7 +234,9 @@ class Felb(BooleanFactorizationBase):
         return (self.n_components, n_items), self.max_iter  # V_i, at most once per round
 
     def _fold_in_params(self):
-        return dict(n_steps=self.max_iter * self.sync_every, kappa=self.kappa, lam=self.lam,
-                    growth=self.growth, lam_max=self.lam_max, rate_unit=self.rate_unit,
-                    sync_every=self.sync_every, beta=self.inertia, update=self.update,
-                    prox_mode=self.prox_mode, step_scale=self.step_scale)
+        solver = resolve_solver_params(self)
+        return dict(n_steps=self.max_iter * self.sync_every, kappa=solver["kappa"],
+                    lam=self.lam, growth=solver["growth"], lam_max=solver["lam_max"],
+                    rate_unit=solver["rate_unit"], sync_every=self.sync_every,
+                    beta=solver["inertia"], update=solver["update"],
+                    prox_mode=solver["prox_mode"], step_scale=solver["step_scale"])

@@ -12,7 +12,7 @@ import numpy as np
 
 from ._data import prepare_data
 from ._messages import CommandError, _note
-from ._registry import METHODS, _methods, make_estimator
+from ._registry import METHODS, _methods, make_estimator, settable
 from ._report import format_table, jsonable, output_folder, plot_histories
 
 # The yardsticks of a rating run (what a method must beat to be worth its rounds): the
@@ -139,7 +139,7 @@ def cmd_run(args):
     out = output_folder(args.out, ("history.json", "curves.png"))
     rows = _rows(methods, args.settings)
     for key, _ in args.set or []:  # --set applies to each method that has the parameter
-        if not any(key in m.load()().get_params() for m in methods):
+        if not any(settable(m, key) for m in methods):
             raise CommandError(f"--set {key}=...: no method of the run ({args.method}) has a "
                                f"parameter {key!r}")
     for method, settings, _ in rows:  # option errors before the data is loaded

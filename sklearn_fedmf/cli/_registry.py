@@ -122,7 +122,7 @@ METHODS = {
         Method(
             "felb-mu", "sklearn_fedmf.binary:Felb", "binary", "Felb-MU",
             "its item-factor copy V_i (optionally with local DP noise)",
-            variant={"update": "mu"}, grid_=_FELB_GRID,
+            variant={"solver_params": {"update": "mu"}}, grid_=_FELB_GRID,
         ),
     ]
 }
@@ -183,6 +183,11 @@ def make_estimator(method, args, *, verbose=0, settings="papers", strict_set=Tru
         if key.startswith("privacy__") and "privacy" in params:
             chosen["privacy"] = _privacy_field(chosen.get("privacy"), key, value)
             continue
+        if key not in params and key in getattr(cls, "_solver_params", {}):
+            # a solver constant: one key of solver_params, merged into the variant's
+            chosen["solver_params"] = {**(chosen.get("solver_params") or {}), key: value}
+            origin["solver_params"] = f"--set {key}={value!r}"
+            continue
         if key not in params:
             if not strict_set:
                 continue
@@ -192,6 +197,13 @@ def make_estimator(method, args, *, verbose=0, settings="papers", strict_set=Tru
     for param, where in origin.items():
         check_value(method, param, chosen[param], where)
     return cls(**chosen)
+
+
+def settable(method, key):
+    """Whether ``--set key=...`` applies to ``method``: a parameter of its estimator, or a key
+    of its ``solver_params`` (which ``make_estimator`` routes there)."""
+    cls = method.load()
+    return key in cls().get_params() or key in getattr(cls, "_solver_params", {})
 
 
 def _privacy_field(privacy, key, value):
@@ -215,7 +227,12 @@ def _privacy_field(privacy, key, value):
 def check_value(method, param, value, where):
     """Raise a one-line :class:`CommandError` naming ``where`` unless the estimator of
     ``method`` accepts ``value`` for ``param`` (its ``_parameter_constraints``)."""
+    from .._fit import resolve_solver_params  # (lazy: the parser imports no estimator code)
+
     try:
-        method.load()(**{**method.fixed, param: value})._validate_params()
+        estimator = method.load()(**{**method.fixed, param: value})
+        estimator._validate_params()
+        if param == "solver_params":  # its keys and their values
+            resolve_solver_params(estimator)
     except (TypeError, ValueError) as exc:  # sklearn's InvalidParameterError is both
         raise CommandError(f"{where}: {exc}") from None

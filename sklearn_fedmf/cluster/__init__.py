@@ -10,5 +10,5 @@ __all__ = ["FederatedClustering", "PAPER_SETTINGS"]
 # ``FederatedClustering(**PAPER_SETTINGS["FederatedClustering"])`` is the estimator of the
 # paper's Table I (with its ``algorithm``, ``n_clients`` and ``clients_per_round``).
 PAPER_SETTINGS = {
-    "FederatedClustering": {"init": "random", "n_init": 1, "rho0": 1e-8},
+    "FederatedClustering": {"init": "random", "n_init": 1, "solver_params": {"rho0": 1e-8}},
 }

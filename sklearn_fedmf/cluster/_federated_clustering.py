@@ -11,8 +11,9 @@ memberships. The model of all the paper's experiments (35)-(36)::
 
 The penalty vanishes iff every ``h_j`` has at most one nonzero, so growing ``rho`` (SNCP,
 Section V-F) drives each sample into one cluster; as samples keep their own scale, samples are
-clustered by direction. ``h_constraint="onehot"`` is the exact K-means formulation (Section II-B):
-no penalty, one-hot ``h_j`` (the H phase is the assignment step), ``W`` unconstrained.
+clustered by direction. ``solver_params["h_constraint"] = "onehot"`` is the exact K-means
+formulation (Section II-B): no penalty, one-hot ``h_j`` (the H phase is the assignment step),
+``W`` unconstrained.
 
 Steps are factors of Lipschitz constants (Section V-A's factors, with the true constants). As
 ``(1/c_p) grad_{H_p} F_p`` does not depend on ``p`` (from (29), (35), (36)),
@@ -37,7 +38,8 @@ from sklearn.base import (
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from .._fit import FederatedEstimator
+from .._docstrings import SHARED_PARAMETERS, Substitution, solver_key
+from .._fit import FederatedEstimator, resolve_solver_params
 from ..exceptions import DataWarning
 from ._federated_clustering_protocol import (
     EPS,
@@ -65,6 +67,8 @@ def _value_range(X):
 
 
 # ---- estimator ----------------------------------------------------------------------------
+@Substitution(**SHARED_PARAMETERS,
+              dropout_key=solver_key("dropout", "float in [0, 1), default=0.0"))
 class FederatedClustering(
     ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, FederatedEstimator
 ):
@@ -85,72 +89,22 @@ class FederatedClustering(
         ``Q2`` projected gradient steps on the exact global gradient (Algorithm 2).
         ``"fedmavg"``: sampled clients take ``Q2`` local steps on a copy of the centers and
         the server averages the copies (Algorithm 1).
-    variant : {"wang_chang", "fedpalm"}, default="wang_chang"
-        ``"fedpalm"`` (with ``algorithm="fedmavg"``): Remark 1's FedPALM, the baseline of the
-        paper's Fig. 2b: each client interleaves ``local_iter_u`` pairs of one projected
-        membership step at its current copy of the centers and one projected center step,
-        then FedMAvg's averaging (``Q = 2 local_iter_u``; ``local_iter_v``, ``q_hat`` and
-        ``w_step`` do not apply).
     local_iter_u : int, default=10
         Projected-gradient steps ``Q1`` on the memberships per round.
     local_iter_v : int or None, default=None
         ``Q2``. None: 100 for FedMGS (the reference code's value), the diminishing
-        ``floor(q_hat / s) + 1`` for FedMAvg.
-    q_hat : int, default=5
-        ``Q_hat`` of FedMAvg's diminishing schedule.
+        ``floor(q_hat / s) + 1`` for FedMAvg (``solver_params["q_hat"]``).
     n_clients : int, default=10
-        Number of clients when ``clients`` is not given to fit.
+        %(n_clients)s
     partition : {"random", "contiguous"}, default="random"
-        How rows are assigned to ``n_clients`` clients when ``clients`` is not given to fit
-        (``"random"`` is seeded by ``random_state``).
+        %(partition)s
     clients_per_round : int, float or None, default=None
-        Clients drawn each round (the paper's ``m``); None means all.
-    sampling : {"uniform", "weighted"}, default="uniform"
-        ``"uniform"``: distinct clients without replacement. ``"weighted"``: the paper's
-        i.i.d. draws with replacement, probabilities ``omega_p = N_p / N`` (Algorithm 1); a
-        client drawn twice computes and uploads once and FedMAvg's mean counts it per draw.
-    participation : {"pcc", "pcp"}, default="pcc"
-        FedMAvg only: every client (``"pcc"``) or only the sampled ones (``"pcp"``) update
-        their memberships. FedMGS always uses the sampled clients only.
-    aggregation : {"weighted", "sampled_mean"} or None, default=None
-        FedMAvg's server average: weights ``N_p`` (eq. (8) at full participation, renormalized
-        over the senders otherwise) or the plain mean, a client counted once per draw. None
-        means ``"weighted"``, or ``"sampled_mean"`` with ``sampling="weighted"``.
-    c_factor : float, default=0.51
-        Membership step ``1 / (c_factor L_Hp)``.
-    d_factor : float or None, default=None
-        Center step ``1 / (d_factor L_W)``; None: 0.501 (FedMGS) or 5 (FedMAvg).
-    w_step : {"global", "local", "guarded"}, default="global"
-        FedMAvg's ``L_W``: of all clients' memberships this round (clients send ``H_p H_p^T``
-        first), of the client's own, or the global one bounded by the local (a stability guard
-        on non-iid clients).
-    h_constraint : {"nonnegative", "onehot"}, default="nonnegative"
-        ``"onehot"``: the exact K-means formulation (assignment step, unconstrained centers,
-        no penalty).
-    sncp : bool, default=True
-        Grow ``rho`` (SNCP); False keeps ``rho = rho0 ||X||^2 / N``.
-    rho0 : float, default=1e-5
-        Initial penalty weight, relative to ``||X||^2 / N``. The paper's ``1e-8``
-        (``PAPER_SETTINGS``) suits its random start; from the k-FED seeding's one-sparse
-        memberships it lets the centers drift to an almost unpenalized NMF before SNCP makes the
-        memberships one-sparse again, and FedMAvg's SNCP rarely raises ``rho`` within 1000
-        rounds. ``1e-5`` still lets a poor seeding be corrected (the samples can change cluster);
-        ``1e-3`` and above freeze the seeding's clusters (user guide, Clustering).
-    nu : float, default=1e-10
-        Ridge weight on the memberships, relative to ``||X||^2 / N``.
-    rho_growth : float, default=1.5
-        Factor by which SNCP multiplies ``rho`` each time it raises it.
-    rho_tol : float or None, default=None
-        Raise ``rho`` when the relative change of the objective is below it; None: 5e-5
-        (FedMGS) or 1e-5 (FedMAvg).
-    rho_force_every : int, default=200
-        Also raise ``rho`` every that many rounds (0 never).
-    rho_max : float or None, default=None
-        Cap of ``rho`` relative to ``||X||^2 / N``; None: 1 (FedMGS) or 100 (FedMAvg).
+        Clients drawn each round (the paper's ``m``): a count, a fraction in (0, 1], or None
+        for all.
     max_iter : int, default=1000
-        Communication rounds.
+        %(max_iter)s
     tol : float, default=1e-8
-        Stop when the relative change of the objective is below ``tol``.
+        %(tol)s
     init : {"k-fed", "random"} or array-like of shape (n_clusters, n_features), \
             default="k-fed"
         ``"k-fed"``: one-shot federated seeding (Dennis et al., ICML 2021): each client runs
@@ -166,26 +120,75 @@ class FederatedClustering(
         run's. With an array ``init`` a single run is made; with ``"k-fed"`` each start seeds
         anew. On label-skewed digits two starts lift the worst of five seeds from 0.86 to
         0.99 of ``KMeans(n_init=10)``; a third adds at most 0.003.
-    dropout : float, default=0.0
-        Probability that a sampled client fails in a round.
+    solver_params : dict or None, default=None
+        The paper's step constants, variant switches and simulation settings (Sections V-A
+        and V-F, the reference code's values where the paper is silent); a key left out keeps
+        its default. An unknown key or a bad value raises an error that lists the keys. The
+        paper's own start is ``PAPER_SETTINGS`` (:mod:`sklearn_fedmf.cluster`).
+
+        - ``variant`` : {"wang_chang", "fedpalm"}, default="wang_chang"
+          ``"fedpalm"`` (with ``algorithm="fedmavg"``): Remark 1's FedPALM, the baseline of the
+          paper's Fig. 2b: each client interleaves ``local_iter_u`` pairs of one projected
+          membership step at its current copy of the centers and one projected center step, then
+          FedMAvg's averaging (``Q = 2 local_iter_u``; ``local_iter_v``, ``q_hat`` and ``w_step`` do
+          not apply).
+        - ``q_hat`` : int, default=5
+          ``Q_hat`` of FedMAvg's diminishing schedule.
+        - ``sampling`` : {"uniform", "weighted"}, default="uniform"
+          ``"uniform"``: distinct clients without replacement. ``"weighted"``: the paper's i.i.d.
+          draws with replacement, probabilities ``omega_p = N_p / N`` (Algorithm 1); a client drawn
+          twice computes and uploads once and FedMAvg's mean counts it per draw.
+        - ``participation`` : {"pcc", "pcp"}, default="pcc"
+          FedMAvg only: every client (``"pcc"``) or only the sampled ones (``"pcp"``) update their
+          memberships. FedMGS always uses the sampled clients only.
+        - ``aggregation`` : {"weighted", "sampled_mean"} or None, default=None
+          FedMAvg's server average: weights ``N_p`` (eq. (8) at full participation, renormalized
+          over the senders otherwise) or the plain mean, a client counted once per draw. None means
+          ``"weighted"``, or ``"sampled_mean"`` with ``sampling="weighted"``.
+        - ``c_factor`` : float, default=0.51
+          Membership step ``1 / (c_factor L_Hp)``.
+        - ``d_factor`` : float or None, default=None
+          Center step ``1 / (d_factor L_W)``; None: 0.501 (FedMGS) or 5 (FedMAvg).
+        - ``w_step`` : {"global", "local", "guarded"}, default="global"
+          FedMAvg's ``L_W``: of all clients' memberships this round (clients send ``H_p H_p^T``
+          first), of the client's own, or the global one bounded by the local (a stability guard on
+          non-iid clients).
+        - ``h_constraint`` : {"nonnegative", "onehot"}, default="nonnegative"
+          ``"onehot"``: the exact K-means formulation (assignment step, unconstrained centers, no
+          penalty).
+        - ``sncp`` : bool, default=True
+          Grow ``rho`` (SNCP); False keeps ``rho = rho0 ||X||^2 / N``.
+        - ``rho0`` : float, default=1e-5
+          Initial penalty weight, relative to ``||X||^2 / N``. The paper's ``1e-8``
+          (``PAPER_SETTINGS``) suits its random start; from the k-FED seeding's one-sparse
+          memberships it lets the centers drift to an almost unpenalized NMF before SNCP makes the
+          memberships one-sparse again, and FedMAvg's SNCP rarely raises ``rho`` within 1000 rounds.
+          ``1e-5`` still lets a poor seeding be corrected (the samples can change cluster); ``1e-3``
+          and above freeze the seeding's clusters (user guide, Clustering).
+        - ``nu`` : float, default=1e-10
+          Ridge weight on the memberships, relative to ``||X||^2 / N``.
+        - ``rho_growth`` : float, default=1.5
+          Factor by which SNCP multiplies ``rho`` each time it raises it.
+        - ``rho_tol`` : float or None, default=None
+          Raise ``rho`` when the relative change of the objective is below it; None: 5e-5 (FedMGS)
+          or 1e-5 (FedMAvg).
+        - ``rho_force_every`` : int, default=200
+          Also raise ``rho`` every that many rounds (0 never).
+        - ``rho_max`` : float or None, default=None
+          Cap of ``rho`` relative to ``||X||^2 / N``; None: 1 (FedMGS) or 100 (FedMAvg).
+        %(dropout_key)s
     callback : callable, default=None
         ``callback(round, info)`` after each round (of each of the ``n_init`` federations);
         returning True stops that federation.
     random_state : int, RandomState instance or None, default=None
-        Seeds the partition, the initializations and every round's sampling.
+        %(random_state)s
     n_jobs : int, default=None
-        Parallel client updates (joblib; threads unless a backend is configured).
+        %(n_jobs)s
     verbose : int, default=0
-        Progress output on stderr while fitting (0: none).
+        %(verbose)s
     on_client_error : {"raise", "skip"}, default="raise"
-        An exception in a client's code raises a
-        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
-        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
-        previous state for that round and counts in ``history_``'s ``n_failed``, a
-        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
-        round in which every sampled client failed raises
-        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
-        (``dropout``) are counted either way.
+        %(on_client_error)s
+        Simulated failures (``solver_params["dropout"]``) are counted either way.
 
     Attributes
     ----------
@@ -234,64 +237,52 @@ class FederatedClustering(
         **FederatedEstimator._parameter_constraints,
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "algorithm": [StrOptions({"fedmgs", "fedmavg"})],
-        "variant": [StrOptions({"wang_chang", "fedpalm"})],
         "local_iter_u": [Interval(Integral, 1, None, closed="left")],
         "local_iter_v": [Interval(Integral, 1, None, closed="left"), None],
-        "q_hat": [Interval(Integral, 0, None, closed="left")],
         "clients_per_round": [Interval(Integral, 1, None, closed="left"),
                               Interval(Real, 0, 1, closed="right"), None],
-        "sampling": [StrOptions({"uniform", "weighted"})],
-        "participation": [StrOptions({"pcc", "pcp"})],
-        "aggregation": [StrOptions({"weighted", "sampled_mean"}), None],
-        "c_factor": [Interval(Real, 0, None, closed="neither")],
-        "d_factor": [Interval(Real, 0, None, closed="neither"), None],
-        "w_step": [StrOptions({"global", "local", "guarded"})],
-        "h_constraint": [StrOptions({"nonnegative", "onehot"})],
-        "sncp": ["boolean"],
-        "rho0": [Interval(Real, 0, None, closed="left")],
-        "nu": [Interval(Real, 0, None, closed="left")],
-        "rho_growth": [Interval(Real, 1, None, closed="left")],
-        "rho_tol": [Interval(Real, 0, None, closed="left"), None],
-        "rho_force_every": [Interval(Integral, 0, None, closed="left")],
-        "rho_max": [Interval(Real, 0, None, closed="left"), None],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "init": [StrOptions({"random", "k-fed"}), "array-like"],
         "n_init": [Interval(Integral, 1, None, closed="left")],
-        "dropout": [Interval(Real, 0, 1, closed="left")],
+        "solver_params": [dict, None],
     }
+    _solver_params: dict = {
+        "variant": ("wang_chang", [StrOptions({"wang_chang", "fedpalm"})]),
+        "q_hat": (5, [Interval(Integral, 0, None, closed="left")]),
+        "sampling": ("uniform", [StrOptions({"uniform", "weighted"})]),
+        "participation": ("pcc", [StrOptions({"pcc", "pcp"})]),
+        "aggregation": (None, [StrOptions({"weighted", "sampled_mean"}), None]),
+        "c_factor": (0.51, [Interval(Real, 0, None, closed="neither")]),
+        "d_factor": (None, [Interval(Real, 0, None, closed="neither"), None]),
+        "w_step": ("global", [StrOptions({"global", "local", "guarded"})]),
+        "h_constraint": ("nonnegative", [StrOptions({"nonnegative", "onehot"})]),
+        "sncp": (True, ["boolean"]),
+        "rho0": (1e-5, [Interval(Real, 0, None, closed="left")]),
+        "nu": (1e-10, [Interval(Real, 0, None, closed="left")]),
+        "rho_growth": (1.5, [Interval(Real, 1, None, closed="left")]),
+        "rho_tol": (None, [Interval(Real, 0, None, closed="left"), None]),
+        "rho_force_every": (200, [Interval(Integral, 0, None, closed="left")]),
+        "rho_max": (None, [Interval(Real, 0, None, closed="left"), None]),
+        "dropout": (0.0, [Interval(Real, 0, 1, closed="left")]),
+    }
+    _moved_params = {key: f"solver_params['{key}']" for key in _solver_params}
 
     def __init__(
         self,
         n_clusters=8,
         *,
         algorithm="fedmgs",
-        variant="wang_chang",
         local_iter_u=10,
         local_iter_v=None,
-        q_hat=5,
         n_clients=10,
         partition="random",
         clients_per_round=None,
-        sampling="uniform",
-        participation="pcc",
-        aggregation=None,
-        c_factor=0.51,
-        d_factor=None,
-        w_step="global",
-        h_constraint="nonnegative",
-        sncp=True,
-        rho0=1e-5,
-        nu=1e-10,
-        rho_growth=1.5,
-        rho_tol=None,
-        rho_force_every=200,
-        rho_max=None,
         max_iter=1000,
         tol=1e-8,
         init="k-fed",
         n_init=2,
-        dropout=0.0,
+        solver_params=None,
         callback=None,
         random_state=None,
         n_jobs=None,
@@ -303,30 +294,14 @@ class FederatedClustering(
                          on_client_error=on_client_error)
         self.n_clusters = n_clusters
         self.algorithm = algorithm
-        self.variant = variant
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v
-        self.q_hat = q_hat
         self.clients_per_round = clients_per_round
-        self.sampling = sampling
-        self.participation = participation
-        self.aggregation = aggregation
-        self.c_factor = c_factor
-        self.d_factor = d_factor
-        self.w_step = w_step
-        self.h_constraint = h_constraint
-        self.sncp = sncp
-        self.rho0 = rho0
-        self.nu = nu
-        self.rho_growth = rho_growth
-        self.rho_tol = rho_tol
-        self.rho_force_every = rho_force_every
-        self.rho_max = rho_max
         self.max_iter = max_iter
         self.tol = tol
         self.init = init
         self.n_init = n_init
-        self.dropout = dropout
+        self.solver_params = solver_params
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, clients=None):
@@ -349,6 +324,8 @@ class FederatedClustering(
         return self._fit(X, clients)
 
     def _check_fit_data(self, X, *, reset):
+        # this fit's solver constants, kept for predict/transform/score (the K-means mode)
+        self._solver = resolve_solver_params(self)
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=reset)
         if sp.issparse(X) and not X.has_canonical_format:  # summed on a copy, never in place
             X = X.copy()
@@ -366,11 +343,11 @@ class FederatedClustering(
         # Each client sends ||X_p||^2, N_p, sum |X_p|, min and max once (five scalars).
         x_min, x_max = _value_range(X)
         sq = float(X.multiply(X).sum()) if sp.issparse(X) else float(np.vdot(X, X))
-        onehot = self.h_constraint == "onehot"
-        if x_min < 0 and not onehot:
+        if x_min < 0 and not self._onehot:
             warnings.warn("X has negative entries: orthogonal NMF with nonnegative memberships "
-                          "is a questionable clustering model there (h_constraint='onehot' is "
-                          "K-means).", DataWarning, stacklevel=5)  # the caller of fit
+                          "is a questionable clustering model there (solver_params="
+                          "{'h_constraint': 'onehot'} is K-means).", DataWarning,
+                          stacklevel=5)  # the caller of fit
         return X, dict(centers=centers, x_min=x_min, x_max=x_max,
                        scale=max(sq / n_samples, EPS),  # ||X||^2 / N
                        abs_mean=float(abs(X).sum()) / (n_samples * n_features))
@@ -382,13 +359,13 @@ class FederatedClustering(
 
     def _penalties(self, ctx):
         """``rho`` and ``nu`` in absolute units (the parameters are relative to ||X||^2/N)."""
-        if self.h_constraint == "onehot":
+        if self._onehot:
             return 0.0, 0.0
-        return self.rho0 * ctx.info["scale"], self.nu * ctx.info["scale"]
+        return self._solver["rho0"] * ctx.info["scale"], self._solver["nu"] * ctx.info["scale"]
 
     def _make_protocol(self, ctx):
         info, K, blocks_rows = ctx.info, self.n_clusters, np.bincount(ctx.codes)
-        mgs, onehot = self.algorithm == "fedmgs", self.h_constraint == "onehot"
+        mgs, onehot, solver = self.algorithm == "fedmgs", self._onehot, self._solver
         rho, nu = self._penalties(ctx)
         return make_protocol(
             algorithm=self.algorithm, n_features=ctx.n_features, n_clusters=K,
@@ -397,36 +374,48 @@ class FederatedClustering(
             centers=info["centers"], box=None if onehot else (info["x_min"], info["x_max"]),
             rho=rho, nu=nu, onehot=onehot, local_iter_u=self.local_iter_u,
             local_iter_v=self.local_iter_v if self.local_iter_v or not mgs else 100,
-            q_hat=self.q_hat, participation=self.participation,
-            aggregation=self.aggregation
-            or ("sampled_mean" if self.sampling == "weighted" else "weighted"),
-            c_factor=self.c_factor, d_factor=self.d_factor or (0.501 if mgs else 5.0),
-            w_step=self.w_step, tol=self.tol, schedule=self._sncp_schedule(ctx),
-            sampling=self.sampling, variant=self.variant,
+            q_hat=solver["q_hat"], participation=solver["participation"],
+            aggregation=solver["aggregation"]
+            or ("sampled_mean" if solver["sampling"] == "weighted" else "weighted"),
+            c_factor=solver["c_factor"], d_factor=solver["d_factor"] or (0.501 if mgs else 5.0),
+            w_step=solver["w_step"], tol=self.tol, schedule=self._sncp_schedule(ctx),
+            sampling=solver["sampling"], variant=solver["variant"],
         )
 
     def _sncp_schedule(self, ctx):
         """The SNCP rule's settings (2.4), or None when ``rho`` stays fixed."""
-        if not self.sncp or self.h_constraint == "onehot":
+        solver = self._solver
+        if not solver["sncp"] or self._onehot:
             return None
         mgs = self.algorithm == "fedmgs"
+        rho_tol, rho_max = solver["rho_tol"], solver["rho_max"]
         return dict(
-            rho_tol=self.rho_tol if self.rho_tol is not None else (5e-5 if mgs else 1e-5),
-            growth=self.rho_growth, force_every=self.rho_force_every,
-            rho_max=(self.rho_max if self.rho_max is not None else (1.0 if mgs else 100.0))
+            rho_tol=rho_tol if rho_tol is not None else (5e-5 if mgs else 1e-5),
+            growth=solver["rho_growth"], force_every=solver["rho_force_every"],
+            rho_max=(rho_max if rho_max is not None else (1.0 if mgs else 100.0))
             * ctx.info["scale"],
         )
 
     def _engine_params(self):
         # every round is evaluated (SNCP needs F_s); tol is SNCP's own test (after_round)
         return dict(max_iter=self.max_iter, tol=0.0, eval_every=1,
-                    clients_per_round=self.clients_per_round, dropout=self.dropout)
+                    clients_per_round=self.clients_per_round, dropout=self._solver["dropout"])
 
     def _before_rounds(self, protocol, state, blocks):
         return start_rounds(protocol, state, blocks, self.n_jobs)
 
-    def _client_weights(self, nnz, n_rows):  # omega_p = N_p / N
-        return n_rows
+    def _sampling_options(self, blocks):
+        """The paper's weighted sampling (``solver_params["sampling"]``): i.i.d. draws with
+        probabilities ``omega_p = N_p / N``."""
+        if self._solver["sampling"] == "uniform":
+            return {}
+        return {"sampling": "weighted",
+                "sampling_weights": np.array([b.n_rows for b in blocks])}
+
+    @property
+    def _onehot(self):
+        """Whether this fit is the K-means formulation (``h_constraint="onehot"``)."""
+        return self._solver["h_constraint"] == "onehot"
 
     def _run(self, protocol, blocks, ctx):
         """``n_init`` federations from spawned seeds; keep the lowest clustering cost."""
@@ -435,7 +424,7 @@ class FederatedClustering(
         if (ctx.info["centers"] is None or kfed) and self.n_init > 1:  # spawned seeds
             starts += [int(c.generate_state(1, np.uint64)[0])
                        for c in np.random.SeedSequence(ctx.entropy).spawn(self.n_init - 1)]
-        onehot = self.h_constraint == "onehot"
+        onehot = self._onehot
         best = None
         for start in starts:
             seed_bytes = 0
@@ -479,7 +468,7 @@ class FederatedClustering(
         return None
 
     def _assign(self, X):
-        return clustering_cost(X, self.cluster_centers_.T, self.h_constraint == "onehot")
+        return clustering_cost(X, self.cluster_centers_.T, self._onehot)
 
     def predict(self, X):
         """The cluster of each sample: ``argmax_k max(0, w_k.x)^2 / ||w_k||^2``, the exact
@@ -518,7 +507,7 @@ class FederatedClustering(
         """
         check_is_fitted(self)
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
-        return center_distances(X, self.cluster_centers_.T, self.h_constraint == "onehot")
+        return center_distances(X, self.cluster_centers_.T, self._onehot)
 
     def score(self, X, y=None):
         """Opposite of the clustering cost of ``X`` under the fitted centers (as
