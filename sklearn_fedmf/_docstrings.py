@@ -1,0 +1,154 @@
+"""The shared parameters' documentation, written once and substituted into each class.
+
+A parameter that means the same in several estimators is described here, and a class's
+docstring names the description on a line of its own (imbalanced-learn's ``Substitution``
+pattern)::
+
+    @Substitution(**SHARED_PARAMETERS)
+    class MyEstimator(...):
+        '''...
+        Parameters
+        ----------
+        max_iter : int, default=100
+            %(max_iter)s
+        '''
+
+The header line (type and default) stays in the class, next to its signature; only the
+description is shared, so it cannot say one thing in one class and another elsewhere. A key of
+``solver_params`` that several classes share is written as a sub-list item by
+:func:`solver_key`. Substitution is by whole lines (:func:`fill_doc`), so the text may hold
+``%`` signs and keeps the indentation of the line it replaces.
+"""
+
+from __future__ import annotations
+
+__all__ = ["SHARED_PARAMETERS", "Substitution", "fill_doc", "solver_key"]
+
+SHARED_PARAMETERS = {
+    "n_components": "Rank ``r`` of the factorization.",
+    "n_clients": (
+        "Number of clients ``p`` the rows are split into when ``clients`` is not given to "
+        "fit."),
+    "partition": (
+        "How rows are assigned to ``n_clients`` clients when ``clients`` is not given to fit\n"
+        "(``\"random\"`` is seeded by ``random_state``; ``\"contiguous\"`` keeps row order)."),
+    "clients_per_round": (
+        "Clients drawn each round: a count, a fraction in (0, 1], or None for all."),
+    "max_iter": "Communication rounds.",
+    "tol": (
+        "Stop when the relative change of the objective falls below ``tol``; 0 runs every\n"
+        "round."),
+    "callback": "``callback(round, info)`` after each round; returning True stops the fit.",
+    "warm_start": "Continue from the previous fit's state for ``max_iter`` more rounds.",
+    "random_state": (
+        "Seeds the partition, the initialization and every round's sampling (one\n"
+        "``SeedSequence`` spawned per round and client; no global random state)."),
+    "n_jobs": (
+        "Parallel local updates (joblib; threads unless a backend is configured). The model\n"
+        "does not depend on it."),
+    "verbose": "1 shows a progress bar, 2 a line per round.",
+    "on_client_error": (
+        "An exception in a client's code raises a\n"
+        ":class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.\n"
+        "``\"skip\"``, for deployments that must tolerate failing clients: the client keeps its\n"
+        "previous state for that round and counts in ``history_``'s ``n_failed``, a\n"
+        ":class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a\n"
+        "round in which every sampled client failed raises\n"
+        ":class:`~sklearn_fedmf.exceptions.FederationError`."),
+    "clip": (
+        "Clip predictions (``predict``, ``score``, and through\n"
+        ":class:`~sklearn_fedmf.RatingRegressor` its pairs and ``recommend`` scores) to the\n"
+        "training rating range ``rating_range_``, as Surprise does; False gives the raw model."),
+    "biased": (
+        "Fit a bias per user and per item: the prediction is ``mean_ + b_u + b_i + u . v``.\n"
+        "The factors become ``[U, b_u, 1]`` and ``[V; 1; b_i]`` with the fixed entries held\n"
+        "by indicator functions in the regularizers (their prox is the projection onto 1), so\n"
+        "the algorithm runs unchanged on rank ``n_components + 2``. ``b_u`` stays on its\n"
+        "client like its user factors; ``b_i`` travels and is aggregated as ``V`` (its bytes\n"
+        "counted)."),
+    "elastic_net": (
+        "The regularizer of a factor is ``alpha * l1_ratio * ||.||_1 + 0.5 * alpha *\n"
+        "(1 - l1_ratio) * ||.||_F^2``, as in :class:`~sklearn.decomposition.NMF`."),
+    "regularization": (
+        "``\"plain\"``: the papers' penalties, one strength for every row. ``\"weighted\"``:\n"
+        "ALS-WR's weighted lambda, each user's row scaled by its number of ratings and each\n"
+        "item's by its number of ratings (``alpha_u`` and ``alpha_v`` are then strengths per\n"
+        "rating). The server learns the item counts once: every client sends its ratings per\n"
+        "item in round 1 (counted in its bytes)."),
+    "dropout": (
+        "Probability that a sampled client fails in a round (simulated: it keeps its state\n"
+        "and sends nothing); failures are counted in ``history_``'s ``n_failed`` whatever\n"
+        "``on_client_error`` says."),
+    "eval_every": (
+        "Record the objective and RMSEs every ``eval_every`` rounds (0 never; each record\n"
+        "costs one pass over every client's ratings)."),
+    "missing_values": (
+        "The placeholder of a missing rating in dense ``X`` (NaN by default; 0 for a matrix\n"
+        "where 0 means \"not rated\"), as in :class:`~sklearn.impute.SimpleImputer`. In sparse\n"
+        "input every stored entry is a rating, an explicit 0 included."),
+    "center": (
+        "Subtract the global training mean (from each client's rating sum and count) before\n"
+        "factorizing; False is the papers' raw objective."),
+    "l1_ratio": "Mix of the elastic net: 0 is squared l2, 1 is l1 (soft-thresholding).",
+    "positive": "Constrain both factors to be nonnegative (refused with ``biased=True``).",
+    "init_scale": (
+        "Factors start i.i.d. ``init_scale * Uniform[0, 1)`` (0: at the zero saddle, where\n"
+        "they stay; with ``biased=True`` only the biases are then fitted)."),
+    "solver_params": (
+        "The papers' step constants, variant switches and simulation settings, one key each\n"
+        "(listed below with its default); None, or a missing key, keeps the default. Checked\n"
+        "at fit: an unknown key or a bad value raises an error that lists the keys. The\n"
+        "papers' exact settings are ``PAPER_SETTINGS`` (:mod:`sklearn_fedmf.completion`)."),
+}
+
+
+def solver_key(name, spec, text=None):
+    """A ``solver_params`` sub-list item: ``- ``name`` : spec`` and its description
+    (``SHARED_PARAMETERS[name]`` unless ``text`` is given), continuation lines aligned."""
+    body = SHARED_PARAMETERS[name] if text is None else text
+    return f"- ``{name}`` : {spec}\n" + "\n".join("  " + line for line in body.splitlines())
+
+
+def fill_doc(doc, **parts):
+    """``doc`` with every line ``%(name)s`` replaced by ``parts[name]`` at its indentation."""
+    lines = []
+    for line in doc.splitlines():
+        name = line.strip()
+        if name.startswith("%(") and name.endswith(")s") and name[2:-2] in parts:
+            indent = line[:len(line) - len(line.lstrip())]
+            lines.extend(indent + part if part else part
+                         for part in parts[name[2:-2]].splitlines())
+        else:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+class Substitution:
+    """Decorator filling the ``%(name)s`` lines of a docstring (see the module docstring).
+
+    Parameters
+    ----------
+    **parts : str
+        The text of each name.
+
+    Examples
+    --------
+    >>> from sklearn_fedmf._docstrings import SHARED_PARAMETERS, Substitution
+    >>> @Substitution(**SHARED_PARAMETERS)
+    ... def f(max_iter=100):
+    ...     '''Parameters
+    ...     ----------
+    ...     max_iter : int, default=100
+    ...         %(max_iter)s
+    ...     '''
+    >>> print(f.__doc__.splitlines()[3].strip())
+    Communication rounds.
+    """
+
+    def __init__(self, **parts):
+        self.parts = parts
+
+    def __call__(self, obj):
+        if obj.__doc__:
+            obj.__doc__ = fill_doc(obj.__doc__, **self.parts)
+        return obj
