@@ -31,12 +31,13 @@ def paper(cls):
     spec's oracles (closed forms, the papers' step rules at lambda = 1e-6, no biases) are
     stated for them, while the defaults are measured ones (``test_biases.py``,
     ``benchmarks/bench_defaults.py``). RFRec keeps its default step ("auto")."""
+    from sklearn_fedmf._fit import merge_params
     from sklearn_fedmf.completion import PAPER_SETTINGS
 
     settings = {k: v for k, v in PAPER_SETTINGS[cls.__name__].items() if k != "learning_rate"}
 
     def make(*args, **params):
-        return cls(*args, **{**settings, **params})
+        return cls(*args, **merge_params(settings, params))
 
     make.__name__ = cls.__name__
     return make
