@@ -81,18 +81,21 @@ def main():
         worst = []
         for cpr, rounds in ((None, 200), (2, 400)):
             rmse = [
-                FedMCADMM(n_components=2, n_clients=4, partition="contiguous",
-                          clients_per_round=cpr, max_iter=int(rounds * scale),
-                          beta=mult * b0_syn, center=False, random_state=seed, **paper)
+                FedMCADMM(
+                    n_components=2, n_clients=4, clients_per_round=cpr,
+                    max_iter=int(rounds * scale), beta=mult * b0_syn, random_state=seed, **paper,
+                    solver_params={"partition": "contiguous", "center": False},
+                )
                 .fit(Xs, eval_set=Ys).history_[-1]["eval_rmse"]
                 for seed in seeds
             ]
             worst.append(max(rmse))
         scores = []
         for name, (X, Y) in sets.items():
-            model = FedMCADMM(n_components=5, n_clients=100, clients_per_round=10,
-                              max_iter=int(100 * scale), beta=mult * b0[name], eval_every=0,
-                              random_state=0).fit(X)
+            model = FedMCADMM(
+                n_components=5, n_clients=100, clients_per_round=10, max_iter=int(100 * scale),
+                beta=mult * b0[name], random_state=0, solver_params={"eval_every": 0},
+            ).fit(X)
             scores.append(-model.score(X, Y))
         print(f"{mult:>10g}{worst[0]:>16.1e}{worst[1]:>15.1e}"
               + "".join(f"{value:>10.4f}" for value in scores), flush=True)

@@ -40,8 +40,9 @@ def methods(beta, rounds):
         f"FedMCADMM (beta={beta:g})": lambda: FedMCADMM(beta=beta, **common,
                                                         **PAPER_SETTINGS["FedMCADMM"]),
         "FedMAvg (Wang & Chang)": lambda: FedMAvg(**common, **PAPER_SETTINGS["FedMAvg"]),
-        "FedMAvg (FedMC-ADMM paper)": lambda: FedMAvg(variant="fedmc_admm", **common,
-                                                      **PAPER_SETTINGS["FedMAvg"]),
+        "FedMAvg (FedMC-ADMM paper)": lambda: FedMAvg(
+            **common, **PAPER_SETTINGS["FedMAvg"], solver_params={"variant": "fedmc_admm"},
+        ),
         "FedMGS": lambda: FedMGS(**common, **PAPER_SETTINGS["FedMGS"]),
     }
 

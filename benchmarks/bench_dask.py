@@ -38,9 +38,10 @@ def fit(X, n_jobs, rounds, rank):
     from sklearn_fedmf import FedMCADMM
     from sklearn_fedmf.completion import PAPER_SETTINGS
 
-    model = FedMCADMM(n_components=rank, n_clients=100, clients_per_round=10,
-                      max_iter=rounds, eval_every=25, random_state=0, n_jobs=n_jobs,
-                      **PAPER_SETTINGS["FedMCADMM"])
+    model = FedMCADMM(
+        n_components=rank, n_clients=100, clients_per_round=10, max_iter=rounds, random_state=0,
+        n_jobs=n_jobs, **PAPER_SETTINGS["FedMCADMM"], solver_params={"eval_every": 25},
+    )
     tic = time.perf_counter()
     model.fit(X)
     return model, time.perf_counter() - tic

@@ -75,8 +75,10 @@ def felb(T, quick, noisy=True, **dp):
 
 def rfrec(T, eval_every=0, **dp):
     """RFRec with Laplace noise on uploads clipped at RFREC_CLIP (``dp``: LocalDP's fields)."""
-    return RFRec(n_components=10, max_iter=T, eval_every=eval_every, random_state=0,
-                 privacy=LocalDP(clip=RFREC_CLIP, **dp), **CODE)
+    return RFRec(
+        n_components=10, max_iter=T, random_state=0, privacy=LocalDP(clip=RFREC_CLIP, **dp),
+        **CODE, solver_params={"eval_every": eval_every},
+    )
 
 
 def fit(est, X, **kw):

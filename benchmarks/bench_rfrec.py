@@ -71,7 +71,9 @@ TABLE2_ML100K = {"RFRec (code)": 0.9325, "RFRec (lambda=100)": 0.9325, "RFRecF (
                  "PMF (RFRec's reg)": 0.9318, "PMF (notebook)": 0.9318}
 MODELS = {
     "RFRec (paper)": lambda: RFRec(**PAPER),
-    "RFRecF (paper)": lambda: RFRec(variant="rfrecf", p=0.5, **{**PAPER, "learning_rate": 0.025}),
+    "RFRecF (paper)": lambda: RFRec(
+        **{**PAPER, "learning_rate": 0.025}, solver_params={"variant": "rfrecf", "p": 0.5},
+    ),
     "RFRec (code)": lambda: RFRec(**CODE),
     "RFRecF (code)": lambda: RFRec(**CODE_F),
     "FedMCADMM": lambda: FedMCADMM(n_components=5, n_clients=100, clients_per_round=10,
@@ -214,9 +216,11 @@ def table_cost(X, seeds, quick, n_jobs, variants=None):
         for n_clients in (None, min(200, n // 2)):  # (the --quick data has 150 users)
             times = []
             for jobs in (1, 2):
-                est = RFRec(**{**PAPER_SETTINGS["RFRec"], "learning_rate": 1e-3},
-                            max_iter=rounds, eval_every=0, n_jobs=jobs,
-                            n_clients=n_clients, random_state=0)
+                est = RFRec(
+                    **{**PAPER_SETTINGS["RFRec"], "learning_rate": 1e-3}, max_iter=rounds,
+                    n_jobs=jobs, n_clients=n_clients, random_state=0,
+                    solver_params={"eval_every": 0},
+                )
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     est.fit(Xd)

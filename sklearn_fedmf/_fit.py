@@ -58,7 +58,7 @@ from .exceptions import ConvergenceWarning, DegenerateFitWarning
 
 __all__ = [
     "FEDERATION_CONSTRAINTS", "FederatedEstimator", "FitContext", "SIMULATION_SETTINGS",
-    "merge_params", "refuse_moved_params", "resolve_solver_params",
+    "merge_params", "refuse_moved_params", "resolve_solver_params", "route_solver_params",
 ]
 
 # From this many clients on, a protocol with batched phases runs its clients in N_GROUPS
@@ -99,6 +99,17 @@ def merge_params(*params):
     if solver:
         merged["solver_params"] = solver
     return merged
+
+
+def route_solver_params(cls, params):
+    """``params`` with the keys that ``cls`` declares in ``_solver_params`` moved into its
+    ``solver_params`` dict (merged with one given there): how a flat ``NAME=VALUE`` setting
+    (the command line's ``--set``) reaches a solver constant."""
+    solver = {key: value for key, value in params.items() if key in cls._solver_params}
+    if not solver:
+        return dict(params)
+    kept = {key: value for key, value in params.items() if key not in solver}
+    return merge_params(kept, {"solver_params": solver})
 
 
 def refuse_moved_params(init, moved):

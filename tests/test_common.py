@@ -41,8 +41,10 @@ CHECKED = [
     FedMAvg(n_components=1, n_clients=2, max_iter=100, random_state=0),
     FedMGS(n_components=1, n_clients=2, max_iter=100, random_state=0),
     RFRec(n_components=1, learning_rate=0.01, max_iter=20, random_state=0),
-    RFRec(n_components=1, variant="rfrecf", optimizer="adam", link="sigmoid", biased=False,
-          learning_rate=0.05, n_clients=2, max_iter=20, random_state=0),
+    RFRec(
+        n_components=1, biased=False, learning_rate=0.05, n_clients=2, max_iter=20, random_state=0,
+        solver_params={"variant": "rfrecf", "optimizer": "adam", "link": "sigmoid"},
+    ),
     # binarize=0.0 maps the checks' real-valued data to 0/1; the default rejects it
     Felb(n_components=2, n_clients=2, max_iter=3, sync_every=2, binarize=0.0, random_state=0),
     Felb(n_components=2, n_clients=2, max_iter=3, sync_every=2, binarize=0.0, update="mu",
@@ -244,8 +246,10 @@ def _degenerate_cases():
         (Felb(n_components=2, n_clients=3, max_iter=3, random_state=0), zeros, "all zero"),
         (AggregatedBMF(n_components=2, n_clients=3, local_iter=5, random_state=0), zeros,
          "all zero"),
-        (FedMCADMM(n_components=2, n_clients=3, max_iter=5, l1_ratio=1.0, alpha_u=1e6,
-                   alpha_v=1e6, random_state=0), X, "all zero"),
+        (FedMCADMM(
+            n_components=2, n_clients=3, max_iter=5, alpha_u=1e6, alpha_v=1e6, random_state=0,
+            solver_params={"l1_ratio": 1.0},
+        ), X, "all zero"),
         (FederatedClustering(n_clusters=2, n_clients=3, max_iter=3, tol=0, random_state=0),
          zeros, "center is zero"),
     ]

@@ -287,8 +287,10 @@ def test_weighted_regularization_runs_one_block_per_client(monkeypatch):
     assert protocol(True, "linearized", weighted=True).batched is None
     monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1)
     X, _ = ratings()
-    model = FedMCADMM(n_components=2, max_iter=2, regularization="weighted", random_state=0,
-                      eval_every=0).fit(X, clients=np.arange(N_ROWS))
+    model = FedMCADMM(
+        n_components=2, max_iter=2, regularization="weighted", random_state=0,
+        solver_params={"eval_every": 0},
+    ).fit(X, clients=np.arange(N_ROWS))
     assert not isinstance(model._federation.client_states, GroupStates)
 
 

@@ -123,16 +123,24 @@ def strip_seconds(history):
 
 
 CONTRACT = {
-    "FedMCADMM": FedMCADMM(n_components=2, max_iter=4, clients_per_round=2, random_state=3,
-                           center=False),
+    "FedMCADMM": FedMCADMM(
+        n_components=2, max_iter=4, clients_per_round=2, random_state=3,
+        solver_params={"center": False},
+    ),
     "FedMCADMM-centred": FedMCADMM(n_components=2, max_iter=3, random_state=1),
-    "FedMAvg": FedMAvg(n_components=2, max_iter=4, clients_per_round=2, random_state=3,
-                       center=False),
-    "FedMAvg-fedmc_admm": FedMAvg(n_components=2, max_iter=3, variant="fedmc_admm",
-                                  random_state=0, center=False),
-    "FedMGS": FedMGS(n_components=2, max_iter=4, random_state=3, center=False),
-    "RFRec": RFRec(n_components=2, max_iter=3, n_clients=N_SITES, random_state=3,
-                   center=False),
+    "FedMAvg": FedMAvg(
+        n_components=2, max_iter=4, clients_per_round=2, random_state=3,
+        solver_params={"center": False},
+    ),
+    "FedMAvg-fedmc_admm": FedMAvg(
+        n_components=2, max_iter=3, random_state=0,
+        solver_params={"variant": "fedmc_admm", "center": False},
+    ),
+    "FedMGS": FedMGS(n_components=2, max_iter=4, random_state=3, solver_params={"center": False}),
+    "RFRec": RFRec(
+        n_components=2, max_iter=3, n_clients=N_SITES, random_state=3,
+        solver_params={"center": False},
+    ),
     "Felb": Felb(n_components=2, max_iter=3, sync_every=2, random_state=3),
     "Felb-gaussian": Felb(n_components=2, max_iter=2,
                           privacy=LocalDP("gaussian", epsilon=0.5, delta=0.05, clip=1.0),
@@ -256,16 +264,18 @@ def test_a_site_that_errs_or_times_out_fails_as_in_the_simulation(tmp_path, task
     # with on_client_error="skip" the federation goes on without it, as in a simulation
     grid = FakeGrid(configs, drop={("train.update", 1)})
     with pytest.warns(ClientFailureWarning):
-        fitted = fit_on_grid(FedMCADMM(n_components=2, max_iter=2, random_state=0,
-                                       on_client_error="skip"), grid,
+        fitted = fit_on_grid(FedMCADMM(
+            n_components=2, max_iter=2, random_state=0, solver_params={"on_client_error": "skip"},
+        ), grid,
                              min_nodes=N_SITES, timeout=1, wait=1)
     assert [r["n_failed"] for r in fitted.history_] == [1, 1]
     # a site whose reply comes too late has computed, but the server did not use its reply:
     # it goes on from its previous state, exactly as a site that never got the Message
     grid = FakeGrid(configs, late={("train.update", 1)})
     with pytest.warns(ClientFailureWarning):
-        late = fit_on_grid(FedMCADMM(n_components=2, max_iter=2, random_state=0,
-                                     on_client_error="skip"), grid,
+        late = fit_on_grid(FedMCADMM(
+            n_components=2, max_iter=2, random_state=0, solver_params={"on_client_error": "skip"},
+        ), grid,
                            min_nodes=N_SITES, timeout=1, wait=1)
     assert strip_seconds(late.history_) == strip_seconds(fitted.history_)
     np.testing.assert_array_equal(late.components_, fitted.components_)

@@ -184,8 +184,11 @@ def test_grouped_state_is_proportional_to_the_ratings(grouped):
     X = make_ratings(150, 40, 1200, random_state=1).X
     grouped(True)
     sent = []
-    model = RFRec(n_components=4, optimizer="adam", max_iter=2, random_state=0,
-                  warm_start=True, callback=lambda k, info: sent.append(info["uploads"][0]))
+    model = RFRec(
+        n_components=4, max_iter=2, random_state=0, warm_start=True,
+        callback=lambda k, info: sent.append(info["uploads"][0]),
+        solver_params={"optimizer": "adam"},
+    )
     model.fit(X)
     with pytest.raises(ValueError, match="read-only"):  # a view: no writing into the state
         sent[0].values[0, 0] = 1.0
@@ -197,5 +200,6 @@ def test_grouped_state_is_proportional_to_the_ratings(grouped):
         assert gs["opt"]["t"].shape == gs["pending"].shape == (group.n_clients,)
     model.fit(X)  # 2 more rounds, continued
     grouped(False)
-    ref = RFRec(n_components=4, optimizer="adam", max_iter=4, random_state=0).fit(X)
+    ref = RFRec(n_components=4, max_iter=4, random_state=0,
+                solver_params={"optimizer": "adam"}).fit(X)
     np.testing.assert_allclose(model.components_, ref.components_, rtol=RTOL, atol=1e-14)

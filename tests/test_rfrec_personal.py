@@ -24,9 +24,11 @@ def test_personal_predictions_use_each_clients_uploaded_copy(params):
     X = sp.csr_matrix((R[mask], np.nonzero(mask)), shape=R.shape)
     last = {}
     params = {"learning_rate": 0.01, "biased": False, **params}
-    est = RFRec(n_components=2, reg_consensus=1.0, max_iter=15, simulate_uploads=True,
-                predict_with="personal", random_state=0,
-                callback=lambda k, info: last.update(info["uploads"]), **params).fit(X)
+    est = RFRec(
+        n_components=2, reg_consensus=1.0, max_iter=15, random_state=0,
+        callback=lambda k, info: last.update(info["uploads"]), **params,
+        solver_params={"simulate_uploads": True, "predict_with": "personal"},
+    ).fit(X)
     codes = np.unique(est.clients_, return_inverse=True)[1]
     scores = np.stack([est.user_factors_[i] @ last[codes[i]].T for i in range(R.shape[0])])
     expected = est._to_ratings(scores)
@@ -44,8 +46,10 @@ def test_personal_models_fit_their_own_ratings_better_than_the_average():
     """lambda = 0: each user's own copy fits its ratings, Vbar averages unrelated models."""
     R, mask = ratings(seed=1)
     X = sp.csr_matrix((R[mask], np.nonzero(mask)), shape=R.shape)
-    est = RFRec(n_components=2, learning_rate=0.02, reg_consensus=0.0, alpha_u=0.01,
-                max_iter=300, random_state=0, center=False, eval_every=0).fit(X)
+    est = RFRec(
+        n_components=2, learning_rate=0.02, reg_consensus=0.0, alpha_u=0.01, max_iter=300,
+        random_state=0, solver_params={"center": False, "eval_every": 0},
+    ).fit(X)
     train_personal = -est.set_params(predict_with="personal").score(X)
     rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
     federated = est.user_factors_ @ est.components_
@@ -56,7 +60,9 @@ def test_personal_models_fit_their_own_ratings_better_than_the_average():
 def test_personal_predictions_need_the_training_rows():
     R, mask = ratings()
     X = sp.csr_matrix((R[mask], np.nonzero(mask)), shape=R.shape)
-    est = RFRec(n_components=2, learning_rate=0.01, max_iter=3, predict_with="personal",
-                random_state=0).fit(X)
+    est = RFRec(
+        n_components=2, learning_rate=0.01, max_iter=3, random_state=0,
+        solver_params={"predict_with": "personal"},
+    ).fit(X)
     with pytest.raises(ValueError, match="training users only"):
         est.predict(X[:5])

@@ -52,8 +52,10 @@ def test_fedmavg_draws_follow_omega_of_the_entries():
     def count(round_, info):
         draws[info["sampled"]] += info["counts"]
 
-    FedMAvg(n_components=2, sampling="weighted", clients_per_round=3, max_iter=150,
-            eval_every=0, callback=count, random_state=0).fit(X, clients=clients)
+    FedMAvg(
+        n_components=2, clients_per_round=3, max_iter=150, callback=count, random_state=0,
+        solver_params={"sampling": "weighted", "eval_every": 0},
+    ).fit(X, clients=clients)
     sizes = np.array([X[clients == p].nnz for p in range(4)], dtype=float)
     p, n = sizes / sizes.sum(), draws.sum()
     assert n == 450
@@ -92,8 +94,10 @@ def test_every_round_is_the_multiset_mean_and_bytes_count_both_ways():
         assert record["n_distinct"] == len(counts) and record["n_sampled"] == m
         seen.append(m - len(counts))
 
-    FedMAvg(n_components=2, sampling="weighted", clients_per_round=4, max_iter=40,
-            w_step="local", n_clients=4, callback=check, random_state=0).fit(X)
+    FedMAvg(
+        n_components=2, clients_per_round=4, max_iter=40, n_clients=4, callback=check,
+        random_state=0, solver_params={"sampling": "weighted", "w_step": "local"},
+    ).fit(X)
     assert sum(seen) > 0  # some round drew a client twice
 
 
