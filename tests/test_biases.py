@@ -133,11 +133,13 @@ def test_biased_cold_start_predicts_item_bias_and_fold_in_uses_biases():
 # default d_factor=5 is the paper's margin for local drift; the bias columns' step bound is
 # loose, so a shorter factor keeps the test fast: the fixed point does not depend on it.)
 SUM_OF_SQUARES = {
-    "FedMAvg": lambda **kw: FedMAvg(
-        n_clients=3, max_iter=600, **kw, solver_params={"init_scale": 0.0, "d_factor": 0.6},
+    "FedMAvg": lambda eval_every, **kw: FedMAvg(
+        n_clients=3, max_iter=600, **kw,
+        solver_params={"init_scale": 0.0, "d_factor": 0.6, "eval_every": eval_every},
     ),
-    "FedMGS": lambda **kw: FedMGS(
-        n_clients=3, max_iter=600, **kw, solver_params={"init_scale": 0.0},
+    "FedMGS": lambda eval_every, **kw: FedMGS(
+        n_clients=3, max_iter=600, **kw,
+        solver_params={"init_scale": 0.0, "eval_every": eval_every},
     ),
 }
 
@@ -146,7 +148,7 @@ SUM_OF_SQUARES = {
 def test_biases_alone_reach_the_closed_form(name):
     X = small_ratings(seed=5)
     est = SUM_OF_SQUARES[name](n_components=2, biased=True, alpha_u=0.5, alpha_v=0.2,
-                               eval_every=0, random_state=0).fit(X)
+                               random_state=0, eval_every=0).fit(X)
     bu, bi = bias_baseline(X, 0.5, 0.2)
     assert np.abs(est.components_).max() == 0 and np.abs(est.user_factors_).max() == 0
     np.testing.assert_allclose(est.user_bias_, bu, atol=1e-4)
@@ -229,14 +231,16 @@ def test_b_u_is_never_uploaded_and_b_i_is_aggregated_as_v(cls):
 
 WEIGHTED = {
     "FedMCADMM": lambda **kw: FedMCADMM(
-        beta=1.0, n_clients=3, max_iter=400, **kw, solver_params={"init_scale": 0.0},
+        beta=1.0, n_clients=3, max_iter=400, **kw,
+        solver_params={"init_scale": 0.0, "eval_every": 0},
     ),
     # (weaker per-row ridges than the plain test's: more rounds to reach 1e-4)
     "FedMAvg": lambda **kw: FedMAvg(
-        n_clients=3, max_iter=800, **kw, solver_params={"init_scale": 0.0, "d_factor": 0.6},
+        n_clients=3, max_iter=800, **kw,
+        solver_params={"init_scale": 0.0, "d_factor": 0.6, "eval_every": 0},
     ),
     "FedMGS": lambda **kw: FedMGS(
-        n_clients=3, max_iter=1000, **kw, solver_params={"init_scale": 0.0},
+        n_clients=3, max_iter=1000, **kw, solver_params={"init_scale": 0.0, "eval_every": 0},
     ),
 }
 
@@ -248,7 +252,7 @@ def test_weighted_biases_alone_reach_the_closed_form(name):
     one per-rating strength means the same in every estimator (no factor ``p``)."""
     X = small_ratings(seed=5)
     est = WEIGHTED[name](n_components=2, biased=True, alpha_u=0.05, alpha_v=0.02,
-                         regularization="weighted", eval_every=0, random_state=0).fit(X)
+                         regularization="weighted", random_state=0).fit(X)
     n_u, n_i = np.diff(X.indptr), np.bincount(X.indices, minlength=X.shape[1])
     bu, bi = bias_baseline(X, 0.05 * n_u, 0.02 * n_i)
     bu_plain, _ = bias_baseline(X, 0.05, 0.02)

@@ -294,7 +294,8 @@ def test_grouped_fit_uploads_hold_the_paper_message(monkeypatch):
 def test_grouped_warm_start_continues_the_fit(monkeypatch):
     X = ratings(n_rows=80, n_items=25, density=0.2)
     grouped(monkeypatch, True)
-    params = dict(n_components=2, clients_per_round=0.25, random_state=0, eval_every=0)
+    params = dict(n_components=2, clients_per_round=0.25, random_state=0,
+                  solver_params={"eval_every": 0})
     ref = FedMGS(max_iter=6, **params).fit(X, clients=np.arange(80))
     got = FedMGS(max_iter=3, warm_start=True, **params).fit(X, clients=np.arange(80))
     got.fit(X, clients=np.arange(80))
