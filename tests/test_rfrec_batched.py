@@ -146,10 +146,12 @@ def _fit_both(grouped, X, **params):
 
 
 FITS = {
-    "defaults": dict(clients_per_round=0.3, dropout=0.3),
-    "adam-unbiased": dict(optimizer="adam", biased=False, clients_per_round=7),
-    "rfrecf-personal": dict(variant="rfrecf", learning_rate=0.01, predict_with="personal"),
-    "grouped-users": dict(n_clients=23, optimizer="adam", dropout=0.2),
+    "defaults": dict(clients_per_round=0.3, solver_params={"dropout": 0.3}),
+    "adam-unbiased": dict(biased=False, clients_per_round=7,
+                          solver_params={"optimizer": "adam"}),
+    "rfrecf-personal": dict(learning_rate=0.01, solver_params={"variant": "rfrecf",
+                                                               "predict_with": "personal"}),
+    "grouped-users": dict(n_clients=23, solver_params={"optimizer": "adam", "dropout": 0.2}),
 }
 
 

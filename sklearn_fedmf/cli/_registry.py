@@ -47,13 +47,16 @@ class Method:
 
     @property
     def papers(self):
-        """The parameters of the papers' settings (``variant`` included)."""
+        """The parameters of the papers' settings (``variant`` included; ``solver_params``
+        merged key by key)."""
+        from .._fit import merge_params
+
         settings = {}
         if self.paper:
             from ..completion import PAPER_SETTINGS
 
             settings = PAPER_SETTINGS[self.paper]
-        return {**self.variant, **settings, **self.extra}
+        return merge_params(self.variant, settings, self.extra)
 
     @property
     def fixed(self):
@@ -72,8 +75,11 @@ class Method:
 
 # The RFRec authors' code settings: the paper's plain gradient steps (learning_rate 0.05)
 # diverge on MovieLens, Adam is scale-free (RFRec docstring; benchmarks/bench_rfrec.py).
-_RFREC_CODE = {"optimizer": "adam", "link": "sigmoid", "learning_rate": 0.1,
-               "reg_consensus": 20.0}
+_RFREC_CODE = {"learning_rate": 0.1, "reg_consensus": 20.0,
+               "solver_params": {"optimizer": "adam", "link": "sigmoid"}}
+# RFRecF with the code's settings: the pull copies Vbar (eta = 1), the coin averages with
+# p = 0.8. ``p`` is a solver constant, so the grid gives whole ``solver_params`` dicts.
+_RFRECF = {"variant": "rfrecf", "p": 0.8, "pull_eta": 1.0}
 _FELB_GRID = {"lam": [0.01, 0.1], "gamma": [0.1, 1.0], "sync_every": [5, 10],
               "n_clients": [10, 50], "n_components": [10, 20]}
 _SEARCH = ("regularization", "alpha_u", "alpha_v", "biased")
@@ -91,7 +97,8 @@ METHODS = {
             "its item-factor copy W_i after Q2 local steps",
             # the papers' settings: the baseline as the FedMC-ADMM paper restates it, which
             # records FedMC-ADMM's objective (1/p) sum_i [f_i + R_i] + R(V)
-            paper="FedMAvg", extra={"variant": "fedmc_admm"}, search=_SEARCH,
+            paper="FedMAvg", extra={"solver_params": {"variant": "fedmc_admm"}},
+            search=_SEARCH,
             objective="fedmc",
         ),
         Method(
@@ -102,16 +109,17 @@ METHODS = {
         Method(
             "rfrec", "sklearn_fedmf.completion:RFRec", "completion", "RFRec",
             "its item-matrix copy V_(c) (optionally clipped + Laplace noise)",
-            variant={"variant": "rfrec"}, paper="RFRec", extra=_RFREC_CODE,
+            variant={"solver_params": {"variant": "rfrec"}}, paper="RFRec", extra=_RFREC_CODE,
             grid_={"reg_consensus": [5.0, 20.0, 80.0], "learning_rate": [0.03, 0.1],
                    "n_clients": [50, 100], "n_components": [5, 10]},
         ),
         Method(
             "rfrecf", "sklearn_fedmf.completion:RFRec", "completion", "RFRecF",
             "its item-matrix copy V_(c), only when its coin flips to averaging",
-            variant={"variant": "rfrecf", "p": 0.8, "pull_eta": 1.0}, paper="RFRec",
-            extra=_RFREC_CODE,
-            grid_={"reg_consensus": [5.0, 20.0, 80.0], "p": [0.5, 0.8],
+            variant={"solver_params": _RFRECF}, paper="RFRec", extra=_RFREC_CODE,
+            grid_={"reg_consensus": [5.0, 20.0, 80.0],
+                   "solver_params": [{**_RFREC_CODE["solver_params"], **_RFRECF, "p": p}
+                                     for p in (0.5, 0.8)],
                    "n_clients": [50, 100], "n_components": [5, 10]},
         ),
         Method(
@@ -164,11 +172,15 @@ def make_estimator(method, args, *, verbose=0, settings="papers", strict_set=Tru
     """The estimator of ``method`` with the command-line options mapped onto its parameters.
 
     ``settings="papers"`` starts from the papers' settings, ``"defaults"`` from the
-    estimator's own defaults (``variant`` is applied either way). An option the user gave for
+    estimator's own defaults (``variant`` is applied either way). ``--set NAME=VALUE`` sets a
+    constructor parameter, or, when ``NAME`` is a key of the estimator's ``solver_params``,
+    that key (merged into the dict). An option the user gave for
     a parameter the estimator does not have, and a value the estimator rejects, are errors
     naming the option (before anything is fitted); ``strict_set=False`` skips a ``--set``
     parameter the estimator does not have (``run`` applies each to the methods that have it).
     """
+    from .._fit import merge_params
+
     cls = method.load()
     params = cls().get_params()
     chosen = dict(method.papers if settings == "papers" else method.variant)
@@ -188,6 +200,10 @@ def make_estimator(method, args, *, verbose=0, settings="papers", strict_set=Tru
         if key.startswith("privacy__") and "privacy" in params:
             chosen["privacy"] = _privacy_field(chosen.get("privacy"), key, value)
             continue
+        if key in cls._solver_params and key not in params:  # a solver constant
+            chosen = merge_params(chosen, {"solver_params": {key: value}})
+            origin[key] = f"--set {key}={value!r}"
+            continue
         if key not in params:
             if not strict_set:
                 continue
@@ -195,7 +211,8 @@ def make_estimator(method, args, *, verbose=0, settings="papers", strict_set=Tru
         chosen[key] = value
         origin[key] = f"--set {key}={value!r}"
     for param, where in origin.items():
-        check_value(method, param, chosen[param], where)
+        value = chosen[param] if param in params else chosen["solver_params"][param]
+        check_value(method, param, value, where)
     return cls(**chosen)
 
 
@@ -219,8 +236,14 @@ def _privacy_field(privacy, key, value):
 
 def check_value(method, param, value, where):
     """Raise a one-line :class:`CommandError` naming ``where`` unless the estimator of
-    ``method`` accepts ``value`` for ``param`` (its ``_parameter_constraints``)."""
+    ``method`` accepts ``value`` for ``param`` (its ``_parameter_constraints``, or its
+    declared ``solver_params`` key)."""
+    from .._fit import merge_params, route_solver_params
+
+    cls = method.load()
     try:
-        method.load()(**{**method.fixed, param: value})._validate_params()
+        estimator = cls(**merge_params(method.fixed, route_solver_params(cls, {param: value})))
+        estimator._validate_params()
+        estimator._settings()  # (checks the solver_params keys)
     except (TypeError, ValueError) as exc:  # sklearn's InvalidParameterError is both
         raise CommandError(f"{where}: {exc}") from None
