@@ -179,7 +179,8 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         if self.biased and settings["positive"]:
             raise ValueError(
                 "biased=True and positive=True cannot be combined: the biases are signed "
-                "(set positive=False, or biased=False for a nonnegative factorization)."
+                "(leave solver_params['positive'] False, or set biased=False for a "
+                "nonnegative factorization)."
             )
         warn_if_zero_filled(X, missing_values)
         X = self._validate_ratings(X, reset=reset, fitting=True)
