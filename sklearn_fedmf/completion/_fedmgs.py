@@ -56,7 +56,8 @@ class FedMGS(FederatedMFBase):
     clients_per_round : int, float or None, default=None
         %(clients_per_round)s
     max_iter : int, default=100
-        %(max_iter)s (One server step each.)
+        %(max_iter)s
+        (One server step each.)
     tol : float, default=0.0
         %(tol)s
     alpha_u, alpha_v : float or "auto", default="auto"
