@@ -23,6 +23,7 @@ from flwr.serverapp import Grid  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, Felb, RFRec  # noqa: E402
+from sklearn_fedmf._fit import route_solver_params
 from sklearn_fedmf.flower import MESSAGE_TYPES, client_app, fit_on_grid, split_sites  # noqa: E402
 from sklearn_fedmf.flower._codec import take  # noqa: E402
 from sklearn_fedmf.flower._server import wire_bytes  # noqa: E402
@@ -332,7 +333,9 @@ def test_loopback_deployment_fits_the_simulated_model(tmp_path):
     # flwr run exits 0 even when the run failed: the ServerApp's output is the result
     assert flower is not None, f"no model written in {seconds:.0f} s; logs:\n" + "\n".join(
         f"--- {name}\n{text[-3000:]}" for name, text in logs.items())
-    simulated = FedMCADMM(**DEPLOY_PARAMS).fit(X, clients=labels)
+    # (the app's flat config keys: center and eval_every go into solver_params, as here)
+    simulated = FedMCADMM(**route_solver_params(FedMCADMM, DEPLOY_PARAMS)).fit(
+        X, clients=labels)
     np.testing.assert_array_equal(flower.components_, simulated.components_)
     assert strip_seconds(flower.history_) == strip_seconds(simulated.history_)
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
