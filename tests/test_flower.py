@@ -23,7 +23,7 @@ from flwr.serverapp import Grid  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, Felb, RFRec  # noqa: E402
-from sklearn_fedmf._fit import route_solver_params
+from sklearn_fedmf._fit import route_solver_params  # noqa: E402
 from sklearn_fedmf.flower import MESSAGE_TYPES, client_app, fit_on_grid, split_sites  # noqa: E402
 from sklearn_fedmf.flower._codec import take  # noqa: E402
 from sklearn_fedmf.flower._server import wire_bytes  # noqa: E402
