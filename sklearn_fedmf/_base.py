@@ -341,7 +341,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         U = np.zeros((Xc.shape[0], Vt.shape[1]))
         settings = self._settings()
         l1_ratio, positive = settings["l1_ratio"], settings["positive"]
-        alpha_u = getattr(self, "alpha_u_", self.alpha_u)  # (an "auto" strength, resolved)
+        alpha_u = self._fold_in_alpha_u()
         if settings["regularization"] == "weighted":  # per rating, as in fit
             alpha_u = alpha_u * np.diff(Xc.indptr).astype(np.float64)[:, None]
         ridge_fold_in(Xc.indptr, Xc.indices, Xc.data, Vt, np.ravel(alpha_u * (1 - l1_ratio)), U)
@@ -359,6 +359,11 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
                 return U_new
             U = U_new
         return U
+
+    def _fold_in_alpha_u(self):
+        """The user factors' strength that fold-in uses: the fit's (a class with an "auto"
+        strength returns the value it resolved)."""
+        return self.alpha_u
 
     def inverse_transform(self, X):
         """Ratings reconstructed from user factors (``X @ components_``, plus ``mean_`` when

@@ -24,10 +24,6 @@ from ._fed_baseline_protocol import make_protocol
 
 __all__ = ["FedBaseline"]
 
-# The parameters FedBaseline shares with the factor models (the others are fixed: see the class
-# attributes below).
-_SHARED = ("n_clients", "callback", "random_state", "n_jobs", "verbose", "clients_per_round",
-           "max_iter", "tol", "clip", "warm_start", "solver_params")
 
 
 @Substitution(**COMPLETION_DOCS)
@@ -150,7 +146,9 @@ class FedBaseline(FederatedMFBase):
     _moved_params = moved_to_solver_params(_solver_params)
 
     _parameter_constraints: dict = {
-        **{name: FederatedMFBase._parameter_constraints[name] for name in _SHARED},
+        # the base's parameters but the rank and the biases (fixed: class attributes above)
+        **{name: constraint for name, constraint in FederatedMFBase._parameter_constraints.items()
+           if name not in ("n_components", "biased")},
         "alpha_u": [Interval(Real, 0, None, closed="left")],
         "alpha_v": [Interval(Real, 0, None, closed="left")],
     }

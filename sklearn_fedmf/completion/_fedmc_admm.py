@@ -673,6 +673,9 @@ class FedMCADMM(FederatedMFBase):
         super()._collect(state, blocks, ctx)
         self.alpha_u_, self.beta_ = self._alpha_u(ctx), self._beta(ctx)
 
+    def _fold_in_alpha_u(self):
+        return self.alpha_u_
+
     def _read_components(self, server_state, broadcast):
         return np.ascontiguousarray(server_state["Vt"].T)
 

@@ -236,6 +236,9 @@ class FedMGS(FederatedMFBase):
         alpha = state.server_state.get("alpha")
         self.alpha_u_, self.alpha_v_ = (alpha if a == "auto" else a for a in self._strengths())
 
+    def _fold_in_alpha_u(self):
+        return self.alpha_u_
+
     def _read_components(self, server_state, broadcast):
         return np.ascontiguousarray(server_state["Vt"].T)
 
