@@ -201,7 +201,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
     # went (for one release). Merged over the class and its bases.
     _moved_params: dict = {}
     # solver constant -> (default, constraints): the keys of ``solver_params``, declared per
-    # class and read once per fit by ``resolve_solver_params``
+    # class, checked by ``resolve_solver_params`` and read through ``_settings``
     _solver_params: dict = {}
     # The value of each setting the skeleton reads that a class does not expose (neither a
     # parameter nor a ``solver_params`` key): what it runs with (see ``_settings``).
