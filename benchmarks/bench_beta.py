@@ -38,6 +38,7 @@ import warnings
 from pathlib import Path
 
 from sklearn_fedmf import FedMCADMM
+from sklearn_fedmf._fit import merge_params
 from sklearn_fedmf.completion import PAPER_SETTINGS
 from sklearn_fedmf.completion._fedmc_admm_protocol import initial_curvature
 from sklearn_fedmf.datasets import load_movielens, make_ratings
@@ -64,14 +65,15 @@ def main():
 
     Xs, Ys, _ = low_rank_ratings(m=400, n=100, r=2, density=0.5, seed=0)
     paper = PAPER_SETTINGS["FedMCADMM"]
-    b0_syn = initial_curvature(Xs.nnz, Xs.shape[1], 4, 2, paper["init_scale"], False)
+    b0_syn = initial_curvature(Xs.nnz, Xs.shape[1], 4, 2, paper["solver_params"]["init_scale"],
+                               False)
     sets = {"ml": load_movielens().X}
     if not args.quick:
         sets.update({"1m-0.5": _one_m(755, 125026), "1m-full": _one_m(6040, 1000209)})
     sets = {name: train_test_split_ratings(X, 0.2, random_state=0) for name, X in sets.items()}
     defaults = FedMCADMM()
     b0 = {name: initial_curvature(X.nnz, X.shape[1], 100, defaults.n_components,
-                                  defaults.init_scale, defaults.biased)
+                                  defaults._settings()["init_scale"], defaults.biased)
           for name, (X, _) in sets.items()}
     print(f"b0: synthetic {b0_syn:.4g}, "
           + ", ".join(f"{name} {value:.4g}" for name, value in b0.items()))
@@ -81,18 +83,21 @@ def main():
         worst = []
         for cpr, rounds in ((None, 200), (2, 400)):
             rmse = [
-                FedMCADMM(n_components=2, n_clients=4, partition="contiguous",
-                          clients_per_round=cpr, max_iter=int(rounds * scale),
-                          beta=mult * b0_syn, center=False, random_state=seed, **paper)
+                FedMCADMM(**merge_params(paper, dict(
+                    n_components=2, n_clients=4, clients_per_round=cpr,
+                    max_iter=int(rounds * scale), beta=mult * b0_syn, random_state=seed,
+                    solver_params={"partition": "contiguous", "center": False},
+                )))
                 .fit(Xs, eval_set=Ys).history_[-1]["eval_rmse"]
                 for seed in seeds
             ]
             worst.append(max(rmse))
         scores = []
         for name, (X, Y) in sets.items():
-            model = FedMCADMM(n_components=5, n_clients=100, clients_per_round=10,
-                              max_iter=int(100 * scale), beta=mult * b0[name], eval_every=0,
-                              random_state=0).fit(X)
+            model = FedMCADMM(
+                n_components=5, n_clients=100, clients_per_round=10, max_iter=int(100 * scale),
+                beta=mult * b0[name], random_state=0, solver_params={"eval_every": 0},
+            ).fit(X)
             scores.append(-model.score(X, Y))
         print(f"{mult:>10g}{worst[0]:>16.1e}{worst[1]:>15.1e}"
               + "".join(f"{value:>10.4f}" for value in scores), flush=True)

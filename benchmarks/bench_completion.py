@@ -28,6 +28,7 @@ import warnings
 import numpy as np
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS
+from sklearn_fedmf._fit import merge_params
 from sklearn_fedmf.completion import PAPER_SETTINGS
 from sklearn_fedmf.datasets import load_movielens
 from sklearn_fedmf.exceptions import UnobservedItemsWarning
@@ -40,8 +41,8 @@ def methods(beta, rounds):
         f"FedMCADMM (beta={beta:g})": lambda: FedMCADMM(beta=beta, **common,
                                                         **PAPER_SETTINGS["FedMCADMM"]),
         "FedMAvg (Wang & Chang)": lambda: FedMAvg(**common, **PAPER_SETTINGS["FedMAvg"]),
-        "FedMAvg (FedMC-ADMM paper)": lambda: FedMAvg(variant="fedmc_admm", **common,
-                                                      **PAPER_SETTINGS["FedMAvg"]),
+        "FedMAvg (FedMC-ADMM paper)": lambda: FedMAvg(**merge_params(
+            common, PAPER_SETTINGS["FedMAvg"], {"solver_params": {"variant": "fedmc_admm"}})),
         "FedMGS": lambda: FedMGS(**common, **PAPER_SETTINGS["FedMGS"]),
     }
 

@@ -43,9 +43,10 @@ def main():
         "FedMGS": RatingRegressor(FedMGS(random_state=0, **quick)),
         "RFRec": RatingRegressor(RFRec(random_state=0, **quick)),
         # the RFRec authors' code settings, which `fedmf` uses (plain steps diverge here)
-        "RFRec (Adam)": RatingRegressor(RFRec(optimizer="adam", link="sigmoid",
-                                              learning_rate=0.1, reg_consensus=20.0,
-                                              biased=False, random_state=0, **quick)),
+        "RFRec (Adam)": RatingRegressor(RFRec(
+            learning_rate=0.1, reg_consensus=20.0, biased=False, random_state=0, **quick,
+            solver_params={"optimizer": "adam", "link": "sigmoid"},
+        )),
     }
     print(f"ml-latest-small{' (one user in ten)' if args.quick else ''}: {len(y):,} ratings, "
           f"{folds}-fold entry-wise cross_validate, estimator defaults (random_state=0)")

@@ -36,11 +36,12 @@ from sklearn_fedmf._engine import nbytes  # noqa: E402
 
 def fit(X, n_jobs, rounds, rank):
     from sklearn_fedmf import FedMCADMM
+    from sklearn_fedmf._fit import merge_params
     from sklearn_fedmf.completion import PAPER_SETTINGS
 
-    model = FedMCADMM(n_components=rank, n_clients=100, clients_per_round=10,
-                      max_iter=rounds, eval_every=25, random_state=0, n_jobs=n_jobs,
-                      **PAPER_SETTINGS["FedMCADMM"])
+    model = FedMCADMM(**merge_params(PAPER_SETTINGS["FedMCADMM"], dict(
+        n_components=rank, n_clients=100, clients_per_round=10, max_iter=rounds, random_state=0,
+        n_jobs=n_jobs, solver_params={"eval_every": 25})))
     tic = time.perf_counter()
     model.fit(X)
     return model, time.perf_counter() - tic
@@ -159,7 +160,7 @@ def fault_runs(n_runs, quick, deadline=300.0):
     shape, rounds = ((600, 400, 30_000), 30) if quick else ((3000, 2000, 300_000), 150)
     X = make_ratings(*shape, random_state=0).X.tocsr()
     params = dict(n_components=5, n_clients=20, clients_per_round=10, max_iter=rounds,
-                  eval_every=1, random_state=0)
+                  random_state=0, solver_params={"eval_every": 1})
     tic = time.perf_counter()
     reference = FedMCADMM(n_jobs=1, **params).fit(X)
     local_seconds = time.perf_counter() - tic

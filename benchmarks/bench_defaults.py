@@ -59,7 +59,7 @@ from sklearn_fedmf.datasets import SITE_PRESETS, load_movielens, make_ratings, m
 from sklearn_fedmf.model_selection import train_test_split_ratings
 
 PROTOCOL = dict(n_components=5, n_clients=100, clients_per_round=10, max_iter=100,
-                random_state=0, eval_every=0)
+                random_state=0, solver_params={"eval_every": 0})
 ESTIMATORS = {"FedMCADMM": FedMCADMM, "FedMAvg": FedMAvg, "FedMGS": FedMGS, "RFRec": RFRec}
 CHOSEN_ON = ("ml", "ml-users", "1m-0.5", "1m-1.0")
 # the two regularizations at their reference strengths (RFRec has only its own)

@@ -90,9 +90,10 @@ def main():
     def ours(n_jobs, eval_every=1):
         model = FedMCADMM(
             n_components=5, n_clients=100, clients_per_round=10, local_iter=10, beta=1.0,
-            alpha_u=1e-6, alpha_v=1e-6, biased=False, max_iter=rounds, partition="contiguous",
-            center=False, init_scale=1.0,
-            random_state=0, n_jobs=n_jobs, eval_every=eval_every,
+            alpha_u=1e-6, alpha_v=1e-6, biased=False, max_iter=rounds, random_state=0,
+            n_jobs=n_jobs,
+            solver_params={"partition": "contiguous", "center": False, "init_scale": 1.0,
+                           "eval_every": eval_every},
         ).fit(X)
         return [r["objective"] for r in model.history_ if "objective" in r]
 

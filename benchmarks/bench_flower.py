@@ -47,7 +47,7 @@ def main():
     X = ratings(args.users, args.items, 2, 0.5)
     clients = np.arange(X.shape[0]) % args.sites
     params = dict(n_components=2, max_iter=rounds, alpha_u=0.1, alpha_v=0.1, random_state=0,
-                  center=args.center, eval_every=args.eval_every)
+                  solver_params={"center": args.center, "eval_every": args.eval_every})
     simulated = FedMCADMM(**params).fit(X, clients=clients)
     print(f"FedMCADMM, {args.sites} sites, {X.shape[0]} users x {X.shape[1]} items, "
           f"{X.nnz} ratings, rank 2, {rounds} rounds, center={args.center}")

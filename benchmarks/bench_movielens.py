@@ -64,7 +64,8 @@ def main():
     search = GridSearchCV(base, grid, cv=KFold(3, shuffle=True, random_state=0),
                           n_jobs=args.n_jobs).fit(X, X_test)
     best = search.best_estimator_
-    best.set_params(eval_every=1).fit(X, eval_set=X_test)
+    best.set_params(solver_params={**best.solver_params, "eval_every": 1}).fit(
+        X, eval_set=X_test)
     rows.append(("FedMCADMM, GridSearchCV-tuned", best.history_[-1]["eval_rmse"],
                  -best.score(X, X_test), time.perf_counter() - tic, search.best_params_))
 

@@ -46,8 +46,10 @@ def random_model(n_users, n_items, rank, n_seen, seed=0):
     items = rng.integers(0, n_items, n_seen)
     items[:n_items] = np.arange(n_items)  # every item seen
     y = rng.integers(1, 6, n_seen).astype(float)
-    reg = RatingRegressor(FedMAvg(n_components=rank, n_clients=10, max_iter=1, eval_every=0,
-                                  biased=False, random_state=0))  # random factors, no biases
+    reg = RatingRegressor(FedMAvg(
+        n_components=rank, n_clients=10, max_iter=1, biased=False, random_state=0,
+        solver_params={"eval_every": 0},
+    ))  # random factors, no biases
     with warnings.catch_warnings():  # one round on random ratings: it says so
         warnings.simplefilter("ignore", FedMFWarning)
         reg.fit(np.column_stack([users, items]), y)

@@ -38,14 +38,15 @@ import numpy as np
 import scipy.sparse as sp
 
 from sklearn_fedmf import RFRec
+from sklearn_fedmf._fit import merge_params
 from sklearn_fedmf.binary import Felb
 from sklearn_fedmf.datasets import load_movielens, make_binary_tiles
 from sklearn_fedmf.model_selection import train_test_split_ratings
 from sklearn_fedmf.privacy import LocalDP, epsilon_spent, gaussian_sigma
 
 DELTA = 1e-5
-CODE = dict(optimizer="adam", link="sigmoid", learning_rate=0.1, reg_consensus=20.0,
-            biased=False, n_clients=None)  # (one client per user, as documented above)
+CODE = dict(learning_rate=0.1, reg_consensus=20.0, biased=False, n_clients=None,
+            solver_params={"optimizer": "adam", "link": "sigmoid"})  # (one client per user)
 RFREC_CLIP = 0.2  # the paper's clipping threshold delta (Fig. 4)
 FELB_CLIP = 1.5  # the Felb spec's theta
 
@@ -75,8 +76,9 @@ def felb(T, quick, noisy=True, **dp):
 
 def rfrec(T, eval_every=0, **dp):
     """RFRec with Laplace noise on uploads clipped at RFREC_CLIP (``dp``: LocalDP's fields)."""
-    return RFRec(n_components=10, max_iter=T, eval_every=eval_every, random_state=0,
-                 privacy=LocalDP(clip=RFREC_CLIP, **dp), **CODE)
+    return RFRec(**merge_params(CODE, dict(
+        n_components=10, max_iter=T, random_state=0, privacy=LocalDP(clip=RFREC_CLIP, **dp),
+        solver_params={"eval_every": eval_every})))
 
 
 def fit(est, X, **kw):

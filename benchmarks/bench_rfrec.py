@@ -45,6 +45,7 @@ import numpy as np
 from joblib import Parallel, delayed
 
 from sklearn_fedmf import FedMCADMM, RFRec
+from sklearn_fedmf._fit import merge_params, route_solver_params
 from sklearn_fedmf.completion import PAPER_SETTINGS
 from sklearn_fedmf.model_selection import train_test_split_ratings
 
@@ -52,6 +53,17 @@ try:
     from sklearn_fedmf import FedMAvg
 except ImportError:  # not merged yet
     FedMAvg = None
+
+def build(**params):
+    """RFRec from one flat dict of settings (its solver_params keys routed into the dict)."""
+    return RFRec(**route_solver_params(RFRec, params))
+
+
+def set_flat(est, **params):
+    """``est.set_params`` with flat settings, solver keys merged into its solver_params."""
+    return est.set_params(**route_solver_params(
+        type(est), merge_params({"solver_params": est.solver_params or {}}, params)))
+
 
 # the paper's objective (its penalties, no biases), one client per user: PAPER_SETTINGS["RFRec"]
 # is the code's settings with its 200 contiguous clients, and the default is 10 clients
@@ -64,19 +76,21 @@ PMF = dict(CODE, n_clients=1, reg_consensus=0.0, learning_rate=0.01)  # full-bat
 # a stronger consensus (the code's lam_L = 50): copies closer to Vbar, slower but closer to PMF
 CODE_TIGHT = dict(CODE, reg_consensus=100.0)
 PMF_MODELS = {  # name: (model, rounds run, rounds between evaluations); PMF: one client
-    "RFRec (code)": (lambda: RFRec(**CODE), 200, 10),
-    "RFRec (lambda=100)": (lambda: RFRec(**CODE_TIGHT), 400, 10),
-    "RFRecF (code)": (lambda: RFRec(**CODE_F), 400, 20),
-    "PMF (RFRec's reg)": (lambda: RFRec(**PMF), 150, 5),
-    "PMF (notebook)": (lambda: RFRec(**{**PMF, "alpha_v": 0.1}), 150, 5),
+    "RFRec (code)": (lambda: build(**CODE), 200, 10),
+    "RFRec (lambda=100)": (lambda: build(**CODE_TIGHT), 400, 10),
+    "RFRecF (code)": (lambda: build(**CODE_F), 400, 20),
+    "PMF (RFRec's reg)": (lambda: build(**PMF), 150, 5),
+    "PMF (notebook)": (lambda: build(**{**PMF, "alpha_v": 0.1}), 150, 5),
 }
 TABLE2_ML100K = {"RFRec (code)": 0.9325, "RFRec (lambda=100)": 0.9325, "RFRecF (code)": 0.9385,
                  "PMF (RFRec's reg)": 0.9318, "PMF (notebook)": 0.9318}
 MODELS = {
-    "RFRec (paper)": lambda: RFRec(**PAPER),
-    "RFRecF (paper)": lambda: RFRec(variant="rfrecf", p=0.5, **{**PAPER, "learning_rate": 0.025}),
-    "RFRec (code)": lambda: RFRec(**CODE),
-    "RFRecF (code)": lambda: RFRec(**CODE_F),
+    "RFRec (paper)": lambda: build(**PAPER),
+    "RFRecF (paper)": lambda: build(
+        **{**PAPER, "learning_rate": 0.025}, solver_params={"variant": "rfrecf", "p": 0.5},
+    ),
+    "RFRec (code)": lambda: build(**CODE),
+    "RFRecF (code)": lambda: build(**CODE_F),
     "FedMCADMM": lambda: FedMCADMM(n_components=5, n_clients=100, clients_per_round=10,
                                    max_iter=100, **PAPER_SETTINGS["FedMCADMM"]),
 }
@@ -109,7 +123,7 @@ def load(quick):
 def evaluate(make, X, seed, quick, **params):
     """Fit on an 80/20 split; federated RMSE/MAE and fold-in RMSE (NaN if it diverged)."""
     X_train, X_test = train_test_split_ratings(X, 0.2, random_state=seed)
-    est = make().set_params(random_state=seed, eval_every=0, **params)
+    est = set_flat(make(), random_state=seed, eval_every=0, **params)
     if quick:
         est.set_params(max_iter=5)
     tic = time.perf_counter()
@@ -127,7 +141,7 @@ def evaluate(make, X, seed, quick, **params):
     foldin = -est.score(X_train, X_test)
     personal = np.nan
     if "predict_with" in est.get_params():
-        personal = -est.set_params(predict_with="personal").score(X_train, X_test)
+        personal = -set_flat(est, predict_with="personal").score(X_train, X_test)
     return dict(rmse=float(np.sqrt(np.mean(err**2))), mae=float(np.mean(np.abs(err))),
                 personal=personal, foldin=foldin, seconds=seconds,
                 comm=getattr(est, "comm_rounds_", 2 * est.n_iter_), note="")
@@ -217,7 +231,7 @@ def table_cost(X, seeds, quick, n_jobs, variants=None):
         for n_clients in (None, min(200, n // 2)):  # (the --quick data has 150 users)
             times = []
             for jobs in (1, 2):
-                est = RFRec(**{**OBJECTIVE, "learning_rate": 1e-3, "n_clients": n_clients},
+                est = build(**{**OBJECTIVE, "learning_rate": 1e-3, "n_clients": n_clients},
                             max_iter=rounds, eval_every=0, n_jobs=jobs, random_state=0)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -237,7 +251,7 @@ def _pmf_curve(name, make, rounds, every, X, seed, quick):
     X_fit, X_val = train_test_split_ratings(X_train, 0.1, random_state=seed)
     if quick:
         rounds = 4 * every
-    est = make().set_params(random_state=seed, eval_every=0, max_iter=every, warm_start=True)
+    est = set_flat(make(), random_state=seed, eval_every=0, max_iter=every, warm_start=True)
     curves = {"val": [], "test": []}
     tic = time.perf_counter()
     with warnings.catch_warnings():

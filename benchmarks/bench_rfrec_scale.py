@@ -59,7 +59,8 @@ def run_memory(optimizer, rounds, quick):
     X = make_ratings(*(QUICK_SHAPE if quick else MEMORY_SHAPE), random_state=0).X
     before = _current_mb()
     tic = time.perf_counter()
-    model = RFRec(optimizer=optimizer, max_iter=rounds, n_clients=None, random_state=0).fit(X)
+    model = RFRec(max_iter=rounds, n_clients=None, random_state=0,
+                  solver_params={"optimizer": optimizer}).fit(X)
     seconds = time.perf_counter() - tic
     model_mb = sum(a.nbytes for a in vars(model).values() if isinstance(a, np.ndarray))
     personal = getattr(model, "_personal", None)  # the clients' copies kept for predictions
@@ -96,8 +97,10 @@ def run_netflix(users, rounds, quick, cache_dir, optimizer, n_jobs):
                  for name in ("data", "indices")]
         X = sp.csr_matrix((*parts, indptr), shape=(n, shape[1]))
     before = _current_mb()
-    model = RFRec(n_components=13, optimizer=optimizer, clients_per_round=0.01, n_clients=None,
-                  max_iter=rounds, eval_every=25, random_state=0, n_jobs=n_jobs)
+    model = RFRec(
+        n_components=13, clients_per_round=0.01, n_clients=None, max_iter=rounds, random_state=0,
+        n_jobs=n_jobs, solver_params={"optimizer": optimizer, "eval_every": 25},
+    )
     tic, cpu = time.perf_counter(), time.process_time()
     model.fit(X)
     seconds, cpu = time.perf_counter() - tic, time.process_time() - cpu

@@ -95,6 +95,7 @@ def run_one(method, shape_name, n_jobs, rounds, quick, cache_dir, float32=False,
             clients="100"):
     """Fit one configuration in this process; return its figures."""
     import sklearn_fedmf
+    from sklearn_fedmf._fit import route_solver_params
 
     X = cached_matrix(shape_name, quick, cache_dir)
     if float32:  # (estimators without a float32 solver convert back to float64)
@@ -118,7 +119,7 @@ def run_one(method, shape_name, n_jobs, rounds, quick, cache_dir, float32=False,
     sampled = []
     if method not in DENSE_ONLY:
         params["callback"] = lambda k, info: sampled.append(np.asarray(info["sampled"]))
-    estimator.set_params(**params)
+    estimator.set_params(**route_solver_params(type(estimator), params))
 
     capacity = thread_capacity()
     tic, cpu = time.perf_counter(), time.process_time()

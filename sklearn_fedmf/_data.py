@@ -118,7 +118,8 @@ def warn_if_zero_filled(X, missing_values, name="X"):
         warnings.warn(
             f"{name} is a dense integer matrix and {share:.0%} of its entries are 0; with "
             "missing_values=np.nan every 0 is fitted as a rating of 0. If 0 means 'not "
-            "rated', pass missing_values=0 (or a sparse matrix of the observed ratings).",
+            "rated', pass solver_params={'missing_values': 0} (or a sparse matrix of the "
+            "observed ratings).",
             DataWarning,
             stacklevel=6,  # the caller of fit (through _fit_context, fit, _fit, _check_fit_data)
         )

@@ -32,7 +32,7 @@ import inspect
 import warnings
 from abc import ABCMeta, abstractmethod
 from dataclasses import dataclass, field
-from numbers import Integral
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -57,8 +57,8 @@ from ._joblib_backend import dask_client
 from .exceptions import ConvergenceWarning, DegenerateFitWarning
 
 __all__ = [
-    "FEDERATION_CONSTRAINTS", "FederatedEstimator", "FitContext", "refuse_moved_params",
-    "resolve_solver_params",
+    "FEDERATION_CONSTRAINTS", "FederatedEstimator", "FitContext", "SIMULATION_SETTINGS",
+    "merge_params", "refuse_moved_params", "resolve_solver_params", "route_solver_params",
 ]
 
 # From this many clients on, a protocol with batched phases runs its clients in N_GROUPS
@@ -77,6 +77,39 @@ FEDERATION_CONSTRAINTS: dict = {
     "verbose": ["verbose"],
     "on_client_error": [StrOptions({"raise", "skip"})],
 }
+
+# The simulation's settings, as ``{name: (default, constraints)}``: constructor parameters of
+# some families, ``solver_params`` keys of others (the completion estimators), read by the
+# skeleton through ``FederatedEstimator._settings`` either way.
+SIMULATION_SETTINGS: dict = {
+    "partition": ("random", FEDERATION_CONSTRAINTS["partition"]),
+    "on_client_error": ("raise", FEDERATION_CONSTRAINTS["on_client_error"]),
+    "dropout": (0.0, [Interval(Real, 0, 1, closed="left")]),
+    "eval_every": (1, [Interval(Integral, 0, None, closed="left")]),
+}
+
+
+def merge_params(*params):
+    """One estimator's keyword arguments from several sets (later ones win), with their
+    ``solver_params`` dicts merged key by key (``PAPER_SETTINGS`` plus a caller's keys)."""
+    merged, solver = {}, {}
+    for part in params:
+        merged.update(part)
+        solver.update(part.get("solver_params") or {})
+    if solver:
+        merged["solver_params"] = solver
+    return merged
+
+
+def route_solver_params(cls, params):
+    """``params`` with the keys that ``cls`` declares in ``_solver_params`` moved into its
+    ``solver_params`` dict (merged with one given there): how a flat ``NAME=VALUE`` setting
+    (the command line's ``--set``) reaches a solver constant."""
+    solver = {key: value for key, value in params.items() if key in cls._solver_params}
+    if not solver:
+        return dict(params)
+    kept = {key: value for key, value in params.items() if key not in solver}
+    return merge_params(kept, {"solver_params": solver})
 
 
 def refuse_moved_params(init, moved):
@@ -168,8 +201,14 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
     # went (for one release). Merged over the class and its bases.
     _moved_params: dict = {}
     # solver constant -> (default, constraints): the keys of ``solver_params``, declared per
-    # class and read once per fit by ``resolve_solver_params``
+    # class, checked by ``resolve_solver_params`` and read through ``_settings``
     _solver_params: dict = {}
+    # The value of each setting the skeleton reads that a class does not expose (neither a
+    # parameter nor a ``solver_params`` key): what it runs with (see ``_settings``).
+    _default_settings: dict = {
+        "clients_per_round": None, "tol": 0.0, "warm_start": False, "sampling": "uniform",
+        **{name: default for name, (default, _) in SIMULATION_SETTINGS.items()},
+    }
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -189,6 +228,17 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         self.n_jobs = n_jobs
         self.verbose = verbose
         self.on_client_error = on_client_error
+
+    def _settings(self):
+        """Every setting of a fit by name: the class's declared defaults, its constructor
+        parameters, and the keys of ``solver_params`` (resolved and checked by
+        :func:`resolve_solver_params`). Read live, like the parameters themselves."""
+        params = self.get_params(deep=False)
+        solver = {}
+        if self._solver_params:  # (a class that declares no key reads its dict itself)
+            params.pop("solver_params")
+            solver = resolve_solver_params(self)
+        return {**self._default_settings, **params, **solver}
 
     # ---- hooks ----------------------------------------------------------------------------
     @abstractmethod
@@ -219,15 +269,14 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
 
     def _engine_params(self):
         """Round-loop settings passed to ``run_federation``."""
-        params = dict(max_iter=self.max_iter, tol=self.tol)
-        for name in ("clients_per_round", "dropout", "eval_every"):
-            if hasattr(self, name):
-                params[name] = getattr(self, name)
-        return params
+        settings = self._settings()
+        return {name: settings[name] for name in (
+            "max_iter", "tol", "clients_per_round", "dropout", "eval_every")}
 
     # ---- the skeleton ---------------------------------------------------------------------
     def _fit(self, X, clients=None, **fit_params):
-        warm = bool(getattr(self, "warm_start", False)) and hasattr(self, "_federation")
+        settings = self._settings()
+        warm = bool(settings["warm_start"]) and hasattr(self, "_federation")
         X, info = self._check_fit_data(X, reset=not warm, **fit_params)
         n_rows = X.shape[0]
         if clients is None and self.n_clients > n_rows:
@@ -237,9 +286,9 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
             )
         entropy = self._entropy if warm else make_entropy(self.random_state)
         labels, codes, n_clients = resolve_clients(
-            n_rows, clients, self.n_clients, self.partition, partition_rng(entropy)
+            n_rows, clients, self.n_clients, settings["partition"], partition_rng(entropy)
         )
-        per_round = getattr(self, "clients_per_round", None)
+        per_round = settings["clients_per_round"]
         if isinstance(per_round, Integral) and per_round > n_clients:
             raise ValueError(
                 f"clients_per_round={per_round} is larger than the number of clients "
@@ -303,14 +352,14 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         return run_federation(
             protocol, clients, **self._engine_params(), entropy=ctx.entropy, n_jobs=self.n_jobs,
             callback=self.callback, verbose=self.verbose, state=state, init_bytes=init_bytes,
-            label=type(self).__name__, on_client_error=self.on_client_error,
+            label=type(self).__name__, on_client_error=self._settings()["on_client_error"],
             **self._sampling_options(blocks),
         )
 
     def _sampling_options(self, blocks):
         """The engine's client sampling: with ``sampling="weighted"`` (the estimators that
         have it) i.i.d. draws with probabilities ``omega_p`` from :meth:`_client_weights`."""
-        if getattr(self, "sampling", "uniform") == "uniform":
+        if self._settings()["sampling"] == "uniform":
             return {}
         if blocks and isinstance(blocks[0], ClientGroup):
             nnz = np.concatenate([np.diff(g.entry_ptr) for g in blocks])
@@ -346,7 +395,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         if len(objectives) < 2:
             return False
         previous, last = objectives
-        return abs(previous - last) <= self.tol * max(abs(previous), 1e-300)
+        return abs(previous - last) <= self._settings()["tol"] * max(abs(previous), 1e-300)
 
     def _check_result(self, state, blocks, ctx, history):
         """Set ``converged_`` and ``degenerate_`` from this fit's rounds (``history``); warn
@@ -355,8 +404,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         ``converged_`` is False only when ``tol`` > 0 was never met although every round of
         ``max_iter`` ran (an early stop by ``callback`` counts as the caller's choice).
         """
-        tol = getattr(self, "tol", 0.0)
-        rounds = self._engine_params()["max_iter"]
+        tol, rounds = self._settings()["tol"], self._engine_params()["max_iter"]
         self.converged_ = not (tol and len(history) >= rounds and not self._tol_met(history))
         self.degenerate_ = self._degenerate(state, blocks, ctx, history)
         # stacklevel 5: the caller of fit (through _fit_context, fit and _fit)

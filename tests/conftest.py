@@ -26,17 +26,33 @@ def ratings():
     return low_rank_ratings()
 
 
+def routed(cls):
+    """``cls`` taking its ``solver_params`` keys flat, as ``fedmf --set`` does
+    (:func:`~sklearn_fedmf._fit.route_solver_params`): the oracle tests state their cases as
+    one dict of settings."""
+    from sklearn_fedmf._fit import route_solver_params
+
+    def make(*args, **params):
+        return cls(*args, **route_solver_params(cls, params))
+
+    make.__name__ = cls.__name__
+    return make
+
+
 def paper(cls):
     """``cls`` with the papers' settings (``PAPER_SETTINGS``; any explicit parameter wins): the
     spec's oracles (closed forms, the papers' step rules at lambda = 1e-6, no biases) are
     stated for them, while the defaults are measured ones (``test_biases.py``,
-    ``benchmarks/bench_defaults.py``). RFRec keeps its default step ("auto")."""
+    ``benchmarks/bench_defaults.py``). RFRec keeps its default step ("auto"). A test states
+    its case flat: a key of the class's ``solver_params`` goes there (``routed``)."""
+    from sklearn_fedmf._fit import merge_params
     from sklearn_fedmf.completion import PAPER_SETTINGS
 
     settings = {k: v for k, v in PAPER_SETTINGS[cls.__name__].items() if k != "learning_rate"}
+    make_routed = routed(cls)
 
     def make(*args, **params):
-        return cls(*args, **{**settings, **params})
+        return make_routed(*args, **merge_params(settings, params))
 
     make.__name__ = cls.__name__
     return make

@@ -39,9 +39,10 @@ def bias_baseline(X, lam_u, lam_i):
 def test_fedmcadmm_biases_alone_reach_the_closed_form():
     X = small_ratings()
     p, alpha_u, alpha_v = 3, 0.5, 0.2
-    est = FedMCADMM(n_components=2, biased=True, init_scale=0.0, beta=1.0, n_clients=p,
-                    alpha_u=alpha_u, alpha_v=alpha_v, max_iter=400, eval_every=0,
-                    random_state=0).fit(X)
+    est = FedMCADMM(
+        n_components=2, biased=True, beta=1.0, n_clients=p, alpha_u=alpha_u, alpha_v=alpha_v,
+        max_iter=400, random_state=0, solver_params={"init_scale": 0.0, "eval_every": 0},
+    ).fit(X)
     # F = (1/p) sum_i [f_i + R_i] + R(V): against the plain sum, alpha_v weighs p times more
     bu, bi = bias_baseline(X, alpha_u, p * alpha_v)
     assert np.abs(est.components_).max() == 0 and np.abs(est.user_factors_).max() == 0
@@ -124,7 +125,7 @@ def test_biased_cold_start_predicts_item_bias_and_fold_in_uses_biases():
     err_fed = np.sum((fed - X[:5].toarray())[obs] ** 2)
     assert err_fold <= err_fed + 1e-9
     with pytest.raises(ValueError, match="biased=True and positive=True"):
-        FedMCADMM(biased=True, positive=True, n_clients=3).fit(X)
+        FedMCADMM(biased=True, n_clients=3, solver_params={"positive": True}).fit(X)
 
 
 # FedMAvg ("wang_chang") and FedMGS minimize sum_p [1/2 ||P(M_p - U_p V)||^2 + h(U_p)] + h(V).
@@ -132,9 +133,14 @@ def test_biased_cold_start_predicts_item_bias_and_fold_in_uses_biases():
 # default d_factor=5 is the paper's margin for local drift; the bias columns' step bound is
 # loose, so a shorter factor keeps the test fast: the fixed point does not depend on it.)
 SUM_OF_SQUARES = {
-    "FedMAvg": lambda **kw: FedMAvg(init_scale=0.0, n_clients=3, max_iter=600, d_factor=0.6,
-                                    **kw),
-    "FedMGS": lambda **kw: FedMGS(init_scale=0.0, n_clients=3, max_iter=600, **kw),
+    "FedMAvg": lambda eval_every, **kw: FedMAvg(
+        n_clients=3, max_iter=600, **kw,
+        solver_params={"init_scale": 0.0, "d_factor": 0.6, "eval_every": eval_every},
+    ),
+    "FedMGS": lambda eval_every, **kw: FedMGS(
+        n_clients=3, max_iter=600, **kw,
+        solver_params={"init_scale": 0.0, "eval_every": eval_every},
+    ),
 }
 
 
@@ -142,7 +148,7 @@ SUM_OF_SQUARES = {
 def test_biases_alone_reach_the_closed_form(name):
     X = small_ratings(seed=5)
     est = SUM_OF_SQUARES[name](n_components=2, biased=True, alpha_u=0.5, alpha_v=0.2,
-                               eval_every=0, random_state=0).fit(X)
+                               random_state=0, eval_every=0).fit(X)
     bu, bi = bias_baseline(X, 0.5, 0.2)
     assert np.abs(est.components_).max() == 0 and np.abs(est.user_factors_).max() == 0
     np.testing.assert_allclose(est.user_bias_, bu, atol=1e-4)
@@ -171,9 +177,10 @@ def rfrec_bias_baseline(X, clients, alpha_u, alpha_v, lam):
 
 def test_rfrec_biases_alone_reach_the_closed_form():
     X = small_ratings(seed=5)
-    est = RFRec(n_components=2, biased=True, init_std=1e-300, n_clients=3, alpha_u=0.5,
-                alpha_v=0.2, reg_consensus=5.0, max_iter=800, eval_every=0,
-                random_state=0).fit(X)
+    est = RFRec(
+        n_components=2, biased=True, n_clients=3, alpha_u=0.5, alpha_v=0.2, reg_consensus=5.0,
+        max_iter=800, random_state=0, solver_params={"init_std": 1e-300, "eval_every": 0},
+    ).fit(X)
     bu, bi = rfrec_bias_baseline(X, est.clients_, 0.5, 0.2, 5.0)
     assert np.abs(est.components_).max() < 1e-250 and np.abs(est.user_factors_).max() < 1e-250
     np.testing.assert_allclose(est.user_bias_, bu, atol=1e-4)
@@ -223,12 +230,18 @@ def test_b_u_is_never_uploaded_and_b_i_is_aggregated_as_v(cls):
 
 
 WEIGHTED = {
-    "FedMCADMM": lambda **kw: FedMCADMM(init_scale=0.0, beta=1.0, n_clients=3, max_iter=400,
-                                        **kw),
+    "FedMCADMM": lambda **kw: FedMCADMM(
+        beta=1.0, n_clients=3, max_iter=400, **kw,
+        solver_params={"init_scale": 0.0, "eval_every": 0},
+    ),
     # (weaker per-row ridges than the plain test's: more rounds to reach 1e-4)
-    "FedMAvg": lambda **kw: FedMAvg(init_scale=0.0, n_clients=3, max_iter=800, d_factor=0.6,
-                                    **kw),
-    "FedMGS": lambda **kw: FedMGS(init_scale=0.0, n_clients=3, max_iter=1000, **kw),
+    "FedMAvg": lambda **kw: FedMAvg(
+        n_clients=3, max_iter=800, **kw,
+        solver_params={"init_scale": 0.0, "d_factor": 0.6, "eval_every": 0},
+    ),
+    "FedMGS": lambda **kw: FedMGS(
+        n_clients=3, max_iter=1000, **kw, solver_params={"init_scale": 0.0, "eval_every": 0},
+    ),
 }
 
 
@@ -239,7 +252,7 @@ def test_weighted_biases_alone_reach_the_closed_form(name):
     one per-rating strength means the same in every estimator (no factor ``p``)."""
     X = small_ratings(seed=5)
     est = WEIGHTED[name](n_components=2, biased=True, alpha_u=0.05, alpha_v=0.02,
-                         regularization="weighted", eval_every=0, random_state=0).fit(X)
+                         regularization="weighted", random_state=0).fit(X)
     n_u, n_i = np.diff(X.indptr), np.bincount(X.indices, minlength=X.shape[1])
     bu, bi = bias_baseline(X, 0.05 * n_u, 0.02 * n_i)
     bu_plain, _ = bias_baseline(X, 0.05, 0.02)

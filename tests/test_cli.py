@@ -65,7 +65,7 @@ def test_main_job_on_reduced_sizes(tmp_path, capsys):
         assert row[1] == "4" and row[3] == f"{summary['eval_rmse']:.4f}"
         assert row[5] == f"{summary['bytes_uploaded'] / 1e6:.1f}"
     fedmavg = report["results"][labels.index("FedMAvg (papers)")]
-    assert fedmavg["params"]["variant"] == "fedmc_admm"
+    assert fedmavg["params"]["solver_params"]["variant"] == "fedmc_admm"
     # the restated FedMAvg records FedMC-ADMM's objective F, so the curves share an axis
     assert len({r["objective"] for r in report["results"]}) == 1
 

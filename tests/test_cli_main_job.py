@@ -69,7 +69,7 @@ def test_main_job_rows_are_the_yardsticks_then_papers_and_defaults(split, tmp_pa
         baseline.history_[-1]["eval_rmse"], rel=1e-12)
     # each method twice: the papers' settings, then the estimator's defaults
     for cls, label, extra in [(FedMCADMM, "FedMC-ADMM", {}),
-                              (FedMAvg, "FedMAvg", {"variant": "fedmc_admm"})]:
+                              (FedMAvg, "FedMAvg", {"solver_params": {"variant": "fedmc_admm"}})]:
         papers = by_label[f"{label} (papers)"]["params"]
         defaults = by_label[f"{label} (defaults)"]["params"]
         assert {k: papers[k] for k in PAPER_SETTINGS[cls.__name__]} == PAPER_SETTINGS[

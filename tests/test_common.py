@@ -41,8 +41,10 @@ CHECKED = [
     FedMAvg(n_components=1, n_clients=2, max_iter=100, random_state=0),
     FedMGS(n_components=1, n_clients=2, max_iter=100, random_state=0),
     RFRec(n_components=1, learning_rate=0.01, max_iter=20, random_state=0),
-    RFRec(n_components=1, variant="rfrecf", optimizer="adam", link="sigmoid", biased=False,
-          learning_rate=0.05, n_clients=2, max_iter=20, random_state=0),
+    RFRec(
+        n_components=1, biased=False, learning_rate=0.05, n_clients=2, max_iter=20, random_state=0,
+        solver_params={"variant": "rfrecf", "optimizer": "adam", "link": "sigmoid"},
+    ),
     # binarize=0.0 maps the checks' real-valued data to 0/1; the default rejects it
     Felb(n_components=2, n_clients=2, max_iter=3, sync_every=2, binarize=0.0, random_state=0),
     Felb(n_components=2, n_clients=2, max_iter=3, sync_every=2, binarize=0.0,
@@ -201,7 +203,7 @@ def test_missing_values_zero_fits_the_observed_ratings_only(estimator):
     R, S = _zero_filled()
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataWarning)  # missing_values=0: nothing to warn about
-        dense = clone(estimator).set_params(missing_values=0).fit(R)
+        dense = clone(estimator).set_params(solver_params={"missing_values": 0}).fit(R)
     sparse = clone(estimator).fit(S)
     np.testing.assert_array_equal(dense.components_, sparse.components_)
     assert dense.mean_ == sparse.mean_ and dense.mean_ >= 1  # no rating of 0 went in
@@ -212,7 +214,7 @@ def test_missing_values_zero_fits_the_observed_ratings_only(estimator):
 @pytest.mark.parametrize("estimator", RATINGS, ids=RATINGS_IDS)
 def test_zero_filled_integer_matrix_warns_with_the_default(estimator):
     R, _ = _zero_filled()
-    with pytest.warns(DataWarning, match="missing_values=0"):
+    with pytest.warns(DataWarning, match="'missing_values': 0"):
         model = clone(estimator).fit(R)
     assert model.mean_ == pytest.approx(R.mean())  # every 0 fitted as a rating, as it says
     with warnings.catch_warnings():
@@ -226,12 +228,12 @@ def test_missing_values_semantics():
     bad = R.astype(float)
     bad[0, 1] = np.nan
     with pytest.raises(ValueError, match="NaN"):
-        clone(est).set_params(missing_values=0).fit(bad)
+        clone(est).set_params(solver_params={"missing_values": 0}).fit(bad)
     # sparse input: every stored entry is a rating, an explicit 0 included, whatever
     # missing_values says
     S = S.astype(float)
     S[0, 1] = 0.0  # an explicit zero: stored
-    a = clone(est).set_params(missing_values=0).fit(S)
+    a = clone(est).set_params(solver_params={"missing_values": 0}).fit(S)
     b = clone(est).fit(S)
     np.testing.assert_array_equal(a.components_, b.components_)
     assert a.mean_ < sp.csr_matrix(R).data.mean()  # the stored 0 counted
@@ -245,8 +247,10 @@ def _degenerate_cases():
         (Felb(n_components=2, n_clients=3, max_iter=3, random_state=0), zeros, "all zero"),
         (AggregatedBMF(n_components=2, n_clients=3, local_iter=5, random_state=0), zeros,
          "all zero"),
-        (FedMCADMM(n_components=2, n_clients=3, max_iter=5, l1_ratio=1.0, alpha_u=1e6,
-                   alpha_v=1e6, random_state=0), X, "all zero"),
+        (FedMCADMM(
+            n_components=2, n_clients=3, max_iter=5, alpha_u=1e6, alpha_v=1e6, random_state=0,
+            solver_params={"l1_ratio": 1.0},
+        ), X, "all zero"),
         (FederatedClustering(n_clusters=2, n_clients=3, max_iter=3, tol=0, random_state=0),
          zeros, "center is zero"),
     ]
@@ -311,10 +315,12 @@ COLLAPSING = {  # strengths far above the data's scale: U V ends negligible besi
 }
 
 
-FACTORED = [est for est in RATINGS if type(est).__name__ in COLLAPSING]  # (not FedBaseline)
+# (FedBaseline has no factor part to collapse: it is the biases-only model)
+FACTOR_MODELS = [est for est in RATINGS if not isinstance(est, FedBaseline)]
 
 
-@pytest.mark.parametrize("estimator", FACTORED, ids=lambda est: type(est).__name__)
+@pytest.mark.parametrize("estimator", FACTOR_MODELS,
+                         ids=[type(est).__name__ for est in FACTOR_MODELS])
 def test_a_collapsed_factor_part_warns_that_the_model_is_its_biases(estimator):
     X, _, _ = low_rank_ratings(m=40, n=12)
     name = type(estimator).__name__

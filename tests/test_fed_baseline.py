@@ -185,7 +185,8 @@ def test_n_jobs_does_not_change_the_model():
     assert [r["objective"] for r in one.history_] == [r["objective"] for r in two.history_]
 
 
-@pytest.mark.parametrize("partial", [dict(clients_per_round=2), dict(dropout=0.5)])
+@pytest.mark.parametrize("partial", [dict(clients_per_round=2),
+                                     dict(solver_params={"dropout": 0.5})])
 def test_partial_participation_reaches_the_same_model(partial):
     # a client that is not sampled (or drops out) keeps b_u, so its sums at the server stay
     # exact: randomized block coordinate descent on the same objective, to the same minimizer

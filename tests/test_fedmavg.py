@@ -112,7 +112,9 @@ def test_weighted_fedmavg_with_q2_one_equals_fedmgs(ratings):
     params = dict(alpha_u=0.1, alpha_v=0.2, max_iter=15)
     mavg = small(local_iter_v=1, d_factor=0.501, aggregation="weighted", w_step="global",
                  **params).fit(X)
-    mgs = FedMGS(n_components=2, n_clients=4, random_state=0, center=False, **params).fit(X)
+    mgs = FedMGS(
+        n_components=2, n_clients=4, random_state=0, **params, solver_params={"center": False},
+    ).fit(X)
     np.testing.assert_allclose(mavg.components_, mgs.components_, rtol=1e-10)
     np.testing.assert_allclose(mavg.user_factors_, mgs.user_factors_, rtol=1e-10)
 
@@ -180,8 +182,10 @@ def test_same_model_for_any_n_jobs(ratings):
 def test_recovers_an_exactly_low_rank_matrix(params):
     """FedMAvg recovers the synthetic low-rank matrix."""
     X, Y, _ = low_rank_ratings(m=200, n=50, seed=2)
-    model = FedMAvg(n_components=2, n_clients=4, max_iter=300, center=False, random_state=0,
-                    **params).fit(X, eval_set=Y)
+    model = FedMAvg(
+        n_components=2, n_clients=4, max_iter=300, random_state=0, **params,
+        solver_params={"center": False},
+    ).fit(X, eval_set=Y)
     assert model.history_[-1]["eval_rmse"] < 0.05  # predicting 0 gives about 1
     assert model.history_[-1]["objective"] < 1e-2 * model.history_[0]["objective"]
 

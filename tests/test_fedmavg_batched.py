@@ -9,6 +9,7 @@ import scipy.sparse as sp
 from sklearn_fedmf import FedMAvg
 from sklearn_fedmf._data import split_clients
 from sklearn_fedmf._engine import nbytes
+from sklearn_fedmf._fit import route_solver_params
 from sklearn_fedmf._groups import ImplicitRows, make_groups
 from sklearn_fedmf._transport import client_generator
 from sklearn_fedmf.completion._fedmavg import make_protocol
@@ -172,7 +173,7 @@ def test_grouped_fit_equals_per_client_fit(params, rows_per_client, monkeypatch)
     clients = np.arange(X.shape[0]) // rows_per_client
     kw = dict(n_components=2, max_iter=4, clients_per_round=0.3, dropout=0.2, random_state=0,
               alpha_u=0.5, alpha_v=0.5, n_jobs=2)
-    kw.update(params)
+    kw = route_solver_params(FedMAvg, {**kw, **params})
     monkeypatch.setattr("sklearn_fedmf._dispatch.MIN_PARALLEL_WORK", 0)
     monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 10**9)
     ref = FedMAvg(**kw).fit(X, clients=clients)

@@ -11,7 +11,8 @@ from sklearn_fedmf.flower._sites import make_site_protocol
 
 from .conftest import low_rank_ratings
 
-SMALL = dict(n_components=2, n_clients=4, max_iter=5, eval_every=0, random_state=0)
+SMALL = dict(n_components=2, n_clients=4, max_iter=5, random_state=0,
+             solver_params={"eval_every": 0})
 
 
 @pytest.mark.parametrize("n_ratings, n_users", [(1, 1), (100_836, 610), (7, 1000), (10**8, 3)])

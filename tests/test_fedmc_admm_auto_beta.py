@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from sklearn_fedmf import FedMCADMM
+from sklearn_fedmf._fit import merge_params
 from sklearn_fedmf.completion import PAPER_SETTINGS
 from sklearn_fedmf.completion._fedmc_admm_protocol import AUTO_BETA, initial_curvature
 from sklearn_fedmf.datasets import make_ratings
@@ -50,11 +51,11 @@ def test_auto_beta_is_scaled_by_the_training_ratings():
     X, _, _ = low_rank_ratings(m=60, n=30)
     model = FedMCADMM(n_clients=6, max_iter=2, random_state=0).fit(X)
     assert model.beta_ == pytest.approx(AUTO_BETA * initial_curvature(
-        X.nnz, X.shape[1], 6, model.n_components, model.init_scale, True))
+        X.nnz, X.shape[1], 6, model.n_components, model._settings()["init_scale"], True))
     # with biases the ones column gives a curvature even at init_scale=0; without, it raises
-    assert FedMCADMM(n_clients=6, max_iter=2, init_scale=0.0).fit(X).beta_ > 0
+    assert FedMCADMM(n_clients=6, max_iter=2, solver_params={"init_scale": 0.0}).fit(X).beta_ > 0
     with pytest.raises(ValueError, match="explicit beta"):
-        FedMCADMM(n_clients=6, max_iter=2, init_scale=0.0, biased=False).fit(X)
+        FedMCADMM(n_clients=6, max_iter=2, biased=False, solver_params={"init_scale": 0.0}).fit(X)
 
 
 # (the biases-only reference may end a tiny bit above its first round's objective)
@@ -71,10 +72,10 @@ def test_defaults_fit_several_shapes_at_partial_participation(n_users, n_items, 
     X = make_ratings(n_users, n_items, n_ratings, n_components=3, noise=0.5,
                      random_state=0).X
     X_train, X_test = train_test_split_ratings(X, 0.2, random_state=0)
-    params = dict(n_clients=n_clients, clients_per_round=0.2, max_iter=30, eval_every=10,
-                  random_state=0)
-    model = FedMCADMM(**params).fit(X_train)
-    biases_only = FedMCADMM(**params, init_scale=0.0).fit(X_train)
+    params = dict(n_clients=n_clients, clients_per_round=0.2, max_iter=30, random_state=0)
+    model = FedMCADMM(**params, solver_params={"eval_every": 10}).fit(X_train)
+    biases_only = FedMCADMM(**params, solver_params={"init_scale": 0.0, "eval_every": 10}).fit(
+        X_train)
     rmse = -model.score(X_train, X_test)
     train = [h["train_rmse"] for h in model.history_ if "train_rmse" in h]
     assert np.all(np.isfinite(train)) and train[-1] < train[0]
@@ -85,8 +86,8 @@ def test_paper_settings_with_auto_beta_recover_a_low_rank_matrix():
     """The spec's recovery recipe (400 x 100, rank 2, 4 clients, 2 sampled per round,
     lambda = 1e-6, no biases, the paper's Uniform[0, 1) start) with ``beta="auto"``."""
     X, Y, _ = low_rank_ratings(m=400, n=100, r=2, density=0.5, seed=0)
-    model = FedMCADMM(n_components=2, n_clients=4, clients_per_round=2, max_iter=400,
-                      partition="contiguous", center=False, eval_every=0, random_state=0,
-                      clip=False,  # the raw model: some held-out entries lie outside X's range
-                      **PAPER_SETTINGS["FedMCADMM"]).fit(X)
+    model = FedMCADMM(**merge_params(PAPER_SETTINGS["FedMCADMM"], dict(
+        n_components=2, n_clients=4, clients_per_round=2, max_iter=400, random_state=0, clip=False,
+        solver_params={"partition": "contiguous", "center": False, "eval_every": 0},
+    ))).fit(X)
     assert -model.score(X, Y) < 1e-3

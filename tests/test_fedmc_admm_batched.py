@@ -213,8 +213,8 @@ def test_estimator_one_client_per_user_grouped_equals_per_client(monkeypatch):
     X = np.where(rng.random(M.shape) < 0.3, M, np.nan)
     X[5] = np.nan
     X[5, 3] = 2.0  # a user with a single rating
-    params = dict(n_components=2, max_iter=8, clients_per_round=0.3, dropout=0.2,
-                  random_state=0, alpha_u=0.1, alpha_v=0.01, eval_every=0)
+    params = dict(n_components=2, max_iter=8, clients_per_round=0.3, random_state=0,
+                  alpha_u=0.1, alpha_v=0.01, solver_params={"dropout": 0.2, "eval_every": 0})
     monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 10**9)
     ref = FedMCADMM(**params).fit(X, clients=np.arange(60))
     monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1)
@@ -287,8 +287,10 @@ def test_weighted_regularization_runs_one_block_per_client(monkeypatch):
     assert protocol(True, "linearized", weighted=True).batched is None
     monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1)
     X, _ = ratings()
-    model = FedMCADMM(n_components=2, max_iter=2, regularization="weighted", random_state=0,
-                      eval_every=0).fit(X, clients=np.arange(N_ROWS))
+    model = FedMCADMM(
+        n_components=2, max_iter=2, regularization="weighted", random_state=0,
+        solver_params={"eval_every": 0},
+    ).fit(X, clients=np.arange(N_ROWS))
     assert not isinstance(model._federation.client_states, GroupStates)
 
 

@@ -871,16 +871,10 @@ def test_blockwise_objective_equals_centralized_f(name):
     r = REGS[name]
     p = 4
     model = FedMCADMM(
-        n_components=2,
-        n_clients=p,
-        partition="random",
-        max_iter=3,
-        center=False,
-        random_state=1,
-        alpha_u=r["alpha_u"],
+        n_components=2, n_clients=p, max_iter=3, random_state=1, alpha_u=r["alpha_u"],
         alpha_v=r["alpha_v"],
-        l1_ratio=r["l1_ratio"],
-        positive=r["positive"],
+        solver_params={"partition": "random", "center": False, "l1_ratio": r["l1_ratio"],
+                       "positive": r["positive"]},
     ).fit(X)
     U, V = model.user_factors_, model.components_
     mask = ~np.isnan(X)
@@ -1029,8 +1023,8 @@ def test_l1_with_zero_penalty_reproduces_unregularized_iterates():
         clients_per_round=3,
         **{**RECIPE, "alpha_u": 0.0, "alpha_v": 0.0},
     )
-    l1 = FedMCADMM(l1_ratio=1.0, **base).fit(X)
-    l2 = FedMCADMM(l1_ratio=0.0, **base).fit(X)
+    l1 = FedMCADMM(**base, solver_params={"l1_ratio": 1.0}).fit(X)
+    l2 = FedMCADMM(**base, solver_params={"l1_ratio": 0.0}).fit(X)
     np.testing.assert_array_equal(l1.components_, l2.components_)
     np.testing.assert_array_equal(l1.user_factors_, l2.user_factors_)
     assert _strip(l1.history_) == _strip(l2.history_)

@@ -142,9 +142,10 @@ def test_same_model_for_any_n_jobs(ratings):
 @pytest.mark.parametrize("clients_per_round, local_iter_v", [(None, 1), (2, 1), (2, 5)])
 def test_recovers_an_exactly_low_rank_matrix(clients_per_round, local_iter_v):
     X, Y, _ = low_rank_ratings(m=200, n=50, seed=2)
-    model = FedMGS(n_components=2, n_clients=4, clients_per_round=clients_per_round,
-                   local_iter_v=local_iter_v, max_iter=300, center=False,
-                   random_state=0).fit(X, eval_set=Y)
+    model = FedMGS(
+        n_components=2, n_clients=4, clients_per_round=clients_per_round,
+        local_iter_v=local_iter_v, max_iter=300, random_state=0, solver_params={"center": False},
+    ).fit(X, eval_set=Y)
     assert model.history_[-1]["eval_rmse"] < 0.05
 
 
@@ -221,12 +222,15 @@ def test_auto_strength_is_recorded_in_history():
     """Each evaluated round of ``history_`` records the strength the server sent with its
     ``V`` (the last one is ``alpha_u_``); fixed strengths record none."""
     X = make_ratings(300, 80, 9000, noise=0.2, random_state=0).X
-    model = _FedMGS(n_clients=10, max_iter=6, eval_every=1, random_state=0).fit(X)
+    model = _FedMGS(n_clients=10, max_iter=6, random_state=0,
+                    solver_params={"eval_every": 1}).fit(X)
     alphas = [record["alpha"] for record in model.history_]
     assert len(alphas) == 6 and alphas[-1] == model.alpha_u_
     assert len(set(alphas)) > 1  # it moves with the model
-    fixed = _FedMGS(n_clients=10, max_iter=2, eval_every=1, alpha_u=10.0, alpha_v=10.0,
-                    random_state=0).fit(X)
+    fixed = _FedMGS(
+        n_clients=10, max_iter=2, alpha_u=10.0, alpha_v=10.0, random_state=0,
+        solver_params={"eval_every": 1},
+    ).fit(X)
     assert all("alpha" not in record for record in fixed.history_)
 
 

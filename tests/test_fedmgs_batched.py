@@ -247,9 +247,11 @@ def test_grouped_fit_is_the_per_client_fit(biased, rows_per_client, regularizati
                                            monkeypatch):
     X = ratings(n_rows=120, n_items=30, density=0.2)
     codes, _ = clients_of(120, rows_per_client, seed=1)
-    fit = partial(FedMGS(n_components=2, max_iter=8, clients_per_round=0.3, dropout=0.2,
-                         biased=biased, regularization=regularization, eval_every=2,
-                         random_state=0, n_jobs=2).fit, X, clients=codes)
+    fit = partial(FedMGS(
+        n_components=2, max_iter=8, clients_per_round=0.3, biased=biased,
+        regularization=regularization, random_state=0, n_jobs=2,
+        solver_params={"dropout": 0.2, "eval_every": 2},
+    ).fit, X, clients=codes)
     grouped(monkeypatch, False)
     ref = fit()
     grouped(monkeypatch, True)
@@ -271,8 +273,10 @@ def test_grouped_fit_uploads_hold_the_paper_message(monkeypatch):
     X = ratings(n_rows=60, n_items=20, density=0.25)
     grouped(monkeypatch, True)
     log = []
-    model = FedMGS(n_components=2, max_iter=3, clients_per_round=10, random_state=0,
-                   eval_every=0, callback=lambda k, info: log.append(info)).fit(
+    model = FedMGS(
+        n_components=2, max_iter=3, clients_per_round=10, random_state=0,
+        callback=lambda k, info: log.append(info), solver_params={"eval_every": 0},
+    ).fit(
                        X, clients=np.arange(60))
     for info in log:
         assert set(info["uploads"]) == set(info["sampled"].tolist())
@@ -290,7 +294,8 @@ def test_grouped_fit_uploads_hold_the_paper_message(monkeypatch):
 def test_grouped_warm_start_continues_the_fit(monkeypatch):
     X = ratings(n_rows=80, n_items=25, density=0.2)
     grouped(monkeypatch, True)
-    params = dict(n_components=2, clients_per_round=0.25, random_state=0, eval_every=0)
+    params = dict(n_components=2, clients_per_round=0.25, random_state=0,
+                  solver_params={"eval_every": 0})
     ref = FedMGS(max_iter=6, **params).fit(X, clients=np.arange(80))
     got = FedMGS(max_iter=3, warm_start=True, **params).fit(X, clients=np.arange(80))
     got.fit(X, clients=np.arange(80))

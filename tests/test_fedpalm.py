@@ -14,11 +14,11 @@ def test_fedpalm_with_q_2_is_fedmavg_with_one_step_each():
     X, _, _ = low_rank_ratings(m=60, n=20, seed=4)
     common = dict(n_components=2, n_clients=3, clients_per_round=2, max_iter=8, random_state=0,
                   local_iter_u=1, biased=False)
-    palm = FedMAvg(variant="fedpalm", **common).fit(X)
-    mavg = FedMAvg(local_iter_v=1, w_step="local", **common).fit(X)
+    palm = FedMAvg(**common, solver_params={"variant": "fedpalm"}).fit(X)
+    mavg = FedMAvg(local_iter_v=1, **common, solver_params={"w_step": "local"}).fit(X)
     np.testing.assert_allclose(palm.components_, mavg.components_, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(palm.user_factors_, mavg.user_factors_, rtol=1e-12, atol=1e-12)
-    longer = FedMAvg(variant="fedpalm", **{**common, "local_iter_u": 3}).fit(X)
+    longer = FedMAvg(**{**common, "local_iter_u": 3}, solver_params={"variant": "fedpalm"}).fit(X)
     assert not np.allclose(longer.components_, palm.components_)
 
 
@@ -86,4 +86,4 @@ def test_fedpalm_needs_fedmavg_with_nonnegative_memberships(algorithm, solver):
 def test_fedpalm_refuses_a_global_w_step():
     X, _, _ = low_rank_ratings(m=20, n=10)
     with pytest.raises(ValueError, match="its own local step"):
-        FedMAvg(variant="fedpalm", w_step="global", biased=False).fit(X)
+        FedMAvg(biased=False, solver_params={"variant": "fedpalm", "w_step": "global"}).fit(X)

@@ -23,6 +23,7 @@ from flwr.serverapp import Grid  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, Felb, RFRec  # noqa: E402
+from sklearn_fedmf._fit import route_solver_params  # noqa: E402
 from sklearn_fedmf.flower import MESSAGE_TYPES, client_app, fit_on_grid, split_sites  # noqa: E402
 from sklearn_fedmf.flower._codec import take  # noqa: E402
 from sklearn_fedmf.flower._server import wire_bytes  # noqa: E402
@@ -123,16 +124,24 @@ def strip_seconds(history):
 
 
 CONTRACT = {
-    "FedMCADMM": FedMCADMM(n_components=2, max_iter=4, clients_per_round=2, random_state=3,
-                           center=False),
+    "FedMCADMM": FedMCADMM(
+        n_components=2, max_iter=4, clients_per_round=2, random_state=3,
+        solver_params={"center": False},
+    ),
     "FedMCADMM-centred": FedMCADMM(n_components=2, max_iter=3, random_state=1),
-    "FedMAvg": FedMAvg(n_components=2, max_iter=4, clients_per_round=2, random_state=3,
-                       center=False),
-    "FedMAvg-fedmc_admm": FedMAvg(n_components=2, max_iter=3, variant="fedmc_admm",
-                                  random_state=0, center=False),
-    "FedMGS": FedMGS(n_components=2, max_iter=4, random_state=3, center=False),
-    "RFRec": RFRec(n_components=2, max_iter=3, n_clients=N_SITES, random_state=3,
-                   center=False),
+    "FedMAvg": FedMAvg(
+        n_components=2, max_iter=4, clients_per_round=2, random_state=3,
+        solver_params={"center": False},
+    ),
+    "FedMAvg-fedmc_admm": FedMAvg(
+        n_components=2, max_iter=3, random_state=0,
+        solver_params={"variant": "fedmc_admm", "center": False},
+    ),
+    "FedMGS": FedMGS(n_components=2, max_iter=4, random_state=3, solver_params={"center": False}),
+    "RFRec": RFRec(
+        n_components=2, max_iter=3, n_clients=N_SITES, random_state=3,
+        solver_params={"center": False},
+    ),
     "Felb": Felb(n_components=2, max_iter=3, sync_every=2, random_state=3),
     "Felb-gaussian": Felb(n_components=2, max_iter=2,
                           privacy=LocalDP("gaussian", epsilon=0.5, delta=0.05, clip=1.0),
@@ -156,7 +165,7 @@ def test_flower_fit_equals_the_simulation(name, tmp_path, task_identity):
                          min_nodes=N_SITES, wait=1)
     assert flower.n_iter_ == simulated.n_iter_
     assert flower.n_clients_ == N_SITES
-    if getattr(simulated, "center", False):
+    if simulated._settings().get("center", False):  # (Felb does not centre)
         # the server's mean is (sum of the sites' sums) / count, numpy's is a pairwise mean
         # of all ratings: they differ in the last bits, and so do the fits
         assert flower.mean_ == pytest.approx(simulated.mean_, rel=1e-14)
@@ -203,7 +212,7 @@ def test_every_message_the_server_receives_holds_only_the_upload(tmp_path, task_
     def record_uploads(k, info):
         uploads[k] = info["uploads"]
 
-    params = dict(n_components=2, max_iter=3, random_state=4, center=False)
+    params = dict(n_components=2, max_iter=3, random_state=4, solver_params={"center": False})
     FedMCADMM(**params, callback=record_uploads).fit(X, clients=labels)
     simulated, uploads = uploads, {}
     grid = FakeGrid(site_files(tmp_path, X, labels))
@@ -256,16 +265,18 @@ def test_a_site_that_errs_or_times_out_fails_as_in_the_simulation(tmp_path, task
     # with on_client_error="skip" the federation goes on without it, as in a simulation
     grid = FakeGrid(configs, drop={("train.update", 1)})
     with pytest.warns(ClientFailureWarning):
-        fitted = fit_on_grid(FedMCADMM(n_components=2, max_iter=2, random_state=0,
-                                       on_client_error="skip"), grid,
+        fitted = fit_on_grid(FedMCADMM(
+            n_components=2, max_iter=2, random_state=0, solver_params={"on_client_error": "skip"},
+        ), grid,
                              min_nodes=N_SITES, timeout=1, wait=1)
     assert [r["n_failed"] for r in fitted.history_] == [1, 1]
     # a site whose reply comes too late has computed, but the server did not use its reply:
     # it goes on from its previous state, exactly as a site that never got the Message
     grid = FakeGrid(configs, late={("train.update", 1)})
     with pytest.warns(ClientFailureWarning):
-        late = fit_on_grid(FedMCADMM(n_components=2, max_iter=2, random_state=0,
-                                     on_client_error="skip"), grid,
+        late = fit_on_grid(FedMCADMM(
+            n_components=2, max_iter=2, random_state=0, solver_params={"on_client_error": "skip"},
+        ), grid,
                            min_nodes=N_SITES, timeout=1, wait=1)
     assert strip_seconds(late.history_) == strip_seconds(fitted.history_)
     np.testing.assert_array_equal(late.components_, fitted.components_)
@@ -322,7 +333,9 @@ def test_loopback_deployment_fits_the_simulated_model(tmp_path):
     # flwr run exits 0 even when the run failed: the ServerApp's output is the result
     assert flower is not None, f"no model written in {seconds:.0f} s; logs:\n" + "\n".join(
         f"--- {name}\n{text[-3000:]}" for name, text in logs.items())
-    simulated = FedMCADMM(**DEPLOY_PARAMS).fit(X, clients=labels)
+    # (the app's flat config keys: center and eval_every go into solver_params, as here)
+    simulated = FedMCADMM(**route_solver_params(FedMCADMM, DEPLOY_PARAMS)).fit(
+        X, clients=labels)
     np.testing.assert_array_equal(flower.components_, simulated.components_)
     assert strip_seconds(flower.history_) == strip_seconds(simulated.history_)
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)

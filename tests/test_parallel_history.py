@@ -17,10 +17,10 @@ def test_parallel_history_is_bit_identical_to_sequential():
         clients_per_round=3,
         max_iter=6,
         local_iter=3,
-        l1_ratio=0.5,
         alpha_u=0.01,
         alpha_v=0.01,
         random_state=0,
+        solver_params={"l1_ratio": 0.5},
     )
     ref = FedMCADMM(n_jobs=1, **params).fit(X)
     with parallel_config(backend="threading"):

@@ -180,9 +180,11 @@ def test_privacy_spent_counts_each_clients_real_uploads(variant):
     def log(k, info):
         arrived[list(info["uploads"])] += 1
 
-    est = RFRec(n_components=2, variant=variant, learning_rate=0.01, max_iter=12,
-                clients_per_round=0.5, dropout=0.3, privacy=LocalDP(clip=0.5, noise=0.5),
-                n_clients=None, random_state=0, callback=log).fit(X)  # (a user per client)
+    est = RFRec(
+        n_components=2, learning_rate=0.01, max_iter=12, clients_per_round=0.5,
+        privacy=LocalDP(clip=0.5, noise=0.5), n_clients=None, random_state=0, callback=log,
+        solver_params={"variant": variant, "dropout": 0.3},
+    ).fit(X)  # (a user per client)
     spent = est.privacy_spent_
     np.testing.assert_array_equal(spent["client"], np.arange(X.shape[0]))
     np.testing.assert_array_equal(spent["n_releases"], arrived)

@@ -48,9 +48,10 @@ ESTIMATORS = {
                                   **{"biased": False, **kw}),
     "rfrec": lambda **kw: RFRec(n_components=2, max_iter=20, random_state=0,
                                 **{"biased": False, **kw}),
-    "rfrec-sigmoid": lambda **kw: RFRec(n_components=2, max_iter=20, random_state=0,
-                                        link="sigmoid", optimizer="adam", learning_rate=0.1,
-                                        biased=False),
+    "rfrec-sigmoid": lambda **kw: RFRec(
+        n_components=2, max_iter=20, random_state=0, learning_rate=0.1, biased=False,
+        solver_params={"link": "sigmoid", "optimizer": "adam"},
+    ),
 }
 
 

@@ -49,9 +49,10 @@ def model(**params):
 
 
 def eta_of(est):
-    if est.variant == "rfrec":
+    settings = est._settings()
+    if settings["variant"] == "rfrec":
         return None
-    return est.pull_eta or est.learning_rate * est.reg_consensus / est.p
+    return settings["pull_eta"] or est.learning_rate * est.reg_consensus / settings["p"]
 
 
 def read_state(est):
@@ -60,7 +61,7 @@ def read_state(est):
     bc = fed.broadcast.simulation
     states = fed.client_states
     V = np.repeat(bc.W[None], len(states), axis=0)
-    adam = est.optimizer == "adam"
+    adam = est._settings()["optimizer"] == "adam"
     if adam:
         mV = np.repeat(bc.W_opt["mW"][None], len(states), axis=0)
         vV = np.repeat(bc.W_opt["vW"][None], len(states), axis=0)
@@ -119,21 +120,21 @@ def naive_rounds(est, R, mask, state, records, arrivals):
     U, V, Vbar, opt = (x.copy() if isinstance(x, np.ndarray) else x for x in state)
     opt = None if opt is None else dict(opt)
     groups = est.clients_
-    N, lr, reg, p = V.shape[0], est.learning_rate, est.reg_consensus, est.p
+    N, lr, reg, p = V.shape[0], est.learning_rate, est.reg_consensus, est._settings()["p"]
     lo, hi = est.rating_range_
     earlier = est.history_[: len(est.history_) - len(records)]
     prev = earlier[-1].get("coin", 0) if earlier else 0
     for rec, arrived in zip(records, arrivals):
         coin = (prev, rec.get("coin", 0))
         prev = coin[1]
-        if est.variant == "rfrec":
+        if est._settings()["variant"] == "rfrec":
             action = "step"
-        elif est.schedule == "l2gd":
+        elif est._settings()["schedule"] == "l2gd":
             action = "main" if coin[1] == 0 else ("pull" if coin[0] == 1 else "upload_pull")
         else:
             action = {(0, 0): "main", (1, 0): "pull", (0, 1): "upload", (1, 1): "idle"}[coin]
         if action in ("step", "main"):
-            gU, gV, _ = fit_grads(R, mask, groups, U, V, est.link, lo, hi - lo)
+            gU, gV, _ = fit_grads(R, mask, groups, U, V, est._settings()["link"], lo, hi - lo)
             gU = gU + 2 * est.alpha_u * U
             gV = gV + 2 * est.alpha_v / N * V
             if action == "step":
@@ -433,12 +434,14 @@ def test_auto_learning_rate_never_diverges_across_scales(variant):
         scale = 10.0 ** (k % 6 - 2)
         X.data *= scale
         # (the ridge is not scale-free: alpha_u follows the ratings so that it stays weak)
-        est = RFRec(n_components=3, variant=variant, center=k % 2 == 0, n_clients=n_users // 3,
-                    alpha_u=0.01 * scale, max_iter=40, random_state=0).fit(X)
+        est = RFRec(
+            n_components=3, n_clients=n_users // 3, alpha_u=0.01 * scale, max_iter=40,
+            random_state=0, solver_params={"variant": variant, "center": k % 2 == 0},
+        ).fit(X)
         rmse = [r["train_rmse"] for r in est.history_]
         assert np.all(np.isfinite(est.components_)) and np.all(np.isfinite(rmse))
         # better than the first round and than the constant the factors start from (0, or
         # the mean when centred). (RFRecF's F swings with its coin: psi grows on local
         # steps, so the training error is the quantity compared here.)
-        baseline = np.std(X.data) if est.center else np.sqrt(np.mean(X.data**2))
+        baseline = np.std(X.data) if est._settings()["center"] else np.sqrt(np.mean(X.data**2))
         assert rmse[-1] < min(rmse[0], baseline), (k, rmse[-1], baseline)

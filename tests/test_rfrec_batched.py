@@ -147,10 +147,12 @@ def _fit_both(grouped, X, **params):
 
 
 FITS = {
-    "defaults": dict(clients_per_round=0.3, dropout=0.3),
-    "adam-unbiased": dict(optimizer="adam", biased=False, clients_per_round=7),
-    "rfrecf-personal": dict(variant="rfrecf", learning_rate=0.01, predict_with="personal"),
-    "grouped-users": dict(n_clients=23, optimizer="adam", dropout=0.2),
+    "defaults": dict(clients_per_round=0.3, solver_params={"dropout": 0.3}),
+    "adam-unbiased": dict(biased=False, clients_per_round=7,
+                          solver_params={"optimizer": "adam"}),
+    "rfrecf-personal": dict(learning_rate=0.01, solver_params={"variant": "rfrecf",
+                                                               "predict_with": "personal"}),
+    "grouped-users": dict(n_clients=23, solver_params={"optimizer": "adam", "dropout": 0.2}),
 }
 
 
@@ -185,8 +187,11 @@ def test_grouped_state_is_proportional_to_the_ratings(grouped):
     X = make_ratings(150, 40, 1200, random_state=1).X
     grouped(True)
     sent = []
-    model = RFRec(n_components=4, optimizer="adam", max_iter=2, random_state=0, n_clients=None,
-                  warm_start=True, callback=lambda k, info: sent.append(info["uploads"][0]))
+    model = RFRec(
+        n_components=4, max_iter=2, random_state=0, n_clients=None, warm_start=True,
+        callback=lambda k, info: sent.append(info["uploads"][0]),
+        solver_params={"optimizer": "adam"},
+    )
     model.fit(X)
     with pytest.raises(ValueError, match="read-only"):  # a view: no writing into the state
         sent[0].values[0, 0] = 1.0
@@ -198,6 +203,6 @@ def test_grouped_state_is_proportional_to_the_ratings(grouped):
         assert gs["opt"]["t"].shape == gs["pending"].shape == (group.n_clients,)
     model.fit(X)  # 2 more rounds, continued
     grouped(False)
-    ref = RFRec(n_components=4, optimizer="adam", max_iter=4, random_state=0,
-                n_clients=None).fit(X)
+    ref = RFRec(n_components=4, max_iter=4, random_state=0, n_clients=None,
+                solver_params={"optimizer": "adam"}).fit(X)
     np.testing.assert_allclose(model.components_, ref.components_, rtol=RTOL, atol=1e-14)

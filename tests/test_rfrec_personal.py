@@ -5,6 +5,7 @@ import pytest
 import scipy.sparse as sp
 
 from sklearn_fedmf import RFRec
+from sklearn_fedmf._fit import merge_params
 
 
 def ratings(n=12, m=8, seed=0):
@@ -15,18 +16,21 @@ def ratings(n=12, m=8, seed=0):
     return R, mask
 
 
-@pytest.mark.parametrize("params", [{}, {"n_clients": 4, "link": "sigmoid",
-                                         "optimizer": "adam", "learning_rate": 0.05}])
+@pytest.mark.parametrize("params", [{}, {"n_clients": 4, "learning_rate": 0.05, "solver_params": {
+    "link": "sigmoid", "optimizer": "adam"}}])
 def test_personal_predictions_use_each_clients_uploaded_copy(params):
     """With every client sampled, the last round's dense uploads are the final copies V_(c):
     the personal prediction of user i is link(u_i . V_(c(i)) j) for every item j."""
     R, mask = ratings()
     X = sp.csr_matrix((R[mask], np.nonzero(mask)), shape=R.shape)
     last = {}
-    params = {"learning_rate": 0.01, "biased": False, "n_clients": None, **params}
-    est = RFRec(n_components=2, reg_consensus=1.0, max_iter=15, simulate_uploads=True,
-                predict_with="personal", random_state=0,
-                callback=lambda k, info: last.update(info["uploads"]), **params).fit(X)
+    params = merge_params({"learning_rate": 0.01, "biased": False, "n_clients": None}, params,
+                          {"solver_params": {"simulate_uploads": True,
+                                             "predict_with": "personal"}})
+    est = RFRec(
+        n_components=2, reg_consensus=1.0, max_iter=15, random_state=0,
+        callback=lambda k, info: last.update(info["uploads"]), **params,
+    ).fit(X)
     codes = np.unique(est.clients_, return_inverse=True)[1]
     scores = np.stack([est.user_factors_[i] @ last[codes[i]].T for i in range(R.shape[0])])
     expected = est._to_ratings(scores)
@@ -44,10 +48,13 @@ def test_personal_models_fit_their_own_ratings_better_than_the_average():
     """lambda = 0: each user's own copy fits its ratings, Vbar averages unrelated models."""
     R, mask = ratings(seed=1)
     X = sp.csr_matrix((R[mask], np.nonzero(mask)), shape=R.shape)
-    est = RFRec(n_components=2, learning_rate=0.02, reg_consensus=0.0, alpha_u=0.01,
-                max_iter=300, random_state=0, center=False, eval_every=0,
-                n_clients=None).fit(X)  # (a user per client: each copy is one user's model)
-    train_personal = -est.set_params(predict_with="personal").score(X)
+    est = RFRec(
+        n_components=2, learning_rate=0.02, reg_consensus=0.0, alpha_u=0.01, max_iter=300,
+        random_state=0, n_clients=None,  # (a user per client: each copy is one user's model)
+        solver_params={"center": False, "eval_every": 0},
+    ).fit(X)
+    train_personal = -est.set_params(solver_params={"center": False, "eval_every": 0,
+                                                    "predict_with": "personal"}).score(X)
     rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
     federated = est.user_factors_ @ est.components_
     train_global = np.sqrt(np.mean((federated[rows, X.indices] - X.data) ** 2))
@@ -57,7 +64,9 @@ def test_personal_models_fit_their_own_ratings_better_than_the_average():
 def test_personal_predictions_need_the_training_rows():
     R, mask = ratings()
     X = sp.csr_matrix((R[mask], np.nonzero(mask)), shape=R.shape)
-    est = RFRec(n_components=2, learning_rate=0.01, max_iter=3, predict_with="personal",
-                random_state=0, n_clients=None).fit(X)
+    est = RFRec(
+        n_components=2, learning_rate=0.01, max_iter=3, random_state=0, n_clients=None,
+        solver_params={"predict_with": "personal"},
+    ).fit(X)
     with pytest.raises(ValueError, match="training users only"):
         est.predict(X[:5])

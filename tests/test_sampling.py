@@ -6,6 +6,7 @@ from joblib import parallel_config
 
 from sklearn_fedmf import FederatedClustering, FedMAvg, FedMGS
 from sklearn_fedmf._engine import nbytes, sample_clients
+from sklearn_fedmf._fit import merge_params
 from sklearn_fedmf.cluster._federated_clustering_protocol import mavg_server_update
 from sklearn_fedmf.completion import PAPER_SETTINGS
 from sklearn_fedmf.completion._fedmavg_protocol import server_update
@@ -52,8 +53,10 @@ def test_fedmavg_draws_follow_omega_of_the_entries():
     def count(round_, info):
         draws[info["sampled"]] += info["counts"]
 
-    FedMAvg(n_components=2, sampling="weighted", clients_per_round=3, max_iter=150,
-            eval_every=0, callback=count, random_state=0).fit(X, clients=clients)
+    FedMAvg(
+        n_components=2, clients_per_round=3, max_iter=150, callback=count, random_state=0,
+        solver_params={"sampling": "weighted", "eval_every": 0},
+    ).fit(X, clients=clients)
     sizes = np.array([X[clients == p].nnz for p in range(4)], dtype=float)
     p, n = sizes / sizes.sum(), draws.sum()
     assert n == 450
@@ -92,15 +95,17 @@ def test_every_round_is_the_multiset_mean_and_bytes_count_both_ways():
         assert record["n_distinct"] == len(counts) and record["n_sampled"] == m
         seen.append(m - len(counts))
 
-    FedMAvg(n_components=2, sampling="weighted", clients_per_round=4, max_iter=40,
-            w_step="local", n_clients=4, callback=check, random_state=0).fit(X)
+    FedMAvg(
+        n_components=2, clients_per_round=4, max_iter=40, n_clients=4, callback=check,
+        random_state=0, solver_params={"sampling": "weighted", "w_step": "local"},
+    ).fit(X)
     assert sum(seen) > 0  # some round drew a client twice
 
 
 def test_weighted_sampling_gives_the_same_model_for_any_n_jobs():
     X = skewed_ratings()
-    params = dict(n_components=2, sampling="weighted", clients_per_round=3, max_iter=20,
-                  random_state=0)
+    params = dict(n_components=2, clients_per_round=3, max_iter=20, random_state=0,
+                  solver_params={"sampling": "weighted"})
     ref = FedMAvg(**params, n_jobs=1).fit(X)
     with parallel_config(backend="threading"):
         par = FedMAvg(**params, n_jobs=2).fit(X)
@@ -115,9 +120,10 @@ def test_weighted_sampling_fits_and_fedmgs_applies_each_client_once():
         assert len(info["uploads"]) == len(info["sampled"])
 
     for cls in (FedMAvg, FedMGS):
-        model = cls(n_components=2, n_clients=6, sampling="weighted", clients_per_round=4,
-                    max_iter=300, center=False, callback=one_upload_per_client,
-                    random_state=0, **PAPER_SETTINGS[cls.__name__]).fit(X, eval_set=Y)
+        model = cls(**merge_params(PAPER_SETTINGS[cls.__name__], dict(
+            n_components=2, n_clients=6, clients_per_round=4, max_iter=300,
+            callback=one_upload_per_client, random_state=0,
+            solver_params={"sampling": "weighted", "center": False}))).fit(X, eval_set=Y)
         assert model.history_[-1]["eval_rmse"] < 0.1  # predicting 0 gives about 1
 
 
@@ -142,5 +148,7 @@ def test_omega_weighted_mean_of_omega_draws_is_refused(cls):
     params = dict(sampling="weighted", aggregation="weighted")
     if cls is FederatedClustering:
         params = dict(algorithm="fedmavg", solver_params=params)
+    else:
+        params = dict(solver_params=params)
     with pytest.raises(ValueError, match="omega twice"):
         cls(**params).fit(X)

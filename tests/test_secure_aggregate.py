@@ -21,8 +21,10 @@ def test_fedmavg_round_secure_mean_equals_the_servers_mean(aggregation, drop):
     # plain mean over the clients that arrived)
     X, _, _ = low_rank_ratings(m=60, n=25, seed=4)
     rounds = []
-    FedMAvg(n_components=3, n_clients=6, clients_per_round=5, max_iter=3, random_state=0,
-            aggregation=aggregation, callback=lambda k, info: rounds.append(info)).fit(X)
+    FedMAvg(
+        n_components=3, n_clients=6, clients_per_round=5, max_iter=3, random_state=0,
+        callback=lambda k, info: rounds.append(info), solver_params={"aggregation": aggregation},
+    ).fit(X)
     encoding = FixedPointEncoding()
     for k, info in enumerate(rounds):
         if aggregation == "weighted":

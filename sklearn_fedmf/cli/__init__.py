@@ -124,8 +124,9 @@ def build_parser():
                      help="leave out the two yardstick rows of a rating run (the global mean "
                           "and FedBaseline)")
     run.add_argument("--set", type=_assignment, action="append", metavar="NAME=VALUE",
-                     help="any other estimator parameter, e.g. --set beta=0.5 (repeatable; "
-                          "applies to every method that has it)")
+                     help="any other estimator parameter, or a key of its solver_params, e.g. "
+                          "--set beta=0.5 or --set center=False (repeatable; applies to every "
+                          "method that has it)")
     _common(run, rounds=PROTOCOL["rounds"])
     run.set_defaults(func=cmd_run)
 
@@ -192,7 +193,8 @@ def build_parser():
                           "load only files you trust)")
     rec.add_argument("--save", metavar="FILE", help="save the fitted model to FILE (joblib)")
     rec.add_argument("--set", type=_assignment, action="append", metavar="NAME=VALUE",
-                     help="any other estimator parameter, e.g. --set alpha_u=10")
+                     help="any other estimator parameter or solver_params key, e.g. "
+                          "--set alpha_u=10")
     _common(rec, rounds=PROTOCOL["rounds"], test_size=False)
     rec.set_defaults(func=cmd_recommend)
 

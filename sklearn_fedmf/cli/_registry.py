@@ -47,13 +47,16 @@ class Method:
 
     @property
     def papers(self):
-        """The parameters of the papers' settings (``variant`` included)."""
+        """The parameters of the papers' settings (``variant`` included; ``solver_params``
+        merged key by key)."""
+        from .._fit import merge_params
+
         settings = {}
         if self.paper:
             from ..completion import PAPER_SETTINGS
 
             settings = PAPER_SETTINGS[self.paper]
-        return {**self.variant, **settings, **self.extra}
+        return merge_params(self.variant, settings, self.extra)
 
     @property
     def fixed(self):
@@ -70,6 +73,10 @@ class Method:
         return self.grid_
 
 
+# RFRecF with the authors' code settings (PAPER_SETTINGS["RFRecF"]): ``p`` is a solver
+# constant, so the grid gives whole ``solver_params`` dicts, the code's with each ``p``.
+_RFRECF_CODE = {"optimizer": "adam", "link": "sigmoid", "partition": "contiguous",
+                "variant": "rfrecf", "pull_eta": 1.0}
 _FELB_GRID = {"lam": [0.01, 0.1], "gamma": [0.1, 1.0], "sync_every": [5, 10],
               "n_clients": [10, 50], "n_components": [10, 20]}
 _SEARCH = ("regularization", "alpha_u", "alpha_v", "biased")
@@ -87,7 +94,8 @@ METHODS = {
             "its item-factor copy W_i after Q2 local steps",
             # the papers' settings: the baseline as the FedMC-ADMM paper restates it, which
             # records FedMC-ADMM's objective (1/p) sum_i [f_i + R_i] + R(V)
-            paper="FedMAvg", extra={"variant": "fedmc_admm"}, search=_SEARCH,
+            paper="FedMAvg", extra={"solver_params": {"variant": "fedmc_admm"}},
+            search=_SEARCH,
             objective="fedmc",
         ),
         Method(
@@ -98,15 +106,16 @@ METHODS = {
         Method(
             "rfrec", "sklearn_fedmf.completion:RFRec", "completion", "RFRec",
             "its item-matrix copy V_(c) (optionally clipped + Laplace noise)",
-            variant={"variant": "rfrec"}, paper="RFRec",  # (the authors' code settings)
+            variant={"solver_params": {"variant": "rfrec"}}, paper="RFRec",  # (the code's)
             grid_={"reg_consensus": [5.0, 20.0, 80.0], "learning_rate": [0.03, 0.1],
                    "n_clients": [50, 100], "n_components": [5, 10]},
         ),
         Method(
             "rfrecf", "sklearn_fedmf.completion:RFRec", "completion", "RFRecF",
             "its item-matrix copy V_(c), only when its coin flips to averaging",
-            variant={"variant": "rfrecf", "p": 0.8, "pull_eta": 1.0}, paper="RFRec",
-            grid_={"reg_consensus": [5.0, 20.0, 80.0], "p": [0.5, 0.8],
+            paper="RFRecF",  # (the authors' code settings)
+            grid_={"reg_consensus": [5.0, 20.0, 80.0],
+                   "solver_params": [{**_RFRECF_CODE, "p": p} for p in (0.5, 0.8)],
                    "n_clients": [50, 100], "n_components": [5, 10]},
         ),
         Method(
@@ -159,11 +168,15 @@ def make_estimator(method, args, *, verbose=0, settings="papers", strict_set=Tru
     """The estimator of ``method`` with the command-line options mapped onto its parameters.
 
     ``settings="papers"`` starts from the papers' settings, ``"defaults"`` from the
-    estimator's own defaults (``variant`` is applied either way). An option the user gave for
+    estimator's own defaults (``variant`` is applied either way). ``--set NAME=VALUE`` sets a
+    constructor parameter, or, when ``NAME`` is a key of the estimator's ``solver_params``,
+    that key (merged into the dict). An option the user gave for
     a parameter the estimator does not have, and a value the estimator rejects, are errors
     naming the option (before anything is fitted); ``strict_set=False`` skips a ``--set``
     parameter the estimator does not have (``run`` applies each to the methods that have it).
     """
+    from .._fit import merge_params
+
     cls = method.load()
     params = cls().get_params()
     chosen = dict(method.papers if settings == "papers" else method.variant)
@@ -183,10 +196,9 @@ def make_estimator(method, args, *, verbose=0, settings="papers", strict_set=Tru
         if key.startswith("privacy__") and "privacy" in params:
             chosen["privacy"] = _privacy_field(chosen.get("privacy"), key, value)
             continue
-        if key not in params and key in getattr(cls, "_solver_params", {}):
-            # a solver constant: one key of solver_params, merged into the variant's
-            chosen["solver_params"] = {**(chosen.get("solver_params") or {}), key: value}
-            origin["solver_params"] = f"--set {key}={value!r}"
+        if key in cls._solver_params and key not in params:  # a solver constant
+            chosen = merge_params(chosen, {"solver_params": {key: value}})
+            origin[key] = f"--set {key}={value!r}"
             continue
         if key not in params:
             if not strict_set:
@@ -195,7 +207,8 @@ def make_estimator(method, args, *, verbose=0, settings="papers", strict_set=Tru
         chosen[key] = value
         origin[key] = f"--set {key}={value!r}"
     for param, where in origin.items():
-        check_value(method, param, chosen[param], where)
+        value = chosen[param] if param in params else chosen["solver_params"][param]
+        check_value(method, param, value, where)
     return cls(**chosen)
 
 
@@ -226,13 +239,14 @@ def _privacy_field(privacy, key, value):
 
 def check_value(method, param, value, where):
     """Raise a one-line :class:`CommandError` naming ``where`` unless the estimator of
-    ``method`` accepts ``value`` for ``param`` (its ``_parameter_constraints``)."""
-    from .._fit import resolve_solver_params  # (lazy: the parser imports no estimator code)
+    ``method`` accepts ``value`` for ``param`` (its ``_parameter_constraints``, or its
+    declared ``solver_params`` key)."""
+    from .._fit import merge_params, route_solver_params
 
+    cls = method.load()
     try:
-        estimator = method.load()(**{**method.fixed, param: value})
+        estimator = cls(**merge_params(method.fixed, route_solver_params(cls, {param: value})))
         estimator._validate_params()
-        if param == "solver_params":  # its keys and their values
-            resolve_solver_params(estimator)
+        estimator._settings()  # (checks the solver_params keys)
     except (TypeError, ValueError) as exc:  # sklearn's InvalidParameterError is both
         raise CommandError(f"{where}: {exc}") from None

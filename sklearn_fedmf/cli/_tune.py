@@ -4,6 +4,7 @@ number of fits and an estimate of its time printed before it starts."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -52,7 +53,24 @@ def tune_grid(method, args):
         for param, values in g.items():
             for value in values:
                 check_value(method, param, value, f"--grid {param}={value!r}")
-    return grids
+    return [_whole_solver_params(method, g) for g in grids]
+
+
+def _whole_solver_params(method, grid):
+    """``grid`` with its keys of the estimator's ``solver_params`` (``--grid p=0.5,0.8``)
+    turned into whole ``solver_params`` dicts over the method's fixed ones: a search sets
+    parameters, and one key of a dict is not a parameter."""
+    cls = method.load()
+    own = cls().get_params()
+    keys = [k for k in grid if k in cls._solver_params and k not in own]
+    if not keys:
+        return grid
+    grid = dict(grid)
+    fixed = method.fixed.get("solver_params") or {}
+    combos = list(itertools.product(*(grid.pop(k) for k in keys)))
+    grid["solver_params"] = [{**base, **dict(zip(keys, combo))}
+                             for base in grid.get("solver_params", [fixed]) for combo in combos]
+    return grid
 
 
 def grid_size(grids):

@@ -10,24 +10,33 @@ __all__ = ["FedBaseline", "FedMAvg", "FedMCADMM", "FedMGS", "PAPER_SETTINGS", "R
 
 # The papers' settings, one parameter set away from the defaults (which are measured across
 # data sets: benchmarks/bench_defaults.py): no biases, the papers' (plain) regularization, for
-# FedMC-ADMM the paper's Uniform[0, 1) start and N = 10 local steps and, for RFRec, the
-# authors' code (below). ``FedMCADMM(**PAPER_SETTINGS["FedMCADMM"])`` is the
-# estimator the paper benchmarks and the ``fedmf`` main job run (``center=False`` on top of
-# them gives the papers' raw objective).
+# FedMC-ADMM the paper's Uniform[0, 1) start and N = 10 local steps and, for RFRec and RFRecF,
+# the authors' code (below). ``FedMCADMM(**PAPER_SETTINGS["FedMCADMM"])`` is the estimator the
+# paper benchmarks and the ``fedmf`` main job run (``center=False`` in ``solver_params`` on
+# top of them gives the papers' raw objective). The papers' constants that are not
+# constructor parameters are in each entry's ``solver_params``.
 PAPER_SETTINGS = {
     "FedMCADMM": {"alpha_u": 1e-6, "alpha_v": 1e-6, "biased": False,
-                 "regularization": "plain", "init_scale": 1.0, "local_iter": 10},
+                  "regularization": "plain", "local_iter": 10,
+                  "solver_params": {"init_scale": 1.0}},
     "FedMAvg": {"alpha_u": 1e-6, "alpha_v": 1e-6, "biased": False,
-               "regularization": "plain"},
+                "regularization": "plain"},
     "FedMGS": {"alpha_u": 1e-6, "alpha_v": 1e-6, "biased": False,
-              "regularization": "plain"},
+               "regularization": "plain"},
     # RFRec: the authors' code, which produced the paper's tables. The paper's alpha 0.05 /
     # 0.025 are that code's Adam steps: as plain gradient steps they diverge on MovieLens
     # (FloatingPointError). Adam 0.1, sigmoid link, lam_L = 10 on a psi without 1/2
     # (reg_consensus 20), and its clients: 200 groups of consecutive users (so at least 200
     # users). On MovieLens 100K, 80/20 of the ratings: 0.931 (Table 2: 0.9325); with one
-    # client per user 0.950 (docs/guide/reproducing.rst).
-    "RFRec": {"alpha_u": 0.1, "alpha_v": 0.0, "biased": False, "optimizer": "adam",
-              "link": "sigmoid", "learning_rate": 0.1, "reg_consensus": 20.0,
-              "n_clients": 200, "partition": "contiguous"},
+    # client per user 0.950 (docs/guide/reproducing.rst). RFRecF (Algorithm 2): the same
+    # code with its coin (p = 0.8, a full pull) and 200 coin flips.
+    "RFRec": {"alpha_u": 0.1, "alpha_v": 0.0, "biased": False, "learning_rate": 0.1,
+              "reg_consensus": 20.0, "n_clients": 200,
+              "solver_params": {"optimizer": "adam", "link": "sigmoid",
+                                "partition": "contiguous"}},
+    "RFRecF": {"alpha_u": 0.1, "alpha_v": 0.0, "biased": False, "learning_rate": 0.1,
+               "reg_consensus": 20.0, "n_clients": 200, "max_iter": 200,
+               "solver_params": {"optimizer": "adam", "link": "sigmoid",
+                                 "partition": "contiguous", "variant": "rfrecf", "p": 0.8,
+                                 "pull_eta": 1.0}},
 }

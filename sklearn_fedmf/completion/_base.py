@@ -26,14 +26,54 @@ from .._data import (
     reject_duplicates,
     warn_if_zero_filled,
 )
-from .._fit import FEDERATION_CONSTRAINTS, FederatedEstimator, objective_not_decreasing
+from .._docstrings import SHARED_PARAMETERS, solver_key
+from .._fit import (
+    FEDERATION_CONSTRAINTS,
+    SIMULATION_SETTINGS,
+    FederatedEstimator,
+    objective_not_decreasing,
+)
 from .._groups import GroupStates
 from .._kernels import grad_rows, ridge_fold_in, squared_error
 from .._pairs import FactorModel, predict_pairs, score_block
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
 from ..exceptions import UnobservedItemsWarning
 
-__all__ = ["FederatedMFBase", "FEDERATION_CONSTRAINTS"]
+__all__ = ["COMPLETION_DOCS", "FACTOR_SETTINGS", "FederatedMFBase", "FEDERATION_CONSTRAINTS",
+           "moved_to_solver_params"]
+
+# The ``solver_params`` keys of the factor models' regularizer and start (FedMC-ADMM, FedMAvg,
+# FedMGS; ``init_scale``'s default is each class's own).
+FACTOR_SETTINGS: dict = {
+    "l1_ratio": (0.0, [Interval(Real, 0, 1, closed="both")]),
+    "positive": (False, ["boolean"]),
+    "init_scale": (1.0, [Interval(Real, 0, None, closed="left")]),
+}
+
+# The completion estimators' docstring parts (``%(name)s`` lines, see ``_docstrings``): the
+# shared parameters and the shared ``solver_params`` keys as sub-list items.
+COMPLETION_DOCS: dict = {
+    **SHARED_PARAMETERS,
+    "solver_l1_ratio": solver_key("l1_ratio", "float, default=0.0"),
+    "solver_positive": solver_key("positive", "bool, default=False"),
+    "solver_init_scale_1": solver_key("init_scale", "float, default=1.0"),
+    "solver_simulation": "\n".join([
+        solver_key("partition", '{"random", "contiguous"}, default="random"'),
+        solver_key("dropout", "float, default=0.0"),
+        solver_key("eval_every", "int, default=1"),
+        solver_key("missing_values", "float, default=np.nan"),
+        solver_key("on_client_error", '{"raise", "skip"}, default="raise"'),
+    ]),
+    "solver_center": solver_key("center", "bool, default=True"),
+}
+COMPLETION_DOCS["solver_shared"] = "\n".join(
+    [COMPLETION_DOCS["solver_center"], COMPLETION_DOCS["solver_simulation"]])
+
+
+def moved_to_solver_params(solver_params):
+    """``_moved_params`` of a class whose former parameters are now the keys of its
+    ``solver_params`` (a key that is still a parameter is left out by the class)."""
+    return {key: f"solver_params['{key}']" for key in solver_params}
 
 
 class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, FederatedEstimator):
@@ -42,8 +82,10 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     # Dtypes the solver runs in; other input is converted to float64.
     _fit_dtypes = (np.float64,)
 
+    # The constructor's shared parameters (each class lists them in its own signature).
     _parameter_constraints: dict = {
-        **FederatedEstimator._parameter_constraints,
+        **{name: FEDERATION_CONSTRAINTS[name]
+           for name in ("n_clients", "callback", "random_state", "n_jobs", "verbose")},
         "n_components": [Interval(Integral, 1, None, closed="left")],
         "clients_per_round": [
             Interval(Integral, 1, None, closed="left"),
@@ -54,36 +96,42 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         "tol": [Interval(Real, 0, None, closed="left")],
         "alpha_u": [Interval(Real, 0, None, closed="left")],
         "alpha_v": [Interval(Real, 0, None, closed="left")],
-        "l1_ratio": [Interval(Real, 0, 1, closed="both")],
-        "positive": ["boolean"],
-        "center": ["boolean"],
         "biased": ["boolean"],
         "clip": ["boolean"],
-        "dropout": [Interval(Real, 0, 1, closed="left")],
-        "eval_every": [Interval(Integral, 0, None, closed="left")],
         "warm_start": ["boolean"],
-        "missing_values": [Real],
+        "solver_params": [dict, None],
+    }
+    # The shared keys of ``solver_params``: the simulation's settings and the data's
+    # conventions (each class adds its papers' constants).
+    _solver_params: dict = {
+        **SIMULATION_SETTINGS,
+        "missing_values": (np.nan, [Real]),
+        "center": (True, ["boolean"]),
+    }
+    _default_settings: dict = {
+        **FederatedEstimator._default_settings,
+        "l1_ratio": 0.0, "positive": False, "regularization": "plain",
     }
 
-    def __init__(self, n_components, *, n_clients, partition, clients_per_round, max_iter, tol,
-                 alpha_u, alpha_v, center, biased, clip, dropout, eval_every, callback,
-                 warm_start, missing_values, random_state, n_jobs, verbose, on_client_error):
-        super().__init__(n_clients=n_clients, partition=partition, callback=callback,
-                         random_state=random_state, n_jobs=n_jobs, verbose=verbose,
-                         on_client_error=on_client_error)
+    def __init__(self, n_components, *, alpha_u, alpha_v, biased, n_clients, clients_per_round,
+                 max_iter, tol, clip, warm_start, callback, random_state, n_jobs, verbose,
+                 solver_params):
+        # (not the skeleton's __init__: partition and on_client_error are solver_params keys)
         self.n_components = n_components
+        self.alpha_u = alpha_u
+        self.alpha_v = alpha_v
+        self.biased = biased
+        self.n_clients = n_clients
         self.clients_per_round = clients_per_round
         self.max_iter = max_iter
         self.tol = tol
-        self.alpha_u = alpha_u
-        self.alpha_v = alpha_v
-        self.center = center
-        self.biased = biased
         self.clip = clip
-        self.dropout = dropout
-        self.eval_every = eval_every
         self.warm_start = warm_start
-        self.missing_values = missing_values
+        self.callback = callback
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+        self.solver_params = solver_params
 
     # ---- provided by each estimator ---------------------------------------------------
     @abstractmethod
@@ -122,21 +170,25 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     def _validate_ratings(self, X, name="X", reset=False, fitting=False):
         """``X`` as canonical CSR ratings (``missing_values`` applied), not yet centred."""
         reject_duplicates(X, name)
+        missing_values = self._settings()["missing_values"]
         X = validate_data(
             self, X, accept_sparse=True, dtype=[np.float64, np.float32], reset=reset,
-            ensure_all_finite="allow-nan" if np.isnan(self.missing_values) else True,
+            ensure_all_finite="allow-nan" if np.isnan(missing_values) else True,
         )
         # float32 input runs in float32 where the solver supports it (half the memory)
         dtype = X.dtype if fitting and X.dtype in self._fit_dtypes else np.float64
-        return check_ratings(X, name=name, dtype=dtype, missing_values=self.missing_values)
+        return check_ratings(X, name=name, dtype=dtype, missing_values=missing_values)
 
     def _check_fit_data(self, X, *, reset, eval_set=None):
-        if self.biased and getattr(self, "positive", False):
+        settings = self._settings()
+        missing_values = settings["missing_values"]
+        if self.biased and settings["positive"]:
             raise ValueError(
                 "biased=True and positive=True cannot be combined: the biases are signed "
-                "(set positive=False, or biased=False for a nonnegative factorization)."
+                "(leave solver_params['positive'] False, or set biased=False for a "
+                "nonnegative factorization)."
             )
-        warn_if_zero_filled(X, self.missing_values)
+        warn_if_zero_filled(X, missing_values)
         X = self._validate_ratings(X, reset=reset, fitting=True)
         n_items = X.shape[1]
         if self.n_components > n_items:
@@ -146,7 +198,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
             )
         eval_X = None
         if eval_set is not None:
-            eval_X = check_like(eval_set, X, name="eval_set", missing_values=self.missing_values)
+            eval_X = check_like(eval_set, X, name="eval_set", missing_values=missing_values)
             if eval_X.nnz == 0:
                 raise ValueError("eval_set has no rating to score; pass held-out ratings or "
                                  "eval_set=None.")
@@ -158,7 +210,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
             rating_range = (float(X.data.min()), float(X.data.max()))
         else:  # warm start: the model keeps the centring of its first fit
             mean, rating_range = self.mean_, self.rating_range_
-        offset = mean if self.center else 0.0
+        offset = mean if settings["center"] else 0.0
         X = _shift(X, -offset)
         if eval_X is not None:
             eval_X = _shift(eval_X, -offset)
@@ -293,25 +345,31 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
 
     def _fold_in_rows(self, Xc, Vt):
         U = np.zeros((Xc.shape[0], Vt.shape[1]))
-        alpha_u = getattr(self, "alpha_u_", self.alpha_u)  # (an "auto" strength, resolved)
-        if getattr(self, "regularization", "plain") == "weighted":  # per rating, as in fit
+        settings = self._settings()
+        l1_ratio, positive = settings["l1_ratio"], settings["positive"]
+        alpha_u = self._fold_in_alpha_u()
+        if settings["regularization"] == "weighted":  # per rating, as in fit
             alpha_u = alpha_u * np.diff(Xc.indptr).astype(np.float64)[:, None]
-        ridge_fold_in(Xc.indptr, Xc.indices, Xc.data, Vt, np.ravel(alpha_u * (1 - self.l1_ratio)),
-                      U)
-        if self.l1_ratio == 0 and not self.positive:
+        ridge_fold_in(Xc.indptr, Xc.indices, Xc.data, Vt, np.ravel(alpha_u * (1 - l1_ratio)), U)
+        if l1_ratio == 0 and not positive:
             return U
         # Proximal gradient with the global step 1/lambda_max(V V^T), which bounds every row's
         # Lipschitz constant; started from the ridge solution.
         step = 1.0 / max(np.linalg.eigvalsh(Vt.T @ Vt)[-1], 1e-12)
-        U = prox_elastic_net(U, step, alpha_u, self.l1_ratio, self.positive)
+        U = prox_elastic_net(U, step, alpha_u, l1_ratio, positive)
         G = np.empty_like(U)
         for _ in range(500):
             grad_rows(Xc.indptr, Xc.indices, Xc.data, U, Vt, G)
-            U_new = prox_elastic_net(U - step * G, step, alpha_u, self.l1_ratio, self.positive)
+            U_new = prox_elastic_net(U - step * G, step, alpha_u, l1_ratio, positive)
             if np.abs(U_new - U).max() <= 1e-10 * max(1.0, np.abs(U).max()):
                 return U_new
             U = U_new
         return U
+
+    def _fold_in_alpha_u(self):
+        """The user factors' strength that fold-in uses: the fit's (a class with an "auto"
+        strength returns the value it resolved)."""
+        return self.alpha_u
 
     def inverse_transform(self, X):
         """Ratings reconstructed from user factors (``X @ components_``, plus ``mean_`` when
@@ -402,7 +460,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     @property
     def _offset(self):
         """What was subtracted from the ratings before factorizing."""
-        return self.mean_ if self.center else 0.0
+        return self.mean_ if self._settings()["center"] else 0.0
 
     def _clip(self, values):
         if self.clip:
@@ -435,7 +493,8 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
             target = Xc.copy()
             target.data += self._offset  # back to the rating scale
         else:
-            target = check_like(y, Xc, name="y", missing_values=self.missing_values)
+            target = check_like(y, Xc, name="y",
+                                missing_values=self._settings()["missing_values"])
         if target.nnz == 0:
             raise ValueError("There is no rating to score: the evaluated matrix is empty.")
         pred = self._predict_entries(Xc, target)

@@ -14,19 +14,19 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._data import check_dense_size
-from .._fit import FederatedEstimator
-from ._base import FederatedMFBase
+from .._docstrings import Substitution
+from ._base import (
+    COMPLETION_DOCS,
+    FederatedMFBase,
+    moved_to_solver_params,
+)
 from ._fed_baseline_protocol import make_protocol
 
 __all__ = ["FedBaseline"]
 
-# The parameters FedBaseline shares with the factor models (the others are fixed: see the class
-# attributes below).
-_SHARED = ("n_clients", "partition", "callback", "random_state", "n_jobs", "verbose",
-           "on_client_error", "clients_per_round", "max_iter", "tol", "clip", "dropout",
-           "eval_every", "warm_start", "missing_values")
 
 
+@Substitution(**COMPLETION_DOCS)
 class FedBaseline(FederatedMFBase):
     """Federated biases-only model: ``mean + b_u + b_i``, fitted by alternating least squares.
 
@@ -56,49 +56,36 @@ class FedBaseline(FederatedMFBase):
     alpha_v : float, default=10.0
         Shrinkage of the item biases (Surprise's ``reg_i``).
     n_clients : int, default=10
-        Number of clients ``p`` when ``clients`` is not given to fit.
-    partition : {"random", "contiguous"}, default="random"
-        How rows are assigned to ``n_clients`` clients when ``clients`` is not given to fit
-        (``"random"`` is seeded by ``random_state``).
+        %(n_clients)s
     clients_per_round : int, float or None, default=None
-        Clients drawn each round; None means all. The server's sums keep every client's
-        latest contribution, so a sampled round still moves toward the same model; it needs
-        more rounds (``benchmarks/bench_fed_baseline.py``, one client per user of
-        ml-latest-small, 10 % per round: test RMSE 0.8810, 0.8676, 0.8663 after 20, 40, 60
-        rounds against 0.8661 with every client; a server using only the round's uploads
-        stays at 0.905).
+        %(clients_per_round)s
+        The server's sums keep every client's latest contribution, so a sampled round still
+        moves toward the same model; it needs more rounds
+        (``benchmarks/bench_fed_baseline.py``, one client per user of ml-latest-small, 10 %
+        per round: test RMSE 0.8810, 0.8676, 0.8663 after 20, 40, 60 rounds against 0.8661
+        with every client; a server using only the round's uploads stays at 0.905).
     max_iter : int, default=20
         Communication rounds (one user step and one item step each). With every client each
         round the test RMSE on ml-latest-small is within 1.3e-5 of the converged model's
         after 10 rounds (Surprise's 10 epochs) and 1e-7 after 20.
     tol : float, default=0.0
-        Stop when the relative change of the objective falls below ``tol``.
+        %(tol)s
     clip : bool, default=True
-        Clip predictions to the training rating range (as Surprise does).
-    dropout : float, default=0.0
-        Probability that a sampled client fails in a round (it then neither computes nor
-        sends); failures are counted in ``history_``.
-    eval_every : int, default=1
-        Record the objective and RMSEs every ``eval_every`` rounds (0 never).
+        %(clip)s
     callback : callable, default=None
-        ``callback(round, info)`` after each round; returning True stops the fit.
+        %(callback)s
     warm_start : bool, default=False
-        Continue from the previous fit's state for ``max_iter`` more rounds.
-    missing_values : float, default=np.nan
-        The placeholder of a missing rating in dense input, as in
-        :class:`~sklearn.impute.SimpleImputer`.
+        %(warm_start)s
     random_state : int, RandomState instance or None, default=None
         Seeds the partition and every round's sampling (the fit has no other randomness).
     n_jobs : int, default=None
-        Parallel local updates (joblib; threads unless a backend is configured).
+        %(n_jobs)s
     verbose : int, default=0
-        1 shows a progress bar, 2 a line per round.
-    on_client_error : {"raise", "skip"}, default="raise"
-        An exception in a client's code raises a
-        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round;
-        ``"skip"``: the client keeps its previous state for that round, counts in
-        ``history_``'s ``n_failed``, and a
-        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit.
+        %(verbose)s
+    solver_params : dict or None, default=None
+        %(solver_params)s
+
+        %(solver_simulation)s
 
     Attributes
     ----------
@@ -152,12 +139,16 @@ class FedBaseline(FederatedMFBase):
     # BaselineOnly is; these are not parameters).
     n_components = 0
     biased = True
-    center = True
-    l1_ratio = 0.0
-    positive = False
+    _default_settings: dict = {**FederatedMFBase._default_settings, "center": True}
+
+    _solver_params: dict = {key: spec for key, spec in FederatedMFBase._solver_params.items()
+                            if key != "center"}
+    _moved_params = moved_to_solver_params(_solver_params)
 
     _parameter_constraints: dict = {
-        **{name: FederatedMFBase._parameter_constraints[name] for name in _SHARED},
+        # the base's parameters but the rank and the biases (fixed: class attributes above)
+        **{name: constraint for name, constraint in FederatedMFBase._parameter_constraints.items()
+           if name not in ("n_components", "biased")},
         "alpha_u": [Interval(Real, 0, None, closed="left")],
         "alpha_v": [Interval(Real, 0, None, closed="left")],
     }
@@ -168,37 +159,31 @@ class FedBaseline(FederatedMFBase):
         alpha_u=15.0,
         alpha_v=10.0,
         n_clients=10,
-        partition="random",
         clients_per_round=None,
         max_iter=20,
         tol=0.0,
         clip=True,
-        dropout=0.0,
-        eval_every=1,
         callback=None,
         warm_start=False,
-        missing_values=np.nan,
         random_state=None,
         n_jobs=None,
         verbose=0,
-        on_client_error="raise",
+        solver_params=None,
     ):
-        # (the skeleton's __init__: the base's would store the fixed class attributes above)
-        FederatedEstimator.__init__(
-            self, n_clients=n_clients, partition=partition, callback=callback,
-            random_state=random_state, n_jobs=n_jobs, verbose=verbose,
-            on_client_error=on_client_error,
-        )
+        # (not the base's __init__, which would store the fixed class attributes above)
         self.alpha_u = alpha_u
         self.alpha_v = alpha_v
+        self.n_clients = n_clients
         self.clients_per_round = clients_per_round
         self.max_iter = max_iter
         self.tol = tol
         self.clip = clip
-        self.dropout = dropout
-        self.eval_every = eval_every
+        self.callback = callback
         self.warm_start = warm_start
-        self.missing_values = missing_values
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+        self.solver_params = solver_params
 
     def _make_protocol(self, ctx):
         return make_protocol(n_items=ctx.n_features, alpha_u=self.alpha_u,

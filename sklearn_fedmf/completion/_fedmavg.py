@@ -16,9 +16,15 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import _biases
+from .._docstrings import Substitution
 from .._engine import FederatedProtocol
 from .._fedmavg_protocol import check_aggregation, q2_schedule, round_phases
-from ._base import FederatedMFBase
+from ._base import (
+    COMPLETION_DOCS,
+    FACTOR_SETTINGS,
+    FederatedMFBase,
+    moved_to_solver_params,
+)
 from ._fedmavg_batched import make_batched
 from ._fedmavg_protocol import (
     client_metrics,
@@ -105,6 +111,7 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
 
 
 # ---- estimator ----------------------------------------------------------------------------
+@Substitution(**COMPLETION_DOCS)
 class FedMAvg(FederatedMFBase):
     """Federated matrix completion by model averaging (FedMAvg, Wang & Chang).
 
@@ -118,124 +125,98 @@ class FedMAvg(FederatedMFBase):
     Parameters
     ----------
     n_components : int, default=5
-        Rank ``r`` of the factorization.
-    variant : {"wang_chang", "fedpalm", "fedmc_admm"}, default="wang_chang"
-        ``"wang_chang"``: the paper's algorithm on the sum of squared errors, steps as factors
-        of Lipschitz bounds (Algorithm 1). ``"fedpalm"``: the paper's Remark 1 baseline
-        (Fig. 2b): each client interleaves ``local_iter_u`` pairs of one U step at its current
-        copy ``W_p`` and one proximal W step at the new ``U_p`` (``Q = 2 local_iter_u``; steps
-        ``1/(c_factor L_U(W_p))`` and ``1/(d_factor L_Wp(U_p))``); ``local_iter_v``, ``q_hat``
-        and ``w_step`` do not apply. ``"fedmc_admm"``: the baseline as restated in the
-        FedMC-ADMM paper (objective ``(1/p) sum_i [f_i + R_i] + R(V)``, W gradient divided by
-        ``p``, ``d_i = d_factor lambda_max(U_i^T U_i)``, ``c = c_factor lambda_max(V V^T)``,
-        plain mean of the uploads, ``Q1 = Q2 = 10``).
+        %(n_components)s
     local_iter_u : int, default=10
-        Local steps ``Q1`` on the user factors per round.
+        Local steps ``Q1`` on the user factors per round (``"fedpalm"``: U/W step pairs).
     local_iter_v : int or None, default=None
         Local steps ``Q2`` on the item-factor copy. None means the variant's schedule: the
         diminishing ``Q2^s = floor(q_hat / s) + 1`` (``"wang_chang"``) or 10.
-    q_hat : int, default=5
-        ``Q_hat`` of the diminishing schedule (only when ``local_iter_v`` is None).
-    participation : {"pcc", "pcp"}, default="pcc"
-        ``"pcc"``: every client updates ``U_p`` every round and only the sampled ones upload
-        (partial client communication; the broadcast reaches all). ``"pcp"``: only the sampled
-        clients compute (partial participation, the paper's Fig. 2a baseline).
-    aggregation : {"weighted", "sampled_mean"} or None, default=None
-        ``"weighted"``: ``sum omega_p W_p / sum omega_p`` over the received copies (eq. (8) at
-        full participation); ``"sampled_mean"``: their plain mean, a client counted once per
-        draw. None: ``"weighted"`` for ``"wang_chang"`` with uniform sampling,
-        ``"sampled_mean"`` otherwise. ``"weighted"`` with ``sampling="weighted"`` is refused
-        (it would weigh by ``omega`` twice).
-    c_factor : float or None, default=None
-        The U step is ``1 / (c_factor * L_U)`` with ``L_U = lambda_max(V V^T) + ridge``
-        (``"wang_chang"``, default 0.51) or ``lambda_max(V V^T)`` (``"fedmc_admm"``, 0.5).
-    d_factor : float, default=5.0
-        The W step is ``1 / (d_factor * L_W)`` (see ``w_step``).
-    w_step : {"global", "local", "guarded"} or None, default=None
-        ``L_W`` of the W step (``"wang_chang"``): ``"global"`` uses ``lambda_max(sum_p U_p^T
-        U_p) + ridge`` of this round (clients send their ``r x r`` Gram in a first exchange),
-        ``"local"`` the client's own ``lambda_max(U_p^T U_p) / omega_p + ridge``, ``"guarded"``
-        the global step but never above ``1/(0.51 L_Wp)`` (a stability guard; the paper's
-        theory assumes the global constant). None: ``"guarded"``, which equals ``"global"``
-        while no client's local curvature exceeds the global one (100 clients of MovieLens:
-        the same model) and keeps small, unlike clients stable (one client per user on the
-        ML-1M shape: ``"global"`` ends 20 rounds at train RMSE 17.5, ``"guarded"`` at 0.92).
-        The ``"fedmc_admm"`` variant always uses its local ``d_i``.
-    client_weights : {"entries", "rows"}, default="entries"
-        ``omega_p`` proportional to the client's observed ratings or to its rows (the paper's
-        ``N_p / N``).
     n_clients : int, default=10
-        Number of clients ``p`` when ``clients`` is not given to fit.
-    partition : {"random", "contiguous"}, default="random"
-        How rows are assigned to ``n_clients`` clients.
+        %(n_clients)s
     clients_per_round : int, float or None, default=None
-        Clients drawn each round (the paper's ``m``): a count, a fraction in (0, 1], or None
-        for all.
-    sampling : {"uniform", "weighted"}, default="uniform"
-        ``"uniform"``: distinct clients without replacement. ``"weighted"``: the paper's i.i.d.
-        draws with replacement, probabilities ``omega_p`` (``client_weights``); a client drawn
-        twice uploads once and counts twice in the mean (``history_`` then also has
-        ``bytes_uploaded_draws``, the paper's count of one upload per draw).
+        %(clients_per_round)s
+        (The paper's ``m``; see ``solver_params["sampling"]``.)
     max_iter : int, default=100
-        Communication rounds.
+        %(max_iter)s
     tol : float, default=0.0
-        Stop when the relative change of the objective falls below ``tol``.
+        %(tol)s
     alpha_u, alpha_v : float, default=10.0
-        Regularization of the user and item factors: ``alpha * l1_ratio * ||.||_1 + 0.5 *
-        alpha * (1 - l1_ratio) * ||.||_F^2``. The l2 part is smooth (in the gradient), the l1
-        part and ``positive`` act as a prox at every local step.
-        Defaults measured across data sets (``benchmarks/bench_defaults.py``); the papers'
-        ``1e-6`` is in ``PAPER_SETTINGS``.
-    l1_ratio : float, default=0.0
-        Mix of the elastic net: 0 is squared l2, 1 is l1 (soft-thresholding).
+        Regularization strengths of the user and item factors.
+        %(elastic_net)s
+        The l2 part is smooth (in the gradient), the l1 part and ``positive`` act as a prox
+        at every local step. Defaults measured across data sets
+        (``benchmarks/bench_defaults.py``); the papers' ``1e-6`` is in ``PAPER_SETTINGS``.
     regularization : {"plain", "weighted"}, default="plain"
-        ``"plain"``: the papers' penalties, one strength for every row. ``"weighted"``:
-        ALS-WR's weighted lambda, each user's row scaled by its number of ratings and each
-        item's by its number of ratings (``alpha`` is then a strength per rating). Every
-        client sends its ratings per item once (round 1's bytes); the server broadcasts their
-        sum ``n_j`` with ``V`` (one more float per item in ``bytes_downloaded``).
-    positive : bool, default=False
-        Constrain both factors to be nonnegative.
-    init_scale : float, default=1.0
-        Factors start i.i.d. ``init_scale * Uniform[0, 1)`` (0: at the zero saddle, where
-        they stay; with ``biased=True`` only the biases are then fitted).
-    center : bool, default=True
-        Subtract the global training mean before factorizing.
+        %(regularization)s
+        The server broadcasts the counts' sum ``n_j`` with ``V`` (one more float per item in
+        ``bytes_downloaded``).
     biased : bool, default=True
-        Fit a bias per user and per item: the prediction is ``mean_ + b_u + b_i + u . v``.
-        The factors become ``[U, b_u, 1]`` and ``[V; 1; b_i]`` with the fixed entries held
-        by indicator functions in the regularizers (their prox is the projection onto 1), so
-        the algorithm runs unchanged on rank ``n_components + 2``. ``b_u`` stays on its
-        client like ``U_p``; ``b_i`` travels and is aggregated as ``V`` (its bytes counted).
+        %(biased)s
     clip : bool, default=True
-        Clip predictions (``predict``, ``score``, and through
-        :class:`~sklearn_fedmf.RatingRegressor` its pairs and ``recommend`` scores) to the
-        training rating range ``rating_range_``, as Surprise does; False gives the raw model.
-    dropout : float, default=0.0
-        Probability that a sampled client fails in a round.
-    eval_every : int, default=1
-        Record the objective and RMSEs every ``eval_every`` rounds (0 never).
+        %(clip)s
     callback : callable, default=None
-        ``callback(round, info)`` after each round; returning True stops the fit.
+        %(callback)s
     warm_start : bool, default=False
-        Continue from the previous fit's state for ``max_iter`` more rounds.
-    missing_values : float, default=np.nan
-        As in :class:`~sklearn_fedmf.FedMCADMM`.
+        %(warm_start)s
     random_state : int, RandomState instance or None, default=None
-        Seeds the partition, the initialization and every round's sampling.
+        %(random_state)s
     n_jobs : int, default=None
-        Parallel local updates (joblib; threads unless a backend is configured).
+        %(n_jobs)s
     verbose : int, default=0
-        1 shows a progress bar, 2 a line per round.
-    on_client_error : {"raise", "skip"}, default="raise"
-        An exception in a client's code raises a
-        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
-        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
-        previous state for that round and counts in ``history_``'s ``n_failed``, a
-        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
-        round in which every sampled client failed raises
-        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
-        (``dropout``) are counted either way.
+        %(verbose)s
+    solver_params : dict or None, default=None
+        %(solver_params)s
+
+        - ``variant`` : {"wang_chang", "fedpalm", "fedmc_admm"}, default="wang_chang"
+          ``"wang_chang"``: the paper's algorithm on the sum of squared errors, steps as
+          factors of Lipschitz bounds (Algorithm 1). ``"fedpalm"``: the paper's Remark 1
+          baseline (Fig. 2b): each client interleaves ``local_iter_u`` pairs of one U step at
+          its current copy ``W_p`` and one proximal W step at the new ``U_p`` (``Q = 2
+          local_iter_u``; steps ``1/(c_factor L_U(W_p))`` and ``1/(d_factor L_Wp(U_p))``);
+          ``local_iter_v``, ``q_hat`` and ``w_step`` do not apply. ``"fedmc_admm"``: the
+          baseline as restated in the FedMC-ADMM paper (objective ``(1/p) sum_i [f_i + R_i]
+          + R(V)``, W gradient divided by ``p``, ``d_i = d_factor lambda_max(U_i^T U_i)``,
+          ``c = c_factor lambda_max(V V^T)``, plain mean of the uploads, ``Q1 = Q2 = 10``).
+        - ``q_hat`` : int, default=5
+          ``Q_hat`` of the diminishing schedule (only when ``local_iter_v`` is None).
+        - ``participation`` : {"pcc", "pcp"}, default="pcc"
+          ``"pcc"``: every client updates ``U_p`` every round and only the sampled ones
+          upload (partial client communication; the broadcast reaches all). ``"pcp"``: only
+          the sampled clients compute (partial participation, the paper's Fig. 2a baseline).
+        - ``aggregation`` : {"weighted", "sampled_mean"} or None, default=None
+          ``"weighted"``: ``sum omega_p W_p / sum omega_p`` over the received copies (eq. (8)
+          at full participation); ``"sampled_mean"``: their plain mean, a client counted once
+          per draw. None: ``"weighted"`` for ``"wang_chang"`` with uniform sampling,
+          ``"sampled_mean"`` otherwise. ``"weighted"`` with ``sampling="weighted"`` is
+          refused (it would weigh by ``omega`` twice).
+        - ``c_factor`` : float or None, default=None
+          The U step is ``1 / (c_factor * L_U)`` with ``L_U = lambda_max(V V^T) + ridge``
+          (``"wang_chang"``, default 0.51) or ``lambda_max(V V^T)`` (``"fedmc_admm"``, 0.5).
+        - ``d_factor`` : float, default=5.0
+          The W step is ``1 / (d_factor * L_W)`` (see ``w_step``).
+        - ``w_step`` : {"global", "local", "guarded"} or None, default=None
+          ``L_W`` of the W step (``"wang_chang"``): ``"global"`` uses ``lambda_max(sum_p
+          U_p^T U_p) + ridge`` of this round (clients send their ``r x r`` Gram in a first
+          exchange), ``"local"`` the client's own ``lambda_max(U_p^T U_p) / omega_p +
+          ridge``, ``"guarded"`` the global step but never above ``1/(0.51 L_Wp)`` (a
+          stability guard; the paper's theory assumes the global constant). None:
+          ``"guarded"``, which equals ``"global"`` while no client's local curvature exceeds
+          the global one (100 clients of MovieLens: the same model) and keeps small, unlike
+          clients stable (one client per user on the ML-1M shape: ``"global"`` ends 20
+          rounds at train RMSE 17.5, ``"guarded"`` at 0.92). The ``"fedmc_admm"`` variant
+          always uses its local ``d_i``.
+        - ``client_weights`` : {"entries", "rows"}, default="entries"
+          ``omega_p`` proportional to the client's observed ratings or to its rows (the
+          paper's ``N_p / N``).
+        - ``sampling`` : {"uniform", "weighted"}, default="uniform"
+          ``"uniform"``: distinct clients without replacement. ``"weighted"``: the paper's
+          i.i.d. draws with replacement, probabilities ``omega_p`` (``client_weights``); a
+          client drawn twice uploads once and counts twice in the mean (``history_`` then
+          also has ``bytes_uploaded_draws``, the paper's count of one upload per draw).
+        %(solver_l1_ratio)s
+        %(solver_positive)s
+        %(solver_init_scale_1)s
+        %(solver_shared)s
 
     Attributes
     ----------
@@ -282,20 +263,26 @@ class FedMAvg(FederatedMFBase):
     True
     """
 
+    _solver_params: dict = {
+        **FederatedMFBase._solver_params,
+        **FACTOR_SETTINGS,
+        "init_scale": (1.0, FACTOR_SETTINGS["init_scale"][1]),
+        "variant": ("wang_chang", [StrOptions({"wang_chang", "fedpalm", "fedmc_admm"})]),
+        "q_hat": (5, [Interval(Integral, 0, None, closed="left")]),
+        "participation": ("pcc", [StrOptions({"pcc", "pcp"})]),
+        "aggregation": (None, [StrOptions({"weighted", "sampled_mean"}), None]),
+        "c_factor": (None, [Interval(Real, 0, None, closed="neither"), None]),
+        "d_factor": (5.0, [Interval(Real, 0, None, closed="neither")]),
+        "w_step": (None, [StrOptions({"global", "local", "guarded"}), None]),
+        "client_weights": ("entries", [StrOptions({"entries", "rows"})]),
+        "sampling": ("uniform", [StrOptions({"uniform", "weighted"})]),
+    }
+    _moved_params = moved_to_solver_params(_solver_params)
+
     _parameter_constraints: dict = {
         **FederatedMFBase._parameter_constraints,
-        "variant": [StrOptions({"wang_chang", "fedpalm", "fedmc_admm"})],
         "local_iter_u": [Interval(Integral, 1, None, closed="left")],
         "local_iter_v": [Interval(Integral, 1, None, closed="left"), None],
-        "q_hat": [Interval(Integral, 0, None, closed="left")],
-        "participation": [StrOptions({"pcc", "pcp"})],
-        "aggregation": [StrOptions({"weighted", "sampled_mean"}), None],
-        "c_factor": [Interval(Real, 0, None, closed="neither"), None],
-        "d_factor": [Interval(Real, 0, None, closed="neither")],
-        "w_step": [StrOptions({"global", "local", "guarded"}), None],
-        "client_weights": [StrOptions({"entries", "rows"})],
-        "sampling": [StrOptions({"uniform", "weighted"})],
-        "init_scale": [Interval(Real, 0, None, closed="left")],
         "regularization": [StrOptions({"plain", "weighted"})],
     }
 
@@ -303,91 +290,62 @@ class FedMAvg(FederatedMFBase):
         self,
         n_components=5,
         *,
-        variant="wang_chang",
         local_iter_u=10,
         local_iter_v=None,
-        q_hat=5,
-        participation="pcc",
-        aggregation=None,
-        c_factor=None,
-        d_factor=5.0,
-        w_step=None,
-        client_weights="entries",
         n_clients=10,
-        partition="random",
         clients_per_round=None,
-        sampling="uniform",
         max_iter=100,
         tol=0.0,
         alpha_u=10.0,
         alpha_v=10.0,
-        l1_ratio=0.0,
         regularization="plain",
-        positive=False,
-        init_scale=1.0,
-        center=True,
         biased=True,
         clip=True,
-        dropout=0.0,
-        eval_every=1,
         callback=None,
         warm_start=False,
-        missing_values=np.nan,
         random_state=None,
         n_jobs=None,
         verbose=0,
-        on_client_error="raise",
+        solver_params=None,
     ):
         super().__init__(
-            n_components,
-            n_clients=n_clients, partition=partition, clients_per_round=clients_per_round,
-            max_iter=max_iter, tol=tol, alpha_u=alpha_u, alpha_v=alpha_v, center=center,
-            biased=biased,
-            clip=clip, dropout=dropout, eval_every=eval_every, callback=callback,
-            warm_start=warm_start, missing_values=missing_values, random_state=random_state,
-            n_jobs=n_jobs, verbose=verbose, on_client_error=on_client_error,
+            n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
+            clients_per_round=clients_per_round, max_iter=max_iter, tol=tol, clip=clip,
+            warm_start=warm_start, callback=callback, random_state=random_state,
+            n_jobs=n_jobs, verbose=verbose, solver_params=solver_params,
         )
-        self.variant = variant
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v
-        self.q_hat = q_hat
-        self.participation = participation
-        self.aggregation = aggregation
-        self.c_factor = c_factor
-        self.d_factor = d_factor
-        self.w_step = w_step
-        self.client_weights = client_weights
-        self.sampling = sampling
-        self.l1_ratio = l1_ratio
         self.regularization = regularization
-        self.positive = positive
-        self.init_scale = init_scale
 
     def _make_protocol(self, ctx):
-        if self.variant != "wang_chang" and self.w_step not in (None, "local"):
+        settings = self._settings()
+        variant, w_step, sampling = settings["variant"], settings["w_step"], settings["sampling"]
+        if variant != "wang_chang" and w_step not in (None, "local"):
             raise ValueError(
-                f'variant="{self.variant}" uses its own local step d_i; w_step={self.w_step!r} '
+                f'variant="{variant}" uses its own local step d_i; w_step={w_step!r} '
                 'needs variant="wang_chang".'
             )
-        paper = self.variant == "fedmc_admm"
-        weighted_draws = self.sampling == "weighted"
-        check_aggregation(self.aggregation, self.sampling)
+        paper = variant == "fedmc_admm"
+        check_aggregation(settings["aggregation"], sampling)
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
-            variant=self.variant, local_iter_u=self.local_iter_u,
+            variant=variant, local_iter_u=self.local_iter_u,
             local_iter_v=self.local_iter_v if self.local_iter_v or not paper else 10,
-            q_hat=self.q_hat, participation=self.participation,
-            aggregation=self.aggregation
-            or ("sampled_mean" if paper or weighted_draws else "weighted"),
-            c_factor=self.c_factor or (0.5 if paper else 0.51), d_factor=self.d_factor,
-            w_step=self.w_step or ("guarded" if self.variant == "wang_chang" else "local"),
-            client_weights=self.client_weights, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
-            l1_ratio=self.l1_ratio, positive=self.positive, init_scale=self.init_scale,
+            q_hat=settings["q_hat"], participation=settings["participation"],
+            aggregation=settings["aggregation"]
+            or ("sampled_mean" if paper or sampling == "weighted" else "weighted"),
+            c_factor=settings["c_factor"] or (0.5 if paper else 0.51),
+            d_factor=settings["d_factor"],
+            w_step=w_step or ("guarded" if variant == "wang_chang" else "local"),
+            client_weights=settings["client_weights"], alpha_u=self.alpha_u,
+            alpha_v=self.alpha_v, l1_ratio=settings["l1_ratio"], positive=settings["positive"],
+            init_scale=settings["init_scale"],
             biased=self.biased, weighted=self.regularization == "weighted",
         )
 
     def _client_weights(self, nnz, n_rows):
-        return nnz if self.client_weights == "entries" else n_rows
+        return nnz if self._settings()["client_weights"] == "entries" else n_rows
 
     def _read_components(self, server_state, broadcast):
         return np.ascontiguousarray(server_state["Vt"].T)

@@ -18,8 +18,14 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import _biases
+from .._docstrings import Substitution
 from .._groups import ClientGroup
-from ._base import FederatedMFBase
+from ._base import (
+    COMPLETION_DOCS,
+    FACTOR_SETTINGS,
+    FederatedMFBase,
+    moved_to_solver_params,
+)
 from ._fedmc_admm_protocol import AUTO_BETA, auto_alpha_u, initial_curvature, make_protocol
 
 __all__ = ["FedMCADMM"]
@@ -66,6 +72,7 @@ def state_nbytes(*, n_clients, n_items, n_factors, itemsize, grouped, nnz=0, max
 
 
 # ---- estimator ----------------------------------------------------------------------------
+@Substitution(**COMPLETION_DOCS)
 class FedMCADMM(FederatedMFBase):
     """Federated matrix completion by linearized ADMM (FedMC-ADMM).
 
@@ -78,7 +85,7 @@ class FedMCADMM(FederatedMFBase):
     Parameters
     ----------
     n_components : int, default=5
-        Rank ``r`` of the factorization.
+        %(n_components)s
     beta : float or "auto", default="auto"
         ADMM penalty. Large values slow the global factor down (each round moves ``V`` by about
         a gradient step of size ``1/(p*beta)``); small values slow consensus. ``"auto"`` is
@@ -98,20 +105,18 @@ class FedMCADMM(FederatedMFBase):
         their solutions at 10 % participation, and the fits stall near the biases-only model
         (``benchmarks/bench_defaults.py``; the steps' cost is small next to a round's messages).
     n_clients : int, default=10
-        Number of clients ``p`` the rows are split into when ``clients`` is not given to fit.
-    partition : {"random", "contiguous"}, default="random"
-        How rows are assigned to ``n_clients`` clients (random is seeded by ``random_state``).
+        %(n_clients)s
     clients_per_round : int, float or None, default=None
-        Clients sampled (uniformly, without replacement) each round: a count, a fraction in
-        (0, 1], or None for all clients.
+        %(clients_per_round)s
+        (Sampled uniformly, without replacement.)
     max_iter : int, default=100
-        Communication rounds.
+        %(max_iter)s
     tol : float, default=0.0
-        Stop when the relative change of the objective falls below ``tol``; 0 runs all rounds.
+        %(tol)s
     alpha_u : float or "auto", default="auto"
-        Regularization strength of the user factors (``lambda``). The regularizer is
-        ``alpha * l1_ratio * ||.||_1 + 0.5 * alpha * (1 - l1_ratio) * ||.||_F^2``, as in
-        :class:`~sklearn.decomposition.NMF`. ``"auto"`` is 0.04 per rating: with the plain
+        Regularization strength of the user factors (``lambda``).
+        %(elastic_net)s
+        ``"auto"`` is 0.04 per rating: with the plain
         regularization ``0.04 * n_ratings / n_users`` (the training ratings per user, from
         the rating count and the number of users the clients send once; 5.3 on MovieLens
         latest-small's 80 % training part, 3.4 on the ML-100K shape), with the weighted one
@@ -125,69 +130,41 @@ class FedMCADMM(FederatedMFBase):
         ``R(V)`` is not divided by ``p``: against a centralized ridge, ``alpha_v`` weighs ``p``
         times more (0.1 at ``p = 100`` is a centralized 10). Default measured across data sets
         (``benchmarks/bench_defaults.py``); the papers' ``1e-6`` is in ``PAPER_SETTINGS``.
-    l1_ratio : float, default=0.0
-        0 is squared l2 (the paper's (65)-(68)), 1 is l1 (soft-thresholding, (70)-(73)).
     regularization : {"plain", "weighted"}, default="plain"
-        ``"plain"``: the paper's ``R_i`` and ``R``, one strength for every row. ``"weighted"``:
-        ALS-WR's weighted lambda, each user's row scaled by its number of ratings and each
-        item's by its number of ratings, with ``R(V)`` inside the ``1/p`` like the data it
-        weighs (``alpha_u`` and ``alpha_v`` are then both strengths per rating, on the same
-        scale as in the other estimators). The server learns the item counts once: every
-        client sends its ratings per item in round 1 (counted in its bytes).
-    positive : bool, default=False
-        Constrain both factors to be nonnegative.
-    w_update : {"linearized", "exact"}, default="linearized"
-        The paper's linearized W loop, or the exact per-column solve of Remark 4.1.
-    init_scale : float, default=0.1
-        Factors start i.i.d. ``init_scale * Uniform[0, 1)`` (0 starts them at the zero
-        saddle, where they stay: with ``biased=True`` only the biases are then fitted). The
-        paper's ``Uniform[0, 1)`` (1.0, in ``PAPER_SETTINGS``) starts ``U V`` at a mean of
-        ``r / 4``, which partial participation takes many rounds to unlearn on centred ratings.
-    dual_init : {"paper", "zeros"}, default="paper"
-        ``Y_i^0 = -(1/p) grad_V f_i(U_i^0, V^0)`` (uploaded once by every client) or zero.
-    center : bool, default=True
-        Subtract the global training mean (an aggregate of client sums and counts) before
-        factorizing; ``False`` is the paper's raw objective.
+        %(regularization)s
+        With ``"weighted"``, ``R(V)`` sits inside the ``1/p`` like the data it weighs (so
+        both strengths are on the same scale as in the other estimators).
     biased : bool, default=True
-        Fit a bias per user and per item: the prediction is ``mean_ + b_u + b_i + u . v``.
-        Inside Algorithm 1 unchanged: the factors become ``[U, b_u, 1]`` and ``[V; 1; b_i]``
-        and ``R_i``, ``R`` hold the indicator of the fixed entries, whose prox is the
-        projection onto 1 (derivation in the user guide, "Biases"). ``b_u`` is private like
-        ``U_i``; ``b_i`` travels in ``(W_i, Y_i)`` and is aggregated as ``V`` (two more
-        columns of bytes). The biases are regularized by ``alpha_u`` and ``alpha_v``.
+        %(biased)s
+        Inside Algorithm 1 unchanged (derivation in the user guide, "Biases"); the biases
+        are regularized by ``alpha_u`` and ``alpha_v``.
     clip : bool, default=True
-        Clip predictions (``predict``, ``score``, and through
-        :class:`~sklearn_fedmf.RatingRegressor` its pairs and ``recommend`` scores) to the
-        training rating range ``rating_range_``, as Surprise does; False gives the raw model.
-    dropout : float, default=0.0
-        Probability that a sampled client fails in a round (it then keeps its state and sends
-        nothing); failures are counted in ``history_``.
-    eval_every : int, default=1
-        Record the objective and RMSEs every ``eval_every`` rounds (0 never; costs one pass
-        over every client's ratings).
+        %(clip)s
     callback : callable, default=None
-        ``callback(round, info)`` after each round; returning True stops the fit.
+        %(callback)s
     warm_start : bool, default=False
-        Continue from the previous fit's state for ``max_iter`` more rounds.
-    missing_values : float, default=np.nan
-        The placeholder of a missing rating in dense ``X`` (NaN by default; ``0`` for a
-        matrix where 0 means "not rated"), as in :class:`~sklearn.impute.SimpleImputer`. In
-        sparse input every stored entry is a rating, an explicit 0 included.
+        %(warm_start)s
     random_state : int, RandomState instance or None, default=None
-        Seeds the partition, the initialization and every round's sampling.
+        %(random_state)s
     n_jobs : int, default=None
-        Parallel local updates (joblib; threads unless a backend is configured).
+        %(n_jobs)s
     verbose : int, default=0
-        1 shows a progress bar, 2 a line per round.
-    on_client_error : {"raise", "skip"}, default="raise"
-        An exception in a client's code raises a
-        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
-        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
-        previous state for that round and counts in ``history_``'s ``n_failed``, a
-        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
-        round in which every sampled client failed raises
-        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
-        (``dropout``) are counted either way.
+        %(verbose)s
+    solver_params : dict or None, default=None
+        %(solver_params)s
+
+        - ``w_update`` : {"linearized", "exact"}, default="linearized"
+          The paper's linearized W loop, or the exact per-column solve of Remark 4.1.
+        - ``init_scale`` : float, default=0.1
+          Factors start i.i.d. ``init_scale * Uniform[0, 1)`` (0 starts them at the zero
+          saddle, where they stay: with ``biased=True`` only the biases are then fitted). The
+          paper's ``Uniform[0, 1)`` (1.0, in ``PAPER_SETTINGS``) starts ``U V`` at a mean of
+          ``r / 4``, which partial participation takes many rounds to unlearn on centred ratings.
+        - ``dual_init`` : {"paper", "zeros"}, default="paper"
+          ``Y_i^0 = -(1/p) grad_V f_i(U_i^0, V^0)`` (uploaded once by every client) or zero.
+        %(solver_l1_ratio)s
+        %(solver_positive)s
+        %(solver_shared)s
 
     Attributes
     ----------
@@ -270,13 +247,19 @@ class FedMCADMM(FederatedMFBase):
 
     _fit_dtypes = (np.float64, np.float32)  # float32 X: factors, messages, states in float32
 
+    _solver_params: dict = {
+        **FederatedMFBase._solver_params,
+        **FACTOR_SETTINGS,
+        "init_scale": (0.1, FACTOR_SETTINGS["init_scale"][1]),
+        "w_update": ("linearized", [StrOptions({"linearized", "exact"})]),
+        "dual_init": ("paper", [StrOptions({"paper", "zeros"})]),
+    }
+    _moved_params = moved_to_solver_params(_solver_params)
+
     _parameter_constraints: dict = {
         **FederatedMFBase._parameter_constraints,
         "beta": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "local_iter": [Interval(Integral, 1, None, closed="left")],
-        "w_update": [StrOptions({"linearized", "exact"})],
-        "init_scale": [Interval(Real, 0, None, closed="left")],
-        "dual_init": [StrOptions({"paper", "zeros"})],
         "regularization": [StrOptions({"plain", "weighted"})],
         "alpha_u": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
     }
@@ -288,57 +271,40 @@ class FedMCADMM(FederatedMFBase):
         beta="auto",
         local_iter=100,
         n_clients=10,
-        partition="random",
         clients_per_round=None,
         max_iter=100,
         tol=0.0,
         alpha_u="auto",
         alpha_v=0.1,
-        l1_ratio=0.0,
         regularization="plain",
-        positive=False,
-        w_update="linearized",
-        init_scale=0.1,
-        dual_init="paper",
-        center=True,
         biased=True,
         clip=True,
-        dropout=0.0,
-        eval_every=1,
         callback=None,
         warm_start=False,
-        missing_values=np.nan,
         random_state=None,
         n_jobs=None,
         verbose=0,
-        on_client_error="raise",
+        solver_params=None,
     ):
         super().__init__(
-            n_components,
-            n_clients=n_clients, partition=partition, clients_per_round=clients_per_round,
-            max_iter=max_iter, tol=tol, alpha_u=alpha_u, alpha_v=alpha_v, center=center,
-            biased=biased,
-            clip=clip, dropout=dropout, eval_every=eval_every, callback=callback,
-            warm_start=warm_start, missing_values=missing_values, random_state=random_state,
-            n_jobs=n_jobs, verbose=verbose, on_client_error=on_client_error,
+            n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
+            clients_per_round=clients_per_round, max_iter=max_iter, tol=tol, clip=clip,
+            warm_start=warm_start, callback=callback, random_state=random_state,
+            n_jobs=n_jobs, verbose=verbose, solver_params=solver_params,
         )
         self.beta = beta
         self.local_iter = local_iter
-        self.l1_ratio = l1_ratio
         self.regularization = regularization
-        self.positive = positive
-        self.w_update = w_update
-        self.init_scale = init_scale
-        self.dual_init = dual_init
 
     def _beta(self, ctx):
         if self.beta == "auto":
-            if self.init_scale == 0 and not self.biased:
+            init_scale = self._settings()["init_scale"]
+            if init_scale == 0 and not self.biased:
                 raise ValueError("beta='auto' scales with init_scale; init_scale=0 without "
                                  "biases needs an explicit beta.")
             return AUTO_BETA * initial_curvature(
                 ctx.info["n_ratings"], ctx.n_features, ctx.n_clients, self.n_components,
-                self.init_scale, self.biased,
+                init_scale, self.biased,
             )
         return float(self.beta)
 
@@ -349,11 +315,13 @@ class FedMCADMM(FederatedMFBase):
         return float(self.alpha_u)
 
     def _make_protocol(self, ctx):
+        settings = self._settings()
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             beta=self._beta(ctx), local_iter=self.local_iter, alpha_u=self._alpha_u(ctx),
-            alpha_v=self.alpha_v, l1_ratio=self.l1_ratio, positive=self.positive,
-            w_update=self.w_update, init_scale=self.init_scale, dual_init=self.dual_init,
+            alpha_v=self.alpha_v, l1_ratio=settings["l1_ratio"], positive=settings["positive"],
+            w_update=settings["w_update"], init_scale=settings["init_scale"],
+            dual_init=settings["dual_init"],
             biased=self.biased, weighted=self.regularization == "weighted",
         )
 
@@ -371,7 +339,8 @@ class FedMCADMM(FederatedMFBase):
         itemsize = ctx.X.dtype.itemsize
         need = state_nbytes(n_clients=ctx.n_clients, n_items=ctx.n_features, n_factors=r,
                             itemsize=itemsize, grouped=grouped, nnz=ctx.X.nnz,
-                            max_iter=self.max_iter, exact=self.w_update == "exact")
+                            max_iter=self.max_iter,
+                            exact=self._settings()["w_update"] == "exact")
         if not local:  # only the server's Z_i in this process
             need //= 3
         available = _available_memory()
@@ -393,6 +362,9 @@ class FedMCADMM(FederatedMFBase):
     def _collect(self, state, blocks, ctx):
         super()._collect(state, blocks, ctx)
         self.alpha_u_, self.beta_ = self._alpha_u(ctx), self._beta(ctx)
+
+    def _fold_in_alpha_u(self):
+        return self.alpha_u_
 
     def _read_components(self, server_state, broadcast):
         return np.ascontiguousarray(server_state["Vt"].T)

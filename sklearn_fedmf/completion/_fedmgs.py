@@ -11,13 +11,20 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ._base import FederatedMFBase
+from .._docstrings import Substitution
+from ._base import (
+    COMPLETION_DOCS,
+    FACTOR_SETTINGS,
+    FederatedMFBase,
+    moved_to_solver_params,
+)
 from ._fedmgs_protocol import AUTO_WEIGHTED, make_protocol
 
 __all__ = ["FedMGS"]
 
 
 # ---- estimator ----------------------------------------------------------------------------
+@Substitution(**COMPLETION_DOCS)
 class FedMGS(FederatedMFBase):
     """Federated matrix completion by gradient sharing (FedMGS, Wang & Chang).
 
@@ -38,36 +45,25 @@ class FedMGS(FederatedMFBase):
     Parameters
     ----------
     n_components : int, default=5
-        Rank ``r`` of the factorization.
+        %(n_components)s
     local_iter_u : int, default=10
         Local steps ``Q1`` on the user factors per round.
     local_iter_v : int, default=1
         The server's steps ``Q2`` on ``V`` per round, each with the exact gradient rebuilt
         from the clients' aggregates (no client takes part in them).
-    c_factor : float, default=0.51
-        The U step is ``1 / (c_factor * (lambda_max(V V^T) + ridge))`` (Algorithm 2's steps).
-    d_factor : float, default=0.501
-        The V step is ``1 / (d_factor * (lambda_max(sum_p U_p^T U_p) + ridge))`` (Algorithm 2's
-        steps).
     n_clients : int, default=10
-        Number of clients ``p`` when ``clients`` is not given to fit.
-    partition : {"random", "contiguous"}, default="random"
-        How rows are assigned to ``n_clients`` clients when ``clients`` is not given to fit
-        (``"random"`` is seeded by ``random_state``).
+        %(n_clients)s
     clients_per_round : int, float or None, default=None
-        Clients drawn each round; None means all.
-    sampling : {"uniform", "weighted"}, default="uniform"
-        ``"uniform"``: distinct clients without replacement (Theorem 2's scheme).
-        ``"weighted"``: i.i.d. draws with replacement, probabilities proportional to the
-        clients' ratings (the paper's footnote); a client drawn twice sends its aggregates once
-        and it is applied once.
+        %(clients_per_round)s
     max_iter : int, default=100
-        Communication rounds (one server step each).
+        %(max_iter)s
+        (One server step each.)
     tol : float, default=0.0
-        Stop when the relative change of the objective falls below ``tol``.
+        %(tol)s
     alpha_u, alpha_v : float or "auto", default="auto"
-        Elastic-net regularization of the user and item factors (as in
-        :class:`~sklearn_fedmf.FedMAvg`). ``"auto"`` (plain penalties): the server sets the
+        Regularization strengths of the user and item factors.
+        %(elastic_net)s
+        ``"auto"`` (plain penalties): the server sets the
         strength each round to ``AUTO_C * sigma^2 / s^2`` at its current model, the noise
         variance (training residual per rating) over a factor entry's prior variance ``s^2 =
         sqrt(q / r)``, ``q`` the variance of the rank-``r`` part ``u.v`` on the ratings: the
@@ -80,58 +76,41 @@ class FedMGS(FederatedMFBase):
         documentation). With ``regularization="weighted"``, ``"auto"`` is 0.1 per rating.
         The values used are ``alpha_u_`` and ``alpha_v_``. Measured across data sets
         (``benchmarks/bench_defaults.py``); the papers' ``1e-6`` is in ``PAPER_SETTINGS``.
-    l1_ratio : float, default=0.0
-        Mix of the elastic net: 0 is squared l2, 1 is l1 (soft-thresholding).
     regularization : {"plain", "weighted"}, default="plain"
-        ``"plain"``: the papers' penalties, one strength for every row. ``"weighted"``:
-        ALS-WR's weighted lambda, each user's row scaled by its number of ratings and each
-        item's by its number of ratings (``alpha`` is then a strength per rating). The
-        server learns the item counts once: every client sends its ratings per item in
-        round 1 (counted in its bytes; the shared aggregates already show which items a
-        client rated).
-    positive : bool, default=False
-        Constrain both factors to be nonnegative.
-    init_scale : float, default=1.0
-        Factors start i.i.d. ``init_scale * Uniform[0, 1)`` (0: at the zero saddle, where
-        they stay; with ``biased=True`` only the biases are then fitted).
-    center : bool, default=True
-        Subtract the global training mean before factorizing.
+        %(regularization)s
+        (The shared aggregates already show which items a client rated.)
     biased : bool, default=True
-        Fit a bias per user and per item: the prediction is ``mean_ + b_u + b_i + u . v``.
-        The factors become ``[U, b_u, 1]`` and ``[V; 1; b_i]`` with the fixed entries held
-        by indicator functions in the regularizers (their prox is the projection onto 1), so
-        the algorithm runs unchanged on rank ``n_components + 2``. ``b_u`` stays on its
-        client like ``U_p``; ``b_i`` travels and is aggregated as ``V`` (its bytes counted).
+        %(biased)s
     clip : bool, default=True
-        Clip predictions (``predict``, ``score``, and through
-        :class:`~sklearn_fedmf.RatingRegressor` its pairs and ``recommend`` scores) to the
-        training rating range ``rating_range_``, as Surprise does; False gives the raw model.
-    dropout : float, default=0.0
-        Probability that a sampled client fails in a round (it then sends nothing);
-        failures are counted in ``history_``.
-    eval_every : int, default=1
-        Record the objective and RMSEs every ``eval_every`` rounds (0 never).
+        %(clip)s
     callback : callable, default=None
-        ``callback(round, info)`` after each round; returning True stops the fit.
+        %(callback)s
     warm_start : bool, default=False
-        Continue from the previous fit's state for ``max_iter`` more rounds.
-    missing_values : float, default=np.nan
-        As in :class:`~sklearn_fedmf.FedMCADMM`.
+        %(warm_start)s
     random_state : int, RandomState instance or None, default=None
-        Seeds the partition, the initialization and every round's sampling.
+        %(random_state)s
     n_jobs : int, default=None
-        Parallel local updates (joblib; threads unless a backend is configured).
+        %(n_jobs)s
     verbose : int, default=0
-        1 shows a progress bar, 2 a line per round.
-    on_client_error : {"raise", "skip"}, default="raise"
-        An exception in a client's code raises a
-        :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.
-        ``"skip"``, for deployments that must tolerate failing clients: the client keeps its
-        previous state for that round and counts in ``history_``'s ``n_failed``, a
-        :class:`~sklearn_fedmf.exceptions.ClientFailureWarning` is raised once per fit, and a
-        round in which every sampled client failed raises
-        :class:`~sklearn_fedmf.exceptions.FederationError`. Simulated failures
-        (``dropout``) are counted either way.
+        %(verbose)s
+    solver_params : dict or None, default=None
+        %(solver_params)s
+
+        - ``c_factor`` : float, default=0.51
+          The U step is ``1 / (c_factor * (lambda_max(V V^T) + ridge))`` (Algorithm 2's
+          steps).
+        - ``d_factor`` : float, default=0.501
+          The V step is ``1 / (d_factor * (lambda_max(sum_p U_p^T U_p) + ridge))``
+          (Algorithm 2's steps).
+        - ``sampling`` : {"uniform", "weighted"}, default="uniform"
+          ``"uniform"``: distinct clients without replacement (Theorem 2's scheme).
+          ``"weighted"``: i.i.d. draws with replacement, probabilities proportional to the
+          clients' ratings (the paper's footnote); a client drawn twice sends its aggregates
+          once and it is applied once.
+        %(solver_l1_ratio)s
+        %(solver_positive)s
+        %(solver_init_scale_1)s
+        %(solver_shared)s
 
     Attributes
     ----------
@@ -179,14 +158,19 @@ class FedMGS(FederatedMFBase):
     True
     """
 
+    _solver_params: dict = {
+        **FederatedMFBase._solver_params,
+        **FACTOR_SETTINGS,
+        "c_factor": (0.51, [Interval(Real, 0, None, closed="neither")]),
+        "d_factor": (0.501, [Interval(Real, 0, None, closed="neither")]),
+        "sampling": ("uniform", [StrOptions({"uniform", "weighted"})]),
+    }
+    _moved_params = moved_to_solver_params(_solver_params)
+
     _parameter_constraints: dict = {
         **FederatedMFBase._parameter_constraints,
         "local_iter_u": [Interval(Integral, 1, None, closed="left")],
         "local_iter_v": [Interval(Integral, 1, None, closed="left")],
-        "c_factor": [Interval(Real, 0, None, closed="neither")],
-        "d_factor": [Interval(Real, 0, None, closed="neither")],
-        "init_scale": [Interval(Real, 0, None, closed="left")],
-        "sampling": [StrOptions({"uniform", "weighted"})],
         "regularization": [StrOptions({"plain", "weighted"})],
         "alpha_u": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
         "alpha_v": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
@@ -198,51 +182,31 @@ class FedMGS(FederatedMFBase):
         *,
         local_iter_u=10,
         local_iter_v=1,
-        c_factor=0.51,
-        d_factor=0.501,
         n_clients=10,
-        partition="random",
         clients_per_round=None,
-        sampling="uniform",
         max_iter=100,
         tol=0.0,
         alpha_u="auto",
         alpha_v="auto",
-        l1_ratio=0.0,
         regularization="plain",
-        positive=False,
-        init_scale=1.0,
-        center=True,
         biased=True,
         clip=True,
-        dropout=0.0,
-        eval_every=1,
         callback=None,
         warm_start=False,
-        missing_values=np.nan,
         random_state=None,
         n_jobs=None,
         verbose=0,
-        on_client_error="raise",
+        solver_params=None,
     ):
         super().__init__(
-            n_components,
-            n_clients=n_clients, partition=partition, clients_per_round=clients_per_round,
-            max_iter=max_iter, tol=tol, alpha_u=alpha_u, alpha_v=alpha_v, center=center,
-            biased=biased,
-            clip=clip, dropout=dropout, eval_every=eval_every, callback=callback,
-            warm_start=warm_start, missing_values=missing_values, random_state=random_state,
-            n_jobs=n_jobs, verbose=verbose, on_client_error=on_client_error,
+            n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
+            clients_per_round=clients_per_round, max_iter=max_iter, tol=tol, clip=clip,
+            warm_start=warm_start, callback=callback, random_state=random_state,
+            n_jobs=n_jobs, verbose=verbose, solver_params=solver_params,
         )
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v
-        self.c_factor = c_factor
-        self.d_factor = d_factor
-        self.sampling = sampling
-        self.l1_ratio = l1_ratio
         self.regularization = regularization
-        self.positive = positive
-        self.init_scale = init_scale
 
     def _strengths(self):
         """``(alpha_u, alpha_v)`` for the protocol: ``"auto"`` is the server's rule with the
@@ -257,12 +221,13 @@ class FedMGS(FederatedMFBase):
         if ctx.warm and auto != ("ss" in self._federation.server_state):
             raise ValueError("warm_start cannot switch alpha_u or alpha_v between 'auto' and a "
                              "fixed strength; fit again without warm_start.")
+        settings = self._settings()
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             local_iter_u=self.local_iter_u, local_iter_v=self.local_iter_v,
-            c_factor=self.c_factor, d_factor=self.d_factor,
-            alpha_u=alpha_u, alpha_v=alpha_v, l1_ratio=self.l1_ratio,
-            positive=self.positive, init_scale=self.init_scale, biased=self.biased,
+            c_factor=settings["c_factor"], d_factor=settings["d_factor"],
+            alpha_u=alpha_u, alpha_v=alpha_v, l1_ratio=settings["l1_ratio"],
+            positive=settings["positive"], init_scale=settings["init_scale"], biased=self.biased,
             weighted=self.regularization == "weighted", n_ratings=ctx.info["n_ratings"],
         )
 
@@ -270,6 +235,9 @@ class FedMGS(FederatedMFBase):
         super()._collect(state, blocks, ctx)
         alpha = state.server_state.get("alpha")
         self.alpha_u_, self.alpha_v_ = (alpha if a == "auto" else a for a in self._strengths())
+
+    def _fold_in_alpha_u(self):
+        return self.alpha_u_
 
     def _read_components(self, server_state, broadcast):
         return np.ascontiguousarray(server_state["Vt"].T)

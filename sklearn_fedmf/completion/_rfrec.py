@@ -50,12 +50,13 @@ from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from .. import _biases
 from .._data import check_dense_size
+from .._docstrings import Substitution
 from .._engine import FederatedProtocol, Participation
 from .._groups import GroupStates
 from .._kernels import ridge_fold_in
 from ..exceptions import ConfigurationWarning
 from ..privacy._local_dp import LocalDPMixin
-from ._base import FederatedMFBase
+from ._base import COMPLETION_DOCS, FederatedMFBase, moved_to_solver_params
 from ._rfrec_batched import make_batched
 from ._rfrec_kernels import _errors_at, _sigmoid_fold_in
 from ._rfrec_protocol import (  # noqa: F401  (the tests import _coin and _pulled from here)
@@ -121,6 +122,7 @@ def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learni
 
 
 # ---- estimator ----------------------------------------------------------------------------
+@Substitution(**COMPLETION_DOCS)
 class RFRec(LocalDPMixin, FederatedMFBase):
     """Regularized federated recommendation: RFRec and RFRecF (Liu et al., CIKM 2024).
 
@@ -137,14 +139,6 @@ class RFRec(LocalDPMixin, FederatedMFBase):
     ----------
     n_components : int, default=20
         Latent dimension ``d``.
-    variant : {"rfrec", "rfrecf"}, default="rfrec"
-        ``"rfrec"``: a gradient step on the regularized problem and an average every
-        round (Algorithm 1). ``"rfrecf"``: the communication-free variant, a coin per round
-        between a local step and a pull towards ``Vbar`` (Algorithm 2; see ``p``).
-    reg_consensus : float, default=10.0
-        The paper's ``lambda``, multiplying ``1/2 sum_c ||V_(c) - Vbar||^2``. The authors' code
-        has no 1/2: its ``lam_L = 10`` is ``reg_consensus=20``. Large values tie every copy to
-        ``Vbar`` (the gap shrinks like ``1 / lambda``); 0 gives independent local models.
     learning_rate : float or "auto", default="auto"
         Step ``alpha`` (the paper: 0.05 for RFRec, 0.025 for RFRecF). With ``optimizer="gd"``
         a float must stay below about ``1 / L``, which grows with the ratings per user and
@@ -158,51 +152,26 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         step that no data scale makes diverge. From the small initialization the residual
         terms dominate, so the first rounds are slow (see the tuning guide).
         ``"auto"`` with ``"adam"`` is 0.05.
-    optimizer : {"gd", "adam"}, default="gd"
-        Exact gradient steps (the paper's algorithms) or Adam with per-client moments
-        (beta 0.9/0.999, eps 1e-8; the authors' code, with ``learning_rate=0.1``).
-    link : {"identity", "sigmoid"}, default="identity"
-        ``r = u . v`` (the paper), or the code's ``r = lo + (hi - lo) sigmoid(u . v)`` fitted
-        on ratings min-max scaled with the training range (``center`` then has no effect).
-    p : float, default=0.2
-        RFRecF's probability of the averaging branch (the paper's experiments: 0.5; the
-        authors' code: 0.8). A round takes a local step on the fit with probability
-        ``1 - p`` only, and with the ``"auto"`` step the ``1 / (1 - p)`` reweighting of that
-        step cancels in its curvature bound, so ``K`` rounds make about ``(1 - p) K`` fit
-        steps: at 0.5, half of RFRec's, and RFRecF lagged RFRec by 0.01 to 0.26 RMSE. The
-        paper's optimal ``p = lambda / (L + lambda)`` (Corollary 3.10) is small when a
-        client's curvature ``L`` exceeds ``reg_consensus``, as it does for clients holding
-        many users; 0.2 was measured best of 0.1, 0.2 and 0.5 (tuning guide). With a float
-        ``learning_rate`` the pull ``learning_rate * reg_consensus / p`` grows as ``p``
-        shrinks: with Adam's 0.05 use ``p=0.5`` or ``pull_eta=1`` (the code's).
-    schedule : {"l2gd", "algorithm2"}, default="l2gd"
-        RFRecF's iteration: the unbiased form the theorems analyse (every coin 1 pulls; a fresh
-        ``Vbar`` after a 0; 2 messages per 0 -> 1 transition), or the pseudo-code literally
-        (upload at 0 -> 1, pull instead of a step at 1 -> 0).
-    pull_eta : float or None, default=None
-        Pull strength ``eta``; None is ``learning_rate * reg_consensus / p`` (with
-        ``learning_rate="auto"`` and ``"gd"``: ``min(1, reg_consensus / ((reg_consensus +
-        2 alpha_v / N) p))``, the unrated columns' step in its place). The code uses 1
-        (copy := ``Vbar``). A value above 1 overshoots and warns.
+    reg_consensus : float, default=10.0
+        The paper's ``lambda``, multiplying ``1/2 sum_c ||V_(c) - Vbar||^2``. The authors' code
+        has no 1/2: its ``lam_L = 10`` is ``reg_consensus=20``. Large values tie every copy to
+        ``Vbar`` (the gap shrinks like ``1 / lambda``); 0 gives independent local models.
     n_clients : int or None, default=10
-        Number of clients the users are grouped into (``partition``), as in the other
-        estimators; the authors' code used 200 contiguous groups. None is one client per user
-        (the paper's setting): then the server's ``Vbar`` (and the item biases, which travel
-        with it) moves by the *mean* of the clients' steps, ``n_j / N`` of a step for an item
-        with ``n_j`` raters among ``N`` clients, and 100 rounds leave most items near their
-        start: on MovieLens and on the site-like sets that model loses to biases alone (see
-        the tuning guide). With few clients each holds raters of most items and ``Vbar``
+        Number of clients the users are grouped into (``solver_params["partition"]``), as in
+        the other estimators; the authors' code used 200 contiguous groups. None is one client
+        per user (the paper's setting): then the server's ``Vbar`` (and the item biases, which
+        travel with it) moves by the *mean* of the clients' steps, ``n_j / N`` of a step for an
+        item with ``n_j`` raters among ``N`` clients, and 100 rounds leave most items near
+        their start: on MovieLens and on the site-like sets that model loses to biases alone
+        (see the tuning guide). With few clients each holds raters of most items and ``Vbar``
         moves at about the full step.
-    partition : {"random", "contiguous"}, default="random"
-        How rows are assigned to ``n_clients`` clients when ``clients`` is not given to fit
-        (``"random"`` is seeded by ``random_state``).
     clients_per_round : int, float or None, default=None
         Clients whose upload is used each round (a fresh random subset). The others still step
         and receive ``Vbar``; their upload is lost (the dropout model of Table 3).
     max_iter : int, default=100
         Iterations ``K`` (for RFRecF, coin flips; messages happen on some of them only).
     tol : float, default=0.0
-        Stop when the relative change of the objective falls below ``tol``.
+        %(tol)s
     alpha_u : float, default=4.5
         ``lambda_u`` on ``sum_i ||u_i||^2``; also the fold-in ridge of ``transform``.
     alpha_v : float, default=4.5
@@ -212,8 +181,6 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         penalties: a 9 in the other estimators' scale) are chosen on the sets of
         ``benchmarks/bench_defaults.py``'s ``CHOSEN_ON`` (the smallest worst gap to the
         tuned value); the code's settings are in ``PAPER_SETTINGS``.
-    init_std : float, default=0.01
-        Standard deviation of the Gaussian initialization of ``u_i`` and ``Vbar^0``.
     %(privacy)s
         RFRec's upload is ``V_(c)``: ``"auto"`` is the paper's (Section 3.4, eq. 9)
         ``clip(V_(c), clip) + Laplace(noise)`` per entry, the only mechanism offered.
@@ -223,31 +190,77 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         which items a client rated (its copy differs from ``Vbar`` only there); with
         ``center=True`` each client's rating sum and count reach the server without noise,
         outside the guarantee.
-    simulate_uploads : bool, default=False
-        Send dense per-client matrices with per-client noise (tiny problems, audits); by
-        default uploads are sparse views and the noise is summed exactly on the server.
-    center : bool, default=True
-        Subtract the training mean before factorizing; ``False`` is the paper's objective.
     biased : bool, default=True
-        Fit a bias per user and per item: the prediction is ``mean_ + b_u + b_i + u . v``.
-        The factors become ``[U, b_u, 1]`` and ``[V; 1; b_i]`` with the fixed entries held
-        by indicator functions in the regularizers (their prox is the projection onto 1), so
-        the algorithm runs unchanged on rank ``n_components + 2``. ``b_u`` stays on its
-        client like ``U_p``; ``b_i`` travels and is aggregated as ``V`` (its bytes counted).
+        %(biased)s
     clip : bool, default=True
-        Clip predictions (``predict``, ``score``, and through
-        :class:`~sklearn_fedmf.RatingRegressor` its pairs and ``recommend`` scores) to the
-        training rating range ``rating_range_``, as Surprise does; False gives the raw model.
-    predict_with : {"global", "personal"}, default="global"
-        ``"global"``: ``predict``/``score`` fold rows in against ``Vbar`` (the paper's and the
-        code's model). ``"personal"``: each training user's client predicts with
-        its own copy, ``link(u_i . v_(c)j)`` with the federated ``u_i``; then the rows of
-        ``X`` must be the training rows, in order (a personal copy lives on its client).
-    dropout : float, default=0.0
-        Probability that a sampled client's upload is lost in a round (it still steps and
-        receives ``Vbar``: the upload-loss model of Table 3).
-    eval_every, callback, warm_start, missing_values, random_state, n_jobs, verbose, on_client_error
-        As in :class:`~sklearn_fedmf.FedMCADMM`.
+        %(clip)s
+    callback : callable, default=None
+        %(callback)s
+    warm_start : bool, default=False
+        %(warm_start)s
+    random_state : int, RandomState instance or None, default=None
+        %(random_state)s
+    n_jobs : int, default=None
+        %(n_jobs)s
+    verbose : int, default=0
+        %(verbose)s
+    solver_params : dict or None, default=None
+        %(solver_params)s
+        RFRecF (Algorithm 2) is ``solver_params={"variant": "rfrecf"}``; its paper settings
+        are ``PAPER_SETTINGS["RFRecF"]``.
+
+        - ``variant`` : {"rfrec", "rfrecf"}, default="rfrec"
+          ``"rfrec"``: a gradient step on the regularized problem and an average every
+          round (Algorithm 1). ``"rfrecf"``: the communication-free variant, a coin per round
+          between a local step and a pull towards ``Vbar`` (Algorithm 2; see ``p``).
+        - ``p`` : float, default=0.2
+          RFRecF's probability of the averaging branch (the paper's experiments: 0.5; the
+          authors' code: 0.8). A round takes a local step on the fit with probability
+          ``1 - p`` only, and with the ``"auto"`` step the ``1 / (1 - p)`` reweighting of
+          that step cancels in its curvature bound, so ``K`` rounds make about ``(1 - p) K``
+          fit steps: at 0.5, half of RFRec's, and RFRecF lagged RFRec by 0.01 to 0.26 RMSE.
+          The paper's optimal ``p = lambda / (L + lambda)`` (Corollary 3.10) is small when a
+          client's curvature ``L`` exceeds ``reg_consensus``, as it does for clients holding
+          many users; 0.2 was measured best of 0.1, 0.2 and 0.5 (tuning guide). With a float
+          ``learning_rate`` the pull ``learning_rate * reg_consensus / p`` grows as ``p``
+          shrinks: with Adam's 0.05 use ``p=0.5`` or ``pull_eta=1`` (the code's).
+        - ``schedule`` : {"l2gd", "algorithm2"}, default="l2gd"
+          RFRecF's iteration: the unbiased form the theorems analyse (every coin 1 pulls; a fresh
+          ``Vbar`` after a 0; 2 messages per 0 -> 1 transition), or the pseudo-code literally
+          (upload at 0 -> 1, pull instead of a step at 1 -> 0).
+        - ``pull_eta`` : float or None, default=None
+          Pull strength ``eta``; None is ``learning_rate * reg_consensus / p`` (with
+          ``learning_rate="auto"`` and ``"gd"``: ``min(1, reg_consensus / ((reg_consensus +
+          2 alpha_v / N) p))``, the unrated columns' step in its place). The code uses 1
+          (copy := ``Vbar``). A value above 1 overshoots and warns.
+        - ``optimizer`` : {"gd", "adam"}, default="gd"
+          Exact gradient steps (the paper's algorithms) or Adam with per-client moments
+          (beta 0.9/0.999, eps 1e-8; the authors' code, with ``learning_rate=0.1``).
+        - ``link`` : {"identity", "sigmoid"}, default="identity"
+          ``r = u . v`` (the paper), or the code's ``r = lo + (hi - lo) sigmoid(u . v)`` fitted
+          on ratings min-max scaled with the training range (``center`` then has no effect).
+        - ``init_std`` : float, default=0.01
+          Standard deviation of the Gaussian initialization of ``u_i`` and ``Vbar^0``.
+        - ``simulate_uploads`` : bool, default=False
+          Send dense per-client matrices with per-client noise (tiny problems, audits); by
+          default uploads are sparse views and the noise is summed exactly on the server.
+        - ``predict_with`` : {"global", "personal"}, default="global"
+          ``"global"``: ``predict``/``score`` fold rows in against ``Vbar`` (the paper's and the
+          code's model). ``"personal"``: each training user's client predicts with
+          its own copy, ``link(u_i . v_(c)j)`` with the federated ``u_i``; then the rows of
+          ``X`` must be the training rows, in order (a personal copy lives on its client).
+        - ``dropout`` : float, default=0.0
+          Probability that a sampled client's upload is lost in a round (it still steps and
+          receives ``Vbar``: the upload-loss model of Table 3).
+        - ``eval_every`` : int, default=1
+          %(eval_every)s
+        - ``partition`` : {"random", "contiguous"}, default="random"
+          %(partition)s
+        - ``missing_values`` : float, default=np.nan
+          %(missing_values)s
+        - ``on_client_error`` : {"raise", "skip"}, default="raise"
+          %(on_client_error)s
+        %(solver_center)s
 
     Attributes
     ----------
@@ -301,83 +314,59 @@ class RFRec(LocalDPMixin, FederatedMFBase):
     True
     """
 
+    _solver_params: dict = {
+        **FederatedMFBase._solver_params,
+        "variant": ("rfrec", [StrOptions({"rfrec", "rfrecf"})]),
+        "p": (0.2, [Interval(Real, 0, 1, closed="neither")]),
+        "schedule": ("l2gd", [StrOptions({"l2gd", "algorithm2"})]),
+        "pull_eta": (None, [Interval(Real, 0, None, closed="neither"), None]),
+        "optimizer": ("gd", [StrOptions({"gd", "adam"})]),
+        "link": ("identity", [StrOptions({"identity", "sigmoid"})]),
+        "init_std": (0.01, [Interval(Real, 0, None, closed="neither")]),
+        "simulate_uploads": (False, ["boolean"]),
+        "predict_with": ("global", [StrOptions({"global", "personal"})]),
+    }
+    _moved_params = moved_to_solver_params(_solver_params)
+
     _parameter_constraints: dict = {
-        **{k: FederatedMFBase._parameter_constraints[k] for k in (
-            "n_components", "partition", "clients_per_round", "max_iter", "tol", "alpha_u",
-            "alpha_v", "center", "biased", "clip", "dropout", "eval_every", "callback",
-            "warm_start", "random_state", "n_jobs", "verbose", "on_client_error")},
+        **FederatedMFBase._parameter_constraints,
+        **LocalDPMixin._parameter_constraints,
         "n_clients": [Interval(Integral, 1, None, closed="left"), None],
-        "variant": [StrOptions({"rfrec", "rfrecf"})],
         "reg_consensus": [Interval(Real, 0, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
-        "optimizer": [StrOptions({"gd", "adam"})],
-        "link": [StrOptions({"identity", "sigmoid"})],
-        "p": [Interval(Real, 0, 1, closed="neither")],
-        "schedule": [StrOptions({"l2gd", "algorithm2"})],
-        "pull_eta": [Interval(Real, 0, None, closed="neither"), None],
-        "init_std": [Interval(Real, 0, None, closed="neither")],
-        **LocalDPMixin._parameter_constraints,
-        "simulate_uploads": ["boolean"],
-        "predict_with": [StrOptions({"global", "personal"})],
     }
 
     def __init__(
         self,
         n_components=20,
         *,
-        variant="rfrec",
-        reg_consensus=10.0,
         learning_rate="auto",
-        optimizer="gd",
-        link="identity",
-        p=0.2,
-        schedule="l2gd",
-        pull_eta=None,
+        reg_consensus=10.0,
         n_clients=10,
-        partition="random",
         clients_per_round=None,
         max_iter=100,
         tol=0.0,
         alpha_u=4.5,
         alpha_v=4.5,
-        init_std=0.01,
         privacy=None,
-        simulate_uploads=False,
-        center=True,
         biased=True,
         clip=True,
-        predict_with="global",
-        dropout=0.0,
-        eval_every=1,
         callback=None,
         warm_start=False,
-        missing_values=np.nan,
         random_state=None,
         n_jobs=None,
         verbose=0,
-        on_client_error="raise",
+        solver_params=None,
     ):
         super().__init__(
-            n_components,
-            n_clients=n_clients, partition=partition, clients_per_round=clients_per_round,
-            max_iter=max_iter, tol=tol, alpha_u=alpha_u, alpha_v=alpha_v, center=center,
-            biased=biased,
-            clip=clip, dropout=dropout, eval_every=eval_every, callback=callback,
-            warm_start=warm_start, missing_values=missing_values, random_state=random_state,
-            n_jobs=n_jobs, verbose=verbose, on_client_error=on_client_error,
+            n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
+            clients_per_round=clients_per_round, max_iter=max_iter, tol=tol, clip=clip,
+            warm_start=warm_start, callback=callback, random_state=random_state,
+            n_jobs=n_jobs, verbose=verbose, solver_params=solver_params,
         )
-        self.variant = variant
-        self.reg_consensus = reg_consensus
         self.learning_rate = learning_rate
-        self.optimizer = optimizer
-        self.link = link
-        self.p = p
-        self.schedule = schedule
-        self.pull_eta = pull_eta
-        self.init_std = init_std
+        self.reg_consensus = reg_consensus
         self.privacy = privacy
-        self.simulate_uploads = simulate_uploads
-        self.predict_with = predict_with
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, clients=None, eval_set=None):
@@ -404,13 +393,14 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         return self._fit(X, clients, eval_set=eval_set)
 
     def _check_fit_data(self, X, *, reset, eval_set=None):
-        if self.biased and self.link != "identity":
+        settings = self._settings()
+        if self.biased and settings["link"] != "identity":
             raise ValueError("biased=True needs link='identity' (the biases are added to the "
                              "rating, outside any link); set biased=False for the sigmoid link.")
         # (the "auto" pull is capped at 1; reg_v only enters it, so 0 is exact here)
-        eta = pull_strength(self._learning_rate(), self.reg_consensus, 0.0, self.p,
-                            self.pull_eta)
-        if self.variant == "rfrecf" and eta > 1:
+        eta = pull_strength(self._learning_rate(), self.reg_consensus, 0.0, settings["p"],
+                            settings["pull_eta"])
+        if settings["variant"] == "rfrecf" and eta > 1:
             warnings.warn(
                 f"The pull strength eta = {eta:.3g} exceeds 1 (learning_rate * reg_consensus "
                 "/ p by default): each pull overshoots Vbar. Lower learning_rate or set "
@@ -437,9 +427,10 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         if not state.client_states:  # clients in their own processes keep their copies
             self._personal = None
             return
-        eta = None if self.variant == "rfrec" else pull_strength(  # as make_protocol binds it
-            self._learning_rate(), self.reg_consensus, self.alpha_v / self.n_clients_, self.p,
-            self.pull_eta)
+        settings = self._settings()
+        eta = None if settings["variant"] == "rfrec" else pull_strength(  # as make_protocol does
+            self._learning_rate(), self.reg_consensus, self.alpha_v / self.n_clients_,
+            settings["p"], settings["pull_eta"])
         replica = state.broadcast.simulation  # Vbar and the shared columns W
         states = state.client_states
         if isinstance(states, GroupStates):
@@ -525,13 +516,13 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         lo, hi = self.rating_range_
         # (entry by entry in a kernel: no nnz x d temporaries at the end of a large fit)
         sse, _ = _errors_at(Xc.indptr, Xc.indices, Xc.data, np.ascontiguousarray(U),
-                            np.ascontiguousarray(Vt), self.link == "sigmoid", offset - lo,
-                            (hi - lo) or 1.0)
+                            np.ascontiguousarray(Vt), self._settings()["link"] == "sigmoid",
+                            offset - lo, (hi - lo) or 1.0)
         rmse = np.sqrt(sse / Xc.nnz)
         if not rmse <= _EXPLODE * (hi - lo + 1):
             raise FloatingPointError(_diverged(
                 f"the training RMSE of the federated model is {rmse:.4g} for ratings in "
-                f"[{lo:g}, {hi:g}]", self.learning_rate, self.optimizer))
+                f"[{lo:g}, {hi:g}]", self.learning_rate, self._settings()["optimizer"]))
 
     _privacy_mechanisms = ("laplace",)  # the paper's
     _privacy_entry_range = 2.0  # an entry clipped to [-clip, clip] moves by up to 2 clip
@@ -544,19 +535,21 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         """The step handed to the solver: None means per-block curvature steps (gd)."""
         if self.learning_rate != "auto":
             return float(self.learning_rate)
-        return AUTO_ADAM_LR if self.optimizer == "adam" else None
+        return AUTO_ADAM_LR if self._settings()["optimizer"] == "adam" else None
 
     def _make_protocol(self, ctx):
+        settings = self._settings()
         offset = ctx.info["offset"]
         lo, hi = ctx.info["rating_range"]
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
-            variant=self.variant, schedule=self.schedule, learning_rate=self._learning_rate(),
-            reg_consensus=self.reg_consensus, alpha_u=self.alpha_u, alpha_v=self.alpha_v,
-            p=self.p, pull_eta=self.pull_eta, optimizer=self.optimizer, link=self.link,
-            shift=offset - lo, span=(hi - lo) or 1.0, init_std=self.init_std,
+            variant=settings["variant"], schedule=settings["schedule"],
+            learning_rate=self._learning_rate(), reg_consensus=self.reg_consensus,
+            alpha_u=self.alpha_u, alpha_v=self.alpha_v, p=settings["p"],
+            pull_eta=settings["pull_eta"], optimizer=settings["optimizer"], link=settings["link"],
+            shift=offset - lo, span=(hi - lo) or 1.0, init_std=settings["init_std"],
             clip_delta=ctx.info["privacy"]["clip"], noise_scale=ctx.info["privacy"]["scale"] or 0.0,
-            simulate_uploads=self.simulate_uploads, biased=self.biased,
+            simulate_uploads=settings["simulate_uploads"], biased=self.biased,
         )
 
     def _read_components(self, server_state, broadcast):
@@ -568,12 +561,12 @@ class RFRec(LocalDPMixin, FederatedMFBase):
     # ---- fold-in and prediction through the link ----------------------------------------
     def _link_params(self):
         lo, hi = self.rating_range_
-        return (self.mean_ if self.center else 0.0) - lo, (hi - lo) or 1.0
+        return (self.mean_ if self._settings()["center"] else 0.0) - lo, (hi - lo) or 1.0
 
     def _fold_in_rows(self, Xc, Vt):
         """Each row's ``argmin_u sum_j (r_ij - link(u . vbar_j))^2 + alpha_u ||u||^2``."""
         U = np.zeros((Xc.shape[0], Vt.shape[1]))
-        if self.link == "identity":  # the ridge system, exact
+        if self._settings()["link"] == "identity":  # the ridge system, exact
             ridge_fold_in(Xc.indptr, Xc.indices, Xc.data, Vt, self.alpha_u, U)
         else:
             shift, span = self._link_params()
@@ -583,8 +576,8 @@ class RFRec(LocalDPMixin, FederatedMFBase):
 
     def _to_ratings(self, Z):
         """Scores ``u . v`` to ratings (the shifted scale plus the offset)."""
-        offset = self.mean_ if self.center else 0.0
-        if self.link == "identity":
+        offset = self.mean_ if self._settings()["center"] else 0.0
+        if self._settings()["link"] == "identity":
             return Z + offset
         lo, hi = self.rating_range_
         return lo + (hi - lo) / (1 + np.exp(-Z))
@@ -611,7 +604,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
     def _factor_model(self, Xc=None):
         # The sigmoid link maps the raw score u . v to the rating range (no offset).
         model = super()._factor_model(Xc)
-        if self.link == "identity":
+        if self._settings()["link"] == "identity":
             return model
         return model._replace(offset=0.0, link=self._to_ratings)
 
@@ -633,7 +626,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         ratings : ndarray of shape (n_rows, n_items) or csr_matrix
             Dense when ``at`` is None (refused above ``MAX_DENSE_ENTRIES`` entries).
         """
-        if self.predict_with == "personal" and at is None:
+        if self._settings()["predict_with"] == "personal" and at is None:
             Xc = self._check_X(X)
             check_dense_size(*Xc.shape, "predict(X)")
             full = sp.csr_matrix(np.ones(Xc.shape))
@@ -641,6 +634,6 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         return super().predict(X, at=at)
 
     def _predict_entries(self, Xc, pattern):
-        if self.predict_with == "personal":
+        if self._settings()["predict_with"] == "personal":
             return self._personal_predict_at(Xc, pattern)
         return super()._predict_entries(Xc, pattern)

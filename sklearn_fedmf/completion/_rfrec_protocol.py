@@ -365,10 +365,11 @@ def _metrics(fit, psi, sq, sse, ae, U, X, Y, Vbar, *, alpha_u, sigmoid, shift, s
 def _diverged(what, lr, optimizer):
     return (
         f"{what[0].upper()}{what[1:]}; the iterates diverged. Lower learning_rate (now {lr}; "
-        f"optimizer={optimizer!r}). Plain gradient descent needs learning_rate below about "
-        "1 / L, the Lipschitz constant of the gradient, which grows with the number of ratings "
-        "per user and per item: the paper's 0.05 / 0.025 are settings of the authors' Adam "
-        "code, not safe gradient steps (optimizer='adam' is scale-free)."
+        f"solver_params['optimizer']={optimizer!r}). Plain gradient descent needs "
+        "learning_rate below about 1 / L, the Lipschitz constant of the gradient, which grows "
+        "with the number of ratings per user and per item: the paper's 0.05 / 0.025 are "
+        "settings of the authors' Adam code, not safe gradient steps "
+        "(solver_params={'optimizer': 'adam'} is scale-free)."
     )
 
 

@@ -18,6 +18,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
 from .._engine import make_entropy
+from .._fit import merge_params, route_solver_params
 from .._transport import PhaseResult, Transport
 from ..exceptions import ClientError, FederationError
 from ._client import HELLO, MESSAGE_TYPES
@@ -240,9 +241,12 @@ def server_app(estimator=None):
             base = estimator_class(str(config.get("estimator", "FedMCADMM")))()
         else:
             base = estimator
+        cls = type(base)
         params = base.get_params(deep=False)
-        params.update({k: v for k, v in config.items() if k in params})
-        fitted = fit_on_grid(type(base)(**params), grid,
+        # a key named like a parameter sets it; like a solver_params key, that key
+        given = {k: v for k, v in config.items() if k in params or k in cls._solver_params}
+        params = route_solver_params(cls, merge_params(params, given))
+        fitted = fit_on_grid(cls(**params), grid,
                              min_nodes=int(config.get("min-nodes", 2)),
                              timeout=float(config.get("round-timeout", 120)),
                              wait=float(config.get("node-wait", 120)))

@@ -16,6 +16,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .._docstrings import fill_doc
 from ._accounting import (
     ACCOUNTANTS,
     basic_epsilon,
@@ -306,20 +307,6 @@ privacy_spent_ : dict of ndarray or None
     None without a guarantee."""
 
 
-def _fill_doc(doc, **parts):
-    """``doc`` with every line ``%(name)s`` replaced by ``parts[name]`` at its indentation."""
-    lines = []
-    for line in doc.splitlines():
-        name = line.strip()
-        if name.startswith("%(") and name.endswith(")s") and name[2:-2] in parts:
-            indent = line[:len(line) - len(line.lstrip())]
-            lines.extend(indent + part if part else part
-                         for part in parts[name[2:-2]].splitlines())
-        else:
-            lines.append(line)
-    return "\n".join(lines)
-
-
 class LocalDPMixin(metaclass=ABCMeta):
     """The ``privacy`` parameter of the estimators that noise their uploads (not for direct
     use): its constraint, its documentation (the lines ``%(privacy)s`` and
@@ -340,7 +327,7 @@ class LocalDPMixin(metaclass=ABCMeta):
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if cls.__doc__:
-            cls.__doc__ = _fill_doc(cls.__doc__, privacy=_PRIVACY_PARAMETER,
+            cls.__doc__ = fill_doc(cls.__doc__, privacy=_PRIVACY_PARAMETER,
                                     privacy_attributes=_PRIVACY_ATTRIBUTES)
 
     @abstractmethod
