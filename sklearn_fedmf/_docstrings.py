@@ -22,7 +22,7 @@ description is shared, so it cannot say one thing in one class and another elsew
 
 from __future__ import annotations
 
-__all__ = ["SHARED_PARAMETERS", "Substitution", "fill_doc", "solver_key"]
+__all__ = ["SHARED_PARAMETERS", "Substitution", "federation_keys", "fill_doc", "solver_key"]
 
 SHARED_PARAMETERS = {
     "n_components": "Rank ``r`` of the factorization.",
@@ -107,6 +107,13 @@ def solver_key(name, spec, text=None):
     (``SHARED_PARAMETERS[name]`` unless ``text`` is given), continuation lines aligned."""
     body = SHARED_PARAMETERS[name] if text is None else text
     return f"- ``{name}`` : {spec}\n" + "\n".join("  " + line for line in body.splitlines())
+
+
+def federation_keys():
+    """The ``solver_params`` sub-list items every estimator shares: ``partition`` and
+    ``on_client_error`` (how rows become clients; what a failing client does)."""
+    return "\n".join([solver_key("partition", '{"random", "contiguous"}, default="random"'),
+                      solver_key("on_client_error", '{"raise", "skip"}, default="raise"')])
 
 
 def fill_doc(doc, **parts):

@@ -57,7 +57,8 @@ from ._joblib_backend import dask_client
 from .exceptions import ConvergenceWarning, DegenerateFitWarning
 
 __all__ = [
-    "FEDERATION_CONSTRAINTS", "FederatedEstimator", "FitContext", "SIMULATION_SETTINGS",
+    "FEDERATION_CONSTRAINTS", "FEDERATION_KEYS", "FederatedEstimator", "FitContext",
+    "SIMULATION_SETTINGS",
     "merge_params", "refuse_moved_params", "resolve_solver_params", "route_solver_params",
 ]
 
@@ -70,23 +71,24 @@ N_GROUPS = 16
 # Parameters every federated estimator shares (DESIGN section 4), validated the same way.
 FEDERATION_CONSTRAINTS: dict = {
     "n_clients": [Interval(Integral, 1, None, closed="left")],
-    "partition": [StrOptions({"random", "contiguous"})],
     "callback": [callable, None],
     "random_state": ["random_state"],
     "n_jobs": [Integral, None],
     "verbose": ["verbose"],
-    "on_client_error": [StrOptions({"raise", "skip"})],
 }
 
-# The simulation's settings, as ``{name: (default, constraints)}``: constructor parameters of
-# some families, ``solver_params`` keys of others (the completion estimators), read by the
-# skeleton through ``FederatedEstimator._settings`` either way.
+# The simulation's settings, as ``{name: (default, constraints)}``: ``solver_params`` keys of
+# every estimator (FEDERATION_KEYS) or of the completion estimators (all four), read by the
+# skeleton through ``FederatedEstimator._settings``.
 SIMULATION_SETTINGS: dict = {
-    "partition": ("random", FEDERATION_CONSTRAINTS["partition"]),
-    "on_client_error": ("raise", FEDERATION_CONSTRAINTS["on_client_error"]),
+    "partition": ("random", [StrOptions({"random", "contiguous"})]),
+    "on_client_error": ("raise", [StrOptions({"raise", "skip"})]),
     "dropout": (0.0, [Interval(Real, 0, 1, closed="left")]),
     "eval_every": (1, [Interval(Integral, 0, None, closed="left")]),
 }
+# how rows become clients, and what a failing client does: keys of every estimator
+FEDERATION_KEYS: dict = {name: SIMULATION_SETTINGS[name] for name in ("partition",
+                                                                       "on_client_error")}
 
 
 def merge_params(*params):
@@ -219,15 +221,12 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
             if moved:
                 cls.__init__ = refuse_moved_params(cls.__init__, moved)
 
-    def __init__(self, *, n_clients, partition, callback, random_state, n_jobs, verbose,
-                 on_client_error):
+    def __init__(self, *, n_clients, callback, random_state, n_jobs, verbose):
         self.n_clients = n_clients
-        self.partition = partition
         self.callback = callback
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
-        self.on_client_error = on_client_error
 
     def _settings(self):
         """Every setting of a fit by name: the class's declared defaults, its constructor

@@ -80,7 +80,9 @@ def test_shared_parameters_are_described_once(cls):
 def test_paper_settings_are_one_call_and_merge_with_a_callers_keys():
     assert FedMCADMM(**PAPER_SETTINGS["FedMCADMM"])._settings()["init_scale"] == 1.0
     rfrecf = RFRec(**PAPER_SETTINGS["RFRecF"])._settings()
-    assert (rfrecf["variant"], rfrecf["p"]) == ("rfrecf", 0.5)
+    # the authors' code: Adam, the sigmoid link, p = 0.8 and a full pull (eta = 1)
+    assert (rfrecf["variant"], rfrecf["p"], rfrecf["pull_eta"], rfrecf["optimizer"]) == (
+        "rfrecf", 0.8, 1.0, "adam")
     merged = merge_params(PAPER_SETTINGS["FedMCADMM"], {"solver_params": {"center": False}})
     assert merged["solver_params"] == {"init_scale": 1.0, "center": False}
     assert PAPER_SETTINGS["FedMCADMM"]["solver_params"] == {"init_scale": 1.0}  # not mutated

@@ -16,9 +16,9 @@ from numbers import Integral
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._docstrings import SHARED_PARAMETERS, Substitution
+from .._docstrings import SHARED_PARAMETERS, Substitution, federation_keys
 from .._engine import FederatedProtocol, Participation
-from .._fit import resolve_solver_params
+from .._fit import FEDERATION_KEYS, resolve_solver_params
 from ..metrics._binary import factor_counts
 from ..privacy import privatize
 from ._base import BooleanFactorizationBase, elb_solver_params
@@ -96,7 +96,7 @@ def combine_metrics(server_state, sums):
 
 
 # ---- estimator ----------------------------------------------------------------------------
-@Substitution(**SHARED_PARAMETERS)
+@Substitution(**SHARED_PARAMETERS, federation_keys=federation_keys())
 class AggregatedBMF(BooleanFactorizationBase):
     """One-shot federated Boolean factorization: a local BMF, then aggregation of the ``V_i``.
 
@@ -126,8 +126,6 @@ class AggregatedBMF(BooleanFactorizationBase):
         aggregate is post-processing and stays Boolean.
     n_clients : int, default=10
         %(n_clients)s
-    partition : {"random", "contiguous"}, default="random"
-        %(partition)s
     binarize : float or None, default=None
         None: ``X`` must be binary (a ValueError otherwise). A float maps every entry to
         ``x > binarize`` first, as :class:`~sklearn.naive_bayes.BernoulliNB` does (e.g. 3.25
@@ -137,6 +135,7 @@ class AggregatedBMF(BooleanFactorizationBase):
         out keeps its default. Elbmf's keys (they also set the fold-in of :meth:`transform`,
         whatever ``solver``):
 
+        %(federation_keys)s
         - ``kappa`` : float, default=0.01
           L1 weight of the Elb regularizer.
         - ``lam`` : float, default=0.01
@@ -171,8 +170,6 @@ class AggregatedBMF(BooleanFactorizationBase):
         %(n_jobs)s
     verbose : int, default=0
         1 shows a progress bar of the single round, 2 a line.
-    on_client_error : {"raise", "skip"}, default="raise"
-        %(on_client_error)s
 
     Attributes
     ----------
@@ -209,6 +206,7 @@ class AggregatedBMF(BooleanFactorizationBase):
         "solver_params": [dict, None],
     }
     _solver_params: dict = {
+        **FEDERATION_KEYS,
         **elb_solver_params(kappa=0.01, lam=0.01, growth=1.02, lam_max=1e12, inertia=0.01,
                             update="palm", prox_mode="exact_nonneg"),
         # the cover solvers' options, constrained as in their own estimators
@@ -232,19 +230,16 @@ class AggregatedBMF(BooleanFactorizationBase):
         local_iter=1000,
         privacy=None,
         n_clients=10,
-        partition="random",
         binarize=None,
         solver_params=None,
         callback=None,
         random_state=None,
         n_jobs=None,
         verbose=0,
-        on_client_error="raise",
     ):
         super().__init__(
-            n_components, binarize=binarize, n_clients=n_clients, partition=partition,
-            callback=callback, random_state=random_state, n_jobs=n_jobs, verbose=verbose,
-            on_client_error=on_client_error,
+            n_components, binarize=binarize, n_clients=n_clients, callback=callback,
+            random_state=random_state, n_jobs=n_jobs, verbose=verbose,
         )
         self.aggregation = aggregation
         self.solver = solver

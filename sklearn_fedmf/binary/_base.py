@@ -84,11 +84,10 @@ class BooleanFactorizationBase(
         "binarize": [Real, None],
     }
 
-    def __init__(self, n_components, *, binarize, n_clients, partition, callback, random_state,
-                 n_jobs, verbose, on_client_error):
-        super().__init__(n_clients=n_clients, partition=partition, callback=callback,
-                         random_state=random_state, n_jobs=n_jobs, verbose=verbose,
-                         on_client_error=on_client_error)
+    def __init__(self, n_components, *, binarize, n_clients, callback, random_state, n_jobs,
+                 verbose):
+        super().__init__(n_clients=n_clients, callback=callback, random_state=random_state,
+                         n_jobs=n_jobs, verbose=verbose)
         self.n_components = n_components
         self.binarize = binarize
 

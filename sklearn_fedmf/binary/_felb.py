@@ -16,8 +16,8 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._docstrings import SHARED_PARAMETERS, Substitution
-from .._fit import resolve_solver_params
+from .._docstrings import SHARED_PARAMETERS, Substitution, federation_keys
+from .._fit import FEDERATION_KEYS, resolve_solver_params
 from ._base import ELB_CONSTRAINTS, BooleanFactorizationBase, elb_solver_params
 from ._felb_protocol import make_protocol
 
@@ -25,7 +25,7 @@ __all__ = ["Felb"]
 
 
 # ---- estimator ----------------------------------------------------------------------------
-@Substitution(**SHARED_PARAMETERS)
+@Substitution(**SHARED_PARAMETERS, federation_keys=federation_keys())
 class Felb(BooleanFactorizationBase):
     """Federated Boolean matrix factorization by proximal optimization (Felb and Felb-MU).
 
@@ -59,8 +59,6 @@ class Felb(BooleanFactorizationBase):
         are supported too. ``clip=1.5`` bounds the relaxed entries with room to spare.
     n_clients : int, default=10
         %(n_clients)s
-    partition : {"random", "contiguous"}, default="random"
-        %(partition)s
     binarize : float or None, default=None
         None: ``X`` must be binary (a ValueError otherwise). A float maps every entry to
         ``x > binarize`` first, as :class:`~sklearn.naive_bayes.BernoulliNB` does (e.g. 3.25
@@ -71,6 +69,7 @@ class Felb(BooleanFactorizationBase):
         The paper's step constants and variant switches (Appendix D's settings and the
         resolutions of the user guide); a key left out keeps its default:
 
+        %(federation_keys)s
         - ``kappa`` : float, default=1e-3
           L1 weight of the Elb regularizer (constant).
         - ``growth`` : float, default=1.05
@@ -106,8 +105,6 @@ class Felb(BooleanFactorizationBase):
         %(n_jobs)s
     verbose : int, default=0
         %(verbose)s
-    on_client_error : {"raise", "skip"}, default="raise"
-        %(on_client_error)s
 
     Attributes
     ----------
@@ -169,6 +166,7 @@ class Felb(BooleanFactorizationBase):
         "solver_params": [dict, None],
     }
     _solver_params: dict = {
+        **FEDERATION_KEYS,
         **elb_solver_params(kappa=1e-3, growth=1.05, lam_max=1e12, inertia=1e-3, update="palm",
                             prox_mode="exact_nonneg"),
         "rate_unit": ("local", [StrOptions({"local", "sync"})]),
@@ -188,7 +186,6 @@ class Felb(BooleanFactorizationBase):
         gamma=1.0,
         privacy=None,
         n_clients=10,
-        partition="random",
         binarize=None,
         tol=0.0,
         solver_params=None,
@@ -196,12 +193,10 @@ class Felb(BooleanFactorizationBase):
         random_state=None,
         n_jobs=None,
         verbose=0,
-        on_client_error="raise",
     ):
         super().__init__(
-            n_components, binarize=binarize, n_clients=n_clients, partition=partition,
-            callback=callback, random_state=random_state, n_jobs=n_jobs, verbose=verbose,
-            on_client_error=on_client_error,
+            n_components, binarize=binarize, n_clients=n_clients, callback=callback,
+            random_state=random_state, n_jobs=n_jobs, verbose=verbose,
         )
         self.sync_every = sync_every
         self.max_iter = max_iter
@@ -212,7 +207,8 @@ class Felb(BooleanFactorizationBase):
         self.solver_params = solver_params
 
     def _make_protocol(self, ctx):
-        solver = resolve_solver_params(self)
+        solver = {key: value for key, value in resolve_solver_params(self).items()
+                  if key not in FEDERATION_KEYS}  # (the skeleton reads those)
         solver["beta"] = solver.pop("inertia")
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,

@@ -38,8 +38,8 @@ from sklearn.base import (
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from .._docstrings import SHARED_PARAMETERS, Substitution, solver_key
-from .._fit import FederatedEstimator, resolve_solver_params
+from .._docstrings import SHARED_PARAMETERS, Substitution, federation_keys, solver_key
+from .._fit import FEDERATION_KEYS, FederatedEstimator, resolve_solver_params
 from ..exceptions import DataWarning
 from ._federated_clustering_protocol import (
     EPS,
@@ -67,7 +67,7 @@ def _value_range(X):
 
 
 # ---- estimator ----------------------------------------------------------------------------
-@Substitution(**SHARED_PARAMETERS,
+@Substitution(**SHARED_PARAMETERS, federation_keys=federation_keys(),
               dropout_key=solver_key("dropout", "float in [0, 1), default=0.0"))
 class FederatedClustering(
     ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, FederatedEstimator
@@ -96,8 +96,6 @@ class FederatedClustering(
         ``floor(q_hat / s) + 1`` for FedMAvg (``solver_params["q_hat"]``).
     n_clients : int, default=10
         %(n_clients)s
-    partition : {"random", "contiguous"}, default="random"
-        %(partition)s
     clients_per_round : int, float or None, default=None
         Clients drawn each round (the paper's ``m``): a count, a fraction in (0, 1], or None
         for all.
@@ -126,6 +124,7 @@ class FederatedClustering(
         its default. An unknown key or a bad value raises an error that lists the keys. The
         paper's own start is ``PAPER_SETTINGS`` (:mod:`sklearn_fedmf.cluster`).
 
+        %(federation_keys)s
         - ``variant`` : {"wang_chang", "fedpalm"}, default="wang_chang"
           ``"fedpalm"`` (with ``algorithm="fedmavg"``): Remark 1's FedPALM, the baseline of the
           paper's Fig. 2b: each client interleaves ``local_iter_u`` pairs of one projected
@@ -186,8 +185,6 @@ class FederatedClustering(
         %(n_jobs)s
     verbose : int, default=0
         %(verbose)s
-    on_client_error : {"raise", "skip"}, default="raise"
-        %(on_client_error)s
         Simulated failures (``solver_params["dropout"]``) are counted either way.
 
     Attributes
@@ -248,6 +245,7 @@ class FederatedClustering(
         "solver_params": [dict, None],
     }
     _solver_params: dict = {
+        **FEDERATION_KEYS,
         "variant": ("wang_chang", [StrOptions({"wang_chang", "fedpalm"})]),
         "q_hat": (5, [Interval(Integral, 0, None, closed="left")]),
         "sampling": ("uniform", [StrOptions({"uniform", "weighted"})]),
@@ -276,7 +274,6 @@ class FederatedClustering(
         local_iter_u=10,
         local_iter_v=None,
         n_clients=10,
-        partition="random",
         clients_per_round=None,
         max_iter=1000,
         tol=1e-8,
@@ -287,11 +284,9 @@ class FederatedClustering(
         random_state=None,
         n_jobs=None,
         verbose=0,
-        on_client_error="raise",
     ):
-        super().__init__(n_clients=n_clients, partition=partition, callback=callback,
-                         random_state=random_state, n_jobs=n_jobs, verbose=verbose,
-                         on_client_error=on_client_error)
+        super().__init__(n_clients=n_clients, callback=callback, random_state=random_state,
+                         n_jobs=n_jobs, verbose=verbose)
         self.n_clusters = n_clusters
         self.algorithm = algorithm
         self.local_iter_u = local_iter_u
