@@ -12,6 +12,7 @@ import pytest
 import scipy.sparse as sp
 
 from sklearn_fedmf import RFRec as _RFRec
+from sklearn_fedmf._fit import route_solver_params
 from sklearn_fedmf.completion._rfrec import ItemMatrixUpload, _coin, _pulled
 from sklearn_fedmf.datasets import make_ratings
 from sklearn_fedmf.privacy import LocalDP
@@ -22,8 +23,11 @@ def RFRec(*args, **params):  # noqa: N802  (the class, with the paper's objectiv
 
     The spec's oracles (gradient steps on ``F``) are stated for it. ``PAPER_SETTINGS["RFRec"]``
     is the authors' Adam code with its sigmoid link and 200 clients, which they do not
-    describe; the step, the clients and the link are each test's own."""
-    return _RFRec(*args, **{"alpha_u": 0.1, "alpha_v": 0.0, "biased": False, **params})
+    describe; the step, the clients and the link are each test's own. A case's solver keys
+    (``optimizer``, ``variant``, ``center``, ...) may be given flat: they reach
+    ``solver_params``."""
+    return _RFRec(*args, **route_solver_params(
+        _RFRec, {"alpha_u": 0.1, "alpha_v": 0.0, "biased": False, **params}))
 
 
 # ---- toy data and the dense reference ------------------------------------------------------

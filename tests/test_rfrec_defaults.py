@@ -54,7 +54,7 @@ def test_one_client_per_user_learns_the_items_slowly(split, default_rmse):
 
 
 def test_rfrecf_defaults_are_within_0_01_of_rfrec(split, default_rmse):
-    rfrecf = _rmse(RFRec(variant="rfrecf", random_state=0), split)
+    rfrecf = _rmse(RFRec(solver_params={"variant": "rfrecf"}, random_state=0), split)
     assert rfrecf <= default_rmse + 0.01
 
 
