@@ -99,6 +99,10 @@ SHARED_PARAMETERS = {
         "(listed below with its default); None, or a missing key, keeps the default. Checked\n"
         "at fit: an unknown key or a bad value raises an error that lists the keys. The\n"
         "papers' exact settings are ``PAPER_SETTINGS`` (:mod:`sklearn_fedmf.completion`)."),
+    # a reference cited by several classes (FedMAvg, FedMGS, FederatedClustering)
+    "wang_chang_2022": (
+        "S. Wang and T.-H. Chang. Federated Matrix Factorization: Algorithm Design and\n"
+        "Application to Data Clustering. IEEE Trans. Signal Process., 2022."),
 }
 
 

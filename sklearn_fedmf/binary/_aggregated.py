@@ -5,7 +5,8 @@ iPALM / MU steps as Felb, without proximity; ``U_i`` and ``V_i`` rounded at 1/2)
 of the paper's cover-based baselines (Asso, GreConD, MEBF), and uploads the Boolean ``V_i``
 (randomized response under DP). The server combines the ``V_i`` elementwise
 by rounded average, majority vote or logical or. Faithful to the paper, the ``U_i`` are not
-refitted to the aggregate and components are not aligned across clients.
+refitted to the aggregate and components are not aligned across clients. The protocol
+functions are in :mod:`._aggregated_protocol`.
 """
 
 from __future__ import annotations
@@ -13,89 +14,29 @@ from __future__ import annotations
 from functools import partial
 from numbers import Integral
 
-import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._docstrings import SHARED_PARAMETERS, Substitution, federation_keys
 from .._engine import FederatedProtocol, Participation
 from .._fit import FEDERATION_KEYS, resolve_solver_params
-from ..metrics._binary import factor_counts
-from ..privacy import privatize
+from ._aggregated_protocol import (
+    aggregate_boolean,
+    client_metrics,
+    client_update,
+    combine_metrics,
+    init_client,
+    init_server,
+    server_update,
+)
 from ._base import BooleanFactorizationBase, elb_solver_params
 from ._cover import MEBF, Asso
 from ._cover_solvers import COVER_SOLVERS
-from ._elb import local_steps, transposed_block
 
 __all__ = ["AggregatedBMF", "aggregate_boolean"]
 
 _COVER_OPTIONS = {"threshold", "gain", "loss", "cover"}
 
 
-def aggregate_boolean(V_stack, aggregation):
-    """Combine ``C`` Boolean ``k x m`` matrices (stacked on axis 0) elementwise.
-
-    ``"round"``: ``round(mean)`` with ties (mean 1/2) to 0; ``"majority"``:
-    ``sum >= C/2`` (ties to 1); ``"or"``: any (the paper's Appendix B, Algorithm 2, eqs. 11-13).
-    """
-    counts = np.asarray(V_stack, dtype=np.int64).sum(axis=0)
-    n = len(V_stack)
-    if aggregation == "round":
-        return 2 * counts > n
-    if aggregation == "majority":
-        return 2 * counts >= n
-    if aggregation == "or":
-        return counts >= 1
-    raise ValueError(f"Unknown aggregation {aggregation!r}; expected 'round', 'majority' or 'or'.")
-
-
-# ---- pure protocol functions ----------------------------------------------------------------
-def init_server(rng):
-    return {"Vh": None}, None
-
-
-def init_client(block, broadcast, rng):
-    return {"U": None}, None
-
-
-def client_update(state, block, broadcast, rng, selected, *, n_components, local_iter, solver,
-                  privacy, cover=None):
-    """Local Elbmf from a private uniform start, rounded (or the cover solver ``cover =
-    (function, params)``); upload the Boolean ``V_i``."""
-    A = block.X
-    if cover is not None:
-        U, V = cover[0](A, n_components, **cover[1])
-    else:
-        U = rng.random((block.n_rows, n_components))
-        V = rng.random((n_components, A.shape[1]))
-        U, _, V, _ = local_steps(U, U, V, V, A, transposed_block(block), None, t0=0,
-                                 n_steps=local_iter, sync_every=1, rate_unit="local", gamma=0.0,
-                                 proximity="sequential", **solver)
-    V_bool = V > 0.5
-    upload = V_bool
-    if privacy["mechanism"]:
-        upload = privatize(V_bool, rng, mechanism=privacy["mechanism"],
-                           scale=privacy["scale"]) > 0.5
-    return {"U": U > 0.5, "V": V_bool}, upload
-
-
-def server_update(server_state, uploads, round_index, *, aggregation):
-    Vh = aggregate_boolean(np.stack([uploads[c] for c in sorted(uploads)]), aggregation)
-    return {"Vh": Vh}, Vh
-
-
-def client_metrics(state, block, Vh):
-    tp, n_true, n_pred = factor_counts(block.X, state["U"], Vh)  # X: checked at fit
-    return {"tp": tp, "n_true": n_true, "n_pred": n_pred, "n_entries": block.X.shape[0]
-            * block.X.shape[1]}
-
-
-def combine_metrics(server_state, sums):
-    both = sums["n_true"] + sums["n_pred"]
-    return {"f1": 1.0 if both == 0 else 2.0 * sums["tp"] / both,
-            "rmsd": float(np.sqrt((both - 2 * sums["tp"]) / sums["n_entries"]))}
-
-
-# ---- estimator ----------------------------------------------------------------------------
 @Substitution(**SHARED_PARAMETERS, federation_keys=federation_keys())
 class AggregatedBMF(BooleanFactorizationBase):
     """One-shot federated Boolean factorization: a local BMF, then aggregation of the ``V_i``.

@@ -68,8 +68,33 @@ def fold_in(A, V, *, n_steps, **schedule):
     return U > 0.5
 
 
+class BooleanTransformerMixin:
+    """What every Boolean factorization shares, federated or not: binary input (``binarize``
+    maps it first), sparse input accepted, ``components_`` rows as output features and
+    Boolean factors whatever the input dtype."""
+
+    def _check_binary(self, X, reset):
+        X = validate_data(self, X, accept_sparse=True, dtype=[np.float64, np.float32],
+                          reset=reset)
+        if self.binarize is not None:  # as in BernoulliNB: x -> 1[x > threshold]
+            X = binarize(X, threshold=self.binarize)
+        return check_binary(X)
+
+    @property
+    def _n_features_out(self):
+        return self.components_.shape[0]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.target_tags.required = False
+        tags.transformer_tags.preserves_dtype = []  # Boolean factors, whatever the input dtype
+        return tags
+
+
 class BooleanFactorizationBase(
-    LocalDPMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, FederatedEstimator
+    BooleanTransformerMixin, LocalDPMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
+    FederatedEstimator,
 ):
     """Base class of the federated Boolean factorizations (not for direct use).
 
@@ -114,13 +139,6 @@ class BooleanFactorizationBase(
             The fitted estimator.
         """
         return self._fit(X, clients)
-
-    def _check_binary(self, X, reset):
-        X = validate_data(self, X, accept_sparse=True, dtype=[np.float64, np.float32],
-                          reset=reset)
-        if self.binarize is not None:  # as in BernoulliNB: x -> 1[x > threshold]
-            X = binarize(X, threshold=self.binarize)
-        return check_binary(X)
 
     def _check_fit_data(self, X, *, reset):
         X = self._check_binary(X, reset=reset)
@@ -251,17 +269,6 @@ class BooleanFactorizationBase(
         with single_threaded_blas():
             U = fold_in(A, self.components_, **self._fold_in_params())
         return f1_boolean(A, (U, self.components_))
-
-    @property
-    def _n_features_out(self):
-        return self.components_.shape[0]
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        tags.target_tags.required = False
-        tags.transformer_tags.preserves_dtype = []  # Boolean factors, whatever the input dtype
-        return tags
 
 
 def _check_dense(estimator, n_rows, what):

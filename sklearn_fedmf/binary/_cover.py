@@ -13,18 +13,18 @@ from sklearn.base import (
     TransformerMixin,
     _fit_context,
 )
-from sklearn.preprocessing import binarize
 from sklearn.utils._param_validation import Interval
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from ..metrics._binary import check_binary, f1_boolean
+from ..metrics._binary import f1_boolean
+from ._base import BooleanTransformerMixin
 from ._cover_solvers import asso, cover_fold_in, grecond, mebf
 
 __all__ = ["Asso", "GreConD", "MEBF"]
 
 
-class _CoverBMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator,
-                metaclass=ABCMeta):
+class _CoverBMF(BooleanTransformerMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
+                BaseEstimator, metaclass=ABCMeta):
     """Shared contract: ``components_`` is the Boolean ``V``, ``transform`` the greedy usage
     of the components (:func:`cover_fold_in`), ``predict`` the Boolean reconstruction and
     ``score`` its F1 against the input."""
@@ -34,13 +34,6 @@ class _CoverBMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         "binarize": [Real, None],
     }
     _fold_in_loss = 1.0
-
-    def _check_binary(self, X, reset):
-        X = validate_data(self, X, accept_sparse=True, dtype=[np.float64, np.float32],
-                          reset=reset)
-        if self.binarize is not None:  # as in BernoulliNB: x -> 1[x > threshold]
-            X = binarize(X, threshold=self.binarize)
-        return check_binary(X)
 
     @abstractmethod
     def _solve(self, A):
@@ -153,17 +146,6 @@ class _CoverBMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         A = self._check_binary(X, reset=False)
         return f1_boolean(A, (cover_fold_in(A, self.components_, **self._fold_in_weights()),
                               self.components_))
-
-    @property
-    def _n_features_out(self):
-        return self.components_.shape[0]
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        tags.target_tags.required = False
-        tags.transformer_tags.preserves_dtype = []
-        return tags
 
 
 class Asso(_CoverBMF):

@@ -214,8 +214,7 @@ class FederatedClustering(
 
     References
     ----------
-    S. Wang and T.-H. Chang. Federated Matrix Factorization: Algorithm Design and Application
-    to Data Clustering. IEEE Trans. Signal Process., 2022.
+    %(wang_chang_2022)s
 
     Examples
     --------

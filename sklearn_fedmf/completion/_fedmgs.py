@@ -141,8 +141,7 @@ class FedMGS(FederatedMFBase):
 
     References
     ----------
-    S. Wang and T.-H. Chang. Federated Matrix Factorization: Algorithm Design and Application
-    to Data Clustering. IEEE Trans. Signal Process., 2022.
+    %(wang_chang_2022)s
 
     Examples
     --------

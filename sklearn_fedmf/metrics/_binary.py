@@ -13,6 +13,8 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
+from .._docstrings import Substitution
+
 __all__ = [
     "boolean_counts",
     "check_binary",
@@ -23,6 +25,15 @@ __all__ = [
 ]
 
 _CHUNK = 1 << 16  # entries (or patterns) per chunk: bounds the temporary memory
+
+
+# the data and the reconstruction the Boolean metrics compare, described once
+_INPUTS = Substitution(inputs=(
+    "X : {array-like, sparse matrix} of shape (n, m)\n"
+    "    The binary data (every entry 0 or 1; absent entries of a sparse matrix are 0).\n"
+    "pred : {array-like, sparse matrix} of shape (n, m), or tuple (U, V)\n"
+    "    A 0/1 reconstruction, or Boolean factors (entries > 1/2 count as 1) whose Boolean\n"
+    "    product ``min(1, U V)`` is the reconstruction (counted without forming it)."))
 
 
 def check_binary(X, name="X"):
@@ -152,16 +163,13 @@ def _shared_bit_count(indptr, indices, row_bits, col_bits):
     return count
 
 
+@_INPUTS
 def boolean_counts(X, pred):
     """``(tp, n_true, n_pred)``: ones in common, ones in ``X``, ones in the reconstruction.
 
     Parameters
     ----------
-    X : {array-like, sparse matrix} of shape (n, m)
-        The binary data (every entry 0 or 1; absent entries of a sparse matrix are 0).
-    pred : {array-like, sparse matrix} of shape (n, m), or tuple (U, V)
-        A 0/1 reconstruction, or Boolean factors (entries > 1/2 count as 1) whose Boolean
-        product is the reconstruction.
+    %(inputs)s
 
     Returns
     -------
@@ -188,16 +196,13 @@ def boolean_counts(X, pred):
     return int(X.multiply(P).sum()), X.nnz, P.nnz
 
 
+@_INPUTS
 def f1_boolean(X, pred):
     """F1 of a Boolean reconstruction: ``2 |X and Xhat| / (|X| + |Xhat|)`` (1.0 if both empty).
 
     Parameters
     ----------
-    X : {array-like, sparse matrix} of shape (n, m)
-        The binary data (every entry 0 or 1; absent entries of a sparse matrix are 0).
-    pred : {array-like, sparse matrix} of shape (n, m), or tuple (U, V)
-        A 0/1 reconstruction, or Boolean factors whose Boolean product ``min(1, U V)`` is the
-        reconstruction (counted without forming it).
+    %(inputs)s
 
     Returns
     -------
@@ -217,15 +222,13 @@ def f1_boolean(X, pred):
     return 1.0 if n_true + n_pred == 0 else 2.0 * tp / (n_true + n_pred)
 
 
+@_INPUTS
 def rmsd(X, pred):
     """Root mean squared deviation ``sqrt(Hamming(X, Xhat) / (n m))`` of a 0/1 reconstruction.
 
     Parameters
     ----------
-    X : {array-like, sparse matrix} of shape (n, m)
-        The binary data (every entry 0 or 1; absent entries of a sparse matrix are 0).
-    pred : {array-like, sparse matrix} of shape (n, m), or tuple (U, V)
-        A 0/1 reconstruction, or Boolean factors whose Boolean product is the reconstruction.
+    %(inputs)s
 
     Returns
     -------
@@ -244,6 +247,7 @@ def rmsd(X, pred):
     return float(np.sqrt((n_true + n_pred - 2 * tp) / (n * m)))
 
 
+@_INPUTS
 def rmsd_sum_clients(X, pred, clients):
     """Sum over clients of the per-client RMSD: the scale of the Felb paper's Table 3.
 
@@ -252,10 +256,7 @@ def rmsd_sum_clients(X, pred, clients):
 
     Parameters
     ----------
-    X : {array-like, sparse matrix} of shape (n, m)
-        The binary data (every entry 0 or 1; absent entries of a sparse matrix are 0).
-    pred : {array-like, sparse matrix} of shape (n, m), or tuple (U, V)
-        A 0/1 reconstruction, or Boolean factors whose Boolean product is the reconstruction.
+    %(inputs)s
     clients : array-like of shape (n,)
         The client label of each row.
 

@@ -3,6 +3,14 @@
 import numpy as np
 
 from .._data import check_ratings
+from .._docstrings import Substitution
+
+# the two metrics take the same inputs: their description is written once
+_INPUTS = Substitution(inputs=(
+    "y_true : {array-like, sparse matrix} of shape (n_rows, n_items)\n"
+    "    Held-out ratings (sparse: stored entries; dense: NaN is missing).\n"
+    "y_pred : array-like of shape (n_rows, n_items)\n"
+    "    Dense predictions, e.g. from ``estimator.predict``."))
 
 
 def _residuals(y_true, y_pred):
@@ -16,15 +24,13 @@ def _residuals(y_true, y_pred):
     return y_pred[rows, y_true.indices] - y_true.data
 
 
+@_INPUTS
 def rmse(y_true, y_pred):
     """Root mean squared error at the observed entries of ``y_true``.
 
     Parameters
     ----------
-    y_true : {array-like, sparse matrix} of shape (n_rows, n_items)
-        Held-out ratings (sparse: stored entries; dense: NaN is missing).
-    y_pred : array-like of shape (n_rows, n_items)
-        Dense predictions, e.g. from ``estimator.predict``.
+    %(inputs)s
 
     Examples
     --------
@@ -36,22 +42,19 @@ def rmse(y_true, y_pred):
     return float(np.sqrt(np.mean(_residuals(y_true, y_pred) ** 2)))
 
 
+@_INPUTS
 def mae(y_true, y_pred):
     """Mean absolute error at the observed entries of ``y_true`` (see :func:`rmse`).
 
     Parameters
     ----------
-    y_true : {array-like, sparse matrix} of shape (n_rows, n_items)
-        Held-out ratings (sparse: stored entries; dense: NaN is missing).
-    y_pred : array-like of shape (n_rows, n_items)
-        Dense predictions, e.g. from ``estimator.predict``.
+    %(inputs)s
 
     Examples
     --------
-    >>> import numpy as np
     >>> from sklearn_fedmf.metrics import mae
-    >>> mae([[1.0, np.nan], [3.0, 4.0]], [[2.0, 0.0], [3.0, 6.0]])
-    1.0
+    >>> mae([[1.0, 2.0]], [[2.0, 4.0]])   # (1 + 2) / 2
+    1.5
     """
     return float(np.mean(np.abs(_residuals(y_true, y_pred))))
 

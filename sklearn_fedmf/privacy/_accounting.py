@@ -27,6 +27,7 @@ import warnings
 
 import numpy as np
 
+from .._docstrings import Substitution
 from ..exceptions import PrivacyWarning
 from ._mechanisms import (
     MECHANISMS,
@@ -43,6 +44,14 @@ ACCOUNTANTS = ("pld", "rdp")
 # over basic composition there, and a PLD grid over such a privacy loss does not fit in memory.
 _HOPELESS = 50.0
 EXTRA = 'pip install "sklearn_fedmf[privacy]"'
+# the releases the accountants compose, described once
+_RELEASES = Substitution(releases=(
+    'mechanism : {"gaussian", "laplace", "bernoulli"}\n'
+    "    The mechanism of every release.\n"
+    "noise_multiplier : float\n"
+    "    Gaussian ``sigma / sensitivity``, Laplace ``b / sensitivity``, or the flip probability.\n"
+    "n_releases : int >= 0\n"
+    "    Number of releases."))
 
 
 def _dp_accounting():
@@ -120,6 +129,7 @@ def _check(mechanism, noise_multiplier, n_releases, delta):
         raise ValueError("Gaussian noise gives no guarantee at delta = 0; use delta > 0.")
 
 
+@_RELEASES
 def basic_epsilon(mechanism, noise_multiplier, n_releases, delta):
     """Basic composition: ``n_releases`` times the exact epsilon of one release.
 
@@ -129,12 +139,7 @@ def basic_epsilon(mechanism, noise_multiplier, n_releases, delta):
 
     Parameters
     ----------
-    mechanism : {"gaussian", "laplace", "bernoulli"}
-        The mechanism of every release.
-    noise_multiplier : float
-        Gaussian ``sigma / sensitivity``, Laplace ``b / sensitivity``, or the flip probability.
-    n_releases : int >= 0
-        Number of releases.
+    %(releases)s
     delta : float in [0, 1)
         Total delta (Gaussian); ignored by the pure mechanisms.
 
@@ -196,6 +201,7 @@ def _accountant(dpa, accountant, mechanism, noise_multiplier=1.0, n=1):
     return dpa.rdp.RdpAccountant(neighboring_relation=relation)
 
 
+@_RELEASES
 def epsilon_spent(mechanism, noise_multiplier, n_releases, delta, accountant="pld"):
     """The epsilon at ``delta`` of ``n_releases`` releases of one mechanism.
 
@@ -206,12 +212,7 @@ def epsilon_spent(mechanism, noise_multiplier, n_releases, delta, accountant="pl
 
     Parameters
     ----------
-    mechanism : {"gaussian", "laplace", "bernoulli"}
-        The mechanism of every release.
-    noise_multiplier : float
-        Gaussian ``sigma / sensitivity``, Laplace ``b / sensitivity``, or the flip probability.
-    n_releases : int
-        Number of releases.
+    %(releases)s
     delta : float in [0, 1)
         At ``delta = 0`` the pure mechanisms compose exactly by basic composition, and so do
         releases of epsilon above 50 each (where accountants gain nothing).
