@@ -253,6 +253,12 @@ def test_tune_halving_uses_rounds_as_resource(tmp_path, capsys):
     assert sorted(r["rounds"] for r in ranked) == [3, 3, 3, 3, 9, 9]
     assert ranked[0]["rounds"] == 9
     assert err.count("fedmf: tune: candidate") == 6 and "max_iter=9)" in err
+    # the defaults' line names the rounds of their longest run
+    default = json.loads((tmp_path / "tune.json").read_text())["defaults"]
+    assert default["params"] == {"beta": "auto"} and default["added_to_grid"]
+    rounds = ranked[default["rank"] - 1]["rounds"]
+    assert f"defaults: {default['score']:.4f} at {rounds} rounds (rank {default['rank']} of 6)" \
+        in out
     assert "best parameters" in out and "rounds=9" in out
 
 
