@@ -144,13 +144,16 @@ def test_tune_ranks_candidates_by_the_documented_cv(tmp_path, capsys):
             "--grid", "alpha_u=1e-6,1", "--split", "users", "--out", str(tmp_path)]
     status, out, err = run(argv, capsys)
     assert status == 0
-    ranked = json.loads((tmp_path / "tune.json").read_text())["ranked"]
-    assert len(ranked) == 4
+    report = json.loads((tmp_path / "tune.json").read_text())
+    ranked = report["ranked"]
+    # 2 x 2 candidates, and the defaults (beta="auto", the papers' alpha_u=1e-6) as a fifth:
+    # the grid does not hold them
+    assert len(ranked) == 5 and "(the defaults added as one candidate" in out.splitlines()[1]
     scores = [r["score"] for r in ranked]
     assert scores == sorted(scores)
     # progress: one line per candidate on stderr, with the score the table ranks
     progress = [line for line in err.splitlines() if line.startswith("fedmf: tune: candidate")]
-    assert [line.split()[3] for line in progress] == ["1/4:", "2/4:", "3/4:", "4/4:"]
+    assert [line.split()[3] for line in progress] == ["1/5:", "2/5:", "3/5:", "4/5:", "5/5:"]
     assert sorted(float(line.split()[6]) for line in progress) == pytest.approx(scores, abs=1e-4)
     best = ranked[0]["params"]
     assert f"alpha_u={best['alpha_u']!r}, beta={best['beta']!r}" in out
@@ -164,6 +167,34 @@ def test_tune_ranks_candidates_by_the_documented_cv(tmp_path, capsys):
     expected = -np.mean([clone(model).fit(X_train[fit]).score(X_train[held], X_test[held])
                          for fit, held in folds])
     assert ranked[0]["score"] == pytest.approx(expected, rel=1e-10)
+    # the defaults' score beside the best: the same CV of the estimator the options give
+    defaults = report["defaults"]
+    assert defaults["params"] == {"beta": "auto", "alpha_u": 1e-6} and defaults["added_to_grid"]
+    model = method.load()(n_clients=10, clients_per_round=3, max_iter=4, n_components=5,
+                          random_state=0, **method.fixed)
+    folds = KFold(2, shuffle=True, random_state=0).split(X_train)
+    expected = -np.mean([clone(model).fit(X_train[fit]).score(X_train[held], X_test[held])
+                         for fit, held in folds])
+    assert defaults["score"] == pytest.approx(expected, rel=1e-10)
+    assert ranked[defaults["rank"] - 1]["params"] == defaults["params"]
+    assert report["gain_over_defaults"] == pytest.approx(defaults["score"] - scores[0])
+    assert report["gain_over_defaults"] >= 0 and report["best_score"] == scores[0]
+    line = next(line for line in out.splitlines() if line.startswith("defaults: "))
+    assert line == (f"defaults: {defaults['score']:.4f} (rank {defaults['rank']} of 5); best: "
+                    f"{scores[0]:.4f} ({report['gain_over_defaults']:.4f} better)")
+
+
+def test_tune_with_the_defaults_in_the_grid_adds_no_candidate(tmp_path, capsys):
+    argv = ["tune", "--method", "fedmavg", *SMALL, "--rounds", "2", "--cv", "2", "--grid",
+            "alpha_u=1e-6,1", "--split", "users", "--out", str(tmp_path)]
+    status, out, _ = run(argv, capsys)
+    report = json.loads((tmp_path / "tune.json").read_text())
+    assert status == 0 and len(report["ranked"]) == 2 and "defaults added" not in out
+    assert report["defaults"]["params"] == {"alpha_u": 1e-6}
+    assert not report["defaults"]["added_to_grid"]
+    row = report["ranked"][report["defaults"]["rank"] - 1]
+    assert row["params"] == {"alpha_u": 1e-6} and row["score"] == report["defaults"]["score"]
+    assert f"(rank {report['defaults']['rank']} of 2)" in out
 
 
 def test_tune_on_ratings_folds_the_ratings_by_default(tmp_path, capsys):
@@ -217,10 +248,17 @@ def test_tune_halving_uses_rounds_as_resource(tmp_path, capsys):
     status, out, err = run(argv, capsys)
     assert status == 0
     ranked = json.loads((tmp_path / "tune.json").read_text())["ranked"]
-    # 3 candidates at 3 rounds, then the best one at 9 rounds (factor 3)
-    assert sorted(r["rounds"] for r in ranked) == [3, 3, 3, 9]
+    # 3 candidates and the defaults (beta="auto") at 3 rounds, then the best 2 at 9 rounds
+    # (factor 3)
+    assert sorted(r["rounds"] for r in ranked) == [3, 3, 3, 3, 9, 9]
     assert ranked[0]["rounds"] == 9
-    assert err.count("fedmf: tune: candidate") == 4 and "max_iter=9)" in err
+    assert err.count("fedmf: tune: candidate") == 6 and "max_iter=9)" in err
+    # the defaults' line names the rounds of their longest run
+    default = json.loads((tmp_path / "tune.json").read_text())["defaults"]
+    assert default["params"] == {"beta": "auto"} and default["added_to_grid"]
+    rounds = ranked[default["rank"] - 1]["rounds"]
+    assert f"defaults: {default['score']:.4f} at {rounds} rounds (rank {default['rank']} of 6)" \
+        in out
     assert "best parameters" in out and "rounds=9" in out
 
 
@@ -235,7 +273,10 @@ def test_tune_options_fix_their_parameters(tmp_path, capsys):
     assert [g["regularization"] for g in report["grid"]] == [["plain"], ["weighted"]]
     assert all(set(g) == {"regularization", "alpha_u", "alpha_v", "biased"}
                for g in report["grid"])
-    assert len(report["ranked"]) == 36
+    # 36, and the estimator's own settings (the papers': alpha 1e-6, no biases) as one more
+    assert len(report["ranked"]) == 37 and report["defaults"]["added_to_grid"]
+    assert report["defaults"]["params"] == {"regularization": "plain", "alpha_u": 1e-6,
+                                            "alpha_v": 1e-6, "biased": False}
     assert {r["params"]["regularization"] for r in report["ranked"]} == {"plain", "weighted"}
     assert (report["estimator"]["n_clients"], report["estimator"]["n_components"]) == (7, 3)
     assert "n_clients=7" in out.splitlines()[0] and "n_components=3" in out.splitlines()[0]

@@ -185,7 +185,7 @@ def test_recommend_offers_only_rating_methods(tmp_path, capsys):
 def test_tune_prints_the_number_of_fits_and_an_estimate_first(halving, tmp_path, capsys):
     argv = ["tune", "--method", "fedmavg", "--data", "synthetic:120x40x1500", "--clients",
             "4", "--clients-per-round", "2", "--rounds", "9", "--cv", "2",
-            "--grid", "alpha_u=0.01,0.1,1,10", "--out", str(tmp_path)]
+            "--grid", "alpha_u=1e-6,0.1,1,10", "--out", str(tmp_path)]  # (1e-6: the default)
     status, out, err = run([*argv, *(["--halving"] if halving else [])], capsys)
     assert status == 0
     plan = out.splitlines()[1]

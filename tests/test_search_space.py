@@ -8,23 +8,14 @@ from sklearn.model_selection import (
     GridSearchCV,
     HalvingGridSearchCV,
     KFold,
+    ParameterGrid,
     RandomizedSearchCV,
 )
 
-from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, RatingRegressor, RFRec
-from sklearn_fedmf.completion._fedmgs_protocol import AUTO_MAX
+from sklearn_fedmf import FedBaseline, FedMAvg, FedMCADMM, FedMGS, RatingRegressor, RFRec
 from sklearn_fedmf.model_selection import default_search_space, train_test_split_ratings
 
 WITH_REGULARIZATION = (FedMCADMM, FedMAvg, FedMGS)
-# "auto" strengths as numbers: FedMC-ADMM's alpha_u (0.04 per rating) at MovieLens's ~130
-# training ratings per user; FedMGS's start and cap AUTO_MAX (ratings of unit root mean square)
-AUTO_CENTRE = {"FedMCADMM": 5.0, "FedMGS": AUTO_MAX}
-
-
-def _centre(cls, value):
-    return AUTO_CENTRE[cls.__name__] if value == "auto" else value
-
-
 def _subspaces(space):
     return space if isinstance(space, list) else [space]
 
@@ -40,14 +31,32 @@ def test_every_key_is_a_parameter_and_strengths_centre_on_the_defaults(cls):
         assert all(isinstance(v, list) and v for v in sub.values())
         for value in sub.get("regularization", []):  # a value the estimator accepts
             cls(regularization=value)._validate_params()
-        assert len(sub["alpha_u"]) == 4 and sub["alpha_u"][0] < sub["alpha_u"][-1]
+        # 4 points, and the default as a fifth where it is not one of them
+        points = [v for v in sub["alpha_u"] if v != "auto"]
+        assert len(sub["alpha_u"]) in (4, 5) and points == sorted(set(points))
         assert sub["biased"] == [True, False]
-    # one point per strength is the default of the estimator's own regularization
+    # one point per strength is the default of the estimator's own regularization, exactly
     centre = default_search_space(cls(), n_points=1, include=["alpha_u", "alpha_v"])
-    assert centre["alpha_u"] == [pytest.approx(_centre(cls, params["alpha_u"]))]
-    assert centre["alpha_v"] == [pytest.approx(_centre(cls, params["alpha_v"]))]
+    assert centre["alpha_u"] == [params["alpha_u"]]
+    assert centre["alpha_v"] == [params["alpha_v"]]
     dists = default_search_space(cls(), kind="distributions")
     assert isinstance(_subspaces(dists)[0]["alpha_u"], type(loguniform(1, 2)))
+
+
+@pytest.mark.parametrize("cls", [*WITH_REGULARIZATION, RFRec, FedBaseline])
+@pytest.mark.parametrize("n_points", [1, 2, 3, 4])
+def test_the_defaults_are_a_candidate_of_the_grid(cls, n_points, monkeypatch):
+    candidates = list(ParameterGrid(default_search_space(cls, n_points=n_points)))
+    defaults = cls().get_params()
+    assert {k: defaults[k] for k in candidates[0]} in candidates
+    # read from the class, not copied: a changed default stays a candidate
+    changed = {"n_components": 7} if "n_components" in candidates[0] else {"alpha_u": 2.5}
+    get_params = cls.get_params
+    monkeypatch.setattr(cls, "get_params",
+                        lambda self, deep=True: {**get_params(self, deep), **changed})
+    candidates = list(ParameterGrid(default_search_space(cls, n_points=n_points)))
+    defaults = {**defaults, **changed}
+    assert {k: defaults[k] for k in candidates[0]} in candidates
 
 
 def test_the_two_regularizations_have_their_own_strengths():
@@ -59,7 +68,7 @@ def test_the_two_regularizations_have_their_own_strengths():
         # ALS-WR's strength is per rating: 0.1 at the centre for every estimator
         assert weighted["alpha_u"][1] == pytest.approx(0.1)
         assert weighted["alpha_v"][1] == pytest.approx(0.1)
-        assert plain["alpha_u"][1] == pytest.approx(_centre(cls, cls().alpha_u))
+        assert plain["alpha_u"][1] == cls().alpha_u  # the default itself, "auto" included
     # a strength left out stays the estimator's under its own regularization and is the
     # other one's default under the other (never plain's 10 per rating)
     plain, weighted = default_search_space(FedMAvg(alpha_u=2.0), include=["regularization"])
@@ -69,8 +78,8 @@ def test_the_two_regularizations_have_their_own_strengths():
     # without the regularization in the space, the strengths follow the estimator's own
     own = default_search_space(FedMGS(regularization="weighted"), include=["alpha_u"])
     assert own == {"alpha_u": pytest.approx([0.1 / 3, 0.1, 0.3])}
-    assert default_search_space("FedMGS", include=["alpha_u"])["alpha_u"][1] == (
-        pytest.approx(10.0))
+    low, auto, high = default_search_space("FedMGS", include=["alpha_u"])["alpha_u"]
+    assert (low, auto, high) == (pytest.approx(10 / 3), "auto", pytest.approx(30.0))
     with pytest.raises(ValueError, match=r"has no default range for \['regularization'\]"):
         default_search_space(RFRec, include=["regularization"])
     with pytest.raises(ValueError, match="No default search space"):
@@ -141,4 +150,5 @@ def test_grid_of_the_matrix_estimators_still_runs():
     grid = GridSearchCV(base, default_search_space(base, include=["alpha_u", "biased"],
                                                    n_points=2),
                         cv=KFold(2, shuffle=True, random_state=0)).fit(X_fit, X_held)
-    assert len(grid.cv_results_["params"]) == 4
+    # 2 strengths and the default 10 between them, x biased
+    assert len(grid.cv_results_["params"]) == 6

@@ -73,6 +73,29 @@ def _whole_solver_params(method, grid):
     return grid
 
 
+def with_defaults(grids, params):
+    """The defaults of a search and the grid that holds them as a candidate.
+
+    The defaults are the values the estimator of the command (``params``: the method's
+    settings and the options) gives every parameter the grid varies, i.e. the model
+    ``fedmf run`` fits with the same options. When no candidate of ``grids`` is the
+    defaults, they become one more sub-grid of one candidate, so the search always scores
+    them (a new list; ``grids`` is returned itself when it holds them).
+    """
+    from sklearn.model_selection import ParameterGrid
+
+    defaults = {k: params[k] for g in grids for k in g}
+    if any(is_defaults(c, defaults) for c in ParameterGrid(grids)):
+        return defaults, grids
+    return defaults, [*grids, {k: [v] for k, v in defaults.items()}]
+
+
+def is_defaults(candidate, defaults):
+    """Whether a candidate sets every parameter it names to its default (the others keep
+    the estimator's value, which is the default)."""
+    return all(k not in defaults or bool(v == defaults[k]) for k, v in candidate.items())
+
+
 def grid_size(grids):
     """The number of candidates of a list of sub-grids."""
     return sum(int(np.prod([len(v) for v in g.values()])) for g in grids)
@@ -115,6 +138,8 @@ def cmd_tune(args):
         X, X_fit, y_fit, name = prepare_data(args, method.kind)  # may adapt the options
         shape, described = X.shape, f"{X.shape[0]} users x {X.shape[1]} items"
     estimator = make_estimator(method, args, verbose=0).set_params(n_jobs=None)
+    params = estimator.get_params()
+    defaults, searched_grid = with_defaults(grid, params)
     if entrywise:
         from .._rating_regressor import RatingRegressor
 
@@ -122,9 +147,8 @@ def cmd_tune(args):
     else:
         _check_user_folds(args, grid, estimator, shape[0])
         searched, prefix = estimator, ""
-    search = _search(args, method, searched, grid, prefix)
-    n_candidates = grid_size(grid)
-    params = estimator.get_params()
+    search = _search(args, method, searched, searched_grid, prefix)
+    n_candidates = grid_size(searched_grid)
     fixed = {param: params[param] for option, param in _OPTION_PARAMS.items()
              if option in args.explicit and param in params
              and not any(param in g for g in grid)
@@ -133,7 +157,8 @@ def cmd_tune(args):
     print(f"data: {name}: {described}; tuning {method.label}: {n_candidates} candidates x "
           f"{args.cv} {folds}" + (" (successive halving on rounds)" if args.halving else "")
           + "".join(f"; {k}={v!r}" for k, v in fixed.items()), flush=True)
-    print(_plan(args, search, grid, prefix, X_fit, y_fit, params), flush=True)
+    print(_plan(args, search, searched_grid, prefix, X_fit, y_fit, params,
+                added_defaults=searched_grid is not grid), flush=True)
     tic = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -145,7 +170,8 @@ def cmd_tune(args):
             else int(X_fit.nnz)}
     extra = {"split": "ratings"} if entrywise else {}
     return report_search(args, method, SimpleNamespace(cv_results_=results), seconds, grid,
-                         data, out, **extra, estimator=params)
+                         data, out, **extra, estimator=params, defaults=defaults,
+                         added_defaults=searched_grid is not grid)
 
 
 def _check_user_folds(args, grid, estimator, n_users):
@@ -182,7 +208,7 @@ def _search(args, method, estimator, grid, prefix):
     return with_progress(GridSearchCV, **progress)(estimator, prefixed, **common)
 
 
-def _plan(args, search, grid, prefix, X, y, params):
+def _plan(args, search, grid, prefix, X, y, params, added_defaults=False):
     """The line printed before the search: its number of fits and an estimate of its time.
 
     The estimate is a linear model, measured now on the first candidate and the first fold:
@@ -205,6 +231,8 @@ def _plan(args, search, grid, prefix, X, y, params):
         n_fits = len(candidates) * args.cv
         rounds = sum(c.get("max_iter", params.get("max_iter", 1)) for c in candidates) * args.cv
         shown = f"{len(candidates)} candidates x {args.cv} folds = {n_fits} fits"
+    if added_defaults:
+        shown += " (the defaults added as one candidate: the grid does not hold them)"
     first = {prefix + k: v for k, v in candidates[0].items()}
     train = next(search.cv.split(X, y))[0]
     X_train = X.iloc[train] if hasattr(X, "iloc") else X[train]
@@ -239,14 +267,24 @@ def _duration(seconds):
     return f"{seconds / 3600:.1f} h"
 
 
-def report_search(args, method, search, seconds, grid, data, out, **extra):
-    """Print the ranked table and the best parameters of a search; write ``tune.json``."""
+def report_search(args, method, search, seconds, grid, data, out, *, defaults,
+                  added_defaults=False, **extra):
+    """Print the ranked table, the defaults' score beside the best and the best parameters
+    of a search; write ``tune.json``."""
     results = search.cv_results_
     if "n_resources" in results:
         results["n_resources"] = np.asarray(results["n_resources"])
     table, ranked = format_search(search, method.kind, args.top)
     print(table)
     best = ranked[0]
+    # the best-ranked row of the defaults (halving: their longest run)
+    default = next(r for r in ranked if is_defaults(r["params"], defaults))
+    higher_is_better = method.kind == "binary"  # F1; else the RMSE
+    gain = (best["score"] - default["score"]) * (1 if higher_is_better else -1)
+    rounds = (lambda r: f" at {r['rounds']} rounds") if "rounds" in best else (lambda r: "")
+    print(f"\ndefaults: {default['score']:.4f}{rounds(default)} (rank {default['rank']} of "
+          f"{len(ranked)}); best: {best['score']:.4f}{rounds(best)} "
+          f"({abs(gain):.4f} {'better' if gain >= 0 else 'worse'})")
     shown = [f"{k}={v!r}" for k, v in sorted(best["params"].items())
              if not (args.halving and k == "max_iter")]
     if "rounds" in best:
@@ -254,7 +292,10 @@ def report_search(args, method, search, seconds, grid, data, out, **extra):
     print(f"\nbest parameters ({seconds:.1f} s): "
           + (", ".join(shown) or "the only candidate (no parameter varied)"))
     report = {"command": "tune", "method": method.name, "halving": args.halving, **extra,
-              "data": data, "cv": args.cv, "seconds": seconds, "grid": grid, "ranked": ranked}
+              "data": data, "cv": args.cv, "seconds": seconds, "grid": grid,
+              "defaults": {"params": defaults, "score": default["score"],
+                           "rank": default["rank"], "added_to_grid": added_defaults},
+              "best_score": best["score"], "gain_over_defaults": gain, "ranked": ranked}
     (out / "tune.json").write_text(json.dumps(jsonable(report), indent=1))
     print(f"wrote {out / 'tune.json'}")
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from scipy.stats import loguniform
 
 __all__ = ["default_search_space"]
@@ -58,7 +60,8 @@ def default_search_space(estimator, *, kind="grid", n_points=3, include=None):
     n_points : int, default=3
         Values per continuous strength in a grid. Each strength's range is its default
         divided and multiplied by 3, so 3 points are ``default / 3``, ``default`` and
-        ``3 * default`` (1 point: the default).
+        ``3 * default`` (1 point: the default). An ``"auto"`` default takes the centre
+        point; with an even ``n_points`` it is one more value.
     include : list of str, default=None
         Keep only these parameters (for a smaller grid); None keeps all.
 
@@ -75,6 +78,12 @@ def default_search_space(estimator, *, kind="grid", n_points=3, include=None):
         Without ``regularization``, the strengths are those of the estimator's own
         regularization (``"plain"`` for a class or name).
 
+        A grid always holds the class's defaults (read from the class, ``cls().get_params()``)
+        as one of its candidates: every value list of the default regularization's sub-grid
+        holds its parameter's default, so a search scores the defaults beside the rest and
+        its best is never worse than them on its own CV score. Distributions cannot promise
+        this: score the defaults separately (see the tuning guide).
+
     Examples
     --------
     >>> from sklearn_fedmf import FedMAvg
@@ -86,6 +95,13 @@ def default_search_space(estimator, *, kind="grid", n_points=3, include=None):
     ...                                                             "alpha_u"])
     >>> weighted["regularization"], [round(a, 3) for a in weighted["alpha_u"]]
     (['weighted'], [0.033, 0.1, 0.3])
+    >>> from sklearn.model_selection import ParameterGrid
+    >>> from sklearn_fedmf import FedMCADMM
+    >>> space = default_search_space(FedMCADMM, include=["alpha_u", "beta"])
+    >>> space["alpha_u"][1], space["beta"][0]  # FedMCADMM's defaults
+    ('auto', 'auto')
+    >>> {"alpha_u": "auto", "beta": "auto"} in list(ParameterGrid(space))
+    True
     """
     if isinstance(estimator, str):
         name, own = estimator, "plain"
@@ -96,6 +112,7 @@ def default_search_space(estimator, *, kind="grid", n_points=3, include=None):
         own = getattr(estimator, "regularization", "plain")
     if name not in _STRENGTHS:
         raise ValueError(f"No default search space for {name}; known: {', '.join(_STRENGTHS)}.")
+    defaults = _class_defaults(name)
     if kind not in ("grid", "distributions"):
         raise ValueError(f"kind must be 'grid' or 'distributions', got {kind!r}.")
     if not isinstance(n_points, int) or n_points < 1:
@@ -118,8 +135,54 @@ def default_search_space(estimator, *, kind="grid", n_points=3, include=None):
             elif regularization != own:  # the estimator's strength is on the other scale
                 space[param] = _log_range(low, high, "grid", 1)
         space.update({k: list(v) for k, v in _OTHERS[name].items() if k in keep})
+        if kind == "grid":
+            _add_defaults(space, defaults, regularization)
         spaces.append(space)
     return spaces if "regularization" in keep else spaces[0]
+
+
+def _class_defaults(name):
+    """The class's own defaults (read now, so a changed default stays in the space)."""
+    from .. import completion
+
+    return getattr(completion, name)().get_params()
+
+
+def _add_defaults(space, defaults, regularization):
+    """Make every list of ``space`` hold the class default of its parameter, so that a
+    search over the space cannot miss the defaults (a tuned model never loses to them on
+    the search's own score).
+
+    A strength on another regularization's scale is left alone: that sub-grid does not
+    hold the default regularization anyway. A numeric default that a point approximates
+    (``5 / 3 * 3``) replaces it exactly; an ``"auto"`` strength takes the centre of an odd
+    range (the range is centred on the value "auto" takes on MovieLens); any other missing
+    default is added as one more value.
+    """
+    if regularization != defaults.get("regularization", regularization):
+        space = {k: v for k, v in space.items() if k not in ("alpha_u", "alpha_v")}
+    for param, values in space.items():
+        if param == "regularization":  # each sub-grid is one regularization
+            continue
+        default = defaults[param]
+        if default in values:
+            continue
+        near = [i for i, v in enumerate(values) if _is_close(v, default)]
+        if near:
+            values[near[0]] = default
+        elif isinstance(default, str) and param.startswith("alpha_") and len(values) % 2:
+            values[len(values) // 2] = default
+        elif all(_is_close(v, v) for v in [*values, default]):  # numbers: kept in order
+            values.insert(sum(v < default for v in values), default)
+        else:
+            values.insert(0, default)
+
+
+def _is_close(value, default):
+    numbers = (int, float)
+    return (isinstance(value, numbers) and isinstance(default, numbers)
+            and not isinstance(value, bool) and not isinstance(default, bool)
+            and math.isclose(value, default, rel_tol=1e-9))
 
 
 def _log_range(low, high, kind, n_points):
