@@ -413,6 +413,8 @@ def test_errors_are_one_line(argv, fragment, tmp_path, capsys):
     (["run", "--test-size", "1.5"], "--test-size"),
     (["run", "--test-size", "nan"], "--test-size"),
     (["tune", "--cv", "1"], "--cv"),
+    (["recommend", "--min-support", "-1"], "--min-support"),
+    (["recommend", "--min-support", "many"], "--min-support"),
 ])
 def test_bad_option_is_one_line_exit_2(argv, option, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -486,3 +488,33 @@ def test_set_routes_a_solver_constant_into_solver_params():
     felb_mu = make_estimator(METHODS["felb-mu"], args)
     assert felb_mu.solver_params == {"update": "mu", "kappa": 5.0} and felb_mu.lam == 50.0
     assert make_estimator(METHODS["felb"], args).solver_params == {"kappa": 5.0}
+
+
+def test_recommend_min_support_is_passed_to_the_lists(tmp_path, capsys):
+    # item m0 is rated by 3 users, all 5 stars; the 11 others by about 48 each, lower: the
+    # default (min_support=20) lists m0 after every other item, --min-support 0 by its score
+    rng = np.random.default_rng(1)
+    users, items = np.nonzero(rng.random((80, 12)) < 0.6)
+    frame = pd.DataFrame({"who": users, "film": [f"m{k}" for k in items],
+                          "stars": rng.integers(1, 4, users.size)})
+    rare = pd.DataFrame({"who": [0, 1, 2], "film": ["m0"] * 3, "stars": [5, 5, 5]})
+    frame = pd.concat([frame[frame.film != "m0"], rare], ignore_index=True)
+    frame.to_csv(tmp_path / "r.csv", index=False)
+    base = ["recommend", "--data", str(tmp_path / "r.csv"), "--user-col", "who",
+            "--item-col", "film", "--rating-col", "stars", "--clients", "4", "--rounds", "5",
+            "--save", str(tmp_path / "m.joblib"), "--user", "79", "--top", "12",
+            "--include-seen", "--out", str(tmp_path), "--quiet"]
+
+    def listed(extra):
+        status, out, _ = run(base + extra, capsys)
+        assert status == 0
+        table = out.split("top-12 for user ")[1].split("\n\n")[0]
+        return [line.split()[1] for line in table.splitlines()[2:] if line.strip()]
+
+    plain = listed(["--min-support", "0"])
+    model = joblib.load(tmp_path / "m.joblib")
+    assert plain == model.recommend(79, n=12, exclude_seen=False, min_support=0)[0].tolist()
+    default = listed([])
+    model = joblib.load(tmp_path / "m.joblib")
+    assert default == model.recommend(79, n=12, exclude_seen=False)[0].tolist()
+    assert default[-1] == "m0" and sorted(default) == sorted(plain)

@@ -29,6 +29,7 @@ from ._options import (
     _columns,
     _common,
     _grid_entry,
+    _non_negative_int,
     _Parser,
     _positive_int,
 )
@@ -191,6 +192,10 @@ def build_parser():
                      help="items per user (default: %(default)s)")
     rec.add_argument("--include-seen", action="store_true",
                      help="also list items the user has rated")
+    rec.add_argument("--min-support", type=_non_negative_int, default=None, metavar="N",
+                     help="list items known from fewer than N training ratings only after "
+                          "all others (default: RatingRegressor.recommend's, 20; 0 ranks "
+                          "every item by its score alone)")
     rec.add_argument("--model", metavar="FILE",
                      help="a model saved by an earlier 'fedmf recommend --save' (a pickle: "
                           "load only files you trust)")

@@ -15,14 +15,22 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def _positive_int(text):
+def _int_at_least(text, low, what):
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        value = low - 1
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
     return value
+
+
+def _positive_int(text):
+    return _int_at_least(text, 1, "a positive integer")
+
+
+def _non_negative_int(text):
+    return _int_at_least(text, 0, "an integer >= 0")
 
 
 def _at_least_two(text):

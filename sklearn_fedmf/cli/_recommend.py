@@ -72,7 +72,9 @@ def cmd_recommend(args):
         if not known:
             _note(f"user {text!r} is not in the training data: the cold-start list follows "
                   "(items of highest item bias, or the most rated)")
-        items, ratings = model.recommend(user, n=args.top, exclude_seen=not args.include_seen)
+        support = {} if args.min_support is None else {"min_support": args.min_support}
+        items, ratings = model.recommend(user, n=args.top, exclude_seen=not args.include_seen,
+                                         **support)
         print(f"\ntop-{args.top} for user {user!r}" + ("" if known else " (cold start)") + ":")
         print(f"{'rank':>4}  {'item':<20}{'predicted':>10}")
         shown = [(item, float(value)) for item, value in zip(items, ratings) if item is not None]
