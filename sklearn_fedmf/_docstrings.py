@@ -14,15 +14,19 @@ pattern)::
         '''
 
 The header line (type and default) stays in the class, next to its signature; only the
-description is shared, so it cannot say one thing in one class and another elsewhere. A key of
-``solver_params`` that several classes share is written as a sub-list item by
-:func:`solver_key`. Substitution is by whole lines (:func:`fill_doc`), so the text may hold
+description is shared, so it cannot say one thing in one class and another elsewhere. The
+parameters whose header is the same in every class (``SHARED_HEADERS``: ``callback``,
+``random_state``, ``n_jobs``...) are written whole, header included, by
+:func:`parameter_entries` (``tests/test_docstrings.py`` checks each header's default against
+the signature). A key of ``solver_params`` that several classes share is written as a sub-list
+item by :func:`solver_key`. Substitution is by whole lines (:func:`fill_doc`), so the text may hold
 ``%`` signs and keeps the indentation of the line it replaces.
 """
 
 from __future__ import annotations
 
-__all__ = ["SHARED_PARAMETERS", "Substitution", "federation_keys", "fill_doc", "solver_key"]
+__all__ = ["SHARED_HEADERS", "SHARED_PARAMETERS", "Substitution", "federation_keys",
+           "fill_doc", "parameter_entries", "solver_key"]
 
 SHARED_PARAMETERS = {
     "n_components": "Rank ``r`` of the factorization.",
@@ -104,6 +108,26 @@ SHARED_PARAMETERS = {
         "S. Wang and T.-H. Chang. Federated Matrix Factorization: Algorithm Design and\n"
         "Application to Data Clustering. IEEE Trans. Signal Process., 2022."),
 }
+
+# The numpydoc header (type and default) of the shared parameters that have the same default
+# in every class that takes them.
+SHARED_HEADERS = {
+    "clip": "bool, default=True",
+    "callback": "callable, default=None",
+    "warm_start": "bool, default=False",
+    "random_state": "int, RandomState instance or None, default=None",
+    "n_jobs": "int, default=None",
+    "verbose": "int, default=0",
+    "solver_params": "dict or None, default=None",
+}
+
+
+def parameter_entries(*names):
+    """The numpydoc entries of shared parameters: ``name : SHARED_HEADERS[name]`` and its
+    indented ``SHARED_PARAMETERS[name]``, one after another."""
+    return "\n".join(f"{name} : {SHARED_HEADERS[name]}\n"
+                     + "\n".join("    " + line for line in SHARED_PARAMETERS[name].splitlines())
+                     for name in names)
 
 
 def solver_key(name, spec, text=None):

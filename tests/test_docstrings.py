@@ -131,3 +131,16 @@ def test_the_parser_reads_numpydoc():
     """
     assert described_parameters(doc) == {"a": "Two numbers.", "b": "Two numbers.", "c": "",
                                          "kwargs": "Passed on."}
+
+
+@pytest.mark.parametrize("name, cls", ESTIMATORS, ids=[n for n, _ in ESTIMATORS])
+def test_shared_headers_state_each_class_default(name, cls):
+    """A shared header (``SHARED_HEADERS``, written whole by ``parameter_entries``) states
+    the default of every class whose docstring shows it."""
+    from sklearn_fedmf._docstrings import SHARED_HEADERS
+
+    signature = inspect.signature(cls.__init__).parameters
+    for param, header in SHARED_HEADERS.items():
+        if f"{param} : {header}" in cls.__doc__:
+            stated = header.rsplit("default=", 1)[1]
+            assert stated == repr(signature[param].default), (name, param)

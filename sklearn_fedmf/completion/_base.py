@@ -26,7 +26,7 @@ from .._data import (
     reject_duplicates,
     warn_if_zero_filled,
 )
-from .._docstrings import SHARED_PARAMETERS, solver_key
+from .._docstrings import SHARED_PARAMETERS, parameter_entries, solver_key
 from .._fit import (
     FEDERATION_CONSTRAINTS,
     SIMULATION_SETTINGS,
@@ -40,7 +40,7 @@ from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
 from ..exceptions import UnobservedItemsWarning
 
 __all__ = ["COMPLETION_DOCS", "FACTOR_SETTINGS", "FederatedMFBase", "FEDERATION_CONSTRAINTS",
-           "moved_to_solver_params"]
+           "moved_to_solver_params", "toy_example"]
 
 # The ``solver_params`` keys of the factor models' regularizer and start (FedMC-ADMM, FedMAvg,
 # FedMGS; ``init_scale``'s default is each class's own).
@@ -68,7 +68,44 @@ COMPLETION_DOCS: dict = {
 }
 COMPLETION_DOCS["solver_shared"] = "\n".join(
     [COMPLETION_DOCS["solver_center"], COMPLETION_DOCS["solver_simulation"]])
+# The fitted attributes every factor model has, under the same names.
+COMPLETION_DOCS["bias_attributes"] = """\
+item_bias_ : ndarray of shape (n_items,)
+    ``b_i`` (``biased=True`` only).
+user_bias_ : ndarray of shape (n_users,)
+    ``b_u``, private to each client like its user factors (``biased=True`` only)."""
+COMPLETION_DOCS["outcome_attributes"] = """\
+converged_ : bool
+    False when ``tol`` > 0 was not met within ``max_iter`` rounds.
+degenerate_ : str or None
+    Why the fitted model is trivial (all-zero factors, a frozen model, an objective
+    that did not decrease), or None. A fit that ends with ``converged_`` False or a
+    ``degenerate_`` reason raises one
+    :class:`~sklearn_fedmf.exceptions.DegenerateFitWarning`.
+n_features_in_ : int"""
+# The constructor's last parameters, headers included (the same in every class).
+COMPLETION_DOCS["control_parameters"] = parameter_entries("clip", "callback", "warm_start")
+COMPLETION_DOCS["compute_parameters"] = parameter_entries("n_jobs", "verbose", "solver_params")
+COMPLETION_DOCS["run_parameters"] = "\n".join([
+    COMPLETION_DOCS["control_parameters"], parameter_entries("random_state"),
+    COMPLETION_DOCS["compute_parameters"]])
 
+
+def toy_example(name, *, max_iter, alpha, bound):
+    """The Examples section of a factor model: ``name`` fits a noise-free rank-2 toy with 40 %
+    of its entries missing to an RMSE below ``bound``, with strengths ``alpha``."""
+    return "\n".join([
+        ">>> import numpy as np",
+        f">>> from sklearn_fedmf import {name}",
+        ">>> rng = np.random.default_rng(0)",
+        ">>> M = rng.normal(size=(60, 2)) @ rng.normal(size=(2, 30))",
+        ">>> X = np.where(rng.random(M.shape) < 0.6, M, np.nan)",
+        ">>> # a noise-free low-rank toy needs little regularization (the defaults suit ratings)",
+        f">>> model = {name}(n_components=2, n_clients=4, max_iter={max_iter}, alpha_u={alpha},",
+        f"...     alpha_v={alpha}, random_state=0).fit(X)",
+        f">>> bool(model.score(X) > -{bound})",
+        "True",
+    ])
 
 def moved_to_solver_params(solver_params):
     """``_moved_params`` of a class whose former parameters are now the keys of its

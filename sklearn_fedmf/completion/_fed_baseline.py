@@ -70,20 +70,10 @@ class FedBaseline(FederatedMFBase):
         after 10 rounds (Surprise's 10 epochs) and 1e-7 after 20.
     tol : float, default=0.0
         %(tol)s
-    clip : bool, default=True
-        %(clip)s
-    callback : callable, default=None
-        %(callback)s
-    warm_start : bool, default=False
-        %(warm_start)s
+    %(control_parameters)s
     random_state : int, RandomState instance or None, default=None
         Seeds the partition and every round's sampling (the fit has no other randomness).
-    n_jobs : int, default=None
-        %(n_jobs)s
-    verbose : int, default=0
-        %(verbose)s
-    solver_params : dict or None, default=None
-        %(solver_params)s
+    %(compute_parameters)s
 
         %(solver_simulation)s
 
@@ -108,9 +98,7 @@ class FedBaseline(FederatedMFBase):
         One record per round: ``objective``, ``train_rmse``, ``eval_rmse`` (with
         ``eval_set``), ``bytes_uploaded`` (round 1's include the clients' counts and initial
         sums), ``bytes_downloaded``, ``seconds``.
-    converged_ : bool
-    degenerate_ : str or None
-    n_features_in_ : int
+    %(outcome_attributes)s
 
     See Also
     --------

@@ -24,6 +24,7 @@ from ._base import (
     FACTOR_SETTINGS,
     FederatedMFBase,
     moved_to_solver_params,
+    toy_example,
 )
 from ._fedmavg_batched import make_batched
 from ._fedmavg_protocol import (
@@ -111,7 +112,8 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
 
 
 # ---- estimator ----------------------------------------------------------------------------
-@Substitution(**COMPLETION_DOCS)
+@Substitution(**COMPLETION_DOCS,
+              example=toy_example("FedMAvg", max_iter=300, alpha=0.01, bound=0.1))
 class FedMAvg(FederatedMFBase):
     """Federated matrix completion by model averaging (FedMAvg, Wang & Chang).
 
@@ -152,20 +154,7 @@ class FedMAvg(FederatedMFBase):
         ``bytes_downloaded``).
     biased : bool, default=True
         %(biased)s
-    clip : bool, default=True
-        %(clip)s
-    callback : callable, default=None
-        %(callback)s
-    warm_start : bool, default=False
-        %(warm_start)s
-    random_state : int, RandomState instance or None, default=None
-        %(random_state)s
-    n_jobs : int, default=None
-        %(n_jobs)s
-    verbose : int, default=0
-        %(verbose)s
-    solver_params : dict or None, default=None
-        %(solver_params)s
+    %(run_parameters)s
 
         - ``variant`` : {"wang_chang", "fedpalm", "fedmc_admm"}, default="wang_chang"
           ``"wang_chang"``: the paper's algorithm on the sum of squared errors, steps as
@@ -224,10 +213,7 @@ class FedMAvg(FederatedMFBase):
         The global item factor ``V`` (the paper's ``W``).
     user_factors_ : ndarray of shape (n_users, n_components)
         The client-local factors (the paper's ``H^T``), kept for analysis only.
-    item_bias_ : ndarray of shape (n_items,)
-        ``b_i`` (``biased=True`` only).
-    user_bias_ : ndarray of shape (n_users,)
-        ``b_u``, private to each client (``biased=True`` only).
+    %(bias_attributes)s
     mean_ : float
     n_iter_ : int
     n_clients_ : int
@@ -235,9 +221,7 @@ class FedMAvg(FederatedMFBase):
     history_ : list of dict
         One record per round: ``objective``, ``train_rmse``, ``eval_rmse``, bytes (the
         one-time sizes and, for the global step, Grams are in round 1), ``seconds``...
-    converged_, degenerate_
-        As in :class:`~sklearn_fedmf.FedMCADMM`.
-    n_features_in_ : int
+    %(outcome_attributes)s
 
     See Also
     --------
@@ -250,16 +234,7 @@ class FedMAvg(FederatedMFBase):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> from sklearn_fedmf import FedMAvg
-    >>> rng = np.random.default_rng(0)
-    >>> M = rng.normal(size=(60, 2)) @ rng.normal(size=(2, 30))
-    >>> X = np.where(rng.random(M.shape) < 0.6, M, np.nan)
-    >>> # a noise-free low-rank toy needs little regularization (the defaults suit ratings)
-    >>> model = FedMAvg(n_components=2, n_clients=4, max_iter=300, alpha_u=0.01, alpha_v=0.01,
-    ...               random_state=0).fit(X)
-    >>> bool(model.score(X) > -0.1)
-    True
+    %(example)s
     """
 
     _solver_params: dict = {

@@ -25,6 +25,7 @@ from ._base import (
     FACTOR_SETTINGS,
     FederatedMFBase,
     moved_to_solver_params,
+    toy_example,
 )
 from ._fedmc_admm_protocol import AUTO_BETA, auto_alpha_u, initial_curvature, make_protocol
 
@@ -72,7 +73,8 @@ def state_nbytes(*, n_clients, n_items, n_factors, itemsize, grouped, nnz=0, max
 
 
 # ---- estimator ----------------------------------------------------------------------------
-@Substitution(**COMPLETION_DOCS)
+@Substitution(**COMPLETION_DOCS,
+              example=toy_example("FedMCADMM", max_iter=200, alpha=0.1, bound=0.05))
 class FedMCADMM(FederatedMFBase):
     """Federated matrix completion by linearized ADMM (FedMC-ADMM).
 
@@ -138,20 +140,7 @@ class FedMCADMM(FederatedMFBase):
         %(biased)s
         Inside Algorithm 1 unchanged (derivation in the user guide, "Biases"); the biases
         are regularized by ``alpha_u`` and ``alpha_v``.
-    clip : bool, default=True
-        %(clip)s
-    callback : callable, default=None
-        %(callback)s
-    warm_start : bool, default=False
-        %(warm_start)s
-    random_state : int, RandomState instance or None, default=None
-        %(random_state)s
-    n_jobs : int, default=None
-        %(n_jobs)s
-    verbose : int, default=0
-        %(verbose)s
-    solver_params : dict or None, default=None
-        %(solver_params)s
+    %(run_parameters)s
 
         - ``w_update`` : {"linearized", "exact"}, default="linearized"
           The paper's linearized W loop, or the exact per-column solve of Remark 4.1.
@@ -176,10 +165,7 @@ class FedMCADMM(FederatedMFBase):
         The global item factor ``V``.
     user_factors_ : ndarray of shape (n_users, n_components)
         The client-local factors ``U`` in row order (kept for analysis only).
-    item_bias_ : ndarray of shape (n_items,)
-        ``b_i`` (``biased=True`` only).
-    user_bias_ : ndarray of shape (n_users,)
-        ``b_u``, private to each client like ``U_i`` (``biased=True`` only).
+    %(bias_attributes)s
     mean_ : float
         Mean training rating: subtracted before factorizing when ``center=True``, and the
         prediction for rows without any observed rating (cold start).
@@ -194,14 +180,7 @@ class FedMCADMM(FederatedMFBase):
         One record per round: ``round``, ``objective``, ``train_rmse``, ``eval_rmse`` (with
         ``eval_set``), ``consensus_gap``, ``bytes_uploaded``, ``bytes_downloaded``,
         ``n_sampled``, ``n_failed``, ``seconds``.
-    converged_ : bool
-        False when ``tol`` > 0 was not met within ``max_iter`` rounds.
-    degenerate_ : str or None
-        Why the fitted model is trivial (all-zero factors, a frozen model, an objective
-        that did not decrease), or None. A fit that ends with ``converged_`` False or a
-        ``degenerate_`` reason raises one
-        :class:`~sklearn_fedmf.exceptions.DegenerateFitWarning`.
-    n_features_in_ : int
+    %(outcome_attributes)s
 
     See Also
     --------
@@ -233,16 +212,7 @@ class FedMCADMM(FederatedMFBase):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> from sklearn_fedmf import FedMCADMM
-    >>> rng = np.random.default_rng(0)
-    >>> M = rng.normal(size=(60, 2)) @ rng.normal(size=(2, 30))
-    >>> X = np.where(rng.random(M.shape) < 0.6, M, np.nan)
-    >>> # a noise-free low-rank toy needs little regularization (the defaults suit ratings)
-    >>> model = FedMCADMM(n_components=2, n_clients=4, max_iter=200, alpha_u=0.1, alpha_v=0.1,
-    ...               random_state=0).fit(X)
-    >>> bool(model.score(X) > -0.05)
-    True
+    %(example)s
     """
 
     _fit_dtypes = (np.float64, np.float32)  # float32 X: factors, messages, states in float32

@@ -17,6 +17,7 @@ from ._base import (
     FACTOR_SETTINGS,
     FederatedMFBase,
     moved_to_solver_params,
+    toy_example,
 )
 from ._fedmgs_protocol import AUTO_WEIGHTED, make_protocol
 
@@ -24,7 +25,8 @@ __all__ = ["FedMGS"]
 
 
 # ---- estimator ----------------------------------------------------------------------------
-@Substitution(**COMPLETION_DOCS)
+@Substitution(**COMPLETION_DOCS,
+              example=toy_example("FedMGS", max_iter=300, alpha=0.01, bound=0.1))
 class FedMGS(FederatedMFBase):
     """Federated matrix completion by gradient sharing (FedMGS, Wang & Chang).
 
@@ -81,20 +83,7 @@ class FedMGS(FederatedMFBase):
         (The shared aggregates already show which items a client rated.)
     biased : bool, default=True
         %(biased)s
-    clip : bool, default=True
-        %(clip)s
-    callback : callable, default=None
-        %(callback)s
-    warm_start : bool, default=False
-        %(warm_start)s
-    random_state : int, RandomState instance or None, default=None
-        %(random_state)s
-    n_jobs : int, default=None
-        %(n_jobs)s
-    verbose : int, default=0
-        %(verbose)s
-    solver_params : dict or None, default=None
-        %(solver_params)s
+    %(run_parameters)s
 
         - ``c_factor`` : float, default=0.51
           The U step is ``1 / (c_factor * (lambda_max(V V^T) + ridge))`` (Algorithm 2's
@@ -118,19 +107,14 @@ class FedMGS(FederatedMFBase):
         The global item factor ``V``.
     user_factors_ : ndarray of shape (n_users, n_components)
         The client-local factors, kept for analysis only.
-    item_bias_ : ndarray of shape (n_items,)
-        ``b_i`` (``biased=True`` only).
-    user_bias_ : ndarray of shape (n_users,)
-        ``b_u``, private to each client (``biased=True`` only).
+    %(bias_attributes)s
     mean_ : float
     n_iter_ : int
     n_clients_ : int
     clients_ : ndarray of shape (n_users,)
     history_ : list of dict
         One record per round (round 1's bytes include every client's initial aggregates).
-    converged_, degenerate_
-        As in :class:`~sklearn_fedmf.FedMCADMM`.
-    n_features_in_ : int
+    %(outcome_attributes)s
     alpha_u_, alpha_v_ : float
         The strengths of the last round (``"auto"``: the server's last value; fold-in uses
         ``alpha_u_``).
@@ -145,16 +129,7 @@ class FedMGS(FederatedMFBase):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> from sklearn_fedmf import FedMGS
-    >>> rng = np.random.default_rng(0)
-    >>> M = rng.normal(size=(60, 2)) @ rng.normal(size=(2, 30))
-    >>> X = np.where(rng.random(M.shape) < 0.6, M, np.nan)
-    >>> # a noise-free low-rank toy needs little regularization (the defaults suit ratings)
-    >>> model = FedMGS(n_components=2, n_clients=4, max_iter=300, alpha_u=0.01, alpha_v=0.01,
-    ...               random_state=0).fit(X)
-    >>> bool(model.score(X) > -0.1)
-    True
+    %(example)s
     """
 
     _solver_params: dict = {

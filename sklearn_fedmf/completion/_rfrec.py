@@ -192,20 +192,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         outside the guarantee.
     biased : bool, default=True
         %(biased)s
-    clip : bool, default=True
-        %(clip)s
-    callback : callable, default=None
-        %(callback)s
-    warm_start : bool, default=False
-        %(warm_start)s
-    random_state : int, RandomState instance or None, default=None
-        %(random_state)s
-    n_jobs : int, default=None
-        %(n_jobs)s
-    verbose : int, default=0
-        %(verbose)s
-    solver_params : dict or None, default=None
-        %(solver_params)s
+    %(run_parameters)s
         RFRecF (Algorithm 2) is ``solver_params={"variant": "rfrecf"}``; its paper settings
         are ``PAPER_SETTINGS["RFRecF"]``.
 
@@ -268,10 +255,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         The server's averaged item matrix ``Vbar``.
     user_factors_ : ndarray of shape (n_users, n_components)
         The federated user vectors (kept for analysis; they never leave a client).
-    item_bias_ : ndarray of shape (n_items,)
-        ``b_i`` (``biased=True`` only).
-    user_bias_ : ndarray of shape (n_users,)
-        ``b_u``, private to each client (``biased=True`` only).
+    %(bias_attributes)s
     mean_ : float
     rating_range_ : tuple of float
     n_iter_ : int
@@ -285,9 +269,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         ``train_rmse``, ``eval_rmse``/``eval_mae`` (``eval_set``, federated factors),
         ``consensus_gap`` (``sum_c ||V_(c) - Vbar||^2``), ``vbar_change``, ``comm_rounds``,
         ``coin`` (RFRecF), bytes, ``n_sampled``, ``n_failed``, ``seconds``.
-    converged_, degenerate_
-        As in :class:`~sklearn_fedmf.FedMCADMM`.
-    n_features_in_ : int
+    %(outcome_attributes)s
 
     Notes
     -----
