@@ -409,9 +409,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         return self.alpha_u
 
     def inverse_transform(self, X):
-        """Ratings reconstructed from user factors (``X @ components_``, plus ``mean_`` when
-        ``center=True``, plus ``item_bias_`` when ``biased=True``: the user biases are not
-        part of ``X``).
+        """Ratings reconstructed from user factors: ``X @ components_``, plus ``item_bias_``
+        when ``biased=True`` (the user biases are not part of ``X``), on the rating scale
+        (plus ``mean_`` when ``center=True``; through the link of a model that has one).
 
         Parameters
         ----------
@@ -426,8 +426,12 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         """
         U = self._check_factors(X)
         check_dense_size(U.shape[0], self.components_.shape[1], "inverse_transform(X)")
-        P = U @ self.components_ + self._offset
-        return P + self.item_bias_ if self.biased else P
+        Z = U @ self.components_
+        return self._to_ratings(Z + self.item_bias_ if self.biased else Z)
+
+    def _to_ratings(self, Z):
+        """Scores ``u . v`` (plus biases) to ratings: plus the offset."""
+        return Z + self._offset
 
     def predict(self, X, at=None):
         """Predicted ratings for the rows of ``X`` by fold-in.

@@ -557,31 +557,12 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         return U
 
     def _to_ratings(self, Z):
-        """Scores ``u . v`` to ratings (the shifted scale plus the offset)."""
-        offset = self.mean_ if self._settings()["center"] else 0.0
+        """Scores ``u . v`` to ratings (the shifted scale plus the offset, or the sigmoid
+        link's range)."""
         if self._settings()["link"] == "identity":
-            return Z + offset
+            return super()._to_ratings(Z)
         lo, hi = self.rating_range_
         return lo + (hi - lo) / (1 + np.exp(-Z))
-
-    def inverse_transform(self, X):
-        """Ratings from user factors: ``link(X @ components_)``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_components)
-            User vectors, e.g. the output of :meth:`transform`.
-
-        Returns
-        -------
-        ratings : ndarray of shape (n_samples, n_items)
-            Dense ratings on the training scale; refused above ``MAX_DENSE_ENTRIES`` entries
-            (see :meth:`predict`).
-        """
-        U = self._check_factors(X)
-        check_dense_size(U.shape[0], self.components_.shape[1], "inverse_transform(X)")
-        Z = U @ self.components_
-        return self._to_ratings(Z + self.item_bias_ if self.biased else Z)
 
     def _factor_model(self, Xc=None):
         # The sigmoid link maps the raw score u . v to the rating range (no offset).
