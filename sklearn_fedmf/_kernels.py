@@ -35,41 +35,41 @@ _jit = njit(cache=True, nogil=True, fastmath=False)
 _inline = njit(cache=True, nogil=True, inline="always")
 
 
-@_jit
-def grad_rows(indptr, indices, data, U, Wt, out):
-    """``out = P_Omega(U Wt^T - M) Wt``; returns ``1/2 ||P_Omega(U Wt^T - M)||^2``."""
+@_inline
+def _residual_products(indptr, indices, data, U, Wt, out, cols):
+    """Add each entry's residual ``e = (U Wt^T - M)_tj`` times the other factor's row to
+    ``out`` (``out[t] += e Wt[j]``, or ``out[j] += e U[t]`` with ``cols``); returns the half
+    squared error. (Inlined: ``cols`` is a constant in each caller.)"""
     r = U.shape[1]
     loss = 0.0
     for t in range(U.shape[0]):
-        for a in range(r):
-            out[t, a] = 0.0
         for s in range(indptr[t], indptr[t + 1]):
             j = indices[s]
             e = -data[s]
             for a in range(r):
                 e += U[t, a] * Wt[j, a]
             loss += e * e
-            for a in range(r):
-                out[t, a] += e * Wt[j, a]
+            if cols:
+                for a in range(r):
+                    out[j, a] += e * U[t, a]
+            else:
+                for a in range(r):
+                    out[t, a] += e * Wt[j, a]
     return 0.5 * loss
+
+
+@_jit
+def grad_rows(indptr, indices, data, U, Wt, out):
+    """``out = P_Omega(U Wt^T - M) Wt``; returns ``1/2 ||P_Omega(U Wt^T - M)||^2``."""
+    out[:, :] = 0.0
+    return _residual_products(indptr, indices, data, U, Wt, out, False)
 
 
 @_jit
 def grad_cols(indptr, indices, data, U, Wt, out):
     """``out = (U^T P_Omega(U Wt^T - M))^T`` (items x r); returns the half squared error."""
-    r = U.shape[1]
     out[:, :] = 0.0
-    loss = 0.0
-    for t in range(U.shape[0]):
-        for s in range(indptr[t], indptr[t + 1]):
-            j = indices[s]
-            e = -data[s]
-            for a in range(r):
-                e += U[t, a] * Wt[j, a]
-            loss += e * e
-            for a in range(r):
-                out[j, a] += e * U[t, a]
-    return 0.5 * loss
+    return _residual_products(indptr, indices, data, U, Wt, out, True)
 
 
 @_jit
