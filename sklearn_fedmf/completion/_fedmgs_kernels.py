@@ -165,6 +165,18 @@ def _same_rows(items, a, k, new_items, new_ptr, q):
     return True
 
 
+@_inline
+def _matched_segment(items, ptr, i, new_items, new_ptr, q, mismatch):
+    """``(a, k, c)``: client ``i``'s cached rows ``a:a + k`` and the start ``c`` of its upload
+    ``q``; ``k = -1``, and ``mismatch[q]`` set, when the upload's rows are not the cached
+    ones."""
+    a, k = ptr[i], ptr[i + 1] - ptr[i]
+    if not _same_rows(items, a, k, new_items, new_ptr, q):
+        mismatch[q] = True
+        return a, -1, new_ptr[q]
+    return a, k, new_ptr[q]
+
+
 @_jit
 def replace_rows(total, items, ptr, values, local, new_items, new_ptr, new_values, mismatch):
     """The server's cache update: for each client ``local[q]`` of a cached segment whose new
@@ -173,13 +185,8 @@ def replace_rows(total, items, ptr, values, local, new_items, new_ptr, new_value
     (left unchanged, for the caller)."""
     r = values.shape[1]
     for q in range(len(local)):
-        i = local[q]
-        a, k = ptr[i], ptr[i + 1] - ptr[i]
-        c = new_ptr[q]
-        if not _same_rows(items, a, k, new_items, new_ptr, q):
-            mismatch[q] = True
-            continue
-        for s in range(k):
+        a, k, c = _matched_segment(items, ptr, local[q], new_items, new_ptr, q, mismatch)
+        for s in range(k):  # (none when k = -1)
             j = items[a + s]
             for col in range(r):
                 v = new_values[c + s, col]
@@ -222,10 +229,8 @@ def replace_outer(total, items, ptr, x, A, local, new_items, new_ptr, new_x, new
     r = A.shape[1]
     for q in range(len(local)):
         i = local[q]
-        a, k = ptr[i], ptr[i + 1] - ptr[i]
-        c = new_ptr[q]
-        if not _same_rows(items, a, k, new_items, new_ptr, q):
-            mismatch[q] = True
+        a, k, c = _matched_segment(items, ptr, i, new_items, new_ptr, q, mismatch)
+        if k < 0:
             continue
         for s in range(k):
             j = items[a + s]
