@@ -188,6 +188,15 @@ def _adam(x, g, m, v, rate, bias2):
 
 
 @njit(cache=True, nogil=True)
+def _descend(X, mX, vX, r, a, g, adam, lr, rate, bias2):
+    """Step ``X[r, a]`` along its gradient ``g``: Adam's step (moments ``mX``, ``vX``) or
+    plain gradient descent with step ``lr``."""
+    if adam:
+        X[r, a], mX[r, a], vX[r, a] = _adam(X[r, a], g, mX[r, a], vX[r, a], rate, bias2)
+    else:
+        X[r, a] = X[r, a] - lr * g
+
+@njit(cache=True, nogil=True)
 def _group_update(indptr, data, row_ptr, pair_ptr, pair, cols, U, P, Vbar, active, pending,
                   action, pull_after, eta, sigmoid, shift, span, alpha_u, reg_v, reg, scale,
                   lr, auto, adam, t, mU, vU, mP, vP, biased):
@@ -264,11 +273,7 @@ def _group_update(indptr, data, row_ptr, pair_ptr, pair, cols, U, P, Vbar, activ
                 lr_u = lr / max(data_curv * step_u[r - r0] + 2.0 * scale * alpha_u, 1e-12)
             for a in range(d):
                 g = scale * (gU[r - r0, a] + 2.0 * alpha_u * U[r, a])
-                if adam:
-                    U[r, a], mU[r, a], vU[r, a] = _adam(U[r, a], g, mU[r, a], vU[r, a], rate,
-                                                        bias2)
-                else:
-                    U[r, a] = U[r, a] - lr_u * g
+                _descend(U, mU, vU, r, a, g, adam, lr_u, rate, bias2)
             if biased:
                 U[r, d - 1] = 1.0
         for q in range(q0, q1):
@@ -277,11 +282,7 @@ def _group_update(indptr, data, row_ptr, pair_ptr, pair, cols, U, P, Vbar, activ
             for a in range(d):
                 g = scale * (gP[q - q0, a] + 2.0 * reg_v * P[q, a]) + reg * (P[q, a]
                                                                           - Vbar[cols[q], a])
-                if adam:
-                    P[q, a], mP[q, a], vP[q, a] = _adam(P[q, a], g, mP[q, a], vP[q, a], rate,
-                                                        bias2)
-                else:
-                    P[q, a] = P[q, a] - lr_p * g
+                _descend(P, mP, vP, q, a, g, adam, lr_p, rate, bias2)
             if biased:
                 P[q, d - 2] = 1.0
 
