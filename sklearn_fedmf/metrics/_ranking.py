@@ -186,7 +186,7 @@ def hit_rate_at_k(y_true, y_pred, *, k=10, users=None):
 
     Returns
     -------
-    score : float
+    hit_rate : float
         In [0, 1], over the users with a relevant item.
 
     Examples
@@ -207,7 +207,7 @@ def precision_at_k(y_true, y_pred, *, k=10, users=None):
 
     Returns
     -------
-    score : float
+    precision : float
         In [0, 1]; a list shorter than ``k`` counts its missing slots as misses.
 
     Examples
@@ -228,8 +228,8 @@ def recall_at_k(y_true, y_pred, *, k=10, users=None):
 
     Returns
     -------
-    score : float
-        In [0, 1].
+    recall : float
+        In [0, 1]: 1 when each user's first ``k`` hold all its relevant items.
 
     Examples
     --------
@@ -263,8 +263,8 @@ def ndcg_at_k(y_true, y_pred, *, k=10, users=None):
 
     Returns
     -------
-    score : float
-        In [0, 1].
+    ndcg : float
+        In [0, 1]: 1 when every list is in the ideal order.
 
     Examples
     --------
@@ -297,8 +297,8 @@ def average_precision_at_k(y_true, y_pred, *, k=10, users=None):
 
     Returns
     -------
-    score : float
-        In [0, 1].
+    map : float
+        In [0, 1]: 1 when each list's first ``min(k, n_relevant)`` slots are hits.
 
     Examples
     --------
