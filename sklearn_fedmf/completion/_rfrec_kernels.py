@@ -69,29 +69,11 @@ def _client_grads(indptr, pair, data, U, P, Vbar, cols, sigmoid, shift, span, al
 @njit(cache=True, nogil=True)
 def _client_sums(indptr, pair, data, U, P, W, Vbar, cols, sigmoid, shift, span):
     """One client's additive pieces of ``F`` on its rated columns and the errors of the
-    federated model ``u . vbar``: ``(fit, psi_rated, sq_rated, sse, sum |e|)``."""
-    d = U.shape[1]
-    fit = sse = ae = psi = sq = 0.0
-    for t in range(U.shape[0]):
-        for s in range(indptr[t], indptr[t + 1]):
-            q, j = pair[s], cols[pair[s]]
-            z = 0.0
-            zbar = 0.0
-            for a in range(d):
-                z += U[t, a] * P[q, a]
-                zbar += U[t, a] * Vbar[j, a]
-            e = _residual(z, data[s], sigmoid, shift, span)[0]
-            ebar = _rating_error(zbar, data[s], sigmoid, shift, span)
-            fit += e * e
-            sse += ebar * ebar
-            ae += abs(ebar)
-    for q in range(P.shape[0]):
-        j = cols[q]
-        for a in range(d):
-            psi += (P[q, a] - Vbar[j, a]) ** 2 - (W[j, a] - Vbar[j, a]) ** 2
-            sq += P[q, a] ** 2 - W[j, a] ** 2
-    return fit, psi, sq, sse, ae
-
+    federated model ``u . vbar``: ``(fit, psi_rated, sq_rated, sse, sum |e|)`` (a group of
+    one client with no pending pull, :func:`_group_sums`)."""
+    return _group_sums(indptr, data, np.array([0, U.shape[0]]), np.array([0, P.shape[0]]),
+                       pair, cols, U, P, W, Vbar, np.zeros(1, dtype=np.bool_), 0.0, sigmoid,
+                       shift, span)
 
 
 @njit(cache=True, nogil=True)
