@@ -20,6 +20,7 @@ from sklearn.utils.validation import _num_samples, check_is_fitted, validate_dat
 from threadpoolctl import threadpool_limits
 
 from .._data import check_dense_size
+from .._docstrings import Substitution
 from .._fit import FederatedEstimator
 from ..metrics._binary import check_binary, f1_boolean
 from ..privacy._local_dp import LocalDPMixin
@@ -67,6 +68,13 @@ def fold_in(A, V, *, n_steps, **schedule):
                              update_v=False, gamma=0.0, proximity="sequential", **schedule)
     return U > 0.5
 
+
+# The ``X`` and ``y`` entries of a Boolean factorization's ``fit`` (``%(fit_data)s``).
+FIT_DATA = Substitution(fit_data="""\
+X : {array-like, sparse matrix} of shape (n_samples, n_features)
+    Binary data (0/1); in a sparse matrix absent entries are 0.
+y : Ignored
+    Not used, present for API consistency by convention.""")
 
 class BooleanTransformerMixin:
     """What every Boolean factorization shares, federated or not: binary input (``binarize``
@@ -120,16 +128,14 @@ class BooleanFactorizationBase(
     def _fold_in_params(self):
         """``n_steps`` and the step/schedule keywords of :func:`fold_in`."""
 
+    @FIT_DATA
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, clients=None):
         """Run the federation on the binary matrix ``X``.
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Binary data (0/1); in a sparse matrix absent entries are 0.
-        y : Ignored
-            Not used, present for API consistency by convention.
+        %(fit_data)s
         clients : array-like of shape (n_samples,), default=None
             Client label of each row; when None rows are split into ``n_clients`` clients.
 

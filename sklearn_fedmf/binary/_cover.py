@@ -17,7 +17,7 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
 from ..metrics._binary import f1_boolean
-from ._base import BooleanTransformerMixin
+from ._base import FIT_DATA, BooleanTransformerMixin
 from ._cover_solvers import asso, cover_fold_in, grecond, mebf
 
 __all__ = ["Asso", "GreConD", "MEBF"]
@@ -39,16 +39,14 @@ class _CoverBMF(BooleanTransformerMixin, ClassNamePrefixFeaturesOutMixin, Transf
     def _solve(self, A):
         """Boolean ``(U, V)`` of the binary CSR ``A``."""
 
+    @FIT_DATA
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
         """Factorize the binary ``X``.
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Binary data (0/1); in a sparse matrix absent entries are 0.
-        y : Ignored
-            Not used, present for API consistency by convention.
+        %(fit_data)s
 
         Returns
         -------

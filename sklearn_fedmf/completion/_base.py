@@ -26,7 +26,7 @@ from .._data import (
     reject_duplicates,
     warn_if_zero_filled,
 )
-from .._docstrings import SHARED_PARAMETERS, parameter_entries, solver_key
+from .._docstrings import SHARED_PARAMETERS, Substitution, parameter_entries, solver_key
 from .._fit import (
     FEDERATION_CONSTRAINTS,
     SIMULATION_SETTINGS,
@@ -40,7 +40,7 @@ from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
 from ..exceptions import UnobservedItemsWarning
 
 __all__ = ["COMPLETION_DOCS", "FACTOR_SETTINGS", "FederatedMFBase", "FEDERATION_CONSTRAINTS",
-           "moved_to_solver_params", "toy_example"]
+           "FOLD_IN_DATA", "moved_to_solver_params", "toy_example"]
 
 # The ``solver_params`` keys of the factor models' regularizer and start (FedMC-ADMM, FedMAvg,
 # FedMGS; ``init_scale``'s default is each class's own).
@@ -90,6 +90,11 @@ COMPLETION_DOCS["run_parameters"] = "\n".join([
     COMPLETION_DOCS["control_parameters"], parameter_entries("random_state"),
     COMPLETION_DOCS["compute_parameters"]])
 
+
+# The ``X`` entry of a fold-in (``transform``): ``%(fold_in_data)s``.
+FOLD_IN_DATA = Substitution(fold_in_data="""\
+X : {array-like, sparse matrix} of shape (n_rows, n_items)
+    Observed ratings of the rows (sparse: stored entries; dense: NaN is missing).""")
 
 def toy_example(name, *, max_iter, alpha, bound):
     """The Examples section of a factor model: ``name`` fits a noise-free rank-2 toy with 40 %
@@ -337,6 +342,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         check_is_fitted(self)
         return _shift(self._validate_ratings(X, name), -self._offset)
 
+    @FOLD_IN_DATA
     def transform(self, X):
         """Fold-in: each row's factors with ``components_`` fixed, from its observed entries.
 
@@ -346,8 +352,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_rows, n_items)
-            Observed ratings of the rows (sparse: stored entries; dense: NaN is missing).
+        %(fold_in_data)s
 
         Returns
         -------

@@ -17,6 +17,7 @@ from .._data import check_dense_size
 from .._docstrings import Substitution
 from ._base import (
     COMPLETION_DOCS,
+    FOLD_IN_DATA,
     FederatedMFBase,
     moved_to_solver_params,
 )
@@ -191,6 +192,7 @@ class FedBaseline(FederatedMFBase):
             return "the biases are all zero, so every prediction is the training mean"
         return None
 
+    @FOLD_IN_DATA
     def transform(self, X):
         """Fold-in: each row's ``b_u`` against the fitted ``item_bias_``, from its ratings.
 
@@ -199,8 +201,7 @@ class FedBaseline(FederatedMFBase):
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_rows, n_items)
-            Observed ratings of the rows (sparse: stored entries; dense: NaN is missing).
+        %(fold_in_data)s
 
         Returns
         -------
