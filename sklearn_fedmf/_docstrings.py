@@ -95,6 +95,10 @@ SHARED_PARAMETERS = {
         "factorizing; False is the papers' raw objective."),
     "l1_ratio": "Mix of the elastic net: 0 is squared l2, 1 is l1 (soft-thresholding).",
     "positive": "Constrain both factors to be nonnegative (refused with ``biased=True``).",
+    "binarize": (
+        "None: ``X`` must be binary (a ValueError otherwise). A float maps every entry to\n"
+        "``x > binarize`` first, as :class:`~sklearn.naive_bayes.BernoulliNB` does (e.g. 3.25\n"
+        "keeps ratings >= 3.5 of a rating matrix)."),
     "init_scale": (
         "Factors start i.i.d. ``init_scale * Uniform[0, 1)`` (0: at the zero saddle, where\n"
         "they stay; with ``biased=True`` only the biases are then fitted)."),

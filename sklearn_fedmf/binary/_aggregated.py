@@ -68,9 +68,7 @@ class AggregatedBMF(BooleanFactorizationBase):
     n_clients : int, default=10
         %(n_clients)s
     binarize : float or None, default=None
-        None: ``X`` must be binary (a ValueError otherwise). A float maps every entry to
-        ``x > binarize`` first, as :class:`~sklearn.naive_bayes.BernoulliNB` does (e.g. 3.25
-        keeps ratings >= 3.5 of a rating matrix).
+        %(binarize)s
     solver_params : dict or None, default=None
         The local solver's constants, the paper's Appendix D settings by default; a key left
         out keeps its default. Elbmf's keys (they also set the fold-in of :meth:`transform`,

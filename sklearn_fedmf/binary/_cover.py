@@ -16,12 +16,21 @@ from sklearn.base import (
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
+from .._docstrings import SHARED_PARAMETERS, Substitution
 from ..metrics._binary import f1_boolean
 from ._base import FIT_DATA, BooleanTransformerMixin
 from ._cover_solvers import asso, cover_fold_in, grecond, mebf
 
 __all__ = ["Asso", "GreConD", "MEBF"]
 
+
+# The parameter and the attributes every cover factorization documents the same way.
+_COVER_DOCS = Substitution(binarize=SHARED_PARAMETERS["binarize"], cover_attributes="""\
+components_ : ndarray of bool, shape (n_components, n_features)
+user_factors_ : ndarray of bool, shape (n_samples, n_components)
+n_components_found_ : int
+    Non-empty components (the cover may stop before ``n_components``).
+n_features_in_ : int""")
 
 class _CoverBMF(BooleanTransformerMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
                 BaseEstimator, metaclass=ABCMeta):
@@ -146,6 +155,7 @@ class _CoverBMF(BooleanTransformerMixin, ClassNamePrefixFeaturesOutMixin, Transf
                               self.components_))
 
 
+@_COVER_DOCS
 class Asso(_CoverBMF):
     """Asso: Boolean matrix factorization by association-rule candidates (Miettinen et al.).
 
@@ -166,15 +176,11 @@ class Asso(_CoverBMF):
     loss : float, default=1.0
         Weight of a newly covered zero (over-cover penalty).
     binarize : float or None, default=None
-        None: ``X`` must be binary; a float maps entries to ``x > binarize`` first.
+        %(binarize)s
 
     Attributes
     ----------
-    components_ : ndarray of bool, shape (n_components, n_features)
-    user_factors_ : ndarray of bool, shape (n_samples, n_components)
-    n_components_found_ : int
-        Non-empty components (the cover stops when no candidate gains).
-    n_features_in_ : int
+    %(cover_attributes)s
 
     References
     ----------
@@ -213,28 +219,26 @@ class Asso(_CoverBMF):
         return {"gain": self.gain, "loss": self.loss}
 
 
+@_COVER_DOCS
 class GreConD(_CoverBMF):
     """GreConD: greedy Boolean factorization by formal concepts (Belohlavek & Vychodil).
 
     Each component is a formal concept of ``X`` (a maximal all-ones rectangle), grown one
     column at a time while it covers more of the still uncovered ones. The reconstruction
     never has a one where ``X`` has a zero (a cover "from below"); with enough components it
-    is exact. The Felb paper gives no settings. Dense ``O(n m)`` memory.
+    is exact; ``user_factors_`` are the concepts' extents. The Felb paper gives no settings.
+    Dense ``O(n m)`` memory.
 
     Parameters
     ----------
     n_components : int, default=10
         Number of Boolean components ``k`` (at most; the cover may stop earlier).
     binarize : float or None, default=None
-        None: ``X`` must be binary; a float maps entries to ``x > binarize`` first.
+        %(binarize)s
 
     Attributes
     ----------
-    components_ : ndarray of bool, shape (n_components, n_features)
-    user_factors_ : ndarray of bool, shape (n_samples, n_components)
-        The extents of the concepts.
-    n_components_found_ : int
-    n_features_in_ : int
+    %(cover_attributes)s
 
     References
     ----------
@@ -261,6 +265,7 @@ class GreConD(_CoverBMF):
         return grecond(A, self.n_components)
 
 
+@_COVER_DOCS
 class MEBF(_CoverBMF):
     """MEBF: median expansion for Boolean factorization (Wan et al.).
 
@@ -280,14 +285,11 @@ class MEBF(_CoverBMF):
     cover : float in (0, 1], default=0.95
         Stop once this share of the ones is covered.
     binarize : float or None, default=None
-        None: ``X`` must be binary; a float maps entries to ``x > binarize`` first.
+        %(binarize)s
 
     Attributes
     ----------
-    components_ : ndarray of bool, shape (n_components, n_features)
-    user_factors_ : ndarray of bool, shape (n_samples, n_components)
-    n_components_found_ : int
-    n_features_in_ : int
+    %(cover_attributes)s
 
     References
     ----------

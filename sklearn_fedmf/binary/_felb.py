@@ -60,9 +60,7 @@ class Felb(BooleanFactorizationBase):
     n_clients : int, default=10
         %(n_clients)s
     binarize : float or None, default=None
-        None: ``X`` must be binary (a ValueError otherwise). A float maps every entry to
-        ``x > binarize`` first, as :class:`~sklearn.naive_bayes.BernoulliNB` does (e.g. 3.25
-        keeps ratings >= 3.5 of a rating matrix).
+        %(binarize)s
     tol : float, default=0.0
         Stop when the relative change of the relaxed objective between syncs is below ``tol``.
     solver_params : dict or None, default=None
