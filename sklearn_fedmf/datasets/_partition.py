@@ -16,6 +16,7 @@ from sklearn.cluster import KMeans
 from sklearn.preprocessing import normalize
 
 from .._data import check_int
+from .._docstrings import Substitution
 from ._synthetic import _check_generator
 
 __all__ = [
@@ -25,6 +26,13 @@ __all__ = [
     "partition_fedmf_cases",
 ]
 
+
+# The Returns section of every partition function.
+_RETURNS_CLIENTS = Substitution(returns_clients="""\
+Returns
+-------
+clients : ndarray of shape (n_rows,)
+    The client (``0 .. n_clients - 1``) of each row, for ``fit(X, clients=...)``.""")
 
 def _block_sizes(n, k):
     """Sizes of ``k`` nearly equal contiguous blocks of ``n`` items (larger blocks first)."""
@@ -57,6 +65,7 @@ def _n_rows(X, caller):
     return check_int(shape[0], "the number of rows of X", 1)
 
 
+@_RETURNS_CLIENTS
 def partition_iid(X, n_clients, random_state=None):
     """Assign rows to clients uniformly at random, in sizes differing by at most one.
 
@@ -66,13 +75,10 @@ def partition_iid(X, n_clients, random_state=None):
         The data whose rows are split, or their number ``n_rows`` (only the count is used).
     n_clients : int
         Number of clients, at most ``n_rows``.
-    random_state : int, RandomState, Generator or None
-        Seed.
+    random_state : int, RandomState, Generator or None, default=None
+        Seeds the assignment.
 
-    Returns
-    -------
-    clients : ndarray of shape (n_rows,)
-        Client label of each row.
+    %(returns_clients)s
 
     Examples
     --------
@@ -93,6 +99,7 @@ def partition_iid(X, n_clients, random_state=None):
     return labels
 
 
+@_RETURNS_CLIENTS
 def partition_by_activity(X, n_clients, *, shuffle=0.0, random_state=None):
     """Non-iid split: clients hold users of similar activity (number of ratings).
 
@@ -109,12 +116,10 @@ def partition_by_activity(X, n_clients, *, shuffle=0.0, random_state=None):
         Number of clients, at most ``n_rows``.
     shuffle : float in [0, 1], default=0.0
         Fraction of rows whose labels are randomly permuted.
-    random_state : int, RandomState, Generator or None
-        Seed.
+    random_state : int, RandomState, Generator or None, default=None
+        Seeds the order of equally active rows and the shuffled rows.
 
-    Returns
-    -------
-    clients : ndarray of shape (n_rows,)
+    %(returns_clients)s
 
     Examples
     --------
@@ -149,6 +154,7 @@ def partition_by_activity(X, n_clients, *, shuffle=0.0, random_state=None):
     return labels
 
 
+@_RETURNS_CLIENTS
 def partition_label_skew(y, n_clients, classes_per_client=2, random_state=None):
     """Pathological non-iid split: each client holds rows of mostly a few classes.
 
@@ -166,12 +172,10 @@ def partition_label_skew(y, n_clients, classes_per_client=2, random_state=None):
         Number of clients.
     classes_per_client : int, default=2
         Shards (hence dominant classes) per client.
-    random_state : int, RandomState, Generator or None
-        Seed.
+    random_state : int, RandomState, Generator or None, default=None
+        Seeds the order of the rows inside a class and the shards' owners.
 
-    Returns
-    -------
-    clients : ndarray of shape (n_rows,)
+    %(returns_clients)s
 
     Examples
     --------
@@ -199,6 +203,7 @@ def partition_label_skew(y, n_clients, classes_per_client=2, random_state=None):
     return labels
 
 
+@_RETURNS_CLIENTS
 def partition_fedmf_cases(y=None, n_clients=100, *, case=1, X=None, method=None, random_state=None):
     """The client splits of the FedMAvg/FedMGS experiments (Wang and Chang, Section V).
 
@@ -231,12 +236,10 @@ def partition_fedmf_cases(y=None, n_clients=100, *, case=1, X=None, method=None,
         Samples (case 2 with ``method="kmeans"`` or ``"anchors"``).
     method : {"labels", "kmeans", "anchors"} or None, default=None
         Case-2 construction; None picks from whichever of ``y`` and ``X`` is given.
-    random_state : int, RandomState, Generator or None
-        Seed.
+    random_state : int, RandomState, Generator or None, default=None
+        Seeds case 1's assignment and case 2's construction.
 
-    Returns
-    -------
-    clients : ndarray of shape (n_rows,)
+    %(returns_clients)s
 
     Examples
     --------
