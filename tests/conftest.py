@@ -15,6 +15,14 @@ def low_rank_ratings(m=120, n=40, r=2, density=0.5, test_fraction=0.2, seed=0):
     return X, Y, M
 
 
+def rated_ratings(n=30, m=12, seed=0):
+    """Rank-2 ratings around 3, about half observed, every row rated at least once (CSR)."""
+    rng = np.random.default_rng(seed)
+    R = rng.normal(size=(n, 2)) @ rng.normal(size=(2, m)) + 3.0
+    mask = rng.random((n, m)) < 0.5
+    mask[np.arange(n), np.arange(n) % m] = True
+    return sp.csr_matrix((R[mask], np.nonzero(mask)), shape=R.shape)
+
 @pytest.fixture(autouse=True)
 def always_dispatch_to_workers(monkeypatch):
     """Tests use small data: make the engine use its workers anyway when n_jobs > 1."""

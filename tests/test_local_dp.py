@@ -12,7 +12,6 @@ import inspect
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV
 from sklearn.utils._param_validation import InvalidParameterError
@@ -24,6 +23,8 @@ from sklearn_fedmf.exceptions import DegenerateFitWarning, PrivacyWarning
 from sklearn_fedmf.flower._sites import site_estimator, travelling_params
 from sklearn_fedmf.privacy import LocalDP, epsilon_spent
 from sklearn_fedmf.privacy._local_dp import MOVED_TO_LOCAL_DP
+
+from .conftest import rated_ratings
 
 # the noise of these small budgets may leave an empty Boolean model: only privacy is tested
 pytestmark = pytest.mark.filterwarnings("ignore", category=DegenerateFitWarning)
@@ -39,14 +40,6 @@ FORMER = {
 
 def _binary():
     return make_binary_tiles(40, 16, 2, noise=0.0, tile_density=1.0, random_state=0).X
-
-
-def _ratings(n=30, m=12, seed=0):
-    rng = np.random.default_rng(seed)
-    R = rng.normal(size=(n, 2)) @ rng.normal(size=(2, m)) + 3.0
-    mask = rng.random((n, m)) < 0.5
-    mask[np.arange(n), np.arange(n) % m] = True
-    return sp.csr_matrix((R[mask], np.nonzero(mask)), shape=R.shape)
 
 
 def _felb(privacy, **params):
@@ -81,7 +74,7 @@ def test_grid_search_over_the_privacy_level():
     # the refitted model was noised at the searched level: Laplace scale clip / epsilon
     assert best.noise_scale_ == pytest.approx(1.5 / best.privacy.epsilon)
     # and the grid's search space is the same for RFRec (one spelling for every estimator)
-    X = _ratings()
+    X = rated_ratings()
     search = GridSearchCV(_rfrec(LocalDP(epsilon=1.0, clip=0.5)),
                           {"privacy__epsilon": [0.5, 5.0]}, cv=2).fit(X)
     assert search.best_estimator_.epsilon_ == pytest.approx(
@@ -118,7 +111,7 @@ def test_the_same_object_gives_the_same_accounting_everywhere():
     # the same number of releases are the same
     privacy = LocalDP("laplace", epsilon=0.5, clip=0.4)
     felb = _felb(privacy).fit(_binary())
-    rfrec = _rfrec(privacy).fit(_ratings())
+    rfrec = _rfrec(privacy).fit(rated_ratings())
     assert felb.noise_scale_ == pytest.approx(0.4 / 0.5)
     assert rfrec.noise_scale_ == pytest.approx(2 * 0.4 / 0.5)
     assert felb.epsilon_ == pytest.approx(0.5) and rfrec.epsilon_ == pytest.approx(0.5)
@@ -154,7 +147,7 @@ def test_a_single_pure_release_needs_no_accountant():
     assert agg.privacy_spent_["delta"].tolist() == [0.0] * 4
 
 
-@pytest.mark.parametrize("make, data", [(_felb, _binary), (_rfrec, _ratings)])
+@pytest.mark.parametrize("make, data", [(_felb, _binary), (_rfrec, rated_ratings)])
 def test_without_clipping_no_guarantee_is_reported(make, data):
     with pytest.warns(PrivacyWarning, match="without clipping"):
         model = make(LocalDP("laplace", epsilon=0.5)).fit(data())
@@ -166,7 +159,7 @@ def test_without_clipping_no_guarantee_is_reported(make, data):
 
 # ---- bad settings, refused at fit -------------------------------------------------------------
 @pytest.mark.parametrize("make, data, privacy, match", [
-    (_rfrec, _ratings, LocalDP("gaussian", epsilon=1.0, clip=0.5),
+    (_rfrec, rated_ratings, LocalDP("gaussian", epsilon=1.0, clip=0.5),
      r"RFRec supports LocalDP\(mechanism=...\) among \['auto', 'laplace'\]"),
     (lambda p: AggregatedBMF(privacy=p, n_components=2, n_clients=4, local_iter=5), _binary,
      LocalDP("laplace", epsilon=1.0, clip=0.5), "AggregatedBMF supports"),

@@ -32,6 +32,8 @@ from sklearn_fedmf.privacy import (
     privacy_spent,
 )
 
+from .conftest import rated_ratings
+
 dpa = pytest.importorskip("dp_accounting", reason="the privacy extra (dp-accounting) is not "
                           "installed; CI installs it with the test extra")
 from dp_accounting import pld  # noqa: E402
@@ -162,19 +164,11 @@ def test_calibration_and_accounting_reject_bad_input():
 
 
 # ---- the estimators: privacy_spent_ from the engine's counts ---------------------------------
-def _ratings(n=30, m=12, seed=0):
-    rng = np.random.default_rng(seed)
-    R = rng.normal(size=(n, 2)) @ rng.normal(size=(2, m)) + 3.0
-    mask = rng.random((n, m)) < 0.5
-    mask[np.arange(n), np.arange(n) % m] = True
-    return sp.csr_matrix((R[mask], np.nonzero(mask)), shape=R.shape)
-
-
 # the noise keeps the objective from decreasing in 12 rounds; only the accounting is tested
 @pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
 @pytest.mark.parametrize("variant", ["rfrec", "rfrecf"])
 def test_privacy_spent_counts_each_clients_real_uploads(variant):
-    X = _ratings()
+    X = rated_ratings()
     arrived = np.zeros(X.shape[0], dtype=int)
 
     def log(k, info):
@@ -204,7 +198,7 @@ def test_privacy_spent_counts_each_clients_real_uploads(variant):
 # the noise of these small budgets leaves an empty Boolean model; only the accounting is tested
 @pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
 def test_target_epsilon_calibrates_the_whole_fit():
-    X = _ratings()
+    X = rated_ratings()
     est = RFRec(n_components=2, learning_rate=0.01, max_iter=20,
                 privacy=LocalDP(clip=0.5, target_epsilon=5.0), n_clients=None,
                 random_state=0).fit(X)  # (a user per client)
