@@ -123,6 +123,7 @@ SHARED_HEADERS = {
     "n_jobs": "int, default=None",
     "verbose": "int, default=0",
     "solver_params": "dict or None, default=None",
+    "binarize": "float or None, default=None",
 }
 
 

@@ -16,7 +16,7 @@ from sklearn.base import (
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
-from .._docstrings import SHARED_PARAMETERS, Substitution
+from .._docstrings import Substitution, parameter_entries
 from ..metrics._binary import f1_boolean
 from ._base import FIT_DATA, BooleanTransformerMixin
 from ._cover_solvers import asso, cover_fold_in, grecond, mebf
@@ -24,8 +24,11 @@ from ._cover_solvers import asso, cover_fold_in, grecond, mebf
 __all__ = ["Asso", "GreConD", "MEBF"]
 
 
-# The parameter and the attributes every cover factorization documents the same way.
-_COVER_DOCS = Substitution(binarize=SHARED_PARAMETERS["binarize"], cover_attributes="""\
+# The last parameter and the attributes, the same in every cover factorization.
+_COVER_DOCS = Substitution(binarize_and_attributes=parameter_entries("binarize") + """
+
+Attributes
+----------
 components_ : ndarray of bool, shape (n_components, n_features)
 user_factors_ : ndarray of bool, shape (n_samples, n_components)
 n_components_found_ : int
@@ -175,12 +178,7 @@ class Asso(_CoverBMF):
         Weight of a newly covered one.
     loss : float, default=1.0
         Weight of a newly covered zero (over-cover penalty).
-    binarize : float or None, default=None
-        %(binarize)s
-
-    Attributes
-    ----------
-    %(cover_attributes)s
+    %(binarize_and_attributes)s
 
     References
     ----------
@@ -233,12 +231,7 @@ class GreConD(_CoverBMF):
     ----------
     n_components : int, default=10
         Number of Boolean components ``k`` (at most; the cover may stop earlier).
-    binarize : float or None, default=None
-        %(binarize)s
-
-    Attributes
-    ----------
-    %(cover_attributes)s
+    %(binarize_and_attributes)s
 
     References
     ----------
@@ -284,12 +277,7 @@ class MEBF(_CoverBMF):
         Share of a seed's rows (columns) that must contain a column (row) to join the pattern.
     cover : float in (0, 1], default=0.95
         Stop once this share of the ones is covered.
-    binarize : float or None, default=None
-        %(binarize)s
-
-    Attributes
-    ----------
-    %(cover_attributes)s
+    %(binarize_and_attributes)s
 
     References
     ----------
