@@ -36,6 +36,14 @@ _inline = njit(cache=True, nogil=True, inline="always")
 
 
 @_inline
+def row_dot(A, i, B, j):
+    """``A[i] . B[j]``, summed in order (a score ``u . v`` of one entry)."""
+    v = 0.0
+    for a in range(A.shape[1]):
+        v += A[i, a] * B[j, a]
+    return v
+
+@_inline
 def _residual_products(indptr, indices, data, U, Wt, out, cols):
     """Add each entry's residual ``e = (U Wt^T - M)_tj`` times the other factor's row to
     ``out`` (``out[t] += e Wt[j]``, or ``out[j] += e U[t]`` with ``cols``); returns the half
@@ -109,14 +117,9 @@ def squared_error(indptr, indices, data, U, Wt):
 @_jit
 def values_at(indptr, indices, U, Wt, out):
     """``out[s] = U[row(s)] . Wt[col(s)]`` for every stored entry ``s``."""
-    r = U.shape[1]
     for t in range(U.shape[0]):
         for s in range(indptr[t], indptr[t + 1]):
-            j = indices[s]
-            v = 0.0
-            for a in range(r):
-                v += U[t, a] * Wt[j, a]
-            out[s] = v
+            out[s] = row_dot(U, t, Wt, indices[s])
 
 
 def ridge_fold_in(indptr, indices, data, Wt, alpha, out):

@@ -4,6 +4,8 @@ the scatter of uploads into the server's average, and the fold-in through the si
 import numpy as np
 from numba import njit
 
+from .._kernels import row_dot
+
 
 @njit(cache=True, nogil=True)
 def _residual(z, r, sigmoid, shift, span):
@@ -39,9 +41,7 @@ def _fit_grads(indptr, pair, data, U, P, sigmoid, shift, span, gU, gP):
     for t in range(U.shape[0]):
         for s in range(indptr[t], indptr[t + 1]):
             q = pair[s]
-            z = 0.0
-            for a in range(d):
-                z += U[t, a] * P[q, a]
+            z = row_dot(U, t, P, q)
             e, g = _residual(z, data[s], sigmoid, shift, span)
             loss += e * e
             for a in range(d):
@@ -82,9 +82,7 @@ def _errors_at(indptr, indices, data, U, Vbar, sigmoid, shift, span):
     sse = ae = 0.0
     for t in range(U.shape[0]):
         for s in range(indptr[t], indptr[t + 1]):
-            z = 0.0
-            for a in range(U.shape[1]):
-                z += U[t, a] * Vbar[indices[s], a]
+            z = row_dot(U, t, Vbar, indices[s])
             e = _rating_error(z, data[s], sigmoid, shift, span)
             sse += e * e
             ae += abs(e)
@@ -231,9 +229,7 @@ def _group_update(indptr, data, row_ptr, pair_ptr, pair, cols, U, P, Vbar, activ
         for r in range(r0, r1):
             for s in range(indptr[r], indptr[r + 1]):
                 q = _pair_of(pair, s)
-                z = 0.0
-                for a in range(d):
-                    z += U[r, a] * P[q, a]
+                z = row_dot(U, r, P, q)
                 e, g = _residual(z, data[s], sigmoid, shift, span)
                 for a in range(d):
                     gU[r - r0, a] += g * P[q, a]
