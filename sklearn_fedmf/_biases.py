@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
-    "n_factors", "init_user", "init_item", "fix_user", "fix_item", "user_step_view",
-    "item_step_view", "free_user", "free_item", "with_user", "with_item", "item_partner",
-    "user_step_bounds", "item_step_bounds",
+    "n_factors", "init_user", "init_item", "random_item_factor", "fix_user", "fix_item",
+    "user_step_view", "item_step_view", "free_user", "free_item", "with_user", "with_item",
+    "item_partner", "user_step_bounds", "item_step_bounds",
 ]
 
 # positions in the augmented factors
@@ -48,6 +48,13 @@ def init_item(Vt):
     Vt[:, ONE_V] = 1.0
     Vt[:, B_I] = 0.0
     return Vt
+
+
+def random_item_factor(rng, n_items, n_components, init_scale, biased):
+    """``V^0`` transposed, ``(n_items, n_factors)``: i.i.d. ``init_scale * Uniform[0, 1)``
+    (the papers' initialization), ``[V^0; 1; 0]`` with biases."""
+    Vt = init_scale * rng.random((n_items, n_factors(n_components, biased)))
+    return init_item(Vt) if biased else Vt
 
 
 def fix_user(U):

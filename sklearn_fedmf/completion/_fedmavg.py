@@ -15,7 +15,6 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .. import _biases
 from .._docstrings import Substitution
 from .._engine import FederatedProtocol
 from .._fedmavg_protocol import check_aggregation, q2_schedule, round_phases
@@ -84,8 +83,7 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
                                                 send_gram=prepared),
                                alpha_u=alpha_u, l1_ratio=l1_ratio, biased=biased)
     return FederatedProtocol(
-        init_server=partial(init_server, n_items=n_items,
-                            n_components=_biases.n_factors(n_components, biased),
+        init_server=partial(init_server, n_items=n_items, n_components=n_components,
                             init_scale=init_scale, biased=biased),
         init_client=partial(init_client, init_scale=init_scale, positive=positive,
                             client_weights=client_weights, send_gram=prepared, biased=biased,

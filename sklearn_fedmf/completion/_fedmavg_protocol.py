@@ -110,10 +110,8 @@ def client_weight(block, client_weights):
 
 
 def init_server(rng, *, n_items, n_components, init_scale, biased=False):
-    """``V^0``: i.i.d. ``init_scale * Uniform[0, 1)`` (``[V^0; 1; 0]`` with biases)."""
-    Vt = init_scale * rng.random((n_items, n_components))
-    if biased:
-        _biases.init_item(Vt)
+    """``V^0`` of rank ``n_components`` (:func:`~sklearn_fedmf._biases.random_item_factor`)."""
+    Vt = _biases.random_item_factor(rng, n_items, n_components, init_scale, biased)
     return {"Vt": Vt}, {"Vt": Vt}
 
 

@@ -69,11 +69,8 @@ def auto_alpha_u(n_ratings, n_users, weighted):
 
 # ---- pure solver functions ------------------------------------------------------------------
 def init_server(rng, *, n_items, n_components, init_scale, biased=False):
-    """``V^0``: i.i.d. ``init_scale * Uniform[0, 1)`` (the papers' initialization); with
-    biases ``[V^0; 1; 0]``."""
-    Vt = init_scale * rng.random((n_items, n_components))
-    if biased:
-        _biases.init_item(Vt)
+    """``V^0`` of rank ``n_components`` (:func:`~sklearn_fedmf._biases.random_item_factor`)."""
+    Vt = _biases.random_item_factor(rng, n_items, n_components, init_scale, biased)
     return {"Vt": Vt, "Z": None}, Vt
 
 
@@ -298,8 +295,7 @@ def make_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u
     reg_v = dict(alpha_v=alpha_v, l1_ratio=l1_ratio, biased=biased)
     reg_metrics = dict(alpha_v=alpha_v, weighted=weighted)
     return FederatedProtocol(
-        init_server=partial(init_server, n_items=n_items,
-                            n_components=_biases.n_factors(n_components, biased),
+        init_server=partial(init_server, n_items=n_items, n_components=n_components,
                             init_scale=init_scale, biased=biased),
         init_client=partial(init_client, n_clients=n_clients, init_scale=init_scale,
                             dual_init=dual_init, positive=positive, biased=biased,

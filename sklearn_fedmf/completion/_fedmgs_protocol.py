@@ -138,10 +138,8 @@ def _sum_squares(upload):
 
 # ---- pure solver functions ------------------------------------------------------------------
 def init_server(rng, *, n_items, n_components, init_scale, biased=False):
-    """``V^0``: i.i.d. ``init_scale * Uniform[0, 1)`` (``[V^0; 1; 0]`` with biases)."""
-    Vt = init_scale * rng.random((n_items, n_components))
-    if biased:
-        _biases.init_item(Vt)
+    """``V^0`` of rank ``n_components`` (:func:`~sklearn_fedmf._biases.random_item_factor`)."""
+    Vt = _biases.random_item_factor(rng, n_items, n_components, init_scale, biased)
     return {"Vt": Vt}, Vt
 
 
@@ -444,8 +442,7 @@ def make_protocol(*, n_items, n_clients, n_components, local_iter_u, local_iter_
     metrics = dict(alpha_u=alpha_u, l1_ratio=l1_ratio, biased=biased, alpha_v=alpha_v,
                    weighted=weighted)
     return FederatedProtocol(
-        init_server=partial(init_server, n_items=n_items,
-                            n_components=_biases.n_factors(n_components, biased),
+        init_server=partial(init_server, n_items=n_items, n_components=n_components,
                             init_scale=init_scale, biased=biased),
         init_client=partial(init_client, **init),
         server_init_uploads=partial(server_init_uploads, n_clients=n_clients, auto=auto,
