@@ -1,15 +1,15 @@
 """The scikit-learn contract shared by the matrix-completion estimators.
 
-A subclass supplies the algorithm (``_make_protocol``), how to read the global factor and the
-client factors out of the engine's states, and its extra parameter constraints. Everything a
-user touches (validation, client partition, centring, warm start, fold-in, predict, score)
-lives here once; the fit itself is the skeleton of :class:`~sklearn_fedmf._fit.FederatedEstimator`.
+A subclass supplies the algorithm (``_make_protocol``) and its extra parameter constraints (and
+where its states keep the factors when not under the shared names ``"Vt"`` and ``"U"``).
+Everything a user touches (validation, client partition, centring, warm start, fold-in,
+predict, score) lives here once; the fit itself is the skeleton of
+:class:`~sklearn_fedmf._fit.FederatedEstimator`.
 """
 
 from __future__ import annotations
 
 import warnings
-from abc import abstractmethod
 from numbers import Integral, Real
 
 import numpy as np
@@ -175,14 +175,15 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         self.verbose = verbose
         self.solver_params = solver_params
 
-    # ---- provided by each estimator ---------------------------------------------------
-    @abstractmethod
+    # ---- where the factors are in the engine's states (every algorithm: "Vt" and "U") ----
     def _read_components(self, server_state, broadcast):
-        """The global item factor ``(n_components, n_items)`` from the server's state."""
+        """The global item factor ``(n_components, n_items)`` from the server's state (its
+        ``"Vt"``, transposed, unless the algorithm keeps it under another name)."""
+        return np.ascontiguousarray(server_state["Vt"].T)
 
-    @abstractmethod
     def _read_user_factors(self, client_state):
-        """A client's user factors ``(m_i, n_components)`` from its state."""
+        """A client's user factors ``(m_i, n_components)`` from its state (its ``"U"``)."""
+        return client_state["U"]
 
     # ---- fit ----------------------------------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=True)

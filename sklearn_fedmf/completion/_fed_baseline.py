@@ -178,12 +178,6 @@ class FedBaseline(FederatedMFBase):
         return make_protocol(n_items=ctx.n_features, alpha_u=self.alpha_u,
                              alpha_v=self.alpha_v)
 
-    def _read_components(self, server_state, broadcast):
-        return np.ascontiguousarray(server_state["Vt"].T)  # [1; b_i]: the base slices it
-
-    def _read_user_factors(self, client_state):
-        return client_state["U"]  # [b_u, 1]
-
     def _degenerate(self, state, blocks, ctx, history):
         # Only all-zero biases are trivial. Each round is an exact block minimization, so the
         # objective never increases, and a fully observed matrix reaches the fixed point in

@@ -12,7 +12,6 @@ from __future__ import annotations
 from functools import partial
 from numbers import Integral, Real
 
-import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._docstrings import Substitution
@@ -318,9 +317,3 @@ class FedMAvg(FederatedMFBase):
 
     def _client_weights(self, nnz, n_rows):
         return nnz if self._settings()["client_weights"] == "entries" else n_rows
-
-    def _read_components(self, server_state, broadcast):
-        return np.ascontiguousarray(server_state["Vt"].T)
-
-    def _read_user_factors(self, client_state):
-        return client_state["U"]

@@ -335,9 +335,3 @@ class FedMCADMM(FederatedMFBase):
 
     def _fold_in_alpha_u(self):
         return self.alpha_u_
-
-    def _read_components(self, server_state, broadcast):
-        return np.ascontiguousarray(server_state["Vt"].T)
-
-    def _read_user_factors(self, client_state):
-        return client_state["U"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from numbers import Integral, Real
 
-import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._docstrings import Substitution
@@ -212,9 +211,3 @@ class FedMGS(FederatedMFBase):
 
     def _fold_in_alpha_u(self):
         return self.alpha_u_
-
-    def _read_components(self, server_state, broadcast):
-        return np.ascontiguousarray(server_state["Vt"].T)
-
-    def _read_user_factors(self, client_state):
-        return client_state["U"]

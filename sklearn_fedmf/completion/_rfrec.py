@@ -537,9 +537,6 @@ class RFRec(LocalDPMixin, FederatedMFBase):
     def _read_components(self, server_state, broadcast):
         return np.ascontiguousarray(server_state["Vbar"].T)
 
-    def _read_user_factors(self, client_state):
-        return client_state["U"]
-
     # ---- fold-in and prediction through the link ----------------------------------------
     def _link_params(self):
         lo, hi = self.rating_range_
