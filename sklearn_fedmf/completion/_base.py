@@ -68,12 +68,28 @@ COMPLETION_DOCS: dict = {
 }
 COMPLETION_DOCS["solver_shared"] = "\n".join(
     [COMPLETION_DOCS["solver_center"], COMPLETION_DOCS["solver_simulation"]])
+# FedMAvg's and FedMGS's tail of keys: the regularizer, the start at 1.0, the shared ones.
+COMPLETION_DOCS["solver_factor_shared"] = "\n".join([
+    COMPLETION_DOCS[key] for key in ("solver_l1_ratio", "solver_positive", "solver_init_scale_1",
+                                     "solver_shared")])
 # The fitted attributes every factor model has, under the same names.
-COMPLETION_DOCS["bias_attributes"] = """\
+COMPLETION_DOCS["fit_attributes"] = """\
 item_bias_ : ndarray of shape (n_items,)
     ``b_i`` (``biased=True`` only).
 user_bias_ : ndarray of shape (n_users,)
-    ``b_u``, private to each client like its user factors (``biased=True`` only)."""
+    ``b_u``, private to each client like its user factors (``biased=True`` only).
+mean_ : float
+    Mean training rating: subtracted before factorizing when ``center=True``, and the
+    prediction for rows without any observed rating (cold start).
+rating_range_ : tuple of float
+    The training ratings' minimum and maximum (the bounds of ``clip``).
+n_iter_ : int
+    Rounds run.
+n_users_ : int
+    Rows (users) of the training matrix.
+n_clients_ : int
+clients_ : ndarray of shape (n_users,)
+    Client label of each row."""
 COMPLETION_DOCS["outcome_attributes"] = """\
 converged_ : bool
     False when ``tol`` > 0 was not met within ``max_iter`` rounds.
@@ -100,6 +116,8 @@ def toy_example(name, *, max_iter, alpha, bound):
     """The Examples section of a factor model: ``name`` fits a noise-free rank-2 toy with 40 %
     of its entries missing to an RMSE below ``bound``, with strengths ``alpha``."""
     return "\n".join([
+        "Examples",
+        "--------",
         ">>> import numpy as np",
         f">>> from sklearn_fedmf import {name}",
         ">>> rng = np.random.default_rng(0)",

@@ -199,10 +199,7 @@ class FedMAvg(FederatedMFBase):
           i.i.d. draws with replacement, probabilities ``omega_p`` (``client_weights``); a
           client drawn twice uploads once and counts twice in the mean (``history_`` then
           also has ``bytes_uploaded_draws``, the paper's count of one upload per draw).
-        %(solver_l1_ratio)s
-        %(solver_positive)s
-        %(solver_init_scale_1)s
-        %(solver_shared)s
+        %(solver_factor_shared)s
 
     Attributes
     ----------
@@ -210,11 +207,7 @@ class FedMAvg(FederatedMFBase):
         The global item factor ``V`` (the paper's ``W``).
     user_factors_ : ndarray of shape (n_users, n_components)
         The client-local factors (the paper's ``H^T``), kept for analysis only.
-    %(bias_attributes)s
-    mean_ : float
-    n_iter_ : int
-    n_clients_ : int
-    clients_ : ndarray of shape (n_users,)
+    %(fit_attributes)s
     history_ : list of dict
         One record per round: ``objective``, ``train_rmse``, ``eval_rmse``, bytes (the
         one-time sizes and, for the global step, Grams are in round 1), ``seconds``...
@@ -229,8 +222,6 @@ class FedMAvg(FederatedMFBase):
     ----------
     %(wang_chang_2022)s
 
-    Examples
-    --------
     %(example)s
     """
 

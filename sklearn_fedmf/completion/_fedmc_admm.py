@@ -165,17 +165,7 @@ class FedMCADMM(FederatedMFBase):
         The global item factor ``V``.
     user_factors_ : ndarray of shape (n_users, n_components)
         The client-local factors ``U`` in row order (kept for analysis only).
-    %(bias_attributes)s
-    mean_ : float
-        Mean training rating: subtracted before factorizing when ``center=True``, and the
-        prediction for rows without any observed rating (cold start).
-    n_iter_ : int
-        Rounds run.
-    n_users_ : int
-        Rows (users) of the training matrix.
-    n_clients_ : int
-    clients_ : ndarray of shape (n_users,)
-        Client label of each row.
+    %(fit_attributes)s
     history_ : list of dict
         One record per round: ``round``, ``objective``, ``train_rmse``, ``eval_rmse`` (with
         ``eval_set``), ``consensus_gap``, ``bytes_uploaded``, ``bytes_downloaded``,
@@ -210,8 +200,6 @@ class FedMCADMM(FederatedMFBase):
     P. Hytla, T. T. A. Nghia, D. N. Phan, A. Rice. A Linearized Alternating Direction
     Multiplier Method for Federated Matrix Completion Problems.
 
-    Examples
-    --------
     %(example)s
     """
 

@@ -95,10 +95,7 @@ class FedMGS(FederatedMFBase):
           ``"weighted"``: i.i.d. draws with replacement, probabilities proportional to the
           clients' ratings (the paper's footnote); a client drawn twice sends its aggregates
           once and it is applied once.
-        %(solver_l1_ratio)s
-        %(solver_positive)s
-        %(solver_init_scale_1)s
-        %(solver_shared)s
+        %(solver_factor_shared)s
 
     Attributes
     ----------
@@ -106,11 +103,7 @@ class FedMGS(FederatedMFBase):
         The global item factor ``V``.
     user_factors_ : ndarray of shape (n_users, n_components)
         The client-local factors, kept for analysis only.
-    %(bias_attributes)s
-    mean_ : float
-    n_iter_ : int
-    n_clients_ : int
-    clients_ : ndarray of shape (n_users,)
+    %(fit_attributes)s
     history_ : list of dict
         One record per round (round 1's bytes include every client's initial aggregates).
     %(outcome_attributes)s
@@ -126,8 +119,6 @@ class FedMGS(FederatedMFBase):
     ----------
     %(wang_chang_2022)s
 
-    Examples
-    --------
     %(example)s
     """
 

@@ -255,15 +255,10 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         The server's averaged item matrix ``Vbar``.
     user_factors_ : ndarray of shape (n_users, n_components)
         The federated user vectors (kept for analysis; they never leave a client).
-    %(bias_attributes)s
-    mean_ : float
-    rating_range_ : tuple of float
-    n_iter_ : int
+    %(fit_attributes)s
     comm_rounds_ : int
         One-way communication rounds (Definition 3.8), counted as in Lemma 3.9.
     %(privacy_attributes)s
-    n_clients_ : int
-    clients_ : ndarray of shape (n_users,)
     history_ : list of dict
         Per round: ``objective`` (``F``, with ``psi`` against the server's ``Vbar``),
         ``train_rmse``, ``eval_rmse``/``eval_mae`` (``eval_set``, federated factors),
