@@ -48,7 +48,7 @@ class FakeGrid(Grid):
                                        state=RecordDict(), run_config={})
                          for node, config in node_configs.items()}
         self.drop, self.late, self.restart = set(drop), set(late), set(restart)
-        self.sent, self.received = [], []
+        self.sent, self.received, self.waiting = [], [], {}
         self._ids = 0
 
     def set_run(self, run):
@@ -65,16 +65,12 @@ class FakeGrid(Grid):
         return list(self.contexts)
 
     def push_messages(self, messages):
-        raise NotImplementedError("the engine uses send_and_receive")
-
-    def pull_messages(self, message_ids):
-        raise NotImplementedError("the engine uses send_and_receive")
-
-    def send_and_receive(self, messages, *, timeout=None):
-        replies = []
+        """Deliver each Message at once; its reply waits to be pulled."""
+        ids = []
         for msg in messages:
             self._ids += 1
             msg.metadata.__dict__["_message_id"] = f"m{self._ids}"
+            ids.append(msg.metadata.message_id)
             self.sent.append(msg)
             context = self.contexts[msg.metadata.dst_node_id]
             site = context.node_config["partition-id"]
@@ -89,8 +85,15 @@ class FakeGrid(Grid):
             if (msg.metadata.message_type, site) in self.late:
                 continue
             self.received.append(reply)
-            replies.append(reply)
-        return replies[::-1]  # arrival order must not matter
+            self.waiting[msg.metadata.message_id] = reply
+        return ids
+
+    def pull_messages(self, message_ids):
+        ready = [self.waiting.pop(i) for i in message_ids if i in self.waiting]
+        return ready[::-1]  # arrival order must not matter
+
+    def send_and_receive(self, messages, *, timeout=None):
+        raise NotImplementedError("the engine pushes and pulls at its own pace")
 
 
 @pytest.fixture

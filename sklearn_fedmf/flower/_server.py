@@ -9,6 +9,7 @@ knows each site's size and rating aggregates, and the protocol's messages.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from contextlib import contextmanager
 
@@ -24,8 +25,31 @@ from ..exceptions import ClientError, FederationError
 from ._client import HELLO, MESSAGE_TYPES
 from ._codec import put, take
 from ._sites import estimator_class, fit_context, travelling_params
+from ._supernode import idle_waits
 
 __all__ = ["FlowerTransport", "fit_on_grid", "server_app", "wire_bytes"]
+
+
+@contextmanager
+def _quick_object_retries(poll):
+    """While a phase waits for its replies, retry a reply's objects after 5 ms, doubling up
+    to ``poll`` s.
+
+    The SuperLink hands out a reply as soon as its Message is stored, before the site has
+    uploaded all its objects; Flower's ``HttpGrid.pull_messages`` then asks for a missing
+    object again after 1 s (doubling up to 10 s), a second lost for most replies on a fast
+    network. Flower 1.41 offers no setting for it: this swaps the function it calls for the
+    same function with shorter waits, and restores it afterwards.
+    """
+    from flwr.superlink.grid import http_grid
+
+    pull = http_grid.pull_objects
+    http_grid.pull_objects = functools.partial(pull, initial_backoff=min(0.005, poll),
+                                               backoff_cap=poll)
+    try:
+        yield
+    finally:
+        http_grid.pull_objects = pull
 
 
 def wire_bytes(message):
@@ -59,8 +83,8 @@ class FlowerTransport(Transport):
 
     client_states = None  # they live on the sites
 
-    def __init__(self, grid: Grid, *, min_nodes, timeout=120.0, wait=120.0):
-        self.grid, self.timeout = grid, float(timeout)
+    def __init__(self, grid: Grid, *, min_nodes, timeout=120.0, wait=120.0, poll=0.1):
+        self.grid, self.timeout, self.poll = grid, float(timeout), float(poll)
         self.setup = self.protocol = None  # set by fit_on_grid
         self.wire, self._round, self._seq, self._accepted = {}, 0, {}, {}
         deadline = time.monotonic() + wait
@@ -140,28 +164,44 @@ class FlowerTransport(Transport):
         messages = {key: Message(content, node_of[key], message_type,
                                  group_id=str(self._round))
                     for key, content in contents.items()}
-        key_of = {node_of[key]: key for key in contents}
         wire = self.wire.setdefault(self._round, dict.fromkeys(
             ("uploaded", "downloaded", "eval_uploaded", "eval_downloaded"), 0))
         prefix = f"{tag}_" if tag == "eval" else ""
         if tag != "hello":
             wire[prefix + "downloaded"] += sum(wire_bytes(m) for m in messages.values())
+        with _quick_object_retries(self.poll):
+            return self._push_and_pull(messages, wire, tag, prefix)
+
+    def _push_and_pull(self, messages, wire, tag, prefix):
+        # push, then pull at most every ``poll`` seconds (Grid.send_and_receive: every 3 s)
         replies, failures = {}, {}
-        for reply in self.grid.send_and_receive(list(messages.values()), timeout=self.timeout):
-            key = key_of.get(reply.metadata.src_node_id)
-            if key is None:
-                continue
-            if reply.has_error():
-                failures[key] = ClientError(
-                    f"Site {key} replied with an error: {reply.error.reason}", client=key)
-                continue
-            if tag != "hello":
-                wire[prefix + "uploaded"] += wire_bytes(reply)
-            replies[key] = reply.content
-        for key in contents:
-            if key not in replies and key not in failures:
-                failures[key] = TimeoutError(f"Site {key} did not reply within "
-                                             f"{self.timeout:g} s.")
+        ids = list(self.grid.push_messages(list(messages.values())))
+        pending = {}
+        for key, message_id in zip(messages, ids):
+            if message_id:
+                pending[message_id] = key
+            else:
+                failures[key] = FederationError(f"The Message to site {key} could not be "
+                                                "pushed to the SuperLink.")
+        deadline, waits = time.monotonic() + self.timeout, idle_waits(self.poll)
+        while pending:
+            for reply in self.grid.pull_messages(list(pending)):
+                key = pending.pop(reply.metadata.reply_to_message_id, None)
+                if key is None:
+                    continue
+                if reply.has_error():
+                    failures[key] = ClientError(
+                        f"Site {key} replied with an error: {reply.error.reason}", client=key)
+                    continue
+                if tag != "hello":
+                    wire[prefix + "uploaded"] += wire_bytes(reply)
+                replies[key] = reply.content
+            if not pending or time.monotonic() >= deadline:
+                break
+            time.sleep(next(waits))
+        for key in pending.values():
+            failures[key] = TimeoutError(f"Site {key} did not reply within "
+                                         f"{self.timeout:g} s.")
         return dict(sorted(replies.items())), dict(sorted(failures.items()))
 
 
