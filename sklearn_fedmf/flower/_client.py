@@ -2,8 +2,15 @@
 
 Each site holds its own ratings (a file named in its node config) and its private client
 state (``U_i``, duals, ...), which lives in ``Context.state`` between messages: the SuperNode
-keeps it in memory and hands it to the fresh process that serves each message. Only the
+keeps it in memory and hands it to the process that serves each message. Only the
 protocol's messages leave the site.
+
+That process is either a fresh one per message (Flower's ``flwr-clientapp``) or one that
+serves every message of the fit (``python -m sklearn_fedmf.flower``, see ``_worker``). For
+the first, the module imports only Flower and the codec; the estimators, scikit-learn and
+pandas are imported by the first message that needs them. For the second, the site's
+ratings, block and protocol are kept between messages (:func:`_site`): they are derived
+from the node config and the run's setup only, never from the private state.
 
 Node config keys: ``partition-id`` (the site's client index, ``0 .. n_sites - 1``), ``data``
 (its ratings: a CSR ``.npz`` or a ``user,item,rating`` CSV), optionally ``eval-data``
@@ -14,11 +21,8 @@ from __future__ import annotations
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
-from threadpoolctl import threadpool_limits
 
-from .._transport import client_generator
 from ._codec import put, take
-from ._sites import load_site, make_site_protocol, site_block, site_estimator
 
 __all__ = ["client_app", "MESSAGE_TYPES", "HELLO"]
 
@@ -34,10 +38,12 @@ _PHASE_OF = {v: k for k, v in MESSAGE_TYPES.items()}
 
 
 class _Site:
-    """This site's data and, once set up, its protocol: rebuilt for every message (each
-    message is served by a fresh process; only ``Context.state`` survives)."""
+    """This site's data and, once set up, its protocol (derived from the node config and the
+    run's setup: nothing of the private state)."""
 
     def __init__(self, context: Context, setup=None):
+        from ._sites import load_site, make_site_protocol, site_block, site_estimator
+
         config = context.node_config
         if "data" not in config:
             raise ValueError("The node config lacks 'data' (the site's ratings file).")
@@ -71,7 +77,31 @@ def _hello(msg: Message, context: Context) -> Message:
     })}), reply_to=msg)
 
 
+_SITES = {}  # this process's sites, most recent last: see _site
+_KEEP_SITES = 4
+
+
+def _site(context, setup):
+    """The site of ``context`` for the run's ``setup``: built once per process.
+
+    A process that serves every message of a fit (or several sites, in the tests) keeps the
+    last few; the key holds everything a site is derived from, so a new run, another node
+    config or another setup builds a new one.
+    """
+    setup_record = (context.state["fedmf.setup.tree"]["tree"],
+                    tuple(a.data for a in context.state["fedmf.setup.arrays"].values()))
+    key = (context.run_id, context.node_id, repr(sorted(context.node_config.items())),
+           setup_record)
+    site = _SITES.pop(key, None) or _Site(context, setup)
+    _SITES[key] = site
+    while len(_SITES) > _KEEP_SITES:
+        _SITES.pop(next(iter(_SITES)))
+    return site
+
+
 def _serve(msg: Message, context: Context) -> Message:
+    from threadpoolctl import threadpool_limits
+
     # one BLAS thread, as in the simulation: the same products, rounded the same way
     with threadpool_limits(limits=1, user_api="blas"):
         return _run_phase(msg, context)
@@ -94,6 +124,8 @@ def _committed_state(context, accepted):
 
 
 def _run_phase(msg, context):
+    from .._transport import client_generator
+
     phase = _PHASE_OF[msg.metadata.message_type]
     info = msg.content["phase"]
     if phase == "init_client":
@@ -104,7 +136,7 @@ def _run_phase(msg, context):
         if setup is None:
             raise RuntimeError("This site missed the run's init message (a SuperNode that "
                                "restarted has lost its Context.state).")
-    site = _Site(context, setup)
+    site = _site(context, setup)
     fn = getattr(site.protocol, phase)
     broadcast = take(msg.content, "broadcast")
     state = _committed_state(context, int(info["accepted"]))
