@@ -26,6 +26,9 @@ import time as _time
 __all__ = ["idle_waits", "main", "shorten_supernode_poll"]
 
 DEFAULT_POLL = 0.1
+# what the first Message of this package's ClientApp would import
+_PRELOAD = ("sklearn_fedmf.flower._client", "sklearn_fedmf.flower._sites",
+            "sklearn_fedmf.completion", "sklearn_fedmf.binary")
 
 
 def idle_waits(cap, first=0.005):
@@ -104,6 +107,7 @@ def main(argv=None):
         sys.executable, "-m", "sklearn_fedmf.flower._worker",
         "--runtime-api-address", _runtime_address(supernode_args),
         "--parent-pid", str(os.getpid()), "--poll", str(args.poll),
+        "--preload", *_PRELOAD,
     ])
     from flwr.supernode.cli import flower_supernode
 

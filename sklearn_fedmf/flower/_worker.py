@@ -18,6 +18,7 @@ it; the ClientApp is loaded from the run's FAB, once per FAB.
 from __future__ import annotations
 
 import argparse
+import importlib
 import time
 from logging import ERROR, INFO
 
@@ -154,7 +155,8 @@ def _serve_task(address, token, apps, poll):
             client.close()
 
 
-def serve_client_tasks(runtime_api_address, *, poll=DEFAULT_POLL, parent_pid=None):
+def serve_client_tasks(runtime_api_address, *, poll=DEFAULT_POLL, parent_pid=None,
+                       preload=()):
     """Claim and serve the ClientApp tasks of a SuperNode until this process is ended.
 
     Parameters
@@ -167,9 +169,14 @@ def serve_client_tasks(runtime_api_address, *, poll=DEFAULT_POLL, parent_pid=Non
         waits start at 5 ms and double: see ``idle_waits``).
     parent_pid : int, default=None
         End this process when that process ends (the SuperNode it serves).
+    preload : sequence of str, default=()
+        Modules to import before the first task (while the federation starts), so that
+        the first Message does not wait for them.
     """
     if parent_pid is not None:
         start_parent_process_monitor(parent_pid)
+    for name in preload:
+        importlib.import_module(name)
     client = _runtime_client(runtime_api_address,
                              [RuntimeVersionHttpInterceptor(component_name="SuperExec")])
     request = AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP])
@@ -193,8 +200,10 @@ def main(argv=None):
     parser.add_argument("--runtime-api-address", required=True)
     parser.add_argument("--poll", type=float, default=DEFAULT_POLL)
     parser.add_argument("--parent-pid", type=int)
+    parser.add_argument("--preload", nargs="*", default=())
     args = parser.parse_args(argv)
-    serve_client_tasks(args.runtime_api_address, poll=args.poll, parent_pid=args.parent_pid)
+    serve_client_tasks(args.runtime_api_address, poll=args.poll, parent_pid=args.parent_pid,
+                       preload=args.preload)
 
 
 if __name__ == "__main__":
