@@ -10,6 +10,7 @@ on the wire.
   of the example app, and the model its ServerApp writes equal to the simulated fit.
 """
 
+import dataclasses
 import subprocess
 
 import numpy as np
@@ -23,8 +24,10 @@ from flwr.serverapp import Grid  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, Felb, RFRec  # noqa: E402
+from sklearn_fedmf._engine import FederatedProtocol  # noqa: E402
 from sklearn_fedmf._fit import route_solver_params  # noqa: E402
 from sklearn_fedmf.flower import MESSAGE_TYPES, client_app, fit_on_grid, split_sites  # noqa: E402
+from sklearn_fedmf.flower._client import OTHER_PHASE  # noqa: E402
 from sklearn_fedmf.flower._codec import take  # noqa: E402
 from sklearn_fedmf.flower._server import wire_bytes  # noqa: E402
 from sklearn_fedmf.privacy import LocalDP  # noqa: E402
@@ -291,6 +294,52 @@ def test_a_site_that_errs_or_times_out_fails_as_in_the_simulation(tmp_path, task
         fit_on_grid(FedMCADMM(n_components=2, max_iter=2, random_state=0), grid,
                     min_nodes=N_SITES, wait=1)
     assert sum(r.has_error() for r in grid.received) == 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ProtocolWithExtraPhase(FederatedProtocol):
+    """A protocol with one more client phase, as secure aggregation adds (keys, shares,
+    masked inputs, unmasking): ``fn(state, block, broadcast, rng, selected)``."""
+
+    def client_extra(self, state, block, broadcast, rng, selected):
+        return {**state, "extra": state.get("extra", 0) + 1}, {
+            "draws": rng.random(2), "twice": 2 * broadcast["v"], "selected": selected,
+            "rows": block.X.shape[0], "seen": state.get("extra", 0)}
+
+
+def test_any_other_phase_of_the_engine_goes_through_unchanged(tmp_path, task_identity,
+                                                             monkeypatch):
+    from sklearn_fedmf._engine import initialize_federation
+    from sklearn_fedmf._transport import client_generator
+    from sklearn_fedmf.exceptions import ClientError
+    from sklearn_fedmf.flower._server import connect
+
+    make = FedMCADMM._make_protocol
+    monkeypatch.setattr(FedMCADMM, "_make_protocol", lambda self, ctx: ProtocolWithExtraPhase(
+        **{f.name: getattr(make(self, ctx), f.name)
+           for f in dataclasses.fields(FederatedProtocol)}))
+    X, _, labels = ratings()
+    grid = FakeGrid(site_files(tmp_path, X, labels))
+    transport, protocol, _ = connect(FedMCADMM(n_components=2, random_state=0), grid,
+                                     min_nodes=N_SITES, wait=1)
+    initialize_federation(protocol, transport, entropy=7)
+    stream, v = (7, 99, 1), np.arange(3.0)
+    for seen in range(2):  # the state the phase returns is the site's next state
+        result = transport.run("client_extra", [0, 2], {"v": v}, stream=stream,
+                               selected={2}, round_number=1)
+        assert not result.failures and list(result.messages) == [0, 2]
+        for c, message in result.messages.items():
+            np.testing.assert_array_equal(message["draws"],
+                                          client_generator(stream, c).random(2))
+            np.testing.assert_array_equal(message["twice"], 2 * v)
+            assert message["selected"] == (c == 2)
+            assert message["rows"] == np.sum(labels == c)
+            assert message["seen"] == seen
+    assert {m.metadata.message_type for m in grid.sent[-2:]} == {OTHER_PHASE}
+    # a name the site's protocol does not have is that site's error
+    result = transport.run("client_missing", [1], {"v": v}, stream=stream, round_number=1)
+    assert isinstance(result.failures[1], ClientError)
+    assert "no client phase 'client_missing'" in str(result.failures[1])
 
 
 def test_the_server_checks_the_sites(tmp_path, task_identity):

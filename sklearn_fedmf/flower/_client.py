@@ -24,7 +24,7 @@ from flwr.clientapp import ClientApp
 
 from ._codec import put, take
 
-__all__ = ["client_app", "MESSAGE_TYPES", "HELLO"]
+__all__ = ["client_app", "message_type", "MESSAGE_TYPES", "HELLO", "OTHER_PHASE"]
 
 # One message type per protocol phase ("<category>.<action>" is Flower's routing key).
 HELLO = "query.hello"  # the site's aggregates: rows, rating count, sum and range
@@ -34,7 +34,23 @@ MESSAGE_TYPES = {
     "client_update": "train.update",  # the broadcast in, the upload out
     "client_metrics": "evaluate.metrics",  # the broadcast in, additive sums out
 }
+# Any other phase of the engine (secure aggregation's, ...) travels as this type, its name
+# in the Message: the site calls the protocol's function of that name as the simulation's
+# transport calls it, ``fn(state, block, broadcast, rng, selected) -> (state, message)``.
+OTHER_PHASE = "train.phase"
 _PHASE_OF = {v: k for k, v in MESSAGE_TYPES.items()}
+
+
+def message_type(phase):
+    """The Flower message type that carries the engine's ``phase``."""
+    return MESSAGE_TYPES.get(phase, OTHER_PHASE)
+
+
+def _phase_function(protocol, phase):
+    fn = getattr(protocol, phase, None) if phase.isidentifier() else None
+    if phase.startswith("_") or not callable(fn):
+        raise ValueError(f"This site's protocol has no client phase {phase!r}.")
+    return fn
 
 
 class _Site:
@@ -126,8 +142,8 @@ def _committed_state(context, accepted):
 def _run_phase(msg, context):
     from .._transport import client_generator
 
-    phase = _PHASE_OF[msg.metadata.message_type]
     info = msg.content["phase"]
+    phase = _PHASE_OF.get(msg.metadata.message_type) or str(info["name"])
     if phase == "init_client":
         setup = take(msg.content, "setup")
         put(context.state, "fedmf.setup", setup)
@@ -137,7 +153,7 @@ def _run_phase(msg, context):
             raise RuntimeError("This site missed the run's init message (a SuperNode that "
                                "restarted has lost its Context.state).")
     site = _site(context, setup)
-    fn = getattr(site.protocol, phase)
+    fn = _phase_function(site.protocol, phase)
     broadcast = take(msg.content, "broadcast")
     state = _committed_state(context, int(info["accepted"]))
     if phase == "client_metrics":
@@ -176,7 +192,7 @@ def client_app():
     """
     app = ClientApp()
     app.query("hello")(_hello)
-    for message_type in MESSAGE_TYPES.values():
-        category, action = message_type.split(".")
+    for name in (*MESSAGE_TYPES.values(), OTHER_PHASE):
+        category, action = name.split(".")
         getattr(app, category)(action)(_serve)
     return app

@@ -22,12 +22,12 @@ from .._engine import make_entropy
 from .._fit import merge_params, route_solver_params
 from .._transport import PhaseResult, Transport
 from ..exceptions import ClientError, FederationError
-from ._client import HELLO, MESSAGE_TYPES
+from ._client import HELLO, message_type
 from ._codec import put, take
 from ._sites import estimator_class, fit_context, travelling_params
 from ._supernode import idle_waits
 
-__all__ = ["FlowerTransport", "fit_on_grid", "server_app", "wire_bytes"]
+__all__ = ["FlowerTransport", "connect", "fit_on_grid", "server_app", "wire_bytes"]
 
 
 @contextmanager
@@ -66,7 +66,8 @@ class FlowerTransport(Transport):
     number of rows and items, and the count, sum, minimum and maximum of its ratings: the
     aggregates from which the server derives ``mean_``, ``rating_range_`` and ``n_users_``.
 
-    :meth:`run` sends one Message per client (type ``MESSAGE_TYPES[phase]``) carrying the
+    :meth:`run` sends one Message per client (type ``MESSAGE_TYPES[phase]``, or
+    ``OTHER_PHASE`` with the phase's name for any other phase of the engine) carrying the
     broadcast, the random stream and whether the client is selected, and returns the replies
     in ascending client order. A client whose reply is an error, or that does not reply
     within ``timeout`` seconds, is a failure (:class:`~sklearn_fedmf.exceptions.ClientError`
@@ -146,22 +147,22 @@ class FlowerTransport(Transport):
         for c in clients:
             # ``seq`` numbers a client's stateful Messages; ``accepted`` is the last one whose
             # reply the engine got: the site drops any later state (see _client)
-            info = {"selected": selected is None or c in selected,
+            info = {"name": phase, "selected": selected is None or c in selected,
                     "accepted": self._accepted.get(c, 0)}
             if stateful:
                 self._seq[c] = info["seq"] = self._seq.get(c, 0) + 1
             contents[c] = RecordDict({**shared, "phase": ConfigRecord(info)})
-        replies, failures = self._send(contents, MESSAGE_TYPES[phase], self.node_of,
+        replies, failures = self._send(contents, message_type(phase), self.node_of,
                                        "" if stateful else "eval")
         if stateful:
             self._accepted.update((c, self._seq[c]) for c in replies)
         messages = {c: take(reply, "message") for c, reply in replies.items()}
         return PhaseResult(messages, failures)
 
-    def _send(self, contents, message_type, node_of, tag):
+    def _send(self, contents, kind, node_of, tag):
         """Send ``{key: content}`` to ``node_of[key]``; return ``({key: reply content},
         {key: exception})`` in ascending key order."""
-        messages = {key: Message(content, node_of[key], message_type,
+        messages = {key: Message(content, node_of[key], kind,
                                  group_id=str(self._round))
                     for key, content in contents.items()}
         wire = self.wire.setdefault(self._round, dict.fromkeys(
@@ -205,6 +206,25 @@ class FlowerTransport(Transport):
         return dict(sorted(replies.items())), dict(sorted(failures.items()))
 
 
+def connect(estimator, grid, *, min_nodes=2, timeout=120.0, wait=120.0):
+    """The sites of ``grid`` as a transport for ``estimator``'s protocol.
+
+    Waits for the sites, derives the federation's aggregates from their hello replies and
+    builds the protocol (as every site will, from the setup its init Message carries).
+    Returns ``(transport, protocol, ctx)``: the engine's arguments.
+    """
+    estimator._validate_params()
+    transport = FlowerTransport(grid, min_nodes=min_nodes, timeout=timeout, wait=wait)
+    entropy = make_entropy(estimator.random_state)
+    agg = dict(transport.aggregates(), n_items=transport.n_items,
+               n_clients=transport.n_clients)
+    ctx = fit_context(estimator, **agg, entropy=entropy)
+    transport.protocol = protocol = estimator._make_protocol(ctx)
+    transport.setup = dict(estimator=type(estimator).__name__,
+                           params=travelling_params(estimator), entropy=entropy, **agg)
+    return transport, protocol, ctx
+
+
 def fit_on_grid(estimator, grid, *, min_nodes=2, timeout=120.0, wait=120.0):
     """Fit ``estimator`` on the sites connected to a Flower ``grid``.
 
@@ -219,15 +239,8 @@ def fit_on_grid(estimator, grid, *, min_nodes=2, timeout=120.0, wait=120.0):
     -------
     estimator : the fitted estimator
     """
-    estimator._validate_params()
-    transport = FlowerTransport(grid, min_nodes=min_nodes, timeout=timeout, wait=wait)
-    entropy = make_entropy(estimator.random_state)
-    agg = dict(transport.aggregates(), n_items=transport.n_items,
-               n_clients=transport.n_clients)
-    ctx = fit_context(estimator, **agg, entropy=entropy)
-    transport.protocol = protocol = estimator._make_protocol(ctx)
-    transport.setup = dict(estimator=type(estimator).__name__,
-                           params=travelling_params(estimator), entropy=entropy, **agg)
+    transport, protocol, ctx = connect(estimator, grid, min_nodes=min_nodes, timeout=timeout,
+                                       wait=wait)
     state = estimator._run(protocol, transport, ctx)
     estimator.n_clients_ = transport.n_clients
     estimator.n_iter_ = state.n_rounds
