@@ -366,17 +366,18 @@ def test_wire_bytes_count_the_serialized_message(task_identity):
 
 
 # ---- a deployment on loopback: a SuperLink, two SuperNodes, flwr run ------------------------
-# Each Message costs seconds on a deployment (a SuperNode polls every 3 s and serves each
-# Message in a fresh process that imports the package), so the diagnostics are off
-# (eval_every=0): one exchange per round.
+# Each site runs ``python -m sklearn_fedmf.flower``: one ClientApp process for the whole fit
+# and short waits, so a round takes about a second; the start (processes, imports) takes most
+# of the test's time. The diagnostics are off (eval_every=0): one exchange per round.
 DEPLOY_PARAMS = dict(n_components=2, max_iter=3, alpha_u=0.1, alpha_v=0.1, random_state=0,
                      center=False, eval_every=0)
 
 
 @pytest.mark.flower
 def test_loopback_deployment_fits_the_simulated_model(tmp_path):
-    """135 to 177 s measured on a busy 2-core machine (load average 11 to 16; every process
-    is ended by 240 s): marked ``flower`` so that ``-m "not flower"`` leaves it out."""
+    """41 to 57 s measured on a busy 2-core machine (load average 12; it was 135 to 177 s
+    with a fresh ClientApp process per Message and Flower's 3 s waits; every process is
+    ended by 240 s): marked ``flower`` so that ``-m "not flower"`` leaves it out."""
     from sklearn_fedmf.flower import run_loopback
 
     X, _, labels = ratings()
@@ -390,5 +391,9 @@ def test_loopback_deployment_fits_the_simulated_model(tmp_path):
         X, clients=labels)
     np.testing.assert_array_equal(flower.components_, simulated.components_)
     assert strip_seconds(flower.history_) == strip_seconds(simulated.history_)
+    for site in ("supernode-0", "supernode-1"):  # one ClientApp process served every Message
+        assert logs[site].count("Serving the ClientApp tasks") == 1, logs[site][-3000:]
+        assert "flwr-clientapp" not in logs[site]
+        assert logs[site].count("Sending: train.update") == DEPLOY_PARAMS["max_iter"]
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert leftovers.stdout == "", "processes of the deployment are still running"
