@@ -5,6 +5,8 @@ leave it), :func:`server_app` the ``ServerApp`` that runs the engine with the si
 clients (:class:`FlowerTransport`) and writes the fitted estimator, :func:`fit_on_grid` the
 same fit from any Flower ``Grid``. :func:`split_sites` writes one ratings file per site;
 :func:`run_loopback` runs a whole deployment on 127.0.0.1 in one call.
+``python -m sklearn_fedmf.flower <flower-supernode arguments>`` runs a site whose ClientApp
+process lives for the whole fit (rounds of about a second instead of several).
 
 Needs the ``flower`` extra (``pip install "sklearn_fedmf[flower]"``; Flower needs Python
 3.11 or later). See the guide "Deploying with Flower".
