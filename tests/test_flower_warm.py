@@ -68,3 +68,12 @@ def test_the_site_command_finds_the_runtime_api_of_its_supernode():
     assert _runtime_address(["--insecure", "--port", "9200", "--node-config", "a=1"]) == (
         "127.0.0.1:9200")
     assert _runtime_address(["--host", "::1", "--port", "9200"]) == "[::1]:9200"
+
+
+def test_the_site_command_refuses_what_its_clientapp_process_cannot_serve(capsys):
+    from sklearn_fedmf.flower._supernode import main
+
+    for args in (["--isolation", "subprocess"], ["--ssl-certfile", "cert.pem"]):
+        with pytest.raises(SystemExit):
+            main(["--insecure", *args])
+        assert args[0].lstrip("-") in capsys.readouterr().err

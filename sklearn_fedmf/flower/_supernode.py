@@ -80,6 +80,9 @@ def shorten_supernode_poll(poll):
     return loop
 
 
+_RUNTIME_TLS = ("--ssl-certfile", "--ssl-keyfile", "--ssl-ca-certfile")
+
+
 def _runtime_address(args):
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--host", default="127.0.0.1")
@@ -101,6 +104,10 @@ def main(argv=None):
     args, supernode_args = parser.parse_known_args(argv)
     if args.isolation not in (None, "process"):
         parser.error("this command runs the SuperNode with --isolation process")
+    if any(a.split("=")[0] in _RUNTIME_TLS for a in supernode_args):
+        parser.error("the ClientApp process reaches its SuperNode's Runtime API on this "
+                     "machine without TLS: leave out " + ", ".join(_RUNTIME_TLS) +
+                     " (the SuperLink connection keeps its own TLS options)")
     shorten_supernode_poll(args.poll)
     # the ClientApp process: ended with this one (it watches this PID)
     worker = subprocess.Popen([
