@@ -6,11 +6,12 @@ Flower's own ``flower-supernode`` with ``--isolation process`` and, beside it, o
 that serves all its ClientApp tasks (:func:`~sklearn_fedmf.flower._worker.serve_client_tasks`):
 no process start and no import per Message.
 
-The idle poll: Flower 1.41's SuperNode asks the SuperLink for a Message, and when there is
-none sleeps 3 s (hard-coded; no option or environment variable sets it), so on a fast
-network each exchange waits up to 3 s. This command runs the same SuperNode code with that
-sleep (and its 0.5 s wait for a reply) shortened to ``--poll`` seconds: more requests to
-the SuperLink while idle (``1 / poll`` per second and site), much shorter rounds.
+The waits: Flower 1.41's SuperNode asks the SuperLink for a Message and, when there is
+none, sleeps 3 s (hard-coded; no option or environment variable sets it), waits for the
+ClientApp's reply in steps of 0.5 s, and retries an object of a Message not yet uploaded
+after 1 s. This command runs the same SuperNode code with each of these waits at most
+``--poll`` seconds (:func:`shorten_supernode_poll`): more requests to the SuperLink while
+idle (``1 / poll`` per second and site), rounds of about a second instead of several.
 """
 
 from __future__ import annotations
