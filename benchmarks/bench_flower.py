@@ -9,11 +9,19 @@ the Messages carried as Flower serializes them.
     python benchmarks/bench_flower.py --quick    # 2 sites, 2 rounds, one run
     python benchmarks/bench_flower.py            # 2 sites, 3 rounds, 3 runs
     python benchmarks/bench_flower.py --center   # centred ratings: mean from site aggregates
+    python benchmarks/bench_flower.py --clientapp flower   # Flower's own SuperNode: a fresh
+                                                           # ClientApp process per Message
+
+Each site runs ``python -m sklearn_fedmf.flower`` by default (one ClientApp process for the
+whole fit, the SuperNode's waits at most ``--poll`` seconds). The processes import the
+``sklearn_fedmf`` this script imports; to measure a source tree, run it from there with
+``PYTHONPATH=.``.
 
 Needs the optional extra (Python >= 3.11): ``pip install "sklearn_fedmf[flower]"``.
 """
 
 import argparse
+import os
 import statistics
 import tempfile
 
@@ -39,6 +47,11 @@ def main():
     parser.add_argument("--center", action="store_true", help="centre the ratings")
     parser.add_argument("--eval-every", type=int, default=0,
                         help="rounds between diagnostics (each is one more exchange)")
+    parser.add_argument("--clientapp", choices=("warm", "flower"), default="warm",
+                        help="warm: one ClientApp process per site for the whole fit; "
+                             "flower: flower-supernode, a fresh process per Message")
+    parser.add_argument("--poll", type=float, default=0.1,
+                        help="longest idle wait of the SuperNodes and the server (warm)")
     args = parser.parse_args()
     from sklearn_fedmf import FedMCADMM
     from sklearn_fedmf.flower import run_loopback
@@ -50,20 +63,29 @@ def main():
                   solver_params={"center": args.center, "eval_every": args.eval_every})
     simulated = FedMCADMM(**params).fit(X, clients=clients)
     print(f"FedMCADMM, {args.sites} sites, {X.shape[0]} users x {X.shape[1]} items, "
-          f"{X.nnz} ratings, rank 2, {rounds} rounds, center={args.center}")
-    print(f"{'run':>4} {'wall s':>8} {'s/round (median)':>17} {'max |components_ diff|':>23}")
-    last = None
+          f"{X.nnz} ratings, rank 2, {rounds} rounds, center={args.center}, "
+          f"clientapp={args.clientapp}, poll={args.poll:g} s, load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"{'run':>4} {'wall s':>8} {'s/round (median)':>17} {'s per round':>22} "
+          f"{'max |components_ diff|':>23}")
+    last, medians = None, []
     for run in range(runs):
         with tempfile.TemporaryDirectory() as workdir:
-            model, seconds, logs = run_loopback(X, clients, workdir, params=params)
+            model, seconds, logs = run_loopback(X, clients, workdir, params=params,
+                                                clientapp=args.clientapp, poll=args.poll)
         if model is None:
             print(f"{run + 1:>4} {seconds:8.1f}  the run wrote no model; ServerApp log:")
-            print(logs["superlink"][-2000:])
+            for name, text in logs.items():
+                print(f"--- {name}\n{text[-2000:]}")
             raise SystemExit(1)
         per_round = statistics.median(r["seconds"] for r in model.history_)
+        medians.append(per_round)
+        each = " ".join(f"{r['seconds']:.2f}" for r in model.history_)
         diff = np.abs(model.components_ - simulated.components_).max()
-        print(f"{run + 1:>4} {seconds:8.1f} {per_round:17.2f} {diff:23.3g}")
+        print(f"{run + 1:>4} {seconds:8.1f} {per_round:17.2f} {each:>22} {diff:23.3g}")
         last = model
+    print(f"median of the runs' per-round medians: {statistics.median(medians):.2f} s; "
+          f"load average now {os.getloadavg()[0]:.1f}")
     print()
     print(f"{'round':>5} {'history_ up/down B':>20} {'Messages up/down B':>20} "
           f"{'diagnostics up/down B':>22}")

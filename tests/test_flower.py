@@ -10,6 +10,7 @@ on the wire.
   of the example app, and the model its ServerApp writes equal to the simulated fit.
 """
 
+import dataclasses
 import subprocess
 
 import numpy as np
@@ -23,8 +24,10 @@ from flwr.serverapp import Grid  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, Felb, RFRec  # noqa: E402
+from sklearn_fedmf._engine import FederatedProtocol  # noqa: E402
 from sklearn_fedmf._fit import route_solver_params  # noqa: E402
 from sklearn_fedmf.flower import MESSAGE_TYPES, client_app, fit_on_grid, split_sites  # noqa: E402
+from sklearn_fedmf.flower._client import OTHER_PHASE  # noqa: E402
 from sklearn_fedmf.flower._codec import take  # noqa: E402
 from sklearn_fedmf.flower._server import wire_bytes  # noqa: E402
 from sklearn_fedmf.privacy import LocalDP  # noqa: E402
@@ -48,7 +51,7 @@ class FakeGrid(Grid):
                                        state=RecordDict(), run_config={})
                          for node, config in node_configs.items()}
         self.drop, self.late, self.restart = set(drop), set(late), set(restart)
-        self.sent, self.received = [], []
+        self.sent, self.received, self.waiting = [], [], {}
         self._ids = 0
 
     def set_run(self, run):
@@ -65,16 +68,12 @@ class FakeGrid(Grid):
         return list(self.contexts)
 
     def push_messages(self, messages):
-        raise NotImplementedError("the engine uses send_and_receive")
-
-    def pull_messages(self, message_ids):
-        raise NotImplementedError("the engine uses send_and_receive")
-
-    def send_and_receive(self, messages, *, timeout=None):
-        replies = []
+        """Deliver each Message at once; its reply waits to be pulled."""
+        ids = []
         for msg in messages:
             self._ids += 1
             msg.metadata.__dict__["_message_id"] = f"m{self._ids}"
+            ids.append(msg.metadata.message_id)
             self.sent.append(msg)
             context = self.contexts[msg.metadata.dst_node_id]
             site = context.node_config["partition-id"]
@@ -89,8 +88,15 @@ class FakeGrid(Grid):
             if (msg.metadata.message_type, site) in self.late:
                 continue
             self.received.append(reply)
-            replies.append(reply)
-        return replies[::-1]  # arrival order must not matter
+            self.waiting[msg.metadata.message_id] = reply
+        return ids
+
+    def pull_messages(self, message_ids):
+        ready = [self.waiting.pop(i) for i in message_ids if i in self.waiting]
+        return ready[::-1]  # arrival order must not matter
+
+    def send_and_receive(self, messages, *, timeout=None):
+        raise NotImplementedError("the engine pushes and pulls at its own pace")
 
 
 @pytest.fixture
@@ -290,6 +296,52 @@ def test_a_site_that_errs_or_times_out_fails_as_in_the_simulation(tmp_path, task
     assert sum(r.has_error() for r in grid.received) == 1
 
 
+@dataclasses.dataclass(frozen=True)
+class ProtocolWithExtraPhase(FederatedProtocol):
+    """A protocol with one more client phase, as secure aggregation adds (keys, shares,
+    masked inputs, unmasking): ``fn(state, block, broadcast, rng, selected)``."""
+
+    def client_extra(self, state, block, broadcast, rng, selected):
+        return {**state, "extra": state.get("extra", 0) + 1}, {
+            "draws": rng.random(2), "twice": 2 * broadcast["v"], "selected": selected,
+            "rows": block.X.shape[0], "seen": state.get("extra", 0)}
+
+
+def test_any_other_phase_of_the_engine_goes_through_unchanged(tmp_path, task_identity,
+                                                             monkeypatch):
+    from sklearn_fedmf._engine import initialize_federation
+    from sklearn_fedmf._transport import client_generator
+    from sklearn_fedmf.exceptions import ClientError
+    from sklearn_fedmf.flower._server import connect
+
+    make = FedMCADMM._make_protocol
+    monkeypatch.setattr(FedMCADMM, "_make_protocol", lambda self, ctx: ProtocolWithExtraPhase(
+        **{f.name: getattr(make(self, ctx), f.name)
+           for f in dataclasses.fields(FederatedProtocol)}))
+    X, _, labels = ratings()
+    grid = FakeGrid(site_files(tmp_path, X, labels))
+    transport, protocol, _ = connect(FedMCADMM(n_components=2, random_state=0), grid,
+                                     min_nodes=N_SITES, wait=1)
+    initialize_federation(protocol, transport, entropy=7)
+    stream, v = (7, 99, 1), np.arange(3.0)
+    for seen in range(2):  # the state the phase returns is the site's next state
+        result = transport.run("client_extra", [0, 2], {"v": v}, stream=stream,
+                               selected={2}, round_number=1)
+        assert not result.failures and list(result.messages) == [0, 2]
+        for c, message in result.messages.items():
+            np.testing.assert_array_equal(message["draws"],
+                                          client_generator(stream, c).random(2))
+            np.testing.assert_array_equal(message["twice"], 2 * v)
+            assert message["selected"] == (c == 2)
+            assert message["rows"] == np.sum(labels == c)
+            assert message["seen"] == seen
+    assert {m.metadata.message_type for m in grid.sent[-2:]} == {OTHER_PHASE}
+    # a name the site's protocol does not have is that site's error
+    result = transport.run("client_missing", [1], {"v": v}, stream=stream, round_number=1)
+    assert isinstance(result.failures[1], ClientError)
+    assert "no client phase 'client_missing'" in str(result.failures[1])
+
+
 def test_the_server_checks_the_sites(tmp_path, task_identity):
     from sklearn_fedmf.exceptions import FederationError
 
@@ -314,17 +366,18 @@ def test_wire_bytes_count_the_serialized_message(task_identity):
 
 
 # ---- a deployment on loopback: a SuperLink, two SuperNodes, flwr run ------------------------
-# Each Message costs seconds on a deployment (a SuperNode polls every 3 s and serves each
-# Message in a fresh process that imports the package), so the diagnostics are off
-# (eval_every=0): one exchange per round.
+# Each site runs ``python -m sklearn_fedmf.flower``: one ClientApp process for the whole fit
+# and short waits, so a round takes about a second; the start (processes, imports) takes most
+# of the test's time. The diagnostics are off (eval_every=0): one exchange per round.
 DEPLOY_PARAMS = dict(n_components=2, max_iter=3, alpha_u=0.1, alpha_v=0.1, random_state=0,
                      center=False, eval_every=0)
 
 
 @pytest.mark.flower
 def test_loopback_deployment_fits_the_simulated_model(tmp_path):
-    """135 to 177 s measured on a busy 2-core machine (load average 11 to 16; every process
-    is ended by 240 s): marked ``flower`` so that ``-m "not flower"`` leaves it out."""
+    """41 to 57 s measured on a busy 2-core machine (load average 12; it was 135 to 177 s
+    with a fresh ClientApp process per Message and Flower's 3 s waits; every process is
+    ended by 240 s): marked ``flower`` so that ``-m "not flower"`` leaves it out."""
     from sklearn_fedmf.flower import run_loopback
 
     X, _, labels = ratings()
@@ -338,5 +391,9 @@ def test_loopback_deployment_fits_the_simulated_model(tmp_path):
         X, clients=labels)
     np.testing.assert_array_equal(flower.components_, simulated.components_)
     assert strip_seconds(flower.history_) == strip_seconds(simulated.history_)
+    for site in ("supernode-0", "supernode-1"):  # one ClientApp process served every Message
+        assert logs[site].count("Serving the ClientApp tasks") == 1, logs[site][-3000:]
+        assert "flwr-clientapp" not in logs[site]
+        assert logs[site].count("Sending: train.update") == DEPLOY_PARAMS["max_iter"]
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert leftovers.stdout == "", "processes of the deployment are still running"

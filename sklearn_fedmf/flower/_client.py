@@ -2,8 +2,15 @@
 
 Each site holds its own ratings (a file named in its node config) and its private client
 state (``U_i``, duals, ...), which lives in ``Context.state`` between messages: the SuperNode
-keeps it in memory and hands it to the fresh process that serves each message. Only the
+keeps it in memory and hands it to the process that serves each message. Only the
 protocol's messages leave the site.
+
+That process is either a fresh one per message (Flower's ``flwr-clientapp``) or one that
+serves every message of the fit (``python -m sklearn_fedmf.flower``, see ``_worker``). For
+the first, the module imports only Flower and the codec; the estimators, scikit-learn and
+pandas are imported by the first message that needs them. For the second, the site's
+ratings, block and protocol are kept between messages (:func:`_site`): they are derived
+from the node config and the run's setup only, never from the private state.
 
 Node config keys: ``partition-id`` (the site's client index, ``0 .. n_sites - 1``), ``data``
 (its ratings: a CSR ``.npz`` or a ``user,item,rating`` CSV), optionally ``eval-data``
@@ -14,13 +21,10 @@ from __future__ import annotations
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
-from threadpoolctl import threadpool_limits
 
-from .._transport import client_generator
 from ._codec import put, take
-from ._sites import load_site, make_site_protocol, site_block, site_estimator
 
-__all__ = ["client_app", "MESSAGE_TYPES", "HELLO"]
+__all__ = ["client_app", "message_type", "MESSAGE_TYPES", "HELLO", "OTHER_PHASE"]
 
 # One message type per protocol phase ("<category>.<action>" is Flower's routing key).
 HELLO = "query.hello"  # the site's aggregates: rows, rating count, sum and range
@@ -30,14 +34,32 @@ MESSAGE_TYPES = {
     "client_update": "train.update",  # the broadcast in, the upload out
     "client_metrics": "evaluate.metrics",  # the broadcast in, additive sums out
 }
+# Any other phase of the engine (secure aggregation's, ...) travels as this type, its name
+# in the Message: the site calls the protocol's function of that name as the simulation's
+# transport calls it, ``fn(state, block, broadcast, rng, selected) -> (state, message)``.
+OTHER_PHASE = "train.phase"
 _PHASE_OF = {v: k for k, v in MESSAGE_TYPES.items()}
 
 
+def message_type(phase):
+    """The Flower message type that carries the engine's ``phase``."""
+    return MESSAGE_TYPES.get(phase, OTHER_PHASE)
+
+
+def _phase_function(protocol, phase):
+    fn = getattr(protocol, phase, None) if phase.isidentifier() else None
+    if phase.startswith("_") or not callable(fn):
+        raise ValueError(f"This site's protocol has no client phase {phase!r}.")
+    return fn
+
+
 class _Site:
-    """This site's data and, once set up, its protocol: rebuilt for every message (each
-    message is served by a fresh process; only ``Context.state`` survives)."""
+    """This site's data and, once set up, its protocol (derived from the node config and the
+    run's setup: nothing of the private state)."""
 
     def __init__(self, context: Context, setup=None):
+        from ._sites import load_site, make_site_protocol, site_block, site_estimator
+
         config = context.node_config
         if "data" not in config:
             raise ValueError("The node config lacks 'data' (the site's ratings file).")
@@ -71,7 +93,31 @@ def _hello(msg: Message, context: Context) -> Message:
     })}), reply_to=msg)
 
 
+_SITES = {}  # this process's sites, most recent last: see _site
+_KEEP_SITES = 4
+
+
+def _site(context, setup):
+    """The site of ``context`` for the run's ``setup``: built once per process.
+
+    A process that serves every message of a fit (or several sites, in the tests) keeps the
+    last few; the key holds everything a site is derived from, so a new run, another node
+    config or another setup builds a new one.
+    """
+    setup_record = (context.state["fedmf.setup.tree"]["tree"],
+                    tuple(a.data for a in context.state["fedmf.setup.arrays"].values()))
+    key = (context.run_id, context.node_id, repr(sorted(context.node_config.items())),
+           setup_record)
+    site = _SITES.pop(key, None) or _Site(context, setup)
+    _SITES[key] = site
+    while len(_SITES) > _KEEP_SITES:
+        _SITES.pop(next(iter(_SITES)))
+    return site
+
+
 def _serve(msg: Message, context: Context) -> Message:
+    from threadpoolctl import threadpool_limits
+
     # one BLAS thread, as in the simulation: the same products, rounded the same way
     with threadpool_limits(limits=1, user_api="blas"):
         return _run_phase(msg, context)
@@ -94,8 +140,10 @@ def _committed_state(context, accepted):
 
 
 def _run_phase(msg, context):
-    phase = _PHASE_OF[msg.metadata.message_type]
+    from .._transport import client_generator
+
     info = msg.content["phase"]
+    phase = _PHASE_OF.get(msg.metadata.message_type) or str(info["name"])
     if phase == "init_client":
         setup = take(msg.content, "setup")
         put(context.state, "fedmf.setup", setup)
@@ -104,8 +152,8 @@ def _run_phase(msg, context):
         if setup is None:
             raise RuntimeError("This site missed the run's init message (a SuperNode that "
                                "restarted has lost its Context.state).")
-    site = _Site(context, setup)
-    fn = getattr(site.protocol, phase)
+    site = _site(context, setup)
+    fn = _phase_function(site.protocol, phase)
     broadcast = take(msg.content, "broadcast")
     state = _committed_state(context, int(info["accepted"]))
     if phase == "client_metrics":
@@ -144,7 +192,7 @@ def client_app():
     """
     app = ClientApp()
     app.query("hello")(_hello)
-    for message_type in MESSAGE_TYPES.values():
-        category, action = message_type.split(".")
+    for name in (*MESSAGE_TYPES.values(), OTHER_PHASE):
+        category, action = name.split(".")
         getattr(app, category)(action)(_serve)
     return app

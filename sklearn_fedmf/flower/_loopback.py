@@ -17,6 +17,7 @@ from pathlib import Path
 import joblib
 
 from ._sites import split_sites
+from ._supernode import DEFAULT_POLL
 
 __all__ = ["run_loopback"]
 
@@ -72,14 +73,20 @@ def _toml(value):
 
 
 def run_loopback(X, clients, workdir, *, estimator="FedMCADMM", params=None, app=None,
-                 deadline=240.0):
+                 deadline=240.0, clientapp="warm", poll=DEFAULT_POLL):
     """Fit ``estimator`` on a Flower deployment on 127.0.0.1: one site per client label.
 
     Writes the site files (:func:`~sklearn_fedmf.flower.split_sites`) and a copy of the app
     (``examples/flower_app`` unless ``app`` names another) under ``workdir``, sets its run
     config to ``estimator`` and ``params``, starts a SuperLink and one SuperNode per site
     and runs ``flwr run``, with telemetry, update checks and runtime dependency installation
-    off. Every process is ended by ``deadline`` seconds.
+    off. Every process is ended by ``deadline`` seconds. The processes import this
+    package from where the caller imported it.
+
+    ``clientapp="warm"`` (default) starts each site with ``python -m sklearn_fedmf.flower``:
+    one ClientApp process serves all of the site's Messages and the SuperNode waits
+    ``poll`` seconds between two requests for a Message; ``"flower"`` starts Flower's own
+    ``flower-supernode`` (a fresh ClientApp process per Message, a 3 s idle poll).
 
     Returns
     -------
@@ -91,6 +98,8 @@ def run_loopback(X, clients, workdir, *, estimator="FedMCADMM", params=None, app
     logs : dict
         Each process's output.
     """
+    if clientapp not in ("warm", "flower"):
+        raise ValueError(f"clientapp must be 'warm' or 'flower', got {clientapp!r}.")
     app = Path(app or EXAMPLE_APP)
     if not (app / "pyproject.toml").is_file():
         raise FileNotFoundError(f"No Flower app at {app}: pass app= (a copy of the source "
@@ -101,7 +110,11 @@ def run_loopback(X, clients, workdir, *, estimator="FedMCADMM", params=None, app
     shutil.copytree(app, app_dir,
                     ignore=shutil.ignore_patterns("__pycache__", "*.joblib"))
     output = workdir / "model.joblib"
-    config = {"estimator": estimator, **(params or {}), "min-nodes": len(paths),
+    params = dict(params or {})
+    # a run config is flat: solver_params' keys go by their own names (the ServerApp routes
+    # them back into solver_params)
+    params.update(params.pop("solver_params", None) or {})
+    config = {"estimator": estimator, **params, "min-nodes": len(paths),
               "node-wait": deadline, "round-timeout": deadline, "output": str(output)}
     # Flower accepts only run-config keys the app declares: set them in its file
     pyproject = app_dir / "pyproject.toml"
@@ -115,7 +128,12 @@ def run_loopback(X, clients, workdir, *, estimator="FedMCADMM", params=None, app
         f'[superlink.loopback]\naddress = "127.0.0.1:{link}"\ninsecure = true\n')
     env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0",
            "FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           # the SuperLink's executor looks for the run's ServerApp task this often
+           # (default 1 s; it polls for the whole run, so not as often as the sites)
+           "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.25",
+           "PYTHONPATH": os.pathsep.join(filter(None, (
+               str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH"))))}
     logs, procs = {}, []
 
     def start(name, *args):
@@ -132,7 +150,9 @@ def run_loopback(X, clients, workdir, *, estimator="FedMCADMM", params=None, app
                           "--port", str(link), "--disable-runtime-dependency-installation")
         _wait_for_port(link, stop, superlink)
         for c, (path, port) in enumerate(zip(paths, node_ports)):
-            start(f"supernode-{c}", "flower-supernode", "--insecure", "--superlink",
+            command = (["flower-supernode"] if clientapp == "flower" else
+                       [sys.executable, "-m", "sklearn_fedmf.flower", "--poll", str(poll)])
+            start(f"supernode-{c}", *command, "--insecure", "--superlink",
                   f"127.0.0.1:{link}", "--port", str(port),
                   "--node-config", f'partition-id={c} data="{path}"')
         run = start("run", "flwr", "run", str(app_dir), "loopback", "--stream")

@@ -9,6 +9,7 @@ knows each site's size and rating aggregates, and the protocol's messages.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from contextlib import contextmanager
 
@@ -21,11 +22,34 @@ from .._engine import make_entropy
 from .._fit import merge_params, route_solver_params
 from .._transport import PhaseResult, Transport
 from ..exceptions import ClientError, FederationError
-from ._client import HELLO, MESSAGE_TYPES
+from ._client import HELLO, message_type
 from ._codec import put, take
 from ._sites import estimator_class, fit_context, travelling_params
+from ._supernode import idle_waits
 
-__all__ = ["FlowerTransport", "fit_on_grid", "server_app", "wire_bytes"]
+__all__ = ["FlowerTransport", "connect", "fit_on_grid", "server_app", "wire_bytes"]
+
+
+@contextmanager
+def _quick_object_retries(poll):
+    """While a phase waits for its replies, retry a reply's objects after 5 ms, doubling up
+    to ``poll`` s.
+
+    The SuperLink hands out a reply as soon as its Message is stored, before the site has
+    uploaded all its objects; Flower's ``HttpGrid.pull_messages`` then asks for a missing
+    object again after 1 s (doubling up to 10 s), a second lost for most replies on a fast
+    network. Flower 1.41 offers no setting for it: this swaps the function it calls for the
+    same function with shorter waits, and restores it afterwards.
+    """
+    from flwr.superlink.grid import http_grid
+
+    pull = http_grid.pull_objects
+    http_grid.pull_objects = functools.partial(pull, initial_backoff=min(0.005, poll),
+                                               backoff_cap=poll)
+    try:
+        yield
+    finally:
+        http_grid.pull_objects = pull
 
 
 def wire_bytes(message):
@@ -42,7 +66,8 @@ class FlowerTransport(Transport):
     number of rows and items, and the count, sum, minimum and maximum of its ratings: the
     aggregates from which the server derives ``mean_``, ``rating_range_`` and ``n_users_``.
 
-    :meth:`run` sends one Message per client (type ``MESSAGE_TYPES[phase]``) carrying the
+    :meth:`run` sends one Message per client (type ``MESSAGE_TYPES[phase]``, or
+    ``OTHER_PHASE`` with the phase's name for any other phase of the engine) carrying the
     broadcast, the random stream and whether the client is selected, and returns the replies
     in ascending client order. A client whose reply is an error, or that does not reply
     within ``timeout`` seconds, is a failure (:class:`~sklearn_fedmf.exceptions.ClientError`
@@ -59,8 +84,8 @@ class FlowerTransport(Transport):
 
     client_states = None  # they live on the sites
 
-    def __init__(self, grid: Grid, *, min_nodes, timeout=120.0, wait=120.0):
-        self.grid, self.timeout = grid, float(timeout)
+    def __init__(self, grid: Grid, *, min_nodes, timeout=120.0, wait=120.0, poll=0.1):
+        self.grid, self.timeout, self.poll = grid, float(timeout), float(poll)
         self.setup = self.protocol = None  # set by fit_on_grid
         self.wire, self._round, self._seq, self._accepted = {}, 0, {}, {}
         deadline = time.monotonic() + wait
@@ -122,47 +147,82 @@ class FlowerTransport(Transport):
         for c in clients:
             # ``seq`` numbers a client's stateful Messages; ``accepted`` is the last one whose
             # reply the engine got: the site drops any later state (see _client)
-            info = {"selected": selected is None or c in selected,
+            info = {"name": phase, "selected": selected is None or c in selected,
                     "accepted": self._accepted.get(c, 0)}
             if stateful:
                 self._seq[c] = info["seq"] = self._seq.get(c, 0) + 1
             contents[c] = RecordDict({**shared, "phase": ConfigRecord(info)})
-        replies, failures = self._send(contents, MESSAGE_TYPES[phase], self.node_of,
+        replies, failures = self._send(contents, message_type(phase), self.node_of,
                                        "" if stateful else "eval")
         if stateful:
             self._accepted.update((c, self._seq[c]) for c in replies)
         messages = {c: take(reply, "message") for c, reply in replies.items()}
         return PhaseResult(messages, failures)
 
-    def _send(self, contents, message_type, node_of, tag):
+    def _send(self, contents, kind, node_of, tag):
         """Send ``{key: content}`` to ``node_of[key]``; return ``({key: reply content},
         {key: exception})`` in ascending key order."""
-        messages = {key: Message(content, node_of[key], message_type,
+        messages = {key: Message(content, node_of[key], kind,
                                  group_id=str(self._round))
                     for key, content in contents.items()}
-        key_of = {node_of[key]: key for key in contents}
         wire = self.wire.setdefault(self._round, dict.fromkeys(
             ("uploaded", "downloaded", "eval_uploaded", "eval_downloaded"), 0))
         prefix = f"{tag}_" if tag == "eval" else ""
         if tag != "hello":
             wire[prefix + "downloaded"] += sum(wire_bytes(m) for m in messages.values())
+        with _quick_object_retries(self.poll):
+            return self._push_and_pull(messages, wire, tag, prefix)
+
+    def _push_and_pull(self, messages, wire, tag, prefix):
+        # push, then pull at most every ``poll`` seconds (Grid.send_and_receive: every 3 s)
         replies, failures = {}, {}
-        for reply in self.grid.send_and_receive(list(messages.values()), timeout=self.timeout):
-            key = key_of.get(reply.metadata.src_node_id)
-            if key is None:
-                continue
-            if reply.has_error():
-                failures[key] = ClientError(
-                    f"Site {key} replied with an error: {reply.error.reason}", client=key)
-                continue
-            if tag != "hello":
-                wire[prefix + "uploaded"] += wire_bytes(reply)
-            replies[key] = reply.content
-        for key in contents:
-            if key not in replies and key not in failures:
-                failures[key] = TimeoutError(f"Site {key} did not reply within "
-                                             f"{self.timeout:g} s.")
+        ids = list(self.grid.push_messages(list(messages.values())))
+        pending = {}
+        for key, message_id in zip(messages, ids):
+            if message_id:
+                pending[message_id] = key
+            else:
+                failures[key] = FederationError(f"The Message to site {key} could not be "
+                                                "pushed to the SuperLink.")
+        deadline, waits = time.monotonic() + self.timeout, idle_waits(self.poll)
+        while pending:
+            for reply in self.grid.pull_messages(list(pending)):
+                key = pending.pop(reply.metadata.reply_to_message_id, None)
+                if key is None:
+                    continue
+                if reply.has_error():
+                    failures[key] = ClientError(
+                        f"Site {key} replied with an error: {reply.error.reason}", client=key)
+                    continue
+                if tag != "hello":
+                    wire[prefix + "uploaded"] += wire_bytes(reply)
+                replies[key] = reply.content
+            if not pending or time.monotonic() >= deadline:
+                break
+            time.sleep(next(waits))
+        for key in pending.values():
+            failures[key] = TimeoutError(f"Site {key} did not reply within "
+                                         f"{self.timeout:g} s.")
         return dict(sorted(replies.items())), dict(sorted(failures.items()))
+
+
+def connect(estimator, grid, *, min_nodes=2, timeout=120.0, wait=120.0):
+    """The sites of ``grid`` as a transport for ``estimator``'s protocol.
+
+    Waits for the sites, derives the federation's aggregates from their hello replies and
+    builds the protocol (as every site will, from the setup its init Message carries).
+    Returns ``(transport, protocol, ctx)``: the engine's arguments.
+    """
+    estimator._validate_params()
+    transport = FlowerTransport(grid, min_nodes=min_nodes, timeout=timeout, wait=wait)
+    entropy = make_entropy(estimator.random_state)
+    agg = dict(transport.aggregates(), n_items=transport.n_items,
+               n_clients=transport.n_clients)
+    ctx = fit_context(estimator, **agg, entropy=entropy)
+    transport.protocol = protocol = estimator._make_protocol(ctx)
+    transport.setup = dict(estimator=type(estimator).__name__,
+                           params=travelling_params(estimator), entropy=entropy, **agg)
+    return transport, protocol, ctx
 
 
 def fit_on_grid(estimator, grid, *, min_nodes=2, timeout=120.0, wait=120.0):
@@ -179,15 +239,8 @@ def fit_on_grid(estimator, grid, *, min_nodes=2, timeout=120.0, wait=120.0):
     -------
     estimator : the fitted estimator
     """
-    estimator._validate_params()
-    transport = FlowerTransport(grid, min_nodes=min_nodes, timeout=timeout, wait=wait)
-    entropy = make_entropy(estimator.random_state)
-    agg = dict(transport.aggregates(), n_items=transport.n_items,
-               n_clients=transport.n_clients)
-    ctx = fit_context(estimator, **agg, entropy=entropy)
-    transport.protocol = protocol = estimator._make_protocol(ctx)
-    transport.setup = dict(estimator=type(estimator).__name__,
-                           params=travelling_params(estimator), entropy=entropy, **agg)
+    transport, protocol, ctx = connect(estimator, grid, min_nodes=min_nodes, timeout=timeout,
+                                       wait=wait)
     state = estimator._run(protocol, transport, ctx)
     estimator.n_clients_ = transport.n_clients
     estimator.n_iter_ = state.n_rounds
