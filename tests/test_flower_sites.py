@@ -56,7 +56,7 @@ def test_flower_split_command_writes_sites_and_prints_the_commands(tmp_path, cap
     assert "flower-superlink --insecure --host 127.0.0.1 --port 9300" in printed
     for c in range(3):
         assert f'partition-id={c} data="{(out / f"site-{c}.npz").resolve()}"' in printed
-    assert printed.count("flower-supernode") == 3
+    assert printed.count("python -m sklearn_fedmf.flower --insecure") == 3
     assert f"FLWR_HOME={(out / 'flwr-home').resolve()} flwr run" in printed
     assert 'address = "127.0.0.1:9300"' in (out / "flwr-home" / "config.toml").read_text()
     assert main(["flower-split", "--data", "synthetic:60x20x500", "--sites", "61",

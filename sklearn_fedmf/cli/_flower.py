@@ -77,13 +77,14 @@ def flower_commands(paths, port, *, eval_data, out):
     lines = ["# 1. the SuperLink (a terminal of its own):",
              f"flower-superlink --insecure --host 127.0.0.1 --port {port} "
              "--disable-runtime-dependency-installation",
-             "# 2. one SuperNode per site (a terminal each; the site's data stays there):"]
+             "# 2. one SuperNode per site (a terminal each; the site's data stays there; "
+             "python -m sklearn_fedmf.flower is flower-supernode with rounds at network speed):"]
     for c, path in enumerate(paths):
         path = Path(path).resolve()
         config = f'partition-id={c} data="{path}"'
         if eval_data:
             config += f' eval-data="{path.with_name(path.stem + "-eval.npz")}"'
-        lines.append(f"flower-supernode --insecure --superlink 127.0.0.1:{port} "
+        lines.append(f"python -m sklearn_fedmf.flower --insecure --superlink 127.0.0.1:{port} "
                      f"--port {port + 10 + c} --node-config '{config}'")
     lines += ["# 3. the run: the example app of the source tree, whose ServerApp writes the "
               "fitted model",
