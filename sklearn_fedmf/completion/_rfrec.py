@@ -450,20 +450,27 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         X, info = super()._check_fit_data(X, reset=reset, eval_set=eval_set)
         info["privacy"] = self._privacy_settings(X.shape[1])
         if reset:  # (a warm start keeps the first fit's scale and strengths)
-            # each client adds the sum of squares of its centred ratings to its sum and count
-            scale, alpha_u, alpha_v = auto_strengths(
-                self.alpha_u, self.alpha_v, sum_squares=float(np.vdot(X.data, X.data)),
-                n_ratings=X.nnz)
-            if settings["link"] != "identity":  # (the link fits ratings scaled to [0, 1])
-                scale = 1.0
+            # each client adds the sum of squares of its ratings to its sum and count
+            info.update(self._scale_info(float(np.vdot(X.data, X.data)), X.nnz))
         else:
-            scale, alpha_u, alpha_v = self.rating_scale_, self.alpha_u_, self.alpha_v_
-        info.update(rating_scale=scale, alpha_u=alpha_u, alpha_v=alpha_v)
+            info.update(rating_scale=self.rating_scale_, alpha_u=self.alpha_u_,
+                        alpha_v=self.alpha_v_)
+        scale = info["rating_scale"]
         if scale != 1.0:
             X.data /= scale
             if info["eval_X"] is not None:
                 info["eval_X"].data /= scale
         return X, info
+
+    def _scale_info(self, sum_squares, n_ratings):
+        """``rating_scale``, ``alpha_u`` and ``alpha_v`` of a fit from the sum of squares of
+        the centred ratings and their count (:func:`auto_strengths`; a Flower server and its
+        sites get them from the sites' aggregates)."""
+        scale, alpha_u, alpha_v = auto_strengths(self.alpha_u, self.alpha_v,
+                                                 sum_squares=sum_squares, n_ratings=n_ratings)
+        if self._settings()["link"] != "identity":  # (the link fits ratings scaled to [0, 1])
+            scale = 1.0
+        return dict(rating_scale=scale, alpha_u=alpha_u, alpha_v=alpha_v)
 
     def _collect(self, state, blocks, ctx):
         info = ctx.info
