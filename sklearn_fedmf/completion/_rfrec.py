@@ -202,8 +202,9 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         (``rating_scale_``; each client adds the sum of squares of its ratings to the sum
         and count it sends for the mean), with ``alpha_u = alpha_v = 4.5`` on that scale,
         so that the same data in another rating unit gives the same model (ratings times
-        ``c``: predictions times ``c``). A number is the penalty on the ratings as they
-        are (beside an ``"auto"`` one: divided by ``rating_scale_``). The values used are
+        ``c``: predictions times ``c``; with ``link="sigmoid"``, whose ratings are min-max
+        scaled anyway, 4.5 on those). A number is the penalty on the ratings as they are
+        (beside an ``"auto"`` one: divided by ``rating_scale_``). The values used are
         ``alpha_u_`` and ``alpha_v_``.
     alpha_v : float or "auto", default="auto"
         ``lambda_v``: ``(alpha_v / N) ||V_(c)||^2`` per client (``alpha_v ||V||^2`` at
