@@ -50,7 +50,8 @@ from sklearn_fedmf.model_selection import default_search_space, train_test_split
 PEERS = ("BaselineOnly", "SVD", "SVDpp", "KNNBaseline")
 # every completion estimator and variant, all defaults (--all-defaults)
 DEFAULT_MODELS = {"FedMCADMM": (FedMCADMM, {}), "FedMAvg": (FedMAvg, {}), "FedMGS": (FedMGS, {}),
-                  "RFRec": (RFRec, {}), "RFRecF": (RFRec, {"variant": "rfrecf"})}
+                  "RFRec": (RFRec, {}),
+                  "RFRecF": (RFRec, {"solver_params": {"variant": "rfrecf"}})}
 ALL_DATA = ("ml,ml-users,ml-items,1m-0.5,1m-1.0,100k-0.8,filmtrust,douban,epinions,"
             "netflix-100k")
 SEARCHED = "regularization,alpha_u,alpha_v"

@@ -146,8 +146,11 @@ CONTRACT = {
     "FedMGS": FedMGS(n_components=2, max_iter=4, random_state=3, solver_params={"center": False}),
     "RFRec": RFRec(
         n_components=2, max_iter=3, n_clients=N_SITES, random_state=3,
-        solver_params={"center": False},
+        alpha_u=4.5, alpha_v=4.5, solver_params={"center": False},
     ),
+    # "auto" strengths: the sites' sums of squares give the scale, summed in another order
+    # than numpy's, hence the tolerance of the centred branch
+    "RFRec-auto": RFRec(n_components=2, max_iter=3, n_clients=N_SITES, random_state=3),
     "Felb": Felb(n_components=2, max_iter=3, sync_every=2, random_state=3),
     "Felb-gaussian": Felb(n_components=2, max_iter=2,
                           privacy=LocalDP("gaussian", epsilon=0.5, delta=0.05, clip=1.0),
@@ -232,10 +235,10 @@ def test_every_message_the_server_receives_holds_only_the_upload(tmp_path, task_
         assert not reply.has_error()
         kind = reply.metadata.message_type
         client = site_of[reply.metadata.src_node_id]
-        if kind == "query.hello":  # aggregates only: sizes, rating count, sum and range
+        if kind == "query.hello":  # aggregates only: sizes, rating count, sums and range
             assert set(reply.content.keys()) == {"hello"}
             assert set(reply.content["hello"].keys()) == {
-                "client", "n_rows", "n_items", "count", "sum", "min", "max"}
+                "client", "n_rows", "n_items", "count", "sum", "sum_squares", "min", "max"}
             continue
         seen[phases[kind]] += 1
         assert set(reply.content.keys()) == {"message.arrays", "message.tree"}

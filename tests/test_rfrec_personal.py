@@ -32,7 +32,10 @@ def test_personal_predictions_use_each_clients_uploaded_copy(params):
         callback=lambda k, info: last.update(info["uploads"]), **params,
     ).fit(X)
     codes = np.unique(est.clients_, return_inverse=True)[1]
-    scores = np.stack([est.user_factors_[i] @ last[codes[i]].T for i in range(R.shape[0])])
+    # (the copies are on the scale the fit ran on: the ratings over rating_scale_)
+    s = est.rating_scale_
+    scores = s * np.stack([est.user_factors_[i] / np.sqrt(s) @ last[codes[i]].T
+                           for i in range(R.shape[0])])
     expected = est._to_ratings(scores)
     np.testing.assert_allclose(est.predict(X), expected, rtol=1e-12, atol=1e-12)
     # the personal copies differ from Vbar, so the two predictions differ

@@ -81,13 +81,36 @@ __all__ = ["RFRec", "ItemMatrixUpload"]
 # every data set (the authors' code uses 0.1; measured in benchmarks/bench_defaults.py).
 AUTO_ADAM_LR = 0.05
 
+# alpha_u = alpha_v = "auto" (the defaults): the solver runs on the centred ratings divided by
+# their root mean square (``rating_scale_``), so a fit is the same model in any rating unit,
+# and both strengths are AUTO_ALPHA on that scale (a factor penalty in units of the ratings'
+# spread; the biases' shrinkage ``n / (n + alpha)`` is unitless either way). Strengths that
+# follow the ratings per user or per item lost on the site-like sets (docs/guide/tuning.rst,
+# "RFRec's strengths").
+AUTO_ALPHA = 4.5
+
+
+def auto_strengths(alpha_u, alpha_v, *, sum_squares, n_ratings):
+    """``(rating_scale, alpha_u, alpha_v)`` of a fit: with an ``"auto"`` strength the ratings'
+    root mean square (after centring; 1 without ``"auto"``) and both strengths on the ratings
+    divided by it (a number ``a`` given beside ``"auto"`` is ``a / rating_scale`` there, the
+    same penalty of the factor part). From aggregates only: the clients' sums of squares and
+    rating counts."""
+    if "auto" not in (alpha_u, alpha_v):
+        return 1.0, float(alpha_u), float(alpha_v)
+    scale = float(np.sqrt(sum_squares / max(n_ratings, 1))) or 1.0
+    return (scale, *(AUTO_ALPHA if a == "auto" else float(a) / scale
+                     for a in (alpha_u, alpha_v)))
+
 
 def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
                   reg_consensus, alpha_u, alpha_v, p, pull_eta, optimizer, link, shift, span,
-                  init_std, clip_delta, noise_scale, simulate_uploads, biased=False):
+                  init_std, clip_delta, noise_scale, simulate_uploads, biased=False,
+                  rating_scale=1.0):
     """Bind the hyperparameters to the pure functions of :mod:`._rfrec_protocol` and
     :mod:`._rfrec_batched` (``alpha_v`` is split 1/N;
-    ``biased``: rank ``n_components + 2`` with the augmented factors of ``_biases``)."""
+    ``biased``: rank ``n_components + 2`` with the augmented factors of ``_biases``;
+    ``rating_scale``: the ratings were divided by it, the metrics are reported times it)."""
     p = None if variant == "rfrec" else p
     eta = None if p is None else pull_strength(learning_rate, reg_consensus,
                                                alpha_v / n_clients, p, pull_eta)
@@ -110,7 +133,8 @@ def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learni
                                **link_),
         combine_metrics=partial(combine_metrics, n_clients=n_clients, reg=reg_consensus,
                                 alpha_v=alpha_v, lr=learning_rate,
-                                optimizer=optimizer, variant=variant),
+                                optimizer=optimizer, variant=variant,
+                                rating_scale=rating_scale),
         # every client steps each round; only uploads are sampled or lost (Section 3.3)
         participation=Participation(computes="all", receives="all", dropped="upload_lost",
                                     server_update="every_round"),
@@ -172,15 +196,24 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         Iterations ``K`` (for RFRecF, coin flips; messages happen on some of them only).
     tol : float, default=0.0
         %(tol)s
-    alpha_u : float, default=4.5
+    alpha_u : float or "auto", default="auto"
         ``lambda_u`` on ``sum_i ||u_i||^2``; also the fold-in ridge of ``transform``.
-    alpha_v : float, default=4.5
+        ``"auto"``: the fit runs on the centred ratings divided by their root mean square
+        (``rating_scale_``; each client adds the sum of squares of its ratings to the sum
+        and count it sends for the mean), with ``alpha_u = alpha_v = 4.5`` on that scale,
+        so that the same data in another rating unit gives the same model (ratings times
+        ``c``: predictions times ``c``; with ``link="sigmoid"``, whose ratings are min-max
+        scaled anyway, 4.5 on those). A number is the penalty on the ratings as they are
+        (beside an ``"auto"`` one: divided by ``rating_scale_``). The values used are
+        ``alpha_u_`` and ``alpha_v_``.
+    alpha_v : float or "auto", default="auto"
         ``lambda_v``: ``(alpha_v / N) ||V_(c)||^2`` per client (``alpha_v ||V||^2`` at
         consensus). The paper uses 0; then ``F`` has no minimizer (the scales of ``U`` and
-        ``V`` drift), which a positive value removes. The defaults 4.5 (no 1/2 on the
-        penalties: a 9 in the other estimators' scale) are chosen on the sets of
-        ``benchmarks/bench_defaults.py``'s ``CHOSEN_ON`` (the smallest worst gap to the
-        tuned value); the code's settings are in ``PAPER_SETTINGS``.
+        ``V`` drift), which a positive value removes. ``"auto"``: see ``alpha_u``; the 4.5
+        (no 1/2 on the penalties: a 9 in the other estimators' scale) was chosen on the
+        sets of ``benchmarks/bench_defaults.py``'s ``CHOSEN_ON`` and confirmed on the
+        site-like sets (tuning guide, "RFRec's strengths"); the code's settings are in
+        ``PAPER_SETTINGS``.
     %(privacy)s
         RFRec's upload is ``V_(c)``: ``"auto"`` is the paper's (Section 3.4, eq. 9)
         ``clip(V_(c), clip) + Laplace(noise)`` per entry, the only mechanism offered.
@@ -189,7 +222,8 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         covers the ``n_items * d`` entries of an upload). Without noise, uploads reveal
         which items a client rated (its copy differs from ``Vbar`` only there); with
         ``center=True`` each client's rating sum and count reach the server without noise,
-        outside the guarantee.
+        outside the guarantee (with ``"auto"`` strengths also its sum of squares; ``clip``
+        then bounds the entries of the copies on the fit's scale, ``rating_scale_``).
     biased : bool, default=True
         %(biased)s
     %(run_parameters)s
@@ -256,6 +290,12 @@ class RFRec(LocalDPMixin, FederatedMFBase):
     user_factors_ : ndarray of shape (n_users, n_components)
         The federated user vectors (kept for analysis; they never leave a client).
     %(fit_attributes)s
+    rating_scale_ : float
+        What the centred ratings were divided by during the fit (``"auto"`` strengths:
+        their root mean square; else 1). The fitted factors and biases are back on the
+        rating scale; the clients' copies and uploads are on the fit's.
+    alpha_u_, alpha_v_ : float
+        The strengths used, on the fit's scale.
     comm_rounds_ : int
         One-way communication rounds (Definition 3.8), counted as in Lemma 3.9.
     %(privacy_attributes)s
@@ -311,6 +351,8 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         "n_clients": [Interval(Integral, 1, None, closed="left"), None],
         "reg_consensus": [Interval(Real, 0, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "alpha_u": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
+        "alpha_v": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
     }
 
     def __init__(
@@ -323,8 +365,8 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         clients_per_round=None,
         max_iter=100,
         tol=0.0,
-        alpha_u=4.5,
-        alpha_v=4.5,
+        alpha_u="auto",
+        alpha_v="auto",
         privacy=None,
         biased=True,
         clip=True,
@@ -385,14 +427,47 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             )
         X, info = super()._check_fit_data(X, reset=reset, eval_set=eval_set)
         info["privacy"] = self._privacy_settings(X.shape[1])
+        if reset:  # (a warm start keeps the first fit's scale and strengths)
+            # each client adds the sum of squares of its ratings to its sum and count
+            info.update(self._scale_info(float(np.vdot(X.data, X.data)), X.nnz))
+        else:
+            info.update(rating_scale=self.rating_scale_, alpha_u=self.alpha_u_,
+                        alpha_v=self.alpha_v_)
+        scale = info["rating_scale"]
+        if scale != 1.0:
+            X.data /= scale
+            if info["eval_X"] is not None:
+                info["eval_X"].data /= scale
         return X, info
 
+    def _scale_info(self, sum_squares, n_ratings):
+        """``rating_scale``, ``alpha_u`` and ``alpha_v`` of a fit from the sum of squares of
+        the centred ratings and their count (:func:`auto_strengths`; a Flower server and its
+        sites get them from the sites' aggregates)."""
+        scale, alpha_u, alpha_v = auto_strengths(self.alpha_u, self.alpha_v,
+                                                 sum_squares=sum_squares, n_ratings=n_ratings)
+        if self._settings()["link"] != "identity":  # (the link fits ratings scaled to [0, 1])
+            scale = 1.0
+        return dict(rating_scale=scale, alpha_u=alpha_u, alpha_v=alpha_v)
+
     def _collect(self, state, blocks, ctx):
+        info = ctx.info
+        self.rating_scale_, self.alpha_u_, self.alpha_v_ = (
+            info["rating_scale"], info["alpha_u"], info["alpha_v"])
         super()._collect(state, blocks, ctx)
-        self._check_diverged(ctx.X, ctx.info["offset"])
+        self._check_diverged(ctx.X, info["offset"])
         self._keep_personal(state)
         self.comm_rounds_ = state.server_state["comm_rounds"]
-        self._read_privacy_spent(ctx.info["privacy"], state.n_uploads)
+        self._read_privacy_spent(info["privacy"], state.n_uploads)
+        scale = self.rating_scale_
+        if scale != 1.0:  # the model back in rating units (u . v and the biases times scale)
+            root = np.sqrt(scale)
+            self.components_ *= root
+            self.user_factors_ *= root
+            if self.biased:
+                self.item_bias_ *= scale
+                self.user_bias_ *= scale
+            ctx.X.data *= scale  # (the end-of-fit checks read X in rating units)
 
     def _keep_personal(self, state):
         """Every client's copy ``V_(c)`` as its rated columns over the shared ones: blocks of
@@ -406,7 +481,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             return
         settings = self._settings()
         eta = None if settings["variant"] == "rfrec" else pull_strength(  # as make_protocol does
-            self._learning_rate(), self.reg_consensus, self.alpha_v / self.n_clients_,
+            self._learning_rate(), self.reg_consensus, self.alpha_v_ / self.n_clients_,
             settings["p"], settings["pull_eta"])
         replica = state.broadcast.simulation  # Vbar and the shared columns W
         states = state.client_states
@@ -460,10 +535,11 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         for k in np.unique(block):
             at = block == k
             V[hit[at]] = values[k][pos[hit[at]] - offsets[k]]
-        U = self.user_factors_[rows]
+        scale = self.rating_scale_  # (the copies are on the scale the fit ran on)
+        U = self.user_factors_[rows] / np.sqrt(scale)
         if self.biased:  # the copies are augmented: [U, b_u, 1] . [V; 1; b_i]
-            U = np.hstack([U, self.user_bias_[rows, None], np.ones((len(rows), 1))])
-        return np.einsum("ij,ij->i", U, V)
+            U = np.hstack([U, self.user_bias_[rows, None] / scale, np.ones((len(rows), 1))])
+        return scale * np.einsum("ij,ij->i", U, V)
 
     def _personal_predict_at(self, Xc, target):
         """Personal predictions (rating scale) at the stored entries of ``target``."""
@@ -522,11 +598,12 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             variant=settings["variant"], schedule=settings["schedule"],
             learning_rate=self._learning_rate(), reg_consensus=self.reg_consensus,
-            alpha_u=self.alpha_u, alpha_v=self.alpha_v, p=settings["p"],
+            alpha_u=ctx.info["alpha_u"], alpha_v=ctx.info["alpha_v"], p=settings["p"],
             pull_eta=settings["pull_eta"], optimizer=settings["optimizer"], link=settings["link"],
             shift=offset - lo, span=(hi - lo) or 1.0, init_std=settings["init_std"],
             clip_delta=ctx.info["privacy"]["clip"], noise_scale=ctx.info["privacy"]["scale"] or 0.0,
             simulate_uploads=settings["simulate_uploads"], biased=self.biased,
+            rating_scale=ctx.info["rating_scale"],
         )
 
     def _read_components(self, server_state, broadcast):
@@ -537,16 +614,27 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         lo, hi = self.rating_range_
         return (self.mean_ if self._settings()["center"] else 0.0) - lo, (hi - lo) or 1.0
 
+    def _fold_in_alpha_u(self):
+        return self.alpha_u_
+
     def _fold_in_rows(self, Xc, Vt):
-        """Each row's ``argmin_u sum_j (r_ij - link(u . vbar_j))^2 + alpha_u ||u||^2``."""
+        """Each row's ``argmin_u sum_j (r_ij - link(u . vbar_j))^2 + alpha_u ||u||^2``, on the
+        scale the fit ran on (ratings over ``rating_scale_``, the factors over its root, the
+        biases over it; ``Vt``'s last column is the fixed ones when biased)."""
         U = np.zeros((Xc.shape[0], Vt.shape[1]))
-        if self._settings()["link"] == "identity":  # the ridge system, exact
-            ridge_fold_in(Xc.indptr, Xc.indices, Xc.data, Vt, self.alpha_u, U)
-        else:
+        if self._settings()["link"] != "identity":
             shift, span = self._link_params()
-            _sigmoid_fold_in(Xc.indptr, Xc.indices, Xc.data, Vt, self.alpha_u, shift, span,
+            _sigmoid_fold_in(Xc.indptr, Xc.indices, Xc.data, Vt, self.alpha_u_, shift, span,
                              50, U)
-        return U
+            return U
+        scale = self.rating_scale_
+        back = np.full(Vt.shape[1], np.sqrt(scale))  # what each column of U is multiplied by
+        if self.biased:
+            back[-1] = scale  # b_u (against the fixed ones)
+        data = Xc.data / scale if scale != 1.0 else Xc.data
+        Vt_fit = np.ascontiguousarray(Vt * (back / scale)) if scale != 1.0 else Vt
+        ridge_fold_in(Xc.indptr, Xc.indices, data, Vt_fit, self.alpha_u_, U)  # exact
+        return U * back if scale != 1.0 else U
 
     def _to_ratings(self, Z):
         """Scores ``u . v`` to ratings (the shifted scale plus the offset, or the sigmoid

@@ -373,8 +373,12 @@ def _diverged(what, lr, optimizer):
     )
 
 
-def combine_metrics(server_state, sums, *, n_clients, reg, alpha_v, lr, optimizer, variant):
-    """``F`` at the current state (psi against the server's ``Vbar``), RMSEs, the gap."""
+def combine_metrics(server_state, sums, *, n_clients, reg, alpha_v, lr, optimizer, variant,
+                    rating_scale=1.0):
+    """``F`` at the current state (psi against the server's ``Vbar``), RMSEs, the gap.
+
+    ``rating_scale``: the solver runs on the ratings divided by it (``"auto"`` strengths);
+    the errors are reported in rating units and ``F`` times its square."""
     s = server_state
     W, Vbar = s["W"], s["Vbar"]
     psi = 0.5 * (sums["psi_rated"] + n_clients * float(np.vdot(W - Vbar, W - Vbar)))
@@ -386,8 +390,8 @@ def combine_metrics(server_state, sums, *, n_clients, reg, alpha_v, lr, optimize
             f"{sums['scale']:.4g})", lr, optimizer))
     change = np.linalg.norm(Vbar - s["Vbar_prev"]) / max(np.linalg.norm(s["Vbar_prev"]), 1e-300)
     record = {
-        "objective": objective,
-        "train_rmse": float(np.sqrt(sums["sse"] / max(sums["n"], 1))),
+        "objective": objective * rating_scale**2,
+        "train_rmse": rating_scale * float(np.sqrt(sums["sse"] / max(sums["n"], 1))),
         "consensus_gap": 2 * psi,
         "vbar_change": float(change),
         "comm_rounds": s["comm_rounds"],
@@ -395,6 +399,6 @@ def combine_metrics(server_state, sums, *, n_clients, reg, alpha_v, lr, optimize
     if "last_coin" in s and variant == "rfrecf":
         record["coin"] = s["last_coin"]
     if sums["eval_n"]:
-        record["eval_rmse"] = float(np.sqrt(sums["eval_sse"] / sums["eval_n"]))
-        record["eval_mae"] = sums["eval_ae"] / sums["eval_n"]
+        record["eval_rmse"] = rating_scale * float(np.sqrt(sums["eval_sse"] / sums["eval_n"]))
+        record["eval_mae"] = rating_scale * sums["eval_ae"] / sums["eval_n"]
     return record

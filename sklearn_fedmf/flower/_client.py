@@ -78,7 +78,8 @@ class _Site:
         self.protocol = make_site_protocol(
             estimator, n_items=setup["n_items"], n_clients=setup["n_clients"],
             n_users=setup["n_users"], mean=setup["mean"], rating_range=setup["rating_range"],
-            n_ratings=setup["n_ratings"], entropy=setup["entropy"],
+            n_ratings=setup["n_ratings"], sum_squares=setup.get("sum_squares"),
+            entropy=setup["entropy"],
         )
         self.block = site_block(estimator, self.X, self.X_eval)
 
@@ -88,6 +89,7 @@ def _hello(msg: Message, context: Context) -> Message:
     return Message(RecordDict({"hello": ConfigRecord({
         "client": int(context.node_config["partition-id"]), "n_rows": X.shape[0],
         "n_items": X.shape[1], "count": int(X.nnz), "sum": float(X.data.sum()),
+        "sum_squares": float(X.data @ X.data),  # (RFRec's "auto" strengths)
         "min": float(X.data.min()) if X.nnz else 0.0,
         "max": float(X.data.max()) if X.nnz else 0.0,
     })}), reply_to=msg)

@@ -63,8 +63,9 @@ class FlowerTransport(Transport):
 
     On creation it waits (up to ``wait`` seconds) for ``min_nodes`` SuperNodes and asks each
     for its client index (node config ``partition-id``, which must be ``0 .. n - 1``), its
-    number of rows and items, and the count, sum, minimum and maximum of its ratings: the
-    aggregates from which the server derives ``mean_``, ``rating_range_`` and ``n_users_``.
+    number of rows and items, and the count, sum, sum of squares, minimum and maximum of its
+    ratings: the aggregates from which the server derives ``mean_``, ``rating_range_``,
+    ``n_users_`` and RFRec's ``rating_scale_``.
 
     :meth:`run` sends one Message per client (type ``MESSAGE_TYPES[phase]``, or
     ``OTHER_PHASE`` with the phase's name for any other phase of the engine) carrying the
@@ -115,8 +116,9 @@ class FlowerTransport(Transport):
         return len(self.sites)
 
     def aggregates(self):
-        """``n_users``, ``mean``, ``rating_range`` and ``n_ratings`` of all ratings, from each
-        site's rows, rating count, sum, minimum and maximum."""
+        """``n_users``, ``mean``, ``rating_range``, ``n_ratings`` and ``sum_squares`` of all
+        ratings, from each site's rows, rating count, sum, sum of squares, minimum and
+        maximum."""
         rated = [h for h in self.sites if int(h["count"])]
         if not rated:
             raise FederationError("The sites hold no rating; there is nothing to fit.")
@@ -126,6 +128,7 @@ class FlowerTransport(Transport):
             rating_range=(min(float(h["min"]) for h in rated),
                           max(float(h["max"]) for h in rated)),
             n_ratings=sum(int(h["count"]) for h in rated),
+            sum_squares=sum(float(h.get("sum_squares", 0.0)) for h in rated),
         )
 
     @contextmanager

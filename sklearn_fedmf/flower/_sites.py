@@ -74,7 +74,7 @@ def site_estimator(name, params):
 
 
 def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, n_ratings,
-                entropy=0):
+                sum_squares=None, entropy=0):
     """The ``FitContext`` a simulated fit would hand the estimator's hooks, built from the
     sites' aggregates (rows, rating sum and count, rating range) instead of the data.
 
@@ -90,6 +90,11 @@ def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, n
         estimator.rating_range_ = (float(rating_range[0]), float(rating_range[1]))
         info = dict(eval_X=None, mean=estimator.mean_, rating_range=estimator.rating_range_,
                     offset=estimator._offset, n_ratings=int(n_ratings))
+        if hasattr(estimator, "_scale_info"):  # RFRec: the scale the sites divide by
+            offset = info["offset"]  # sum (r - offset)^2 from the sums of r^2 and r
+            centred = (sum_squares or 0.0) - n_ratings * offset * (2 * float(mean) - offset)
+            info.update(estimator._scale_info(max(centred, 0.0), int(n_ratings)))
+            estimator.rating_scale_ = info["rating_scale"]
     else:  # Felb
         info = {}
     if isinstance(estimator, LocalDPMixin):  # the upload noise
@@ -130,6 +135,11 @@ def site_block(estimator, X, X_eval=None):
             )
         if offset:
             X_eval.data -= offset
+    scale = getattr(estimator, "rating_scale_", 1.0)  # (RFRec's "auto" strengths)
+    if scale != 1.0:
+        X.data /= scale
+        if X_eval is not None:
+            X_eval.data /= scale
     return split_clients(X, codes, 1, X_eval)[0]
 
 
