@@ -173,15 +173,23 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
 
     # ---- fit ----------------------------------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=False)
-    def fit(self, X, y, *, clients=None):
+    def fit(self, X, y=None, *, clients=None):
         """Fit the wrapped estimator on the ratings ``y`` of the (user, item) pairs ``X``.
+
+        Without ratings (``y=None``) the pairs are implicit feedback: each is an interaction
+        of strength 1, and the clone of ``estimator`` is fitted with ``loss="implicit"``
+        (set on the clone: the estimator given is not changed; an estimator without a
+        ``loss`` parameter is refused). With ratings or counts as ``y`` and an estimator of
+        ``loss="implicit"``, they are the interactions' strengths (confidence ``1 +
+        confidence * y``).
 
         Parameters
         ----------
         X : {array-like, DataFrame} of shape (n_ratings, n_columns)
             One (user, item) pair of ids per row (columns ``user_col`` and ``item_col``).
-        y : array-like of shape (n_ratings,)
-            The ratings. A pair listed more than once is fitted at its mean rating.
+        y : array-like of shape (n_ratings,) or None, default=None
+            The ratings. A pair listed more than once is fitted at its mean rating. None:
+            interactions (see above).
         clients : array-like of shape (n_ratings,), default=None
             The client label of each rating's user (ignored when ``client_col`` is set).
 
@@ -190,6 +198,14 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         self : RatingRegressor
         """
         users, items, labels = self._columns(X, reset=True)
+        estimator = self._base_estimator()
+        if y is None:
+            if "loss" not in estimator.get_params(deep=False):
+                raise ValueError(
+                    f"fit without y means implicit feedback, which {type(estimator).__name__} "
+                    "does not train (it has no loss parameter); pass the ratings as y.")
+            estimator = clone(estimator).set_params(loss="implicit")
+            y = np.ones(len(users))
         y = np.asarray(column_or_1d(y, warn=True), dtype=np.float64)
         check_consistent_length(users, y)
         if len(y) < 2:
@@ -206,7 +222,6 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         R = _mean_matrix(y, user_codes, item_codes, shape)
         user_clients = None if labels is None else _client_of_users(labels, user_codes,
                                                                     self.users_)
-        estimator = self._base_estimator()
         self.estimator_ = clone(estimator).fit(R, clients=user_clients)
         self._seen = sp.csr_matrix((np.ones(R.nnz, dtype=bool), R.indices, R.indptr),
                                    shape=shape)

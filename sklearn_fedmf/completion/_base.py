@@ -41,7 +41,7 @@ from ..exceptions import UnobservedItemsWarning
 from ._implicit import IMPLICIT_CONFIDENCE, check_interactions, implicit_user_factors
 
 __all__ = ["COMPLETION_DOCS", "FACTOR_SETTINGS", "FederatedMFBase", "FEDERATION_CONSTRAINTS",
-           "moved_to_solver_params"]
+           "IMPLICIT_SETTINGS", "moved_to_solver_params"]
 
 # The ``solver_params`` keys of the factor models' regularizer and start (FedMC-ADMM, FedMAvg,
 # FedMGS; ``init_scale``'s default is each class's own).
@@ -66,11 +66,18 @@ COMPLETION_DOCS: dict = {
         solver_key("on_client_error", '{"raise", "skip"}, default="raise"'),
     ]),
     "solver_center": solver_key("center", "bool, default=True"),
+    # (the classes that train loss="implicit" list it; see IMPLICIT_SETTINGS)
     "solver_confidence": solver_key("confidence", f"float, default={IMPLICIT_CONFIDENCE}"),
 }
 COMPLETION_DOCS["solver_shared"] = "\n".join(
-    [COMPLETION_DOCS["solver_center"], COMPLETION_DOCS["solver_confidence"],
-     COMPLETION_DOCS["solver_simulation"]])
+    [COMPLETION_DOCS["solver_center"], COMPLETION_DOCS["solver_simulation"]])
+
+
+# The ``solver_params`` key of ``loss="implicit"``, declared by each class that trains it
+# (documented by ``%(solver_confidence)s``).
+IMPLICIT_SETTINGS: dict = {
+    "confidence": (IMPLICIT_CONFIDENCE, [Interval(Real, 0, None, closed="left")]),
+}
 
 
 def moved_to_solver_params(solver_params):
@@ -111,7 +118,6 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         **SIMULATION_SETTINGS,
         "missing_values": (np.nan, [Real]),
         "center": (True, ["boolean"]),
-        "confidence": (IMPLICIT_CONFIDENCE, [Interval(Real, 0, None, closed="left")]),
     }
     _default_settings: dict = {
         **FederatedEstimator._default_settings,
@@ -143,7 +149,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     def _biased(self):
         """Whether the model has biases: ``biased``, except under ``loss="implicit"`` (whose
         preference scores have neither biases nor a mean)."""
-        return self.biased and self.loss == "squared"
+        return self.biased and not self._implicit
 
     @property
     def _implicit(self):
@@ -396,7 +402,8 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     def _fold_in_rows(self, Xc, Vt):
         settings = self._settings()
         if self._implicit:  # the exact minimizer over every item (_implicit)
-            return implicit_user_factors(Xc, Vt, Vt.T @ Vt, confidence=settings["confidence"],
+            confidence = settings.get("confidence", IMPLICIT_CONFIDENCE)
+            return implicit_user_factors(Xc, Vt, Vt.T @ Vt, confidence=confidence,
                                          alpha_u=self._fold_in_alpha_u())
         U = np.zeros((Xc.shape[0], Vt.shape[1]))
         l1_ratio, positive = settings["l1_ratio"], settings["positive"]

@@ -22,6 +22,7 @@ from .._fedmavg_protocol import check_aggregation, q2_schedule, round_phases
 from ._base import (
     COMPLETION_DOCS,
     FACTOR_SETTINGS,
+    IMPLICIT_SETTINGS,
     FederatedMFBase,
     moved_to_solver_params,
 )
@@ -228,6 +229,7 @@ class FedMAvg(FederatedMFBase):
           i.i.d. draws with replacement, probabilities ``omega_p`` (``client_weights``); a
           client drawn twice uploads once and counts twice in the mean (``history_`` then
           also has ``bytes_uploaded_draws``, the paper's count of one upload per draw).
+        %(solver_confidence)s
         %(solver_l1_ratio)s
         %(solver_positive)s
         %(solver_init_scale_1)s
@@ -280,6 +282,7 @@ class FedMAvg(FederatedMFBase):
     _solver_params: dict = {
         **FederatedMFBase._solver_params,
         **FACTOR_SETTINGS,
+        **IMPLICIT_SETTINGS,
         "init_scale": (1.0, FACTOR_SETTINGS["init_scale"][1]),
         "variant": ("wang_chang", [StrOptions({"wang_chang", "fedpalm", "fedmc_admm"})]),
         "q_hat": (5, [Interval(Integral, 0, None, closed="left")]),

@@ -15,6 +15,7 @@ from .._docstrings import Substitution
 from ._base import (
     COMPLETION_DOCS,
     FACTOR_SETTINGS,
+    IMPLICIT_SETTINGS,
     FederatedMFBase,
     moved_to_solver_params,
 )
@@ -120,6 +121,7 @@ class FedMGS(FederatedMFBase):
           ``"weighted"``: i.i.d. draws with replacement, probabilities proportional to the
           clients' ratings (the paper's footnote); a client drawn twice sends its aggregates
           once and it is applied once.
+        %(solver_confidence)s
         %(solver_l1_ratio)s
         %(solver_positive)s
         %(solver_init_scale_1)s
@@ -173,6 +175,7 @@ class FedMGS(FederatedMFBase):
     _solver_params: dict = {
         **FederatedMFBase._solver_params,
         **FACTOR_SETTINGS,
+        **IMPLICIT_SETTINGS,
         "c_factor": (0.51, [Interval(Real, 0, None, closed="neither")]),
         "d_factor": (0.501, [Interval(Real, 0, None, closed="neither")]),
         "sampling": ("uniform", [StrOptions({"uniform", "weighted"})]),

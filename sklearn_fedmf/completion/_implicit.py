@@ -92,8 +92,11 @@ def _user_solve_kernel(indptr, indices, data, Vt, VtV, confidence, alpha, out):
                 va = Vt[j, a]
                 b[a] += c * va
                 w = (c - 1.0) * va
-                for e in range(r):
+                for e in range(a, r):  # (the upper triangle; mirrored below)
                     A[a, e] += w * Vt[j, e]
+        for a in range(r):
+            for e in range(a):
+                A[a, e] = A[e, a]
         out[u] = np.linalg.solve(A, b)
 
 
@@ -140,7 +143,7 @@ def _item_sums_kernel(indptr, indices, data, U, slot, confidence, sign, G):
                 ua = sign * U[t, a]
                 G[q, a] += c * ua
                 w = (c - 1.0) * ua
-                for e in range(r):
+                for e in range(a, r):  # (the upper triangle; mirrored by the caller)
                     G[q, r + a * r + e] += w * U[t, e]
 
 
@@ -170,7 +173,17 @@ def implicit_item_sums(X, U, *, confidence, U_old=None):
             _item_sums_kernel(X.indptr, X.indices, data,
                               np.ascontiguousarray(U_old, dtype=np.float64), slot,
                               float(confidence), -1.0, G)
+        _mirror_upper(G, r)
     return items, G
+
+
+@njit(cache=True, nogil=True)
+def _mirror_upper(G, r):
+    """Copy each row's upper triangle of ``G1`` onto its lower one."""
+    for q in range(G.shape[0]):
+        for a in range(r):
+            for e in range(a):
+                G[q, r + a * r + e] = G[q, r + e * r + a]
 
 
 def _entry_scores(X, U, Vt):
