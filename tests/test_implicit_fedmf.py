@@ -16,6 +16,8 @@ from sklearn_fedmf.completion._implicit import (
     implicit_item_sums,
     implicit_objective,
     implicit_user_factors,
+    packed_size,
+    unpack_gram,
 )
 from sklearn_fedmf.exceptions import FedMFWarning
 from sklearn_fedmf.metrics import ndcg_at_k
@@ -72,7 +74,7 @@ def test_item_gradient_and_aggregates_equal_the_dense_gradient():
                                rtol=RTOL)
     items, G = implicit_item_sums(X, U, confidence=1.5)
     r = U.shape[1]
-    G2, G1 = G[:, :r], G[:, r:].reshape(-1, r, r)
+    G2, G1 = G[:, :r], unpack_gram(G[:, r:], r)
     from_sums = Vt @ (U.T @ U)  # every item: the Gram term; rated items: the aggregates
     from_sums[items] += np.einsum("jab,jb->ja", G1, Vt[items]) - G2
     np.testing.assert_allclose(from_sums, want, rtol=RTOL)
@@ -83,7 +85,7 @@ def test_fedmgs_server_step_is_the_exact_minimizer_from_the_clients_messages():
     X, U, _ = tiny(seed=3, shape=(6, 5))
     parts = [np.array([0, 3]), np.array([1, 2, 5]), np.array([4])]  # three clients
     r = U.shape[1]
-    sums, grams = np.zeros((X.shape[1], r + r * r)), np.zeros((r, r))
+    sums, grams = np.zeros((X.shape[1], packed_size(r))), np.zeros((r, r))
     for rows in parts:
         msg = share(U[rows], X[rows], confidence=1.2)
         sums[msg["items"]] += msg["G"]
@@ -173,7 +175,7 @@ def test_uploads_hold_no_client_rows_or_factors(cls):
             else:  # aggregates on the client's items and an r x r Gram
                 assert set(upload) == {"items", "G", "gram"}
                 np.testing.assert_array_equal(upload["items"], np.unique(X[rows].indices))
-                assert upload["G"].shape == (len(upload["items"]), r + r * r)
+                assert upload["G"].shape == (len(upload["items"]), r + r * (r + 1) // 2)
                 assert upload["gram"].shape == (r, r)
             for value in upload.values():  # no array of the client's row count
                 assert np.ndim(value) == 0 or np.shape(value)[0] != len(rows) or \

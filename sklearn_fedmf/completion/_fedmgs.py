@@ -62,7 +62,7 @@ class FedMGS(FederatedMFBase):
         %(clients_per_round)s
     max_iter : int or None, default=None
         %(max_iter)s
-        (One server step each.) None: 100 with ``loss="squared"``, 15 with
+        (One server step each.) None: 100 with ``loss="squared"``, 10 with
         ``loss="implicit"`` (each of its rounds is an exact ALS sweep).
     tol : float, default=0.0
         %(tol)s
@@ -181,6 +181,8 @@ class FedMGS(FederatedMFBase):
         "sampling": ("uniform", [StrOptions({"uniform", "weighted"})]),
     }
     _moved_params = moved_to_solver_params(_solver_params)
+    # what None means under each loss (FederatedMFBase._loss_default)
+    _loss_defaults: dict = {"n_components": (5, 32), "max_iter": (100, 10)}
 
     _parameter_constraints: dict = {
         **FederatedMFBase._parameter_constraints,

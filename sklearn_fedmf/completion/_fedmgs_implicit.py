@@ -11,16 +11,17 @@ any ``V``; only their content changes. For item ``j`` and client ``p``::
 
 (:func:`~._implicit.implicit_item_sums`). The all-items term is the client's Gram
 ``U_p^T U_p``, which FedMGS's message already holds (for the ratings' step size): the
-message is the paper's, rows ``[G2_jp, vec(G1_jp)]`` on the items the client's users
-interacted with, plus the Gram, nothing more.
+message is the paper's, rows ``[G2_jp, triu(G1_jp)]`` on the items the client's users
+interacted with (``G1_jp`` is symmetric: its upper triangle, ``r (r + 1) / 2`` numbers, is
+all of it), plus the Gram, nothing more.
 
 The server needs only the sums over the clients. For ratings it caches every client's
-latest message; at the ranks implicit feedback needs (``r + r^2`` numbers per rated item,
-4,160 at ``r = 64``) that cache is the size of every client's message together (0.8 GB for
+latest message; at the ranks implicit feedback needs (``r + r (r + 1) / 2`` numbers per
+rated item, 560 at ``r = 32``) that cache is the size of every client's message together (0.4 GB for
 ten clients of the embedded MovieLens at ``r = 32``). So under ``"implicit"`` a sampled
 client sends the *change* of its aggregates since its last message (it recomputes the old
 ones from its factors before the step: no copy kept), and the server adds the changes to
-its running sums (``n_items x (r + r^2)`` and ``r x r``), in client order. The first
+its running sums (``n_items x (r + r (r + 1) / 2)`` and ``r x r``), in client order. The first
 message is the change from zero. A client that was not sampled did not move, so the sums
 stay exact at every client's current factors, as the cache kept them. The same message
 size and the same information as the paper's (the server could add the changes up per
@@ -46,10 +47,16 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+from numba import njit
 
 from .. import _fedmgs_protocol as rounds
 from .._engine import FederatedProtocol
-from ._implicit import implicit_item_sums, implicit_objective, implicit_user_factors
+from ._implicit import (
+    implicit_item_sums,
+    implicit_objective,
+    implicit_user_factors,
+    packed_size,
+)
 
 __all__ = ["make_implicit_protocol", "share", "server_solve"]
 
@@ -66,7 +73,7 @@ def _broadcast(Vt):
 
 def share(U, X, *, confidence, U_old=None):
     """A client's message ``{"items", "G", "gram"}``: its aggregates on the items its users
-    interacted with (row ``[G2_j, vec(G1_j)]``) and ``U_p^T U_p``, or with ``U_old`` their
+    interacted with (row ``[G2_j, triu(G1_j)]``) and ``U_p^T U_p``, or with ``U_old`` their
     changes since the message at ``U_old``."""
     items, G = implicit_item_sums(X, U, confidence=confidence, U_old=U_old)
     gram = U.T @ U if U_old is None else U.T @ U - U_old.T @ U_old
@@ -96,11 +103,18 @@ def client_update(state, block, broadcast, rng, selected, *, confidence, alpha_u
                                                   U_old=state["U"]))
 
 
+@njit(cache=True, nogil=True)
+def _add_rows(sums, items, G):
+    for q in range(items.shape[0]):
+        for a in range(G.shape[1]):
+            sums[items[q], a] += G[q, a]
+
+
 def add_messages(sums, grams, uploads):
     """Add the uploads' changes to the running sums, in place, in client order."""
     for client in sorted(uploads):
         message = uploads[client]
-        sums[message["items"]] += message["G"]
+        _add_rows(sums, message["items"], message["G"])
         grams += message["gram"]
 
 
@@ -108,18 +122,34 @@ def server_init_uploads(server_state, uploads, *, n_clients):
     """The sums of every client's first message; broadcast ``V`` and ``V^T V``."""
     Vt = server_state["Vt"]
     r = Vt.shape[1]
-    sums, grams = np.zeros((Vt.shape[0], r + r * r)), np.zeros((r, r))
+    sums, grams = np.zeros((Vt.shape[0], packed_size(r))), np.zeros((r, r))
     add_messages(sums, grams, uploads)
     return {"Vt": Vt, "sums": sums, "grams": grams}, _broadcast(Vt)
 
 
+@njit(cache=True, nogil=True)
+def _solve_items(total, base, out):
+    """``out[j] = (base + G1_j)^{-1} G2_j``, each ``G1_j`` unpacked from its row of ``total``
+    (one ``r x r`` system at a time: no ``n_items x r x r`` temporary)."""
+    r = base.shape[0]
+    H = np.empty((r, r))
+    for j in range(total.shape[0]):
+        k = r
+        for a in range(r):
+            for e in range(a, r):
+                H[a, e] = base[a, e] + total[j, k]
+                H[e, a] = H[a, e]
+                k += 1
+        out[j] = np.linalg.solve(H, total[j, :r].copy())
+
+
 def server_solve(total, grams, alpha_v):
     """``V`` minimizing the objective given the summed aggregates ``total`` (rows
-    ``[G2_j, vec(G1_j)]``) and Grams ``grams``: ``v_j = H_j^{-1} G2_j`` (module docstring)."""
+    ``[G2_j, triu(G1_j)]``) and Grams ``grams``: ``v_j = H_j^{-1} G2_j`` (module docstring)."""
     r = grams.shape[0]
-    G2, G1 = total[:, :r], total[:, r:].reshape(-1, r, r)
-    H = G1 + (grams + alpha_v * np.eye(r))
-    return np.linalg.solve(H, G2[:, :, None])[:, :, 0]
+    out = np.empty((total.shape[0], r))
+    _solve_items(total, np.ascontiguousarray(grams + alpha_v * np.eye(r)), out)
+    return out
 
 
 def server_update(server_state, uploads, round_index, *, alpha_v):

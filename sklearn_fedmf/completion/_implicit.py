@@ -45,7 +45,7 @@ from numba import njit
 
 __all__ = ["IMPLICIT_ALPHA", "IMPLICIT_CONFIDENCE", "check_implicit_settings",
            "check_interactions", "implicit_item_gradient", "implicit_item_sums",
-           "implicit_objective", "implicit_user_factors"]
+           "implicit_objective", "implicit_user_factors", "packed_size", "unpack_gram"]
 
 # The default ``solver_params["confidence"]``: measured on the embedded MovieLens and a
 # synthetic set (docs/guide/ranking.rst, benchmarks/bench_topn.py).
@@ -132,58 +132,67 @@ def implicit_user_factors(X, Vt, VtV, *, confidence, alpha_u):
     return out
 
 
-@njit(cache=True, nogil=True)
-def _item_sums_kernel(indptr, indices, data, U, slot, confidence, sign, G):
+@njit(cache=True, nogil=True, fastmath=True)
+def _item_sums_kernel(indptr, indices, data, U, U_old, has_old, slot, confidence, G):
     r = U.shape[1]
     for t in range(indptr.shape[0] - 1):
         for s in range(indptr[t], indptr[t + 1]):
             q = slot[indices[s]]
             c = 1.0 + confidence * data[s]
+            k = r
             for a in range(r):
-                ua = sign * U[t, a]
-                G[q, a] += c * ua
-                w = (c - 1.0) * ua
-                for e in range(a, r):  # (the upper triangle; mirrored by the caller)
-                    G[q, r + a * r + e] += w * U[t, e]
+                ua = U[t, a]
+                oa = U_old[t, a] if has_old else 0.0
+                G[q, a] += c * (ua - oa)
+                w, wo = (c - 1.0) * ua, (c - 1.0) * oa
+                if has_old:  # the upper triangle, row by row
+                    for e in range(a, r):
+                        G[q, k + e - a] += w * U[t, e] - wo * U_old[t, e]
+                else:
+                    for e in range(a, r):
+                        G[q, k + e - a] += w * U[t, e]
+                k += r - a
+
+
+def packed_size(r):
+    """Numbers per row of a message: ``G2_j`` and the upper triangle of ``G1_j``."""
+    return r + r * (r + 1) // 2
+
+
+def unpack_gram(packed, r):
+    """``(k, r, r)`` symmetric matrices from their packed upper triangles ``(k, r(r+1)/2)``
+    (row by row, as :func:`implicit_item_sums` writes them)."""
+    rows, cols = np.triu_indices(r)
+    full = np.empty((packed.shape[0], r, r))
+    full[:, rows, cols] = packed
+    full[:, cols, rows] = packed
+    return full
 
 
 def implicit_item_sums(X, U, *, confidence, U_old=None):
     """A client's per-item aggregates on the items its users interacted with (given
-    ``U_old``: their change from the aggregates at ``U_old``).
+    ``U_old``: their change from the aggregates at ``U_old``, in one pass).
 
     Returns
     -------
     items : ndarray of shape (k,)
         The items (ascending).
-    G : ndarray of shape (k, r + r * r)
-        Row ``q`` is ``[G2_j, vec(G1_j)]`` for ``j = items[q]``: ``G2_j = sum_t c_tj u_t``
-        and ``G1_j = sum_t (c_tj - 1) u_t u_t^T`` (row-major), the layout of FedMGS's
-        messages (:func:`~sklearn_fedmf.completion._fedmgs_protocol.share`).
+    G : ndarray of shape (k, r + r (r + 1) / 2)
+        Row ``q`` is ``[G2_j, triu(G1_j)]`` for ``j = items[q]``: ``G2_j = sum_t c_tj u_t``
+        and the upper triangle, row by row, of the symmetric ``G1_j = sum_t (c_tj - 1) u_t
+        u_t^T`` (:func:`unpack_gram` restores it).
     """
     items = np.unique(X.indices)
     slot = np.zeros(X.shape[1], dtype=np.int64)
     slot[items] = np.arange(items.size)
     r = U.shape[1]
-    G = np.zeros((items.size, r + r * r))
+    G = np.zeros((items.size, packed_size(r)))
     if X.nnz:
-        data = np.asarray(X.data, dtype=np.float64)
-        _item_sums_kernel(X.indptr, X.indices, data, np.ascontiguousarray(U, dtype=np.float64),
-                          slot, float(confidence), 1.0, G)
-        if U_old is not None:
-            _item_sums_kernel(X.indptr, X.indices, data,
-                              np.ascontiguousarray(U_old, dtype=np.float64), slot,
-                              float(confidence), -1.0, G)
-        _mirror_upper(G, r)
+        U = np.ascontiguousarray(U, dtype=np.float64)
+        old = U if U_old is None else np.ascontiguousarray(U_old, dtype=np.float64)
+        _item_sums_kernel(X.indptr, X.indices, np.asarray(X.data, dtype=np.float64), U, old,
+                          U_old is not None, slot, float(confidence), G)
     return items, G
-
-
-@njit(cache=True, nogil=True)
-def _mirror_upper(G, r):
-    """Copy each row's upper triangle of ``G1`` onto its lower one."""
-    for q in range(G.shape[0]):
-        for a in range(r):
-            for e in range(a):
-                G[q, r + a * r + e] = G[q, r + e * r + a]
 
 
 def _entry_scores(X, U, Vt):
