@@ -18,10 +18,10 @@ all of it), plus the Gram, nothing more.
 The server needs only the sums over the clients. For ratings it caches every client's
 latest message; at the ranks implicit feedback needs (``r + r (r + 1) / 2`` numbers per
 rated item, 560 at ``r = 32``) that cache is the size of every client's message together (0.4 GB for
-ten clients of the embedded MovieLens at ``r = 32``). So under ``"implicit"`` a sampled
-client sends the *change* of its aggregates since its last message (it recomputes the old
-ones from its factors before the step: no copy kept), and the server adds the changes to
-its running sums (``n_items x (r + r (r + 1) / 2)`` and ``r x r``), in client order. The first
+ten clients of the embedded MovieLens at ``r = 32``) on one machine. So under
+``"implicit"`` each client keeps its own last message (in its state, on its side) and a
+sampled client sends the *change* of its aggregates since then; the server adds the changes
+to its running sums (``n_items x (r + r (r + 1) / 2)`` and ``r x r``), in client order. The first
 message is the change from zero. A client that was not sampled did not move, so the sums
 stay exact at every client's current factors, as the cache kept them. The same message
 size and the same information as the paper's (the server could add the changes up per
@@ -82,15 +82,26 @@ def share(U, X, *, confidence, U_old=None):
 
 def init_client(block, broadcast, rng, *, init_scale, confidence):
     """Private ``U_p^0`` (i.i.d. ``init_scale * Uniform[0, 1)``) and its aggregates
-    (Algorithm 2's ``G1^0``, ``G2^0``)."""
+    (Algorithm 2's ``G1^0``, ``G2^0``), which it also keeps (the base of its next change)."""
     U = init_scale * rng.random((block.n_rows, broadcast["Vt"].shape[1]))
-    return {"U": U}, share(U, block.X, confidence=confidence)
+    message = share(U, block.X, confidence=confidence)
+    return {"U": U, "sent": message}, message
 
 
 def u_phase(state, block, broadcast, *, confidence, alpha_u):
     """The users' exact step against the broadcast ``V`` and ``V^T V``."""
-    return {"U": implicit_user_factors(block.X, broadcast["Vt"], broadcast["VtV"],
-                                       confidence=confidence, alpha_u=alpha_u)}
+    U = implicit_user_factors(block.X, broadcast["Vt"], broadcast["VtV"],
+                              confidence=confidence, alpha_u=alpha_u)
+    return {**state, "U": U}
+
+
+def change(state, block, broadcast, *, confidence):
+    """The change of the client's message since the one it keeps (which it replaces)."""
+    new = share(state["U"], block.X, confidence=confidence)
+    sent = state["sent"]
+    state["sent"] = new  # (the client's own new state, made by this round's u_phase)
+    return {"items": new["items"], "G": new["G"] - sent["G"],
+            "gram": new["gram"] - sent["gram"]}
 
 
 def client_update(state, block, broadcast, rng, selected, *, confidence, alpha_u):
@@ -99,8 +110,7 @@ def client_update(state, block, broadcast, rng, selected, *, confidence, alpha_u
     return rounds.client_update(
         state, block, broadcast, rng, selected,
         local_phase=partial(u_phase, confidence=confidence, alpha_u=alpha_u),
-        share=lambda new, block, broadcast: share(new["U"], block.X, confidence=confidence,
-                                                  U_old=state["U"]))
+        share=partial(change, confidence=confidence))
 
 
 @njit(cache=True, nogil=True)

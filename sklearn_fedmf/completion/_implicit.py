@@ -133,24 +133,21 @@ def implicit_user_factors(X, Vt, VtV, *, confidence, alpha_u):
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _item_sums_kernel(indptr, indices, data, U, U_old, has_old, slot, confidence, G):
+def _item_sums_kernel(indptr, indices, data, U, sign, items, confidence, G):
+    # item-major (``indptr`` of X transposed): each row of G is filled while in cache
     r = U.shape[1]
-    for t in range(indptr.shape[0] - 1):
-        for s in range(indptr[t], indptr[t + 1]):
-            q = slot[indices[s]]
+    for q in range(items.shape[0]):
+        j = items[q]
+        for s in range(indptr[j], indptr[j + 1]):
+            t = indices[s]
             c = 1.0 + confidence * data[s]
             k = r
             for a in range(r):
-                ua = U[t, a]
-                oa = U_old[t, a] if has_old else 0.0
-                G[q, a] += c * (ua - oa)
-                w, wo = (c - 1.0) * ua, (c - 1.0) * oa
-                if has_old:  # the upper triangle, row by row
-                    for e in range(a, r):
-                        G[q, k + e - a] += w * U[t, e] - wo * U_old[t, e]
-                else:
-                    for e in range(a, r):
-                        G[q, k + e - a] += w * U[t, e]
+                ua = sign * U[t, a]
+                G[q, a] += c * ua
+                w = (c - 1.0) * ua
+                for e in range(a, r):  # the upper triangle, row by row
+                    G[q, k + e - a] += w * U[t, e]
                 k += r - a
 
 
@@ -171,7 +168,7 @@ def unpack_gram(packed, r):
 
 def implicit_item_sums(X, U, *, confidence, U_old=None):
     """A client's per-item aggregates on the items its users interacted with (given
-    ``U_old``: their change from the aggregates at ``U_old``, in one pass).
+    ``U_old``: their change from the aggregates at ``U_old``).
 
     Returns
     -------
@@ -182,16 +179,17 @@ def implicit_item_sums(X, U, *, confidence, U_old=None):
         and the upper triangle, row by row, of the symmetric ``G1_j = sum_t (c_tj - 1) u_t
         u_t^T`` (:func:`unpack_gram` restores it).
     """
-    items = np.unique(X.indices)
-    slot = np.zeros(X.shape[1], dtype=np.int64)
-    slot[items] = np.arange(items.size)
+    Xt = X.T.tocsr()  # (items as rows: O(interactions))
+    items = np.flatnonzero(np.diff(Xt.indptr))
     r = U.shape[1]
     G = np.zeros((items.size, packed_size(r)))
     if X.nnz:
-        U = np.ascontiguousarray(U, dtype=np.float64)
-        old = U if U_old is None else np.ascontiguousarray(U_old, dtype=np.float64)
-        _item_sums_kernel(X.indptr, X.indices, np.asarray(X.data, dtype=np.float64), U, old,
-                          U_old is not None, slot, float(confidence), G)
+        data = np.asarray(Xt.data, dtype=np.float64)
+        for factors, sign in ((U, 1.0), (U_old, -1.0)):
+            if factors is not None:
+                _item_sums_kernel(Xt.indptr, Xt.indices, data,
+                                  np.ascontiguousarray(factors, dtype=np.float64), sign, items,
+                                  float(confidence), G)
     return items, G
 
 
