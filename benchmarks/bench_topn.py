@@ -19,7 +19,8 @@ rounds). With one relevant item per user, recall@k equals HR@k.
 
     python benchmarks/bench_topn.py --quick   # one user in ten, 3 rounds (smoke run)
     python benchmarks/bench_topn.py           # ml-latest-small and the small synthetic set
-    python benchmarks/bench_topn.py --synthetic-ratings 1000000 --sets synthetic
+    python benchmarks/bench_topn.py --synthetic-ratings 1000000 --sets synthetic \
+        --estimators FedMGS,FedMAvg
 """
 
 import argparse
@@ -123,6 +124,8 @@ def run_set(label, frame, args):
     report("most popular", item_ids[most_popular(X, rows)], None)
     estimators = {"FedMCADMM": FedMCADMM, "FedMAvg": FedMAvg, "FedMGS": FedMGS, "RFRec": RFRec}
     for name, cls in estimators.items():
+        if args.estimators and name not in args.estimators.split(","):
+            continue
         has_loss = "loss" in cls().get_params()  # (an estimator without implicit training)
         for loss in ("implicit", "squared") if has_loss else ("squared",):
             reg = RatingRegressor(cls(random_state=0, **({"loss": loss} if has_loss else {}),
@@ -148,6 +151,8 @@ def main():
     parser.add_argument("--seed", type=int, default=0, help="seed of the held-out ratings")
     parser.add_argument("--sets", default="movielens,synthetic",
                         help="comma-separated: movielens, synthetic")
+    parser.add_argument("--estimators", default="",
+                        help="comma-separated subset, e.g. FedMGS,FedMAvg (default: all)")
     parser.add_argument("--synthetic-ratings", type=int, default=100_000,
                         help="ratings of the make_ratings set (1000000: the ML-1M shape)")
     args = parser.parse_args()
