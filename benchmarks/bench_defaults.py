@@ -116,6 +116,9 @@ def candidates(name):
     grid = []
     for ref in references(name).values():
         base = {**ESTIMATORS[name]().get_params(), **ref}
+        if isinstance(base["alpha_u"], str):  # data-driven ("auto") strengths: no multiple
+            grid.append({**ref, "biased": True})
+            continue
         for factor in (1 / 3, 1.0, 3.0):
             grid.append({**ref, "alpha_u": base["alpha_u"] * factor,
                          "alpha_v": base["alpha_v"] * factor, "biased": True})

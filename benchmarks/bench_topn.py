@@ -1,21 +1,26 @@
-"""Top-N quality of each completion estimator's ``recommend`` beside most-popular and implicit.
+"""Top-N quality of each completion estimator, ``loss="implicit"`` and ``loss="squared"``,
+beside most-popular and ``implicit``'s ALS and BPR.
 
-The embedded ml-latest-small (100,836 ratings, 610 users), leave-one-out: one rating per
-user drawn at random (``leave_one_out_split(random_state=0)``) is held out, every item the
-user did not rate in training is ranked (full ranking), and the held-out item is the one
-relevant item. Rows: the most popular items; each completion estimator with its defaults
-through ``RatingRegressor.recommend``, with ``min_support=0`` (ranked by predicted rating
-alone) and with ``recommend``'s default ``min_support``; ``implicit``'s
-``AlternatingLeastSquares(factors=64)`` and ``BayesianPersonalizedRanking(factors=64)``
-(centralized, trained on the binary interactions) when ``implicit`` is installed (the
-``bench`` extra). Prints HR, NDCG and recall at 10 and 20, the catalog coverage of the lists
-at 10, the median number of training ratings of the items listed first (support@1) and
-the fit seconds. With one relevant item per user, recall@k equals HR@k.
-
-``--sweep`` adds rows for several ``min_support`` values (how the default was chosen).
+Leave-one-out, full ranking: one rating per user drawn at random
+(``leave_one_out_split(random_state=seed)``) is held out, every item the user did not rate
+in training is ranked, and the held-out item is the one relevant item. Data sets: the
+embedded ml-latest-small (100,836 ratings, 610 users) and a ``make_ratings`` set
+(``--synthetic-ratings``, 100,000 by default on 2,000 users x 1,000 items; 1,000,000 on the
+ML-1M shape 6,040 x 3,706 with ``--synthetic-ratings 1000000``). Rows: the most popular
+items; each completion estimator with its defaults through ``RatingRegressor`` under
+``loss="implicit"`` (the ratings as the interactions' strengths) and under
+``loss="squared"`` (``recommend``'s default ``min_support``, and 0 with ``--sweep``);
+``implicit``'s ``AlternatingLeastSquares(factors=64)`` and
+``BayesianPersonalizedRanking(factors=64)`` (centralized, on the binary interactions) when
+``implicit`` is installed (the ``bench`` extra). Prints HR, NDCG and recall at 10 and 20,
+the catalog coverage at 10, the median number of training ratings of the items listed first
+(support@1), the fit seconds and the megabytes a round moves (up + down, mean over the
+rounds). With one relevant item per user, recall@k equals HR@k.
 
     python benchmarks/bench_topn.py --quick   # one user in ten, 3 rounds (smoke run)
-    python benchmarks/bench_topn.py           # the table of the user guide (a few minutes)
+    python benchmarks/bench_topn.py           # ml-latest-small and the small synthetic set
+    python benchmarks/bench_topn.py --synthetic-ratings 1000000 --sets synthetic \
+        --estimators FedMGS,FedMAvg
 """
 
 import argparse
@@ -23,12 +28,13 @@ import time
 import warnings
 
 import numpy as np
+import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, RatingRegressor, RFRec
 from sklearn_fedmf._pairs import FactorModel, top_n
 from sklearn_fedmf._rating_regressor import MIN_SUPPORT
-from sklearn_fedmf.datasets import load_movielens, ratings_to_matrix
+from sklearn_fedmf.datasets import load_movielens, make_ratings, ratings_to_matrix
 from sklearn_fedmf.exceptions import FedMFWarning
 from sklearn_fedmf.metrics import catalog_coverage, hit_rate_at_k, ndcg_at_k, recall_at_k
 from sklearn_fedmf.model_selection import leave_one_out_split
@@ -71,13 +77,19 @@ def fit_implicit(make, X, users):
     return ids, seconds
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run (seconds)")
-    parser.add_argument("--sweep", default="", help="extra min_support values, e.g. 5,50,100")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the held-out ratings")
-    args = parser.parse_args()
-    frame = load_movielens(return_df=True).frame[["userId", "movieId", "rating"]]
+def synthetic_frame(n_ratings, seed):
+    """A ``make_ratings`` set as (userId, movieId, rating): the ML-1M shape at 1M ratings."""
+    shape = (6040, 3706) if n_ratings >= 500_000 else (2000, 1000)
+    X = make_ratings(*shape, n_ratings, random_state=seed).X.tocoo()
+    return pd.DataFrame({"userId": X.row, "movieId": X.col, "rating": X.data})
+
+
+def megabytes_per_round(history):
+    moved = [h["bytes_uploaded"] + h["bytes_downloaded"] for h in history]
+    return float(np.mean(moved)) / 1e6
+
+
+def run_set(label, frame, args):
     if args.quick:
         frame = frame[frame.userId % 10 == 0]
     train, test = leave_one_out_split(frame, random_state=args.seed)
@@ -86,43 +98,71 @@ def main():
     rows = np.searchsorted(user_ids, test_users)
     truth = test.movieId.to_numpy()
     quick = {"max_iter": 3} if args.quick else {}
-    supports = sorted({0, MIN_SUPPORT, *(int(s) for s in args.sweep.split(",") if s)})
+    supports = sorted({MIN_SUPPORT, *(int(s) for s in args.sweep.split(",") if s)})
 
-    print(f"ml-latest-small{' (one user in ten)' if args.quick else ''}: {len(train):,} "
-          f"training ratings, {len(test)} users with one held-out rating (random, seed "
-          f"{args.seed}), "
+    print(f"\n{label}{' (one user in ten)' if args.quick else ''}: {len(train):,} training "
+          f"ratings, {len(test)} users with one held-out rating (random, seed {args.seed}), "
           f"full ranking over {X.shape[1]:,} items; recommend's default min_support="
           f"{MIN_SUPPORT}")
     header = ("model", *(f"{m}@{k}" for k in KS for m in ("HR", "NDCG", "recall")),
-              "cov@10", "support@1", "fit s")
+              "cov@10", "support@1", "fit s", "MB/round")
     support_of = dict(zip(item_ids, np.diff(X.tocsc().indptr)))
-    print(f"{header[0]:<34}" + "".join(f"{h:>10}" for h in header[1:]))
+    print(f"{header[0]:<40}" + "".join(f"{h:>10}" for h in header[1:]))
 
-    def report(name, lists, seconds):
+    def report(name, lists, seconds, mb=None):
         values = []
         for k in KS:
             values += [f(truth, lists, k=k) for f in (hit_rate_at_k, ndcg_at_k, recall_at_k)]
         values.append(catalog_coverage(lists, item_ids, k=10))
-        values.append(np.median([support_of[row[0]] for row in lists]))
-        cells = [f"{v:>10.3f}" for v in values[:-1]] + [f"{values[-1]:>10.0f}"]
-        fit = "-" if seconds is None else f"{seconds:.1f}"
-        print(f"{name:<34}" + "".join(cells) + f"{fit:>10}", flush=True)
+        cells = [f"{v:>10.3f}" for v in values]
+        first = [support_of[row[0]] for row in lists if row[0] is not None]
+        cells.append(f"{np.median(first):>10.0f}")
+        cells.append(f"{'-' if seconds is None else f'{seconds:.1f}':>10}")
+        cells.append(f"{'-' if mb is None else f'{mb:.2f}':>10}")
+        print(f"{name:<40}" + "".join(cells), flush=True)
 
     report("most popular", item_ids[most_popular(X, rows)], None)
     estimators = {"FedMCADMM": FedMCADMM, "FedMAvg": FedMAvg, "FedMGS": FedMGS, "RFRec": RFRec}
     for name, cls in estimators.items():
-        reg = RatingRegressor(cls(random_state=0, **quick))
-        with warnings.catch_warnings():  # (--quick's 3 rounds do not converge)
-            warnings.simplefilter("ignore", FedMFWarning)
-            start = time.perf_counter()
-            reg.fit(train[["userId", "movieId"]], train.rating.to_numpy())
-            seconds = time.perf_counter() - start
-        for support in supports:
-            lists, _ = reg.recommend(test_users, n=max(KS), min_support=support)
-            report(f"{name} (min_support={support})", lists, seconds)
+        if args.estimators and name not in args.estimators.split(","):
+            continue
+        has_loss = "loss" in cls().get_params()  # (an estimator without implicit training)
+        for loss in ("implicit", "squared") if has_loss else ("squared",):
+            reg = RatingRegressor(cls(random_state=0, **({"loss": loss} if has_loss else {}),
+                                      **quick))
+            with warnings.catch_warnings():  # (--quick's 3 rounds do not converge)
+                warnings.simplefilter("ignore", FedMFWarning)
+                start = time.perf_counter()
+                reg.fit(train[["userId", "movieId"]], train.rating.to_numpy())
+                seconds = time.perf_counter() - start
+            mb = megabytes_per_round(reg.estimator_.history_)
+            for support in (supports if loss == "squared" else [MIN_SUPPORT]):
+                lists, _ = reg.recommend(test_users, n=max(KS), min_support=support)
+                report(f"{name} ({loss}, min_support={support})", lists, seconds, mb)
     for name, make in implicit_models(args.quick).items():
         ids, seconds = fit_implicit(make, X, rows)
         report(name, item_ids[ids], seconds)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run (seconds)")
+    parser.add_argument("--sweep", default="", help="extra min_support values, e.g. 0,5,50")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the held-out ratings")
+    parser.add_argument("--sets", default="movielens,synthetic",
+                        help="comma-separated: movielens, synthetic")
+    parser.add_argument("--estimators", default="",
+                        help="comma-separated subset, e.g. FedMGS,FedMAvg (default: all)")
+    parser.add_argument("--synthetic-ratings", type=int, default=100_000,
+                        help="ratings of the make_ratings set (1000000: the ML-1M shape)")
+    args = parser.parse_args()
+    sets = args.sets.split(",")
+    if "movielens" in sets:
+        frame = load_movielens(return_df=True).frame[["userId", "movieId", "rating"]]
+        run_set("ml-latest-small", frame, args)
+    if "synthetic" in sets:
+        frame = synthetic_frame(args.synthetic_ratings, args.seed)
+        run_set(f"make_ratings ({args.synthetic_ratings:,} ratings)", frame, args)
 
 
 if __name__ == "__main__":

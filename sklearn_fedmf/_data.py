@@ -21,6 +21,7 @@ from .exceptions import DataWarning
 
 __all__ = [
     "ClientBlock",
+    "factorize_ids",
     "check_ratings",
     "reject_duplicates",
     "check_like",
@@ -284,3 +285,16 @@ def check_dense_size(n_rows, n_items, what, hint=_PAIR_API):
             f"({n_rows * n_items * 8 / 1e9:.1f} GB), above MAX_DENSE_ENTRIES = "
             f"{MAX_DENSE_ENTRIES:_} entries. {hint}"
         )
+
+
+def factorize_ids(values):
+    """``(unique ids, code of each value)``: sorted when the ids compare, else in order of
+    first appearance (mixed types)."""
+    try:
+        uniques, codes = np.unique(values, return_inverse=True)
+    except TypeError:
+        import pandas as pd  # (only for ids of mixed types)
+
+        codes, uniques = pd.factorize(values)
+        uniques = np.asarray(uniques, dtype=object)
+    return uniques, codes.reshape(-1).astype(np.int64)

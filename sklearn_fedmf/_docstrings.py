@@ -70,6 +70,19 @@ SHARED_PARAMETERS = {
         "the algorithm runs unchanged on rank ``n_components + 2``. ``b_u`` stays on its\n"
         "client like its user factors; ``b_i`` travels and is aggregated as ``V`` (its bytes\n"
         "counted)."),
+    "loss": (
+        "``\"squared\"``: the papers' loss on the observed ratings. ``\"implicit\"``: weighted\n"
+        "matrix factorization over every user-item pair (Hu, Koren & Volinsky 2008): each stored\n"
+        "entry ``r`` of ``X`` is an interaction (preference 1, confidence ``1 + confidence * r``,\n"
+        "``solver_params[\"confidence\"]``), every other pair a preference 0 of confidence 1.\n"
+        "The unobserved pairs enter through Grams (the server broadcasts ``V^T V``, a client's\n"
+        "all-items term is ``U_p^T U_p``), so a client's work stays O(its interactions x r^2 +\n"
+        "r^3). Under it ``biased``, ``center`` and ``clip`` are ignored (no bias, no mean):\n"
+        "``predict`` gives preference scores, ``score`` the NDCG at 10 of full rankings, and\n"
+        "``RatingRegressor.recommend`` ranks by the scores. User guide: Top-N recommendation."),
+    "confidence": (
+        "``loss=\"implicit\"`` only: the confidence of an interaction of strength ``r`` is\n"
+        "``1 + confidence * r`` (``alpha`` of ``implicit``'s ALS)."),
     "elastic_net": (
         "The regularizer of a factor is ``alpha * l1_ratio * ||.||_1 + 0.5 * alpha *\n"
         "(1 - l1_ratio) * ||.||_F^2``, as in :class:`~sklearn.decomposition.NMF`."),

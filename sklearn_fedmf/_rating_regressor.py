@@ -20,7 +20,7 @@ from sklearn.utils.validation import (
     column_or_1d,
 )
 
-from ._data import check_int
+from ._data import check_int, factorize_ids
 from ._pairs import FactorModel, predict_pairs, top_n
 
 __all__ = ["RatingRegressor"]
@@ -173,15 +173,23 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
 
     # ---- fit ----------------------------------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=False)
-    def fit(self, X, y, *, clients=None):
+    def fit(self, X, y=None, *, clients=None):
         """Fit the wrapped estimator on the ratings ``y`` of the (user, item) pairs ``X``.
+
+        Without ratings (``y=None``) the pairs are implicit feedback: each is an interaction
+        of strength 1, and the clone of ``estimator`` is fitted with ``loss="implicit"``
+        (set on the clone: the estimator given is not changed; an estimator without a
+        ``loss`` parameter is refused). With ratings or counts as ``y`` and an estimator of
+        ``loss="implicit"``, they are the interactions' strengths (confidence ``1 +
+        confidence * y``).
 
         Parameters
         ----------
         X : {array-like, DataFrame} of shape (n_ratings, n_columns)
             One (user, item) pair of ids per row (columns ``user_col`` and ``item_col``).
-        y : array-like of shape (n_ratings,)
-            The ratings. A pair listed more than once is fitted at its mean rating.
+        y : array-like of shape (n_ratings,) or None, default=None
+            The ratings. A pair listed more than once is fitted at its mean rating. None:
+            interactions (see above).
         clients : array-like of shape (n_ratings,), default=None
             The client label of each rating's user (ignored when ``client_col`` is set).
 
@@ -190,6 +198,14 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         self : RatingRegressor
         """
         users, items, labels = self._columns(X, reset=True)
+        estimator = self._base_estimator()
+        if y is None:
+            if "loss" not in estimator.get_params(deep=False):
+                raise ValueError(
+                    f"fit without y means implicit feedback, which {type(estimator).__name__} "
+                    "does not train (it has no loss parameter); pass the ratings as y.")
+            estimator = clone(estimator).set_params(loss="implicit")
+            y = np.ones(len(users))
         y = np.asarray(column_or_1d(y, warn=True), dtype=np.float64)
         check_consistent_length(users, y)
         if len(y) < 2:
@@ -199,14 +215,13 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         if labels is None and clients is not None:
             labels = np.asarray(clients)
             check_consistent_length(users, labels)
-        self.users_, user_codes = _factorize(users)
-        self.items_, item_codes = _factorize(items)
+        self.users_, user_codes = factorize_ids(users)
+        self.items_, item_codes = factorize_ids(items)
         self._user_index, self._item_index = pd.Index(self.users_), pd.Index(self.items_)
         shape = (len(self.users_), len(self.items_))
         R = _mean_matrix(y, user_codes, item_codes, shape)
         user_clients = None if labels is None else _client_of_users(labels, user_codes,
                                                                     self.users_)
-        estimator = self._base_estimator()
         self.estimator_ = clone(estimator).fit(R, clients=user_clients)
         self._seen = sp.csr_matrix((np.ones(R.nnz, dtype=bool), R.indices, R.indptr),
                                    shape=shape)
@@ -297,7 +312,7 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         if unseen.size == 0 or self.fold_in_size == 0:
             return y, self.predict(X), keep
         est = self.estimator_
-        new_ids, g = _factorize(users[unseen])
+        new_ids, g = factorize_ids(users[unseen])
         # position of each pair within its new user's rows (stable: in the order of X)
         order = np.argsort(g, kind="stable")
         starts = np.concatenate([[0], np.cumsum(np.bincount(g, minlength=len(new_ids)))])
@@ -460,17 +475,6 @@ def _id_array(values):
     return values.reshape(-1)
 
 
-def _factorize(values):
-    """``(unique ids, code of each value)``: sorted when the ids compare, else in order of
-    first appearance (mixed types)."""
-    try:
-        uniques, codes = np.unique(values, return_inverse=True)
-    except TypeError:
-        codes, uniques = pd.factorize(values)
-        uniques = np.asarray(uniques, dtype=object)
-    return uniques, codes.reshape(-1).astype(np.int64)
-
-
 def _mean_matrix(values, rows, cols, shape):
     """CSR matrix of ``values`` at ``(rows, cols)``; a pair given more than once holds the
     mean of its values (least squares on the repeated pair fits that mean)."""
@@ -482,7 +486,7 @@ def _mean_matrix(values, rows, cols, shape):
 
 def _client_of_users(labels, user_codes, users):
     """One client label per user; a user given two clients is an error."""
-    label_values, label_codes = _factorize(labels)
+    label_values, label_codes = factorize_ids(labels)
     n_users = len(users)
     first = np.full(n_users, -1, dtype=np.int64)
     first[user_codes[::-1]] = label_codes[::-1]  # the first label listed for each user

@@ -32,7 +32,7 @@ SMOKE_RUNS = [
     ("bench_accuracy.py", [], "RFRec (tuned)"),
     ("bench_fed_baseline.py", [], "running sums of the latest uploads"),
     ("bench_secure.py", [], "total (wall)"),
-    ("bench_topn.py", [], "FedMCADMM (min_support=20)"),
+    ("bench_topn.py", [], "FedMGS (implicit, min_support=20)"),
 ]
 
 

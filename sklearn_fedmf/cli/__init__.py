@@ -121,6 +121,12 @@ def build_parser():
                      help="rows of each rating method: the papers' settings "
                           "(sklearn_fedmf.completion.PAPER_SETTINGS), the estimator's "
                           "defaults, or both (default: %(default)s)")
+    run.add_argument("--task", choices=("ratings", "topn"), default="ratings",
+                     help="ratings: the 80/20 rating protocol (RMSE); topn: leave-one-out "
+                          "(one random rating per user held out), each rating method with "
+                          "loss=\"implicit\" (its defaults) and on ratings, beside the most "
+                          "popular items: HR and NDCG at 10 and 20 of full rankings "
+                          "(default: %(default)s)")
     run.add_argument("--no-baselines", dest="baselines", action="store_false",
                      help="leave out the two yardstick rows of a rating run (the global mean "
                           "and FedBaseline)")
@@ -176,11 +182,14 @@ def build_parser():
     rec = sub.add_parser(
         "recommend", help="fit on a ratings file (or load a saved model), print users' "
                           "top-N items",
-        description="Fit one rating method with the papers' settings, wrapped in "
-                    "RatingRegressor, on every rating of --data, or load a model saved "
-                    "earlier (--model), and print the top-N unrated items of each --user with "
-                    "the data's own ids (also written to OUT/recommend.json). The model is "
-                    "saved only with --save FILE. A user absent from the training data is "
+        description="Fit one completion method wrapped in RatingRegressor on --data: "
+                    "implicit feedback (loss=\"implicit\", the estimator's defaults) unless "
+                    "--ratings asks for the rating model with the papers' settings; a second "
+                    "fit that holds out one random rating per user prints the lists' HR@10 "
+                    "and NDCG@10 beside the most popular items'. Or load a model saved "
+                    "earlier (--model). Then print the top-N unrated items of each --user "
+                    "with the data's own ids (also written to OUT/recommend.json). The model "
+                    "is saved only with --save FILE. A user absent from the training data is "
                     "said on stderr and gets the cold-start list (the items of highest item "
                     "bias, or the most rated).")
     rec.add_argument("--method", default="fedmavg", metavar="NAME",
@@ -192,6 +201,10 @@ def build_parser():
                      help="items per user (default: %(default)s)")
     rec.add_argument("--include-seen", action="store_true",
                      help="also list items the user has rated")
+    rec.add_argument("--ratings", action="store_true",
+                     help="train the rating model (the papers' settings) instead of the "
+                          "implicit-feedback one (loss=\"implicit\", the estimator's defaults, "
+                          "the ratings as the interactions' strengths)")
     rec.add_argument("--min-support", type=_non_negative_int, default=None, metavar="N",
                      help="list items known from fewer than N training ratings only after "
                           "all others (default: RatingRegressor.recommend's, 20; 0 ranks "

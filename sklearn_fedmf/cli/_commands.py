@@ -7,6 +7,7 @@ import inspect
 import json
 import time
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -136,6 +137,8 @@ def _rows(methods, settings):
 
 def cmd_run(args):
     methods = _methods(args.method)
+    if getattr(args, "task", "ratings") == "topn":
+        return run_topn(args, methods)
     out = output_folder(args.out, ("history.json", "curves.png"))
     rows = _rows(methods, args.settings)
     for key, _ in args.set or []:  # --set applies to each method that has the parameter
@@ -177,6 +180,70 @@ def cmd_run(args):
     return 0
 
 
+def run_topn(args, methods):
+    """``fedmf run --task topn``: the leave-one-out protocol of the ranking papers. Each
+    rating method through ``RatingRegressor``, with ``loss="implicit"`` (its defaults and the
+    options typed) and on ratings (``--settings``), beside the most popular items; HR and
+    NDCG at 10 and 20 of full rankings, fit seconds and megabytes moved per round."""
+    from .._rating_regressor import RatingRegressor
+    from ..metrics import hit_rate_at_k, ndcg_at_k
+    from ._data import _check_sizes, load_pairs
+    from ._recommend import _hold_out, _most_popular, _typed_only
+    from ._registry import RATING_METHODS
+
+    methods = [m for m in methods if m.name in RATING_METHODS]
+    if not methods:
+        raise CommandError(f"--task topn: --method {args.method} has no rating method; take "
+                           f"one or more of {', '.join(RATING_METHODS)}")
+    out = output_folder(args.out, ("topn.json",))
+    X, y, name = load_pairs(args)
+    n_users, n_items = X.iloc[:, 0].nunique(), X.iloc[:, 1].nunique()
+    _check_sizes(SimpleNamespace(shape=(n_users, n_items)), args)  # may adapt the options
+    X_train, y_train, X_test = _hold_out(X, y, args.seed)
+    users, truth = X_test.iloc[:, 0].to_numpy(), X_test.iloc[:, 1].to_numpy()
+    print(f"data: {name}: {len(y)} ratings, one of each of {len(users)} users held out "
+          f"(seed {args.seed}); full ranking of each user's unrated items")
+    ks = (10, 20)
+    verbose = 0 if args.quiet else 1
+    rows = [("most popular", _most_popular(X_train, users, max(ks)), None, None)]
+    for method in methods:
+        fits = [("implicit", make_estimator(method, _typed_only(args), verbose=verbose,
+                                            settings="defaults", strict_set=False
+                                            ).set_params(loss="implicit"))]
+        fits += [(f"ratings, {s}", make_estimator(method, args, verbose=verbose, settings=s,
+                                                  strict_set=False))
+                 for s in _SETTINGS[args.settings]]
+        for label, estimator in fits:
+            model = RatingRegressor(estimator)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                tic = time.perf_counter()
+                model.fit(X_train, y_train)
+                seconds = time.perf_counter() - tic
+            for message in dict.fromkeys(str(w.message).splitlines()[0] for w in caught):
+                _note(message)
+            lists, _ = model.recommend(users, n=max(ks))
+            history = model.estimator_.history_
+            moved = np.mean([r["bytes_uploaded"] + r["bytes_downloaded"] for r in history])
+            rows.append((f"{method.label} ({label})", lists, seconds, moved / 1e6))
+    header = ["model", *(f"{m}@{k}" for k in ks for m in ("HR", "NDCG")), "fit s", "MB/round"]
+    width = max(len(r[0]) for r in rows) + 2
+    print("\n" + header[0].ljust(width) + "".join(h.rjust(10) for h in header[1:]))
+    results = []
+    for label, lists, seconds, mb in rows:
+        values = [f(truth, lists, k=k) for k in ks for f in (hit_rate_at_k, ndcg_at_k)]
+        cells = [f"{v:10.3f}" for v in values] + [
+            "-".rjust(10) if seconds is None else f"{seconds:10.1f}",
+            "-".rjust(10) if mb is None else f"{mb:10.2f}"]
+        print(label.ljust(width) + "".join(cells))
+        results.append({"model": label, **dict(zip(header[1:5], values)),
+                        "seconds": seconds, "mb_per_round": mb})
+    (out / "topn.json").write_text(json.dumps(jsonable(
+        {"command": "run", "task": "topn", "data": name, "results": results}), indent=1))
+    print(f"\nwrote {out / 'topn.json'}")
+    return 0
+
+
 def _setup(args, X, name, kind):
     return {"name": name, "shape": list(X.shape), "nnz": int(X.nnz), "kind": kind,
             "seed": args.seed, "test_size": None if kind == "binary" else args.test_size,
@@ -212,11 +279,3 @@ def cmd_methods(args):
         if fixed:
             print(" " * indent + f"with {fixed}")
     return 0
-
-
-def one_method(text, command):
-    """The one method named by ``--method`` (``tune`` and ``recommend``)."""
-    methods = _methods(text)
-    if len(methods) != 1:
-        raise CommandError(f"--method {text}: {command} takes one method at a time")
-    return methods[0]

@@ -1,5 +1,11 @@
-"""``fedmf recommend``: fit one rating method on every rating of ``--data`` (or load a saved
-model), print users' top-N items with the data's own ids, save the model only on ``--save``."""
+"""``fedmf recommend``: fit one completion method on ``--data`` (or load a saved model), print
+users' top-N items with the data's own ids, save the model only on ``--save``.
+
+The model is the implicit-feedback one (``loss="implicit"``, the estimator's own defaults, the
+ratings as the interactions' strengths) unless ``--ratings`` asks for the rating model (the
+papers' settings). The lists come from a fit on every rating; a second fit, which holds out
+one random rating per user (leave-one-out), scores such lists: their hit rate and NDCG at 10,
+full ranking, beside the most popular items'."""
 
 from __future__ import annotations
 
@@ -15,11 +21,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ._commands import one_method
 from ._data import _check_sizes, load_pairs
 from ._messages import CommandError, _note
 from ._options import _literal
-from ._registry import RATING_METHODS, make_estimator
+from ._registry import _OPTION_PARAMS, RATING_METHODS, make_estimator, one_method
 from ._report import jsonable, output_folder
 
 # The first bytes of a file joblib can load: a pickle (protocol 2 or later) or one of its
@@ -101,25 +106,91 @@ def _fit(args):
     save = Path(args.save).expanduser() if args.save else None
     if save is not None and save.is_dir():
         raise CommandError(f"--save {args.save}: is a folder; give a file name")
+    implicit = not getattr(args, "ratings", False)
     make_estimator(method, args)  # option errors before the data is loaded
     X, y, name = load_pairs(args)
     n_users, n_items = X.iloc[:, 0].nunique(), X.iloc[:, 1].nunique()
     print(f"data: {name}: {n_users} users x {n_items} items, {len(y)} ratings (all used for "
           "training)")
     _check_sizes(SimpleNamespace(shape=(n_users, n_items)), args)  # may adapt the options
-    model = RatingRegressor(make_estimator(method, args, verbose=0 if args.quiet else 1))
+    verbose = 0 if args.quiet else 1
+    if implicit:  # the estimator's defaults for "implicit"; the options the user typed
+        estimator = make_estimator(method, _typed_only(args), verbose=verbose,
+                                   settings="defaults").set_params(loss="implicit")
+    else:
+        estimator = make_estimator(method, args, verbose=verbose)
+    model = RatingRegressor(estimator)
     tic = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model.fit(X, y)
     for message in dict.fromkeys(str(w.message).splitlines()[0] for w in caught):
         _note(message)
-    print(f"fitted {method.label} in {time.perf_counter() - tic:.1f} s")
+    kind = 'loss="implicit"' if implicit else "ratings"
+    print(f"fitted {method.label} ({kind}) in {time.perf_counter() - tic:.1f} s")
+    _print_held_out(model, X, y, args.seed, args.min_support)
     if save is not None:
         save.parent.mkdir(parents=True, exist_ok=True)
         joblib.dump(model, save)
         print(f"wrote {save} (serve it with --model {save})")
     return model
+
+
+def _hold_out(X, y, seed):
+    """``(X_train, y_train, X_test)``: one random pair per user with at least two held out
+    (:func:`~sklearn_fedmf.model_selection.leave_one_out_split`)."""
+    from ..model_selection import leave_one_out_split
+
+    frame = X.assign(_rating=y)
+    train, test = leave_one_out_split(frame, random_state=seed)
+    return train.iloc[:, :2], train["_rating"].to_numpy(), test.iloc[:, :2]
+
+
+def _print_held_out(model, X, y, seed, min_support, k=10):
+    """HR@k and NDCG@k of the lists of a clone of ``model`` fitted without one random pair
+    per user (full ranking of the unseen items), beside the most popular items'."""
+    from sklearn.base import clone
+
+    from ..metrics import hit_rate_at_k, ndcg_at_k
+
+    X_train, y_train, X_test = _hold_out(X, y, seed)
+    if len(X_test) == 0:
+        _note("no user has two ratings: nothing held out to score the lists")
+        return
+    users, truth = X_test.iloc[:, 0].to_numpy(), X_test.iloc[:, 1].to_numpy()
+    support = {} if min_support is None else {"min_support": min_support}
+    scored = clone(model).set_params(estimator__verbose=0)
+    tic = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (said by the first fit)
+        scored.fit(X_train, y_train)
+    lists, _ = scored.recommend(users, n=k, **support)
+    popular = _most_popular(X_train, users, k)
+    print(f"held out: one rating of each of {len(users)} users, lists of a second fit "
+          f"without them ({time.perf_counter() - tic:.1f} s), full ranking:")
+    print(f"  {'lists':<16}{'HR@' + str(k):>8}{'NDCG@' + str(k):>9}")
+    for label, ranked in (("this model", lists), ("most popular", popular)):
+        print(f"  {label:<16}{hit_rate_at_k(truth, ranked, k=k):>8.3f}"
+              f"{ndcg_at_k(truth, ranked, k=k):>9.3f}")
+
+
+def _most_popular(X_train, users, k):
+    """Each user's ``k`` most rated items of the training pairs that she has not rated
+    (ties to the item first met)."""
+    counts = X_train.iloc[:, 1].value_counts(sort=False)
+    order = counts.index.to_numpy()[np.lexsort((np.arange(len(counts)), -counts.to_numpy()))]
+    seen = X_train.groupby(X_train.columns[0])[X_train.columns[1]].agg(set)
+    return [[i for i in order[:k + len(seen[u])] if i not in seen[u]][:k] for u in users]
+
+
+def _typed_only(args):
+    """``args`` with the estimator options the user did not type unset (their command-line
+    defaults are the papers' settings)."""
+    typed = SimpleNamespace(**vars(args))
+    for option in _OPTION_PARAMS:
+        if option not in args.explicit:
+            setattr(typed, option, None)
+    return typed
 
 
 def _find_user(model, text):

@@ -250,3 +250,11 @@ def check_value(method, param, value, where):
         estimator._settings()  # (checks the solver_params keys)
     except (TypeError, ValueError) as exc:  # sklearn's InvalidParameterError is both
         raise CommandError(f"{where}: {exc}") from None
+
+
+def one_method(text, command):
+    """The one method named by ``--method`` (``tune`` and ``recommend``)."""
+    methods = _methods(text)
+    if len(methods) != 1:
+        raise CommandError(f"--method {text}: {command} takes one method at a time")
+    return methods[0]

@@ -13,11 +13,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ._commands import one_method
 from ._data import _check_sizes, load_pairs, prepare_data
 from ._messages import CommandError
 from ._progress import with_progress
-from ._registry import _OPTION_PARAMS, _flag, check_value, make_estimator
+from ._registry import _OPTION_PARAMS, _flag, check_value, make_estimator, one_method
 from ._report import format_search, jsonable, output_folder
 
 PREFIX = "estimator__"  # RatingRegressor's parameters of the wrapped estimator

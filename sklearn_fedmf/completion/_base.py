@@ -15,7 +15,7 @@ from numbers import Integral, Real
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._biases import free_item, free_user, init_item, user_step_view, with_user
@@ -35,12 +35,13 @@ from .._fit import (
 )
 from .._groups import GroupStates
 from .._kernels import grad_rows, ridge_fold_in, squared_error
-from .._pairs import FactorModel, predict_pairs, score_block
+from .._pairs import FactorModel, predict_pairs, score_block, top_n
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
 from ..exceptions import UnobservedItemsWarning
+from ._implicit import IMPLICIT_CONFIDENCE, check_interactions, implicit_user_factors
 
 __all__ = ["COMPLETION_DOCS", "FACTOR_SETTINGS", "FederatedMFBase", "FEDERATION_CONSTRAINTS",
-           "FOLD_IN_DATA", "moved_to_solver_params", "toy_example"]
+            "FOLD_IN_DATA", "IMPLICIT_SETTINGS", "moved_to_solver_params", "toy_example"]
 
 # The ``solver_params`` keys of the factor models' regularizer and start (FedMC-ADMM, FedMAvg,
 # FedMGS; ``init_scale``'s default is each class's own).
@@ -65,6 +66,8 @@ COMPLETION_DOCS: dict = {
         solver_key("on_client_error", '{"raise", "skip"}, default="raise"'),
     ]),
     "solver_center": solver_key("center", "bool, default=True"),
+    # (the classes that train loss="implicit" list it; see IMPLICIT_SETTINGS)
+    "solver_confidence": solver_key("confidence", f"float, default={IMPLICIT_CONFIDENCE}"),
 }
 COMPLETION_DOCS["solver_shared"] = "\n".join(
     [COMPLETION_DOCS["solver_center"], COMPLETION_DOCS["solver_simulation"]])
@@ -130,6 +133,13 @@ def toy_example(name, *, max_iter, alpha, bound):
         "True",
     ])
 
+# The ``solver_params`` key of ``loss="implicit"``, declared by each class that trains it
+# (documented by ``%(solver_confidence)s``).
+IMPLICIT_SETTINGS: dict = {
+    "confidence": (IMPLICIT_CONFIDENCE, [Interval(Real, 0, None, closed="left")]),
+}
+
+
 def moved_to_solver_params(solver_params):
     """``_moved_params`` of a class whose former parameters are now the keys of its
     ``solver_params`` (a key that is still a parameter is left out by the class)."""
@@ -146,17 +156,18 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     _parameter_constraints: dict = {
         **{name: FEDERATION_CONSTRAINTS[name]
            for name in ("n_clients", "callback", "random_state", "n_jobs", "verbose")},
-        "n_components": [Interval(Integral, 1, None, closed="left")],
+        "n_components": [Interval(Integral, 1, None, closed="left"), None],
         "clients_per_round": [
             Interval(Integral, 1, None, closed="left"),
             Interval(Real, 0, 1, closed="right"),
             None,
         ],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left"), None],
         "tol": [Interval(Real, 0, None, closed="left")],
         "alpha_u": [Interval(Real, 0, None, closed="left")],
         "alpha_v": [Interval(Real, 0, None, closed="left")],
         "biased": ["boolean"],
+        "loss": [StrOptions({"squared", "implicit"})],
         "clip": ["boolean"],
         "warm_start": ["boolean"],
         "solver_params": [dict, None],
@@ -175,12 +186,13 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
 
     def __init__(self, n_components, *, alpha_u, alpha_v, biased, n_clients, clients_per_round,
                  max_iter, tol, clip, warm_start, callback, random_state, n_jobs, verbose,
-                 solver_params):
+                 solver_params, loss="squared"):
         # (not the skeleton's __init__: partition and on_client_error are solver_params keys)
         self.n_components = n_components
         self.alpha_u = alpha_u
         self.alpha_v = alpha_v
         self.biased = biased
+        self.loss = loss
         self.n_clients = n_clients
         self.clients_per_round = clients_per_round
         self.max_iter = max_iter
@@ -192,6 +204,42 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         self.n_jobs = n_jobs
         self.verbose = verbose
         self.solver_params = solver_params
+
+    @property
+    def _biased(self):
+        """Whether the model has biases: ``biased``, except under ``loss="implicit"`` (whose
+        preference scores have neither biases nor a mean)."""
+        return self.biased and not self._implicit
+
+    @property
+    def _implicit(self):
+        return getattr(self, "loss", "squared") == "implicit"
+
+    # What None means for a parameter whose default depends on ``loss``: ``{name: (under
+    # "squared", under "implicit")}`` (each class its own; see _loss_default).
+    _loss_defaults: dict = {"n_components": (5, 32), "max_iter": (100, 15)}
+
+    def _loss_default(self, name):
+        """The value of parameter ``name`` for this fit: its own, or when None the class's
+        default for the loss (``_loss_defaults``)."""
+        value = getattr(self, name)
+        if value is None:
+            return self._loss_defaults[name][int(self._implicit)]
+        return value
+
+    @property
+    def _n_components(self):
+        """The rank of this fit (None: the loss's default, at most the number of items)."""
+        if self.n_components is None:
+            default = self._loss_default("n_components")
+            return min(default, getattr(self, "n_features_in_", default))
+        return self.n_components
+
+    def _engine_params(self):
+        params = super()._engine_params()
+        if params["max_iter"] is None:
+            params["max_iter"] = self._loss_default("max_iter")
+        return params
 
     # ---- where the factors are in the engine's states (every algorithm: "Vt" and "U") ----
     def _read_components(self, server_state, broadcast):
@@ -243,7 +291,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     def _check_fit_data(self, X, *, reset, eval_set=None):
         settings = self._settings()
         missing_values = settings["missing_values"]
-        if self.biased and settings["positive"]:
+        if self._biased and settings["positive"]:
             raise ValueError(
                 "biased=True and positive=True cannot be combined: the biases are signed "
                 "(leave solver_params['positive'] False, or set biased=False for a "
@@ -251,10 +299,16 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
             )
         warn_if_zero_filled(X, missing_values)
         X = self._validate_ratings(X, reset=reset, fitting=True)
+        if self._implicit:
+            check_interactions(X)
+            if settings["l1_ratio"] or settings["positive"]:
+                raise ValueError(
+                    'loss="implicit" solves each user exactly (a ridge system); set '
+                    "solver_params['l1_ratio'] to 0 and solver_params['positive'] to False.")
         n_items = X.shape[1]
-        if self.n_components > n_items:
+        if self._n_components > n_items:
             raise ValueError(
-                f"n_components={self.n_components} is larger than the number of items "
+                f"n_components={self._n_components} is larger than the number of items "
                 f"({n_items}); the rank cannot exceed the number of columns."
             )
         eval_X = None
@@ -265,13 +319,15 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
                                  "eval_set=None.")
         if X.nnz == 0:
             raise ValueError("X has no observed entry; there is nothing to fit.")
-        if reset:
+        if self._implicit:  # preference scores: no mean, no range (nothing is sent for them)
+            mean, rating_range = 0.0, (-np.inf, np.inf)
+        elif reset:
             # Each client sends only the sum and the count of its ratings (an aggregate).
             mean = float(X.data.mean())
             rating_range = (float(X.data.min()), float(X.data.max()))
         else:  # warm start: the model keeps the centring of its first fit
             mean, rating_range = self.mean_, self.rating_range_
-        offset = mean if settings["center"] else 0.0
+        offset = mean if settings["center"] and not self._implicit else 0.0
         X = _shift(X, -offset)
         if eval_X is not None:
             eval_X = _shift(eval_X, -offset)
@@ -291,14 +347,14 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         else:
             for block, client_state in zip(blocks, state.client_states):
                 U[block.rows] = self._read_user_factors(client_state)
-        if self.biased:  # the augmented factors [U, b_u, 1] and [V; 1; b_i] (_biases.py)
+        if self._biased:  # the augmented factors [U, b_u, 1] and [V; 1; b_i] (_biases.py)
             self.components_, self.item_bias_ = np.ascontiguousarray(V[:-2]), V[-1].copy()
             self.user_factors_, self.user_bias_ = np.ascontiguousarray(U[:, :-2]), U[:, -2]
         else:
             self.components_, self.user_factors_ = V, U
 
     def _degenerate(self, state, blocks, ctx, history):
-        biases = self.biased and (self.item_bias_.any() or self.user_bias_.any())
+        biases = self._biased and (self.item_bias_.any() or self.user_bias_.any())
         if (not self.components_.any() or not self.user_factors_.any()) and not biases:
             return "the factors are all zero, so every prediction is the same constant"
         return self._collapsed(ctx.X) or objective_not_decreasing(history)
@@ -323,7 +379,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         rms_data = np.sqrt(np.mean(np.square(sample.data, dtype=np.float64)))
         if rms_uv >= COLLAPSE_RATIO * rms_data:
             return None
-        if self.biased:
+        if self._biased:
             users = np.repeat(rows, np.diff(sample.indptr))
             bias = self.user_bias_[users] + self.item_bias_[sample.indices]
             alone = (f"against {np.sqrt(np.mean(np.square(bias))):.3g} for the biases: the "
@@ -389,7 +445,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         ``b_i``; a row without ratings gets ``u = 0, b_u = 0``: it predicts ``b_i``.
         """
         Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
-        if not self.biased:
+        if not self._biased:
             return self._fold_in(Xc), Vt
         Vt_aug = init_item(np.hstack([Vt, np.empty((Vt.shape[0], 2))]))
         Vt_aug[:, -1] = self.item_bias_
@@ -399,14 +455,18 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
 
     def _fold_in(self, Xc):
         """The rows' factors (without the bias columns)."""
-        if self.biased:
+        if self._biased:
             return self._augmented(Xc)[0][:, :-2]
         Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
         return self._fold_in_rows(Xc, Vt)
 
     def _fold_in_rows(self, Xc, Vt):
-        U = np.zeros((Xc.shape[0], Vt.shape[1]))
         settings = self._settings()
+        if self._implicit:  # the exact minimizer over every item (_implicit)
+            confidence = settings.get("confidence", IMPLICIT_CONFIDENCE)
+            return implicit_user_factors(Xc, Vt, Vt.T @ Vt, confidence=confidence,
+                                         alpha_u=self._fold_in_alpha_u())
+        U = np.zeros((Xc.shape[0], Vt.shape[1]))
         l1_ratio, positive = settings["l1_ratio"], settings["positive"]
         alpha_u = self._fold_in_alpha_u()
         if settings["regularization"] == "weighted":  # per rating, as in fit
@@ -451,7 +511,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         U = self._check_factors(X)
         check_dense_size(U.shape[0], self.components_.shape[1], "inverse_transform(X)")
         Z = U @ self.components_
-        return self._to_ratings(Z + self.item_bias_ if self.biased else Z)
+        return self._to_ratings(Z + self.item_bias_ if self._biased else Z)
 
     def _to_ratings(self, Z):
         """Scores ``u . v`` (plus biases) to ratings: plus the offset."""
@@ -504,10 +564,10 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         """The model as :class:`~sklearn_fedmf._pairs.FactorModel`: the fitted users' factors,
         or, given the centred CSR ``Xc``, its rows' factors by fold-in."""
         Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
-        item_bias = self.item_bias_ if self.biased else None
+        item_bias = self.item_bias_ if self._biased else None
         if Xc is None:
-            U, user_bias = self.user_factors_, self.user_bias_ if self.biased else None
-        elif self.biased:  # fold-in solves [u, b_u] (see _augmented)
+            U, user_bias = self.user_factors_, self.user_bias_ if self._biased else None
+        elif self._biased:  # fold-in solves [u, b_u] (see _augmented)
             U_aug = self._augmented(Xc)[0]
             U, user_bias = np.ascontiguousarray(U_aug[:, :-2]), U_aug[:, -2].copy()
         else:
@@ -525,15 +585,15 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     @property
     def _offset(self):
         """What was subtracted from the ratings before factorizing."""
-        return self.mean_ if self._settings()["center"] else 0.0
+        return self.mean_ if self._settings()["center"] and not self._implicit else 0.0
 
     def _clip(self, values):
-        if self.clip:
+        if self.clip and not self._implicit:  # (preference scores have no range)
             return np.clip(values, *self.rating_range_)
         return values
 
     def score(self, X, y=None):
-        """Negative RMSE (greater is better).
+        """Negative RMSE (greater is better); under ``loss="implicit"`` NDCG at 10.
 
         Parameters
         ----------
@@ -549,11 +609,19 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         -------
         score : float
             ``-sqrt(mean squared error)`` over the evaluated entries (computed there only:
-            no dense matrix).
+            no dense matrix). Under ``loss="implicit"`` the model's output is a preference
+            score, not a rating, so an error in rating units means nothing: the score is then
+            the mean NDCG at 10 (:func:`~sklearn_fedmf.metrics.ndcg_at_k`, binary relevance)
+            of each row's list, ranked over every item the row has no entry of in ``X``
+            (full ranking) against ``y``'s stored entries; with ``y=None``, ranked over every
+            item against ``X``'s own entries (a training score). Rows without a relevant
+            item are left out. Greater is better in both cases.
         """
         Xc = self._check_X(X)
         if y is not None and not sp.issparse(y) and np.ndim(y) == 1:
             y = None
+        if self._implicit:
+            return self._ranking_score(Xc, y)
         if y is None:
             target = Xc.copy()
             target.data += self._offset  # back to the rating scale
@@ -564,6 +632,24 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
             raise ValueError("There is no rating to score: the evaluated matrix is empty.")
         pred = self._predict_entries(Xc, target)
         return -float(np.sqrt(np.mean((pred - target.data) ** 2)))
+
+    def _ranking_score(self, Xc, y, k=10):
+        """``score`` under ``loss="implicit"``: mean NDCG@k of the fold-in rows' lists."""
+        from ..metrics import ndcg_at_k
+
+        if y is None:
+            relevant, seen = Xc, None
+        else:
+            relevant = check_like(y, Xc, name="y",
+                                  missing_values=self._settings()["missing_values"])
+            seen = Xc
+        relevant = sp.csr_matrix((np.ones(relevant.nnz), relevant.indices, relevant.indptr),
+                                 shape=relevant.shape)
+        rows = np.flatnonzero(np.diff(relevant.indptr))
+        if rows.size == 0:
+            raise ValueError("There is no interaction to rank: the evaluated matrix is empty.")
+        lists = top_n(self._factor_model(Xc), rows, min(k, Xc.shape[1]), seen=seen)[0]
+        return ndcg_at_k(relevant[rows], lists, k=k)
 
     @property
     def _n_features_out(self):

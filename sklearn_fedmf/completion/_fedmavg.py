@@ -20,11 +20,13 @@ from .._fedmavg_protocol import check_aggregation, q2_schedule, round_phases
 from ._base import (
     COMPLETION_DOCS,
     FACTOR_SETTINGS,
+    IMPLICIT_SETTINGS,
     FederatedMFBase,
     moved_to_solver_params,
     toy_example,
 )
 from ._fedmavg_batched import make_batched
+from ._fedmavg_implicit import make_implicit_protocol
 from ._fedmavg_protocol import (
     client_metrics,
     combine_metrics,
@@ -41,6 +43,7 @@ from ._fedmavg_protocol import (
     u_phase,
     w_phase,
 )
+from ._implicit import check_implicit_settings
 
 __all__ = ["FedMAvg"]
 
@@ -123,20 +126,24 @@ class FedMAvg(FederatedMFBase):
 
     Parameters
     ----------
-    n_components : int, default=5
+    n_components : int or None, default=None
         %(n_components)s
+        None: 5 with ``loss="squared"``, 32 with ``loss="implicit"`` (measured on the
+        embedded MovieLens: rank 5 ranks poorly, 64 costs FedMGS's ``r^2`` messages).
     local_iter_u : int, default=10
         Local steps ``Q1`` on the user factors per round (``"fedpalm"``: U/W step pairs).
     local_iter_v : int or None, default=None
         Local steps ``Q2`` on the item-factor copy. None means the variant's schedule: the
-        diminishing ``Q2^s = floor(q_hat / s) + 1`` (``"wang_chang"``) or 10.
+        diminishing ``Q2^s = floor(q_hat / s) + 1`` (``"wang_chang"``) or 10; under
+        ``loss="implicit"`` 5 every round.
     n_clients : int, default=10
         %(n_clients)s
     clients_per_round : int, float or None, default=None
         %(clients_per_round)s
         (The paper's ``m``; see ``solver_params["sampling"]``.)
-    max_iter : int, default=100
+    max_iter : int or None, default=None
         %(max_iter)s
+        None: 100 with ``loss="squared"``, 30 with ``loss="implicit"``.
     tol : float, default=0.0
         %(tol)s
     alpha_u, alpha_v : float, default=10.0
@@ -151,6 +158,14 @@ class FedMAvg(FederatedMFBase):
         ``bytes_downloaded``).
     biased : bool, default=True
         %(biased)s
+    loss : {"squared", "implicit"}, default="squared"
+        %(loss)s
+        FedMAvg under ``"implicit"`` (``_fedmavg_implicit``): each client solves its users
+        exactly against ``V`` and ``V^T V``; each sampled client takes ``Q2`` gradient steps
+        on its copy ``W_p`` of ``V`` (its own part of the weighted objective, the all-items
+        term through its Gram ``U_p^T U_p``, one step ``1/(d_factor L_j)`` per item row) and
+        uploads it; the server averages. ``variant="wang_chang"`` only; ``w_step`` does not
+        apply; the groups of one client per user are not used.
     %(run_parameters)s
 
         - ``variant`` : {"wang_chang", "fedpalm", "fedmc_admm"}, default="wang_chang"
@@ -178,8 +193,9 @@ class FedMAvg(FederatedMFBase):
         - ``c_factor`` : float or None, default=None
           The U step is ``1 / (c_factor * L_U)`` with ``L_U = lambda_max(V V^T) + ridge``
           (``"wang_chang"``, default 0.51) or ``lambda_max(V V^T)`` (``"fedmc_admm"``, 0.5).
-        - ``d_factor`` : float, default=5.0
-          The W step is ``1 / (d_factor * L_W)`` (see ``w_step``).
+        - ``d_factor`` : float or None, default=None
+          The W step is ``1 / (d_factor * L_W)`` (see ``w_step``). None: 5.0, or 0.6 under
+          ``loss="implicit"`` (its per-item bounds are tight; measured).
         - ``w_step`` : {"global", "local", "guarded"} or None, default=None
           ``L_W`` of the W step (``"wang_chang"``): ``"global"`` uses ``lambda_max(sum_p
           U_p^T U_p) + ridge`` of this round (clients send their ``r x r`` Gram in a first
@@ -199,6 +215,7 @@ class FedMAvg(FederatedMFBase):
           i.i.d. draws with replacement, probabilities ``omega_p`` (``client_weights``); a
           client drawn twice uploads once and counts twice in the mean (``history_`` then
           also has ``bytes_uploaded_draws``, the paper's count of one upload per draw).
+        %(solver_confidence)s
         %(solver_factor_shared)s
 
     Attributes
@@ -228,18 +245,23 @@ class FedMAvg(FederatedMFBase):
     _solver_params: dict = {
         **FederatedMFBase._solver_params,
         **FACTOR_SETTINGS,
+        **IMPLICIT_SETTINGS,
         "init_scale": (1.0, FACTOR_SETTINGS["init_scale"][1]),
         "variant": ("wang_chang", [StrOptions({"wang_chang", "fedpalm", "fedmc_admm"})]),
         "q_hat": (5, [Interval(Integral, 0, None, closed="left")]),
         "participation": ("pcc", [StrOptions({"pcc", "pcp"})]),
         "aggregation": (None, [StrOptions({"weighted", "sampled_mean"}), None]),
         "c_factor": (None, [Interval(Real, 0, None, closed="neither"), None]),
-        "d_factor": (5.0, [Interval(Real, 0, None, closed="neither")]),
+        "d_factor": (None, [Interval(Real, 0, None, closed="neither"), None]),
         "w_step": (None, [StrOptions({"global", "local", "guarded"}), None]),
         "client_weights": ("entries", [StrOptions({"entries", "rows"})]),
         "sampling": ("uniform", [StrOptions({"uniform", "weighted"})]),
     }
     _moved_params = moved_to_solver_params(_solver_params)
+    # what None means under each loss (FederatedMFBase._loss_default); d_factor and
+    # local_iter_v: the W steps of "implicit" (_fedmavg_implicit)
+    _loss_defaults: dict = {"n_components": (5, 32), "max_iter": (100, 30),
+                            "d_factor": (5.0, 0.6), "local_iter_v": (None, 5)}
 
     _parameter_constraints: dict = {
         **FederatedMFBase._parameter_constraints,
@@ -250,18 +272,19 @@ class FedMAvg(FederatedMFBase):
 
     def __init__(
         self,
-        n_components=5,
+        n_components=None,
         *,
         local_iter_u=10,
         local_iter_v=None,
         n_clients=10,
         clients_per_round=None,
-        max_iter=100,
+        max_iter=None,
         tol=0.0,
         alpha_u=10.0,
         alpha_v=10.0,
         regularization="plain",
         biased=True,
+        loss="squared",
         clip=True,
         callback=None,
         warm_start=False,
@@ -274,7 +297,7 @@ class FedMAvg(FederatedMFBase):
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
             clients_per_round=clients_per_round, max_iter=max_iter, tol=tol, clip=clip,
             warm_start=warm_start, callback=callback, random_state=random_state,
-            n_jobs=n_jobs, verbose=verbose, solver_params=solver_params,
+            n_jobs=n_jobs, verbose=verbose, solver_params=solver_params, loss=loss,
         )
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v
@@ -290,20 +313,37 @@ class FedMAvg(FederatedMFBase):
             )
         paper = variant == "fedmc_admm"
         check_aggregation(settings["aggregation"], sampling)
+        d_factor = settings["d_factor"] or self._loss_defaults["d_factor"][int(self._implicit)]
+        if self._implicit:
+            check_implicit_settings(self, ctx)
+            q2 = self._loss_default("local_iter_v")
+            if variant != "wang_chang":
+                raise ValueError(f'loss="implicit" runs variant="wang_chang"; variant='
+                                 f'"{variant}" is a baseline of the ratings\' papers.')
+            return make_implicit_protocol(
+                n_items=ctx.n_features, n_clients=ctx.n_clients,
+                n_components=self._n_components, local_iter_v=q2,
+                q_hat=settings["q_hat"], q2_first=q2_schedule(1, q2, settings["q_hat"]),
+                participation=settings["participation"],
+                aggregation=settings["aggregation"]
+                or ("sampled_mean" if sampling == "weighted" else "weighted"),
+                d_factor=d_factor, client_weights=settings["client_weights"],
+                alpha_u=self.alpha_u, alpha_v=self.alpha_v,
+                confidence=settings["confidence"], init_scale=settings["init_scale"])
         return make_protocol(
-            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
+            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self._n_components,
             variant=variant, local_iter_u=self.local_iter_u,
             local_iter_v=self.local_iter_v if self.local_iter_v or not paper else 10,
             q_hat=settings["q_hat"], participation=settings["participation"],
             aggregation=settings["aggregation"]
             or ("sampled_mean" if paper or sampling == "weighted" else "weighted"),
             c_factor=settings["c_factor"] or (0.5 if paper else 0.51),
-            d_factor=settings["d_factor"],
+            d_factor=d_factor,
             w_step=w_step or ("guarded" if variant == "wang_chang" else "local"),
             client_weights=settings["client_weights"], alpha_u=self.alpha_u,
             alpha_v=self.alpha_v, l1_ratio=settings["l1_ratio"], positive=settings["positive"],
             init_scale=settings["init_scale"],
-            biased=self.biased, weighted=self.regularization == "weighted",
+            biased=self._biased, weighted=self.regularization == "weighted",
         )
 
     def _client_weights(self, nnz, n_rows):

@@ -36,8 +36,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from .._data import check_int
-from .._rating_regressor import _factorize
+from .._data import check_int, factorize_ids
 from ..datasets._synthetic import _check_generator
 
 __all__ = [
@@ -406,7 +405,7 @@ def sampled_rankings(predict, train, test, *, n_negatives=99, random_state=None)
     columns = list(train.columns[:2]) if _is_frame(train) else None
     train_u, train_i = _two_columns(train, "train")
     test_u, test_i = _two_columns(test, "test")
-    item_ids, train_codes = _factorize(train_i)
+    item_ids, train_codes = factorize_ids(train_i)
     test_codes = pd.Index(item_ids).get_indexer(test_i)  # -1: an item unseen in train
     rated = pd.DataFrame({"u": np.concatenate([train_u, test_u]),
                           "i": np.concatenate([train_codes, test_codes])})

@@ -1,0 +1,139 @@
+"""FedMAvg under ``loss="implicit"``: model averaging for weighted matrix factorization.
+
+The objective is :mod:`._implicit`'s, written as FedMAvg's weighted sum of the clients'
+local objectives (:mod:`._fedmavg_protocol`, ``variant="wang_chang"``)::
+
+    F(U, V) = sum_p omega_p F_p,   F_p = (1/omega_p) [f_p(U_p, V) + alpha_u/2 ||U_p||^2]
+                                          + alpha_v/2 ||V||^2
+
+with ``f_p`` the weighted loss of client ``p``'s users over every item. A round keeps the
+paper's structure (Algorithm 1):
+
+* every client (``participation="pcc"``) or only the sampled ones (``"pcp"``) take the U
+  step against the broadcast ``V`` and ``V^T V``: the exact minimizer of ``F_p`` in
+  ``U_p`` (:func:`~._implicit.implicit_user_factors`, the limit of the paper's ``Q1``
+  proximal-gradient steps on this strongly convex quadratic);
+* each sampled client takes ``Q2`` gradient steps on its copy ``W_p`` of ``V``, started at
+  ``V``, on ``F_p``. Its gradient in item row ``j`` is
+  ``(1/omega_p) [(U_p^T U_p) w_j + sum_{t in p, j in I(t)} ((c_tj - 1) u_t.w_j - c_tj) u_t]
+  + alpha_v w_j`` (:func:`~._implicit.implicit_item_gradient`): the all-items term is the
+  client's own Gram, the rest costs its interactions. ``F_p`` is separable over the items,
+  so each row takes its own step ``1 / (d_factor L_j)`` with the bound
+  ``L_j = (lambda_max(U_p^T U_p) + trace(G1_jp)) / omega_p + alpha_v`` (``G1_jp = sum_t
+  (c_tj - 1) u_t u_t^T``; the trace bounds its largest eigenvalue), which the rows of items
+  the client never saw share;
+* the client uploads ``W_p`` (``n_items x r``, the paper's message) and the server averages
+  the copies with the weights ``omega_p`` (``aggregation``), then broadcasts ``V`` and
+  ``V^T V``.
+
+No client sends a row, a factor of a user or a list of items: only ``W_p``, as for ratings.
+The W step needs no Gram exchange (``w_step`` does not apply). Client work: O(interactions
+x r + n_items x r^2) per W step, the dense ``W_p`` being FedMAvg's upload.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from .._engine import FederatedProtocol
+from .._fedmavg_protocol import round_phases
+from ._fedmavg_protocol import EPS_LIPSCHITZ, client_weight, lambda_max
+from ._fedmavg_protocol import server_init_uploads as average_init_uploads
+from ._fedmavg_protocol import server_update as average_update
+from ._fedmgs_implicit import client_metrics, combine_metrics
+from ._implicit import implicit_item_gradient, implicit_user_factors
+
+__all__ = ["make_implicit_protocol", "w_bounds", "w_steps"]
+
+
+def _with_gram(broadcast):
+    return {**broadcast, "VtV": broadcast["Vt"].T @ broadcast["Vt"]}
+
+
+def init_server(rng, *, n_items, n_components, init_scale):
+    """``V^0``: i.i.d. ``init_scale * Uniform[0, 1)``."""
+    Vt = init_scale * rng.random((n_items, n_components))
+    return {"Vt": Vt}, {"Vt": Vt}
+
+
+def init_client(block, broadcast, rng, *, init_scale, client_weights):
+    """Private ``U_p^0``; uploads its size (for ``omega``)."""
+    U = init_scale * rng.random((block.n_rows, broadcast["Vt"].shape[1]))
+    return {"U": U}, {"size": float(client_weight(block, client_weights))}
+
+
+def server_init_uploads(server_state, uploads, *, n_clients, q2_first):
+    state, broadcast = average_init_uploads(server_state, uploads, n_clients=n_clients,
+                                            q2_first=q2_first)
+    return state, _with_gram(broadcast)
+
+
+def u_phase(state, block, broadcast, *, confidence, alpha_u, client_weights):
+    """The exact U step; keeps the broadcast for the W phase."""
+    U = implicit_user_factors(block.X, broadcast["Vt"], broadcast["VtV"],
+                              confidence=confidence, alpha_u=alpha_u)
+    omega = max(client_weight(block, client_weights), 1.0) / broadcast["total"]
+    return {"U": U, "Vt": broadcast["Vt"], "q2": broadcast["q2"], "omega": omega}
+
+
+def w_bounds(X, U, *, confidence, scale, alpha_v):
+    """``L_j`` of each item row of ``F_p`` (module docstring)."""
+    rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+    weight = confidence * X.data * np.einsum("ea,ea->e", U[rows], U[rows])  # (c - 1)||u||^2
+    trace = np.bincount(X.indices, weights=weight, minlength=X.shape[1])
+    return scale * (lambda_max(U.T @ U) + trace) + alpha_v
+
+
+def w_steps(Wt, U, X, n_steps, d, *, confidence, scale, alpha_v):
+    """``n_steps`` gradient steps on ``F_p`` in ``W`` (one step size per item row)."""
+    for _ in range(n_steps):
+        G = scale * implicit_item_gradient(X, U, Wt, confidence=confidence) + alpha_v * Wt
+        Wt = Wt - G / d[:, None]
+    return Wt
+
+
+def w_phase(state, block, d_global, *, confidence, alpha_v, d_factor):
+    """Q2 local steps from ``V``; the upload ``{"W": W_p}``."""
+    U, scale = state["U"], 1.0 / state["omega"]
+    d = d_factor * np.maximum(w_bounds(block.X, U, confidence=confidence, scale=scale,
+                                       alpha_v=alpha_v), EPS_LIPSCHITZ)
+    return {"W": w_steps(state["Vt"], U, block.X, state["q2"], d, confidence=confidence,
+                         scale=scale, alpha_v=alpha_v)}
+
+
+def kept_state(state):
+    return {"U": state["U"]}
+
+
+def server_update(server_state, uploads, round_index, counts=None, *, aggregation,
+                  local_iter_v, q_hat):
+    state, broadcast = average_update(server_state, uploads, round_index, counts,
+                                      aggregation=aggregation, local_iter_v=local_iter_v,
+                                      q_hat=q_hat)
+    return state, _with_gram(broadcast)
+
+
+def make_implicit_protocol(*, n_items, n_clients, n_components, local_iter_v, q_hat,
+                           q2_first, participation, aggregation, d_factor, client_weights,
+                           alpha_u, alpha_v, confidence, init_scale):
+    """FedMAvg's protocol under ``loss="implicit"`` (clients run one by one: no groups)."""
+    return FederatedProtocol(
+        init_server=partial(init_server, n_items=n_items, n_components=n_components,
+                            init_scale=init_scale),
+        init_client=partial(init_client, init_scale=init_scale, client_weights=client_weights),
+        server_init_uploads=partial(server_init_uploads, n_clients=n_clients,
+                                    q2_first=q2_first),
+        **round_phases(
+            participation=participation, prepared=False,
+            local_phase=partial(u_phase, confidence=confidence, alpha_u=alpha_u,
+                                client_weights=client_weights),
+            w_phase=partial(w_phase, confidence=confidence, alpha_v=alpha_v,
+                            d_factor=d_factor),
+            keep=kept_state, gram=None, server_prepare=None,
+            server_update=partial(server_update, aggregation=aggregation,
+                                  local_iter_v=local_iter_v, q_hat=q_hat)),
+        client_metrics=partial(client_metrics, confidence=confidence, alpha_u=alpha_u),
+        combine_metrics=partial(combine_metrics, alpha_v=alpha_v),
+    )

@@ -1,0 +1,238 @@
+"""Implicit feedback (``loss="implicit"``): weighted matrix factorization over every pair.
+
+Hu, Koren & Volinsky (2008). Every stored entry ``r_ui`` of ``X`` is an interaction: the
+preference is ``p_ui = 1`` there and 0 at every other pair, the confidence ``c_ui = 1 +
+confidence * r_ui`` there and 1 elsewhere. The objective is the family's penalty plus::
+
+    f(U, V) = 1/2 sum_{u, i} c_ui (p_ui - u_u . v_i)^2          (every user-item pair)
+
+No bias and no mean enter it (``biased`` and ``center`` are ignored); ``u_u . v_i`` is a
+preference score, not a rating.
+
+The Gram identity. Write ``s_ui = u_u . v_i``. At a pair without interaction the term is
+``s_ui^2``; at an interaction it is ``c (1 - s)^2 = s^2 + [(c - 1) s^2 - 2 c s + c]``. So::
+
+    sum_i c_ui (p_ui - s_ui)^2 = u_u^T (V^T V) u_u
+                                 + sum_{i in I(u)} [(c_ui - 1) s_ui^2 - 2 c_ui s_ui + c_ui]
+
+with ``V^T V`` the ``r x r`` Gram of the item factors (``Vt.T @ Vt`` in the code's
+``(n_items, r)`` orientation) and ``I(u)`` the items ``u`` interacted with. Summed over the
+users, ``sum_u u_u^T (V^T V) u_u = trace((U^T U)(V^T V))``. Hence every quantity the
+federation needs costs O(interactions x r^2 + r^3), never O(users x items):
+
+* a user's exact minimizer (the closed-form ALS step, :func:`implicit_user_factors`)::
+
+      (V^T V + sum_{i in I(u)} (c_ui - 1) v_i v_i^T + alpha_u I) u_u = sum_{i in I(u)} c_ui v_i
+
+* the gradient in an item row ``v_j`` of a client ``p``'s part of ``f``, with ``U_p`` its
+  users' factors::
+
+      (U_p^T U_p) v_j + sum_{t in p, j in I(t)} [(c_tj - 1) s_tj - c_tj] u_t
+
+  that is ``(U_p^T U_p + G1_jp) v_j - G2_jp`` with the client's per-item aggregates
+  ``G1_jp = sum_t (c_tj - 1) u_t u_t^T`` and ``G2_jp = sum_t c_tj u_t`` over its users who
+  interacted with ``j`` (:func:`implicit_item_sums`): the all-items term is the client's
+  Gram ``U_p^T U_p``, the same for every item.
+
+The server broadcasts ``V^T V`` with ``V`` (``r x r`` more), so a client never sweeps every
+item for its users' step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["IMPLICIT_ALPHA", "IMPLICIT_CONFIDENCE", "check_implicit_settings",
+           "check_interactions", "implicit_item_gradient", "implicit_item_sums",
+           "implicit_objective", "implicit_user_factors", "packed_size", "unpack_gram"]
+
+# The default ``solver_params["confidence"]``: measured on the embedded MovieLens and a
+# synthetic set (docs/guide/ranking.rst, benchmarks/bench_topn.py).
+IMPLICIT_CONFIDENCE = 1.0
+# The l2 strengths that ``"auto"`` means under ``loss="implicit"`` (measured likewise).
+IMPLICIT_ALPHA = 1.0
+
+
+def check_implicit_settings(estimator, ctx):
+    """Refuse what ``loss="implicit"`` does not run: the weighted regularization, and
+    ``eval_set`` (its RMSE is in rating units; rank held-out interactions with ``score``)."""
+    if getattr(estimator, "regularization", "plain") != "plain":
+        raise ValueError('loss="implicit" runs the plain penalties; set '
+                         'regularization="plain".')
+    if ctx.info.get("eval_X") is not None:
+        raise ValueError('eval_set is scored in rating units (RMSE), which loss="implicit" '
+                         "does not predict; score held-out interactions with score(X, y).")
+
+
+def check_interactions(X):
+    """Refuse negative interaction strengths (a confidence must be at least 1)."""
+    if X.nnz and X.data.min() < 0:
+        raise ValueError(
+            'loss="implicit" reads every stored entry of X as an interaction of strength '
+            f"r >= 0 (confidence 1 + confidence * r); X has a negative value ({X.data.min():g})."
+            " Pass counts, ratings or ones.")
+
+
+@njit(cache=True, nogil=True)
+def _user_solve_kernel(indptr, indices, data, Vt, VtV, confidence, alpha, out):
+    r = Vt.shape[1]
+    A = np.empty((r, r))
+    b = np.empty(r)
+    for u in range(indptr.shape[0] - 1):
+        for a in range(r):
+            for e in range(r):
+                A[a, e] = VtV[a, e]
+            A[a, a] += alpha[u]
+            b[a] = 0.0
+        for s in range(indptr[u], indptr[u + 1]):
+            j = indices[s]
+            c = 1.0 + confidence * data[s]
+            for a in range(r):
+                va = Vt[j, a]
+                b[a] += c * va
+                w = (c - 1.0) * va
+                for e in range(a, r):  # (the upper triangle; mirrored below)
+                    A[a, e] += w * Vt[j, e]
+        for a in range(r):
+            for e in range(a):
+                A[a, e] = A[e, a]
+        out[u] = np.linalg.solve(A, b)
+
+
+def implicit_user_factors(X, Vt, VtV, *, confidence, alpha_u):
+    """Each row's exact minimizer of its weighted loss plus ``alpha_u/2 ||u||^2``.
+
+    Parameters
+    ----------
+    X : csr_matrix of shape (n_rows, n_items)
+        The rows' interactions (their strengths ``r``).
+    Vt : ndarray of shape (n_items, r)
+        The item factors.
+    VtV : ndarray of shape (r, r)
+        ``Vt.T @ Vt`` (what the server broadcasts).
+    confidence : float
+    alpha_u : float or ndarray of shape (n_rows,)
+        The l2 strength (one per row for the weighted regularization); it must make each
+        system positive definite, as ``VtV`` alone may not.
+
+    Returns
+    -------
+    U : ndarray of shape (n_rows, r)
+        A row without interaction gets zeros.
+    """
+    n_rows = X.shape[0]
+    alpha = np.broadcast_to(np.asarray(alpha_u, dtype=np.float64).ravel(), (n_rows,))
+    out = np.empty((n_rows, Vt.shape[1]))
+    if n_rows:
+        _user_solve_kernel(X.indptr, X.indices, np.asarray(X.data, dtype=np.float64),
+                           np.ascontiguousarray(Vt, dtype=np.float64),
+                           np.ascontiguousarray(VtV, dtype=np.float64), float(confidence),
+                           np.ascontiguousarray(alpha), out)
+    return out
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _item_sums_kernel(indptr, indices, data, U, sign, items, confidence, G):
+    # item-major (``indptr`` of X transposed): each row of G is filled while in cache
+    r = U.shape[1]
+    for q in range(items.shape[0]):
+        j = items[q]
+        for s in range(indptr[j], indptr[j + 1]):
+            t = indices[s]
+            c = 1.0 + confidence * data[s]
+            k = r
+            for a in range(r):
+                ua = sign * U[t, a]
+                G[q, a] += c * ua
+                w = (c - 1.0) * ua
+                for e in range(a, r):  # the upper triangle, row by row
+                    G[q, k + e - a] += w * U[t, e]
+                k += r - a
+
+
+def packed_size(r):
+    """Numbers per row of a message: ``G2_j`` and the upper triangle of ``G1_j``."""
+    return r + r * (r + 1) // 2
+
+
+def unpack_gram(packed, r):
+    """``(k, r, r)`` symmetric matrices from their packed upper triangles ``(k, r(r+1)/2)``
+    (row by row, as :func:`implicit_item_sums` writes them)."""
+    rows, cols = np.triu_indices(r)
+    full = np.empty((packed.shape[0], r, r))
+    full[:, rows, cols] = packed
+    full[:, cols, rows] = packed
+    return full
+
+
+def implicit_item_sums(X, U, *, confidence, U_old=None):
+    """A client's per-item aggregates on the items its users interacted with (given
+    ``U_old``: their change from the aggregates at ``U_old``).
+
+    Returns
+    -------
+    items : ndarray of shape (k,)
+        The items (ascending).
+    G : ndarray of shape (k, r + r (r + 1) / 2)
+        Row ``q`` is ``[G2_j, triu(G1_j)]`` for ``j = items[q]``: ``G2_j = sum_t c_tj u_t``
+        and the upper triangle, row by row, of the symmetric ``G1_j = sum_t (c_tj - 1) u_t
+        u_t^T`` (:func:`unpack_gram` restores it).
+    """
+    Xt = X.T.tocsr()  # (items as rows: O(interactions))
+    items = np.flatnonzero(np.diff(Xt.indptr))
+    r = U.shape[1]
+    G = np.zeros((items.size, packed_size(r)))
+    if X.nnz:
+        data = np.asarray(Xt.data, dtype=np.float64)
+        for factors, sign in ((U, 1.0), (U_old, -1.0)):
+            if factors is not None:
+                _item_sums_kernel(Xt.indptr, Xt.indices, data,
+                                  np.ascontiguousarray(factors, dtype=np.float64), sign, items,
+                                  float(confidence), G)
+    return items, G
+
+
+def _entry_scores(X, U, Vt):
+    """``u_t . v_j`` at each stored entry of ``X`` (CSR order)."""
+    rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+    return np.einsum("ea,ea->e", U[rows], Vt[X.indices])
+
+
+def implicit_item_gradient(X, U, Vt, *, confidence):
+    """The gradient in ``Vt`` of ``f`` on the rows of ``X`` (a client's part), in O(entries
+    x r + n_items x r^2): ``Vt (U^T U) + C^T U`` with ``C`` the sparse coefficients
+    ``(c - 1) s - c`` at the interactions (module docstring)."""
+    s = _entry_scores(X, U, Vt)
+    c = 1.0 + confidence * X.data
+    coef = X.copy()
+    coef.data = (c - 1.0) * s - c
+    return Vt @ (U.T @ U) + np.asarray(coef.T @ U)
+
+
+def implicit_objective(X, U, Vt, *, confidence, alpha_u=0.0, alpha_v=0.0, VtV=None):
+    """``f(U, V) + alpha_u/2 ||U||^2 + alpha_v/2 ||V||^2`` in the Gram form (module
+    docstring): O(interactions x r + (n_users + n_items) x r^2).
+
+    Parameters
+    ----------
+    X : csr_matrix of shape (n_users, n_items)
+        The interactions.
+    U : ndarray of shape (n_users, r)
+    Vt : ndarray of shape (n_items, r)
+    confidence : float
+    alpha_u, alpha_v : float, default=0.0
+    VtV : ndarray of shape (r, r), default=None
+        ``Vt.T @ Vt`` when already known.
+
+    Returns
+    -------
+    value : float
+    """
+    VtV = Vt.T @ Vt if VtV is None else VtV
+    s = _entry_scores(X, U, Vt)
+    c = 1.0 + confidence * X.data
+    data = float(np.sum((c - 1.0) * s * s - 2.0 * c * s + c))
+    gram = float(np.sum((U.T @ U) * VtV))
+    return 0.5 * (gram + data) + 0.5 * alpha_u * float(np.sum(U * U)) \
+        + 0.5 * alpha_v * float(np.sum(Vt * Vt))
