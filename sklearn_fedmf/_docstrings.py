@@ -66,6 +66,18 @@ SHARED_PARAMETERS = {
         "the algorithm runs unchanged on rank ``n_components + 2``. ``b_u`` stays on its\n"
         "client like its user factors; ``b_i`` travels and is aggregated as ``V`` (its bytes\n"
         "counted)."),
+    "loss": (
+        "``\"squared\"``: the papers' loss on the observed ratings. ``\"implicit\"``: weighted\n"
+        "matrix factorization over every user-item pair (Hu, Koren & Volinsky 2008):\n"
+        "preference 1 at a stored entry of ``X``, 0 elsewhere, confidence\n"
+        "``1 + confidence * r`` at a stored entry (``solver_params['confidence']``) and 1\n"
+        "elsewhere; the unobserved pairs enter through ``r x r`` Grams, so a client's work\n"
+        "stays O(its interactions x r^2 + r^3) and its upload is the paper's. Under\n"
+        "``\"implicit\"`` there are no biases and no mean (``biased`` and ``center`` are\n"
+        "ignored) and predictions are preference scores, not clipped to a rating range."),
+    "confidence": (
+        "The confidence scale of ``loss=\"implicit\"`` (``alpha`` of ``implicit``'s ALS):\n"
+        "a stored entry ``r`` weighs ``1 + confidence * r``."),
     "elastic_net": (
         "The regularizer of a factor is ``alpha * l1_ratio * ||.||_1 + 0.5 * alpha *\n"
         "(1 - l1_ratio) * ||.||_F^2``, as in :class:`~sklearn.decomposition.NMF`."),

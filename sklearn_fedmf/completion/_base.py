@@ -15,7 +15,7 @@ from numbers import Integral, Real
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._biases import free_item, free_user, init_item, user_step_view, with_user
@@ -38,6 +38,7 @@ from .._kernels import grad_rows, ridge_fold_in, squared_error
 from .._pairs import FactorModel, predict_pairs, score_block
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
 from ..exceptions import UnobservedItemsWarning
+from ._implicit import implicit_user_factors
 
 __all__ = ["COMPLETION_DOCS", "FACTOR_SETTINGS", "FederatedMFBase", "FEDERATION_CONSTRAINTS",
            "moved_to_solver_params"]
@@ -65,9 +66,11 @@ COMPLETION_DOCS: dict = {
         solver_key("on_client_error", '{"raise", "skip"}, default="raise"'),
     ]),
     "solver_center": solver_key("center", "bool, default=True"),
+    "solver_confidence": solver_key("confidence", "float, default=1.0"),
 }
 COMPLETION_DOCS["solver_shared"] = "\n".join(
-    [COMPLETION_DOCS["solver_center"], COMPLETION_DOCS["solver_simulation"]])
+    [COMPLETION_DOCS["solver_center"], COMPLETION_DOCS["solver_confidence"],
+     COMPLETION_DOCS["solver_simulation"]])
 
 
 def moved_to_solver_params(solver_params):
@@ -97,6 +100,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         "alpha_u": [Interval(Real, 0, None, closed="left")],
         "alpha_v": [Interval(Real, 0, None, closed="left")],
         "biased": ["boolean"],
+        "loss": [StrOptions({"squared", "implicit"})],
         "clip": ["boolean"],
         "warm_start": ["boolean"],
         "solver_params": [dict, None],
@@ -107,6 +111,8 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         **SIMULATION_SETTINGS,
         "missing_values": (np.nan, [Real]),
         "center": (True, ["boolean"]),
+        # loss="implicit": c_ui = 1 + confidence * r_ui on the stored entries
+        "confidence": (1.0, [Interval(Real, 0, None, closed="left")]),
     }
     _default_settings: dict = {
         **FederatedEstimator._default_settings,
@@ -115,12 +121,13 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
 
     def __init__(self, n_components, *, alpha_u, alpha_v, biased, n_clients, clients_per_round,
                  max_iter, tol, clip, warm_start, callback, random_state, n_jobs, verbose,
-                 solver_params):
+                 solver_params, loss="squared"):
         # (not the skeleton's __init__: partition and on_client_error are solver_params keys)
         self.n_components = n_components
         self.alpha_u = alpha_u
         self.alpha_v = alpha_v
         self.biased = biased
+        self.loss = loss
         self.n_clients = n_clients
         self.clients_per_round = clients_per_round
         self.max_iter = max_iter
@@ -132,6 +139,16 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         self.n_jobs = n_jobs
         self.verbose = verbose
         self.solver_params = solver_params
+
+    @property
+    def _implicit(self):
+        """``loss="implicit"`` (a class without the parameter fits ratings)."""
+        return getattr(self, "loss", "squared") == "implicit"
+
+    @property
+    def _biased(self):
+        """Whether the model has biases: ``biased``, ignored under ``loss="implicit"``."""
+        return self.biased and not self._implicit
 
     # ---- provided by each estimator ---------------------------------------------------
     @abstractmethod
@@ -182,7 +199,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     def _check_fit_data(self, X, *, reset, eval_set=None):
         settings = self._settings()
         missing_values = settings["missing_values"]
-        if self.biased and settings["positive"]:
+        if self._biased and settings["positive"]:
             raise ValueError(
                 "biased=True and positive=True cannot be combined: the biases are signed "
                 "(leave solver_params['positive'] False, or set biased=False for a "
@@ -204,13 +221,20 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
                                  "eval_set=None.")
         if X.nnz == 0:
             raise ValueError("X has no observed entry; there is nothing to fit.")
-        if reset:
+        if self._implicit and X.data.min() < 0:
+            raise ValueError(
+                'loss="implicit" reads the stored entries of X as interactions and their '
+                "values as strengths (confidence 1 + confidence * r), which must be >= 0; "
+                f"X holds {X.data.min():g}.")
+        if self._implicit:  # preferences and confidences: no mean, no rating range
+            mean, rating_range = 0.0, (0.0, float(X.data.max()))
+        elif reset:
             # Each client sends only the sum and the count of its ratings (an aggregate).
             mean = float(X.data.mean())
             rating_range = (float(X.data.min()), float(X.data.max()))
         else:  # warm start: the model keeps the centring of its first fit
             mean, rating_range = self.mean_, self.rating_range_
-        offset = mean if settings["center"] else 0.0
+        offset = mean if settings["center"] and not self._implicit else 0.0
         X = _shift(X, -offset)
         if eval_X is not None:
             eval_X = _shift(eval_X, -offset)
@@ -230,14 +254,14 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         else:
             for block, client_state in zip(blocks, state.client_states):
                 U[block.rows] = self._read_user_factors(client_state)
-        if self.biased:  # the augmented factors [U, b_u, 1] and [V; 1; b_i] (_biases.py)
+        if self._biased:  # the augmented factors [U, b_u, 1] and [V; 1; b_i] (_biases.py)
             self.components_, self.item_bias_ = np.ascontiguousarray(V[:-2]), V[-1].copy()
             self.user_factors_, self.user_bias_ = np.ascontiguousarray(U[:, :-2]), U[:, -2]
         else:
             self.components_, self.user_factors_ = V, U
 
     def _degenerate(self, state, blocks, ctx, history):
-        biases = self.biased and (self.item_bias_.any() or self.user_bias_.any())
+        biases = self._biased and (self.item_bias_.any() or self.user_bias_.any())
         if (not self.components_.any() or not self.user_factors_.any()) and not biases:
             return "the factors are all zero, so every prediction is the same constant"
         return self._collapsed(ctx.X) or objective_not_decreasing(history)
@@ -262,7 +286,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         rms_data = np.sqrt(np.mean(np.square(sample.data, dtype=np.float64)))
         if rms_uv >= COLLAPSE_RATIO * rms_data:
             return None
-        if self.biased:
+        if self._biased:
             users = np.repeat(rows, np.diff(sample.indptr))
             bias = self.user_bias_[users] + self.item_bias_[sample.indices]
             alone = (f"against {np.sqrt(np.mean(np.square(bias))):.3g} for the biases: the "
@@ -328,7 +352,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         ``b_i``; a row without ratings gets ``u = 0, b_u = 0``: it predicts ``b_i``.
         """
         Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
-        if not self.biased:
+        if not self._biased:
             return self._fold_in(Xc), Vt
         Vt_aug = init_item(np.hstack([Vt, np.empty((Vt.shape[0], 2))]))
         Vt_aug[:, -1] = self.item_bias_
@@ -338,14 +362,17 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
 
     def _fold_in(self, Xc):
         """The rows' factors (without the bias columns)."""
-        if self.biased:
+        if self._biased:
             return self._augmented(Xc)[0][:, :-2]
         Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
         return self._fold_in_rows(Xc, Vt)
 
     def _fold_in_rows(self, Xc, Vt):
-        U = np.zeros((Xc.shape[0], Vt.shape[1]))
         settings = self._settings()
+        if self._implicit:  # the weighted objective's exact per-row solve (ridge only)
+            return implicit_user_factors(Xc, Vt, Vt.T @ Vt, confidence=settings["confidence"],
+                                         alpha_u=float(self._fold_in_alpha_u()))
+        U = np.zeros((Xc.shape[0], Vt.shape[1]))
         l1_ratio, positive = settings["l1_ratio"], settings["positive"]
         alpha_u = self._fold_in_alpha_u()
         if settings["regularization"] == "weighted":  # per rating, as in fit
@@ -390,7 +417,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         U = self._check_factors(X)
         check_dense_size(U.shape[0], self.components_.shape[1], "inverse_transform(X)")
         P = U @ self.components_ + self._offset
-        return P + self.item_bias_ if self.biased else P
+        return P + self.item_bias_ if self._biased else P
 
     def predict(self, X, at=None):
         """Predicted ratings for the rows of ``X`` by fold-in.
@@ -439,10 +466,10 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         """The model as :class:`~sklearn_fedmf._pairs.FactorModel`: the fitted users' factors,
         or, given the centred CSR ``Xc``, its rows' factors by fold-in."""
         Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
-        item_bias = self.item_bias_ if self.biased else None
+        item_bias = self.item_bias_ if self._biased else None
         if Xc is None:
-            U, user_bias = self.user_factors_, self.user_bias_ if self.biased else None
-        elif self.biased:  # fold-in solves [u, b_u] (see _augmented)
+            U, user_bias = self.user_factors_, self.user_bias_ if self._biased else None
+        elif self._biased:  # fold-in solves [u, b_u] (see _augmented)
             U_aug = self._augmented(Xc)[0]
             U, user_bias = np.ascontiguousarray(U_aug[:, :-2]), U_aug[:, -2].copy()
         else:
@@ -460,10 +487,10 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     @property
     def _offset(self):
         """What was subtracted from the ratings before factorizing."""
-        return self.mean_ if self._settings()["center"] else 0.0
+        return self.mean_ if self._settings()["center"] and not self._implicit else 0.0
 
     def _clip(self, values):
-        if self.clip:
+        if self.clip and not self._implicit:  # preference scores have no rating range
             return np.clip(values, *self.rating_range_)
         return values
 
