@@ -84,10 +84,12 @@ AUTO_ADAM_LR = 0.05
 
 def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
                   reg_consensus, alpha_u, alpha_v, p, pull_eta, optimizer, link, shift, span,
-                  init_std, clip_delta, noise_scale, simulate_uploads, biased=False):
+                  init_std, clip_delta, noise_scale, simulate_uploads, biased=False,
+                  confidence=None):
     """Bind the hyperparameters to the pure functions of :mod:`._rfrec_protocol` and
     :mod:`._rfrec_batched` (``alpha_v`` is split 1/N;
-    ``biased``: rank ``n_components + 2`` with the augmented factors of ``_biases``)."""
+    ``biased``: rank ``n_components + 2`` with the augmented factors of ``_biases``;
+    ``confidence``: ``loss="implicit"``, :mod:`._rfrec_implicit`)."""
     p = None if variant == "rfrec" else p
     eta = None if p is None else pull_strength(learning_rate, reg_consensus,
                                                alpha_v / n_clients, p, pull_eta)
@@ -100,24 +102,25 @@ def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learni
                             n_components=_biases.n_factors(n_components, biased),
                             init_std=init_std, p=p, optimizer=optimizer, biased=biased),
         init_client=partial(init_client, init_std=init_std, optimizer=optimizer,
-                            biased=biased),
+                            biased=biased, implicit=confidence is not None),
         client_update=partial(client_update, variant=variant, schedule=schedule,
                               alpha_u=alpha_u, simulate=simulate_uploads, **step, **privacy,
-                              **link_),
+                              **link_, confidence=confidence),
         server_update=partial(server_update, variant=variant, schedule=schedule, **step,
                               **privacy),
         client_metrics=partial(client_metrics, alpha_u=alpha_u, eta=eta, biased=biased,
-                               **link_),
+                               **link_, confidence=confidence),
         combine_metrics=partial(combine_metrics, n_clients=n_clients, reg=reg_consensus,
                                 alpha_v=alpha_v, lr=learning_rate,
                                 optimizer=optimizer, variant=variant),
         # every client steps each round; only uploads are sampled or lost (Section 3.3)
         participation=Participation(computes="all", receives="all", dropped="upload_lost",
                                     server_update="every_round"),
-        batched=make_batched(init_std=init_std, optimizer=optimizer, biased=biased,
-                             variant=variant, schedule=schedule, alpha_u=alpha_u, eta=eta,
-                             simulate=simulate_uploads, step=step, privacy=privacy,
-                             link=link_),
+        # (implicit: every client owns all its columns, one block per client)
+        batched=None if confidence is not None else make_batched(
+            init_std=init_std, optimizer=optimizer, biased=biased, variant=variant,
+            schedule=schedule, alpha_u=alpha_u, eta=eta, simulate=simulate_uploads, step=step,
+            privacy=privacy, link=link_),
     )
 
 
@@ -192,6 +195,11 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         outside the guarantee.
     biased : bool, default=True
         %(biased)s
+    loss : {"squared", "implicit"}, default="squared"
+        %(loss)s
+        The local steps keep their form on the weighted objective (derivation in
+        ``_rfrec_implicit``); every client then keeps all the columns of its ``V_(c)`` as
+        its own (``n_items x d`` per client, no grouped phases). Needs ``link="identity"``.
     clip : bool, default=True
         %(clip)s
     callback : callable, default=None
@@ -261,6 +269,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         - ``on_client_error`` : {"raise", "skip"}, default="raise"
           %(on_client_error)s
         %(solver_center)s
+        %(solver_confidence)s
 
     Attributes
     ----------
@@ -350,6 +359,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         alpha_v=4.5,
         privacy=None,
         biased=True,
+        loss="squared",
         clip=True,
         callback=None,
         warm_start=False,
@@ -362,7 +372,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
             clients_per_round=clients_per_round, max_iter=max_iter, tol=tol, clip=clip,
             warm_start=warm_start, callback=callback, random_state=random_state,
-            n_jobs=n_jobs, verbose=verbose, solver_params=solver_params,
+            n_jobs=n_jobs, verbose=verbose, solver_params=solver_params, loss=loss,
         )
         self.learning_rate = learning_rate
         self.reg_consensus = reg_consensus
@@ -394,7 +404,10 @@ class RFRec(LocalDPMixin, FederatedMFBase):
 
     def _check_fit_data(self, X, *, reset, eval_set=None):
         settings = self._settings()
-        if self.biased and settings["link"] != "identity":
+        if self._implicit and settings["link"] != "identity":
+            raise ValueError('loss="implicit" needs link="identity" (the preferences are 0 '
+                             "and 1, not ratings to map into a range).")
+        if self._biased and settings["link"] != "identity":
             raise ValueError("biased=True needs link='identity' (the biases are added to the "
                              "rating, outside any link); set biased=False for the sigmoid link.")
         # (the "auto" pull is capped at 1; reg_v only enters it, so 0 is exact here)
@@ -484,7 +497,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             at = block == k
             V[hit[at]] = values[k][pos[hit[at]] - offsets[k]]
         U = self.user_factors_[rows]
-        if self.biased:  # the copies are augmented: [U, b_u, 1] . [V; 1; b_i]
+        if self._biased:  # the copies are augmented: [U, b_u, 1] . [V; 1; b_i]
             U = np.hstack([U, self.user_bias_[rows, None], np.ones((len(rows), 1))])
         return np.einsum("ij,ij->i", U, V)
 
@@ -510,7 +523,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         if Xc.nnz == 0:  # nothing to check against (a Flower server holds no rating)
             return
         U, Vt = self.user_factors_, self.components_.T
-        if self.biased:  # the augmented factors [U, b_u, 1] . [V; 1; b_i]
+        if self._biased:  # the augmented factors [U, b_u, 1] . [V; 1; b_i]
             U = np.hstack([U, self.user_bias_[:, None], np.ones((U.shape[0], 1))])
             Vt = np.hstack([Vt, np.ones((Vt.shape[0], 1)), self.item_bias_[:, None]])
         lo, hi = self.rating_range_
@@ -529,7 +542,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
 
     def _privacy_upload(self, n_items):
         # V_(c) (with the bias rows when biased), at most once per round
-        return (n_items, self.n_components + 2 * self.biased), self.max_iter
+        return (n_items, self.n_components + 2 * self._biased), self.max_iter
 
     def _learning_rate(self):
         """The step handed to the solver: None means per-block curvature steps (gd)."""
@@ -549,7 +562,8 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             pull_eta=settings["pull_eta"], optimizer=settings["optimizer"], link=settings["link"],
             shift=offset - lo, span=(hi - lo) or 1.0, init_std=settings["init_std"],
             clip_delta=ctx.info["privacy"]["clip"], noise_scale=ctx.info["privacy"]["scale"] or 0.0,
-            simulate_uploads=settings["simulate_uploads"], biased=self.biased,
+            simulate_uploads=settings["simulate_uploads"], biased=self._biased,
+            confidence=settings["confidence"] if self._implicit else None,
         )
 
     def _read_components(self, server_state, broadcast):
@@ -561,10 +575,13 @@ class RFRec(LocalDPMixin, FederatedMFBase):
     # ---- fold-in and prediction through the link ----------------------------------------
     def _link_params(self):
         lo, hi = self.rating_range_
-        return (self.mean_ if self._settings()["center"] else 0.0) - lo, (hi - lo) or 1.0
+        return self._offset - lo, (hi - lo) or 1.0
 
     def _fold_in_rows(self, Xc, Vt):
-        """Each row's ``argmin_u sum_j (r_ij - link(u . vbar_j))^2 + alpha_u ||u||^2``."""
+        """Each row's ``argmin_u sum_j (r_ij - link(u . vbar_j))^2 + alpha_u ||u||^2``
+        (under ``loss="implicit"`` the weighted objective's, exact)."""
+        if self._implicit:
+            return super()._fold_in_rows(Xc, Vt)
         U = np.zeros((Xc.shape[0], Vt.shape[1]))
         if self._settings()["link"] == "identity":  # the ridge system, exact
             ridge_fold_in(Xc.indptr, Xc.indices, Xc.data, Vt, self.alpha_u, U)
@@ -576,9 +593,8 @@ class RFRec(LocalDPMixin, FederatedMFBase):
 
     def _to_ratings(self, Z):
         """Scores ``u . v`` to ratings (the shifted scale plus the offset)."""
-        offset = self.mean_ if self._settings()["center"] else 0.0
         if self._settings()["link"] == "identity":
-            return Z + offset
+            return Z + self._offset
         lo, hi = self.rating_range_
         return lo + (hi - lo) / (1 + np.exp(-Z))
 
@@ -599,7 +615,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         U = self._check_factors(X)
         check_dense_size(U.shape[0], self.components_.shape[1], "inverse_transform(X)")
         Z = U @ self.components_
-        return self._to_ratings(Z + self.item_bias_ if self.biased else Z)
+        return self._to_ratings(Z + self.item_bias_ if self._biased else Z)
 
     def _factor_model(self, Xc=None):
         # The sigmoid link maps the raw score u . v to the rating range (no offset).
