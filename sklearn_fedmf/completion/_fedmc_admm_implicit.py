@@ -87,14 +87,27 @@ def _lipschitz_w(X, U, c, eps):
     return max(np.linalg.norm(U.T @ U) + (extra.max() if extra.size else 0.0), eps)
 
 
+def _fixed_side(X, F, c):
+    """With the other factor ``F`` fixed, the observed part of the gradient is affine:
+    ``G F = A x - b`` per row ``x`` of the moving factor, ``A = sum (c - 1) f f^T`` and
+    ``b = sum c f`` over the row's stored entries (``X`` has the moving factor's rows; ``F``
+    is indexed by its columns). Computed once per loop: a step then costs ``O(rows r^2)``."""
+    r = F.shape[1]
+    outer = (F[:, :, None] * F[:, None, :]).reshape(F.shape[0], r * r)
+    A = sp.csr_matrix((c - 1.0, X.indices, X.indptr), shape=X.shape) @ outer
+    b = sp.csr_matrix((c, X.indices, X.indptr), shape=X.shape) @ F
+    return np.asarray(A).reshape(-1, r, r), np.asarray(b)
+
+
 def implicit_u_loop(U, Wt, X, n_steps, alpha_u, l1_ratio, positive, *, confidence, eps):
     """``n_steps`` proximal-gradient steps (P-14) on the weighted objective, against the
     client's own ``W_i``."""
     c = confidences(X, confidence)
     L_W = _lipschitz_u(X, Wt, c, eps)
     gram = Wt.T @ Wt  # the all-items term, fixed through the loop
+    A, b = _fixed_side(X, Wt, c)
     for _ in range(n_steps):
-        grad = U @ gram + _residual_weights(X, U, Wt, c) @ Wt
+        grad = U @ gram + np.einsum("tab,tb->ta", A, U) - b
         U = prox_elastic_net(U - grad / L_W, 1.0 / L_W, alpha_u, l1_ratio, positive)
     return U.astype(Wt.dtype, copy=False)
 
@@ -105,10 +118,16 @@ def implicit_w_loop(U, Wt, Vt, Yt, X, n_steps, beta, n_clients, *, confidence, e
     c = confidences(X, confidence)
     L_U = _lipschitz_w(X, U, c, eps)
     gram = U.T @ U
+    # the confidences with items as rows (c >= 1: no entry vanishes in the transpose)
+    Ct = sp.csr_matrix((c, X.indices, X.indptr), shape=X.shape).T.tocsr()
+    cols = np.flatnonzero(np.diff(Ct.indptr))  # only the rated columns carry A and b
+    Ct = Ct[cols]
+    A, b = _fixed_side(Ct, U, Ct.data)
     a = L_U / n_clients
     anchor = beta * Vt - Yt
     for _ in range(n_steps):
-        grad = Wt @ gram + _residual_weights(X, U, Wt, c).T @ U
+        grad = Wt @ gram
+        grad[cols] += np.einsum("tab,tb->ta", A, Wt[cols]) - b
         Wt = (a * Wt + anchor - grad / n_clients) / (a + beta)
     return Wt.astype(Vt.dtype, copy=False), L_U
 
