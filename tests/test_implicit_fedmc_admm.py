@@ -5,6 +5,7 @@ top-N quality against most-popular and the rating loss."""
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from joblib import parallel_config
 
 from sklearn_fedmf import FedMCADMM
 from sklearn_fedmf._data import ClientBlock
@@ -184,10 +185,12 @@ def test_uploads_hold_no_client_rows_or_factors():
                 assert np.shape(a) != rows.shape
 
 
-def test_same_model_for_any_n_jobs():
+@pytest.mark.parametrize("backend", ["threading", "loky"])
+def test_same_model_for_any_n_jobs_and_backend(backend):
     X = interactions()
     reference = small(clients_per_round=2, n_jobs=1).fit(X)
-    other = small(clients_per_round=2, n_jobs=2).fit(X)
+    with parallel_config(backend=backend):
+        other = small(clients_per_round=2, n_jobs=2).fit(X)
     np.testing.assert_array_equal(reference.components_, other.components_)
     np.testing.assert_array_equal(reference.user_factors_, other.user_factors_)
 

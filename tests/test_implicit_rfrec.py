@@ -5,6 +5,7 @@ privacy, ``n_jobs`` invariance and top-N quality against most-popular and the ra
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from joblib import parallel_config
 
 from sklearn_fedmf import RFRec
 from sklearn_fedmf.completion._implicit import implicit_objective, implicit_user_factors
@@ -136,10 +137,12 @@ def test_uploads_hold_no_client_rows_or_factors(privacy):
         assert est.history_[k]["bytes_uploaded"] == 4 * n_items * d * 8
 
 
-def test_same_model_for_any_n_jobs():
+@pytest.mark.parametrize("backend", ["threading", "loky"])
+def test_same_model_for_any_n_jobs_and_backend(backend):
     X = interactions()
     reference = model(n_clients=4, max_iter=5, n_jobs=1).fit(X)
-    other = model(n_clients=4, max_iter=5, n_jobs=2).fit(X)
+    with parallel_config(backend=backend):
+        other = model(n_clients=4, max_iter=5, n_jobs=2).fit(X)
     np.testing.assert_array_equal(reference.components_, other.components_)
     np.testing.assert_array_equal(reference.user_factors_, other.user_factors_)
 
