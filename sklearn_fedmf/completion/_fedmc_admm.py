@@ -26,7 +26,7 @@ from ._base import (
     FederatedMFBase,
     moved_to_solver_params,
 )
-from ._fedmc_admm_implicit import implicit_initial_curvature
+from ._fedmc_admm_implicit import AUTO_BETA_IMPLICIT, implicit_initial_curvature
 from ._fedmc_admm_protocol import AUTO_BETA, auto_alpha_u, initial_curvature, make_protocol
 
 __all__ = ["FedMCADMM"]
@@ -142,8 +142,11 @@ class FedMCADMM(FederatedMFBase):
     loss : {"squared", "implicit"}, default="squared"
         %(loss)s
         Algorithm 1 keeps its steps on the weighted objective (derivation in
-        ``_fedmc_admm_implicit``); ``beta="auto"`` then uses the weighted curvature. The
+        ``_fedmc_admm_implicit``); ``beta="auto"`` is then 10 times the weighted
+        curvature at the start (measured on MovieLens latest-small). The
         simulation holds every client's dense ``W_i``, ``Y_i`` (no grouped phases).
+        ``history_``'s ``train_rmse`` and ``eval_rmse`` are then the errors of the
+        preference 1 at the stored entries.
     clip : bool, default=True
         %(clip)s
     callback : callable, default=None
@@ -310,7 +313,7 @@ class FedMCADMM(FederatedMFBase):
                 raise ValueError("beta='auto' scales with init_scale; init_scale=0 without "
                                  "biases needs an explicit beta.")
             if self._implicit:
-                return AUTO_BETA * implicit_initial_curvature(
+                return AUTO_BETA_IMPLICIT * implicit_initial_curvature(
                     ctx.X, ctx.n_clients, self.n_components, init_scale,
                     self._settings()["confidence"])
             return AUTO_BETA * initial_curvature(

@@ -200,6 +200,8 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         The local steps keep their form on the weighted objective (derivation in
         ``_rfrec_implicit``); every client then keeps all the columns of its ``V_(c)`` as
         its own (``n_items x d`` per client, no grouped phases). Needs ``link="identity"``.
+        ``history_``'s ``train_rmse`` and ``eval_rmse`` are then the errors of the
+        preference 1 at the stored entries.
     clip : bool, default=True
         %(clip)s
     callback : callable, default=None
