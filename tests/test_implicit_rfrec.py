@@ -180,3 +180,13 @@ def test_implicit_beats_most_popular_and_the_rating_loss():
     hr_squared = hr(squared.user_factors_ @ squared.components_ + squared.item_bias_)
     assert hr_implicit > hr(popularity)
     assert hr_implicit > hr_squared
+
+
+def test_state_beyond_memory_is_refused_before_the_first_round(monkeypatch):
+    from sklearn_fedmf.completion import _fedmc_admm
+
+    monkeypatch.setattr(_fedmc_admm, "_available_memory", lambda: 10_000)
+    X = interactions()  # 80 clients x 40 items x 2 factors x 8 bytes = 51,200 bytes
+    with pytest.raises(MemoryError, match="51200 bytes"):
+        model(max_iter=1).fit(X)
+    model(n_clients=4, max_iter=1).fit(X)  # 2,560 bytes fit

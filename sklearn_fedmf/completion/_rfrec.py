@@ -56,6 +56,7 @@ from .._groups import GroupStates
 from .._kernels import ridge_fold_in
 from ..exceptions import ConfigurationWarning
 from ..privacy._local_dp import LocalDPMixin
+from . import _fedmc_admm
 from ._base import COMPLETION_DOCS, FederatedMFBase, moved_to_solver_params
 from ._rfrec_batched import make_batched
 from ._rfrec_kernels import _errors_at, _sigmoid_fold_in
@@ -567,6 +568,27 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             simulate_uploads=settings["simulate_uploads"], biased=self._biased,
             confidence=settings["confidence"] if self._implicit else None,
         )
+
+    def _run(self, protocol, blocks, ctx):
+        if self._implicit and not ctx.warm and isinstance(blocks, list):
+            self._check_implicit_memory(ctx)
+        return super()._run(protocol, blocks, ctx)
+
+    def _check_implicit_memory(self, ctx):
+        """Under ``loss="implicit"`` every client keeps its whole ``V_(c)`` (with Adam, its
+        two moments too): raise before the first round when they would not fit in memory."""
+        copies = 3 if self._settings()["optimizer"] == "adam" else 1
+        need = (copies * ctx.n_clients * ctx.n_features * self.n_components
+                * ctx.X.dtype.itemsize)
+        available = _fedmc_admm._available_memory()
+        if need > available:
+            raise MemoryError(
+                f'RFRec with loss="implicit" needs about {need / 2**30:.2f} GiB ({need} '
+                f"bytes) for every client's whole item matrix ({ctx.n_clients} clients x "
+                f"{ctx.n_features} items x {self.n_components} factors x {copies} "
+                f"array(s)), but {available / 2**30:.2f} GiB are available. Use fewer "
+                "clients (n_clients, or fewer distinct labels in clients) or a lower "
+                "n_components.")
 
     def _read_components(self, server_state, broadcast):
         return np.ascontiguousarray(server_state["Vbar"].T)
