@@ -59,3 +59,16 @@ def dense_user_factors(X, Vt, *, confidence, alpha_u):
         C = np.diag(1.0 + confidence * R[u])
         U[u] = np.linalg.solve(Vt.T @ C @ Vt + alpha_u * np.eye(r), Vt.T @ C @ P[u])
     return U
+
+
+def dense_preference_confidence(X, confidence):
+    """``(P, C)``: preference 1 at the stored entries of the sparse ``X`` and 0 elsewhere;
+    confidence ``1 + confidence * r`` there and 1 elsewhere."""
+    P, R = dense_parts(X)
+    return P, 1.0 + confidence * R
+
+
+def dense_implicit_gradients(X, U, Vt, *, confidence):
+    """Gradients of ``sum c (p - u . v)^2`` (no 1/2) in ``U`` and ``Vt``, pair by pair."""
+    return (2.0 * dense_user_gradient(X, U, Vt, confidence=confidence),
+            2.0 * dense_item_gradient(X, U, Vt, confidence=confidence))

@@ -376,7 +376,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         Vt = np.ascontiguousarray(self.components_.T, dtype=np.float64)
         zeros = np.zeros(sample.nnz)
         rms_uv = np.sqrt(squared_error(sample.indptr, sample.indices, zeros, U, Vt) / sample.nnz)
-        rms_data = np.sqrt(np.mean(np.square(sample.data, dtype=np.float64)))
+        # (under loss="implicit" the fitted target at a stored entry is the preference 1)
+        rms_data = 1.0 if self._implicit else np.sqrt(
+            np.mean(np.square(sample.data, dtype=np.float64)))
         if rms_uv >= COLLAPSE_RATIO * rms_data:
             return None
         if self._biased:

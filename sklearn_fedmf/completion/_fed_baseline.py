@@ -130,8 +130,9 @@ class FedBaseline(FederatedMFBase):
     biased = True
     _default_settings: dict = {**FederatedMFBase._default_settings, "center": True}
 
+    # (no centring switch, and no loss="implicit": no confidence scale)
     _solver_params: dict = {key: spec for key, spec in FederatedMFBase._solver_params.items()
-                            if key != "center"}
+                            if key not in ("center", "confidence")}
     _moved_params = moved_to_solver_params(_solver_params)
 
     _parameter_constraints: dict = {

@@ -26,6 +26,13 @@ from ._fedmc_admm_batched import (
     server_update_implicit,
     unpack_broadcast,
 )
+from ._fedmc_admm_implicit import (
+    implicit_grad_v,
+    implicit_metrics,
+    implicit_u_loop,
+    implicit_w_exact,
+    implicit_w_loop,
+)
 from ._fedmc_admm_kernels import linearized_cols, replace_and_accumulate, squared_distance
 
 # floor of L_W and L_U (Algorithm 1's steps): avoids 0/0 once l1 zeroes a factor
@@ -75,7 +82,7 @@ def init_server(rng, *, n_items, n_components, init_scale, biased=False):
 
 
 def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive, biased=False,
-                weighted=False):
+                weighted=False, confidence=None):
     """Private ``U_i^0``, ``W_i^0 = V^0`` and ``Y_i^0 = -(1/p) grad_V f_i(U_i^0, V^0)``.
 
     Returns the client state and its one-time upload ``Y_i^0`` (eq. (16) needs every client's
@@ -90,7 +97,10 @@ def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive, b
         U = np.maximum(U, 0.0)
     if biased:
         _biases.init_user(U)
-    if dual_init == "paper":
+    if dual_init == "paper" and confidence is not None:  # loss="implicit"
+        Yt = (implicit_grad_v(block.X, U, Vt, confidence=confidence) / -n_clients).astype(
+            dtype, copy=False)
+    elif dual_init == "paper":
         Yt = np.empty_like(Vt)
         X = block.X
         grad_cols(X.indptr, X.indices, X.data, U, Vt, Yt)
@@ -185,15 +195,20 @@ def u_loop_biased(U, Wt, X, n_steps, alpha_u, l1_ratio):
 
 
 def client_update(state, block, Vt, rng, selected, *, n_clients, beta, local_iter, alpha_u,
-                  l1_ratio, positive, w_update, biased=False, weighted=False):
+                  l1_ratio, positive, w_update, biased=False, weighted=False, confidence=None):
     """One active round of client ``i`` (Algorithm 1, step 3); uploads ``(W_i, Y_i)``.
 
     With biases ``W_i`` is the unconstrained copy of ``[V; 1; b_i]`` (only ``R(V)`` holds
     the indicator), so the W loop and the dual step are unchanged. Weighted regularization:
-    ``R_i`` scales each row's strength by its ratings; its prox stays a per-row shrink."""
+    ``R_i`` scales each row's strength by its ratings; its prox stays a per-row shrink.
+    ``confidence`` (``loss="implicit"``): the steps of :mod:`._fedmc_admm_implicit`."""
     Vt = unpack_broadcast(Vt)[0]
     X = block.X
     alpha_u = row_alpha(alpha_u, X, weighted)
+    if confidence is not None:
+        return _implicit_update(state, X, Vt, n_clients=n_clients, beta=beta,
+                                local_iter=local_iter, alpha_u=alpha_u, l1_ratio=l1_ratio,
+                                positive=positive, w_update=w_update, confidence=confidence)
     if biased:
         U = u_loop_biased(state["U"], state["Wt"], X, local_iter, alpha_u, l1_ratio)
     else:
@@ -203,6 +218,20 @@ def client_update(state, block, Vt, rng, selected, *, n_clients, beta, local_ite
                                n_clients)[0]
     else:
         Wt = w_exact(U, Vt, state["Yt"], X, beta, n_clients)
+    Yt = state["Yt"] + beta * (Wt - Vt)  # dual step with the OLD global V^k (Lemma 4.5)
+    return {"U": U, "Wt": Wt, "Yt": Yt}, {"W": Wt, "Y": Yt}
+
+
+def _implicit_update(state, X, Vt, *, n_clients, beta, local_iter, alpha_u, l1_ratio, positive,
+                     w_update, confidence):
+    """:func:`client_update`'s round on the weighted objective (no biases)."""
+    U = implicit_u_loop(state["U"], state["Wt"], X, local_iter, alpha_u, l1_ratio, positive,
+                        confidence=confidence, eps=EPS_LIPSCHITZ)
+    if w_update == "linearized":
+        Wt = implicit_w_loop(U, state["Wt"], Vt, state["Yt"], X, local_iter, beta, n_clients,
+                             confidence=confidence, eps=EPS_LIPSCHITZ)[0]
+    else:
+        Wt = implicit_w_exact(U, Vt, state["Yt"], X, beta, n_clients, confidence=confidence)
     Yt = state["Yt"] + beta * (Wt - Vt)  # dual step with the OLD global V^k (Lemma 4.5)
     return {"U": U, "Wt": Wt, "Yt": Yt}, {"W": Wt, "Y": Yt}
 
@@ -257,10 +286,15 @@ def _server_prox(total, counts, *, beta, n_clients, alpha_v, l1_ratio, positive,
 
 
 def client_metrics(state, block, Vt, *, alpha_u, l1_ratio, biased=False, alpha_v=0.0,
-                   weighted=False):
+                   weighted=False, confidence=None):
     """Additive diagnostics of one client at the global ``V`` (not its local copy; weighted
     regularization: with its share ``alpha_v/2 sum_j n_ji ||v_j||^2`` of ``p R(V)``)."""
     Vt = unpack_broadcast(Vt)[0]
+    if confidence is not None:
+        return {**implicit_metrics(state["U"], Vt, block, confidence=confidence,
+                                   alpha_u=alpha_u, l1_ratio=l1_ratio, alpha_v=alpha_v,
+                                   weighted=weighted),
+                "consensus": squared_distance(state["Wt"], Vt)}
     return {**factor_metrics(state["U"], Vt, block, alpha_u=alpha_u, l1_ratio=l1_ratio,
                              biased=biased, alpha_v=alpha_v, weighted=weighted),
             "consensus": squared_distance(state["Wt"], Vt)}
@@ -285,9 +319,12 @@ def combine_metrics(server_state, sums, *, n_clients, alpha_v, l1_ratio, biased=
 
 def make_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u, alpha_v,
                   l1_ratio, positive, w_update, init_scale, dual_init, biased=False,
-                  weighted=False):
+                  weighted=False, confidence=None):
     """Bind the hyperparameters to the pure functions above (``biased``: the factors are
-    the augmented ``[U, b_u, 1]`` and ``[V; 1; b_i]`` of rank ``n_components + 2``)."""
+    the augmented ``[U, b_u, 1]`` and ``[V; 1; b_i]`` of rank ``n_components + 2``;
+    ``confidence``: ``loss="implicit"`` with that confidence scale, no biases)."""
+    if confidence is not None:
+        confidence = float(confidence)
     # Python floats: a numpy float64 scalar (e.g. from a GridSearchCV grid) would promote
     # float32 arrays to float64 in every product.
     beta, alpha_u, alpha_v, l1_ratio, init_scale = (
@@ -299,20 +336,21 @@ def make_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u
                             init_scale=init_scale, biased=biased),
         init_client=partial(init_client, n_clients=n_clients, init_scale=init_scale,
                             dual_init=dual_init, positive=positive, biased=biased,
-                            weighted=weighted),
+                            weighted=weighted, confidence=confidence),
         server_init_uploads=partial(server_init_uploads, beta=beta, n_clients=n_clients),
         client_update=partial(client_update, n_clients=n_clients, beta=beta,
                               local_iter=local_iter, alpha_u=alpha_u, l1_ratio=l1_ratio,
                               positive=positive, w_update=w_update, biased=biased,
-                              weighted=weighted),
+                              weighted=weighted, confidence=confidence),
         server_update=partial(server_update, beta=beta, n_clients=n_clients, positive=positive,
                               **reg_v),
         client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio,
-                               biased=biased, **reg_metrics),
+                               biased=biased, confidence=confidence, **reg_metrics),
         combine_metrics=partial(combine_metrics, n_clients=n_clients, weighted=weighted,
                                 **reg_v),
-        # the batched phases run the plain regularization (weighted: one block per client)
-        batched=None if weighted else make_batched(
+        # the batched phases run the plain regularization on ratings (weighted, implicit:
+        # one block per client; _fedmc_admm_implicit says why)
+        batched=None if weighted or confidence is not None else make_batched(
             n_clients=n_clients, init_scale=init_scale, dual_init=dual_init,
             positive=positive, biased=biased, beta=beta, local_iter=local_iter,
             alpha_u=alpha_u, l1_ratio=l1_ratio, w_update=w_update, eps=EPS_LIPSCHITZ),

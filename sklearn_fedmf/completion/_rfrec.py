@@ -56,7 +56,8 @@ from .._groups import GroupStates
 from .._kernels import ridge_fold_in
 from ..exceptions import ConfigurationWarning
 from ..privacy._local_dp import LocalDPMixin
-from ._base import COMPLETION_DOCS, FederatedMFBase, moved_to_solver_params
+from . import _fedmc_admm
+from ._base import COMPLETION_DOCS, IMPLICIT_SETTINGS, FederatedMFBase, moved_to_solver_params
 from ._rfrec_batched import make_batched
 from ._rfrec_kernels import _errors_at, _sigmoid_fold_in
 from ._rfrec_protocol import (  # noqa: F401  (the tests import _coin and _pulled from here)
@@ -106,11 +107,12 @@ def auto_strengths(alpha_u, alpha_v, *, sum_squares, n_ratings):
 def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
                   reg_consensus, alpha_u, alpha_v, p, pull_eta, optimizer, link, shift, span,
                   init_std, clip_delta, noise_scale, simulate_uploads, biased=False,
-                  rating_scale=1.0):
+                  rating_scale=1.0, confidence=None):
     """Bind the hyperparameters to the pure functions of :mod:`._rfrec_protocol` and
     :mod:`._rfrec_batched` (``alpha_v`` is split 1/N;
     ``biased``: rank ``n_components + 2`` with the augmented factors of ``_biases``;
-    ``rating_scale``: the ratings were divided by it, the metrics are reported times it)."""
+    ``rating_scale``: the ratings were divided by it, the metrics are reported times it;
+    ``confidence``: ``loss="implicit"``, :mod:`._rfrec_implicit`)."""
     p = None if variant == "rfrec" else p
     eta = None if p is None else pull_strength(learning_rate, reg_consensus,
                                                alpha_v / n_clients, p, pull_eta)
@@ -123,14 +125,14 @@ def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learni
                             n_components=_biases.n_factors(n_components, biased),
                             init_std=init_std, p=p, optimizer=optimizer, biased=biased),
         init_client=partial(init_client, init_std=init_std, optimizer=optimizer,
-                            biased=biased),
+                            biased=biased, implicit=confidence is not None),
         client_update=partial(client_update, variant=variant, schedule=schedule,
                               alpha_u=alpha_u, simulate=simulate_uploads, **step, **privacy,
-                              **link_),
+                              **link_, confidence=confidence),
         server_update=partial(server_update, variant=variant, schedule=schedule, **step,
                               **privacy),
         client_metrics=partial(client_metrics, alpha_u=alpha_u, eta=eta, biased=biased,
-                               **link_),
+                               **link_, confidence=confidence),
         combine_metrics=partial(combine_metrics, n_clients=n_clients, reg=reg_consensus,
                                 alpha_v=alpha_v, lr=learning_rate,
                                 optimizer=optimizer, variant=variant,
@@ -138,10 +140,11 @@ def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learni
         # every client steps each round; only uploads are sampled or lost (Section 3.3)
         participation=Participation(computes="all", receives="all", dropped="upload_lost",
                                     server_update="every_round"),
-        batched=make_batched(init_std=init_std, optimizer=optimizer, biased=biased,
-                             variant=variant, schedule=schedule, alpha_u=alpha_u, eta=eta,
-                             simulate=simulate_uploads, step=step, privacy=privacy,
-                             link=link_),
+        # (implicit: every client owns all its columns, one block per client)
+        batched=None if confidence is not None else make_batched(
+            init_std=init_std, optimizer=optimizer, biased=biased, variant=variant,
+            schedule=schedule, alpha_u=alpha_u, eta=eta, simulate=simulate_uploads, step=step,
+            privacy=privacy, link=link_),
     )
 
 
@@ -226,6 +229,13 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         then bounds the entries of the copies on the fit's scale, ``rating_scale_``).
     biased : bool, default=True
         %(biased)s
+    loss : {"squared", "implicit"}, default="squared"
+        %(loss)s
+        The local steps keep their form on the weighted objective (derivation in
+        ``_rfrec_implicit``); every client then keeps all the columns of its ``V_(c)`` as
+        its own (``n_items x d`` per client, no grouped phases). Needs ``link="identity"``.
+        ``history_``'s ``train_rmse`` and ``eval_rmse`` are then the errors of the
+        preference 1 at the stored entries.
     %(run_parameters)s
         RFRecF (Algorithm 2) is ``solver_params={"variant": "rfrecf"}``; its paper settings
         are ``PAPER_SETTINGS["RFRecF"]``.
@@ -282,6 +292,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         - ``on_client_error`` : {"raise", "skip"}, default="raise"
           %(on_client_error)s
         %(solver_center)s
+        %(solver_confidence)s
 
     Attributes
     ----------
@@ -333,6 +344,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
 
     _solver_params: dict = {
         **FederatedMFBase._solver_params,
+        **IMPLICIT_SETTINGS,
         "variant": ("rfrec", [StrOptions({"rfrec", "rfrecf"})]),
         "p": (0.2, [Interval(Real, 0, 1, closed="neither")]),
         "schedule": ("l2gd", [StrOptions({"l2gd", "algorithm2"})]),
@@ -369,6 +381,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         alpha_v="auto",
         privacy=None,
         biased=True,
+        loss="squared",
         clip=True,
         callback=None,
         warm_start=False,
@@ -381,7 +394,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
             clients_per_round=clients_per_round, max_iter=max_iter, tol=tol, clip=clip,
             warm_start=warm_start, callback=callback, random_state=random_state,
-            n_jobs=n_jobs, verbose=verbose, solver_params=solver_params,
+            n_jobs=n_jobs, verbose=verbose, solver_params=solver_params, loss=loss,
         )
         self.learning_rate = learning_rate
         self.reg_consensus = reg_consensus
@@ -413,7 +426,10 @@ class RFRec(LocalDPMixin, FederatedMFBase):
 
     def _check_fit_data(self, X, *, reset, eval_set=None):
         settings = self._settings()
-        if self.biased and settings["link"] != "identity":
+        if self._implicit and settings["link"] != "identity":
+            raise ValueError('loss="implicit" needs link="identity" (the preferences are 0 '
+                             "and 1, not ratings to map into a range).")
+        if self._biased and settings["link"] != "identity":
             raise ValueError("biased=True needs link='identity' (the biases are added to the "
                              "rating, outside any link); set biased=False for the sigmoid link.")
         # (the "auto" pull is capped at 1; reg_v only enters it, so 0 is exact here)
@@ -446,8 +462,8 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         sites get them from the sites' aggregates)."""
         scale, alpha_u, alpha_v = auto_strengths(self.alpha_u, self.alpha_v,
                                                  sum_squares=sum_squares, n_ratings=n_ratings)
-        if self._settings()["link"] != "identity":  # (the link fits ratings scaled to [0, 1])
-            scale = 1.0
+        if self._settings()["link"] != "identity" or self._implicit:
+            scale = 1.0  # (the link fits ratings scaled to [0, 1]; confidences read X as given)
         return dict(rating_scale=scale, alpha_u=alpha_u, alpha_v=alpha_v)
 
     def _collect(self, state, blocks, ctx):
@@ -464,7 +480,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             root = np.sqrt(scale)
             self.components_ *= root
             self.user_factors_ *= root
-            if self.biased:
+            if self._biased:
                 self.item_bias_ *= scale
                 self.user_bias_ *= scale
             ctx.X.data *= scale  # (the end-of-fit checks read X in rating units)
@@ -537,7 +553,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             V[hit[at]] = values[k][pos[hit[at]] - offsets[k]]
         scale = self.rating_scale_  # (the copies are on the scale the fit ran on)
         U = self.user_factors_[rows] / np.sqrt(scale)
-        if self.biased:  # the copies are augmented: [U, b_u, 1] . [V; 1; b_i]
+        if self._biased:  # the copies are augmented: [U, b_u, 1] . [V; 1; b_i]
             U = np.hstack([U, self.user_bias_[rows, None] / scale, np.ones((len(rows), 1))])
         return scale * np.einsum("ij,ij->i", U, V)
 
@@ -563,7 +579,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         if Xc.nnz == 0:  # nothing to check against (a Flower server holds no rating)
             return
         U, Vt = self.user_factors_, self.components_.T
-        if self.biased:  # the augmented factors [U, b_u, 1] . [V; 1; b_i]
+        if self._biased:  # the augmented factors [U, b_u, 1] . [V; 1; b_i]
             U = np.hstack([U, self.user_bias_[:, None], np.ones((U.shape[0], 1))])
             Vt = np.hstack([Vt, np.ones((Vt.shape[0], 1)), self.item_bias_[:, None]])
         lo, hi = self.rating_range_
@@ -582,7 +598,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
 
     def _privacy_upload(self, n_items):
         # V_(c) (with the bias rows when biased), at most once per round
-        return (n_items, self.n_components + 2 * self.biased), self.max_iter
+        return (n_items, self.n_components + 2 * self._biased), self.max_iter
 
     def _learning_rate(self):
         """The step handed to the solver: None means per-block curvature steps (gd)."""
@@ -602,9 +618,31 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             pull_eta=settings["pull_eta"], optimizer=settings["optimizer"], link=settings["link"],
             shift=offset - lo, span=(hi - lo) or 1.0, init_std=settings["init_std"],
             clip_delta=ctx.info["privacy"]["clip"], noise_scale=ctx.info["privacy"]["scale"] or 0.0,
-            simulate_uploads=settings["simulate_uploads"], biased=self.biased,
+            simulate_uploads=settings["simulate_uploads"], biased=self._biased,
             rating_scale=ctx.info["rating_scale"],
+            confidence=settings["confidence"] if self._implicit else None,
         )
+
+    def _run(self, protocol, blocks, ctx):
+        if self._implicit and not ctx.warm and isinstance(blocks, list):
+            self._check_implicit_memory(ctx)
+        return super()._run(protocol, blocks, ctx)
+
+    def _check_implicit_memory(self, ctx):
+        """Under ``loss="implicit"`` every client keeps its whole ``V_(c)`` (with Adam, its
+        two moments too): raise before the first round when they would not fit in memory."""
+        copies = 3 if self._settings()["optimizer"] == "adam" else 1
+        need = (copies * ctx.n_clients * ctx.n_features * self.n_components
+                * ctx.X.dtype.itemsize)
+        available = _fedmc_admm._available_memory()
+        if need > available:
+            raise MemoryError(
+                f'RFRec with loss="implicit" needs about {need / 2**30:.2f} GiB ({need} '
+                f"bytes) for every client's whole item matrix ({ctx.n_clients} clients x "
+                f"{ctx.n_features} items x {self.n_components} factors x {copies} "
+                f"array(s)), but {available / 2**30:.2f} GiB are available. Use fewer "
+                "clients (n_clients, or fewer distinct labels in clients) or a lower "
+                "n_components.")
 
     def _read_components(self, server_state, broadcast):
         return np.ascontiguousarray(server_state["Vbar"].T)
@@ -612,7 +650,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
     # ---- fold-in and prediction through the link ----------------------------------------
     def _link_params(self):
         lo, hi = self.rating_range_
-        return (self.mean_ if self._settings()["center"] else 0.0) - lo, (hi - lo) or 1.0
+        return self._offset - lo, (hi - lo) or 1.0
 
     def _fold_in_alpha_u(self):
         return self.alpha_u_
@@ -621,6 +659,8 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         """Each row's ``argmin_u sum_j (r_ij - link(u . vbar_j))^2 + alpha_u ||u||^2``, on the
         scale the fit ran on (ratings over ``rating_scale_``, the factors over its root, the
         biases over it; ``Vt``'s last column is the fixed ones when biased)."""
+        if self._implicit:  # (the weighted objective's exact minimizer)
+            return super()._fold_in_rows(Xc, Vt)
         U = np.zeros((Xc.shape[0], Vt.shape[1]))
         if self._settings()["link"] != "identity":
             shift, span = self._link_params()

@@ -11,6 +11,8 @@ import numpy as np
 from .. import _biases
 from .._engine import Broadcast
 from ..privacy import clip_entries, laplace_noise, mean_laplace_noise
+from ._implicit import implicit_objective
+from ._rfrec_implicit import implicit_auto_steps, implicit_client_grads, preference_errors
 from ._rfrec_kernels import (
     _client_grads,
     _client_sums,
@@ -146,11 +148,15 @@ def init_server(rng, *, n_items, n_components, init_std, p, optimizer, biased=Fa
     return state, _broadcast(Vbar, state["W"], W_opt, coin, True)
 
 
-def init_client(block, broadcast, rng, *, init_std, optimizer, biased=False):
-    """``u_i^0 ~ N(0, init_std^2)``; the rated columns ``P`` start at ``Vbar^0``."""
+def init_client(block, broadcast, rng, *, init_std, optimizer, biased=False, implicit=False):
+    """``u_i^0 ~ N(0, init_std^2)``; the rated columns ``P`` start at ``Vbar^0`` (every
+    column under ``loss="implicit"``: each has a data gradient, see :mod:`._rfrec_implicit`)."""
     bc = broadcast.simulation
     X = block.X
-    cols, pair = np.unique(X.indices, return_inverse=True)
+    if implicit:
+        cols, pair = np.arange(bc.Vbar.shape[0]), X.indices
+    else:
+        cols, pair = np.unique(X.indices, return_inverse=True)
     U = init_std * rng.standard_normal((X.shape[0], bc.Vbar.shape[1]))
     if biased:
         _biases.init_user(U)
@@ -228,23 +234,36 @@ def _pulled_group(gs, bc, eta):
 
 def client_update(state, block, broadcast, rng, selected, *, variant, schedule, lr, reg,
                   alpha_u, reg_v, p, eta, optimizer, link, shift, span, clip_delta, noise_scale,
-                  simulate, biased=False):
-    """One round of one client: local step or pull, and the upload of ``V_(c)`` if due."""
+                  simulate, biased=False, confidence=None):
+    """One round of one client: local step or pull, and the upload of ``V_(c)`` if due
+    (``confidence``: ``loss="implicit"``, the gradients of :mod:`._rfrec_implicit`)."""
     bc = broadcast.simulation
     X, cols = block.X, state["cols"]
     U, P = state["U"], _pulled(state, bc, eta)
     opt = None if state["opt"] is None else dict(state["opt"])
     action = _action(variant, schedule, bc.coin)
     if action in ("step", "main"):
-        gU, gP = np.empty_like(U), np.empty_like(P)
         step = action == "step"  # else RFRecF's main update: grad f / (1 - p), no psi
-        _client_grads(X.indptr, state["pair"], X.data, U, P, bc.Vbar, cols, link == "sigmoid",
-                      shift, span, alpha_u, reg_v, reg if step else 0.0,
-                      1.0 if step else 1 / (1 - p), gU, gP)
+        if confidence is not None:
+            gU, gP = implicit_client_grads(X, state["pair"], U, P, bc.Vbar[cols],
+                                           confidence=confidence, alpha_u=alpha_u,
+                                           reg_v=reg_v, reg=reg if step else 0.0,
+                                           scale=1.0 if step else 1 / (1 - p))
+        else:
+            gU, gP = np.empty_like(U), np.empty_like(P)
+            _client_grads(X.indptr, state["pair"], X.data, U, P, bc.Vbar, cols,
+                          link == "sigmoid", shift, span, alpha_u, reg_v,
+                          reg if step else 0.0, 1.0 if step else 1 / (1 - p), gU, gP)
         if opt is not None:
             opt["t"] += 1
         lr_u = lr_p = lr
-        if lr is None:
+        if lr is None and confidence is not None:
+            lr_u, lr_p = implicit_auto_steps(X, state["pair"], U, P, confidence=confidence,
+                                             alpha_u=alpha_u, reg_v=reg_v,
+                                             reg=reg if step else 0.0,
+                                             scale=1.0 if step else 1 / (1 - p),
+                                             safety=AUTO_SAFETY)
+        elif lr is None:
             lr_u, lr_p = auto_steps(X, state["pair"], U, P, alpha_u=alpha_u, reg_v=reg_v,
                                     reg=reg if step else 0.0,
                                     scale=1.0 if step else 1 / (1 - p),
@@ -336,14 +355,25 @@ def server_update(server_state, uploads, k, *, variant, schedule, lr, reg, reg_v
     return state, _broadcast(Vbar, W, W_opt, next_coin, sent)
 
 
-def client_metrics(state, block, broadcast, *, alpha_u, eta, link, shift, span, biased=False):
+def client_metrics(state, block, broadcast, *, alpha_u, eta, link, shift, span, biased=False,
+                   confidence=None):
     """Additive pieces of ``F`` (rated columns; the shared ones are added on the server),
-    and the errors of the federated model ``u_i . vbar_j`` on the training and eval entries."""
+    and the errors of the federated model ``u_i . vbar_j`` on the training and eval entries
+    (``loss="implicit"``: the weighted fit over every column, errors of the preference 1)."""
     bc = broadcast.simulation
     X, U, sigmoid = block.X, state["U"], link == "sigmoid"
     P = _pulled(state, bc, eta)
     fit, psi, sq, sse, ae = _client_sums(X.indptr, state["pair"], X.data, U, P, bc.W, bc.Vbar,
                                          state["cols"], sigmoid, shift, span)
+    if confidence is not None:  # (every column is the client's own: P is its whole V_(c))
+        fit = 2.0 * implicit_objective(X, U, P, confidence=confidence, alpha_u=0.0, alpha_v=0.0)
+        sse, ae = preference_errors(X, U, bc.Vbar)
+        out = _metrics(fit, psi, sq, sse, ae, U, X, None, bc.Vbar, alpha_u=alpha_u,
+                       sigmoid=False, shift=0.0, span=1.0, biased=False)
+        if block.X_eval is not None and block.X_eval.nnz:
+            out["eval_sse"], out["eval_ae"] = preference_errors(block.X_eval, U, bc.Vbar)
+            out["eval_n"] = block.X_eval.nnz
+        return out
     return _metrics(fit, psi, sq, sse, ae, U, X, block.X_eval, bc.Vbar, alpha_u=alpha_u,
                     sigmoid=sigmoid, shift=shift, span=span, biased=biased)
 
