@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import warnings
 from abc import abstractmethod
+from dataclasses import replace
 from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._biases import free_item, free_user, init_item, user_step_view, with_user
@@ -27,11 +28,13 @@ from .._data import (
     warn_if_zero_filled,
 )
 from .._docstrings import SHARED_PARAMETERS, solver_key
+from .._engine import EarlyStopping
 from .._fit import (
     FEDERATION_CONSTRAINTS,
     SIMULATION_SETTINGS,
     FederatedEstimator,
     objective_not_decreasing,
+    validation_split,
 )
 from .._groups import GroupStates
 from .._kernels import grad_rows, ridge_fold_in, squared_error
@@ -94,6 +97,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         ],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
+        "early_stopping": [StrOptions({"auto"}), "boolean"],
+        "validation_fraction": [Interval(Real, 0, 1, closed="neither"), None],
+        "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
         "alpha_u": [Interval(Real, 0, None, closed="left")],
         "alpha_v": [Interval(Real, 0, None, closed="left")],
         "biased": ["boolean"],
@@ -111,11 +117,16 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     _default_settings: dict = {
         **FederatedEstimator._default_settings,
         "l1_ratio": 0.0, "positive": False, "regularization": "plain",
+        # (a class without the validation parameters fits without validation)
+        "early_stopping": False, "validation_fraction": None, "n_iter_no_change": 10,
     }
+    # The key of the validation RMSE in a round's record and the two keys of a client's
+    # ``client_metrics`` that are its validation report (squared-error sum, count).
+    _validation_keys = ("eval_rmse", ("sse_eval", "n_eval"))
 
     def __init__(self, n_components, *, alpha_u, alpha_v, biased, n_clients, clients_per_round,
-                 max_iter, tol, clip, warm_start, callback, random_state, n_jobs, verbose,
-                 solver_params):
+                 max_iter, tol, early_stopping, validation_fraction, n_iter_no_change, clip,
+                 warm_start, callback, random_state, n_jobs, verbose, solver_params):
         # (not the skeleton's __init__: partition and on_client_error are solver_params keys)
         self.n_components = n_components
         self.alpha_u = alpha_u
@@ -125,6 +136,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         self.clients_per_round = clients_per_round
         self.max_iter = max_iter
         self.tol = tol
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
         self.clip = clip
         self.warm_start = warm_start
         self.callback = callback
@@ -158,7 +172,8 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
             Client label of each row; when None rows are split into ``n_clients`` clients.
         eval_set : {array-like, sparse matrix} of shape (n_users, n_items), default=None
             Held-out ratings of the same rows, scored every round with the current federated
-            factors (``history_[k]["eval_rmse"]``).
+            factors (``history_[k]["eval_rmse"]``). With early stopping on, it is the
+            validation set (the rounds are selected on it, nothing is held out of ``X``).
 
         Returns
         -------
@@ -219,6 +234,30 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         return X, dict(eval_X=eval_X, mean=mean, rating_range=rating_range, offset=offset,
                        n_ratings=X.nnz)
 
+    def _validation_plan(self, ctx):
+        """Early stopping's rule, and the context with each client's validation ratings
+        (``info["eval_X"]``) split off its training ratings (``X``)."""
+        settings = self._settings()
+        on, fraction = settings["early_stopping"], settings["validation_fraction"]
+        given = ctx.info["eval_X"] is not None
+        if on == "auto":
+            on = (given or fraction is not None) and ctx.X.nnz >= EARLY_STOPPING_MIN_RATINGS
+        if not on:
+            return ctx, None
+        if not given:
+            if fraction is None:
+                raise ValueError(
+                    "early_stopping=True needs validation ratings: set validation_fraction "
+                    "(each client holds out that fraction of its ratings) or pass "
+                    "fit(eval_set=...).")
+            X, X_valid = validation_split(ctx.X, ctx.codes, ctx.n_clients, fraction,
+                                          ctx.entropy)
+            ctx = replace(ctx, X=X, info={**ctx.info, "eval_X": X_valid, "n_ratings": X.nnz})
+        score_key, report_keys = self._validation_keys
+        return ctx, EarlyStopping(n_iter_no_change=settings["n_iter_no_change"],
+                                  tol=settings["tol"], score_key=score_key,
+                                  report_keys=report_keys, rename=not given)
+
     def _collect(self, state, blocks, ctx):
         self.mean_, self.rating_range_ = ctx.info["mean"], ctx.info["rating_range"]
         self.n_users_ = ctx.n_rows
@@ -235,8 +274,42 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
             self.user_factors_, self.user_bias_ = np.ascontiguousarray(U[:, :-2]), U[:, -2]
         else:
             self.components_, self.user_factors_ = V, U
+        self._collect_validation(state, U, V, ctx)
+
+    def _collect_validation(self, state, U, V, ctx):
+        """The validation's fitted attributes; with biases, the fallback to the biases alone
+        when the kept factor part does not beat them on the validation ratings."""
+        scores = [-r["validation_rmse"] for r in state.history if "validation_rmse" in r]
+        self.validation_score_ = np.array(scores)
+        self.best_iteration_ = state.best_round if scores else state.n_rounds
+        self.best_validation_score_ = -state.best_score if scores else None
+        self.factors_used_, self._fallback = True, None
+        X_valid = ctx.info["eval_X"]
+        if not scores or not self.biased or X_valid is None:
+            return
+        # Each client sums the squared errors of its model and of its biases alone on its
+        # validation ratings: one more number per client than a round's report.
+        Vt = np.ascontiguousarray(V.T, dtype=np.float64)
+        U = np.ascontiguousarray(U, dtype=np.float64)
+        full = squared_error_of(X_valid, U, Vt)
+        alone = squared_error_of(X_valid, np.ascontiguousarray(U[:, -2:]),
+                                 np.ascontiguousarray(Vt[:, -2:]))
+        self.history_[-1]["bytes_uploaded"] += 8 * ctx.n_clients
+        if alone <= full:
+            n = X_valid.nnz
+            self.factors_used_ = False
+            self._fallback = (
+                f"the factor part did not improve the validation RMSE of the model's own "
+                f"biases ({np.sqrt(full / n):.4g} with it at round {self.best_iteration_}, "
+                f"{np.sqrt(alone / n):.4g} without), so the fit keeps the biases alone "
+                "(factors_used_ = False, factors set to zero); lower alpha_u and alpha_v, or "
+                "the data has no structure beyond the biases")
+            self.components_ = np.zeros_like(self.components_)
+            self.user_factors_ = np.zeros_like(self.user_factors_)
 
     def _degenerate(self, state, blocks, ctx, history):
+        if self._fallback is not None:
+            return self._fallback
         biases = self.biased and (self.item_bias_.any() or self.user_bias_.any())
         if (not self.components_.any() or not self.user_factors_.any()) and not biases:
             return "the factors are all zero, so every prediction is the same constant"
@@ -512,6 +585,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         tags.target_tags.required = False
         return tags
 
+
+# "auto" early stopping needs this many ratings (HistGradientBoosting's 10,000 samples)
+EARLY_STOPPING_MIN_RATINGS = 10_000
 
 # A factor part whose RMS on the training ratings is below COLLAPSE_RATIO times the ratings'
 # (centred) RMS has collapsed; the check reads about COLLAPSE_SAMPLE ratings.

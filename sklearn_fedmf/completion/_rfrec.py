@@ -172,6 +172,12 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         Iterations ``K`` (for RFRecF, coin flips; messages happen on some of them only).
     tol : float, default=0.0
         %(tol)s
+    early_stopping : "auto" or bool, default="auto"
+        %(early_stopping)s
+    validation_fraction : float or None, default=0.1
+        %(validation_fraction)s
+    n_iter_no_change : int, default=10
+        %(n_iter_no_change)s
     alpha_u : float, default=4.5
         ``lambda_u`` on ``sum_i ||u_i||^2``; also the fold-in ridge of ``transform``.
     alpha_v : float, default=4.5
@@ -287,6 +293,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         ``coin`` (RFRecF), bytes, ``n_sampled``, ``n_failed``, ``seconds``.
     converged_, degenerate_
         As in :class:`~sklearn_fedmf.FedMCADMM`.
+    %(validation_attributes)s
     n_features_in_ : int
 
     Notes
@@ -326,6 +333,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         "simulate_uploads": (False, ["boolean"]),
         "predict_with": ("global", [StrOptions({"global", "personal"})]),
     }
+    _validation_keys = ("eval_rmse", ("eval_sse", "eval_n"))  # (its client_metrics' keys)
     _moved_params = moved_to_solver_params(_solver_params)
 
     _parameter_constraints: dict = {
@@ -346,6 +354,9 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         clients_per_round=None,
         max_iter=100,
         tol=0.0,
+        early_stopping="auto",
+        validation_fraction=0.1,
+        n_iter_no_change=10,
         alpha_u=4.5,
         alpha_v=4.5,
         privacy=None,
@@ -360,9 +371,11 @@ class RFRec(LocalDPMixin, FederatedMFBase):
     ):
         super().__init__(
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
-            clients_per_round=clients_per_round, max_iter=max_iter, tol=tol, clip=clip,
-            warm_start=warm_start, callback=callback, random_state=random_state,
-            n_jobs=n_jobs, verbose=verbose, solver_params=solver_params,
+            clients_per_round=clients_per_round, max_iter=max_iter, tol=tol,
+            early_stopping=early_stopping, validation_fraction=validation_fraction,
+            n_iter_no_change=n_iter_no_change, clip=clip, warm_start=warm_start,
+            callback=callback, random_state=random_state, n_jobs=n_jobs, verbose=verbose,
+            solver_params=solver_params,
         )
         self.learning_rate = learning_rate
         self.reg_consensus = reg_consensus
