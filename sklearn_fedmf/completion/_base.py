@@ -219,8 +219,35 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
                                  "eval_set=None.")
         if X.nnz == 0:
             raise ValueError("X has no observed entry; there is nothing to fit.")
-        if reset:
-            # Each client sends only the sum and the count of its ratings (an aggregate).
+        # (centred by _validation_plan, once the validation ratings are set apart)
+        return X, dict(eval_X=eval_X)
+
+    def _validation_plan(self, ctx):
+        """Early stopping's rule, and the context with each client's validation ratings
+        (``info["eval_X"]``) split off its training ratings (``X``), both centred by the
+        training ratings' mean."""
+        settings = self._settings()
+        on, fraction = settings["early_stopping"], settings["validation_fraction"]
+        X, eval_X = ctx.X, ctx.info["eval_X"]
+        given = eval_X is not None
+        if on == "auto":
+            on = (given or fraction is not None) and X.nnz >= EARLY_STOPPING_MIN_RATINGS
+        rule = None
+        if on:
+            if not given and fraction is None:
+                raise ValueError(
+                    "early_stopping=True needs validation ratings: set validation_fraction "
+                    "(each client holds out that fraction of its ratings) or pass "
+                    "fit(eval_set=...).")
+            if not given:
+                X, eval_X = validation_split(X, ctx.codes, ctx.n_clients, fraction,
+                                             ctx.entropy)
+            score_key, report_keys = self._validation_keys
+            rule = EarlyStopping(n_iter_no_change=settings["n_iter_no_change"],
+                                 tol=settings["tol"], score_key=score_key,
+                                 report_keys=report_keys, rename=not given)
+        if not ctx.warm:
+            # Each client sends only the sum and the count of its training ratings.
             mean = float(X.data.mean())
             rating_range = (float(X.data.min()), float(X.data.max()))
         else:  # warm start: the model keeps the centring of its first fit
@@ -231,32 +258,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
             eval_X = _shift(eval_X, -offset)
         _warn_unobserved(X)
         # n_ratings: the sum of the clients' rating counts (FedMC-ADMM and FedMGS "auto")
-        return X, dict(eval_X=eval_X, mean=mean, rating_range=rating_range, offset=offset,
-                       n_ratings=X.nnz)
-
-    def _validation_plan(self, ctx):
-        """Early stopping's rule, and the context with each client's validation ratings
-        (``info["eval_X"]``) split off its training ratings (``X``)."""
-        settings = self._settings()
-        on, fraction = settings["early_stopping"], settings["validation_fraction"]
-        given = ctx.info["eval_X"] is not None
-        if on == "auto":
-            on = (given or fraction is not None) and ctx.X.nnz >= EARLY_STOPPING_MIN_RATINGS
-        if not on:
-            return ctx, None
-        if not given:
-            if fraction is None:
-                raise ValueError(
-                    "early_stopping=True needs validation ratings: set validation_fraction "
-                    "(each client holds out that fraction of its ratings) or pass "
-                    "fit(eval_set=...).")
-            X, X_valid = validation_split(ctx.X, ctx.codes, ctx.n_clients, fraction,
-                                          ctx.entropy)
-            ctx = replace(ctx, X=X, info={**ctx.info, "eval_X": X_valid, "n_ratings": X.nnz})
-        score_key, report_keys = self._validation_keys
-        return ctx, EarlyStopping(n_iter_no_change=settings["n_iter_no_change"],
-                                  tol=settings["tol"], score_key=score_key,
-                                  report_keys=report_keys, rename=not given)
+        info = {**ctx.info, "eval_X": eval_X, "mean": mean, "rating_range": rating_range,
+                "offset": offset, "n_ratings": X.nnz}
+        return replace(ctx, X=X, info=info), rule
 
     def _collect(self, state, blocks, ctx):
         self.mean_, self.rating_range_ = ctx.info["mean"], ctx.info["rating_range"]
@@ -612,7 +616,7 @@ def _warn_unobserved(X):
             f"{empty_cols} item column(s) have no training rating; their factors only follow "
             "the regularization, so predictions for them are arbitrary.",
             UnobservedItemsWarning,
-            stacklevel=6,  # the caller of fit (through _fit_context, fit, _fit, _check_fit_data)
+            stacklevel=6,  # the caller of fit (through _fit_context, fit, _fit, _validation_plan)
         )
 
 
