@@ -40,7 +40,7 @@ from .._groups import GroupStates
 from .._kernels import grad_rows, ridge_fold_in, squared_error
 from .._pairs import FactorModel, predict_pairs, score_block
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
-from ..exceptions import UnobservedItemsWarning
+from ..exceptions import FedMFWarning, UnobservedItemsWarning
 
 __all__ = ["COMPLETION_DOCS", "FACTOR_SETTINGS", "FederatedMFBase", "FEDERATION_CONSTRAINTS",
            "moved_to_solver_params"]
@@ -278,38 +278,61 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
             self.user_factors_, self.user_bias_ = np.ascontiguousarray(U[:, :-2]), U[:, -2]
         else:
             self.components_, self.user_factors_ = V, U
-        self._collect_validation(state, U, V, ctx)
+        self._collect_validation(state, ctx)
 
-    def _collect_validation(self, state, U, V, ctx):
-        """The validation's fitted attributes; with biases, the fallback to the biases alone
-        when the kept factor part does not beat them on the validation ratings."""
+    def _collect_validation(self, state, ctx):
+        """The validation's fitted attributes; with biases, the floor: when the federated
+        biases-only model beats the kept model on the validation ratings, the fit keeps it."""
         scores = [-r["validation_rmse"] for r in state.history if "validation_rmse" in r]
         self.validation_score_ = np.array(scores)
         self.best_iteration_ = state.best_round if scores else state.n_rounds
         self.best_validation_score_ = -state.best_score if scores else None
         self.factors_used_, self._fallback = True, None
         X_valid = ctx.info["eval_X"]
-        if not scores or not self.biased or X_valid is None:
+        if not scores or not self.biased or X_valid is None or self.n_components == 0:
             return
-        # Each client sums the squared errors of its model and of its biases alone on its
-        # validation ratings: one more number per client than a round's report.
-        Vt = np.ascontiguousarray(V.T, dtype=np.float64)
-        U = np.ascontiguousarray(U, dtype=np.float64)
-        full = squared_error_of(X_valid, U, Vt)
-        alone = squared_error_of(X_valid, np.ascontiguousarray(U[:, -2:]),
-                                 np.ascontiguousarray(Vt[:, -2:]))
-        self.history_[-1]["bytes_uploaded"] += 8 * ctx.n_clients
-        if alone <= full:
-            n = X_valid.nnz
-            self.factors_used_ = False
-            self._fallback = (
-                f"the factor part did not improve the validation RMSE of the model's own "
-                f"biases ({np.sqrt(full / n):.4g} with it at round {self.best_iteration_}, "
-                f"{np.sqrt(alone / n):.4g} without), so the fit keeps the biases alone "
-                "(factors_used_ = False, factors set to zero); lower alpha_u and alpha_v, or "
-                "the data has no structure beyond the biases")
-            self.components_ = np.zeros_like(self.components_)
-            self.user_factors_ = np.zeros_like(self.user_factors_)
+        floor, floor_rmse = self._biases_floor(ctx)
+        if floor_rmse > state.best_score:
+            return
+        self.factors_used_ = False
+        self._fallback = (
+            f"the factor part did not beat the biases alone on the validation ratings (RMSE "
+            f"{state.best_score:.4g} at its best round {self.best_iteration_}, "
+            f"{floor_rmse:.4g} for the federated biases-only model), so the fit keeps the "
+            "biases alone (factors_used_ = False, factors set to zero); lower alpha_u and "
+            "alpha_v, or the data has no structure beyond the biases")
+        self.components_ = np.zeros_like(self.components_)
+        self.user_factors_ = np.zeros_like(self.user_factors_)
+        dtype = self.item_bias_.dtype
+        self.user_bias_ = floor.user_bias_.astype(dtype)
+        self.item_bias_ = (floor.item_bias_ + (floor.mean_ - self._offset)).astype(dtype)
+
+    def _biases_floor(self, ctx):
+        """The federated biases-only model (:class:`~sklearn_fedmf.FedBaseline`, Surprise's
+        ``BaselineOnly``) on the same clients' training ratings, and its validation RMSE.
+
+        Each client then sends one more number, the squared-error sum of the floor on its
+        validation ratings; the floor's rounds and that number are counted in the last
+        record's bytes.
+        """
+        from ._fed_baseline import FedBaseline  # (a subclass of this module's base)
+
+        X = ctx.X.copy()
+        X.data += ctx.info["offset"]  # back to ratings: the floor centres them itself
+        with warnings.catch_warnings():  # (what it would say, this fit has said)
+            warnings.simplefilter("ignore", FedMFWarning)
+            floor = FedBaseline(n_clients=ctx.n_clients, random_state=ctx.entropy,
+                                n_jobs=self.n_jobs,
+                                solver_params={"eval_every": 0}).fit(X, clients=ctx.labels)
+        X_valid = ctx.info["eval_X"]
+        rows = np.repeat(np.arange(X_valid.shape[0]), np.diff(X_valid.indptr))
+        residual = X_valid.data - (floor.user_bias_[rows] + floor.item_bias_[X_valid.indices]
+                                   + (floor.mean_ - ctx.info["offset"]))
+        last = self.history_[-1]
+        for key in ("bytes_uploaded", "bytes_downloaded"):
+            last[key] += sum(r[key] for r in floor.history_)
+        last["bytes_uploaded"] += 8 * ctx.n_clients
+        return floor, float(np.sqrt(np.mean(np.square(residual))))
 
     def _degenerate(self, state, blocks, ctx, history):
         if self._fallback is not None:
