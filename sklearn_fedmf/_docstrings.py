@@ -49,16 +49,18 @@ SHARED_PARAMETERS = {
         "biases). With ``biased=True``, a factor part that does not beat the model's own\n"
         "biases on validation is dropped (``factors_used_ = False``, a\n"
         ":class:`~sklearn_fedmf.exceptions.DegenerateFitWarning`). ``\"auto\"``: on when ``X``\n"
-        "holds at least 10,000 ratings (as ``HistGradientBoostingRegressor``). Given\n"
-        "``fit(eval_set=...)``, the eval set is the validation set and nothing is held out\n"
-        "(scikit-learn's ``X_val``); pass ``early_stopping=False`` to keep it a pure report.\n"
-        "Off (or ``\"auto\"`` on fewer ratings), the fit is exactly the one without these\n"
-        "parameters."),
+        "holds at least 10,000 ratings (as ``HistGradientBoostingRegressor``) and\n"
+        "``validation_fraction`` is set. An eval set given to ``fit`` stays a report\n"
+        "(``eval_rmse``) beside the validation; with ``early_stopping=True`` and\n"
+        "``validation_fraction=None`` it is the validation set instead (scikit-learn's\n"
+        "``X_val``). Off (or ``\"auto\"`` on fewer ratings), the fit is exactly the one\n"
+        "without these parameters."),
     "validation_fraction": (
         "The fraction of each client's ratings it holds out for validation (drawn from the\n"
         "client's own seed, so the split does not depend on ``n_jobs`` or the backend; every\n"
         "user keeps at least one rating for training). Only used with early stopping; None\n"
-        "with ``early_stopping=True`` needs ``fit(eval_set=...)``."),
+        "turns ``\"auto\"`` off, and with ``early_stopping=True`` needs\n"
+        "``fit(eval_set=...)``."),
     "n_iter_no_change": (
         "Evaluated rounds without an improvement of the validation RMSE before the fit\n"
         "stops (early stopping only)."),

@@ -73,6 +73,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -393,6 +394,7 @@ def run_federation(
     sampling="uniform",
     sampling_weights=None,
     early_stopping=None,
+    report=None,
 ):
     """Run ``max_iter`` communication rounds of ``protocol`` on the ``clients``.
 
@@ -450,6 +452,10 @@ def run_federation(
         ``n_iter_no_change`` evaluations without improvement, restore the best round at the
         end (``tol`` then applies to the validation RMSE, not to the objective). Needs the
         client states in this process (a local transport).
+    report : Transport or None
+        With ``early_stopping``, the same clients (sharing their states) with the caller's
+        eval set as their held-out ratings: its ``eval_*`` diagnostics are recorded beside
+        the validation's (a simulation diagnostic, as without early stopping).
 
     Returns
     -------
@@ -477,7 +483,8 @@ def run_federation(
                              "evaluates none. Set eval_every >= 1 or early_stopping=False.")
         keeper, tol = _BestRound(early_stopping, state), 0.0  # (tol: the validation's)
 
-    with transport.session(protocol):
+    with transport.session(protocol), (report.session(protocol) if report is not None
+                                       else nullcontext()):
         for k in range(start_round, start_round + max_iter):
             tic = time.perf_counter()
             server_rng = _rng(entropy, _SERVER_ROUND, k)
@@ -554,6 +561,10 @@ def run_federation(
                     # the reports reach the server: two numbers per client
                     record["bytes_uploaded"] += sum(nbytes(r) for r in reports.values())
                     patience_out = keeper.update(state, record, k + 1)
+                    if report is not None:  # (after the update, which renames eval_*)
+                        record.update({key: value for key, value in _evaluate(
+                            protocol, state, report, in_round=True).items()
+                            if key.startswith("eval_")})
             if protocol.after_round is not None:
                 state.server_state, state.broadcast, stop = protocol.after_round(
                     state.server_state, state.broadcast, record)

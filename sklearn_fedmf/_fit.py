@@ -51,6 +51,7 @@ from threadpoolctl import threadpool_limits
 
 from ._data import resolve_clients, split_clients
 from ._engine import (
+    LocalTransport,
     initialize_federation,
     make_entropy,
     partition_rng,
@@ -395,7 +396,8 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
     def _run(self, protocol, blocks, ctx, early_stopping=None):
         """Initialize (or continue) the federation and run its rounds."""
         clients = blocks
-        if isinstance(blocks, list) and blocks and isinstance(blocks[0], ClientGroup):
+        grouped = isinstance(blocks, list) and blocks and isinstance(blocks[0], ClientGroup)
+        if grouped:
             # one transport for the whole fit: it holds the group states
             clients = GroupedTransport(blocks, n_jobs=self.n_jobs, client_states=(
                 self._federation.client_states if ctx.warm else None))
@@ -405,11 +407,21 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
             state, init_bytes = initialize_federation(protocol, clients, entropy=ctx.entropy,
                                                       n_jobs=self.n_jobs)
             state = self._before_rounds(protocol, state, blocks)
+        report = None
+        if early_stopping is not None and ctx.info.get("report_X") is not None:
+            # the eval set beside the validation: the same clients and states, the eval set
+            # as their held-out ratings
+            report_X = ctx.info["report_X"]
+            report_blocks = [b._replace(X_eval=report_X[b.rows]) for b in blocks]
+            report = (GroupedTransport(report_blocks, n_jobs=self.n_jobs,
+                                       client_states=state.client_states) if grouped
+                      else LocalTransport(report_blocks, n_jobs=self.n_jobs,
+                                          client_states=state.client_states))
         return run_federation(
             protocol, clients, **self._engine_params(), entropy=ctx.entropy, n_jobs=self.n_jobs,
             callback=self.callback, verbose=self.verbose, state=state, init_bytes=init_bytes,
             label=type(self).__name__, on_client_error=self._settings()["on_client_error"],
-            early_stopping=early_stopping, **self._sampling_options(blocks),
+            early_stopping=early_stopping, report=report, **self._sampling_options(blocks),
         )
 
     def _sampling_options(self, blocks):

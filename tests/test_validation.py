@@ -120,12 +120,47 @@ def test_early_stopping_needs_validation_ratings():
         FedMAvg(early_stopping=True, validation_fraction=None, max_iter=2).fit(X)
     with pytest.raises(ValueError, match="validation_fraction"):
         FedMAvg(early_stopping=True, validation_fraction=1.0).fit(X)
-    # the eval set is then the validation set
+    # "auto" needs a validation fraction; True without one uses the eval set
+    big = ratings(n_users=500, n_items=60, density=0.4)
+    assert FedMAvg(validation_fraction=None, max_iter=2).fit(big).validation_score_.size == 0
     train, test = train_test_split_ratings(X, 0.2, random_state=0)
     model = FedMAvg(early_stopping=True, validation_fraction=None, max_iter=3,
                     random_state=0).fit(train, eval_set=test)
     assert model.validation_score_.shape == (3,)
     assert all(r["eval_rmse"] == r["validation_rmse"] for r in model.history_)
+
+
+def test_an_eval_set_is_reported_beside_the_validation():
+    """With a held-out validation part, an eval set is only a report: the model is the
+    same, and each round's eval_rmse is the current federated model's RMSE on it."""
+    X = ratings()
+    train, test = train_test_split_ratings(X, 0.2, random_state=0)
+    seen = []
+
+    def keep(round_number, info):
+        seen.append(info["record"]["eval_rmse"])
+        return False
+
+    params = dict(max_iter=60, early_stopping=True, validation_fraction=0.2,
+                  n_iter_no_change=3, random_state=SEED)
+    groups = labels(X.shape[0])
+    plain = FAST["FedMAvg"](**params).fit(train, clients=groups)
+    model = FAST["FedMAvg"](**params, callback=keep).fit(train, clients=groups,
+                                                         eval_set=test)
+    for a, b in zip(kept_state(plain), kept_state(model)):
+        assert_array_equal(a, b)
+    assert all("eval_rmse" in r and "validation_rmse" in r for r in model.history_)
+    # the kept round's eval_rmse: that round's federated factors (the augmented U, V with
+    # their bias rows, as the clients and the server hold them) on the eval set
+    V, *Us = kept_state(model)
+    U = np.empty((X.shape[0], V.shape[0]))
+    for c, U_c in enumerate(Us):
+        U[groups == c] = U_c
+    rows = np.repeat(np.arange(test.shape[0]), np.diff(test.indptr))
+    pred = model.mean_ + np.einsum("ij,ji->i", U[rows], V[:, test.indices])
+    rmse = np.sqrt(np.mean((pred - test.data) ** 2))
+    assert np.isclose(model.history_[model.best_iteration_ - 1]["eval_rmse"], rmse)
+    assert seen == [r["eval_rmse"] for r in model.history_]
 
 
 # ---- the best round, restored -----------------------------------------------------------------

@@ -172,8 +172,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
             Client label of each row; when None rows are split into ``n_clients`` clients.
         eval_set : {array-like, sparse matrix} of shape (n_users, n_items), default=None
             Held-out ratings of the same rows, scored every round with the current federated
-            factors (``history_[k]["eval_rmse"]``). With early stopping on, it is the
-            validation set (the rounds are selected on it, nothing is held out of ``X``).
+            factors (``history_[k]["eval_rmse"]``). With early stopping and
+            ``validation_fraction=None``, it is the validation set (the rounds are selected
+            on it, nothing is held out of ``X``).
 
         Returns
         -------
@@ -228,24 +229,25 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         training ratings' mean."""
         settings = self._settings()
         on, fraction = settings["early_stopping"], settings["validation_fraction"]
-        X, eval_X = ctx.X, ctx.info["eval_X"]
-        given = eval_X is not None
+        X, eval_X, report_X = ctx.X, ctx.info["eval_X"], None
         if on == "auto":
-            on = (given or fraction is not None) and X.nnz >= EARLY_STOPPING_MIN_RATINGS
+            on = fraction is not None and X.nnz >= EARLY_STOPPING_MIN_RATINGS
         rule = None
         if on:
-            if not given and fraction is None:
+            if eval_X is None and fraction is None:
                 raise ValueError(
                     "early_stopping=True needs validation ratings: set validation_fraction "
                     "(each client holds out that fraction of its ratings) or pass "
                     "fit(eval_set=...).")
-            if not given:
+            held_out = fraction is not None  # (else the eval set is the validation set)
+            if held_out:  # the eval set, if any, stays a report beside the validation
+                report_X = eval_X
                 X, eval_X = validation_split(X, ctx.codes, ctx.n_clients, fraction,
                                              ctx.entropy)
             score_key, report_keys = self._validation_keys
             rule = EarlyStopping(n_iter_no_change=settings["n_iter_no_change"],
                                  tol=settings["tol"], score_key=score_key,
-                                 report_keys=report_keys, rename=not given)
+                                 report_keys=report_keys, rename=held_out)
         if not ctx.warm:
             # Each client sends only the sum and the count of its training ratings.
             mean = float(X.data.mean())
@@ -254,12 +256,13 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
             mean, rating_range = self.mean_, self.rating_range_
         offset = mean if settings["center"] else 0.0
         X = _shift(X, -offset)
-        if eval_X is not None:
-            eval_X = _shift(eval_X, -offset)
+        for held in (eval_X, report_X):
+            if held is not None:
+                _shift(held, -offset)
         _warn_unobserved(X)
         # n_ratings: the sum of the clients' rating counts (FedMC-ADMM and FedMGS "auto")
-        info = {**ctx.info, "eval_X": eval_X, "mean": mean, "rating_range": rating_range,
-                "offset": offset, "n_ratings": X.nnz}
+        info = {**ctx.info, "eval_X": eval_X, "report_X": report_X, "mean": mean,
+                "rating_range": rating_range, "offset": offset, "n_ratings": X.nnz}
         return replace(ctx, X=X, info=info), rule
 
     def _collect(self, state, blocks, ctx):
