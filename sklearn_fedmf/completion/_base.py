@@ -230,8 +230,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         settings = self._settings()
         on, fraction = settings["early_stopping"], settings["validation_fraction"]
         X, eval_X, report_X = ctx.X, ctx.info["eval_X"], None
-        if on == "auto":
-            on = fraction is not None and X.nnz >= EARLY_STOPPING_MIN_RATINGS
+        if on == "auto":  # (eval_every=0: the caller asked for no evaluation)
+            on = (fraction is not None and X.nnz >= EARLY_STOPPING_MIN_RATINGS
+                  and settings["eval_every"] > 0)
         rule = None
         if on:
             if eval_X is None and fraction is None:
