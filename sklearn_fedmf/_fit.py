@@ -360,7 +360,9 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         # On a Dask backend the blocks go to the workers once for the whole fit.
         start = self._federation.n_rounds if warm else 0
         with threadpool_limits(limits=1, user_api="blas"), resident_blocks(blocks):
-            state = self._run(protocol, blocks, ctx, early_stopping)
+            # (a family without validation keeps the three-argument _run)
+            state = (self._run(protocol, blocks, ctx) if early_stopping is None
+                     else self._run(protocol, blocks, ctx, early_stopping))
         self._federation, self._entropy = state, entropy
         self.clients_ = labels
         self.n_clients_ = n_clients
