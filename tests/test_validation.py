@@ -302,3 +302,23 @@ def test_defaults_match_biases_alone_when_there_is_no_interaction(cls):
         fallback = [w for w in caught if issubclass(w.category, DegenerateFitWarning)]
         assert len(fallback) == 1 and "biases alone" in str(fallback[0].message)
         assert not model.components_.any() and not model.user_factors_.any()
+
+
+def test_early_stopping_on_dask():
+    """On Dask workers (one block per client, states back in this process) the kept model
+    is the local one: same split, same best round, same arrays."""
+    distributed = pytest.importorskip(
+        "distributed", reason="the optional 'dask' extra is not installed")
+    from joblib import parallel_config
+
+    X = ratings()
+    params = dict(max_iter=60, early_stopping=True, validation_fraction=0.2,
+                  n_iter_no_change=3, random_state=SEED)
+    local = FAST["FedMAvg"](**params).fit(X)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  host="127.0.0.1", dashboard_address=None) as cluster, \
+            distributed.Client(cluster), parallel_config(backend="dask"):
+        remote = FAST["FedMAvg"](**params, n_jobs=2).fit(X)
+    assert remote.best_iteration_ == local.best_iteration_ < remote.n_iter_
+    for a, b in zip(kept_state(local), kept_state(remote)):
+        assert_array_equal(a, b)
