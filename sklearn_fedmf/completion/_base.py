@@ -263,7 +263,8 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         _warn_unobserved(X)
         # n_ratings: the sum of the clients' rating counts (FedMC-ADMM and FedMGS "auto")
         info = {**ctx.info, "eval_X": eval_X, "report_X": report_X, "mean": mean,
-                "rating_range": rating_range, "offset": offset, "n_ratings": X.nnz}
+                "rating_range": rating_range, "offset": offset, "n_ratings": X.nnz,
+                "validated": rule is not None}
         return replace(ctx, X=X, info=info), rule
 
     def _collect(self, state, blocks, ctx):
@@ -289,11 +290,11 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         biases-only model beats the kept model on the validation ratings, the fit keeps it."""
         scores = [-r["validation_rmse"] for r in state.history if "validation_rmse" in r]
         self.validation_score_ = np.array(scores)
-        self.best_iteration_ = state.best_round if scores else state.n_rounds
-        self.best_validation_score_ = -state.best_score if scores else None
+        validated = ctx.info.get("validated", False)  # (a warm fit without: its last round)
+        self.best_iteration_ = state.best_round if validated else state.n_rounds
+        self.best_validation_score_ = -state.best_score if validated else None
         self.factors_used_, self._fallback = True, None
-        X_valid = ctx.info["eval_X"]
-        if not scores or not self.biased or X_valid is None or self.n_components == 0:
+        if not validated or not self.biased or self.n_components == 0:
             return
         floor, floor_rmse = self._biases_floor(ctx)
         if floor_rmse > state.best_score:
