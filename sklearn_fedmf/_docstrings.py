@@ -41,7 +41,45 @@ SHARED_PARAMETERS = {
     "max_iter": "Communication rounds.",
     "tol": (
         "Stop when the relative change of the objective falls below ``tol``; 0 runs every\n"
-        "round."),
+        "round. With early stopping, ``tol`` is instead the least decrease of the validation\n"
+        "RMSE that counts as an improvement (as in scikit-learn's ``HistGradientBoosting*``)."),
+    "early_stopping": (
+        "Federated validation (see the user guide, Validation and early stopping): each\n"
+        "client holds out ``validation_fraction`` of its own ratings; every round, each\n"
+        "client reports its squared-error sum and count on them (two numbers, counted in\n"
+        "``bytes_uploaded``); the fit stops when the validation RMSE has not improved by more\n"
+        "than ``tol`` for ``n_iter_no_change`` evaluations and keeps **the best validated\n"
+        "round's model** (the server's ``V`` and item biases, each client's ``U_i`` and user\n"
+        "biases). With ``biased=True``, a factor part that does not beat the model's own\n"
+        "biases on validation is dropped (``factors_used_ = False``, a\n"
+        ":class:`~sklearn_fedmf.exceptions.DegenerateFitWarning`). ``\"auto\"``: on when ``X``\n"
+        "holds at least 10,000 ratings (as ``HistGradientBoostingRegressor``) and\n"
+        "``validation_fraction`` is set. An eval set given to ``fit`` stays a report\n"
+        "(``eval_rmse``) beside the validation; with ``early_stopping=True`` and\n"
+        "``validation_fraction=None`` it is the validation set instead (scikit-learn's\n"
+        "``X_val``). Off (or ``\"auto\"`` on fewer ratings), the fit is exactly the one\n"
+        "without these parameters."),
+    "validation_fraction": (
+        "The fraction of each client's ratings it holds out for validation (drawn from the\n"
+        "client's own seed, so the split does not depend on ``n_jobs`` or the backend; every\n"
+        "user keeps at least one rating for training). Only used with early stopping; None\n"
+        "turns ``\"auto\"`` off, and with ``early_stopping=True`` needs\n"
+        "``fit(eval_set=...)``."),
+    "n_iter_no_change": (
+        "Evaluated rounds without an improvement of the validation RMSE before the fit\n"
+        "stops (early stopping only)."),
+    "validation_attributes": (
+        "best_iteration_ : int\n"
+        "    The round whose model is kept: the best validated round with early stopping,\n"
+        "    else the last round (``n_iter_``).\n"
+        "validation_score_ : ndarray of shape (n_evaluations,)\n"
+        "    Negative validation RMSE of each evaluated round (greater is better, as\n"
+        "    ``score``); empty without early stopping. ``history_[k][\"validation_rmse\"]``\n"
+        "    holds the RMSE.\n"
+        "best_validation_score_ : float or None\n"
+        "    Negative validation RMSE of the kept model (None without early stopping).\n"
+        "factors_used_ : bool\n"
+        "    False when the validation kept the biases alone (the factors are then zero)."),
     "callback": "``callback(round, info)`` after each round; returning True stops the fit.",
     "warm_start": "Continue from the previous fit's state for ``max_iter`` more rounds.",
     "random_state": (

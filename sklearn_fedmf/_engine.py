@@ -67,11 +67,13 @@ which every sampled client failed raises :class:`~sklearn_fedmf.exceptions.Feder
 
 from __future__ import annotations
 
+import copy
 import math
 import sys
 import time
 import warnings
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +81,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._dispatch import resident_blocks
+from ._groups import GroupStates
 from ._transport import (
     LocalTransport,
     Transport,
@@ -90,13 +93,14 @@ from .exceptions import ClientDropout, ClientError, ClientFailureWarning, Federa
 
 __all__ = [
     "FederatedProtocol", "FederationState", "Participation", "Broadcast", "run_federation",
-    "sample_clients",
+    "sample_clients", "EarlyStopping",
     "initialize_federation", "evaluate", "nbytes", "make_entropy", "resident_blocks",
     "LocalTransport", "Transport",
 ]
 
 _INIT_CLIENT, _UPDATE_CLIENT, _SERVER_ROUND, _INIT_SERVER, _PARTITION = 0, 1, 2, 3, 4
 _PREPARE_CLIENT = 5
+_VALIDATION = 6
 
 
 @dataclass(frozen=True)
@@ -181,6 +185,29 @@ class FederationState:
     n_rounds: int = 0
     history: list = field(default_factory=list)
     n_uploads: Any = None  # per client: round uploads the server received (privacy accounting)
+    best_round: int | None = None  # early stopping: the best validated round (kept state)
+    best_score: float | None = None  # its validation RMSE
+
+
+@dataclass(frozen=True)
+class EarlyStopping:
+    """Federated validation in the round loop (``run_federation(early_stopping=...)``).
+
+    Each evaluation, every client reports its squared-error sum and count on its held-out
+    ratings (``report_keys`` of its ``client_metrics``: two numbers, counted in
+    ``bytes_uploaded``); the server's validation RMSE is ``record[score_key]``, recorded as
+    ``record["validation_rmse"]`` (with ``rename``, for a part held out of the training
+    ratings, every ``eval_*`` key becomes ``validation_*``). The server keeps a
+    copy of the federation's state (its own, and every client its own) at the best round;
+    the fit stops when the RMSE has not gone below the best minus ``tol`` for
+    ``n_iter_no_change`` evaluations, and the best round's state is restored at the end.
+    """
+
+    n_iter_no_change: int = 10
+    tol: float = 0.0
+    score_key: str = "eval_rmse"
+    report_keys: tuple = ("sse_eval", "n_eval")
+    rename: bool = True
 
 
 def make_entropy(random_state):
@@ -197,6 +224,11 @@ def make_entropy(random_state):
 def partition_rng(entropy):
     """The generator that assigns rows to clients (``partition="random"``)."""
     return _rng(entropy, _PARTITION)
+
+
+def validation_rng(entropy, client):
+    """Client ``client``'s generator for choosing its held-out validation ratings."""
+    return _rng(entropy, _VALIDATION, client)
 
 
 def nbytes(obj):
@@ -361,6 +393,8 @@ def run_federation(
     on_client_error="raise",
     sampling="uniform",
     sampling_weights=None,
+    early_stopping=None,
+    report=None,
 ):
     """Run ``max_iter`` communication rounds of ``protocol`` on the ``clients``.
 
@@ -413,6 +447,15 @@ def run_federation(
         ``bytes_uploaded_draws`` counts its upload once per draw, the papers' convention.
     sampling_weights : array-like of shape (n_clients,) or None
         ``omega`` of weighted sampling (required then).
+    early_stopping : EarlyStopping or None
+        Federated validation: keep the best validated round's state, stop after
+        ``n_iter_no_change`` evaluations without improvement, restore the best round at the
+        end (``tol`` then applies to the validation RMSE, not to the objective). Needs the
+        client states in this process (a local transport).
+    report : Transport or None
+        With ``early_stopping``, the same clients (sharing their states) with the caller's
+        eval set as their held-out ratings: its ``eval_*`` diagnostics are recorded beside
+        the validation's (a simulation diagnostic, as without early stopping).
 
     Returns
     -------
@@ -429,8 +472,19 @@ def run_federation(
     progress = _Progress(label, max_iter, verbose, protocol.progress_keys)
     previous_objective = _last_objective(state.history)
     start_round = state.n_rounds
+    keeper = None
+    if early_stopping is not None:
+        if state.client_states is None:
+            raise ValueError(
+                "early stopping keeps each client's state at the best round; the clients of "
+                "this transport keep theirs in their own processes. Set early_stopping=False.")
+        if not eval_every:
+            raise ValueError("early stopping scores every evaluated round; eval_every=0 "
+                             "evaluates none. Set eval_every >= 1 or early_stopping=False.")
+        keeper, tol = _BestRound(early_stopping, state), 0.0  # (tol: the validation's)
 
-    with transport.session(protocol):
+    with transport.session(protocol), (report.session(protocol) if report is not None
+                                       else nullcontext()):
         for k in range(start_round, start_round + max_iter):
             tic = time.perf_counter()
             server_rng = _rng(entropy, _SERVER_ROUND, k)
@@ -496,9 +550,21 @@ def run_federation(
                 record["bytes_uploaded_draws"] = record["bytes_uploaded"] + sum(
                     (drawn[c] - 1) * nbytes(u) for c, u in uploads.items())
             last = k == start_round + max_iter - 1
+            stop, patience_out, reports = False, False, None
             if eval_every and ((k + 1) % eval_every == 0 or last):
-                record.update(_evaluate(protocol, state, transport, in_round=True))
-            stop = False
+                if keeper is None:
+                    record.update(_evaluate(protocol, state, transport, in_round=True))
+                else:
+                    metrics, reports = _evaluate(protocol, state, transport, in_round=True,
+                                                 reports=early_stopping.report_keys)
+                    record.update(metrics)
+                    # the reports reach the server: two numbers per client
+                    record["bytes_uploaded"] += sum(nbytes(r) for r in reports.values())
+                    patience_out = keeper.update(state, record, k + 1)
+                    if report is not None:  # (after the update, which renames eval_*)
+                        record.update({key: value for key, value in _evaluate(
+                            protocol, state, report, in_round=True).items()
+                            if key.startswith("eval_")})
             if protocol.after_round is not None:
                 state.server_state, state.broadcast, stop = protocol.after_round(
                     state.server_state, state.broadcast, record)
@@ -517,6 +583,8 @@ def run_federation(
                     "stats": stats,
                     "record": record,
                 }
+                if reports is not None:
+                    info["validation_reports"] = reports
                 stop = bool(callback(k + 1, info)) or stop
             objective = record.get("objective")
             if objective is not None:
@@ -534,10 +602,56 @@ def run_federation(
                 ):
                     stop = True
                 previous_objective = objective
-            if stop:
+            if stop or patience_out:
                 break
     progress.close(state.history[-1] if state.history else None)
+    if keeper is not None:
+        keeper.restore(state)
     return state
+
+
+class _BestRound:
+    """The best validated round's federation state, kept by the server (its state and
+    broadcast) and by every client (its own state), and the patience count."""
+
+    def __init__(self, rule, state):
+        self.rule = rule
+        self.best, self.round = state.best_score, state.best_round  # (warm start: continued)
+        self.kept, self.waited = None, 0
+        if self.best is not None:  # a warm start starts at its previous best: kept until beaten
+            self._keep(state)
+
+    def _keep(self, state):
+        # copies: some protocols update their states in place (_groups.py)
+        states = state.client_states
+        kept = states.group_states if isinstance(states, GroupStates) else states
+        self.kept = copy.deepcopy((state.server_state, state.broadcast, list(kept)))
+
+    def update(self, state, record, round_number):
+        """Score the round's record; True when the fit should stop."""
+        rule = self.rule
+        score = record[rule.score_key]
+        if rule.rename:  # the held-out part of the training ratings: not an eval set
+            for key in [key for key in record if key.startswith("eval_")]:
+                record["validation_" + key[len("eval_"):]] = record.pop(key)
+        record["validation_rmse"] = score
+        if self.best is None or score < self.best - rule.tol:
+            self.best, self.round, self.waited = score, round_number, 0
+            self._keep(state)
+            return False
+        self.waited += 1
+        return self.waited >= rule.n_iter_no_change
+
+    def restore(self, state):
+        """Put the best round's states back, in the server and in every client."""
+        state.best_round, state.best_score = self.round, self.best
+        if self.kept is None:  # (no round was evaluated)
+            return
+        server_state, broadcast, kept = self.kept
+        states = state.client_states
+        target = states.group_states if isinstance(states, GroupStates) else states
+        target[:] = kept  # in place: the transport holds the same list
+        state.server_state, state.broadcast = server_state, broadcast
 
 
 def evaluate(protocol, state, clients, n_jobs=None):
@@ -551,7 +665,10 @@ def evaluate(protocol, state, clients, n_jobs=None):
         return _evaluate(protocol, state, transport)
 
 
-def _evaluate(protocol, state, transport, in_round=False):
+def _evaluate(protocol, state, transport, in_round=False, reports=None):
+    """The combined metrics; with ``reports`` (two keys of ``client_metrics``) also each
+    client's validation report ``(sse, count)``, keyed by client (by a group's first client
+    for grouped clients, whose phase returns the group's sums)."""
     round_number = state.n_rounds + 1 if in_round else (state.n_rounds or None)
     result = transport.run("client_metrics", list(range(transport.n_clients)), state.broadcast,
                            round_number=round_number)
@@ -561,7 +678,11 @@ def _evaluate(protocol, state, transport, in_round=False):
     for metrics in result.messages.values():  # client order: n_jobs-independent
         for key, value in metrics.items():
             sums[key] = sums.get(key, 0.0) + value
-    return protocol.combine_metrics(state.server_state, sums)
+    combined = protocol.combine_metrics(state.server_state, sums)
+    if reports is None:
+        return combined
+    sse, count = reports
+    return combined, {c: (float(m[sse]), float(m[count])) for c, m in result.messages.items()}
 
 
 def _last_objective(history):

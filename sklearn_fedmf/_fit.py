@@ -17,6 +17,10 @@ just before):
     The per-client data blocks (default: CSR row blocks of ``ctx.X``).
 ``_make_protocol(ctx)``
     The algorithm's :class:`~sklearn_fedmf._engine.FederatedProtocol`.
+``_validation_plan(ctx) -> (ctx, early_stopping)``
+    The validation of the fit: the context with each client's held-out ratings split off
+    (:func:`validation_split`) and the engine's
+    :class:`~sklearn_fedmf._engine.EarlyStopping` rule, or ``(ctx, None)`` (default).
 ``_before_rounds(protocol, state, blocks)``
     The initialized federation state, adjusted before round 1 (default: unchanged).
 ``_collect(state, blocks, ctx)``
@@ -35,6 +39,7 @@ from dataclasses import dataclass, field
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import (
     Interval,
@@ -46,13 +51,15 @@ from threadpoolctl import threadpool_limits
 
 from ._data import resolve_clients, split_clients
 from ._engine import (
+    LocalTransport,
     initialize_federation,
     make_entropy,
     partition_rng,
     resident_blocks,
     run_federation,
+    validation_rng,
 )
-from ._groups import ClientGroup, GroupedTransport, GroupStates, make_groups
+from ._groups import ClientGroup, GroupedTransport, GroupStates, make_groups, segments
 from ._joblib_backend import dask_client
 from .exceptions import ConvergenceWarning, DegenerateFitWarning
 
@@ -60,6 +67,7 @@ __all__ = [
     "FEDERATION_CONSTRAINTS", "FEDERATION_KEYS", "FederatedEstimator", "FitContext",
     "SIMULATION_SETTINGS",
     "merge_params", "refuse_moved_params", "resolve_solver_params", "route_solver_params",
+    "validation_split",
 ]
 
 # From this many clients on, a protocol with batched phases runs its clients in N_GROUPS
@@ -156,6 +164,51 @@ def resolve_solver_params(estimator):
     validate_parameter_constraints({key: declared[key][1] for key in given}, given,
                                    caller_name=f"{name}.solver_params")
     return {**{key: default for key, (default, _) in declared.items()}, **given}
+
+
+def validation_split(X, codes, n_clients, fraction, entropy):
+    """Each client's held-out validation ratings: ``(X_train, X_valid)``, CSR of ``X``'s shape
+    whose stored entries split ``X``'s.
+
+    Client ``c`` draws from its own generator (:func:`~sklearn_fedmf._engine.validation_rng`),
+    so the split does not depend on ``n_jobs``, the backend or the other clients. Each of its
+    rows with ``n`` ratings holds out ``floor(fraction * n + u)`` of them (``u`` uniform: the
+    expected count is ``fraction * n`` even for a row of one rating) chosen at random, but
+    always keeps at least one for training.
+    """
+    n_rows = X.shape[0]
+    lengths = np.diff(X.indptr)
+    order = np.argsort(codes, kind="stable")  # each client's rows, ascending (split_clients)
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=n_clients))])
+    entry_bounds = np.concatenate([[0], np.cumsum(lengths[order])])[bounds]
+    keys, draws = np.empty(X.nnz), np.empty(n_rows)
+    for c in range(n_clients):
+        rng = validation_rng(entropy, c)
+        keys[entry_bounds[c]:entry_bounds[c + 1]] = rng.random(entry_bounds[c + 1]
+                                                               - entry_bounds[c])
+        draws[bounds[c]:bounds[c + 1]] = rng.random(bounds[c + 1] - bounds[c])
+    # back from client order to X's entry and row order
+    entries, _ = segments(X.indptr[order].astype(np.int64), lengths[order])
+    entry_key = np.empty(X.nnz)
+    entry_key[entries] = keys
+    row_draw = np.empty(n_rows)
+    row_draw[order] = draws
+    n_held = np.minimum(np.floor(fraction * lengths + row_draw), np.maximum(lengths - 1, 0))
+    row_of = np.repeat(np.arange(n_rows), lengths)
+    by_key = np.lexsort((entry_key, row_of))  # per row, entries by their key
+    rank = np.empty(X.nnz, dtype=np.int64)
+    rank[by_key] = np.arange(X.nnz) - X.indptr[row_of[by_key]]
+    held = rank < n_held[row_of]
+    return _entries(X, ~held, row_of), _entries(X, held, row_of)
+
+
+def _entries(X, mask, row_of):
+    """The canonical CSR of ``X``'s stored entries where ``mask`` holds."""
+    counts = np.bincount(row_of[mask], minlength=X.shape[0])
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(X.indptr.dtype)
+    out = sp.csr_matrix((X.data[mask], X.indices[mask], indptr), shape=X.shape)
+    out.has_canonical_format = True
+    return out
 
 
 @dataclass(frozen=True)
@@ -261,6 +314,10 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         """The federation state the first round starts from (default: as initialized)."""
         return state
 
+    def _validation_plan(self, ctx):
+        """``(ctx, early_stopping)``: the fit's validation (default: none)."""
+        return ctx, None
+
     def _degenerate(self, state, blocks, ctx, history):
         """Why the fitted model is trivial, or None (checked once, at the end of every fit;
         ``history`` holds this fit's rounds)."""
@@ -295,6 +352,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
             )
         ctx = FitContext(X, n_rows, X.shape[1], n_clients, labels, codes, entropy, warm, info)
         self._check_warm_partition(ctx)
+        ctx, early_stopping = self._validation_plan(ctx)
         protocol = self._make_protocol(ctx)
         blocks = self._make_groups(ctx) if self._grouped(protocol, ctx) else self._make_blocks(ctx)
         # The parallelism is across clients; BLAS threads on the small per-client products
@@ -302,7 +360,9 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         # On a Dask backend the blocks go to the workers once for the whole fit.
         start = self._federation.n_rounds if warm else 0
         with threadpool_limits(limits=1, user_api="blas"), resident_blocks(blocks):
-            state = self._run(protocol, blocks, ctx)
+            # (a family without validation keeps the three-argument _run)
+            state = (self._run(protocol, blocks, ctx) if early_stopping is None
+                     else self._run(protocol, blocks, ctx, early_stopping))
         self._federation, self._entropy = state, entropy
         self.clients_ = labels
         self.n_clients_ = n_clients
@@ -335,10 +395,11 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
                 "fit; set warm_start=False to start over."
             )
 
-    def _run(self, protocol, blocks, ctx):
+    def _run(self, protocol, blocks, ctx, early_stopping=None):
         """Initialize (or continue) the federation and run its rounds."""
         clients = blocks
-        if isinstance(blocks, list) and blocks and isinstance(blocks[0], ClientGroup):
+        grouped = isinstance(blocks, list) and blocks and isinstance(blocks[0], ClientGroup)
+        if grouped:
             # one transport for the whole fit: it holds the group states
             clients = GroupedTransport(blocks, n_jobs=self.n_jobs, client_states=(
                 self._federation.client_states if ctx.warm else None))
@@ -348,11 +409,21 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
             state, init_bytes = initialize_federation(protocol, clients, entropy=ctx.entropy,
                                                       n_jobs=self.n_jobs)
             state = self._before_rounds(protocol, state, blocks)
+        report = None
+        if early_stopping is not None and ctx.info.get("report_X") is not None:
+            # the eval set beside the validation: the same clients and states, the eval set
+            # as their held-out ratings
+            report_X = ctx.info["report_X"]
+            report_blocks = [b._replace(X_eval=report_X[b.rows]) for b in blocks]
+            report = (GroupedTransport(report_blocks, n_jobs=self.n_jobs,
+                                       client_states=state.client_states) if grouped
+                      else LocalTransport(report_blocks, n_jobs=self.n_jobs,
+                                          client_states=state.client_states))
         return run_federation(
             protocol, clients, **self._engine_params(), entropy=ctx.entropy, n_jobs=self.n_jobs,
             callback=self.callback, verbose=self.verbose, state=state, init_bytes=init_bytes,
             label=type(self).__name__, on_client_error=self._settings()["on_client_error"],
-            **self._sampling_options(blocks),
+            early_stopping=early_stopping, report=report, **self._sampling_options(blocks),
         )
 
     def _sampling_options(self, blocks):

@@ -33,6 +33,7 @@ SMOKE_RUNS = [
     ("bench_fed_baseline.py", [], "running sums of the latest uploads"),
     ("bench_secure.py", [], "total (wall)"),
     ("bench_topn.py", [], "FedMGS (implicit, min_support=20)"),
+    ("bench_fit_time.py", ["--runs", "1", "--estimators", "FedMAvg"], "FedMAvg (defaults)"),
 ]
 
 

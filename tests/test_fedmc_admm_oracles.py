@@ -179,6 +179,7 @@ RECIPE = dict(
     alpha_u=1e-6,
     alpha_v=1e-6,
     center=False,
+    early_stopping=False,  # (the spec's recipe: every round on all the ratings)
 )
 
 

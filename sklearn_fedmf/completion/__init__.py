@@ -14,14 +14,15 @@ __all__ = ["FedBaseline", "FedMAvg", "FedMCADMM", "FedMGS", "PAPER_SETTINGS", "R
 # the authors' code (below). ``FedMCADMM(**PAPER_SETTINGS["FedMCADMM"])`` is the estimator the
 # paper benchmarks and the ``fedmf`` main job run (``center=False`` in ``solver_params`` on
 # top of them gives the papers' raw objective). The papers' constants that are not
-# constructor parameters are in each entry's ``solver_params``.
+# constructor parameters are in each entry's ``solver_params``. The papers run a fixed number
+# of rounds on all the training ratings: no early stopping (no validation part held out).
 PAPER_SETTINGS = {
-    "FedMCADMM": {"alpha_u": 1e-6, "alpha_v": 1e-6, "biased": False,
+    "FedMCADMM": {"early_stopping": False, "alpha_u": 1e-6, "alpha_v": 1e-6, "biased": False,
                   "regularization": "plain", "local_iter": 10,
                   "solver_params": {"init_scale": 1.0}},
-    "FedMAvg": {"alpha_u": 1e-6, "alpha_v": 1e-6, "biased": False,
+    "FedMAvg": {"early_stopping": False, "alpha_u": 1e-6, "alpha_v": 1e-6, "biased": False,
                 "regularization": "plain"},
-    "FedMGS": {"alpha_u": 1e-6, "alpha_v": 1e-6, "biased": False,
+    "FedMGS": {"early_stopping": False, "alpha_u": 1e-6, "alpha_v": 1e-6, "biased": False,
                "regularization": "plain"},
     # RFRec: the authors' code, which produced the paper's tables. The paper's alpha 0.05 /
     # 0.025 are that code's Adam steps: as plain gradient steps they diverge on MovieLens
@@ -31,12 +32,12 @@ PAPER_SETTINGS = {
     # 0.9325); on ml-latest-small, its stand-in, 0.922 (bench_rfrec.py --table paper; see
     # docs/guide/reproducing.rst). RFRecF (Algorithm 2): the same code with its coin (p = 0.8,
     # a full pull) and 200 coin flips.
-    "RFRec": {"alpha_u": 0.1, "alpha_v": 0.0, "biased": False, "learning_rate": 0.1,
-              "reg_consensus": 20.0, "n_clients": 200,
+    "RFRec": {"early_stopping": False, "alpha_u": 0.1, "alpha_v": 0.0, "biased": False,
+              "learning_rate": 0.1, "reg_consensus": 20.0, "n_clients": 200,
               "solver_params": {"optimizer": "adam", "link": "sigmoid",
                                 "partition": "contiguous"}},
-    "RFRecF": {"alpha_u": 0.1, "alpha_v": 0.0, "biased": False, "learning_rate": 0.1,
-               "reg_consensus": 20.0, "n_clients": 200, "max_iter": 200,
+    "RFRecF": {"early_stopping": False, "alpha_u": 0.1, "alpha_v": 0.0, "biased": False,
+               "learning_rate": 0.1, "reg_consensus": 20.0, "n_clients": 200, "max_iter": 200,
                "solver_params": {"optimizer": "adam", "link": "sigmoid",
                                  "partition": "contiguous", "variant": "rfrecf", "p": 0.8,
                                  "pull_eta": 1.0}},

@@ -10,6 +10,7 @@ predict, score) lives here once; the fit itself is the skeleton of
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from numbers import Integral, Real
 
 import numpy as np
@@ -32,13 +33,15 @@ from .._fit import (
     SIMULATION_SETTINGS,
     FederatedEstimator,
     objective_not_decreasing,
+    validation_split,
 )
 from .._groups import GroupStates
 from .._kernels import grad_rows, ridge_fold_in, squared_error
 from .._pairs import FactorModel, predict_pairs, score_block, top_n
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
-from ..exceptions import UnobservedItemsWarning
+from ..exceptions import FedMFWarning, UnobservedItemsWarning
 from ._implicit import IMPLICIT_CONFIDENCE, check_interactions, implicit_user_factors
+from ._validation import biases_floor, split_validation
 
 __all__ = ["COMPLETION_DOCS", "FACTOR_SETTINGS", "FederatedMFBase", "FEDERATION_CONSTRAINTS",
             "FOLD_IN_DATA", "IMPLICIT_SETTINGS", "moved_to_solver_params", "toy_example"]
@@ -164,6 +167,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         ],
         "max_iter": [Interval(Integral, 1, None, closed="left"), None],
         "tol": [Interval(Real, 0, None, closed="left")],
+        "early_stopping": [StrOptions({"auto"}), "boolean"],
+        "validation_fraction": [Interval(Real, 0, 1, closed="neither"), None],
+        "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
         "alpha_u": [Interval(Real, 0, None, closed="left")],
         "alpha_v": [Interval(Real, 0, None, closed="left")],
         "biased": ["boolean"],
@@ -182,11 +188,17 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     _default_settings: dict = {
         **FederatedEstimator._default_settings,
         "l1_ratio": 0.0, "positive": False, "regularization": "plain",
+        # (a class without the validation parameters fits without validation)
+        "early_stopping": False, "validation_fraction": None, "n_iter_no_change": 10,
     }
+    # The key of the validation RMSE in a round's record and the two keys of a client's
+    # ``client_metrics`` that are its validation report (squared-error sum, count).
+    _validation_keys = ("eval_rmse", ("sse_eval", "n_eval"))
 
     def __init__(self, n_components, *, alpha_u, alpha_v, biased, n_clients, clients_per_round,
-                 max_iter, tol, clip, warm_start, callback, random_state, n_jobs, verbose,
-                 solver_params, loss="squared"):
+                 max_iter, tol, early_stopping, validation_fraction, n_iter_no_change, clip,
+                 warm_start, callback, random_state, n_jobs, verbose, solver_params,
+                 loss="squared"):
         # (not the skeleton's __init__: partition and on_client_error are solver_params keys)
         self.n_components = n_components
         self.alpha_u = alpha_u
@@ -197,6 +209,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         self.clients_per_round = clients_per_round
         self.max_iter = max_iter
         self.tol = tol
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
         self.clip = clip
         self.warm_start = warm_start
         self.callback = callback
@@ -267,7 +282,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
             Client label of each row; when None rows are split into ``n_clients`` clients.
         eval_set : {array-like, sparse matrix} of shape (n_users, n_items), default=None
             Held-out ratings of the same rows, scored every round with the current federated
-            factors (``history_[k]["eval_rmse"]``).
+            factors (``history_[k]["eval_rmse"]``). With early stopping and
+            ``validation_fraction=None``, it is the validation set (the rounds are selected
+            on it, nothing is held out of ``X``).
 
         Returns
         -------
@@ -319,22 +336,35 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
                                  "eval_set=None.")
         if X.nnz == 0:
             raise ValueError("X has no observed entry; there is nothing to fit.")
+        # (centred by _validation_plan, once the validation ratings are set apart)
+        return X, dict(eval_X=eval_X)
+
+    def _validation_plan(self, ctx):
+        """Early stopping's rule, and the context with each client's validation ratings
+        (``info["eval_X"]``) split off its training ratings (``X``), both centred by the
+        training ratings' mean."""
+        settings = self._settings()
+        X, eval_X, report_X, rule = split_validation(
+            ctx, settings, implicit=self._implicit, validation_keys=self._validation_keys)
         if self._implicit:  # preference scores: no mean, no range (nothing is sent for them)
             mean, rating_range = 0.0, (-np.inf, np.inf)
-        elif reset:
-            # Each client sends only the sum and the count of its ratings (an aggregate).
+        elif not ctx.warm:
+            # Each client sends only the sum and the count of its training ratings.
             mean = float(X.data.mean())
             rating_range = (float(X.data.min()), float(X.data.max()))
         else:  # warm start: the model keeps the centring of its first fit
             mean, rating_range = self.mean_, self.rating_range_
         offset = mean if settings["center"] and not self._implicit else 0.0
         X = _shift(X, -offset)
-        if eval_X is not None:
-            eval_X = _shift(eval_X, -offset)
+        for held in (eval_X, report_X):
+            if held is not None:
+                _shift(held, -offset)
         _warn_unobserved(X)
         # n_ratings: the sum of the clients' rating counts (FedMC-ADMM and FedMGS "auto")
-        return X, dict(eval_X=eval_X, mean=mean, rating_range=rating_range, offset=offset,
-                       n_ratings=X.nnz)
+        info = {**ctx.info, "eval_X": eval_X, "report_X": report_X, "mean": mean,
+                "rating_range": rating_range, "offset": offset, "n_ratings": X.nnz,
+                "validated": rule is not None}
+        return replace(ctx, X=X, info=info), rule
 
     def _collect(self, state, blocks, ctx):
         self.mean_, self.rating_range_ = ctx.info["mean"], ctx.info["rating_range"]
@@ -352,8 +382,41 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
             self.user_factors_, self.user_bias_ = np.ascontiguousarray(U[:, :-2]), U[:, -2]
         else:
             self.components_, self.user_factors_ = V, U
+        self._collect_validation(state, ctx)
+
+    def _collect_validation(self, state, ctx):
+        """The validation's fitted attributes; with biases, the floor: when the federated
+        biases-only model beats the kept model on the validation ratings, the fit keeps it."""
+        scores = [-r["validation_rmse"] for r in state.history if "validation_rmse" in r]
+        self.validation_score_ = np.array(scores)
+        validated = ctx.info.get("validated", False)  # (a warm fit without: its last round)
+        self.best_iteration_ = state.best_round if validated else state.n_rounds
+        self.best_validation_score_ = -state.best_score if validated else None
+        self.factors_used_, self._fallback = True, None
+        if not validated or not self.biased or self.n_components == 0:
+            return
+        floor, floor_rmse, (up, down) = biases_floor(ctx, n_jobs=self.n_jobs)
+        self.history_[-1]["bytes_uploaded"] += up
+        self.history_[-1]["bytes_downloaded"] += down
+        if floor_rmse > state.best_score:
+            return
+        self.factors_used_ = False
+        self._fallback = (
+            f"the factor part did not beat the biases alone on the validation ratings (RMSE "
+            f"{state.best_score:.4g} at its best round {self.best_iteration_}, "
+            f"{floor_rmse:.4g} for the federated biases-only model), so the fit keeps the "
+            "biases alone (factors_used_ = False, factors set to zero); lower alpha_u and "
+            "alpha_v, or the data has no structure beyond the biases")
+        self.components_ = np.zeros_like(self.components_)
+        self.user_factors_ = np.zeros_like(self.user_factors_)
+        # (on the fit's scale: a class that divided the ratings multiplies its biases back)
+        dtype, scale = self.item_bias_.dtype, ctx.info.get("rating_scale", 1.0)
+        self.user_bias_ = (floor.user_bias_ / scale).astype(dtype)
+        self.item_bias_ = ((floor.item_bias_ + (floor.mean_ - self._offset)) / scale).astype(dtype)
 
     def _degenerate(self, state, blocks, ctx, history):
+        if self._fallback is not None:
+            return self._fallback
         biases = self._biased and (self.item_bias_.any() or self.user_bias_.any())
         if (not self.components_.any() or not self.user_factors_.any()) and not biases:
             return "the factors are all zero, so every prediction is the same constant"
@@ -689,7 +752,7 @@ def _warn_unobserved(X):
             f"{empty_cols} item column(s) have no training rating; their factors only follow "
             "the regularization, so predictions for them are arbitrary.",
             UnobservedItemsWarning,
-            stacklevel=6,  # the caller of fit (through _fit_context, fit, _fit, _check_fit_data)
+            stacklevel=6,  # the caller of fit (through _fit_context, fit, _fit, _validation_plan)
         )
 
 

@@ -146,6 +146,12 @@ class FedMAvg(FederatedMFBase):
         None: 100 with ``loss="squared"``, 30 with ``loss="implicit"``.
     tol : float, default=0.0
         %(tol)s
+    early_stopping : "auto" or bool, default="auto"
+        %(early_stopping)s
+    validation_fraction : float or None, default=0.1
+        %(validation_fraction)s
+    n_iter_no_change : int, default=10
+        %(n_iter_no_change)s
     alpha_u, alpha_v : float, default=10.0
         Regularization strengths of the user and item factors.
         %(elastic_net)s
@@ -229,6 +235,7 @@ class FedMAvg(FederatedMFBase):
         One record per round: ``objective``, ``train_rmse``, ``eval_rmse``, bytes (the
         one-time sizes and, for the global step, Grams are in round 1), ``seconds``...
     %(outcome_attributes)s
+    %(validation_attributes)s
 
     See Also
     --------
@@ -280,6 +287,9 @@ class FedMAvg(FederatedMFBase):
         clients_per_round=None,
         max_iter=None,
         tol=0.0,
+        early_stopping="auto",
+        validation_fraction=0.1,
+        n_iter_no_change=10,
         alpha_u=10.0,
         alpha_v=10.0,
         regularization="plain",
@@ -295,9 +305,11 @@ class FedMAvg(FederatedMFBase):
     ):
         super().__init__(
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
-            clients_per_round=clients_per_round, max_iter=max_iter, tol=tol, clip=clip,
-            warm_start=warm_start, callback=callback, random_state=random_state,
-            n_jobs=n_jobs, verbose=verbose, solver_params=solver_params, loss=loss,
+            clients_per_round=clients_per_round, max_iter=max_iter, tol=tol,
+            early_stopping=early_stopping, validation_fraction=validation_fraction,
+            n_iter_no_change=n_iter_no_change, clip=clip, warm_start=warm_start,
+            callback=callback, random_state=random_state, n_jobs=n_jobs, verbose=verbose,
+            solver_params=solver_params, loss=loss,
         )
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v

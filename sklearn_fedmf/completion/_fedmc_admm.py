@@ -117,6 +117,12 @@ class FedMCADMM(FederatedMFBase):
         %(max_iter)s
     tol : float, default=0.0
         %(tol)s
+    early_stopping : "auto" or bool, default="auto"
+        %(early_stopping)s
+    validation_fraction : float or None, default=0.1
+        %(validation_fraction)s
+    n_iter_no_change : int, default=10
+        %(n_iter_no_change)s
     alpha_u : float or "auto", default="auto"
         Regularization strength of the user factors (``lambda``).
         %(elastic_net)s
@@ -182,6 +188,7 @@ class FedMCADMM(FederatedMFBase):
         ``eval_set``), ``consensus_gap``, ``bytes_uploaded``, ``bytes_downloaded``,
         ``n_sampled``, ``n_failed``, ``seconds``.
     %(outcome_attributes)s
+    %(validation_attributes)s
 
     See Also
     --------
@@ -244,6 +251,9 @@ class FedMCADMM(FederatedMFBase):
         clients_per_round=None,
         max_iter=100,
         tol=0.0,
+        early_stopping="auto",
+        validation_fraction=0.1,
+        n_iter_no_change=10,
         alpha_u="auto",
         alpha_v=0.1,
         regularization="plain",
@@ -259,9 +269,11 @@ class FedMCADMM(FederatedMFBase):
     ):
         super().__init__(
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
-            clients_per_round=clients_per_round, max_iter=max_iter, tol=tol, clip=clip,
-            warm_start=warm_start, callback=callback, random_state=random_state,
-            n_jobs=n_jobs, verbose=verbose, solver_params=solver_params, loss=loss,
+            clients_per_round=clients_per_round, max_iter=max_iter, tol=tol,
+            early_stopping=early_stopping, validation_fraction=validation_fraction,
+            n_iter_no_change=n_iter_no_change, clip=clip, warm_start=warm_start,
+            callback=callback, random_state=random_state, n_jobs=n_jobs, verbose=verbose,
+            solver_params=solver_params, loss=loss,
         )
         self.beta = beta
         self.local_iter = local_iter
@@ -301,10 +313,10 @@ class FedMCADMM(FederatedMFBase):
             confidence=settings["confidence"] if self._implicit else None,
         )
 
-    def _run(self, protocol, blocks, ctx):
+    def _run(self, protocol, blocks, ctx, early_stopping=None):
         if not ctx.warm:
             self._check_memory(blocks, ctx)
-        return super()._run(protocol, blocks, ctx)
+        return super()._run(protocol, blocks, ctx, early_stopping)
 
     def _check_memory(self, blocks, ctx):
         """Raise before the first round when the clients' and the server's item-side state

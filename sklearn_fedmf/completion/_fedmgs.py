@@ -67,6 +67,12 @@ class FedMGS(FederatedMFBase):
         ``loss="implicit"`` (each of its rounds is an exact ALS sweep).
     tol : float, default=0.0
         %(tol)s
+    early_stopping : "auto" or bool, default="auto"
+        %(early_stopping)s
+    validation_fraction : float or None, default=0.1
+        %(validation_fraction)s
+    n_iter_no_change : int, default=10
+        %(n_iter_no_change)s
     alpha_u, alpha_v : float or "auto", default="auto"
         Regularization strengths of the user and item factors.
         %(elastic_net)s
@@ -122,6 +128,7 @@ class FedMGS(FederatedMFBase):
     history_ : list of dict
         One record per round (round 1's bytes include every client's initial aggregates).
     %(outcome_attributes)s
+    %(validation_attributes)s
     alpha_u_, alpha_v_ : float
         The strengths of the last round (``"auto"``: the server's last value; fold-in uses
         ``alpha_u_``).
@@ -168,6 +175,9 @@ class FedMGS(FederatedMFBase):
         clients_per_round=None,
         max_iter=None,
         tol=0.0,
+        early_stopping="auto",
+        validation_fraction=0.1,
+        n_iter_no_change=10,
         alpha_u="auto",
         alpha_v="auto",
         regularization="plain",
@@ -183,9 +193,11 @@ class FedMGS(FederatedMFBase):
     ):
         super().__init__(
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
-            clients_per_round=clients_per_round, max_iter=max_iter, tol=tol, clip=clip,
-            warm_start=warm_start, callback=callback, random_state=random_state,
-            n_jobs=n_jobs, verbose=verbose, solver_params=solver_params, loss=loss,
+            clients_per_round=clients_per_round, max_iter=max_iter, tol=tol,
+            early_stopping=early_stopping, validation_fraction=validation_fraction,
+            n_iter_no_change=n_iter_no_change, clip=clip, warm_start=warm_start,
+            callback=callback, random_state=random_state, n_jobs=n_jobs, verbose=verbose,
+            solver_params=solver_params, loss=loss,
         )
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v

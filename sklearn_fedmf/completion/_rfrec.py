@@ -39,6 +39,7 @@ client; the model is the per-client simulation's (``tests/test_rfrec_batched.py`
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from functools import partial
 from numbers import Integral, Real
 
@@ -199,6 +200,12 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         Iterations ``K`` (for RFRecF, coin flips; messages happen on some of them only).
     tol : float, default=0.0
         %(tol)s
+    early_stopping : "auto" or bool, default="auto"
+        %(early_stopping)s
+    validation_fraction : float or None, default=0.1
+        %(validation_fraction)s
+    n_iter_no_change : int, default=10
+        %(n_iter_no_change)s
     alpha_u : float or "auto", default="auto"
         ``lambda_u`` on ``sum_i ||u_i||^2``; also the fold-in ridge of ``transform``.
         ``"auto"``: the fit runs on the centred ratings divided by their root mean square
@@ -316,6 +323,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         ``consensus_gap`` (``sum_c ||V_(c) - Vbar||^2``), ``vbar_change``, ``comm_rounds``,
         ``coin`` (RFRecF), bytes, ``n_sampled``, ``n_failed``, ``seconds``.
     %(outcome_attributes)s
+    %(validation_attributes)s
 
     Notes
     -----
@@ -355,6 +363,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         "simulate_uploads": (False, ["boolean"]),
         "predict_with": ("global", [StrOptions({"global", "personal"})]),
     }
+    _validation_keys = ("eval_rmse", ("eval_sse", "eval_n"))  # (its client_metrics' keys)
     _moved_params = moved_to_solver_params(_solver_params)
 
     _parameter_constraints: dict = {
@@ -377,6 +386,9 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         clients_per_round=None,
         max_iter=100,
         tol=0.0,
+        early_stopping="auto",
+        validation_fraction=0.1,
+        n_iter_no_change=10,
         alpha_u="auto",
         alpha_v="auto",
         privacy=None,
@@ -392,9 +404,11 @@ class RFRec(LocalDPMixin, FederatedMFBase):
     ):
         super().__init__(
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
-            clients_per_round=clients_per_round, max_iter=max_iter, tol=tol, clip=clip,
-            warm_start=warm_start, callback=callback, random_state=random_state,
-            n_jobs=n_jobs, verbose=verbose, solver_params=solver_params, loss=loss,
+            clients_per_round=clients_per_round, max_iter=max_iter, tol=tol,
+            early_stopping=early_stopping, validation_fraction=validation_fraction,
+            n_iter_no_change=n_iter_no_change, clip=clip, warm_start=warm_start,
+            callback=callback, random_state=random_state, n_jobs=n_jobs, verbose=verbose,
+            solver_params=solver_params, loss=loss,
         )
         self.learning_rate = learning_rate
         self.reg_consensus = reg_consensus
@@ -443,18 +457,24 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             )
         X, info = super()._check_fit_data(X, reset=reset, eval_set=eval_set)
         info["privacy"] = self._privacy_settings(X.shape[1])
-        if reset:  # (a warm start keeps the first fit's scale and strengths)
-            # each client adds the sum of squares of its ratings to its sum and count
-            info.update(self._scale_info(float(np.vdot(X.data, X.data)), X.nnz))
+        return X, info
+
+    def _validation_plan(self, ctx):
+        """The base's plan, then the centred training ratings divided by ``rating_scale``
+        (``"auto"`` strengths; a warm start keeps the first fit's scale and strengths)."""
+        ctx, rule = super()._validation_plan(ctx)
+        info = dict(ctx.info)
+        if not ctx.warm:  # each client adds the sum of squares of its ratings to its sum
+            info.update(self._scale_info(float(np.vdot(ctx.X.data, ctx.X.data)), ctx.X.nnz))
         else:
             info.update(rating_scale=self.rating_scale_, alpha_u=self.alpha_u_,
                         alpha_v=self.alpha_v_)
         scale = info["rating_scale"]
         if scale != 1.0:
-            X.data /= scale
-            if info["eval_X"] is not None:
-                info["eval_X"].data /= scale
-        return X, info
+            for held in (ctx.X, info["eval_X"], info["report_X"]):
+                if held is not None:
+                    held.data /= scale
+        return replace(ctx, info=info), rule
 
     def _scale_info(self, sum_squares, n_ratings):
         """``rating_scale``, ``alpha_u`` and ``alpha_v`` of a fit from the sum of squares of
