@@ -33,13 +33,12 @@ from .._fit import (
     SIMULATION_SETTINGS,
     FederatedEstimator,
     objective_not_decreasing,
-    validation_split,
 )
 from .._groups import GroupStates
 from .._kernels import grad_rows, ridge_fold_in, squared_error
 from .._pairs import FactorModel, predict_pairs, score_block, top_n
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
-from ..exceptions import FedMFWarning, UnobservedItemsWarning
+from ..exceptions import UnobservedItemsWarning
 from ._implicit import IMPLICIT_CONFIDENCE, check_interactions, implicit_user_factors
 from ._validation import biases_floor, split_validation
 
@@ -194,6 +193,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     # The key of the validation RMSE in a round's record and the two keys of a client's
     # ``client_metrics`` that are its validation report (squared-error sum, count).
     _validation_keys = ("eval_rmse", ("sse_eval", "n_eval"))
+    # The biases-only floor of a validated fit (FedBaseline, set by each validated class: it
+    # is a subclass of this base)
+    _floor_class = None
 
     def __init__(self, n_components, *, alpha_u, alpha_v, biased, n_clients, clients_per_round,
                  max_iter, tol, early_stopping, validation_fraction, n_iter_no_change, clip,
@@ -393,9 +395,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         self.best_iteration_ = state.best_round if validated else state.n_rounds
         self.best_validation_score_ = -state.best_score if validated else None
         self.factors_used_, self._fallback = True, None
-        if not validated or not self.biased or self.n_components == 0:
+        if not validated or not self._biased or self._floor_class is None:
             return
-        floor, floor_rmse, (up, down) = biases_floor(ctx, n_jobs=self.n_jobs)
+        floor, floor_rmse, (up, down) = biases_floor(ctx, self._floor_class, n_jobs=self.n_jobs)
         self.history_[-1]["bytes_uploaded"] += up
         self.history_[-1]["bytes_downloaded"] += down
         if floor_rmse > state.best_score:

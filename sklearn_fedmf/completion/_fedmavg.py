@@ -25,6 +25,7 @@ from ._base import (
     moved_to_solver_params,
     toy_example,
 )
+from ._fed_baseline import FedBaseline
 from ._fedmavg_batched import make_batched
 from ._fedmavg_implicit import make_implicit_protocol
 from ._fedmavg_protocol import (
@@ -265,6 +266,7 @@ class FedMAvg(FederatedMFBase):
         "sampling": ("uniform", [StrOptions({"uniform", "weighted"})]),
     }
     _moved_params = moved_to_solver_params(_solver_params)
+    _floor_class = FedBaseline  # the biases-only floor of a validated fit
     # what None means under each loss (FederatedMFBase._loss_default); d_factor and
     # local_iter_v: the W steps of "implicit" (_fedmavg_implicit)
     _loss_defaults: dict = {"n_components": (5, 32), "max_iter": (100, 30),

@@ -28,6 +28,7 @@ from ._base import (
     moved_to_solver_params,
     toy_example,
 )
+from ._fed_baseline import FedBaseline
 from ._fedmc_admm_implicit import AUTO_BETA_IMPLICIT, implicit_initial_curvature
 from ._fedmc_admm_protocol import AUTO_BETA, auto_alpha_u, initial_curvature, make_protocol
 
@@ -232,6 +233,7 @@ class FedMCADMM(FederatedMFBase):
         "dual_init": ("paper", [StrOptions({"paper", "zeros"})]),
     }
     _moved_params = moved_to_solver_params(_solver_params)
+    _floor_class = FedBaseline  # the biases-only floor of a validated fit
 
     _parameter_constraints: dict = {
         **FederatedMFBase._parameter_constraints,

@@ -19,6 +19,7 @@ from ._base import (
     moved_to_solver_params,
     toy_example,
 )
+from ._fed_baseline import FedBaseline
 from ._fedmgs_implicit import make_implicit_protocol
 from ._fedmgs_protocol import AUTO_WEIGHTED, make_protocol
 from ._implicit import IMPLICIT_ALPHA, check_implicit_settings
@@ -153,6 +154,7 @@ class FedMGS(FederatedMFBase):
         "sampling": ("uniform", [StrOptions({"uniform", "weighted"})]),
     }
     _moved_params = moved_to_solver_params(_solver_params)
+    _floor_class = FedBaseline  # the biases-only floor of a validated fit
     # what None means under each loss (FederatedMFBase._loss_default)
     _loss_defaults: dict = {"n_components": (5, 32), "max_iter": (100, 10)}
 

@@ -59,6 +59,7 @@ from ..exceptions import ConfigurationWarning
 from ..privacy._local_dp import LocalDPMixin
 from . import _fedmc_admm
 from ._base import COMPLETION_DOCS, IMPLICIT_SETTINGS, FederatedMFBase, moved_to_solver_params
+from ._fed_baseline import FedBaseline
 from ._rfrec_batched import make_batched
 from ._rfrec_kernels import _errors_at, _sigmoid_fold_in
 from ._rfrec_protocol import (  # noqa: F401  (the tests import _coin and _pulled from here)
@@ -365,6 +366,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
     }
     _validation_keys = ("eval_rmse", ("eval_sse", "eval_n"))  # (its client_metrics' keys)
     _moved_params = moved_to_solver_params(_solver_params)
+    _floor_class = FedBaseline  # the biases-only floor of a validated fit
 
     _parameter_constraints: dict = {
         **FederatedMFBase._parameter_constraints,
@@ -643,10 +645,10 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             confidence=settings["confidence"] if self._implicit else None,
         )
 
-    def _run(self, protocol, blocks, ctx):
+    def _run(self, protocol, blocks, ctx, early_stopping=None):
         if self._implicit and not ctx.warm and isinstance(blocks, list):
             self._check_implicit_memory(ctx)
-        return super()._run(protocol, blocks, ctx)
+        return super()._run(protocol, blocks, ctx, early_stopping)
 
     def _check_implicit_memory(self, ctx):
         """Under ``loss="implicit"`` every client keeps its whole ``V_(c)`` (with Adam, its

@@ -56,22 +56,21 @@ def split_validation(ctx, settings, *, implicit, validation_keys):
     return X, eval_X, report_X, rule
 
 
-def biases_floor(ctx, *, n_jobs):
+def biases_floor(ctx, floor_class, *, n_jobs):
     """The federated biases-only model on the fit's clients' training ratings, its
     validation RMSE in rating units, and the bytes ``(up, down)`` it cost.
 
     ``ctx.X`` and ``ctx.info["eval_X"]`` are the fit's (centred by ``offset``, divided by
     ``rating_scale`` where a class scales them). Each client sends one more number, the
-    squared-error sum of the floor on its validation ratings.
+    squared-error sum of the floor on its validation ratings. ``floor_class`` is
+    :class:`~sklearn_fedmf.FedBaseline` (passed in: it is itself a completion estimator).
     """
-    from ._fed_baseline import FedBaseline  # (a subclass of the completion base)
-
     offset, scale = ctx.info["offset"], ctx.info.get("rating_scale", 1.0)
     X = ctx.X.copy()
     X.data = X.data * scale + offset  # back to ratings: the floor centres them itself
     with warnings.catch_warnings():  # (what it would say, this fit has said)
         warnings.simplefilter("ignore", FedMFWarning)
-        floor = FedBaseline(n_clients=ctx.n_clients, random_state=ctx.entropy, n_jobs=n_jobs,
+        floor = floor_class(n_clients=ctx.n_clients, random_state=ctx.entropy, n_jobs=n_jobs,
                             solver_params={"eval_every": 0}).fit(X, clients=ctx.labels)
     X_valid = ctx.info["eval_X"]
     rows = np.repeat(np.arange(X_valid.shape[0]), np.diff(X_valid.indptr))
