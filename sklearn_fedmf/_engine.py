@@ -56,6 +56,22 @@ Every random draw comes from ``numpy.random.SeedSequence(entropy, spawn_key=(kin
 client))``, so results do not depend on ``n_jobs``, the joblib backend, the transport or the
 order in which clients finish.
 
+Secure aggregation: a protocol whose server needs only sums of uploads declares it with
+``summable`` (:class:`~sklearn_fedmf.secure._rounds.SummableUploads`); with ``secure`` set
+(:class:`~sklearn_fedmf.secure._rounds.SecureAggregation`) the uploads stay on the clients and
+each round's (and, when declared, the initial) exchange is one secure sum: the four phases
+of SecAgg/SecAgg+ run as four transport calls, and ``summable.server_update`` receives the
+sums. The clients that ``dropout`` drops take part in the key phases and go offline before
+sending their masked input (their masks are removed through the shares). A round in which
+fewer clients than the threshold remain at a phase has no sum: with
+``on_client_error="skip"`` it is skipped (a ``ClientFailureWarning``, ``secure_failed`` in its
+record), else a :class:`~sklearn_fedmf.exceptions.FederationError` is raised. The record of
+a secure round also holds ``bytes_secure`` (``{phase: bytes}``, up and down, over its
+clients) and ``bytes_secure_client`` (``{phase: the most bytes one client sent and
+received}``), the phases being ``advertise_keys``, ``share_keys``, ``masked_input`` and
+``unmasking``; ``bytes_uploaded`` and ``bytes_downloaded`` count every phase. The callback's
+``uploads`` are then the masked inputs, all the server saw of the uploads.
+
 Client failures: a client that raises :class:`~sklearn_fedmf.exceptions.ClientDropout`, or
 that ``dropout`` drops, is a simulated failure (counted in ``n_failed``). Any other exception
 raises :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round
@@ -90,6 +106,7 @@ from .exceptions import ClientDropout, ClientError, ClientFailureWarning, Federa
 
 __all__ = [
     "FederatedProtocol", "FederationState", "Participation", "Broadcast", "run_federation",
+    "SummableUploads",
     "sample_clients",
     "initialize_federation", "evaluate", "nbytes", "make_entropy", "resident_blocks",
     "LocalTransport", "Transport",
@@ -97,6 +114,7 @@ __all__ = [
 
 _INIT_CLIENT, _UPDATE_CLIENT, _SERVER_ROUND, _INIT_SERVER, _PARTITION = 0, 1, 2, 3, 4
 _PREPARE_CLIENT = 5
+_SECURE_CLIENT, _SECURE_SERVER = 6, 7  # keys of secure aggregation: round k uses k + 1 (0: init)
 
 
 @dataclass(frozen=True)
@@ -148,6 +166,40 @@ class Broadcast:
 
 
 @dataclass(frozen=True)
+class SummableUploads:
+    """How a protocol's server works from sums of uploads (declared by the protocol; see
+    :mod:`sklearn_fedmf.secure._rounds`).
+
+    Parameters
+    ----------
+    client : callable
+        ``client(upload, weight) -> {name: array or number}``, run by the client on its
+        round upload: the summands (``weight``: the server's weight for this client, None
+        when ``weights`` is None).
+    server_update : callable
+        ``server_update(server_state, sums, n_summed, round_index) -> (server_state,
+        broadcast)``: the round's server step from ``{name: sum}`` over ``n_summed`` clients.
+    weights : callable or None
+        ``weights(server_state, clients, counts) -> {client: weight}``: what each client of the
+        round multiplies its upload by (sent with its routed shares); None: no weight.
+    cumulative : bool
+        The server needs every client's last value: clients send changes (module docstring).
+    init_client, server_init : callable or None
+        The same pair for the uploads of ``init_client``, summed over every client
+        (``init_client(upload) -> dict``, ``server_init(server_state, sums, n) ->
+        (server_state, broadcast)``). None: the initial uploads stay plain (the protocol then
+        says why they may).
+    """
+
+    client: Callable
+    server_update: Callable
+    weights: Callable | None = None
+    cumulative: bool = False
+    init_client: Callable | None = None
+    server_init: Callable | None = None
+
+
+@dataclass(frozen=True)
 class FederatedProtocol:
     """The pure functions that define one federated algorithm (see the module docstring)."""
 
@@ -165,6 +217,8 @@ class FederatedProtocol:
     progress_keys: tuple = ("objective", "train_rmse", "eval_rmse")  # shown by verbose
     server_counts: bool = False  # server_update receives counts= (draw multiplicities)
     batched: Any = None  # optional BatchedPhases: the client phases for a group of clients
+    summable: Any = None  # SummableUploads: the server needs only sums (module doc)
+    secure: Any = None  # SecureAggregation options: sum the uploads securely (module doc)
 
 
 @dataclass
@@ -181,6 +235,8 @@ class FederationState:
     n_rounds: int = 0
     history: list = field(default_factory=list)
     n_uploads: Any = None  # per client: round uploads the server received (privacy accounting)
+    secure_slots: Any = None  # the local transport's secure slots (secure aggregation)
+    secure_running: Any = None  # the server's running ring sum of a cumulative exchange
 
 
 def make_entropy(random_state):
@@ -290,9 +346,69 @@ def initialize_federation(protocol, clients, *, entropy, n_jobs=None):
     uploads = {c: u for c, u in result.messages.items() if u is not None}
     init_bytes = (sum(nbytes(u) for u in uploads.values()),
                   nbytes(broadcast) * transport.n_clients)
-    if protocol.server_init_uploads is not None:
+    running = None
+    if _secure(protocol) and protocol.summable.init_client is not None:
+        running = {} if protocol.summable.cumulative else None
+        with transport.session(protocol):
+            outcome = _secure_exchange(protocol, transport, sorted(uploads), (), entropy, 0,
+                                       _Failures("raise", "initialization"), None, "init",
+                                       running=running)
+        server_state, broadcast = protocol.summable.server_init(
+            server_state, outcome.sums, len(outcome.survivors))
+        init_bytes = (init_bytes[0] + _total(outcome.bytes_up),
+                      init_bytes[1] + _total(outcome.bytes_down))
+    elif protocol.server_init_uploads is not None:
         server_state, broadcast = protocol.server_init_uploads(server_state, uploads)
-    return FederationState(server_state, transport.client_states, broadcast), init_bytes
+    state = FederationState(server_state, transport.client_states, broadcast)
+    state.secure_slots, state.secure_running = transport.secure_slots, running
+    return state, init_bytes
+
+
+def _secure(protocol):
+    """Whether the fit sums its uploads securely (checked: the protocol must allow it)."""
+    if protocol.secure is None:
+        return False
+    if protocol.summable is None:
+        raise ValueError("secure_aggregation=True: this algorithm's server needs more than "
+                         "the sum of a round's uploads.")
+    if protocol.client_prepare is not None:
+        raise ValueError("secure_aggregation=True: the statistics of a prepare phase are "
+                         "not summed securely; choose a setting without one.")
+    return True
+
+
+def _total(per_phase):
+    return sum(sum(v.values()) for v in per_phase.values())
+
+
+def _secure_exchange(protocol, transport, clients, dropped, entropy, key, failures,
+                     round_number, exchange, weights=None, running=None):
+    """One secure sum over the transport (:func:`~sklearn_fedmf.secure._rounds.
+    run_secure_exchange`), ``failures`` applied to every phase."""
+    from .secure._rounds import run_secure_exchange
+
+    def check(result, phase):
+        failures.check(result, phase, round_number)
+
+    return run_secure_exchange(
+        transport, clients, dropped, options=protocol.secure,
+        stream=(entropy, _SECURE_CLIENT, key), server_rng=_rng(entropy, _SECURE_SERVER, key),
+        exchange=exchange, weights=weights, running=running, check=check,
+        round_number=round_number)
+
+
+def _secure_record(outcome):
+    """The record's byte counts of a secure round, by phase (module docstring)."""
+    phases = list(outcome.bytes_up)
+    per_client = {}
+    for phase in phases:
+        both = dict(outcome.bytes_up[phase])
+        for c, b in outcome.bytes_down[phase].items():
+            both[c] = both.get(c, 0) + b
+        per_client[phase] = both
+    return {"bytes_secure": {p: int(sum(v.values())) for p, v in per_client.items()},
+            "bytes_secure_client": {p: int(max(v.values(), default=0))
+                                    for p, v in per_client.items()}}
 
 
 def _n_sampled(clients_per_round, n_clients):
@@ -419,10 +535,16 @@ def run_federation(
     state : FederationState
         With ``history`` extended by one record per round.
     """
-    transport = as_transport(clients, n_jobs=n_jobs, client_states=state.client_states)
+    transport = as_transport(clients, n_jobs=n_jobs, client_states=state.client_states,
+                             secure_slots=state.secure_slots)
     failures = _Failures(on_client_error, label)
+    secure = _secure(protocol)
     part = protocol.participation
     n_clients = transport.n_clients
+    if secure and protocol.summable.cumulative:
+        protocol.secure.encoding_for(n_clients).check_clients(n_clients)  # the running sum
+        if state.secure_running is None:
+            state.secure_running = {}
     n_sampled = _n_sampled(clients_per_round, n_clients)
     omega = _sampling_weights(sampling, sampling_weights, n_clients)
     init_up, init_down = init_bytes
@@ -461,6 +583,13 @@ def run_federation(
             n_failed, real = n_failed + n, real or real_update
             uploads = {c: result.messages[c] for c in sorted(selected)
                        if result.messages.get(c) is not None}
+            drawn = dict(zip(sampled.tolist(), counts.tolist()))
+            outcome, secure_record = None, {}
+            if secure and uploads:
+                outcome, secure_record = _secure_round(
+                    protocol, transport, state, uploads, dropped - set(result.failures), drawn,
+                    entropy, k, failures, label)
+                uploads = {} if outcome is None else outcome.masked
             if state.n_uploads is None:
                 state.n_uploads = np.zeros(n_clients, dtype=np.int64)
             state.n_uploads[list(uploads)] += 1
@@ -475,8 +604,14 @@ def run_federation(
             if protocol.client_prepare is not None:
                 bytes_down += nbytes(broadcast) * recipients
                 bytes_up += sum(nbytes(s) for s in stats.values())
-            drawn = dict(zip(sampled.tolist(), counts.tolist()))
-            if uploads or part.server_update == "every_round":
+            if outcome is not None:
+                bytes_up = _total(outcome.bytes_up)
+                bytes_down += _total(outcome.bytes_down)
+                state.server_state, state.broadcast = protocol.summable.server_update(
+                    state.server_state, outcome.sums, len(outcome.survivors), k)
+            elif secure:
+                pass  # no sum this round: the server keeps its state
+            elif uploads or part.server_update == "every_round":
                 extra = {"counts": {c: drawn[c] for c in uploads}} if protocol.server_counts else {}
                 state.server_state, state.broadcast = protocol.server_update(
                     state.server_state, uploads, k, **extra
@@ -490,6 +625,7 @@ def run_federation(
                 "bytes_uploaded": bytes_up + (init_up if k == start_round else 0),
                 "bytes_downloaded": bytes_down + (init_down if k == start_round else 0),
                 "seconds": seconds,
+                **secure_record,
             }
             if sampling == "weighted":
                 record["n_distinct"] = len(sampled)
@@ -538,6 +674,33 @@ def run_federation(
                 break
     progress.close(state.history[-1] if state.history else None)
     return state
+
+
+def _secure_round(protocol, transport, state, uploads, dropped, drawn, entropy, k, failures,
+                  label):
+    """The secure sum of a round's held ``uploads`` (module docstring): ``(outcome,
+    record entries)``, or ``(None, {"secure_failed": True})`` for a round skipped below the
+    threshold."""
+    from .secure._rounds import SecureRoundFailed
+
+    summable = protocol.summable
+    clients = list(uploads)
+    weights = None
+    if summable.weights is not None:
+        weights = summable.weights(state.server_state, clients,
+                                   {c: drawn.get(c, 1) for c in clients})
+    try:
+        outcome = _secure_exchange(
+            protocol, transport, clients, sorted(dropped), entropy, k + 1, failures, k + 1,
+            "update", weights=weights,
+            running=state.secure_running if summable.cumulative else None)
+    except SecureRoundFailed as exc:
+        if not failures.skip:
+            raise FederationError(f"[{label}] round {k + 1}: {exc}") from exc
+        warnings.warn(f"[{label}] round {k + 1}: {exc} on_client_error='skip': the round is "
+                      "skipped (history_'s secure_failed).", ClientFailureWarning, stacklevel=4)
+        return None, {"secure_failed": True}
+    return outcome, _secure_record(outcome)
 
 
 def evaluate(protocol, state, clients, n_jobs=None):

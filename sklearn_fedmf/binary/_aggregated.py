@@ -111,6 +111,8 @@ class AggregatedBMF(BooleanFactorizationBase):
         %(n_jobs)s
     verbose : int, default=0
         1 shows a progress bar of the single round, 2 a line.
+    secure_aggregation : bool or SecureAggregation, default=False
+        %(secure_aggregation)s
 
     Attributes
     ----------
@@ -177,10 +179,12 @@ class AggregatedBMF(BooleanFactorizationBase):
         random_state=None,
         n_jobs=None,
         verbose=0,
+        secure_aggregation=False,
     ):
         super().__init__(
             n_components, binarize=binarize, n_clients=n_clients, callback=callback,
             random_state=random_state, n_jobs=n_jobs, verbose=verbose,
+            secure_aggregation=secure_aggregation,
         )
         self.aggregation = aggregation
         self.solver = solver

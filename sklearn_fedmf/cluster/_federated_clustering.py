@@ -186,6 +186,8 @@ class FederatedClustering(
     verbose : int, default=0
         %(verbose)s
         Simulated failures (``solver_params["dropout"]``) are counted either way.
+    secure_aggregation : bool or SecureAggregation, default=False
+        %(secure_aggregation)s
 
     Attributes
     ----------
@@ -283,9 +285,10 @@ class FederatedClustering(
         random_state=None,
         n_jobs=None,
         verbose=0,
+        secure_aggregation=False,
     ):
         super().__init__(n_clients=n_clients, callback=callback, random_state=random_state,
-                         n_jobs=n_jobs, verbose=verbose)
+                         n_jobs=n_jobs, verbose=verbose, secure_aggregation=secure_aggregation)
         self.n_clusters = n_clusters
         self.algorithm = algorithm
         self.local_iter_u = local_iter_u

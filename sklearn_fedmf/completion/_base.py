@@ -115,7 +115,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
 
     def __init__(self, n_components, *, alpha_u, alpha_v, biased, n_clients, clients_per_round,
                  max_iter, tol, clip, warm_start, callback, random_state, n_jobs, verbose,
-                 solver_params):
+                 solver_params, secure_aggregation=False):
         # (not the skeleton's __init__: partition and on_client_error are solver_params keys)
         self.n_components = n_components
         self.alpha_u = alpha_u
@@ -132,6 +132,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         self.n_jobs = n_jobs
         self.verbose = verbose
         self.solver_params = solver_params
+        self.secure_aggregation = secure_aggregation
 
     # ---- provided by each estimator ---------------------------------------------------
     @abstractmethod

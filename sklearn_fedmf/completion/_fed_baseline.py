@@ -86,6 +86,8 @@ class FedBaseline(FederatedMFBase):
         %(solver_params)s
 
         %(solver_simulation)s
+    secure_aggregation : bool or SecureAggregation, default=False
+        %(secure_aggregation)s
 
     Attributes
     ----------
@@ -169,6 +171,7 @@ class FedBaseline(FederatedMFBase):
         n_jobs=None,
         verbose=0,
         solver_params=None,
+        secure_aggregation=False,
     ):
         # (not the base's __init__, which would store the fixed class attributes above)
         self.alpha_u = alpha_u
@@ -184,6 +187,7 @@ class FedBaseline(FederatedMFBase):
         self.n_jobs = n_jobs
         self.verbose = verbose
         self.solver_params = solver_params
+        self.secure_aggregation = secure_aggregation
 
     def _make_protocol(self, ctx):
         return make_protocol(n_items=ctx.n_features, alpha_u=self.alpha_u,

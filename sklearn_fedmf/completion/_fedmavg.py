@@ -35,6 +35,7 @@ from ._fedmavg_protocol import (
     palm_state,
     palm_u_step,
     palm_w_step,
+    server_from_mean,
     server_init_uploads,
     server_prepare,
     server_update,
@@ -100,7 +101,9 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
                                    l1_ratio=l1_ratio, biased=biased),
             server_update=partial(server_update, aggregation=aggregation,
                                   local_iter_v=local_iter_v, q_hat=q_hat, biased=biased),
-            palm=palm),
+            palm=palm, aggregation=aggregation,
+            secure_update=partial(server_from_mean, local_iter_v=local_iter_v, q_hat=q_hat,
+                                  biased=biased)),
         client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio,
                                biased=biased, alpha_v=alpha_v, weighted=weighted),
         combine_metrics=partial(combine_metrics, alpha_v=alpha_v, l1_ratio=l1_ratio,
@@ -217,6 +220,8 @@ class FedMAvg(FederatedMFBase):
         %(solver_positive)s
         %(solver_init_scale_1)s
         %(solver_shared)s
+    secure_aggregation : bool or SecureAggregation, default=False
+        %(secure_aggregation)s
 
     Attributes
     ----------
@@ -306,12 +311,14 @@ class FedMAvg(FederatedMFBase):
         n_jobs=None,
         verbose=0,
         solver_params=None,
+        secure_aggregation=False,
     ):
         super().__init__(
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
             clients_per_round=clients_per_round, max_iter=max_iter, tol=tol, clip=clip,
             warm_start=warm_start, callback=callback, random_state=random_state,
             n_jobs=n_jobs, verbose=verbose, solver_params=solver_params,
+            secure_aggregation=secure_aggregation,
         )
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v

@@ -297,6 +297,13 @@ def server_update(server_state, uploads, round_index, counts=None, *, aggregatio
     """``V^{s+1}``: the (weighted) mean of the uploaded local copies (8)-(10)
     (:func:`~sklearn_fedmf._fedmavg_protocol.average_uploads`; ``counts``: client -> draws)."""
     Vt = average_uploads(uploads, counts, server_state["weights"], aggregation)
+    return server_from_mean(server_state, Vt, round_index, local_iter_v=local_iter_v,
+                            q_hat=q_hat, biased=biased)
+
+
+def server_from_mean(server_state, Vt, round_index, *, local_iter_v, q_hat, biased=False):
+    """The server step from the uploads' mean ``Vt`` (also what secure aggregation's sums
+    give: :func:`~sklearn_fedmf._fedmavg_protocol.mean_of_sums`)."""
     if biased:  # (a weighted mean of ones can round off 1)
         _biases.fix_item(Vt)
     q2 = q2_schedule(round_index + 2, local_iter_v, q_hat)

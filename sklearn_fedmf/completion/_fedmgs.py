@@ -111,6 +111,8 @@ class FedMGS(FederatedMFBase):
         %(solver_positive)s
         %(solver_init_scale_1)s
         %(solver_shared)s
+    secure_aggregation : bool or SecureAggregation, default=False
+        %(secure_aggregation)s
 
     Attributes
     ----------
@@ -196,12 +198,14 @@ class FedMGS(FederatedMFBase):
         n_jobs=None,
         verbose=0,
         solver_params=None,
+        secure_aggregation=False,
     ):
         super().__init__(
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
             clients_per_round=clients_per_round, max_iter=max_iter, tol=tol, clip=clip,
             warm_start=warm_start, callback=callback, random_state=random_state,
             n_jobs=n_jobs, verbose=verbose, solver_params=solver_params,
+            secure_aggregation=secure_aggregation,
         )
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v

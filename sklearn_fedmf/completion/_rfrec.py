@@ -261,6 +261,8 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         - ``on_client_error`` : {"raise", "skip"}, default="raise"
           %(on_client_error)s
         %(solver_center)s
+    secure_aggregation : bool or SecureAggregation, default=False
+        %(secure_aggregation)s
 
     Attributes
     ----------
@@ -357,12 +359,14 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         n_jobs=None,
         verbose=0,
         solver_params=None,
+        secure_aggregation=False,
     ):
         super().__init__(
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
             clients_per_round=clients_per_round, max_iter=max_iter, tol=tol, clip=clip,
             warm_start=warm_start, callback=callback, random_state=random_state,
             n_jobs=n_jobs, verbose=verbose, solver_params=solver_params,
+            secure_aggregation=secure_aggregation,
         )
         self.learning_rate = learning_rate
         self.reg_consensus = reg_consensus

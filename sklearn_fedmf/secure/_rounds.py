@@ -1,0 +1,326 @@
+"""Secure aggregation inside a fit: the protocol's phases as rounds of messages through the
+engine's transport.
+
+A protocol whose server needs only the sum of a round's uploads declares it with
+:class:`SummableUploads`. With ``secure_aggregation=True`` the transport keeps each client's
+upload on the client (the engine only learns that it is ready), and the engine runs the four
+phases of :mod:`sklearn_fedmf.secure._protocol` as four more transport calls::
+
+    secure_advertise_keys  -> KeyAdvertisement   (every client of the round, dropped ones too)
+    secure_share_keys      -> EncryptedShares
+    secure_masked_input    -> SecureInput        (the clients whose upload is ready)
+    secure_unmask          -> UnmaskingShares    (the survivors)
+
+The server's message of a secure phase differs per client (its key list, its routed shares):
+it is a :class:`~sklearn_fedmf._transport.PerClient` and each client receives its own entry.
+A client's work in those phases is :func:`client_secure_phase`; what it keeps between them
+(its keys, its held upload, and for a cumulative exchange the encoding it last sent) is its
+*secure slot*, held by the transport next to its state.
+
+Cumulative exchanges (FedMC-ADMM): the server needs every client's last value, stale ones
+included. A client then sends the change of its encoded value since the last one that
+reached a sum (ring elements, so the change is exact), and the server keeps the running ring
+sum: its decoding is the sum of the clients' current encodings, within the encoding's bound
+however many rounds ran (nothing accumulates).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._engine import SummableUploads
+from ..exceptions import FederationError
+from ._encoding import FixedPointEncoding
+from ._protocol import (
+    PHASES,
+    client_advertise_keys,
+    client_masked_input,
+    client_share_keys,
+    client_unmask,
+    default_threshold,
+    server_collect_keys,
+    server_collect_masked,
+    server_route_shares,
+    server_unmask,
+)
+
+__all__ = ["SECURE_PHASES", "SecureAggregation", "SecureInput", "SecureRoundFailed",
+           "SummableUploads",  # (defined in the engine: protocols declare it without crypto)
+           "client_secure_phase", "default_neighbours", "run_secure_exchange"]
+
+# the transport's names of the four phases (PHASES of _protocol, prefixed)
+SECURE_PHASES = tuple(f"secure_{p}" for p in ("advertise_keys", "share_keys", "masked_input",
+                                              "unmask"))
+
+
+class SecureRoundFailed(FederationError):
+    """Fewer clients than the threshold remained at a phase before unmasking: the round has
+    no sum, and nothing of it reached a running sum (so the fit may skip it)."""
+
+
+def default_neighbours(n_clients):
+    """SecAgg+'s default degree: the smallest even number >= ``3 log2(n)``, or None (every
+    pair, SecAgg) when that reaches ``n - 1``."""
+    degree = 2 * math.ceil(1.5 * math.log2(max(n_clients, 2)))
+    return None if degree >= n_clients - 1 else degree
+
+
+AUTO_CLIP = 2.0**16  # the clip of the automatic encoding
+MAX_SCALE_BITS = 36  # beyond, float64's rounding of the decoded sum dominates the error
+
+
+def auto_encoding(n_clients):
+    """The encoding of a fit with ``n_clients`` clients: ``clip = 2^16`` and the most scale
+    bits ``s`` (at most ``MAX_SCALE_BITS``) for which the sum over all of them cannot wrap
+    the 64-bit ring, ``n 2^17 2^s < 2^63``: 36 up to 512 clients, 33 at 6,040, 27 at 480,189
+    (the error of a sum is ``n 2^-(s+1)`` per entry)."""
+    scale = MAX_SCALE_BITS
+    while scale > 0 and FixedPointEncoding(AUTO_CLIP, scale).max_clients < n_clients:
+        scale -= 1
+    return FixedPointEncoding(AUTO_CLIP, scale)
+
+
+@dataclass(frozen=True)
+class SecureAggregation:
+    """The options of secure aggregation in a fit (``secure_aggregation=`` of an estimator).
+
+    Parameters
+    ----------
+    encoding : FixedPointEncoding or None, default=None
+        None: :func:`auto_encoding` for the fit's number of clients (``clip = 2^16``, as many
+        fractional bits as the 64-bit ring allows, at most 36).
+    neighbours : int, "auto" or None, default="auto"
+        SecAgg+'s degree, even (:func:`default_neighbours` for ``"auto"``: the smallest even
+        number >= ``3 log2(n)`` for ``n`` clients of an exchange); None: every pair (SecAgg).
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.secure import SecureAggregation
+    >>> SecureAggregation().encoding_for(6040).scale_bits
+    33
+    >>> SecureAggregation().degree(604), SecureAggregation().degree(10)
+    (28, None)
+    """
+
+    encoding: FixedPointEncoding | None = None
+    neighbours: Any = "auto"
+
+    def encoding_for(self, n_clients):
+        """The encoding of a fit with ``n_clients`` clients."""
+        return auto_encoding(n_clients) if self.encoding is None else self.encoding
+
+    def degree(self, n_clients):
+        if self.neighbours == "auto":
+            return default_neighbours(n_clients)
+        return self.neighbours
+
+    def threshold(self, n_clients):
+        degree = self.degree(n_clients)
+        holders = n_clients if degree is None else min(degree + 1, n_clients)
+        return default_threshold(holders)
+
+
+@dataclass(frozen=True)
+class SecureInput:
+    """A client's masked input and the layout of its summands (public: the same names and
+    shapes for every client)."""
+
+    masked: Any
+    layout: tuple
+
+    @property
+    def nbytes(self):
+        return self.masked.nbytes
+
+
+class _Ready:
+    """What the engine receives instead of an upload the client keeps for the secure sum."""
+
+    nbytes = 0
+
+    def __repr__(self):
+        return "READY"
+
+
+READY = _Ready()
+
+
+def _flatten(values):
+    names = sorted(values)
+    layout = tuple((name, np.shape(values[name])) for name in names)
+    flat = np.concatenate([np.ravel(np.asarray(values[name], dtype=np.float64))
+                           for name in names]) if names else np.zeros(0)
+    return flat, layout
+
+
+def _unflatten(flat, layout):
+    sums, start = {}, 0
+    for name, shape in layout:
+        size = int(np.prod(shape, dtype=np.int64))
+        part = flat[start:start + size]
+        sums[name] = float(part[0]) if shape == () else part.reshape(shape)
+        start += size
+    return sums
+
+
+def client_secure_phase(phase, client, slot, message, rng, summable):
+    """One client's step of a secure phase: ``(slot, reply)`` (module docstring).
+
+    ``slot`` is the client's secure slot (a dict; ``{"upload": ...}`` after a held upload),
+    ``message`` its entry of the server's message, ``rng`` its generator for the keys.
+    """
+    slot = dict(slot or {})
+    if phase == "secure_advertise_keys":
+        slot["secagg"], reply = client_advertise_keys(client, message["threshold"], rng)
+        return slot, reply
+    if phase == "secure_share_keys":
+        slot["secagg"], reply = client_share_keys(slot["secagg"], message)
+        return slot, reply
+    if phase == "secure_masked_input":
+        if "upload" not in slot:
+            raise ValueError(f"Client {client} holds no upload for the secure sum.")
+        upload = slot.pop("upload")
+        encoding = message["encoding"]
+        if message["exchange"] == "init":
+            values = summable.init_client(upload)
+        else:
+            values = summable.client(upload, message.get("weight"))
+        flat, layout = _flatten(values)
+        vector = flat
+        if summable.cumulative:
+            q = encoding.encode(flat)
+            last = slot.get("committed")
+            vector = q - last if last is not None else q.copy()  # uint64: mod 2^64
+            slot["pending"] = q
+        slot["secagg"], masked = client_masked_input(slot["secagg"], message["routed"], vector,
+                                                     encoding)
+        return slot, SecureInput(masked, layout)
+    if phase == "secure_unmask":
+        _, reply = client_unmask(slot.pop("secagg"), message)
+        if "pending" in slot:  # the change is in the sum: the next one starts from here
+            slot["committed"] = slot.pop("pending")
+        return slot, reply
+    raise ValueError(f"Unknown secure phase {phase!r}.")
+
+
+@dataclass
+class ExchangeResult:
+    """What one secure exchange gave the server."""
+
+    sums: dict | None
+    survivors: tuple
+    masked: dict
+    bytes_up: dict
+    bytes_down: dict
+
+
+def run_secure_exchange(transport, clients, dropped, *, options, stream, server_rng, exchange,
+                        weights=None, running=None, check=None, round_number=None):
+    """Run the four secure phases over ``transport`` for one exchange of uploads.
+
+    Parameters
+    ----------
+    transport : Transport
+    clients : list of int
+        The clients whose upload is held for the sum.
+    dropped : collection of int
+        Clients of the round that take part in the key phases and then go offline
+        (the ``dropout`` of the fit): their masks are removed through the shares.
+    options : SecureAggregation
+    stream : tuple
+        The clients' stream ``(entropy, kind, ...)`` for their keys.
+    server_rng : numpy.random.Generator
+        The server's generator (the SecAgg+ graph).
+    exchange : {"init", "update"}
+    weights : dict or None
+        ``{client: weight}`` sent with the routed shares.
+    running : dict or None
+        Cumulative exchanges: the server's ``{"total": ring sum, "layout": ...}``, updated in
+        place.
+    check : callable
+        ``check(result, phase)``: applies the failure policy to a phase's failures (raise or
+        count them); a failed client leaves the exchange.
+    round_number : int or None
+
+    Returns
+    -------
+    ExchangeResult
+
+    Raises
+    ------
+    FederationError
+        When fewer clients than the threshold remain at a phase.
+    """
+    encoding = options.encoding_for(transport.n_clients)
+    members = sorted(set(clients) | set(dropped))
+    n = len(members)
+    encoding.check_clients(max(n, 1))
+    degree = options.degree(n)
+    threshold = options.threshold(n)
+    up = {p: {} for p in PHASES}
+    down = {p: {} for p in PHASES}
+    from .._transport import PerClient  # (the transport imports this module lazily)
+
+    def run(phase, who, messages, name, phase_stream=None):
+        result = transport.run(phase, who, PerClient(messages), stream=phase_stream,
+                               round_number=round_number)
+        if check is not None:
+            check(result, phase)
+        replies = {c: m for c, m in result.messages.items() if m is not None}
+        up[name].update({c: m.nbytes for c, m in replies.items()})
+        return replies
+
+    try:
+        adverts = run("secure_advertise_keys", members,
+                      dict.fromkeys(members, {"threshold": threshold}), "advertise_keys", stream)
+        keys = server_collect_keys(adverts, threshold, degree, server_rng)
+        down["share_keys"] = {c: sum(a.nbytes for a in keys[c].values()) for c in keys}
+        shares = run("secure_share_keys", list(keys), {c: keys[c] for c in keys}, "share_keys")
+        routed = server_route_shares(shares, threshold)
+        gone = set(dropped)
+        inputs = [c for c in routed if c not in gone]
+        messages = {}
+        for c in inputs:
+            messages[c] = {"routed": routed[c], "encoding": encoding, "exchange": exchange}
+            down["masked_input"][c] = routed[c].nbytes
+            if weights is not None:
+                messages[c]["weight"] = weights[c]
+                down["masked_input"][c] += 8
+        replies = run("secure_masked_input", inputs, messages, "masked_input")
+        masked = {c: r.masked for c, r in replies.items()}
+        survivors = server_collect_masked(masked, routed, threshold)
+    except FederationError as exc:
+        if isinstance(exc, SecureRoundFailed) or type(exc) is not FederationError:
+            raise
+        raise SecureRoundFailed(str(exc)) from exc
+    layouts = {r.layout for r in replies.values()}
+    if len(layouts) > 1:
+        raise FederationError("The clients' uploads for the secure sum differ in names or "
+                              "shapes.")
+    down["unmasking"] = dict.fromkeys(survivors.clients, survivors.nbytes)
+    unmasking = run("secure_unmask", list(survivors.clients),
+                    dict.fromkeys(survivors.clients, survivors), "unmasking")
+    # (the clients of a cumulative exchange have committed their change: a failure below
+    # this line leaves the running sum behind them, which no policy can repair)
+    try:
+        total = server_unmask(keys, routed, masked, unmasking, threshold, encoding,
+                              decode=False)
+    except FederationError as exc:
+        if running is not None:
+            raise FederationError(f"{exc} The running sum of a cumulative exchange cannot "
+                                  "skip this round.") from exc
+        raise
+    layout = layouts.pop()
+    if running is not None:
+        if running.get("total") is None:
+            running["total"], running["layout"] = np.zeros_like(total), layout
+        running["total"] += total
+        if encoding.ring_bits < 64:
+            running["total"] &= np.uint64((1 << encoding.ring_bits) - 1)
+        total = running["total"]
+    sums = _unflatten(encoding.decode(total), layout)
+    return ExchangeResult(sums, survivors.clients, masked, up, down)
