@@ -186,7 +186,8 @@ class SummableUploads:
         The server needs every client's last value: clients send changes (module docstring).
     init_client, server_init : callable or None
         The same pair for the uploads of ``init_client``, summed over every client
-        (``init_client(upload) -> dict``, ``server_init(server_state, sums, n) ->
+        (``init_client(upload, broadcast) -> dict``, ``broadcast`` the one the client
+        initialized from; ``server_init(server_state, sums, n) ->
         (server_state, broadcast)``). None: the initial uploads stay plain (the protocol then
         says why they may).
     """

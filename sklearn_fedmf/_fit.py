@@ -238,6 +238,10 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         self.verbose = verbose
         self.secure_aggregation = secure_aggregation
 
+    def _secure_refusal_reason(self):
+        """Why this estimator, with its settings, cannot sum its uploads securely."""
+        return self._secure_refusal or "its server needs more than the sums of the uploads"
+
     def _secure_protocol(self, protocol):
         """``protocol`` with secure aggregation switched on when ``secure_aggregation`` asks
         for it (:mod:`sklearn_fedmf.secure._rounds`); a clear error when the algorithm's
@@ -247,8 +251,8 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
             return protocol
         name = type(self).__name__
         if self._secure_refusal is not None or protocol.summable is None:
-            why = self._secure_refusal or "its server needs more than the sums of the uploads"
-            raise ValueError(f"{name} does not support secure_aggregation=True: {why}.")
+            raise ValueError(f"{name} does not support secure_aggregation=True: "
+                             f"{self._secure_refusal_reason()}.")
         if protocol.client_prepare is not None:
             raise ValueError(f"{name}: secure_aggregation=True cannot sum the statistics of "
                              "this setting's prepare phase (e.g. FedMAvg's w_step=\"global\" "

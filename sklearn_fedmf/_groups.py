@@ -416,5 +416,5 @@ class GroupedTransport(Transport):
                 messages.pop(client, None)
             failures.update(group_failures)
         if _holds(self._protocol, phase):
-            hold_uploads(self.secure_slots, messages)
+            hold_uploads(self.secure_slots, messages, broadcast)
         return PhaseResult(messages, failures)

@@ -206,14 +206,15 @@ def _holds(protocol, phase):
                                         and protocol.summable.init_client is not None)
 
 
-def hold_uploads(slots, messages):
-    """Keep the uploads of ``messages`` in the clients' secure ``slots``; the engine gets
-    ``READY`` in their place (module docstring)."""
+def hold_uploads(slots, messages, broadcast):
+    """Keep the uploads of ``messages`` (with the ``broadcast`` they answer) in the clients'
+    secure ``slots``; the engine gets ``READY`` in their place (module docstring)."""
     from .secure._rounds import READY
 
     for client, message in messages.items():
         if message is not None:
-            slots[client] = {**slots.get(client, {}), "upload": message}
+            slots[client] = {**slots.get(client, {}), "upload": message,
+                             "broadcast": broadcast}
             messages[client] = READY
     return messages
 
@@ -334,7 +335,7 @@ class LocalTransport(Transport):
                 states[client] = new_state
             messages[client] = message
         if _holds(self._protocol, phase):
-            hold_uploads(self.secure_slots, messages)
+            hold_uploads(self.secure_slots, messages, broadcast)
         return PhaseResult(messages, failures)
 
 

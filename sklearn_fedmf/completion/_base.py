@@ -134,6 +134,12 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         self.solver_params = solver_params
         self.secure_aggregation = secure_aggregation
 
+    def _secure_refusal_reason(self):
+        if self._settings()["regularization"] == "weighted":
+            return ('regularization="weighted" sends each client\'s ratings per item once, '
+                    'which are not summed; use regularization="plain"')
+        return super()._secure_refusal_reason()
+
     # ---- provided by each estimator ---------------------------------------------------
     @abstractmethod
     def _read_components(self, server_state, broadcast):

@@ -183,10 +183,10 @@ def client_secure_phase(phase, client, slot, message, rng, summable):
     if phase == "secure_masked_input":
         if "upload" not in slot:
             raise ValueError(f"Client {client} holds no upload for the secure sum.")
-        upload = slot.pop("upload")
+        upload, broadcast = slot.pop("upload"), slot.pop("broadcast", None)
         encoding = message["encoding"]
         if message["exchange"] == "init":
-            values = summable.init_client(upload)
+            values = summable.init_client(upload, broadcast)
         else:
             values = summable.client(upload, message.get("weight"))
         flat, layout = _flatten(values)
