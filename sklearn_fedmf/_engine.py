@@ -610,8 +610,10 @@ def run_federation(
                 bytes_down += _total(outcome.bytes_down)
                 state.server_state, state.broadcast = protocol.summable.server_update(
                     state.server_state, outcome.sums, len(outcome.survivors), k)
-            elif secure:
-                pass  # no sum this round: the server keeps its state
+            elif secure:  # no sum this round: a server that runs every round runs without
+                if part.server_update == "every_round":
+                    state.server_state, state.broadcast = protocol.summable.server_update(
+                        state.server_state, None, 0, k)
             elif uploads or part.server_update == "every_round":
                 extra = {"counts": {c: drawn[c] for c in uploads}} if protocol.server_counts else {}
                 state.server_state, state.broadcast = protocol.server_update(

@@ -267,6 +267,12 @@ class FederatedClustering(
     }
     _moved_params = {key: f"solver_params['{key}']" for key in _solver_params}
 
+    _secure_refusal = (
+        "its uploads are not all sums: init=\"k-fed\" sends each client's local centres, which "
+        "the server clusters, and the FedMGS rounds keep every client's latest aggregates "
+        "H_p H_p^T and X_p^T H_p (a running sum of changes would serve, as for FedMC-ADMM, "
+        "but it is not built for this class)")
+
     def __init__(
         self,
         n_clusters=8,

@@ -51,7 +51,7 @@ from sklearn.utils.validation import _num_samples, check_is_fitted
 from .. import _biases
 from .._data import check_dense_size
 from .._docstrings import Substitution
-from .._engine import FederatedProtocol, Participation
+from .._engine import FederatedProtocol, Participation, SummableUploads
 from .._groups import GroupStates
 from .._kernels import ridge_fold_in
 from ..exceptions import ConfigurationWarning
@@ -72,6 +72,8 @@ from ._rfrec_protocol import (  # noqa: F401  (the tests import _coin and _pulle
     init_client,
     init_server,
     pull_strength,
+    secure_server_update,
+    secure_summands,
     server_update,
 )
 
@@ -114,6 +116,11 @@ def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learni
         # every client steps each round; only uploads are sampled or lost (Section 3.3)
         participation=Participation(computes="all", receives="all", dropped="upload_lost",
                                     server_update="every_round"),
+        # dense uploads (simulate=True) are summable: each client clips and noises its own
+        summable=SummableUploads(
+            client=secure_summands,
+            server_update=partial(secure_server_update, variant=variant, schedule=schedule,
+                                  **step)) if simulate_uploads else None,
         batched=make_batched(init_std=init_std, optimizer=optimizer, biased=biased,
                              variant=variant, schedule=schedule, alpha_u=alpha_u, eta=eta,
                              simulate=simulate_uploads, step=step, privacy=privacy,
@@ -553,7 +560,10 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             pull_eta=settings["pull_eta"], optimizer=settings["optimizer"], link=settings["link"],
             shift=offset - lo, span=(hi - lo) or 1.0, init_std=settings["init_std"],
             clip_delta=ctx.info["privacy"]["clip"], noise_scale=ctx.info["privacy"]["scale"] or 0.0,
-            simulate_uploads=settings["simulate_uploads"], biased=self.biased,
+            # secure aggregation sums dense uploads, each clipped and noised by its client
+            simulate_uploads=(settings["simulate_uploads"]
+                              or settings["secure_aggregation"] is not False),
+            biased=self.biased,
         )
 
     def _read_components(self, server_state, broadcast):
