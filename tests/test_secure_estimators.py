@@ -17,6 +17,7 @@ from sklearn_fedmf import (
     FederatedClustering,
     FedMAvg,
     FedMCADMM,
+    FedMGS,
     Felb,
     RFRec,
 )
@@ -51,6 +52,7 @@ CASES = {
     "FedMCADMM": (FedMCADMM, ratings, dict(n_components=3, local_iter=5), {}, "components_"),
     "FedMAvg": (FedMAvg, ratings, dict(n_components=3, solver_params={"w_step": "local"}), {},
                 "components_"),
+    "FedMGS": (FedMGS, ratings, dict(n_components=3), {}, "components_"),
     "FedBaseline": (FedBaseline, ratings, {}, {}, "item_bias_"),
     # secure aggregation sums dense uploads: the plain fit with the same dense uploads
     "RFRec": (RFRec, ratings, dict(n_components=3),
@@ -86,7 +88,7 @@ def test_secure_fit_equals_the_plain_fit(name):
     assert "bytes_secure" in fitted.history_[0]
 
 
-@pytest.mark.parametrize("name", ["FedMCADMM", "FedMAvg", "RFRec", "FedBaseline"])
+@pytest.mark.parametrize("name", ["FedMCADMM", "FedMAvg", "FedMGS", "RFRec", "FedBaseline"])
 def test_secure_fit_equals_the_plain_fit_with_one_client_per_user(name, monkeypatch):
     monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1)  # every fit grouped
     plain, secure, a, _ = fit_pair(name, n_clients=48, clients_per_round=0.25)
@@ -222,6 +224,7 @@ def test_a_round_below_the_threshold_fails_or_is_skipped():
     (FederatedClustering(n_clients=4), "k-fed"),
     (FedMAvg(n_clients=4), "prepare phase"),
     (FedMCADMM(n_clients=4, regularization="weighted"), "weighted"),
+    (FedMGS(n_clients=4, regularization="weighted"), "weighted"),
 ])
 def test_estimators_that_need_more_than_sums_refuse(estimator, match):
     X = np.random.default_rng(0).random((20, 6)) + 1.0
