@@ -348,7 +348,7 @@ def initialize_federation(protocol, clients, *, entropy, n_jobs=None):
     init_bytes = (sum(nbytes(u) for u in uploads.values()),
                   nbytes(broadcast) * transport.n_clients)
     running = None
-    if _secure(protocol) and protocol.summable.init_client is not None:
+    if _secure(protocol, transport) and protocol.summable.init_client is not None:
         running = {} if protocol.summable.cumulative else None
         with transport.session(protocol):
             outcome = _secure_exchange(protocol, transport, sorted(uploads), (), entropy, 0,
@@ -365,10 +365,14 @@ def initialize_federation(protocol, clients, *, entropy, n_jobs=None):
     return state, init_bytes
 
 
-def _secure(protocol):
-    """Whether the fit sums its uploads securely (checked: the protocol must allow it)."""
+def _secure(protocol, transport):
+    """Whether the fit sums its uploads securely (checked: the protocol and the transport
+    must allow it)."""
     if protocol.secure is None:
         return False
+    if not transport.runs_secure_phases:
+        raise ValueError(f"secure_aggregation=True: the transport {type(transport).__name__} "
+                         "does not run the secure-aggregation phases.")
     if protocol.summable is None:
         raise ValueError("secure_aggregation=True: this algorithm's server needs more than "
                          "the sum of a round's uploads.")
@@ -539,7 +543,7 @@ def run_federation(
     transport = as_transport(clients, n_jobs=n_jobs, client_states=state.client_states,
                              secure_slots=state.secure_slots)
     failures = _Failures(on_client_error, label)
-    secure = _secure(protocol)
+    secure = _secure(protocol, transport)
     part = protocol.participation
     n_clients = transport.n_clients
     if secure and protocol.summable.cumulative:

@@ -351,6 +351,7 @@ class GroupedTransport(Transport):
     def __init__(self, groups, *, n_jobs=None, client_states=None, secure_slots=None):
         self.groups, self.n_jobs = groups, n_jobs
         self.secure_slots = {} if secure_slots is None else secure_slots
+        self.runs_secure_phases = True
         self._group_states = (client_states.group_states if client_states is not None
                               else [None] * len(groups))
         self._starts = np.array([g.start for g in groups])

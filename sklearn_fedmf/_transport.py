@@ -182,6 +182,9 @@ class Transport(ABC):
 
     client_states = None
     secure_slots = None
+    # whether it keeps the uploads and runs SECURE_PHASES (module docstring); a transport
+    # that does not is refused by a fit with secure_aggregation=True
+    runs_secure_phases = False
 
     @property
     @abstractmethod
@@ -288,6 +291,7 @@ class LocalTransport(Transport):
         self.blocks = blocks
         self.n_jobs = n_jobs
         self.secure_slots = {} if secure_slots is None else secure_slots
+        self.runs_secure_phases = True
         self.client_states = [None] * len(blocks) if client_states is None else client_states
         self._protocol, self._n_jobs_eff = None, 1
         nnz = np.array([getattr(b, "nnz", 0) for b in blocks], dtype=float)
