@@ -238,6 +238,7 @@ class FederationState:
     n_uploads: Any = None  # per client: round uploads the server received (privacy accounting)
     secure_slots: Any = None  # the local transport's secure slots (secure aggregation)
     secure_running: Any = None  # the server's running ring sum of a cumulative exchange
+    secure: bool = False  # whether the uploads were summed securely (a warm start keeps it)
 
 
 def make_entropy(random_state):
@@ -360,7 +361,8 @@ def initialize_federation(protocol, clients, *, entropy, n_jobs=None):
                       init_bytes[1] + _total(outcome.bytes_down))
     elif protocol.server_init_uploads is not None:
         server_state, broadcast = protocol.server_init_uploads(server_state, uploads)
-    state = FederationState(server_state, transport.client_states, broadcast)
+    state = FederationState(server_state, transport.client_states, broadcast,
+                            secure=protocol.secure is not None)
     state.secure_slots, state.secure_running = transport.secure_slots, running
     return state, init_bytes
 
@@ -544,6 +546,9 @@ def run_federation(
                              secure_slots=state.secure_slots)
     failures = _Failures(on_client_error, label)
     secure = _secure(protocol, transport)
+    if secure != state.secure:
+        raise ValueError("warm_start cannot switch secure_aggregation on or off: the server's "
+                         "state is kept in another form; fit again without warm_start.")
     part = protocol.participation
     n_clients = transport.n_clients
     if secure and protocol.summable.cumulative:

@@ -230,3 +230,17 @@ def test_estimators_that_need_more_than_sums_refuse(estimator, match):
     X = np.random.default_rng(0).random((20, 6)) + 1.0
     with pytest.raises(ValueError, match=match):
         estimator.set_params(secure_aggregation=True).fit(X)
+
+
+def test_warm_start_continues_the_secure_fit():
+    X = ratings()
+    params = dict(n_components=3, n_clients=8, clients_per_round=0.5, local_iter=5,
+                  random_state=0, secure_aggregation=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        once = FedMCADMM(**params, max_iter=4).fit(X)
+        twice = FedMCADMM(**params, max_iter=2, warm_start=True).fit(X)
+        twice.fit(X)
+        np.testing.assert_array_equal(once.components_, twice.components_)
+        with pytest.raises(ValueError, match="cannot switch secure_aggregation"):
+            twice.set_params(secure_aggregation=False).fit(X)
