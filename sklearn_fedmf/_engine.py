@@ -114,7 +114,6 @@ __all__ = [
 
 _INIT_CLIENT, _UPDATE_CLIENT, _SERVER_ROUND, _INIT_SERVER, _PARTITION = 0, 1, 2, 3, 4
 _PREPARE_CLIENT = 5
-_SECURE_CLIENT, _SECURE_SERVER = 6, 7  # keys of secure aggregation: round k uses k + 1 (0: init)
 
 
 @dataclass(frozen=True)
@@ -351,14 +350,16 @@ def initialize_federation(protocol, clients, *, entropy, n_jobs=None):
     running = None
     if _secure(protocol, transport) and protocol.summable.init_client is not None:
         running = {} if protocol.summable.cumulative else None
+        from .secure._rounds import secure_exchange, total_bytes
+
         with transport.session(protocol):
-            outcome = _secure_exchange(protocol, transport, sorted(uploads), (), entropy, 0,
-                                       _Failures("raise", "initialization"), None, "init",
-                                       running=running)
+            outcome = secure_exchange(protocol, transport, sorted(uploads), (), entropy, 0,
+                                      _Failures("raise", "initialization"), None, "init",
+                                      running=running)
         server_state, broadcast = protocol.summable.server_init(
             server_state, outcome.sums, len(outcome.survivors))
-        init_bytes = (init_bytes[0] + _total(outcome.bytes_up),
-                      init_bytes[1] + _total(outcome.bytes_down))
+        init_bytes = (init_bytes[0] + total_bytes(outcome.bytes_up),
+                      init_bytes[1] + total_bytes(outcome.bytes_down))
     elif protocol.server_init_uploads is not None:
         server_state, broadcast = protocol.server_init_uploads(server_state, uploads)
     state = FederationState(server_state, transport.client_states, broadcast,
@@ -382,40 +383,6 @@ def _secure(protocol, transport):
         raise ValueError("secure_aggregation=True: the statistics of a prepare phase are "
                          "not summed securely; choose a setting without one.")
     return True
-
-
-def _total(per_phase):
-    return sum(sum(v.values()) for v in per_phase.values())
-
-
-def _secure_exchange(protocol, transport, clients, dropped, entropy, key, failures,
-                     round_number, exchange, weights=None, running=None):
-    """One secure sum over the transport (:func:`~sklearn_fedmf.secure._rounds.
-    run_secure_exchange`), ``failures`` applied to every phase."""
-    from .secure._rounds import run_secure_exchange
-
-    def check(result, phase):
-        failures.check(result, phase, round_number)
-
-    return run_secure_exchange(
-        transport, clients, dropped, options=protocol.secure,
-        stream=(entropy, _SECURE_CLIENT, key), server_rng=_rng(entropy, _SECURE_SERVER, key),
-        exchange=exchange, weights=weights, running=running, check=check,
-        round_number=round_number)
-
-
-def _secure_record(outcome):
-    """The record's byte counts of a secure round, by phase (module docstring)."""
-    phases = list(outcome.bytes_up)
-    per_client = {}
-    for phase in phases:
-        both = dict(outcome.bytes_up[phase])
-        for c, b in outcome.bytes_down[phase].items():
-            both[c] = both.get(c, 0) + b
-        per_client[phase] = both
-    return {"bytes_secure": {p: int(sum(v.values())) for p, v in per_client.items()},
-            "bytes_secure_client": {p: int(max(v.values(), default=0))
-                                    for p, v in per_client.items()}}
 
 
 def _n_sampled(clients_per_round, n_clients):
@@ -596,7 +563,9 @@ def run_federation(
             drawn = dict(zip(sampled.tolist(), counts.tolist()))
             outcome, secure_record = None, {}
             if secure and uploads:
-                outcome, secure_record = _secure_round(
+                from .secure._rounds import secure_round, total_bytes
+
+                outcome, secure_record = secure_round(
                     protocol, transport, state, uploads, dropped - set(result.failures), drawn,
                     entropy, k, failures, label)
                 uploads = {} if outcome is None else outcome.masked
@@ -615,8 +584,8 @@ def run_federation(
                 bytes_down += nbytes(broadcast) * recipients
                 bytes_up += sum(nbytes(s) for s in stats.values())
             if outcome is not None:
-                bytes_up = _total(outcome.bytes_up)
-                bytes_down += _total(outcome.bytes_down)
+                bytes_up = total_bytes(outcome.bytes_up)
+                bytes_down += total_bytes(outcome.bytes_down)
                 state.server_state, state.broadcast = protocol.summable.server_update(
                     state.server_state, outcome.sums, len(outcome.survivors), k)
             elif secure:  # no sum this round: a server that runs every round runs without
@@ -686,33 +655,6 @@ def run_federation(
                 break
     progress.close(state.history[-1] if state.history else None)
     return state
-
-
-def _secure_round(protocol, transport, state, uploads, dropped, drawn, entropy, k, failures,
-                  label):
-    """The secure sum of a round's held ``uploads`` (module docstring): ``(outcome,
-    record entries)``, or ``(None, {"secure_failed": True})`` for a round skipped below the
-    threshold."""
-    from .secure._rounds import SecureRoundFailed
-
-    summable = protocol.summable
-    clients = list(uploads)
-    weights = None
-    if summable.weights is not None:
-        weights = summable.weights(state.server_state, clients,
-                                   {c: drawn.get(c, 1) for c in clients})
-    try:
-        outcome = _secure_exchange(
-            protocol, transport, clients, sorted(dropped), entropy, k + 1, failures, k + 1,
-            "update", weights=weights,
-            running=state.secure_running if summable.cumulative else None)
-    except SecureRoundFailed as exc:
-        if not failures.skip:
-            raise FederationError(f"[{label}] round {k + 1}: {exc}") from exc
-        warnings.warn(f"[{label}] round {k + 1}: {exc} on_client_error='skip': the round is "
-                      "skipped (history_'s secure_failed).", ClientFailureWarning, stacklevel=4)
-        return None, {"secure_failed": True}
-    return outcome, _secure_record(outcome)
 
 
 def evaluate(protocol, state, clients, n_jobs=None):

@@ -27,13 +27,14 @@ however many rounds ran (nothing accumulates).
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .._engine import SummableUploads
-from ..exceptions import FederationError
+from ..exceptions import ClientFailureWarning, FederationError
 from ._encoding import FixedPointEncoding
 from ._protocol import (
     PHASES,
@@ -324,3 +325,69 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
         total = running["total"]
     sums = _unflatten(encoding.decode(total), layout)
     return ExchangeResult(sums, survivors.clients, masked, up, down)
+
+
+# ---- what the engine calls ---------------------------------------------------------------------
+_SECURE_CLIENT, _SECURE_SERVER = 6, 7  # seed kinds: round k's exchange uses k + 1 (0: init)
+
+
+def total_bytes(per_phase):
+    """All the bytes of ``{phase: {client: bytes}}``."""
+    return sum(sum(v.values()) for v in per_phase.values())
+
+
+def secure_exchange(protocol, transport, clients, dropped, entropy, key, failures,
+                    round_number, exchange, weights=None, running=None):
+    """One secure sum of a fit over the transport (:func:`run_secure_exchange`): the clients'
+    keys from their ``SeedSequence(entropy, (6, key, client))``, the server's graph from
+    ``(7, key)``; the engine's failure policy ``failures`` applied to every phase."""
+    def check(result, phase):
+        failures.check(result, phase, round_number)
+
+    return run_secure_exchange(
+        transport, clients, dropped, options=protocol.secure,
+        stream=(entropy, _SECURE_CLIENT, key),
+        server_rng=np.random.default_rng(np.random.SeedSequence(
+            entropy, spawn_key=(_SECURE_SERVER, key))),
+        exchange=exchange, weights=weights, running=running, check=check,
+        round_number=round_number)
+
+
+def secure_record(outcome):
+    """The byte counts of a secure exchange for ``history_``: ``bytes_secure`` (``{phase:
+    bytes up and down over its clients}``) and ``bytes_secure_client`` (``{phase: the most
+    one client sent and received}``)."""
+    per_client = {}
+    for phase in outcome.bytes_up:
+        both = dict(outcome.bytes_up[phase])
+        for c, b in outcome.bytes_down[phase].items():
+            both[c] = both.get(c, 0) + b
+        per_client[phase] = both
+    return {"bytes_secure": {p: int(sum(v.values())) for p, v in per_client.items()},
+            "bytes_secure_client": {p: int(max(v.values(), default=0))
+                                    for p, v in per_client.items()}}
+
+
+def secure_round(protocol, transport, state, uploads, dropped, drawn, entropy, k, failures,
+                 label):
+    """The secure sum of round ``k``'s held ``uploads`` (the engine's module docstring):
+    ``(outcome, record entries)``, or ``(None, {"secure_failed": True})`` for a round skipped
+    below the threshold (``on_client_error="skip"``; else a ``FederationError``)."""
+    summable = protocol.summable
+    clients = list(uploads)
+    weights = None
+    if summable.weights is not None:
+        weights = summable.weights(state.server_state, clients,
+                                   {c: drawn.get(c, 1) for c in clients})
+    try:
+        outcome = secure_exchange(
+            protocol, transport, clients, sorted(dropped), entropy, k + 1, failures, k + 1,
+            "update", weights=weights,
+            running=state.secure_running if summable.cumulative else None)
+    except SecureRoundFailed as exc:
+        if not failures.skip:
+            raise FederationError(f"[{label}] round {k + 1}: {exc}") from exc
+        warnings.warn(f"[{label}] round {k + 1}: {exc} on_client_error='skip': the round is "
+                      "skipped (history_'s secure_failed).", ClientFailureWarning, stacklevel=4)
+        return None, {"secure_failed": True}
+    return outcome, secure_record(outcome)
