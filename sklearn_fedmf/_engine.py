@@ -189,6 +189,12 @@ class SummableUploads:
         initialized from; ``server_init(server_state, sums, n) ->
         (server_state, broadcast)``). None: the initial uploads stay plain (the protocol then
         says why they may).
+    prepare_client, server_prepare, prepare_cumulative : callable, callable, bool
+        The same for the statistics of ``client_prepare`` (``prepare_client(stats, weight)
+        -> dict``; ``server_prepare(server_state, sums, clients, round_index) ->
+        (server_state, message)``, ``clients`` the senders in the sum). A prepare exchange
+        below the threshold raises whatever ``on_client_error`` says (the round's update
+        needs its message).
     """
 
     client: Callable
@@ -197,6 +203,9 @@ class SummableUploads:
     cumulative: bool = False
     init_client: Callable | None = None
     server_init: Callable | None = None
+    prepare_client: Callable | None = None
+    server_prepare: Callable | None = None
+    prepare_cumulative: bool = False
 
 
 @dataclass(frozen=True)
@@ -237,6 +246,7 @@ class FederationState:
     n_uploads: Any = None  # per client: round uploads the server received (privacy accounting)
     secure_slots: Any = None  # the local transport's secure slots (secure aggregation)
     secure_running: Any = None  # the server's running ring sum of a cumulative exchange
+    secure_prepare_running: Any = None  # the same for the prepare phase's statistics
     secure: bool = False  # whether the uploads were summed securely (a warm start keeps it)
 
 
@@ -353,7 +363,7 @@ def initialize_federation(protocol, clients, *, entropy, n_jobs=None):
         from .secure._rounds import secure_exchange, total_bytes
 
         with transport.session(protocol):
-            outcome = secure_exchange(protocol, transport, sorted(uploads), (), entropy, 0,
+            outcome = secure_exchange(protocol, transport, sorted(uploads), (), entropy, (0,),
                                       _Failures("raise", "initialization"), None, "init",
                                       running=running)
         server_state, broadcast = protocol.summable.server_init(
@@ -379,9 +389,9 @@ def _secure(protocol, transport):
     if protocol.summable is None:
         raise ValueError("secure_aggregation=True: this algorithm's server needs more than "
                          "the sum of a round's uploads.")
-    if protocol.client_prepare is not None:
-        raise ValueError("secure_aggregation=True: the statistics of a prepare phase are "
-                         "not summed securely; choose a setting without one.")
+    if protocol.client_prepare is not None and protocol.summable.server_prepare is None:
+        raise ValueError("secure_aggregation=True: the statistics of this prepare phase are "
+                         "not summable; choose a setting without one.")
     return True
 
 
@@ -542,6 +552,7 @@ def run_federation(
                 run = np.setdiff1d(run, sampled[failing], assume_unique=True)
             members = run.tolist()  # (numpy, then one list: many clients per round are cheap)
             broadcast, stats, n_failed, real = state.broadcast, {}, len(dropped), False
+            prepared = None  # the secure exchange of the prepare phase
             if protocol.client_prepare is not None:
                 result = transport.run("client_prepare", members, broadcast,
                                        stream=(entropy, _PREPARE_CLIENT, k), selected=selected,
@@ -551,8 +562,15 @@ def run_federation(
                 stats = {c: s for c, s in result.messages.items() if s is not None}
                 if result.failures:
                     members = [c for c in members if c not in result.failures]
-                state.server_state, broadcast = protocol.server_prepare(state.server_state,
-                                                                        stats, k)
+                if secure:
+                    from .secure._rounds import secure_prepare
+
+                    broadcast, stats, prepared = secure_prepare(
+                        protocol, transport, state, stats, dropped - set(result.failures),
+                        entropy, k, failures, label)
+                else:
+                    state.server_state, broadcast = protocol.server_prepare(state.server_state,
+                                                                            stats, k)
             result = transport.run("client_update", members, broadcast,
                                    stream=(entropy, _UPDATE_CLIENT, k), selected=selected,
                                    round_number=k + 1)
@@ -562,9 +580,9 @@ def run_federation(
                        if result.messages.get(c) is not None}
             drawn = dict(zip(sampled.tolist(), counts.tolist()))
             outcome, secure_record = None, {}
+            if secure:
+                from .secure._rounds import secure_bytes, secure_round, total_bytes
             if secure and uploads:
-                from .secure._rounds import secure_round, total_bytes
-
                 outcome, secure_record = secure_round(
                     protocol, transport, state, uploads, dropped - set(result.failures), drawn,
                     entropy, k, failures, label)
@@ -583,9 +601,12 @@ def run_federation(
             if protocol.client_prepare is not None:
                 bytes_down += nbytes(broadcast) * recipients
                 bytes_up += sum(nbytes(s) for s in stats.values())
+            if secure:  # every phase of the round's secure exchanges (masked inputs included)
+                exchanges = [e for e in (prepared, outcome) if e is not None]
+                bytes_up = sum(total_bytes(e.bytes_up) for e in exchanges)
+                bytes_down += sum(total_bytes(e.bytes_down) for e in exchanges)
+                secure_record.update(secure_bytes(exchanges))
             if outcome is not None:
-                bytes_up = total_bytes(outcome.bytes_up)
-                bytes_down += total_bytes(outcome.bytes_down)
                 state.server_state, state.broadcast = protocol.summable.server_update(
                     state.server_state, outcome.sums, len(outcome.survivors), k)
             elif secure:  # no sum this round: a server that runs every round runs without

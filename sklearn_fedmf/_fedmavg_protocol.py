@@ -185,8 +185,14 @@ def mean_of_sums(sums):
     return sums["W"] / sums["weight"]
 
 
+def gram_summand(stats, weight):
+    """A client's prepare statistics under secure aggregation: its Gram, as it is."""
+    return {"gram": np.asarray(stats["gram"], dtype=np.float64)}
+
+
 def round_phases(*, participation, prepared, local_phase, w_phase, keep, gram, server_prepare,
-                 server_update, palm=None, aggregation=None, secure_update=None):
+                 server_update, palm=None, aggregation=None, secure_update=None,
+                 secure_prepare=None):
     """The round's entries of a :class:`~sklearn_fedmf._engine.FederatedProtocol`: the
     family's steps bound into the phases above.
 
@@ -198,7 +204,9 @@ def round_phases(*, participation, prepared, local_phase, w_phase, keep, gram, s
     (``variant="fedpalm"``), whose pairs replace the local and W phases. ``secure_update``:
     the server step from the mean of the uploads, ``secure_update(server_state, Vt,
     round_index) -> (server_state, broadcast)``, which makes the uploads summable
-    (:func:`weighted_upload`, weights by ``aggregation``).
+    (:func:`weighted_upload`, weights by ``aggregation``); ``secure_prepare``: the server's
+    prepare step from the running sum of the clients' latest Grams, ``secure_prepare(
+    server_state, sums, clients, round_index) -> (server_state, message)``.
     """
     if palm is not None:
         update = partial(palm_client_update, **palm)
@@ -217,7 +225,10 @@ def round_phases(*, participation, prepared, local_phase, w_phase, keep, gram, s
         summable=None if secure_update is None else SummableUploads(
             client=weighted_upload,
             server_update=partial(_server_from_sums, secure_update=secure_update),
-            weights=partial(upload_weights, aggregation=aggregation)),
+            weights=partial(upload_weights, aggregation=aggregation),
+            prepare_client=gram_summand if prepared else None,
+            server_prepare=secure_prepare if prepared else None,
+            prepare_cumulative=True),
     )
 
 

@@ -253,7 +253,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         if self._secure_refusal is not None or protocol.summable is None:
             raise ValueError(f"{name} does not support secure_aggregation=True: "
                              f"{self._secure_refusal_reason()}.")
-        if protocol.client_prepare is not None:
+        if protocol.client_prepare is not None and protocol.summable.server_prepare is None:
             raise ValueError(f"{name}: secure_aggregation=True cannot sum the statistics of "
                              "this setting's prepare phase (e.g. FedMAvg's w_step=\"global\" "
                              "or \"guarded\"); choose a setting without one (w_step=\"local\").")

@@ -205,8 +205,10 @@ def _holds(protocol, phase):
     """Whether the uploads of ``phase`` stay on the clients for a secure sum."""
     if getattr(protocol, "secure", None) is None:
         return False
+    summable = protocol.summable
     return phase == "client_update" or (phase == "init_client"
-                                        and protocol.summable.init_client is not None)
+                                        and summable.init_client is not None) or (
+        phase == "client_prepare" and summable.prepare_client is not None)
 
 
 def hold_uploads(slots, messages, broadcast):

@@ -50,8 +50,12 @@ def relative_difference(a, b):
 # (estimator, data, its parameters, the plain fit's extra parameters, fitted factor)
 CASES = {
     "FedMCADMM": (FedMCADMM, ratings, dict(n_components=3, local_iter=5), {}, "components_"),
-    "FedMAvg": (FedMAvg, ratings, dict(n_components=3, solver_params={"w_step": "local"}), {},
-                "components_"),
+    # the default guarded W step: the clients' Grams in a second (prepare) exchange
+    "FedMAvg": (FedMAvg, ratings, dict(n_components=3), {}, "components_"),
+    "FedMAvg-local": (FedMAvg, ratings, dict(n_components=3, solver_params={"w_step": "local"}),
+                      {}, "components_"),
+    "FedMAvg-pcp": (FedMAvg, ratings, dict(n_components=3, solver_params={
+        "participation": "pcp"}), {}, "components_"),
     "FedMGS": (FedMGS, ratings, dict(n_components=3), {}, "components_"),
     "FedBaseline": (FedBaseline, ratings, {}, {}, "item_bias_"),
     # secure aggregation sums dense uploads: the plain fit with the same dense uploads
@@ -222,7 +226,7 @@ def test_a_round_below_the_threshold_fails_or_is_skipped():
 
 @pytest.mark.parametrize("estimator, match", [
     (FederatedClustering(n_clients=4), "k-fed"),
-    (FedMAvg(n_clients=4), "prepare phase"),
+    (FedMAvg(n_clients=4, regularization="weighted"), "weighted"),
     (FedMCADMM(n_clients=4, regularization="weighted"), "weighted"),
     (FedMGS(n_clients=4, regularization="weighted"), "weighted"),
 ])

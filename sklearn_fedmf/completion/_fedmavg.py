@@ -35,6 +35,7 @@ from ._fedmavg_protocol import (
     palm_state,
     palm_u_step,
     palm_w_step,
+    secure_server_prepare,
     server_from_mean,
     server_init_uploads,
     server_prepare,
@@ -102,8 +103,12 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
             server_update=partial(server_update, aggregation=aggregation,
                                   local_iter_v=local_iter_v, q_hat=q_hat, biased=biased),
             palm=palm, aggregation=aggregation,
-            secure_update=partial(server_from_mean, local_iter_v=local_iter_v, q_hat=q_hat,
-                                  biased=biased)),
+            # (the weighted regularization's item counts are sent once per client: refused)
+            secure_update=None if weighted else partial(
+                server_from_mean, local_iter_v=local_iter_v, q_hat=q_hat, biased=biased),
+            secure_prepare=partial(secure_server_prepare, d_factor=d_factor,
+                                   alpha_v=0.0 if weighted else alpha_v,
+                                   l1_ratio=l1_ratio, biased=biased)),
         client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio,
                                biased=biased, alpha_v=alpha_v, weighted=weighted),
         combine_metrics=partial(combine_metrics, alpha_v=alpha_v, l1_ratio=l1_ratio,

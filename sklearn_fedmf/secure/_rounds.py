@@ -186,24 +186,30 @@ def client_secure_phase(phase, client, slot, message, rng, summable):
             raise ValueError(f"Client {client} holds no upload for the secure sum.")
         upload, broadcast = slot.pop("upload"), slot.pop("broadcast", None)
         encoding = message["encoding"]
-        if message["exchange"] == "init":
+        exchange = message["exchange"]
+        if exchange == "init":
             values = summable.init_client(upload, broadcast)
+        elif exchange == "prepare":
+            values = summable.prepare_client(upload, message.get("weight"))
         else:
             values = summable.client(upload, message.get("weight"))
         flat, layout = _flatten(values)
         vector = flat
-        if summable.cumulative:
+        prepare = exchange == "prepare"
+        if summable.prepare_cumulative if prepare else summable.cumulative:
+            key = "committed_prepare" if prepare else "committed"  # (one running sum each)
             q = encoding.encode(flat)
-            last = slot.get("committed")
+            last = slot.get(key)
             vector = q - last if last is not None else q.copy()  # uint64: mod 2^64
-            slot["pending"] = q
+            slot["pending"] = (key, q)
         slot["secagg"], masked = client_masked_input(slot["secagg"], message["routed"], vector,
                                                      encoding)
         return slot, SecureInput(masked, layout)
     if phase == "secure_unmask":
         _, reply = client_unmask(slot.pop("secagg"), message)
         if "pending" in slot:  # the change is in the sum: the next one starts from here
-            slot["committed"] = slot.pop("pending")
+            key, q = slot.pop("pending")
+            slot[key] = q
         return slot, reply
     raise ValueError(f"Unknown secure phase {phase!r}.")
 
@@ -339,30 +345,33 @@ def total_bytes(per_phase):
 def secure_exchange(protocol, transport, clients, dropped, entropy, key, failures,
                     round_number, exchange, weights=None, running=None):
     """One secure sum of a fit over the transport (:func:`run_secure_exchange`): the clients'
-    keys from their ``SeedSequence(entropy, (6, key, client))``, the server's graph from
-    ``(7, key)``; the engine's failure policy ``failures`` applied to every phase."""
+    keys from their ``SeedSequence(entropy, (6, *key, client))``, the server's graph from
+    ``(7, *key)`` (``key``: ``(0,)`` at the start, ``(k + 1,)`` for round ``k``'s uploads,
+    ``(k + 1, 1)`` for its prepare phase); the engine's failure policy ``failures``
+    applied to every phase."""
     def check(result, phase):
         failures.check(result, phase, round_number)
 
     return run_secure_exchange(
         transport, clients, dropped, options=protocol.secure,
-        stream=(entropy, _SECURE_CLIENT, key),
+        stream=(entropy, _SECURE_CLIENT, *key),
         server_rng=np.random.default_rng(np.random.SeedSequence(
-            entropy, spawn_key=(_SECURE_SERVER, key))),
+            entropy, spawn_key=(_SECURE_SERVER, *key))),
         exchange=exchange, weights=weights, running=running, check=check,
         round_number=round_number)
 
 
-def secure_record(outcome):
-    """The byte counts of a secure exchange for ``history_``: ``bytes_secure`` (``{phase:
-    bytes up and down over its clients}``) and ``bytes_secure_client`` (``{phase: the most
-    one client sent and received}``)."""
-    per_client = {}
-    for phase in outcome.bytes_up:
-        both = dict(outcome.bytes_up[phase])
-        for c, b in outcome.bytes_down[phase].items():
-            both[c] = both.get(c, 0) + b
-        per_client[phase] = both
+def secure_bytes(exchanges):
+    """The byte counts of a round's secure exchanges for ``history_``: ``bytes_secure``
+    (``{phase: bytes up and down over the clients}``) and ``bytes_secure_client``
+    (``{phase: the most one client sent and received}``)."""
+    per_client = {p: {} for p in PHASES}
+    for outcome in exchanges:
+        for phase in PHASES:
+            both = per_client[phase]
+            for side in (outcome.bytes_up, outcome.bytes_down):
+                for c, b in side[phase].items():
+                    both[c] = both.get(c, 0) + b
     return {"bytes_secure": {p: int(sum(v.values())) for p, v in per_client.items()},
             "bytes_secure_client": {p: int(max(v.values(), default=0))
                                     for p, v in per_client.items()}}
@@ -381,7 +390,7 @@ def secure_round(protocol, transport, state, uploads, dropped, drawn, entropy, k
                                    {c: drawn.get(c, 1) for c in clients})
     try:
         outcome = secure_exchange(
-            protocol, transport, clients, sorted(dropped), entropy, k + 1, failures, k + 1,
+            protocol, transport, clients, sorted(dropped), entropy, (k + 1,), failures, k + 1,
             "update", weights=weights,
             running=state.secure_running if summable.cumulative else None)
     except SecureRoundFailed as exc:
@@ -390,4 +399,24 @@ def secure_round(protocol, transport, state, uploads, dropped, drawn, entropy, k
         warnings.warn(f"[{label}] round {k + 1}: {exc} on_client_error='skip': the round is "
                       "skipped (history_'s secure_failed).", ClientFailureWarning, stacklevel=4)
         return None, {"secure_failed": True}
-    return outcome, secure_record(outcome)
+    return outcome, {}
+
+
+def secure_prepare(protocol, transport, state, stats, dropped, entropy, k, failures, label):
+    """The secure sum of round ``k``'s held prepare ``stats``: ``(message, masked stats,
+    outcome)``, the message from ``summable.server_prepare``. Below the threshold it raises
+    (``on_client_error`` cannot skip it: the round's update needs the message)."""
+    summable = protocol.summable
+    running = None
+    if summable.prepare_cumulative:
+        if state.secure_prepare_running is None:
+            state.secure_prepare_running = {}
+        running = state.secure_prepare_running
+    try:
+        outcome = secure_exchange(protocol, transport, list(stats), sorted(dropped), entropy,
+                                  (k + 1, 1), failures, k + 1, "prepare", running=running)
+    except SecureRoundFailed as exc:
+        raise FederationError(f"[{label}] round {k + 1}, prepare phase: {exc}") from exc
+    state.server_state, message = summable.server_prepare(state.server_state, outcome.sums,
+                                                          outcome.survivors, k)
+    return message, outcome.masked, outcome
