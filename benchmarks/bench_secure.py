@@ -41,7 +41,7 @@ from sklearn_fedmf.secure._protocol import PHASES
 # (estimator, parameters, the plain fit's extra parameters, fitted factor)
 ESTIMATORS = {
     "FedMCADMM": (FedMCADMM, dict(local_iter=10), {}, "components_"),
-    "FedMAvg": (FedMAvg, dict(solver_params={"w_step": "local"}), {}, "components_"),
+    "FedMAvg": (FedMAvg, {}, {}, "components_"),
     "FedMGS": (FedMGS, {}, {}, "components_"),
     # secure aggregation sums dense uploads: the plain fit with the same dense uploads
     "RFRec": (RFRec, {}, {"solver_params": {"simulate_uploads": True}}, "components_"),

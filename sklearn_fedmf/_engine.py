@@ -57,11 +57,12 @@ client))``, so results do not depend on ``n_jobs``, the joblib backend, the tran
 order in which clients finish.
 
 Secure aggregation: a protocol whose server needs only sums of uploads declares it with
-``summable`` (:class:`~sklearn_fedmf.secure._rounds.SummableUploads`); with ``secure`` set
+``summable`` (:class:`SummableUploads`); with ``secure`` set
 (:class:`~sklearn_fedmf.secure._rounds.SecureAggregation`) the uploads stay on the clients and
-each round's (and, when declared, the initial) exchange is one secure sum: the four phases
-of SecAgg/SecAgg+ run as four transport calls, and ``summable.server_update`` receives the
-sums. The clients that ``dropout`` drops take part in the key phases and go offline before
+each round's (and, when declared, the initial and the prepare phase's) exchange is one
+secure sum: the four phases of SecAgg/SecAgg+ run as four transport calls
+(:mod:`sklearn_fedmf.secure._rounds`), and ``summable.server_update`` receives the sums.
+The clients that ``dropout`` drops take part in the key phases and go offline before
 sending their masked input (their masks are removed through the shares). A round in which
 fewer clients than the threshold remain at a phase has no sum: with
 ``on_client_error="skip"`` it is skipped (a ``ClientFailureWarning``, ``secure_failed`` in its
