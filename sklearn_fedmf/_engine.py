@@ -529,9 +529,9 @@ def run_federation(
                          "state is kept in another form; fit again without warm_start.")
     part = protocol.participation
     n_clients = transport.n_clients
-    if secure and protocol.summable.cumulative:
-        protocol.secure.encoding_for(n_clients).check_clients(n_clients)  # the running sum
-        if state.secure_running is None:
+    if secure and (protocol.summable.cumulative or protocol.summable.prepare_cumulative):
+        protocol.secure.encoding_for(n_clients).check_clients(n_clients)  # the running sums
+        if state.secure_running is None and protocol.summable.cumulative:
             state.secure_running = {}
     n_sampled = _n_sampled(clients_per_round, n_clients)
     omega = _sampling_weights(sampling, sampling_weights, n_clients)
