@@ -252,3 +252,21 @@ def test_warm_start_continues_the_secure_fit():
         np.testing.assert_array_equal(once.components_, twice.components_)
         with pytest.raises(ValueError, match="cannot switch secure_aggregation"):
             twice.set_params(secure_aggregation=False).fit(X)
+
+
+def test_a_dask_fit_equals_the_local_one():
+    distributed = pytest.importorskip(
+        "distributed", reason="dask[distributed] is the optional 'dask' extra")
+    from joblib import parallel_config
+
+    X = ratings()
+    params = dict(n_components=3, n_clients=8, clients_per_round=0.5, max_iter=3, local_iter=5,
+                  random_state=0, secure_aggregation=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        local = FedMCADMM(**params, n_jobs=1).fit(X)
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                      host="127.0.0.1", dashboard_address=None) as cluster, \
+                distributed.Client(cluster), parallel_config(backend="dask"):
+            remote = FedMCADMM(**params, n_jobs=2).fit(X)
+    np.testing.assert_array_equal(local.components_, remote.components_)
