@@ -270,3 +270,11 @@ def test_a_dask_fit_equals_the_local_one():
                 distributed.Client(cluster), parallel_config(backend="dask"):
             remote = FedMCADMM(**params, n_jobs=2).fit(X)
     np.testing.assert_array_equal(local.components_, remote.components_)
+
+
+def test_a_sum_of_one_upload_is_refused():
+    with pytest.raises(FederationError, match="at least 2 uploads"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", category=UserWarning)
+            FedMCADMM(n_clients=4, clients_per_round=1, max_iter=1, local_iter=2,
+                      random_state=0, secure_aggregation=True).fit(ratings())

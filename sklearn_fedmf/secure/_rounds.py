@@ -263,6 +263,9 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
         When fewer clients than the threshold remain at a phase.
     """
     encoding = options.encoding_for(transport.n_clients)
+    if len(clients) < 2:  # (the sum of one upload is that upload)
+        raise SecureRoundFailed(f"Secure aggregation needs at least 2 uploads in a sum, got "
+                                f"{len(clients)}; raise clients_per_round.")
     members = sorted(set(clients) | set(dropped))
     n = len(members)
     encoding.check_clients(max(n, 1))
