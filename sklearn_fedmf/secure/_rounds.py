@@ -17,11 +17,11 @@ A client's work in those phases is :func:`client_secure_phase`; what it keeps be
 (its keys, its held upload, and for a cumulative exchange the encoding it last sent) is its
 *secure slot*, held by the transport next to its state.
 
-Cumulative exchanges (FedMC-ADMM): the server needs every client's last value, stale ones
-included. A client then sends the change of its encoded value since the last one that
-reached a sum (ring elements, so the change is exact), and the server keeps the running ring
-sum: its decoding is the sum of the clients' current encodings, within the encoding's bound
-however many rounds ran (nothing accumulates).
+Cumulative exchanges (FedMC-ADMM, FedMGS, FedMAvg's Grams): the server needs every client's
+last value, stale ones included. A client then sends the change of its encoded value since
+the last one that reached a sum (ring elements, so the change is exact), and the server
+keeps the running ring sum: its decoding is the sum of the clients' current encodings,
+within the encoding's bound however many rounds ran (nothing accumulates).
 """
 
 from __future__ import annotations
