@@ -100,7 +100,7 @@ client_states : list or None
     reach the server).
 
 Secure aggregation (:mod:`sklearn_fedmf.secure._rounds`)
--------------------------------------------------------
+--------------------------------------------------------
 When the session's protocol has ``secure`` set (``secure_aggregation=True``), a transport
 keeps every upload of ``client_update`` (and of ``init_client`` when the protocol's
 ``summable.init_client`` is set) on its client, in the client's *secure slot*, and returns
