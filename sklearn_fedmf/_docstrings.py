@@ -89,6 +89,14 @@ SHARED_PARAMETERS = {
         "Parallel local updates (joblib; threads unless a backend is configured). The model\n"
         "does not depend on it."),
     "verbose": "1 shows a progress bar, 2 a line per round.",
+    "secure_aggregation": (
+        "Sum every round's uploads by secure aggregation (SecAgg+ over the transport,\n"
+        ":mod:`sklearn_fedmf.secure`): the server learns the sum and no single upload, and the\n"
+        "model equals the plain fit's within the fixed-point encoding's bound. A\n"
+        ":class:`~sklearn_fedmf.secure.SecureAggregation` sets the encoding and the neighbour\n"
+        "degree. ``history_`` then holds ``bytes_secure`` and ``bytes_secure_client`` (bytes of\n"
+        "each phase). Needs ``cryptography``; an algorithm whose server needs more than sums\n"
+        "refuses it with a ``ValueError`` (see the user guide, secure aggregation)."),
     "on_client_error": (
         "An exception in a client's code raises a\n"
         ":class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.\n"

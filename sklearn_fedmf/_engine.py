@@ -56,6 +56,23 @@ Every random draw comes from ``numpy.random.SeedSequence(entropy, spawn_key=(kin
 client))``, so results do not depend on ``n_jobs``, the joblib backend, the transport or the
 order in which clients finish.
 
+Secure aggregation: a protocol whose server needs only sums of uploads declares it with
+``summable`` (:class:`SummableUploads`); with ``secure`` set
+(:class:`~sklearn_fedmf.secure._rounds.SecureAggregation`) the uploads stay on the clients and
+each round's (and, when declared, the initial and the prepare phase's) exchange is one
+secure sum: the four phases of SecAgg/SecAgg+ run as four transport calls
+(:mod:`sklearn_fedmf.secure._rounds`), and ``summable.server_update`` receives the sums.
+The clients that ``dropout`` drops take part in the key phases and go offline before
+sending their masked input (their masks are removed through the shares). A round in which
+fewer clients than the threshold remain at a phase has no sum: with
+``on_client_error="skip"`` it is skipped (a ``ClientFailureWarning``, ``secure_failed`` in its
+record), else a :class:`~sklearn_fedmf.exceptions.FederationError` is raised. The record of
+a secure round also holds ``bytes_secure`` (``{phase: bytes}``, up and down, over its
+clients) and ``bytes_secure_client`` (``{phase: the most bytes one client sent and
+received}``), the phases being ``advertise_keys``, ``share_keys``, ``masked_input`` and
+``unmasking``; ``bytes_uploaded`` and ``bytes_downloaded`` count every phase. The callback's
+``uploads`` are then the masked inputs, all the server saw of the uploads.
+
 Client failures: a client that raises :class:`~sklearn_fedmf.exceptions.ClientDropout`, or
 that ``dropout`` drops, is a simulated failure (counted in ``n_failed``). Any other exception
 raises :class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round
@@ -67,9 +84,7 @@ which every sampled client failed raises :class:`~sklearn_fedmf.exceptions.Feder
 
 from __future__ import annotations
 
-import copy
 import math
-import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -81,7 +96,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._dispatch import resident_blocks
-from ._groups import GroupStates
+from ._early_stopping import EarlyStopping, _BestRound
+from ._progress import _Progress
 from ._transport import (
     LocalTransport,
     Transport,
@@ -93,6 +109,7 @@ from .exceptions import ClientDropout, ClientError, ClientFailureWarning, Federa
 
 __all__ = [
     "FederatedProtocol", "FederationState", "Participation", "Broadcast", "run_federation",
+    "SummableUploads",
     "sample_clients", "EarlyStopping",
     "initialize_federation", "evaluate", "nbytes", "make_entropy", "resident_blocks",
     "LocalTransport", "Transport",
@@ -152,6 +169,50 @@ class Broadcast:
 
 
 @dataclass(frozen=True)
+class SummableUploads:
+    """How a protocol's server works from sums of uploads (declared by the protocol; see
+    :mod:`sklearn_fedmf.secure._rounds`).
+
+    Parameters
+    ----------
+    client : callable
+        ``client(upload, weight) -> {name: array or number}``, run by the client on its
+        round upload: the summands (``weight``: the server's weight for this client, None
+        when ``weights`` is None).
+    server_update : callable
+        ``server_update(server_state, sums, n_summed, round_index) -> (server_state,
+        broadcast)``: the round's server step from ``{name: sum}`` over ``n_summed`` clients.
+    weights : callable or None
+        ``weights(server_state, clients, counts) -> {client: weight}``: what each client of the
+        round multiplies its upload by (sent with its routed shares); None: no weight.
+    cumulative : bool
+        The server needs every client's last value: clients send changes (module docstring).
+    init_client, server_init : callable or None
+        The same pair for the uploads of ``init_client``, summed over every client
+        (``init_client(upload, broadcast) -> dict``, ``broadcast`` the one the client
+        initialized from; ``server_init(server_state, sums, n) ->
+        (server_state, broadcast)``). None: the initial uploads stay plain (the protocol then
+        says why they may).
+    prepare_client, server_prepare, prepare_cumulative : callable, callable, bool
+        The same for the statistics of ``client_prepare`` (``prepare_client(stats, weight)
+        -> dict``; ``server_prepare(server_state, sums, clients, round_index) ->
+        (server_state, message)``, ``clients`` the senders in the sum). A prepare exchange
+        below the threshold raises whatever ``on_client_error`` says (the round's update
+        needs its message).
+    """
+
+    client: Callable
+    server_update: Callable
+    weights: Callable | None = None
+    cumulative: bool = False
+    init_client: Callable | None = None
+    server_init: Callable | None = None
+    prepare_client: Callable | None = None
+    server_prepare: Callable | None = None
+    prepare_cumulative: bool = False
+
+
+@dataclass(frozen=True)
 class FederatedProtocol:
     """The pure functions that define one federated algorithm (see the module docstring)."""
 
@@ -169,6 +230,8 @@ class FederatedProtocol:
     progress_keys: tuple = ("objective", "train_rmse", "eval_rmse")  # shown by verbose
     server_counts: bool = False  # server_update receives counts= (draw multiplicities)
     batched: Any = None  # optional BatchedPhases: the client phases for a group of clients
+    summable: Any = None  # SummableUploads: the server needs only sums (module doc)
+    secure: Any = None  # SecureAggregation options: sum the uploads securely (module doc)
 
 
 @dataclass
@@ -187,27 +250,10 @@ class FederationState:
     n_uploads: Any = None  # per client: round uploads the server received (privacy accounting)
     best_round: int | None = None  # early stopping: the best validated round (kept state)
     best_score: float | None = None  # its validation RMSE
-
-
-@dataclass(frozen=True)
-class EarlyStopping:
-    """Federated validation in the round loop (``run_federation(early_stopping=...)``).
-
-    Each evaluation, every client reports its squared-error sum and count on its held-out
-    ratings (``report_keys`` of its ``client_metrics``: two numbers, counted in
-    ``bytes_uploaded``); the server's validation RMSE is ``record[score_key]``, recorded as
-    ``record["validation_rmse"]`` (with ``rename``, for a part held out of the training
-    ratings, every ``eval_*`` key becomes ``validation_*``). The server keeps a
-    copy of the federation's state (its own, and every client its own) at the best round;
-    the fit stops when the RMSE has not gone below the best minus ``tol`` for
-    ``n_iter_no_change`` evaluations, and the best round's state is restored at the end.
-    """
-
-    n_iter_no_change: int = 10
-    tol: float = 0.0
-    score_key: str = "eval_rmse"
-    report_keys: tuple = ("sse_eval", "n_eval")
-    rename: bool = True
+    secure_slots: Any = None  # the local transport's secure slots (secure aggregation)
+    secure_running: Any = None  # the server's running ring sum of a cumulative exchange
+    secure_prepare_running: Any = None  # the same for the prepare phase's statistics
+    secure: bool = False  # whether the uploads were summed securely (a warm start keeps it)
 
 
 def make_entropy(random_state):
@@ -322,9 +368,42 @@ def initialize_federation(protocol, clients, *, entropy, n_jobs=None):
     uploads = {c: u for c, u in result.messages.items() if u is not None}
     init_bytes = (sum(nbytes(u) for u in uploads.values()),
                   nbytes(broadcast) * transport.n_clients)
-    if protocol.server_init_uploads is not None:
+    running = None
+    if _secure(protocol, transport) and protocol.summable.init_client is not None:
+        running = {} if protocol.summable.cumulative else None
+        from .secure._rounds import secure_exchange, total_bytes
+
+        with transport.session(protocol):
+            outcome = secure_exchange(protocol, transport, sorted(uploads), (), entropy, (0,),
+                                      _Failures("raise", "initialization"), None, "init",
+                                      running=running)
+        server_state, broadcast = protocol.summable.server_init(
+            server_state, outcome.sums, len(outcome.survivors))
+        init_bytes = (init_bytes[0] + total_bytes(outcome.bytes_up),
+                      init_bytes[1] + total_bytes(outcome.bytes_down))
+    elif protocol.server_init_uploads is not None:
         server_state, broadcast = protocol.server_init_uploads(server_state, uploads)
-    return FederationState(server_state, transport.client_states, broadcast), init_bytes
+    state = FederationState(server_state, transport.client_states, broadcast,
+                            secure=protocol.secure is not None)
+    state.secure_slots, state.secure_running = transport.secure_slots, running
+    return state, init_bytes
+
+
+def _secure(protocol, transport):
+    """Whether the fit sums its uploads securely (checked: the protocol and the transport
+    must allow it)."""
+    if protocol.secure is None:
+        return False
+    if not transport.runs_secure_phases:
+        raise ValueError(f"secure_aggregation=True: the transport {type(transport).__name__} "
+                         "does not run the secure-aggregation phases.")
+    if protocol.summable is None:
+        raise ValueError("secure_aggregation=True: this algorithm's server needs more than "
+                         "the sum of a round's uploads.")
+    if protocol.client_prepare is not None and protocol.summable.server_prepare is None:
+        raise ValueError("secure_aggregation=True: the statistics of this prepare phase are "
+                         "not summable; choose a setting without one.")
+    return True
 
 
 def _n_sampled(clients_per_round, n_clients):
@@ -462,10 +541,19 @@ def run_federation(
     state : FederationState
         With ``history`` extended by one record per round.
     """
-    transport = as_transport(clients, n_jobs=n_jobs, client_states=state.client_states)
+    transport = as_transport(clients, n_jobs=n_jobs, client_states=state.client_states,
+                             secure_slots=state.secure_slots)
     failures = _Failures(on_client_error, label)
+    secure = _secure(protocol, transport)
+    if secure != state.secure:
+        raise ValueError("warm_start cannot switch secure_aggregation on or off: the server's "
+                         "state is kept in another form; fit again without warm_start.")
     part = protocol.participation
     n_clients = transport.n_clients
+    if secure and (protocol.summable.cumulative or protocol.summable.prepare_cumulative):
+        protocol.secure.encoding_for(n_clients).check_clients(n_clients)  # the running sums
+        if state.secure_running is None and protocol.summable.cumulative:
+            state.secure_running = {}
     n_sampled = _n_sampled(clients_per_round, n_clients)
     omega = _sampling_weights(sampling, sampling_weights, n_clients)
     init_up, init_down = init_bytes
@@ -497,6 +585,7 @@ def run_federation(
                 run = np.setdiff1d(run, sampled[failing], assume_unique=True)
             members = run.tolist()  # (numpy, then one list: many clients per round are cheap)
             broadcast, stats, n_failed, real = state.broadcast, {}, len(dropped), False
+            prepared = None  # the secure exchange of the prepare phase
             if protocol.client_prepare is not None:
                 result = transport.run("client_prepare", members, broadcast,
                                        stream=(entropy, _PREPARE_CLIENT, k), selected=selected,
@@ -506,8 +595,15 @@ def run_federation(
                 stats = {c: s for c, s in result.messages.items() if s is not None}
                 if result.failures:
                     members = [c for c in members if c not in result.failures]
-                state.server_state, broadcast = protocol.server_prepare(state.server_state,
-                                                                        stats, k)
+                if secure:
+                    from .secure._rounds import secure_prepare
+
+                    broadcast, stats, prepared = secure_prepare(
+                        protocol, transport, state, stats, dropped - set(result.failures),
+                        entropy, k, failures, label)
+                else:
+                    state.server_state, broadcast = protocol.server_prepare(state.server_state,
+                                                                            stats, k)
             result = transport.run("client_update", members, broadcast,
                                    stream=(entropy, _UPDATE_CLIENT, k), selected=selected,
                                    round_number=k + 1)
@@ -515,6 +611,15 @@ def run_federation(
             n_failed, real = n_failed + n, real or real_update
             uploads = {c: result.messages[c] for c in sorted(selected)
                        if result.messages.get(c) is not None}
+            drawn = dict(zip(sampled.tolist(), counts.tolist()))
+            outcome, secure_record = None, {}
+            if secure:
+                from .secure._rounds import secure_bytes, secure_round, total_bytes
+            if secure and uploads:
+                outcome, secure_record = secure_round(
+                    protocol, transport, state, uploads, dropped - set(result.failures), drawn,
+                    entropy, k, failures, label)
+                uploads = {} if outcome is None else outcome.masked
             if state.n_uploads is None:
                 state.n_uploads = np.zeros(n_clients, dtype=np.int64)
             state.n_uploads[list(uploads)] += 1
@@ -529,8 +634,19 @@ def run_federation(
             if protocol.client_prepare is not None:
                 bytes_down += nbytes(broadcast) * recipients
                 bytes_up += sum(nbytes(s) for s in stats.values())
-            drawn = dict(zip(sampled.tolist(), counts.tolist()))
-            if uploads or part.server_update == "every_round":
+            if secure:  # every phase of the round's secure exchanges (masked inputs included)
+                exchanges = [e for e in (prepared, outcome) if e is not None]
+                bytes_up = sum(total_bytes(e.bytes_up) for e in exchanges)
+                bytes_down += sum(total_bytes(e.bytes_down) for e in exchanges)
+                secure_record.update(secure_bytes(exchanges))
+            if outcome is not None:
+                state.server_state, state.broadcast = protocol.summable.server_update(
+                    state.server_state, outcome.sums, len(outcome.survivors), k)
+            elif secure:  # no sum this round: a server that runs every round runs without
+                if part.server_update == "every_round":
+                    state.server_state, state.broadcast = protocol.summable.server_update(
+                        state.server_state, None, 0, k)
+            elif uploads or part.server_update == "every_round":
                 extra = {"counts": {c: drawn[c] for c in uploads}} if protocol.server_counts else {}
                 state.server_state, state.broadcast = protocol.server_update(
                     state.server_state, uploads, k, **extra
@@ -544,6 +660,7 @@ def run_federation(
                 "bytes_uploaded": bytes_up + (init_up if k == start_round else 0),
                 "bytes_downloaded": bytes_down + (init_down if k == start_round else 0),
                 "seconds": seconds,
+                **secure_record,
             }
             if sampling == "weighted":
                 record["n_distinct"] = len(sampled)
@@ -610,50 +727,6 @@ def run_federation(
     return state
 
 
-class _BestRound:
-    """The best validated round's federation state, kept by the server (its state and
-    broadcast) and by every client (its own state), and the patience count."""
-
-    def __init__(self, rule, state):
-        self.rule = rule
-        self.best, self.round = state.best_score, state.best_round  # (warm start: continued)
-        self.kept, self.waited = None, 0
-        if self.best is not None:  # a warm start starts at its previous best: kept until beaten
-            self._keep(state)
-
-    def _keep(self, state):
-        # copies: some protocols update their states in place (_groups.py)
-        states = state.client_states
-        kept = states.group_states if isinstance(states, GroupStates) else states
-        self.kept = copy.deepcopy((state.server_state, state.broadcast, list(kept)))
-
-    def update(self, state, record, round_number):
-        """Score the round's record; True when the fit should stop."""
-        rule = self.rule
-        score = record[rule.score_key]
-        if rule.rename:  # the held-out part of the training ratings: not an eval set
-            for key in [key for key in record if key.startswith("eval_")]:
-                record["validation_" + key[len("eval_"):]] = record.pop(key)
-        record["validation_rmse"] = score
-        if self.best is None or score < self.best - rule.tol:
-            self.best, self.round, self.waited = score, round_number, 0
-            self._keep(state)
-            return False
-        self.waited += 1
-        return self.waited >= rule.n_iter_no_change
-
-    def restore(self, state):
-        """Put the best round's states back, in the server and in every client."""
-        state.best_round, state.best_score = self.round, self.best
-        if self.kept is None:  # (no round was evaluated)
-            return
-        server_state, broadcast, kept = self.kept
-        states = state.client_states
-        target = states.group_states if isinstance(states, GroupStates) else states
-        target[:] = kept  # in place: the transport holds the same list
-        state.server_state, state.broadcast = server_state, broadcast
-
-
 def evaluate(protocol, state, clients, n_jobs=None):
     """Sum ``client_metrics`` over every client and combine them on the server.
 
@@ -690,66 +763,3 @@ def _last_objective(history):
         if "objective" in record:
             return record["objective"]
     return None
-
-
-class _Progress:
-    """Progress on stderr: ``verbose=1`` a bar on a terminal, plain lines elsewhere (logs);
-    ``verbose>=2`` one line per round.
-
-    The bar is redrawn at most every ``_REDRAW_SECONDS`` (a redraw costs ~50 us, a round of a
-    small problem ~1 ms); off a terminal a line is written at each tenth of the rounds and at
-    least every ``_LOG_SECONDS``, never a carriage return.
-    """
-
-    _REDRAW_SECONDS = 0.1
-    _LOG_SECONDS = 30.0
-
-    def __init__(self, label, total, verbose, keys=("objective", "train_rmse", "eval_rmse"),
-                 stream=None):
-        self.label, self.total, self.verbose, self.keys = label, total, verbose, keys
-        self.stream = sys.stderr if stream is None else stream
-        isatty = getattr(self.stream, "isatty", None)
-        self.terminal = bool(isatty and isatty())
-        self.done, self.t0 = 0, time.perf_counter()
-        self.last_shown, self.last_tenth, self.shown = self.t0, 0, 0
-
-    def update(self, record):
-        self.done += 1
-        if not self.verbose:
-            return
-        now = time.perf_counter()
-        final = self.done >= self.total
-        if self.verbose >= 2:
-            self._line(record, now)
-        elif self.terminal:
-            if final or now - self.last_shown >= self._REDRAW_SECONDS or not self.shown:
-                self._bar(record, now)
-        else:
-            tenth = 10 * self.done // max(self.total, 1)
-            if final or tenth > self.last_tenth or now - self.last_shown >= self._LOG_SECONDS:
-                self.last_tenth = tenth
-                self._line(record, now)
-
-    def _extra(self, record):
-        return "".join(f" {key}={record[key]:.4g}" for key in self.keys if key in record)
-
-    def _line(self, record, now):
-        self.last_shown, self.shown = now, self.done
-        print(f"[{self.label}] round {self.done}/{self.total}{self._extra(record)} "
-              f"({now - self.t0:.1f}s)", file=self.stream, flush=True)
-
-    def _bar(self, record, now):
-        self.last_shown, self.shown, width = now, self.done, 30
-        filled = int(width * self.done / max(self.total, 1))
-        bar = "#" * filled + "-" * (width - filled)
-        print(f"\r{self.label:>10} [{bar}] {self.done}/{self.total}{self._extra(record)} "
-              f"{now - self.t0:.1f}s\033[K", end="", file=self.stream, flush=True)
-
-    def close(self, record=None):
-        """End the display; a fit stopped early (``tol``, callback) shows its last round."""
-        if self.verbose != 1 or not self.done:
-            return
-        if record is not None and self.shown != self.done:
-            (self._bar if self.terminal else self._line)(record, time.perf_counter())
-        if self.terminal:
-            print(file=self.stream, flush=True)

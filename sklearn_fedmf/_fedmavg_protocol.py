@@ -24,13 +24,13 @@ from functools import partial
 
 import numpy as np
 
-from ._engine import Participation
+from ._engine import Participation, SummableUploads
 from ._groups import ImplicitRows
 
 __all__ = [
     "average_uploads", "check_aggregation", "client_prepare", "client_update",
     "palm_client_update", "q2_schedule", "round_phases", "store_grams", "w_step_size",
-    "weighted_sum",
+    "weighted_sum", "weighted_upload", "upload_weights", "mean_of_sums",
 ]
 
 _GRAM_CHUNK = 4096  # Grams per stacked assignment in store_grams
@@ -163,8 +163,36 @@ def average_uploads(uploads, counts, weights, aggregation):
     return weighted_sum([uploads[p]["W"] for p in clients], w)
 
 
+# ---- secure aggregation: the average as a ratio of two sums ------------------------------------
+def weighted_upload(upload, weight):
+    """A client's summands under secure aggregation: ``w_p W_p`` and ``w_p``, its weight
+    applied by itself (``weight``: what :func:`upload_weights` gives it)."""
+    return {"W": weight * np.asarray(upload["W"], dtype=np.float64), "weight": float(weight)}
+
+
+def upload_weights(server_state, clients, counts, *, aggregation):
+    """Each sender's weight in :func:`average_uploads`, unnormalized: ``omega_p``
+    (``"weighted"``) or its draws ``n_p`` (``"sampled_mean"``)."""
+    if aggregation == "weighted":
+        return {p: float(server_state["weights"][p]) for p in clients}
+    return {p: float(counts.get(p, 1)) for p in clients}
+
+
+def mean_of_sums(sums):
+    """:func:`average_uploads` from the secure sums: ``sum_p w_p W_p / sum_p w_p``."""
+    if not sums["weight"] > 0:
+        raise ValueError("The senders' weights sum to zero: no average.")
+    return sums["W"] / sums["weight"]
+
+
+def gram_summand(stats, weight):
+    """A client's prepare statistics under secure aggregation: its Gram, as it is."""
+    return {"gram": np.asarray(stats["gram"], dtype=np.float64)}
+
+
 def round_phases(*, participation, prepared, local_phase, w_phase, keep, gram, server_prepare,
-                 server_update, palm=None):
+                 server_update, palm=None, aggregation=None, secure_update=None,
+                 secure_prepare=None):
     """The round's entries of a :class:`~sklearn_fedmf._engine.FederatedProtocol`: the
     family's steps bound into the phases above.
 
@@ -173,7 +201,12 @@ def round_phases(*, participation, prepared, local_phase, w_phase, keep, gram, s
     ``"pcp"``, only the sampled clients compute (partial participation). ``prepared``: the
     W step needs the server's global step (a prepare phase with ``gram`` and
     ``server_prepare``). ``palm``: the keywords of :func:`palm_client_update`
-    (``variant="fedpalm"``), whose pairs replace the local and W phases.
+    (``variant="fedpalm"``), whose pairs replace the local and W phases. ``secure_update``:
+    the server step from the mean of the uploads, ``secure_update(server_state, Vt,
+    round_index) -> (server_state, broadcast)``, which makes the uploads summable
+    (:func:`weighted_upload`, weights by ``aggregation``); ``secure_prepare``: the server's
+    prepare step from the running sum of the clients' latest Grams, ``secure_prepare(
+    server_state, sums, clients, round_index) -> (server_state, message)``.
     """
     if palm is not None:
         update = partial(palm_client_update, **palm)
@@ -189,4 +222,15 @@ def round_phases(*, participation, prepared, local_phase, w_phase, keep, gram, s
         participation=Participation(computes="all", receives="all") if participation == "pcc"
         else Participation(),
         server_counts=True,
+        summable=None if secure_update is None else SummableUploads(
+            client=weighted_upload,
+            server_update=partial(_server_from_sums, secure_update=secure_update),
+            weights=partial(upload_weights, aggregation=aggregation),
+            prepare_client=gram_summand if prepared else None,
+            server_prepare=secure_prepare if prepared else None,
+            prepare_cumulative=True),
     )
+
+
+def _server_from_sums(server_state, sums, n_summed, round_index, *, secure_update):
+    return secure_update(server_state, mean_of_sums(sums), round_index)

@@ -31,6 +31,7 @@ just before):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import warnings
@@ -42,6 +43,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import (
+    HasMethods,
     Interval,
     StrOptions,
     validate_parameter_constraints,
@@ -83,6 +85,8 @@ FEDERATION_CONSTRAINTS: dict = {
     "random_state": ["random_state"],
     "n_jobs": [Integral, None],
     "verbose": ["verbose"],
+    # True, or a SecureAggregation of sklearn_fedmf.secure (encoding, neighbour degree)
+    "secure_aggregation": ["boolean", HasMethods(["degree", "threshold"])],
 }
 
 # The simulation's settings, as ``{name: (default, constraints)}``: ``solver_params`` keys of
@@ -274,12 +278,42 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
             if moved:
                 cls.__init__ = refuse_moved_params(cls.__init__, moved)
 
-    def __init__(self, *, n_clients, callback, random_state, n_jobs, verbose):
+    # Why the class cannot sum its uploads securely (None: it can, when its protocol
+    # declares ``summable``); the error of ``secure_aggregation=True`` says it.
+    _secure_refusal: str | None = None
+
+    def __init__(self, *, n_clients, callback, random_state, n_jobs, verbose,
+                 secure_aggregation=False):
         self.n_clients = n_clients
         self.callback = callback
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.secure_aggregation = secure_aggregation
+
+    def _secure_refusal_reason(self):
+        """Why this estimator, with its settings, cannot sum its uploads securely."""
+        return self._secure_refusal or "its server needs more than the sums of the uploads"
+
+    def _secure_protocol(self, protocol):
+        """``protocol`` with secure aggregation switched on when ``secure_aggregation`` asks
+        for it (:mod:`sklearn_fedmf.secure._rounds`); a clear error when the algorithm's
+        server needs more than sums."""
+        option = self._settings()["secure_aggregation"]
+        if option is False:
+            return protocol
+        name = type(self).__name__
+        if self._secure_refusal is not None or protocol.summable is None:
+            raise ValueError(f"{name} does not support secure_aggregation=True: "
+                             f"{self._secure_refusal_reason()}.")
+        if protocol.client_prepare is not None and protocol.summable.server_prepare is None:
+            raise ValueError(f"{name}: secure_aggregation=True cannot sum the statistics of "
+                             "this setting's prepare phase (e.g. FedMAvg's w_step=\"global\" "
+                             "or \"guarded\"); choose a setting without one (w_step=\"local\").")
+        from .secure._rounds import SecureAggregation
+
+        options = SecureAggregation() if option is True else option
+        return dataclasses.replace(protocol, secure=options)
 
     def _settings(self):
         """Every setting of a fit by name: the class's declared defaults, its constructor
@@ -353,7 +387,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         ctx = FitContext(X, n_rows, X.shape[1], n_clients, labels, codes, entropy, warm, info)
         self._check_warm_partition(ctx)
         ctx, early_stopping = self._validation_plan(ctx)
-        protocol = self._make_protocol(ctx)
+        protocol = self._secure_protocol(self._make_protocol(ctx))
         blocks = self._make_groups(ctx) if self._grouped(protocol, ctx) else self._make_blocks(ctx)
         # The parallelism is across clients; BLAS threads on the small per-client products
         # only fight over the cores (measured: 100x slower dot products on a busy machine).

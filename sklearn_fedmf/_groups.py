@@ -57,7 +57,15 @@ from joblib import effective_n_jobs
 
 from ._data import ClientBlock
 from ._dispatch import dispatch, shared_thread_pools
-from ._transport import PhaseResult, Transport, _run_clients
+from ._transport import (
+    SECURE_PHASES,
+    PhaseResult,
+    Transport,
+    _holds,
+    _run_clients,
+    hold_uploads,
+    run_secure_phase,
+)
 
 __all__ = ["BatchedPhases", "ClientGroup", "GroupStates", "GroupedTransport", "ImplicitRows",
            "make_groups", "user_rows_state", "with_user_rows"]
@@ -340,8 +348,10 @@ class GroupedTransport(Transport):
         The states to continue from (warm start); None before ``init_client``.
     """
 
-    def __init__(self, groups, *, n_jobs=None, client_states=None):
+    def __init__(self, groups, *, n_jobs=None, client_states=None, secure_slots=None):
         self.groups, self.n_jobs = groups, n_jobs
+        self.secure_slots = {} if secure_slots is None else secure_slots
+        self.runs_secure_phases = True
         self._group_states = (client_states.group_states if client_states is not None
                               else [None] * len(groups))
         self._starts = np.array([g.start for g in groups])
@@ -372,6 +382,9 @@ class GroupedTransport(Transport):
             self._protocol, self._n_jobs_eff = outer
 
     def run(self, phase, clients, broadcast, *, stream=None, selected=None, round_number=None):
+        if phase in SECURE_PHASES:  # one client at a time: each has its own keys and message
+            return run_secure_phase(self.secure_slots, self._protocol, phase, list(clients),
+                                    broadcast, stream)
         clients = np.asarray(clients, dtype=np.int64)
         messages, failures = {}, {}
         if not clients.size:
@@ -403,4 +416,6 @@ class GroupedTransport(Transport):
             for client in group_failures:
                 messages.pop(client, None)
             failures.update(group_failures)
+        if _holds(self._protocol, phase):
+            hold_uploads(self.secure_slots, messages, broadcast)
         return PhaseResult(messages, failures)

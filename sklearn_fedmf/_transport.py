@@ -98,6 +98,20 @@ client_states : list or None
     The clients' states, readable by the code that collects a fitted model in the same
     process (``LocalTransport`` only; None for a remote transport, whose client states never
     reach the server).
+
+Secure aggregation (:mod:`sklearn_fedmf.secure._rounds`)
+--------------------------------------------------------
+When the session's protocol has ``secure`` set (``secure_aggregation=True``), a transport
+keeps every upload of ``client_update`` (and of ``init_client`` when the protocol's
+``summable.init_client`` is set) on its client, in the client's *secure slot*, and returns
+:data:`~sklearn_fedmf.secure._rounds.READY` in its place. The engine then calls ``run`` with
+the phases of :data:`SECURE_PHASES`; their ``broadcast`` is a :class:`PerClient`, of which
+each client receives only its own entry, and each client runs
+``client_secure_phase(phase, client, slot, message, rng, protocol.summable)`` on its slot
+(``rng``: ``client_generator(stream, client)``, or None without a stream). A failure leaves
+the slot as it was. ``secure_slots`` is the dict of slots a local transport holds (None for a
+remote transport: the slots stay in the client processes, like the states); the engine keeps
+it across its calls.
 """
 
 from __future__ import annotations
@@ -111,9 +125,19 @@ from joblib import effective_n_jobs
 
 from ._dispatch import dispatch, resident_blocks, shared_thread_pools
 
-__all__ = ["Transport", "LocalTransport", "PhaseResult", "client_generator", "PHASES"]
+__all__ = ["Transport", "LocalTransport", "PerClient", "PhaseResult", "client_generator",
+           "PHASES", "SECURE_PHASES"]
 
 PHASES = ("init_client", "client_prepare", "client_update", "client_metrics")
+# the phases of secure aggregation (sklearn_fedmf.secure._rounds.SECURE_PHASES)
+SECURE_PHASES = ("secure_advertise_keys", "secure_share_keys", "secure_masked_input",
+                 "secure_unmask")
+
+
+class PerClient(NamedTuple):
+    """A server message that differs per client: each client receives ``messages[client]``."""
+
+    messages: dict
 
 
 class PhaseResult(NamedTuple):
@@ -157,6 +181,10 @@ class Transport(ABC):
     """Where the client phases run (see the module docstring for the contract)."""
 
     client_states = None
+    secure_slots = None
+    # whether it keeps the uploads and runs SECURE_PHASES (module docstring); a transport
+    # that does not is refused by a fit with secure_aggregation=True
+    runs_secure_phases = False
 
     @property
     @abstractmethod
@@ -171,6 +199,50 @@ class Transport(ABC):
     def run(self, phase, clients, broadcast, *, stream=None, selected=None,
             round_number=None) -> PhaseResult:
         """Run ``phase`` on ``clients`` (module docstring)."""
+
+
+def _holds(protocol, phase):
+    """Whether the uploads of ``phase`` stay on the clients for a secure sum."""
+    if getattr(protocol, "secure", None) is None:
+        return False
+    summable = protocol.summable
+    return phase == "client_update" or (phase == "init_client"
+                                        and summable.init_client is not None) or (
+        phase == "client_prepare" and summable.prepare_client is not None)
+
+
+def hold_uploads(slots, messages, broadcast):
+    """Keep the uploads of ``messages`` (with the ``broadcast`` they answer) in the clients'
+    secure ``slots``; the engine gets ``READY`` in their place (module docstring)."""
+    from .secure._rounds import READY
+
+    for client, message in messages.items():
+        if message is not None:
+            slots[client] = {**slots.get(client, {}), "upload": message,
+                             "broadcast": broadcast}
+            messages[client] = READY
+    return messages
+
+
+def run_secure_phase(slots, protocol, phase, clients, broadcast, stream):
+    """A secure phase on ``clients`` whose slots this process holds (module docstring)."""
+    from .secure._rounds import client_secure_phase
+
+    if not isinstance(broadcast, PerClient):
+        raise TypeError(f"The message of {phase} must be a PerClient.")
+    messages, failures = {}, {}
+    for client in clients:
+        rng = None if stream is None else client_generator(stream, client)
+        try:
+            slot, reply = client_secure_phase(phase, client, slots.get(client),
+                                              broadcast.messages[client], rng,
+                                              protocol.summable)
+        except Exception as exc:  # reported to the engine, which raises or counts it
+            failures[client] = exc
+            continue
+        slots[client] = slot
+        messages[client] = reply
+    return PhaseResult(messages, failures)
 
 
 def _run_clients(items, fn, phase, broadcast, stream):
@@ -217,9 +289,11 @@ class LocalTransport(Transport):
         updated in place.
     """
 
-    def __init__(self, blocks, *, n_jobs=None, client_states=None):
+    def __init__(self, blocks, *, n_jobs=None, client_states=None, secure_slots=None):
         self.blocks = blocks
         self.n_jobs = n_jobs
+        self.secure_slots = {} if secure_slots is None else secure_slots
+        self.runs_secure_phases = True
         self.client_states = [None] * len(blocks) if client_states is None else client_states
         self._protocol, self._n_jobs_eff = None, 1
         nnz = np.array([getattr(b, "nnz", 0) for b in blocks], dtype=float)
@@ -242,6 +316,9 @@ class LocalTransport(Transport):
             self._protocol, self._n_jobs_eff = outer
 
     def run(self, phase, clients, broadcast, *, stream=None, selected=None, round_number=None):
+        if phase in SECURE_PHASES:
+            return run_secure_phase(self.secure_slots, self._protocol, phase, clients,
+                                    broadcast, stream)
         fn = getattr(self._protocol, phase)
         states = self.client_states
         items = [(c, states[c], self.blocks[c], selected is None or c in selected)
@@ -263,12 +340,18 @@ class LocalTransport(Transport):
             if keep:
                 states[client] = new_state
             messages[client] = message
+        if _holds(self._protocol, phase):
+            hold_uploads(self.secure_slots, messages, broadcast)
         return PhaseResult(messages, failures)
 
 
-def as_transport(clients: Any, *, n_jobs=None, client_states=None) -> Transport:
+def as_transport(clients: Any, *, n_jobs=None, client_states=None,
+                 secure_slots=None) -> Transport:
     """``clients`` if it is a :class:`Transport`, else a :class:`LocalTransport` of the list
-    of blocks ``clients``."""
+    of blocks ``clients`` (``secure_slots``: the slots a previous call left, if any)."""
     if isinstance(clients, Transport):
+        if secure_slots is not None and clients.secure_slots is not None:
+            clients.secure_slots = secure_slots
         return clients
-    return LocalTransport(clients, n_jobs=n_jobs, client_states=client_states)
+    return LocalTransport(clients, n_jobs=n_jobs, client_states=client_states,
+                          secure_slots=secure_slots)

@@ -27,7 +27,7 @@ COMING = ("validation_fraction", "early_stopping", "n_iter_no_change", "loss",
 @pytest.mark.parametrize("cls", COMPLETION, ids=IDS)
 def test_constructor_leaves_room_for_the_coming_parameters(cls):
     params = cls().get_params()
-    assert len(set(params) | set(COMING)) <= 23  # (a coming parameter already added counts once)
+    assert len(set(params) | set(COMING)) <= 23  # (a coming one already added counts once)
     assert "solver_params" in params and params["solver_params"] is None
     assert not set(params) & set(cls._solver_params)  # a name lives in one place
 

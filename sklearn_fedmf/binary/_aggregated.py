@@ -17,7 +17,7 @@ from numbers import Integral
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._docstrings import SHARED_PARAMETERS, Substitution, federation_keys
-from .._engine import FederatedProtocol, Participation
+from .._engine import FederatedProtocol, Participation, SummableUploads
 from .._fit import FEDERATION_KEYS, resolve_solver_params
 from ._aggregated_protocol import (
     aggregate_boolean,
@@ -26,6 +26,8 @@ from ._aggregated_protocol import (
     combine_metrics,
     init_client,
     init_server,
+    secure_server_update,
+    secure_summands,
     server_update,
 )
 from ._base import BooleanFactorizationBase, elb_solver_params
@@ -109,6 +111,8 @@ class AggregatedBMF(BooleanFactorizationBase):
         %(n_jobs)s
     verbose : int, default=0
         1 shows a progress bar of the single round, 2 a line.
+    secure_aggregation : bool or SecureAggregation, default=False
+        %(secure_aggregation)s
 
     Attributes
     ----------
@@ -175,10 +179,12 @@ class AggregatedBMF(BooleanFactorizationBase):
         random_state=None,
         n_jobs=None,
         verbose=0,
+        secure_aggregation=False,
     ):
         super().__init__(
             n_components, binarize=binarize, n_clients=n_clients, callback=callback,
             random_state=random_state, n_jobs=n_jobs, verbose=verbose,
+            secure_aggregation=secure_aggregation,
         )
         self.aggregation = aggregation
         self.solver = solver
@@ -206,6 +212,9 @@ class AggregatedBMF(BooleanFactorizationBase):
             client_metrics=client_metrics,
             combine_metrics=combine_metrics,
             participation=Participation(receives="all"),
+            summable=SummableUploads(
+                client=secure_summands,
+                server_update=partial(secure_server_update, aggregation=self.aggregation)),
         )
 
     def _collect(self, state, blocks, ctx):

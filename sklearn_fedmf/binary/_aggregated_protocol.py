@@ -17,8 +17,13 @@ def aggregate_boolean(V_stack, aggregation):
     ``"round"``: ``round(mean)`` with ties (mean 1/2) to 0; ``"majority"``:
     ``sum >= C/2`` (ties to 1); ``"or"``: any (the paper's Appendix B, Algorithm 2, eqs. 11-13).
     """
-    counts = np.asarray(V_stack, dtype=np.int64).sum(axis=0)
-    n = len(V_stack)
+    return aggregate_counts(np.asarray(V_stack, dtype=np.int64).sum(axis=0), len(V_stack),
+                            aggregation)
+
+
+def aggregate_counts(counts, n, aggregation):
+    """:func:`aggregate_boolean` from the entries' ``counts`` of ones among ``n`` matrices: a
+    function of their sum, so secure aggregation gives the same model."""
     if aggregation == "round":
         return 2 * counts > n
     if aggregation == "majority":
@@ -59,6 +64,17 @@ def client_update(state, block, broadcast, rng, selected, *, n_components, local
 
 def server_update(server_state, uploads, round_index, *, aggregation):
     Vh = aggregate_boolean(np.stack([uploads[c] for c in sorted(uploads)]), aggregation)
+    return {"Vh": Vh}, Vh
+
+
+def secure_summands(upload, weight):
+    """A client's summand under secure aggregation: its Boolean (maybe randomized) ``V_i``."""
+    return {"V": np.asarray(upload, dtype=np.float64)}
+
+
+def secure_server_update(server_state, sums, n_summed, round_index, *, aggregation):
+    """The Boolean aggregation from the secure sum (integers: exact)."""
+    Vh = aggregate_counts(np.rint(sums["V"]).astype(np.int64), n_summed, aggregation)
     return {"Vh": Vh}, Vh
 
 

@@ -118,9 +118,9 @@ class BooleanFactorizationBase(
     }
 
     def __init__(self, n_components, *, binarize, n_clients, callback, random_state, n_jobs,
-                 verbose):
+                 verbose, secure_aggregation=False):
         super().__init__(n_clients=n_clients, callback=callback, random_state=random_state,
-                         n_jobs=n_jobs, verbose=verbose)
+                         n_jobs=n_jobs, verbose=verbose, secure_aggregation=secure_aggregation)
         self.n_components = n_components
         self.binarize = binarize
 

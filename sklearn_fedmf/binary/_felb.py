@@ -103,6 +103,8 @@ class Felb(BooleanFactorizationBase):
         %(n_jobs)s
     verbose : int, default=0
         %(verbose)s
+    secure_aggregation : bool or SecureAggregation, default=False
+        %(secure_aggregation)s
 
     Attributes
     ----------
@@ -191,10 +193,12 @@ class Felb(BooleanFactorizationBase):
         random_state=None,
         n_jobs=None,
         verbose=0,
+        secure_aggregation=False,
     ):
         super().__init__(
             n_components, binarize=binarize, n_clients=n_clients, callback=callback,
             random_state=random_state, n_jobs=n_jobs, verbose=verbose,
+            secure_aggregation=secure_aggregation,
         )
         self.sync_every = sync_every
         self.max_iter = max_iter

@@ -8,7 +8,7 @@ from functools import partial
 
 import numpy as np
 
-from .._engine import FederatedProtocol, Participation
+from .._engine import FederatedProtocol, Participation, SummableUploads
 from ..metrics._binary import factor_counts
 from ..privacy import privatize
 from ._elb import (
@@ -61,6 +61,24 @@ def server_update(server_state, uploads, round_index, *, sync_every, n_clients, 
     for c in order[1:]:
         mean += uploads[c]
     mean /= len(uploads)
+    return server_from_mean(server_state, mean, sync_every=sync_every, n_clients=n_clients,
+                            server_step=server_step, kappa=kappa, schedule=schedule,
+                            prox_mode=prox_mode)
+
+
+def secure_summands(upload, weight):
+    """A client's summand under secure aggregation: its (privatized) ``V_i`` as it is."""
+    return {"V": np.asarray(upload, dtype=np.float64)}
+
+
+def secure_server_update(server_state, sums, n_summed, round_index, **params):
+    """The server step from the secure sum of the uploads (their mean)."""
+    return server_from_mean(server_state, np.asfortranarray(sums["V"] / n_summed), **params)
+
+
+def server_from_mean(server_state, mean, *, sync_every, n_clients, server_step, kappa,
+                     schedule, prox_mode):
+    """The proximal server step at the uploads' mean."""
     t_end = server_state["t"] + sync_every
     lam_t = _lam_of_step(t_end - 1, sync_every, **schedule)
     eta = 1.0 / n_clients if server_step == "1/C" else float(server_step)
@@ -119,4 +137,9 @@ def make_protocol(*, n_items, n_clients, n_components, sync_every, kappa, lam, g
                                schedule=schedule),
         combine_metrics=partial(combine_metrics, kappa=kappa, n_clients=n_clients),
         participation=Participation(receives="all"),
+        summable=SummableUploads(
+            client=secure_summands,
+            server_update=partial(secure_server_update, sync_every=sync_every,
+                                  n_clients=n_clients, server_step=server_step, kappa=kappa,
+                                  schedule=schedule, prox_mode=prox_mode)),
     )

@@ -186,6 +186,8 @@ class FederatedClustering(
     verbose : int, default=0
         %(verbose)s
         Simulated failures (``solver_params["dropout"]``) are counted either way.
+    secure_aggregation : bool or SecureAggregation, default=False
+        %(secure_aggregation)s
 
     Attributes
     ----------
@@ -265,6 +267,12 @@ class FederatedClustering(
     }
     _moved_params = {key: f"solver_params['{key}']" for key in _solver_params}
 
+    _secure_refusal = (
+        "its uploads are not all sums: init=\"k-fed\" sends each client's local centres, which "
+        "the server clusters, and the FedMGS rounds keep every client's latest aggregates "
+        "H_p H_p^T and X_p^T H_p (a running sum of changes would serve, as for FedMC-ADMM, "
+        "but it is not built for this class)")
+
     def __init__(
         self,
         n_clusters=8,
@@ -283,9 +291,10 @@ class FederatedClustering(
         random_state=None,
         n_jobs=None,
         verbose=0,
+        secure_aggregation=False,
     ):
         super().__init__(n_clients=n_clients, callback=callback, random_state=random_state,
-                         n_jobs=n_jobs, verbose=verbose)
+                         n_jobs=n_jobs, verbose=verbose, secure_aggregation=secure_aggregation)
         self.n_clusters = n_clusters
         self.algorithm = algorithm
         self.local_iter_u = local_iter_u

@@ -200,7 +200,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
     def __init__(self, n_components, *, alpha_u, alpha_v, biased, n_clients, clients_per_round,
                  max_iter, tol, early_stopping, validation_fraction, n_iter_no_change, clip,
                  warm_start, callback, random_state, n_jobs, verbose, solver_params,
-                 loss="squared"):
+                 loss="squared", secure_aggregation=False):
         # (not the skeleton's __init__: partition and on_client_error are solver_params keys)
         self.n_components = n_components
         self.alpha_u = alpha_u
@@ -221,6 +221,13 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         self.n_jobs = n_jobs
         self.verbose = verbose
         self.solver_params = solver_params
+        self.secure_aggregation = secure_aggregation
+
+    def _secure_refusal_reason(self):
+        if self._settings()["regularization"] == "weighted":
+            return ('regularization="weighted" sends each client\'s ratings per item once, '
+                    'which are not summed; use regularization="plain"')
+        return super()._secure_refusal_reason()
 
     @property
     def _biased(self):

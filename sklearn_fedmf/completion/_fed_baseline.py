@@ -77,6 +77,8 @@ class FedBaseline(FederatedMFBase):
     %(compute_parameters)s
 
         %(solver_simulation)s
+    secure_aggregation : bool or SecureAggregation, default=False
+        %(secure_aggregation)s
 
     Attributes
     ----------
@@ -159,6 +161,7 @@ class FedBaseline(FederatedMFBase):
         n_jobs=None,
         verbose=0,
         solver_params=None,
+        secure_aggregation=False,
     ):
         # (not the base's __init__, which would store the fixed class attributes above)
         self.alpha_u = alpha_u
@@ -174,6 +177,7 @@ class FedBaseline(FederatedMFBase):
         self.n_jobs = n_jobs
         self.verbose = verbose
         self.solver_params = solver_params
+        self.secure_aggregation = secure_aggregation
 
     def _make_protocol(self, ctx):
         return make_protocol(n_items=ctx.n_features, alpha_u=self.alpha_u,

@@ -50,7 +50,7 @@ from functools import partial
 import numpy as np
 
 from .. import _biases
-from .._engine import FederatedProtocol
+from .._engine import FederatedProtocol, SummableUploads
 from . import _fedmavg_protocol as _fedmavg
 
 __all__ = ["user_biases", "item_biases", "make_protocol"]
@@ -135,6 +135,37 @@ def server_update(state, uploads, round_number, *, alpha_v):
     return _set_item_bias({**state, "sums": sums}, alpha_v)
 
 
+# ---- secure aggregation: the same sums, dense over all items ---------------------------------
+# Dense, the server no longer learns which items a client rated; each message costs
+# n_items numbers (two at the start) instead of the client's rated items.
+def _dense(items, values, n_items):
+    out = np.zeros(n_items)
+    out[items] = values
+    return out
+
+
+def secure_init_summands(upload, broadcast, *, n_items):
+    """A client's counts and sums of ratings over all items."""
+    return {"counts": _dense(upload["items"], upload["counts"], n_items),
+            "sums": _dense(upload["items"], upload["sums"], n_items)}
+
+
+def secure_summands(upload, weight, *, n_items):
+    """A client's changes of its per-item sums, over all items."""
+    return {"sums": _dense(upload["items"], upload["sums"], n_items)}
+
+
+def secure_server_init(state, sums, n_summed, *, alpha_v):
+    """The server's counts and sums from their secure sums (the counts are integers: exact)."""
+    return _set_item_bias({**state, "counts": np.rint(sums["counts"]), "sums": sums["sums"]},
+                          alpha_v)
+
+
+def secure_server_update(state, sums, n_summed, round_number, *, alpha_v):
+    """The round's summed changes into the sums; new ``b_i``."""
+    return _set_item_bias({**state, "sums": state["sums"] + sums["sums"]}, alpha_v)
+
+
 def _set_item_bias(state, alpha_v):
     item_bias = item_biases(state["sums"], state["counts"], alpha_v)
     return {**state, "Vt": _item_factor(item_bias)}, item_bias
@@ -158,4 +189,9 @@ def make_protocol(*, n_items, alpha_u, alpha_v):
         client_metrics=partial(client_metrics, alpha_u=alpha_u),
         combine_metrics=partial(_fedmavg.combine_metrics, loss_scale=1.0, alpha_v=alpha_v,
                                 l1_ratio=0.0, biased=True),
+        summable=SummableUploads(
+            client=partial(secure_summands, n_items=n_items),
+            server_update=partial(secure_server_update, alpha_v=alpha_v),
+            init_client=partial(secure_init_summands, n_items=n_items),
+            server_init=partial(secure_server_init, alpha_v=alpha_v)),
     )

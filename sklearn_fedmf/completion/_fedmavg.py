@@ -37,6 +37,8 @@ from ._fedmavg_protocol import (
     palm_state,
     palm_u_step,
     palm_w_step,
+    secure_server_prepare,
+    server_from_mean,
     server_init_uploads,
     server_prepare,
     server_update,
@@ -102,7 +104,13 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
                                    l1_ratio=l1_ratio, biased=biased),
             server_update=partial(server_update, aggregation=aggregation,
                                   local_iter_v=local_iter_v, q_hat=q_hat, biased=biased),
-            palm=palm),
+            palm=palm, aggregation=aggregation,
+            # (the weighted regularization's item counts are sent once per client: refused)
+            secure_update=None if weighted else partial(
+                server_from_mean, local_iter_v=local_iter_v, q_hat=q_hat, biased=biased),
+            secure_prepare=partial(secure_server_prepare, d_factor=d_factor,
+                                   alpha_v=0.0 if weighted else alpha_v,
+                                   l1_ratio=l1_ratio, biased=biased)),
         client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio,
                                biased=biased, alpha_v=alpha_v, weighted=weighted),
         combine_metrics=partial(combine_metrics, alpha_v=alpha_v, l1_ratio=l1_ratio,
@@ -224,6 +232,8 @@ class FedMAvg(FederatedMFBase):
           also has ``bytes_uploaded_draws``, the paper's count of one upload per draw).
         %(solver_confidence)s
         %(solver_factor_shared)s
+    secure_aggregation : bool or SecureAggregation, default=False
+        %(secure_aggregation)s
 
     Attributes
     ----------
@@ -304,6 +314,7 @@ class FedMAvg(FederatedMFBase):
         n_jobs=None,
         verbose=0,
         solver_params=None,
+        secure_aggregation=False,
     ):
         super().__init__(
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
@@ -312,6 +323,7 @@ class FedMAvg(FederatedMFBase):
             n_iter_no_change=n_iter_no_change, clip=clip, warm_start=warm_start,
             callback=callback, random_state=random_state, n_jobs=n_jobs, verbose=verbose,
             solver_params=solver_params, loss=loss,
+            secure_aggregation=secure_aggregation,
         )
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v

@@ -290,11 +290,32 @@ def server_prepare(server_state, stats, round_index, *, d_factor, alpha_v, l1_ra
     return server_state, {"d": d_factor * L}
 
 
+def secure_server_prepare(server_state, sums, clients, round_index, *, d_factor, alpha_v,
+                          l1_ratio, biased=False):
+    """:func:`server_prepare` under secure aggregation: ``sums["gram"]`` is the running sum
+    of the latest Grams of the clients that have sent one (a cumulative exchange); a client
+    that has not counts with the Gram of its ``U_p^0`` from the start (random, sent in the
+    clear with its size), as the plain server's cache holds it."""
+    unsent = server_state.get("unsent")
+    unsent = np.ones(len(server_state["grams"]), dtype=bool) if unsent is None else unsent.copy()
+    unsent[list(clients)] = False
+    total = sums["gram"] + server_state["grams"][unsent].sum(axis=0)
+    L = w_bound(total, alpha_v * (1.0 - l1_ratio), biased)
+    return {**server_state, "unsent": unsent}, {"d": d_factor * L}
+
+
 def server_update(server_state, uploads, round_index, counts=None, *, aggregation,
                   local_iter_v, q_hat, biased=False):
     """``V^{s+1}``: the (weighted) mean of the uploaded local copies (8)-(10)
     (:func:`~sklearn_fedmf._fedmavg_protocol.average_uploads`; ``counts``: client -> draws)."""
     Vt = average_uploads(uploads, counts, server_state["weights"], aggregation)
+    return server_from_mean(server_state, Vt, round_index, local_iter_v=local_iter_v,
+                            q_hat=q_hat, biased=biased)
+
+
+def server_from_mean(server_state, Vt, round_index, *, local_iter_v, q_hat, biased=False):
+    """The server step from the uploads' mean ``Vt`` (also what secure aggregation's sums
+    give: :func:`~sklearn_fedmf._fedmavg_protocol.mean_of_sums`)."""
     if biased:  # (a weighted mean of ones can round off 1)
         _biases.fix_item(Vt)
     q2 = q2_schedule(round_index + 2, local_iter_v, q_hat)

@@ -172,6 +172,8 @@ class FedMCADMM(FederatedMFBase):
         %(solver_l1_ratio)s
         %(solver_positive)s
         %(solver_shared)s
+    secure_aggregation : bool or SecureAggregation, default=False
+        %(secure_aggregation)s
 
     Attributes
     ----------
@@ -268,6 +270,7 @@ class FedMCADMM(FederatedMFBase):
         n_jobs=None,
         verbose=0,
         solver_params=None,
+        secure_aggregation=False,
     ):
         super().__init__(
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
@@ -276,6 +279,7 @@ class FedMCADMM(FederatedMFBase):
             n_iter_no_change=n_iter_no_change, clip=clip, warm_start=warm_start,
             callback=callback, random_state=random_state, n_jobs=n_jobs, verbose=verbose,
             solver_params=solver_params, loss=loss,
+            secure_aggregation=secure_aggregation,
         )
         self.beta = beta
         self.local_iter = local_iter

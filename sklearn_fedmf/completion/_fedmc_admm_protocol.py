@@ -15,11 +15,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _biases
-from .._engine import Broadcast, FederatedProtocol
+from .._engine import Broadcast, FederatedProtocol, SummableUploads
 from .._kernels import grad_cols, prox_grad_rows
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
 from ._base import factor_metrics
 from ._fedmc_admm_batched import (
+    FactorHistory,
     ImplicitFactor,
     make_batched,
     server_init_implicit,
@@ -273,6 +274,43 @@ def server_update(server_state, uploads, round_index, *, beta, n_clients, alpha_
     return {**server_state, "Vt": Vt, "Z": Z, "Z_sum": total}, Vt
 
 
+# ---- secure aggregation: (P-16) from the running sum of Z_i ------------------------------------
+# The server needs sum_i Z_i over ALL clients, Z_i = W_i + Y_i / beta as each client last sent
+# it: a cumulative exchange (sklearn_fedmf.secure._rounds), whose clients send the change of
+# their encoded Z_i and whose server keeps the running sum. Z is beta W_i + Y_i over beta.
+def secure_init_summands(upload, broadcast, *, beta):
+    """A client's ``Z_i^0 = V^0 + Y_i^0 / beta`` (``W_i^0 = V^0``, the broadcast)."""
+    Vt = np.asarray(unpack_broadcast(broadcast)[0], dtype=np.float64)
+    return {"Z": Vt + np.asarray(upload["Y"], dtype=np.float64) / beta}
+
+
+def secure_summands(upload, weight, *, beta):
+    """A client's ``Z_i = W_i + Y_i / beta`` after its round (the exchange sends its change)."""
+    return {"Z": np.asarray(upload["W"], dtype=np.float64)
+            + np.asarray(upload["Y"], dtype=np.float64) / beta}
+
+
+def secure_server_init(server_state, sums, n_summed, *, n_clients):
+    """``sum_i Z_i^0`` from the secure sum; the broadcast ``V^0`` with the history of
+    broadcasts the batched phases read (public: the server's own messages)."""
+    if n_summed != n_clients:
+        raise ValueError(f"FedMC-ADMM needs Z_i^0 of all {n_clients} clients, got {n_summed}.")
+    Vt = server_state["Vt"]
+    history = FactorHistory(Vt)
+    return {"Vt": Vt, "Z_sum": sums["Z"], "history_only": history}, Broadcast(Vt, (history, 0))
+
+
+def secure_server_update(server_state, sums, n_summed, round_index, *, beta, n_clients,
+                         alpha_v, l1_ratio, positive, biased=False):
+    """(P-16) at the running ``sum_i Z_i`` (all clients, stale ones included)."""
+    total = sums["Z"].astype(server_state["Vt"].dtype, copy=False)
+    Vt = _server_prox(total, None, beta=beta, n_clients=n_clients, alpha_v=alpha_v,
+                      l1_ratio=l1_ratio, positive=positive, biased=biased)
+    history = server_state["history_only"]
+    index = history.append(Vt)
+    return {**server_state, "Vt": Vt, "Z_sum": sums["Z"]}, Broadcast(Vt, (history, index))
+
+
 def _server_prox(total, counts, *, beta, n_clients, alpha_v, l1_ratio, positive, biased):
     """(P-16)'s prox at ``A = total / p`` (``counts``: the items' ratings, weighted
     regularization)."""
@@ -348,6 +386,15 @@ def make_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u
                                biased=biased, confidence=confidence, **reg_metrics),
         combine_metrics=partial(combine_metrics, n_clients=n_clients, weighted=weighted,
                                 **reg_v),
+        # (the weighted regularization's item counts are sent once per client, and implicit's
+        # steps are not written as sums yet: not summable)
+        summable=None if weighted or confidence is not None else SummableUploads(
+            client=partial(secure_summands, beta=beta),
+            server_update=partial(secure_server_update, beta=beta, n_clients=n_clients,
+                                  positive=positive, **reg_v),
+            cumulative=True,
+            init_client=partial(secure_init_summands, beta=beta),
+            server_init=partial(secure_server_init, n_clients=n_clients)),
         # the batched phases run the plain regularization on ratings (weighted, implicit:
         # one block per client; _fedmc_admm_implicit says why)
         batched=None if weighted or confidence is not None else make_batched(

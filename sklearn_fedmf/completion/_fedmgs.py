@@ -118,6 +118,8 @@ class FedMGS(FederatedMFBase):
           once and it is applied once.
         %(solver_confidence)s
         %(solver_factor_shared)s
+    secure_aggregation : bool or SecureAggregation, default=False
+        %(secure_aggregation)s
 
     Attributes
     ----------
@@ -192,6 +194,7 @@ class FedMGS(FederatedMFBase):
         n_jobs=None,
         verbose=0,
         solver_params=None,
+        secure_aggregation=False,
     ):
         super().__init__(
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
@@ -200,6 +203,7 @@ class FedMGS(FederatedMFBase):
             n_iter_no_change=n_iter_no_change, clip=clip, warm_start=warm_start,
             callback=callback, random_state=random_state, n_jobs=n_jobs, verbose=verbose,
             solver_params=solver_params, loss=loss,
+            secure_aggregation=secure_aggregation,
         )
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v

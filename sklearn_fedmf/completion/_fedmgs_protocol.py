@@ -77,7 +77,7 @@ import numpy as np
 
 from .. import _biases
 from .. import _fedmgs_protocol as rounds
-from .._engine import FederatedProtocol
+from .._engine import FederatedProtocol, SummableUploads
 from .._groups import ImplicitRows
 from .._prox import item_counts, prox_elastic_net, row_alpha
 from ..exceptions import FederationError
@@ -371,7 +371,7 @@ def server_update(server_state, uploads, round_index, *, d_factor, local_iter_v,
     only. ``alpha_v="auto"``: at the round's strength; then the next round's from the new
     ``V`` (:func:`auto_alpha`), broadcast with it.
     """
-    Vt, total = server_state["Vt"], server_state["sums"]
+    total = server_state["sums"]
     auto = "ss" in server_state
     if auto:
         if alpha_v == "auto":
@@ -381,9 +381,20 @@ def server_update(server_state, uploads, round_index, *, d_factor, local_iter_v,
     segments = update_cache(server_state["segments"], total, uploads)
     if round_index % RESUM_EVERY == 0:
         total = cache_sum(segments, total.shape)
+    return _server_steps({**server_state, "segments": segments}, total, gram_sum(segments),
+                         alpha_v, d_factor=d_factor, local_iter_v=local_iter_v,
+                         l1_ratio=l1_ratio, positive=positive, biased=biased,
+                         n_ratings=n_ratings, n_components=n_components)
+
+
+def _server_steps(server_state, total, grams, alpha_v, *, d_factor, local_iter_v, l1_ratio,
+                  positive, biased, n_ratings, n_components):
+    """The ``Q2`` steps of :func:`server_update` from the sums ``total`` of every client's
+    latest aggregates and ``grams`` of their Grams (``alpha_v``: the round's strength)."""
+    Vt = server_state["Vt"]
+    auto = "ss" in server_state
     counts = server_state.get("counts")
     ridge = alpha_v * (1.0 - l1_ratio) if counts is None else 0.0
-    grams = gram_sum(segments)
     if biased:  # one bound per column block: the ones column must not slow the factors
         d = d_factor * np.maximum(_biases.item_step_bounds(grams, ridge), EPS_LIPSCHITZ)
     else:
@@ -402,12 +413,56 @@ def server_update(server_state, uploads, round_index, *, d_factor, local_iter_v,
             free, local_iter_v, d, lambda W: np.matmul(G1, W[:, :, None])[:, :, 0] - G2,
             lambda Z, d: prox_elastic_net(Z, 1.0 / d, alpha, l1_ratio, positive))
     Vt = _biases.with_item(free) if biased else free
-    state = {**server_state, "Vt": Vt, "segments": segments, "sums": total}
+    state = {**server_state, "Vt": Vt, "sums": total}
     if not auto:
         return state, Vt
     state["alpha"] = auto_alpha(free, total, float(state["ss"].sum()), n_ratings, n_components,
                                 state["alpha_max"])
     return state, {"Vt": Vt, "alpha": np.array([state["alpha"]])}
+
+
+# ---- secure aggregation: the running sums of every client's latest aggregates -----------------
+# The server needs sum_p of each client's LATEST aggregates, Gram and sum of squares: a
+# cumulative exchange (sklearn_fedmf.secure._rounds). Each client sends its aggregates dense
+# over all items, n_items (r + r^2) numbers (the item set is public); the sum of squares
+# divided by the public number of ratings, so that it fits the encoding's clip.
+def secure_summands(upload, weight=None, broadcast=None, *, n_items, auto, n_ratings):
+    """A client's aggregates over all items, its Gram and (``auto``) its sum of squares over
+    ``n_ratings``, from its upload in either form."""
+    kind, items, x, y = _piece(upload)
+    r = y.shape[-1]
+    out = {"sums": cache_sum([_segment(0, [(kind, items, x, y)])], (n_items, r + r * r)),
+           "gram": np.asarray(y[0] if kind == "rows" else outer_sum(y), dtype=np.float64)}
+    if auto:
+        out["ss"] = _sum_squares(upload) / n_ratings
+    return out
+
+
+def secure_server_init(server_state, sums, n_summed, *, n_clients, auto, n_ratings):
+    """:func:`server_init_uploads` from the secure sums (every client's)."""
+    if n_summed != n_clients:
+        raise ValueError(f"FedMGS needs the aggregates of all {n_clients} clients, got "
+                         f"{n_summed}.")
+    Vt = server_state["Vt"]
+    state = {"Vt": Vt, "sums": sums["sums"], "grams": sums["gram"]}
+    if not auto:
+        return state, Vt
+    ss = sums["ss"] * n_ratings
+    state["ss"] = np.array([ss])  # (the plain server keeps one per client; their sum counts)
+    state["alpha"] = state["alpha_max"] = AUTO_MAX * np.sqrt(ss / n_ratings)
+    return state, {"Vt": Vt, "alpha": np.array([state["alpha"]])}
+
+
+def secure_server_update(server_state, sums, n_summed, round_index, *, alpha_v, n_ratings,
+                         **params):
+    """:func:`server_update` at the running sums of the clients' latest aggregates."""
+    state = {**server_state, "sums": sums["sums"], "grams": sums["gram"]}
+    if "ss" in server_state:
+        if alpha_v == "auto":
+            alpha_v = server_state["alpha"]
+        state["ss"] = np.array([sums["ss"] * n_ratings])
+    return _server_steps(state, sums["sums"], sums["gram"], alpha_v, n_ratings=n_ratings,
+                         **params)
 
 
 def _metrics(state, block, broadcast, *, alpha_u, alpha_v, **params):
@@ -456,4 +511,16 @@ def make_protocol(*, n_items, n_clients, n_components, local_iter_u, local_iter_
                                 l1_ratio=l1_ratio, biased=biased, weighted=weighted),
         batched=make_batched(init=init, update=update,
                              client_metrics=partial(_metrics, **metrics)),
+        # (the weighted regularization's item counts are sent once per client: not summable)
+        summable=None if weighted else SummableUploads(
+            client=partial(secure_summands, n_items=n_items, auto=auto, n_ratings=n_ratings),
+            server_update=partial(secure_server_update, d_factor=d_factor,
+                                  local_iter_v=local_iter_v, alpha_v=alpha_v,
+                                  l1_ratio=l1_ratio, positive=positive, biased=biased,
+                                  n_ratings=n_ratings, n_components=n_components),
+            cumulative=True,
+            init_client=partial(secure_summands, n_items=n_items, auto=auto,
+                                n_ratings=n_ratings),
+            server_init=partial(secure_server_init, n_clients=n_clients, auto=auto,
+                                n_ratings=n_ratings)),
     )

@@ -52,7 +52,7 @@ from sklearn.utils.validation import _num_samples, check_is_fitted
 from .. import _biases
 from .._data import check_dense_size
 from .._docstrings import Substitution
-from .._engine import FederatedProtocol, Participation
+from .._engine import FederatedProtocol, Participation, SummableUploads
 from .._groups import GroupStates
 from .._kernels import ridge_fold_in
 from ..exceptions import ConfigurationWarning
@@ -75,6 +75,8 @@ from ._rfrec_protocol import (  # noqa: F401  (the tests import _coin and _pulle
     init_client,
     init_server,
     pull_strength,
+    secure_server_update,
+    secure_summands,
     server_update,
 )
 
@@ -142,6 +144,11 @@ def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learni
         # every client steps each round; only uploads are sampled or lost (Section 3.3)
         participation=Participation(computes="all", receives="all", dropped="upload_lost",
                                     server_update="every_round"),
+        # dense uploads (simulate=True) are summable: each client clips and noises its own
+        summable=SummableUploads(
+            client=secure_summands,
+            server_update=partial(secure_server_update, variant=variant, schedule=schedule,
+                                  **step)) if simulate_uploads and confidence is None else None,
         # (implicit: every client owns all its columns, one block per client)
         batched=None if confidence is not None else make_batched(
             init_std=init_std, optimizer=optimizer, biased=biased, variant=variant,
@@ -301,6 +308,8 @@ class RFRec(LocalDPMixin, FederatedMFBase):
           %(on_client_error)s
         %(solver_center)s
         %(solver_confidence)s
+    secure_aggregation : bool or SecureAggregation, default=False
+        %(secure_aggregation)s
 
     Attributes
     ----------
@@ -403,6 +412,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         n_jobs=None,
         verbose=0,
         solver_params=None,
+        secure_aggregation=False,
     ):
         super().__init__(
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
@@ -411,6 +421,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             n_iter_no_change=n_iter_no_change, clip=clip, warm_start=warm_start,
             callback=callback, random_state=random_state, n_jobs=n_jobs, verbose=verbose,
             solver_params=solver_params, loss=loss,
+            secure_aggregation=secure_aggregation,
         )
         self.learning_rate = learning_rate
         self.reg_consensus = reg_consensus
@@ -640,8 +651,10 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             pull_eta=settings["pull_eta"], optimizer=settings["optimizer"], link=settings["link"],
             shift=offset - lo, span=(hi - lo) or 1.0, init_std=settings["init_std"],
             clip_delta=ctx.info["privacy"]["clip"], noise_scale=ctx.info["privacy"]["scale"] or 0.0,
-            simulate_uploads=settings["simulate_uploads"], biased=self._biased,
-            rating_scale=ctx.info["rating_scale"],
+            # secure aggregation sums dense uploads, each clipped and noised by its client
+            simulate_uploads=(settings["simulate_uploads"]
+                              or settings["secure_aggregation"] is not False),
+            biased=self._biased, rating_scale=ctx.info["rating_scale"],
             confidence=settings["confidence"] if self._implicit else None,
         )
 

@@ -324,6 +324,36 @@ def server_update(server_state, uploads, k, *, variant, schedule, lr, reg, reg_v
     Called every round (``Participation(server_update="every_round")``), with or without
     uploads.
     """
+    def average(W, rng):
+        return _aggregate(uploads, W, rng, clip_delta=clip_delta, noise_scale=noise_scale)
+
+    return _server_round(server_state, average if uploads else None, k, variant=variant,
+                         schedule=schedule, lr=lr, reg=reg, reg_v=reg_v, p=p, eta=eta,
+                         optimizer=optimizer, biased=biased)
+
+
+def secure_summands(upload, weight):
+    """A client's summand under secure aggregation: its dense, clipped and noised ``V_(c)``
+    (the protocol runs with ``simulate``: each client adds its own noise)."""
+    if not isinstance(upload, np.ndarray):
+        raise TypeError("RFRec's secure sum needs dense uploads (simulate=True).")
+    return {"V": upload}
+
+
+def secure_server_update(server_state, sums, n_summed, k, *, variant, schedule, lr, reg, reg_v,
+                         p, eta, optimizer, biased=False, **privacy):
+    """:func:`server_update` with the average from the secure sum (None: no upload)."""
+    def average(W, rng):
+        return sums["V"] / n_summed
+
+    return _server_round(server_state, average if sums else None, k, variant=variant,
+                         schedule=schedule, lr=lr, reg=reg, reg_v=reg_v, p=p, eta=eta,
+                         optimizer=optimizer, biased=biased)
+
+
+def _server_round(server_state, average, k, *, variant, schedule, lr, reg, reg_v, p, eta,
+                  optimizer, biased):
+    """The server's round with ``average(W, rng)`` giving the uploads' mean (None: none)."""
     s = server_state
     coin = s["coin"]
     action = _action(variant, schedule, coin)
@@ -333,9 +363,9 @@ def server_update(server_state, uploads, k, *, variant, schedule, lr, reg, reg_v
     if action != "upload_pull":  # l2gd pulls after the fresh average, below
         W, W_opt = _shared_op(W, W_opt, s["Vbar"], action, **common)
     Vbar = s["Vbar"]
-    if uploads and action in ("step", "upload", "upload_pull"):
+    if average is not None and action in ("step", "upload", "upload_pull"):
         rng = np.random.default_rng(np.random.SeedSequence(s["seed"], spawn_key=(_NOISE, k)))
-        Vbar = _aggregate(uploads, W, rng, clip_delta=clip_delta, noise_scale=noise_scale)
+        Vbar = average(W, rng)
         if biased:  # (noise or clipping may have moved the public ones)
             _biases.fix_item(Vbar)
     if action == "upload_pull":
@@ -351,7 +381,7 @@ def server_update(server_state, uploads, k, *, variant, schedule, lr, reg, reg_v
         downloads = action == "pull"
     state = {**s, "Vbar": Vbar, "Vbar_prev": s["Vbar"], "W": W, "W_opt": W_opt,
              "coin": next_coin, "last_coin": coin[1],
-             "comm_rounds": s["comm_rounds"] + bool(uploads) + downloads}
+             "comm_rounds": s["comm_rounds"] + (average is not None) + downloads}
     return state, _broadcast(Vbar, W, W_opt, next_coin, sent)
 
 

@@ -8,5 +8,6 @@ fixed-point encoding in Z_{2^k}. Needs the ``secure`` extra (``cryptography``).
 
 from ._aggregate import SecureSumResult, secure_aggregate, secure_sum  # noqa: F401
 from ._encoding import FixedPointEncoding
+from ._rounds import SecureAggregation
 
-__all__ = ["FixedPointEncoding", "secure_aggregate", "secure_sum"]
+__all__ = ["FixedPointEncoding", "SecureAggregation", "secure_aggregate", "secure_sum"]

@@ -61,6 +61,17 @@ def agree(private, peer_publics, label):
         own.exchange(X25519PublicKey.from_public_bytes(peer))) for peer in peer_publics]
 
 
+_BLOCK_WORDS = 8  # ChaCha20's 64-byte block, in 64-bit words
+_ZEROS = [memoryview(bytes(0))]  # the largest zero plaintext made so far (read-only)
+
+
+def _zeros(n):
+    """``n`` zero bytes (a view of one shared buffer, grown when needed)."""
+    if len(_ZEROS[0]) < n:
+        _ZEROS[0] = memoryview(bytes(max(n, 2 * len(_ZEROS[0]))))
+    return _ZEROS[0][:n]
+
+
 def prg(seed, length, ring_bits=64):
     """``length`` ring elements of Z_{2^ring_bits} (as ``uint64``) expanded from a 32-byte seed.
 
@@ -69,7 +80,11 @@ def prg(seed, length, ring_bits=64):
     ``2^ring_bits``: uniform on the ring when the seed is.
     """
     encryptor = Cipher(algorithms.ChaCha20(seed, bytes(16)), mode=None).encryptor()
-    words = np.frombuffer(encryptor.update(bytes(8 * length)), dtype="<u8").astype(np.uint64)
+    # the keystream written straight into the words (no plaintext copy, no dtype copy); a
+    # buffer of one more block, as update_into asks
+    out = np.empty(length + _BLOCK_WORDS, dtype="<u8")
+    encryptor.update_into(_zeros(8 * length), memoryview(out).cast("B"))
+    words = out[:length] if out.dtype == np.uint64 else out[:length].astype(np.uint64)
     if ring_bits < 64:
         words &= np.uint64((1 << ring_bits) - 1)
     return words

@@ -291,7 +291,10 @@ def _pairwise_masks(mask_private, peers, keys, own, length, ring_bits):
 
 def client_masked_input(state, routed, vector, encoding):
     """Encode ``vector`` and add the self mask and the pairwise masks with every client that
-    shared its keys (``routed``'s senders). Returns ``(state, MaskedInput)``."""
+    shared its keys (``routed``'s senders). Returns ``(state, MaskedInput)``.
+
+    A ``uint64`` ``vector`` is taken as ring elements already (e.g. the change of an
+    encoding since the client's last upload, :mod:`sklearn_fedmf.secure._rounds`)."""
     u = state.client
     if state.keys is None:
         raise ValueError("client_masked_input runs after client_share_keys.")
@@ -299,7 +302,8 @@ def client_masked_input(state, routed, vector, encoding):
     if len(peers) + 1 < state.threshold or not set(peers) <= set(state.keys) - {u}:
         raise ValueError(f"Client {u} got shares from {len(peers)} other clients of the key "
                          f"list; at least {state.threshold - 1} are needed.")
-    q = encoding.encode(np.ravel(vector))
+    vector = np.ravel(vector)
+    q = vector.copy() if vector.dtype == np.uint64 else encoding.encode(vector)
     y = q + prg(state.self_mask_seed, q.size, encoding.ring_bits)
     y += _pairwise_masks(state.mask_private, peers, state.keys, u, q.size, encoding.ring_bits)
     if encoding.ring_bits < 64:
@@ -347,8 +351,8 @@ def client_unmask(state, survivors):
     return replace(state, received=None, channels=None), UnmaskingShares(u, seed_shares, key_shares)
 
 
-def server_unmask(keys, shared, masked, uploads, threshold, encoding):
-    """The decoded sum of the survivors' vectors.
+def server_unmask(keys, shared, masked, uploads, threshold, encoding, decode=True):
+    """The decoded sum of the survivors' vectors (its ring elements when ``decode`` is False).
 
     Parameters
     ----------
@@ -362,6 +366,8 @@ def server_unmask(keys, shared, masked, uploads, threshold, encoding):
         ``{client: UnmaskingShares}``.
     threshold : int
     encoding : FixedPointEncoding
+    decode : bool, default=True
+        False: return the ring sum (``uint64``) undecoded.
 
     Returns
     -------
@@ -405,4 +411,4 @@ def server_unmask(keys, shared, masked, uploads, threshold, encoding):
         total += _pairwise_masks(private, peers, keys[v], v, length, ring_bits)
     if ring_bits < 64:
         total &= np.uint64((1 << ring_bits) - 1)
-    return encoding.decode(total)
+    return encoding.decode(total) if decode else total

@@ -1,0 +1,76 @@
+"""Early stopping in the round loop: the rule, and the best validated round that the server
+and every client keep (:func:`~sklearn_fedmf._engine.run_federation`)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from ._groups import GroupStates
+
+__all__ = ["EarlyStopping"]
+
+
+@dataclass(frozen=True)
+class EarlyStopping:
+    """Federated validation in the round loop (``run_federation(early_stopping=...)``).
+
+    Each evaluation, every client reports its squared-error sum and count on its held-out
+    ratings (``report_keys`` of its ``client_metrics``: two numbers, counted in
+    ``bytes_uploaded``); the server's validation RMSE is ``record[score_key]``, recorded as
+    ``record["validation_rmse"]`` (with ``rename``, for a part held out of the training
+    ratings, every ``eval_*`` key becomes ``validation_*``). The server keeps a
+    copy of the federation's state (its own, and every client its own) at the best round;
+    the fit stops when the RMSE has not gone below the best minus ``tol`` for
+    ``n_iter_no_change`` evaluations, and the best round's state is restored at the end.
+    """
+
+    n_iter_no_change: int = 10
+    tol: float = 0.0
+    score_key: str = "eval_rmse"
+    report_keys: tuple = ("sse_eval", "n_eval")
+    rename: bool = True
+
+
+class _BestRound:
+    """The best validated round's federation state, kept by the server (its state and
+    broadcast) and by every client (its own state), and the patience count."""
+
+    def __init__(self, rule, state):
+        self.rule = rule
+        self.best, self.round = state.best_score, state.best_round  # (warm start: continued)
+        self.kept, self.waited = None, 0
+        if self.best is not None:  # a warm start starts at its previous best: kept until beaten
+            self._keep(state)
+
+    def _keep(self, state):
+        # copies: some protocols update their states in place (_groups.py)
+        states = state.client_states
+        kept = states.group_states if isinstance(states, GroupStates) else states
+        self.kept = copy.deepcopy((state.server_state, state.broadcast, list(kept)))
+
+    def update(self, state, record, round_number):
+        """Score the round's record; True when the fit should stop."""
+        rule = self.rule
+        score = record[rule.score_key]
+        if rule.rename:  # the held-out part of the training ratings: not an eval set
+            for key in [key for key in record if key.startswith("eval_")]:
+                record["validation_" + key[len("eval_"):]] = record.pop(key)
+        record["validation_rmse"] = score
+        if self.best is None or score < self.best - rule.tol:
+            self.best, self.round, self.waited = score, round_number, 0
+            self._keep(state)
+            return False
+        self.waited += 1
+        return self.waited >= rule.n_iter_no_change
+
+    def restore(self, state):
+        """Put the best round's states back, in the server and in every client."""
+        state.best_round, state.best_score = self.round, self.best
+        if self.kept is None:  # (no round was evaluated)
+            return
+        server_state, broadcast, kept = self.kept
+        states = state.client_states
+        target = states.group_states if isinstance(states, GroupStates) else states
+        target[:] = kept  # in place: the transport holds the same list
+        state.server_state, state.broadcast = server_state, broadcast

@@ -1,0 +1,425 @@
+"""Secure aggregation inside a fit: the protocol's phases as rounds of messages through the
+engine's transport.
+
+A protocol whose server needs only the sum of a round's uploads declares it with
+:class:`SummableUploads`. With ``secure_aggregation=True`` the transport keeps each client's
+upload on the client (the engine only learns that it is ready), and the engine runs the four
+phases of :mod:`sklearn_fedmf.secure._protocol` as four more transport calls::
+
+    secure_advertise_keys  -> KeyAdvertisement   (every client of the round, dropped ones too)
+    secure_share_keys      -> EncryptedShares
+    secure_masked_input    -> SecureInput        (the clients whose upload is ready)
+    secure_unmask          -> UnmaskingShares    (the survivors)
+
+The server's message of a secure phase differs per client (its key list, its routed shares):
+it is a :class:`~sklearn_fedmf._transport.PerClient` and each client receives its own entry.
+A client's work in those phases is :func:`client_secure_phase`; what it keeps between them
+(its keys, its held upload, and for a cumulative exchange the encoding it last sent) is its
+*secure slot*, held by the transport next to its state.
+
+Cumulative exchanges (FedMC-ADMM, FedMGS, FedMAvg's Grams): the server needs every client's
+last value, stale ones included. A client then sends the change of its encoded value since
+the last one that reached a sum (ring elements, so the change is exact), and the server
+keeps the running ring sum: its decoding is the sum of the clients' current encodings,
+within the encoding's bound however many rounds ran (nothing accumulates).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._engine import SummableUploads
+from ..exceptions import ClientFailureWarning, FederationError
+from ._encoding import FixedPointEncoding
+from ._protocol import (
+    PHASES,
+    client_advertise_keys,
+    client_masked_input,
+    client_share_keys,
+    client_unmask,
+    default_threshold,
+    server_collect_keys,
+    server_collect_masked,
+    server_route_shares,
+    server_unmask,
+)
+
+__all__ = ["SECURE_PHASES", "SecureAggregation", "SecureInput", "SecureRoundFailed",
+           "SummableUploads",  # (defined in the engine: protocols declare it without crypto)
+           "client_secure_phase", "default_neighbours", "run_secure_exchange"]
+
+# the transport's names of the four phases (PHASES of _protocol, prefixed)
+SECURE_PHASES = tuple(f"secure_{p}" for p in ("advertise_keys", "share_keys", "masked_input",
+                                              "unmask"))
+
+
+class SecureRoundFailed(FederationError):
+    """Fewer clients than the threshold remained at a phase before unmasking: the round has
+    no sum, and nothing of it reached a running sum (so the fit may skip it)."""
+
+
+def default_neighbours(n_clients):
+    """SecAgg+'s default degree: the smallest even number >= ``3 log2(n)``, or None (every
+    pair, SecAgg) when that reaches ``n - 1``."""
+    degree = 2 * math.ceil(1.5 * math.log2(max(n_clients, 2)))
+    return None if degree >= n_clients - 1 else degree
+
+
+AUTO_CLIP = 2.0**16  # the clip of the automatic encoding
+MAX_SCALE_BITS = 36  # beyond, float64's rounding of the decoded sum dominates the error
+
+
+def auto_encoding(n_clients):
+    """The encoding of a fit with ``n_clients`` clients: ``clip = 2^16`` and the most scale
+    bits ``s`` (at most ``MAX_SCALE_BITS``) for which the sum over all of them cannot wrap
+    the 64-bit ring, ``n 2^17 2^s < 2^63``: 36 up to 512 clients, 33 at 6,040, 27 at 480,189
+    (the error of a sum is ``n 2^-(s+1)`` per entry)."""
+    scale = MAX_SCALE_BITS
+    while scale > 0 and FixedPointEncoding(AUTO_CLIP, scale).max_clients < n_clients:
+        scale -= 1
+    return FixedPointEncoding(AUTO_CLIP, scale)
+
+
+@dataclass(frozen=True)
+class SecureAggregation:
+    """The options of secure aggregation in a fit (``secure_aggregation=`` of an estimator).
+
+    Parameters
+    ----------
+    encoding : FixedPointEncoding or None, default=None
+        None: :func:`auto_encoding` for the fit's number of clients (``clip = 2^16``, as many
+        fractional bits as the 64-bit ring allows, at most 36).
+    neighbours : int, "auto" or None, default="auto"
+        SecAgg+'s degree, even (:func:`default_neighbours` for ``"auto"``: the smallest even
+        number >= ``3 log2(n)`` for ``n`` clients of an exchange); None: every pair (SecAgg).
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.secure import SecureAggregation
+    >>> SecureAggregation().encoding_for(6040).scale_bits
+    33
+    >>> SecureAggregation().degree(604), SecureAggregation().degree(10)
+    (28, None)
+    """
+
+    encoding: FixedPointEncoding | None = None
+    neighbours: Any = "auto"
+
+    def encoding_for(self, n_clients):
+        """The encoding of a fit with ``n_clients`` clients."""
+        return auto_encoding(n_clients) if self.encoding is None else self.encoding
+
+    def degree(self, n_clients):
+        if self.neighbours == "auto":
+            return default_neighbours(n_clients)
+        return self.neighbours
+
+    def threshold(self, n_clients):
+        degree = self.degree(n_clients)
+        holders = n_clients if degree is None else min(degree + 1, n_clients)
+        return default_threshold(holders)
+
+
+@dataclass(frozen=True)
+class SecureInput:
+    """A client's masked input and the layout of its summands (public: the same names and
+    shapes for every client)."""
+
+    masked: Any
+    layout: tuple
+
+    @property
+    def nbytes(self):
+        return self.masked.nbytes
+
+
+class _Ready:
+    """What the engine receives instead of an upload the client keeps for the secure sum."""
+
+    nbytes = 0
+
+    def __repr__(self):
+        return "READY"
+
+
+READY = _Ready()
+
+
+def _flatten(values):
+    names = sorted(values)
+    layout = tuple((name, np.shape(values[name])) for name in names)
+    flat = np.concatenate([np.ravel(np.asarray(values[name], dtype=np.float64))
+                           for name in names]) if names else np.zeros(0)
+    return flat, layout
+
+
+def _unflatten(flat, layout):
+    sums, start = {}, 0
+    for name, shape in layout:
+        size = int(np.prod(shape, dtype=np.int64))
+        part = flat[start:start + size]
+        sums[name] = float(part[0]) if shape == () else part.reshape(shape)
+        start += size
+    return sums
+
+
+def client_secure_phase(phase, client, slot, message, rng, summable):
+    """One client's step of a secure phase: ``(slot, reply)`` (module docstring).
+
+    ``slot`` is the client's secure slot (a dict; ``{"upload": ...}`` after a held upload),
+    ``message`` its entry of the server's message, ``rng`` its generator for the keys.
+    """
+    slot = dict(slot or {})
+    if phase == "secure_advertise_keys":
+        slot["secagg"], reply = client_advertise_keys(client, message["threshold"], rng)
+        return slot, reply
+    if phase == "secure_share_keys":
+        slot["secagg"], reply = client_share_keys(slot["secagg"], message)
+        return slot, reply
+    if phase == "secure_masked_input":
+        if "upload" not in slot:
+            raise ValueError(f"Client {client} holds no upload for the secure sum.")
+        upload, broadcast = slot.pop("upload"), slot.pop("broadcast", None)
+        encoding = message["encoding"]
+        exchange = message["exchange"]
+        if exchange == "init":
+            values = summable.init_client(upload, broadcast)
+        elif exchange == "prepare":
+            values = summable.prepare_client(upload, message.get("weight"))
+        else:
+            values = summable.client(upload, message.get("weight"))
+        flat, layout = _flatten(values)
+        vector = flat
+        prepare = exchange == "prepare"
+        if summable.prepare_cumulative if prepare else summable.cumulative:
+            key = "committed_prepare" if prepare else "committed"  # (one running sum each)
+            q = encoding.encode(flat)
+            last = slot.get(key)
+            vector = q - last if last is not None else q.copy()  # uint64: mod 2^64
+            slot["pending"] = (key, q)
+        slot["secagg"], masked = client_masked_input(slot["secagg"], message["routed"], vector,
+                                                     encoding)
+        return slot, SecureInput(masked, layout)
+    if phase == "secure_unmask":
+        _, reply = client_unmask(slot.pop("secagg"), message)
+        if "pending" in slot:  # the change is in the sum: the next one starts from here
+            key, q = slot.pop("pending")
+            slot[key] = q
+        return slot, reply
+    raise ValueError(f"Unknown secure phase {phase!r}.")
+
+
+@dataclass
+class ExchangeResult:
+    """What one secure exchange gave the server."""
+
+    sums: dict | None
+    survivors: tuple
+    masked: dict
+    bytes_up: dict
+    bytes_down: dict
+
+
+def run_secure_exchange(transport, clients, dropped, *, options, stream, server_rng, exchange,
+                        weights=None, running=None, check=None, round_number=None):
+    """Run the four secure phases over ``transport`` for one exchange of uploads.
+
+    Parameters
+    ----------
+    transport : Transport
+    clients : list of int
+        The clients whose upload is held for the sum.
+    dropped : collection of int
+        Clients of the round that take part in the key phases and then go offline
+        (the ``dropout`` of the fit): their masks are removed through the shares.
+    options : SecureAggregation
+    stream : tuple
+        The clients' stream ``(entropy, kind, ...)`` for their keys.
+    server_rng : numpy.random.Generator
+        The server's generator (the SecAgg+ graph).
+    exchange : {"init", "update"}
+    weights : dict or None
+        ``{client: weight}`` sent with the routed shares.
+    running : dict or None
+        Cumulative exchanges: the server's ``{"total": ring sum, "layout": ...}``, updated in
+        place.
+    check : callable
+        ``check(result, phase)``: applies the failure policy to a phase's failures (raise or
+        count them); a failed client leaves the exchange.
+    round_number : int or None
+
+    Returns
+    -------
+    ExchangeResult
+
+    Raises
+    ------
+    FederationError
+        When fewer clients than the threshold remain at a phase.
+    """
+    encoding = options.encoding_for(transport.n_clients)
+    if len(clients) < 2:  # (the sum of one upload is that upload)
+        raise SecureRoundFailed(f"Secure aggregation needs at least 2 uploads in a sum, got "
+                                f"{len(clients)}; raise clients_per_round.")
+    members = sorted(set(clients) | set(dropped))
+    n = len(members)
+    encoding.check_clients(max(n, 1))
+    degree = options.degree(n)
+    threshold = options.threshold(n)
+    up = {p: {} for p in PHASES}
+    down = {p: {} for p in PHASES}
+    from .._transport import PerClient  # (the transport imports this module lazily)
+
+    def run(phase, who, messages, name, phase_stream=None):
+        result = transport.run(phase, who, PerClient(messages), stream=phase_stream,
+                               round_number=round_number)
+        if check is not None:
+            check(result, phase)
+        replies = {c: m for c, m in result.messages.items() if m is not None}
+        up[name].update({c: m.nbytes for c, m in replies.items()})
+        return replies
+
+    try:
+        adverts = run("secure_advertise_keys", members,
+                      dict.fromkeys(members, {"threshold": threshold}), "advertise_keys", stream)
+        keys = server_collect_keys(adverts, threshold, degree, server_rng)
+        down["share_keys"] = {c: sum(a.nbytes for a in keys[c].values()) for c in keys}
+        shares = run("secure_share_keys", list(keys), {c: keys[c] for c in keys}, "share_keys")
+        routed = server_route_shares(shares, threshold)
+        gone = set(dropped)
+        inputs = [c for c in routed if c not in gone]
+        messages = {}
+        for c in inputs:
+            messages[c] = {"routed": routed[c], "encoding": encoding, "exchange": exchange}
+            down["masked_input"][c] = routed[c].nbytes
+            if weights is not None:
+                messages[c]["weight"] = weights[c]
+                down["masked_input"][c] += 8
+        replies = run("secure_masked_input", inputs, messages, "masked_input")
+        masked = {c: r.masked for c, r in replies.items()}
+        survivors = server_collect_masked(masked, routed, threshold)
+    except FederationError as exc:
+        if isinstance(exc, SecureRoundFailed) or type(exc) is not FederationError:
+            raise
+        raise SecureRoundFailed(str(exc)) from exc
+    layouts = {r.layout for r in replies.values()}
+    if len(layouts) > 1:
+        raise FederationError("The clients' uploads for the secure sum differ in names or "
+                              "shapes.")
+    down["unmasking"] = dict.fromkeys(survivors.clients, survivors.nbytes)
+    unmasking = run("secure_unmask", list(survivors.clients),
+                    dict.fromkeys(survivors.clients, survivors), "unmasking")
+    # (the clients of a cumulative exchange have committed their change: a failure below
+    # this line leaves the running sum behind them, which no policy can repair)
+    try:
+        total = server_unmask(keys, routed, masked, unmasking, threshold, encoding,
+                              decode=False)
+    except FederationError as exc:
+        if running is not None:
+            raise FederationError(f"{exc} The running sum of a cumulative exchange cannot "
+                                  "skip this round.") from exc
+        raise
+    layout = layouts.pop()
+    if running is not None:
+        if running.get("total") is None:
+            running["total"], running["layout"] = np.zeros_like(total), layout
+        running["total"] += total
+        if encoding.ring_bits < 64:
+            running["total"] &= np.uint64((1 << encoding.ring_bits) - 1)
+        total = running["total"]
+    sums = _unflatten(encoding.decode(total), layout)
+    return ExchangeResult(sums, survivors.clients, masked, up, down)
+
+
+# ---- what the engine calls ---------------------------------------------------------------------
+_SECURE_CLIENT, _SECURE_SERVER = 6, 7  # seed kinds: round k's exchange uses k + 1 (0: init)
+
+
+def total_bytes(per_phase):
+    """All the bytes of ``{phase: {client: bytes}}``."""
+    return sum(sum(v.values()) for v in per_phase.values())
+
+
+def secure_exchange(protocol, transport, clients, dropped, entropy, key, failures,
+                    round_number, exchange, weights=None, running=None):
+    """One secure sum of a fit over the transport (:func:`run_secure_exchange`): the clients'
+    keys from their ``SeedSequence(entropy, (6, *key, client))``, the server's graph from
+    ``(7, *key)`` (``key``: ``(0,)`` at the start, ``(k + 1,)`` for round ``k``'s uploads,
+    ``(k + 1, 1)`` for its prepare phase); the engine's failure policy ``failures``
+    applied to every phase."""
+    def check(result, phase):
+        failures.check(result, phase, round_number)
+
+    return run_secure_exchange(
+        transport, clients, dropped, options=protocol.secure,
+        stream=(entropy, _SECURE_CLIENT, *key),
+        server_rng=np.random.default_rng(np.random.SeedSequence(
+            entropy, spawn_key=(_SECURE_SERVER, *key))),
+        exchange=exchange, weights=weights, running=running, check=check,
+        round_number=round_number)
+
+
+def secure_bytes(exchanges):
+    """The byte counts of a round's secure exchanges for ``history_``: ``bytes_secure``
+    (``{phase: bytes up and down over the clients}``) and ``bytes_secure_client``
+    (``{phase: the most one client sent and received}``)."""
+    per_client = {p: {} for p in PHASES}
+    for outcome in exchanges:
+        for phase in PHASES:
+            both = per_client[phase]
+            for side in (outcome.bytes_up, outcome.bytes_down):
+                for c, b in side[phase].items():
+                    both[c] = both.get(c, 0) + b
+    return {"bytes_secure": {p: int(sum(v.values())) for p, v in per_client.items()},
+            "bytes_secure_client": {p: int(max(v.values(), default=0))
+                                    for p, v in per_client.items()}}
+
+
+def secure_round(protocol, transport, state, uploads, dropped, drawn, entropy, k, failures,
+                 label):
+    """The secure sum of round ``k``'s held ``uploads`` (the engine's module docstring):
+    ``(outcome, record entries)``, or ``(None, {"secure_failed": True})`` for a round skipped
+    below the threshold (``on_client_error="skip"``; else a ``FederationError``)."""
+    summable = protocol.summable
+    clients = list(uploads)
+    weights = None
+    if summable.weights is not None:
+        weights = summable.weights(state.server_state, clients,
+                                   {c: drawn.get(c, 1) for c in clients})
+    try:
+        outcome = secure_exchange(
+            protocol, transport, clients, sorted(dropped), entropy, (k + 1,), failures, k + 1,
+            "update", weights=weights,
+            running=state.secure_running if summable.cumulative else None)
+    except SecureRoundFailed as exc:
+        if not failures.skip:
+            raise FederationError(f"[{label}] round {k + 1}: {exc}") from exc
+        warnings.warn(f"[{label}] round {k + 1}: {exc} on_client_error='skip': the round is "
+                      "skipped (history_'s secure_failed).", ClientFailureWarning, stacklevel=4)
+        return None, {"secure_failed": True}
+    return outcome, {}
+
+
+def secure_prepare(protocol, transport, state, stats, dropped, entropy, k, failures, label):
+    """The secure sum of round ``k``'s held prepare ``stats``: ``(message, masked stats,
+    outcome)``, the message from ``summable.server_prepare``. Below the threshold it raises
+    (``on_client_error`` cannot skip it: the round's update needs the message)."""
+    summable = protocol.summable
+    running = None
+    if summable.prepare_cumulative:
+        if state.secure_prepare_running is None:
+            state.secure_prepare_running = {}
+        running = state.secure_prepare_running
+    try:
+        outcome = secure_exchange(protocol, transport, list(stats), sorted(dropped), entropy,
+                                  (k + 1, 1), failures, k + 1, "prepare", running=running)
+    except SecureRoundFailed as exc:
+        raise FederationError(f"[{label}] round {k + 1}, prepare phase: {exc}") from exc
+    state.server_state, message = summable.server_prepare(state.server_state, outcome.sums,
+                                                          outcome.survivors, k)
+    return message, outcome.masked, outcome
