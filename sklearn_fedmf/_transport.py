@@ -105,8 +105,9 @@ When the session's protocol has ``secure`` set (``secure_aggregation=True``), a 
 keeps every upload of ``client_update`` (and of ``init_client`` when the protocol's
 ``summable.init_client`` is set) on its client, in the client's *secure slot*, and returns
 :data:`~sklearn_fedmf.secure._rounds.READY` in its place. The engine then calls ``run`` with
-the phases of :data:`SECURE_PHASES`; their ``broadcast`` is a :class:`PerClient`, of which
-each client receives only its own entry, and each client runs
+the phases of :data:`SECURE_PHASES`; their ``broadcast`` is a
+:class:`~sklearn_fedmf.secure._rounds.PerClient`, of which each client receives only its own
+entry, and each client runs
 ``client_secure_phase(phase, client, slot, message, rng, protocol.summable)`` on its slot
 (``rng``: ``client_generator(stream, client)``, or None without a stream). A failure leaves
 the slot as it was. ``secure_slots`` is the dict of slots a local transport holds (None for a
@@ -125,19 +126,13 @@ from joblib import effective_n_jobs
 
 from ._dispatch import dispatch, resident_blocks, shared_thread_pools
 
-__all__ = ["Transport", "LocalTransport", "PerClient", "PhaseResult", "client_generator",
+__all__ = ["Transport", "LocalTransport", "PhaseResult", "client_generator",
            "PHASES", "SECURE_PHASES"]
 
 PHASES = ("init_client", "client_prepare", "client_update", "client_metrics")
 # the phases of secure aggregation (sklearn_fedmf.secure._rounds.SECURE_PHASES)
 SECURE_PHASES = ("secure_advertise_keys", "secure_share_keys", "secure_masked_input",
                  "secure_unmask")
-
-
-class PerClient(NamedTuple):
-    """A server message that differs per client: each client receives ``messages[client]``."""
-
-    messages: dict
 
 
 class PhaseResult(NamedTuple):
@@ -226,7 +221,7 @@ def hold_uploads(slots, messages, broadcast):
 
 def run_secure_phase(slots, protocol, phase, clients, broadcast, stream):
     """A secure phase on ``clients`` whose slots this process holds (module docstring)."""
-    from .secure._rounds import client_secure_phase
+    from .secure._rounds import PerClient, client_secure_phase
 
     if not isinstance(broadcast, PerClient):
         raise TypeError(f"The message of {phase} must be a PerClient.")

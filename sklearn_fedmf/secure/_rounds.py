@@ -2,8 +2,8 @@
 engine's transport.
 
 A protocol whose server needs only the sum of a round's uploads declares it with
-:class:`SummableUploads`. With ``secure_aggregation=True`` the transport keeps each client's
-upload on the client (the engine only learns that it is ready), and the engine runs the four
+:class:`~sklearn_fedmf._engine.SummableUploads`. With ``secure_aggregation=True`` the
+transport keeps each client's upload on the client (the engine only learns that it is ready), and the engine runs the four
 phases of :mod:`sklearn_fedmf.secure._protocol` as four more transport calls::
 
     secure_advertise_keys  -> KeyAdvertisement   (every client of the round, dropped ones too)
@@ -12,7 +12,7 @@ phases of :mod:`sklearn_fedmf.secure._protocol` as four more transport calls::
     secure_unmask          -> UnmaskingShares    (the survivors)
 
 The server's message of a secure phase differs per client (its key list, its routed shares):
-it is a :class:`~sklearn_fedmf._transport.PerClient` and each client receives its own entry.
+it is a :class:`PerClient` and each client receives its own entry.
 A client's work in those phases is :func:`client_secure_phase`; what it keeps between them
 (its keys, its held upload, and for a cumulative exchange the encoding it last sent) is its
 *secure slot*, held by the transport next to its state.
@@ -29,11 +29,10 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._engine import SummableUploads
 from ..exceptions import ClientFailureWarning, FederationError
 from ._encoding import FixedPointEncoding
 from ._protocol import (
@@ -50,8 +49,14 @@ from ._protocol import (
 )
 
 __all__ = ["SECURE_PHASES", "SecureAggregation", "SecureInput", "SecureRoundFailed",
-           "SummableUploads",  # (defined in the engine: protocols declare it without crypto)
-           "client_secure_phase", "default_neighbours", "run_secure_exchange"]
+           "PerClient", "client_secure_phase", "default_neighbours", "run_secure_exchange"]
+
+
+class PerClient(NamedTuple):
+    """A server message that differs per client: each client receives ``messages[client]``."""
+
+    messages: dict
+
 
 # the transport's names of the four phases (PHASES of _protocol, prefixed)
 SECURE_PHASES = tuple(f"secure_{p}" for p in ("advertise_keys", "share_keys", "masked_input",
@@ -273,7 +278,6 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
     threshold = options.threshold(n)
     up = {p: {} for p in PHASES}
     down = {p: {} for p in PHASES}
-    from .._transport import PerClient  # (the transport imports this module lazily)
 
     def run(phase, who, messages, name, phase_stream=None):
         result = transport.run(phase, who, PerClient(messages), stream=phase_stream,
