@@ -4,7 +4,8 @@ engine's transport.
 A protocol whose server needs only the sum of a round's uploads declares it with
 :class:`~sklearn_fedmf._engine.SummableUploads`. With ``secure_aggregation=True`` the
 transport keeps each client's upload on the client (the engine only learns that it is
-ready), and the engine runs the four phases of :mod:`sklearn_fedmf.secure._protocol` as four more transport calls::
+ready), and the engine runs the four phases of :mod:`sklearn_fedmf.secure._protocol` as
+four more transport calls::
 
     secure_advertise_keys  -> KeyAdvertisement   (every client of the round, dropped ones too)
     secure_share_keys      -> EncryptedShares
