@@ -62,6 +62,9 @@ PROTOCOL = dict(n_components=5, n_clients=100, clients_per_round=10, max_iter=10
                 random_state=0, solver_params={"eval_every": 0})
 ESTIMATORS = {"FedMCADMM": FedMCADMM, "FedMAvg": FedMAvg, "FedMGS": FedMGS, "RFRec": RFRec}
 CHOSEN_ON = ("ml", "ml-users", "1m-0.5", "1m-1.0")
+# the sets that chose the "auto" strengths of FedMC-ADMM, FedMAvg and FedMGS
+# (sklearn_fedmf.completion._auto_strengths); every other set only confirms them
+AUTO_CHOSEN_ON = ("ml", "filmtrust", "douban", "epinions")
 # the two regularizations at their reference strengths (RFRec has only its own)
 PLAIN = {"FedMCADMM": {"regularization": "plain", "alpha_u": 10.0, "alpha_v": 0.1},
          "FedMAvg": {"regularization": "plain", "alpha_u": 10.0, "alpha_v": 10.0},

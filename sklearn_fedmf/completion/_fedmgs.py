@@ -12,6 +12,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._docstrings import Substitution
+from ._auto_strengths import AutoStrengthsMixin
 from ._base import (
     COMPLETION_DOCS,
     FACTOR_SETTINGS,
@@ -25,7 +26,7 @@ __all__ = ["FedMGS"]
 
 # ---- estimator ----------------------------------------------------------------------------
 @Substitution(**COMPLETION_DOCS)
-class FedMGS(FederatedMFBase):
+class FedMGS(AutoStrengthsMixin, FederatedMFBase):
     """Federated matrix completion by gradient sharing (FedMGS, Wang & Chang).
 
     Each round, the ``clients_per_round`` sampled clients take ``local_iter_u``
@@ -74,6 +75,10 @@ class FedMGS(FederatedMFBase):
         noise (MovieLens) keep about 10. It follows the ratings' scale (ratings times ``c``:
         strength times ``c``). Each client adds one number to its message (see the module
         documentation). With ``regularization="weighted"``, ``"auto"`` is 0.1 per rating.
+        Either way ``"auto"`` also runs the fit on the centred ratings divided by their root
+        mean square (the model is scaled back) and, with ``biased=True``, starts the biases
+        at their empirical-Bayes shrunk means, as FedMAvg's ``"auto"`` does
+        (:mod:`sklearn_fedmf.completion._auto_strengths`).
         The values used are ``alpha_u_`` and ``alpha_v_``. Measured across data sets
         (``benchmarks/bench_defaults.py``); the papers' ``1e-6`` is in ``PAPER_SETTINGS``.
     regularization : {"plain", "weighted"}, default="plain"
@@ -221,6 +226,7 @@ class FedMGS(FederatedMFBase):
             raise ValueError("warm_start cannot switch alpha_u or alpha_v between 'auto' and a "
                              "fixed strength; fit again without warm_start.")
         settings = self._settings()
+        item_bias, user_shrinkage = self._bias_start(ctx)
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             local_iter_u=self.local_iter_u, local_iter_v=self.local_iter_v,
@@ -228,15 +234,13 @@ class FedMGS(FederatedMFBase):
             alpha_u=alpha_u, alpha_v=alpha_v, l1_ratio=settings["l1_ratio"],
             positive=settings["positive"], init_scale=settings["init_scale"], biased=self.biased,
             weighted=self.regularization == "weighted", n_ratings=ctx.info["n_ratings"],
+            item_bias=item_bias, user_shrinkage=user_shrinkage,
         )
 
     def _collect(self, state, blocks, ctx):
         super()._collect(state, blocks, ctx)
         alpha = state.server_state.get("alpha")
         self.alpha_u_, self.alpha_v_ = (alpha if a == "auto" else a for a in self._strengths())
-
-    def _fold_in_alpha_u(self):
-        return self.alpha_u_
 
     def _read_components(self, server_state, broadcast):
         return np.ascontiguousarray(server_state["Vt"].T)

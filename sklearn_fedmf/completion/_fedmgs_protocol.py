@@ -81,6 +81,7 @@ from .._engine import FederatedProtocol
 from .._groups import ImplicitRows
 from .._prox import item_counts, prox_elastic_net, row_alpha
 from ..exceptions import FederationError
+from ._auto_strengths import start_item_biases, start_user_biases
 from ._fedmavg_protocol import (
     EPS_LIPSCHITZ,
     client_metrics,
@@ -137,11 +138,12 @@ def _sum_squares(upload):
 
 
 # ---- pure solver functions ------------------------------------------------------------------
-def init_server(rng, *, n_items, n_components, init_scale, biased=False):
-    """``V^0``: i.i.d. ``init_scale * Uniform[0, 1)`` (``[V^0; 1; 0]`` with biases)."""
+def init_server(rng, *, n_items, n_components, init_scale, biased=False, item_bias=None):
+    """``V^0``: i.i.d. ``init_scale * Uniform[0, 1)`` (``[V^0; 1; 0]`` with biases;
+    ``item_bias``: ``[V^0; 1; b_i^0]``, the ``"auto"`` start of :mod:`._auto_strengths`)."""
     Vt = init_scale * rng.random((n_items, n_components))
     if biased:
-        _biases.init_item(Vt)
+        start_item_biases(_biases.init_item(Vt), item_bias)
     return {"Vt": Vt}, Vt
 
 
@@ -169,11 +171,13 @@ class _OneClient:
 
 
 def init_client(block, Vt, rng, *, init_scale, positive, biased=False, weighted=False,
-                sum_squares=False):
+                sum_squares=False, user_shrinkage=None):
     """Private ``U_p^0`` and the upload of its aggregates (Algorithm 2's ``G1^0``, ``G2^0``);
     weighted regularization: also its ratings per item, once (their sum over the clients is
     the item weights ``n_j``)."""
     U = init_user_factors(block, Vt.shape[1], rng, init_scale, positive, biased)
+    if biased:  # (user_shrinkage: b_u starts at its shrunk mean, the "auto" start)
+        start_user_biases(U, block.X, Vt, user_shrinkage)
     upload = share(U, block.X, biased, sum_squares)
     if weighted:
         upload["counts"] = item_counts(block.X)
@@ -433,20 +437,21 @@ def _combine(server_state, sums, *, alpha_v, **params):
 
 def make_protocol(*, n_items, n_clients, n_components, local_iter_u, local_iter_v, c_factor,
                   d_factor, alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False,
-                  weighted=False, n_ratings=None):
+                  weighted=False, n_ratings=None, item_bias=None, user_shrinkage=None):
     """Bind the hyperparameters to the pure functions above (``"auto"`` strengths:
-    ``n_ratings``, the sum of the clients' rating counts, is the rule's denominator)."""
+    ``n_ratings``, the sum of the clients' rating counts, is the rule's denominator;
+    ``item_bias``, ``user_shrinkage``: the biases' start, :mod:`._auto_strengths`)."""
     auto = "auto" in (alpha_u, alpha_v)
     update = dict(local_iter_u=local_iter_u, c_factor=c_factor, alpha_u=alpha_u,
                   l1_ratio=l1_ratio, positive=positive, biased=biased, weighted=weighted)
     init = dict(init_scale=init_scale, positive=positive, biased=biased, weighted=weighted,
-                sum_squares=auto)
+                sum_squares=auto, user_shrinkage=user_shrinkage)
     metrics = dict(alpha_u=alpha_u, l1_ratio=l1_ratio, biased=biased, alpha_v=alpha_v,
                    weighted=weighted)
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items,
                             n_components=_biases.n_factors(n_components, biased),
-                            init_scale=init_scale, biased=biased),
+                            init_scale=init_scale, biased=biased, item_bias=item_bias),
         init_client=partial(init_client, **init),
         server_init_uploads=partial(server_init_uploads, n_clients=n_clients, auto=auto,
                                     n_ratings=n_ratings),
