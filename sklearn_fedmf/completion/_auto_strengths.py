@@ -1,4 +1,5 @@
-"""Strengths that adapt to the data: the ``"auto"`` defaults of FedMC-ADMM and FedMAvg.
+"""Strengths that adapt to the data: the ``"auto"`` defaults of FedMC-ADMM and FedMAvg (and
+the bias start of FedMGS's ``"auto"``, whose strengths are its server's own rule).
 
 Three aggregates, each sent once by every client before round 1, set up the fit:
 
@@ -105,17 +106,20 @@ def bias_shrinkages(moments):
     return noise / tau_u, noise / tau_i
 
 
-def auto_setup(X, item_strength=AUTO_ITEM):
+def auto_setup(X, item_strength=AUTO_ITEM, scale=True):
     """The ``"auto"`` settings of a fit on the centred CSR ``X`` (scaled in place), with
-    ``item_strength`` per rating at the mean item (the class's; ``AUTO_ITEM`` by default).
+    ``item_strength`` per rating at the mean item (the class's; ``AUTO_ITEM`` by default);
+    ``scale=False`` leaves ``X`` in rating units (``scale`` is then 1).
 
     Returns a dict: ``scale`` (the root mean square ``X`` was divided by), ``alpha_u`` and
     ``alpha_v`` (per row, on the scaled ratings), ``item_bias`` (the server's start) and
-    ``user_shrinkage`` (``lambda_u`` of the clients' start), ``n_users`` and ``n_items``.
+    ``user_shrinkage`` (``lambda_u`` of the clients' start), ``n_users``, ``n_items`` and
+    ``rms``, the root mean square of the (scaled) ratings.
     """
     moments = rating_moments(X)
     n = max(moments["n_ratings"], 1.0)
-    scale = float(np.sqrt(moments["sum_squares"] / n)) or 1.0
+    rms = float(np.sqrt(moments["sum_squares"] / n))
+    scale = (rms or 1.0) if scale else 1.0
     lambda_u, lambda_i = bias_shrinkages(moments)
     X.data /= scale
     # the second exchange: per item, the sums of x - b_u at the users' shrunk means
@@ -130,6 +134,7 @@ def auto_setup(X, item_strength=AUTO_ITEM):
         "user_shrinkage": lambda_u,
         "n_users": moments["n_users"],
         "n_items": moments["n_items"],
+        "rms": rms / scale,
     }
 
 
@@ -164,6 +169,9 @@ class AutoStrengthsMixin:
     # the item side's strength per rating at the mean item (AUTO_ITEM unless a class measured
     # its own)
     _auto_item = AUTO_ITEM
+    # whether "auto" runs the fit on scaled ratings (FedMGS: its server's rule is in rating
+    # units already, and its messages stay the paper's)
+    _auto_scales = True
 
     def _uses_auto(self):
         return "auto" in (self.alpha_u, self.alpha_v)
@@ -171,14 +179,14 @@ class AutoStrengthsMixin:
     def _check_fit_data(self, X, *, reset, **fit_params):
         X, info = super()._check_fit_data(X, reset=reset, **fit_params)
         if not self._uses_auto():
-            if not reset and getattr(self, "_scale", 1.0) != 1.0:
+            if not reset and getattr(self, "_auto_settings", None) is not None:
                 raise ValueError("warm_start cannot switch alpha_u or alpha_v between 'auto' "
                                  "and a fixed strength; fit again without warm_start.")
             return X, {**info, "auto": None}
         if reset:
-            auto = auto_setup(X, self._auto_item)
+            auto = auto_setup(X, self._auto_item, self._auto_scales)
         else:  # warm start: the first fit's scale and strengths; the model holds the biases
-            if getattr(self, "_scale", 1.0) == 1.0 and self._auto_settings is None:
+            if getattr(self, "_auto_settings", None) is None:
                 raise ValueError("warm_start cannot switch alpha_u or alpha_v between 'auto' "
                                  "and a fixed strength; fit again without warm_start.")
             auto = self._auto_settings
@@ -199,7 +207,8 @@ class AutoStrengthsMixin:
         n = float(ctx.info["n_ratings"])
         return {"scale": 1.0, "alpha_u": AUTO_USER * np.sqrt(n / ctx.n_rows),
                 "alpha_v": self._auto_item * n / ctx.n_features, "item_bias": None,
-                "user_shrinkage": None, "n_users": ctx.n_rows, "n_items": ctx.n_features}
+                "user_shrinkage": None, "n_users": ctx.n_rows, "n_items": ctx.n_features,
+                "rms": None}
 
     def _strength(self, name, ctx, value):
         """``alpha_u`` or ``alpha_v`` for the protocol: the rule's value when ``"auto"``."""
@@ -217,9 +226,9 @@ class AutoStrengthsMixin:
         auto = self._auto(ctx)
         self._auto_settings = auto
         self._scale = 1.0 if auto is None else auto["scale"]
-        if auto is None:
+        if auto is None or self._scale == 1.0:
             return
-        root = np.sqrt(self._scale)
+        root = float(np.sqrt(self._scale))  # (a Python float keeps float32 float32)
         self.components_ = self.components_ * root
         self.user_factors_ = self.user_factors_ * root
         if self.biased:

@@ -75,10 +75,9 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
         noise (MovieLens) keep about 10. It follows the ratings' scale (ratings times ``c``:
         strength times ``c``). Each client adds one number to its message (see the module
         documentation). With ``regularization="weighted"``, ``"auto"`` is 0.1 per rating.
-        Either way ``"auto"`` also runs the fit on the centred ratings divided by their root
-        mean square (the model is scaled back) and, with ``biased=True``, starts the biases
-        at their empirical-Bayes shrunk means, as FedMAvg's ``"auto"`` does
-        (:mod:`sklearn_fedmf.completion._auto_strengths`).
+        Either way, with ``biased=True``, ``"auto"`` also starts the biases at their
+        empirical-Bayes shrunk means, as FedMAvg's ``"auto"`` does
+        (:mod:`sklearn_fedmf.completion._auto_strengths`; a few aggregates sent once).
         The values used are ``alpha_u_`` and ``alpha_v_``. Measured across data sets
         (``benchmarks/bench_defaults.py``); the papers' ``1e-6`` is in ``PAPER_SETTINGS``.
     regularization : {"plain", "weighted"}, default="plain"
@@ -170,6 +169,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
         "sampling": ("uniform", [StrOptions({"uniform", "weighted"})]),
     }
     _moved_params = moved_to_solver_params(_solver_params)
+    _auto_scales = False  # (the server's rule follows the ratings' scale by itself)
 
     _parameter_constraints: dict = {
         **FederatedMFBase._parameter_constraints,
@@ -235,6 +235,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
             positive=settings["positive"], init_scale=settings["init_scale"], biased=self.biased,
             weighted=self.regularization == "weighted", n_ratings=ctx.info["n_ratings"],
             item_bias=item_bias, user_shrinkage=user_shrinkage,
+            rating_rms=None if item_bias is None else self._auto(ctx)["rms"],
         )
 
     def _collect(self, state, blocks, ctx):

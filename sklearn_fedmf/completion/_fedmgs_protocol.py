@@ -337,11 +337,13 @@ def update_cache(segments, total, uploads):
     return segments
 
 
-def server_init_uploads(server_state, uploads, *, n_clients, auto=False, n_ratings=None):
+def server_init_uploads(server_state, uploads, *, n_clients, auto=False, n_ratings=None,
+                        rating_rms=None):
     """Cache every client's aggregates (rated rows) and Gram, and their sums (Algorithm 2's
     ``G1^0``, ``G2^0``, item by item); ``auto``: also their sums of squares, and round 1's
     strength, the cap ``AUTO_MAX`` times the ratings' root mean square (what the sums of
-    squares give before any bias is fitted), goes with ``V``."""
+    squares give before any bias is fitted; ``rating_rms`` when the biases start elsewhere),
+    goes with ``V``."""
     pieces = [_piece(uploads[p]) for p in range(n_clients)]
     r = pieces[0][3].shape[-1]
     segments = cache_segments(pieces)
@@ -357,7 +359,9 @@ def server_init_uploads(server_state, uploads, *, n_clients, auto=False, n_ratin
                 counts += sent
     if auto:
         state["ss"] = np.array([_sum_squares(uploads[p]) for p in range(n_clients)])
-        state["alpha"] = state["alpha_max"] = AUTO_MAX * np.sqrt(state["ss"].sum() / n_ratings)
+        if rating_rms is None:
+            rating_rms = np.sqrt(state["ss"].sum() / n_ratings)
+        state["alpha"] = state["alpha_max"] = AUTO_MAX * rating_rms
         return state, {"Vt": server_state["Vt"], "alpha": np.array([state["alpha"]])}
     return state, server_state["Vt"]
 
@@ -437,10 +441,12 @@ def _combine(server_state, sums, *, alpha_v, **params):
 
 def make_protocol(*, n_items, n_clients, n_components, local_iter_u, local_iter_v, c_factor,
                   d_factor, alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False,
-                  weighted=False, n_ratings=None, item_bias=None, user_shrinkage=None):
+                  weighted=False, n_ratings=None, item_bias=None, user_shrinkage=None,
+                  rating_rms=None):
     """Bind the hyperparameters to the pure functions above (``"auto"`` strengths:
     ``n_ratings``, the sum of the clients' rating counts, is the rule's denominator;
-    ``item_bias``, ``user_shrinkage``: the biases' start, :mod:`._auto_strengths`)."""
+    ``item_bias``, ``user_shrinkage``: the biases' start, :mod:`._auto_strengths`, with
+    ``rating_rms``, the centred ratings' root mean square, for the cap)."""
     auto = "auto" in (alpha_u, alpha_v)
     update = dict(local_iter_u=local_iter_u, c_factor=c_factor, alpha_u=alpha_u,
                   l1_ratio=l1_ratio, positive=positive, biased=biased, weighted=weighted)
@@ -454,7 +460,7 @@ def make_protocol(*, n_items, n_clients, n_components, local_iter_u, local_iter_
                             init_scale=init_scale, biased=biased, item_bias=item_bias),
         init_client=partial(init_client, **init),
         server_init_uploads=partial(server_init_uploads, n_clients=n_clients, auto=auto,
-                                    n_ratings=n_ratings),
+                                    n_ratings=n_ratings, rating_rms=rating_rms),
         client_update=partial(client_update, **update),
         server_update=partial(server_update, d_factor=d_factor, local_iter_v=local_iter_v,
                               alpha_v=alpha_v, l1_ratio=l1_ratio, positive=positive,
