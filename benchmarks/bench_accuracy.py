@@ -14,7 +14,8 @@
 seed 0: a user may have none in training and gets the fallback), every completion estimator
 and variant with **all its defaults** (``random_state=0`` only) through ``RatingRegressor``,
 beside the global mean and Surprise's ``BaselineOnly`` and ``SVD()``; test RMSE, then the fit
-seconds. ``role`` says whether the defaults were chosen on the set or it only confirms them.
+seconds. ``role`` says whether the defaults were chosen on the set (``CHOSEN_ON``, or
+``AUTO_CHOSEN_ON`` for the ``"auto"`` strengths) or it only confirms them.
 
 The data sets are those of ``bench_defaults.py`` (``ml``, ``ml-users``, ``ml-items``,
 ``1m-0.5``, ``1m-1.0``, ``10m-0.5``, ``10m-1.0``; see its docstring), each with an 80/20
@@ -40,7 +41,7 @@ import warnings
 
 import numpy as np
 import scipy.sparse as sp
-from bench_defaults import CHOSEN_ON, ESTIMATORS, PROTOCOL, load
+from bench_defaults import AUTO_CHOSEN_ON, CHOSEN_ON, ESTIMATORS, PROTOCOL, load
 from sklearn.experimental import enable_halving_search_cv  # noqa: F401
 from sklearn.model_selection import GridSearchCV, HalvingGridSearchCV, KFold, train_test_split
 
@@ -49,9 +50,10 @@ from sklearn_fedmf.model_selection import default_search_space, train_test_split
 
 PEERS = ("BaselineOnly", "SVD", "SVDpp", "KNNBaseline")
 # every completion estimator and variant, all defaults (--all-defaults)
-DEFAULT_MODELS = {"FedMCADMM": (FedMCADMM, {}), "FedMAvg": (FedMAvg, {}), "FedMGS": (FedMGS, {}),
-                  "RFRec": (RFRec, {}),
-                  "RFRecF": (RFRec, {"solver_params": {"variant": "rfrecf"}})}
+DEFAULT_MODELS = {"FedMCADMM": (FedMCADMM, {}), "FedMAvg": (FedMAvg, {}),
+                  "FedMAvg-admm": (FedMAvg, {"solver_params": {"variant": "fedmc_admm"}}),
+                  "FedMGS": (FedMGS, {}),
+                  "RFRec": (RFRec, {}), "RFRecF": (RFRec, {"solver_params": {"variant": "rfrecf"}})}
 ALL_DATA = ("ml,ml-users,ml-items,1m-0.5,1m-1.0,100k-0.8,filmtrust,douban,epinions,"
             "netflix-100k")
 SEARCHED = "regularization,alpha_u,alpha_v"
@@ -177,7 +179,7 @@ def all_defaults(data_names, models, quick):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # empty item columns of the subsets
             rmse, seconds = defaults_row(X, models, quick)
-        role = "chosen" if data_name in CHOSEN_ON else "confirm"
+        role = "chosen" if data_name in CHOSEN_ON + AUTO_CHOSEN_ON else "confirm"
         print(f"{data_name:13s} {role:8s} {X.nnz:8d} "
               + " ".join(f"{rmse.get(c, float('nan')):12.4f}" for c in columns), flush=True)
         times.append((data_name, seconds))

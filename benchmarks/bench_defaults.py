@@ -39,7 +39,7 @@ first, weak taste, heavy-tailed activity, other scales:
 * ``douban``: the Douban movie subset's shape (3000 x 3000, 136,891 ratings, 1-5 stars);
 * ``epinions``: Epinions scaled down 8x (5020 x 17467, 83,103 ratings, median 10);
 * ``netflix-1m``: Netflix's titles and activity at 1,000,000 ratings, half stars 0.5-5
-  (``netflix-100k``: the same at 100,000 ratings, 478 users).
+  (``netflix-100k`` and ``netflix-200k``: the same at 100,000 and 200,000 ratings).
 
 A MovieLens release on disk is ``<release>:<path>`` (e.g. ``100k:ml-100k/u.data``), read with
 ``load_movielens``: for measuring on real data that the repository does not ship.
@@ -62,6 +62,9 @@ PROTOCOL = dict(n_components=5, n_clients=100, clients_per_round=10, max_iter=10
                 random_state=0, solver_params={"eval_every": 0})
 ESTIMATORS = {"FedMCADMM": FedMCADMM, "FedMAvg": FedMAvg, "FedMGS": FedMGS, "RFRec": RFRec}
 CHOSEN_ON = ("ml", "ml-users", "1m-0.5", "1m-1.0")
+# the sets that chose the "auto" strengths of FedMC-ADMM, FedMAvg and FedMGS
+# (sklearn_fedmf.completion._auto_strengths); every other set only confirms them
+AUTO_CHOSEN_ON = ("ml", "filmtrust", "douban", "epinions")
 # the two regularizations at their reference strengths (RFRec has only its own)
 PLAIN = {"FedMCADMM": {"regularization": "plain", "alpha_u": 10.0, "alpha_v": 0.1},
          "FedMAvg": {"regularization": "plain", "alpha_u": 10.0, "alpha_v": 10.0},
@@ -72,7 +75,7 @@ SHAPES = {"1m": (6040, 3706, 1000209, 8), "10m": (69878, 10677, 10000054, 40),
           "100k": (943, 1682, 100000, 1), "20m": (138493, 26744, 20000263, 100)}
 # the site-like sets: (preset of make_site_ratings, ratings or None for the preset's)
 SITE_SETS = {**{name: (name, None) for name in SITE_PRESETS},
-             "netflix-100k": ("netflix-1m", 100_000)}
+             "netflix-100k": ("netflix-1m", 100_000), "netflix-200k": ("netflix-1m", 200_000)}
 
 
 def load(name, quick=False):

@@ -20,7 +20,11 @@ def block_ratings(n_users=40, n_items=16, seed=0):
 
 
 def estimator():
-    return RatingRegressor(FedMAvg(n_components=2, n_clients=4, max_iter=10, random_state=0))
+    # FedMAvg's former fixed strengths: the "auto" defaults' item penalty (2 per rating,
+    # chosen for data whose structure is mostly biases) does not learn the two tastes in
+    # 10 rounds (nDCG 0.26 against 0.29 for random items)
+    return RatingRegressor(FedMAvg(n_components=2, n_clients=4, max_iter=10, alpha_u=10.0,
+                                   alpha_v=10.0, random_state=0))
 
 
 def test_scorer_is_the_metric_of_recommend_on_each_fold():

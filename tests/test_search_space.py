@@ -111,7 +111,8 @@ def test_grid_search_over_both_regularizations_through_rating_regressor(pairs):
                           scoring="neg_root_mean_squared_error").fit(X, y)
     # each regularization with its own strength: never plain at 0.1 nor weighted at 10
     assert search.cv_results_["params"] == [
-        {"estimator__regularization": "plain", "estimator__alpha_u": pytest.approx(10.0)},
+        # (the plain sub-grid holds FedMAvg's default, "auto")
+        {"estimator__regularization": "plain", "estimator__alpha_u": "auto"},
         {"estimator__regularization": "weighted", "estimator__alpha_u": pytest.approx(0.1),
          "estimator__alpha_v": pytest.approx(0.1)},  # (left out: its own default)
     ]

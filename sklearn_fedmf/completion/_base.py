@@ -404,15 +404,16 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         self.factors_used_, self._fallback = True, None
         if not validated or not self._biased or self._floor_class is None:
             return
+        best = state.best_score * self._score_scale(ctx)  # (in rating units)
         floor, floor_rmse, (up, down) = biases_floor(ctx, self._floor_class, n_jobs=self.n_jobs)
         self.history_[-1]["bytes_uploaded"] += up
         self.history_[-1]["bytes_downloaded"] += down
-        if floor_rmse > state.best_score:
+        if floor_rmse > best:
             return
         self.factors_used_ = False
         self._fallback = (
             f"the factor part did not beat the biases alone on the validation ratings (RMSE "
-            f"{state.best_score:.4g} at its best round {self.best_iteration_}, "
+            f"{best:.4g} at its best round {self.best_iteration_}, "
             f"{floor_rmse:.4g} for the federated biases-only model), so the fit keeps the "
             "biases alone (factors_used_ = False, factors set to zero); lower alpha_u and "
             "alpha_v, or the data has no structure beyond the biases")
@@ -422,6 +423,11 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         dtype, scale = self.item_bias_.dtype, ctx.info.get("rating_scale", 1.0)
         self.user_bias_ = (floor.user_bias_ / scale).astype(dtype)
         self.item_bias_ = ((floor.item_bias_ + (floor.mean_ - self._offset)) / scale).astype(dtype)
+
+    def _score_scale(self, ctx):
+        """What the fit's validation scores are multiplied by in rating units (1: the
+        records are in rating units)."""
+        return 1.0
 
     def _degenerate(self, state, blocks, ctx, history):
         if self._fallback is not None:

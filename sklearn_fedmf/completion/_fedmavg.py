@@ -17,6 +17,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._docstrings import Substitution
 from .._engine import FederatedProtocol
 from .._fedmavg_protocol import check_aggregation, q2_schedule, round_phases
+from ._auto_strengths import AutoStrengthsMixin
 from ._base import (
     COMPLETION_DOCS,
     FACTOR_SETTINGS,
@@ -54,10 +55,11 @@ __all__ = ["FedMAvg"]
 def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, local_iter_v,
                   q_hat, participation, aggregation, c_factor, d_factor, w_step, client_weights,
                   alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False,
-                  weighted=False):
+                  weighted=False, item_bias=None, user_shrinkage=None):
     """Bind the hyperparameters to the pure functions (``biased``: rank
     ``n_components + 2`` with the augmented factors of ``_biases``; ``weighted``: each row's
-    penalty scaled by its number of ratings)."""
+    penalty scaled by its number of ratings; ``item_bias``, ``user_shrinkage``: the biases'
+    start of the ``"auto"`` strengths, :mod:`._auto_strengths`)."""
     prepared = variant == "wang_chang" and w_step in ("global", "guarded")
     u_params = dict(variant=variant, c_factor=c_factor, alpha_u=alpha_u, l1_ratio=l1_ratio,
                     positive=positive, local_iter_u=local_iter_u, client_weights=client_weights,
@@ -85,14 +87,15 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
         batched = make_batched(prepared=prepared, u_params=u_params, w_params=w_params,
                                init_params=dict(init_scale=init_scale, positive=positive,
                                                 client_weights=client_weights,
-                                                send_gram=prepared),
+                                                send_gram=prepared,
+                                                user_shrinkage=user_shrinkage),
                                alpha_u=alpha_u, l1_ratio=l1_ratio, biased=biased)
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items, n_components=n_components,
-                            init_scale=init_scale, biased=biased),
+                            init_scale=init_scale, biased=biased, item_bias=item_bias),
         init_client=partial(init_client, init_scale=init_scale, positive=positive,
                             client_weights=client_weights, send_gram=prepared, biased=biased,
-                            weighted=weighted),
+                            weighted=weighted, user_shrinkage=user_shrinkage),
         server_init_uploads=partial(server_init_uploads, n_clients=n_clients,
                                     q2_first=q2_first),
         **round_phases(
@@ -123,7 +126,7 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
 # ---- estimator ----------------------------------------------------------------------------
 @Substitution(**COMPLETION_DOCS,
               example=toy_example("FedMAvg", max_iter=300, alpha=0.01, bound=0.1))
-class FedMAvg(FederatedMFBase):
+class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
     """Federated matrix completion by model averaging (FedMAvg, Wang & Chang).
 
     Each client owns a block of rows (users). In a round every client (partial client
@@ -161,12 +164,21 @@ class FedMAvg(FederatedMFBase):
         %(validation_fraction)s
     n_iter_no_change : int, default=10
         %(n_iter_no_change)s
-    alpha_u, alpha_v : float, default=10.0
+    alpha_u, alpha_v : float or "auto", default="auto"
         Regularization strengths of the user and item factors.
         %(elastic_net)s
         The l2 part is smooth (in the gradient), the l1 part and ``positive`` act as a prox
-        at every local step. Defaults measured across data sets
-        (``benchmarks/bench_defaults.py``); the papers' ``1e-6`` is in ``PAPER_SETTINGS``.
+        at every local step. ``"auto"`` (either): the fit runs on the centred ratings divided
+        by their root mean square ``s`` and scales the model back; ``alpha_u = 2
+        sqrt(n_ratings / n_users)`` and ``alpha_v = 2 n_ratings / n_items`` there (the
+        strengths per rating follow the rows' ratings); with ``biased=True`` the biases
+        start at their empirical-Bayes shrunk means
+        (:mod:`sklearn_fedmf.completion._auto_strengths`; each client sends a few aggregates
+        once, listed in the privacy guide). ``variant="fedmc_admm"`` divides ``alpha_v`` by
+        ``p``, as its objective divides the data term. A fixed value of the other strength is
+        used as given (on the scaled ratings). The values used are
+        ``alpha_u_`` and ``alpha_v_``. Measured across data sets (user guide, "Tuning");
+        the papers' ``1e-6`` is in ``PAPER_SETTINGS``.
     regularization : {"plain", "weighted"}, default="plain"
         %(regularization)s
         The server broadcasts the counts' sum ``n_j`` with ``V`` (one more float per item in
@@ -247,6 +259,8 @@ class FedMAvg(FederatedMFBase):
         one-time sizes and, for the global step, Grams are in round 1), ``seconds``...
     %(outcome_attributes)s
     %(validation_attributes)s
+    alpha_u_, alpha_v_ : float
+        The strengths used (``"auto"`` resolved, on the scaled ratings).
 
     See Also
     --------
@@ -287,6 +301,8 @@ class FedMAvg(FederatedMFBase):
         "local_iter_u": [Interval(Integral, 1, None, closed="left")],
         "local_iter_v": [Interval(Integral, 1, None, closed="left"), None],
         "regularization": [StrOptions({"plain", "weighted"})],
+        "alpha_u": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
+        "alpha_v": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
     }
 
     def __init__(
@@ -302,8 +318,8 @@ class FedMAvg(FederatedMFBase):
         early_stopping="auto",
         validation_fraction=0.1,
         n_iter_no_change=10,
-        alpha_u=10.0,
-        alpha_v=10.0,
+        alpha_u="auto",
+        alpha_v="auto",
         regularization="plain",
         biased=True,
         loss="squared",
@@ -340,6 +356,7 @@ class FedMAvg(FederatedMFBase):
         paper = variant == "fedmc_admm"
         check_aggregation(settings["aggregation"], sampling)
         d_factor = settings["d_factor"] or self._loss_defaults["d_factor"][int(self._implicit)]
+        alpha_u, alpha_v = self._strengths(ctx)
         if self._implicit:
             check_implicit_settings(self, ctx)
             q2 = self._loss_default("local_iter_v")
@@ -354,8 +371,9 @@ class FedMAvg(FederatedMFBase):
                 aggregation=settings["aggregation"]
                 or ("sampled_mean" if sampling == "weighted" else "weighted"),
                 d_factor=d_factor, client_weights=settings["client_weights"],
-                alpha_u=self.alpha_u, alpha_v=self.alpha_v,
+                alpha_u=alpha_u, alpha_v=alpha_v,
                 confidence=settings["confidence"], init_scale=settings["init_scale"])
+        item_bias, user_shrinkage = self._bias_start(ctx)
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self._n_components,
             variant=variant, local_iter_u=self.local_iter_u,
@@ -366,11 +384,31 @@ class FedMAvg(FederatedMFBase):
             c_factor=settings["c_factor"] or (0.5 if paper else 0.51),
             d_factor=d_factor,
             w_step=w_step or ("guarded" if variant == "wang_chang" else "local"),
-            client_weights=settings["client_weights"], alpha_u=self.alpha_u,
-            alpha_v=self.alpha_v, l1_ratio=settings["l1_ratio"], positive=settings["positive"],
+            client_weights=settings["client_weights"], alpha_u=alpha_u,
+            alpha_v=alpha_v, l1_ratio=settings["l1_ratio"], positive=settings["positive"],
             init_scale=settings["init_scale"],
             biased=self._biased, weighted=self.regularization == "weighted",
+            item_bias=item_bias, user_shrinkage=user_shrinkage,
         )
+
+    def _strengths(self, ctx):
+        """``(alpha_u, alpha_v)`` of the protocol (``"auto"``: :mod:`._auto_strengths`; the
+        weighted regularization's strength is per rating, so its rule divides by the mean
+        row's ratings)."""
+        alpha_u = self._strength("alpha_u", ctx, self.alpha_u)
+        alpha_v = self._strength("alpha_v", ctx, self.alpha_v)
+        auto = self._auto(ctx)
+        if self.regularization == "weighted" and auto is not None:
+            n = ctx.info["n_ratings"]
+            alpha_u = alpha_u * auto["n_users"] / n if self.alpha_u == "auto" else alpha_u
+            alpha_v = alpha_v * auto["n_items"] / n if self.alpha_v == "auto" else alpha_v
+        elif self.alpha_v == "auto" and self._settings()["variant"] == "fedmc_admm":
+            alpha_v /= ctx.n_clients  # (its objective divides the data term, not h(V), by p)
+        return alpha_u, alpha_v
+
+    def _collect(self, state, blocks, ctx):
+        super()._collect(state, blocks, ctx)
+        self.alpha_u_, self.alpha_v_ = self._strengths(ctx)
 
     def _client_weights(self, nnz, n_rows):
         return nnz if self._settings()["client_weights"] == "entries" else n_rows

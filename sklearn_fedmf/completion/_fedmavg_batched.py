@@ -30,6 +30,7 @@ from .. import _biases
 from .._fedmavg_protocol import w_step_size
 from .._groups import BatchedPhases, ImplicitRows, user_rows_state
 from .._transport import _rng
+from ._auto_strengths import start_user_biases
 from ._fedmavg_kernels import add_rows, partner_grams, rated_item_steps
 from ._fedmavg_protocol import (
     EPS_LIPSCHITZ,
@@ -173,13 +174,15 @@ def _w_uploads(U, group, Vt, q2, omega, d_global, senders, *, variant, n_clients
 
 # ---- the BatchedPhases contract (sklearn_fedmf._groups) ------------------------------------
 def init_group(group, broadcast, stream, *, init_scale, positive, client_weights, send_gram,
-               biased):
+               biased, user_shrinkage=None):
     """Every client's private ``U_p^0`` from its own generator; uploads as ``init_client``."""
     k = broadcast["Vt"].shape[1]
     # (the eager generator: the lazy one's wrapper costs a fifth more, at every client)
     U = np.concatenate([
         random_user_factors(m, k, _rng(*stream, group.start + i), init_scale, positive, biased)
         for i, m in enumerate(np.diff(group.row_ptr).tolist())])
+    if biased:  # (row by row: the same as each client's own start)
+        start_user_biases(U, group.X, broadcast["Vt"], user_shrinkage)
     sizes = _sizes(group, client_weights).tolist()
     uploads = {group.start + i: {"size": float(size)} for i, size in enumerate(sizes)}
     if send_gram:

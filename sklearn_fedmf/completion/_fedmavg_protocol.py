@@ -54,6 +54,7 @@ from .. import _biases
 from .._fedmavg_protocol import average_uploads, q2_schedule, store_grams, w_step_size
 from .._kernels import grad_cols, prox_grad_rows
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
+from ._auto_strengths import start_item_biases, start_user_biases
 from ._base import factor_metrics
 
 EPS_LIPSCHITZ = 1e-12  # floor of every Lipschitz bound: a zero factor must not give 0/0
@@ -109,9 +110,12 @@ def client_weight(block, client_weights):
     return block.nnz if client_weights == "entries" else block.n_rows
 
 
-def init_server(rng, *, n_items, n_components, init_scale, biased=False):
-    """``V^0`` of rank ``n_components`` (:func:`~sklearn_fedmf._biases.random_item_factor`)."""
+def init_server(rng, *, n_items, n_components, init_scale, biased=False, item_bias=None):
+    """``V^0`` of rank ``n_components`` (:func:`~sklearn_fedmf._biases.random_item_factor`;
+    ``item_bias``: ``[V^0; 1; b_i^0]``, the ``"auto"`` start of :mod:`._auto_strengths`)."""
     Vt = _biases.random_item_factor(rng, n_items, n_components, init_scale, biased)
+    if biased:
+        start_item_biases(Vt, item_bias)
     return {"Vt": Vt}, {"Vt": Vt}
 
 
@@ -135,10 +139,13 @@ def item_gram(U, biased):
 
 
 def init_client(block, broadcast, rng, *, init_scale, positive, client_weights, send_gram,
-                biased=False, weighted=False):
-    """Private ``U_p^0``; uploads its size (for ``omega``), for the global step its Gram and,
-    for the weighted regularization, its ratings per item."""
+                biased=False, weighted=False, user_shrinkage=None):
+    """Private ``U_p^0`` (``user_shrinkage``: its biases start at their shrunk means against
+    the broadcast ``b_i``, the ``"auto"`` start); uploads its size (for ``omega``), for the
+    global step its Gram and, for the weighted regularization, its ratings per item."""
     U = init_user_factors(block, broadcast["Vt"].shape[1], rng, init_scale, positive, biased)
+    if biased:
+        start_user_biases(U, block.X, broadcast["Vt"], user_shrinkage)
     upload = {"size": float(client_weight(block, client_weights))}
     if send_gram:
         upload["gram"] = item_gram(U, biased)

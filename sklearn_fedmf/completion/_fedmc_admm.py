@@ -20,6 +20,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .. import _biases
 from .._docstrings import Substitution
 from .._groups import ClientGroup
+from ._auto_strengths import AutoStrengthsMixin
 from ._base import (
     COMPLETION_DOCS,
     FACTOR_SETTINGS,
@@ -30,7 +31,7 @@ from ._base import (
 )
 from ._fed_baseline import FedBaseline
 from ._fedmc_admm_implicit import AUTO_BETA_IMPLICIT, implicit_initial_curvature
-from ._fedmc_admm_protocol import AUTO_BETA, auto_alpha_u, initial_curvature, make_protocol
+from ._fedmc_admm_protocol import AUTO_BETA, AUTO_ITEM_ADMM, initial_curvature, make_protocol
 
 __all__ = ["FedMCADMM"]
 
@@ -78,7 +79,7 @@ def state_nbytes(*, n_clients, n_items, n_factors, itemsize, grouped, nnz=0, max
 # ---- estimator ----------------------------------------------------------------------------
 @Substitution(**COMPLETION_DOCS,
               example=toy_example("FedMCADMM", max_iter=200, alpha=0.1, bound=0.05))
-class FedMCADMM(FederatedMFBase):
+class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
     """Federated matrix completion by linearized ADMM (FedMC-ADMM).
 
     Each client owns a block of rows (users). In a round, ``clients_per_round`` sampled
@@ -124,23 +125,22 @@ class FedMCADMM(FederatedMFBase):
         %(validation_fraction)s
     n_iter_no_change : int, default=10
         %(n_iter_no_change)s
-    alpha_u : float or "auto", default="auto"
-        Regularization strength of the user factors (``lambda``).
+    alpha_u, alpha_v : float or "auto", default="auto"
+        Regularization strengths of the user factors (``lambda``) and of the item factor
+        (``gamma``).
         %(elastic_net)s
-        ``"auto"`` is 0.04 per rating: with the plain
-        regularization ``0.04 * n_ratings / n_users`` (the training ratings per user, from
-        the rating count and the number of users the clients send once; 5.3 on MovieLens
-        latest-small's 80 % training part, 3.4 on the ML-100K shape), with the weighted one
-        0.04 for each rating of the row. The value used is ``alpha_u_``. Measured across
-        data sets (``benchmarks/bench_defaults.py``, user guide "Tuning"): a constant 10
-        over-shrinks the user factors of synthetic low-rank ratings by up to 0.06 RMSE, and a
-        constant 5 still misses by 0.021 at the ML-100K shape (fewer ratings per user). The
-        papers' ``1e-6`` is in ``PAPER_SETTINGS``.
-    alpha_v : float, default=0.1
-        Regularization strength of the item factor (``gamma``), the same form.
-        ``R(V)`` is not divided by ``p``: against a centralized ridge, ``alpha_v`` weighs ``p``
-        times more (0.1 at ``p = 100`` is a centralized 10). Default measured across data sets
-        (``benchmarks/bench_defaults.py``); the papers' ``1e-6`` is in ``PAPER_SETTINGS``.
+        ``R(V)`` is not divided by ``p``: against a centralized ridge, ``alpha_v`` weighs
+        ``p`` times more (0.1 at ``p = 100`` is a centralized 10). ``"auto"`` (either): the
+        fit runs on the centred ratings divided by their root mean square ``s`` and scales
+        the model back; there ``alpha_u = 2 sqrt(n_ratings / n_users)`` and ``alpha_v = 0.3
+        n_ratings / (n_items p)`` (the strengths per rating follow the rows' ratings; the
+        ``1/p`` undoes the weight above; FedMAvg's 2 per rating stalls the factor part of
+        ADMM on low-rank data); with ``biased=True`` the biases start at their
+        empirical-Bayes shrunk means (:mod:`sklearn_fedmf.completion._auto_strengths`; each
+        client sends a few aggregates once, listed in the privacy guide). A fixed value of the other
+        strength is used as given (on the scaled ratings). The values used are ``alpha_u_``
+        and ``alpha_v_``. Measured across data sets (user guide, "Tuning"); the papers'
+        ``1e-6`` is in ``PAPER_SETTINGS``.
     regularization : {"plain", "weighted"}, default="plain"
         %(regularization)s
         With ``"weighted"``, ``R(V)`` sits inside the ``1/p`` like the data it weighs (so
@@ -177,8 +177,8 @@ class FedMCADMM(FederatedMFBase):
 
     Attributes
     ----------
-    alpha_u_ : float
-        The user factors' regularization strength used (``alpha_u="auto"`` resolved).
+    alpha_u_, alpha_v_ : float
+        The strengths used (``"auto"`` resolved, on the scaled ratings).
     beta_ : float
         The ADMM penalty used.
     components_ : ndarray of shape (n_components, n_items)
@@ -225,6 +225,7 @@ class FedMCADMM(FederatedMFBase):
     """
 
     _fit_dtypes = (np.float64, np.float32)  # float32 X: factors, messages, states in float32
+    _auto_item = AUTO_ITEM_ADMM  # (measured: the shared AUTO_ITEM stalls its factor part)
 
     _solver_params: dict = {
         **FederatedMFBase._solver_params,
@@ -243,6 +244,7 @@ class FedMCADMM(FederatedMFBase):
         "local_iter": [Interval(Integral, 1, None, closed="left")],
         "regularization": [StrOptions({"plain", "weighted"})],
         "alpha_u": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
+        "alpha_v": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
     }
 
     def __init__(
@@ -259,7 +261,7 @@ class FedMCADMM(FederatedMFBase):
         validation_fraction=0.1,
         n_iter_no_change=10,
         alpha_u="auto",
-        alpha_v=0.1,
+        alpha_v="auto",
         regularization="plain",
         biased=True,
         loss="squared",
@@ -297,26 +299,40 @@ class FedMCADMM(FederatedMFBase):
                     self._settings()["confidence"])
             return AUTO_BETA * initial_curvature(
                 ctx.info["n_ratings"], ctx.n_features, ctx.n_clients, self.n_components,
-                init_scale, self.biased,
+                init_scale, self._biased,
             )
         return float(self.beta)
 
-    def _alpha_u(self, ctx):
-        if self.alpha_u == "auto":
-            return auto_alpha_u(ctx.info["n_ratings"], ctx.n_rows,
-                                self.regularization == "weighted")
-        return float(self.alpha_u)
+    def _strengths(self, ctx):
+        """``(alpha_u, alpha_v)`` of the protocol: ``"auto"`` is :mod:`._auto_strengths`'
+        rule (``alpha_v`` over ``p``, as ``R(V)`` is not; per rating with the weighted
+        regularization)."""
+        alpha_u = self._strength("alpha_u", ctx, self.alpha_u)
+        alpha_v = self._strength("alpha_v", ctx, self.alpha_v)
+        auto = self._auto(ctx)
+        if auto is None:
+            return alpha_u, alpha_v
+        weighted = self.regularization == "weighted"
+        if self.alpha_u == "auto" and weighted:
+            alpha_u *= auto["n_users"] / ctx.info["n_ratings"]
+        if self.alpha_v == "auto":
+            alpha_v *= auto["n_items"] / ctx.info["n_ratings"] if weighted else (
+                1.0 / ctx.n_clients)
+        return alpha_u, alpha_v
 
     def _make_protocol(self, ctx):
         settings = self._settings()
+        alpha_u, alpha_v = self._strengths(ctx)
+        item_bias, user_shrinkage = self._bias_start(ctx)
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
-            beta=self._beta(ctx), local_iter=self.local_iter, alpha_u=self._alpha_u(ctx),
-            alpha_v=self.alpha_v, l1_ratio=settings["l1_ratio"], positive=settings["positive"],
+            beta=self._beta(ctx), local_iter=self.local_iter, alpha_u=alpha_u,
+            alpha_v=alpha_v, l1_ratio=settings["l1_ratio"], positive=settings["positive"],
             w_update=settings["w_update"], init_scale=settings["init_scale"],
             dual_init=settings["dual_init"],
             biased=self._biased, weighted=self.regularization == "weighted",
             confidence=settings["confidence"] if self._implicit else None,
+            item_bias=item_bias, user_shrinkage=user_shrinkage,
         )
 
     def _run(self, protocol, blocks, ctx, early_stopping=None):
@@ -355,7 +371,4 @@ class FedMCADMM(FederatedMFBase):
 
     def _collect(self, state, blocks, ctx):
         super()._collect(state, blocks, ctx)
-        self.alpha_u_, self.beta_ = self._alpha_u(ctx), self._beta(ctx)
-
-    def _fold_in_alpha_u(self):
-        return self.alpha_u_
+        (self.alpha_u_, self.alpha_v_), self.beta_ = self._strengths(ctx), self._beta(ctx)

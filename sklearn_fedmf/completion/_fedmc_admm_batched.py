@@ -52,6 +52,7 @@ from .._groups import segments as _segments
 from .._kernels import squared_error
 from .._prox import elastic_net_value
 from .._transport import client_generator
+from ._auto_strengths import start_user_biases
 from ._base import squared_error_of
 from ._fedmc_admm_kernels import (
     group_update,
@@ -361,7 +362,7 @@ def _flat_state(U, E, e_ptr, loc, wy, hist, coef, h_len, V0, history):
 
 
 def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive, biased,
-               w_update):
+               w_update, user_shrinkage=None):
     """Batched ``init_client``: ``U_i^0`` from each client's own generator, ``W_i^0 = V^0``
     (coefficient 1 on broadcast 0), ``Y_i^0`` explicit on the rated items (0 elsewhere)."""
     X = group.X
@@ -373,8 +374,8 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
         (sizes[i], r))).astype(dtype, copy=False) for i in range(group.n_clients)])
     if positive:
         U = np.maximum(U, 0.0)
-    if biased:
-        _biases.init_user(U)
+    if biased:  # (row by row: the same as each client's own start)
+        start_user_biases(_biases.init_user(U), X, Vt, user_shrinkage)
     E, e_ptr, loc = _explicit_rows(group)
     n = E.size  # the explicit rows go straight into the state's pool: no room past them
     # for the linearized round (it writes them in place), a round's for the exact one
@@ -544,12 +545,12 @@ def with_states(gs, group, states):
 
 
 def make_batched(*, n_clients, init_scale, dual_init, positive, biased, beta, local_iter,
-                 alpha_u, l1_ratio, w_update, eps):
+                 alpha_u, l1_ratio, w_update, eps, user_shrinkage=None):
     """The :class:`~sklearn_fedmf._groups.BatchedPhases` of FedMC-ADMM."""
     return BatchedPhases(
         init_client=partial(init_group, n_clients=n_clients, init_scale=init_scale,
                             dual_init=dual_init, positive=positive, biased=biased,
-                            w_update=w_update),
+                            w_update=w_update, user_shrinkage=user_shrinkage),
         client_update=partial(update_group, n_clients=n_clients, beta=beta,
                               local_iter=local_iter, alpha_u=alpha_u, l1_ratio=l1_ratio,
                               positive=positive, w_update=w_update, biased=biased, eps=eps),

@@ -18,6 +18,7 @@ from .. import _biases
 from .._engine import Broadcast, FederatedProtocol, SummableUploads
 from .._kernels import grad_cols, prox_grad_rows
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
+from ._auto_strengths import start_item_biases, start_user_biases
 from ._base import factor_metrics
 from ._fedmc_admm_batched import (
     FactorHistory,
@@ -40,8 +41,11 @@ from ._fedmc_admm_kernels import linearized_cols, replace_and_accumulate, square
 EPS_LIPSCHITZ = 1e-8
 
 AUTO_BETA = 1.0  # beta="auto" = AUTO_BETA * initial_curvature(...), measured (bench_beta.py)
-# alpha_u="auto": a strength per rating, chosen on bench_defaults.py's CHOSEN_ON sets
-AUTO_ALPHA_U = 0.04
+# alpha_v="auto": its strength per rating at the mean item (_auto_strengths' rule), measured:
+# the shared 2.0 leaves the factor part near the biases-only model on synthetic low-rank
+# ratings (test_fedmc_admm_auto_beta: 1.045 against the biases' 1.067), 0.3 recovers it
+# (0.916) while shrinking FedMAvg's site-like losses (docs/guide/tuning.rst)
+AUTO_ITEM_ADMM = 0.3
 RESUM_EVERY = 20  # rounds between exact sums of the server's aggregate
 
 
@@ -61,29 +65,18 @@ def initial_curvature(n_ratings, n_items, n_clients, n_components, init_scale, b
     return raters * row / n_clients
 
 
-def auto_alpha_u(n_ratings, n_users, weighted):
-    """``alpha_u="auto"``: ``AUTO_ALPHA_U`` per rating.
-
-    The weighted penalty (ALS-WR) applies it row by row, ``AUTO_ALPHA_U * n_u``; the plain
-    one at the mean row, ``AUTO_ALPHA_U * n_ratings / n_users``: the user factors' ridge
-    keeps the same ratio to the data term's curvature ``n_u E[v v^T]`` of a typical user
-    whatever the density, while every row keeps the paper's single strength. Both counts are
-    aggregates the clients send once (the rating count also centres the ratings).
-    """
-    if weighted:
-        return AUTO_ALPHA_U
-    return AUTO_ALPHA_U * n_ratings / max(n_users, 1)
-
-
 # ---- pure solver functions ------------------------------------------------------------------
-def init_server(rng, *, n_items, n_components, init_scale, biased=False):
-    """``V^0`` of rank ``n_components`` (:func:`~sklearn_fedmf._biases.random_item_factor`)."""
+def init_server(rng, *, n_items, n_components, init_scale, biased=False, item_bias=None):
+    """``V^0`` of rank ``n_components`` (:func:`~sklearn_fedmf._biases.random_item_factor`;
+    ``item_bias``: ``[V^0; 1; b_i^0]``, the ``"auto"`` start of :mod:`._auto_strengths`)."""
     Vt = _biases.random_item_factor(rng, n_items, n_components, init_scale, biased)
+    if biased:
+        start_item_biases(Vt, item_bias)
     return {"Vt": Vt, "Z": None}, Vt
 
 
 def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive, biased=False,
-                weighted=False, confidence=None):
+                weighted=False, confidence=None, user_shrinkage=None):
     """Private ``U_i^0``, ``W_i^0 = V^0`` and ``Y_i^0 = -(1/p) grad_V f_i(U_i^0, V^0)``.
 
     Returns the client state and its one-time upload ``Y_i^0`` (eq. (16) needs every client's
@@ -96,8 +89,8 @@ def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive, b
     U = (init_scale * rng.random((block.n_rows, Vt.shape[1]))).astype(dtype, copy=False)
     if positive:
         U = np.maximum(U, 0.0)
-    if biased:
-        _biases.init_user(U)
+    if biased:  # (user_shrinkage: b_u starts at its shrunk mean, the "auto" start)
+        start_user_biases(_biases.init_user(U), block.X, Vt, user_shrinkage)
     if dual_init == "paper" and confidence is not None:  # loss="implicit"
         Yt = (implicit_grad_v(block.X, U, Vt, confidence=confidence) / -n_clients).astype(
             dtype, copy=False)
@@ -357,10 +350,11 @@ def combine_metrics(server_state, sums, *, n_clients, alpha_v, l1_ratio, biased=
 
 def make_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u, alpha_v,
                   l1_ratio, positive, w_update, init_scale, dual_init, biased=False,
-                  weighted=False, confidence=None):
+                  weighted=False, confidence=None, item_bias=None, user_shrinkage=None):
     """Bind the hyperparameters to the pure functions above (``biased``: the factors are
     the augmented ``[U, b_u, 1]`` and ``[V; 1; b_i]`` of rank ``n_components + 2``;
-    ``confidence``: ``loss="implicit"`` with that confidence scale, no biases)."""
+    ``confidence``: ``loss="implicit"`` with that confidence scale, no biases;
+    ``item_bias``, ``user_shrinkage``: the biases' ``"auto"`` start, :mod:`._auto_strengths`)."""
     if confidence is not None:
         confidence = float(confidence)
     # Python floats: a numpy float64 scalar (e.g. from a GridSearchCV grid) would promote
@@ -371,10 +365,11 @@ def make_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u
     reg_metrics = dict(alpha_v=alpha_v, weighted=weighted)
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items, n_components=n_components,
-                            init_scale=init_scale, biased=biased),
+                            init_scale=init_scale, biased=biased, item_bias=item_bias),
         init_client=partial(init_client, n_clients=n_clients, init_scale=init_scale,
                             dual_init=dual_init, positive=positive, biased=biased,
-                            weighted=weighted, confidence=confidence),
+                            weighted=weighted, confidence=confidence,
+                            user_shrinkage=user_shrinkage),
         server_init_uploads=partial(server_init_uploads, beta=beta, n_clients=n_clients),
         client_update=partial(client_update, n_clients=n_clients, beta=beta,
                               local_iter=local_iter, alpha_u=alpha_u, l1_ratio=l1_ratio,
@@ -400,5 +395,6 @@ def make_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u
         batched=None if weighted or confidence is not None else make_batched(
             n_clients=n_clients, init_scale=init_scale, dual_init=dual_init,
             positive=positive, biased=biased, beta=beta, local_iter=local_iter,
-            alpha_u=alpha_u, l1_ratio=l1_ratio, w_update=w_update, eps=EPS_LIPSCHITZ),
+            alpha_u=alpha_u, l1_ratio=l1_ratio, w_update=w_update, eps=EPS_LIPSCHITZ,
+            user_shrinkage=user_shrinkage),
     )

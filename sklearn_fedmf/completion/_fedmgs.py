@@ -11,6 +11,7 @@ from numbers import Integral, Real
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._docstrings import Substitution
+from ._auto_strengths import AutoStrengthsMixin
 from ._base import (
     COMPLETION_DOCS,
     FACTOR_SETTINGS,
@@ -30,7 +31,7 @@ __all__ = ["FedMGS"]
 # ---- estimator ----------------------------------------------------------------------------
 @Substitution(**COMPLETION_DOCS,
               example=toy_example("FedMGS", max_iter=300, alpha=0.01, bound=0.1))
-class FedMGS(FederatedMFBase):
+class FedMGS(AutoStrengthsMixin, FederatedMFBase):
     """Federated matrix completion by gradient sharing (FedMGS, Wang & Chang).
 
     Each round, the ``clients_per_round`` sampled clients take ``local_iter_u``
@@ -88,6 +89,9 @@ class FedMGS(FederatedMFBase):
         noise (MovieLens) keep about 10. It follows the ratings' scale (ratings times ``c``:
         strength times ``c``). Each client adds one number to its message (see the module
         documentation). With ``regularization="weighted"``, ``"auto"`` is 0.1 per rating.
+        Either way, with ``biased=True``, ``"auto"`` also starts the biases at their
+        empirical-Bayes shrunk means, as FedMAvg's ``"auto"`` does
+        (:mod:`sklearn_fedmf.completion._auto_strengths`; a few aggregates sent once).
         The values used are ``alpha_u_`` and ``alpha_v_``. Measured across data sets
         (``benchmarks/bench_defaults.py``); the papers' ``1e-6`` is in ``PAPER_SETTINGS``.
     regularization : {"plain", "weighted"}, default="plain"
@@ -159,6 +163,7 @@ class FedMGS(FederatedMFBase):
     _floor_class = FedBaseline  # the biases-only floor of a validated fit
     # what None means under each loss (FederatedMFBase._loss_default)
     _loss_defaults: dict = {"n_components": (5, 32), "max_iter": (100, 10)}
+    _auto_scales = False  # (the server's rule follows the ratings' scale by itself)
 
     _parameter_constraints: dict = {
         **FederatedMFBase._parameter_constraints,
@@ -233,6 +238,7 @@ class FedMGS(FederatedMFBase):
             raise ValueError("warm_start cannot switch alpha_u or alpha_v between 'auto' and a "
                              "fixed strength; fit again without warm_start.")
         settings = self._settings()
+        item_bias, user_shrinkage = self._bias_start(ctx)
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self._n_components,
             local_iter_u=self.local_iter_u, local_iter_v=self.local_iter_v,
@@ -240,6 +246,8 @@ class FedMGS(FederatedMFBase):
             alpha_u=alpha_u, alpha_v=alpha_v, l1_ratio=settings["l1_ratio"],
             positive=settings["positive"], init_scale=settings["init_scale"], biased=self._biased,
             weighted=self.regularization == "weighted", n_ratings=ctx.info["n_ratings"],
+            item_bias=item_bias, user_shrinkage=user_shrinkage,
+            rating_rms=None if item_bias is None else self._auto(ctx)["rms"],
         )
 
     def _collect(self, state, blocks, ctx):
@@ -247,5 +255,3 @@ class FedMGS(FederatedMFBase):
         alpha = None if self._implicit else state.server_state.get("alpha")
         self.alpha_u_, self.alpha_v_ = (alpha if a == "auto" else a for a in self._strengths())
 
-    def _fold_in_alpha_u(self):
-        return self.alpha_u_

@@ -17,6 +17,7 @@ from .. import _biases
 from .._groups import BatchedPhases, ImplicitRows, segments, user_rows_state, with_user_rows
 from .._prox import row_alpha
 from .._transport import client_generator
+from ._auto_strengths import start_user_biases
 from ._fedmavg_protocol import EPS_LIPSCHITZ, lambda_max
 from ._fedmgs_kernels import client_items, group_user_steps
 from ._fedmgs_kernels import group_share as share_kernel
@@ -95,7 +96,7 @@ def group_share(state, group, clients, biased, sum_squares=False):
 
 
 def batched_init_client(group, Vt, stream, *, init_scale, positive, biased=False,
-                        weighted=False, sum_squares=False):
+                        weighted=False, sum_squares=False, user_shrinkage=None):
     """:func:`._fedmgs_protocol.init_client` of every client of the group (each from its own
     generator)."""
     n_f, ptr = Vt.shape[1], group.row_ptr
@@ -105,8 +106,8 @@ def batched_init_client(group, Vt, stream, *, init_scale, positive, biased=False
             (ptr[i + 1] - ptr[i], n_f))
     if positive:
         np.maximum(U, 0.0, out=U)
-    if biased:
-        _biases.init_user(U)
+    if biased:  # (row by row: the same as each client's own start)
+        start_user_biases(_biases.init_user(U), group.X, Vt, user_shrinkage)
     state = {"U": U, **group_layout(group)}
     uploads = group_share(state, group, np.arange(group.n_clients), biased, sum_squares)
     if weighted:  # each client's ratings per item, on the items it rated

@@ -81,6 +81,7 @@ from .._engine import FederatedProtocol, SummableUploads
 from .._groups import ImplicitRows
 from .._prox import item_counts, prox_elastic_net, row_alpha
 from ..exceptions import FederationError
+from ._auto_strengths import start_item_biases, start_user_biases
 from ._fedmavg_protocol import (
     EPS_LIPSCHITZ,
     client_metrics,
@@ -137,9 +138,12 @@ def _sum_squares(upload):
 
 
 # ---- pure solver functions ------------------------------------------------------------------
-def init_server(rng, *, n_items, n_components, init_scale, biased=False):
-    """``V^0`` of rank ``n_components`` (:func:`~sklearn_fedmf._biases.random_item_factor`)."""
+def init_server(rng, *, n_items, n_components, init_scale, biased=False, item_bias=None):
+    """``V^0`` of rank ``n_components`` (:func:`~sklearn_fedmf._biases.random_item_factor`;
+    ``item_bias``: ``[V^0; 1; b_i^0]``, the ``"auto"`` start of :mod:`._auto_strengths`)."""
     Vt = _biases.random_item_factor(rng, n_items, n_components, init_scale, biased)
+    if biased:
+        start_item_biases(Vt, item_bias)
     return {"Vt": Vt}, Vt
 
 
@@ -167,11 +171,13 @@ class _OneClient:
 
 
 def init_client(block, Vt, rng, *, init_scale, positive, biased=False, weighted=False,
-                sum_squares=False):
+                sum_squares=False, user_shrinkage=None):
     """Private ``U_p^0`` and the upload of its aggregates (Algorithm 2's ``G1^0``, ``G2^0``);
     weighted regularization: also its ratings per item, once (their sum over the clients is
     the item weights ``n_j``)."""
     U = init_user_factors(block, Vt.shape[1], rng, init_scale, positive, biased)
+    if biased:  # (user_shrinkage: b_u starts at its shrunk mean, the "auto" start)
+        start_user_biases(U, block.X, Vt, user_shrinkage)
     upload = share(U, block.X, biased, sum_squares)
     if weighted:
         upload["counts"] = item_counts(block.X)
@@ -331,11 +337,13 @@ def update_cache(segments, total, uploads):
     return segments
 
 
-def server_init_uploads(server_state, uploads, *, n_clients, auto=False, n_ratings=None):
+def server_init_uploads(server_state, uploads, *, n_clients, auto=False, n_ratings=None,
+                        rating_rms=None):
     """Cache every client's aggregates (rated rows) and Gram, and their sums (Algorithm 2's
     ``G1^0``, ``G2^0``, item by item); ``auto``: also their sums of squares, and round 1's
     strength, the cap ``AUTO_MAX`` times the ratings' root mean square (what the sums of
-    squares give before any bias is fitted), goes with ``V``."""
+    squares give before any bias is fitted; ``rating_rms`` when the biases start elsewhere),
+    goes with ``V``."""
     pieces = [_piece(uploads[p]) for p in range(n_clients)]
     r = pieces[0][3].shape[-1]
     segments = cache_segments(pieces)
@@ -351,7 +359,9 @@ def server_init_uploads(server_state, uploads, *, n_clients, auto=False, n_ratin
                 counts += sent
     if auto:
         state["ss"] = np.array([_sum_squares(uploads[p]) for p in range(n_clients)])
-        state["alpha"] = state["alpha_max"] = AUTO_MAX * np.sqrt(state["ss"].sum() / n_ratings)
+        if rating_rms is None:
+            rating_rms = np.sqrt(state["ss"].sum() / n_ratings)
+        state["alpha"] = state["alpha_max"] = AUTO_MAX * rating_rms
         return state, {"Vt": server_state["Vt"], "alpha": np.array([state["alpha"]])}
     return state, server_state["Vt"]
 
@@ -486,22 +496,25 @@ def _combine(server_state, sums, *, alpha_v, **params):
 
 def make_protocol(*, n_items, n_clients, n_components, local_iter_u, local_iter_v, c_factor,
                   d_factor, alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False,
-                  weighted=False, n_ratings=None):
+                  weighted=False, n_ratings=None, item_bias=None, user_shrinkage=None,
+                  rating_rms=None):
     """Bind the hyperparameters to the pure functions above (``"auto"`` strengths:
-    ``n_ratings``, the sum of the clients' rating counts, is the rule's denominator)."""
+    ``n_ratings``, the sum of the clients' rating counts, is the rule's denominator;
+    ``item_bias``, ``user_shrinkage``: the biases' start, :mod:`._auto_strengths`, with
+    ``rating_rms``, the centred ratings' root mean square, for the cap)."""
     auto = "auto" in (alpha_u, alpha_v)
     update = dict(local_iter_u=local_iter_u, c_factor=c_factor, alpha_u=alpha_u,
                   l1_ratio=l1_ratio, positive=positive, biased=biased, weighted=weighted)
     init = dict(init_scale=init_scale, positive=positive, biased=biased, weighted=weighted,
-                sum_squares=auto)
+                sum_squares=auto, user_shrinkage=user_shrinkage)
     metrics = dict(alpha_u=alpha_u, l1_ratio=l1_ratio, biased=biased, alpha_v=alpha_v,
                    weighted=weighted)
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items, n_components=n_components,
-                            init_scale=init_scale, biased=biased),
+                            init_scale=init_scale, biased=biased, item_bias=item_bias),
         init_client=partial(init_client, **init),
         server_init_uploads=partial(server_init_uploads, n_clients=n_clients, auto=auto,
-                                    n_ratings=n_ratings),
+                                    n_ratings=n_ratings, rating_rms=rating_rms),
         client_update=partial(client_update, **update),
         server_update=partial(server_update, d_factor=d_factor, local_iter_v=local_iter_v,
                               alpha_v=alpha_v, l1_ratio=l1_ratio, positive=positive,

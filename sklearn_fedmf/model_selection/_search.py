@@ -13,13 +13,14 @@ __all__ = ["default_search_space"]
 # measured default (benchmarks/bench_defaults.py) divided and multiplied by 3: a 3-point grid
 # is (default / 3, default, 3 * default). ALS-WR's weighted lambda is a strength per rating,
 # on one scale for the three estimators that have it (reference 0.1), so the two
-# regularizations are separate sub-spaces of their own strengths. FedMC-ADMM's
-# alpha_u="auto" follows the ratings per user: its plain range is centred on the value it
-# takes at MovieLens latest-small's training part (5, at about 130 ratings per user).
+# regularizations are separate sub-spaces of their own strengths. FedMC-ADMM's and FedMAvg's
+# "auto" strengths follow the ratings per row (completion/_auto_strengths): their plain ranges
+# are centred near the values they take at MovieLens latest-small's training part (alpha_u
+# about 23, alpha_v about 18 for FedMAvg and 0.27 for FedMC-ADMM).
 # FedMGS's "auto" starts at 10 and never exceeds it (times the ratings' root mean square).
 _STRENGTHS = {
-    "FedMCADMM": {"plain": {"alpha_u": (5 / 3, 15.0), "alpha_v": (0.1 / 3, 0.3)}},
-    "FedMAvg": {"plain": {"alpha_u": (10 / 3, 30.0), "alpha_v": (10 / 3, 30.0)}},
+    "FedMCADMM": {"plain": {"alpha_u": (20 / 3, 60.0), "alpha_v": (0.3 / 3, 0.9)}},
+    "FedMAvg": {"plain": {"alpha_u": (20 / 3, 60.0), "alpha_v": (20 / 3, 60.0)}},
     "FedMGS": {"plain": {"alpha_u": (10 / 3, 30.0), "alpha_v": (10 / 3, 30.0)}},
     "RFRec": {"plain": {"alpha_u": (1.5, 13.5), "alpha_v": (1.5, 13.5)}},
     "FedBaseline": {"plain": {"alpha_u": (5.0, 45.0), "alpha_v": (10 / 3, 30.0)}},  # Surprise's
@@ -89,8 +90,8 @@ def default_search_space(estimator, *, kind="grid", n_points=3, include=None):
     >>> from sklearn_fedmf import FedMAvg
     >>> from sklearn_fedmf.model_selection import default_search_space
     >>> space = default_search_space(FedMAvg(), include=["alpha_u", "biased"])
-    >>> [round(a, 2) for a in space["alpha_u"]], space["biased"]
-    ([3.33, 10.0, 30.0], [True, False])
+    >>> [a if a == "auto" else round(a, 2) for a in space["alpha_u"]], space["biased"]
+    ([6.67, 'auto', 60.0], [True, False])
     >>> plain, weighted = default_search_space(FedMAvg(), include=["regularization",
     ...                                                             "alpha_u"])
     >>> weighted["regularization"], [round(a, 3) for a in weighted["alpha_u"]]
