@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
+    "item_biases", "user_biases",
     "n_factors", "init_user", "init_item", "random_item_factor", "fix_user", "fix_item",
     "user_step_view", "item_step_view", "free_user", "free_item", "with_user", "with_item",
     "item_partner", "user_step_bounds", "item_step_bounds",
@@ -165,3 +166,24 @@ def with_item(free):
     """``Vt_aug`` from its free columns."""
     ones = np.ones((free.shape[0], 1), dtype=free.dtype)
     return np.hstack([free[:, :-1], ones, free[:, -1:]])
+
+
+# ---- the closed-form shrunk biases (BaselineOnly's ALS steps) ----------------------------
+def _shrunk_mean(sums, counts, reg):
+    """``sums / (reg + counts)``, 0 where ``reg + counts`` is 0 (no rating and no penalty)."""
+    denom = reg + counts
+    return np.divide(sums, denom, out=np.zeros(sums.shape), where=denom > 0)
+
+
+def user_biases(X, item_bias, alpha_u):
+    """Each row's ``b_u = sum_i (x_ui - b_i) / (alpha_u + n_u)`` on the centred CSR ``X``
+    (a row without ratings gets 0): the exact minimizer in ``b_u`` with ``b_i`` fixed."""
+    counts = np.diff(X.indptr)
+    rows = np.repeat(np.arange(X.shape[0]), counts)
+    deviations = np.bincount(rows, weights=X.data - item_bias[X.indices], minlength=X.shape[0])
+    return _shrunk_mean(deviations, counts, alpha_u)
+
+
+def item_biases(sums, counts, alpha_v):
+    """``b_i = sum_u (x_ui - b_u) / (alpha_v + n_i)`` from the server's sums and counts."""
+    return _shrunk_mean(sums, counts, alpha_v)

@@ -54,7 +54,6 @@ import numpy as np
 from .. import _biases
 
 # (the module, not its names: it imports FedMAvg's protocol, which imports this module)
-from . import _fed_baseline_protocol as _baseline
 from ._implicit import IMPLICIT_ALPHA
 
 __all__ = ["AUTO_ITEM", "AUTO_USER", "AutoStrengthsMixin", "auto_setup", "bias_shrinkages",
@@ -126,14 +125,14 @@ def auto_setup(X, item_strength=AUTO_ITEM, scale=True):
     lambda_u, lambda_i = bias_shrinkages(moments)
     X.data /= scale
     # the second exchange: per item, the sums of x - b_u at the users' shrunk means
-    user_bias = _baseline.user_biases(X, np.zeros(X.shape[1]), lambda_u)
+    user_bias = _biases.user_biases(X, np.zeros(X.shape[1]), lambda_u)
     rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
     sums = np.bincount(X.indices, weights=X.data - user_bias[rows], minlength=X.shape[1])
     return {
         "scale": scale,
         "alpha_u": AUTO_USER * np.sqrt(n / max(moments["n_users"], 1.0)),
         "alpha_v": item_strength * n / max(moments["n_items"], 1.0),
-        "item_bias": _baseline.item_biases(sums, moments["item_counts"], lambda_i),
+        "item_bias": _biases.item_biases(sums, moments["item_counts"], lambda_i),
         "user_shrinkage": lambda_u,
         "n_users": moments["n_users"],
         "n_items": moments["n_items"],
@@ -147,7 +146,7 @@ def start_user_biases(U, X, Vt, shrinkage):
     the papers' start at 0)."""
     if shrinkage is not None:
         item_bias = np.asarray(Vt[:, _biases.B_I], dtype=np.float64)
-        U[:, _biases.B_U] = _baseline.user_biases(X, item_bias, shrinkage)
+        U[:, _biases.B_U] = _biases.user_biases(X, item_bias, shrinkage)
     return U
 
 

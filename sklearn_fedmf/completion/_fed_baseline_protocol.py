@@ -50,30 +50,11 @@ from functools import partial
 import numpy as np
 
 from .. import _biases
+from .._biases import item_biases, user_biases
 from .._engine import FederatedProtocol, SummableUploads
 from . import _fedmavg_protocol as _fedmavg
 
 __all__ = ["user_biases", "item_biases", "make_protocol"]
-
-
-def _shrunk_mean(sums, counts, reg):
-    """``sums / (reg + counts)``, 0 where ``reg + counts`` is 0 (no rating and no penalty)."""
-    denom = reg + counts
-    return np.divide(sums, denom, out=np.zeros(sums.shape), where=denom > 0)
-
-
-def user_biases(X, item_bias, alpha_u):
-    """Each row's ``b_u = sum_i (x_ui - b_i) / (alpha_u + n_u)`` on the centred CSR ``X``
-    (a row without ratings gets 0): the exact minimizer in ``b_u`` with ``b_i`` fixed."""
-    counts = np.diff(X.indptr)
-    rows = np.repeat(np.arange(X.shape[0]), counts)
-    deviations = np.bincount(rows, weights=X.data - item_bias[X.indices], minlength=X.shape[0])
-    return _shrunk_mean(deviations, counts, alpha_u)
-
-
-def item_biases(sums, counts, alpha_v):
-    """``b_i = sum_u (x_ui - b_u) / (alpha_v + n_i)`` from the server's sums and counts."""
-    return _shrunk_mean(sums, counts, alpha_v)
 
 
 def _item_factor(item_bias):

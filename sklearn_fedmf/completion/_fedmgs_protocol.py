@@ -448,7 +448,8 @@ def secure_summands(upload, weight=None, broadcast=None, *, n_items, auto, n_rat
     return out
 
 
-def secure_server_init(server_state, sums, n_summed, *, n_clients, auto, n_ratings):
+def secure_server_init(server_state, sums, n_summed, *, n_clients, auto, n_ratings,
+                       rating_rms=None):
     """:func:`server_init_uploads` from the secure sums (every client's)."""
     if n_summed != n_clients:
         raise ValueError(f"FedMGS needs the aggregates of all {n_clients} clients, got "
@@ -459,7 +460,8 @@ def secure_server_init(server_state, sums, n_summed, *, n_clients, auto, n_ratin
         return state, Vt
     ss = sums["ss"] * n_ratings
     state["ss"] = np.array([ss])  # (the plain server keeps one per client; their sum counts)
-    state["alpha"] = state["alpha_max"] = AUTO_MAX * np.sqrt(ss / n_ratings)
+    rms = np.sqrt(ss / n_ratings) if rating_rms is None else rating_rms
+    state["alpha"] = state["alpha_max"] = AUTO_MAX * rms
     return state, {"Vt": Vt, "alpha": np.array([state["alpha"]])}
 
 
@@ -535,5 +537,5 @@ def make_protocol(*, n_items, n_clients, n_components, local_iter_u, local_iter_
             init_client=partial(secure_summands, n_items=n_items, auto=auto,
                                 n_ratings=n_ratings),
             server_init=partial(secure_server_init, n_clients=n_clients, auto=auto,
-                                n_ratings=n_ratings)),
+                                n_ratings=n_ratings, rating_rms=rating_rms)),
     )
