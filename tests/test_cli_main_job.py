@@ -29,14 +29,16 @@ def run(argv, capsys):
 
 
 def table(out):
-    """The table's rows as lists of cells (cells are 2+ spaces apart), and the line under it."""
+    """The table's rows as lists of cells (cells are 2+ spaces apart), and the line under it
+    (a fit's "! ..." note, e.g. a degenerate 4-round fit, is not a row)."""
     lines = out.splitlines()
     start = next(k for k, line in enumerate(lines) if line.startswith("method "))
     rows = []
     for line in lines[start + 2:]:
         if not line.strip() or line.startswith("rows: "):
             return rows, line
-        rows.append(re.split(r"\s{2,}", line.strip()))
+        if not line.startswith("! "):
+            rows.append(re.split(r"\s{2,}", line.strip()))
     return rows, ""
 
 
