@@ -50,8 +50,8 @@ SHARED_PARAMETERS = {
         "``bytes_uploaded``); the fit stops when the validation RMSE has not improved by more\n"
         "than ``tol`` for ``n_iter_no_change`` evaluations and keeps **the best validated\n"
         "round's model** (the server's ``V`` and item biases, each client's ``U_i`` and user\n"
-        "biases). With ``biased=True``, a factor part that does not beat the model's own\n"
-        "biases on validation is dropped (``factors_used_ = False``, a\n"
+        "biases). With ``biased=True``, a factor part that does not beat the federated\n"
+        "biases-only model (:class:`~sklearn_fedmf.FedBaseline`) on validation is dropped (``factors_used_ = False``, a\n"
         ":class:`~sklearn_fedmf.exceptions.DegenerateFitWarning`). ``\"auto\"``: on when ``X``\n"
         "holds at least 10,000 ratings (as ``HistGradientBoostingRegressor``) and\n"
         "``validation_fraction`` is set. An eval set given to ``fit`` stays a report\n"
@@ -67,7 +67,9 @@ SHARED_PARAMETERS = {
         "``fit(eval_set=...)``."),
     "n_iter_no_change": (
         "Evaluated rounds without an improvement of the validation RMSE before the fit\n"
-        "stops (early stopping only)."),
+        "stops (early stopping only). A fit that has not yet beaten its first evaluated\n"
+        "round is in its start-up (factors growing from small values can raise the\n"
+        "validation error for tens of rounds) and is not stopped."),
     "validation_attributes": (
         "best_iteration_ : int\n"
         "    The round whose model is kept: the best validated round with early stopping,\n"

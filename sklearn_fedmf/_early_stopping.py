@@ -22,7 +22,8 @@ class EarlyStopping:
     ratings, every ``eval_*`` key becomes ``validation_*``). The server keeps a
     copy of the federation's state (its own, and every client its own) at the best round;
     the fit stops when the RMSE has not gone below the best minus ``tol`` for
-    ``n_iter_no_change`` evaluations, and the best round's state is restored at the end.
+    ``n_iter_no_change`` evaluations (never while the best is still the first evaluated
+    round: the start-up), and the best round's state is restored at the end.
     """
 
     n_iter_no_change: int = 10
@@ -39,7 +40,7 @@ class _BestRound:
     def __init__(self, rule, state):
         self.rule = rule
         self.best, self.round = state.best_score, state.best_round  # (warm start: continued)
-        self.kept, self.waited = None, 0
+        self.kept, self.waited, self.first = None, 0, None
         if self.best is not None:  # a warm start starts at its previous best: kept until beaten
             self._keep(state)
 
@@ -57,12 +58,18 @@ class _BestRound:
             for key in [key for key in record if key.startswith("eval_")]:
                 record["validation_" + key[len("eval_"):]] = record.pop(key)
         record["validation_rmse"] = score
+        if self.best is None:  # the first evaluated round: the start the fit must beat
+            self.first = round_number
         if self.best is None or score < self.best - rule.tol:
             self.best, self.round, self.waited = score, round_number, 0
             self._keep(state)
             return False
         self.waited += 1
-        return self.waited >= rule.n_iter_no_change
+        # A fit whose best is still its first evaluated round is in its start-up (factors
+        # growing from small initial values can raise the validation error for tens of
+        # rounds before it falls below the start): it is not stopped then, only its best
+        # round is kept.
+        return self.waited >= rule.n_iter_no_change and self.round != self.first
 
     def restore(self, state):
         """Put the best round's states back, in the server and in every client."""
