@@ -51,7 +51,8 @@ SHARED_PARAMETERS = {
         "than ``tol`` for ``n_iter_no_change`` evaluations and keeps **the best validated\n"
         "round's model** (the server's ``V`` and item biases, each client's ``U_i`` and user\n"
         "biases). With ``biased=True``, a factor part that does not beat the federated\n"
-        "biases-only model (:class:`~sklearn_fedmf.FedBaseline`) on validation is dropped (``factors_used_ = False``, a\n"
+        "biases-only model (:class:`~sklearn_fedmf.FedBaseline`) on validation is dropped\n"
+        "(``factors_used_ = False``, a\n"
         ":class:`~sklearn_fedmf.exceptions.DegenerateFitWarning`). ``\"auto\"``: on when ``X``\n"
         "holds at least 10,000 ratings (as ``HistGradientBoostingRegressor``) and\n"
         "``validation_fraction`` is set. An eval set given to ``fit`` stays a report\n"
@@ -184,6 +185,10 @@ SHARED_HEADERS = {
     "n_jobs": "int, default=None",
     "verbose": "int, default=0",
     "solver_params": "dict or None, default=None",
+    "early_stopping": "'auto' or bool, default='auto'",  # (scikit-learn's HistGradientBoosting)
+    "validation_fraction": "float or None, default=0.1",
+    "n_iter_no_change": "int, default=10",
+    "secure_aggregation": "bool or SecureAggregation, default=False",
     "binarize": "float or None, default=None",
 }
 

@@ -96,7 +96,8 @@ class FakeGrid(Grid):
         return ready[::-1]  # arrival order must not matter
 
     def send_and_receive(self, messages, *, timeout=None):
-        raise NotImplementedError("the engine pushes and pulls at its own pace")
+        raise AssertionError("send_and_receive must not be called: the server pushes and pulls "
+                             "at its own pace")
 
 
 @pytest.fixture

@@ -24,18 +24,12 @@ from tests._implicit_reference import (
     dense_implicit_gradients,
     dense_implicit_objective,
     dense_preference_confidence,
+    popularity_scores,
+    tiny,
+    top_movies_leave_one_out,
 )
 
 CONFIDENCE = 2.5
-
-
-def tiny(seed=0, m=6, n=5, r=2):
-    """6 users x 5 items, rank 2: interactions with strengths 1..5, factors."""
-    rng = np.random.default_rng(seed)
-    mask = rng.random((m, n)) < 0.45
-    mask[np.arange(m), rng.integers(0, n, m)] = True  # every user interacted
-    X = sp.csr_matrix(np.where(mask, rng.integers(1, 6, (m, n)), 0).astype(float))
-    return X, rng.normal(size=(m, r)), rng.normal(size=(n, r))
 
 
 def test_gram_objective_equals_dense_sum_over_every_pair():
@@ -204,29 +198,8 @@ def test_many_clients_run_one_block_each():
 
 
 def test_implicit_beats_most_popular_and_the_rating_loss():
-    from sklearn_fedmf.datasets import load_movielens
-    from sklearn_fedmf.metrics import hit_rate_at_k
-    from sklearn_fedmf.model_selection import leave_one_out_split
-
-    X = load_movielens().X
-    keep = np.argsort(-np.diff(X.tocsc().indptr))[:300]  # the 300 most rated movies
-    X = X[:, keep].tocsr()
-    X = X[np.diff(X.indptr) >= 5]
-    coo = X.tocoo()
-    ratings = np.column_stack([coo.row, coo.col, coo.data])
-    train_df, test_df = leave_one_out_split(ratings, random_state=0)
-    train_df = np.asarray(train_df)
-    train = sp.csr_matrix((train_df[:, 2], (train_df[:, 0].astype(int),
-                                             train_df[:, 1].astype(int))), shape=X.shape)
-    test = np.asarray(test_df)
-    users, items = test[:, 0].astype(int), test[:, 1].astype(int)
-
-    def hr(scores):
-        scores = np.where(train.toarray() > 0, -np.inf, scores)[users]
-        top = np.argsort(-scores, axis=1, kind="stable")[:, :10]
-        return hit_rate_at_k([[i] for i in items], top, k=10)
-
-    popularity = np.tile(np.diff(train.tocsc().indptr).astype(float), (X.shape[0], 1))
+    train, hr = top_movies_leave_one_out()
+    popularity = popularity_scores(train)
     params = dict(n_components=8, n_clients=10, max_iter=30, local_iter=20, random_state=0)
     implicit = FedMCADMM(loss="implicit", **params).fit(train)
     squared = FedMCADMM(**params).fit(train)

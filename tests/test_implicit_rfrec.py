@@ -12,18 +12,15 @@ from sklearn_fedmf.completion._implicit import implicit_objective, implicit_user
 from sklearn_fedmf.completion._rfrec import ItemMatrixUpload
 from sklearn_fedmf.completion._rfrec_implicit import implicit_client_grads
 from sklearn_fedmf.privacy import LocalDP
-from tests._implicit_reference import dense_implicit_gradients, dense_implicit_objective
+from tests._implicit_reference import (
+    dense_implicit_gradients,
+    dense_implicit_objective,
+    popularity_scores,
+    tiny,
+    top_movies_leave_one_out,
+)
 
 CONFIDENCE = 2.5
-
-
-def tiny(seed=0, m=6, n=5, r=2):
-    """6 users x 5 items, rank 2: interactions with strengths 1..5, factors."""
-    rng = np.random.default_rng(seed)
-    mask = rng.random((m, n)) < 0.45
-    mask[np.arange(m), rng.integers(0, n, m)] = True  # every user interacted
-    X = sp.csr_matrix(np.where(mask, rng.integers(1, 6, (m, n)), 0).astype(float))
-    return X, rng.normal(size=(m, r)), rng.normal(size=(n, r))
 
 
 def test_client_gradients_equal_dense():
@@ -148,29 +145,8 @@ def test_same_model_for_any_n_jobs_and_backend(backend):
 
 
 def test_implicit_beats_most_popular_and_the_rating_loss():
-    from sklearn_fedmf.datasets import load_movielens
-    from sklearn_fedmf.metrics import hit_rate_at_k
-    from sklearn_fedmf.model_selection import leave_one_out_split
-
-    X = load_movielens().X
-    keep = np.argsort(-np.diff(X.tocsc().indptr))[:300]  # the 300 most rated movies
-    X = X[:, keep].tocsr()
-    X = X[np.diff(X.indptr) >= 5]
-    coo = X.tocoo()
-    train_df, test_df = leave_one_out_split(np.column_stack([coo.row, coo.col, coo.data]),
-                                            random_state=0)
-    t = np.asarray(train_df)
-    train = sp.csr_matrix((t[:, 2], (t[:, 0].astype(int), t[:, 1].astype(int))),
-                          shape=X.shape)
-    test = np.asarray(test_df)
-    users, items = test[:, 0].astype(int), test[:, 1].astype(int)
-
-    def hr(scores):
-        scores = np.where(train.toarray() > 0, -np.inf, scores)[users]
-        top = np.argsort(-scores, axis=1, kind="stable")[:, :10]
-        return hit_rate_at_k([[i] for i in items], top, k=10)
-
-    popularity = np.tile(np.diff(train.tocsc().indptr).astype(float), (X.shape[0], 1))
+    train, hr = top_movies_leave_one_out()
+    popularity = popularity_scores(train)
     params = dict(n_components=8, n_clients=10, random_state=0,
                   solver_params={"optimizer": "adam"})
     implicit = RFRec(loss="implicit", **params).fit(train)

@@ -107,6 +107,10 @@ n_features_in_ : int"""
 # The constructor's last parameters, headers included (the same in every class).
 COMPLETION_DOCS["control_parameters"] = parameter_entries("clip", "callback", "warm_start")
 COMPLETION_DOCS["compute_parameters"] = parameter_entries("n_jobs", "verbose", "solver_params")
+# The validation parameters and secure_aggregation, headers included (the same in every class).
+COMPLETION_DOCS["validation_parameters"] = parameter_entries(
+    "early_stopping", "validation_fraction", "n_iter_no_change")
+COMPLETION_DOCS["secure_parameter"] = parameter_entries("secure_aggregation")
 COMPLETION_DOCS["run_parameters"] = "\n".join([
     COMPLETION_DOCS["control_parameters"], parameter_entries("random_state"),
     COMPLETION_DOCS["compute_parameters"]])

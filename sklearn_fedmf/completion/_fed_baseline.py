@@ -77,8 +77,7 @@ class FedBaseline(FederatedMFBase):
     %(compute_parameters)s
 
         %(solver_simulation)s
-    secure_aggregation : bool or SecureAggregation, default=False
-        %(secure_aggregation)s
+    %(secure_parameter)s
 
     Attributes
     ----------

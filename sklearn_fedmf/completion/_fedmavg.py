@@ -158,12 +158,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         None: 100 with ``loss="squared"``, 30 with ``loss="implicit"``.
     tol : float, default=0.0
         %(tol)s
-    early_stopping : "auto" or bool, default="auto"
-        %(early_stopping)s
-    validation_fraction : float or None, default=0.1
-        %(validation_fraction)s
-    n_iter_no_change : int, default=10
-        %(n_iter_no_change)s
+    %(validation_parameters)s
     alpha_u, alpha_v : float or "auto", default="auto"
         Regularization strengths of the user and item factors.
         %(elastic_net)s
@@ -244,8 +239,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
           also has ``bytes_uploaded_draws``, the paper's count of one upload per draw).
         %(solver_confidence)s
         %(solver_factor_shared)s
-    secure_aggregation : bool or SecureAggregation, default=False
-        %(secure_aggregation)s
+    %(secure_parameter)s
 
     Attributes
     ----------

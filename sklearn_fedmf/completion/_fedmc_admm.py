@@ -119,12 +119,7 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
         %(max_iter)s
     tol : float, default=0.0
         %(tol)s
-    early_stopping : "auto" or bool, default="auto"
-        %(early_stopping)s
-    validation_fraction : float or None, default=0.1
-        %(validation_fraction)s
-    n_iter_no_change : int, default=10
-        %(n_iter_no_change)s
+    %(validation_parameters)s
     alpha_u, alpha_v : float or "auto", default="auto"
         Regularization strengths of the user factors (``lambda``) and of the item factor
         (``gamma``).
@@ -172,8 +167,7 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
         %(solver_l1_ratio)s
         %(solver_positive)s
         %(solver_shared)s
-    secure_aggregation : bool or SecureAggregation, default=False
-        %(secure_aggregation)s
+    %(secure_parameter)s
 
     Attributes
     ----------

@@ -69,12 +69,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
         ``loss="implicit"`` (each of its rounds is an exact ALS sweep).
     tol : float, default=0.0
         %(tol)s
-    early_stopping : "auto" or bool, default="auto"
-        %(early_stopping)s
-    validation_fraction : float or None, default=0.1
-        %(validation_fraction)s
-    n_iter_no_change : int, default=10
-        %(n_iter_no_change)s
+    %(validation_parameters)s
     alpha_u, alpha_v : float or "auto", default="auto"
         Regularization strengths of the user and item factors.
         %(elastic_net)s
@@ -122,8 +117,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
           once and it is applied once.
         %(solver_confidence)s
         %(solver_factor_shared)s
-    secure_aggregation : bool or SecureAggregation, default=False
-        %(secure_aggregation)s
+    %(secure_parameter)s
 
     Attributes
     ----------

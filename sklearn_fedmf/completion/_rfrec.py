@@ -208,12 +208,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         Iterations ``K`` (for RFRecF, coin flips; messages happen on some of them only).
     tol : float, default=0.0
         %(tol)s
-    early_stopping : "auto" or bool, default="auto"
-        %(early_stopping)s
-    validation_fraction : float or None, default=0.1
-        %(validation_fraction)s
-    n_iter_no_change : int, default=10
-        %(n_iter_no_change)s
+    %(validation_parameters)s
     alpha_u : float or "auto", default="auto"
         ``lambda_u`` on ``sum_i ||u_i||^2``; also the fold-in ridge of ``transform``.
         ``"auto"``: the fit runs on the centred ratings divided by their root mean square
@@ -308,8 +303,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
           %(on_client_error)s
         %(solver_center)s
         %(solver_confidence)s
-    secure_aggregation : bool or SecureAggregation, default=False
-        %(secure_aggregation)s
+    %(secure_parameter)s
 
     Attributes
     ----------
