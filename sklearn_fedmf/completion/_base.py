@@ -43,7 +43,7 @@ from ._implicit import IMPLICIT_CONFIDENCE, check_interactions, implicit_user_fa
 from ._validation import biases_floor, split_validation
 
 __all__ = ["COMPLETION_DOCS", "FACTOR_SETTINGS", "FederatedMFBase", "FEDERATION_CONSTRAINTS",
-            "FOLD_IN_DATA", "IMPLICIT_SETTINGS", "moved_to_solver_params", "toy_example"]
+            "FOLD_IN_DATA", "IMPLICIT_SETTINGS", "moved_to_solver_params"]
 
 # The ``solver_params`` keys of the factor models' regularizer and start (FedMC-ADMM, FedMAvg,
 # FedMGS; ``init_scale``'s default is each class's own).
@@ -120,24 +120,6 @@ COMPLETION_DOCS["run_parameters"] = "\n".join([
 FOLD_IN_DATA = Substitution(fold_in_data="""\
 X : {array-like, sparse matrix} of shape (n_rows, n_items)
     Observed ratings of the rows (sparse: stored entries; dense: NaN is missing).""")
-
-def toy_example(name, *, max_iter, alpha, bound):
-    """The Examples section of a factor model: ``name`` fits a noise-free rank-2 toy with 40 %
-    of its entries missing to an RMSE below ``bound``, with strengths ``alpha``."""
-    return "\n".join([
-        "Examples",
-        "--------",
-        ">>> import numpy as np",
-        f">>> from sklearn_fedmf import {name}",
-        ">>> rng = np.random.default_rng(0)",
-        ">>> M = rng.normal(size=(60, 2)) @ rng.normal(size=(2, 30))",
-        ">>> X = np.where(rng.random(M.shape) < 0.6, M, np.nan)",
-        ">>> # a noise-free low-rank toy needs little regularization (the defaults suit ratings)",
-        f">>> model = {name}(n_components=2, n_clients=4, max_iter={max_iter}, alpha_u={alpha},",
-        f"...     alpha_v={alpha}, random_state=0).fit(X)",
-        f">>> bool(model.score(X) > -{bound})",
-        "True",
-    ])
 
 # The ``solver_params`` key of ``loss="implicit"``, declared by each class that trains it
 # (documented by ``%(solver_confidence)s``).

@@ -14,7 +14,7 @@ from numbers import Integral, Real
 
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._docstrings import Substitution
+from .._docstrings import Substitution, toy_example
 from .._engine import FederatedProtocol
 from .._fedmavg_protocol import check_aggregation, q2_schedule, round_phases
 from ._auto_strengths import AutoStrengthsMixin
@@ -24,7 +24,6 @@ from ._base import (
     IMPLICIT_SETTINGS,
     FederatedMFBase,
     moved_to_solver_params,
-    toy_example,
 )
 from ._fed_baseline import FedBaseline
 from ._fedmavg_batched import make_batched

@@ -18,7 +18,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import _biases
-from .._docstrings import Substitution
+from .._docstrings import Substitution, toy_example
 from .._groups import ClientGroup
 from ._auto_strengths import AutoStrengthsMixin
 from ._base import (
@@ -27,7 +27,6 @@ from ._base import (
     IMPLICIT_SETTINGS,
     FederatedMFBase,
     moved_to_solver_params,
-    toy_example,
 )
 from ._fed_baseline import FedBaseline
 from ._fedmc_admm_implicit import AUTO_BETA_IMPLICIT, implicit_initial_curvature

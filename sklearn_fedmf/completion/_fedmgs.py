@@ -10,7 +10,7 @@ from numbers import Integral, Real
 
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._docstrings import Substitution
+from .._docstrings import Substitution, toy_example
 from ._auto_strengths import AutoStrengthsMixin
 from ._base import (
     COMPLETION_DOCS,
@@ -18,7 +18,6 @@ from ._base import (
     IMPLICIT_SETTINGS,
     FederatedMFBase,
     moved_to_solver_params,
-    toy_example,
 )
 from ._fed_baseline import FedBaseline
 from ._fedmgs_implicit import make_implicit_protocol
