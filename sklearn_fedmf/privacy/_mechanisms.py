@@ -54,29 +54,8 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr
 
+from .._docstrings import Substitution
 from ..exceptions import PrivacyWarning
-
-__all__ = [
-    "CALIBRATIONS",
-    "MECHANISMS",
-    "analytic_gaussian_sigma",
-    "check_privacy",
-    "clip_entries",
-    "compose_basic",
-    "flip_probability",
-    "gaussian_delta",
-    "gaussian_epsilon",
-    "gaussian_noise",
-    "gaussian_sigma",
-    "laplace_epsilon",
-    "laplace_noise",
-    "mean_laplace_noise",
-    "laplace_scale",
-    "noise_scale",
-    "privatize",
-    "randomized_response",
-    "sensitivity_of",
-]
 
 MECHANISMS = ("gaussian", "laplace", "bernoulli")
 CALIBRATIONS = ("analytic", "classical")
@@ -101,6 +80,15 @@ def _check_delta(delta):
     if not isinstance(delta, numbers.Real) or not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1) for the Gaussian mechanism, got {delta!r}.")
     return float(delta)
+
+
+# laplace_scale and laplace_epsilon are inverses: one example shows both
+_LAPLACE_EXAMPLE = Substitution(laplace_example=(
+    ">>> from sklearn_fedmf.privacy import laplace_epsilon, laplace_scale\n"
+    ">>> laplace_scale(0.5, sensitivity=0.4)\n"
+    "0.8\n"
+    ">>> laplace_epsilon(0.8, sensitivity=0.4)\n"
+    "0.5"))
 
 
 # ---- noise-scale formulas ------------------------------------------------------------------
@@ -227,6 +215,7 @@ def analytic_gaussian_sigma(epsilon, delta, sensitivity=1.0):
     return float(sensitivity * z * (1 + 1e-10))
 
 
+@_LAPLACE_EXAMPLE
 def laplace_scale(epsilon, sensitivity=1.0):
     """Scale ``b = sensitivity / epsilon`` of the Laplace mechanism (l1 sensitivity).
 
@@ -241,13 +230,12 @@ def laplace_scale(epsilon, sensitivity=1.0):
 
     Examples
     --------
-    >>> from sklearn_fedmf.privacy import laplace_scale
-    >>> laplace_scale(0.5, sensitivity=0.4)
-    0.8
+    %(laplace_example)s
     """
     return _check_positive(sensitivity, "sensitivity") / _check_epsilon(epsilon)
 
 
+@_LAPLACE_EXAMPLE
 def laplace_epsilon(scale, sensitivity=1.0):
     """The epsilon that Laplace noise of ``scale`` buys for an l1 ``sensitivity``.
 
@@ -263,9 +251,7 @@ def laplace_epsilon(scale, sensitivity=1.0):
 
     Examples
     --------
-    >>> from sklearn_fedmf.privacy import laplace_epsilon
-    >>> laplace_epsilon(0.8, sensitivity=0.4)
-    0.5
+    %(laplace_example)s
     """
     return _check_positive(sensitivity, "sensitivity") / _check_positive(scale, "scale")
 
@@ -413,50 +399,48 @@ def clip_entries(X, threshold):
     return np.clip(np.asarray(X, dtype=float), -threshold, threshold)
 
 
-def gaussian_noise(X, sigma, rng):
-    """``X + N`` with ``N`` i.i.d. ``Normal(0, sigma^2)`` per entry (a new array).
+# the two additive mechanisms differ only in the law of the noise: one docstring, one example
+_ADDITIVE_NOISE_DOC = """``X + N`` with ``N`` i.i.d. ``{law}`` per entry (a new array).
 
     Parameters
     ----------
     X : array-like
         The values to release (not modified).
-    sigma : float >= 0
-        Standard deviation of the noise, e.g. from :func:`gaussian_sigma`.
+    {scale} : float >= 0
+        {scale_doc}
     rng : numpy.random.Generator
         The only source of randomness.
 
     Examples
     --------
     >>> import numpy as np
-    >>> from sklearn_fedmf.privacy import gaussian_noise
-    >>> W = gaussian_noise(np.zeros((200, 50)), 2.0, np.random.default_rng(0))
-    >>> W.shape, bool(abs(W.std() - 2.0) < 0.05)
-    ((200, 50), True)
+    >>> from sklearn_fedmf.privacy import gaussian_noise, laplace_noise
+    >>> rng = np.random.default_rng(0)
+    >>> G = gaussian_noise(np.zeros((200, 50)), 2.0, rng)  # variance sigma^2 = 4
+    >>> L = laplace_noise(np.zeros((200, 50)), 1.0, rng)   # variance 2 b^2 = 2
+    >>> G.shape, bool(abs(G.var() - 4.0) < 0.2), bool(abs(L.var() - 2.0) < 0.1)
+    ((200, 50), True, True)
     """
+
+
+def _additive_noise_doc(law, scale, scale_doc):
+    def decorate(func):
+        func.__doc__ = _ADDITIVE_NOISE_DOC.format(law=law, scale=scale, scale_doc=scale_doc)
+        return func
+    return decorate
+
+
+@_additive_noise_doc("Normal(0, sigma^2)", "sigma",
+                     "Standard deviation of the noise, e.g. from :func:`gaussian_sigma`.")
+def gaussian_noise(X, sigma, rng):
     X = np.asarray(X, dtype=float)
     return X + rng.normal(0.0, sigma, size=X.shape)
 
 
+@_additive_noise_doc("Laplace(0, scale)", "scale",
+                     "Scale ``b`` of the noise, e.g. from :func:`laplace_scale` "
+                     "(variance ``2 b^2``).")
 def laplace_noise(X, scale, rng):
-    """``X + L`` with ``L`` i.i.d. ``Laplace(0, scale)`` per entry (a new array).
-
-    Parameters
-    ----------
-    X : array-like
-        The values to release (not modified).
-    scale : float >= 0
-        Scale ``b`` of the noise, e.g. from :func:`laplace_scale` (variance ``2 b^2``).
-    rng : numpy.random.Generator
-        The only source of randomness.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_fedmf.privacy import laplace_noise
-    >>> W = laplace_noise(np.zeros((200, 50)), 1.0, np.random.default_rng(0))
-    >>> W.shape, bool(abs(W.var() - 2.0) < 0.1)
-    ((200, 50), True)
-    """
     X = np.asarray(X, dtype=float)
     return X + rng.laplace(0.0, scale, size=X.shape)
 
