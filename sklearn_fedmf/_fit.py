@@ -41,7 +41,7 @@ from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils._param_validation import (
     HasMethods,
     Interval,
@@ -66,7 +66,8 @@ from ._joblib_backend import dask_client
 from .exceptions import ConvergenceWarning, DegenerateFitWarning
 
 __all__ = [
-    "FEDERATION_CONSTRAINTS", "FEDERATION_KEYS", "FederatedEstimator", "FitContext",
+    "FEDERATION_CONSTRAINTS", "FEDERATION_KEYS", "FactorTransformerMixin", "FederatedEstimator",
+    "FitContext",
     "SIMULATION_SETTINGS",
     "merge_params", "refuse_moved_params", "resolve_solver_params", "route_solver_params",
     "validation_split",
@@ -246,6 +247,40 @@ class FitContext:
     entropy: int
     warm: bool = False
     info: dict = field(default_factory=dict)
+
+
+class FactorTransformerMixin(ClassNamePrefixFeaturesOutMixin, TransformerMixin):
+    """The transformer side of the federated factorizations (completion and Boolean):
+    ``components_`` is the shared factor ``V`` and ``transform`` folds rows in."""
+
+    @property
+    def _n_features_out(self):
+        return self.components_.shape[0]
+
+    def fit_transform(self, X, y=None, **fit_params):
+        """Fit, then fold ``X`` in: the same as ``fit(X).transform(X)``.
+
+        The clients' own factors of the last round, which each client computed against its
+        own (possibly stale) copy of ``V`` rather than the final ``components_``, are
+        ``user_factors_``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training data (see :meth:`fit`).
+        y : Ignored
+            Not used, present for API consistency by convention.
+        **fit_params : dict
+            ``clients`` (and ``eval_set`` where :meth:`fit` takes it), passed on to
+            :meth:`fit`.
+
+        Returns
+        -------
+        U : ndarray of shape (n_samples, n_components)
+            The rows' factors (Boolean for a Boolean factorization) folded in against the
+            fitted ``components_``.
+        """
+        return self.fit(X, y, **fit_params).transform(X)
 
 
 class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
@@ -518,6 +553,11 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         if not self.converged_:
             warnings.warn(f"{name}: tol={tol:g} was not met within max_iter={rounds} rounds; "
                           "raise max_iter or tol.", ConvergenceWarning, stacklevel=5)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # every federated estimator takes sparse X
+        return tags
 
 
 def objective_not_decreasing(history):

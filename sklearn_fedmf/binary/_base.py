@@ -13,7 +13,7 @@ from abc import abstractmethod
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
+from sklearn.base import _fit_context
 from sklearn.preprocessing import binarize
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
@@ -21,7 +21,7 @@ from threadpoolctl import threadpool_limits
 
 from .._data import check_dense_size
 from .._docstrings import Substitution
-from .._fit import FederatedEstimator
+from .._fit import FactorTransformerMixin, FederatedEstimator
 from ..metrics._binary import check_binary, f1_boolean
 from ..privacy._local_dp import LocalDPMixin
 from ._elb import PROX_MODES, local_steps
@@ -101,8 +101,7 @@ class BooleanTransformerMixin:
 
 
 class BooleanFactorizationBase(
-    BooleanTransformerMixin, LocalDPMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
-    FederatedEstimator,
+    BooleanTransformerMixin, LocalDPMixin, FactorTransformerMixin, FederatedEstimator,
 ):
     """Base class of the federated Boolean factorizations (not for direct use).
 
@@ -167,28 +166,6 @@ class BooleanFactorizationBase(
             return ("the Boolean reconstruction is all zero (no component is used by both "
                     "factors), so every entry is predicted 0")
         return None
-
-    def fit_transform(self, X, y=None, **fit_params):
-        """Fit, then fold ``X`` in: the same as ``fit(X).transform(X)``.
-
-        The clients' own rounded factors of the last round, fitted against their local copy
-        of ``V`` rather than the final ``components_``, are ``user_factors_``.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Binary data (see :meth:`fit`).
-        y : Ignored
-            Not used, present for API consistency by convention.
-        **fit_params : dict
-            ``clients``, passed on to :meth:`fit`.
-
-        Returns
-        -------
-        U : ndarray of bool, shape (n_samples, n_components)
-            The rows' Boolean factors folded in against the fitted ``components_``.
-        """
-        return self.fit(X, y, **fit_params).transform(X)
 
     def transform(self, X):
         """Boolean row factors of new rows with ``components_`` fixed (fold-in).

@@ -536,8 +536,3 @@ class FederatedClustering(
     @property
     def _n_features_out(self):
         return self.cluster_centers_.shape[0]
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags

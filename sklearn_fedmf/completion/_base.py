@@ -15,7 +15,7 @@ from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
+from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -31,6 +31,7 @@ from .._docstrings import SHARED_PARAMETERS, Substitution, parameter_entries, so
 from .._fit import (
     FEDERATION_CONSTRAINTS,
     SIMULATION_SETTINGS,
+    FactorTransformerMixin,
     FederatedEstimator,
     objective_not_decreasing,
 )
@@ -134,7 +135,7 @@ def moved_to_solver_params(solver_params):
     return {key: f"solver_params['{key}']" for key in solver_params}
 
 
-class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, FederatedEstimator):
+class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
     """Base class of the federated matrix-completion estimators (not for direct use)."""
 
     # Dtypes the solver runs in; other input is converted to float64.
@@ -456,28 +457,6 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
                 f"{rms_uv:.3g}, {alone}); lower alpha_u and alpha_v, run more rounds, or "
                 "check that the data has structure beyond the biases")
 
-    def fit_transform(self, X, y=None, **fit_params):
-        """Fit, then fold ``X`` in: the same as ``fit(X).transform(X)``.
-
-        The federated factors of the last round, which each client computed against its
-        own (possibly stale) copy of the item factor, are ``user_factors_``.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix} of shape (n_users, n_items)
-            Training ratings (see :meth:`fit`).
-        y : Ignored
-            Not used, present for API consistency by convention.
-        **fit_params : dict
-            ``clients`` and ``eval_set``, passed on to :meth:`fit`.
-
-        Returns
-        -------
-        U : ndarray of shape (n_users, n_components)
-            The rows' factors folded in against the fitted ``components_``.
-        """
-        return self.fit(X, y, **fit_params).transform(X)
-
     # ---- fold-in, prediction, scoring ---------------------------------------------------
     def _check_X(self, X, name="X"):
         check_is_fitted(self)
@@ -717,14 +696,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         lists = top_n(self._factor_model(Xc), rows, min(k, Xc.shape[1]), seen=seen)[0]
         return ndcg_at_k(relevant[rows], lists, k=k)
 
-    @property
-    def _n_features_out(self):
-        return self.components_.shape[0]
-
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = [np.dtype(d).name for d in self._fit_dtypes]
-        tags.input_tags.sparse = True
         tags.input_tags.allow_nan = True
         tags.target_tags.required = False
         return tags
