@@ -26,7 +26,7 @@ item by :func:`solver_key`. Substitution is by whole lines (:func:`fill_doc`), s
 from __future__ import annotations
 
 __all__ = ["SHARED_HEADERS", "SHARED_PARAMETERS", "Substitution", "federation_keys",
-           "fill_doc", "parameter_entries", "solver_key", "toy_example"]
+           "fill_doc", "pairs_example", "parameter_entries", "solver_key", "toy_example"]
 
 SHARED_PARAMETERS = {
     "n_components": "Rank ``r`` of the factorization.",
@@ -276,4 +276,15 @@ def toy_example(name, *, max_iter, alpha, bound):
         f"...     alpha_v={alpha}, random_state=0).fit(X)",
         f">>> bool(model.score(X) > -{bound})",
         "True",
+    ])
+
+
+def pairs_example(density):
+    """The first lines of a pair-API Examples section: the ``(user, item)`` pairs ``X`` of a
+    40 x 15 toy, each pair present with probability ``density``, and their ratings ``y``."""
+    return "\n".join([
+        ">>> import numpy as np",
+        ">>> from sklearn_fedmf import FedMAvg, RatingRegressor",
+        f">>> users, items = np.nonzero(np.random.default_rng(0).random((40, 15)) < {density})",
+        ">>> X, y = np.column_stack([users, items]), 1.0 + (users % 4) + (items % 2)",
     ])

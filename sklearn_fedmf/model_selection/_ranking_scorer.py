@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .._data import check_int
+from .._docstrings import Substitution, pairs_example
 from ..metrics import (
     average_precision_at_k,
     hit_rate_at_k,
@@ -62,6 +63,7 @@ class _RankingScorer:
         return f"make_ranking_scorer({', '.join(args)})"
 
 
+@Substitution(pairs_example=pairs_example(0.5))
 def make_ranking_scorer(metric="ndcg", k=10, *, threshold=None, graded=False,
                         min_support=None):
     """A scorer of top-N lists for ``RatingRegressor`` in ``cross_validate``/``GridSearchCV``.
@@ -99,12 +101,9 @@ def make_ranking_scorer(metric="ndcg", k=10, *, threshold=None, graded=False,
 
     Examples
     --------
-    >>> import numpy as np
+    %(pairs_example)s
     >>> from sklearn.model_selection import GridSearchCV, KFold
-    >>> from sklearn_fedmf import FedMAvg, RatingRegressor
     >>> from sklearn_fedmf.model_selection import make_ranking_scorer
-    >>> users, items = np.nonzero(np.random.default_rng(0).random((40, 15)) < 0.5)
-    >>> X, y = np.column_stack([users, items]), 1.0 + (users % 4) + (items % 2)
     >>> search = GridSearchCV(
     ...     RatingRegressor(FedMAvg(n_clients=4, max_iter=5, random_state=0)),
     ...     {"estimator__n_components": [2, 4]}, cv=KFold(3, shuffle=True, random_state=0),

@@ -2,9 +2,12 @@
 
 import numpy as np
 
+from .._docstrings import Substitution, pairs_example
+
 __all__ = ["fold_in_rmse"]
 
 
+@Substitution(pairs_example=pairs_example(0.7))
 def fold_in_rmse(estimator, X, y):
     """Negative RMSE of a fitted ``RatingRegressor``, folding in users unseen in fit.
 
@@ -30,12 +33,9 @@ def fold_in_rmse(estimator, X, y):
 
     Examples
     --------
-    >>> import numpy as np
+    %(pairs_example)s
     >>> from sklearn.model_selection import GroupKFold, cross_validate
-    >>> from sklearn_fedmf import FedMAvg, RatingRegressor
     >>> from sklearn_fedmf.model_selection import fold_in_rmse
-    >>> users, items = np.nonzero(np.random.default_rng(0).random((40, 15)) < 0.7)
-    >>> X, y = np.column_stack([users, items]), 1.0 + (users % 4) + (items % 2)
     >>> reg = RatingRegressor(FedMAvg(n_components=2, n_clients=3, random_state=0))
     >>> scores = cross_validate(reg, X, y, groups=users, cv=GroupKFold(4),
     ...                         scoring=fold_in_rmse)["test_score"]
