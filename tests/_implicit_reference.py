@@ -13,6 +13,15 @@ def tiny(seed=0, m=6, n=5, r=2):
     return X, rng.normal(size=(m, r)), rng.normal(size=(n, r))
 
 
+def planted_interactions(m=80, n=40, seed=0):
+    """Interactions whose choice follows a planted rank-2 affinity (strengths 1..5)."""
+    rng = np.random.default_rng(seed)
+    A = rng.normal(size=(m, 2)) @ rng.normal(size=(2, n))
+    mask = rng.random((m, n)) < 1 / (1 + np.exp(-(2 * A - 2.5)))
+    mask[np.arange(m), np.argmax(A, axis=1)] = True
+    return sp.csr_matrix(np.where(mask, rng.integers(1, 6, (m, n)), 0).astype(float))
+
+
 def dense_parts(X):
     """``(P, C)`` over every pair: preference 1 at a stored entry, confidence strength ``r``
     there (0 elsewhere)."""

@@ -4,7 +4,6 @@ top-N quality against most-popular and the rating loss."""
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 from joblib import parallel_config
 
 from sklearn_fedmf import FedMCADMM
@@ -24,6 +23,7 @@ from tests._implicit_reference import (
     dense_implicit_gradients,
     dense_implicit_objective,
     dense_preference_confidence,
+    planted_interactions,
     popularity_scores,
     tiny,
     top_movies_leave_one_out,
@@ -109,22 +109,13 @@ def test_user_closed_form_minimizes_the_dense_objective():
     np.testing.assert_allclose(gU + 2 * 0.5 * U, 0, atol=1e-10)
 
 
-def interactions(m=80, n=40, seed=0):
-    """Interactions whose choice follows a planted rank-2 affinity (strengths 1..5)."""
-    rng = np.random.default_rng(seed)
-    A = rng.normal(size=(m, 2)) @ rng.normal(size=(2, n))
-    mask = rng.random((m, n)) < 1 / (1 + np.exp(-(2 * A - 2.5)))
-    mask[np.arange(m), np.argmax(A, axis=1)] = True
-    return sp.csr_matrix(np.where(mask, rng.integers(1, 6, (m, n)), 0).astype(float))
-
-
 def small(**params):
     return FedMCADMM(**{"n_components": 2, "n_clients": 4, "max_iter": 15, "local_iter": 5,
                         "loss": "implicit", "random_state": 0, **params})
 
 
 def test_history_objective_is_the_dense_objective():
-    X = interactions()
+    X = planted_interactions()
     model = small(alpha_u=0.3, alpha_v=0.2).fit(X)
     U, Vt = model.user_factors_, model.components_.T
     p = model.n_clients_
@@ -135,7 +126,7 @@ def test_history_objective_is_the_dense_objective():
 
 
 def test_no_biases_no_mean_no_clip_under_implicit():
-    X = interactions()
+    X = planted_interactions()
     model = small(biased=True, clip=True).fit(X)
     assert not hasattr(model, "item_bias_") or model.item_bias_ is None
     assert model.mean_ == 0.0
@@ -151,14 +142,14 @@ def test_no_biases_no_mean_no_clip_under_implicit():
 
 
 def test_negative_strengths_are_refused():
-    X = interactions()
+    X = planted_interactions()
     X.data[0] = -1.0
     with pytest.raises(ValueError, match="negative value"):
         small().fit(X)
 
 
 def test_uploads_hold_no_client_rows_or_factors():
-    X = interactions()
+    X = planted_interactions()
     log = []
     model = small(clients_per_round=2, callback=lambda k, info: log.append(info["uploads"]))
     model.fit(X)
@@ -181,7 +172,7 @@ def test_uploads_hold_no_client_rows_or_factors():
 
 @pytest.mark.parametrize("backend", ["threading", "loky"])
 def test_same_model_for_any_n_jobs_and_backend(backend):
-    X = interactions()
+    X = planted_interactions()
     reference = small(clients_per_round=2, n_jobs=1).fit(X)
     with parallel_config(backend=backend):
         other = small(clients_per_round=2, n_jobs=2).fit(X)
@@ -191,7 +182,7 @@ def test_same_model_for_any_n_jobs_and_backend(backend):
 
 def test_many_clients_run_one_block_each():
     # (the grouped phases hold W_i implicitly through scalar maps that the Gram term breaks)
-    X = interactions(m=510, n=12, seed=1)
+    X = planted_interactions(m=510, n=12, seed=1)
     model = small(max_iter=2, local_iter=2).fit(X, clients=np.arange(X.shape[0]))
     assert model.n_clients_ == 510
     assert np.isfinite(model.history_[-1]["objective"])

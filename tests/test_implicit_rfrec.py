@@ -4,7 +4,6 @@ privacy, ``n_jobs`` invariance and top-N quality against most-popular and the ra
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 from joblib import parallel_config
 
 from sklearn_fedmf import RFRec
@@ -15,6 +14,7 @@ from sklearn_fedmf.privacy import LocalDP
 from tests._implicit_reference import (
     dense_implicit_gradients,
     dense_implicit_objective,
+    planted_interactions,
     popularity_scores,
     tiny,
     top_movies_leave_one_out,
@@ -86,7 +86,7 @@ def test_history_objective_is_the_dense_objective():
 
 @pytest.mark.parametrize("solver_params", [{}, {"variant": "rfrecf"}, {"optimizer": "adam"}])
 def test_fit_decreases_the_weighted_objective(solver_params):
-    X = interactions()
+    X = planted_interactions()
     est = model(n_clients=4, learning_rate="auto", max_iter=40,
                 solver_params={"confidence": CONFIDENCE, **solver_params}).fit(X)
     objective = [h["objective"] for h in est.history_]
@@ -104,18 +104,9 @@ def test_sigmoid_link_is_refused():
         model(biased=False, solver_params={"link": "sigmoid"}).fit(tiny()[0])
 
 
-def interactions(m=80, n=40, seed=0):
-    """Interactions whose choice follows a planted rank-2 affinity (strengths 1..5)."""
-    rng = np.random.default_rng(seed)
-    A = rng.normal(size=(m, 2)) @ rng.normal(size=(2, n))
-    mask = rng.random((m, n)) < 1 / (1 + np.exp(-(2 * A - 2.5)))
-    mask[np.arange(m), np.argmax(A, axis=1)] = True
-    return sp.csr_matrix(np.where(mask, rng.integers(1, 6, (m, n)), 0).astype(float))
-
-
 @pytest.mark.parametrize("privacy", [None, LocalDP(clip=0.05, noise=0.0)])
 def test_uploads_hold_no_client_rows_or_factors(privacy):
-    X = interactions()
+    X = planted_interactions()
     uploads = []
     est = model(n_clients=4, max_iter=3, privacy=privacy,
                 callback=lambda k, info: uploads.append(info["uploads"])).fit(X)
@@ -136,7 +127,7 @@ def test_uploads_hold_no_client_rows_or_factors(privacy):
 
 @pytest.mark.parametrize("backend", ["threading", "loky"])
 def test_same_model_for_any_n_jobs_and_backend(backend):
-    X = interactions()
+    X = planted_interactions()
     reference = model(n_clients=4, max_iter=5, n_jobs=1).fit(X)
     with parallel_config(backend=backend):
         other = model(n_clients=4, max_iter=5, n_jobs=2).fit(X)
@@ -162,7 +153,7 @@ def test_state_beyond_memory_is_refused_before_the_first_round(monkeypatch):
     from sklearn_fedmf.completion import _fedmc_admm
 
     monkeypatch.setattr(_fedmc_admm, "_available_memory", lambda: 10_000)
-    X = interactions()  # 80 clients x 40 items x 2 factors x 8 bytes = 51,200 bytes
+    X = planted_interactions()  # 80 clients x 40 items x 2 factors x 8 bytes = 51,200 bytes
     with pytest.raises(MemoryError, match="51200 bytes"):
         model(max_iter=1).fit(X)
     model(n_clients=4, max_iter=1).fit(X)  # 2,560 bytes fit
