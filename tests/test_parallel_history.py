@@ -2,9 +2,12 @@
 bit, diagnostics included (the engine sums per-client metrics in client order)."""
 
 import numpy as np
+import pytest
 from joblib import parallel_config
 
-from sklearn_fedmf import FedMCADMM
+from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS
+
+from .conftest import paper
 
 
 def test_parallel_history_is_bit_identical_to_sequential():
@@ -27,3 +30,15 @@ def test_parallel_history_is_bit_identical_to_sequential():
         par = FedMCADMM(n_jobs=2, **params).fit(X)
     strip = [{k: v for k, v in h.items() if k != "seconds"} for h in ref.history_]
     assert [{k: v for k, v in h.items() if k != "seconds"} for h in par.history_] == strip
+
+
+@pytest.mark.parametrize("Estimator", [paper(FedMAvg), paper(FedMGS)])
+def test_same_model_for_any_n_jobs(Estimator, ratings):
+    X, _, _ = ratings
+    params = dict(n_components=2, n_clients=4, clients_per_round=2, max_iter=30,
+                  random_state=0, center=False)
+    ref = Estimator(n_jobs=1, **params).fit(X)
+    with parallel_config(backend="threading"):
+        par = Estimator(n_jobs=2, **params).fit(X)
+    np.testing.assert_array_equal(ref.components_, par.components_)
+    np.testing.assert_array_equal(ref.user_factors_, par.user_factors_)
