@@ -72,12 +72,23 @@ COMPLETION_DOCS: dict = {
     # (the classes that train loss="implicit" list it; see IMPLICIT_SETTINGS)
     "solver_confidence": solver_key("confidence", f"float, default={IMPLICIT_CONFIDENCE}"),
 }
+# n_components=None: the rank of ``_loss_defaults`` for the loss (FedMAvg, FedMGS)
+COMPLETION_DOCS["n_components_by_loss"] = SHARED_PARAMETERS["n_components"] + """
+None: 5 with ``loss="squared"``, 32 with ``loss="implicit"`` (measured on the
+embedded MovieLens: rank 5 ranks poorly, 64 costs FedMGS's ``r^2`` messages)."""
 COMPLETION_DOCS["solver_shared"] = "\n".join(
     [COMPLETION_DOCS["solver_center"], COMPLETION_DOCS["solver_simulation"]])
-# FedMAvg's and FedMGS's tail of keys: the regularizer, the start at 1.0, the shared ones.
+# FedMAvg's and FedMGS's tail of keys: the implicit confidence, the regularizer, the start
+# at 1.0, the shared ones.
 COMPLETION_DOCS["solver_factor_shared"] = "\n".join([
-    COMPLETION_DOCS[key] for key in ("solver_l1_ratio", "solver_positive", "solver_init_scale_1",
-                                     "solver_shared")])
+    COMPLETION_DOCS[key] for key in ("solver_confidence", "solver_l1_ratio", "solver_positive",
+                                     "solver_init_scale_1", "solver_shared")])
+# The two factors of the factor models whose server holds one global V (not RFRec's average).
+COMPLETION_DOCS["factor_attributes"] = """\
+components_ : ndarray of shape (n_components, n_items)
+    The global item factor ``V``.
+user_factors_ : ndarray of shape (n_users, n_components)
+    The client-local factors ``U`` in row order (kept for analysis only)."""
 # The fitted attributes every factor model has, under the same names.
 COMPLETION_DOCS["fit_attributes"] = """\
 item_bias_ : ndarray of shape (n_items,)

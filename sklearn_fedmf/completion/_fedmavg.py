@@ -133,14 +133,13 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
     proximal-gradient steps on their private user factors ``U_p`` against the broadcast item
     factor ``V``; each of the ``clients_per_round`` sampled clients then takes ``Q2`` gradient
     steps on its own copy of ``V`` and uploads it; the server averages the copies. ``U_p``
-    and the ratings never leave a client.
+    and the ratings never leave a client. (The paper writes ``W`` for ``V`` and ``H^T`` for
+    ``U``.)
 
     Parameters
     ----------
     n_components : int or None, default=None
-        %(n_components)s
-        None: 5 with ``loss="squared"``, 32 with ``loss="implicit"`` (measured on the
-        embedded MovieLens: rank 5 ranks poorly, 64 costs FedMGS's ``r^2`` messages).
+        %(n_components_by_loss)s
     local_iter_u : int, default=10
         Local steps ``Q1`` on the user factors per round (``"fedpalm"``: U/W step pairs).
     local_iter_v : int or None, default=None
@@ -236,16 +235,12 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
           i.i.d. draws with replacement, probabilities ``omega_p`` (``client_weights``); a
           client drawn twice uploads once and counts twice in the mean (``history_`` then
           also has ``bytes_uploaded_draws``, the paper's count of one upload per draw).
-        %(solver_confidence)s
         %(solver_factor_shared)s
     %(secure_parameter)s
 
     Attributes
     ----------
-    components_ : ndarray of shape (n_components, n_items)
-        The global item factor ``V`` (the paper's ``W``).
-    user_factors_ : ndarray of shape (n_users, n_components)
-        The client-local factors (the paper's ``H^T``), kept for analysis only.
+    %(factor_attributes)s
     %(fit_attributes)s
     history_ : list of dict
         One record per round: ``objective``, ``train_rmse``, ``eval_rmse``, bytes (the

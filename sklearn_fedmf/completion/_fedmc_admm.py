@@ -174,10 +174,7 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
         The strengths used (``"auto"`` resolved, on the scaled ratings).
     beta_ : float
         The ADMM penalty used.
-    components_ : ndarray of shape (n_components, n_items)
-        The global item factor ``V``.
-    user_factors_ : ndarray of shape (n_users, n_components)
-        The client-local factors ``U`` in row order (kept for analysis only).
+    %(factor_attributes)s
     %(fit_attributes)s
     history_ : list of dict
         One record per round: ``round``, ``objective``, ``train_rmse``, ``eval_rmse`` (with

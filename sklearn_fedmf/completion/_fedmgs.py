@@ -50,9 +50,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
     Parameters
     ----------
     n_components : int or None, default=None
-        %(n_components)s
-        None: 5 with ``loss="squared"``, 32 with ``loss="implicit"`` (measured on the
-        embedded MovieLens: rank 5 ranks poorly, 64 costs FedMGS's ``r^2`` messages).
+        %(n_components_by_loss)s
     local_iter_u : int, default=10
         Local steps ``Q1`` on the user factors per round.
     local_iter_v : int, default=1
@@ -114,16 +112,12 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
           ``"weighted"``: i.i.d. draws with replacement, probabilities proportional to the
           clients' ratings (the paper's footnote); a client drawn twice sends its aggregates
           once and it is applied once.
-        %(solver_confidence)s
         %(solver_factor_shared)s
     %(secure_parameter)s
 
     Attributes
     ----------
-    components_ : ndarray of shape (n_components, n_items)
-        The global item factor ``V``.
-    user_factors_ : ndarray of shape (n_users, n_components)
-        The client-local factors, kept for analysis only.
+    %(factor_attributes)s
     %(fit_attributes)s
     history_ : list of dict
         One record per round (round 1's bytes include every client's initial aggregates).
