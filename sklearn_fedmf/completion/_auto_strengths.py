@@ -48,8 +48,10 @@ already show). A fixed strength sends none of them.
 from __future__ import annotations
 
 from dataclasses import replace
+from numbers import Real
 
 import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import _biases
 
@@ -169,6 +171,11 @@ class AutoStrengthsMixin:
     hands the strengths and the bias start to ``_make_protocol`` through ``ctx.info["auto"]``,
     and scales the fitted model back in ``_collect``."""
 
+    # alpha_u and alpha_v may be "auto" (merged into each class's constraints)
+    _parameter_constraints: dict = {
+        name: [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})]
+        for name in ("alpha_u", "alpha_v")
+    }
     # the item side's strength per rating at the mean item (AUTO_ITEM unless a class measured
     # its own)
     _auto_item = AUTO_ITEM

@@ -83,12 +83,6 @@ COMPLETION_DOCS["solver_shared"] = "\n".join(
 COMPLETION_DOCS["solver_factor_shared"] = "\n".join([
     COMPLETION_DOCS[key] for key in ("solver_confidence", "solver_l1_ratio", "solver_positive",
                                      "solver_init_scale_1", "solver_shared")])
-# The two factors of the factor models whose server holds one global V (not RFRec's average).
-COMPLETION_DOCS["factor_attributes"] = """\
-components_ : ndarray of shape (n_components, n_items)
-    The global item factor ``V``.
-user_factors_ : ndarray of shape (n_users, n_components)
-    The client-local factors ``U`` in row order (kept for analysis only)."""
 # The fitted attributes every factor model has, under the same names.
 COMPLETION_DOCS["fit_attributes"] = """\
 item_bias_ : ndarray of shape (n_items,)
@@ -107,6 +101,14 @@ n_users_ : int
 n_clients_ : int
 clients_ : ndarray of shape (n_users,)
     Client label of each row."""
+# The two factors of the factor models whose server holds one global V (not RFRec's average),
+# then the attributes every factor model has.
+COMPLETION_DOCS["factor_attributes"] = """\
+components_ : ndarray of shape (n_components, n_items)
+    The global item factor ``V``.
+user_factors_ : ndarray of shape (n_users, n_components)
+    The client-local factors ``U`` in row order (kept for analysis only).
+""" + COMPLETION_DOCS["fit_attributes"]
 COMPLETION_DOCS["outcome_attributes"] = """\
 converged_ : bool
     False when ``tol`` > 0 was not met within ``max_iter`` rounds.
@@ -119,9 +121,12 @@ n_features_in_ : int"""
 # The constructor's last parameters, headers included (the same in every class).
 COMPLETION_DOCS["control_parameters"] = parameter_entries("clip", "callback", "warm_start")
 COMPLETION_DOCS["compute_parameters"] = parameter_entries("n_jobs", "verbose", "solver_params")
-# The validation parameters and secure_aggregation, headers included (the same in every class).
-COMPLETION_DOCS["validation_parameters"] = parameter_entries(
-    "early_stopping", "validation_fraction", "n_iter_no_change")
+# tol, the validation parameters and secure_aggregation, headers included (the same in every
+# class that has them).
+COMPLETION_DOCS["validation_parameters"] = "\n".join([
+    "tol : float, default=0.0",
+    *("    " + line for line in SHARED_PARAMETERS["tol"].splitlines()),
+    parameter_entries("early_stopping", "validation_fraction", "n_iter_no_change")])
 COMPLETION_DOCS["secure_parameter"] = parameter_entries("secure_aggregation")
 COMPLETION_DOCS["run_parameters"] = "\n".join([
     COMPLETION_DOCS["control_parameters"], parameter_entries("random_state"),

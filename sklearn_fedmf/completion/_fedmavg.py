@@ -154,8 +154,6 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
     max_iter : int or None, default=None
         %(max_iter)s
         None: 100 with ``loss="squared"``, 30 with ``loss="implicit"``.
-    tol : float, default=0.0
-        %(tol)s
     %(validation_parameters)s
     alpha_u, alpha_v : float or "auto", default="auto"
         Regularization strengths of the user and item factors.
@@ -241,7 +239,6 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
     Attributes
     ----------
     %(factor_attributes)s
-    %(fit_attributes)s
     history_ : list of dict
         One record per round: ``objective``, ``train_rmse``, ``eval_rmse``, bytes (the
         one-time sizes and, for the global step, Grams are in round 1), ``seconds``...
@@ -289,8 +286,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         "local_iter_u": [Interval(Integral, 1, None, closed="left")],
         "local_iter_v": [Interval(Integral, 1, None, closed="left"), None],
         "regularization": [StrOptions({"plain", "weighted"})],
-        "alpha_u": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
-        "alpha_v": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
+        **AutoStrengthsMixin._parameter_constraints,
     }
 
     def __init__(

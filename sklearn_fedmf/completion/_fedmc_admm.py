@@ -116,8 +116,6 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
         (Sampled uniformly, without replacement.)
     max_iter : int, default=100
         %(max_iter)s
-    tol : float, default=0.0
-        %(tol)s
     %(validation_parameters)s
     alpha_u, alpha_v : float or "auto", default="auto"
         Regularization strengths of the user factors (``lambda``) and of the item factor
@@ -175,7 +173,6 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
     beta_ : float
         The ADMM penalty used.
     %(factor_attributes)s
-    %(fit_attributes)s
     history_ : list of dict
         One record per round: ``round``, ``objective``, ``train_rmse``, ``eval_rmse`` (with
         ``eval_set``), ``consensus_gap``, ``bytes_uploaded``, ``bytes_downloaded``,
@@ -233,8 +230,7 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
         "beta": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "local_iter": [Interval(Integral, 1, None, closed="left")],
         "regularization": [StrOptions({"plain", "weighted"})],
-        "alpha_u": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
-        "alpha_v": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
+        **AutoStrengthsMixin._parameter_constraints,
     }
 
     def __init__(

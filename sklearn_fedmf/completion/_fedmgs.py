@@ -64,8 +64,6 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
         %(max_iter)s
         (One server step each.) None: 100 with ``loss="squared"``, 10 with
         ``loss="implicit"`` (each of its rounds is an exact ALS sweep).
-    tol : float, default=0.0
-        %(tol)s
     %(validation_parameters)s
     alpha_u, alpha_v : float or "auto", default="auto"
         Regularization strengths of the user and item factors.
@@ -118,7 +116,6 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
     Attributes
     ----------
     %(factor_attributes)s
-    %(fit_attributes)s
     history_ : list of dict
         One record per round (round 1's bytes include every client's initial aggregates).
     %(outcome_attributes)s
@@ -157,8 +154,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
         "local_iter_u": [Interval(Integral, 1, None, closed="left")],
         "local_iter_v": [Interval(Integral, 1, None, closed="left")],
         "regularization": [StrOptions({"plain", "weighted"})],
-        "alpha_u": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
-        "alpha_v": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
+        **AutoStrengthsMixin._parameter_constraints,
     }
 
     def __init__(

@@ -206,8 +206,6 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         and receive ``Vbar``; their upload is lost (the dropout model of Table 3).
     max_iter : int, default=100
         Iterations ``K`` (for RFRecF, coin flips; messages happen on some of them only).
-    tol : float, default=0.0
-        %(tol)s
     %(validation_parameters)s
     alpha_u : float or "auto", default="auto"
         ``lambda_u`` on ``sum_i ||u_i||^2``; also the fold-in ridge of ``transform``.
