@@ -57,6 +57,7 @@ from scipy.special import log_ndtr, ndtr
 from .._docstrings import Substitution
 from ..exceptions import PrivacyWarning
 
+# (the public names are listed once, in the package's ``__all__``)
 MECHANISMS = ("gaussian", "laplace", "bernoulli")
 CALIBRATIONS = ("analytic", "classical")
 
@@ -424,6 +425,7 @@ _ADDITIVE_NOISE_DOC = """``X + N`` with ``N`` i.i.d. ``{law}`` per entry (a new 
 
 
 def _additive_noise_doc(law, scale, scale_doc):
+    """Give the decorated mechanism ``_ADDITIVE_NOISE_DOC`` for its law and scale."""
     def decorate(func):
         func.__doc__ = _ADDITIVE_NOISE_DOC.format(law=law, scale=scale, scale_doc=scale_doc)
         return func
