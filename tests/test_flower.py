@@ -515,30 +515,45 @@ def test_a_site_that_times_out_after_the_keys_is_a_dropout_of_the_secure_sum(tmp
 # and short waits, so a round takes about a second; the start (processes, imports) takes most
 # of the test's time. The diagnostics are off (eval_every=0): one exchange per round.
 DEPLOY_PARAMS = dict(n_components=2, max_iter=3, alpha_u=0.1, alpha_v=0.1, random_state=0,
-                     center=False, eval_every=0)
+                     center=False, eval_every=0, secure_aggregation=False)
+# the second run of the same deployment: a secure fit, two rounds
+SECURE_RUN = dict(secure_aggregation=True, max_iter=2)
 
 
 @pytest.mark.flower
 def test_loopback_deployment_fits_the_simulated_model(tmp_path):
-    """41 to 57 s measured on a busy 2-core machine (load average 12; it was 135 to 177 s
-    with a fresh ClientApp process per Message and Flower's 3 s waits; every process is
-    ended by 240 s): marked ``flower`` so that ``-m "not flower"`` leaves it out."""
+    """A plain fit and a secure one, two runs at once on one deployment: 76 s measured on
+    a busy 2-core machine (load average 10; the plain fit alone: 41 to 61 s on a busy one,
+    135 to 177 s with a fresh ClientApp process per Message and Flower's 3 s waits; every
+    process is ended by 240 s): marked ``flower`` so that ``-m "not flower"`` leaves it
+    out."""
     from sklearn_fedmf.flower import run_loopback
 
     X, _, labels = ratings()
     labels = labels % 2  # two sites
-    flower, seconds, logs = run_loopback(X, labels, tmp_path, params=DEPLOY_PARAMS)
+    models, seconds, logs = run_loopback(X, labels, tmp_path, params=DEPLOY_PARAMS,
+                                         runs=[{}, SECURE_RUN])
     # flwr run exits 0 even when the run failed: the ServerApp's output is the result
-    assert flower is not None, f"no model written in {seconds:.0f} s; logs:\n" + "\n".join(
-        f"--- {name}\n{text[-3000:]}" for name, text in logs.items())
+    for model, run_seconds in zip(models, seconds):
+        assert model is not None, f"no model written in {run_seconds:.0f} s; logs:\n" + (
+            "\n".join(f"--- {name}\n{text[-3000:]}" for name, text in logs.items()))
+    flower, secure = models
     # (the app's flat config keys: center and eval_every go into solver_params, as here)
     simulated = FedMCADMM(**route_solver_params(FedMCADMM, DEPLOY_PARAMS)).fit(
         X, clients=labels)
     np.testing.assert_array_equal(flower.components_, simulated.components_)
     assert strip_seconds(flower.history_) == strip_seconds(simulated.history_)
+    # the sites' keys come from their OS: other masks, the same sums, the same model
+    simulated = FedMCADMM(**route_solver_params(FedMCADMM, {**DEPLOY_PARAMS, **SECURE_RUN})).fit(
+        X, clients=labels)
+    np.testing.assert_array_equal(secure.components_, simulated.components_)
+    assert strip_seconds(secure.history_) == strip_seconds(simulated.history_)
     for site in ("supernode-0", "supernode-1"):  # one ClientApp process served every Message
         assert logs[site].count("Serving the ClientApp tasks") == 1, logs[site][-3000:]
         assert "flwr-clientapp" not in logs[site]
-        assert logs[site].count("Sending: train.update") == DEPLOY_PARAMS["max_iter"]
+        # the plain run's updates and the secure run's (train.phase: its secure phases)
+        assert logs[site].count("Sending: train.update") == (
+            DEPLOY_PARAMS["max_iter"] + SECURE_RUN["max_iter"])
+        assert logs[site].count("Sending: train.phase") == 4 * (1 + SECURE_RUN["max_iter"])
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert leftovers.stdout == "", "processes of the deployment are still running"
