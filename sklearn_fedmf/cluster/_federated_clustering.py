@@ -565,5 +565,9 @@ def _total_cost(blocks, W, onehot, secure, seed, ctx):
     total = ctx.info["scale"] * ctx.n_rows  # ||X||^2
     result = secure_sum({p: np.array([c / total]) for p, c in enumerate(costs)},
                         encoding=secure.encoding_for(len(costs)),
-                        neighbours=secure.degree(len(costs)), seed=seed)
+                        neighbours=secure.degree(len(costs)),
+                        seed=np.random.SeedSequence(seed, spawn_key=(_COST_SUM,)))
     return float(result.sum[0]) * total
+
+
+_COST_SUM = 10  # the starts' secure cost sums: their seed kind (the engine's are 0 to 7)
