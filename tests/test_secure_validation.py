@@ -27,8 +27,8 @@ def relative_difference(a, b):
 
 
 def fit(cls, secure, callback=None, X=None, **params):
-    params = dict(n_components=3, n_clients=8, max_iter=30, random_state=0,
-                  early_stopping=True, validation_fraction=0.1, callback=callback, **params)
+    params = {**dict(n_components=3, n_clients=8, max_iter=30, random_state=0,
+                     early_stopping=True, validation_fraction=0.1, callback=callback), **params}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (max_iter of a small test)
         return cls(**params, secure_aggregation=secure).fit(ratings() if X is None else X)
@@ -98,3 +98,19 @@ def test_the_biases_floor_is_a_secure_sum_too():
     assert relative_difference(plain.user_bias_, secure.user_bias_) < BOUND
     # the last round carries the floor: its secure rounds and its secure sum
     assert secure.history_[-1]["bytes_uploaded"] > plain.history_[-1]["bytes_uploaded"]
+
+
+def test_grouped_clients_report_their_group_sums_securely(monkeypatch):
+    """One client per user, run in groups: each group's report is a summand of the secure
+    sum (the group's own sums, as without secure aggregation)."""
+    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1)  # grouped when batched
+    seen = []
+    params = dict(n_clients=60, clients_per_round=0.25, max_iter=15)
+    plain = fit(FedMGS, False, **params)
+    secure = fit(FedMGS, True, callback=lambda k, info: seen.append(info["validation_reports"]),
+                 **params)
+    assert type(secure._federation.client_states).__name__ == "GroupStates"
+    assert secure.best_iteration_ == plain.best_iteration_
+    assert relative_difference(plain.components_, secure.components_) < BOUND
+    assert all(len(reports) > 1 and all(isinstance(r, MaskedInput) for r in reports.values())
+               for reports in seen)
