@@ -535,8 +535,8 @@ SECURE_RUN = dict(secure_aggregation=True, max_iter=2)
 
 @pytest.mark.flower
 def test_loopback_deployment_fits_the_simulated_model(tmp_path):
-    """A plain fit and a secure one, two runs at once on one deployment: 76 s measured on
-    a busy 2-core machine (load average 10; the plain fit alone: 41 to 61 s on a busy one,
+    """A plain fit and a secure one, two runs at once on one deployment: 56 to 76 s measured
+    on a busy 2-core machine (load averages 6 to 10; the plain fit alone: 41 to 61 s,
     135 to 177 s with a fresh ClientApp process per Message and Flower's 3 s waits; every
     process is ended by 240 s): marked ``flower`` so that ``-m "not flower"`` leaves it
     out."""
