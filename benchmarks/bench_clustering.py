@@ -8,6 +8,7 @@ Usage::
     python benchmarks/bench_clustering.py --table digits               # 20 label-skewed clients
     python benchmarks/bench_clustering.py --table digits --seeds 5 --defaults-only
     python benchmarks/bench_clustering.py --table fedpalm              # Fig. 2b: FedPALM vs Q
+    python benchmarks/bench_clustering.py --table secure --rounds 100  # plain vs secure sums
     python benchmarks/bench_clustering.py --quick                      # smoke run, small sizes
 
 Synthetic data (the paper's Section V, as its reference code generates it): centers
@@ -42,6 +43,7 @@ FedMAvg (``Q = 2``: ``Q1 = Q2 = 1``; and the paper's ``Q1 = 10``, ``Q_hat = 5``)
 
 import argparse
 import time
+import warnings
 
 import numpy as np
 from sklearn.cluster import KMeans
@@ -199,9 +201,47 @@ def fedpalm_table(sizes, rounds, n_clients, m, n_jobs, marks):
               flush=True)
 
 
+def secure_table(rounds, n_jobs):
+    """Digits over 20 label-skewed clients, half of them per round, a random start and
+    ``n_init=2``: each setting fitted plain and with ``secure_aggregation=True``; seconds,
+    bytes per round (up and down, every phase), the largest relative difference of the
+    centers and the ACC of both."""
+    X, y = load_digits(return_X_y=True)
+    clients = partition_label_skew(y, 20, classes_per_client=2, random_state=0)
+    settings = {"FedMGS": dict(algorithm="fedmgs"),
+                "FedMAvg local": dict(algorithm="fedmavg", solver_params={"w_step": "local"}),
+                "K-means": dict(algorithm="fedmavg",
+                                solver_params={"w_step": "local", "h_constraint": "onehot"})}
+    print(f"digits {X.shape[0]} x {X.shape[1]}, 20 clients (2 digits each), 10 per round, "
+          f"{rounds} rounds, init='random', n_init=2")
+    header = (f"{'setting':<14} {'plain s':>8} {'secure s':>9} {'ratio':>6} {'KB/round plain':>15}"
+              f" {'KB/round secure':>16} {'max rel diff':>13} {'ACC plain':>10} {'ACC secure':>11}")
+    print(header)
+    print("-" * len(header))
+    for name, params in settings.items():
+        fits, seconds = [], []
+        for secure in (False, True):
+            est = FederatedClustering(n_clusters=10, n_clients=20, clients_per_round=10,
+                                      max_iter=rounds, init="random", n_init=2, random_state=0,
+                                      n_jobs=n_jobs, secure_aggregation=secure, **params)
+            start = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fits.append(est.fit(X, clients=clients))
+            seconds.append(time.perf_counter() - start)
+        kb = [np.mean([r["bytes_uploaded"] + r["bytes_downloaded"] for r in e.history_]) / 1e3
+              for e in fits]
+        a, b = fits[0].cluster_centers_, fits[1].cluster_centers_
+        diff = float(np.max(np.abs(a - b)) / np.max(np.abs(a)))
+        acc = [100 * clustering_accuracy(y, e.labels_) for e in fits]
+        print(f"{name:<14} {seconds[0]:>8.2f} {seconds[1]:>9.2f} {seconds[1] / seconds[0]:>6.1f}"
+              f" {kb[0]:>15.1f} {kb[1]:>16.1f} {diff:>13.1e} {acc[0]:>10.1f} {acc[1]:>11.1f}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--table", choices=["synthetic", "digits", "fedpalm"], default="synthetic")
+    parser.add_argument("--table", choices=["synthetic", "digits", "fedpalm", "secure"],
+                        default="synthetic")
     parser.add_argument("--case", type=int, choices=[1, 2], default=2)
     parser.add_argument("--rounds", type=int, default=1000)
     parser.add_argument("--seeds", type=int, default=1)
@@ -227,6 +267,8 @@ def main():
             print()
         digits_table(50, 1, args.n_jobs, True, (None, 10), 5)
         fedpalm_table((400, 50, 4), 20, 8, 4, args.n_jobs, (1, 5, 20))
+    elif args.table == "secure":
+        secure_table(args.rounds, args.n_jobs)
     elif args.table == "fedpalm":
         n, m_features, k, p = args.fedpalm_size
         fedpalm_table((n, m_features, k), args.rounds, p, p // 2, args.n_jobs,

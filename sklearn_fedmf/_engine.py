@@ -89,7 +89,7 @@ import time
 import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -199,6 +199,10 @@ class SummableUploads:
         (server_state, message)``, ``clients`` the senders in the sum). A prepare exchange
         below the threshold raises whatever ``on_client_error`` says (the round's update
         needs its message).
+    report_keys : tuple
+        Set by the engine in a fit with early stopping: the keys of ``client_metrics`` (a
+        client's validation report) that the clients keep for one more secure sum per
+        evaluation instead of sending them.
     """
 
     client: Callable
@@ -210,6 +214,7 @@ class SummableUploads:
     prepare_client: Callable | None = None
     server_prepare: Callable | None = None
     prepare_cumulative: bool = False
+    report_keys: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -548,6 +553,10 @@ def run_federation(
     if secure != state.secure:
         raise ValueError("warm_start cannot switch secure_aggregation on or off: the server's "
                          "state is kept in another form; fit again without warm_start.")
+    plain_protocol = protocol  # (the report transport's: its eval_* sums are diagnostics)
+    if secure and early_stopping is not None:  # the validation reports: secure sums too
+        protocol = replace(protocol, summable=replace(
+            protocol.summable, report_keys=tuple(early_stopping.report_keys)))
     part = protocol.participation
     n_clients = transport.n_clients
     if secure and (protocol.summable.cumulative or protocol.summable.prepare_cumulative):
@@ -571,7 +580,7 @@ def run_federation(
                              "evaluates none. Set eval_every >= 1 or early_stopping=False.")
         keeper, tol = _BestRound(early_stopping, state), 0.0  # (tol: the validation's)
 
-    with transport.session(protocol), (report.session(protocol) if report is not None
+    with transport.session(protocol), (report.session(plain_protocol) if report is not None
                                        else nullcontext()):
         for k in range(start_round, start_round + max_iter):
             tic = time.perf_counter()
@@ -673,14 +682,19 @@ def run_federation(
                     record.update(_evaluate(protocol, state, transport, in_round=True))
                 else:
                     metrics, reports = _evaluate(protocol, state, transport, in_round=True,
-                                                 reports=early_stopping.report_keys)
+                                                 reports=early_stopping.report_keys,
+                                                 secure=(entropy, k, failures) if secure else None)
                     record.update(metrics)
-                    # the reports reach the server: two numbers per client
-                    record["bytes_uploaded"] += sum(nbytes(r) for r in reports.values())
+                    if secure:  # every phase of their secure sum; the server saw masked ones
+                        record["bytes_uploaded"] += total_bytes(reports.bytes_up)
+                        record["bytes_downloaded"] += total_bytes(reports.bytes_down)
+                        reports = reports.masked
+                    else:  # the reports reach the server: two numbers per client
+                        record["bytes_uploaded"] += sum(nbytes(r) for r in reports.values())
                     patience_out = keeper.update(state, record, k + 1)
                     if report is not None:  # (after the update, which renames eval_*)
                         record.update({key: value for key, value in _evaluate(
-                            protocol, state, report, in_round=True).items()
+                            plain_protocol, state, report, in_round=True).items()
                             if key.startswith("eval_")})
             if protocol.after_round is not None:
                 state.server_state, state.broadcast, stop = protocol.after_round(
@@ -738,10 +752,12 @@ def evaluate(protocol, state, clients, n_jobs=None):
         return _evaluate(protocol, state, transport)
 
 
-def _evaluate(protocol, state, transport, in_round=False, reports=None):
+def _evaluate(protocol, state, transport, in_round=False, reports=None, secure=None):
     """The combined metrics; with ``reports`` (two keys of ``client_metrics``) also each
     client's validation report ``(sse, count)``, keyed by client (by a group's first client
-    for grouped clients, whose phase returns the group's sums)."""
+    for grouped clients, whose phase returns the group's sums); with ``secure`` (``(entropy,
+    round index, failures)``: the clients kept their reports) the secure sum's
+    ``ExchangeResult`` instead."""
     round_number = state.n_rounds + 1 if in_round else (state.n_rounds or None)
     result = transport.run("client_metrics", list(range(transport.n_clients)), state.broadcast,
                            round_number=round_number)
@@ -751,9 +767,18 @@ def _evaluate(protocol, state, transport, in_round=False, reports=None):
     for metrics in result.messages.values():  # client order: n_jobs-independent
         for key, value in metrics.items():
             sums[key] = sums.get(key, 0.0) + value
+    outcome = None
+    if secure is not None:
+        from .secure._rounds import secure_reports
+
+        outcome = secure_reports(protocol, transport, list(result.messages), *secure,
+                                 round_number)
+        sums.update(outcome.sums)
     combined = protocol.combine_metrics(state.server_state, sums)
     if reports is None:
         return combined
+    if outcome is not None:
+        return combined, outcome
     sse, count = reports
     return combined, {c: (float(m[sse]), float(m[count])) for c, m in result.messages.items()}
 

@@ -63,6 +63,7 @@ from ._transport import (
     Transport,
     _holds,
     _run_clients,
+    hold_reports,
     hold_uploads,
     run_secure_phase,
 )
@@ -418,4 +419,6 @@ class GroupedTransport(Transport):
             failures.update(group_failures)
         if _holds(self._protocol, phase):
             hold_uploads(self.secure_slots, messages, broadcast)
+        elif phase == "client_metrics":
+            hold_reports(self._protocol, self.secure_slots, messages)
         return PhaseResult(messages, failures)

@@ -219,6 +219,18 @@ def hold_uploads(slots, messages, broadcast):
     return messages
 
 
+def hold_reports(protocol, slots, messages):
+    """Under secure aggregation with early stopping, keep each client's validation report
+    (the keys ``protocol.summable.report_keys`` of its ``client_metrics``) in its secure
+    ``slots`` for a secure sum; the engine gets the other diagnostics only."""
+    summable = protocol.summable if getattr(protocol, "secure", None) is not None else None
+    keys = getattr(summable, "report_keys", ())
+    for client, message in (messages.items() if keys else ()):
+        slots[client] = {**slots.get(client, {}), "report": {k: message[k] for k in keys}}
+        messages[client] = {k: v for k, v in message.items() if k not in keys}
+    return messages
+
+
 def run_secure_phase(slots, protocol, phase, clients, broadcast, stream):
     """A secure phase on ``clients`` whose slots this process holds (module docstring)."""
     from .secure._rounds import PerClient, client_secure_phase
@@ -337,6 +349,8 @@ class LocalTransport(Transport):
             messages[client] = message
         if _holds(self._protocol, phase):
             hold_uploads(self.secure_slots, messages, broadcast)
+        elif not keep:
+            hold_reports(self._protocol, self.secure_slots, messages)
         return PhaseResult(messages, failures)
 
 

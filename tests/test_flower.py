@@ -26,6 +26,7 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, Felb, RFRec  # noqa: E402
 from sklearn_fedmf._engine import FederatedProtocol  # noqa: E402
 from sklearn_fedmf._fit import route_solver_params  # noqa: E402
+from sklearn_fedmf._transport import LocalTransport  # noqa: E402
 from sklearn_fedmf.flower import MESSAGE_TYPES, client_app, fit_on_grid, split_sites  # noqa: E402
 from sklearn_fedmf.flower._client import OTHER_PHASE  # noqa: E402
 from sklearn_fedmf.flower._codec import take  # noqa: E402
@@ -41,7 +42,8 @@ class FakeGrid(Grid):
     """A ``Grid`` whose nodes are in this process: each Message goes to ``client_app`` with its
     node's own ``Context`` (state kept between messages, as a SuperNode keeps it). A client
     function that raises gives an error reply, as Flower's runtime does; ``drop`` names
-    ``(message_type, partition-id)`` pairs whose Message never arrives, ``late`` those whose
+    ``(message_type, partition-id)`` pairs, or ``(phase, partition-id, round)`` triples,
+    whose Message never arrives, ``late`` those whose
     reply comes after the timeout (the site has computed), ``restart`` those whose node loses
     its state first (a SuperNode restarted)."""
 
@@ -77,7 +79,9 @@ class FakeGrid(Grid):
             self.sent.append(msg)
             context = self.contexts[msg.metadata.dst_node_id]
             site = context.node_config["partition-id"]
-            if (msg.metadata.message_type, site) in self.drop:
+            phase = msg.content["phase"]["name"] if "phase" in msg.content else None
+            if ((msg.metadata.message_type, site) in self.drop
+                    or (phase, site, int(msg.metadata.group_id)) in self.drop):
                 continue
             if (msg.metadata.message_type, site) in self.restart:
                 context.state = RecordDict()
@@ -377,35 +381,192 @@ def test_wire_bytes_count_the_serialized_message(task_identity):
     assert 0 <= (b - a) - (1000 - 10) * 2 * 8 <= 16
 
 
+# ---- secure aggregation on Flower ------------------------------------------------------------
+SECURE = dict(n_components=2, max_iter=3, random_state=3, secure_aggregation=True,
+              solver_params={"center": False}, **FIXED["FedMCADMM"])
+
+
+@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.ConvergenceWarning")
+@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
+@pytest.mark.parametrize("cls, params", [
+    (FedMCADMM, SECURE),  # a cumulative exchange, with a secure initial exchange
+    (FedMGS, dict(n_components=2, max_iter=3, random_state=3, biased=False,
+                  secure_aggregation=True, solver_params={"center": False})),
+    # the guarded W step: a second, cumulative exchange in the prepare phase
+    (FedMAvg, dict(n_components=2, max_iter=3, clients_per_round=2, random_state=3,
+                   secure_aggregation=True, solver_params={"center": False},
+                   **FIXED["FedMAvg"])),
+    (RFRec, dict(n_components=2, max_iter=3, n_clients=N_SITES, random_state=3, alpha_u=4.5,
+                 alpha_v=4.5, secure_aggregation=True, solver_params={"center": False})),
+    (Felb, dict(n_components=2, max_iter=3, sync_every=2, random_state=3,
+                secure_aggregation=True)),
+])
+def test_secure_fit_on_flower_equals_the_in_process_secure_fit(cls, params, tmp_path,
+                                                               task_identity):
+    """The sites run the protocol's phases with keys from their OS: other masks than the
+    simulation's seeded ones, the same ring sums, so the same model bit for bit."""
+    X, Y, labels = ratings()
+    if cls is Felb:  # binary data, no held-out set
+        X, Y = X.copy(), None
+        X.data = (X.data > 0).astype(float)
+    simulated = cls(**params).fit(X, clients=labels, **({} if Y is None else {"eval_set": Y}))
+    grid = FakeGrid(site_files(tmp_path, X, labels, Y))
+    flower = fit_on_grid(cls(**params), grid, min_nodes=N_SITES, wait=1)
+    np.testing.assert_array_equal(flower.components_, simulated.components_)
+    assert strip_seconds(flower.history_) == strip_seconds(simulated.history_)
+    names = {m.content["phase"]["name"] for m in grid.sent if "phase" in m.content}
+    assert {"secure_advertise_keys", "secure_share_keys", "secure_masked_input",
+            "secure_unmask"} <= names
+
+
+def test_the_server_receives_only_masked_vectors_under_secure_aggregation(tmp_path,
+                                                                          task_identity):
+    from sklearn_fedmf.secure._rounds import auto_encoding
+
+    X, _, labels = ratings(2)
+    n_rows = int(np.sum(labels == 0))
+    plain_params = {k: v for k, v in SECURE.items() if k != "secure_aggregation"}
+    plain = {}
+    FedMCADMM(**plain_params, callback=lambda k, info: plain.update({k: info["uploads"]})).fit(
+        X, clients=labels)
+    seen = []
+    grid = FakeGrid(site_files(tmp_path, X, labels))
+    fit_on_grid(FedMCADMM(**SECURE, callback=lambda k, info: seen.append(info["uploads"])),
+                grid, min_nodes=N_SITES, wait=1)
+    encoding = auto_encoding(N_SITES)
+    kinds = {}
+    for reply in grid.received:
+        assert not reply.has_error()
+        kind = reply.metadata.message_type
+        if kind in ("query.hello", MESSAGE_TYPES["client_metrics"]):  # aggregates, sums
+            continue
+        if kind in (MESSAGE_TYPES["init_client"], MESSAGE_TYPES["client_update"]):
+            assert set(reply.content.keys()) == {"held"}  # the upload stayed on the site
+            kinds["held"] = kinds.get("held", 0) + 1
+            continue
+        assert kind == OTHER_PHASE
+        message = take(reply.content, "message")
+        arrays = [a.numpy() for a in reply.content["message.arrays"].values()]
+        # keys and ciphertexts are bytes, masked vectors ring elements: no float leaves a site
+        assert all(a.dtype in (np.uint8, np.uint64) for a in arrays)
+        assert all(n_rows not in a.shape for a in arrays)
+        name = type(message).__name__
+        kinds[name] = kinds.get(name, 0) + 1
+        if name == "SecureInput":  # uniform in the ring: nothing like an encoded upload
+            assert message.masked.vector.dtype == np.uint64
+            assert np.abs(encoding.decode(message.masked.vector)).max() > 1e6
+    # every exchange (the initial one and three rounds) ran all four phases on every site
+    assert kinds == {"held": 4 * N_SITES, "KeyAdvertisement": 4 * N_SITES,
+                     "EncryptedShares": 4 * N_SITES, "SecureInput": 4 * N_SITES,
+                     "UnmaskingShares": 4 * N_SITES}
+    # the callback, on the server, sees the masked inputs only
+    for k, uploads in enumerate(seen, start=1):
+        assert sorted(uploads) == sorted(plain[k])
+        assert all(type(u).__name__ == "MaskedInput" for u in uploads.values())
+
+
+class _MaskedInputLost(LocalTransport):
+    """The engine's local transport, but ``site``'s masked input of ``round_number`` is
+    lost, as a Flower site that does not reply in time: the in-process oracle."""
+
+    def __init__(self, blocks, site, round_number):
+        super().__init__(blocks)
+        self.site, self.round_number = site, round_number
+
+    def run(self, phase, clients, broadcast, **kwargs):
+        from sklearn_fedmf._transport import PhaseResult
+        from sklearn_fedmf.exceptions import ClientDropout
+
+        if phase == "secure_masked_input" and kwargs["round_number"] == self.round_number:
+            result = super().run(phase, [c for c in clients if c != self.site], broadcast,
+                                 **kwargs)
+            return PhaseResult(result.messages, {self.site: ClientDropout("lost")})
+        return super().run(phase, clients, broadcast, **kwargs)
+
+
+def test_a_site_that_times_out_after_the_keys_is_a_dropout_of_the_secure_sum(tmp_path,
+                                                                              task_identity):
+    """Its masks are removed through the other sites' shares, whatever on_client_error says;
+    the model is the simulation's with the same input lost. Below the threshold the round
+    has no sum: a FederationError, or a skipped round with on_client_error="skip"."""
+    from sklearn_fedmf._engine import initialize_federation, run_federation
+    from sklearn_fedmf.exceptions import ClientFailureWarning, FederationError
+    from sklearn_fedmf.flower._sites import load_site, make_site_protocol, site_block
+
+    X, _, labels = ratings(1)
+    configs = site_files(tmp_path, X, labels)
+    grid = FakeGrid(configs, drop={("secure_masked_input", 1, 2)})
+    flower = fit_on_grid(FedMCADMM(**SECURE), grid, min_nodes=N_SITES, timeout=0.2, wait=1)
+
+    est = FedMCADMM(**SECURE)
+    protocol = make_site_protocol(est, n_items=X.shape[1], n_clients=N_SITES,
+                                  n_users=X.shape[0], mean=flower.mean_,
+                                  rating_range=flower.rating_range_, n_ratings=X.nnz)
+    blocks = [site_block(est, load_site(tmp_path / f"site-{c}.npz")) for c in range(N_SITES)]
+    lossy = _MaskedInputLost(blocks, 1, 2)
+    state, init_bytes = initialize_federation(protocol, lossy, entropy=3)
+    state = run_federation(protocol, lossy, max_iter=3, entropy=3, state=state,
+                           init_bytes=init_bytes)
+    assert strip_seconds(state.history) == strip_seconds(flower.history_)
+    assert flower.history_[1]["bytes_secure"]["masked_input"] < flower.history_[0][
+        "bytes_secure"]["masked_input"]
+
+    # two of three sites lost: below the threshold (2) the masks cannot be removed
+    drop = {("secure_masked_input", 1, 2), ("secure_masked_input", 2, 2)}
+    with pytest.raises(FederationError, match="round 2.*threshold"):
+        fit_on_grid(FedMCADMM(**SECURE), FakeGrid(configs, drop=drop), min_nodes=N_SITES,
+                    timeout=0.2, wait=1)
+    skip = dict(SECURE, solver_params={**SECURE["solver_params"], "on_client_error": "skip"})
+    with pytest.warns(ClientFailureWarning, match="round 2.*skipped"):
+        skipped = fit_on_grid(FedMCADMM(**skip), FakeGrid(configs, drop=drop),
+                              min_nodes=N_SITES, timeout=0.2, wait=1)
+    assert [r.get("secure_failed", False) for r in skipped.history_] == [False, True, False]
+
+
 # ---- a deployment on loopback: a SuperLink, two SuperNodes, flwr run ------------------------
 # Each site runs ``python -m sklearn_fedmf.flower``: one ClientApp process for the whole fit
 # and short waits, so a round takes about a second; the start (processes, imports) takes most
 # of the test's time. The diagnostics are off (eval_every=0): one exchange per round.
 DEPLOY_PARAMS = dict(n_components=2, max_iter=3, alpha_u=0.1, alpha_v=0.1, random_state=0,
-                     center=False, eval_every=0)
+                     center=False, eval_every=0, secure_aggregation=False)
+# the second run of the same deployment: a secure fit, two rounds
+SECURE_RUN = dict(secure_aggregation=True, max_iter=2)
 
 
 @pytest.mark.flower
 def test_loopback_deployment_fits_the_simulated_model(tmp_path):
-    """41 to 57 s measured on a busy 2-core machine (load average 12; it was 135 to 177 s
-    with a fresh ClientApp process per Message and Flower's 3 s waits; every process is
-    ended by 240 s): marked ``flower`` so that ``-m "not flower"`` leaves it out."""
+    """A plain fit and a secure one, two runs at once on one deployment: 56 to 76 s measured
+    on a busy 2-core machine (load averages 6 to 10; the plain fit alone: 41 to 61 s,
+    135 to 177 s with a fresh ClientApp process per Message and Flower's 3 s waits; every
+    process is ended by 240 s): marked ``flower`` so that ``-m "not flower"`` leaves it
+    out."""
     from sklearn_fedmf.flower import run_loopback
 
     X, _, labels = ratings()
     labels = labels % 2  # two sites
-    flower, seconds, logs = run_loopback(X, labels, tmp_path, params=DEPLOY_PARAMS)
+    models, seconds, logs = run_loopback(X, labels, tmp_path, params=DEPLOY_PARAMS,
+                                         runs=[{}, SECURE_RUN])
     # flwr run exits 0 even when the run failed: the ServerApp's output is the result
-    assert flower is not None, f"no model written in {seconds:.0f} s; logs:\n" + "\n".join(
-        f"--- {name}\n{text[-3000:]}" for name, text in logs.items())
+    for model, run_seconds in zip(models, seconds):
+        assert model is not None, f"no model written in {run_seconds:.0f} s; logs:\n" + (
+            "\n".join(f"--- {name}\n{text[-3000:]}" for name, text in logs.items()))
+    flower, secure = models
     # (the app's flat config keys: center and eval_every go into solver_params, as here)
     simulated = FedMCADMM(**route_solver_params(FedMCADMM, DEPLOY_PARAMS)).fit(
         X, clients=labels)
     np.testing.assert_array_equal(flower.components_, simulated.components_)
     assert strip_seconds(flower.history_) == strip_seconds(simulated.history_)
+    # the sites' keys come from their OS: other masks, the same sums, the same model
+    simulated = FedMCADMM(**route_solver_params(FedMCADMM, {**DEPLOY_PARAMS, **SECURE_RUN})).fit(
+        X, clients=labels)
+    np.testing.assert_array_equal(secure.components_, simulated.components_)
+    assert strip_seconds(secure.history_) == strip_seconds(simulated.history_)
     for site in ("supernode-0", "supernode-1"):  # one ClientApp process served every Message
         assert logs[site].count("Serving the ClientApp tasks") == 1, logs[site][-3000:]
         assert "flwr-clientapp" not in logs[site]
-        assert logs[site].count("Sending: train.update") == DEPLOY_PARAMS["max_iter"]
+        # the plain run's updates and the secure run's (train.phase: its secure phases)
+        assert logs[site].count("Sending: train.update") == (
+            DEPLOY_PARAMS["max_iter"] + SECURE_RUN["max_iter"])
+        assert logs[site].count("Sending: train.phase") == 4 * (1 + SECURE_RUN["max_iter"])
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert leftovers.stdout == "", "processes of the deployment are still running"

@@ -267,11 +267,13 @@ class FederatedClustering(
     }
     _moved_params = {key: f"solver_params['{key}']" for key in _solver_params}
 
-    _secure_refusal = (
-        "its uploads are not all sums: init=\"k-fed\" sends each client's local centres, which "
-        "the server clusters, and the FedMGS rounds keep every client's latest aggregates "
-        "H_p H_p^T and X_p^T H_p (a running sum of changes would serve, as for FedMC-ADMM, "
-        "but it is not built for this class)")
+    # Secure aggregation (secure_aggregation=True): the rounds' uploads are sums. FedMGS's
+    # aggregates H_p H_p^T and X_p^T H_p go into running sums (a cumulative exchange, the
+    # initial ones included); FedMAvg's copies W_p into the ratio of two sums (w_p W_p, w_p);
+    # with n_init > 1 each client's clustering cost into one more secure sum. What is not a
+    # sum is refused (_secure_protocol): init="k-fed" (each client's local centres, which the
+    # server clusters) and FedMAvg's global step (w_step "global" or "guarded": its prepare
+    # phase's Grams).
 
     def __init__(
         self,
@@ -366,6 +368,15 @@ class FederatedClustering(
             return 0.0, 0.0
         return self._solver["rho0"] * ctx.info["scale"], self._solver["nu"] * ctx.info["scale"]
 
+    def _secure_protocol(self, protocol):
+        if (self._settings()["secure_aggregation"] is not False
+                and isinstance(self.init, str) and self.init == "k-fed"):
+            raise ValueError(
+                'FederatedClustering cannot sum init="k-fed" securely: each client sends its '
+                "local centres, which the server clusters (not a sum); set init=\"random\" or "
+                "give the initial centres as an array.")
+        return super()._secure_protocol(protocol)
+
     def _make_protocol(self, ctx):
         info, K, blocks_rows = ctx.info, self.n_clusters, np.bincount(ctx.codes)
         mgs, onehot, solver = self.algorithm == "fedmgs", self._onehot, self._solver
@@ -440,8 +451,8 @@ class FederatedClustering(
                 state.history[0]["bytes_uploaded"] += seed_bytes
             cost = 0.0
             if len(starts) > 1:  # one scalar per client: its samples' clustering cost
-                cost = sum(clustering_cost(b.X, state.server_state["W"], onehot)[1].sum()
-                           for b in blocks)
+                cost = _total_cost(blocks, state.server_state["W"], onehot, protocol.secure,
+                                   start, ctx)
             if best is None or cost < best[0]:
                 best = (cost, state)
         return best[1]
@@ -536,3 +547,22 @@ class FederatedClustering(
     @property
     def _n_features_out(self):
         return self.cluster_centers_.shape[0]
+
+
+def _total_cost(blocks, W, onehot, secure, seed, ctx):
+    """The clustering cost of a start, summed over the clients' costs: in the clear, or by a
+    secure sum (each client's cost relative to ``||X||^2``, so within the encoding's clip)."""
+    costs = [clustering_cost(b.X, W, onehot)[1].sum() for b in blocks]
+    if secure is None:
+        return sum(costs)
+    from ..secure import secure_sum
+
+    total = ctx.info["scale"] * ctx.n_rows  # ||X||^2
+    result = secure_sum({p: np.array([c / total]) for p, c in enumerate(costs)},
+                        encoding=secure.encoding_for(len(costs)),
+                        neighbours=secure.degree(len(costs)),
+                        seed=np.random.SeedSequence(seed, spawn_key=(_COST_SUM,)))
+    return float(result.sum[0]) * total
+
+
+_COST_SUM = 10  # the starts' secure cost sums: their seed kind (the engine's are 0 to 7)

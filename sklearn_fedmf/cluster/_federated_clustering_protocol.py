@@ -13,7 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _fedmgs_protocol as mgs_round
-from .._engine import FederatedProtocol, evaluate
+from .._engine import FederatedProtocol, SummableUploads, evaluate
 from .._fedmavg_protocol import (
     average_uploads,
     check_aggregation,
@@ -152,13 +152,15 @@ def _with_stats(A, X, sq):
     return {"A": A, "AtA": A.T @ A, "XtA": np.asarray(X.T @ A), "sq": sq}
 
 
-def init_server(rng, *, n_features, n_clusters, amplitude, centers, box, rho, q2_first):
+def init_server(rng, *, n_features, n_clusters, amplitude, centers, box, rho, q2_first,
+                weights=None):
     """``W^1 = P_W(W^0)`` (Algorithm 1's first average, over all clients), ``W^0`` i.i.d.
-    ``U[0, a)`` or the given centers."""
+    ``U[0, a)`` or the given centers (``weights``: the clients' ``omega_p``, which the
+    secure FedMAvg server sends each client as its weight)."""
     W0 = centers.T.copy() if centers is not None else amplitude * rng.random((n_features,
                                                                               n_clusters))
     W = project_w(W0, box)
-    return {"W": W, "rho": rho}, {"W": W, "rho": rho, "q2": q2_first}
+    return {"W": W, "rho": rho, "weights": weights}, {"W": W, "rho": rho, "q2": q2_first}
 
 
 def init_client(block, broadcast, rng, *, amplitude, from_centers, onehot, upload):
@@ -217,11 +219,40 @@ def mgs_server_update(server_state, uploads, round_index, *, n_total, d_factor, 
         server_state["XtA"][p] = upload["XtA"]
     G1 = (2.0 / n_total) * server_state["AtA"].sum(axis=0)
     G2 = (2.0 / n_total) * server_state["XtA"].sum(axis=0)
+    return _mgs_steps(server_state, G1, G2, d_factor=d_factor, q2=q2, box=box)
+
+
+def _mgs_steps(server_state, G1, G2, *, d_factor, q2, box):
+    """The server's ``Q2`` projected steps (32) at ``G1``, ``G2``."""
     d = d_factor * max(spectral_norm(G1), EPS)
     W = mgs_round.server_steps(server_state["W"], q2, d, lambda W: W @ G1 - G2,
                                lambda Z, d: project_w(Z, box))
     rho = server_state["rho"]
     return {**server_state, "W": W}, {"W": W, "rho": rho, "q2": q2}
+
+
+# FedMGS under secure aggregation: the server needs the sums of every client's latest
+# H_p H_p^T and X_p^T H_p, a cumulative exchange (sklearn_fedmf.secure._rounds) whose summands
+# a client scales by 2/N itself: G1 and G2 are then the sums (and its entries stay small
+# beside the encoding's clip however many samples it holds).
+def mgs_summands(upload, weight=None, *, n_total):
+    """A client's ``(2/N) H_p H_p^T`` and ``(2/N) X_p^T H_p`` (its round or initial upload)."""
+    return {"G1": (2.0 / n_total) * np.asarray(upload["AtA"], dtype=np.float64),
+            "G2": (2.0 / n_total) * np.asarray(upload["XtA"], dtype=np.float64)}
+
+
+def mgs_secure_init(server_state, sums, n_summed, *, n_clients, q2):
+    """:func:`init_uploads` from the secure sum of every client's initial aggregates."""
+    if n_summed != n_clients:
+        raise ValueError(f"FedMGS needs the aggregates of all {n_clients} clients, got "
+                         f"{n_summed}.")
+    return server_state, {"W": server_state["W"], "rho": server_state["rho"], "q2": q2}
+
+
+def mgs_secure_update(server_state, sums, n_summed, round_index, *, d_factor, q2, box):
+    """:func:`mgs_server_update` at the running sums ``G1``, ``G2`` of the latest
+    aggregates."""
+    return _mgs_steps(server_state, sums["G1"], sums["G2"], d_factor=d_factor, q2=q2, box=box)
 
 
 # -- FedMAvg (Algorithm 1) --
@@ -280,7 +311,14 @@ def mavg_server_update(server_state, uploads, round_index, counts=None, *, weigh
                        aggregation, local_iter_v, q_hat, box):
     """``W^{s+1} = P_W(average of the uploaded W_p)`` ((8)-(10);
     :func:`~sklearn_fedmf._fedmavg_protocol.average_uploads`, ``counts``: client -> draws)."""
-    W = project_w(average_uploads(uploads, counts, weights, aggregation), box)
+    return mavg_from_mean(server_state, average_uploads(uploads, counts, weights, aggregation),
+                          round_index, local_iter_v=local_iter_v, q_hat=q_hat, box=box)
+
+
+def mavg_from_mean(server_state, W, round_index, *, local_iter_v, q_hat, box):
+    """The FedMAvg server's step from the mean ``W`` of the uploads (plain, or the ratio of
+    two secure sums, :func:`~sklearn_fedmf._fedmavg_protocol.mean_of_sums`)."""
+    W = project_w(W, box)
     q2 = q2_schedule(round_index + 2, local_iter_v, q_hat)
     return {**server_state, "W": W}, {"W": W, "rho": server_state["rho"], "q2": q2}
 
@@ -329,7 +367,7 @@ def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_to
     common = dict(
         init_server=partial(init_server, n_features=n_features, n_clusters=n_clusters,
                             amplitude=amplitude, centers=centers, box=box, rho=rho,
-                            q2_first=q2_first),
+                            q2_first=q2_first, weights=weights),
         init_client=partial(init_client, amplitude=amplitude, from_centers=centers is not None,
                             onehot=onehot,
                             upload="grams" if mgs else ("gram" if prepared else None)),
@@ -346,6 +384,13 @@ def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_to
                                   local_phase=partial(h_phase, **h_params), share=aggregates),
             server_update=partial(mgs_server_update, n_total=n_total, d_factor=d_factor,
                                   q2=q2_first, box=box),
+            summable=SummableUploads(
+                client=partial(mgs_summands, n_total=n_total),
+                server_update=partial(mgs_secure_update, d_factor=d_factor, q2=q2_first,
+                                      box=box),
+                cumulative=True,
+                init_client=partial(_init_summands, n_total=n_total),
+                server_init=partial(mgs_secure_init, n_clients=n_clients, q2=q2_first)),
         )
     return FederatedProtocol(
         **common,
@@ -363,8 +408,17 @@ def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_to
                       local_step=partial(palm_h_step, n_total=n_total, nu=nu,
                                          c_factor=c_factor),
                       proximal_step=partial(palm_w_step, d_factor=d_factor, box=box))
-            if palm else None),
+            if palm else None,
+            # secure aggregation: the mean as a ratio of two sums (w_p W_p and w_p); the
+            # prepare phase's Grams (w_step "global", "guarded") are not summed securely
+            aggregation=aggregation,
+            secure_update=partial(mavg_from_mean, local_iter_v=local_iter_v, q_hat=q_hat,
+                                  box=box)),
     )
+
+
+def _init_summands(upload, broadcast, *, n_total):
+    return mgs_summands(upload, n_total=n_total)
 
 
 # ---- SNCP: the penalty schedule between rounds (Section V-F) -------------------------------

@@ -408,7 +408,9 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         if not validated or not self._biased or self._floor_class is None:
             return
         best = state.best_score * self._score_scale(ctx)  # (in rating units)
-        floor, floor_rmse, (up, down) = biases_floor(ctx, self._floor_class, n_jobs=self.n_jobs)
+        floor, floor_rmse, (up, down) = biases_floor(
+            ctx, self._floor_class, n_jobs=self.n_jobs,
+            secure_aggregation=self._settings()["secure_aggregation"])
         self.history_[-1]["bytes_uploaded"] += up
         self.history_[-1]["bytes_downloaded"] += down
         if floor_rmse > best:

@@ -56,7 +56,7 @@ def split_validation(ctx, settings, *, implicit, validation_keys):
     return X, eval_X, report_X, rule
 
 
-def biases_floor(ctx, floor_class, *, n_jobs):
+def biases_floor(ctx, floor_class, *, n_jobs, secure_aggregation=False):
     """The federated biases-only model on the fit's clients' training ratings, its
     validation RMSE in rating units, and the bytes ``(up, down)`` it cost.
 
@@ -64,6 +64,9 @@ def biases_floor(ctx, floor_class, *, n_jobs):
     ``rating_scale`` where a class scales them). Each client sends one more number, the
     squared-error sum of the floor on its validation ratings. ``floor_class`` is
     :class:`~sklearn_fedmf.FedBaseline` (passed in: it is itself a completion estimator).
+    With ``secure_aggregation`` (the fit's) the floor is fitted with it too, and the
+    clients' squared-error sums (each over the validation count, which the server has from
+    the reports' secure sums) reach the server as one secure sum.
     """
     offset, scale = ctx.info["offset"], ctx.info.get("rating_scale", 1.0)
     X = ctx.X.copy()
@@ -71,11 +74,28 @@ def biases_floor(ctx, floor_class, *, n_jobs):
     with warnings.catch_warnings():  # (what it would say, this fit has said)
         warnings.simplefilter("ignore", FedMFWarning)
         floor = floor_class(n_clients=ctx.n_clients, random_state=ctx.entropy, n_jobs=n_jobs,
-                            solver_params={"eval_every": 0}).fit(X, clients=ctx.labels)
+                            solver_params={"eval_every": 0},
+                            secure_aggregation=secure_aggregation).fit(X, clients=ctx.labels)
     X_valid = ctx.info["eval_X"]
     rows = np.repeat(np.arange(X_valid.shape[0]), np.diff(X_valid.indptr))
     residual = (X_valid.data * scale + offset
                 - (floor.user_bias_[rows] + floor.item_bias_[X_valid.indices] + floor.mean_))
-    up = sum(r["bytes_uploaded"] for r in floor.history_) + 8 * ctx.n_clients
+    up = sum(r["bytes_uploaded"] for r in floor.history_)
     down = sum(r["bytes_downloaded"] for r in floor.history_)
-    return floor, float(np.sqrt(np.mean(np.square(residual)))), (up, down)
+    if secure_aggregation is False:
+        return floor, float(np.sqrt(np.mean(np.square(residual)))), (up + 8 * ctx.n_clients,
+                                                                     down)
+    from ..secure import SecureAggregation, secure_sum
+
+    options = SecureAggregation() if secure_aggregation is True else secure_aggregation
+    n, count = ctx.n_clients, residual.size
+    mean_sse = np.bincount(ctx.codes[rows], weights=np.square(residual), minlength=n) / count
+    result = secure_sum({p: mean_sse[p:p + 1] for p in range(n)},
+                        encoding=options.encoding_for(n), neighbours=options.degree(n),
+                        seed=np.random.SeedSequence(ctx.entropy, spawn_key=(_FLOOR_SUM,)))
+    up += sum(sum(v.values()) for v in result.bytes_uploaded.values())
+    down += sum(sum(v.values()) for v in result.bytes_downloaded.values())
+    return floor, float(np.sqrt(max(result.sum[0], 0.0))), (up, down)
+
+
+_FLOOR_SUM = 9  # the floor's secure sum: its seed kind (the engine's are 0 to 7)

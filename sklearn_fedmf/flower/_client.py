@@ -38,6 +38,7 @@ MESSAGE_TYPES = {
 # in the Message: the site calls the protocol's function of that name as the simulation's
 # transport calls it, ``fn(state, block, broadcast, rng, selected) -> (state, message)``.
 OTHER_PHASE = "train.phase"
+SECURE_SLOT = "fedmf.secure"  # the site's secure slot (secure aggregation) in Context.state
 _PHASE_OF = {v: k for k, v in MESSAGE_TYPES.items()}
 
 
@@ -142,7 +143,7 @@ def _committed_state(context, accepted):
 
 
 def _run_phase(msg, context):
-    from .._transport import client_generator
+    from .._transport import SECURE_PHASES, _holds, client_generator
 
     info = msg.content["phase"]
     phase = _PHASE_OF.get(msg.metadata.message_type) or str(info["name"])
@@ -155,8 +156,10 @@ def _run_phase(msg, context):
             raise RuntimeError("This site missed the run's init message (a SuperNode that "
                                "restarted has lost its Context.state).")
     site = _site(context, setup)
-    fn = _phase_function(site.protocol, phase)
     broadcast = take(msg.content, "broadcast")
+    if phase in SECURE_PHASES:
+        return Message(_secure_phase(context, site, phase, broadcast), reply_to=msg)
+    fn = _phase_function(site.protocol, phase)
     state = _committed_state(context, int(info["accepted"]))
     if phase == "client_metrics":
         message = fn(state, site.block, broadcast)
@@ -169,8 +172,30 @@ def _run_phase(msg, context):
         put(context.state, "fedmf.pending", state)
         context.state["fedmf.seq"] = ConfigRecord({"pending": int(info["seq"])})
     content = RecordDict()
+    if message is not None and _holds(site.protocol, phase):
+        # secure aggregation: the upload stays here, in the site's secure slot, until its
+        # masked input is asked for; the server learns only that it is ready
+        slot = take(context.state, SECURE_SLOT) or {}
+        put(context.state, SECURE_SLOT, {**slot, "upload": message, "broadcast": broadcast})
+        content["held"] = ConfigRecord({"held": True})
+        return Message(content, reply_to=msg)
     put(content, "message", message)
     return Message(content, reply_to=msg)
+
+
+def _secure_phase(context, site, phase, message):
+    """This site's step of a secure-aggregation phase on its secure slot (kept in
+    ``Context.state``, like its private state). Its keys, self-mask seed and share
+    coefficients come from the OS (``rng=None``): the server, which draws the simulation's
+    streams, must not know them. The sum, and so the model, does not depend on them."""
+    from ..secure._rounds import client_secure_phase
+
+    slot, reply = client_secure_phase(phase, site.client, take(context.state, SECURE_SLOT),
+                                      message, None, site.protocol.summable)
+    put(context.state, SECURE_SLOT, slot or None)
+    content = RecordDict()
+    put(content, "message", reply)
+    return content
 
 
 def client_app():

@@ -2,7 +2,7 @@
 
 A protocol's client state, upload, broadcast or metric sums is a tree of dicts, lists,
 tuples, NamedTuples and dataclasses of this package, numpy arrays and scalars, scipy sparse
-matrices, numbers, strings and ``None``. :func:`encode` turns such a tree into an
+matrices, numbers, strings, bytes and ``None``. :func:`encode` turns such a tree into an
 ``ArrayRecord`` holding every array (each saved by numpy with ``allow_pickle=False``:
 bit-exact, dtype and memory order kept) and a ``ConfigRecord`` holding the tree's shape as
 JSON; :func:`decode` inverts it. Nothing is executed while decoding: an object is rebuilt
@@ -55,6 +55,8 @@ def encode(value):
     def tree(v):
         if v is None or isinstance(v, (bool, str)):
             return v
+        if isinstance(v, bytes):  # (secure aggregation's keys, seeds and ciphertexts)
+            return {"bytes": put(np.frombuffer(v, dtype=np.uint8))}
         if isinstance(v, (int, float)) and not isinstance(v, np.generic):
             return {"int": v} if isinstance(v, int) else {"float": repr(v)}
         if isinstance(v, (np.ndarray, np.generic)):
@@ -98,6 +100,8 @@ def decode(arrays, config):
             return int(t["int"])
         if "float" in t:
             return float(t["float"])
+        if "bytes" in t:
+            return get(t["bytes"]).tobytes()
         if "array" in t:
             a = get(t["array"])
             return a[()] if t["scalar"] else a

@@ -73,7 +73,7 @@ def _toml(value):
 
 
 def run_loopback(X, clients, workdir, *, estimator="FedMCADMM", params=None, app=None,
-                 deadline=240.0, clientapp="warm", poll=DEFAULT_POLL):
+                 deadline=240.0, clientapp="warm", poll=DEFAULT_POLL, runs=None):
     """Fit ``estimator`` on a Flower deployment on 127.0.0.1: one site per client label.
 
     Writes the site files (:func:`~sklearn_fedmf.flower.split_sites`) and a copy of the app
@@ -88,15 +88,23 @@ def run_loopback(X, clients, workdir, *, estimator="FedMCADMM", params=None, app
     ``poll`` seconds between two requests for a Message; ``"flower"`` starts Flower's own
     ``flower-supernode`` (a fresh ClientApp process per Message, a 3 s idle poll).
 
+    ``runs``: a list of dicts, each overriding some of ``params`` (solver_params' keys by
+    their own names; a key must be in ``params``, which sets it for the other runs): one
+    ``flwr run`` per entry, all at once on the same SuperLink and sites, each site serving
+    their Messages in turn (for example ``[{}, {"secure_aggregation": True}]``: a plain fit
+    and a secure one, for the start-up of one deployment). ``model`` and ``seconds`` are
+    then lists, one entry per run.
+
     Returns
     -------
     model : estimator or None
         What the ServerApp wrote (None if it wrote nothing: ``flwr run`` exits 0 even when
         the run failed, so only the written model tells).
     seconds : float
-        Wall time from starting the SuperLink to the end of ``flwr run``.
+        Wall time from starting the SuperLink to the end of ``flwr run`` (with ``runs``:
+        to the end of each).
     logs : dict
-        Each process's output.
+        Each process's output (``run``, or ``run-0``, ``run-1``, ... with ``runs``).
     """
     if clientapp not in ("warm", "flower"):
         raise ValueError(f"clientapp must be 'warm' or 'flower', got {clientapp!r}.")
@@ -114,6 +122,12 @@ def run_loopback(X, clients, workdir, *, estimator="FedMCADMM", params=None, app
     # a run config is flat: solver_params' keys go by their own names (the ServerApp routes
     # them back into solver_params)
     params.update(params.pop("solver_params", None) or {})
+    overrides = None if runs is None else [dict(r) for r in runs]
+    for r in overrides or ():
+        r.update(r.pop("solver_params", None) or {})
+        if set(r) - set(params):
+            raise ValueError(f"runs override {sorted(set(r) - set(params))}, which params "
+                             "does not set: give their value for the other runs there.")
     config = {"estimator": estimator, **params, "min-nodes": len(paths),
               "node-wait": deadline, "round-timeout": deadline, "output": str(output)}
     # Flower accepts only run-config keys the app declares: set them in its file
@@ -155,13 +169,26 @@ def run_loopback(X, clients, workdir, *, estimator="FedMCADMM", params=None, app
             start(f"supernode-{c}", *command, "--insecure", "--superlink",
                   f"127.0.0.1:{link}", "--port", str(port),
                   "--node-config", f'partition-id={c} data="{path}"')
-        run = start("run", "flwr", "run", str(app_dir), "loopback", "--stream")
-        try:
-            run.wait(timeout=max(stop - time.monotonic(), 1))
-        except subprocess.TimeoutExpired:
-            pass  # no model: the caller sees None and the logs
-        seconds = time.monotonic() - tic
+        outputs, started = [], []
+        for i, run_config in enumerate([None] if overrides is None else overrides):
+            extra = []
+            if run_config is not None:
+                outputs.append(workdir / f"model-{i}.joblib")
+                run_config = {**run_config, "output": str(outputs[-1])}
+                extra = ["--run-config", " ".join(f"{key}={_toml(value)}"
+                                                  for key, value in run_config.items())]
+            started.append(start("run" if run_config is None else f"run-{i}", "flwr", "run",
+                                 str(app_dir), "loopback", "--stream", *extra))
+        seconds = []
+        for run in started:
+            try:
+                run.wait(timeout=max(stop - time.monotonic(), 1))
+            except subprocess.TimeoutExpired:
+                pass  # no model: the caller sees None and the logs
+            seconds.append(time.monotonic() - tic)
     finally:
         _end(procs)
-    model = joblib.load(output) if output.is_file() else None
-    return model, seconds, {name: path.read_text() for name, path in logs.items()}
+    logs = {name: path.read_text() for name, path in logs.items()}
+    if overrides is None:
+        return (joblib.load(output) if output.is_file() else None), seconds[0], logs
+    return [joblib.load(out) if out.is_file() else None for out in outputs], seconds, logs

@@ -18,10 +18,10 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
-from .._engine import make_entropy
+from .._engine import Broadcast, make_entropy
 from .._fit import merge_params, route_solver_params
-from .._transport import PhaseResult, Transport
-from ..exceptions import ClientError, FederationError
+from .._transport import SECURE_PHASES, PhaseResult, Transport
+from ..exceptions import ClientDropout, ClientError, FederationError
 from ._client import HELLO, message_type
 from ._codec import put, take
 from ._sites import estimator_class, fit_context, travelling_params
@@ -52,6 +52,18 @@ def _quick_object_retries(poll):
         http_grid.pull_objects = pull
 
 
+def _for_sites(broadcast):
+    """What the sites receive of ``broadcast``: all of it, except the history of broadcasts
+    that FedMC-ADMM's secure server attaches for grouped clients (one per user in this
+    process), which a site, one client, never reads; it gets the message alone."""
+    if isinstance(broadcast, Broadcast) and isinstance(broadcast.simulation, tuple):
+        from ..completion._fedmc_admm_batched import FactorHistory
+
+        if broadcast.simulation and isinstance(broadcast.simulation[0], FactorHistory):
+            return broadcast.message
+    return broadcast
+
+
 def wire_bytes(message):
     """Bytes of a Message as Flower serializes it: its records, their arrays and its
     metadata (what a SuperNode receives or sends for it, before HTTP framing)."""
@@ -75,6 +87,16 @@ class FlowerTransport(Transport):
     or ``TimeoutError``); the engine applies its failure policy to it as to a simulated
     client.
 
+    Secure aggregation (``secure_aggregation=True``): each site keeps its upload and its
+    secure slot (keys, shares, the encoding it last sent) in its ``Context.state`` and runs
+    the protocol's phases (:mod:`sklearn_fedmf.secure._rounds`), each as an ``OTHER_PHASE``
+    Message holding that site's own entry of the server's message; its keys and seeds come
+    from its OS. The server receives public keys, ciphertexts, masked vectors and shares,
+    never an upload. A site that does not reply in time after the key phase is a dropout
+    (:class:`~sklearn_fedmf.exceptions.ClientDropout`, whatever ``on_client_error`` says):
+    the protocol removes its masks through the other sites' shares; below the threshold the
+    round fails as in the simulation (``on_client_error`` decides).
+
     Attributes
     ----------
     wire : dict
@@ -84,6 +106,7 @@ class FlowerTransport(Transport):
     """
 
     client_states = None  # they live on the sites
+    runs_secure_phases = True  # the secure slots live on the sites too (see _client)
 
     def __init__(self, grid: Grid, *, min_nodes, timeout=120.0, wait=120.0, poll=0.1):
         self.grid, self.timeout, self.poll = grid, float(timeout), float(poll)
@@ -141,12 +164,16 @@ class FlowerTransport(Transport):
 
     def run(self, phase, clients, broadcast, *, stream=None, selected=None, round_number=None):
         self._round = 0 if round_number is None else int(round_number)
+        secure = phase in SECURE_PHASES
         shared = RecordDict()  # encoded once, the same records in every client's Message
-        put(shared, "broadcast", broadcast)
-        put(shared, "stream", stream)
+        if not secure:  # (a secure phase's message differs per client; its keys come from
+            put(shared, "broadcast", _for_sites(broadcast))  # the site's OS, not a stream)
+            put(shared, "stream", stream)
         if phase == "init_client":
             put(shared, "setup", self.setup)
-        contents, stateful = {}, phase != "client_metrics"
+        contents = {}
+        # secure phases keep their slot beside the state, which they do not change
+        stateful = phase != "client_metrics" and not secure
         for c in clients:
             # ``seq`` numbers a client's stateful Messages; ``accepted`` is the last one whose
             # reply the engine got: the site drops any later state (see _client)
@@ -155,11 +182,24 @@ class FlowerTransport(Transport):
             if stateful:
                 self._seq[c] = info["seq"] = self._seq.get(c, 0) + 1
             contents[c] = RecordDict({**shared, "phase": ConfigRecord(info)})
+            if secure:  # each site receives its own entry only
+                put(contents[c], "broadcast", broadcast.messages[c])
         replies, failures = self._send(contents, message_type(phase), self.node_of,
-                                       "" if stateful else "eval")
+                                       "eval" if phase == "client_metrics" else "")
         if stateful:
             self._accepted.update((c, self._seq[c]) for c in replies)
         messages = {c: take(reply, "message") for c, reply in replies.items()}
+        held = [c for c, reply in replies.items() if "held" in reply]
+        if held:  # uploads the sites hold for the secure sum: the server learns they are ready
+            from ..secure._rounds import READY
+
+            messages.update(dict.fromkeys(held, READY))
+        if secure and phase != SECURE_PHASES[0]:
+            for c, exc in failures.items():
+                if isinstance(exc, TimeoutError):  # after the keys: a dropout (class doc)
+                    failures[c] = ClientDropout(
+                        f"Site {c} did not reply to {phase} within {self.timeout:g} s: a "
+                        "dropout of the secure sum, its masks removed through the shares.")
         return PhaseResult(messages, failures)
 
     def _send(self, contents, kind, node_of, tag):
@@ -222,7 +262,8 @@ def connect(estimator, grid, *, min_nodes=2, timeout=120.0, wait=120.0):
     agg = dict(transport.aggregates(), n_items=transport.n_items,
                n_clients=transport.n_clients)
     ctx = fit_context(estimator, **agg, entropy=entropy)
-    transport.protocol = protocol = estimator._make_protocol(ctx)
+    # (with secure_aggregation=True, the protocol that sums the uploads securely)
+    transport.protocol = protocol = estimator._secure_protocol(estimator._make_protocol(ctx))
     transport.setup = dict(estimator=type(estimator).__name__,
                            params=travelling_params(estimator), entropy=entropy, **agg)
     return transport, protocol, ctx

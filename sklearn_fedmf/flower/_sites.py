@@ -106,8 +106,9 @@ def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, n
 
 def make_site_protocol(estimator, **aggregates):
     """The estimator's protocol for the federation described by ``aggregates`` (the
-    keywords of :func:`fit_context`)."""
-    return estimator._make_protocol(fit_context(estimator, **aggregates))
+    keywords of :func:`fit_context`), secure when ``secure_aggregation`` asks for it."""
+    return estimator._secure_protocol(estimator._make_protocol(fit_context(estimator,
+                                                                           **aggregates)))
 
 
 def site_block(estimator, X, X_eval=None):
