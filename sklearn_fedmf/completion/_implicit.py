@@ -80,21 +80,21 @@ def _user_solve_kernel(indptr, indices, data, Vt, VtV, confidence, alpha, out):
     A = np.empty((r, r))
     b = np.empty(r)
     for u in range(indptr.shape[0] - 1):
+        A[:] = VtV
         for a in range(r):
-            for e in range(r):
-                A[a, e] = VtV[a, e]
             A[a, a] += alpha[u]
             b[a] = 0.0
         for s in range(indptr[u], indptr[u + 1]):
-            j = indices[s]
+            v = Vt[indices[s]]
             c = 1.0 + confidence * data[s]
             for a in range(r):
-                va = Vt[j, a]
+                va = v[a]
                 b[a] += c * va
                 w = (c - 1.0) * va
-                for e in range(a, r):  # (the upper triangle; mirrored below)
-                    A[a, e] += w * Vt[j, e]
-        for a in range(r):
+                # the full row (not the triangle): a fixed-length loop that vectorizes
+                for e in range(r):
+                    A[a, e] += w * v[e]
+        for a in range(r):  # (exactly symmetric, as the triangle was)
             for e in range(a):
                 A[a, e] = A[e, a]
         out[u] = np.linalg.solve(A, b)
@@ -134,21 +134,28 @@ def implicit_user_factors(X, Vt, VtV, *, confidence, alpha_u):
 
 @njit(cache=True, nogil=True, fastmath=True)
 def _item_sums_kernel(indptr, indices, data, U, sign, items, confidence, G):
-    # item-major (``indptr`` of X transposed): each row of G is filled while in cache
+    # item-major (``indptr`` of X transposed). ``G1_j`` is summed as a full ``r x r`` square
+    # in a local buffer (fixed-length rows that vectorize, 4x faster at r = 32 than adding
+    # into the packed triangle of ``G``), then its upper triangle is added to ``G``'s row.
     r = U.shape[1]
+    M = np.empty((r, r))
     for q in range(items.shape[0]):
         j = items[q]
+        M[:] = 0.0
         for s in range(indptr[j], indptr[j + 1]):
-            t = indices[s]
+            u = U[indices[s]]
             c = 1.0 + confidence * data[s]
-            k = r
             for a in range(r):
-                ua = sign * U[t, a]
+                ua = sign * u[a]
                 G[q, a] += c * ua
                 w = (c - 1.0) * ua
-                for e in range(a, r):  # the upper triangle, row by row
-                    G[q, k + e - a] += w * U[t, e]
-                k += r - a
+                for e in range(r):
+                    M[a, e] += w * u[e]
+        k = r
+        for a in range(r):  # the upper triangle, row by row
+            for e in range(a, r):
+                G[q, k] += M[a, e]
+                k += 1
 
 
 def packed_size(r):
