@@ -367,7 +367,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
                 or ("sampled_mean" if sampling == "weighted" else "weighted"),
                 d_factor=d_factor, client_weights=settings["client_weights"],
                 alpha_u=alpha_u, alpha_v=alpha_v,
-                confidence=settings["confidence"], init_scale=settings["init_scale"])
+                confidence=ctx.info["confidence"], init_scale=settings["init_scale"])
         item_bias, user_shrinkage = self._bias_start(ctx)
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self._n_components,
