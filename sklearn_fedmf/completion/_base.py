@@ -369,7 +369,7 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
                 "validated": rule is not None}
         if self._implicit:  # (warm start: the scale of the first fit)
             info["confidence"] = self.confidence_ if ctx.warm else resolve_confidence(
-                settings["confidence"], X)
+                settings["confidence"], float(X.data.mean()))
         return replace(ctx, X=X, info=info), rule
 
     def _collect(self, state, blocks, ctx):

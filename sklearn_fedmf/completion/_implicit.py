@@ -66,7 +66,7 @@ def check_implicit_settings(estimator, ctx):
                          "does not predict; score held-out interactions with score(X, y).")
 
 
-def resolve_confidence(confidence, X):
+def resolve_confidence(confidence, mean_strength):
     """The confidence scale of a fit: ``"auto"`` is one over the mean strength of the stored
     interactions, so that the mean interaction weighs ``c = 2`` whatever the strengths'
     unit (ones, 1-5 stars, counts: scaling every strength by ``k`` leaves the model
@@ -77,8 +77,7 @@ def resolve_confidence(confidence, X):
     and 0.308; 3 gave 0.285; on ml-latest-small all were within one standard error."""
     if confidence != "auto":
         return float(confidence)
-    mean = float(X.data.mean()) if X.nnz else 0.0
-    return 1.0 / mean if mean > 0 else 1.0
+    return 1.0 / mean_strength if mean_strength > 0 else 1.0
 
 
 def check_interactions(X):
