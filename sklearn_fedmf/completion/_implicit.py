@@ -147,15 +147,33 @@ def implicit_user_factors(X, Vt, VtV, *, confidence, alpha_u):
     return out
 
 
+# Below this many interactions an item's ``G1_j`` is added straight into the packed triangle
+# (half the products, no buffer to clear and fold: a one-user client's every item).
+SQUARE_FROM = 4
+
+
 @njit(cache=True, nogil=True, fastmath=True)
 def _item_sums_kernel(indptr, indices, data, U, sign, items, confidence, G):
-    # item-major (``indptr`` of X transposed). ``G1_j`` is summed as a full ``r x r`` square
-    # in a local buffer (fixed-length rows that vectorize, 4x faster at r = 32 than adding
-    # into the packed triangle of ``G``), then its upper triangle is added to ``G``'s row.
+    # item-major (``indptr`` of X transposed). From SQUARE_FROM interactions on, ``G1_j`` is
+    # summed as a full ``r x r`` square in a local buffer (fixed-length rows that vectorize,
+    # 4x faster at r = 32 than the triangle), then its upper triangle is added to G's row.
     r = U.shape[1]
     M = np.empty((r, r))
     for q in range(items.shape[0]):
         j = items[q]
+        if indptr[j + 1] - indptr[j] < SQUARE_FROM:
+            for s in range(indptr[j], indptr[j + 1]):
+                u = U[indices[s]]
+                c = 1.0 + confidence * data[s]
+                k = r
+                for a in range(r):
+                    ua = sign * u[a]
+                    G[q, a] += c * ua
+                    w = (c - 1.0) * ua
+                    for e in range(a, r):  # the upper triangle, row by row
+                        G[q, k + e - a] += w * u[e]
+                    k += r - a
+            continue
         M[:] = 0.0
         for s in range(indptr[j], indptr[j + 1]):
             u = U[indices[s]]
