@@ -4,21 +4,30 @@ beside most-popular and ``implicit``'s ALS and BPR.
 Leave-one-out, full ranking: one rating per user drawn at random
 (``leave_one_out_split(random_state=seed)``) is held out, every item the user did not rate
 in training is ranked, and the held-out item is the one relevant item. Data sets: the
-embedded ml-latest-small (100,836 ratings, 610 users) and a ``make_ratings`` set
-(``--synthetic-ratings``, 100,000 by default on 2,000 users x 1,000 items; 1,000,000 on the
-ML-1M shape 6,040 x 3,706 with ``--synthetic-ratings 1000000``). Rows: the most popular
+embedded ml-latest-small (100,836 ratings, 610 users), MovieLens 100K (100,000 ratings,
+943 users; read from ``--movielens-dir``, the folder holding its ``u.data``, and skipped
+with a note when it is not given) and a ``make_ratings`` set (``--synthetic-ratings``,
+100,000 by default on 2,000 users x 1,000 items; 1,000,000 on the ML-1M shape
+6,040 x 3,706 with ``--synthetic-ratings 1000000``). Rows: the most popular
 items; each completion estimator with its defaults through ``RatingRegressor`` under
 ``loss="implicit"`` (the ratings as the interactions' strengths) and under
 ``loss="squared"`` (``recommend``'s default ``min_support``, and 0 with ``--sweep``);
-``implicit``'s ``AlternatingLeastSquares(factors=64)`` and
+``implicit``'s ``AlternatingLeastSquares(factors=64, regularization=0.05)`` and
 ``BayesianPersonalizedRanking(factors=64)`` (centralized, on the binary interactions) when
 ``implicit`` is installed (the ``bench`` extra). Prints HR, NDCG and recall at 10 and 20,
 the catalog coverage at 10, the median number of training ratings of the items listed first
 (support@1), the fit seconds and the megabytes a round moves (up + down, mean over the
-rounds). With one relevant item per user, recall@k equals HR@k.
+rounds). With one relevant item per user, recall@k equals HR@k. A last line per set
+compares the best federated row (by HR@10) with ALS and most-popular.
+
+Threads: ``--threads N`` (default 1) gives ``implicit`` ``num_threads=N`` and the federated
+estimators ``n_jobs=N``; BLAS runs on one thread for both (``implicit``'s advice), so the
+fit times compare the same thread count.
 
     python benchmarks/bench_topn.py --quick   # one user in ten, 3 rounds (smoke run)
     python benchmarks/bench_topn.py           # ml-latest-small and the small synthetic set
+    python benchmarks/bench_topn.py --movielens-dir DIR --synthetic-ratings 1000000 \
+        --losses implicit --threads 2         # the issue's table (DIR: ml-100k's folder)
     python benchmarks/bench_topn.py --synthetic-ratings 1000000 --sets synthetic \
         --estimators FedMGS,FedMAvg
 """
@@ -50,18 +59,20 @@ def most_popular(X, users):
     return top_n(model, users, max(KS), seen=X)[0]
 
 
-def implicit_models(quick):
+ALS = "implicit ALS(factors=64)"
+
+
+def implicit_models(quick, threads=1):
     try:
         from implicit.als import AlternatingLeastSquares
         from implicit.bpr import BayesianPersonalizedRanking
     except ImportError:
         return {}
-    iterations = {"iterations": 3} if quick else {}
+    common = {"random_state": 0, "num_threads": threads,
+              **({"iterations": 3} if quick else {})}
     return {
-        "implicit ALS(factors=64)": lambda: AlternatingLeastSquares(
-            factors=64, random_state=0, **iterations),
-        "implicit BPR(factors=64)": lambda: BayesianPersonalizedRanking(
-            factors=64, random_state=0, **iterations),
+        ALS: lambda: AlternatingLeastSquares(factors=64, regularization=0.05, **common),
+        "implicit BPR(factors=64)": lambda: BayesianPersonalizedRanking(factors=64, **common),
     }
 
 
@@ -98,6 +109,7 @@ def run_set(label, frame, args):
     rows = np.searchsorted(user_ids, test_users)
     truth = test.movieId.to_numpy()
     quick = {"max_iter": 3} if args.quick else {}
+    losses = args.losses.split(",")
     supports = sorted({MIN_SUPPORT, *(int(s) for s in args.sweep.split(",") if s)})
 
     print(f"\n{label}{' (one user in ten)' if args.quick else ''}: {len(train):,} training "
@@ -109,10 +121,13 @@ def run_set(label, frame, args):
     support_of = dict(zip(item_ids, np.diff(X.tocsc().indptr)))
     print(f"{header[0]:<40}" + "".join(f"{h:>10}" for h in header[1:]))
 
+    results = {}
+
     def report(name, lists, seconds, mb=None):
         values = []
         for k in KS:
             values += [f(truth, lists, k=k) for f in (hit_rate_at_k, ndcg_at_k, recall_at_k)]
+        results[name] = (values[0], values[1], seconds)
         values.append(catalog_coverage(lists, item_ids, k=10))
         cells = [f"{v:>10.3f}" for v in values]
         first = [support_of[row[0]] for row in lists if row[0] is not None]
@@ -127,11 +142,12 @@ def run_set(label, frame, args):
         if args.estimators and name not in args.estimators.split(","):
             continue
         has_loss = "loss" in cls().get_params()  # (an estimator without implicit training)
-        for loss in ("implicit", "squared") if has_loss else ("squared",):
-            reg = RatingRegressor(cls(random_state=0, **({"loss": loss} if has_loss else {}),
-                                      **quick))
-            with warnings.catch_warnings():  # (--quick's 3 rounds do not converge)
-                warnings.simplefilter("ignore", FedMFWarning)
+        for loss in [loss for loss in (("implicit", "squared") if has_loss else ("squared",))
+                     if loss in losses]:
+            reg = RatingRegressor(cls(random_state=0, n_jobs=args.threads,
+                                      **({"loss": loss} if has_loss else {}), **quick))
+            with warnings.catch_warnings(), threadpool_limits(1, "blas"):
+                warnings.simplefilter("ignore", FedMFWarning)  # (--quick does not converge)
                 start = time.perf_counter()
                 reg.fit(train[["userId", "movieId"]], train.rating.to_numpy())
                 seconds = time.perf_counter() - start
@@ -139,9 +155,27 @@ def run_set(label, frame, args):
             for support in (supports if loss == "squared" else [MIN_SUPPORT]):
                 lists, _ = reg.recommend(test_users, n=max(KS), min_support=support)
                 report(f"{name} ({loss}, min_support={support})", lists, seconds, mb)
-    for name, make in implicit_models(args.quick).items():
+    for name, make in implicit_models(args.quick, args.threads).items():
         ids, seconds = fit_implicit(make, X, rows)
         report(name, item_ids[ids], seconds)
+    summarize(results)
+
+
+def summarize(results):
+    """The best federated row by HR@10 against most-popular and ALS (HR, NDCG, fit time)."""
+    federated = {k: v for k, v in results.items() if "(" in k and not k.startswith("implicit")}
+    if not federated:
+        return
+    best = max(federated, key=lambda k: federated[k][0])
+    hr, ndcg, seconds = federated[best]
+    pop_hr, pop_ndcg, _ = results["most popular"]
+    line = (f"best federated: {best}: HR@10 {hr / pop_hr:.2f}x and NDCG@10 "
+            f"{ndcg / pop_ndcg:.2f}x most-popular")
+    if ALS in results:
+        als_hr, als_ndcg, als_seconds = results[ALS]
+        line += (f"; {hr / als_hr:.2f}x ALS's HR@10, {ndcg / als_ndcg:.2f}x its NDCG@10, "
+                 f"{seconds / als_seconds:.1f}x its fit time")
+    print(line, flush=True)
 
 
 def main():
@@ -149,8 +183,14 @@ def main():
     parser.add_argument("--quick", action="store_true", help="smoke run (seconds)")
     parser.add_argument("--sweep", default="", help="extra min_support values, e.g. 0,5,50")
     parser.add_argument("--seed", type=int, default=0, help="seed of the held-out ratings")
-    parser.add_argument("--sets", default="movielens,synthetic",
-                        help="comma-separated: movielens, synthetic")
+    parser.add_argument("--sets", default="movielens,ml-100k,synthetic",
+                        help="comma-separated: movielens (ml-latest-small), ml-100k, synthetic")
+    parser.add_argument("--movielens-dir", default=None,
+                        help="the folder of MovieLens 100K (its u.data) for the ml-100k set")
+    parser.add_argument("--losses", default="implicit,squared",
+                        help="comma-separated losses of the federated rows")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="implicit's num_threads and the estimators' n_jobs (BLAS: 1)")
     parser.add_argument("--estimators", default="",
                         help="comma-separated subset, e.g. FedMGS,FedMAvg (default: all)")
     parser.add_argument("--synthetic-ratings", type=int, default=100_000,
@@ -160,6 +200,13 @@ def main():
     if "movielens" in sets:
         frame = load_movielens(return_df=True).frame[["userId", "movieId", "rating"]]
         run_set("ml-latest-small", frame, args)
+    if "ml-100k" in sets:
+        if args.movielens_dir is None:
+            print("\nml-100k: skipped (pass --movielens-dir DIR, the folder holding u.data)")
+        else:
+            frame = load_movielens("100k", path=args.movielens_dir,
+                                   return_df=True).frame[["userId", "movieId", "rating"]]
+            run_set("ml-100k", frame, args)
     if "synthetic" in sets:
         frame = synthetic_frame(args.synthetic_ratings, args.seed)
         run_set(f"make_ratings ({args.synthetic_ratings:,} ratings)", frame, args)

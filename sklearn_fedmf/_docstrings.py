@@ -131,7 +131,10 @@ SHARED_PARAMETERS = {
         "``RatingRegressor.recommend`` ranks by the scores. User guide: Top-N recommendation."),
     "confidence": (
         "``loss=\"implicit\"`` only: the confidence of an interaction of strength ``r`` is\n"
-        "``1 + confidence * r`` (``alpha`` of ``implicit``'s ALS)."),
+        "``1 + confidence * r`` (``alpha`` of ``implicit``'s ALS). ``\"auto\"``: one over the\n"
+        "mean strength of the training interactions (the mean interaction weighs 2, in any\n"
+        "unit of strength; each client sends its strengths' sum and count). The value used\n"
+        "is ``confidence_``."),
     "elastic_net": (
         "The regularizer of a factor is ``alpha * l1_ratio * ||.||_1 + 0.5 * alpha *\n"
         "(1 - l1_ratio) * ||.||_F^2``, as in :class:`~sklearn.decomposition.NMF`."),

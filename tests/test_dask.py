@@ -174,12 +174,17 @@ def _binary():
                         random_state=0), _ratings),
         (lambda: RFRec(n_components=3, n_clients=6, clients_per_round=4, max_iter=4,
                        random_state=0), _ratings),
+        (lambda: FedMGS(loss="implicit", n_components=3, n_clients=6, clients_per_round=4,
+                        max_iter=4, random_state=0), _ratings),
+        (lambda: FedMAvg(loss="implicit", n_components=3, n_clients=6, clients_per_round=4,
+                         max_iter=4, random_state=0), _ratings),
         (lambda: Felb(n_components=3, n_clients=4, max_iter=4, random_state=0), _binary),
         (lambda: AggregatedBMF(n_components=3, n_clients=4, random_state=0), _binary),
         (lambda: FederatedClustering(n_clusters=3, n_clients=4, max_iter=4, random_state=0),
          _binary),
     ],
-    ids=["FedMAvg", "FedMGS", "RFRec", "Felb", "AggregatedBMF", "FederatedClustering"],
+    ids=["FedMAvg", "FedMGS", "RFRec", "FedMGS-implicit", "FedMAvg-implicit", "Felb",
+         "AggregatedBMF", "FederatedClustering"],
 )
 def test_estimators_run_unchanged_on_dask(dask_client, make, data):
     X = data()

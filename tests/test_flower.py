@@ -202,6 +202,21 @@ def test_flower_fit_equals_the_simulation(name, tmp_path, task_identity):
         assert record["bytes_downloaded"] <= wire["downloaded"]
 
 
+@pytest.mark.parametrize("cls", [FedMGS, FedMAvg])
+def test_implicit_fit_on_flower_equals_the_simulation(cls, tmp_path, task_identity):
+    # loss="implicit": the sites' strength sum and count give the "auto" confidence scale
+    X, _, labels = ratings()
+    X.data = np.abs(X.data) + 1.0  # (strengths are nonnegative)
+    params = dict(loss="implicit", n_components=2, max_iter=3, random_state=3)
+    simulated = cls(**params).fit(X, clients=labels)
+    flower = fit_on_grid(cls(**params), FakeGrid(site_files(tmp_path, X, labels)),
+                         min_nodes=N_SITES, wait=1)
+    assert flower.confidence_ == pytest.approx(simulated.confidence_, rel=1e-14)
+    assert flower.n_iter_ == simulated.n_iter_ == 3
+    np.testing.assert_allclose(flower.components_, simulated.components_, rtol=1e-9)
+    assert not hasattr(flower, "user_factors_")
+
+
 def test_centred_fit_equals_run_federation_given_the_same_mean(tmp_path, task_identity):
     """With the server's mean the simulation and Flower run the same protocol on the same
     blocks: the engine's local transport and the Flower transport give the same history."""

@@ -119,7 +119,7 @@ def test_history_objective_is_the_dense_objective():
     model = small(alpha_u=0.3, alpha_v=0.2).fit(X)
     U, Vt = model.user_factors_, model.components_.T
     p = model.n_clients_
-    want = (dense_implicit_objective(X, U, Vt, confidence=1.0) / p  # (its 1/2 is f_i's)
+    want = (dense_implicit_objective(X, U, Vt, confidence=model.confidence_) / p  # (f_i: 1/2)
             + 0.5 * 0.3 * np.sum(U * U) / p + 0.5 * 0.2 * np.sum(Vt * Vt))
     np.testing.assert_allclose(model.history_[-1]["objective"], want, rtol=1e-10)
     assert model.history_[-1]["objective"] < model.history_[1]["objective"]
@@ -138,7 +138,7 @@ def test_no_biases_no_mean_no_clip_under_implicit():
         model.transform(X[:5]),
         implicit_user_factors(X[:5], model.components_.T,
                               model.components_ @ model.components_.T,
-                              confidence=1.0, alpha_u=model.alpha_u_))
+                              confidence=model.confidence_, alpha_u=model.alpha_u_))
 
 
 def test_negative_strengths_are_refused():

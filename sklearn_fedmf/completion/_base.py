@@ -40,7 +40,12 @@ from .._kernels import grad_rows, ridge_fold_in, squared_error
 from .._pairs import FactorModel, predict_pairs, score_block, top_n
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
 from ..exceptions import UnobservedItemsWarning
-from ._implicit import IMPLICIT_CONFIDENCE, check_interactions, implicit_user_factors
+from ._implicit import (
+    IMPLICIT_CONFIDENCE,
+    check_interactions,
+    implicit_user_factors,
+    resolve_confidence,
+)
 from ._validation import biases_floor, split_validation
 
 __all__ = ["COMPLETION_DOCS", "FACTOR_SETTINGS", "FederatedMFBase", "FEDERATION_CONSTRAINTS",
@@ -70,7 +75,7 @@ COMPLETION_DOCS: dict = {
     ]),
     "solver_center": solver_key("center", "bool, default=True"),
     # (the classes that train loss="implicit" list it; see IMPLICIT_SETTINGS)
-    "solver_confidence": solver_key("confidence", f"float, default={IMPLICIT_CONFIDENCE}"),
+    "solver_confidence": solver_key("confidence", 'float or "auto", default="auto"'),
 }
 # n_components=None: the rank of ``_loss_defaults`` for the loss (FedMAvg, FedMGS)
 COMPLETION_DOCS["n_components_by_loss"] = SHARED_PARAMETERS["n_components"] + """
@@ -94,6 +99,8 @@ mean_ : float
     prediction for rows without any observed rating (cold start).
 rating_range_ : tuple of float
     The training ratings' minimum and maximum (the bounds of ``clip``).
+confidence_ : float
+    The confidence scale used (``loss="implicit"`` only; ``solver_params["confidence"]``).
 n_iter_ : int
     Rounds run.
 n_users_ : int
@@ -141,7 +148,8 @@ X : {array-like, sparse matrix} of shape (n_rows, n_items)
 # The ``solver_params`` key of ``loss="implicit"``, declared by each class that trains it
 # (documented by ``%(solver_confidence)s``).
 IMPLICIT_SETTINGS: dict = {
-    "confidence": (IMPLICIT_CONFIDENCE, [Interval(Real, 0, None, closed="left")]),
+    "confidence": (IMPLICIT_CONFIDENCE, [Interval(Real, 0, None, closed="left"),
+                                         StrOptions({"auto"})]),
 }
 
 
@@ -376,10 +384,15 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         info = {**ctx.info, "eval_X": eval_X, "report_X": report_X, "mean": mean,
                 "rating_range": rating_range, "offset": offset, "n_ratings": X.nnz,
                 "validated": rule is not None}
+        if self._implicit:  # (warm start: the scale of the first fit)
+            info["confidence"] = self.confidence_ if ctx.warm else resolve_confidence(
+                settings["confidence"], float(X.data.mean()))
         return replace(ctx, X=X, info=info), rule
 
     def _collect(self, state, blocks, ctx):
         self.mean_, self.rating_range_ = ctx.info["mean"], ctx.info["rating_range"]
+        if self._implicit:
+            self.confidence_ = ctx.info["confidence"]
         self.n_users_ = ctx.n_rows
         V = self._read_components(state.server_state, state.broadcast)
         U = np.zeros((ctx.n_rows, V.shape[0]), dtype=ctx.X.dtype)
@@ -526,8 +539,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
     def _fold_in_rows(self, Xc, Vt):
         settings = self._settings()
         if self._implicit:  # the exact minimizer over every item (_implicit)
-            confidence = settings.get("confidence", IMPLICIT_CONFIDENCE)
-            return implicit_user_factors(Xc, Vt, Vt.T @ Vt, confidence=confidence,
+            return implicit_user_factors(Xc, Vt, Vt.T @ Vt, confidence=self.confidence_,
                                          alpha_u=self._fold_in_alpha_u())
         U = np.zeros((Xc.shape[0], Vt.shape[1]))
         l1_ratio, positive = settings["l1_ratio"], settings["positive"]

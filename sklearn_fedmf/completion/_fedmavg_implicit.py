@@ -14,7 +14,11 @@ paper's structure (Algorithm 1):
   ``U_p`` (:func:`~._implicit.implicit_user_factors`, the limit of the paper's ``Q1``
   proximal-gradient steps on this strongly convex quadratic);
 * each sampled client takes ``Q2`` gradient steps on its copy ``W_p`` of ``V``, started at
-  ``V``, on ``F_p``. Its gradient in item row ``j`` is
+  ``V``, on ``F_p`` (by default the paper's diminishing ``Q2^s = floor(q_hat / s) + 1``:
+  many local steps move each copy towards its own client's minimizer, so a constant
+  ``Q2 > 1`` makes the average stall at a point that is not the minimizer of ``F``, and
+  the objective rises again once it is close; with one step late in the fit the average
+  is a gradient step on ``F``). Its gradient in item row ``j`` is
   ``(1/omega_p) [(U_p^T U_p) w_j + sum_{t in p, j in I(t)} ((c_tj - 1) u_t.w_j - c_tj) u_t]
   + alpha_v w_j`` (:func:`~._implicit.implicit_item_gradient`): the all-items term is the
   client's own Gram, the rest costs its interactions. ``F_p`` is separable over the items,

@@ -282,7 +282,7 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
             if self._implicit:
                 return AUTO_BETA_IMPLICIT * implicit_initial_curvature(
                     ctx.X, ctx.n_clients, self.n_components, init_scale,
-                    self._settings()["confidence"])
+                    ctx.info["confidence"])
             return AUTO_BETA * initial_curvature(
                 ctx.info["n_ratings"], ctx.n_features, ctx.n_clients, self.n_components,
                 init_scale, self._biased,
@@ -317,7 +317,7 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
             w_update=settings["w_update"], init_scale=settings["init_scale"],
             dual_init=settings["dual_init"],
             biased=self._biased, weighted=self.regularization == "weighted",
-            confidence=settings["confidence"] if self._implicit else None,
+            confidence=ctx.info["confidence"] if self._implicit else None,
             item_bias=item_bias, user_shrinkage=user_shrinkage,
         )
 

@@ -215,7 +215,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
             return make_implicit_protocol(
                 n_items=ctx.n_features, n_clients=ctx.n_clients,
                 n_components=self._n_components, alpha_u=alpha_u, alpha_v=alpha_v,
-                confidence=settings["confidence"], init_scale=settings["init_scale"])
+                confidence=ctx.info["confidence"], init_scale=settings["init_scale"])
         auto = "auto" in (alpha_u, alpha_v)
         if ctx.warm and auto != ("ss" in self._federation.server_state):
             raise ValueError("warm_start cannot switch alpha_u or alpha_v between 'auto' and a "

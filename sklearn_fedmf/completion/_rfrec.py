@@ -647,7 +647,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             simulate_uploads=(settings["simulate_uploads"]
                               or settings["secure_aggregation"] is not False),
             biased=self._biased, rating_scale=ctx.info["rating_scale"],
-            confidence=settings["confidence"] if self._implicit else None,
+            confidence=ctx.info["confidence"] if self._implicit else None,
         )
 
     def _run(self, protocol, blocks, ctx, early_stopping=None):
