@@ -40,7 +40,7 @@ from .._pairs import FactorModel, predict_pairs, score_block, top_n
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
 from ..exceptions import UnobservedItemsWarning
 from ._implicit import IMPLICIT_CONFIDENCE, check_interactions, implicit_user_factors
-from ._validation import biases_floor, split_validation
+from ._validation import biases_floor, floor_on_all_ratings, split_validation
 
 __all__ = ["COMPLETION_DOCS", "FACTOR_SETTINGS", "FederatedMFBase", "FEDERATION_CONSTRAINTS",
             "FOLD_IN_DATA", "IMPLICIT_SETTINGS", "moved_to_solver_params"]
@@ -358,7 +358,9 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         # n_ratings: the sum of the clients' rating counts (FedMC-ADMM and FedMGS "auto")
         info = {**ctx.info, "eval_X": eval_X, "report_X": report_X, "mean": mean,
                 "rating_range": rating_range, "offset": offset, "n_ratings": X.nnz,
-                "validated": rule is not None}
+                "validated": rule is not None,
+                # the validation ratings were held out of X (not the caller's eval_set)
+                "held_out": rule is not None and rule.rename}
         return replace(ctx, X=X, info=info), rule
 
     def _collect(self, state, blocks, ctx):
@@ -396,6 +398,10 @@ class FederatedMFBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Federat
         self.history_[-1]["bytes_downloaded"] += down
         if floor_rmse > best:
             return
+        if ctx.info.get("held_out"):  # the biases on every training rating
+            floor, (up, down) = floor_on_all_ratings(ctx, self._floor_class, n_jobs=self.n_jobs)
+            self.history_[-1]["bytes_uploaded"] += up
+            self.history_[-1]["bytes_downloaded"] += down
         self.factors_used_ = False
         self._fallback = (
             f"the factor part did not beat the biases alone on the validation ratings (RMSE "
