@@ -7,6 +7,7 @@
     python benchmarks/bench_accuracy.py --quick               # smoke run: 94 users, 6 rounds
     python benchmarks/bench_accuracy.py --all-defaults        # the defaults table (below)
     python benchmarks/bench_accuracy.py --all-defaults --quick
+    python benchmarks/bench_accuracy.py --all-defaults --movielens-dir DIR  # adds ml-100k
 
 ``--all-defaults``: the table of the tuning guide. On every data set of ``bench_defaults.py``
 (MovieLens and its subsets, the ``make_ratings`` shapes and the site-like sets of
@@ -15,7 +16,9 @@ seed 0: a user may have none in training and gets the fallback), every completio
 and variant with **all its defaults** (``random_state=0`` only) through ``RatingRegressor``,
 beside the global mean and Surprise's ``BaselineOnly`` and ``SVD()``; test RMSE, then the fit
 seconds. ``role`` says whether the defaults were chosen on the set (``CHOSEN_ON``, or
-``AUTO_CHOSEN_ON`` for the ``"auto"`` strengths) or it only confirms them.
+``AUTO_CHOSEN_ON`` for the ``"auto"`` strengths) or it only confirms them. ``ml-100k`` is the
+real MovieLens 100K (``u.data``) read from ``--movielens-dir``, a local copy that the
+repository does not ship: a confirmation set, in the table only when the folder is given.
 
 The data sets are those of ``bench_defaults.py`` (``ml``, ``ml-users``, ``ml-items``,
 ``1m-0.5``, ``1m-1.0``, ``10m-0.5``, ``10m-1.0``; see its docstring), each with an 80/20
@@ -46,6 +49,7 @@ from sklearn.experimental import enable_halving_search_cv  # noqa: F401
 from sklearn.model_selection import GridSearchCV, HalvingGridSearchCV, KFold, train_test_split
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, RatingRegressor, RFRec
+from sklearn_fedmf.datasets import load_movielens
 from sklearn_fedmf.model_selection import default_search_space, train_test_split_ratings
 
 PEERS = ("BaselineOnly", "SVD", "SVDpp", "KNNBaseline")
@@ -57,6 +61,17 @@ DEFAULT_MODELS = {"FedMCADMM": (FedMCADMM, {}), "FedMAvg": (FedMAvg, {}),
 ALL_DATA = ("ml,ml-users,ml-items,1m-0.5,1m-1.0,100k-0.8,filmtrust,douban,epinions,"
             "netflix-100k")
 SEARCHED = "regularization,alpha_u,alpha_v"
+REAL_100K = "ml-100k"  # MovieLens 100K from --movielens-dir (never committed)
+
+
+def load_set(name, quick=False, movielens_dir=None):
+    """A data set of ``bench_defaults.py``, or the real MovieLens 100K (``ml-100k``)."""
+    if name != REAL_100K:
+        return load(name, quick=quick)
+    if movielens_dir is None:
+        raise SystemExit(f"--data {REAL_100K} reads MovieLens 100K from --movielens-dir DIR "
+                         "(the folder of its u.data); it is not in the repository.")
+    return load_movielens("100k", path=movielens_dir).X.tocsr()
 
 
 def errors(pred, X_test):
@@ -167,7 +182,7 @@ def defaults_row(X, models, quick):
     return rmse, seconds
 
 
-def all_defaults(data_names, models, quick):
+def all_defaults(data_names, models, quick, movielens_dir=None):
     columns = ["mean", "BaselineOnly", "SVD", *models]
     print(f"every estimator with all its defaults (random_state=0), RatingRegressor, random "
           f"80/20 of the ratings; test RMSE{' (--quick: 5 rounds)' if quick else ''}\n")
@@ -175,7 +190,7 @@ def all_defaults(data_names, models, quick):
     print(header + "\n" + "-" * len(header), flush=True)
     times = []
     for data_name in data_names:
-        X = load(data_name, quick=quick)
+        X = load_set(data_name, quick=quick, movielens_dir=movielens_dir)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # empty item columns of the subsets
             rmse, seconds = defaults_row(X, models, quick)
@@ -217,13 +232,19 @@ def main():
                         help="GridSearchCV (every candidate for all rounds), not halving")
     parser.add_argument("--rounds", type=int, default=PROTOCOL["max_iter"],
                         help="rounds of every federated fit (the search's largest resource)")
+    parser.add_argument("--movielens-dir", default=None,
+                        help=f"folder of a MovieLens 100K copy (u.data): --data {REAL_100K}, "
+                             "and with --all-defaults a row of its own")
     args = parser.parse_args()
+    if args.movielens_dir is None:
+        print(f"(no --movielens-dir: the real MovieLens 100K, --data {REAL_100K}, is left out)")
     if args.all_defaults:
-        data = args.data or ("filmtrust" if args.quick else ALL_DATA)
+        data = args.data or ("filmtrust" if args.quick else ALL_DATA + (
+            f",{REAL_100K}" if args.movielens_dir else ""))
         models = {k: DEFAULT_MODELS[k] for k in names_of(
             args.estimators if args.estimators != ",".join(ESTIMATORS) else
             ",".join(DEFAULT_MODELS), DEFAULT_MODELS, "--estimators")}
-        return all_defaults(data.split(","), models, args.quick)
+        return all_defaults(data.split(","), models, args.quick, args.movielens_dir)
     args.data = args.data or "ml"
     estimators = names_of(args.estimators, ESTIMATORS, "--estimators")
     peers = names_of(args.peers, PEERS, "--peers")
@@ -233,7 +254,7 @@ def main():
         rounds, peers = 6, [p for p in peers if p != "SVDpp"]
         PROTOCOL.update(n_clients=20, clients_per_round=5)
     for data_name in data_names:
-        X = load(data_name, quick=args.quick)
+        X = load_set(data_name, quick=args.quick, movielens_dir=args.movielens_dir)
         X_train, X_test = train_test_split_ratings(X, 0.2, random_state=0)
         print(f"\n{data_name}: {X.shape[0]} x {X.shape[1]}, {X.nnz} ratings, 80/20 split; "
               f"federated: rank {PROTOCOL['n_components']}, {PROTOCOL['n_clients']} clients, "

@@ -23,7 +23,10 @@ class EarlyStopping:
     copy of the federation's state (its own, and every client its own) at the best round;
     the fit stops when the RMSE has not gone below the best minus ``tol`` for
     ``n_iter_no_change`` evaluations (never while the best is still the first evaluated
-    round: the start-up), and the best round's state is restored at the end.
+    round: the start-up), and the best round's state is restored at the end. With
+    ``scored_if``, only the rounds whose record holds a true value under that key are scored
+    and counted (RFRecF's ``"coin"``: the rounds that average; between them the server's
+    model does not change and the clients' vectors drift with their own copies).
     """
 
     n_iter_no_change: int = 10
@@ -31,6 +34,7 @@ class EarlyStopping:
     score_key: str = "eval_rmse"
     report_keys: tuple = ("sse_eval", "n_eval")
     rename: bool = True
+    scored_if: str | None = None
 
 
 class _BestRound:
@@ -54,10 +58,13 @@ class _BestRound:
         """Score the round's record; True when the fit should stop."""
         rule = self.rule
         score = record[rule.score_key]
+        scored = rule.scored_if is None or bool(record.get(rule.scored_if))
         if rule.rename:  # the held-out part of the training ratings: not an eval set
             for key in [key for key in record if key.startswith("eval_")]:
                 record["validation_" + key[len("eval_"):]] = record.pop(key)
         record["validation_rmse"] = score
+        if not scored:  # (recorded, neither kept nor counted)
+            return False
         if self.best is None:  # the first evaluated round: the start the fit must beat
             self.first = round_number
         if self.best is None or score < self.best - rule.tol:

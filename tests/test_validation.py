@@ -286,16 +286,19 @@ def test_validation_report_is_counted_in_the_bytes():
 
 
 # ---- never worse than biases --------------------------------------------------------------
-@pytest.mark.parametrize("cls", [FedMCADMM, FedMAvg, FedMGS, RFRec])
-def test_defaults_match_biases_alone_when_there_is_no_interaction(cls):
-    """On ratings made of biases and noise alone, every estimator's defaults end within
-    0.005 RMSE of the biases-only model on a held-out part."""
+@pytest.mark.parametrize("cls, solver_params", [
+    (FedMCADMM, None), (FedMAvg, None), (FedMAvg, {"variant": "fedmc_admm"}), (FedMGS, None),
+    (RFRec, None), (RFRec, {"variant": "rfrecf"})], ids=[
+    "FedMCADMM", "FedMAvg", "FedMAvg-admm", "FedMGS", "RFRec", "RFRecF"])
+def test_defaults_match_biases_alone_when_there_is_no_interaction(cls, solver_params):
+    """On ratings made of biases and noise alone, every estimator's and variant's defaults
+    end within 0.005 RMSE of the biases-only model on a held-out part."""
     data = make_site_ratings("douban", n_ratings=30_000, interaction=0.0, random_state=0)
     train, test = train_test_split_ratings(data.X, 0.2, random_state=0)
     floor = -FedBaseline(random_state=0).fit(train).score(train, test)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = cls(random_state=0).fit(train)
+        model = cls(random_state=0, solver_params=solver_params).fit(train)
     rmse = -model.score(train, test)
     assert rmse <= floor + 0.005, (rmse, floor)
     if not model.factors_used_:  # the fallback says so, once
@@ -322,3 +325,20 @@ def test_early_stopping_on_dask():
     assert remote.best_iteration_ == local.best_iteration_ < remote.n_iter_
     for a, b in zip(kept_state(local), kept_state(remote)):
         assert_array_equal(a, b)
+
+
+def test_the_kept_floor_is_fitted_on_every_training_rating():
+    """When the biases win on the validation ratings, the fit keeps the biases-only model
+    refitted on all its training ratings, the held-out part included: the fitted biases are
+    those of FedBaseline on the whole of ``X`` with the same clients."""
+    X = make_site_ratings("douban", n_ratings=20_000, interaction=0.0, random_state=0).X
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateFitWarning)
+        # (one round from a small start has not fitted the biases yet: the floor wins)
+        model = RFRec(max_iter=1, random_state=0).fit(X)
+    assert not model.factors_used_
+    floor = FedBaseline(n_clients=model.n_clients_, random_state=0,
+                        solver_params={"eval_every": 0}).fit(X, clients=model.clients_)
+    np.testing.assert_allclose(model.user_bias_, floor.user_bias_, atol=1e-10)
+    np.testing.assert_allclose(model.item_bias_ + model.mean_, floor.item_bias_ + floor.mean_,
+                               atol=1e-10)

@@ -46,7 +46,7 @@ from ._implicit import (
     implicit_user_factors,
     resolve_confidence,
 )
-from ._validation import biases_floor, split_validation
+from ._validation import biases_floor, floor_on_all_ratings, split_validation
 
 __all__ = ["COMPLETION_DOCS", "FACTOR_SETTINGS", "FederatedMFBase", "FEDERATION_CONSTRAINTS",
             "FOLD_IN_DATA", "IMPLICIT_SETTINGS", "moved_to_solver_params"]
@@ -383,7 +383,9 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         # n_ratings: the sum of the clients' rating counts (FedMC-ADMM and FedMGS "auto")
         info = {**ctx.info, "eval_X": eval_X, "report_X": report_X, "mean": mean,
                 "rating_range": rating_range, "offset": offset, "n_ratings": X.nnz,
-                "validated": rule is not None}
+                "validated": rule is not None,
+                # the validation ratings were held out of X (not the caller's eval_set)
+                "held_out": rule is not None and rule.rename}
         if self._implicit:  # (warm start: the scale of the first fit)
             info["confidence"] = self.confidence_ if ctx.warm else resolve_confidence(
                 settings["confidence"], float(X.data.mean()))
@@ -421,9 +423,13 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         if not validated or not self._biased or self._floor_class is None:
             return
         best = state.best_score * self._score_scale(ctx)  # (in rating units)
+        secure = self._settings()["secure_aggregation"]
         floor, floor_rmse, (up, down) = biases_floor(
-            ctx, self._floor_class, n_jobs=self.n_jobs,
-            secure_aggregation=self._settings()["secure_aggregation"])
+            ctx, self._floor_class, n_jobs=self.n_jobs, secure_aggregation=secure)
+        if floor_rmse <= best and ctx.info.get("held_out"):  # biases on every training rating
+            floor, more = floor_on_all_ratings(ctx, self._floor_class, n_jobs=self.n_jobs,
+                                               secure_aggregation=secure)
+            up, down = up + more[0], down + more[1]
         self.history_[-1]["bytes_uploaded"] += up
         self.history_[-1]["bytes_downloaded"] += down
         if floor_rmse > best:

@@ -204,8 +204,11 @@ class RFRec(LocalDPMixin, FederatedMFBase):
     clients_per_round : int, float or None, default=None
         Clients whose upload is used each round (a fresh random subset). The others still step
         and receive ``Vbar``; their upload is lost (the dropout model of Table 3).
-    max_iter : int, default=100
+    max_iter : int or None, default=None
         Iterations ``K`` (for RFRecF, coin flips; messages happen on some of them only).
+        None: 100 for RFRec; for RFRecF ``ceil(100 / (1 - p))`` (125 at the default ``p``),
+        since a flip takes a fit step with probability ``1 - p`` only: RFRec's 100 fit
+        steps in expectation (the authors' RFRecF code ran 200).
     %(validation_parameters)s
     alpha_u : float or "auto", default="auto"
         ``lambda_u`` on ``sum_i ||u_i||^2``; also the fold-in ridge of ``transform``.
@@ -366,6 +369,8 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         "predict_with": ("global", [StrOptions({"global", "personal"})]),
     }
     _validation_keys = ("eval_rmse", ("eval_sse", "eval_n"))  # (its client_metrics' keys)
+    # max_iter=None: RFRec's rounds under either loss (RFRecF: see _loss_default)
+    _loss_defaults: dict = {**FederatedMFBase._loss_defaults, "max_iter": (100, 100)}
     _moved_params = moved_to_solver_params(_solver_params)
     _floor_class = FedBaseline  # the biases-only floor of a validated fit
 
@@ -387,7 +392,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         reg_consensus=10.0,
         n_clients=10,
         clients_per_round=None,
-        max_iter=100,
+        max_iter=None,
         tol=0.0,
         early_stopping="auto",
         validation_fraction=0.1,
@@ -479,6 +484,12 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             for held in (ctx.X, info["eval_X"], info["report_X"]):
                 if held is not None:
                     held.data /= scale
+        if rule is not None and self._settings()["variant"] == "rfrecf":
+            # RFRecF's model changes on the server only when it averages (coin 1); between
+            # averages each client's vectors fit its own copy, and the validation error of
+            # the federated model drifts up for a run of coins 0 (mean 1 / p rounds). The
+            # rounds that average are scored, and the patience counts them.
+            rule = replace(rule, scored_if="coin")
         return replace(ctx, info=info), rule
 
     def _scale_info(self, sum_squares, n_ratings):
@@ -623,7 +634,16 @@ class RFRec(LocalDPMixin, FederatedMFBase):
 
     def _privacy_upload(self, n_items):
         # V_(c) (with the bias rows when biased), at most once per round
-        return (n_items, self.n_components + 2 * self._biased), self.max_iter
+        return (n_items, self.n_components + 2 * self._biased), self._engine_params()["max_iter"]
+
+    def _loss_default(self, name):
+        """The base's, and RFRecF's ``max_iter=None``: the flips that make RFRec's fit steps
+        in expectation, ``ceil(100 / (1 - p))``."""
+        value = super()._loss_default(name)
+        settings = self._settings()
+        if name == "max_iter" and self.max_iter is None and settings["variant"] == "rfrecf":
+            return int(np.ceil(value / (1 - settings["p"])))
+        return value
 
     def _learning_rate(self):
         """The step handed to the solver: None means per-block curvature steps (gd)."""

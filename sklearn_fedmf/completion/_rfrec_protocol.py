@@ -126,6 +126,13 @@ def _shared_op(W, W_opt, Vbar, action, *, lr, reg, reg_v, p, eta, optimizer, bia
         return W, W_opt
     if lr is None:  # "auto": these columns' Hessian is curvature * I
         lr = AUTO_SAFETY / max(curvature, 1e-12)
+        if action == "main" and reg > 0:
+            # L2GD (RFRecF) follows grad F in expectation only with the pull lr * reg / p,
+            # and the "auto" pull is at most 1: so is this step at most p / reg. The step
+            # 1 / curvature alone would set these columns to 0 (f has only the ridge there),
+            # and each average would shrink an item towards 0, its bias included, by the
+            # share of the clients that did not rate it.
+            lr = min(lr, p / reg)
     opt = None if W_opt is None else {**W_opt, "t": W_opt["t"] + 1}
     W = _optimize(W, g, opt, "W", lr, optimizer)
     return (_biases.fix_item(W) if biased else W), opt

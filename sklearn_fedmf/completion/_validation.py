@@ -6,7 +6,8 @@ per evaluated round it reports its squared-error sum and count on them (two numb
 engine keeps the best round (:class:`~sklearn_fedmf._engine.EarlyStopping`). At the end the
 federated biases-only model (:class:`~sklearn_fedmf.FedBaseline`, Surprise's ``BaselineOnly``)
 is fitted on the same clients' training ratings; when it validates at least as well, the fit
-keeps it: a factor model is never worse than biases alone on the validation ratings.
+keeps it, refitted on all the training ratings (the validation part included): a factor model
+is never worse than biases alone on the validation ratings.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import scipy.sparse as sp
 
 from .._engine import EarlyStopping
 from .._fit import validation_split
 from ..exceptions import FedMFWarning
 
-__all__ = ["EARLY_STOPPING_MIN_RATINGS", "biases_floor", "split_validation"]
+__all__ = ["EARLY_STOPPING_MIN_RATINGS", "biases_floor", "floor_on_all_ratings",
+           "split_validation"]
 
 # "auto" early stopping needs this many ratings (HistGradientBoosting's 10,000 samples)
 EARLY_STOPPING_MIN_RATINGS = 10_000
@@ -69,19 +72,11 @@ def biases_floor(ctx, floor_class, *, n_jobs, secure_aggregation=False):
     the reports' secure sums) reach the server as one secure sum.
     """
     offset, scale = ctx.info["offset"], ctx.info.get("rating_scale", 1.0)
-    X = ctx.X.copy()
-    X.data = X.data * scale + offset  # back to ratings: the floor centres them itself
-    with warnings.catch_warnings():  # (what it would say, this fit has said)
-        warnings.simplefilter("ignore", FedMFWarning)
-        floor = floor_class(n_clients=ctx.n_clients, random_state=ctx.entropy, n_jobs=n_jobs,
-                            solver_params={"eval_every": 0},
-                            secure_aggregation=secure_aggregation).fit(X, clients=ctx.labels)
+    floor, (up, down) = _fit_floor(ctx, ctx.X, floor_class, n_jobs, secure_aggregation)
     X_valid = ctx.info["eval_X"]
     rows = np.repeat(np.arange(X_valid.shape[0]), np.diff(X_valid.indptr))
     residual = (X_valid.data * scale + offset
                 - (floor.user_bias_[rows] + floor.item_bias_[X_valid.indices] + floor.mean_))
-    up = sum(r["bytes_uploaded"] for r in floor.history_)
-    down = sum(r["bytes_downloaded"] for r in floor.history_)
     if secure_aggregation is False:
         return floor, float(np.sqrt(np.mean(np.square(residual)))), (up + 8 * ctx.n_clients,
                                                                      down)
@@ -99,3 +94,33 @@ def biases_floor(ctx, floor_class, *, n_jobs, secure_aggregation=False):
 
 
 _FLOOR_SUM = 9  # the floor's secure sum: its seed kind (the engine's are 0 to 7)
+
+
+def floor_on_all_ratings(ctx, floor_class, *, n_jobs, secure_aggregation=False):
+    """The biases-only model refitted on every training rating, the validation ratings held
+    out of them included, and its bytes: what a fit keeps when the floor wins. The choice is
+    made; the held-out tenth only cost the floor accuracy (about 0.0015 RMSE on MovieLens,
+    where the floor on all the ratings equals Surprise's ``BaselineOnly``)."""
+    # (stacked, not added: a sum would drop a centred rating of exactly 0)
+    parts = [ctx.X.tocoo(), ctx.info["eval_X"].tocoo()]
+    X = sp.csr_matrix((np.concatenate([p.data for p in parts]),
+                       (np.concatenate([p.row for p in parts]),
+                        np.concatenate([p.col for p in parts]))), shape=ctx.X.shape)
+    return _fit_floor(ctx, X, floor_class, n_jobs, secure_aggregation)
+
+
+def _fit_floor(ctx, X, floor_class, n_jobs, secure_aggregation):
+    """``floor_class`` fitted on the fit's clients with the ratings ``X`` (on the fit's
+    scale), with the fit's ``secure_aggregation``, and the bytes ``(up, down)`` of its
+    rounds."""
+    offset, scale = ctx.info["offset"], ctx.info.get("rating_scale", 1.0)
+    X = X.copy()
+    X.data = X.data * scale + offset  # back to ratings: the floor centres them itself
+    with warnings.catch_warnings():  # (what it would say, this fit has said)
+        warnings.simplefilter("ignore", FedMFWarning)
+        floor = floor_class(n_clients=ctx.n_clients, random_state=ctx.entropy, n_jobs=n_jobs,
+                            solver_params={"eval_every": 0},
+                            secure_aggregation=secure_aggregation).fit(X, clients=ctx.labels)
+    up = sum(r["bytes_uploaded"] for r in floor.history_)
+    down = sum(r["bytes_downloaded"] for r in floor.history_)
+    return floor, (up, down)
