@@ -104,6 +104,10 @@ def test_the_command_line_sets_a_solver_key_by_its_name():
     rfrecf = make_estimator(METHODS["rfrecf"], SimpleNamespace(set=[], explicit=set()))
     assert rfrecf._settings()["variant"] == "rfrecf"
     assert rfrecf._settings()["optimizer"] == "adam"  # the code's settings, merged
+    # the "defaults" row of `fedmf run --method rfrecf` is RFRecF too, with the defaults
+    default = make_estimator(METHODS["rfrecf"], SimpleNamespace(set=[], explicit=set()),
+                             settings="defaults")
+    assert default.solver_params == {"variant": "rfrecf"}
 
 
 def test_fit_settings_are_declared_not_probed():

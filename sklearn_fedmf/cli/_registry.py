@@ -113,7 +113,7 @@ METHODS = {
         Method(
             "rfrecf", "sklearn_fedmf.completion:RFRec", "completion", "RFRecF",
             "its item-matrix copy V_(c), only when its coin flips to averaging",
-            paper="RFRecF",  # (the authors' code settings)
+            variant={"solver_params": {"variant": "rfrecf"}}, paper="RFRecF",  # (the code's)
             grid_={"reg_consensus": [5.0, 20.0, 80.0],
                    "solver_params": [{**_RFRECF_CODE, "p": p} for p in (0.5, 0.8)],
                    "n_clients": [50, 100], "n_components": [5, 10]},
