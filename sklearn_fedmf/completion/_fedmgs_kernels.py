@@ -134,23 +134,31 @@ def group_share(indptr, indices, data, row_ptr, clients, U, cols, shift_col, ite
     r = len(cols)
     out_values[:, :] = 0.0
     out_grams[:, :, :] = 0.0
+    # a_t and vec(a_t a_t^T), formed once per row (the same products the entries add): the
+    # per-entry work is then contiguous adds, which the compiler vectorizes
+    u = np.empty(r)
+    outer = np.empty(r * r)
     for q in range(len(clients)):
         i = clients[q]
         dest = out_ptr[q]
         first = indptr[row_ptr[i]]
         for t in range(row_ptr[i], row_ptr[i + 1]):
             offset = 0.0 if shift_col < 0 else U[t, shift_col]
+            for a in range(r):
+                u[a] = U[t, cols[a]]
+            for a in range(r):
+                for c in range(r):
+                    outer[a * r + c] = u[a] * u[c]
             for s in range(indptr[t], indptr[t + 1]):
                 x = data[s] - offset
                 row = dest + (s - first if single else slot[s])
                 for a in range(r):
-                    out_values[row, a] += x * U[t, cols[a]]
-                for a in range(r):
-                    for c in range(r):
-                        out_values[row, r + a * r + c] += U[t, cols[a]] * U[t, cols[c]]
+                    out_values[row, a] += x * u[a]
+                for a in range(r * r):
+                    out_values[row, r + a] += outer[a]
             for a in range(r):
                 for c in range(r):
-                    out_grams[q, a, c] += U[t, cols[a]] * U[t, cols[c]]
+                    out_grams[q, a, c] += outer[a * r + c]
 
 
 @_inline
