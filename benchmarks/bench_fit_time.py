@@ -17,8 +17,8 @@ Each is split 80/20 at random over the ratings (seed 0) as in ``bench_accuracy.p
 Each run fits Surprise ``BaselineOnly`` and ``SVD()`` and then every estimator on the same
 split, so the ratio ``fit s / SVD s`` of one run compares fits made under the same load.
 Columns: rounds run, kept round, median fit seconds over ``--runs`` runs, the ratio to
-``SVD()`` of each run, test RMSE (of the first run; every run is the same model). Seconds
-depend on the machine and its load: compare rows of one run only.
+``SVD()`` of each run and their median, test RMSE (of the first run; every run is the same
+model). Seconds depend on the machine and its load: compare within a run (the ratios).
 """
 
 import argparse
@@ -59,7 +59,7 @@ def run_set(name, estimators, runs, with_off, quick):
     print(f"\n{name}: {X.shape[0]} x {X.shape[1]}, {X.nnz} ratings, random 80/20 of the "
           f"ratings; median of {runs} fits, ratio to SVD() per run\n")
     header = (f"{'model':36s} {'early stop':>10s} {'rounds':>7s} {'kept':>5s} {'fit s':>8s} "
-              f"{'/ SVD s per run':>18s} {'test RMSE':>10s}")
+              f"{'/ SVD s per run':>18s} {'median':>6s} {'test RMSE':>10s}")
     print(header + "\n" + "-" * len(header), flush=True)
     rows = {}  # label -> [rounds, kept, seconds per run, RMSE]
     configs = [(n, p) for n in estimators
@@ -80,9 +80,12 @@ def run_set(name, estimators, runs, with_off, quick):
     svd = rows.get("Surprise SVD (centralized)")  # (without scikit-surprise: no ratio)
     for label, (rounds, kept, seconds, rmse) in rows.items():
         name, stop = label if isinstance(label, tuple) else (label, "")
-        ratio = (" ".join(f"{s / v:5.2f}" for s, v in zip(seconds, svd[2])) if svd else "")
+        ratios = [s / v for s, v in zip(seconds, svd[2])] if svd else []
+        ratio = " ".join(f"{r:5.2f}" for r in ratios)
+        middle = f"{statistics.median(ratios):6.2f}" if ratios else f"{'':6s}"
         print(f"{name:36s} {stop:>10s} {rounds!s:>7s} {kept!s:>5s} "
-              f"{statistics.median(seconds):8.1f} {ratio:>18s} {rmse:10.4f}", flush=True)
+              f"{statistics.median(seconds):8.1f} {ratio:>18s} {middle} {rmse:10.4f}",
+              flush=True)
 
 
 def main():

@@ -28,6 +28,7 @@ __all__ = [
     "prox_grad_rows",
     "squared_distance",
     "shifted_data_and_row_sums",
+    "rank_in_rows",
 ]
 
 _jit = njit(cache=True, nogil=True, fastmath=False)
@@ -97,6 +98,19 @@ def shifted_data_and_row_sums(indptr, indices, data, shift, weight):
             acc += weight[j]
         sums[t] = acc
     return shifted, sums
+
+
+@_jit
+def rank_in_rows(indptr, keys):
+    """Each stored entry's rank by ``keys`` among its row's entries (ties by position: what
+    ``np.lexsort((keys, rows))`` gives), one small stable sort per row."""
+    rank = np.empty(len(keys), dtype=np.int64)
+    for t in range(len(indptr) - 1):
+        lo = indptr[t]
+        order = np.argsort(keys[lo:indptr[t + 1]], kind="mergesort")
+        for m in range(len(order)):
+            rank[lo + order[m]] = m
+    return rank
 
 
 @_jit
