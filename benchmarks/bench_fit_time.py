@@ -1,20 +1,24 @@
-"""Default fit time beside Surprise's ``SVD()`` on a MovieLens-1M-shaped set (issue 26, point 6).
+"""Default fit time beside Surprise's ``SVD()`` on two 1M-rating sets (issue 26, point 6).
 
-    python benchmarks/bench_fit_time.py                      # netflix-1m, median of 3 runs
-    python benchmarks/bench_fit_time.py --runs 1 --estimators FedMGS
+    python benchmarks/bench_fit_time.py                      # both sets, median of 3 runs
+    python benchmarks/bench_fit_time.py --runs 1 --estimators FedMGS --data 1m-full
     python benchmarks/bench_fit_time.py --with-off            # also early_stopping=False
     python benchmarks/bench_fit_time.py --quick               # smoke run: 20,000 ratings
 
-The data is ``make_site_ratings("netflix-1m", random_state=0)`` (1,000,000 ratings, Netflix's
-titles and activity), split 80/20 at random over the ratings (seed 0) as in
-``bench_accuracy.py --all-defaults``. Each estimator runs with all its defaults
-(``random_state=0`` only) through ``RatingRegressor``; on 800,000 training ratings its
-default ``early_stopping="auto"`` is on, so each client holds out 10% of its ratings, the fit
-stops after 10 rounds without a better validation RMSE and keeps its best round.
+The sets (``--data``): ``netflix-1m`` is ``make_site_ratings("netflix-1m", random_state=0)``
+(1,000,000 ratings, Netflix's titles and activity, half stars 0.5-5); ``1m-full`` is
+``make_ratings(6040, 3706, 1000209, noise=0.5, random_state=0)``, MovieLens 1M's shape with
+a rank-5 structure (``1m-0.5`` of ``bench_defaults.py`` before its 8-fold down-sampling).
+Each is split 80/20 at random over the ratings (seed 0) as in ``bench_accuracy.py
+--all-defaults``. Each estimator runs with all its defaults (``random_state=0`` only) through
+``RatingRegressor``; on 800,000 training ratings its default ``early_stopping="auto"`` is on.
 ``--with-off`` adds the same fit with ``early_stopping=False`` (every round, no hold-out).
-Columns: rounds run, kept round, median fit seconds over ``--runs`` runs, test RMSE (of the
-first run; every run is the same model). Seconds depend on the machine and its load: compare
-rows of one run only.
+
+Each run fits Surprise ``BaselineOnly`` and ``SVD()`` and then every estimator on the same
+split, so the ratio ``fit s / SVD s`` of one run compares fits made under the same load.
+Columns: rounds run, kept round, median fit seconds over ``--runs`` runs, the ratio to
+``SVD()`` of each run and their median, test RMSE (of the first run; every run is the same
+model). Seconds depend on the machine and its load: compare within a run (the ratios).
 """
 
 import argparse
@@ -26,59 +30,82 @@ import numpy as np
 from bench_accuracy import entrywise_split, pairs, surprise_rows
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, RatingRegressor, RFRec
-from sklearn_fedmf.datasets import make_site_ratings
+from sklearn_fedmf.datasets import make_ratings, make_site_ratings
 
 ESTIMATORS = {"FedMCADMM": FedMCADMM, "FedMAvg": FedMAvg, "FedMGS": FedMGS, "RFRec": RFRec}
+DATA = ("netflix-1m", "1m-full")
+PEERS = ("BaselineOnly", "SVD")
 
 
-def federated_row(cls, params, train, test, runs):
+def load(name, quick):
+    """The rating matrix of one set (``quick``: 20,000 ratings of the same shape's kind)."""
+    if name == "netflix-1m":
+        return make_site_ratings("netflix-1m", n_ratings=20_000 if quick else None,
+                                 random_state=0).X
+    down = 50 if quick else 1  # (--quick: 120 users, 20,004 ratings)
+    return make_ratings(6040 // down, 3706, 1000209 // down, noise=0.5, random_state=0).X
+
+
+def fit_seconds(cls, params, P_train, y_train):
+    tic = time.perf_counter()
+    fitted = RatingRegressor(cls(random_state=0, **params)).fit(P_train, y_train)
+    return time.perf_counter() - tic, fitted
+
+
+def run_set(name, estimators, runs, with_off, quick):
+    X = load(name, quick)
+    train, test = entrywise_split(X)
     (P_train, y_train), (P_test, y_test) = pairs(train), pairs(test)
-    seconds, model = [], None
-    for _ in range(runs):
-        tic = time.perf_counter()
-        fitted = RatingRegressor(cls(random_state=0, **params)).fit(P_train, y_train)
-        seconds.append(time.perf_counter() - tic)
-        model = model or fitted
-    rmse = float(np.sqrt(np.mean((model.predict(P_test) - y_test) ** 2)))
-    inner = model.estimator_
-    return inner.n_iter_, inner.best_iteration_, statistics.median(seconds), rmse
+    print(f"\n{name}: {X.shape[0]} x {X.shape[1]}, {X.nnz} ratings, random 80/20 of the "
+          f"ratings; median of {runs} fits, ratio to SVD() per run\n")
+    header = (f"{'model':36s} {'early stop':>10s} {'rounds':>7s} {'kept':>5s} {'fit s':>8s} "
+              f"{'/ SVD s per run':>18s} {'median':>6s} {'test RMSE':>10s}")
+    print(header + "\n" + "-" * len(header), flush=True)
+    rows = {}  # label -> [rounds, kept, seconds per run, RMSE]
+    configs = [(n, p) for n in estimators
+               for p in (({}, {"early_stopping": False}) if with_off else ({},))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # item columns without a training rating
+        for _ in range(runs):  # each run: the peers, then every estimator (same load)
+            for label, rmse, _, secs, _ in surprise_rows(list(PEERS), train, test):
+                rows.setdefault(label, ["", "", [], rmse])[2].append(secs)
+            for est, params in configs:
+                secs, model = fit_seconds(ESTIMATORS[est], params, P_train, y_train)
+                label = (est + " (defaults)", "off" if params else "auto")
+                if label not in rows:
+                    rmse = float(np.sqrt(np.mean((model.predict(P_test) - y_test) ** 2)))
+                    inner = model.estimator_
+                    rows[label] = [inner.n_iter_, inner.best_iteration_, [], rmse]
+                rows[label][2].append(secs)
+    svd = rows.get("Surprise SVD (centralized)")  # (without scikit-surprise: no ratio)
+    for label, (rounds, kept, seconds, rmse) in rows.items():
+        name, stop = label if isinstance(label, tuple) else (label, "")
+        ratios = [s / v for s, v in zip(seconds, svd[2])] if svd else []
+        ratio = " ".join(f"{r:5.2f}" for r in ratios)
+        middle = f"{statistics.median(ratios):6.2f}" if ratios else f"{'':6s}"
+        print(f"{name:36s} {stop:>10s} {rounds!s:>7s} {kept!s:>5s} "
+              f"{statistics.median(seconds):8.1f} {ratio:>18s} {middle} {rmse:10.4f}",
+              flush=True)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--estimators", default="FedMGS,RFRec")
+    parser.add_argument("--estimators", default=",".join(ESTIMATORS))
+    parser.add_argument("--data", default=",".join(DATA), help=f"of {', '.join(DATA)}")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--with-off", action="store_true",
                         help="also each estimator with early_stopping=False")
-    parser.add_argument("--quick", action="store_true", help="smoke run: 20,000 ratings")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: 20,000 ratings, one run")
     args = parser.parse_args()
-    names = [n for n in args.estimators.split(",") if n]
-    unknown = sorted(set(names) - set(ESTIMATORS))
-    if unknown:
-        raise SystemExit(f"--estimators: unknown {', '.join(unknown)}; known: "
-                         f"{', '.join(ESTIMATORS)}")
-    X = make_site_ratings("netflix-1m", n_ratings=20_000 if args.quick else None,
-                          random_state=0).X
-    train, test = entrywise_split(X)
-    print(f"netflix-1m shape: {X.shape[0]} x {X.shape[1]}, {X.nnz} ratings, random 80/20 of "
-          f"the ratings; median of {args.runs} fits\n")
-    header = (f"{'model':28s} {'early stop':>10s} {'rounds':>7s} {'kept':>5s} {'fit s':>8s} "
-              f"{'test RMSE':>10s}")
-    print(header + "\n" + "-" * len(header), flush=True)
-    svd = [row for _ in range(args.runs) for row in surprise_rows(["SVD"], train, test)]
-    if svd:  # (without scikit-surprise: the federated rows only)
-        label, rmse = svd[0][:2]
-        print(f"{label:28s} {'':>10s} {'':>7s} {'':>5s} "
-              f"{statistics.median(row[3] for row in svd):8.1f} {rmse:10.4f}", flush=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # item columns without a training rating
-        for name in names:
-            for params in ({}, {"early_stopping": False}) if args.with_off else ({},):
-                rounds, kept, secs, rmse = federated_row(ESTIMATORS[name], params, train,
-                                                         test, args.runs)
-                label = "off" if params else "auto"
-                print(f"{name + ' (defaults)':28s} {label:>10s} {rounds:7d} {kept:5d} "
-                      f"{secs:8.1f} {rmse:10.4f}", flush=True)
+    names, data = ([n for n in text.split(",") if n] for text in (args.estimators, args.data))
+    for given, known, option in ((names, ESTIMATORS, "--estimators"), (data, DATA, "--data")):
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            raise SystemExit(f"{option}: unknown {', '.join(unknown)}; known: "
+                             f"{', '.join(known)}")
+    for name in data:
+        run_set(name, names, 1 if args.quick else args.runs, args.with_off, args.quick)
 
 
 if __name__ == "__main__":

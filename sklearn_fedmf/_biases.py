@@ -20,12 +20,15 @@ which run many steps at once, need no projection inside.
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
+
+from ._kernels import shifted_data_and_row_sums
 
 __all__ = [
     "item_biases", "user_biases",
     "n_factors", "init_user", "init_item", "random_item_factor", "fix_user", "fix_item",
     "user_step_view", "item_step_view", "free_user", "free_item", "with_user", "with_item",
-    "item_partner", "user_step_bounds", "item_step_bounds",
+    "item_partner", "user_step_bounds", "item_step_bounds", "user_step_view_and_bounds",
 ]
 
 # positions in the augmented factors
@@ -120,6 +123,18 @@ def user_step_bounds(X, Vt, ridge=0.0):
     trace = np.bincount(rows, weights=np.einsum("ij,ij->i", Vt[:, :-1], Vt[:, :-1])[X.indices],
                         minlength=X.shape[0])
     return _block_bounds(trace, counts, Vt.shape[1], ridge)
+
+
+def user_step_view_and_bounds(X, Vt, ridge=0.0):
+    """``(X_view, Vt_view, bounds)``: :func:`user_step_view` and :func:`user_step_bounds` of
+    that view in one pass over ``X``'s entries (the same values; the view shares ``X``'s
+    index arrays)."""
+    free = np.ascontiguousarray(Vt[:, :ONE_U])
+    norms2 = np.einsum("ij,ij->i", free[:, :-1], free[:, :-1])
+    data, trace = shifted_data_and_row_sums(X.indptr, X.indices, X.data,
+                                            np.ascontiguousarray(Vt[:, B_I]), norms2)
+    view = sp.csr_matrix((data, X.indices, X.indptr), shape=X.shape)
+    return view, free, _block_bounds(trace, np.diff(X.indptr), free.shape[1], ridge)
 
 
 def item_step_bounds(gram, ridge=0.0):

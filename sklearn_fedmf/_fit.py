@@ -63,6 +63,7 @@ from ._engine import (
 )
 from ._groups import ClientGroup, GroupedTransport, GroupStates, make_groups, segments
 from ._joblib_backend import dask_client
+from ._kernels import rank_in_rows
 from .exceptions import ConvergenceWarning, DegenerateFitWarning
 
 __all__ = [
@@ -200,9 +201,7 @@ def validation_split(X, codes, n_clients, fraction, entropy):
     row_draw[order] = draws
     n_held = np.minimum(np.floor(fraction * lengths + row_draw), np.maximum(lengths - 1, 0))
     row_of = np.repeat(np.arange(n_rows), lengths)
-    by_key = np.lexsort((entry_key, row_of))  # per row, entries by their key
-    rank = np.empty(X.nnz, dtype=np.int64)
-    rank[by_key] = np.arange(X.nnz) - X.indptr[row_of[by_key]]
+    rank = rank_in_rows(X.indptr, entry_key)  # per row, entries by their key
     held = rank < n_held[row_of]
     return _entries(X, ~held, row_of), _entries(X, held, row_of)
 

@@ -27,6 +27,8 @@ __all__ = [
     "ridge_fold_in",
     "prox_grad_rows",
     "squared_distance",
+    "shifted_data_and_row_sums",
+    "rank_in_rows",
 ]
 
 _jit = njit(cache=True, nogil=True, fastmath=False)
@@ -78,6 +80,37 @@ def grad_cols(indptr, indices, data, U, Wt, out):
     """``out = (U^T P_Omega(U Wt^T - M))^T`` (items x r); returns the half squared error."""
     out[:, :] = 0.0
     return _residual_products(indptr, indices, data, U, Wt, out, True)
+
+
+@_jit
+def shifted_data_and_row_sums(indptr, indices, data, shift, weight):
+    """``data - shift[indices]`` and each row's ``sum_j weight[j]`` over its stored entries,
+    summed in entry order from zero (what ``np.bincount(rows, weights=weight[indices])``
+    gives) in one pass, without the gathered temporaries."""
+    n_rows = len(indptr) - 1
+    shifted = np.empty(len(data))
+    sums = np.zeros(n_rows)
+    for t in range(n_rows):
+        acc = 0.0
+        for s in range(indptr[t], indptr[t + 1]):
+            j = indices[s]
+            shifted[s] = data[s] - shift[j]
+            acc += weight[j]
+        sums[t] = acc
+    return shifted, sums
+
+
+@_jit
+def rank_in_rows(indptr, keys):
+    """Each stored entry's rank by ``keys`` among its row's entries (ties by position: what
+    ``np.lexsort((keys, rows))`` gives), one small stable sort per row."""
+    rank = np.empty(len(keys), dtype=np.int64)
+    for t in range(len(indptr) - 1):
+        lo = indptr[t]
+        order = np.argsort(keys[lo:indptr[t + 1]], kind="mergesort")
+        for m in range(len(order)):
+            rank[lo + order[m]] = m
+    return rank
 
 
 @_jit

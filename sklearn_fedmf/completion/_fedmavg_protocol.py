@@ -195,11 +195,10 @@ def user_steps(U, Vt, X, n_steps, c_factor, ridge_in_L, alpha, l1_ratio, positiv
     if not biased:
         c = c_factor * np.maximum(lambda_max(Vt.T @ Vt) + ridge_in_L, EPS_LIPSCHITZ)
         return u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive)
-    X, Vt = _biases.user_step_view(X, Vt)
     # (a row's bound is tight: it must hold the ridge the gradient holds, whatever the
     # variant's ridge_in_L; the global bound's slack forgave that)
-    c = c_factor * np.maximum(_biases.user_step_bounds(X, Vt, alpha * (1.0 - l1_ratio)),
-                              EPS_LIPSCHITZ)
+    X, Vt, bounds = _biases.user_step_view_and_bounds(X, Vt, alpha * (1.0 - l1_ratio))
+    c = c_factor * np.maximum(bounds, EPS_LIPSCHITZ)
     U = u_steps(_biases.free_user(U), Vt, X, n_steps, c, alpha, l1_ratio, positive)
     return _biases.with_user(U)
 

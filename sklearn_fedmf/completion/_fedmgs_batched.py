@@ -14,7 +14,7 @@ from functools import partial
 import numpy as np
 
 from .. import _biases
-from .._groups import BatchedPhases, ImplicitRows, segments, user_rows_state, with_user_rows
+from .._groups import BatchedPhases, ImplicitRows, user_rows_state, with_user_rows
 from .._prox import row_alpha
 from .._transport import client_generator
 from ._auto_strengths import start_user_biases
@@ -76,22 +76,15 @@ def group_share(state, group, clients, biased, sum_squares=False):
                                   "x": x[out_ptr[q]:out_ptr[q + 1]], "a": a[q]}
                 for q, i in enumerate(clients.tolist())}
     G, grams = np.empty((out_ptr[-1], r + r * r)), np.empty((len(clients), r, r))
+    ss = np.empty(len(clients))
     share_kernel(X.indptr, X.indices, X.data, group.row_ptr, clients, U, cols, shift_col,
-                 item_ptr, state["slot"], state["single"], out_ptr, G, grams)
+                 item_ptr, state["slot"], state["single"], out_ptr, G, grams, ss)
     uploads = {group.start + i: {"items": items[item_ptr[i]:item_ptr[i + 1]],
                                  "G": G[out_ptr[q]:out_ptr[q + 1]], "gram": grams[q]}
                for q, i in enumerate(clients.tolist())}
-    if sum_squares:  # over the sending clients' entries only (rows, then their entries)
-        first_row = group.row_ptr[clients]
-        rows, _ = segments(first_row, group.row_ptr[clients + 1] - first_row)
-        first = X.indptr[group.row_ptr[clients]]
-        entries, ptr = segments(first, X.indptr[group.row_ptr[clients + 1]] - first)
-        x = X.data[entries]
-        if biased:
-            x = x - np.repeat(U[rows, shift_col], np.diff(X.indptr)[rows])
-        cumulative = np.concatenate([[0.0], np.cumsum(x * x)])
+    if sum_squares:  # (the kernel sums over the sending clients' entries only)
         for q, i in enumerate(clients.tolist()):
-            uploads[group.start + i]["ss"] = cumulative[ptr[q + 1]] - cumulative[ptr[q]]
+            uploads[group.start + i]["ss"] = ss[q]
     return uploads
 
 

@@ -119,7 +119,7 @@ def group_user_steps(indptr, indices, data, rows, W, shift, norms2, biased, lam,
 
 @_jit
 def group_share(indptr, indices, data, row_ptr, clients, U, cols, shift_col, item_ptr, slot,
-                single, out_ptr, out_values, out_grams):
+                single, out_ptr, out_values, out_grams, out_ss):
     """The uploads of the group's ``clients``: for each item ``j`` a client rated, its
     aggregates ``G2_j = sum_t x_tj a_t`` and ``G1_j = sum_t a_t a_t^T`` over its users ``t``
     who rated ``j``, with ``a_t = U[t, cols]`` and ``x_tj`` the rating minus ``U[t,
@@ -129,28 +129,42 @@ def group_share(indptr, indices, data, row_ptr, clients, U, cols, shift_col, ite
     Client ``clients[q]``'s item rows ``[G2_j, vec(G1_j)]`` (``r + r^2`` columns) go to
     ``out_values[out_ptr[q]:out_ptr[q + 1]]`` (its items in ``item_ptr`` order; with
     ``single`` every client has one row, whose entries are its items, and ``slot`` is not
-    read) and its Gram to ``out_grams[q]``.
+    read), its Gram to ``out_grams[q]`` and its ``sum_tj x_tj^2`` to ``out_ss[q]``, as the
+    difference of a running sum over the clients' entries (rows, then entries: the
+    ``cumsum`` differences it replaces, bit for bit).
     """
     r = len(cols)
     out_values[:, :] = 0.0
     out_grams[:, :, :] = 0.0
+    # a_t and vec(a_t a_t^T), formed once per row (the same products the entries add): the
+    # per-entry work is then contiguous adds, which the compiler vectorizes
+    u = np.empty(r)
+    outer = np.empty(r * r)
+    running = 0.0
     for q in range(len(clients)):
         i = clients[q]
         dest = out_ptr[q]
         first = indptr[row_ptr[i]]
+        before = running
         for t in range(row_ptr[i], row_ptr[i + 1]):
             offset = 0.0 if shift_col < 0 else U[t, shift_col]
-            for s in range(indptr[t], indptr[t + 1]):
-                x = data[s] - offset
-                row = dest + (s - first if single else slot[s])
-                for a in range(r):
-                    out_values[row, a] += x * U[t, cols[a]]
-                for a in range(r):
-                    for c in range(r):
-                        out_values[row, r + a * r + c] += U[t, cols[a]] * U[t, cols[c]]
+            for a in range(r):
+                u[a] = U[t, cols[a]]
             for a in range(r):
                 for c in range(r):
-                    out_grams[q, a, c] += U[t, cols[a]] * U[t, cols[c]]
+                    outer[a * r + c] = u[a] * u[c]
+            for s in range(indptr[t], indptr[t + 1]):
+                x = data[s] - offset
+                running += x * x
+                row = dest + (s - first if single else slot[s])
+                for a in range(r):
+                    out_values[row, a] += x * u[a]
+                for a in range(r * r):
+                    out_values[row, r + a] += outer[a]
+            for a in range(r):
+                for c in range(r):
+                    out_grams[q, a, c] += outer[a * r + c]
+        out_ss[q] = running - before
 
 
 @_inline

@@ -147,7 +147,7 @@ def init_server(rng, *, n_items, n_components, init_scale, biased=False, item_bi
     return {"Vt": Vt}, Vt
 
 
-def share(U, X, biased=False, sum_squares=False):
+def share(U, X, biased=False, sum_squares=False, layout=None):
     """What a client sends: its data aggregates ``G1_j``, ``G2_j`` on the items it rated (the
     masked form of (29); module docstring) and its Gram; they do not depend on ``V``.
 
@@ -156,10 +156,12 @@ def share(U, X, biased=False, sum_squares=False):
     (``G1_j = a a^T``, ``G2_j = x_j a``). With biases ``a_t = [u_t, 1]`` (the columns the free
     item entries ``[V; b_i]`` multiply) and ``x_tj`` is the rating minus ``b_u``.
     ``sum_squares`` (``alpha_u="auto"``): the rows form also holds ``"ss"``, ``sum_tj
-    x_tj^2`` (the compact form holds every ``x_tj`` already)."""
+    x_tj^2`` (the compact form holds every ``x_tj`` already). ``layout``: the client's
+    rated items as :func:`._fedmgs_batched.group_layout` gives them (fixed by its data; None:
+    laid out here)."""
     group = _OneClient(X)
-    return group_share({"U": U, **group_layout(group)}, group, np.array([0]), biased,
-                       sum_squares)[0]
+    layout = group_layout(group) if layout is None else layout
+    return group_share({"U": U, **layout}, group, np.array([0]), biased, sum_squares)[0]
 
 
 class _OneClient:
@@ -174,14 +176,16 @@ def init_client(block, Vt, rng, *, init_scale, positive, biased=False, weighted=
                 sum_squares=False, user_shrinkage=None):
     """Private ``U_p^0`` and the upload of its aggregates (Algorithm 2's ``G1^0``, ``G2^0``);
     weighted regularization: also its ratings per item, once (their sum over the clients is
-    the item weights ``n_j``)."""
+    the item weights ``n_j``). The state also keeps the layout of its rated items, which its
+    data fixes (laid out once, not every round)."""
     U = init_user_factors(block, Vt.shape[1], rng, init_scale, positive, biased)
     if biased:  # (user_shrinkage: b_u starts at its shrunk mean, the "auto" start)
         start_user_biases(U, block.X, Vt, user_shrinkage)
-    upload = share(U, block.X, biased, sum_squares)
+    layout = group_layout(_OneClient(block.X))
+    upload = share(U, block.X, biased, sum_squares, layout)
     if weighted:
         upload["counts"] = item_counts(block.X)
-    return {"U": U}, upload
+    return {"U": U, "layout": layout}, upload
 
 
 def u_phase(state, block, broadcast, *, local_iter_u, c_factor, alpha_u, l1_ratio, positive,
@@ -190,14 +194,15 @@ def u_phase(state, block, broadcast, *, local_iter_u, c_factor, alpha_u, l1_rati
     ``alpha_u="auto"``: at the broadcast strength)."""
     Vt, alpha_u, _ = unpack(broadcast, alpha_u)
     alpha_u = row_alpha(alpha_u, block.X, weighted)
-    return {"U": user_steps(state["U"], Vt, block.X, local_iter_u, c_factor,
-                            alpha_u * (1.0 - l1_ratio), alpha_u, l1_ratio, positive, biased)}
+    return {**state, "U": user_steps(state["U"], Vt, block.X, local_iter_u, c_factor,
+                                     alpha_u * (1.0 - l1_ratio), alpha_u, l1_ratio, positive,
+                                     biased)}
 
 
 def share_state(state, block, broadcast, *, biased=False):
     """:func:`share` of the client's new ``U_p`` (``"auto"`` strengths, a dict broadcast:
     with the sum of squares)."""
-    return share(state["U"], block.X, biased, isinstance(broadcast, dict))
+    return share(state["U"], block.X, biased, isinstance(broadcast, dict), state.get("layout"))
 
 
 def client_update(state, block, broadcast, rng, selected, *, biased=False, **params):
@@ -264,6 +269,15 @@ def _segment(lo, pieces, chained=False):
             first: _joined(x, chained), second: _joined(y, chained)}
 
 
+def _one_segment(piece):
+    """:func:`_segment` of one piece, without a copy of its (contiguous) arrays."""
+    kind, rows, x, y = piece
+    first, second = _FIELDS[kind]
+    return {"kind": kind, "lo": 0, "ptr": np.array([0, len(rows)], dtype=np.int64),
+            "items": np.ascontiguousarray(rows), first: np.ascontiguousarray(x),
+            second: np.ascontiguousarray(y)}
+
+
 def cache_segments(pieces):
     """The cache of the clients' pieces (client order). A batched group uploads its clients'
     messages as consecutive views of its arrays: such runs are kept as they are (a second
@@ -322,14 +336,24 @@ def update_cache(segments, total, uploads):
         pieces = [_piece(uploads[c]) for c in (local + seg["lo"]).tolist()]
         mismatch = np.array([p[0] != seg["kind"] for p in pieces])
         if not mismatch.any():
-            new = _segment(0, pieces)
-            if seg["kind"] == "rows":
-                seg["grams"][local] = new["grams"]
-                replace_rows(total, seg["items"], seg["ptr"], seg["G"], local, new["items"],
-                             new["ptr"], new["G"], mismatch)
+            # a group's uploads are consecutive views: one call on them as they are; other
+            # uploads one call each (concatenating them would copy every client's rows);
+            # either way the same updates in client order
+            spans = [tuple(_span(x) for x in piece[1:]) for piece in pieces]
+            if len(pieces) > 1 and all(_follows(x, y) for a, b in zip(spans, spans[1:])
+                                       for x, y in zip(a, b)):
+                calls = [(slice(None), _segment(0, pieces, chained=True))]
             else:
-                replace_outer(total, seg["items"], seg["ptr"], seg["x"], seg["a"], local,
-                              new["items"], new["ptr"], new["x"], new["a"], mismatch)
+                calls = [(slice(q, q + 1), _one_segment(p)) for q, p in enumerate(pieces)]
+            for part, new in calls:
+                if seg["kind"] == "rows":
+                    seg["grams"][local[part]] = new["grams"]
+                    replace_rows(total, seg["items"], seg["ptr"], seg["G"], local[part],
+                                 new["items"], new["ptr"], new["G"], mismatch[part])
+                else:
+                    replace_outer(total, seg["items"], seg["ptr"], seg["x"], seg["a"],
+                                  local[part], new["items"], new["ptr"], new["x"], new["a"],
+                                  mismatch[part])
         if mismatch.any():
             raise FederationError(
                 f"Client {int(local[mismatch][0] + seg['lo'])} sent its aggregates on other "
