@@ -275,8 +275,12 @@ def server_route_shares(uploads, threshold):
     each client of ``U2``: the ciphertexts the other clients of ``U2`` sent it."""
     senders = sorted(uploads)
     _require(len(senders), threshold, "shared their keys")
-    return {v: EncryptedShares(v, {u: uploads[u].ciphertexts[v] for u in senders
-                                   if v in uploads[u].ciphertexts}) for v in senders}
+    inbox = {v: {} for v in senders}  # one pass over the ciphertexts (not one per recipient)
+    for u in senders:
+        for v, ciphertext in uploads[u].ciphertexts.items():
+            if v in inbox:
+                inbox[v][u] = ciphertext
+    return {v: EncryptedShares(v, inbox[v]) for v in senders}
 
 
 # ------------------------------------------------------------------ phase 2: masked input
