@@ -67,7 +67,7 @@ def fit_seconds(est, X, clients):
     return time.perf_counter() - start
 
 
-def bench_estimators(X, max_iter, repeats):
+def bench_estimators(X, max_iter, repeats, only=None):
     clients = np.arange(X.shape[0])  # one client per user
     print(f"{X.shape[0]:,} users (one client each) x {X.shape[1]:,} items, {X.nnz:,} ratings, "
           f"10% of the clients per round, {max_iter} rounds, median of {repeats} fits")
@@ -78,6 +78,8 @@ def bench_estimators(X, max_iter, repeats):
     print(header)
     print("-" * len(header))
     for name, (cls, params, plain_extra, attribute) in ESTIMATORS.items():
+        if only is not None and name not in only:
+            continue
         params = dict(params, n_clients=X.shape[0], clients_per_round=0.1, max_iter=max_iter,
                       random_state=0)
         fit_seconds(cls(**dict(params, max_iter=1), **plain_extra), X, clients)  # (compiles)
@@ -135,6 +137,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=None,
                         help="fits per estimator and kind, median printed (--estimators; "
                              "default 3 with --ml-1m, else 1)")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated estimators (--estimators; default: all)")
     args = parser.parse_args()
     if args.estimators:
         if args.ml_1m:
@@ -142,7 +146,11 @@ def main():
         else:
             X = make_site_ratings("netflix-1m", n_ratings=args.ratings, random_state=0).X
         repeats = args.repeats or (3 if args.ml_1m else 1)
-        bench_estimators(X, args.rounds, repeats)
+        only = None if args.only is None else set(args.only.split(","))
+        unknown = set() if only is None else only - set(ESTIMATORS)
+        if unknown:
+            parser.error(f"unknown estimators {sorted(unknown)}; among {list(ESTIMATORS)}")
+        bench_estimators(X, args.rounds, repeats, only)
         return
     sizes = (5, 20) if args.quick else (10, 100)
     d = args.length or (1_000 if args.quick else 10_000)
