@@ -28,8 +28,9 @@ at most 3x the plain one at the full size.
 ``--ml-1m``: the issue's target shape instead, ``make_ratings(6040, 3706, 1_000_000)`` (the
 MovieLens-1M shape; 604 clients per round); ``--repeats N`` fits each estimator N times plain
 and N times secure and prints the median seconds (3 by default with ``--ml-1m``).
-``start s`` is a fit's time before its first round (plain / secure: the secure one includes
-the initial exchange over every client of FedMC-ADMM, FedMGS and FedBaseline), ``round s``
+``outside s`` is a fit's time outside its rounds (plain / secure: data checks, the start,
+which for the secure fit includes the initial exchange over every client of FedMC-ADMM,
+FedMGS and FedBaseline, and the final collection), ``round s``
 its mean round (``history_``'s seconds, secure exchanges included) and the second ``ratio``
 theirs: what the ratio tends to over many rounds. ``kB/client`` is the most one client
 sends and receives in a round's secure phases (keys, shares, masked vector, unmasking;
@@ -72,7 +73,7 @@ def bench_estimators(X, max_iter, repeats, only=None):
     print(f"{X.shape[0]:,} users (one client each) x {X.shape[1]:,} items, {X.nnz:,} ratings, "
           f"10% of the clients per round, {max_iter} rounds, median of {repeats} fits")
     header = (f"{'estimator':<12} {'plain s':>8} {'secure s':>9} {'ratio':>6} "
-              f"{'start s':>13} {'round s':>11} {'ratio':>6} "
+              f"{'outside s':>13} {'round s':>11} {'ratio':>6} "
               f"{'MB/round plain':>15} {'MB/round secure':>16} {'kB/client':>10} "
               f"{'max rel diff':>13}")
     print(header)
@@ -91,10 +92,10 @@ def bench_estimators(X, max_iter, repeats, only=None):
                 times[kind].append(fit_seconds(fitted[kind], X, clients))
         plain, secure = fitted["plain"], fitted["secure"]
         t_plain, t_secure = (float(np.median(times[k])) for k in ("plain", "secure"))
-        # a fit's start (data checks, initial exchange over every client) and its mean round,
-        # from the last fit of each kind: the rounds' own seconds are in history_
+        # a fit's mean round and its time outside the rounds (data checks, start with any
+        # initial exchange, final collection), from the last fit of each kind
         rounds = {k: float(np.mean([r["seconds"] for r in e.history_])) for k, e in fitted.items()}
-        start = {k: times[k][-1] - rounds[k] * len(e.history_) for k, e in fitted.items()}
+        outside = {k: times[k][-1] - rounds[k] * len(e.history_) for k, e in fitted.items()}
         mb = [np.mean([r["bytes_uploaded"] + r["bytes_downloaded"] for r in e.history_]) / 1e6
               for e in (plain, secure)]
         # the most one client sent and received in a round's secure phases
@@ -103,7 +104,7 @@ def bench_estimators(X, max_iter, repeats, only=None):
         a, b = getattr(plain, attribute), getattr(secure, attribute)
         diff = float(np.max(np.abs(a - b)) / max(np.max(np.abs(a)), 1e-300))
         print(f"{name:<12} {t_plain:>8.2f} {t_secure:>9.2f} {t_secure / t_plain:>6.1f} "
-              f"{start['plain']:>6.1f}/{start['secure']:<6.1f} "
+              f"{outside['plain']:>6.1f}/{outside['secure']:<6.1f} "
               f"{rounds['plain']:>5.2f}/{rounds['secure']:<5.2f} "
               f"{rounds['secure'] / rounds['plain']:>6.1f} {mb[0]:>15.2f} {mb[1]:>16.2f} "
               f"{per_client:>10.1f} {diff:>13.1e}", flush=True)
