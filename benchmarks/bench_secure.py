@@ -18,10 +18,10 @@ recomputes their pairwise masks with every survivor). Each ``n`` runs SecAgg (ev
 clients masks; "graph" ``all``) and SecAgg+ with ``2 ceil(log2 n)`` neighbours per client.
 The sum's max error against the plain sum is printed beside the encoding's bound.
 
-``--estimators``: one table per estimator that supports ``secure_aggregation=True``, each
-fitted twice on ``make_site_ratings("netflix-1m", n_ratings=...)`` (the MovieLens-1M shape
-scaled down; 20,000 ratings by default) with one client per user and 10% of the clients per
-round: fit seconds plain and secure, the mean bytes per round (up and down, every phase)
+``--estimators``: one row per estimator that supports ``secure_aggregation=True``, each
+fitted plain and secure on ``make_site_ratings("netflix-1m", n_ratings=...)`` (the
+Netflix-like preset scaled down; 20,000 ratings by default) with one client per user and 10%
+of the clients per round (``--only`` picks estimators): fit seconds plain and secure, the mean bytes per round (up and down, every phase)
 and the max relative difference of the fitted factors. The issue's target is a secure fit
 at most 3x the plain one at the full size.
 
@@ -30,9 +30,9 @@ MovieLens-1M shape; 604 clients per round); ``--repeats N`` fits each estimator 
 and N times secure and prints the median seconds (3 by default with ``--ml-1m``).
 ``outside s`` is a fit's time outside its rounds (plain / secure: data checks, the start,
 which for the secure fit includes the initial exchange over every client of FedMC-ADMM,
-FedMGS and FedBaseline, and the final collection), ``round s``
-its mean round (``history_``'s seconds, secure exchanges included) and the second ``ratio``
-theirs: what the ratio tends to over many rounds. ``kB/client`` is the most one client
+FedMGS and FedBaseline, and the final collection), ``round s`` its mean round
+(``history_``'s seconds, secure exchanges included) and the second ``ratio`` theirs: what
+the ratio tends to over many rounds. ``kB/client`` is the most one client
 sends and receives in a round's secure phases (keys, shares, masked vector, unmasking;
 ``history_``'s ``bytes_secure_client``), the mean over rounds.
 """
