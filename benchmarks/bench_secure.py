@@ -21,8 +21,9 @@ The sum's max error against the plain sum is printed beside the encoding's bound
 ``--estimators``: one row per estimator that supports ``secure_aggregation=True``, each
 fitted plain and secure on ``make_site_ratings("netflix-1m", n_ratings=...)`` (the
 Netflix-like preset scaled down; 20,000 ratings by default) with one client per user and 10%
-of the clients per round (``--only`` picks estimators): fit seconds plain and secure, the mean bytes per round (up and down, every phase)
-and the max relative difference of the fitted factors. The issue's target is a secure fit
+of the clients per round (``--only`` picks estimators): fit seconds plain and secure, the
+mean bytes per round (up and down, every phase) and the max relative difference of the
+fitted factors. The issue's target is a secure fit
 at most 3x the plain one at the full size.
 
 ``--ml-1m``: the issue's target shape instead, ``make_ratings(6040, 3706, 1_000_000)`` (the
