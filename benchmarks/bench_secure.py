@@ -5,7 +5,7 @@ Usage::
     python benchmarks/bench_secure.py           # n = 10 and 100 clients, vectors of 10,000
     python benchmarks/bench_secure.py --quick   # smoke run: n = 5, 20, vectors of 1,000
     python benchmarks/bench_secure.py --estimators            # fits, plain against secure
-    python benchmarks/bench_secure.py --estimators --ratings 1000000  # MovieLens-1M-shaped
+    python benchmarks/bench_secure.py --estimators --ml-1m --repeats 3  # the issue's target
 
 Each client uploads a float vector of length ``d`` (standard normal); the default encoding
 (``clip = 2^16``, ``scale_bits = 24``, 64-bit ring). Every phase of the protocol runs in this
@@ -18,12 +18,24 @@ recomputes their pairwise masks with every survivor). Each ``n`` runs SecAgg (ev
 clients masks; "graph" ``all``) and SecAgg+ with ``2 ceil(log2 n)`` neighbours per client.
 The sum's max error against the plain sum is printed beside the encoding's bound.
 
-``--estimators``: one table per estimator that supports ``secure_aggregation=True``, each
-fitted twice on ``make_site_ratings("netflix-1m", n_ratings=...)`` (the MovieLens-1M shape
-scaled down; 20,000 ratings by default) with one client per user and 10% of the clients per
-round: fit seconds plain and secure, the mean bytes per round (up and down, every phase)
-and the max relative difference of the fitted factors. The issue's target is a secure fit
+``--estimators``: one row per estimator that supports ``secure_aggregation=True``, each
+fitted plain and secure on ``make_site_ratings("netflix-1m", n_ratings=...)`` (the
+Netflix-like preset scaled down; 20,000 ratings by default) with one client per user and 10%
+of the clients per round (``--only`` picks estimators): fit seconds plain and secure, the
+mean bytes per round (up and down, every phase) and the max relative difference of the
+fitted factors. The issue's target is a secure fit
 at most 3x the plain one at the full size.
+
+``--ml-1m``: the issue's target shape instead, ``make_ratings(6040, 3706, 1_000_000)`` (the
+MovieLens-1M shape; 604 clients per round); ``--repeats N`` fits each estimator N times plain
+and N times secure and prints the median seconds (3 by default with ``--ml-1m``).
+``outside s`` is a fit's time outside its rounds (plain / secure: data checks, the start,
+which for the secure fit includes the initial exchange over every client of FedMC-ADMM,
+FedMGS and FedBaseline, and the final collection), ``round s`` its mean round
+(``history_``'s seconds, secure exchanges included) and the second ``ratio`` theirs: what
+the ratio tends to over many rounds. ``kB/client`` is the most one client
+sends and receives in a round's secure phases (keys, shares, masked vector, unmasking;
+``history_``'s ``bytes_secure_client``), the mean over rounds.
 """
 
 import argparse
@@ -34,7 +46,7 @@ import warnings
 import numpy as np
 
 from sklearn_fedmf import FedBaseline, FedMAvg, FedMCADMM, FedMGS, RFRec
-from sklearn_fedmf.datasets import make_site_ratings
+from sklearn_fedmf.datasets import make_ratings, make_site_ratings
 from sklearn_fedmf.secure import FixedPointEncoding, secure_sum
 from sklearn_fedmf.secure._protocol import PHASES
 
@@ -57,28 +69,46 @@ def fit_seconds(est, X, clients):
     return time.perf_counter() - start
 
 
-def bench_estimators(n_ratings, max_iter):
-    X = make_site_ratings("netflix-1m", n_ratings=n_ratings, random_state=0).X
+def bench_estimators(X, max_iter, repeats, only=None):
     clients = np.arange(X.shape[0])  # one client per user
     print(f"{X.shape[0]:,} users (one client each) x {X.shape[1]:,} items, {X.nnz:,} ratings, "
-          f"10% of the clients per round, {max_iter} rounds")
+          f"10% of the clients per round, {max_iter} rounds, median of {repeats} fits")
     header = (f"{'estimator':<12} {'plain s':>8} {'secure s':>9} {'ratio':>6} "
-              f"{'MB/round plain':>15} {'MB/round secure':>16} {'max rel diff':>13}")
+              f"{'outside s':>13} {'round s':>11} {'ratio':>6} "
+              f"{'MB/round plain':>15} {'MB/round secure':>16} {'kB/client':>10} "
+              f"{'max rel diff':>13}")
     print(header)
     print("-" * len(header))
     for name, (cls, params, plain_extra, attribute) in ESTIMATORS.items():
+        if only is not None and name not in only:
+            continue
         params = dict(params, n_clients=X.shape[0], clients_per_round=0.1, max_iter=max_iter,
                       random_state=0)
-        plain = cls(**params, **plain_extra)
-        secure = cls(**params, secure_aggregation=True)
         fit_seconds(cls(**dict(params, max_iter=1), **plain_extra), X, clients)  # (compiles)
-        t_plain, t_secure = fit_seconds(plain, X, clients), fit_seconds(secure, X, clients)
+        times, fitted = {"plain": [], "secure": []}, {}
+        for _ in range(repeats):
+            for kind in times:
+                extra = plain_extra if kind == "plain" else {"secure_aggregation": True}
+                fitted[kind] = cls(**params, **extra)
+                times[kind].append(fit_seconds(fitted[kind], X, clients))
+        plain, secure = fitted["plain"], fitted["secure"]
+        t_plain, t_secure = (float(np.median(times[k])) for k in ("plain", "secure"))
+        # a fit's mean round and its time outside the rounds (data checks, start with any
+        # initial exchange, final collection), from the last fit of each kind
+        rounds = {k: float(np.mean([r["seconds"] for r in e.history_])) for k, e in fitted.items()}
+        outside = {k: times[k][-1] - rounds[k] * len(e.history_) for k, e in fitted.items()}
         mb = [np.mean([r["bytes_uploaded"] + r["bytes_downloaded"] for r in e.history_]) / 1e6
               for e in (plain, secure)]
+        # the most one client sent and received in a round's secure phases
+        per_client = np.mean([sum(r.get("bytes_secure_client", {}).values())
+                              for r in secure.history_]) / 1e3
         a, b = getattr(plain, attribute), getattr(secure, attribute)
         diff = float(np.max(np.abs(a - b)) / max(np.max(np.abs(a)), 1e-300))
         print(f"{name:<12} {t_plain:>8.2f} {t_secure:>9.2f} {t_secure / t_plain:>6.1f} "
-              f"{mb[0]:>15.2f} {mb[1]:>16.2f} {diff:>13.1e}")
+              f"{outside['plain']:>6.1f}/{outside['secure']:<6.1f} "
+              f"{rounds['plain']:>5.2f}/{rounds['secure']:<5.2f} "
+              f"{rounds['secure'] / rounds['plain']:>6.1f} {mb[0]:>15.2f} {mb[1]:>16.2f} "
+              f"{per_client:>10.1f} {diff:>13.1e}", flush=True)
 
 
 def run(n, d, drop_fraction, neighbours, seed=0):
@@ -102,10 +132,27 @@ def main():
                         help="fit every supporting estimator plain and secure")
     parser.add_argument("--ratings", type=int, default=20_000,
                         help="ratings of the MovieLens-1M-shaped set (--estimators)")
+    parser.add_argument("--ml-1m", action="store_true",
+                        help="--estimators on make_ratings(6040, 3706, 1_000_000), the "
+                             "MovieLens-1M shape (the issue's target)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per fit (--estimators)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="fits per estimator and kind, median printed (--estimators; "
+                             "default 3 with --ml-1m, else 1)")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated estimators (--estimators; default: all)")
     args = parser.parse_args()
     if args.estimators:
-        bench_estimators(args.ratings, args.rounds)
+        if args.ml_1m:
+            X = make_ratings(6040, 3706, 1_000_000, random_state=0).X
+        else:
+            X = make_site_ratings("netflix-1m", n_ratings=args.ratings, random_state=0).X
+        repeats = args.repeats or (3 if args.ml_1m else 1)
+        only = None if args.only is None else set(args.only.split(","))
+        unknown = set() if only is None else only - set(ESTIMATORS)
+        if unknown:
+            parser.error(f"unknown estimators {sorted(unknown)}; among {list(ESTIMATORS)}")
+        bench_estimators(X, args.rounds, repeats, only)
         return
     sizes = (5, 20) if args.quick else (10, 100)
     d = args.length or (1_000 if args.quick else 10_000)

@@ -278,3 +278,16 @@ def test_a_sum_of_one_upload_is_refused():
             warnings.simplefilter("ignore", category=UserWarning)
             FedMCADMM(n_clients=4, clients_per_round=1, max_iter=1, local_iter=2,
                       random_state=0, secure_aggregation=True).fit(ratings())
+
+
+def test_fedmgs_sends_each_items_symmetric_block_as_its_triangle():
+    from sklearn_fedmf.completion._fedmgs_protocol import _pack_blocks, _unpack_blocks
+
+    rng = np.random.default_rng(0)
+    n_items, r = 6, 4
+    U = rng.standard_normal((n_items, 3, r))
+    blocks = np.einsum("iua,iub->iab", U, U)  # per item, a sum of outer products
+    sums = np.concatenate([rng.standard_normal((n_items, r)), blocks.reshape(n_items, -1)], 1)
+    packed = _pack_blocks(sums, r)
+    assert packed.shape == (n_items, r + r * (r + 1) // 2)
+    np.testing.assert_array_equal(_unpack_blocks(packed, r), sums)

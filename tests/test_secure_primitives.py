@@ -10,12 +10,20 @@ from scipy import stats
 pytest.importorskip("cryptography", reason="secure aggregation needs the 'secure' extra")
 
 from sklearn_fedmf.secure import FixedPointEncoding  # noqa: E402
-from sklearn_fedmf.secure._crypto import agree, decrypt, encrypt, prg, public_key  # noqa: E402
+from sklearn_fedmf.secure._crypto import (  # noqa: E402
+    add_prg,
+    agree,
+    decrypt,
+    encrypt,
+    prg,
+    public_key,
+)
 from sklearn_fedmf.secure._shamir import (  # noqa: E402
     PRIME,
     evaluate,
     reconstruct,
     split,
+    split_many,
 )
 
 
@@ -156,3 +164,33 @@ def test_prg_is_a_function_of_its_seed():
     assert np.array_equal(prg(seed, 100)[:40], prg(seed, 40))
     assert not np.array_equal(prg(seed, 100), prg(rng.bytes(32), 100))
     assert prg(seed, 100, ring_bits=20).max() < 2**20
+
+
+def test_split_many_gives_each_secret_its_own_polynomial():
+    rng = np.random.default_rng(6)
+    secrets = [int.from_bytes(rng.bytes(32), "little") for _ in range(3)]
+    points, t = list(range(1, 8)), 4
+    shares = split_many(secrets, points, t, rng)
+    for secret, own in zip(secrets, shares):
+        for subset in itertools.combinations(points, t):
+            assert reconstruct({x: own[x] for x in subset}, t) == secret
+    # independent coefficients: two polynomials differ beyond their constant terms, so the
+    # shares' differences are no constant (equal coefficients have probability ~2^-768)
+    diffs = {(shares[0][x] - shares[1][x]) % PRIME for x in points}
+    assert len(diffs) == len(points)
+    with pytest.raises(ValueError, match="threshold"):
+        split_many(secrets, points, 8, rng)
+
+
+def test_add_prg_adds_the_prg_in_place_for_any_ring():
+    rng = np.random.default_rng(7)
+    seeds = [rng.bytes(32) for _ in range(3)]
+    for length in (1000, 10, 3000):  # the keystream buffer is reused, shorter and longer
+        base = rng.integers(0, 2**63, size=length, dtype=np.uint64)
+        total = base.copy()
+        assert add_prg(total, seeds[0]) is total
+        add_prg(total, seeds[1], -1)
+        np.testing.assert_array_equal(total, base + prg(seeds[0], length) - prg(seeds[1], length))
+        low = np.uint64(2**20 - 1)
+        expected = (base + prg(seeds[0], length, 20) - prg(seeds[1], length, 20)) & low
+        np.testing.assert_array_equal(total & low, expected)

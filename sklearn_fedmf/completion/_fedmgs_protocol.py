@@ -458,14 +458,33 @@ def _server_steps(server_state, total, grams, alpha_v, *, d_factor, local_iter_v
 # ---- secure aggregation: the running sums of every client's latest aggregates -----------------
 # The server needs sum_p of each client's LATEST aggregates, Gram and sum of squares: a
 # cumulative exchange (sklearn_fedmf.secure._rounds). Each client sends its aggregates dense
-# over all items, n_items (r + r^2) numbers (the item set is public); the sum of squares
-# divided by the public number of ratings, so that it fits the encoding's clip.
+# over all items (the item set is public), each item's symmetric r x r block as its upper
+# triangle: n_items (r + r (r + 1) / 2) numbers; the sum of squares divided by the public
+# number of ratings, so that it fits the encoding's clip.
+def _pack_blocks(sums, r):
+    """``(n_items, r + r^2)`` aggregates -> ``(n_items, r + r (r + 1) / 2)``: each item's
+    symmetric block ``sum u u^T`` as its upper triangle (what the secure sum carries)."""
+    rows, cols = np.triu_indices(r)
+    blocks = sums[:, r:].reshape(-1, r, r)
+    return np.concatenate([sums[:, :r], blocks[:, rows, cols]], axis=1)
+
+
+def _unpack_blocks(packed, r):
+    """The inverse of :func:`_pack_blocks` (the blocks made symmetric from their triangle)."""
+    rows, cols = np.triu_indices(r)
+    blocks = np.empty((packed.shape[0], r, r))
+    blocks[:, rows, cols] = packed[:, r:]
+    blocks[:, cols, rows] = packed[:, r:]
+    return np.concatenate([packed[:, :r], blocks.reshape(-1, r * r)], axis=1)
+
+
 def secure_summands(upload, weight=None, broadcast=None, *, n_items, auto, n_ratings):
-    """A client's aggregates over all items, its Gram and (``auto``) its sum of squares over
-    ``n_ratings``, from its upload in either form."""
+    """A client's aggregates over all items (blocks packed), its Gram and (``auto``) its sum of
+    squares over ``n_ratings``, from its upload in either form."""
     kind, items, x, y = _piece(upload)
     r = y.shape[-1]
-    out = {"sums": cache_sum([_segment(0, [(kind, items, x, y)])], (n_items, r + r * r)),
+    sums = cache_sum([_segment(0, [(kind, items, x, y)])], (n_items, r + r * r))
+    out = {"sums": _pack_blocks(sums, r),
            "gram": np.asarray(y[0] if kind == "rows" else outer_sum(y), dtype=np.float64)}
     if auto:
         out["ss"] = _sum_squares(upload) / n_ratings
@@ -479,7 +498,8 @@ def secure_server_init(server_state, sums, n_summed, *, n_clients, auto, n_ratin
         raise ValueError(f"FedMGS needs the aggregates of all {n_clients} clients, got "
                          f"{n_summed}.")
     Vt = server_state["Vt"]
-    state = {"Vt": Vt, "sums": sums["sums"], "grams": sums["gram"]}
+    total = _unpack_blocks(sums["sums"], sums["gram"].shape[0])
+    state = {"Vt": Vt, "sums": total, "grams": sums["gram"]}
     if not auto:
         return state, Vt
     ss = sums["ss"] * n_ratings
@@ -492,12 +512,13 @@ def secure_server_init(server_state, sums, n_summed, *, n_clients, auto, n_ratin
 def secure_server_update(server_state, sums, n_summed, round_index, *, alpha_v, n_ratings,
                          **params):
     """:func:`server_update` at the running sums of the clients' latest aggregates."""
-    state = {**server_state, "sums": sums["sums"], "grams": sums["gram"]}
+    total = _unpack_blocks(sums["sums"], sums["gram"].shape[0])
+    state = {**server_state, "sums": total, "grams": sums["gram"]}
     if "ss" in server_state:
         if alpha_v == "auto":
             alpha_v = server_state["alpha"]
         state["ss"] = np.array([sums["ss"] * n_ratings])
-    return _server_steps(state, sums["sums"], sums["gram"], alpha_v, n_ratings=n_ratings,
+    return _server_steps(state, total, sums["gram"], alpha_v, n_ratings=n_ratings,
                          **params)
 
 

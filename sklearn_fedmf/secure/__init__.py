@@ -2,7 +2,7 @@
 
 The protocol of Bonawitz et al. (CCS 2017) as pure phase functions
 (:mod:`sklearn_fedmf.secure._protocol`), its primitives from ``cryptography`` (X25519,
-HKDF-SHA256, ChaCha20, ChaCha20-Poly1305), Shamir sharing over a prime field and a
+HKDF-SHA256, AES-256-CTR, ChaCha20-Poly1305), Shamir sharing over a prime field and a
 fixed-point encoding in Z_{2^k}. Needs the ``secure`` extra (``cryptography``).
 """
 

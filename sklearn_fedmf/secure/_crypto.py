@@ -1,7 +1,8 @@
 """The cryptographic primitives of secure aggregation, all from ``cryptography``.
 
 Nothing here is a hand-written cipher or curve: X25519 key agreement, HKDF-SHA256,
-the ChaCha20 keystream as a pseudo-random generator and ChaCha20-Poly1305 as the
+the AES-256-CTR keystream as a pseudo-random generator (about twice ChaCha20's speed with
+AES instructions, measured) and ChaCha20-Poly1305 as the
 authenticated channel between two clients are ``cryptography``'s (OpenSSL's). This module
 only fixes how the protocol calls them (key sizes, nonces, domain-separation labels).
 """
@@ -9,6 +10,7 @@ only fixes how the protocol calls them (key sizes, nonces, domain-separation lab
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 
@@ -18,7 +20,7 @@ try:
         X25519PrivateKey,
         X25519PublicKey,
     )
-    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
     from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
@@ -26,7 +28,8 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
         "Secure aggregation needs the 'cryptography' package: "
         "pip install 'sklearn_fedmf[secure]'.", name="cryptography") from exc
 
-__all__ = ["KEY_BYTES", "random_bytes", "public_key", "agree", "prg", "encrypt", "decrypt"]
+__all__ = ["KEY_BYTES", "random_bytes", "public_key", "agree", "prg", "add_prg", "encrypt",
+           "decrypt"]
 
 KEY_BYTES = 32  # X25519 keys, HKDF outputs, PRG seeds and channel keys
 TAG_BYTES = 16  # ChaCha20-Poly1305's authentication tag
@@ -61,8 +64,10 @@ def agree(private, peer_publics, label):
         own.exchange(X25519PublicKey.from_public_bytes(peer))) for peer in peer_publics]
 
 
-_BLOCK_WORDS = 8  # ChaCha20's 64-byte block, in 64-bit words
+# the keystream is written into the words; update_into asks for one more block of room
+_SLACK_WORDS = 2  # AES's 16-byte block, in 64-bit words
 _ZEROS = [memoryview(bytes(0))]  # the largest zero plaintext made so far (read-only)
+_SCRATCH = threading.local()  # a keystream buffer per thread, reused across expansions
 
 
 def _zeros(n):
@@ -72,22 +77,46 @@ def _zeros(n):
     return _ZEROS[0][:n]
 
 
+def _keystream(seed, out, length):
+    """The first ``length`` little-endian 64-bit words of the AES-256-CTR keystream under key
+    ``seed`` (zero counter block: every seed of the protocol is fresh for one expansion),
+    written into ``out`` (``uint64``, at least ``length + _SLACK_WORDS`` long)."""
+    encryptor = Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor()
+    encryptor.update_into(_zeros(8 * length), memoryview(out).cast("B"))
+    return out[:length]
+
+
 def prg(seed, length, ring_bits=64):
     """``length`` ring elements of Z_{2^ring_bits} (as ``uint64``) expanded from a 32-byte seed.
 
-    The ChaCha20 keystream under key ``seed`` (zero nonce and counter: every seed of the
-    protocol is fresh for one expansion) read as little-endian 64-bit words, reduced mod
-    ``2^ring_bits``: uniform on the ring when the seed is.
+    The AES-256-CTR keystream under key ``seed`` read as little-endian 64-bit words, reduced
+    mod ``2^ring_bits``: uniform on the ring when the seed is (AES-CTR is a PRG as long as
+    AES is a pseudo-random permutation; 2^64 words is far beyond any vector here).
     """
-    encryptor = Cipher(algorithms.ChaCha20(seed, bytes(16)), mode=None).encryptor()
-    # the keystream written straight into the words (no plaintext copy, no dtype copy); a
-    # buffer of one more block, as update_into asks
-    out = np.empty(length + _BLOCK_WORDS, dtype="<u8")
-    encryptor.update_into(_zeros(8 * length), memoryview(out).cast("B"))
-    words = out[:length] if out.dtype == np.uint64 else out[:length].astype(np.uint64)
+    words = _keystream(seed, np.empty(length + _SLACK_WORDS, dtype="<u8"), length)
+    if words.dtype != np.uint64:  # (a big-endian machine)
+        words = words.astype(np.uint64)
     if ring_bits < 64:
         words &= np.uint64((1 << ring_bits) - 1)
     return words
+
+
+def add_prg(total, seed, sign=1):
+    """``total += sign * PRG(seed)`` mod 2^64 in place (``total``: ``uint64``), without a new
+    array per expansion. Reducing the result mod ``2^k`` afterwards gives the same as adding
+    :func:`prg` ``(seed, len(total), k)``, since ``2^k`` divides ``2^64``."""
+    length = total.size
+    scratch = getattr(_SCRATCH, "words", None)
+    if scratch is None or scratch.size < length + _SLACK_WORDS:
+        scratch = _SCRATCH.words = np.empty(length + _SLACK_WORDS, dtype="<u8")
+    words = _keystream(seed, scratch, length)
+    if words.dtype != np.uint64:
+        words = words.astype(np.uint64)
+    if sign > 0:
+        np.add(total, words, out=total)
+    else:
+        np.subtract(total, words, out=total)
+    return total
 
 
 def _nonce(sender, recipient):

@@ -51,14 +51,14 @@ from ._crypto import (
     CHANNEL_LABEL,
     KEY_BYTES,
     MASK_LABEL,
+    add_prg,
     agree,
     decrypt,
     encrypt,
-    prg,
     public_key,
     random_bytes,
 )
-from ._shamir import SHARE_BYTES, lagrange_at_zero, reconstruct, split
+from ._shamir import SHARE_BYTES, lagrange_at_zero, reconstruct, split_many
 
 __all__ = [
     "PHASES", "ID_BYTES", "default_threshold", "neighbour_graph",
@@ -164,6 +164,7 @@ class ClientState:
     channels: Mapping[int, bytes] | None = None
     own_shares: tuple | None = None
     received: Mapping[int, bytes] | None = None
+    mask_public: bytes | None = None  # its own advertised mask key (no recomputation)
 
 
 def _to_int(key):
@@ -187,8 +188,10 @@ def client_advertise_keys(client, threshold, rng=None):
     channel_private = random_bytes(rng, KEY_BYTES)
     mask_private = random_bytes(rng, KEY_BYTES)
     self_mask_seed = random_bytes(rng, KEY_BYTES)
-    state = ClientState(client, threshold, channel_private, mask_private, self_mask_seed, rng)
-    return state, KeyAdvertisement(client, public_key(channel_private), public_key(mask_private))
+    mask_public = public_key(mask_private)
+    state = ClientState(client, threshold, channel_private, mask_private, self_mask_seed, rng,
+                        mask_public=mask_public)
+    return state, KeyAdvertisement(client, public_key(channel_private), mask_public)
 
 
 def neighbour_graph(clients, degree, rng):
@@ -245,13 +248,14 @@ def client_share_keys(state, keys):
     list ``keys`` (itself included) and encrypt each recipient's pair of shares for it.
     Returns ``(state, EncryptedShares)``."""
     u, t = state.client, state.threshold
-    if u not in keys or keys[u].mask_key != public_key(state.mask_private):
+    own = state.mask_public or public_key(state.mask_private)
+    if u not in keys or keys[u].mask_key != own:
         raise ValueError(f"The server's key list does not hold client {u}'s own keys.")
     if len(keys) < t:
         raise ValueError(f"The key list has {len(keys)} clients, fewer than the threshold {t}.")
     points = [v + 1 for v in keys]
-    seed_shares = split(_to_int(state.self_mask_seed), points, t, state.rng)
-    key_shares = split(_to_int(state.mask_private), points, t, state.rng)
+    seed_shares, key_shares = split_many(
+        [_to_int(state.self_mask_seed), _to_int(state.mask_private)], points, t, state.rng)
     peers = [v for v in keys if v != u]
     channels = dict(zip(peers, agree(state.channel_private,
                                      [keys[v].channel_key for v in peers], CHANNEL_LABEL)))
@@ -271,21 +275,21 @@ def server_route_shares(uploads, threshold):
     each client of ``U2``: the ciphertexts the other clients of ``U2`` sent it."""
     senders = sorted(uploads)
     _require(len(senders), threshold, "shared their keys")
-    return {v: EncryptedShares(v, {u: uploads[u].ciphertexts[v] for u in senders
-                                   if v in uploads[u].ciphertexts}) for v in senders}
+    inbox = {v: {} for v in senders}  # one pass over the ciphertexts (not one per recipient)
+    for u in senders:
+        for v, ciphertext in uploads[u].ciphertexts.items():
+            if v in inbox:
+                inbox[v][u] = ciphertext
+    return {v: EncryptedShares(v, inbox[v]) for v in senders}
 
 
 # ------------------------------------------------------------------ phase 2: masked input
-def _pairwise_masks(mask_private, peers, keys, own, length, ring_bits):
-    """``sum_{v > own} PRG(s_uv) - sum_{v < own} PRG(s_uv)`` over ``peers`` (mod 2^64)."""
-    total = np.zeros(length, dtype=np.uint64)
+def _add_pairwise_masks(total, mask_private, peers, keys, own):
+    """``total += sum_{v > own} PRG(s_uv) - sum_{v < own} PRG(s_uv)`` over ``peers`` (mod
+    2^64, in place: one keystream buffer for all the peers)."""
     seeds = agree(mask_private, [keys[v].mask_key for v in peers], MASK_LABEL)
     for v, seed in zip(peers, seeds):
-        mask = prg(seed, length, ring_bits)
-        if v > own:
-            total += mask
-        else:
-            total -= mask
+        add_prg(total, seed, 1 if v > own else -1)
     return total
 
 
@@ -303,9 +307,9 @@ def client_masked_input(state, routed, vector, encoding):
         raise ValueError(f"Client {u} got shares from {len(peers)} other clients of the key "
                          f"list; at least {state.threshold - 1} are needed.")
     vector = np.ravel(vector)
-    q = vector.copy() if vector.dtype == np.uint64 else encoding.encode(vector)
-    y = q + prg(state.self_mask_seed, q.size, encoding.ring_bits)
-    y += _pairwise_masks(state.mask_private, peers, state.keys, u, q.size, encoding.ring_bits)
+    y = vector.copy() if vector.dtype == np.uint64 else encoding.encode(vector)
+    add_prg(y, state.self_mask_seed)
+    _add_pairwise_masks(y, state.mask_private, peers, state.keys, u)
     if encoding.ring_bits < 64:
         y &= np.uint64((1 << encoding.ring_bits) - 1)
     state = replace(state, received=dict(routed.ciphertexts))
@@ -378,10 +382,15 @@ def server_unmask(keys, shared, masked, uploads, threshold, encoding, decode=Tru
     survivors = sorted(masked)
     dropped = sorted(set(shared) - set(survivors))
     cache = {}  # Lagrange weights per set of points (one set in SecAgg)
+    # {owner: {point: share}} of each kind, in one pass over the uploads (not one per owner)
+    held = {"self_mask_shares": {}, "mask_key_shares": {}}
+    for c in sorted(uploads):
+        for kind, by_owner in held.items():
+            for owner, share in getattr(uploads[c], kind).items():
+                by_owner.setdefault(owner, {})[c + 1] = share
 
     def secret_of(owner, kind):
-        shares = {c + 1: getattr(uploads[c], kind)[owner] for c in sorted(uploads)
-                  if owner in getattr(uploads[c], kind)}
+        shares = held[kind].get(owner, {})
         if len(shares) < threshold:
             raise FederationError(
                 f"Secure aggregation failed: only {len(shares)} clients sent shares of client "
@@ -398,7 +407,7 @@ def server_unmask(keys, shared, masked, uploads, threshold, encoding, decode=Tru
     for u in survivors:
         total += masked[u].vector
     for v in survivors:
-        total -= prg(secret_of(v, "self_mask_shares"), length, ring_bits)
+        add_prg(total, secret_of(v, "self_mask_shares"), -1)
     alive = set(survivors)
     for v in dropped:
         private = secret_of(v, "mask_key_shares")
@@ -408,7 +417,7 @@ def server_unmask(keys, shared, masked, uploads, threshold, encoding, decode=Tru
         # survivor u added +PRG(s_uv) when v > u and -PRG(s_uv) when v < u: the negation
         # of v's own pairwise sum over its surviving neighbours, which is added back
         peers = [u for u in keys[v] if u in alive]
-        total += _pairwise_masks(private, peers, keys[v], v, length, ring_bits)
+        _add_pairwise_masks(total, private, peers, keys[v], v)
     if ring_bits < 64:
         total &= np.uint64((1 << ring_bits) - 1)
     return encoding.decode(total) if decode else total

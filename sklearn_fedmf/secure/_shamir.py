@@ -13,20 +13,31 @@ from __future__ import annotations
 
 from ._crypto import random_bytes
 
-__all__ = ["PRIME", "SHARE_BYTES", "split", "reconstruct", "lagrange_at_zero"]
+__all__ = ["PRIME", "SHARE_BYTES", "split", "split_many", "reconstruct",
+           "lagrange_at_zero"]
 
 PRIME = 2**256 + 297  # the smallest prime above 2^256: every 32-byte secret is a field element
 SHARE_BYTES = 33  # a field element on the wire
 
 
-def _random_element(rng, prime):
-    """A uniform element of GF(prime), by rejection from random bytes (no modulo bias)."""
+def _random_elements(rng, prime, count):
+    """``count`` uniform elements of GF(prime), by rejection from random bytes (no modulo
+    bias), drawn in batches: one call of the generator for all of them but the rejected."""
     n_bits = prime.bit_length()
     n_bytes = (n_bits + 7) // 8
-    while True:
-        value = int.from_bytes(random_bytes(rng, n_bytes), "little") & ((1 << n_bits) - 1)
-        if value < prime:
-            return value
+    top = (1 << n_bits) - 1
+    out = []
+    while len(out) < count:
+        need = count - len(out)
+        # (a candidate is accepted with probability prime / 2^n_bits > 1/2: draw twice the need)
+        raw = random_bytes(rng, 2 * need * n_bytes)
+        for start in range(0, len(raw), n_bytes):
+            value = int.from_bytes(raw[start:start + n_bytes], "little") & top
+            if value < prime:
+                out.append(value)
+                if len(out) == count:
+                    break
+    return out
 
 
 def evaluate(coefficients, x, prime=PRIME):
@@ -35,6 +46,42 @@ def evaluate(coefficients, x, prime=PRIME):
     for c in reversed(coefficients):
         value = (value * x + c) % prime
     return value
+
+
+def _evaluate_all(coefficients, points, prime):
+    # Horner with one reduction at the end: for the small x of the protocol (client ids) the
+    # unreduced value grows by log2(x) bits per coefficient, cheaper than a reduction each step
+    reversed_coefficients = coefficients[::-1]
+    values = []
+    for x in points:
+        value = 0
+        for c in reversed_coefficients:
+            value = value * x + c
+        values.append(value % prime)
+    return values
+
+
+def _check(secrets, points, threshold, prime):
+    if not all(0 <= secret < prime for secret in secrets):
+        raise ValueError(f"The secret must be in [0, prime), got {secrets}.")
+    if len(set(points)) != len(points) or not all(0 < x < prime for x in points):
+        raise ValueError("Share points must be distinct and in [1, prime).")
+    if not 1 <= threshold <= len(points):
+        raise ValueError(f"threshold must be in [1, {len(points)}] (the number of shares), "
+                         f"got {threshold}.")
+
+
+def split_many(secrets, points, threshold, rng=None, prime=PRIME):
+    """:func:`split` of each of ``secrets`` at the same ``points`` (a list of share dicts):
+    the coefficients of all the polynomials drawn at once, each polynomial its own."""
+    secrets, points = [int(s) for s in secrets], list(points)
+    _check(secrets, points, threshold, prime)
+    drawn = _random_elements(rng, prime, len(secrets) * (threshold - 1))
+    out = []
+    for i, secret in enumerate(secrets):
+        coefficients = [secret] + drawn[i * (threshold - 1):(i + 1) * (threshold - 1)]
+        out.append(dict(zip(points, _evaluate_all(coefficients, points, prime))))
+    return out
 
 
 def split(secret, points, threshold, rng=None, prime=PRIME):
@@ -58,16 +105,7 @@ def split(secret, points, threshold, rng=None, prime=PRIME):
     shares : dict
         ``{x: f(x)}``.
     """
-    points = list(points)
-    if not 0 <= secret < prime:
-        raise ValueError(f"The secret must be in [0, prime), got {secret}.")
-    if len(set(points)) != len(points) or not all(0 < x < prime for x in points):
-        raise ValueError("Share points must be distinct and in [1, prime).")
-    if not 1 <= threshold <= len(points):
-        raise ValueError(f"threshold must be in [1, {len(points)}] (the number of shares), "
-                         f"got {threshold}.")
-    coefficients = [secret] + [_random_element(rng, prime) for _ in range(threshold - 1)]
-    return {x: evaluate(coefficients, x, prime) for x in points}
+    return split_many([secret], points, threshold, rng, prime)[0]
 
 
 def lagrange_at_zero(points, prime=PRIME):
