@@ -8,19 +8,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import _protocol as protocol  # (the four phases, one step of each side each)
 from ._encoding import FixedPointEncoding
-from ._protocol import (
-    PHASES,
-    client_advertise_keys,
-    client_masked_input,
-    client_share_keys,
-    client_unmask,
-    default_threshold,
-    server_collect_keys,
-    server_collect_masked,
-    server_route_shares,
-    server_unmask,
-)
 
 __all__ = ["SecureSumResult", "secure_sum", "secure_aggregate"]
 
@@ -147,17 +136,18 @@ def secure_sum(uploads, *, encoding=None, threshold=None, neighbours=None, seed=
         raise ValueError("Every upload of a secure sum must have the same shape.")
     encoding.check_clients(len(clients))
     holders = len(clients) if neighbours is None else min(int(neighbours) + 1, len(clients))
-    threshold = default_threshold(holders) if threshold is None else int(threshold)
+    threshold = protocol.default_threshold(holders) if threshold is None else int(threshold)
     if not 1 <= threshold <= holders:
         raise ValueError(f"threshold must be in [1, {holders}] (the clients a secret is shared "
                          f"among), got {threshold}.")
     dropout = {} if dropout is None else dropout
-    unknown = set(dropout) - set(PHASES[1:])
+    unknown = set(dropout) - set(protocol.PHASES[1:])
     if unknown:
-        raise ValueError(f"dropout phases must be among {PHASES[1:]}, got {sorted(unknown)}.")
+        raise ValueError(f"dropout phases must be among {protocol.PHASES[1:]}, "
+                         f"got {sorted(unknown)}.")
     gone = set()
-    up = {p: {} for p in PHASES}
-    down = {p: {} for p in PHASES}
+    up = {p: {} for p in protocol.PHASES}
+    down = {p: {} for p in protocol.PHASES}
     seconds = {}
 
     def run_clients(phase, online, step):
@@ -172,31 +162,31 @@ def secure_sum(uploads, *, encoding=None, threshold=None, neighbours=None, seed=
 
     rngs, server_rng = _generators(seed, clients)
     states, adverts, t_c = run_clients(
-        "advertise_keys", clients, lambda c: client_advertise_keys(c, threshold, rngs[c]))
+        "advertise_keys", clients, lambda c: protocol.client_advertise_keys(c, threshold, rngs[c]))
     t0 = time.perf_counter()
-    keys = server_collect_keys(adverts, threshold, neighbours, server_rng)
+    keys = protocol.server_collect_keys(adverts, threshold, neighbours, server_rng)
     seconds["advertise_keys"] = (t_c, time.perf_counter() - t0)
 
     down["share_keys"] = {c: sum(a.nbytes for a in keys[c].values()) for c in keys}
     states, shares, t_c = run_clients(
-        "share_keys", list(keys), lambda c: client_share_keys(states[c], keys[c]))
+        "share_keys", list(keys), lambda c: protocol.client_share_keys(states[c], keys[c]))
     t0 = time.perf_counter()
-    routed = server_route_shares(shares, threshold)
+    routed = protocol.server_route_shares(shares, threshold)
     seconds["share_keys"] = (t_c, time.perf_counter() - t0)
 
     down["masked_input"] = {c: m.nbytes for c, m in routed.items()}
     states, masked, t_c = run_clients(
         "masked_input", list(routed),
-        lambda c: client_masked_input(states[c], routed[c], uploads[c], encoding))
+        lambda c: protocol.client_masked_input(states[c], routed[c], uploads[c], encoding))
     t0 = time.perf_counter()
-    survivors = server_collect_masked(masked, routed, threshold)
+    survivors = protocol.server_collect_masked(masked, routed, threshold)
     seconds["masked_input"] = (t_c, time.perf_counter() - t0)
 
     down["unmasking"] = dict.fromkeys(survivors.clients, survivors.nbytes)
     _, unmasking, t_c = run_clients(
-        "unmasking", survivors.clients, lambda c: client_unmask(states[c], survivors))
+        "unmasking", survivors.clients, lambda c: protocol.client_unmask(states[c], survivors))
     t0 = time.perf_counter()
-    total = server_unmask(keys, routed, masked, unmasking, threshold, encoding)
+    total = protocol.server_unmask(keys, routed, masked, unmasking, threshold, encoding)
     seconds["unmasking"] = (t_c, time.perf_counter() - t0)
     view = {"advertise_keys": adverts, "share_keys": shares, "masked_input": masked,
             "unmasking": unmasking}
