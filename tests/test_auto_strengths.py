@@ -162,3 +162,37 @@ def test_defaults_are_not_worse_than_biases_where_biases_are_optimal(biases_only
     X_train, X_test = biases_only_split
     floor = -FedBaseline(random_state=0).fit(X_train).score(X_train, X_test)
     assert -cls(random_state=0).fit(X_train).score(X_train, X_test) <= floor + 0.005
+
+
+def _biases_only(X, lambda_u, lambda_i, n_passes=500):
+    """The biases-only model of the centred CSR ``X`` with the shrinkages given: alternating
+    exact steps to convergence (the oracle)."""
+    rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+    user_counts, item_counts = np.diff(X.indptr), np.bincount(X.indices, minlength=X.shape[1])
+    b_u, b_i = np.zeros(X.shape[0]), np.zeros(X.shape[1])
+    for _ in range(n_passes):
+        b_i = np.bincount(X.indices, weights=X.data - b_u[rows],
+                          minlength=X.shape[1]) / (lambda_i + item_counts)
+        b_u = np.bincount(rows, weights=X.data - b_i[X.indices],
+                          minlength=X.shape[0]) / (lambda_u + user_counts)
+    return b_u, b_i
+
+
+def test_fedmc_admm_variant_biases_take_their_shrinkages(ratings):
+    """FedMAvg's "fedmc_admm" variant under "auto": its biases' ridges are the
+    empirical-Bayes shrinkages, not the factors' strengths, and they start at that
+    biases-only model. With the factors held at 0 (``init_scale=0``) the fitted biases are
+    that model (the oracle: alternating exact steps to convergence on the same ratings);
+    with the factors' strengths on the biases they would be shrunk several times more."""
+    X = ratings.tocsr().astype(np.float64)
+    model = FedMAvg(**SMALL, solver_params={"variant": "fedmc_admm", "init_scale": 0.0}).fit(X)
+    Xc = _centred(X)
+    lambda_u, lambda_i = bias_shrinkages(rating_moments(Xc))
+    b_u, b_i = _biases_only(Xc, lambda_u, lambda_i)
+    assert not model.components_.any() and not model.user_factors_.any()
+    # (the start is 11 passes from zero, about 4e-3 from converged on these ratings, and the
+    # clients' unequal steps d_p weigh the average: b_i stays within 1e-3 of its start)
+    assert_allclose(model.item_bias_, b_i, atol=6e-3)
+    assert_allclose(model.user_bias_, b_u, atol=6e-3)
+    shrunk_u, _ = _biases_only(Xc, model.alpha_u_, lambda_i)
+    assert np.max(np.abs(shrunk_u - b_u)) > 5 * 6e-3  # (the test can tell the two apart)

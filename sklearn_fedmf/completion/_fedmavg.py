@@ -17,7 +17,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._docstrings import Substitution, toy_example
 from .._engine import FederatedProtocol
 from .._fedmavg_protocol import check_aggregation, q2_schedule, round_phases
-from ._auto_strengths import AutoStrengthsMixin
+from ._auto_strengths import AutoStrengthsMixin, variant_bias_settings
 from ._base import (
     COMPLETION_DOCS,
     FACTOR_SETTINGS,
@@ -54,11 +54,13 @@ __all__ = ["FedMAvg"]
 def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, local_iter_v,
                   q_hat, participation, aggregation, c_factor, d_factor, w_step, client_weights,
                   alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False,
-                  weighted=False, item_bias=None, user_shrinkage=None):
+                  weighted=False, item_bias=None, user_shrinkage=None, bias_shrinkages=None):
     """Bind the hyperparameters to the pure functions (``biased``: rank
     ``n_components + 2`` with the augmented factors of ``_biases``; ``weighted``: each row's
     penalty scaled by its number of ratings; ``item_bias``, ``user_shrinkage``: the biases'
-    start of the ``"auto"`` strengths, :mod:`._auto_strengths`)."""
+    start of the ``"auto"`` strengths, :mod:`._auto_strengths`; ``bias_shrinkages``:
+    ``(lambda_u, lambda_i)``, the ridges of ``b_u`` and ``b_i`` when they are not the
+    factors' strengths, ``variant="fedmc_admm"`` under ``"auto"``)."""
     prepared = variant == "wang_chang" and w_step in ("global", "guarded")
     u_params = dict(variant=variant, c_factor=c_factor, alpha_u=alpha_u, l1_ratio=l1_ratio,
                     positive=positive, local_iter_u=local_iter_u, client_weights=client_weights,
@@ -66,6 +68,8 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
     w_params = dict(variant=variant, n_clients=n_clients, d_factor=d_factor, w_step=w_step,
                     alpha_v=alpha_v, l1_ratio=l1_ratio, positive=positive, biased=biased,
                     weighted=weighted)
+    if bias_shrinkages is not None:  # (the batched kernels hold one ridge: run per client)
+        u_params["user_shrinkage"], w_params["item_shrinkage"] = bias_shrinkages
     q2_first = q2_schedule(1, local_iter_v, q_hat)
     palm = None
     if variant == "fedpalm":
@@ -82,7 +86,7 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
                                           l1_ratio=l1_ratio, positive=positive,
                                           client_weights=client_weights))
     batched = None  # FedPALM's pairs and the weighted ridges (one per item) run per client
-    if variant != "fedpalm" and not weighted:
+    if variant != "fedpalm" and not weighted and bias_shrinkages is None:
         batched = make_batched(prepared=prepared, u_params=u_params, w_params=w_params,
                                init_params=dict(init_scale=init_scale, positive=positive,
                                                 client_weights=client_weights,
@@ -114,12 +118,19 @@ def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, lo
                                    alpha_v=0.0 if weighted else alpha_v,
                                    l1_ratio=l1_ratio, biased=biased)),
         client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio,
-                               biased=biased, alpha_v=alpha_v, weighted=weighted),
+                               biased=biased, alpha_v=alpha_v, weighted=weighted,
+                               **_only_set(user_shrinkage=u_params.get("user_shrinkage"))),
         combine_metrics=partial(combine_metrics, alpha_v=alpha_v, l1_ratio=l1_ratio,
                                 biased=biased, weighted=weighted,
+                                **_only_set(item_shrinkage=w_params.get("item_shrinkage")),
                                 loss_scale=1.0 / n_clients if variant == "fedmc_admm" else 1.0),
         batched=batched,
     )
+
+
+def _only_set(**kwargs):
+    """The keyword arguments that are not None (a rule's extra settings, absent otherwise)."""
+    return {key: value for key, value in kwargs.items() if value is not None}
 
 
 # ---- estimator ----------------------------------------------------------------------------
@@ -360,6 +371,10 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
                 alpha_u=alpha_u, alpha_v=alpha_v,
                 confidence=ctx.info["confidence"], init_scale=settings["init_scale"])
         item_bias, user_shrinkage = self._bias_start(ctx)
+        shrinkages = None
+        if paper and self._biased and self.regularization == "plain" and (
+                self.alpha_u == self.alpha_v == "auto"):
+            shrinkages, item_bias = variant_bias_settings(self._auto(ctx), ctx.X, item_bias)
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self._n_components,
             variant=variant, local_iter_u=self.local_iter_u,
@@ -374,7 +389,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
             alpha_v=alpha_v, l1_ratio=settings["l1_ratio"], positive=settings["positive"],
             init_scale=settings["init_scale"],
             biased=self._biased, weighted=self.regularization == "weighted",
-            item_bias=item_bias, user_shrinkage=user_shrinkage,
+            item_bias=item_bias, user_shrinkage=user_shrinkage, bias_shrinkages=shrinkages,
         )
 
     def _strengths(self, ctx):

@@ -58,6 +58,9 @@ from ._auto_strengths import start_item_biases, start_user_biases
 from ._base import factor_metrics
 
 EPS_LIPSCHITZ = 1e-12  # floor of every Lipschitz bound: a zero factor must not give 0/0
+# floor of a bias strength relative to the factors' (a zero shrinkage would scale b_u's
+# column without bound)
+MIN_BIAS_ALPHA = 1e-6
 
 
 # ---- pure solver functions ------------------------------------------------------------------
@@ -185,32 +188,52 @@ def w_bound(gram, ridge, biased):
     return max(lambda_max(gram) + ridge, EPS_LIPSCHITZ)
 
 
-def user_steps(U, Vt, X, n_steps, c_factor, ridge_in_L, alpha, l1_ratio, positive, biased):
+def user_steps(U, Vt, X, n_steps, c_factor, ridge_in_L, alpha, l1_ratio, positive, biased,
+               bias_alpha=None):
     """(11) with step ``1/(c_factor (lambda_max(V V^T) + ridge_in_L))``. With biases the
     fixed column of ``[U, b_u, 1]`` is substituted (exact, ``_biases``): the steps run on
     ``[U, b_u]`` against ``[V; 1]`` with the ratings minus ``b_i``, each row and column block
     with its own Lipschitz bound (``_biases.user_step_bounds``: the global one would count
     the ones column over every item). ``alpha`` and ``ridge_in_L`` may be one value per row
-    (weighted regularization): each row's bound then holds its own ridge."""
+    (weighted regularization): each row's bound then holds its own ridge. ``bias_alpha``: the
+    ridge of ``b_u`` when it is not ``alpha`` (:func:`scaled_bias_view`)."""
     if not biased:
         c = c_factor * np.maximum(lambda_max(Vt.T @ Vt) + ridge_in_L, EPS_LIPSCHITZ)
         return u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive)
     # (a row's bound is tight: it must hold the ridge the gradient holds, whatever the
     # variant's ridge_in_L; the global bound's slack forgave that)
     X, Vt, bounds = _biases.user_step_view_and_bounds(X, Vt, alpha * (1.0 - l1_ratio))
+    U, root = _biases.free_user(U), 1.0
+    if bias_alpha is not None:
+        U, Vt, root = scaled_bias_view(U, Vt, bounds, np.diff(X.indptr), alpha, bias_alpha)
     c = c_factor * np.maximum(bounds, EPS_LIPSCHITZ)
-    U = u_steps(_biases.free_user(U), Vt, X, n_steps, c, alpha, l1_ratio, positive)
+    U = u_steps(U, Vt, X, n_steps, c, alpha, l1_ratio, positive)
+    U[:, -1] *= root
     return _biases.with_user(U)
 
 
+def scaled_bias_view(U, Vt, bounds, counts, alpha, bias_alpha):
+    """The user step's free columns ``[U, b_u]`` and partners ``[V; 1]`` with ``b_u = s c_u``
+    against a column of ``s = sqrt(alpha / bias_alpha)``: the rows' ridge ``alpha`` on
+    ``c_u`` is ``bias_alpha`` on ``b_u`` (one kernel ridge per row, two strengths). The
+    bias block's bounds (in place) grow by ``s^2`` with its column. Returns ``(U, Vt, s)``;
+    the caller multiplies the stepped ``c_u`` by ``s``."""
+    root = float(np.sqrt(alpha / max(bias_alpha, MIN_BIAS_ALPHA * alpha)))
+    U, Vt = U.copy(), Vt.copy()
+    U[:, -1] /= root
+    Vt[:, -1] = root
+    bounds[:, -1] += (1.0 + _biases.TAU) * counts * (root * root - 1.0)
+    return U, Vt, root
+
+
 def u_phase(state, block, broadcast, *, variant, c_factor, alpha_u, l1_ratio, positive,
-            local_iter_u, client_weights, biased=False, weighted=False):
+            local_iter_u, client_weights, biased=False, weighted=False, user_shrinkage=None):
     """Q1 steps on ``U_p`` against the broadcast ``V^s``; keeps the broadcast for the W phase."""
     Vt = broadcast["Vt"]
     alpha_u = row_alpha(alpha_u, block.X, weighted)
     ridge = alpha_u * (1.0 - l1_ratio) if variant == "wang_chang" else 0.0
     U = user_steps(state["U"], Vt, block.X, local_iter_u, c_factor, ridge, alpha_u, l1_ratio,
-                   positive, biased)
+                   positive, biased, bias_alpha=user_shrinkage)
     # a client without ratings has a zero gradient: any omega > 0 gives it the same steps
     omega = max(client_weight(block, client_weights), 1.0) / broadcast["total"]
     return {"U": U, "Vt": Vt, "q2": broadcast["q2"], "omega": omega,
@@ -218,7 +241,7 @@ def u_phase(state, block, broadcast, *, variant, c_factor, alpha_u, l1_ratio, po
 
 
 def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alpha_v, l1_ratio,
-            positive, biased=False, weighted=False):
+            positive, biased=False, weighted=False, item_shrinkage=None):
     """Q2 local steps from ``V^s``; returns the upload ``{"W": W_p}``.
 
     With biases ``h(V)`` holds the indicator of the fixed row of ``[V; 1; b_i]``: the steps
@@ -243,6 +266,11 @@ def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alp
     if biased:
         X, U = _biases.item_step_view(X, U)
         W0 = _biases.free_item(W0)
+        if item_shrinkage is not None:
+            # (each client steps on (1/p) f_p + h(V) and the server averages: the mean
+            # minimizes (1/p^2) sum_p f_p + h(V), so lambda_i over p^2 shrinks b_i by lambda_i)
+            alpha_v = bias_column_strength(alpha_v, item_shrinkage / n_clients**2,
+                                           W0.shape[1])
     ridge = alpha_v * (1.0 - l1_ratio)  # weighted: one per item row, and so are the bounds
     if weighted and d_global is not None:
         d_global = d_global + d_factor * ridge
@@ -255,6 +283,14 @@ def w_phase(state, block, d_global, *, variant, n_clients, d_factor, w_step, alp
         d = w_step_size(d_local, d_global, w_step, d_factor)
     Wt = w_steps(W0, U, X, state["q2"], d, scale, alpha_v, l1_ratio, positive)
     return {"W": _biases.with_item(Wt) if biased else Wt}
+
+
+def bias_column_strength(alpha, bias_alpha, n_columns):
+    """One strength per free column of ``[V, b_i]`` (or ``[U, b_u]``): ``alpha`` for the
+    factors, ``bias_alpha`` for the bias (a row, broadcast over the rows)."""
+    strengths = np.full((1, n_columns), float(alpha))
+    strengths[0, -1] = bias_alpha
+    return strengths
 
 
 def palm_u_step(U, Wt, block, broadcast, *, c_factor, alpha_u, l1_ratio, positive):
@@ -329,21 +365,37 @@ def server_from_mean(server_state, Vt, round_index, *, local_iter_v, q_hat, bias
 
 
 def client_metrics(state, block, broadcast, *, alpha_u, l1_ratio, biased=False, alpha_v=0.0,
-                   weighted=False):
+                   weighted=False, user_shrinkage=None):
     """Additive diagnostics of one client at the global ``V`` (weighted regularization: with
-    the client's share ``alpha_v/2 sum_j n_jp ||v_j||^2`` of ``h(V)``; the shares sum to it)."""
-    return factor_metrics(state["U"], broadcast["Vt"], block, alpha_u=alpha_u,
-                          l1_ratio=l1_ratio, biased=biased, alpha_v=alpha_v, weighted=weighted)
+    the client's share ``alpha_v/2 sum_j n_jp ||v_j||^2`` of ``h(V)``; the shares sum to it;
+    ``user_shrinkage``: ``b_u``'s own ridge)."""
+    metrics = factor_metrics(state["U"], broadcast["Vt"], block, alpha_u=alpha_u,
+                             l1_ratio=l1_ratio, biased=biased, alpha_v=alpha_v,
+                             weighted=weighted)
+    if user_shrinkage is not None:
+        metrics["loss"] += _bias_penalty_change(state["U"][:, _biases.B_U], alpha_u,
+                                                user_shrinkage, l1_ratio)
+    return metrics
+
+
+def _bias_penalty_change(bias, alpha, bias_alpha, l1_ratio):
+    """The penalty of a bias column at its own strength minus at the factors'."""
+    return (elastic_net_value(bias, bias_alpha, l1_ratio)
+            - elastic_net_value(bias, alpha, l1_ratio))
 
 
 def combine_metrics(server_state, sums, *, loss_scale, alpha_v, l1_ratio, biased=False,
-                    weighted=False):
+                    weighted=False, item_shrinkage=None):
     """The objective (``sum`` of client losses, ``1/p`` of it for the FedMC-ADMM variant;
-    weighted regularization: the item penalty is in the client losses)."""
+    weighted regularization: the item penalty is in the client losses; ``item_shrinkage``:
+    ``b_i``'s own ridge, over ``p`` like the data)."""
     Vt = _biases.free_item(server_state["Vt"]) if biased else server_state["Vt"]
+    item_penalty = 0.0 if weighted else elastic_net_value(Vt, alpha_v, l1_ratio)
+    if item_shrinkage is not None:
+        item_penalty += _bias_penalty_change(Vt[:, -1], alpha_v, loss_scale * item_shrinkage,
+                                             l1_ratio)
     record = {
-        "objective": loss_scale * sums["loss"]
-        + (0.0 if weighted else elastic_net_value(Vt, alpha_v, l1_ratio)),
+        "objective": loss_scale * sums["loss"] + item_penalty,
         "train_rmse": float(np.sqrt(sums["sse"] / max(sums["n"], 1))),
     }
     if sums["n_eval"]:
