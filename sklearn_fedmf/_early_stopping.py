@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
+import numpy as np
+
 from ._groups import GroupStates
 
 __all__ = ["EarlyStopping"]
@@ -49,10 +51,11 @@ class _BestRound:
             self._keep(state)
 
     def _keep(self, state):
-        # copies: some protocols update their states in place (_groups.py)
+        # copies: some protocols update their states in place (_groups.py); the previous
+        # best's arrays are reused as buffers (it is replaced: no allocation per best round)
         states = state.client_states
         kept = states.group_states if isinstance(states, GroupStates) else states
-        self.kept = copy.deepcopy((state.server_state, state.broadcast, list(kept)))
+        self.kept = snapshot((state.server_state, state.broadcast, list(kept)), self.kept)
 
     def update(self, state, record, round_number):
         """Score the round's record; True when the fit should stop."""
@@ -88,3 +91,72 @@ class _BestRound:
         target = states.group_states if isinstance(states, GroupStates) else states
         target[:] = kept  # in place: the transport holds the same list
         state.server_state, state.broadcast = server_state, broadcast
+
+
+def _constant(a):
+    """Whether an array's values cannot change: it and every array it views are read-only
+    (a read-only view of a writeable array changes with it)."""
+    while isinstance(a, np.ndarray):
+        if a.flags.writeable:
+            return False
+        a = a.base
+    return True
+
+
+_ATOMS = (int, float, complex, bool, str, bytes, type(None), np.generic)
+
+
+def snapshot(obj, previous=None):
+    """A copy of a federation state (dicts, lists, tuples, named tuples of numpy arrays and
+    scalars) that no later in-place update of ``obj`` changes, as ``copy.deepcopy`` gives it,
+    at a lower cost: constant arrays (read-only, see :func:`_constant`: e.g. a client's
+    layout of its rated items) are shared, not copied, and the writeable arrays of
+    ``previous`` (an earlier snapshot of the same structure, no longer used) are reused as
+    buffers where the shape and dtype match (a copy into them allocates nothing). An array
+    reached twice (the server's ``V`` in its state and in the broadcast) is copied once, as
+    ``deepcopy``'s memo does; other objects are deep-copied with that memo."""
+    memo, used = {}, set()
+    return _snapshot(obj, previous, memo, used)
+
+
+def _snapshot(obj, previous, memo, used):
+    if isinstance(obj, _ATOMS):
+        return obj
+    key = id(obj)
+    if key in memo:
+        return memo[key]
+    if isinstance(obj, np.ndarray):
+        if obj.dtype == object:
+            out = copy.deepcopy(obj, memo)
+        elif _constant(obj):
+            out = obj
+        elif (isinstance(previous, np.ndarray) and previous.flags.writeable
+              and id(previous) not in used and previous.base is None
+              and previous.dtype == obj.dtype and previous.shape == obj.shape
+              and previous.strides == obj.strides
+              and (obj.flags.c_contiguous or obj.flags.f_contiguous)):
+            used.add(id(previous))  # (one buffer per array: aliases stay apart)
+            np.copyto(previous, obj)
+            out = previous
+        else:  # (the memory order deepcopy keeps: some kernels hold Fortran-ordered arrays)
+            out = obj.copy(order="K")
+    elif type(obj) is dict:
+        before = previous if type(previous) is dict else {}
+        out = {k: _snapshot(v, before.get(k), memo, used) for k, v in obj.items()}
+    elif type(obj) is list or type(obj) is tuple or (isinstance(obj, tuple)
+                                                      and hasattr(obj, "_fields")):
+        before = previous if type(previous) is type(obj) and len(previous) == len(obj) else ()
+        items = [_snapshot(v, before[i] if before else None, memo, used)
+                 for i, v in enumerate(obj)]
+        out = items if type(obj) is list else (
+            tuple(items) if type(obj) is tuple else type(obj)(*items))
+    else:
+        return copy.deepcopy(obj, memo)  # (deepcopy records it in the memo)
+    memo[key] = out
+    _keep_alive(memo, obj)
+    return out
+
+
+def _keep_alive(memo, obj):
+    # (the memo is keyed by id: the originals must outlive it, as in copy.deepcopy)
+    memo.setdefault(id(memo), []).append(obj)

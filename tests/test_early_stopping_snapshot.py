@@ -1,0 +1,97 @@
+"""The best round's copy (``_early_stopping.snapshot``): what the rounds after it write in
+place does not reach it, constant arrays are shared, the previous copy's buffers are reused."""
+
+import copy
+
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+
+from sklearn_fedmf import _early_stopping
+from sklearn_fedmf._early_stopping import snapshot
+from sklearn_fedmf._groups import GroupStates
+
+from .test_validation import FAST, SEED, ratings
+
+
+def arrays(obj):
+    """The arrays of a nested state, in a fixed order."""
+    if isinstance(obj, np.ndarray):
+        return [obj]
+    if isinstance(obj, dict):
+        return [a for key in sorted(obj, key=str) for a in arrays(obj[key])]
+    if isinstance(obj, (list, tuple)):
+        return [a for item in obj for a in arrays(item)]
+    return []
+
+
+def live(state):
+    states = state.client_states
+    kept = states.group_states if isinstance(states, GroupStates) else states
+    return state.server_state, state.broadcast, list(kept)
+
+
+# the protocols whose rounds write their states in place: FedMGS's server cache of the
+# clients' aggregates; one client per user in groups, RFRec's per-(client, item) state and
+# FedMC-ADMM's rated rows (the other states are replaced, not written)
+MUTATING = [("FedMGS", None), ("RFRec", 1), ("FedMCADMM", 1)]
+
+
+@pytest.mark.parametrize("name, group_min", MUTATING)
+def test_in_place_updates_after_the_copy_leave_it_unchanged(name, group_min, monkeypatch):
+    """At every best round after the first, the copy kept at the previous best still holds
+    that round's values (a deep copy taken beside it), although the live state's arrays
+    of that round were written in place since (checked: the test is not vacuous)."""
+    if group_min is not None:
+        monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", group_min)
+    checks = {"kept": 0, "written": 0}
+    previous = {}
+    keep = _early_stopping._BestRound._keep
+
+    def checked_keep(self, state):
+        if previous:
+            for kept, reference in zip(arrays(self.kept), arrays(previous["reference"])):
+                assert_array_equal(kept, reference)
+            checks["kept"] += 1
+            checks["written"] += any(
+                not np.array_equal(a, r) for a, r in zip(previous["live"],
+                                                         arrays(previous["reference"]))
+                if a.shape == r.shape)
+        keep(self, state)
+        previous["reference"] = copy.deepcopy(live(state))
+        previous["live"] = arrays(live(state))
+
+    monkeypatch.setattr(_early_stopping._BestRound, "_keep", checked_keep)
+    X = ratings(n_users=60)
+    clients = np.arange(X.shape[0]) if group_min is not None else np.arange(60) % 4
+    model = FAST[name](max_iter=25, early_stopping=True, validation_fraction=0.2,
+                       n_iter_no_change=25, random_state=SEED).fit(X, clients=clients)
+    if group_min is not None:
+        assert isinstance(model._federation.client_states, GroupStates)
+    assert checks["kept"] >= 3
+    assert checks["written"] >= 1  # some array of the kept state was written in place
+
+
+def test_snapshot_shares_constants_reuses_buffers_and_keeps_aliases():
+    V = np.arange(6.0).reshape(2, 3)
+    layout = np.arange(4)
+    layout.flags.writeable = False
+    view = layout[1:]  # (read-only, of a read-only array: constant)
+    open_view = np.arange(3.0)[1:]
+    open_view.flags.writeable = False  # (read-only view of a writeable array: copied)
+    F = np.asfortranarray(V + 1)
+    state = ({"Vt": V, "layout": layout, "view": view, "open": open_view, "F": F},
+             {"Vt": V}, [{"U": V[:, :2], "scalar": 1.5}])
+    first = snapshot(state)
+    assert first[0]["layout"] is layout and first[0]["view"] is view
+    assert first[0]["open"] is not open_view
+    assert first[0]["Vt"] is first[1]["Vt"] is not V  # one copy of an array reached twice
+    assert first[0]["F"].flags.f_contiguous  # (deepcopy's memory order)
+    V[0, 0] = -1.0  # in place, after the copy
+    assert first[0]["Vt"][0, 0] == 0.0 and first[2][0]["U"][0, 0] == 0.0
+    buffer = first[0]["Vt"]
+    second = snapshot(state, first)
+    assert second[0]["Vt"] is buffer and second[1]["Vt"] is buffer  # reused, once
+    assert second[0]["Vt"][0, 0] == -1.0 and second[0]["F"] is first[0]["F"]
+    for a, b in zip(arrays(second), arrays(copy.deepcopy(state))):
+        assert_array_equal(a, b)
