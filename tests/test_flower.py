@@ -585,3 +585,52 @@ def test_loopback_deployment_fits_the_simulated_model(tmp_path):
         assert logs[site].count("Sending: train.phase") == 4 * (1 + SECURE_RUN["max_iter"])
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert leftovers.stdout == "", "processes of the deployment are still running"
+
+
+def test_the_warm_worker_turns_a_clientapp_exception_into_an_error_reply(monkeypatch,
+                                                                        task_identity):
+    """The long-lived ClientApp process catches what a ClientApp raises, as Flower's runtime
+    does: the site replies with an error Message naming the exception (the server makes it
+    the client's failure, above), reports the task failed, keeps no Context, and serves on."""
+    from sklearn_fedmf.flower import _worker
+
+    task = Message(RecordDict(), 7, "train")
+    task.metadata.__dict__["_message_id"] = "m1"
+    context = Context(run_id=1, node_id=7, node_config={}, state=RecordDict(), run_config={})
+    pushed, outputs, closed = [], [], []
+
+    class Client:
+        def close(self):
+            closed.append(True)
+
+    class Heartbeat:
+        def __init__(self, fn):
+            pass
+
+        def start(self):
+            pass
+
+        def stop(self):
+            pass
+
+    def failing_app(message, context):
+        raise ValueError("site data has NaN at row 3")
+
+    class Apps:
+        def get(self, run, fab):
+            return failing_app
+
+    monkeypatch.setattr(_worker, "_runtime_client", lambda address, interceptors: Client())
+    monkeypatch.setattr(_worker, "HeartbeatSender", Heartbeat)
+    monkeypatch.setattr(_worker, "_pull_task_input", lambda client, poll: (task, context,
+                                                                          None, None))
+    monkeypatch.setattr(_worker, "push_message", lambda c, reply, ctx: pushed.append(reply))
+    monkeypatch.setattr(_worker, "push_task_output",
+                        lambda c, ctx, status, details: outputs.append((ctx, status, details)))
+    _worker._serve_task("127.0.0.1:0", "token", Apps(), poll=0.01)  # returns: serves on
+    (reply,) = pushed
+    assert reply.has_error() and "site data has NaN at row 3" in reply.error.reason
+    assert reply.error.code == _worker.ErrorCode.CLIENT_APP_RAISED_EXCEPTION
+    ((kept, status, details),) = outputs
+    assert kept is None and status == _worker.SubStatus.FAILED
+    assert "ValueError" in details and closed == [True]

@@ -135,7 +135,8 @@ def _serve_task(address, token, apps, poll):
         reply = apps.get(run, fab)(message=message, context=context)
         status, details = SubStatus.COMPLETED, ""
     # Flower's runtime contract: whatever the ClientApp raises becomes the Message's error
-    # reply (the server applies its failure policy) and the process serves the next task
+    # reply, naming the exception; the server raises it as that site's ClientError (or
+    # counts it, as on_client_error says), and this process serves the next task
     except Exception as exc:  # noqa: BLE001
         code = (ErrorCode.LOAD_CLIENT_APP_EXCEPTION if isinstance(exc, LoadClientAppError)
                 else ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
