@@ -17,7 +17,8 @@ items; each completion estimator with its defaults through ``RatingRegressor`` u
 ``implicit`` is installed (the ``bench`` extra). Prints HR, NDCG and recall at 10 and 20,
 the catalog coverage at 10, the median number of training ratings of the items listed first
 (support@1), the fit seconds and the megabytes a round moves (up + down, mean over the
-rounds). With one relevant item per user, recall@k equals HR@k. A last line per set
+rounds). With one relevant item per user, recall@k equals HR@k. ``--one-client-per-user``
+fits the federated rows with every user its own client (cross-device). A last line per set
 compares the best federated row (by HR@10) with ALS and most-popular.
 
 Threads: ``--threads N`` (default 1) gives ``implicit`` ``num_threads=N`` and the federated
@@ -111,11 +112,13 @@ def run_set(label, frame, args):
     quick = {"max_iter": 3} if args.quick else {}
     losses = args.losses.split(",")
     supports = sorted({MIN_SUPPORT, *(int(s) for s in args.sweep.split(",") if s)})
+    # (cross-device: each user its own client; else the estimators' default n_clients)
+    clients = train.userId.to_numpy() if args.one_client_per_user else None
 
     print(f"\n{label}{' (one user in ten)' if args.quick else ''}: {len(train):,} training "
           f"ratings, {len(test)} users with one held-out rating (random, seed {args.seed}), "
           f"full ranking over {X.shape[1]:,} items; recommend's default min_support="
-          f"{MIN_SUPPORT}")
+          f"{MIN_SUPPORT}{'; one client per user' if args.one_client_per_user else ''}")
     header = ("model", *(f"{m}@{k}" for k in KS for m in ("HR", "NDCG", "recall")),
               "cov@10", "support@1", "fit s", "MB/round")
     support_of = dict(zip(item_ids, np.diff(X.tocsc().indptr)))
@@ -149,7 +152,7 @@ def run_set(label, frame, args):
             with warnings.catch_warnings(), threadpool_limits(1, "blas"):
                 warnings.simplefilter("ignore", FedMFWarning)  # (--quick does not converge)
                 start = time.perf_counter()
-                reg.fit(train[["userId", "movieId"]], train.rating.to_numpy())
+                reg.fit(train[["userId", "movieId"]], train.rating.to_numpy(), clients=clients)
                 seconds = time.perf_counter() - start
             mb = megabytes_per_round(reg.estimator_.history_)
             for support in (supports if loss == "squared" else [MIN_SUPPORT]):
@@ -193,6 +196,8 @@ def main():
                         help="implicit's num_threads and the estimators' n_jobs (BLAS: 1)")
     parser.add_argument("--estimators", default="",
                         help="comma-separated subset, e.g. FedMGS,FedMAvg (default: all)")
+    parser.add_argument("--one-client-per-user", action="store_true",
+                        help="every user its own client (default: the estimators' n_clients)")
     parser.add_argument("--synthetic-ratings", type=int, default=100_000,
                         help="ratings of the make_ratings set (1000000: the ML-1M shape)")
     args = parser.parse_args()
