@@ -19,8 +19,10 @@ The server needs only the sums over the clients. For ratings it caches every cli
 latest message; at the ranks implicit feedback needs (``r + r (r + 1) / 2`` numbers per
 rated item, 560 at ``r = 32``) that cache is the size of every client's message together (0.4 GB for
 ten clients of the embedded MovieLens at ``r = 32``) on one machine. So under
-``"implicit"`` each client keeps its own last message (in its state, on its side) and a
-sampled client sends the *change* of its aggregates since then; the server adds the changes
+``"implicit"`` each client keeps the factors its last message was computed at (in its
+state, on its side: ``U_sent``, its rows x ``r`` numbers, not the message) and a sampled
+client sends the *change* of its aggregates since then, ``G(U_p) - G(U_sent)`` computed
+entry by entry from the two factors; the server adds the changes
 to its running sums (``n_items x (r + r (r + 1) / 2)`` and ``r x r``), in client order. The first
 message is the change from zero. A client that was not sampled did not move, so the sums
 stay exact at every client's current factors, as the cache kept them. The same message
@@ -40,6 +42,11 @@ With every client sampled a round is one sweep of Hu, Koren & Volinsky's ALS, wh
 partition: the federated model is the centralized one.
 
 Client work: O(interactions x r^2 + users x r^3); server work O(n_items x r^3).
+
+Many small clients (one per user) run in groups (:mod:`sklearn_fedmf._groups`): the batched
+phases below solve a group's active users in one compiled call and build every sender's
+change in another (:func:`~._implicit.group_item_sums`), with the per-client functions'
+draws, states, messages and bytes (to rounding).
 """
 
 from __future__ import annotations
@@ -51,7 +58,11 @@ from numba import njit
 
 from .. import _fedmgs_protocol as rounds
 from .._engine import FederatedProtocol
+from .._groups import BatchedPhases
+from .._transport import client_generator
+from ._fedmgs_batched import group_layout
 from ._implicit import (
+    group_item_sums,
     implicit_item_sums,
     implicit_objective,
     implicit_user_factors,
@@ -82,10 +93,10 @@ def share(U, X, *, confidence, U_old=None):
 
 def init_client(block, broadcast, rng, *, init_scale, confidence):
     """Private ``U_p^0`` (i.i.d. ``init_scale * Uniform[0, 1)``) and its aggregates
-    (Algorithm 2's ``G1^0``, ``G2^0``), which it also keeps (the base of its next change)."""
+    (Algorithm 2's ``G1^0``, ``G2^0``); it keeps ``U_p^0`` as ``U_sent``, the base of its next
+    change."""
     U = init_scale * rng.random((block.n_rows, broadcast["Vt"].shape[1]))
-    message = share(U, block.X, confidence=confidence)
-    return {"U": U, "sent": message}, message
+    return {"U": U, "U_sent": U}, share(U, block.X, confidence=confidence)
 
 
 def u_phase(state, block, broadcast, *, confidence, alpha_u):
@@ -96,12 +107,10 @@ def u_phase(state, block, broadcast, *, confidence, alpha_u):
 
 
 def change(state, block, broadcast, *, confidence):
-    """The change of the client's message since the one it keeps (which it replaces)."""
-    new = share(state["U"], block.X, confidence=confidence)
-    sent = state["sent"]
-    state["sent"] = new  # (the client's own new state, made by this round's u_phase)
-    return {"items": new["items"], "G": new["G"] - sent["G"],
-            "gram": new["gram"] - sent["gram"]}
+    """The change of the client's message since its last one (whose factors it replaces)."""
+    message = share(state["U"], block.X, confidence=confidence, U_old=state["U_sent"])
+    state["U_sent"] = state["U"]  # (the client's own new state, made by this round's u_phase)
+    return message
 
 
 def client_update(state, block, broadcast, rng, selected, *, confidence, alpha_u):
@@ -183,9 +192,71 @@ def combine_metrics(server_state, sums, *, alpha_v):
     return {"objective": sums["loss"] + 0.5 * alpha_v * float(np.sum(Vt * Vt))}
 
 
+# ---- the client phases for a group of clients (``_groups.BatchedPhases``) --------------------
+def _group_messages(state, group, clients, U_old, confidence):
+    """The messages of the group's ``clients`` (local indices): their aggregates' changes
+    from ``U_old`` (zeros: the first message), as views of one call's arrays."""
+    items, item_ptr = state["items"], state["item_ptr"]
+    out_ptr, G, grams = group_item_sums(group.X, group.row_ptr, clients, state["U"], U_old,
+                                        confidence=confidence, item_ptr=item_ptr,
+                                        slot=state["slot"], single=state["single"])
+    return {group.start + i: {"items": items[item_ptr[i]:item_ptr[i + 1]],
+                              "G": G[out_ptr[q]:out_ptr[q + 1]], "gram": grams[q]}
+            for q, i in enumerate(clients.tolist())}
+
+
+def batched_init_client(group, broadcast, stream, *, init_scale, confidence):
+    """:func:`init_client` of every client of the group (each from its own generator)."""
+    r, ptr = broadcast["Vt"].shape[1], group.row_ptr
+    U = np.empty((group.n_rows, r))
+    for i in range(group.n_clients):
+        U[ptr[i]:ptr[i + 1]] = init_scale * client_generator(stream, group.start + i).random(
+            (ptr[i + 1] - ptr[i], r))
+    layout = group_layout(group)
+    # (implicit_item_sums's items are int64: the same bytes on the wire)
+    state = {"U": U, "U_sent": U, **layout, "items": layout["items"].astype(np.int64)}
+    return state, _group_messages(state, group, np.arange(group.n_clients), np.zeros_like(U),
+                                  confidence)
+
+
+def batched_client_update(state, group, broadcast, stream, active, selected, *, confidence,
+                          alpha_u):
+    """:func:`client_update` of the group's active clients: one solve call for their users,
+    one call for the senders' changes."""
+    rows = np.flatnonzero(active[state["owner"]])
+    U = state["U"].copy()
+    implicit_user_factors(group.X, broadcast["Vt"], broadcast["VtV"], confidence=confidence,
+                          alpha_u=alpha_u, rows=rows, out=U)
+    senders = np.flatnonzero(active & selected)
+    new = {**state, "U": U}
+    messages = _group_messages(new, group, senders, state["U_sent"], confidence)
+    sent_rows = np.flatnonzero((active & selected)[state["owner"]])
+    if sent_rows.size:
+        U_sent = state["U_sent"].copy()
+        U_sent[sent_rows] = U[sent_rows]
+        new["U_sent"] = U_sent
+    return new, messages
+
+
+def client_state(group_state, group, i):
+    """Client ``i``'s ``{"U", "U_sent"}`` (copies), as :func:`init_client` holds it."""
+    a, b = group.row_ptr[i], group.row_ptr[i + 1]
+    return {"U": group_state["U"][a:b].copy(), "U_sent": group_state["U_sent"][a:b].copy()}
+
+
+def with_client_states(group_state, group, states):
+    """A copy of the group state with the clients of ``states`` put in."""
+    U, U_sent = group_state["U"].copy(), group_state["U_sent"].copy()
+    for i, state in states.items():
+        a, b = group.row_ptr[i], group.row_ptr[i + 1]
+        U[a:b], U_sent[a:b] = state["U"], state["U_sent"]
+    return {**group_state, "U": U, "U_sent": U_sent}
+
+
 def make_implicit_protocol(*, n_items, n_clients, n_components, alpha_u, alpha_v, confidence,
                            init_scale):
-    """FedMGS's protocol under ``loss="implicit"`` (clients run one by one: no groups)."""
+    """FedMGS's protocol under ``loss="implicit"`` (many clients run in groups)."""
+    metrics = partial(client_metrics, confidence=confidence, alpha_u=alpha_u)
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items, n_components=n_components,
                             init_scale=init_scale),
@@ -193,6 +264,14 @@ def make_implicit_protocol(*, n_items, n_clients, n_components, alpha_u, alpha_v
         server_init_uploads=partial(server_init_uploads, n_clients=n_clients),
         client_update=partial(client_update, confidence=confidence, alpha_u=alpha_u),
         server_update=partial(server_update, alpha_v=alpha_v),
-        client_metrics=partial(client_metrics, confidence=confidence, alpha_u=alpha_u),
+        client_metrics=metrics,
         combine_metrics=partial(combine_metrics, alpha_v=alpha_v),
+        # (client_metrics sums over a group's stacked rows as over one client's)
+        batched=BatchedPhases(
+            init_client=partial(batched_init_client, init_scale=init_scale,
+                                confidence=confidence),
+            client_update=partial(batched_client_update, confidence=confidence,
+                                  alpha_u=alpha_u),
+            client_metrics=metrics,
+            client_state=client_state, with_client_states=with_client_states),
     )

@@ -44,9 +44,9 @@ import numpy as np
 from numba import njit
 
 __all__ = ["IMPLICIT_ALPHA", "IMPLICIT_CONFIDENCE", "check_implicit_settings",
-           "check_interactions", "implicit_item_gradient", "implicit_item_sums",
-           "implicit_objective", "implicit_user_factors", "packed_size", "resolve_confidence",
-           "unpack_gram"]
+           "check_interactions", "group_item_sums", "implicit_item_gradient",
+           "implicit_item_sums", "implicit_objective", "implicit_user_factors", "packed_size",
+           "resolve_confidence", "unpack_gram"]
 
 # The default ``solver_params["confidence"]``: ``"auto"`` is ``1 / mean strength`` (see
 # resolve_confidence).
@@ -90,11 +90,12 @@ def check_interactions(X):
 
 
 @njit(cache=True, nogil=True)
-def _user_solve_kernel(indptr, indices, data, Vt, VtV, confidence, alpha, out):
+def _user_solve_kernel(indptr, indices, data, rows, Vt, VtV, confidence, alpha, out):
+    # the rows ``rows`` only (a group's active clients); the others of ``out`` untouched
     r = Vt.shape[1]
     A = np.empty((r, r))
     b = np.empty(r)
-    for u in range(indptr.shape[0] - 1):
+    for u in rows:
         A[:] = VtV
         for a in range(r):
             A[a, a] += alpha[u]
@@ -115,7 +116,7 @@ def _user_solve_kernel(indptr, indices, data, Vt, VtV, confidence, alpha, out):
         out[u] = np.linalg.solve(A, b)
 
 
-def implicit_user_factors(X, Vt, VtV, *, confidence, alpha_u):
+def implicit_user_factors(X, Vt, VtV, *, confidence, alpha_u, rows=None, out=None):
     """Each row's exact minimizer of its weighted loss plus ``alpha_u/2 ||u||^2``.
 
     Parameters
@@ -130,6 +131,10 @@ def implicit_user_factors(X, Vt, VtV, *, confidence, alpha_u):
     alpha_u : float or ndarray of shape (n_rows,)
         The l2 strength (one per row for the weighted regularization); it must make each
         system positive definite, as ``VtV`` alone may not.
+    rows : ndarray of int, default=None
+        Solve these rows only (a group's active clients); None: every row.
+    out : ndarray of shape (n_rows, r), default=None
+        Where to write (in place; the rows not in ``rows`` are left as they are).
 
     Returns
     -------
@@ -138,9 +143,10 @@ def implicit_user_factors(X, Vt, VtV, *, confidence, alpha_u):
     """
     n_rows = X.shape[0]
     alpha = np.broadcast_to(np.asarray(alpha_u, dtype=np.float64).ravel(), (n_rows,))
-    out = np.empty((n_rows, Vt.shape[1]))
-    if n_rows:
-        _user_solve_kernel(X.indptr, X.indices, np.asarray(X.data, dtype=np.float64),
+    out = np.empty((n_rows, Vt.shape[1])) if out is None else out
+    rows = np.arange(n_rows) if rows is None else np.asarray(rows, dtype=np.int64)
+    if rows.size:
+        _user_solve_kernel(X.indptr, X.indices, np.asarray(X.data, dtype=np.float64), rows,
                            np.ascontiguousarray(Vt, dtype=np.float64),
                            np.ascontiguousarray(VtV, dtype=np.float64), float(confidence),
                            np.ascontiguousarray(alpha), out)
@@ -231,6 +237,75 @@ def implicit_item_sums(X, U, *, confidence, U_old=None):
                                   np.ascontiguousarray(factors, dtype=np.float64), sign, items,
                                   float(confidence), G)
     return items, G
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _group_item_sums_kernel(indptr, indices, data, row_ptr, clients, U, U_old, confidence,
+                            item_ptr, slot, single, out_ptr, G, grams):
+    # client-major: client ``clients[q]``'s rows ``[G2_j, triu(G1_j)]`` (their changes from
+    # ``U_old``) go to ``G[out_ptr[q]:out_ptr[q + 1]]`` in the order of its items; an entry's
+    # row is its slot among them (``single``: one row per client, its entries are its items)
+    r = U.shape[1]
+    d = np.empty(r)
+    for q in range(clients.shape[0]):
+        i = clients[q]
+        G[out_ptr[q]:out_ptr[q + 1]] = 0.0
+        grams[q] = 0.0
+        first = indptr[row_ptr[i]]
+        for t in range(row_ptr[i], row_ptr[i + 1]):
+            u, o = U[t], U_old[t]
+            for a in range(r):
+                for e in range(r):
+                    grams[q, a, e] += u[a] * u[e] - o[a] * o[e]
+            for a in range(r):
+                d[a] = u[a] - o[a]
+            for s in range(indptr[t], indptr[t + 1]):
+                g = G[out_ptr[q] + (s - first if single else slot[s])]
+                c = 1.0 + confidence * data[s]
+                k = r
+                for a in range(r):
+                    g[a] += c * d[a]
+                    ua, oa = (c - 1.0) * u[a], (c - 1.0) * o[a]
+                    for e in range(a, r):  # the upper triangle, row by row
+                        g[k + e - a] += ua * u[e] - oa * o[e]
+                    k += r - a
+
+
+def group_item_sums(X, row_ptr, clients, U, U_old, *, confidence, item_ptr, slot, single):
+    """:func:`implicit_item_sums` (the change from ``U_old``, zeros for a first message) of
+    several clients of a group in one call, and their Grams' changes.
+
+    Parameters
+    ----------
+    X : csr_matrix of shape (n_rows, n_items)
+        The group's interactions, rows stacked by client (``row_ptr``).
+    row_ptr : ndarray of shape (n_clients + 1,)
+    clients : ndarray of int
+        The clients (indices in the group) that share.
+    U, U_old : ndarray of shape (n_rows, r)
+    confidence : float
+    item_ptr, slot, single
+        Each client's items, as :func:`._fedmgs_batched.group_layout` gives them.
+
+    Returns
+    -------
+    out_ptr : ndarray of shape (len(clients) + 1,)
+        Client ``clients[q]``'s rows are ``G[out_ptr[q]:out_ptr[q + 1]]``.
+    G : ndarray of shape (out_ptr[-1], r + r (r + 1) / 2)
+    grams : ndarray of shape (len(clients), r, r)
+        ``U_p^T U_p - U_old_p^T U_old_p``.
+    """
+    out_ptr = np.zeros(len(clients) + 1, dtype=np.int64)
+    np.cumsum(item_ptr[clients + 1] - item_ptr[clients], out=out_ptr[1:])
+    r = U.shape[1]
+    G, grams = np.empty((out_ptr[-1], packed_size(r))), np.empty((len(clients), r, r))
+    _group_item_sums_kernel(X.indptr, X.indices, np.asarray(X.data, dtype=np.float64),
+                            np.asarray(row_ptr, dtype=np.int64),
+                            np.asarray(clients, dtype=np.int64),
+                            np.ascontiguousarray(U, dtype=np.float64),
+                            np.ascontiguousarray(U_old, dtype=np.float64), float(confidence),
+                            item_ptr, slot, bool(single), out_ptr, G, grams)
+    return out_ptr, G, grams
 
 
 def _entry_scores(X, U, Vt):

@@ -1,0 +1,160 @@
+"""loss="implicit" for many small clients (issue 27): the batched phases of a client group give
+the per-client functions' draws, states and messages, and a grouped fit (one client per user,
+or a few users per client) is the per-client fit, bytes included."""
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sklearn_fedmf.completion._fedmgs_implicit as mgs
+from sklearn_fedmf import FedMGS
+from sklearn_fedmf._data import split_clients
+from sklearn_fedmf._groups import make_groups
+from sklearn_fedmf._transport import client_generator
+from sklearn_fedmf.completion._implicit import implicit_user_factors
+from sklearn_fedmf.exceptions import FedMFWarning
+
+RTOL = 1e-10
+
+
+def interactions(seed=0, n_users=60, n_items=25, rank=3, empty_row=5):
+    """Interactions of strengths 1..5 drawn from a low-rank preference; one row without any."""
+    rng = np.random.default_rng(seed)
+    scores = rng.normal(size=(n_users, rank)) @ rng.normal(size=(rank, n_items))
+    mask = scores > np.quantile(scores, 0.75, axis=1, keepdims=True)
+    mask[empty_row] = False
+    return sp.csr_matrix(np.where(mask, rng.integers(1, 6, mask.shape), 0).astype(float))
+
+
+def clients_of(n_rows, rows_per_client, seed=0):
+    """Client codes: ``rows_per_client`` rows each, shuffled."""
+    codes = np.arange(n_rows) // rows_per_client
+    return np.random.default_rng(seed).permutation(codes), int(codes.max()) + 1
+
+
+def grouped(monkeypatch, on):
+    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1 if on else 10**9)
+
+
+def assert_message_close(got, want):
+    np.testing.assert_array_equal(got["items"], want["items"])
+    assert got["items"].dtype == want["items"].dtype  # (the same bytes on the wire)
+    for key in ("G", "gram"):
+        np.testing.assert_allclose(got[key], want[key], rtol=RTOL, atol=1e-13)
+
+
+@pytest.mark.parametrize("rows_per_client", [1, 3])
+def test_fedmgs_batched_phases_equal_the_per_client_functions(rows_per_client):
+    X = interactions()
+    codes, n_clients = clients_of(X.shape[0], rows_per_client)
+    blocks = split_clients(X, codes, n_clients)
+    groups = make_groups(X, codes, n_clients, n_groups=3)
+    kw = dict(confidence=0.7)
+    rng = np.random.default_rng(1)
+    Vt = rng.random((X.shape[1], 3))
+    broadcast = {"Vt": Vt, "VtV": Vt.T @ Vt}
+    stream = (123, 0)
+    states = {}
+    for group in groups:
+        state, uploads = mgs.batched_init_client(group, broadcast, stream, init_scale=0.1, **kw)
+        states[group.start] = state
+        for i in range(group.n_clients):
+            c = group.start + i
+            ref_state, ref = mgs.init_client(blocks[c], broadcast, client_generator(stream, c),
+                                             init_scale=0.1, **kw)
+            np.testing.assert_array_equal(mgs.client_state(state, group, i)["U"],
+                                          ref_state["U"])
+            assert_message_close(uploads[c], ref)
+    for group in groups:  # a round: some clients active, some of them sampled
+        state = states[group.start]
+        active = rng.random(group.n_clients) < 0.6
+        selected = active & (rng.random(group.n_clients) < 0.7)
+        before = {k: v.copy() for k, v in state.items() if isinstance(v, np.ndarray)}
+        new, uploads = mgs.batched_client_update(state, group, broadcast, stream, active,
+                                                 selected, alpha_u=0.4, **kw)
+        for k, v in before.items():  # the input state is not modified
+            np.testing.assert_array_equal(state[k], v)
+        assert set(uploads) == {group.start + i for i in np.flatnonzero(selected)}
+        for i in range(group.n_clients):
+            c = group.start + i
+            old = mgs.client_state(state, group, i)
+            got = mgs.client_state(new, group, i)
+            if not active[i]:  # exactly unchanged
+                for key in ("U", "U_sent"):
+                    np.testing.assert_array_equal(got[key], old[key])
+                continue
+            ref_state, ref = mgs.client_update(old, blocks[c], broadcast, None, selected[i],
+                                               alpha_u=0.4, **kw)
+            for key in ("U", "U_sent"):
+                np.testing.assert_allclose(got[key], ref_state[key], rtol=RTOL, atol=1e-14)
+            if selected[i]:
+                assert_message_close(uploads[c], ref)
+        # the state round trip the per-client fallback relies on
+        some = {i: mgs.client_state(new, group, i) for i in range(0, group.n_clients, 2)}
+        back = mgs.with_client_states(state, group, some)
+        for i in range(group.n_clients):
+            want = some[i] if i in some else mgs.client_state(state, group, i)
+            for key in ("U", "U_sent"):
+                np.testing.assert_array_equal(mgs.client_state(back, group, i)[key], want[key])
+
+
+def test_solving_some_rows_leaves_the_others_untouched():
+    X = interactions(seed=2)
+    Vt = np.random.default_rng(3).random((X.shape[1], 3))
+    full = implicit_user_factors(X, Vt, Vt.T @ Vt, confidence=1.0, alpha_u=0.5)
+    out = np.full_like(full, 7.0)
+    rows = np.array([1, 4, 5, 30])
+    implicit_user_factors(X, Vt, Vt.T @ Vt, confidence=1.0, alpha_u=0.5, rows=rows, out=out)
+    np.testing.assert_array_equal(out[rows], full[rows])
+    assert (np.delete(out, rows, axis=0) == 7.0).all()
+
+
+def fit(model, X, codes):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FedMFWarning)
+        return model.fit(X, clients=codes)
+
+
+@pytest.mark.parametrize("rows_per_client", [1, 2])
+def test_fedmgs_grouped_fit_is_the_per_client_fit(rows_per_client, monkeypatch):
+    X = interactions(seed=4)
+    codes, _ = clients_of(X.shape[0], rows_per_client, seed=1)
+    model = FedMGS(loss="implicit", n_components=3, max_iter=6, clients_per_round=0.3,
+                   random_state=0, n_jobs=2, solver_params={"dropout": 0.2})
+    grouped(monkeypatch, False)
+    ref = fit(model, X, codes)
+    grouped(monkeypatch, True)
+    got = fit(model, X, codes)
+    assert type(got._federation.client_states).__name__ == "GroupStates"  # it ran grouped
+    np.testing.assert_allclose(got.components_, ref.components_, rtol=RTOL, atol=1e-14)
+    np.testing.assert_allclose(got.user_factors_, ref.user_factors_, rtol=RTOL, atol=1e-14)
+    for a, b in zip(got.history_, ref.history_, strict=True):
+        for key in ("bytes_uploaded", "bytes_downloaded", "n_failed"):
+            assert a[key] == b[key]
+        assert a["objective"] == pytest.approx(b["objective"], rel=RTOL)
+    assert sum(r["n_failed"] for r in ref.history_) > 0  # dropout did drop clients
+
+
+def test_fedmgs_grouped_fit_does_not_depend_on_n_jobs(monkeypatch):
+    X = interactions(seed=5)
+    grouped(monkeypatch, True)
+    fits = [fit(FedMGS(loss="implicit", n_components=3, max_iter=4, clients_per_round=0.5,
+                       random_state=0, n_jobs=n_jobs), X, np.arange(X.shape[0]))
+            for n_jobs in (1, 2)]
+    np.testing.assert_array_equal(fits[0].components_, fits[1].components_)
+    np.testing.assert_array_equal(fits[0].user_factors_, fits[1].user_factors_)
+
+
+def test_fedmgs_grouped_warm_start_continues_the_fit(monkeypatch):
+    X = interactions(seed=6)
+    grouped(monkeypatch, True)
+    params = dict(loss="implicit", n_components=3, clients_per_round=0.4, random_state=0)
+    codes = np.arange(X.shape[0])
+    ref = fit(FedMGS(max_iter=6, **params), X, codes)
+    got = FedMGS(max_iter=3, warm_start=True, **params)
+    fit(got, X, codes)
+    fit(got, X, codes)
+    assert got.n_iter_ == 6
+    np.testing.assert_allclose(got.components_, ref.components_, rtol=RTOL, atol=1e-14)
