@@ -141,8 +141,8 @@ def weighted_sum(messages, weights):
             total = weight * message
         else:
             total += weight * message
-    for base, coef in bases.values():
-        total += coef * base
+    for base, coef in bases.values():  # (an r x r coefficient multiplies from the right)
+        total += base @ coef if np.ndim(coef) == 2 else coef * base
     return total
 
 

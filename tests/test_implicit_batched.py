@@ -1,6 +1,6 @@
-"""loss="implicit" for many small clients (issue 27): the batched phases of a client group give
-the per-client functions' draws, states and messages, and a grouped fit (one client per user,
-or a few users per client) is the per-client fit, bytes included."""
+"""loss="implicit" for many small clients (issue 27): FedMGS's and FedMAvg's batched phases
+of a client group give the per-client functions' draws, states and messages, and a grouped fit
+(one client per user, or a few users per client) is the per-client fit, bytes included."""
 
 import warnings
 
@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import sklearn_fedmf.completion._fedmavg_implicit as mavg
 import sklearn_fedmf.completion._fedmgs_implicit as mgs
-from sklearn_fedmf import FedMGS
+from sklearn_fedmf import FedMAvg, FedMGS
 from sklearn_fedmf._data import split_clients
 from sklearn_fedmf._groups import make_groups
 from sklearn_fedmf._transport import client_generator
@@ -137,11 +138,72 @@ def test_fedmgs_grouped_fit_is_the_per_client_fit(rows_per_client, monkeypatch):
     assert sum(r["n_failed"] for r in ref.history_) > 0  # dropout did drop clients
 
 
-def test_fedmgs_grouped_fit_does_not_depend_on_n_jobs(monkeypatch):
+@pytest.mark.parametrize("rows_per_client", [1, 3])
+@pytest.mark.parametrize("settings", [
+    {"participation": "pcc"},
+    {"participation": "pcp", "client_weights": "rows", "aggregation": "sampled_mean"},
+])
+def test_fedmavg_grouped_fit_is_the_per_client_fit(rows_per_client, settings, monkeypatch):
+    X = interactions(seed=7)
+    codes, _ = clients_of(X.shape[0], rows_per_client, seed=2)
+    model = FedMAvg(loss="implicit", n_components=3, max_iter=6, clients_per_round=0.3,
+                    random_state=0, n_jobs=2, solver_params={"dropout": 0.2, **settings})
+    grouped(monkeypatch, False)
+    ref = fit(model, X, codes)
+    grouped(monkeypatch, True)
+    got = fit(model, X, codes)
+    assert type(got._federation.client_states).__name__ == "GroupStates"  # it ran grouped
+    np.testing.assert_allclose(got.components_, ref.components_, rtol=RTOL, atol=1e-14)
+    np.testing.assert_allclose(got.user_factors_, ref.user_factors_, rtol=RTOL, atol=1e-14)
+    for a, b in zip(got.history_, ref.history_, strict=True):
+        for key in ("bytes_uploaded", "bytes_downloaded", "n_failed"):
+            assert a[key] == b[key]  # (W_p counted dense, as the paper's client sends it)
+        assert a["objective"] == pytest.approx(b["objective"], rel=RTOL)
+    assert sum(r["n_failed"] for r in ref.history_) > 0  # dropout did drop clients
+
+
+@pytest.mark.parametrize("rows_per_client", [1, 3])
+def test_fedmavg_batched_upload_is_the_per_client_w_phase(rows_per_client):
+    """A sender's :class:`TransformedRows` is its dense ``W_p`` (the closed form of the
+    unrated rows included), and adds into a weighted sum as the dense matrix does."""
+    X = interactions(seed=8)
+    codes, n_clients = clients_of(X.shape[0], rows_per_client, seed=3)
+    blocks = split_clients(X, codes, n_clients)
+    group = make_groups(X, codes, n_clients, n_groups=1)[0]
+    rng = np.random.default_rng(4)
+    Vt = rng.random((X.shape[1], 3))
+    broadcast = {"Vt": Vt, "VtV": Vt.T @ Vt, "q2": 3, "total": float(X.nnz)}
+    kw = dict(confidence=0.6, alpha_u=0.5, alpha_v=0.3, d_factor=0.7,
+              client_weights="entries")
+    state, _ = mavg.batched_init_client(group, broadcast, (5, 0), init_scale=0.1,
+                                        client_weights="entries")
+    active = np.ones(group.n_clients, dtype=bool)
+    selected = rng.random(group.n_clients) < 0.5
+    _, uploads = mavg.batched_client_update(state, group, broadcast, None, active, selected,
+                                            **kw)
+    assert set(uploads) == set(np.flatnonzero(selected).tolist())
+    total = np.zeros_like(Vt)
+    coef = np.zeros((3, 3))
+    for c, upload in uploads.items():
+        ref_state = mavg.u_phase({"U": None}, blocks[c], broadcast, confidence=0.6,
+                                 alpha_u=0.5, client_weights="entries")
+        want = mavg.w_phase(ref_state, blocks[c], None, confidence=0.6, alpha_v=0.3,
+                            d_factor=0.7)["W"]
+        got = upload["W"]
+        assert got.nbytes == want.nbytes
+        np.testing.assert_allclose(np.asarray(got), want, rtol=RTOL, atol=1e-13)
+        coef += got.add_to(total, 0.25)
+    np.testing.assert_allclose(total + Vt @ coef,
+                               0.25 * sum(np.asarray(u["W"]) for u in uploads.values()),
+                               rtol=RTOL, atol=1e-13)
+
+
+@pytest.mark.parametrize("cls", [FedMAvg, FedMGS])
+def test_grouped_fit_does_not_depend_on_n_jobs(cls, monkeypatch):
     X = interactions(seed=5)
     grouped(monkeypatch, True)
-    fits = [fit(FedMGS(loss="implicit", n_components=3, max_iter=4, clients_per_round=0.5,
-                       random_state=0, n_jobs=n_jobs), X, np.arange(X.shape[0]))
+    fits = [fit(cls(loss="implicit", n_components=3, max_iter=4, clients_per_round=0.5,
+                    random_state=0, n_jobs=n_jobs), X, np.arange(X.shape[0]))
             for n_jobs in (1, 2)]
     np.testing.assert_array_equal(fits[0].components_, fits[1].components_)
     np.testing.assert_array_equal(fits[0].user_factors_, fits[1].user_factors_)

@@ -33,6 +33,15 @@ paper's structure (Algorithm 1):
 No client sends a row, a factor of a user or a list of items: only ``W_p``, as for ratings.
 The W step needs no Gram exchange (``w_step`` does not apply). Client work: O(interactions
 x r + n_items x r^2) per W step, the dense ``W_p`` being FedMAvg's upload.
+
+Many small clients (one per user) run in groups (:mod:`sklearn_fedmf._groups`). On an item
+the client never saw, the gradient row is ``(scale U_p^T U_p + alpha_v I) w_j`` with the
+common bound ``L_0 = scale lambda_max(U_p^T U_p) + alpha_v``, so its ``Q2`` steps map the
+row ``v_j`` to ``v_j M_p^Q2``, ``M_p = I - (scale U_p^T U_p + alpha_v I) / (d_factor L_0)``
+(``r x r``). The batched phases take the steps on the rated rows only (one compiled call
+per group, :func:`~._implicit.rated_w_steps`) and send ``W_p`` as :class:`TransformedRows`
+(``V M_p^Q2`` but for the rated rows; its bytes counted dense, as the paper's client sends
+it); the server's average then costs the rated rows plus one ``V (sum_p w_p M_p^Q2)``.
 """
 
 from __future__ import annotations
@@ -43,13 +52,16 @@ import numpy as np
 
 from .._engine import FederatedProtocol
 from .._fedmavg_protocol import round_phases
+from .._groups import BatchedPhases, ImplicitRows, user_rows_state, with_user_rows
+from .._transport import client_generator
 from ._fedmavg_protocol import EPS_LIPSCHITZ, client_weight, lambda_max
 from ._fedmavg_protocol import server_init_uploads as average_init_uploads
 from ._fedmavg_protocol import server_update as average_update
+from ._fedmgs_batched import group_layout
 from ._fedmgs_implicit import client_metrics, combine_metrics
-from ._implicit import implicit_item_gradient, implicit_user_factors
+from ._implicit import implicit_item_gradient, implicit_user_factors, rated_w_steps
 
-__all__ = ["make_implicit_protocol", "w_bounds", "w_steps"]
+__all__ = ["TransformedRows", "make_implicit_protocol", "w_bounds", "w_steps"]
 
 
 def _with_gram(broadcast):
@@ -119,10 +131,94 @@ def server_update(server_state, uploads, round_index, counts=None, *, aggregatio
     return state, _with_gram(broadcast)
 
 
+# ---- the client phases for a group of clients (``_groups.BatchedPhases``) --------------------
+class TransformedRows(ImplicitRows):
+    """A client's ``W_p``: ``base @ transform`` (``transform`` ``r x r``: the steps on the
+    items it never saw) but for the rated ``rows``. The server's weighted sum adds the
+    rated rows' differences and, once for all such messages, ``base @ (sum_p w_p
+    transform_p)`` (:func:`~sklearn_fedmf._fedmavg_protocol.weighted_sum`)."""
+
+    __slots__ = ()
+
+    def __init__(self, base, transform, rows, values):
+        self.base, self.scale, self.rows, self.values = base, transform, rows, values
+        self.shape = base.shape
+
+    def toarray(self):
+        out = self.base @ self.scale
+        out[self.rows] = self.values
+        return out
+
+    def add_to(self, out, weight=1.0):
+        """``out += weight * (rated rows - base @ transform on them)``; returns ``weight *
+        transform``, the coefficient (applied to ``base`` from the right) the caller adds
+        once."""
+        out[self.rows] += weight * (self.values - self.base[self.rows] @ self.scale)
+        return weight * self.scale
+
+
+def batched_init_client(group, broadcast, stream, *, init_scale, client_weights):
+    """:func:`init_client` of every client of the group (each from its own generator)."""
+    r, ptr = broadcast["Vt"].shape[1], group.row_ptr
+    U = np.empty((group.n_rows, r))
+    for i in range(group.n_clients):
+        U[ptr[i]:ptr[i + 1]] = init_scale * client_generator(stream, group.start + i).random(
+            (ptr[i + 1] - ptr[i], r))
+    sizes = np.diff(group.entry_ptr if client_weights == "entries" else group.row_ptr)
+    layout = group_layout(group)
+    state = {"U": U, **layout, "items": layout["items"].astype(np.int64)}
+    return state, {group.start + i: {"size": float(size)} for i, size in
+                   enumerate(sizes.tolist())}
+
+
+def _transforms(grams, scale, n_steps, *, alpha_v, d_factor):
+    """``M_p^n_steps`` per client, taken step by step as :func:`w_steps` takes an unrated
+    row (module docstring)."""
+    r = grams.shape[-1]
+    out = np.empty_like(grams)
+    for q, (gram, s) in enumerate(zip(grams, scale)):
+        d = d_factor * max(s * lambda_max(gram) + alpha_v, EPS_LIPSCHITZ)
+        T = np.eye(r)
+        for _ in range(n_steps):
+            T = T - (s * (T @ gram) + alpha_v * T) / d
+        out[q] = T
+    return out
+
+
+def batched_client_update(state, group, broadcast, stream, active, selected, *, confidence,
+                          alpha_u, alpha_v, d_factor, client_weights):
+    """:func:`client_update` of the group's active clients: one solve call for their users;
+    the senders' W steps on their rated rows in one call, the others in closed form."""
+    rows = np.flatnonzero(active[state["owner"]])
+    U = state["U"].copy()
+    Vt = broadcast["Vt"]
+    implicit_user_factors(group.X, Vt, broadcast["VtV"], confidence=confidence,
+                          alpha_u=alpha_u, rows=rows, out=U)
+    new = {**state, "U": U}
+    senders = np.flatnonzero(active & selected)
+    if not senders.size:
+        return new, {}
+    sizes = np.diff(group.entry_ptr if client_weights == "entries" else group.row_ptr)
+    scale = broadcast["total"] / np.maximum(sizes[senders], 1.0)  # 1 / omega_p
+    grams = np.stack([U[a:b].T @ U[a:b] for a, b in zip(group.row_ptr[senders].tolist(),
+                                                       group.row_ptr[senders + 1].tolist())])
+    q2 = broadcast["q2"]
+    items, item_ptr = state["items"], state["item_ptr"]
+    out_ptr, values = rated_w_steps(
+        group.X, group.row_ptr, senders, U, Vt, grams, scale, confidence=confidence,
+        alpha_v=alpha_v, d_factor=d_factor, eps=EPS_LIPSCHITZ, n_steps=q2, item_ptr=item_ptr,
+        slot=state["slot"], single=state["single"], items=items)
+    transforms = _transforms(grams, scale, q2, alpha_v=alpha_v, d_factor=d_factor)
+    return new, {group.start + i: {"W": TransformedRows(
+        Vt, transforms[q], items[item_ptr[i]:item_ptr[i + 1]], values[out_ptr[q]:out_ptr[q + 1]])}
+        for q, i in enumerate(senders.tolist())}
+
+
 def make_implicit_protocol(*, n_items, n_clients, n_components, local_iter_v, q_hat,
                            q2_first, participation, aggregation, d_factor, client_weights,
                            alpha_u, alpha_v, confidence, init_scale):
-    """FedMAvg's protocol under ``loss="implicit"`` (clients run one by one: no groups)."""
+    """FedMAvg's protocol under ``loss="implicit"`` (many clients run in groups)."""
+    metrics = partial(client_metrics, confidence=confidence, alpha_u=alpha_u)
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items, n_components=n_components,
                             init_scale=init_scale),
@@ -138,6 +234,14 @@ def make_implicit_protocol(*, n_items, n_clients, n_components, local_iter_v, q_
             keep=kept_state, gram=None, server_prepare=None,
             server_update=partial(server_update, aggregation=aggregation,
                                   local_iter_v=local_iter_v, q_hat=q_hat)),
-        client_metrics=partial(client_metrics, confidence=confidence, alpha_u=alpha_u),
+        client_metrics=metrics,
         combine_metrics=partial(combine_metrics, alpha_v=alpha_v),
+        batched=BatchedPhases(
+            init_client=partial(batched_init_client, init_scale=init_scale,
+                                client_weights=client_weights),
+            client_update=partial(batched_client_update, confidence=confidence,
+                                  alpha_u=alpha_u, alpha_v=alpha_v, d_factor=d_factor,
+                                  client_weights=client_weights),
+            client_metrics=metrics,  # (a group's stacked rows sum as one client's)
+            client_state=user_rows_state, with_client_states=with_user_rows),
     )

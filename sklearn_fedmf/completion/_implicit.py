@@ -46,7 +46,7 @@ from numba import njit
 __all__ = ["IMPLICIT_ALPHA", "IMPLICIT_CONFIDENCE", "check_implicit_settings",
            "check_interactions", "group_item_sums", "implicit_item_gradient",
            "implicit_item_sums", "implicit_objective", "implicit_user_factors", "packed_size",
-           "resolve_confidence", "unpack_gram"]
+           "rated_w_steps", "resolve_confidence", "unpack_gram"]
 
 # The default ``solver_params["confidence"]``: ``"auto"`` is ``1 / mean strength`` (see
 # resolve_confidence).
@@ -306,6 +306,85 @@ def group_item_sums(X, row_ptr, clients, U, U_old, *, confidence, item_ptr, slot
                             np.ascontiguousarray(U_old, dtype=np.float64), float(confidence),
                             item_ptr, slot, bool(single), out_ptr, G, grams)
     return out_ptr, G, grams
+
+
+@njit(cache=True, nogil=True)
+def _rated_w_steps_kernel(indptr, indices, data, row_ptr, clients, U, Vt, grams, scale,
+                          confidence, alpha_v, d_factor, eps, n_steps, item_ptr, slot, single,
+                          items, out_ptr, values):
+    # client clients[q]'s rated rows of W_p (FedMAvg's W steps on them, from V) go to
+    # values[out_ptr[q]:out_ptr[q + 1]], in the order of its items
+    r = U.shape[1]
+    for q in range(clients.shape[0]):
+        i = clients[q]
+        lo, hi = out_ptr[q], out_ptr[q + 1]
+        k = hi - lo
+        W = values[lo:hi]
+        for a in range(k):
+            W[a] = Vt[items[item_ptr[i] + a]]
+        gram = grams[q]
+        lam = np.linalg.eigvalsh(gram)[-1] if r else 0.0
+        trace = np.zeros(k)
+        first = indptr[row_ptr[i]]
+        for t in range(row_ptr[i], row_ptr[i + 1]):
+            norm2 = 0.0
+            for a in range(r):
+                norm2 += U[t, a] * U[t, a]
+            for s in range(indptr[t], indptr[t + 1]):
+                trace[s - first if single else slot[s]] += confidence * data[s] * norm2
+        d = np.empty(k)
+        for a in range(k):  # w_bounds's L_j, floored, times d_factor
+            d[a] = d_factor * max(scale[q] * (lam + trace[a]) + alpha_v, eps)
+        grad = np.empty((k, r))
+        for _ in range(n_steps):
+            for a in range(k):  # scale (U_p^T U_p) w_j + alpha_v w_j
+                for e in range(r):
+                    acc = 0.0
+                    for b in range(r):
+                        acc += W[a, b] * gram[b, e]
+                    grad[a, e] = scale[q] * acc + alpha_v * W[a, e]
+            for t in range(row_ptr[i], row_ptr[i + 1]):
+                for s in range(indptr[t], indptr[t + 1]):
+                    a = s - first if single else slot[s]
+                    c = 1.0 + confidence * data[s]
+                    score = 0.0
+                    for e in range(r):
+                        score += U[t, e] * W[a, e]
+                    coef = scale[q] * ((c - 1.0) * score - c)
+                    for e in range(r):
+                        grad[a, e] += coef * U[t, e]
+            for a in range(k):
+                for e in range(r):
+                    W[a, e] -= grad[a, e] / d[a]
+
+
+def rated_w_steps(X, row_ptr, clients, U, Vt, grams, scale, *, confidence, alpha_v, d_factor,
+                  eps, n_steps, item_ptr, slot, single, items):
+    """FedMAvg's ``n_steps`` local W steps (:mod:`._fedmavg_implicit`) from ``V`` on the rated
+    rows of several clients of a group in one call (each row its own step ``1 / (d_factor
+    max(L_j, eps))``); the rows of the items a client never saw are the closed form
+    ``V M_p^n_steps`` and are not formed here.
+
+    Returns
+    -------
+    out_ptr : ndarray of shape (len(clients) + 1,)
+    values : ndarray of shape (out_ptr[-1], r)
+        Client ``clients[q]``'s rows of ``W_p`` on its items are ``values[out_ptr[q]:out_ptr[q
+        + 1]]``.
+    """
+    out_ptr = np.zeros(len(clients) + 1, dtype=np.int64)
+    np.cumsum(item_ptr[clients + 1] - item_ptr[clients], out=out_ptr[1:])
+    values = np.empty((out_ptr[-1], Vt.shape[1]))
+    _rated_w_steps_kernel(X.indptr, X.indices, np.asarray(X.data, dtype=np.float64),
+                          np.asarray(row_ptr, dtype=np.int64),
+                          np.asarray(clients, dtype=np.int64),
+                          np.ascontiguousarray(U, dtype=np.float64),
+                          np.ascontiguousarray(Vt, dtype=np.float64),
+                          np.ascontiguousarray(grams, dtype=np.float64),
+                          np.ascontiguousarray(scale, dtype=np.float64), float(confidence),
+                          float(alpha_v), float(d_factor), float(eps), int(n_steps), item_ptr,
+                          slot, bool(single), items, out_ptr, values)
+    return out_ptr, values
 
 
 def _entry_scores(X, U, Vt):
