@@ -14,7 +14,7 @@ from sklearn_fedmf import FedMAvg, FedMGS
 from sklearn_fedmf._data import split_clients
 from sklearn_fedmf._groups import make_groups
 from sklearn_fedmf._transport import client_generator
-from sklearn_fedmf.completion._implicit import implicit_user_factors
+from sklearn_fedmf.completion._implicit import implicit_user_factors, spd_solve
 from sklearn_fedmf.exceptions import FedMFWarning
 
 RTOL = 1e-10
@@ -220,3 +220,17 @@ def test_fedmgs_grouped_warm_start_continues_the_fit(monkeypatch):
     fit(got, X, codes)
     assert got.n_iter_ == 6
     np.testing.assert_allclose(got.components_, ref.components_, rtol=RTOL, atol=1e-14)
+
+
+def test_spd_solve_is_the_solution_and_falls_back_off_positive_definite():
+    rng = np.random.default_rng(9)
+    A = rng.normal(size=(6, 6))
+    b = rng.normal(size=6)
+    out, work = np.empty(6), np.empty((6, 6))
+    spd = A @ A.T + 0.1 * np.eye(6)
+    spd_solve(spd, b, work, out)
+    np.testing.assert_allclose(spd @ out, b, rtol=RTOL, atol=1e-12)
+    indefinite = A + A.T  # symmetric, eigenvalues of both signs: Cholesky stops
+    assert np.linalg.eigvalsh(indefinite)[0] < 0 < np.linalg.eigvalsh(indefinite)[-1]
+    spd_solve(indefinite, b, work, out)
+    np.testing.assert_allclose(out, np.linalg.solve(indefinite, b), rtol=RTOL)

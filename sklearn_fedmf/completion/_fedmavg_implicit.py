@@ -171,20 +171,6 @@ def batched_init_client(group, broadcast, stream, *, init_scale, client_weights)
                    enumerate(sizes.tolist())}
 
 
-def _transforms(grams, scale, n_steps, *, alpha_v, d_factor):
-    """``M_p^n_steps`` per client, taken step by step as :func:`w_steps` takes an unrated
-    row (module docstring)."""
-    r = grams.shape[-1]
-    out = np.empty_like(grams)
-    for q, (gram, s) in enumerate(zip(grams, scale)):
-        d = d_factor * max(s * lambda_max(gram) + alpha_v, EPS_LIPSCHITZ)
-        T = np.eye(r)
-        for _ in range(n_steps):
-            T = T - (s * (T @ gram) + alpha_v * T) / d
-        out[q] = T
-    return out
-
-
 def batched_client_update(state, group, broadcast, stream, active, selected, *, confidence,
                           alpha_u, alpha_v, d_factor, client_weights):
     """:func:`client_update` of the group's active clients: one solve call for their users;
@@ -204,11 +190,10 @@ def batched_client_update(state, group, broadcast, stream, active, selected, *, 
                                                        group.row_ptr[senders + 1].tolist())])
     q2 = broadcast["q2"]
     items, item_ptr = state["items"], state["item_ptr"]
-    out_ptr, values = rated_w_steps(
+    out_ptr, values, transforms = rated_w_steps(
         group.X, group.row_ptr, senders, U, Vt, grams, scale, confidence=confidence,
         alpha_v=alpha_v, d_factor=d_factor, eps=EPS_LIPSCHITZ, n_steps=q2, item_ptr=item_ptr,
         slot=state["slot"], single=state["single"], items=items)
-    transforms = _transforms(grams, scale, q2, alpha_v=alpha_v, d_factor=d_factor)
     return new, {group.start + i: {"W": TransformedRows(
         Vt, transforms[q], items[item_ptr[i]:item_ptr[i + 1]], values[out_ptr[q]:out_ptr[q + 1]])}
         for q, i in enumerate(senders.tolist())}

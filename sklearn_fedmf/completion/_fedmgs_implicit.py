@@ -67,6 +67,7 @@ from ._implicit import (
     implicit_objective,
     implicit_user_factors,
     packed_size,
+    spd_solve,
 )
 
 __all__ = ["make_implicit_protocol", "share", "server_solve"]
@@ -151,7 +152,7 @@ def _solve_items(total, base, out):
     """``out[j] = (base + G1_j)^{-1} G2_j``, each ``G1_j`` unpacked from its row of ``total``
     (one ``r x r`` system at a time: no ``n_items x r x r`` temporary)."""
     r = base.shape[0]
-    H = np.empty((r, r))
+    H, L = np.empty((r, r)), np.empty((r, r))
     for j in range(total.shape[0]):
         k = r
         for a in range(r):
@@ -159,7 +160,7 @@ def _solve_items(total, base, out):
                 H[a, e] = base[a, e] + total[j, k]
                 H[e, a] = H[a, e]
                 k += 1
-        out[j] = np.linalg.solve(H, total[j, :r].copy())
+        spd_solve(H, total[j, :r], L, out[j])
 
 
 def server_solve(total, grams, alpha_v):

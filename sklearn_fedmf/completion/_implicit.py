@@ -46,7 +46,7 @@ from numba import njit
 __all__ = ["IMPLICIT_ALPHA", "IMPLICIT_CONFIDENCE", "check_implicit_settings",
            "check_interactions", "group_item_sums", "implicit_item_gradient",
            "implicit_item_sums", "implicit_objective", "implicit_user_factors", "packed_size",
-           "rated_w_steps", "resolve_confidence", "unpack_gram"]
+           "rated_w_steps", "resolve_confidence", "spd_solve", "unpack_gram"]
 
 # The default ``solver_params["confidence"]``: ``"auto"`` is ``1 / mean strength`` (see
 # resolve_confidence).
@@ -89,11 +89,46 @@ def check_interactions(X):
             " Pass counts, ratings or ones.")
 
 
+@njit(cache=True, nogil=True, fastmath=True)
+def spd_solve(A, b, L, out):
+    """``out = A^{-1} b`` for a symmetric positive definite ``A`` by Cholesky (``L``: an
+    ``r x r`` work buffer; ``A`` and ``b`` unchanged): a third of the LU's flops and no
+    allocation, 4x faster than ``np.linalg.solve`` at ``r = 32``. A matrix that is not
+    numerically positive definite (a zero strength on a singular Gram) falls back to
+    ``np.linalg.solve``."""
+    r = A.shape[0]
+    for j in range(r):
+        d = A[j, j]
+        for k in range(j):
+            d -= L[j, k] * L[j, k]
+        if not d > 0.0:
+            out[:] = np.linalg.solve(A, b)
+            return
+        d = np.sqrt(d)
+        L[j, j] = d
+        for i in range(j + 1, r):
+            x = A[i, j]
+            for k in range(j):
+                x -= L[i, k] * L[j, k]
+            L[i, j] = x / d
+    for i in range(r):  # L y = b
+        x = b[i]
+        for k in range(i):
+            x -= L[i, k] * out[k]
+        out[i] = x / L[i, i]
+    for i in range(r - 1, -1, -1):  # L^T x = y
+        x = out[i]
+        for k in range(i + 1, r):
+            x -= L[k, i] * out[k]
+        out[i] = x / L[i, i]
+
+
 @njit(cache=True, nogil=True)
 def _user_solve_kernel(indptr, indices, data, rows, Vt, VtV, confidence, alpha, out):
     # the rows ``rows`` only (a group's active clients); the others of ``out`` untouched
     r = Vt.shape[1]
     A = np.empty((r, r))
+    L = np.empty((r, r))
     b = np.empty(r)
     for u in rows:
         A[:] = VtV
@@ -113,7 +148,7 @@ def _user_solve_kernel(indptr, indices, data, rows, Vt, VtV, confidence, alpha, 
         for a in range(r):  # (exactly symmetric, as the triangle was)
             for e in range(a):
                 A[a, e] = A[e, a]
-        out[u] = np.linalg.solve(A, b)
+        spd_solve(A, b, L, out[u])
 
 
 def implicit_user_factors(X, Vt, VtV, *, confidence, alpha_u, rows=None, out=None):
@@ -308,12 +343,13 @@ def group_item_sums(X, row_ptr, clients, U, U_old, *, confidence, item_ptr, slot
     return out_ptr, G, grams
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _rated_w_steps_kernel(indptr, indices, data, row_ptr, clients, U, Vt, grams, scale,
                           confidence, alpha_v, d_factor, eps, n_steps, item_ptr, slot, single,
-                          items, out_ptr, values):
+                          items, out_ptr, values, transforms):
     # client clients[q]'s rated rows of W_p (FedMAvg's W steps on them, from V) go to
-    # values[out_ptr[q]:out_ptr[q + 1]], in the order of its items
+    # values[out_ptr[q]:out_ptr[q + 1]], in the order of its items; its unrated rows' map
+    # M_p^n_steps to transforms[q]
     r = U.shape[1]
     for q in range(clients.shape[0]):
         i = clients[q]
@@ -335,14 +371,34 @@ def _rated_w_steps_kernel(indptr, indices, data, row_ptr, clients, U, Vt, grams,
         d = np.empty(k)
         for a in range(k):  # w_bounds's L_j, floored, times d_factor
             d[a] = d_factor * max(scale[q] * (lam + trace[a]) + alpha_v, eps)
+        # the unrated rows: one step is w <- w - (scale w gram + alpha_v w) / d_0, d_0 the
+        # bound without data (trace 0), taken on the identity as w_steps takes a row
+        d0 = d_factor * max(scale[q] * lam + alpha_v, eps)
+        T = np.eye(r)
+        for _ in range(n_steps):
+            T = T - (scale[q] * np.dot(T, gram) + alpha_v * T) / d0
+        transforms[q] = T
         grad = np.empty((k, r))
+        # a client of m < r/2 users: U_p^T U_p has rank m, w (U_p^T U_p) = sum_t (w.u_t) u_t
+        # costs 2 m r a row instead of r^2
+        low_rank = 2 * (row_ptr[i + 1] - row_ptr[i]) < r
         for _ in range(n_steps):
             for a in range(k):  # scale (U_p^T U_p) w_j + alpha_v w_j
                 for e in range(r):
-                    acc = 0.0
-                    for b in range(r):
-                        acc += W[a, b] * gram[b, e]
-                    grad[a, e] = scale[q] * acc + alpha_v * W[a, e]
+                    grad[a, e] = alpha_v * W[a, e]
+                if low_rank:
+                    for t in range(row_ptr[i], row_ptr[i + 1]):
+                        z = 0.0
+                        for e in range(r):
+                            z += W[a, e] * U[t, e]
+                        z *= scale[q]
+                        for e in range(r):
+                            grad[a, e] += z * U[t, e]
+                    continue
+                for b in range(r):  # (row-major: the inner loop vectorizes)
+                    wb = scale[q] * W[a, b]
+                    for e in range(r):
+                        grad[a, e] += wb * gram[b, e]
             for t in range(row_ptr[i], row_ptr[i + 1]):
                 for s in range(indptr[t], indptr[t + 1]):
                     a = s - first if single else slot[s]
@@ -363,7 +419,7 @@ def rated_w_steps(X, row_ptr, clients, U, Vt, grams, scale, *, confidence, alpha
     """FedMAvg's ``n_steps`` local W steps (:mod:`._fedmavg_implicit`) from ``V`` on the rated
     rows of several clients of a group in one call (each row its own step ``1 / (d_factor
     max(L_j, eps))``); the rows of the items a client never saw are the closed form
-    ``V M_p^n_steps`` and are not formed here.
+    ``V M_p^n_steps``: only ``M_p^n_steps`` is formed.
 
     Returns
     -------
@@ -371,10 +427,13 @@ def rated_w_steps(X, row_ptr, clients, U, Vt, grams, scale, *, confidence, alpha
     values : ndarray of shape (out_ptr[-1], r)
         Client ``clients[q]``'s rows of ``W_p`` on its items are ``values[out_ptr[q]:out_ptr[q
         + 1]]``.
+    transforms : ndarray of shape (len(clients), r, r)
+        ``M_p^n_steps``: its rows of the items it never saw are ``V M_p^n_steps``.
     """
     out_ptr = np.zeros(len(clients) + 1, dtype=np.int64)
     np.cumsum(item_ptr[clients + 1] - item_ptr[clients], out=out_ptr[1:])
     values = np.empty((out_ptr[-1], Vt.shape[1]))
+    transforms = np.empty((len(clients), Vt.shape[1], Vt.shape[1]))
     _rated_w_steps_kernel(X.indptr, X.indices, np.asarray(X.data, dtype=np.float64),
                           np.asarray(row_ptr, dtype=np.int64),
                           np.asarray(clients, dtype=np.int64),
@@ -383,8 +442,8 @@ def rated_w_steps(X, row_ptr, clients, U, Vt, grams, scale, *, confidence, alpha
                           np.ascontiguousarray(grams, dtype=np.float64),
                           np.ascontiguousarray(scale, dtype=np.float64), float(confidence),
                           float(alpha_v), float(d_factor), float(eps), int(n_steps), item_ptr,
-                          slot, bool(single), items, out_ptr, values)
-    return out_ptr, values
+                          slot, bool(single), items, out_ptr, values, transforms)
+    return out_ptr, values, transforms
 
 
 def _entry_scores(X, U, Vt):
