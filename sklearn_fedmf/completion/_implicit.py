@@ -359,7 +359,16 @@ def _rated_w_steps_kernel(indptr, indices, data, row_ptr, clients, U, Vt, grams,
         for a in range(k):
             W[a] = Vt[items[item_ptr[i] + a]]
         gram = grams[q]
-        lam = np.linalg.eigvalsh(gram)[-1] if r else 0.0
+        # a client of m < r/2 users: U_p^T U_p has rank m, w (U_p^T U_p) = sum_t (w.u_t) u_t
+        # costs 2 m r a row instead of r^2, and its nonzero spectrum is U_p U_p^T's (m x m)
+        m = row_ptr[i + 1] - row_ptr[i]
+        low_rank = 2 * m < r
+        if low_rank:
+            Up = U[row_ptr[i]:row_ptr[i + 1]]
+            K = np.dot(Up, Up.T)
+            lam = np.linalg.eigvalsh(K)[-1] if m else 0.0
+        else:
+            lam = np.linalg.eigvalsh(gram)[-1] if r else 0.0
         trace = np.zeros(k)
         first = indptr[row_ptr[i]]
         for t in range(row_ptr[i], row_ptr[i + 1]):
@@ -374,14 +383,20 @@ def _rated_w_steps_kernel(indptr, indices, data, row_ptr, clients, U, Vt, grams,
         # the unrated rows: one step is w <- w - (scale w gram + alpha_v w) / d_0, d_0 the
         # bound without data (trace 0), taken on the identity as w_steps takes a row
         d0 = d_factor * max(scale[q] * lam + alpha_v, eps)
-        T = np.eye(r)
-        for _ in range(n_steps):
-            T = T - (scale[q] * np.dot(T, gram) + alpha_v * T) / d0
-        transforms[q] = T
+        if low_rank:  # M^n = c I + U_p^T B U_p: M (c I + U^T B U) = beta c I + U^T (beta B -
+            # gamma c I - gamma K B) U, with M = beta I - gamma U^T U (m x m work a step)
+            beta, gamma = 1.0 - alpha_v / d0, scale[q] / d0
+            c_id, B = 1.0, np.zeros((m, m))
+            for _ in range(n_steps):
+                B = beta * B - gamma * np.dot(K, B) - gamma * c_id * np.eye(m)
+                c_id *= beta
+            transforms[q] = np.dot(Up.T, np.dot(B, Up)) + c_id * np.eye(r)
+        else:
+            T = np.eye(r)
+            for _ in range(n_steps):
+                T = T - (scale[q] * np.dot(T, gram) + alpha_v * T) / d0
+            transforms[q] = T
         grad = np.empty((k, r))
-        # a client of m < r/2 users: U_p^T U_p has rank m, w (U_p^T U_p) = sum_t (w.u_t) u_t
-        # costs 2 m r a row instead of r^2
-        low_rank = 2 * (row_ptr[i + 1] - row_ptr[i]) < r
         for _ in range(n_steps):
             for a in range(k):  # scale (U_p^T U_p) w_j + alpha_v w_j
                 for e in range(r):
