@@ -12,6 +12,7 @@ import sklearn_fedmf.completion._fedmavg_implicit as mavg
 import sklearn_fedmf.completion._fedmgs_implicit as mgs
 from sklearn_fedmf import FedMAvg, FedMGS
 from sklearn_fedmf._data import split_clients
+from sklearn_fedmf._engine import nbytes
 from sklearn_fedmf._groups import make_groups
 from sklearn_fedmf._transport import client_generator
 from sklearn_fedmf.completion._implicit import implicit_user_factors, spd_solve
@@ -42,6 +43,7 @@ def grouped(monkeypatch, on):
 def assert_message_close(got, want):
     np.testing.assert_array_equal(got["items"], want["items"])
     assert got["items"].dtype == want["items"].dtype  # (the same bytes on the wire)
+    assert nbytes(got) == nbytes(want)
     for key in ("G", "gram"):
         np.testing.assert_allclose(got[key], want[key], rtol=RTOL, atol=1e-13)
 
@@ -68,6 +70,8 @@ def test_fedmgs_batched_phases_equal_the_per_client_functions(rows_per_client):
             np.testing.assert_array_equal(mgs.client_state(state, group, i)["U"],
                                           ref_state["U"])
             assert_message_close(uploads[c], ref)
+            # a one-user group holds each message's rows as their factors (counted dense)
+            assert isinstance(uploads[c]["G"], mgs.OneUserChange) == (rows_per_client == 1)
     for group in groups:  # a round: some clients active, some of them sampled
         state = states[group.start]
         active = rng.random(group.n_clients) < 0.6
@@ -92,6 +96,7 @@ def test_fedmgs_batched_phases_equal_the_per_client_functions(rows_per_client):
                 np.testing.assert_allclose(got[key], ref_state[key], rtol=RTOL, atol=1e-14)
             if selected[i]:
                 assert_message_close(uploads[c], ref)
+                assert isinstance(uploads[c]["G"], mgs.OneUserChange) == (rows_per_client == 1)
         # the state round trip the per-client fallback relies on
         some = {i: mgs.client_state(new, group, i) for i in range(0, group.n_clients, 2)}
         back = mgs.with_client_states(state, group, some)
@@ -136,6 +141,27 @@ def test_fedmgs_grouped_fit_is_the_per_client_fit(rows_per_client, monkeypatch):
             assert a[key] == b[key]
         assert a["objective"] == pytest.approx(b["objective"], rel=RTOL)
     assert sum(r["n_failed"] for r in ref.history_) > 0  # dropout did drop clients
+
+
+
+def test_one_user_change_adds_as_its_dense_rows():
+    """The server adds a :class:`OneUserChange` as the rows it stands for."""
+    rng = np.random.default_rng(11)
+    r, n_items = 4, 9
+    items = np.array([1, 4, 5, 8])
+    change = mgs.OneUserChange(1.0 + rng.random(4), rng.normal(size=r), rng.normal(size=r))
+    dense = {"items": items, "G": np.asarray(change), "gram": rng.normal(size=(r, r))}
+    assert dense["G"].shape == change.shape and dense["G"].nbytes == change.nbytes
+    start = rng.normal(size=(n_items, r + r * (r + 1) // 2))
+    sums, grams = start.copy(), np.zeros((r, r))
+    mgs.add_messages(sums, grams, {0: {**dense, "G": change}})
+    want, want_grams = start.copy(), np.zeros((r, r))
+    mgs.add_messages(want, want_grams, {0: dense})
+    np.testing.assert_allclose(sums, want, rtol=RTOL, atol=1e-14)
+    # the rows are the client's aggregates' change (implicit_item_sums at u less at u_sent)
+    X = sp.csr_matrix((change.c - 1.0, items, [0, 4]), shape=(1, n_items))
+    ref = mgs.share(change.u[None], X, confidence=1.0, U_old=change.o[None])
+    np.testing.assert_allclose(np.asarray(change), ref["G"], rtol=RTOL, atol=1e-14)
 
 
 @pytest.mark.parametrize("rows_per_client", [1, 3])

@@ -70,7 +70,7 @@ from ._implicit import (
     spd_solve,
 )
 
-__all__ = ["make_implicit_protocol", "share", "server_solve"]
+__all__ = ["OneUserChange", "make_implicit_protocol", "share", "server_solve"]
 
 
 def init_server(rng, *, n_items, n_components, init_scale):
@@ -130,11 +130,78 @@ def _add_rows(sums, items, G):
             sums[items[q], a] += G[q, a]
 
 
+@njit(cache=True, nogil=True, fastmath=True)
+def _add_one_user(sums, items, c, u, o):
+    # OneUserChange's rows, added without forming them: [c_j (u - o), (c_j - 1) triu(D)]
+    r = u.shape[0]
+    D = np.empty(sums.shape[1] - r)
+    k = 0
+    for a in range(r):
+        for e in range(a, r):
+            D[k] = u[a] * u[e] - o[a] * o[e]
+            k += 1
+    for q in range(items.shape[0]):
+        row = sums[items[q]]
+        cq = c[q]
+        for a in range(r):
+            row[a] += cq * (u[a] - o[a])
+        w = cq - 1.0
+        for k in range(D.shape[0]):
+            row[r + k] += w * D[k]
+
+
+class OneUserChange:
+    """The ``G`` of a one-user client's change message, held as what it is made of.
+
+    A client of one user ``t`` sends, on each item ``j`` it interacted with, ``G2_j = c_tj
+    (u - u_sent)`` and ``G1_j = (c_tj - 1) (u u^T - u_sent u_sent^T)``: the same two factors
+    on every row. The simulation keeps ``c``, ``u`` and ``u_sent``, which the rows determine
+    when ``c_tj > 1``: with ``d = u - u_sent = G2_j / c_tj``, ``G1_j / (c_tj - 1) + d d^T =
+    u d^T + d u^T`` gives ``u``. The server adds the rows without forming them
+    (:func:`add_messages`): at one client per user the ``r + r (r + 1) / 2`` numbers per
+    interaction, written by the clients and read again by the server, were most of the
+    fit's time. The message is still the paper's dense rows: :attr:`nbytes` counts them
+    and ``np.asarray`` builds them.
+    """
+
+    __slots__ = ("c", "u", "o")
+
+    def __init__(self, c, u, o):
+        self.c, self.u, self.o = c, u, o
+
+    @property
+    def shape(self):
+        return (self.c.shape[0], packed_size(self.u.shape[0]))
+
+    @property
+    def dtype(self):
+        return self.u.dtype
+
+    @property
+    def nbytes(self):
+        """The dense rows' size: what the paper's client sends."""
+        return self.shape[0] * self.shape[1] * self.u.dtype.itemsize
+
+    def toarray(self):
+        rows, cols = np.triu_indices(self.u.shape[0])
+        D = np.outer(self.u, self.u)[rows, cols] - np.outer(self.o, self.o)[rows, cols]
+        return np.hstack([self.c[:, None] * (self.u - self.o),
+                          (self.c - 1.0)[:, None] * D])
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.toarray()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+
 def add_messages(sums, grams, uploads):
     """Add the uploads' changes to the running sums, in place, in client order."""
     for client in sorted(uploads):
         message = uploads[client]
-        _add_rows(sums, message["items"], message["G"])
+        G = message["G"]
+        if isinstance(G, OneUserChange):
+            _add_one_user(sums, message["items"], G.c, G.u, G.o)
+        else:
+            _add_rows(sums, message["items"], G)
         grams += message["gram"]
 
 
@@ -196,8 +263,18 @@ def combine_metrics(server_state, sums, *, alpha_v):
 # ---- the client phases for a group of clients (``_groups.BatchedPhases``) --------------------
 def _group_messages(state, group, clients, U_old, confidence):
     """The messages of the group's ``clients`` (local indices): their aggregates' changes
-    from ``U_old`` (zeros: the first message), as views of one call's arrays."""
+    from ``U_old`` (zeros: the first message), as views of one call's arrays (one-user
+    clients: :class:`OneUserChange`)."""
     items, item_ptr = state["items"], state["item_ptr"]
+    if state["single"]:  # (row i is client i's user)
+        U, c = state["U"], 1.0 + confidence * np.asarray(group.X.data, dtype=np.float64)
+        u, o = U[clients], U_old[clients]
+        grams = np.einsum("qa,qb->qab", u, u) - np.einsum("qa,qb->qab", o, o)
+        return {group.start + i: {"items": items[item_ptr[i]:item_ptr[i + 1]],
+                                  "G": OneUserChange(c[item_ptr[i]:item_ptr[i + 1]], u[q],
+                                                     o[q]),
+                                  "gram": grams[q]}
+                for q, i in enumerate(clients.tolist())}
     out_ptr, G, grams = group_item_sums(group.X, group.row_ptr, clients, state["U"], U_old,
                                         confidence=confidence, item_ptr=item_ptr,
                                         slot=state["slot"], single=state["single"])
