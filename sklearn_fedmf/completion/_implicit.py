@@ -194,37 +194,36 @@ SQUARE_FROM = 4
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _item_sums_kernel(indptr, indices, data, U, sign, items, confidence, G):
-    # item-major (``indptr`` of X transposed). From SQUARE_FROM interactions on, ``G1_j`` is
-    # summed as a full ``r x r`` square in a local buffer (fixed-length rows that vectorize,
-    # 4x faster at r = 32 than the triangle), then its upper triangle is added to G's row.
+def _item_sums_kernel(indptr, indices, data, U, U_old, items, confidence, G):
+    # item-major (``indptr`` of X transposed), the aggregates at U less those at U_old in one
+    # pass. From SQUARE_FROM interactions on, ``G1_j`` is summed as a full ``r x r`` square in
+    # a local buffer (fixed-length rows that vectorize, 4x faster at r = 32 than the
+    # triangle), then its upper triangle is added to G's row.
     r = U.shape[1]
     M = np.empty((r, r))
     for q in range(items.shape[0]):
         j = items[q]
         if indptr[j + 1] - indptr[j] < SQUARE_FROM:
             for s in range(indptr[j], indptr[j + 1]):
-                u = U[indices[s]]
+                u, o = U[indices[s]], U_old[indices[s]]
                 c = 1.0 + confidence * data[s]
                 k = r
                 for a in range(r):
-                    ua = sign * u[a]
-                    G[q, a] += c * ua
-                    w = (c - 1.0) * ua
+                    G[q, a] += c * (u[a] - o[a])
+                    w, wo = (c - 1.0) * u[a], (c - 1.0) * o[a]
                     for e in range(a, r):  # the upper triangle, row by row
-                        G[q, k + e - a] += w * u[e]
+                        G[q, k + e - a] += w * u[e] - wo * o[e]
                     k += r - a
             continue
         M[:] = 0.0
         for s in range(indptr[j], indptr[j + 1]):
-            u = U[indices[s]]
+            u, o = U[indices[s]], U_old[indices[s]]
             c = 1.0 + confidence * data[s]
             for a in range(r):
-                ua = sign * u[a]
-                G[q, a] += c * ua
-                w = (c - 1.0) * ua
+                G[q, a] += c * (u[a] - o[a])
+                w, wo = (c - 1.0) * u[a], (c - 1.0) * o[a]
                 for e in range(r):
-                    M[a, e] += w * u[e]
+                    M[a, e] += w * u[e] - wo * o[e]
         k = r
         for a in range(r):  # the upper triangle, row by row
             for e in range(a, r):
@@ -265,12 +264,12 @@ def implicit_item_sums(X, U, *, confidence, U_old=None):
     r = U.shape[1]
     G = np.zeros((items.size, packed_size(r)))
     if X.nnz:
-        data = np.asarray(Xt.data, dtype=np.float64)
-        for factors, sign in ((U, 1.0), (U_old, -1.0)):
-            if factors is not None:
-                _item_sums_kernel(Xt.indptr, Xt.indices, data,
-                                  np.ascontiguousarray(factors, dtype=np.float64), sign, items,
-                                  float(confidence), G)
+        U = np.ascontiguousarray(U, dtype=np.float64)
+        # (a first message: the change from zeros)
+        U_old = np.zeros_like(U) if U_old is None else np.ascontiguousarray(U_old,
+                                                                            dtype=np.float64)
+        _item_sums_kernel(Xt.indptr, Xt.indices, np.asarray(Xt.data, dtype=np.float64), U,
+                          U_old, items, float(confidence), G)
     return items, G
 
 
