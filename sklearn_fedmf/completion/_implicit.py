@@ -343,7 +343,7 @@ def group_item_sums(X, row_ptr, clients, U, U_old, *, confidence, item_ptr, slot
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _rated_w_steps_kernel(indptr, indices, data, row_ptr, clients, U, Vt, grams, scale,
+def _rated_w_steps_kernel(indptr, indices, data, row_ptr, clients, U, Vt, scale,
                           confidence, alpha_v, d_factor, eps, n_steps, item_ptr, slot, single,
                           items, out_ptr, values, transforms):
     # client clients[q]'s rated rows of W_p (FedMAvg's W steps on them, from V) go to
@@ -357,16 +357,18 @@ def _rated_w_steps_kernel(indptr, indices, data, row_ptr, clients, U, Vt, grams,
         W = values[lo:hi]
         for a in range(k):
             W[a] = Vt[items[item_ptr[i] + a]]
-        gram = grams[q]
         # a client of m < r/2 users: U_p^T U_p has rank m, w (U_p^T U_p) = sum_t (w.u_t) u_t
         # costs 2 m r a row instead of r^2, and its nonzero spectrum is U_p U_p^T's (m x m)
         m = row_ptr[i + 1] - row_ptr[i]
         low_rank = 2 * m < r
+        gram = np.empty((0, 0))  # (U_p^T U_p, formed only at full rank)
         if low_rank:
             Up = U[row_ptr[i]:row_ptr[i + 1]]
             K = np.dot(Up, Up.T)
             lam = np.linalg.eigvalsh(K)[-1] if m else 0.0
         else:
+            Up = U[row_ptr[i]:row_ptr[i + 1]]
+            gram = np.dot(Up.T, Up)
             lam = np.linalg.eigvalsh(gram)[-1] if r else 0.0
         trace = np.zeros(k)
         first = indptr[row_ptr[i]]
@@ -428,7 +430,7 @@ def _rated_w_steps_kernel(indptr, indices, data, row_ptr, clients, U, Vt, grams,
                     W[a, e] -= grad[a, e] / d[a]
 
 
-def rated_w_steps(X, row_ptr, clients, U, Vt, grams, scale, *, confidence, alpha_v, d_factor,
+def rated_w_steps(X, row_ptr, clients, U, Vt, scale, *, confidence, alpha_v, d_factor,
                   eps, n_steps, item_ptr, slot, single, items):
     """FedMAvg's ``n_steps`` local W steps (:mod:`._fedmavg_implicit`) from ``V`` on the rated
     rows of several clients of a group in one call (each row its own step ``1 / (d_factor
@@ -453,7 +455,6 @@ def rated_w_steps(X, row_ptr, clients, U, Vt, grams, scale, *, confidence, alpha
                           np.asarray(clients, dtype=np.int64),
                           np.ascontiguousarray(U, dtype=np.float64),
                           np.ascontiguousarray(Vt, dtype=np.float64),
-                          np.ascontiguousarray(grams, dtype=np.float64),
                           np.ascontiguousarray(scale, dtype=np.float64), float(confidence),
                           float(alpha_v), float(d_factor), float(eps), int(n_steps), item_ptr,
                           slot, bool(single), items, out_ptr, values, transforms)
