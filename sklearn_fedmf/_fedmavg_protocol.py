@@ -128,15 +128,22 @@ def weighted_sum(messages, weights):
     """``sum_p w_p W_p`` of dense uploads and :class:`~sklearn_fedmf._groups.ImplicitRows`
     (``scale * base`` but for the rated rows): an implicit upload costs its rated rows, the
     base is added once with the summed coefficients (one per column when the scale is)."""
-    total, bases = None, {}
+    total, bases, same = None, {}, {}
     for message, weight in zip(messages, weights):
         if isinstance(message, ImplicitRows):
             if total is None:
                 total = np.zeros(message.shape)
             coef = message.add_to(total, weight)
             if np.any(coef):
-                base, summed = bases.get(id(message.base), (message.base, 0.0))
-                bases[id(message.base)] = (base, summed + coef)
+                key = same.get(id(message.base))
+                if key is None:  # (a process backend unpickles one copy of V per task: the
+                    # copies share one coefficient, so the sum is the threads' to the bit)
+                    key = next((k for k, (b, _) in bases.items() if b.shape ==
+                                message.base.shape and np.array_equal(b, message.base)),
+                               id(message.base))
+                    same[id(message.base)] = key
+                base, summed = bases.get(key, (message.base, 0.0))
+                bases[key] = (base, summed + coef)
         elif total is None:
             total = weight * message
         else:

@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from joblib import parallel_backend
 
 import sklearn_fedmf.completion._fedmavg_implicit as mavg
 import sklearn_fedmf.completion._fedmgs_implicit as mgs
@@ -225,14 +226,18 @@ def test_fedmavg_batched_upload_is_the_per_client_w_phase(rows_per_client):
 
 
 @pytest.mark.parametrize("cls", [FedMAvg, FedMGS])
-def test_grouped_fit_does_not_depend_on_n_jobs(cls, monkeypatch):
+def test_grouped_fit_does_not_depend_on_n_jobs_or_backend(cls, monkeypatch):
     X = interactions(seed=5)
     grouped(monkeypatch, True)
     fits = [fit(cls(loss="implicit", n_components=3, max_iter=4, clients_per_round=0.5,
                     random_state=0, n_jobs=n_jobs), X, np.arange(X.shape[0]))
             for n_jobs in (1, 2)]
-    np.testing.assert_array_equal(fits[0].components_, fits[1].components_)
-    np.testing.assert_array_equal(fits[0].user_factors_, fits[1].user_factors_)
+    with parallel_backend("loky", n_jobs=2):  # (the messages cross processes)
+        fits.append(fit(cls(loss="implicit", n_components=3, max_iter=4, clients_per_round=0.5,
+                            random_state=0, n_jobs=2), X, np.arange(X.shape[0])))
+    for other in fits[1:]:
+        np.testing.assert_array_equal(other.components_, fits[0].components_)
+        np.testing.assert_array_equal(other.user_factors_, fits[0].user_factors_)
 
 
 def test_fedmgs_grouped_warm_start_continues_the_fit(monkeypatch):
