@@ -170,6 +170,11 @@ def run_set(label, frame, args):
     summarize(results)
 
 
+def ratio(a, b):
+    """``a / b``, nan when ``b`` is 0 (a small set where the reference hits no user)."""
+    return a / b if b else float("nan")
+
+
 def summarize(results):
     """The best federated row by HR@10 against most-popular and ALS (HR, NDCG, fit time)."""
     federated = {k: v for k, v in results.items() if "(" in k and not k.startswith("implicit")}
@@ -178,12 +183,12 @@ def summarize(results):
     best = max(federated, key=lambda k: federated[k][0])
     hr, ndcg, seconds = federated[best]
     pop_hr, pop_ndcg, _ = results["most popular"]
-    line = (f"best federated: {best}: HR@10 {hr / pop_hr:.2f}x and NDCG@10 "
-            f"{ndcg / pop_ndcg:.2f}x most-popular")
+    line = (f"best federated: {best}: HR@10 {ratio(hr, pop_hr):.2f}x and NDCG@10 "
+            f"{ratio(ndcg, pop_ndcg):.2f}x most-popular")
     if ALS in results:
         als_hr, als_ndcg, als_seconds = results[ALS]
-        line += (f"; {hr / als_hr:.2f}x ALS's HR@10, {ndcg / als_ndcg:.2f}x its NDCG@10, "
-                 f"{seconds / als_seconds:.1f}x its fit time")
+        line += (f"; {ratio(hr, als_hr):.2f}x ALS's HR@10, {ratio(ndcg, als_ndcg):.2f}x its "
+                 f"NDCG@10, {ratio(seconds, als_seconds):.1f}x its fit time")
     print(line, flush=True)
 
 
