@@ -14,7 +14,7 @@ repository ships neither) and a ``make_ratings`` set (``--synthetic-ratings``,
 6,040 x 3,706 with ``--synthetic-ratings 1000000``). Rows: the most popular
 items; each completion estimator with its defaults through ``RatingRegressor`` under
 ``loss="implicit"`` (the ratings as the interactions' strengths) and under
-``loss="squared"`` (``recommend``'s default ``min_support``, and 0 with ``--sweep``);
+``loss="squared"`` (``recommend``'s default ``min_support``, and each value of ``--sweep``);
 ``implicit``'s ``AlternatingLeastSquares(factors=64, regularization=0.05)`` and
 ``BayesianPersonalizedRanking(factors=64)`` (centralized, on the binary interactions) when
 ``implicit`` is installed (the ``bench`` extra). Prints HR, NDCG and recall at 10 and 20,
@@ -161,7 +161,7 @@ def run_set(label, frame, args):
                 reg.fit(train[["userId", "movieId"]], train.rating.to_numpy())
                 seconds = time.perf_counter() - start
             mb = megabytes_per_round(reg.estimator_.history_)
-            for support in (supports if loss == "squared" else [MIN_SUPPORT]):
+            for support in supports:
                 lists, _ = reg.recommend(test_users, n=max(KS), min_support=support)
                 report(f"{name} ({loss}, min_support={support})", lists, seconds, mb)
     for name, make in implicit_models(args.quick, args.threads).items():
