@@ -8,6 +8,7 @@
     python benchmarks/bench_accuracy.py --all-defaults        # the defaults table (below)
     python benchmarks/bench_accuracy.py --all-defaults --quick
     python benchmarks/bench_accuracy.py --all-defaults --movielens-dir DIR  # adds ml-100k
+    python benchmarks/bench_accuracy.py --all-defaults --data ml-1m --movielens-dir DIR1M
 
 ``--all-defaults``: the table of the tuning guide. On every data set of ``bench_defaults.py``
 (MovieLens and its subsets, the ``make_ratings`` shapes and the site-like sets of
@@ -16,9 +17,10 @@ seed 0: a user may have none in training and gets the fallback), every completio
 and variant with **all its defaults** (``random_state=0`` only) through ``RatingRegressor``,
 beside the global mean and Surprise's ``BaselineOnly`` and ``SVD()``; test RMSE, then the fit
 seconds. ``role`` says whether the defaults were chosen on the set (``CHOSEN_ON``, or
-``AUTO_CHOSEN_ON`` for the ``"auto"`` strengths) or it only confirms them. ``ml-100k`` is the
-real MovieLens 100K (``u.data``) read from ``--movielens-dir``, a local copy that the
-repository does not ship: a confirmation set, in the table only when the folder is given.
+``AUTO_CHOSEN_ON`` for the ``"auto"`` strengths) or it only confirms them. ``ml-100k`` and
+``ml-1m`` are the real MovieLens 100K (``u.data``) and 1M (``ratings.dat``) read from
+``--movielens-dir`` (given once per folder), local copies that the repository does not ship:
+confirmation sets, in the table only when a folder holding them is given.
 
 The data sets are those of ``bench_defaults.py`` (``ml``, ``ml-users``, ``ml-items``,
 ``1m-0.5``, ``1m-1.0``, ``10m-0.5``, ``10m-1.0``; see its docstring), each with an 80/20
@@ -41,6 +43,7 @@ script says so and prints the federated rows.
 import argparse
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -62,16 +65,35 @@ ALL_DATA = ("ml,ml-users,ml-items,1m-0.5,1m-1.0,100k-0.8,filmtrust,douban,epinio
             "netflix-100k")
 SEARCHED = "regularization,alpha_u,alpha_v"
 REAL_100K = "ml-100k"  # MovieLens 100K from --movielens-dir (never committed)
+REAL_1M = "ml-1m"  # MovieLens 1M from --movielens-dir (never committed)
+# the real releases read from --movielens-dir: set name -> (load_movielens variant, file)
+REAL_SETS = {REAL_100K: ("100k", "u.data"), REAL_1M: ("1m", "ratings.dat")}
+
+
+def movielens_folder(name, folders):
+    """The folder of ``folders`` (``--movielens-dir``, given once per release) that holds the
+    real MovieLens release ``name`` (``ml-100k``: ``u.data``; ``ml-1m``: ``ratings.dat``), or
+    None."""
+    file = REAL_SETS[name][1]
+    return next((f for f in folders or () if (Path(f) / file).is_file()), None)
+
+
+def load_real(name, folders, return_df=False):
+    """The real MovieLens release ``name`` from ``--movielens-dir``; a clear exit without it."""
+    folder = movielens_folder(name, folders)
+    if folder is None:
+        variant, file = REAL_SETS[name]
+        raise SystemExit(f"{name} reads MovieLens {variant.upper()} from --movielens-dir DIR "
+                         f"(a folder holding its {file}); it is not in the repository.")
+    return load_movielens(REAL_SETS[name][0], path=folder, return_df=return_df)
 
 
 def load_set(name, quick=False, movielens_dir=None):
-    """A data set of ``bench_defaults.py``, or the real MovieLens 100K (``ml-100k``)."""
-    if name != REAL_100K:
+    """A data set of ``bench_defaults.py``, or a real MovieLens release (``ml-100k``,
+    ``ml-1m``) from the folders ``movielens_dir``."""
+    if name not in REAL_SETS:
         return load(name, quick=quick)
-    if movielens_dir is None:
-        raise SystemExit(f"--data {REAL_100K} reads MovieLens 100K from --movielens-dir DIR "
-                         "(the folder of its u.data); it is not in the repository.")
-    return load_movielens("100k", path=movielens_dir).X.tocsr()
+    return load_real(name, movielens_dir).X.tocsr()
 
 
 def errors(pred, X_test):
@@ -232,15 +254,16 @@ def main():
                         help="GridSearchCV (every candidate for all rounds), not halving")
     parser.add_argument("--rounds", type=int, default=PROTOCOL["max_iter"],
                         help="rounds of every federated fit (the search's largest resource)")
-    parser.add_argument("--movielens-dir", default=None,
-                        help=f"folder of a MovieLens 100K copy (u.data): --data {REAL_100K}, "
-                             "and with --all-defaults a row of its own")
+    parser.add_argument("--movielens-dir", action="append", default=None,
+                        help=f"folder of a MovieLens 100K copy (u.data: --data {REAL_100K}) "
+                             f"or 1M copy (ratings.dat: --data {REAL_1M}), once per folder; "
+                             "with --all-defaults each found release is a row of its own")
     args = parser.parse_args()
-    if args.movielens_dir is None:
-        print(f"(no --movielens-dir: the real MovieLens 100K, --data {REAL_100K}, is left out)")
+    found = [n for n in REAL_SETS if movielens_folder(n, args.movielens_dir)]
+    for name in sorted(set(REAL_SETS) - set(found)):
+        print(f"(no --movielens-dir holding {REAL_SETS[name][1]}: the real {name} is left out)")
     if args.all_defaults:
-        data = args.data or ("filmtrust" if args.quick else ALL_DATA + (
-            f",{REAL_100K}" if args.movielens_dir else ""))
+        data = args.data or ("filmtrust" if args.quick else ",".join([ALL_DATA, *found]))
         models = {k: DEFAULT_MODELS[k] for k in names_of(
             args.estimators if args.estimators != ",".join(ESTIMATORS) else
             ",".join(DEFAULT_MODELS), DEFAULT_MODELS, "--estimators")}

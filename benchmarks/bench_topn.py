@@ -3,15 +3,18 @@ beside most-popular and ``implicit``'s ALS and BPR.
 
 Leave-one-out, full ranking: one rating per user drawn at random
 (``leave_one_out_split(random_state=seed)``) is held out, every item the user did not rate
-in training is ranked, and the held-out item is the one relevant item. Data sets: the
+in training is ranked, and the held-out item is the one relevant item (``--holdout latest``:
+each user's latest rating instead, on the sets with timestamps). Data sets: the
 embedded ml-latest-small (100,836 ratings, 610 users), MovieLens 100K (100,000 ratings,
-943 users; read from ``--movielens-dir``, the folder holding its ``u.data``, and skipped
-with a note when it is not given) and a ``make_ratings`` set (``--synthetic-ratings``,
+943 users) and MovieLens 1M (1,000,209 ratings, 6,040 users; issue 27's set), both read from
+``--movielens-dir`` (given once per folder: the one holding ``u.data`` is 100K, the one
+holding ``ratings.dat`` is 1M; a set without its folder is skipped with a note; the
+repository ships neither) and a ``make_ratings`` set (``--synthetic-ratings``,
 100,000 by default on 2,000 users x 1,000 items; 1,000,000 on the ML-1M shape
 6,040 x 3,706 with ``--synthetic-ratings 1000000``). Rows: the most popular
 items; each completion estimator with its defaults through ``RatingRegressor`` under
 ``loss="implicit"`` (the ratings as the interactions' strengths) and under
-``loss="squared"`` (``recommend``'s default ``min_support``, and 0 with ``--sweep``);
+``loss="squared"`` (``recommend``'s default ``min_support``, and each value of ``--sweep``);
 ``implicit``'s ``AlternatingLeastSquares(factors=64, regularization=0.05)`` and
 ``BayesianPersonalizedRanking(factors=64)`` (centralized, on the binary interactions) when
 ``implicit`` is installed (the ``bench`` extra). Prints HR, NDCG and recall at 10 and 20,
@@ -29,6 +32,8 @@ fit times compare the same thread count.
     python benchmarks/bench_topn.py           # ml-latest-small and the small synthetic set
     python benchmarks/bench_topn.py --movielens-dir DIR --synthetic-ratings 1000000 \
         --losses implicit --threads 2         # the issue's table (DIR: ml-100k's folder)
+    python benchmarks/bench_topn.py --sets ml-1m --movielens-dir DIR1M --losses implicit \
+        --estimators FedMGS,FedMAvg           # issue 27's targets on MovieLens 1M
     python benchmarks/bench_topn.py --synthetic-ratings 1000000 --sets synthetic \
         --estimators FedMGS,FedMAvg
 """
@@ -39,6 +44,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
+from bench_accuracy import REAL_SETS, load_real, movielens_folder
 from threadpoolctl import threadpool_limits
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, RatingRegressor, RFRec
@@ -104,7 +110,9 @@ def megabytes_per_round(history):
 def run_set(label, frame, args):
     if args.quick:
         frame = frame[frame.userId % 10 == 0]
-    train, test = leave_one_out_split(frame, random_state=args.seed)
+    latest = args.holdout == "latest" and "timestamp" in frame
+    train, test = leave_one_out_split(frame, timestamp_col="timestamp" if latest else None,
+                                      random_state=args.seed)
     X, user_ids, item_ids = ratings_to_matrix(train)
     test_users = test.userId.to_numpy()
     rows = np.searchsorted(user_ids, test_users)
@@ -116,7 +124,8 @@ def run_set(label, frame, args):
     clients = train.userId.to_numpy() if args.one_client_per_user else None
 
     print(f"\n{label}{' (one user in ten)' if args.quick else ''}: {len(train):,} training "
-          f"ratings, {len(test)} users with one held-out rating (random, seed {args.seed}), "
+          f"ratings, {len(test)} users with one held-out rating "
+          f"({'the latest' if latest else f'random, seed {args.seed}'}), "
           f"full ranking over {X.shape[1]:,} items; recommend's default min_support="
           f"{MIN_SUPPORT}{'; one client per user' if args.one_client_per_user else ''}")
     header = ("model", *(f"{m}@{k}" for k in KS for m in ("HR", "NDCG", "recall")),
@@ -155,13 +164,18 @@ def run_set(label, frame, args):
                 reg.fit(train[["userId", "movieId"]], train.rating.to_numpy(), clients=clients)
                 seconds = time.perf_counter() - start
             mb = megabytes_per_round(reg.estimator_.history_)
-            for support in (supports if loss == "squared" else [MIN_SUPPORT]):
+            for support in supports:
                 lists, _ = reg.recommend(test_users, n=max(KS), min_support=support)
                 report(f"{name} ({loss}, min_support={support})", lists, seconds, mb)
     for name, make in implicit_models(args.quick, args.threads).items():
         ids, seconds = fit_implicit(make, X, rows)
         report(name, item_ids[ids], seconds)
     summarize(results)
+
+
+def ratio(a, b):
+    """``a / b``, nan when ``b`` is 0 (a small set where the reference hits no user)."""
+    return a / b if b else float("nan")
 
 
 def summarize(results):
@@ -172,12 +186,12 @@ def summarize(results):
     best = max(federated, key=lambda k: federated[k][0])
     hr, ndcg, seconds = federated[best]
     pop_hr, pop_ndcg, _ = results["most popular"]
-    line = (f"best federated: {best}: HR@10 {hr / pop_hr:.2f}x and NDCG@10 "
-            f"{ndcg / pop_ndcg:.2f}x most-popular")
+    line = (f"best federated: {best}: HR@10 {ratio(hr, pop_hr):.2f}x and NDCG@10 "
+            f"{ratio(ndcg, pop_ndcg):.2f}x most-popular")
     if ALS in results:
         als_hr, als_ndcg, als_seconds = results[ALS]
-        line += (f"; {hr / als_hr:.2f}x ALS's HR@10, {ndcg / als_ndcg:.2f}x its NDCG@10, "
-                 f"{seconds / als_seconds:.1f}x its fit time")
+        line += (f"; {ratio(hr, als_hr):.2f}x ALS's HR@10, {ratio(ndcg, als_ndcg):.2f}x its "
+                 f"NDCG@10, {ratio(seconds, als_seconds):.1f}x its fit time")
     print(line, flush=True)
 
 
@@ -186,10 +200,15 @@ def main():
     parser.add_argument("--quick", action="store_true", help="smoke run (seconds)")
     parser.add_argument("--sweep", default="", help="extra min_support values, e.g. 0,5,50")
     parser.add_argument("--seed", type=int, default=0, help="seed of the held-out ratings")
-    parser.add_argument("--sets", default="movielens,ml-100k,synthetic",
-                        help="comma-separated: movielens (ml-latest-small), ml-100k, synthetic")
-    parser.add_argument("--movielens-dir", default=None,
-                        help="the folder of MovieLens 100K (its u.data) for the ml-100k set")
+    parser.add_argument("--sets", default="movielens,ml-100k,ml-1m,synthetic",
+                        help="comma-separated: movielens (ml-latest-small), ml-100k, ml-1m, "
+                             "synthetic")
+    parser.add_argument("--movielens-dir", action="append", default=None,
+                        help="a folder of MovieLens 100K (its u.data: ml-100k) or 1M (its "
+                             "ratings.dat: ml-1m); once per folder")
+    parser.add_argument("--holdout", choices=("random", "latest"), default="random",
+                        help="the held-out rating of each user: one at random (seeded) or "
+                             "the latest (sets with timestamps; the synthetic set: random)")
     parser.add_argument("--losses", default="implicit,squared",
                         help="comma-separated losses of the federated rows")
     parser.add_argument("--threads", type=int, default=1,
@@ -203,15 +222,16 @@ def main():
     args = parser.parse_args()
     sets = args.sets.split(",")
     if "movielens" in sets:
-        frame = load_movielens(return_df=True).frame[["userId", "movieId", "rating"]]
+        frame = load_movielens(return_df=True).frame[["userId", "movieId", "rating",
+                                                      "timestamp"]]
         run_set("ml-latest-small", frame, args)
-    if "ml-100k" in sets:
-        if args.movielens_dir is None:
-            print("\nml-100k: skipped (pass --movielens-dir DIR, the folder holding u.data)")
+    for name in [n for n in REAL_SETS if n in sets]:
+        if movielens_folder(name, args.movielens_dir) is None:
+            print(f"\n{name}: skipped (pass --movielens-dir DIR, the folder holding "
+                  f"{REAL_SETS[name][1]})")
         else:
-            frame = load_movielens("100k", path=args.movielens_dir,
-                                   return_df=True).frame[["userId", "movieId", "rating"]]
-            run_set("ml-100k", frame, args)
+            frame = load_real(name, args.movielens_dir, return_df=True).frame
+            run_set(name, frame[["userId", "movieId", "rating", "timestamp"]], args)
     if "synthetic" in sets:
         frame = synthetic_frame(args.synthetic_ratings, args.seed)
         run_set(f"make_ratings ({args.synthetic_ratings:,} ratings)", frame, args)

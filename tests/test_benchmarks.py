@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -47,3 +48,29 @@ def test_benchmark_smoke_run(script, args, expected, tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert expected in done.stdout, done.stdout[-2000:]
+
+
+def test_topn_reads_movielens_1m_from_its_folder(tmp_path):
+    """``--movielens-dir`` is told apart by its file: a folder holding ``ratings.dat`` is the
+    ml-1m set (here a small made-up one in its format), and a set without its folder is
+    skipped with a note."""
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "ml-1m"
+    folder.mkdir()
+    users = np.repeat(np.arange(1, 201), 25)
+    items = np.concatenate([rng.choice(np.arange(1, 201), 25, replace=False) for _ in range(200)])
+    lines = [f"{u}::{i}::{rng.integers(1, 6)}::{978300000 + k}"
+             for k, (u, i) in enumerate(zip(users, items))]
+    (folder / "ratings.dat").write_text("\n".join(lines) + "\n")
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_topn.py"), "--quick", "--sets",
+         "ml-100k,ml-1m", "--movielens-dir", str(folder), "--estimators", "FedMGS",
+         "--losses", "implicit", "--holdout", "latest"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ml-100k: skipped" in done.stdout, done.stdout[-2000:]
+    # --quick keeps users 10, 20, ..., 200 (userId % 10 == 0): 20 held-out ratings
+    assert "ml-1m (one user in ten): 480 training ratings, 20 users" in done.stdout
+    assert "(the latest)" in done.stdout
+    assert "FedMGS (implicit, min_support=20)" in done.stdout
