@@ -6,6 +6,7 @@ Usage::
     python benchmarks/bench_secure.py --quick   # smoke run: n = 5, 20, vectors of 1,000
     python benchmarks/bench_secure.py --estimators            # fits, plain against secure
     python benchmarks/bench_secure.py --estimators --ml-1m --repeats 3  # the target
+    python benchmarks/bench_secure.py --estimators --ml-1m --rounds default  # whole fits
 
 Each client uploads a float vector of length ``d`` (standard normal); the default encoding
 (``clip = 2^16``, ``scale_bits = 24``, 64-bit ring). Every phase of the protocol runs in this
@@ -71,8 +72,9 @@ def fit_seconds(est, X, clients):
 
 def bench_estimators(X, max_iter, repeats, only=None):
     clients = np.arange(X.shape[0])  # one client per user
+    rounds = "default rounds and early stopping" if max_iter is None else f"{max_iter} rounds"
     print(f"{X.shape[0]:,} users (one client each) x {X.shape[1]:,} items, {X.nnz:,} ratings, "
-          f"10% of the clients per round, {max_iter} rounds, median of {repeats} fits")
+          f"10% of the clients per round, {rounds}, median of {repeats} fits")
     header = (f"{'estimator':<12} {'plain s':>8} {'secure s':>9} {'ratio':>6} "
               f"{'outside s':>13} {'round s':>11} {'ratio':>6} "
               f"{'MB/round plain':>15} {'MB/round secure':>16} {'kB/client':>10} "
@@ -82,8 +84,9 @@ def bench_estimators(X, max_iter, repeats, only=None):
     for name, (cls, params, plain_extra, attribute) in ESTIMATORS.items():
         if only is not None and name not in only:
             continue
-        params = dict(params, n_clients=X.shape[0], clients_per_round=0.1, max_iter=max_iter,
-                      random_state=0)
+        params = dict(params, n_clients=X.shape[0], clients_per_round=0.1, random_state=0)
+        if max_iter is not None:  # (None: the estimator's default max_iter)
+            params["max_iter"] = max_iter
         fit_seconds(cls(**dict(params, max_iter=1), **plain_extra), X, clients)  # (compiles)
         times, fitted = {"plain": [], "secure": []}, {}
         for _ in range(repeats):
@@ -104,6 +107,8 @@ def bench_estimators(X, max_iter, repeats, only=None):
                               for r in secure.history_]) / 1e3
         a, b = getattr(plain, attribute), getattr(secure, attribute)
         diff = float(np.max(np.abs(a - b)) / max(np.max(np.abs(a)), 1e-300))
+        if max_iter is None:  # rounds run (early stopping may end a fit before max_iter)
+            print(f"{name}: {len(plain.history_)} rounds plain, {len(secure.history_)} secure")
         print(f"{name:<12} {t_plain:>8.2f} {t_secure:>9.2f} {t_secure / t_plain:>6.1f} "
               f"{outside['plain']:>6.1f}/{outside['secure']:<6.1f} "
               f"{rounds['plain']:>5.2f}/{rounds['secure']:<5.2f} "
@@ -135,7 +140,9 @@ def main():
     parser.add_argument("--ml-1m", action="store_true",
                         help="--estimators on make_ratings(6040, 3706, 1_000_000), the "
                              "MovieLens-1M shape (the issue's target)")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds per fit (--estimators)")
+    parser.add_argument("--rounds", default="5",
+                        help="rounds per fit (--estimators), or 'default': each estimator's "
+                             "default max_iter and early stopping (whole fits)")
     parser.add_argument("--repeats", type=int, default=None,
                         help="fits per estimator and kind, median printed (--estimators; "
                              "default 3 with --ml-1m, else 1)")
@@ -152,7 +159,10 @@ def main():
         unknown = set() if only is None else only - set(ESTIMATORS)
         if unknown:
             parser.error(f"unknown estimators {sorted(unknown)}; among {list(ESTIMATORS)}")
-        bench_estimators(X, args.rounds, repeats, only)
+        if args.rounds != "default" and not args.rounds.isdigit():
+            parser.error(f"--rounds must be a number or 'default', got {args.rounds!r}")
+        bench_estimators(X, None if args.rounds == "default" else int(args.rounds), repeats,
+                         only)
         return
     sizes = (5, 20) if args.quick else (10, 100)
     d = args.length or (1_000 if args.quick else 10_000)

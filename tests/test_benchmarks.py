@@ -33,6 +33,9 @@ SMOKE_RUNS = [
     ("bench_accuracy.py", [], "RFRec (tuned)"),
     ("bench_fed_baseline.py", [], "running sums of the latest uploads"),
     ("bench_secure.py", [], "total (wall)"),
+    # whole default fits, plain against secure (early stopping: 20,000 ratings validate)
+    ("bench_secure.py", ["--estimators", "--only", "FedBaseline", "--rounds", "default"],
+     "rounds plain,"),
     ("bench_topn.py", [], "FedMGS (implicit, min_support=20)"),
     ("bench_fit_time.py", ["--runs", "1", "--estimators", "FedMAvg"], "FedMAvg (defaults)"),
 ]

@@ -21,6 +21,7 @@ from sklearn_fedmf.secure._crypto import (  # noqa: E402
 from sklearn_fedmf.secure._shamir import (  # noqa: E402
     PRIME,
     evaluate,
+    lagrange_at_zero,
     reconstruct,
     split,
     split_many,
@@ -90,6 +91,26 @@ def test_shamir_coefficients_are_uniform():
     draws = [split(4, [1, 2], 2, rng, prime=11)[1] for _ in range(4400)]
     counts = np.bincount(draws, minlength=11)
     assert stats.chisquare(counts).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("n_points", [1, 2, 3, 20, 39])
+def test_lagrange_weights_are_the_definition(n_points):
+    # l_j(0) = prod_{m != j} x_m / (x_m - x_j) mod p, each inverse on its own (the batched
+    # inversion must give the same field elements), at ids up to 2^32 as the protocol's
+    rng = np.random.default_rng(n_points)
+    points = [int(x) for x in rng.choice(2**32, size=n_points, replace=False) + 1]
+    expected = []
+    for j, xj in enumerate(points):
+        num = den = 1
+        for m, xm in enumerate(points):
+            if m != j:
+                num, den = num * xm % PRIME, den * (xm - xj) % PRIME
+        expected.append(num * pow(den, -1, PRIME) % PRIME)
+    assert lagrange_at_zero(points) == expected
+    # and they interpolate: f(0) of a random polynomial of degree n_points - 1
+    coefficients = [int.from_bytes(rng.bytes(32), "little") % PRIME for _ in range(n_points)]
+    values = [evaluate(coefficients, x) for x in points]
+    assert sum(w * y for w, y in zip(expected, values)) % PRIME == coefficients[0]
 
 
 def test_shamir_validation():

@@ -111,14 +111,31 @@ def split(secret, points, threshold, rng=None, prime=PRIME):
 def lagrange_at_zero(points, prime=PRIME):
     """The Lagrange weights ``l_j(0)`` of the distinct ``points``: ``f(0) = sum_j l_j f(x_j)``
     for every polynomial of degree below ``len(points)``. Computed once per set of points."""
-    weights = []
+    points = list(points)
+    n = len(points)
+    # numerators prod_{m != j} x_m from prefix and suffix products
+    prefix, suffix = [1] * (n + 1), [1] * (n + 1)
+    for j, x in enumerate(points):
+        prefix[j + 1] = prefix[j] * x % prime
+    for j in range(n - 1, -1, -1):
+        suffix[j] = suffix[j + 1] * points[j] % prime
+    dens = []
     for j, xj in enumerate(points):
-        num, den = 1, 1
+        den = 1  # (unreduced: for the protocol's small points, cheaper than a reduction a step)
         for m, xm in enumerate(points):
             if m != j:
-                num = num * xm % prime
-                den = den * (xm - xj) % prime
-        weights.append(num * pow(den, -1, prime) % prime)
+                den *= xm - xj
+        dens.append(den % prime)
+    # one modular inverse for all the denominators (Montgomery's batch inversion): the
+    # inverse of their product, then each inverse from the running products
+    running = [1] * (n + 1)
+    for j, den in enumerate(dens):
+        running[j + 1] = running[j] * den % prime
+    inverse = pow(running[n], -1, prime)
+    weights = [0] * n
+    for j in range(n - 1, -1, -1):
+        weights[j] = prefix[j] * suffix[j + 1] % prime * (inverse * running[j] % prime) % prime
+        inverse = inverse * dens[j] % prime
     return weights
 
 
