@@ -15,6 +15,7 @@ from sklearn_fedmf.completion._implicit import (
     implicit_item_gradient,
     implicit_item_sums,
     implicit_objective,
+    implicit_rank,
     implicit_user_factors,
     packed_size,
     unpack_gram,
@@ -246,7 +247,19 @@ def test_predictions_are_unclipped_scores_without_biases():
     assert not hasattr(est, "item_bias_") and est.mean_ == 0.0
     np.testing.assert_allclose(est.predict(X), est.transform(X) @ est.components_,
                                rtol=1e-12)
-    assert est._n_components == 3 and FedMGS(loss="implicit")._n_components == 32
+    assert est._rank() == 3 and FedMGS(loss="implicit")._rank(100_000) == 32
+
+
+def test_default_implicit_rank_grows_with_the_interactions():
+    # 32 at 100,000 interactions, the fifth root of their number, in steps of 8, <= n_items
+    ranks = [implicit_rank(32, n, 10_000) for n in (1e4, 1e5, 2.5e5, 1e6, 3.2e6, 1e3)]
+    assert ranks == [24, 32, 40, 48, 64, 16] and implicit_rank(32, 1e6, 20) == 20
+    # a default fit (FedMAvg and FedMGS: n_components=None) takes the rank of its count
+    X = interactions(seed=2, n_users=60, n_items=40)
+    for cls in (FedMAvg, FedMGS):
+        est = fit(cls, X, n_clients=3, max_iter=1)
+        assert est.components_.shape[0] == implicit_rank(32, X.nnz, 40) == 8
+        assert fit(cls, X, n_clients=3, max_iter=1, n_components=5).components_.shape[0] == 5
 
 
 @pytest.mark.parametrize("cls", [FedMAvg, FedMGS])

@@ -43,6 +43,7 @@ from ..exceptions import UnobservedItemsWarning
 from ._implicit import (
     IMPLICIT_CONFIDENCE,
     check_interactions,
+    implicit_rank,
     implicit_user_factors,
     resolve_confidence,
 )
@@ -79,8 +80,8 @@ COMPLETION_DOCS: dict = {
 }
 # n_components=None: the rank of ``_loss_defaults`` for the loss (FedMAvg, FedMGS)
 COMPLETION_DOCS["n_components_by_loss"] = SHARED_PARAMETERS["n_components"] + """
-None: 5 with ``loss="squared"``, 32 with ``loss="implicit"`` (measured on the
-embedded MovieLens: rank 5 ranks poorly, 64 costs FedMGS's ``r^2`` messages)."""
+None: 5 with ``loss="squared"``; with ``loss="implicit"``, 32 at 100,000 interactions,
+growing with their number (48 at 1M: :func:`~sklearn_fedmf.completion._implicit.implicit_rank`)."""
 COMPLETION_DOCS["solver_shared"] = "\n".join(
     [COMPLETION_DOCS["solver_center"], COMPLETION_DOCS["solver_simulation"]])
 # FedMAvg's and FedMGS's tail of keys: the implicit confidence, the regularizer, the start
@@ -262,13 +263,15 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
             return self._loss_defaults[name][int(self._implicit)]
         return value
 
-    @property
-    def _n_components(self):
-        """The rank of this fit (None: the loss's default, at most the number of items)."""
-        if self.n_components is None:
-            default = self._loss_default("n_components")
-            return min(default, getattr(self, "n_features_in_", default))
-        return self.n_components
+    def _rank(self, n_interactions=100_000):
+        """The rank of a fit on ``n_interactions`` ratings: ``n_components``, or None's default
+        for the loss (under ``loss="implicit"``, :func:`implicit_rank`), at most ``n_items``."""
+        if self.n_components is not None:
+            return self.n_components
+        default = self._loss_default("n_components")
+        n_items = getattr(self, "n_features_in_", default)
+        return implicit_rank(default, n_interactions, n_items) if self._implicit else min(
+            default, n_items)
 
     def _engine_params(self):
         params = super()._engine_params()
@@ -343,9 +346,9 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
                     'loss="implicit" solves each user exactly (a ridge system); set '
                     "solver_params['l1_ratio'] to 0 and solver_params['positive'] to False.")
         n_items = X.shape[1]
-        if self._n_components > n_items:
+        if self._rank() > n_items:
             raise ValueError(
-                f"n_components={self._n_components} is larger than the number of items "
+                f"n_components={self._rank()} is larger than the number of items "
                 f"({n_items}); the rank cannot exceed the number of columns."
             )
         eval_X = None
@@ -386,9 +389,10 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
                 "validated": rule is not None,
                 # the validation ratings were held out of X (not the caller's eval_set)
                 "held_out": rule is not None and rule.rename}
-        if self._implicit:  # (warm start: the scale of the first fit)
+        if self._implicit:  # (warm start: the scale and the rank of the first fit)
             info["confidence"] = self.confidence_ if ctx.warm else resolve_confidence(
                 settings["confidence"], float(X.data.mean()))
+        info["rank"] = self.components_.shape[0] if ctx.warm else self._rank(X.nnz)
         return replace(ctx, X=X, info=info), rule
 
     def _collect(self, state, blocks, ctx):

@@ -362,7 +362,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
                                  f'"{variant}" is a baseline of the ratings\' papers.')
             return make_implicit_protocol(
                 n_items=ctx.n_features, n_clients=ctx.n_clients,
-                n_components=self._n_components, local_iter_v=q2,
+                n_components=ctx.info["rank"], local_iter_v=q2,
                 q_hat=settings["q_hat"], q2_first=q2_schedule(1, q2, settings["q_hat"]),
                 participation=settings["participation"],
                 aggregation=settings["aggregation"]
@@ -376,7 +376,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
                 self.alpha_u == self.alpha_v == "auto"):
             shrinkages, item_bias = variant_bias_settings(self._auto(ctx), ctx.X, item_bias)
         return make_protocol(
-            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self._n_components,
+            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=ctx.info["rank"],
             variant=variant, local_iter_u=self.local_iter_u,
             local_iter_v=self.local_iter_v if self.local_iter_v or not paper else 10,
             q_hat=settings["q_hat"], participation=settings["participation"],

@@ -214,7 +214,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
             check_implicit_settings(self, ctx)
             return make_implicit_protocol(
                 n_items=ctx.n_features, n_clients=ctx.n_clients,
-                n_components=self._n_components, alpha_u=alpha_u, alpha_v=alpha_v,
+                n_components=ctx.info["rank"], alpha_u=alpha_u, alpha_v=alpha_v,
                 confidence=ctx.info["confidence"], init_scale=settings["init_scale"])
         auto = "auto" in (alpha_u, alpha_v)
         if ctx.warm and auto != ("ss" in self._federation.server_state):
@@ -223,7 +223,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
         settings = self._settings()
         item_bias, user_shrinkage = self._bias_start(ctx)
         return make_protocol(
-            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self._n_components,
+            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=ctx.info["rank"],
             local_iter_u=self.local_iter_u, local_iter_v=self.local_iter_v,
             c_factor=settings["c_factor"], d_factor=settings["d_factor"],
             alpha_u=alpha_u, alpha_v=alpha_v, l1_ratio=settings["l1_ratio"],

@@ -94,6 +94,7 @@ def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, n
         if estimator._implicit:  # the sites' mean strength sets "auto"'s confidence scale
             info["confidence"] = estimator.confidence_ = resolve_confidence(
                 estimator._settings()["confidence"], float(mean))
+        info["rank"] = estimator._rank(int(n_ratings))  # (implicit: grows with the count)
         if hasattr(estimator, "_scale_info"):  # RFRec: the scale the sites divide by
             offset = info["offset"]  # sum (r - offset)^2 from the sums of r^2 and r
             centred = (sum_squares or 0.0) - n_ratings * offset * (2 * float(mean) - offset)
