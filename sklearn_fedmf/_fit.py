@@ -63,7 +63,7 @@ from ._engine import (
 )
 from ._groups import ClientGroup, GroupedTransport, GroupStates, make_groups, segments
 from ._joblib_backend import dask_client
-from ._kernels import rank_in_rows
+from ._kernels import parallel_kernels, rank_in_rows
 from .exceptions import ConvergenceWarning, DegenerateFitWarning
 
 __all__ = [
@@ -425,9 +425,12 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         blocks = self._make_groups(ctx) if self._grouped(protocol, ctx) else self._make_blocks(ctx)
         # The parallelism is across clients; BLAS threads on the small per-client products
         # only fight over the cores (measured: 100x slower dot products on a busy machine).
-        # On a Dask backend the blocks go to the workers once for the whole fit.
+        # On a Dask backend the blocks go to the workers once for the whole fit. The client
+        # phases this thread runs itself (one worker) may split their row kernels over
+        # numba's thread count (_kernels.parallel_kernels; the engine's workers never do).
         start = self._federation.n_rounds if warm else 0
-        with threadpool_limits(limits=1, user_api="blas"), resident_blocks(blocks):
+        with threadpool_limits(limits=1, user_api="blas"), resident_blocks(blocks), \
+                parallel_kernels(dask_client() is None):
             # (a family without validation keeps the three-argument _run)
             state = (self._run(protocol, blocks, ctx) if early_stopping is None
                      else self._run(protocol, blocks, ctx, early_stopping))
