@@ -378,6 +378,11 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
     def _collect(self, state, blocks, ctx):
         """Set the family's fitted attributes from the final ``FederationState``."""
 
+    def _start_bytes(self, ctx):
+        """``(up, down)``: bytes of the exchanges a fresh fit makes before the protocol's
+        start (default: none); counted in the first round's record with the start's."""
+        return 0, 0
+
     def _before_rounds(self, protocol, state, blocks):
         """The federation state the first round starts from (default: as initialized)."""
         return state
@@ -479,6 +484,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         else:
             state, init_bytes = initialize_federation(protocol, clients, entropy=ctx.entropy,
                                                       n_jobs=self.n_jobs)
+            init_bytes = tuple(a + b for a, b in zip(init_bytes, self._start_bytes(ctx)))
             state = self._before_rounds(protocol, state, blocks)
         report = None
         if early_stopping is not None and ctx.info.get("report_X") is not None:
