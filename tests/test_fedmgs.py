@@ -2,6 +2,9 @@
 sharing per-item data aggregates from which the server rebuilds the exact gradient."""
 
 
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
 import numpy as np
 import pytest
 
@@ -263,3 +266,33 @@ def test_auto_strength_with_weighted_penalties_and_warm_start():
                     warm_start=True, random_state=0).fit(X)
     with pytest.raises(ValueError, match="warm_start cannot switch"):
         model.set_params(alpha_u="auto", alpha_v="auto").fit(X)
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2,
+                    reason="numba has one thread here (NUMBA_NUM_THREADS=1): nothing to split")
+def test_default_fit_does_not_depend_on_the_kernels_thread_count(monkeypatch):
+    """The fit's row kernels and FedMGS's item-by-item share split their owned outputs over
+    numba's thread count: one thread and two give the same model and history, bit for bit."""
+    X = make_ratings(600, 300, 30_000, noise=0.5, random_state=0).X
+    pieces = []
+    submit = ThreadPoolExecutor.submit
+
+    def counting(pool, kernel, *args):
+        pieces.append(kernel.__name__)
+        return submit(pool, kernel, *args)
+
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", counting)
+    fits, before = [], numba.get_num_threads()
+    try:
+        for threads in (1, 2):
+            numba.set_num_threads(threads)
+            fits.append(_FedMGS(n_clients=2, max_iter=6, random_state=0).fit(X))
+    finally:
+        numba.set_num_threads(before)
+    assert {"_prox_grad_range", "share_items", "row_outers"} <= set(pieces)
+    one, two = fits
+    np.testing.assert_array_equal(one.components_, two.components_)
+    np.testing.assert_array_equal(one.user_factors_, two.user_factors_)
+    drop = ("seconds",)
+    assert ([{k: v for k, v in r.items() if k not in drop} for r in one.history_]
+            == [{k: v for k, v in r.items() if k not in drop} for r in two.history_])

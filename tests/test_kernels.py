@@ -5,6 +5,10 @@ Every block has empty rows, empty columns and explicit zeros (observed ratings e
 which must count as observations). Tests use small float64 blocks, so dense oracles are cheap.
 """
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -12,8 +16,10 @@ import scipy.sparse as sp
 from sklearn_fedmf._kernels import (
     grad_cols,
     grad_rows,
+    parallel_kernels,
     prox_grad_rows,
     ridge_fold_in,
+    shifted_data_and_row_sums,
     squared_error,
     values_at,
 )
@@ -264,3 +270,66 @@ def test_replace_and_accumulate_matches_numpy():
     replace_and_accumulate(Z_i, total, W, Y, beta)
     _assert_close(total, expected_total)
     _assert_close(Z_i, expected_z)
+
+
+# ---- rows split over threads (_kernels.split_rows): the same bits for any thread count ----
+needs_two_threads = pytest.mark.skipif(
+    numba.config.NUMBA_NUM_THREADS < 2,
+    reason="numba has one thread here (NUMBA_NUM_THREADS=1): nothing to split")
+
+
+@needs_two_threads
+def test_split_row_kernels_give_the_serial_bits(monkeypatch):
+    """``prox_grad_rows`` and ``shifted_data_and_row_sums`` inside ``parallel_kernels`` (rows
+    in pieces on two threads) give exactly the values of the same call in one piece."""
+    X, _, _ = _block(3, n_rows=700, n_items=60, density=0.3)
+    U, Wt = _factors(4, 700, 60)
+    L = np.full(U.shape, 40.0)
+    shift, weight = Wt[:, 0].copy(), Wt[:, 1].copy()
+
+    def run():
+        out = np.empty_like(U)
+        prox_grad_rows(X.indptr, X.indices, X.data, U, Wt, L, 7, 0.01, 1.0, False, 0.3, out)
+        return (out, *shifted_data_and_row_sums(X.indptr, X.indices, X.data, shift, weight))
+
+    serial = run()
+    pieces = []
+    submit = ThreadPoolExecutor.submit
+
+    def counting(pool, kernel, lo, hi, *args):
+        pieces.append((lo, hi))
+        return submit(pool, kernel, lo, hi, *args)
+
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", counting)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(2)
+        with parallel_kernels() as on:
+            assert on
+            threaded = run()
+    finally:
+        numba.set_num_threads(before)
+    assert len(pieces) >= 4  # (each kernel ran in several pieces)
+    for a, b in zip(serial, threaded):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_parallel_kernels_has_one_owner_per_process():
+    """Another thread asking while a fit holds the parallel kernels gets the serial ones; the
+    owner's nested request stays on; ``enabled=False`` is off."""
+    seen = []
+
+    def probe():
+        with parallel_kernels() as on:
+            seen.append(on)
+
+    with parallel_kernels() as outer:
+        worker = threading.Thread(target=probe)
+        worker.start()
+        worker.join()
+        with parallel_kernels() as inner:
+            assert outer and inner and seen == [False]
+    with parallel_kernels(enabled=False) as off:
+        assert not off
+    probe()  # (released: the next owner gets it)
+    assert seen == [False, True]

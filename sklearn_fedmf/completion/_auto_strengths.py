@@ -187,8 +187,8 @@ def start_bytes(X, codes, n_clients, bias_start=True, passes=0):
     the engine counts messages (8-byte numbers, item indices of ``X.indices``' type).
 
     With ``k_p`` the items client ``p`` rated: up, its two sums (sum of squares, between
-    users) and per rated item its index, count and sum (``16 + k_p (i + 16)`` bytes, ``i``
-    the index size), then (``bias_start``: the factors carry biases) its per-item sums of
+    users), its number of users with a rating, and per rated item its index, count and sum
+    (``24 + k_p (i + 16)`` bytes, ``i`` the index size), then (``bias_start``: the factors carry biases) its per-item sums of
     ``x - b_u`` (``8 k_p``); down, the scale and ``lambda_u`` (16 bytes). Each of the
     ``passes`` more (FedMAvg's ``"fedmc_admm"``
     variant, :func:`variant_bias_settings`) sends ``b_i`` on the client's rated items down
@@ -199,7 +199,7 @@ def start_bytes(X, codes, n_clients, bias_start=True, passes=0):
     pattern = sp.csr_matrix((np.ones(X.nnz), X.indices, X.indptr), shape=X.shape)
     rated = (owner @ pattern).nnz  # sum_p k_p (a sort of the pairs took 10x longer)
     index = X.indices.dtype.itemsize
-    up = 16 * n_clients + rated * (index + 16) + 8 * rated * (bool(bias_start) + passes)
+    up = 24 * n_clients + rated * (index + 16) + 8 * rated * (bool(bias_start) + passes)
     down = 16 * n_clients + 8 * rated * passes
     return up, down
 
