@@ -36,6 +36,7 @@ __all__ = [
     "shifted_data_and_row_sums",
     "rank_in_rows",
     "parallel_kernels",
+    "row_tasks",
     "split_rows",
 ]
 
@@ -80,16 +81,24 @@ def parallel_kernels(enabled=True):
         _PARALLEL_OWNER.release()
 
 
+def row_tasks(n_rows):
+    """Into how many pieces :func:`split_rows` cuts ``n_rows`` rows here (1: one call in
+    this thread)."""
+    n_threads = numba.get_num_threads() if _PARALLEL.get() else 1
+    n_tasks = min(2 * n_threads, n_rows // MIN_ROWS_PER_TASK)
+    return n_tasks if n_threads >= 2 and n_tasks >= 2 else 1
+
+
 def split_rows(kernel, n_rows, *args):
     """``kernel(lo, hi, *args)`` over the rows ``0:n_rows``: in one call, or, inside
     :func:`parallel_kernels`, in contiguous pieces (at least ``MIN_ROWS_PER_TASK`` rows,
     about two per thread) on a thread pool. ``kernel`` must write rows ``lo:hi`` of its
     outputs only, each from its own inputs (owned outputs)."""
-    n_threads = numba.get_num_threads() if _PARALLEL.get() else 1
-    n_tasks = min(2 * n_threads, n_rows // MIN_ROWS_PER_TASK)
-    if n_threads < 2 or n_tasks < 2:
+    n_tasks = row_tasks(n_rows)
+    if n_tasks < 2:
         kernel(0, n_rows, *args)
         return
+    n_threads = numba.get_num_threads()
     if n_threads not in _POOL:
         _POOL[n_threads] = ThreadPoolExecutor(n_threads, "sklearn_fedmf_kernel")
     edges = np.linspace(0, n_rows, n_tasks + 1).astype(np.int64).tolist()

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 
 from .. import _biases
 from .._groups import BatchedPhases, ImplicitRows, user_rows_state, with_user_rows
-from .._kernels import split_rows
+from .._kernels import row_tasks, split_rows
 from .._prox import row_alpha
 from .._transport import client_generator
 from ._auto_strengths import start_user_biases
@@ -98,7 +98,9 @@ def group_share(state, group, clients, biased, sum_squares=False):
                 for q, i in enumerate(clients.tolist())}
     G, grams = np.empty((out_ptr[-1], r + r * r)), np.empty((len(clients), r, r))
     ss = np.empty(len(clients))
-    if "col_ptr" in state and len(clients) == 1:  # one client of many users: item by item
+    # one client of many users, its items split over threads: item by item (the same sums;
+    # in one piece the row-major kernel below is 1.2-1.4x faster, measured)
+    if "col_ptr" in state and len(clients) == 1 and row_tasks(len(items)) > 1:
         return {group.start: _share_item_major(state, X, U, cols, shift_col, G, sum_squares)}
     share_kernel(X.indptr, X.indices, X.data, group.row_ptr, clients, U, cols, shift_col,
                  item_ptr, state["slot"], state["single"], out_ptr, G, grams, ss)
