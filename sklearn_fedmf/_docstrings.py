@@ -90,9 +90,8 @@ SHARED_PARAMETERS = {
         "``SeedSequence`` spawned per round and client; no global random state)."),
     "n_jobs": (
         "Parallel local updates (joblib; threads unless a backend is configured). The model\n"
-        "does not depend on it. Clients run in the fit's own thread (``n_jobs=None`` or 1, or\n"
-        "rounds too small to dispatch) split their row kernels over ``numba.get_num_threads()``\n"
-        "threads, as scikit-learn's OpenMP estimators do (``NUMBA_NUM_THREADS``; same model)."),
+        "does not depend on it. A round whose clients run in one batch (one sampled client, or\n"
+        "too little work to dispatch) splits their row kernels over the ``n_jobs`` threads."),
     "verbose": "1 shows a progress bar, 2 a line per round.",
     "secure_aggregation": (
         "Sum every round's uploads by secure aggregation (SecAgg+ over the transport,\n"

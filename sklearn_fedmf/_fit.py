@@ -41,6 +41,7 @@ from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
+from joblib import effective_n_jobs
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils._param_validation import (
     HasMethods,
@@ -430,12 +431,13 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         blocks = self._make_groups(ctx) if self._grouped(protocol, ctx) else self._make_blocks(ctx)
         # The parallelism is across clients; BLAS threads on the small per-client products
         # only fight over the cores (measured: 100x slower dot products on a busy machine).
-        # On a Dask backend the blocks go to the workers once for the whole fit. The client
-        # phases this thread runs itself (one worker) may split their row kernels over
-        # numba's thread count (_kernels.parallel_kernels; the engine's workers never do).
+        # On a Dask backend the blocks go to the workers once for the whole fit. A round
+        # whose clients this thread runs itself (one batch) splits their row kernels over the
+        # n_jobs threads (_kernels.parallel_kernels; the engine's workers never do).
         start = self._federation.n_rounds if warm else 0
+        threads = effective_n_jobs(self.n_jobs) if dask_client() is None else 1
         with threadpool_limits(limits=1, user_api="blas"), resident_blocks(blocks), \
-                parallel_kernels(dask_client() is None):
+                parallel_kernels(threads):
             # (a family without validation keeps the three-argument _run)
             state = (self._run(protocol, blocks, ctx) if early_stopping is None
                      else self._run(protocol, blocks, ctx, early_stopping))

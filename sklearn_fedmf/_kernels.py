@@ -21,7 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-import numba
 import numpy as np
 from numba import njit
 
@@ -52,60 +51,75 @@ _inline = njit(cache=True, nogil=True, inline="always")
 # aborts on launches from two threads at once.
 MIN_ROWS_PER_TASK = 64
 
-# Whether this thread's kernels may use threads (:func:`parallel_kernels`). A new thread
-# starts with the default, False: the engine's worker threads and processes (clients run
+# How many threads this thread's kernels may use (:func:`parallel_kernels`). A new thread
+# starts with the default, 1: the engine's worker threads and processes (clients run
 # ``n_jobs`` at a time) run the kernels in one piece, so the threads never nest.
-_PARALLEL = ContextVar("sklearn_fedmf_parallel_kernels", default=False)
+_THREADS = ContextVar("sklearn_fedmf_kernel_threads", default=1)
 _PARALLEL_OWNER = threading.RLock()  # one owner per process: the pool is never shared
-_POOL = {}  # n_threads -> ThreadPoolExecutor, made on first use, kept for the process
+_POOL = {}  # n_threads -> ThreadPoolExecutor of n_threads - 1, made on first use
 
 
 @contextmanager
-def parallel_kernels(enabled=True):
+def parallel_kernels(n_threads=2):
     """Let the row kernels called by this thread inside the ``with`` split their rows over
-    ``numba.get_num_threads()`` threads (``NUMBA_NUM_THREADS`` or ``numba.set_num_threads``;
-    joblib's worker processes set it to their share of the cores).
+    ``n_threads`` threads (this one and ``n_threads - 1`` of a pool).
 
-    A fit holds it while it runs its clients' phases in its own thread. Only one thread of a
-    process holds it at a time (a fit started meanwhile in another thread of the process runs
-    its kernels in one piece). Yields whether it is on. The results do not depend on it.
+    A fit holds it with ``n_jobs`` threads while it runs its clients' phases: a round whose
+    clients run in the fit's own thread (one batch) splits their rows instead. Only one
+    thread of a process holds it at a time (a fit started meanwhile in another thread of the
+    process runs its kernels in one piece). Yields the number of threads granted (1: off).
+    The results do not depend on it.
     """
-    if not enabled or not _PARALLEL_OWNER.acquire(blocking=False):
-        yield False
+    if n_threads < 2 or not _PARALLEL_OWNER.acquire(blocking=False):
+        yield 1
         return
-    token = _PARALLEL.set(True)
+    token = _THREADS.set(int(n_threads))
     try:
-        yield True
+        yield int(n_threads)
     finally:
-        _PARALLEL.reset(token)
+        _THREADS.reset(token)
         _PARALLEL_OWNER.release()
 
 
 def row_tasks(n_rows):
     """Into how many pieces :func:`split_rows` cuts ``n_rows`` rows here (1: one call in
     this thread)."""
-    n_threads = numba.get_num_threads() if _PARALLEL.get() else 1
-    n_tasks = min(2 * n_threads, n_rows // MIN_ROWS_PER_TASK)
+    n_threads = _THREADS.get()
+    n_tasks = min(4 * n_threads, n_rows // MIN_ROWS_PER_TASK)
     return n_tasks if n_threads >= 2 and n_tasks >= 2 else 1
 
 
 def split_rows(kernel, n_rows, *args):
     """``kernel(lo, hi, *args)`` over the rows ``0:n_rows``: in one call, or, inside
     :func:`parallel_kernels`, in contiguous pieces (at least ``MIN_ROWS_PER_TASK`` rows,
-    about two per thread) on a thread pool. ``kernel`` must write rows ``lo:hi`` of its
-    outputs only, each from its own inputs (owned outputs)."""
+    about four per thread) taken in turn by this thread and the pool's. ``kernel`` must
+    write rows ``lo:hi`` of its outputs only, each from its own inputs (owned outputs).
+
+    This thread works too and the pool's threads only take the pieces left: a pool thread
+    that is not scheduled in time takes none (its task is cancelled)."""
     n_tasks = row_tasks(n_rows)
     if n_tasks < 2:
         kernel(0, n_rows, *args)
         return
-    n_threads = numba.get_num_threads()
+    n_threads = _THREADS.get()
     if n_threads not in _POOL:
-        _POOL[n_threads] = ThreadPoolExecutor(n_threads, "sklearn_fedmf_kernel")
+        _POOL[n_threads] = ThreadPoolExecutor(n_threads - 1, "sklearn_fedmf_kernel")
     edges = np.linspace(0, n_rows, n_tasks + 1).astype(np.int64).tolist()
-    futures = [_POOL[n_threads].submit(kernel, lo, hi, *args)
-               for lo, hi in zip(edges[:-1], edges[1:])]
-    for future in futures:
-        future.result()
+    pieces, lock = iter(range(n_tasks)), threading.Lock()
+
+    def work():
+        while True:
+            with lock:
+                q = next(pieces, None)
+            if q is None:
+                return
+            kernel(edges[q], edges[q + 1], *args)
+
+    helpers = [_POOL[n_threads].submit(work) for _ in range(n_threads - 1)]
+    work()
+    for helper in helpers:
+        if not helper.cancel():  # (started: it may hold a piece)
+            helper.result()
 
 
 @_inline

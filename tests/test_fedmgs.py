@@ -2,12 +2,11 @@
 sharing per-item data aggregates from which the server rebuilds the exact gradient."""
 
 
-from concurrent.futures import ThreadPoolExecutor
-
-import numba
 import numpy as np
 import pytest
 
+import sklearn_fedmf._kernels as kernels
+import sklearn_fedmf.completion._fedmgs_batched as fedmgs_batched
 import sklearn_fedmf.completion._fedmgs_protocol as fedmgs
 from sklearn_fedmf import FedMGS as _FedMGS
 from sklearn_fedmf._engine import nbytes
@@ -268,29 +267,25 @@ def test_auto_strength_with_weighted_penalties_and_warm_start():
         model.set_params(alpha_u="auto", alpha_v="auto").fit(X)
 
 
-@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2,
-                    reason="numba has one thread here (NUMBA_NUM_THREADS=1): nothing to split")
-def test_default_fit_does_not_depend_on_the_kernels_thread_count(monkeypatch):
-    """The fit's row kernels and FedMGS's item-by-item share split their owned outputs over
-    numba's thread count: one thread and two give the same model and history, bit for bit."""
-    X = make_ratings(600, 300, 30_000, noise=0.5, random_state=0).X
-    pieces = []
-    submit = ThreadPoolExecutor.submit
+def test_a_one_batch_round_splits_its_kernels_over_n_jobs_threads_with_the_same_bits(
+        monkeypatch):
+    """A round run in the fit's own thread (one client here) splits the user steps and
+    FedMGS's item-by-item share over the ``n_jobs`` threads: ``n_jobs=1`` and ``n_jobs=2``
+    give the same model and history, bit for bit."""
+    X = make_ratings(300, 300, 15_000, noise=0.5, random_state=0).X
+    split = []
+    original = kernels.split_rows
 
-    def counting(pool, kernel, *args):
-        pieces.append(kernel.__name__)
-        return submit(pool, kernel, *args)
+    def recording(kernel, n_rows, *args):
+        if kernels.row_tasks(n_rows) > 1:
+            split.append(kernel.__name__)
+        return original(kernel, n_rows, *args)
 
-    monkeypatch.setattr(ThreadPoolExecutor, "submit", counting)
-    fits, before = [], numba.get_num_threads()
-    try:
-        for threads in (1, 2):
-            numba.set_num_threads(threads)
-            fits.append(_FedMGS(n_clients=2, max_iter=6, random_state=0).fit(X))
-    finally:
-        numba.set_num_threads(before)
-    assert {"_prox_grad_range", "share_items", "row_outers"} <= set(pieces)
-    one, two = fits
+    for module in (kernels, fedmgs_batched):
+        monkeypatch.setattr(module, "split_rows", recording)
+    one, two = (_FedMGS(n_clients=1, max_iter=6, random_state=0, n_jobs=n_jobs).fit(X)
+                for n_jobs in (1, 2))
+    assert {"_prox_grad_range", "share_items", "row_outers"} <= set(split)
     np.testing.assert_array_equal(one.components_, two.components_)
     np.testing.assert_array_equal(one.user_factors_, two.user_factors_)
     drop = ("seconds",)

@@ -6,13 +6,12 @@ which must count as observations). Tests use small float64 blocks, so dense orac
 """
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
-import numba
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import sklearn_fedmf._kernels as kernels
 from sklearn_fedmf._kernels import (
     grad_cols,
     grad_rows,
@@ -273,15 +272,9 @@ def test_replace_and_accumulate_matches_numpy():
 
 
 # ---- rows split over threads (_kernels.split_rows): the same bits for any thread count ----
-needs_two_threads = pytest.mark.skipif(
-    numba.config.NUMBA_NUM_THREADS < 2,
-    reason="numba has one thread here (NUMBA_NUM_THREADS=1): nothing to split")
-
-
-@needs_two_threads
 def test_split_row_kernels_give_the_serial_bits(monkeypatch):
-    """``prox_grad_rows`` and ``shifted_data_and_row_sums`` inside ``parallel_kernels`` (rows
-    in pieces on two threads) give exactly the values of the same call in one piece."""
+    """``prox_grad_rows`` and ``shifted_data_and_row_sums`` inside ``parallel_kernels(2)``
+    (rows in pieces, this thread and a pool's) give exactly the values of one piece."""
     X, _, _ = _block(3, n_rows=700, n_items=60, density=0.3)
     U, Wt = _factors(4, 700, 60)
     L = np.full(U.shape, 40.0)
@@ -294,42 +287,37 @@ def test_split_row_kernels_give_the_serial_bits(monkeypatch):
 
     serial = run()
     pieces = []
-    submit = ThreadPoolExecutor.submit
+    original = kernels._prox_grad_range
 
-    def counting(pool, kernel, lo, hi, *args):
+    def counting(lo, hi, *args):
         pieces.append((lo, hi))
-        return submit(pool, kernel, lo, hi, *args)
+        return original(lo, hi, *args)
 
-    monkeypatch.setattr(ThreadPoolExecutor, "submit", counting)
-    before = numba.get_num_threads()
-    try:
-        numba.set_num_threads(2)
-        with parallel_kernels() as on:
-            assert on
-            threaded = run()
-    finally:
-        numba.set_num_threads(before)
-    assert len(pieces) >= 4  # (each kernel ran in several pieces)
+    monkeypatch.setattr(kernels, "_prox_grad_range", counting)
+    with parallel_kernels(2) as granted:
+        assert granted == 2
+        threaded = run()
+    assert len(pieces) == 8 and sorted(pieces)[0][0] == 0 and sorted(pieces)[-1][1] == 700
     for a, b in zip(serial, threaded):
         np.testing.assert_array_equal(a, b)
 
 
 def test_parallel_kernels_has_one_owner_per_process():
-    """Another thread asking while a fit holds the parallel kernels gets the serial ones; the
-    owner's nested request stays on; ``enabled=False`` is off."""
+    """Another thread asking while a fit holds the kernels' threads gets one thread; the
+    owner's nested request keeps its threads; one thread is off."""
     seen = []
 
     def probe():
-        with parallel_kernels() as on:
-            seen.append(on)
+        with parallel_kernels(2) as granted:
+            seen.append(granted)
 
-    with parallel_kernels() as outer:
+    with parallel_kernels(2) as outer:
         worker = threading.Thread(target=probe)
         worker.start()
         worker.join()
-        with parallel_kernels() as inner:
-            assert outer and inner and seen == [False]
-    with parallel_kernels(enabled=False) as off:
-        assert not off
+        with parallel_kernels(2) as inner:
+            assert outer == inner == 2 and seen == [1]
+    with parallel_kernels(1) as off:
+        assert off == 1
     probe()  # (released: the next owner gets it)
-    assert seen == [False, True]
+    assert seen == [1, 2]
