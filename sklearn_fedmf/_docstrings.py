@@ -90,7 +90,8 @@ SHARED_PARAMETERS = {
         "``SeedSequence`` spawned per round and client; no global random state)."),
     "n_jobs": (
         "Parallel local updates (joblib; threads unless a backend is configured). The model\n"
-        "does not depend on it."),
+        "does not depend on it. A round whose clients run in one batch (one sampled client, or\n"
+        "too little work to dispatch) splits their row kernels over the ``n_jobs`` threads."),
     "verbose": "1 shows a progress bar, 2 a line per round.",
     "secure_aggregation": (
         "Sum every round's uploads by secure aggregation (SecAgg+ over the transport,\n"

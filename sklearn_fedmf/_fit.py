@@ -41,6 +41,7 @@ from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
+from joblib import effective_n_jobs
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils._param_validation import (
     HasMethods,
@@ -63,7 +64,7 @@ from ._engine import (
 )
 from ._groups import ClientGroup, GroupedTransport, GroupStates, make_groups, segments
 from ._joblib_backend import dask_client
-from ._kernels import rank_in_rows
+from ._kernels import parallel_kernels, rank_in_rows
 from .exceptions import ConvergenceWarning, DegenerateFitWarning
 
 __all__ = [
@@ -378,6 +379,11 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
     def _collect(self, state, blocks, ctx):
         """Set the family's fitted attributes from the final ``FederationState``."""
 
+    def _start_bytes(self, ctx):
+        """``(up, down)``: bytes of the exchanges a fresh fit makes before the protocol's
+        start (default: none); counted in the first round's record with the start's."""
+        return 0, 0
+
     def _before_rounds(self, protocol, state, blocks):
         """The federation state the first round starts from (default: as initialized)."""
         return state
@@ -425,9 +431,13 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         blocks = self._make_groups(ctx) if self._grouped(protocol, ctx) else self._make_blocks(ctx)
         # The parallelism is across clients; BLAS threads on the small per-client products
         # only fight over the cores (measured: 100x slower dot products on a busy machine).
-        # On a Dask backend the blocks go to the workers once for the whole fit.
+        # On a Dask backend the blocks go to the workers once for the whole fit. A round
+        # whose clients this thread runs itself (one batch) splits their row kernels over the
+        # n_jobs threads (_kernels.parallel_kernels; the engine's workers never do).
         start = self._federation.n_rounds if warm else 0
-        with threadpool_limits(limits=1, user_api="blas"), resident_blocks(blocks):
+        threads = effective_n_jobs(self.n_jobs) if dask_client() is None else 1
+        with threadpool_limits(limits=1, user_api="blas"), resident_blocks(blocks), \
+                parallel_kernels(threads):
             # (a family without validation keeps the three-argument _run)
             state = (self._run(protocol, blocks, ctx) if early_stopping is None
                      else self._run(protocol, blocks, ctx, early_stopping))
@@ -476,6 +486,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         else:
             state, init_bytes = initialize_federation(protocol, clients, entropy=ctx.entropy,
                                                       n_jobs=self.n_jobs)
+            init_bytes = tuple(a + b for a, b in zip(init_bytes, self._start_bytes(ctx)))
             state = self._before_rounds(protocol, state, blocks)
         report = None
         if early_stopping is not None and ctx.info.get("report_X") is not None:

@@ -16,6 +16,11 @@ Factor layout: ``U`` is ``(m_i, r)``; the item factor is passed transposed, ``Wt
 ``(n_items, r)``, C-contiguous, so that an entry's item row is a contiguous read.
 """
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 import numpy as np
 from numba import njit
 
@@ -29,12 +34,92 @@ __all__ = [
     "squared_distance",
     "shifted_data_and_row_sums",
     "rank_in_rows",
+    "parallel_kernels",
+    "row_tasks",
+    "split_rows",
 ]
 
 _jit = njit(cache=True, nogil=True, fastmath=False)
 # Small helpers are inlined into the loops that call them (numba IR inlining): a call per
 # entry or per step would otherwise cost more than the arithmetic.
 _inline = njit(cache=True, nogil=True, inline="always")
+# Row kernels (and FedMGS's item kernel) may split their rows over threads: each row is
+# computed by one call of the same compiled range kernel (nogil), so its values do not depend
+# on the split, and the results are bit for bit the serial kernel's whatever the thread count.
+# Python threads rather than numba's parallel=True: measured on a loaded two-core machine,
+# numba's OpenMP layer spins at its barriers (2x slower than serial), and its workqueue layer
+# aborts on launches from two threads at once.
+MIN_ROWS_PER_TASK = 64
+
+# How many threads this thread's kernels may use (:func:`parallel_kernels`). A new thread
+# starts with the default, 1: the engine's worker threads and processes (clients run
+# ``n_jobs`` at a time) run the kernels in one piece, so the threads never nest.
+_THREADS = ContextVar("sklearn_fedmf_kernel_threads", default=1)
+_PARALLEL_OWNER = threading.RLock()  # one owner per process: the pool is never shared
+_POOL = {}  # n_threads -> ThreadPoolExecutor of n_threads - 1, made on first use
+
+
+@contextmanager
+def parallel_kernels(n_threads=2):
+    """Let the row kernels called by this thread inside the ``with`` split their rows over
+    ``n_threads`` threads (this one and ``n_threads - 1`` of a pool).
+
+    A fit holds it with ``n_jobs`` threads while it runs its clients' phases: a round whose
+    clients run in the fit's own thread (one batch) splits their rows instead. Only one
+    thread of a process holds it at a time (a fit started meanwhile in another thread of the
+    process runs its kernels in one piece). Yields the number of threads granted (1: off).
+    The results do not depend on it.
+    """
+    if n_threads < 2 or not _PARALLEL_OWNER.acquire(blocking=False):
+        yield 1
+        return
+    token = _THREADS.set(int(n_threads))
+    try:
+        yield int(n_threads)
+    finally:
+        _THREADS.reset(token)
+        _PARALLEL_OWNER.release()
+
+
+def row_tasks(n_rows):
+    """Into how many pieces :func:`split_rows` cuts ``n_rows`` rows here (1: one call in
+    this thread)."""
+    n_threads = _THREADS.get()
+    n_tasks = min(4 * n_threads, n_rows // MIN_ROWS_PER_TASK)
+    return n_tasks if n_threads >= 2 and n_tasks >= 2 else 1
+
+
+def split_rows(kernel, n_rows, *args):
+    """``kernel(lo, hi, *args)`` over the rows ``0:n_rows``: in one call, or, inside
+    :func:`parallel_kernels`, in contiguous pieces (at least ``MIN_ROWS_PER_TASK`` rows,
+    about four per thread) taken in turn by this thread and the pool's. ``kernel`` must
+    write rows ``lo:hi`` of its outputs only, each from its own inputs (owned outputs).
+
+    This thread works too and the pool's threads only take the pieces left: a pool thread
+    that is not scheduled in time takes none (its task is cancelled)."""
+    n_tasks = row_tasks(n_rows)
+    if n_tasks < 2:
+        kernel(0, n_rows, *args)
+        return
+    n_threads = _THREADS.get()
+    if n_threads not in _POOL:
+        _POOL[n_threads] = ThreadPoolExecutor(n_threads - 1, "sklearn_fedmf_kernel")
+    edges = np.linspace(0, n_rows, n_tasks + 1).astype(np.int64).tolist()
+    pieces, lock = iter(range(n_tasks)), threading.Lock()
+
+    def work():
+        while True:
+            with lock:
+                q = next(pieces, None)
+            if q is None:
+                return
+            kernel(edges[q], edges[q + 1], *args)
+
+    helpers = [_POOL[n_threads].submit(work) for _ in range(n_threads - 1)]
+    work()
+    for helper in helpers:
+        if not helper.cancel():  # (started: it may hold a piece)
+            helper.result()
 
 
 @_inline
@@ -82,22 +167,27 @@ def grad_cols(indptr, indices, data, U, Wt, out):
     return _residual_products(indptr, indices, data, U, Wt, out, True)
 
 
-@_jit
 def shifted_data_and_row_sums(indptr, indices, data, shift, weight):
     """``data - shift[indices]`` and each row's ``sum_j weight[j]`` over its stored entries,
     summed in entry order from zero (what ``np.bincount(rows, weights=weight[indices])``
-    gives) in one pass, without the gathered temporaries."""
+    gives) in one pass, without the gathered temporaries (on numba's threads under
+    :func:`parallel_kernels`: the same values)."""
     n_rows = len(indptr) - 1
-    shifted = np.empty(len(data))
-    sums = np.zeros(n_rows)
-    for t in range(n_rows):
+    shifted, sums = np.empty(len(data)), np.empty(n_rows)
+    split_rows(_shifted_rows, n_rows, indptr, indices, data, shift, weight, shifted, sums)
+    return shifted, sums
+
+
+@_jit
+def _shifted_rows(lo, hi, indptr, indices, data, shift, weight, shifted, sums):
+    """:func:`shifted_data_and_row_sums` of rows ``lo:hi``."""
+    for t in range(lo, hi):
         acc = 0.0
         for s in range(indptr[t], indptr[t + 1]):
             j = indices[s]
             shifted[s] = data[s] - shift[j]
             acc += weight[j]
         sums[t] = acc
-    return shifted, sums
 
 
 @_jit
@@ -272,10 +362,11 @@ def _row_gram(indptr, indices, data, t, F, Bt, x, G, b):
 
 
 @_inline
-def _gram_buffers(indptr, r, n_steps):
-    """Gather buffers long enough for every row of ``indptr`` whose Gram pays."""
+def _gram_buffers(indptr, r, n_steps, lo=0, hi=-1):
+    """Gather buffers long enough for every row of ``indptr`` (rows ``lo:hi``; ``hi < 0``:
+    to the end) whose Gram pays."""
     longest = 0
-    for t in range(len(indptr) - 1):
+    for t in range(lo, len(indptr) - 1 if hi < 0 else hi):
         k = indptr[t + 1] - indptr[t]
         if k > longest and _gram_pays(k, r, n_steps):
             longest = k
@@ -321,27 +412,21 @@ def prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positiv
         a = np.asarray(a, dtype=np.float64)
         return np.ascontiguousarray(np.broadcast_to(a[:, None] if a.ndim == 1 else a, U.shape))
 
-    _prox_grad_rows(indptr, indices, data, U, Wt, per_entry(L), n_steps, per_entry(l1),
-                    per_row(shrink), positive, per_row(ridge), out)
+    split_rows(_prox_grad_range, n, indptr, indices, data, U, Wt, per_entry(L), n_steps,
+               per_entry(l1), per_row(shrink), positive, per_row(ridge), out)
 
 
-@_jit
-def _prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positive, ridge, out):
-    """:func:`prox_grad_rows` with one ``shrink``, ``ridge`` per row and one ``L``, ``l1``
-    per entry.
-
-    Rows do not interact when ``Wt`` is fixed, so each row runs all its steps at once. Its
-    gradient is ``G_t u - b_t`` with ``G_t = sum_j w_j w_j^T`` and ``b_t = sum_j m_tj w_j``;
-    for rows with enough ratings these are formed once and each step costs ``O(r^2)``
-    instead of a pass over the row's entries (the same iterates up to rounding).
-    """
+@_inline
+def _prox_grad_chunk(lo, hi, indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positive,
+                     ridge, out):
+    """The steps of rows ``lo:hi`` (:func:`_prox_grad_rows`), with their own buffers."""
     r = U.shape[1]
     G = np.empty((r, r))
     b = np.empty(r)
     g = np.empty(r)
     u = np.empty(r)
-    Bt, x = _gram_buffers(indptr, r, n_steps)
-    for t in range(U.shape[0]):
+    Bt, x = _gram_buffers(indptr, r, n_steps, lo, hi)
+    for t in range(lo, hi):
         use_gram = _gram_pays(indptr[t + 1] - indptr[t], r, n_steps)
         if use_gram:
             _row_gram(indptr, indices, data, t, Wt, Bt, x, G, b)
@@ -354,3 +439,25 @@ def _prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positi
                                    shrink[t], positive)
         for a in range(r):
             out[t, a] = u[a]
+
+
+@_jit
+def _prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positive, ridge, out):
+    """:func:`prox_grad_rows` with one ``shrink``, ``ridge`` per row and one ``L``, ``l1``
+    per entry.
+
+    Rows do not interact when ``Wt`` is fixed, so each row runs all its steps at once. Its
+    gradient is ``G_t u - b_t`` with ``G_t = sum_j w_j w_j^T`` and ``b_t = sum_j m_tj w_j``;
+    for rows with enough ratings these are formed once and each step costs ``O(r^2)``
+    instead of a pass over the row's entries (the same iterates up to rounding).
+    """
+    _prox_grad_chunk(0, U.shape[0], indptr, indices, data, U, Wt, L, n_steps, l1, shrink,
+                     positive, ridge, out)
+
+
+@_jit
+def _prox_grad_range(lo, hi, indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positive,
+                     ridge, out):
+    """:func:`_prox_grad_rows` of rows ``lo:hi`` (a piece of :func:`split_rows`)."""
+    _prox_grad_chunk(lo, hi, indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positive,
+                     ridge, out)

@@ -11,6 +11,7 @@ from sklearn_fedmf.completion import PAPER_SETTINGS
 from sklearn_fedmf.completion._auto_strengths import (
     AUTO_ITEM,
     AUTO_USER,
+    BIAS_START_PASSES,
     auto_setup,
     bias_shrinkages,
     rating_moments,
@@ -196,3 +197,38 @@ def test_fedmc_admm_variant_biases_take_their_shrinkages(ratings):
     assert_allclose(model.user_bias_, b_u, atol=6e-3)
     shrunk_u, _ = _biases_only(Xc, model.alpha_u_, lambda_i)
     assert np.max(np.abs(shrunk_u - b_u)) > 5 * 6e-3  # (the test can tell the two apart)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
+@pytest.mark.parametrize("cls, params, passes", [
+    (FedMCADMM, {}, 0),
+    (FedMAvg, {}, 0),
+    (FedMAvg, {"solver_params": {"variant": "fedmc_admm"}}, BIAS_START_PASSES),
+    (FedMCADMM, {"biased": False}, None),
+])
+def test_auto_start_exchanges_are_counted_in_the_first_rounds_bytes(cls, params, passes):
+    """The ``"auto"`` statistics are counted in round 1's bytes: against the same fit with
+    fixed strengths (the same protocol messages), the first record has exactly, over the
+    clients ``p`` with ``k_p`` rated items (4-byte indices, 8-byte numbers): up, two sums,
+    a count of users and ``k_p`` (index, count, sum), then ``k_p`` sums for the biases' start and ``k_p`` per
+    FedMAvg ``"fedmc_admm"`` pass; down, two numbers, and ``k_p`` per pass. Without biases
+    (``passes=None``) no start of the biases is exchanged."""
+    rng = np.random.default_rng(0)
+    dense = np.where(rng.random((40, 25)) < 0.3, rng.integers(1, 6, (40, 25)), 0.0)
+    X = sp.csr_matrix(dense)
+    clients = np.arange(40) % 5
+    k = sum(np.count_nonzero(dense[clients == p].any(axis=0)) for p in range(5))
+    assert X.indices.dtype.itemsize == 4
+    fixed = dict(n_clients=5, max_iter=1, validation_fraction=None, random_state=0, **params)
+    auto = cls(**fixed).fit(X, clients=clients).history_[0]
+    plain = cls(alpha_u=1.0, alpha_v=1.0, **fixed).fit(X, clients=clients).history_[0]
+    start = (1 + (passes or 0)) if passes is not None else 0
+    assert auto["bytes_uploaded"] - plain["bytes_uploaded"] == (
+        5 * 24 + k * (4 + 16) + 8 * k * start)
+    assert auto["bytes_downloaded"] - plain["bytes_downloaded"] == 5 * 16 + 8 * k * (passes or 0)
+    # a warm start continues without a new start exchange: its rounds weigh the same
+    warm = [cls(**strengths, warm_start=True, **fixed).fit(X, clients=clients)
+            for strengths in ({}, dict(alpha_u=1.0, alpha_v=1.0))]
+    records = [model.fit(X, clients=clients).history_[-1] for model in warm]
+    assert records[0]["bytes_uploaded"] == records[1]["bytes_uploaded"]
+    assert records[0]["bytes_downloaded"] == records[1]["bytes_downloaded"]

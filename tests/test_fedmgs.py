@@ -5,6 +5,8 @@ sharing per-item data aggregates from which the server rebuilds the exact gradie
 import numpy as np
 import pytest
 
+import sklearn_fedmf._kernels as kernels
+import sklearn_fedmf.completion._fedmgs_batched as fedmgs_batched
 import sklearn_fedmf.completion._fedmgs_protocol as fedmgs
 from sklearn_fedmf import FedMGS as _FedMGS
 from sklearn_fedmf._engine import nbytes
@@ -263,3 +265,29 @@ def test_auto_strength_with_weighted_penalties_and_warm_start():
                     warm_start=True, random_state=0).fit(X)
     with pytest.raises(ValueError, match="warm_start cannot switch"):
         model.set_params(alpha_u="auto", alpha_v="auto").fit(X)
+
+
+def test_a_one_batch_round_splits_its_kernels_over_n_jobs_threads_with_the_same_bits(
+        monkeypatch):
+    """A round run in the fit's own thread (one client here) splits the user steps and
+    FedMGS's item-by-item share over the ``n_jobs`` threads: ``n_jobs=1`` and ``n_jobs=2``
+    give the same model and history, bit for bit."""
+    X = make_ratings(300, 300, 15_000, noise=0.5, random_state=0).X
+    split = []
+    original = kernels.split_rows
+
+    def recording(kernel, n_rows, *args):
+        if kernels.row_tasks(n_rows) > 1:
+            split.append(kernel.__name__)
+        return original(kernel, n_rows, *args)
+
+    for module in (kernels, fedmgs_batched):
+        monkeypatch.setattr(module, "split_rows", recording)
+    one, two = (_FedMGS(n_clients=1, max_iter=6, random_state=0, n_jobs=n_jobs).fit(X)
+                for n_jobs in (1, 2))
+    assert {"_prox_grad_range", "share_items", "row_outers"} <= set(split)
+    np.testing.assert_array_equal(one.components_, two.components_)
+    np.testing.assert_array_equal(one.user_factors_, two.user_factors_)
+    drop = ("seconds",)
+    assert ([{k: v for k, v in r.items() if k not in drop} for r in one.history_]
+            == [{k: v for k, v in r.items() if k not in drop} for r in two.history_])

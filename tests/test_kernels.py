@@ -5,15 +5,20 @@ Every block has empty rows, empty columns and explicit zeros (observed ratings e
 which must count as observations). Tests use small float64 blocks, so dense oracles are cheap.
 """
 
+import threading
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import sklearn_fedmf._kernels as kernels
 from sklearn_fedmf._kernels import (
     grad_cols,
     grad_rows,
+    parallel_kernels,
     prox_grad_rows,
     ridge_fold_in,
+    shifted_data_and_row_sums,
     squared_error,
     values_at,
 )
@@ -264,3 +269,55 @@ def test_replace_and_accumulate_matches_numpy():
     replace_and_accumulate(Z_i, total, W, Y, beta)
     _assert_close(total, expected_total)
     _assert_close(Z_i, expected_z)
+
+
+# ---- rows split over threads (_kernels.split_rows): the same bits for any thread count ----
+def test_split_row_kernels_give_the_serial_bits(monkeypatch):
+    """``prox_grad_rows`` and ``shifted_data_and_row_sums`` inside ``parallel_kernels(2)``
+    (rows in pieces, this thread and a pool's) give exactly the values of one piece."""
+    X, _, _ = _block(3, n_rows=700, n_items=60, density=0.3)
+    U, Wt = _factors(4, 700, 60)
+    L = np.full(U.shape, 40.0)
+    shift, weight = Wt[:, 0].copy(), Wt[:, 1].copy()
+
+    def run():
+        out = np.empty_like(U)
+        prox_grad_rows(X.indptr, X.indices, X.data, U, Wt, L, 7, 0.01, 1.0, False, 0.3, out)
+        return (out, *shifted_data_and_row_sums(X.indptr, X.indices, X.data, shift, weight))
+
+    serial = run()
+    pieces = []
+    original = kernels._prox_grad_range
+
+    def counting(lo, hi, *args):
+        pieces.append((lo, hi))
+        return original(lo, hi, *args)
+
+    monkeypatch.setattr(kernels, "_prox_grad_range", counting)
+    with parallel_kernels(2) as granted:
+        assert granted == 2
+        threaded = run()
+    assert len(pieces) == 8 and sorted(pieces)[0][0] == 0 and sorted(pieces)[-1][1] == 700
+    for a, b in zip(serial, threaded):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_parallel_kernels_has_one_owner_per_process():
+    """Another thread asking while a fit holds the kernels' threads gets one thread; the
+    owner's nested request keeps its threads; one thread is off."""
+    seen = []
+
+    def probe():
+        with parallel_kernels(2) as granted:
+            seen.append(granted)
+
+    with parallel_kernels(2) as outer:
+        worker = threading.Thread(target=probe)
+        worker.start()
+        worker.join()
+        with parallel_kernels(2) as inner:
+            assert outer == inner == 2 and seen == [1]
+    with parallel_kernels(1) as off:
+        assert off == 1
+    probe()  # (released: the next owner gets it)
+    assert seen == [1, 2]

@@ -42,7 +42,8 @@ Three aggregates, each sent once by every client before round 1, set up the fit:
 What a client sends for them (privacy guide): its sum of squares (one number); the sum over
 its users of ``(sum of the row)^2 / n_u`` (one number); its count and sum of ratings per rated
 item (the items it rated, as FedMGS's aggregates and the weighted regularization's counts
-already show). A fixed strength sends none of them.
+already show). A fixed strength sends none of them. These exchanges are counted in the first
+round's ``bytes_uploaded`` and ``bytes_downloaded`` (:func:`start_bytes`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from dataclasses import replace
 from numbers import Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import _biases
@@ -59,7 +61,7 @@ from .. import _biases
 from ._implicit import IMPLICIT_ALPHA
 
 __all__ = ["AUTO_ITEM", "AUTO_USER", "AutoStrengthsMixin", "auto_setup", "bias_shrinkages",
-           "rating_moments", "start_item_biases", "start_user_biases",
+           "rating_moments", "start_bytes", "start_item_biases", "start_user_biases",
            "variant_bias_settings"]
 
 # on ratings of unit mean square: alpha_u = AUTO_USER sqrt(ratings per user), alpha_v =
@@ -179,6 +181,29 @@ def variant_bias_settings(auto, X, item_bias):
     return (lambda_u, lambda_i), item_bias
 
 
+def start_bytes(X, codes, n_clients, bias_start=True, passes=0):
+    """``(up, down)``: the bytes of the ``"auto"`` start's exchanges over every client, for
+    the training ratings ``X`` (CSR) held by the clients ``codes`` (one per row), counted as
+    the engine counts messages (8-byte numbers, item indices of ``X.indices``' type).
+
+    With ``k_p`` the items client ``p`` rated: up, its two sums (sum of squares, between
+    users), its number of users with a rating, and per rated item its index, count and sum
+    (``24 + k_p (i + 16)`` bytes, ``i`` the index size), then (``bias_start``: the factors carry biases) its per-item sums of
+    ``x - b_u`` (``8 k_p``); down, the scale and ``lambda_u`` (16 bytes). Each of the
+    ``passes`` more (FedMAvg's ``"fedmc_admm"``
+    variant, :func:`variant_bias_settings`) sends ``b_i`` on the client's rated items down
+    and its per-item sums up (``8 k_p`` each way)."""
+    n_rows = X.shape[0]
+    owner = sp.csr_matrix((np.ones(n_rows), (codes, np.arange(n_rows))),
+                          shape=(n_clients, n_rows))
+    pattern = sp.csr_matrix((np.ones(X.nnz), X.indices, X.indptr), shape=X.shape)
+    rated = (owner @ pattern).nnz  # sum_p k_p (a sort of the pairs took 10x longer)
+    index = X.indices.dtype.itemsize
+    up = 24 * n_clients + rated * (index + 16) + 8 * rated * (bool(bias_start) + passes)
+    down = 16 * n_clients + 8 * rated * passes
+    return up, down
+
+
 def start_user_biases(U, X, Vt, shrinkage):
     """Set the user-bias column of ``U`` (augmented, ``_biases``) to each row's shrunk mean
     deviation from the item biases in ``Vt``, in place (nothing when ``shrinkage`` is None:
@@ -248,6 +273,19 @@ class AutoStrengthsMixin:
                 held.data /= auto["scale"]
         info.update(auto=auto, rating_scale=auto["scale"])
         return replace(ctx, info=info), rule
+
+    def _start_bytes(self, ctx):
+        """The ``"auto"`` start's exchanges (:func:`start_bytes`; none on a warm start or
+        without the statistics, e.g. in a deployment that reported only counts)."""
+        auto = ctx.info.get("auto")
+        if ctx.warm or auto is None or auto.get("user_shrinkage") is None:
+            return super()._start_bytes(ctx)
+        return start_bytes(ctx.X, ctx.codes, ctx.n_clients, self._biased,
+                           self._bias_start_passes() if self._biased else 0)
+
+    def _bias_start_passes(self):
+        """More exchanges of the biases' start after the second (:func:`start_bytes`)."""
+        return 0
 
     def _score_scale(self, ctx):
         """The fit's records are on the scaled ratings: times this in rating units."""

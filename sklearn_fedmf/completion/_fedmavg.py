@@ -17,7 +17,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._docstrings import Substitution, toy_example
 from .._engine import FederatedProtocol
 from .._fedmavg_protocol import check_aggregation, q2_schedule, round_phases
-from ._auto_strengths import AutoStrengthsMixin, variant_bias_settings
+from ._auto_strengths import BIAS_START_PASSES, AutoStrengthsMixin, variant_bias_settings
 from ._base import (
     COMPLETION_DOCS,
     FACTOR_SETTINGS,
@@ -391,6 +391,14 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
             biased=self._biased, weighted=self.regularization == "weighted",
             item_bias=item_bias, user_shrinkage=user_shrinkage, bias_shrinkages=shrinkages,
         )
+
+    def _bias_start_passes(self):
+        """The ``"fedmc_admm"`` variant's ``BIAS_START_PASSES`` (:func:`variant_bias_settings`,
+        run under the same conditions as in :meth:`_make_protocol`)."""
+        if (self._settings()["variant"] == "fedmc_admm" and self._biased and not self._implicit
+                and self.regularization == "plain" and self.alpha_u == self.alpha_v == "auto"):
+            return BIAS_START_PASSES
+        return 0
 
     def _strengths(self, ctx):
         """``(alpha_u, alpha_v)`` of the protocol (``"auto"``: :mod:`._auto_strengths`; the

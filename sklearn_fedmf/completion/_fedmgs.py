@@ -117,7 +117,8 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
     ----------
     %(factor_attributes)s
     history_ : list of dict
-        One record per round (round 1's bytes include every client's initial aggregates).
+        One record per round (round 1's bytes include every client's initial aggregates
+        and, with ``"auto"`` strengths, the start's statistics).
     %(outcome_attributes)s
     %(validation_attributes)s
     alpha_u_, alpha_v_ : float

@@ -5,10 +5,13 @@ takes each active row's ``Q1`` proximal-gradient steps on ``U`` (the per-row bod
 :func:`sklearn_fedmf._kernels.prox_grad_rows`, with each row's own step when the factors
 carry biases, as ``_biases.row_groups`` gives it), :func:`group_share` forms each sampled
 client's per-item aggregates ``G1_j``, ``G2_j`` on the items it rated and its Gram (the
-per-client :func:`._fedmgs_protocol.share` calls it for one client). :func:`client_items` lays those
-rated items out once per group; :func:`group_share_outer` is the compact form of a one-user
-client's aggregates (``a`` and its ratings); :func:`replace_rows`, :func:`add_rows` and their
-``outer`` forms keep the server's running sums of the clients' latest aggregates. They follow
+per-client :func:`._fedmgs_protocol.share` calls it for one client; a client of many users
+takes :func:`share_items`, item by item, whose items can be split over threads).
+:func:`client_items` lays those rated items out once per group; :func:`group_share_outer` is
+the compact form of a one-user client's aggregates (``a`` and its ratings);
+:func:`replace_rows`, :func:`add_rows` and their ``outer`` forms keep the server's running
+sums of the clients' latest aggregates; :func:`quadratic_forms` gives the server's
+``"auto"`` rule its sums. They follow
 the conventions of :mod:`sklearn_fedmf._kernels` (C-contiguous factors, item factors
 transposed) and its arithmetic, entry for entry, so that a group gives the per-client
 functions' iterates.
@@ -20,7 +23,8 @@ from .._kernels import _gram_pays, _inline, _jit, _prox_entry, _row_gradient, _r
 
 __all__ = [
     "client_items", "group_user_steps", "group_share", "group_share_outer", "replace_rows",
-    "replace_outer", "add_rows", "add_outer", "outer_sum",
+    "replace_outer", "add_rows", "add_outer", "outer_sum", "row_outers", "row_totals",
+    "share_items", "quadratic_forms",
 ]
 
 
@@ -165,6 +169,101 @@ def group_share(indptr, indices, data, row_ptr, clients, U, cols, shift_col, ite
                 for c in range(r):
                     out_grams[q, a, c] += outer[a * r + c]
         out_ss[q] = running - before
+
+
+@_jit
+def row_outers(lo, hi, U, cols, out):
+    """Rows ``lo:hi`` of ``out``: the upper triangle (row by row) of ``a_t a_t^T``, ``a_t =
+    U[t, cols]`` (the products :func:`group_share` forms once per row; ``a_c a_a`` is the
+    same number as ``a_a a_c``)."""
+    r = len(cols)
+    for t in range(lo, hi):
+        k = 0
+        for a in range(r):
+            for c in range(a, r):
+                out[t, k] = U[t, cols[a]] * U[t, cols[c]]
+                k += 1
+
+
+@_jit
+def share_items(lo, hi, col_ptr, col_rows, col_entries, data, U, cols, shift_col, outers,
+                out_values):
+    """Rows ``lo:hi`` of one client's aggregates, item by item: row ``q`` of ``out_values``
+    is ``[G2_j, vec(G1_j)]`` summed from zero over item ``q``'s raters ``col_rows[col_ptr[q]:
+    col_ptr[q + 1]]`` (ascending; ``col_entries``: their stored entries), with ``outers``
+    from :func:`row_outers`. The rows ascend as in :func:`group_share`, so each sum adds the
+    same products in the same order: the same values, bit for bit. ``G1_j`` is summed on
+    its upper triangle and mirrored (the products commute exactly). Each item's row is its
+    own: the items may be split over threads."""
+    r = len(cols)
+    n_tri = outers.shape[1]
+    acc = np.empty(r + n_tri)
+    for q in range(lo, hi):
+        acc[:] = 0.0
+        for p in range(col_ptr[q], col_ptr[q + 1]):
+            t = col_rows[p]
+            x = data[col_entries[p]] - (0.0 if shift_col < 0 else U[t, shift_col])
+            for a in range(r):
+                acc[a] += x * U[t, cols[a]]
+            for a in range(n_tri):
+                acc[r + a] += outers[t, a]
+        for a in range(r):
+            out_values[q, a] = acc[a]
+        k = r
+        for a in range(r):
+            for c in range(a, r):
+                out_values[q, r + a * r + c] = acc[k]
+                out_values[q, r + c * r + a] = acc[k]
+                k += 1
+
+
+@_jit
+def row_totals(indptr, data, U, shift_col, outers, gram):
+    """One client's Gram ``gram = sum_t a_t a_t^T`` (``outers``: :func:`row_outers`) and its
+    ``sum_tj x_tj^2`` (returned), in row order from zero (:func:`group_share`'s sums for a
+    client of these rows)."""
+    r = gram.shape[0]
+    gram[:, :] = 0.0
+    total = 0.0
+    for t in range(len(indptr) - 1):
+        k = 0
+        for a in range(r):
+            for c in range(a, r):
+                gram[a, c] += outers[t, k]
+                if c != a:
+                    gram[c, a] += outers[t, k]
+                k += 1
+        offset = 0.0 if shift_col < 0 else U[t, shift_col]
+        for s in range(indptr[t], indptr[t + 1]):
+            x = data[s] - offset
+            total += x * x
+    return total
+
+
+@_jit
+def quadratic_forms(free, total, n_components):
+    """``(sum_j f_j^T G1_j f_j, sum_j f_j.G2_j, sum_j v_j^T G1_j v_j)`` over the rows ``f_j``
+    of ``free`` and ``[G2_j, vec(G1_j)]`` of ``total`` (``v_j``: the first ``n_components``
+    entries of ``f_j``): the three sums of :func:`._fedmgs_protocol.auto_alpha` in one pass."""
+    r = free.shape[1]
+    fitted = 0.0
+    cross = 0.0
+    signal = 0.0
+    for j in range(free.shape[0]):
+        for a in range(r):
+            fa = free[j, a]
+            cross += fa * total[j, a]
+            row = 0.0
+            head = 0.0
+            for c in range(r):
+                term = total[j, r + a * r + c] * free[j, c]
+                row += term
+                if c < n_components:
+                    head += term
+            fitted += fa * row
+            if a < n_components:
+                signal += fa * head
+    return fitted, cross, signal
 
 
 @_inline

@@ -92,7 +92,14 @@ from ._fedmavg_protocol import (
     user_steps,
 )
 from ._fedmgs_batched import group_layout, group_share, make_batched, unpack
-from ._fedmgs_kernels import add_outer, add_rows, outer_sum, replace_outer, replace_rows
+from ._fedmgs_kernels import (
+    add_outer,
+    add_rows,
+    outer_sum,
+    quadratic_forms,
+    replace_outer,
+    replace_rows,
+)
 
 RESUM_EVERY = 20  # rounds between exact sums of the server's cached aggregates
 
@@ -120,13 +127,11 @@ def auto_alpha(free, total, sum_squares, n_ratings, n_components, cap):
     (``alpha`` in rating units: scaling ``X`` by ``c`` scales the factors by ``sqrt(c)``).
     The cap: as ``alpha`` grows the factors shrink, ``q`` falls and ``sigma^2`` rises, so the
     zero factors are a fixed point of every such (empirical Bayes) rule; below the cap it
-    only weakens the penalty where the data's noise is low against its low-rank signal."""
-    r = free.shape[1]
-    G2, G1 = total[:, :r], total[:, r:].reshape(-1, r, r)
-    fitted = np.einsum("ja,jab,jb->", free, G1, free)
-    rss = max(sum_squares - 2.0 * np.einsum("ja,ja->", free, G2) + fitted, 0.0)
-    V = free[:, :n_components]
-    signal = np.einsum("ja,jab,jb->", V, G1[:, :n_components, :n_components], V)
+    only weakens the penalty where the data's noise is low against its low-rank signal.
+    (The three sums in one compiled pass, :func:`._fedmgs_kernels.quadratic_forms`: a
+    three-operand ``einsum`` took 4 ms a round at the Netflix shape's 17,770 items.)"""
+    fitted, cross, signal = quadratic_forms(np.ascontiguousarray(free), total, n_components)
+    rss = max(sum_squares - 2.0 * cross + fitted, 0.0)
     if signal <= 0.0:
         return cap
     return min(cap, AUTO_C * rss / n_ratings * np.sqrt(n_components * n_ratings / signal))
