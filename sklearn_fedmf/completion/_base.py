@@ -81,7 +81,7 @@ COMPLETION_DOCS: dict = {
 # n_components=None: the rank of ``_loss_defaults`` for the loss (FedMAvg, FedMGS)
 COMPLETION_DOCS["n_components_by_loss"] = SHARED_PARAMETERS["n_components"] + """
 None: 5 with ``loss="squared"``; with ``loss="implicit"``, 32 at 100,000 interactions,
-growing with their number (48 at 1M: :func:`~sklearn_fedmf.completion._implicit.implicit_rank`)."""
+growing as the fifth root of their count in steps of 8 (48 at 1M; see the ranking guide)."""
 COMPLETION_DOCS["solver_shared"] = "\n".join(
     [COMPLETION_DOCS["solver_center"], COMPLETION_DOCS["solver_simulation"]])
 # FedMAvg's and FedMGS's tail of keys: the implicit confidence, the regularizer, the start
