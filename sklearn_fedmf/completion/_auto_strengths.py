@@ -275,10 +275,12 @@ class AutoStrengthsMixin:
         return replace(ctx, info=info), rule
 
     def _start_bytes(self, ctx):
-        """The ``"auto"`` start's exchanges (:func:`start_bytes`; none on a warm start or
-        without the statistics, e.g. in a deployment that reported only counts)."""
+        """The ``"auto"`` start's exchanges (:func:`start_bytes`; none on a warm start,
+        without the statistics (a deployment that reported only counts), or when the fit
+        uses only the counts every deployment reports: no bias start and no scale)."""
         auto = ctx.info.get("auto")
-        if ctx.warm or auto is None or auto.get("user_shrinkage") is None:
+        if (ctx.warm or auto is None or auto.get("user_shrinkage") is None
+                or not (self._biased or self._auto_scales)):
             return super()._start_bytes(ctx)
         return start_bytes(ctx.X, ctx.codes, ctx.n_clients, self._biased,
                            self._bias_start_passes() if self._biased else 0)
