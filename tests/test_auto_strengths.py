@@ -210,8 +210,9 @@ def test_auto_start_exchanges_are_counted_in_the_first_rounds_bytes(cls, params,
     """The ``"auto"`` statistics are counted in round 1's bytes: against the same fit with
     fixed strengths (the same protocol messages), the first record has exactly, over the
     clients ``p`` with ``k_p`` rated items (4-byte indices, 8-byte numbers): up, two sums,
-    a count of users and ``k_p`` (index, count, sum), then ``k_p`` sums for the biases' start and ``k_p`` per
-    FedMAvg ``"fedmc_admm"`` pass; down, two numbers, and ``k_p`` per pass. Without biases
+    a count of users and ``k_p`` (index, count, sum), then ``k_p`` sums for the biases'
+    start and ``k_p`` per FedMAvg ``"fedmc_admm"`` pass; down, two numbers, and ``k_p`` per
+    pass. Without biases
     (``passes=None``) no start of the biases is exchanged."""
     rng = np.random.default_rng(0)
     dense = np.where(rng.random((40, 25)) < 0.3, rng.integers(1, 6, (40, 25)), 0.0)

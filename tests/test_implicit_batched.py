@@ -124,12 +124,9 @@ def fit(model, X, codes):
         return model.fit(X, clients=codes)
 
 
-@pytest.mark.parametrize("rows_per_client", [1, 2])
-def test_fedmgs_grouped_fit_is_the_per_client_fit(rows_per_client, monkeypatch):
-    X = interactions(seed=4)
-    codes, _ = clients_of(X.shape[0], rows_per_client, seed=1)
-    model = FedMGS(loss="implicit", n_components=3, max_iter=6, clients_per_round=0.3,
-                   random_state=0, n_jobs=2, solver_params={"dropout": 0.2})
+def assert_grouped_is_per_client(model, X, codes, monkeypatch):
+    """The grouped fit equals the per-client one: factors, objective, and the bytes exactly
+    (messages counted dense, as the paper's client sends them), with dropped clients."""
     grouped(monkeypatch, False)
     ref = fit(model, X, codes)
     grouped(monkeypatch, True)
@@ -142,6 +139,15 @@ def test_fedmgs_grouped_fit_is_the_per_client_fit(rows_per_client, monkeypatch):
             assert a[key] == b[key]
         assert a["objective"] == pytest.approx(b["objective"], rel=RTOL)
     assert sum(r["n_failed"] for r in ref.history_) > 0  # dropout did drop clients
+
+
+@pytest.mark.parametrize("rows_per_client", [1, 2])
+def test_fedmgs_grouped_fit_is_the_per_client_fit(rows_per_client, monkeypatch):
+    X = interactions(seed=4)
+    codes, _ = clients_of(X.shape[0], rows_per_client, seed=1)
+    model = FedMGS(loss="implicit", n_components=3, max_iter=6, clients_per_round=0.3,
+                   random_state=0, n_jobs=2, solver_params={"dropout": 0.2})
+    assert_grouped_is_per_client(model, X, codes, monkeypatch)
 
 
 
@@ -175,18 +181,7 @@ def test_fedmavg_grouped_fit_is_the_per_client_fit(rows_per_client, settings, mo
     codes, _ = clients_of(X.shape[0], rows_per_client, seed=2)
     model = FedMAvg(loss="implicit", n_components=3, max_iter=6, clients_per_round=0.3,
                     random_state=0, n_jobs=2, solver_params={"dropout": 0.2, **settings})
-    grouped(monkeypatch, False)
-    ref = fit(model, X, codes)
-    grouped(monkeypatch, True)
-    got = fit(model, X, codes)
-    assert type(got._federation.client_states).__name__ == "GroupStates"  # it ran grouped
-    np.testing.assert_allclose(got.components_, ref.components_, rtol=RTOL, atol=1e-14)
-    np.testing.assert_allclose(got.user_factors_, ref.user_factors_, rtol=RTOL, atol=1e-14)
-    for a, b in zip(got.history_, ref.history_, strict=True):
-        for key in ("bytes_uploaded", "bytes_downloaded", "n_failed"):
-            assert a[key] == b[key]  # (W_p counted dense, as the paper's client sends it)
-        assert a["objective"] == pytest.approx(b["objective"], rel=RTOL)
-    assert sum(r["n_failed"] for r in ref.history_) > 0  # dropout did drop clients
+    assert_grouped_is_per_client(model, X, codes, monkeypatch)
 
 
 @pytest.mark.parametrize("rows_per_client", [1, 3])

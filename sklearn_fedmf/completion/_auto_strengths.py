@@ -188,9 +188,9 @@ def start_bytes(X, codes, n_clients, bias_start=True, passes=0):
 
     With ``k_p`` the items client ``p`` rated: up, its two sums (sum of squares, between
     users), its number of users with a rating, and per rated item its index, count and sum
-    (``24 + k_p (i + 16)`` bytes, ``i`` the index size), then (``bias_start``: the factors carry biases) its per-item sums of
-    ``x - b_u`` (``8 k_p``); down, the scale and ``lambda_u`` (16 bytes). Each of the
-    ``passes`` more (FedMAvg's ``"fedmc_admm"``
+    (``24 + k_p (i + 16)`` bytes, ``i`` the index size), then (``bias_start``: the factors
+    carry biases) its per-item sums of ``x - b_u`` (``8 k_p``); down, the scale and
+    ``lambda_u`` (16 bytes). Each of the ``passes`` more (FedMAvg's ``"fedmc_admm"``
     variant, :func:`variant_bias_settings`) sends ``b_i`` on the client's rated items down
     and its per-item sums up (``8 k_p`` each way)."""
     n_rows = X.shape[0]

@@ -54,11 +54,10 @@ from numba import njit
 from .._engine import FederatedProtocol
 from .._fedmavg_protocol import round_phases
 from .._groups import BatchedPhases, ImplicitRows, user_rows_state, with_user_rows
-from .._transport import client_generator
 from ._fedmavg_protocol import EPS_LIPSCHITZ, client_weight, lambda_max
 from ._fedmavg_protocol import server_init_uploads as average_init_uploads
 from ._fedmavg_protocol import server_update as average_update
-from ._fedmgs_batched import group_layout
+from ._fedmgs_batched import group_layout, group_start
 from ._fedmgs_implicit import client_metrics, combine_metrics
 from ._implicit import implicit_item_gradient, implicit_user_factors, rated_w_steps
 
@@ -174,11 +173,7 @@ def _add_transformed(out, rows, values, base, T, weight):
 
 def batched_init_client(group, broadcast, stream, *, init_scale, client_weights):
     """:func:`init_client` of every client of the group (each from its own generator)."""
-    r, ptr = broadcast["Vt"].shape[1], group.row_ptr
-    U = np.empty((group.n_rows, r))
-    for i in range(group.n_clients):
-        U[ptr[i]:ptr[i + 1]] = init_scale * client_generator(stream, group.start + i).random(
-            (ptr[i + 1] - ptr[i], r))
+    U = group_start(group, stream, broadcast["Vt"].shape[1], init_scale)
     sizes = np.diff(group.entry_ptr if client_weights == "entries" else group.row_ptr)
     layout = group_layout(group)
     state = {"U": U, **layout, "items": layout["items"].astype(np.int64)}

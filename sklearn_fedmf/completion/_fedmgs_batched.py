@@ -130,15 +130,22 @@ def _share_item_major(state, X, U, cols, shift_col, G, sum_squares):
     return upload
 
 
+def group_start(group, stream, n_components, init_scale):
+    """The group's rows of ``U`` at the start: each client's ``init_scale * U(0, 1)`` draws
+    from its own generator, as the per-client ``init_client`` draws them."""
+    ptr = group.row_ptr
+    U = np.empty((group.n_rows, n_components))
+    for i in range(group.n_clients):
+        U[ptr[i]:ptr[i + 1]] = init_scale * client_generator(stream, group.start + i).random(
+            (ptr[i + 1] - ptr[i], n_components))
+    return U
+
+
 def batched_init_client(group, Vt, stream, *, init_scale, positive, biased=False,
                         weighted=False, sum_squares=False, user_shrinkage=None):
     """:func:`._fedmgs_protocol.init_client` of every client of the group (each from its own
     generator)."""
-    n_f, ptr = Vt.shape[1], group.row_ptr
-    U = np.empty((group.n_rows, n_f))
-    for i in range(group.n_clients):
-        U[ptr[i]:ptr[i + 1]] = init_scale * client_generator(stream, group.start + i).random(
-            (ptr[i + 1] - ptr[i], n_f))
+    U = group_start(group, stream, Vt.shape[1], init_scale)
     if positive:
         np.maximum(U, 0.0, out=U)
     if biased:  # (row by row: the same as each client's own start)

@@ -59,8 +59,7 @@ from numba import njit
 from .. import _fedmgs_protocol as rounds
 from .._engine import FederatedProtocol
 from .._groups import BatchedPhases
-from .._transport import client_generator
-from ._fedmgs_batched import group_layout
+from ._fedmgs_batched import group_layout, group_start
 from ._implicit import (
     group_item_sums,
     implicit_item_sums,
@@ -285,11 +284,7 @@ def _group_messages(state, group, clients, U_old, confidence):
 
 def batched_init_client(group, broadcast, stream, *, init_scale, confidence):
     """:func:`init_client` of every client of the group (each from its own generator)."""
-    r, ptr = broadcast["Vt"].shape[1], group.row_ptr
-    U = np.empty((group.n_rows, r))
-    for i in range(group.n_clients):
-        U[ptr[i]:ptr[i + 1]] = init_scale * client_generator(stream, group.start + i).random(
-            (ptr[i + 1] - ptr[i], r))
+    U = group_start(group, stream, broadcast["Vt"].shape[1], init_scale)
     layout = group_layout(group)
     # (implicit_item_sums's items are int64: the same bytes on the wire)
     state = {"U": U, "U_sent": U, **layout, "items": layout["items"].astype(np.int64)}
