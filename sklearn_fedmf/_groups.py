@@ -142,18 +142,22 @@ def segments(starts, sizes):
     return np.arange(ptr[-1], dtype=np.int64) + np.repeat(starts - ptr[:-1], sizes), ptr
 
 
-def user_rows_state(group_state, group, i):
-    """Client ``i``'s ``{"U": its rows of the group's stacked user factors}`` (a copy): the
-    per-client state of a protocol whose clients keep only ``U`` between rounds."""
-    return {"U": group_state["U"][group.row_ptr[i]:group.row_ptr[i + 1]].copy()}
+def user_rows_state(group_state, group, i, keys=("U",)):
+    """Client ``i``'s ``{key: its rows of the group's stacked array}`` for each of ``keys``
+    (copies): the per-client state of a protocol whose clients keep only row-stacked arrays
+    (``U``; FedMGS's implicit clients also ``U_sent``) between rounds."""
+    a, b = group.row_ptr[i], group.row_ptr[i + 1]
+    return {key: group_state[key][a:b].copy() for key in keys}
 
 
-def with_user_rows(group_state, group, states):
-    """A copy of the group state with the ``"U"`` rows of the clients of ``states`` put in."""
-    U = group_state["U"].copy()
+def with_user_rows(group_state, group, states, keys=("U",)):
+    """A copy of the group state with the ``keys`` rows of the clients of ``states`` put in."""
+    stacked = {key: group_state[key].copy() for key in keys}
     for i, state in states.items():
-        U[group.row_ptr[i]:group.row_ptr[i + 1]] = state["U"]
-    return {**group_state, "U": U}
+        a, b = group.row_ptr[i], group.row_ptr[i + 1]
+        for key in keys:
+            stacked[key][a:b] = state[key]
+    return {**group_state, **stacked}
 
 
 def make_groups(X, codes, n_clients, X_eval=None, n_groups=16):

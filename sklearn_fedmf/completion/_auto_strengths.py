@@ -283,7 +283,7 @@ class AutoStrengthsMixin:
                 or not (self._biased or self._auto_scales)):
             return super()._start_bytes(ctx)
         return start_bytes(ctx.X, ctx.codes, ctx.n_clients, self._biased,
-                           self._bias_start_passes() if self._biased else 0)
+                           self._bias_start_passes())
 
     def _bias_start_passes(self):
         """More exchanges of the biases' start after the second (:func:`start_bytes`)."""

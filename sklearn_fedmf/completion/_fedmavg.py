@@ -372,8 +372,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
                 confidence=ctx.info["confidence"], init_scale=settings["init_scale"])
         item_bias, user_shrinkage = self._bias_start(ctx)
         shrinkages = None
-        if paper and self._biased and self.regularization == "plain" and (
-                self.alpha_u == self.alpha_v == "auto"):
+        if self._bias_start_passes():  # (the paper's variant, biased, plain, "auto")
             shrinkages, item_bias = variant_bias_settings(self._auto(ctx), ctx.X, item_bias)
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=ctx.info["rank"],
@@ -393,8 +392,8 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         )
 
     def _bias_start_passes(self):
-        """The ``"fedmc_admm"`` variant's ``BIAS_START_PASSES`` (:func:`variant_bias_settings`,
-        run under the same conditions as in :meth:`_make_protocol`)."""
+        """The ``"fedmc_admm"`` variant's ``BIAS_START_PASSES`` of
+        :func:`variant_bias_settings` when :meth:`_make_protocol` runs them, else 0."""
         if (self._settings()["variant"] == "fedmc_admm" and self._biased and not self._implicit
                 and self.regularization == "plain" and self.alpha_u == self.alpha_v == "auto"):
             return BIAS_START_PASSES

@@ -58,7 +58,7 @@ from numba import njit
 
 from .. import _fedmgs_protocol as rounds
 from .._engine import FederatedProtocol
-from .._groups import BatchedPhases
+from .._groups import BatchedPhases, user_rows_state, with_user_rows
 from ._fedmgs_batched import group_layout, group_start
 from ._implicit import (
     group_item_sums,
@@ -70,6 +70,9 @@ from ._implicit import (
 )
 
 __all__ = ["OneUserChange", "make_implicit_protocol", "share", "server_solve"]
+
+# What a client keeps between rounds, row by row: its factors and those of its last message.
+ROW_KEYS = ("U", "U_sent")
 
 
 def init_server(rng, *, n_items, n_components, init_scale):
@@ -311,20 +314,9 @@ def batched_client_update(state, group, broadcast, stream, active, selected, *, 
     return new, messages
 
 
-def client_state(group_state, group, i):
-    """Client ``i``'s ``{"U", "U_sent"}`` (copies), as :func:`init_client` holds it."""
-    a, b = group.row_ptr[i], group.row_ptr[i + 1]
-    return {"U": group_state["U"][a:b].copy(), "U_sent": group_state["U_sent"][a:b].copy()}
-
-
-def with_client_states(group_state, group, states):
-    """A copy of the group state with the clients of ``states`` put in."""
-    U, U_sent = group_state["U"].copy(), group_state["U_sent"].copy()
-    for i, state in states.items():
-        a, b = group.row_ptr[i], group.row_ptr[i + 1]
-        U[a:b], U_sent[a:b] = state["U"], state["U_sent"]
-    return {**group_state, "U": U, "U_sent": U_sent}
-
+# a client's state out of its group's, and back (the rows of ROW_KEYS)
+client_state = partial(user_rows_state, keys=ROW_KEYS)
+with_client_states = partial(with_user_rows, keys=ROW_KEYS)
 
 def make_implicit_protocol(*, n_items, n_clients, n_components, alpha_u, alpha_v, confidence,
                            init_scale):
