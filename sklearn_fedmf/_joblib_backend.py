@@ -11,10 +11,16 @@ nowhere else; if a joblib release moves them, this module is the one to change (
 
 import sys
 
+import numba
+from joblib import cpu_count, effective_n_jobs
 from joblib._parallel_backends import ThreadingBackend  # private: no public equivalent
-from joblib.parallel import get_active_backend  # not exported by joblib's __init__
+from joblib.parallel import (  # private: see fit_workers
+    _backend,
+    default_parallel_config,
+    get_active_backend,  # not exported by joblib's __init__
+)
 
-__all__ = ["uses_threads", "dask_client"]
+__all__ = ["uses_threads", "dask_client", "fit_workers"]
 
 
 def uses_threads():
@@ -29,3 +35,18 @@ def dask_client():
         return None
     backend, _ = get_active_backend()
     return backend.client if isinstance(backend, dask_backend.DaskDistributedBackend) else None
+
+
+def fit_workers(n_jobs):
+    """How many workers a fit's clients and kernels use for its ``n_jobs``: joblib's
+    ``effective_n_jobs``, except for ``n_jobs=None`` outside any joblib setting (no
+    ``parallel_config`` or ``parallel_backend`` block, not inside a joblib worker): then
+    numba's thread count, at most the physical cores, as scikit-learn's OpenMP estimators
+    use every core by default. numba's count is the machine's unless ``NUMBA_NUM_THREADS``
+    or ``numba.set_num_threads`` lowers it; joblib lowers it in its worker processes
+    (``GridSearchCV(n_jobs=...)``), so that nested fits do not oversubscribe the cores."""
+    configured = getattr(_backend, "config", default_parallel_config) is not \
+        default_parallel_config  # (joblib's own test of an active setting)
+    if n_jobs is None and not configured:
+        return max(1, min(numba.get_num_threads(), cpu_count(only_physical_cores=True)))
+    return effective_n_jobs(n_jobs)

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from joblib import parallel_config
 
-from sklearn_fedmf import FedMCADMM, _data, _dispatch, _engine, _transport
+from sklearn_fedmf import FedMCADMM, FedMGS, _data, _dispatch, _engine, _fit, _transport
 from sklearn_fedmf._data import check_ratings, split_clients
+from sklearn_fedmf._joblib_backend import fit_workers
 
 
 def _problem():
@@ -61,6 +62,40 @@ def test_default_threads_bypass_joblib_parallel(monkeypatch):
     FedMCADMM(n_jobs=2, **PARAMS).fit(_problem())
     assert threads and threading.get_ident() not in threads  # the clients ran on pool threads
     assert peak[0] <= 2  # never more batches at once than n_jobs
+
+
+def test_n_jobs_none_uses_the_cores_unless_joblib_or_numba_says_fewer():
+    import numba
+    from joblib import cpu_count
+
+    cores = max(1, min(numba.get_num_threads(), cpu_count(only_physical_cores=True)))
+    assert fit_workers(None) == cores
+    assert fit_workers(1) == 1 and fit_workers(3) == 3
+    with parallel_config(n_jobs=1):  # a joblib setting decides, as for any joblib user
+        assert fit_workers(None) == 1
+    with parallel_config(backend="threading", n_jobs=3):
+        assert fit_workers(None) == 3
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        assert fit_workers(None) == 1
+    finally:
+        numba.set_num_threads(before)
+
+
+def test_default_n_jobs_threads_only_large_fits_and_gives_the_same_model(monkeypatch):
+    X = check_ratings(_problem())
+    model = FedMGS(n_components=3, n_clients=6, max_iter=3, random_state=0)
+    assert model._fit_n_jobs(X) is None  # below THREADED_MIN_RATINGS: the calling thread
+    assert FedMGS(n_jobs=1)._fit_n_jobs(X) == 1
+    monkeypatch.setattr(_fit, "THREADED_MIN_RATINGS", X.nnz)
+    assert model._fit_n_jobs(X) == fit_workers(None)
+    monkeypatch.setattr(_dispatch, "MIN_PARALLEL_WORK", 0)  # (dispatch even these rounds)
+    threaded = model.fit(X)
+    ref = FedMGS(n_components=3, n_clients=6, max_iter=3, random_state=0, n_jobs=1).fit(X)
+    np.testing.assert_array_equal(threaded.components_, ref.components_)
+    np.testing.assert_array_equal(threaded.user_factors_, ref.user_factors_)
+    assert _strip(threaded.history_) == _strip(ref.history_)
 
 
 def test_one_thread_pool_per_engine_call(monkeypatch):

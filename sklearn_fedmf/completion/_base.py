@@ -429,9 +429,9 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         best = state.best_score * self._score_scale(ctx)  # (in rating units)
         secure = self._settings()["secure_aggregation"]
         floor, floor_rmse, (up, down) = biases_floor(
-            ctx, self._floor_class, n_jobs=self.n_jobs, secure_aggregation=secure)
+            ctx, self._floor_class, n_jobs=ctx.info["n_jobs"], secure_aggregation=secure)
         if floor_rmse <= best and ctx.info.get("held_out"):  # biases on every training rating
-            floor, more = floor_on_all_ratings(ctx, self._floor_class, n_jobs=self.n_jobs,
+            floor, more = floor_on_all_ratings(ctx, self._floor_class, n_jobs=ctx.info["n_jobs"],
                                                secure_aggregation=secure)
             up, down = up + more[0], down + more[1]
         self.history_[-1]["bytes_uploaded"] += up

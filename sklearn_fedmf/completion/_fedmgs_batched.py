@@ -53,6 +53,8 @@ def group_layout(group):
     owner = np.repeat(np.arange(group.n_clients), np.diff(group.row_ptr))
     layout = {"items": items, "item_ptr": item_ptr, "slot": slot, "single": single,
               "owner": owner}
+    for a in (slot, owner) if single else (items, item_ptr, slot, owner):
+        a.flags.writeable = False  # (fixed by the data: early stopping's snapshots share them)
     if group.n_clients == 1 and not single:
         layout.update(_item_major(X))
     return layout
