@@ -3,6 +3,7 @@
     python benchmarks/bench_fit_time.py                      # both sets, median of 3 runs
     python benchmarks/bench_fit_time.py --runs 1 --estimators FedMGS --data 1m-full
     python benchmarks/bench_fit_time.py --with-off            # also early_stopping=False
+    python benchmarks/bench_fit_time.py --with-one-thread     # also n_jobs=1
     python benchmarks/bench_fit_time.py --quick               # smoke run: 20,000 ratings
     python benchmarks/bench_fit_time.py --data ml-1m --movielens-dir DIR --estimators FedMGS
 
@@ -15,7 +16,9 @@ a rank-5 structure (``1m-0.5`` of ``bench_defaults.py`` before its 8-fold down-s
 folder is given). Each is split 80/20 at random over the ratings (seed 0) as in ``bench_accuracy.py
 --all-defaults``. Each estimator runs with all its defaults (``random_state=0`` only) through
 ``RatingRegressor``; on 800,000 training ratings its default ``early_stopping="auto"`` is on.
-``--with-off`` adds the same fit with ``early_stopping=False`` (every round, no hold-out).
+``--with-off`` adds the same fit with ``early_stopping=False`` (every round, no hold-out);
+``--with-one-thread`` adds it with ``n_jobs=1`` (the default ``n_jobs=None`` runs a fit of
+this size on every core; the model is the same).
 
 Each run fits Surprise ``BaselineOnly`` and ``SVD()`` and then every estimator on the same
 split, so the ratio ``fit s / SVD s`` of one run compares fits made under the same load.
@@ -66,7 +69,7 @@ def fit_seconds(cls, params, P_train, y_train):
     return time.perf_counter() - tic, fitted
 
 
-def run_set(name, estimators, runs, with_off, quick, movielens_dir=None):
+def run_set(name, estimators, runs, variants, quick, movielens_dir=None):
     X = load(name, quick, movielens_dir)
     train, test = entrywise_split(X)
     (P_train, y_train), (P_test, y_test) = pairs(train), pairs(test)
@@ -76,8 +79,7 @@ def run_set(name, estimators, runs, with_off, quick, movielens_dir=None):
               f"{'/ SVD s per run':>18s} {'median':>6s} {'test RMSE':>10s}")
     print(header + "\n" + "-" * len(header), flush=True)
     rows = {}  # label -> [rounds, kept, seconds per run, RMSE]
-    configs = [(n, p) for n in estimators
-               for p in (({}, {"early_stopping": False}) if with_off else ({},))]
+    configs = [(n, p) for n in estimators for p in ({}, *variants)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # item columns without a training rating
         for _ in range(runs):  # each run: the peers, then every estimator (same load)
@@ -85,7 +87,8 @@ def run_set(name, estimators, runs, with_off, quick, movielens_dir=None):
                 rows.setdefault(label, ["", "", [], rmse])[2].append(secs)
             for est, params in configs:
                 secs, model = fit_seconds(ESTIMATORS[est], params, P_train, y_train)
-                label = (est + " (defaults)", "off" if params else "auto")
+                label = (est + (" (defaults)" if not params.get("n_jobs") else " (n_jobs=1)"),
+                         "off" if params.get("early_stopping") is False else "auto")
                 if label not in rows:
                     rmse = float(np.sqrt(np.mean((model.predict(P_test) - y_test) ** 2)))
                     inner = model.estimator_
@@ -107,6 +110,8 @@ def main():
     parser.add_argument("--estimators", default=",".join(ESTIMATORS))
     parser.add_argument("--data", default=",".join(DATA), help=f"of {', '.join(DATA)}")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--with-one-thread", action="store_true",
+                        help="also each estimator with n_jobs=1")
     parser.add_argument("--with-off", action="store_true",
                         help="also each estimator with early_stopping=False")
     parser.add_argument("--quick", action="store_true",
@@ -124,7 +129,9 @@ def main():
         print(f"(no --movielens-dir holding ratings.dat: the real {REAL_1M} is left out)")
         data = [n for n in data if n != REAL_1M]
     for name in data:
-        run_set(name, names, 1 if args.quick else args.runs, args.with_off, args.quick,
+        variants = ([{"early_stopping": False}] if args.with_off else []) + (
+            [{"n_jobs": 1}] if args.with_one_thread else [])
+        run_set(name, names, 1 if args.quick else args.runs, variants, args.quick,
                 args.movielens_dir)
 
 

@@ -92,9 +92,9 @@ SHARED_PARAMETERS = {
         "Parallel local updates (joblib; threads unless a backend is configured). The model\n"
         "does not depend on it. A round whose clients run in one batch (one sampled client, or\n"
         "too little work to dispatch) splits their row kernels over the ``n_jobs`` threads.\n"
-        "``None`` outside a ``joblib.parallel_config`` block uses one thread per physical core\n"
-        "(as scikit-learn's OpenMP estimators do; ``numba.set_num_threads`` lowers it); ``1``\n"
-        "runs the whole fit in the calling thread."),
+        "``None`` outside a ``joblib.parallel_config`` block: from 300,000 stored ratings, one\n"
+        "thread per physical core (as scikit-learn's OpenMP estimators; ``numba.set_num_threads``\n"
+        "lowers it), below, the calling thread; ``1``: always the calling thread."),
     "verbose": "1 shows a progress bar, 2 a line per round.",
     "secure_aggregation": (
         "Sum every round's uploads by secure aggregation (SecAgg+ over the transport,\n"
