@@ -104,6 +104,7 @@ def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, n
         info = {}
     if isinstance(estimator, LocalDPMixin):  # the upload noise
         info["privacy"] = estimator._privacy_settings(int(n_items))
+    info["n_jobs"] = estimator.n_jobs  # (the sites do the clients' work: the engine ignores it)
     no_ratings = sp.csr_matrix((0, int(n_items)))  # the server holds none
     return FitContext(no_ratings, int(n_users), int(n_items), int(n_clients), None, None,
                       int(entropy), False, info)
