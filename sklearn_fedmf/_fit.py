@@ -83,7 +83,7 @@ N_GROUPS = 16
 # From this many stored ratings a fit with n_jobs=None runs on every core. Below it, threads
 # lose to the calling thread alone (Python work between the kernels holds the GIL); measured
 # on two cores with FedMGS's defaults: 16% slower at 80,000 ratings, 4% at 200,000, 12%
-# faster at 400,000 and 22% at 800,000 (docs: Scaling out).
+# faster at 400,000 and 21% at 800,000 (docs: Scaling out).
 THREADED_MIN_RATINGS = 300_000
 
 # Parameters every federated estimator shares (DESIGN section 4), validated the same way.
