@@ -128,9 +128,9 @@ def main():
     if movielens_folder(REAL_1M, args.movielens_dir) is None:
         print(f"(no --movielens-dir holding ratings.dat: the real {REAL_1M} is left out)")
         data = [n for n in data if n != REAL_1M]
+    variants = ([{"early_stopping": False}] if args.with_off else []) + (
+        [{"n_jobs": 1}] if args.with_one_thread else [])
     for name in data:
-        variants = ([{"early_stopping": False}] if args.with_off else []) + (
-            [{"n_jobs": 1}] if args.with_one_thread else [])
         run_set(name, names, 1 if args.quick else args.runs, variants, args.quick,
                 args.movielens_dir)
 

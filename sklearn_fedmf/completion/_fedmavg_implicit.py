@@ -57,8 +57,8 @@ from .._groups import BatchedPhases, ImplicitRows, user_rows_state, with_user_ro
 from ._fedmavg_protocol import EPS_LIPSCHITZ, client_weight, lambda_max
 from ._fedmavg_protocol import server_init_uploads as average_init_uploads
 from ._fedmavg_protocol import server_update as average_update
-from ._fedmgs_batched import group_layout, group_start
-from ._fedmgs_implicit import client_metrics, combine_metrics
+from ._fedmgs_batched import group_start
+from ._fedmgs_implicit import client_metrics, combine_metrics, group_state, solve_active_users
 from ._implicit import implicit_item_gradient, implicit_user_factors, rated_w_steps
 
 __all__ = ["TransformedRows", "make_implicit_protocol", "w_bounds", "w_steps"]
@@ -171,31 +171,31 @@ def _add_transformed(out, rows, values, base, T, weight):
                 out[j, e] += w * T[b, e]
 
 
+def _client_sizes(group, client_weights):
+    """Each client's size in the group: its interactions or its users (``client_weights``)."""
+    return np.diff(group.entry_ptr if client_weights == "entries" else group.row_ptr)
+
+
 def batched_init_client(group, broadcast, stream, *, init_scale, client_weights):
     """:func:`init_client` of every client of the group (each from its own generator)."""
-    U = group_start(group, stream, broadcast["Vt"].shape[1], init_scale)
-    sizes = np.diff(group.entry_ptr if client_weights == "entries" else group.row_ptr)
-    layout = group_layout(group)
-    state = {"U": U, **layout, "items": layout["items"].astype(np.int64)}
+    state = group_state(group, group_start(group, stream, broadcast["Vt"].shape[1], init_scale))
     return state, {group.start + i: {"size": float(size)} for i, size in
-                   enumerate(sizes.tolist())}
+                   enumerate(_client_sizes(group, client_weights).tolist())}
 
 
 def batched_client_update(state, group, broadcast, stream, active, selected, *, confidence,
                           alpha_u, alpha_v, d_factor, client_weights):
     """:func:`client_update` of the group's active clients: one solve call for their users;
     the senders' W steps on their rated rows in one call, the others in closed form."""
-    rows = np.flatnonzero(active[state["owner"]])
-    U = state["U"].copy()
-    Vt = broadcast["Vt"]
-    implicit_user_factors(group.X, Vt, broadcast["VtV"], confidence=confidence,
-                          alpha_u=alpha_u, rows=rows, out=U)
+    U = solve_active_users(state, group, broadcast, active, confidence=confidence,
+                           alpha_u=alpha_u)
     new = {**state, "U": U}
     senders = np.flatnonzero(active & selected)
     if not senders.size:
         return new, {}
-    sizes = np.diff(group.entry_ptr if client_weights == "entries" else group.row_ptr)
+    sizes = _client_sizes(group, client_weights)
     scale = broadcast["total"] / np.maximum(sizes[senders], 1.0)  # 1 / omega_p
+    Vt = broadcast["Vt"]
     q2 = broadcast["q2"]
     items, item_ptr = state["items"], state["item_ptr"]
     out_ptr, values, transforms = rated_w_steps(

@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _biases
-from .._groups import BatchedPhases, ImplicitRows, user_rows_state, with_user_rows
+from .._groups import BatchedPhases, ImplicitRows, offsets, user_rows_state, with_user_rows
 from .._kernels import row_tasks, split_rows
 from .._prox import row_alpha
 from .._transport import client_generator
@@ -89,8 +89,7 @@ def group_share(state, group, clients, biased, sum_squares=False):
         cols, shift_col = np.arange(n_f), -1
     r = len(cols)
     items, item_ptr = state["items"], state["item_ptr"]
-    out_ptr = np.zeros(len(clients) + 1, dtype=np.int64)
-    np.cumsum(item_ptr[clients + 1] - item_ptr[clients], out=out_ptr[1:])
+    out_ptr = offsets(item_ptr[clients + 1] - item_ptr[clients])
     if biased and state["single"]:
         x, a = np.empty(out_ptr[-1]), np.empty((len(clients), r))
         share_outer_kernel(X.indptr, X.indices, X.data, clients, U, cols, shift_col, out_ptr,

@@ -69,7 +69,8 @@ from ._implicit import (
     spd_solve,
 )
 
-__all__ = ["OneUserChange", "make_implicit_protocol", "share", "server_solve"]
+__all__ = ["OneUserChange", "group_state", "make_implicit_protocol", "share",
+           "server_solve", "solve_active_users"]
 
 # What a client keeps between rounds, row by row: its factors and those of its last message.
 ROW_KEYS = ("U", "U_sent")
@@ -285,12 +286,28 @@ def _group_messages(state, group, clients, U_old, confidence):
             for q, i in enumerate(clients.tolist())}
 
 
+def group_state(group, U, **rows):
+    """A group's state under implicit feedback: its stacked ``U`` (and ``rows``, more
+    row-stacked arrays) and its clients' items (:func:`._fedmgs_batched.group_layout`; the
+    items as int64, as :func:`~._implicit.implicit_item_sums` gives them: the same bytes on
+    the wire)."""
+    layout = group_layout(group)
+    return {"U": U, **rows, **layout, "items": layout["items"].astype(np.int64)}
+
+
+def solve_active_users(state, group, broadcast, active, *, confidence, alpha_u):
+    """The group's ``U`` with the users of its ``active`` clients solved (one compiled call;
+    the other rows as they were)."""
+    U = state["U"].copy()
+    implicit_user_factors(group.X, broadcast["Vt"], broadcast["VtV"], confidence=confidence,
+                          alpha_u=alpha_u, rows=np.flatnonzero(active[state["owner"]]), out=U)
+    return U
+
+
 def batched_init_client(group, broadcast, stream, *, init_scale, confidence):
     """:func:`init_client` of every client of the group (each from its own generator)."""
     U = group_start(group, stream, broadcast["Vt"].shape[1], init_scale)
-    layout = group_layout(group)
-    # (implicit_item_sums's items are int64: the same bytes on the wire)
-    state = {"U": U, "U_sent": U, **layout, "items": layout["items"].astype(np.int64)}
+    state = group_state(group, U, U_sent=U)
     return state, _group_messages(state, group, np.arange(group.n_clients), np.zeros_like(U),
                                   confidence)
 
@@ -299,10 +316,8 @@ def batched_client_update(state, group, broadcast, stream, active, selected, *, 
                           alpha_u):
     """:func:`client_update` of the group's active clients: one solve call for their users,
     one call for the senders' changes."""
-    rows = np.flatnonzero(active[state["owner"]])
-    U = state["U"].copy()
-    implicit_user_factors(group.X, broadcast["Vt"], broadcast["VtV"], confidence=confidence,
-                          alpha_u=alpha_u, rows=rows, out=U)
+    U = solve_active_users(state, group, broadcast, active, confidence=confidence,
+                           alpha_u=alpha_u)
     senders = np.flatnonzero(active & selected)
     new = {**state, "U": U}
     messages = _group_messages(new, group, senders, state["U_sent"], confidence)
@@ -317,6 +332,7 @@ def batched_client_update(state, group, broadcast, stream, active, selected, *, 
 # a client's state out of its group's, and back (the rows of ROW_KEYS)
 client_state = partial(user_rows_state, keys=ROW_KEYS)
 with_client_states = partial(with_user_rows, keys=ROW_KEYS)
+
 
 def make_implicit_protocol(*, n_items, n_clients, n_components, alpha_u, alpha_v, confidence,
                            init_scale):

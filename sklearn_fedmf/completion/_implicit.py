@@ -43,11 +43,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .._groups import offsets
+
 __all__ = ["IMPLICIT_ALPHA", "IMPLICIT_CONFIDENCE", "check_implicit_settings",
            "check_interactions", "group_item_sums", "implicit_item_gradient",
            "implicit_item_sums", "implicit_objective", "implicit_rank", "implicit_user_factors",
-           "packed_size",
-           "rated_w_steps", "resolve_confidence", "spd_solve", "unpack_gram"]
+           "packed_size", "rated_w_steps", "resolve_confidence", "spd_solve", "unpack_gram"]
 
 # The default ``solver_params["confidence"]``: ``"auto"`` is ``1 / mean strength`` (see
 # resolve_confidence).
@@ -364,8 +365,7 @@ def group_item_sums(X, row_ptr, clients, U, U_old, *, confidence, item_ptr, slot
     grams : ndarray of shape (len(clients), r, r)
         ``U_p^T U_p - U_old_p^T U_old_p``.
     """
-    out_ptr = np.zeros(len(clients) + 1, dtype=np.int64)
-    np.cumsum(item_ptr[clients + 1] - item_ptr[clients], out=out_ptr[1:])
+    out_ptr = offsets(item_ptr[clients + 1] - item_ptr[clients])
     r = U.shape[1]
     G, grams = np.empty((out_ptr[-1], packed_size(r))), np.empty((len(clients), r, r))
     _group_item_sums_kernel(X.indptr, X.indices, np.asarray(X.data, dtype=np.float64),
@@ -396,13 +396,12 @@ def _rated_w_steps_kernel(indptr, indices, data, row_ptr, clients, U, Vt, scale,
         # costs 2 m r a row instead of r^2, and its nonzero spectrum is U_p U_p^T's (m x m)
         m = row_ptr[i + 1] - row_ptr[i]
         low_rank = 2 * m < r
+        Up = U[row_ptr[i]:row_ptr[i + 1]]
         gram = np.empty((0, 0))  # (U_p^T U_p, formed only at full rank)
         if low_rank:
-            Up = U[row_ptr[i]:row_ptr[i + 1]]
             K = np.dot(Up, Up.T)
             lam = np.linalg.eigvalsh(K)[-1] if m else 0.0
         else:
-            Up = U[row_ptr[i]:row_ptr[i + 1]]
             gram = np.dot(Up.T, Up)
             lam = np.linalg.eigvalsh(gram)[-1] if r else 0.0
         trace = np.zeros(k)
@@ -481,8 +480,7 @@ def rated_w_steps(X, row_ptr, clients, U, Vt, scale, *, confidence, alpha_v, d_f
     transforms : ndarray of shape (len(clients), r, r)
         ``M_p^n_steps``: its rows of the items it never saw are ``V M_p^n_steps``.
     """
-    out_ptr = np.zeros(len(clients) + 1, dtype=np.int64)
-    np.cumsum(item_ptr[clients + 1] - item_ptr[clients], out=out_ptr[1:])
+    out_ptr = offsets(item_ptr[clients + 1] - item_ptr[clients])
     values = np.empty((out_ptr[-1], Vt.shape[1]))
     transforms = np.empty((len(clients), Vt.shape[1], Vt.shape[1]))
     _rated_w_steps_kernel(X.indptr, X.indices, np.asarray(X.data, dtype=np.float64),
