@@ -76,6 +76,26 @@ class FedmfMethods(Directive):
         return node.children
 
 
+class FedmfSolverParams(Directive):
+    """``.. fedmf-solver-params:: sklearn_fedmf.FedMAvg`` the class's ``solver_params`` keys
+    and their defaults, read from the class (``_solver_params``), so the table cannot go stale."""
+
+    required_arguments = 1
+
+    def run(self):
+        from importlib import import_module
+
+        module, _, name = self.arguments[0].rpartition(".")
+        cls = getattr(import_module(module), name)
+        lines = [".. list-table::", "   :header-rows: 1", "   :widths: 30 70", "",
+                 "   * - key", "     - default"]
+        for key, (default, _) in cls._solver_params.items():
+            lines += [f"   * - ``{key}``", f"     - ``{default!r}``"]
+        node = nodes.section()
+        self.state.nested_parse(StringList(lines), self.content_offset, node)
+        return node.children
+
+
 def _grid_text(grid):
     """``alpha_u`` 1, 10; ``beta`` auto, 0.01: one grid as the text of a table cell."""
     return "; ".join(f"``{k}`` " + ", ".join(f"{v:g}" if isinstance(v, float) else str(v)
@@ -86,3 +106,4 @@ def _grid_text(grid):
 def setup(app):
     app.add_directive("fedmf-help", FedmfHelp)
     app.add_directive("fedmf-methods", FedmfMethods)
+    app.add_directive("fedmf-solver-params", FedmfSolverParams)
