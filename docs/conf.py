@@ -26,6 +26,10 @@ extensions = [
 ]
 autosummary_generate = False  # summary tables only; the entries are autodoc directives below
 autodoc_default_options = {"member-order": "bysource"}
+# Flower (the flower extra) needs Python >= 3.11 and is a heavy install: autodoc imports
+# sklearn_fedmf.flower against a stand-in, so the docs build from the docs extra alone (and the
+# same way where Flower is installed). The secure module's ``cryptography`` is in the extra.
+autodoc_mock_imports = ["flwr"]
 numpydoc_show_class_members = False  # autodoc lists the members
 numpydoc_class_members_toctree = False
 exclude_patterns = ["_build"]
@@ -76,6 +80,26 @@ class FedmfMethods(Directive):
         return node.children
 
 
+class FedmfSolverParams(Directive):
+    """``.. fedmf-solver-params:: sklearn_fedmf.FedMAvg`` the class's ``solver_params`` keys
+    and their defaults, read from the class (``_solver_params``), so the table cannot go stale."""
+
+    required_arguments = 1
+
+    def run(self):
+        from importlib import import_module
+
+        module, _, name = self.arguments[0].rpartition(".")
+        cls = getattr(import_module(module), name)
+        lines = [".. list-table::", "   :header-rows: 1", "   :widths: 30 70", "",
+                 "   * - key", "     - default"]
+        for key, (default, _) in cls._solver_params.items():
+            lines += [f"   * - ``{key}``", f"     - ``{default!r}``"]
+        node = nodes.section()
+        self.state.nested_parse(StringList(lines), self.content_offset, node)
+        return node.children
+
+
 def _grid_text(grid):
     """``alpha_u`` 1, 10; ``beta`` auto, 0.01: one grid as the text of a table cell."""
     return "; ".join(f"``{k}`` " + ", ".join(f"{v:g}" if isinstance(v, float) else str(v)
@@ -86,3 +110,4 @@ def _grid_text(grid):
 def setup(app):
     app.add_directive("fedmf-help", FedmfHelp)
     app.add_directive("fedmf-methods", FedmfMethods)
+    app.add_directive("fedmf-solver-params", FedmfSolverParams)
