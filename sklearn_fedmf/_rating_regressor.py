@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -21,6 +22,7 @@ from sklearn.utils.validation import (
 )
 
 from ._data import check_int, factorize_ids
+from .exceptions import DataWarning
 from ._pairs import FactorModel, predict_pairs, top_n
 
 __all__ = ["RatingRegressor"]
@@ -45,7 +47,9 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
     Parameters
     ----------
     estimator : estimator object, default=None
-        The completion estimator (cloned at fit); None means ``FedMAvg()``. Its parameters
+        The completion estimator (cloned at fit); None means ``FedMGS()`` (the model of
+        ``fedmf recommend``, whose factor part holds on rating sets of every scale measured
+        in the user guide, "Choosing a method"). Its parameters
         are tuned as ``estimator__<name>``.
     user_col, item_col : int or str, default=0, 1
         The column of ``X`` holding the user ids and the item ids: a position, or a column
@@ -67,8 +71,14 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
     users_ : ndarray of shape (n_users,)
         The user ids seen in ``fit`` (sorted when the ids are comparable, else in order of
         first appearance); row ``k`` of ``estimator_.user_factors_`` is user ``users_[k]``.
+        Ids are compared as they are: the number ``7`` and the string ``"7"`` are two users
+        (``fit`` warns with a :class:`~sklearn_fedmf.exceptions.DataWarning` naming how many
+        such ids it met; ``fedmf`` reads a column as one type, so it never meets them).
     items_ : ndarray of shape (n_items,)
         The item ids, likewise; column ``k`` of ``estimator_.components_``.
+    item_counts_ : ndarray of shape (n_items,)
+        The number of training ratings of each item of ``items_`` (what ``recommend``'s
+        ``min_support`` counts).
     n_features_in_ : int
         Number of columns of ``X``.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
@@ -188,8 +198,9 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         X : {array-like, DataFrame} of shape (n_ratings, n_columns)
             One (user, item) pair of ids per row (columns ``user_col`` and ``item_col``).
         y : array-like of shape (n_ratings,) or None, default=None
-            The ratings. A pair listed more than once is fitted at its mean rating. None:
-            interactions (see above).
+            The ratings. A pair listed more than once is fitted at its mean rating, with a
+            :class:`~sklearn_fedmf.exceptions.DataWarning` naming how many pairs were
+            (``fedmf`` does the same). None: interactions (see above).
         clients : array-like of shape (n_ratings,), default=None
             The client label of each rating's user (ignored when ``client_col`` is set).
 
@@ -217,6 +228,9 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
             check_consistent_length(users, labels)
         self.users_, user_codes = factorize_ids(users)
         self.items_, item_codes = factorize_ids(items)
+        _warn_about_ids(self.users_, "user")
+        _warn_about_ids(self.items_, "item")
+        _warn_about_duplicates(user_codes, item_codes, len(self.items_))
         self._user_index, self._item_index = pd.Index(self.users_), pd.Index(self.items_)
         shape = (len(self.users_), len(self.items_))
         R = _mean_matrix(y, user_codes, item_codes, shape)
@@ -225,14 +239,14 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         self.estimator_ = clone(estimator).fit(R, clients=user_clients)
         self._seen = sp.csr_matrix((np.ones(R.nnz, dtype=bool), R.indices, R.indptr),
                                    shape=shape)
-        self._popularity = np.diff(R.tocsc().indptr)
+        self.item_counts_ = np.diff(R.tocsc().indptr)
         return self
 
     def _base_estimator(self):
         if self.estimator is None:
-            from .completion import FedMAvg
+            from .completion import FedMGS
 
-            return FedMAvg()
+            return FedMGS()
         return self.estimator
 
     # ---- prediction ---------------------------------------------------------------------
@@ -388,7 +402,7 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         min_support = check_int(min_support, "min_support", 0)
         model = self._model()
         cand = np.arange(len(self.items_)) if candidates is None else candidates
-        supported = self._popularity[cand] >= min_support
+        supported = self.item_counts_[cand] >= min_support
         known = codes >= 0
         index = np.full((len(codes), n), -1, dtype=np.int64)
         ratings = np.full((len(codes), n), -np.inf)
@@ -404,7 +418,7 @@ class RatingRegressor(MetaEstimatorMixin, RegressorMixin, BaseEstimator):
         return (ids[0], ratings[0]) if single else (ids, ratings)
 
     def _cold_start(self, model, cand, supported, n):
-        key = self._popularity[cand] if model.item_bias is None else model.item_bias[cand]
+        key = self.item_counts_[cand] if model.item_bias is None else model.item_bias[cand]
         best = np.lexsort((-key, ~supported))[:n]  # supported first, then by key (stable)
         rating = predict_pairs(model, np.full(n, -1), cand[best], self.estimator_.mean_)
         return best, rating
@@ -473,6 +487,31 @@ def _id_array(values):
     if values.dtype == object:
         values = pd.Series(values, dtype=object).infer_objects().to_numpy()
     return values.reshape(-1)
+
+
+def _warn_about_ids(uniques, what):
+    """Warn when ids of different types print alike (``7`` and ``"7"``): two users or items
+    to the model, most likely one to whoever wrote them."""
+    if uniques.dtype != object:
+        return
+    texts = pd.Series([str(v) for v in uniques])
+    clashes = int(texts.duplicated().sum())
+    if clashes:
+        example = texts[texts.duplicated()].iloc[0]
+        warnings.warn(
+            f"{clashes} {what} id(s) occur both as a number and as a string (e.g. {example!r}): "
+            f"they are different {what}s to the model; convert the {what} column to one type "
+            "to merge them.", DataWarning, stacklevel=4)
+
+
+def _warn_about_duplicates(rows, cols, n_cols):
+    """Warn when a (user, item) pair is listed more than once (fitted at its mean)."""
+    keys = rows * np.int64(n_cols) + cols
+    repeated = len(keys) - len(np.unique(keys))
+    if repeated:
+        warnings.warn(
+            f"{repeated} rating(s) repeat a (user, item) pair listed before: each such pair "
+            "is fitted at the mean of its ratings.", DataWarning, stacklevel=4)
 
 
 def _mean_matrix(values, rows, cols, shape):

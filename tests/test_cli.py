@@ -148,7 +148,8 @@ def test_tune_ranks_candidates_by_the_documented_cv(tmp_path, capsys):
     ranked = report["ranked"]
     # 2 x 2 candidates, and the defaults (beta="auto", the papers' alpha_u=1e-6) as a fifth:
     # the grid does not hold them
-    assert len(ranked) == 5 and "(the defaults added as one candidate" in out.splitlines()[1]
+    assert (len(ranked) == 5
+            and "(the papers' settings added as one candidate" in out.splitlines()[1])
     scores = [r["score"] for r in ranked]
     assert scores == sorted(scores)
     # progress: one line per candidate on stderr, with the score the table ranks
@@ -179,8 +180,9 @@ def test_tune_ranks_candidates_by_the_documented_cv(tmp_path, capsys):
     assert ranked[defaults["rank"] - 1]["params"] == defaults["params"]
     assert report["gain_over_defaults"] == pytest.approx(defaults["score"] - scores[0])
     assert report["gain_over_defaults"] >= 0 and report["best_score"] == scores[0]
-    line = next(line for line in out.splitlines() if line.startswith("defaults: "))
-    assert line == (f"defaults: {defaults['score']:.4f} (rank {defaults['rank']} of 5); best: "
+    line = next(line for line in out.splitlines() if line.startswith("papers' settings: "))
+    assert line == (f"papers' settings: {defaults['score']:.4f} (rank {defaults['rank']} of 5); "
+                    "best: "
                     f"{scores[0]:.4f} ({report['gain_over_defaults']:.4f} better)")
 
 
@@ -189,7 +191,7 @@ def test_tune_with_the_defaults_in_the_grid_adds_no_candidate(tmp_path, capsys):
             "alpha_u=1e-6,1", "--split", "users", "--out", str(tmp_path)]
     status, out, _ = run(argv, capsys)
     report = json.loads((tmp_path / "tune.json").read_text())
-    assert status == 0 and len(report["ranked"]) == 2 and "defaults added" not in out
+    assert status == 0 and len(report["ranked"]) == 2 and "settings added" not in out
     assert report["defaults"]["params"] == {"alpha_u": 1e-6}
     assert not report["defaults"]["added_to_grid"]
     row = report["ranked"][report["defaults"]["rank"] - 1]
@@ -257,7 +259,8 @@ def test_tune_halving_uses_rounds_as_resource(tmp_path, capsys):
     default = json.loads((tmp_path / "tune.json").read_text())["defaults"]
     assert default["params"] == {"beta": "auto"} and default["added_to_grid"]
     rounds = ranked[default["rank"] - 1]["rounds"]
-    assert f"defaults: {default['score']:.4f} at {rounds} rounds (rank {default['rank']} of 6)" \
+    assert (f"papers' settings: {default['score']:.4f} at {rounds} rounds "
+            f"(rank {default['rank']} of 6)") \
         in out
     assert "best parameters" in out and "rounds=9" in out
 
@@ -365,7 +368,8 @@ def _bad_file(tmp_path):
         (["run", "--data", "{bad}"], "ratings.dat"),
         (["run", "--data", "synthetic:10x10x500"], "impossible sizes"),
         (["run", "--data", "synthetic:40x30x300", "--clients", "50"], "impossible sizes"),
-        (["run", "--data", "synthetic:40x30x300", "--rank", "31"], "impossible sizes"),
+        (["run", "--data", "synthetic:40x30x300", "--clients", "5", "--rank", "31"],
+         "impossible sizes"),
         (["run", "--method", "fedmc-admm,felb"], "cannot share a run"),
         (["run", "--method", "fedmc-admm", "--data", "tiles:50x20x3"], "binary data"),
         (["run", "--method", "felb", "--data", "tiles:50x20"], "expected tiles:ROWSxCOLSxTILES"),
@@ -509,7 +513,9 @@ def test_recommend_min_support_is_passed_to_the_lists(tmp_path, capsys):
         status, out, _ = run(base + extra, capsys)
         assert status == 0
         table = out.split("top-12 for user ")[1].split("\n\n")[0]
-        return [line.split()[1] for line in table.splitlines()[2:] if line.strip()]
+        # (the line "-- items with fewer than N training ratings --" is no item)
+        return [line.split()[1] for line in table.splitlines()[2:]
+                if line.strip() and not line.strip().startswith("--")]
 
     plain = listed(["--min-support", "0"])
     model = joblib.load(tmp_path / "m.joblib")
@@ -518,3 +524,8 @@ def test_recommend_min_support_is_passed_to_the_lists(tmp_path, capsys):
     model = joblib.load(tmp_path / "m.joblib")
     assert default == model.recommend(79, n=12, exclude_seen=False)[0].tolist()
     assert default[-1] == "m0" and sorted(default) == sorted(plain)
+    # the printed list says why m0 comes last: its training ratings, under a line
+    _, out, _ = run(base, capsys)
+    table = out.split("top-12 for user ")[1].split("\n\n")[0].splitlines()
+    assert table[-2] == "      -- items with fewer than 20 training ratings (--min-support) --"
+    assert table[-1].split()[1] == "m0" and table[-1].split()[-1] == "3"

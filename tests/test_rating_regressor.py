@@ -15,6 +15,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 import sklearn_fedmf._data as data
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, RatingRegressor, RFRec
 from sklearn_fedmf._pairs import FactorModel, predict_pairs, top_n
+from sklearn_fedmf.exceptions import DataWarning
 from sklearn_fedmf.model_selection import fold_in_rmse
 
 
@@ -165,8 +166,23 @@ def test_duplicate_pairs_are_fitted_at_their_mean():
     X = np.column_stack([users, items])
     est = FedMGS(n_components=2, n_clients=4, max_iter=10, random_state=0)
     once = RatingRegressor(est).fit(X, y)
-    twice = RatingRegressor(est).fit(np.vstack([X, X]), np.concatenate([y - 1, y + 1]))
+    # said once, with the number of repeated ratings (fedmf says the same of a CSV file)
+    with pytest.warns(DataWarning, match=f"^{len(y)} rating\\(s\\) repeat a") as record:
+        twice = RatingRegressor(est).fit(np.vstack([X, X]), np.concatenate([y - 1, y + 1]))
+    assert sum(issubclass(w.category, DataWarning) for w in record) == 1
     np.testing.assert_allclose(twice.predict(X), once.predict(X))
+
+
+def test_ids_that_print_alike_are_two_users_with_a_warning():
+    users, items, y = ratings()
+    X = np.column_stack([users, items]).astype(object)
+    X[users == 3, 0] = "3"  # user 3's ratings under the string "3", user 4's under 4 and "4"
+    X[(users == 4) & (np.arange(len(users)) % 2 == 0), 0] = "4"
+    est = FedMGS(n_components=2, n_clients=4, max_iter=3, random_state=0)
+    with pytest.warns(DataWarning, match="^1 user id\\(s\\) occur both as a number and as a "
+                                         "string \\(e.g. '4'\\)"):
+        reg = RatingRegressor(est).fit(X, y)
+    assert len(reg.users_) == len(np.unique(users)) + 1
 
 
 def test_entrywise_cross_validate_and_grid_search_do_not_depend_on_n_jobs():

@@ -28,7 +28,7 @@ def fitted():
 
 
 def support_of(reg, ids):
-    return np.array([reg._popularity[reg._item_index.get_loc(i)] if i is not None else -1
+    return np.array([reg.item_counts_[reg._item_index.get_loc(i)] if i is not None else -1
                      for i in ids])
 
 
@@ -54,8 +54,8 @@ def test_under_supported_items_come_after_all_others(fitted, min_support):
     n = 8
     ids, ratings = reg.recommend(reg.users_, n=n, min_support=min_support)
     items = reg.items_
-    strong = items[reg._popularity >= min_support]
-    weak = items[reg._popularity < min_support]
+    strong = items[reg.item_counts_ >= min_support]
+    weak = items[reg.item_counts_ < min_support]
     for row, user in enumerate(reg.users_):
         ranked = [*brute_force(reg, X, user, strong), *brute_force(reg, X, user, weak)]
         want = (ranked + [None] * n)[:n]
@@ -94,7 +94,7 @@ def test_min_support_with_candidates_and_cold_users(fitted):
 def test_the_default_guards_the_first_item(fitted):
     reg, X = fitted
     ids, _ = reg.recommend(reg.users_, n=1)
-    strong = reg.items_[reg._popularity >= MIN_SUPPORT]
+    strong = reg.items_[reg.item_counts_ >= MIN_SUPPORT]
     can = np.array([len(brute_force(reg, X, user, strong)) > 0 for user in reg.users_])
     assert MIN_SUPPORT > 0 and can.sum() > 40
     assert (support_of(reg, ids[can, 0]) >= MIN_SUPPORT).all()

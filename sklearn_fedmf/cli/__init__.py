@@ -33,7 +33,7 @@ from ._options import (
     _Parser,
     _positive_int,
 )
-from ._registry import MAIN_JOB, METHODS, PROTOCOL, RATING_METHODS
+from ._registry import MAIN_JOB, METHODS, PROTOCOL, RATING_METHODS, RECOMMEND_METHOD
 
 __all__ = ["main", "build_parser", "METHODS"]
 
@@ -182,17 +182,19 @@ def build_parser():
     rec = sub.add_parser(
         "recommend", help="fit on a ratings file (or load a saved model), print users' "
                           "top-N items",
-        description="Fit one completion method wrapped in RatingRegressor on --data: "
-                    "implicit feedback (loss=\"implicit\", the estimator's defaults) unless "
-                    "--ratings asks for the rating model with the papers' settings; a second "
-                    "fit that holds out one random rating per user prints the lists' HR@10 "
-                    "and NDCG@10 beside the most popular items'. Or load a model saved "
-                    "earlier (--model). Then print the top-N unrated items of each --user "
-                    "with the data's own ids (also written to OUT/recommend.json). The model "
-                    "is saved only with --save FILE. A user absent from the training data is "
-                    "said on stderr and gets the cold-start list (the items of highest item "
-                    "bias, or the most rated).")
-    rec.add_argument("--method", default="fedmavg", metavar="NAME",
+        description="Fit one completion method wrapped in RatingRegressor on --data, with "
+                    "the estimator's defaults and --seed: implicit feedback "
+                    "(loss=\"implicit\", the ratings as the interactions' strengths) unless "
+                    "--ratings asks for the rating model; a second fit that holds out one "
+                    "random rating per user prints the lists' HR@10 and NDCG@10 beside the "
+                    "most popular items'. Or load a model saved earlier (--model). Then print "
+                    "the top-N unrated items of each --user with the data's own ids and their "
+                    "number of training ratings (also written to OUT/recommend.json). The "
+                    "model is saved only with --save FILE. A user absent from the training "
+                    "data is said on stderr and gets the cold-start list (the items of "
+                    "highest item bias, or the most rated). The same command and data give "
+                    "the same output.")
+    rec.add_argument("--method", default=RECOMMEND_METHOD, metavar="NAME",
                      help=f"one rating method among {', '.join(RATING_METHODS)} (default: "
                           "%(default)s)")
     rec.add_argument("--user", action="append", metavar="ID",
@@ -202,9 +204,9 @@ def build_parser():
     rec.add_argument("--include-seen", action="store_true",
                      help="also list items the user has rated")
     rec.add_argument("--ratings", action="store_true",
-                     help="train the rating model (the papers' settings) instead of the "
-                          "implicit-feedback one (loss=\"implicit\", the estimator's defaults, "
-                          "the ratings as the interactions' strengths)")
+                     help="train the rating model (loss=\"squared\") instead of the "
+                          "implicit-feedback one (loss=\"implicit\", the ratings as the "
+                          "interactions' strengths); both with the estimator's defaults")
     rec.add_argument("--min-support", type=_non_negative_int, default=None, metavar="N",
                      help="list items known from fewer than N training ratings only after "
                           "all others (default: RatingRegressor.recommend's, 20; 0 ranks "
@@ -216,7 +218,7 @@ def build_parser():
     rec.add_argument("--set", type=_assignment, action="append", metavar="NAME=VALUE",
                      help="any other estimator parameter or solver_params key, e.g. "
                           "--set alpha_u=10")
-    _common(rec, rounds=PROTOCOL["rounds"], test_size=False)
+    _common(rec, rounds=None, test_size=False, model_defaults=True)
     rec.set_defaults(func=cmd_recommend)
 
     add_flower_split(sub, _positive_int, _columns)

@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from ._messages import CommandError
-from ._registry import COLUMNS
+from ._messages import CommandError, _note
+from ._registry import COLUMNS, KNOWN_COLUMNS
 
 BINARY_THRESHOLD = 3.5  # Felb's binarization of MovieLens: rating >= 3.5 -> 1
 _EMBEDDED = ("embedded", "movielens", "latest-small")
 
 
-def read_ratings(spec, seed=0, columns=COLUMNS):
+def read_ratings(spec, seed=0, columns=(None, None, None)):
     """The ratings of a ``--data`` value: a dict with ``X`` (CSR, users x items),
     ``user_ids`` and ``item_ids`` (the data's ids of the rows and columns) and ``name``.
 
@@ -69,43 +69,109 @@ def read_ratings(spec, seed=0, columns=COLUMNS):
     else:
         variant = _movielens_file(path)[1] if path.name == "ratings.csv" else None
     data = read_csv_ratings(path, columns)
-    if variant is not None and tuple(columns) == COLUMNS:
+    if variant is not None and data["columns"] == COLUMNS:
         data["name"] = f"MovieLens {variant} ({path})"
     return data
 
 
-def read_csv_ratings(path, columns=COLUMNS):
-    """The ratings of a CSV file with a header; an error names the file and the line."""
+def read_csv_ratings(path, columns=(None, None, None)):
+    """The ratings of a CSV file; an error names the file and the line.
+
+    ``columns`` are the user, item and rating columns; those left None are detected: a
+    header among :data:`KNOWN_COLUMNS` (case ignored), or, when the first line is data (its
+    third field a number), the first three columns of a file without a header. What was
+    detected is said in one note line. The dict's ``columns`` are the names used.
+    """
     import pandas as pd
 
     from ..datasets import ratings_to_matrix
 
+    header = _first_row(path)
+    columns, has_header = _resolve_columns(path, header, columns)
     user, item, rating = columns
     try:
-        frame = pd.read_csv(path, dtype={rating: np.float64})
+        if has_header:
+            frame = pd.read_csv(path, dtype={rating: np.float64})
+        else:
+            frame = pd.read_csv(path, header=None, usecols=[0, 1, 2], names=list(columns),
+                                dtype={rating: np.float64})
     except (ValueError, pd.errors.ParserError, UnicodeDecodeError):
-        raise CommandError(_first_bad_line(path, columns)) from None
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise CommandError(
-            f"{path}: no column {', '.join(map(repr, missing))} (columns: "
-            f"{', '.join(map(str, frame.columns))}); name them with --user-col, --item-col "
-            "and --rating-col"
-        )
+        raise CommandError(_first_bad_line(path, columns, None if has_header else ",",
+                                           len(header))) from None
     if frame.empty:
         raise CommandError(f"{path}: no rating after the header")
+    repeated = int(frame.duplicated([user, item]).sum())
+    if repeated and not frame[[user, item, rating]].isna().any(axis=None):
+        # as RatingRegressor.fit does (a missing value is reported below, by its line)
+        _note(f"{path}: {repeated} rating(s) repeat a (user, item) pair listed before: each "
+              "such pair is fitted at the mean of its ratings")
+        frame = frame.groupby([user, item], as_index=False, sort=False)[rating].mean()
     try:
         X, user_ids, item_ids = ratings_to_matrix(frame, user_col=user, item_col=item,
                                                   rating_col=rating)
-    except ValueError:  # a missing id or rating, or a pair rated twice
-        raise CommandError(_first_bad_line(path, columns)) from None
-    return {"X": X, "user_ids": user_ids, "item_ids": item_ids, "name": str(path)}
+    except ValueError:  # a missing id or rating
+        raise CommandError(_first_bad_line(path, columns, None if has_header else ",",
+                                           len(header))) from None
+    return {"X": X, "user_ids": user_ids, "item_ids": item_ids, "name": str(path),
+            "columns": columns}
 
 
-def _first_bad_line(path, columns, sep=None):
+def _first_row(path):
+    """The fields of the first non-empty line of a CSV file (its header, or its first
+    rating); an empty list for an empty file."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            return next((row for row in csv.reader(fh) if row), [])
+    except UnicodeDecodeError as exc:
+        raise CommandError(f"{path}: not a UTF-8 text file ({exc.reason} at byte "
+                           f"{exc.start})") from None
+    except csv.Error as exc:
+        raise CommandError(f"{path} line 1: {exc}") from None
+
+
+def _resolve_columns(path, first, columns):
+    """``(columns, has_header)``: the typed ``columns`` (None where not typed) completed from
+    the file's first row ``first``, with a note saying what was detected."""
+    if all(c is not None for c in columns):
+        return tuple(columns), True
+    typed = ", ".join(f"{o} {c}" for o, c in zip(("--user-col", "--item-col", "--rating-col"),
+                                                columns) if c is not None)
+    if len(first) >= 3 and not any(columns) and _is_number(first[2]):
+        names = ("user", "item", "rating")
+        _note(f"{path}: no header; its first three columns read as user, item and rating")
+        return names, False
+    lower = {name.strip().lower(): name for name in first}
+    for known in KNOWN_COLUMNS:
+        found = tuple(c if c is not None else lower.get(k.lower())
+                      for c, k in zip(columns, known))
+        if None not in found and all(c in first for c in found):
+            if found != COLUMNS:
+                _note(f"{path}: columns {', '.join(found)} read as user, item and rating "
+                      "(--user-col, --item-col and --rating-col choose others)")
+            return found, True
+    wanted = [c for c in columns if c is not None and c not in first]
+    what = (f"no column {', '.join(map(repr, wanted))}" if wanted else
+            "no user, item and rating columns of a known name ("
+            + "; ".join(", ".join(k) for k in KNOWN_COLUMNS[:3]) + ")")
+    raise CommandError(
+        f"{path}: {what} (columns: {', '.join(first)}{'; typed: ' + typed if typed else ''}); "
+        "name them with --user-col, --item-col and --rating-col"
+    )
+
+
+def _is_number(text):
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _first_bad_line(path, columns, sep=None, n_fields=4):
     """``"FILE line N: what is wrong"`` for the first malformed line of a ratings file: a CSV
-    file with a header (``sep=None``), or MovieLens's headerless ``user<sep>item<sep>rating
-    <sep>timestamp`` lines (``columns`` then only name the fields in messages).
+    file with a header (``sep=None``), or headerless ``user<sep>item<sep>rating...`` lines of
+    ``n_fields`` fields (MovieLens's formats: 4; ``columns`` then only name the fields in
+    messages).
 
     Only called once the fast reader has failed: this one reads the file line by line.
     """
@@ -122,7 +188,7 @@ def _first_bad_line(path, columns, sep=None):
                 at, n_fields, what = [header.index(c) for c in columns], len(header), "header"
                 rows = ((reader.line_num, row) for row in reader)
             else:
-                at, n_fields, what = (0, 1, 2), 4, "format"
+                at, what = (0, 1, 2), "format" if sep != "," else "first line"
                 rows = ((k, line.rstrip("\r\n").split(sep)) for k, line in enumerate(fh, 1)
                         if line.strip())
             for line, row in rows:
@@ -141,7 +207,7 @@ def _first_bad_line(path, columns, sep=None):
                 if not math.isfinite(value):
                     return f"{where}: {rating} {r!r} is not a finite number"
                 first = seen.setdefault((u, i), line)
-                if first != line:
+                if first != line and sep not in (None, ","):  # (a CSV file's are averaged)
                     return f"{where}: {user} {u} rated {item} {i} again (first on line {first})"
     except UnicodeDecodeError as exc:
         return f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})"
@@ -151,21 +217,22 @@ def _first_bad_line(path, columns, sep=None):
 
 
 def _bunch(data, name):
-    return {"X": data.X, "user_ids": data.user_ids, "item_ids": data.item_ids, "name": name}
+    return {"X": data.X, "user_ids": data.user_ids, "item_ids": data.item_ids, "name": name,
+            "columns": COLUMNS}
 
 
 def _numbered(X, name):
     X = sp.csr_matrix(X)
     return {"X": X, "user_ids": np.arange(X.shape[0]), "item_ids": np.arange(X.shape[1]),
-            "name": name}
+            "name": name, "columns": ("user", "item", "rating")}
 
 
 def _columns(args):
-    return (getattr(args, "user_col", COLUMNS[0]), getattr(args, "item_col", COLUMNS[1]),
-            getattr(args, "rating_col", COLUMNS[2]))
+    """The typed ``--user-col``, ``--item-col`` and ``--rating-col`` (None: detect)."""
+    return tuple(getattr(args, name, None) for name in ("user_col", "item_col", "rating_col"))
 
 
-def load_data(spec, seed=0, columns=COLUMNS):
+def load_data(spec, seed=0, columns=(None, None, None)):
     """``(X, description)`` for a ``--data`` value (see ``fedmf run --help``)."""
     data = read_ratings(spec, seed, columns)
     return data["X"], data["name"]
@@ -176,8 +243,8 @@ def load_pairs(args):
     for :class:`~sklearn_fedmf.RatingRegressor` (ids as in the data)."""
     import pandas as pd
 
-    user, item, _ = _columns(args)
     data = read_ratings(args.data, args.seed, _columns(args))
+    user, item, _ = data["columns"]
     X = data["X"].tocoo()
     pairs = pd.DataFrame({user: data["user_ids"][X.row], item: data["item_ids"][X.col]})
     return pairs, X.data.astype(np.float64), data["name"]
@@ -248,6 +315,10 @@ def binarize(X, threshold=BINARY_THRESHOLD):
 
 def _check_sizes(X, args):
     n_rows, n_items = X.shape
+    if args.clients is not None and args.clients > n_rows and "clients" not in args.explicit:
+        _note(f"--clients {n_rows}: one client per user (the default {args.clients} is more "
+              f"than the {n_rows} users of the data)")
+        args.clients = n_rows
     if args.clients is not None and args.clients > n_rows:
         raise CommandError(
             f"impossible sizes: --clients {args.clients} is more than the {n_rows} users of "

@@ -6,7 +6,7 @@ import argparse
 import ast
 import sys
 
-from ._registry import COLUMNS, PROTOCOL
+from ._registry import KNOWN_COLUMNS, PROTOCOL
 
 
 class _Parser(argparse.ArgumentParser):
@@ -118,23 +118,31 @@ class _Explicit(argparse.Action):
 
 
 def _columns(group):
-    """The columns of a CSV ratings file: ``--user-col``, ``--item-col``, ``--rating-col``."""
-    for option, default, what in zip(("--user-col", "--item-col", "--rating-col"), COLUMNS,
-                                     ("user", "item", "rating")):
-        group.add_argument(option, default=default, metavar="NAME",
-                           help=f"{what} column of a CSV file (default: %(default)s)")
+    """The columns of a CSV ratings file: ``--user-col``, ``--item-col``, ``--rating-col``
+    (unset: detected from the header, see :func:`~sklearn_fedmf.cli._data.read_csv_ratings`)."""
+    known = "; ".join("/".join(names) for names in KNOWN_COLUMNS[:3])
+    for option, what in zip(("--user-col", "--item-col", "--rating-col"),
+                            ("user", "item", "rating")):
+        group.add_argument(option, default=None, metavar="NAME",
+                           help=f"{what} column of a CSV file (default: detected from the "
+                                f"header, among {known}; a file without a header: its first "
+                                "three columns)")
 
 
-def _common(parser, *, rounds, test_size=True):
+def _common(parser, *, rounds, test_size=True, model_defaults=False):
     """The options every fitting command shares: the data and its columns, the federation
-    and the common ``--quiet``, ``--seed``, ``--jobs`` and ``--out``."""
+    and the common ``--quiet``, ``--seed``, ``--jobs`` and ``--out``.
+
+    ``model_defaults=True`` (``recommend``): the federation options left out keep the
+    estimator's own values, so their defaults are unset here and ``rounds`` is ignored.
+    """
     p = PROTOCOL
     data = parser.add_argument_group("data")
     data.add_argument("--data", default="embedded", metavar="SPEC",
                       help="'embedded' (MovieLens latest-small shipped with the package, the "
                            "default), a MovieLens ratings file or folder (u.data, ratings.dat "
                            "or ratings.csv; 100K, 1M, 10M, 20M, 25M, latest), any CSV file "
-                           "with a header (columns: --user-col, --item-col, --rating-col), "
+                           "(columns: --user-col, --item-col, --rating-col), "
                            "'movielens:VARIANT' (fetch_movielens: download once, then cached), "
                            "'synthetic:USERSxITEMSxRATINGS' (make_ratings, e.g. "
                            "synthetic:2000x500x50k) or, for binary methods, "
@@ -147,16 +155,26 @@ def _common(parser, *, rounds, test_size=True):
                           help="held-out fraction of each user's ratings (default: "
                                "%(default)s)")
     fed = parser.add_argument_group("federation")
-    fed.add_argument("--clients", type=_positive_int, default=p["clients"], action=_Explicit,
-                     help="number of clients the users are split into (default: %(default)s)")
+    def default(own, ours="%(default)s"):
+        return f"(default: the estimator's own: {own})" if model_defaults else f"(default: {ours})"
+
+    fed.add_argument("--clients", type=_positive_int, action=_Explicit,
+                     default=None if model_defaults else p["clients"],
+                     help="number of clients the users are split into " + default(
+                         "n_clients=10", "%(default)s, or one per user when the data has "
+                         "fewer users"))
     fed.add_argument("--clients-per-round", type=_count_or_fraction, action=_Explicit,
-                     default=p["clients_per_round"], metavar="M",
+                     default=None if model_defaults else p["clients_per_round"], metavar="M",
                      help="clients sampled each round: a count, or a fraction like 0.1 "
-                          "(default: %(default)s)")
-    fed.add_argument("--rounds", type=_positive_int, default=rounds, action=_Explicit,
-                     help="communication rounds (default: %(default)s)")
-    fed.add_argument("--rank", type=_positive_int, default=p["rank"], action=_Explicit,
-                     help="rank / number of components (default: %(default)s)")
+                          + default("every client"))
+    fed.add_argument("--rounds", type=_positive_int, action=_Explicit,
+                     default=None if model_defaults else rounds,
+                     help="communication rounds " + default("max_iter, which depends on the "
+                                                            "loss"))
+    fed.add_argument("--rank", type=_positive_int, action=_Explicit,
+                     default=None if model_defaults else p["rank"],
+                     help="rank / number of components " + default(
+                         "n_components, which grows with the data"))
     common = parser.add_argument_group("common options (every fitting command)")
     common.add_argument("--quiet", action="store_true",
                         help="no progress on stderr (no bar per fit, no line per tuned "

@@ -1,11 +1,12 @@
 """``fedmf recommend``: fit one completion method on ``--data`` (or load a saved model), print
 users' top-N items with the data's own ids, save the model only on ``--save``.
 
-The model is the implicit-feedback one (``loss="implicit"``, the estimator's own defaults, the
-ratings as the interactions' strengths) unless ``--ratings`` asks for the rating model (the
-papers' settings). The lists come from a fit on every rating; a second fit, which holds out
-one random rating per user (leave-one-out), scores such lists: their hit rate and NDCG at 10,
-full ranking, beside the most popular items'."""
+The model is the estimator's defaults with ``--seed`` as its ``random_state`` (so the same
+command prints the same lists), on implicit feedback (``loss="implicit"``, the ratings as
+the interactions' strengths) unless ``--ratings`` asks for the rating model. The lists come
+from a fit on every rating; a second fit, which holds out one random rating per user
+(leave-one-out), scores such lists: their hit rate and NDCG at 10, full ranking, beside the
+most popular items'."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import numpy as np
 from ._data import _check_sizes, load_pairs
 from ._messages import CommandError, _note
 from ._options import _literal
-from ._registry import _OPTION_PARAMS, RATING_METHODS, make_estimator, one_method
+from ._registry import RATING_METHODS, make_estimator, one_method
 from ._report import jsonable, output_folder
 
 # The first bytes of a file joblib can load: a pickle (protocol 2 or later) or one of its
@@ -71,22 +72,27 @@ def cmd_recommend(args):
               f"{len(model.users_)} users x {len(model.items_)} items")
     else:
         model = _fit(args)
+    from .._rating_regressor import MIN_SUPPORT
+
     lists = []
+    support = {} if args.min_support is None else {"min_support": args.min_support}
+    min_support = support.get("min_support", MIN_SUPPORT)
     for text in args.user or []:
         user, known = _find_user(model, text)
         if not known:
             _note(f"user {text!r} is not in the training data: the cold-start list follows "
                   "(items of highest item bias, or the most rated)")
-        support = {} if args.min_support is None else {"min_support": args.min_support}
         items, ratings = model.recommend(user, n=args.top, exclude_seen=not args.include_seen,
                                          **support)
-        print(f"\ntop-{args.top} for user {user!r}" + ("" if known else " (cold start)") + ":")
-        print(f"{'rank':>4}  {'item':<20}{'predicted':>10}")
         shown = [(item, float(value)) for item, value in zip(items, ratings) if item is not None]
-        for k, (item, value) in enumerate(shown, 1):
-            print(f"{k:>4}  {str(item):<20}{value:>10.3f}")
+        counts = model.item_counts_[model._item_index.get_indexer([i for i, _ in shown])]
+        cold = ("" if known else " (cold start, ranked by item bias)"
+                if model._model().item_bias is not None
+                else " (cold start, ranked by the number of training ratings)")
+        print(f"\ntop-{args.top} for user {user!r}{cold}:")
+        print(_format_list(shown, counts, min_support, known))
         lists.append({"user": user, "known": known, "items": [i for i, _ in shown],
-                      "predicted": [v for _, v in shown]})
+                      "predicted": [v for _, v in shown], "ratings": counts.tolist()})
     if lists:
         (out / "recommend.json").write_text(json.dumps(jsonable(
             {"command": "recommend", "model": args.model, "lists": lists}), indent=1))
@@ -98,6 +104,7 @@ def _fit(args):
     import joblib
 
     from .._rating_regressor import RatingRegressor
+    from ._commands import warm_up
 
     method = one_method(args.method, "recommend")
     if method.name not in RATING_METHODS:
@@ -107,33 +114,56 @@ def _fit(args):
     if save is not None and save.is_dir():
         raise CommandError(f"--save {args.save}: is a folder; give a file name")
     implicit = not getattr(args, "ratings", False)
-    make_estimator(method, args)  # option errors before the data is loaded
+    make_estimator(method, args, settings="defaults")  # option errors before the data is loaded
     X, y, name = load_pairs(args)
     n_users, n_items = X.iloc[:, 0].nunique(), X.iloc[:, 1].nunique()
     print(f"data: {name}: {n_users} users x {n_items} items, {len(y)} ratings (all used for "
           "training)")
     _check_sizes(SimpleNamespace(shape=(n_users, n_items)), args)  # may adapt the options
-    verbose = 0 if args.quiet else 1
-    if implicit:  # the estimator's defaults for "implicit"; the options the user typed
-        estimator = make_estimator(method, _typed_only(args), verbose=verbose,
-                                   settings="defaults").set_params(loss="implicit")
-    else:
-        estimator = make_estimator(method, args, verbose=verbose)
+    estimator = make_estimator(method, args, verbose=0 if args.quiet else 1,
+                               settings="defaults")
+    if implicit:
+        estimator.set_params(loss="implicit")
     model = RatingRegressor(estimator)
+    warm_up(model, X, y)
     tic = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model.fit(X, y)
+    seconds = time.perf_counter() - tic
     for message in dict.fromkeys(str(w.message).splitlines()[0] for w in caught):
         _note(message)
-    kind = 'loss="implicit"' if implicit else "ratings"
-    print(f"fitted {method.label} ({kind}) in {time.perf_counter() - tic:.1f} s")
+    kind = 'loss="implicit"' if implicit else 'loss="squared"'
+    fitted = model.estimator_
+    print(f"fitted {method.label} ({kind}, rank {_rank(fitted)}, {fitted.n_clients_} clients, "
+          f"{fitted.n_iter_} rounds, random_state={fitted.random_state}) in {seconds:.1f} s "
+          "(compilation excluded: an untimed one-round fit first)")
     _print_held_out(model, X, y, args.seed, args.min_support)
     if save is not None:
         save.parent.mkdir(parents=True, exist_ok=True)
         joblib.dump(model, save)
         print(f"wrote {save} (serve it with --model {save})")
     return model
+
+
+def _rank(estimator):
+    return getattr(estimator, "components_", np.empty((0, 0))).shape[0]
+
+
+def _format_list(shown, counts, min_support, known):
+    """The printed list: rank, item, the score it is ranked by and the item's number of
+    training ratings. A known user's items with fewer than ``min_support`` ratings come after
+    the others (``RatingRegressor.recommend``), under a line that says so; a cold-start list
+    is ranked by item bias (its predicted rating) or, without biases, by the ratings."""
+    lines = [f"{'rank':>4}  {'item':<20}{'predicted':>10}{'ratings':>9}"]
+    held_back = False
+    for k, ((item, value), count) in enumerate(zip(shown, counts), 1):
+        if known and count < min_support and not held_back and k > 1:
+            lines.append(f"      -- items with fewer than {min_support} training ratings "
+                         "(--min-support) --")
+        held_back = held_back or count < min_support
+        lines.append(f"{k:>4}  {str(item):<20}{value:>10.3f}{count:>9d}")
+    return "\n".join(lines)
 
 
 def _hold_out(X, y, seed):
@@ -164,10 +194,11 @@ def _print_held_out(model, X, y, seed, min_support, k=10):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (said by the first fit)
         scored.fit(X_train, y_train)
+    seconds = time.perf_counter() - tic
     lists, _ = scored.recommend(users, n=k, **support)
     popular = _most_popular(X_train, users, k)
     print(f"held out: one rating of each of {len(users)} users, lists of a second fit "
-          f"without them ({time.perf_counter() - tic:.1f} s), full ranking:")
+          f"without them ({seconds:.1f} s), full ranking:")
     print(f"  {'lists':<16}{'HR@' + str(k):>8}{'NDCG@' + str(k):>9}")
     for label, ranked in (("this model", lists), ("most popular", popular)):
         print(f"  {label:<16}{hit_rate_at_k(truth, ranked, k=k):>8.3f}"
@@ -181,16 +212,6 @@ def _most_popular(X_train, users, k):
     order = counts.index.to_numpy()[np.lexsort((np.arange(len(counts)), -counts.to_numpy()))]
     seen = X_train.groupby(X_train.columns[0])[X_train.columns[1]].agg(set)
     return [[i for i in order[:k + len(seen[u])] if i not in seen[u]][:k] for u in users]
-
-
-def _typed_only(args):
-    """``args`` with the estimator options the user did not type unset (their command-line
-    defaults are the papers' settings)."""
-    typed = SimpleNamespace(**vars(args))
-    for option in _OPTION_PARAMS:
-        if option not in args.explicit:
-            setattr(typed, option, None)
-    return typed
 
 
 def _find_user(model, text):

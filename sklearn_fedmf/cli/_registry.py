@@ -14,8 +14,14 @@ from dataclasses import dataclass, field
 from ._messages import CommandError
 
 MAIN_JOB = ("fedmc-admm", "fedmavg")
+# recommend's model, as RatingRegressor's default estimator
+RECOMMEND_METHOD = "fedmgs"
 PROTOCOL = dict(clients=100, clients_per_round=10, rounds=100, rank=5, seed=0, test_size=0.2)
-COLUMNS = ("userId", "movieId", "rating")  # MovieLens's: the default --user/item/rating-col
+COLUMNS = ("userId", "movieId", "rating")  # MovieLens's
+# The (user, item, rating) headers read without --user-col/--item-col/--rating-col, in this
+# order of preference (case ignored); a file whose first line is data has no header.
+KNOWN_COLUMNS = (COLUMNS, ("user", "item", "rating"), ("user_id", "item_id", "rating"),
+                 ("userId", "itemId", "rating"), ("user_id", "movie_id", "rating"))
 
 
 @dataclass(frozen=True)
@@ -158,6 +164,19 @@ def _methods(text):
             "metrics); run them separately"
         )
     return [METHODS[n] for n in names]
+
+
+def typed_only(args):
+    """``args`` with the federation options the user did not type unset, so that the
+    estimator's own defaults apply to them; ``--seed`` (default 0) and ``--jobs`` always
+    apply, so the same command gives the same model."""
+    from types import SimpleNamespace
+
+    typed = SimpleNamespace(**vars(args))
+    for option in _OPTION_PARAMS:
+        if option not in args.explicit and option not in ("seed", "jobs"):
+            setattr(typed, option, None)
+    return typed
 
 
 def _flag(option):

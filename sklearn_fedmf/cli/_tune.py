@@ -231,7 +231,8 @@ def _plan(args, search, grid, prefix, X, y, params, added_defaults=False):
         rounds = sum(c.get("max_iter", params.get("max_iter", 1)) for c in candidates) * args.cv
         shown = f"{len(candidates)} candidates x {args.cv} folds = {n_fits} fits"
     if added_defaults:
-        shown += " (the defaults added as one candidate: the grid does not hold them)"
+        shown += (" (the papers' settings added as one candidate: the grid does not hold "
+                  "them)")
     first = {prefix + k: v for k, v in candidates[0].items()}
     train = next(search.cv.split(X, y))[0]
     X_train = X.iloc[train] if hasattr(X, "iloc") else X[train]
@@ -281,7 +282,10 @@ def report_search(args, method, search, seconds, grid, data, out, *, defaults,
     higher_is_better = method.kind == "binary"  # F1; else the RMSE
     gain = (best["score"] - default["score"]) * (1 if higher_is_better else -1)
     rounds = (lambda r: f" at {r['rounds']} rounds") if "rounds" in best else (lambda r: "")
-    print(f"\ndefaults: {default['score']:.4f}{rounds(default)} (rank {default['rank']} of "
+    # ("defaults" means the estimator's defaults everywhere else; tune starts from the
+    # papers' settings, so its line says so)
+    print(f"\npapers' settings: {default['score']:.4f}{rounds(default)} (rank "
+          f"{default['rank']} of "
           f"{len(ranked)}); best: {best['score']:.4f}{rounds(best)} "
           f"({abs(gain):.4f} {'better' if gain >= 0 else 'worse'})")
     shown = [f"{k}={v!r}" for k, v in sorted(best["params"].items())
