@@ -17,7 +17,7 @@ ROWS = {
     "plot_federated_clustering.py": ["k-means (pooled data)", "FedMGS (gradient sharing)",
                                      "FedMAvg (model averaging)"],
     "plot_binary_factorization.py": ["Felb ", "Felb-MU", "AggregatedBMF (one shot)"],
-    "plot_recommend.py": ["global mean", "FedMAvg", "top-10 for user"],
+    "plot_recommend.py": ["global mean", "FedMGS", "top-10 for user"],
 }
 
 
@@ -36,6 +36,23 @@ def test_example_runs_quick_and_saves_its_figure(script, tmp_path, capsys, monke
     lines = out.splitlines()
     for row in ROWS[script.name]:
         assert any(line.startswith(row) for line in lines), f"no row {row!r} in:\n{out}"
+
+
+def test_recommend_example_takes_the_csv_column_names(tmp_path, capsys, monkeypatch):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    users, items = np.nonzero(rng.random((150, 15)) < 0.5)  # (--quick: 15 users)
+    lines = ["user,item,rating", *(f"u{u},i{i},{1 + (u + i) % 5}" for u, i in zip(users, items))]
+    (tmp_path / "mine.csv").write_text("\n".join(lines) + "\n")
+    script = next(p for p in EXAMPLES if p.name == "plot_recommend.py")
+    monkeypatch.setattr(sys, "argv", [str(script), "--csv", str(tmp_path / "mine.csv"),
+                                      "--user-col", "user", "--item-col", "item",
+                                      "--rating-col", "rating", "--quick", "--out",
+                                      str(tmp_path)])
+    runpy.run_path(str(script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "top-10 for user u" in out and (tmp_path / "recommend.png").exists()
 
 
 def test_main_job_as_a_command(tmp_path):

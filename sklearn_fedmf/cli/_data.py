@@ -313,16 +313,19 @@ def binarize(X, threshold=BINARY_THRESHOLD):
     return X
 
 
-def _check_sizes(X, args):
+def _check_sizes(X, args, users="users of the data"):
+    """Check the federation options against the data's shape ``X.shape`` (its ``users``: the
+    rows a fit gets); the default ``--clients`` becomes one client per user when the data has
+    fewer users."""
     n_rows, n_items = X.shape
     if args.clients is not None and args.clients > n_rows and "clients" not in args.explicit:
         _note(f"--clients {n_rows}: one client per user (the default {args.clients} is more "
-              f"than the {n_rows} users of the data)")
+              f"than the {n_rows} {users})")
         args.clients = n_rows
     if args.clients is not None and args.clients > n_rows:
         raise CommandError(
-            f"impossible sizes: --clients {args.clients} is more than the {n_rows} users of "
-            "the data (every client needs at least one row)"
+            f"impossible sizes: --clients {args.clients} is more than the {n_rows} {users} "
+            "(every client needs at least one row)"
         )
     cpr = args.clients_per_round
     if isinstance(cpr, int) and args.clients is not None and cpr > args.clients:

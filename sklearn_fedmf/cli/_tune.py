@@ -131,7 +131,12 @@ def cmd_tune(args):
     if entrywise:
         X_fit, y_fit, name = load_pairs(args)
         shape = (X_fit.iloc[:, 0].nunique(), X_fit.iloc[:, 1].nunique())
-        _check_sizes(SimpleNamespace(shape=shape), args)  # may adapt the options
+        # a fold's fit sees only the users with a rating outside the fold
+        users = X_fit.iloc[:, 0].to_numpy()
+        fewest = min(len(np.unique(users[train])) for train, _ in _folds(args).split(users))
+        _check_sizes(SimpleNamespace(shape=(fewest, shape[1])), args,  # may adapt the options
+                     users="users of the smallest training fold" if fewest < shape[0]
+                     else "users of the data")
         described = f"{shape[0]} users x {shape[1]} items, {len(y_fit)} ratings"
     else:
         X, X_fit, y_fit, name = prepare_data(args, method.kind)  # may adapt the options
@@ -148,8 +153,10 @@ def cmd_tune(args):
         searched, prefix = estimator, ""
     search = _search(args, method, searched, searched_grid, prefix)
     n_candidates = grid_size(searched_grid)
+    # the federation every candidate shares, typed or not (the same command, typed or not,
+    # prints the same)
     fixed = {param: params[param] for option, param in _OPTION_PARAMS.items()
-             if option in args.explicit and param in params
+             if param in params
              and not any(param in g for g in grid)
              and option != "jobs" and not (args.halving and param == "max_iter")}
     folds = "folds of the ratings (entry-wise)" if entrywise else "folds of the users"
@@ -188,12 +195,17 @@ def _check_user_folds(args, grid, estimator, n_users):
                            f"less than --clients-per-round {cpr}")
 
 
+def _folds(args):
+    from sklearn.model_selection import KFold
+
+    return KFold(args.cv, shuffle=True, random_state=args.seed)
+
+
 def _search(args, method, estimator, grid, prefix):
-    from sklearn.model_selection import GridSearchCV, KFold
+    from sklearn.model_selection import GridSearchCV
 
     prefixed = [{prefix + k: v for k, v in g.items()} for g in grid]
-    common = dict(cv=KFold(args.cv, shuffle=True, random_state=args.seed), n_jobs=args.jobs,
-                  error_score="raise", refit=False)
+    common = dict(cv=_folds(args), n_jobs=args.jobs, error_score="raise", refit=False)
     if prefix:
         common["scoring"] = "neg_root_mean_squared_error"
     progress = dict(binary=method.kind == "binary", quiet=args.quiet, prefix=prefix)
