@@ -11,6 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# Each case starts a benchmark script in a fresh interpreter (seconds to tens of seconds):
+# `python -m pytest -m slow`, not the README's fast set (the scripts are not the package).
+pytestmark = pytest.mark.slow
+
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 # script, extra arguments, a line fragment its table must print

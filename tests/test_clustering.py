@@ -267,7 +267,9 @@ def test_same_model_for_any_n_jobs():
 # ---- behaviour: blobs ---------------------------------------------------------------------
 @pytest.mark.parametrize(
     "algorithm, params",
-    [("fedmgs", dict(local_iter_v=20)), ("fedmavg", dict(clients_per_round=5))],
+    # (FedMAvg on blobs in the fast set: test_every_iterate_is_feasible..., test_who_moves)
+    [("fedmgs", dict(local_iter_v=20)),
+     pytest.param("fedmavg", dict(clients_per_round=5), marks=pytest.mark.slow)],
 )
 def test_well_separated_blobs_clustered_as_well_as_kmeans(algorithm, params):
     """Well-separated blobs with N = 600 instead of 2000 (the rounds, not N, set the cost)."""
@@ -355,6 +357,7 @@ def test_kfed_seeding_sends_only_centers_and_recovers_label_skewed_blobs():
     assert centers.shape == (K, M) and sizes.sum() == np.sum(clients == 0)
 
 
+@pytest.mark.slow  # whole default fits on the 1,797 digits, and KMeans(n_init=10)
 @pytest.mark.parametrize("algorithm", ["fedmgs", "fedmavg"])
 def test_defaults_reach_nine_tenths_of_kmeans_on_label_skewed_digits(algorithm):
     """Issue 16's case, in full: digits over 20 clients holding mostly two digits each, every

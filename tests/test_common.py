@@ -35,25 +35,29 @@ PREDICT_IS_A_MATRIX = (
     "predict returns the (n_rows, n_items) matrix of predicted ratings (the Boolean "
     "reconstruction for Felb and AggregatedBMF), not one value per row"
 )
+# one configuration of each estimator class: the README's fast `python -m pytest`
 CHECKED = [
     FedBaseline(n_clients=2, random_state=0),
     FedMCADMM(n_components=1, n_clients=2, max_iter=100, random_state=0),
     FedMAvg(n_components=1, n_clients=2, max_iter=100, random_state=0),
     FedMGS(n_components=1, n_clients=2, max_iter=100, random_state=0),
     RFRec(n_components=1, learning_rate=0.01, max_iter=20, random_state=0),
-    RFRec(
-        n_components=1, biased=False, learning_rate=0.05, n_clients=2, max_iter=20, random_state=0,
-        solver_params={"variant": "rfrecf", "optimizer": "adam", "link": "sigmoid"},
-    ),
     # binarize=0.0 maps the checks' real-valued data to 0/1; the default rejects it
     Felb(n_components=2, n_clients=2, max_iter=3, sync_every=2, binarize=0.0, random_state=0),
-    Felb(n_components=2, n_clients=2, max_iter=3, sync_every=2, binarize=0.0,
-         solver_params={"update": "mu"}, random_state=0),
     AggregatedBMF(n_components=2, n_clients=2, local_iter=5, binarize=0.0, random_state=0),
     Asso(n_components=2, binarize=0.0),
     GreConD(n_components=2, binarize=0.0),
     MEBF(n_components=2, binarize=0.0),
     FederatedClustering(n_clusters=3, n_clients=2, max_iter=20, random_state=0),
+]
+# the variants' configurations (other solver, update rule, constraint): `pytest -m slow`
+VARIANTS = [
+    RFRec(
+        n_components=1, biased=False, learning_rate=0.05, n_clients=2, max_iter=20, random_state=0,
+        solver_params={"variant": "rfrecf", "optimizer": "adam", "link": "sigmoid"},
+    ),
+    Felb(n_components=2, n_clients=2, max_iter=3, sync_every=2, binarize=0.0,
+         solver_params={"update": "mu"}, random_state=0),
     FederatedClustering(n_clusters=3, n_clients=2, max_iter=20,
                         solver_params={"h_constraint": "onehot"}, algorithm="fedmavg",
                         random_state=0),
@@ -77,6 +81,12 @@ def test_sklearn_compatible(estimator, check):
         # so, which is beside the scikit-learn contract checked here.
         warnings.simplefilter("ignore", FedMFWarning)
         check(estimator)
+
+
+@pytest.mark.slow
+@parametrize_with_checks(VARIANTS, expected_failed_checks=expected_failed_checks)
+def test_sklearn_compatible_variants(estimator, check):
+    test_sklearn_compatible(estimator, check)
 
 
 # ---- inputs: never modified, read-only accepted ----------------------------------------------

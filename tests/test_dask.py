@@ -212,6 +212,7 @@ def kill_worker(client, address, deadline=15.0):
 
 
 # Last in the module: it kills a worker of the shared cluster (its nanny starts a new one).
+@pytest.mark.slow  # waits for the nanny's new worker process (about 10 CPU seconds)
 def test_a_lost_worker_is_recovered_exactly_or_reported(dask_client):
     # A worker process ends mid-fit (between rounds 3 and 4). The fit must either give exactly
     # the fault-free model (the lost blocks are scattered again and the lost work re-run) or

@@ -25,6 +25,7 @@ def test_every_example_is_covered():
     assert {p.name for p in EXAMPLES} == set(ROWS)
 
 
+@pytest.mark.slow  # whole scripts of examples/ (fits and a matplotlib figure each)
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.stem)
 def test_example_runs_quick_and_saves_its_figure(script, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", [str(script), "--quick", "--out", str(tmp_path)])

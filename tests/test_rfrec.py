@@ -424,6 +424,7 @@ def test_one_client_per_user_and_sigmoid_predicts_in_range():
 @pytest.mark.filterwarnings("ignore:.*item column")  # sparse random data
 # (RFRecF's F swings with its coin, which the degenerate-fit check reads as no descent)
 @pytest.mark.filterwarnings("ignore:.*did not decrease")
+@pytest.mark.slow  # ten data sets of up to 400 users, 40 rounds each
 @pytest.mark.parametrize("variant", ["rfrec", "rfrecf"])
 def test_auto_learning_rate_never_diverges_across_scales(variant):
     # Ten data sets from 30 to 400 users, 1 to 180 ratings per user on average and

@@ -254,6 +254,7 @@ def test_warm_start_continues_the_secure_fit():
             twice.set_params(secure_aggregation=False).fit(X)
 
 
+@pytest.mark.slow  # starts its own LocalCluster of 2 processes
 def test_a_dask_fit_equals_the_local_one():
     distributed = pytest.importorskip(
         "distributed", reason="dask[distributed] is the optional 'dask' extra")

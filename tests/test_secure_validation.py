@@ -110,6 +110,7 @@ def test_the_biases_floor_is_a_secure_sum_too():
     assert secure.history_[-1]["bytes_uploaded"] > plain.history_[-1]["bytes_uploaded"]
 
 
+@pytest.mark.slow  # 60 one-user clients, two fits of 15 rounds with validation
 def test_grouped_clients_report_their_group_sums_securely(monkeypatch):
     """One client per user, run in groups: each group's report is a summand of the secure
     sum (the group's own sums, as without secure aggregation)."""

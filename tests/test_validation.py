@@ -307,6 +307,7 @@ def test_defaults_match_biases_alone_when_there_is_no_interaction(cls, solver_pa
         assert not model.components_.any() and not model.user_factors_.any()
 
 
+@pytest.mark.slow  # a LocalCluster of 2 processes and 60 rounds of Dask tasks (about a minute)
 def test_early_stopping_on_dask():
     """On Dask workers (one block per client, states back in this process) the kept model
     is the local one: same split, same best round, same arrays."""
