@@ -14,6 +14,7 @@ from sklearn_fedmf.completion._auto_strengths import (
     BIAS_START_PASSES,
     auto_setup,
     bias_shrinkages,
+    noise_strengths,
     rating_moments,
 )
 from sklearn_fedmf.datasets import make_site_ratings
@@ -67,6 +68,37 @@ def test_rule_values_follow_the_ratings_per_row(ratings):
     assert auto["scale"] == pytest.approx(np.sqrt(np.mean(X.data ** 2)))
 
 
+def test_noise_rule_values_and_duplicates(ratings):
+    X = _centred(ratings)
+    auto = auto_setup(X.copy(), rule="noise")
+    users = np.count_nonzero(np.diff(X.indptr))
+    items = np.count_nonzero(np.bincount(X.indices, minlength=X.shape[1]))
+    threshold = np.sqrt(X.nnz / users) + np.sqrt(X.nnz / items)
+    assert auto["alpha_u"] == pytest.approx(threshold)
+    assert auto["alpha_v"] == pytest.approx(threshold)
+    # duplicated users: the ratings per user stay, those per item double
+    two = auto_setup(sp.vstack([X, X]).tocsr(), rule="noise")
+    assert two["alpha_u"] == pytest.approx(np.sqrt(X.nnz / users) + np.sqrt(2 * X.nnz / items))
+
+
+@pytest.mark.parametrize("shape", [(1000, 1500, 60000), (600, 9000, 80000), (3000, 500, 30000)])
+def test_noise_rule_is_the_noises_largest_singular_value(shape):
+    """The rule's reason: unit-variance noise on the data's pattern has its largest singular
+    value at the threshold (within 15%), so sqrt(alpha_u alpha_v) keeps no noise direction
+    and every direction well above it."""
+    from scipy.sparse.linalg import svds
+
+    n_users, n_items, n = shape
+    rng = np.random.default_rng(0)
+    X = sp.csr_matrix((rng.standard_normal(n), (rng.integers(0, n_users, n),
+                                                rng.integers(0, n_items, n))),
+                      shape=(n_users, n_items))
+    X.sum_duplicates()
+    top = svds(X, k=1, return_singular_vectors=False)[0]
+    alpha_u, alpha_v = noise_strengths(X.nnz, n_users, n_items)
+    assert 0.9 < top / np.sqrt(alpha_u * alpha_v) < 1.15
+
+
 def test_shrinkages_recover_the_planted_variances():
     """Biases of known variance plus noise: lambda = sigma^2 / tau^2 (empirical Bayes)."""
     rng = np.random.default_rng(0)
@@ -107,8 +139,15 @@ def test_predictions_follow_the_ratings_scale(ratings, cls):
 def test_duplicated_users_fit_the_same_strengths_per_rating(ratings, cls):
     model = cls(**SMALL).fit(ratings)
     twice = cls(**SMALL).fit(sp.vstack([ratings, ratings]).tocsr())
-    assert twice.alpha_u_ == pytest.approx(model.alpha_u_)
-    assert twice.alpha_v_ == pytest.approx(2 * model.alpha_v_)
+    if cls is FedMCADMM:  # the ratings per row
+        assert twice.alpha_u_ == pytest.approx(model.alpha_u_)
+        assert twice.alpha_v_ == pytest.approx(2 * model.alpha_v_)
+        return
+    # FedMAvg's noise rule: the ratings per item doubled, per user the same
+    n, users = ratings.nnz, np.count_nonzero(np.diff(ratings.indptr))
+    items = np.count_nonzero(np.bincount(ratings.indices, minlength=ratings.shape[1]))
+    assert model.alpha_u_ == model.alpha_v_ == pytest.approx(noise_strengths(n, users, items)[0])
+    assert twice.alpha_u_ == pytest.approx(noise_strengths(2 * n, 2 * users, items)[0])
 
 
 @pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.UnobservedItemsWarning")
@@ -202,7 +241,7 @@ def test_fedmc_admm_variant_biases_take_their_shrinkages(ratings):
 @pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
 @pytest.mark.parametrize("cls, params, passes", [
     (FedMCADMM, {}, 0),
-    (FedMAvg, {}, 0),
+    (FedMAvg, {}, BIAS_START_PASSES),
     (FedMAvg, {"solver_params": {"variant": "fedmc_admm"}}, BIAS_START_PASSES),
     (FedMCADMM, {"biased": False}, None),
 ])
@@ -211,7 +250,7 @@ def test_auto_start_exchanges_are_counted_in_the_first_rounds_bytes(cls, params,
     fixed strengths (the same protocol messages), the first record has exactly, over the
     clients ``p`` with ``k_p`` rated items (4-byte indices, 8-byte numbers): up, two sums,
     a count of users and ``k_p`` (index, count, sum), then ``k_p`` sums for the biases'
-    start and ``k_p`` per FedMAvg ``"fedmc_admm"`` pass; down, two numbers, and ``k_p`` per
+    start and ``k_p`` per FedMAvg pass (its biases' own ridges); down, two numbers, and ``k_p`` per
     pass. Without biases
     (``passes=None``) no start of the biases is exchanged."""
     rng = np.random.default_rng(0)

@@ -60,7 +60,8 @@ from .. import _biases
 # (the module, not its names: it imports FedMAvg's protocol, which imports this module)
 from ._implicit import IMPLICIT_ALPHA
 
-__all__ = ["AUTO_ITEM", "AUTO_USER", "AutoStrengthsMixin", "auto_setup", "bias_shrinkages",
+__all__ = ["AUTO_ITEM", "AUTO_NOISE", "AUTO_USER", "AutoStrengthsMixin", "auto_setup",
+           "bias_shrinkages", "noise_strengths",
            "rating_moments", "start_bytes", "start_item_biases", "start_user_biases",
            "variant_bias_settings"]
 
@@ -69,6 +70,9 @@ __all__ = ["AUTO_ITEM", "AUTO_USER", "AutoStrengthsMixin", "auto_setup", "bias_s
 # latest-small (bench_accuracy.py --all-defaults; docs/guide/tuning.rst)
 AUTO_USER = 2.0
 AUTO_ITEM = 2.0
+# the "noise" rule (FedMAvg): sqrt(alpha_u alpha_v) = AUTO_NOISE times the largest singular
+# value of unit-variance noise with the data's ratings per row and column (noise_strengths)
+AUTO_NOISE = 1.0
 # alternating exact passes of the biases' start of FedMAvg's "fedmc_admm" variant (Surprise's
 # BaselineOnly runs 10 epochs; FedBaseline is within 1.3e-5 RMSE of converged after 10)
 BIAS_START_PASSES = 10
@@ -116,10 +120,29 @@ def bias_shrinkages(moments):
     return noise / tau_u, noise / tau_i
 
 
-def auto_setup(X, item_strength=AUTO_ITEM, scale=True):
+def noise_strengths(n_ratings, n_users, n_items):
+    """``(alpha_u, alpha_v)`` of the ``"noise"`` rule on ratings of unit mean square:
+    both ``AUTO_NOISE (sqrt(n_ratings / n_users) + sqrt(n_ratings / n_items))``.
+
+    Why: the plain penalties ``(alpha_u/2) |U|^2 + (alpha_v/2) |V|^2`` at their best
+    balance are ``sqrt(alpha_u alpha_v)`` times the nuclear norm of ``U V``: on a full
+    matrix the fit keeps the directions whose singular values exceed ``sqrt(alpha_u
+    alpha_v)`` and shrinks them by it. A matrix of independent unit-variance noise with
+    ``m`` ratings per row and ``k`` per column has its largest singular value near
+    ``sqrt(m) + sqrt(k)`` (its typical row and column norms), so this threshold keeps the
+    structure that stands above the noise and nothing else, whatever the density. The
+    constant is 1, not tuned (module docstring: measured beside 0.7 and 1.4).
+    """
+    threshold = AUTO_NOISE * (np.sqrt(n_ratings / max(n_users, 1.0))
+                              + np.sqrt(n_ratings / max(n_items, 1.0)))
+    return float(threshold), float(threshold)
+
+
+def auto_setup(X, item_strength=AUTO_ITEM, scale=True, rule="rows"):
     """The ``"auto"`` settings of a fit on the centred CSR ``X`` (scaled in place), with
     ``item_strength`` per rating at the mean item (the class's; ``AUTO_ITEM`` by default);
-    ``scale=False`` leaves ``X`` in rating units (``scale`` is then 1).
+    ``scale=False`` leaves ``X`` in rating units (``scale`` is then 1). ``rule="noise"``:
+    the strengths of :func:`noise_strengths` instead (``item_strength`` unused).
 
     Returns a dict: ``scale`` (the root mean square ``X`` was divided by), ``alpha_u`` and
     ``alpha_v`` (per row, on the scaled ratings), ``item_bias`` (the server's start) and
@@ -136,10 +159,15 @@ def auto_setup(X, item_strength=AUTO_ITEM, scale=True):
     user_bias = _biases.user_biases(X, np.zeros(X.shape[1]), lambda_u)
     rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
     sums = np.bincount(X.indices, weights=X.data - user_bias[rows], minlength=X.shape[1])
+    if rule == "noise":
+        alpha_u, alpha_v = noise_strengths(n, moments["n_users"], moments["n_items"])
+    else:
+        alpha_u = AUTO_USER * np.sqrt(n / max(moments["n_users"], 1.0))
+        alpha_v = item_strength * n / max(moments["n_items"], 1.0)
     return {
         "scale": scale,
-        "alpha_u": AUTO_USER * np.sqrt(n / max(moments["n_users"], 1.0)),
-        "alpha_v": item_strength * n / max(moments["n_items"], 1.0),
+        "alpha_u": alpha_u,
+        "alpha_v": alpha_v,
         "item_bias": _biases.item_biases(sums, moments["item_counts"], lambda_i),
         "user_shrinkage": lambda_u,
         "item_shrinkage": lambda_i,
@@ -261,7 +289,7 @@ class AutoStrengthsMixin:
             info["auto"] = None
             return replace(ctx, info=info), rule
         if not ctx.warm:
-            auto = auto_setup(ctx.X, self._auto_item, self._auto_scales)
+            auto = auto_setup(ctx.X, self._auto_item, self._auto_scales, self._auto_rule())
         else:  # warm start: the first fit's scale and strengths; the model holds the biases
             if getattr(self, "_auto_settings", None) is None:
                 raise ValueError("warm_start cannot switch alpha_u or alpha_v between 'auto' "
@@ -289,6 +317,11 @@ class AutoStrengthsMixin:
         """More exchanges of the biases' start after the second (:func:`start_bytes`)."""
         return 0
 
+    def _auto_rule(self):
+        """The strengths' rule of :func:`auto_setup`: ``"rows"`` (the ratings per row) or
+        ``"noise"`` (:func:`noise_strengths`)."""
+        return "rows"
+
     def _score_scale(self, ctx):
         """The fit's records are on the scaled ratings: times this in rating units."""
         return ctx.info.get("rating_scale", 1.0)
@@ -303,8 +336,12 @@ class AutoStrengthsMixin:
         if not self._uses_auto():
             return None
         n = float(ctx.info["n_ratings"])
-        return {"scale": 1.0, "alpha_u": AUTO_USER * np.sqrt(n / ctx.n_rows),
-                "alpha_v": self._auto_item * n / ctx.n_features, "item_bias": None,
+        if self._auto_rule() == "noise":
+            alpha_u, alpha_v = noise_strengths(n, ctx.n_rows, ctx.n_features)
+        else:
+            alpha_u = AUTO_USER * np.sqrt(n / ctx.n_rows)
+            alpha_v = self._auto_item * n / ctx.n_features
+        return {"scale": 1.0, "alpha_u": alpha_u, "alpha_v": alpha_v, "item_bias": None,
                 "user_shrinkage": None, "item_shrinkage": None, "n_users": ctx.n_rows,
                 "n_items": ctx.n_features, "rms": None}
 
