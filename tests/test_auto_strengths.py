@@ -14,7 +14,7 @@ from sklearn_fedmf.completion._auto_strengths import (
     BIAS_START_PASSES,
     auto_setup,
     bias_shrinkages,
-    noise_strengths,
+    degree_strengths,
     rating_moments,
 )
 from sklearn_fedmf.datasets import make_site_ratings
@@ -68,35 +68,18 @@ def test_rule_values_follow_the_ratings_per_row(ratings):
     assert auto["scale"] == pytest.approx(np.sqrt(np.mean(X.data ** 2)))
 
 
-def test_noise_rule_values_and_duplicates(ratings):
+def test_degrees_rule_values_and_duplicates(ratings):
     X = _centred(ratings)
-    auto = auto_setup(X.copy(), rule="noise")
-    users = np.count_nonzero(np.diff(X.indptr))
-    items = np.count_nonzero(np.bincount(X.indices, minlength=X.shape[1]))
-    threshold = np.sqrt(X.nnz / users) + np.sqrt(X.nnz / items)
+    auto = auto_setup(X.copy(), rule="degrees")
+    n_u = np.diff(X.indptr).astype(float)
+    n_j = np.bincount(X.indices).astype(float)
+    threshold = 0.5 * (np.sqrt(np.sum(n_u ** 2) / X.nnz) + np.sqrt(np.sum(n_j ** 2) / X.nnz))
     assert auto["alpha_u"] == pytest.approx(threshold)
     assert auto["alpha_v"] == pytest.approx(threshold)
-    # duplicated users: the ratings per user stay, those per item double
-    two = auto_setup(sp.vstack([X, X]).tocsr(), rule="noise")
-    assert two["alpha_u"] == pytest.approx(np.sqrt(X.nnz / users) + np.sqrt(2 * X.nnz / items))
-
-
-@pytest.mark.parametrize("shape", [(1000, 1500, 60000), (600, 9000, 80000), (3000, 500, 30000)])
-def test_noise_rule_is_the_noises_largest_singular_value(shape):
-    """The rule's reason: unit-variance noise on the data's pattern has its largest singular
-    value at the threshold (within 15%), so sqrt(alpha_u alpha_v) keeps no noise direction
-    and every direction well above it."""
-    from scipy.sparse.linalg import svds
-
-    n_users, n_items, n = shape
-    rng = np.random.default_rng(0)
-    X = sp.csr_matrix((rng.standard_normal(n), (rng.integers(0, n_users, n),
-                                                rng.integers(0, n_items, n))),
-                      shape=(n_users, n_items))
-    X.sum_duplicates()
-    top = svds(X, k=1, return_singular_vectors=False)[0]
-    alpha_u, alpha_v = noise_strengths(X.nnz, n_users, n_items)
-    assert 0.9 < top / np.sqrt(alpha_u * alpha_v) < 1.15
+    # duplicated users: a rating's user has as many ratings, its item twice as many
+    two = auto_setup(sp.vstack([X, X]).tocsr(), rule="degrees")
+    assert two["alpha_u"] == pytest.approx(
+        0.5 * (np.sqrt(np.sum(n_u ** 2) / X.nnz) + np.sqrt(2 * np.sum(n_j ** 2) / X.nnz)))
 
 
 def test_shrinkages_recover_the_planted_variances():
@@ -143,11 +126,13 @@ def test_duplicated_users_fit_the_same_strengths_per_rating(ratings, cls):
         assert twice.alpha_u_ == pytest.approx(model.alpha_u_)
         assert twice.alpha_v_ == pytest.approx(2 * model.alpha_v_)
         return
-    # FedMAvg's noise rule: the ratings per item doubled, per user the same
-    n, users = ratings.nnz, np.count_nonzero(np.diff(ratings.indptr))
-    items = np.count_nonzero(np.bincount(ratings.indices, minlength=ratings.shape[1]))
-    assert model.alpha_u_ == model.alpha_v_ == pytest.approx(noise_strengths(n, users, items)[0])
-    assert twice.alpha_u_ == pytest.approx(noise_strengths(2 * n, 2 * users, items)[0])
+    # FedMAvg's degrees rule: a rating's item has twice the ratings, its user as many
+    n, n_u = ratings.nnz, np.diff(ratings.indptr).astype(float)
+    n_j = np.bincount(ratings.indices).astype(float)
+    assert model.alpha_u_ == model.alpha_v_ == pytest.approx(
+        degree_strengths(n, np.sum(n_u ** 2), np.sum(n_j ** 2))[0])
+    assert twice.alpha_u_ == pytest.approx(
+        degree_strengths(2 * n, 2 * np.sum(n_u ** 2), 4 * np.sum(n_j ** 2))[0])
 
 
 @pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.UnobservedItemsWarning")
@@ -263,8 +248,9 @@ def test_auto_start_exchanges_are_counted_in_the_first_rounds_bytes(cls, params,
     auto = cls(**fixed).fit(X, clients=clients).history_[0]
     plain = cls(alpha_u=1.0, alpha_v=1.0, **fixed).fit(X, clients=clients).history_[0]
     start = (1 + (passes or 0)) if passes is not None else 0
+    degrees = cls is FedMAvg and not params  # (its "degrees" rule: one more sum per client)
     assert auto["bytes_uploaded"] - plain["bytes_uploaded"] == (
-        5 * 24 + k * (4 + 16) + 8 * k * start)
+        5 * (24 + 8 * degrees) + k * (4 + 16) + 8 * k * start)
     assert auto["bytes_downloaded"] - plain["bytes_downloaded"] == 5 * 16 + 8 * k * (passes or 0)
     # a warm start continues without a new start exchange: its rounds weigh the same
     warm = [cls(**strengths, warm_start=True, **fixed).fit(X, clients=clients)

@@ -174,12 +174,12 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         The l2 part is smooth (in the gradient), the l1 part and ``positive`` act as a prox
         at every local step. ``"auto"`` (either): the fit runs on the centred ratings divided
         by their root mean square ``s`` and scales the model back; ``alpha_u = alpha_v =
-        sqrt(n_ratings / n_users) + sqrt(n_ratings / n_items)`` there, the largest singular
-        value of unit-variance noise with the data's ratings per row and column, so the
-        factor part keeps only the structure above the noise (the penalties act as a
-        nuclear norm of that weight); with ``biased=True`` (and both ``"auto"``, plain) the
-        biases start at the biases-only model of their empirical-Bayes shrinkages and keep
-        those shrinkages as their ridges, not the factors' strengths
+        0.5 (sqrt(sum_u n_u^2 / n) + sqrt(sum_j n_j^2 / n))`` there (``n_u``, ``n_j``: the
+        ratings of user ``u`` and item ``j``; ``n`` their total), a threshold on the
+        singular values of the factor part that grows with the rating pattern's noise,
+        heavy users and items included; with ``biased=True`` (and both ``"auto"``, plain)
+        the biases start at the biases-only model of their empirical-Bayes shrinkages and
+        keep those shrinkages as their ridges, not the factors' strengths
         (:mod:`sklearn_fedmf.completion._auto_strengths`; each client sends a few aggregates
         once, listed in the privacy guide). ``variant="fedmc_admm"`` keeps the
         ratings-per-row rule ``alpha_u = 2 sqrt(n_ratings / n_users)``, ``alpha_v = 2
@@ -406,9 +406,9 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         return 0
 
     def _auto_rule(self):
-        """``"noise"`` (:func:`~._auto_strengths.noise_strengths`), except the paper-variant
+        """``"degrees"`` (:func:`~._auto_strengths.degree_strengths`), except the paper-variant
         ``"fedmc_admm"``, which keeps the ratings-per-row rule it was measured with."""
-        return "rows" if self._settings()["variant"] == "fedmc_admm" else "noise"
+        return "rows" if self._settings()["variant"] == "fedmc_admm" else "degrees"
 
     def _strengths(self, ctx):
         """``(alpha_u, alpha_v)`` of the protocol (``"auto"``: :mod:`._auto_strengths`; the
