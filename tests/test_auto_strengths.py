@@ -14,6 +14,7 @@ from sklearn_fedmf.completion._auto_strengths import (
     BIAS_START_PASSES,
     auto_setup,
     bias_shrinkages,
+    degree_strengths,
     rating_moments,
 )
 from sklearn_fedmf.datasets import make_site_ratings
@@ -67,6 +68,20 @@ def test_rule_values_follow_the_ratings_per_row(ratings):
     assert auto["scale"] == pytest.approx(np.sqrt(np.mean(X.data ** 2)))
 
 
+def test_degrees_rule_values_and_duplicates(ratings):
+    X = _centred(ratings)
+    auto = auto_setup(X.copy(), rule="degrees")
+    n_u = np.diff(X.indptr).astype(float)
+    n_j = np.bincount(X.indices).astype(float)
+    threshold = 0.5 * (np.sqrt(np.sum(n_u ** 2) / X.nnz) + np.sqrt(np.sum(n_j ** 2) / X.nnz))
+    assert auto["alpha_u"] == pytest.approx(threshold)
+    assert auto["alpha_v"] == pytest.approx(threshold)
+    # duplicated users: a rating's user has as many ratings, its item twice as many
+    two = auto_setup(sp.vstack([X, X]).tocsr(), rule="degrees")
+    assert two["alpha_u"] == pytest.approx(
+        0.5 * (np.sqrt(np.sum(n_u ** 2) / X.nnz) + np.sqrt(2 * np.sum(n_j ** 2) / X.nnz)))
+
+
 def test_shrinkages_recover_the_planted_variances():
     """Biases of known variance plus noise: lambda = sigma^2 / tau^2 (empirical Bayes)."""
     rng = np.random.default_rng(0)
@@ -107,8 +122,17 @@ def test_predictions_follow_the_ratings_scale(ratings, cls):
 def test_duplicated_users_fit_the_same_strengths_per_rating(ratings, cls):
     model = cls(**SMALL).fit(ratings)
     twice = cls(**SMALL).fit(sp.vstack([ratings, ratings]).tocsr())
-    assert twice.alpha_u_ == pytest.approx(model.alpha_u_)
-    assert twice.alpha_v_ == pytest.approx(2 * model.alpha_v_)
+    if cls is FedMCADMM:  # the ratings per row
+        assert twice.alpha_u_ == pytest.approx(model.alpha_u_)
+        assert twice.alpha_v_ == pytest.approx(2 * model.alpha_v_)
+        return
+    # FedMAvg's degrees rule: a rating's item has twice the ratings, its user as many
+    n, n_u = ratings.nnz, np.diff(ratings.indptr).astype(float)
+    n_j = np.bincount(ratings.indices).astype(float)
+    assert model.alpha_u_ == model.alpha_v_ == pytest.approx(
+        degree_strengths(n, np.sum(n_u ** 2), np.sum(n_j ** 2))[0])
+    assert twice.alpha_u_ == pytest.approx(
+        degree_strengths(2 * n, 2 * np.sum(n_u ** 2), 4 * np.sum(n_j ** 2))[0])
 
 
 @pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.UnobservedItemsWarning")
@@ -202,7 +226,7 @@ def test_fedmc_admm_variant_biases_take_their_shrinkages(ratings):
 @pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
 @pytest.mark.parametrize("cls, params, passes", [
     (FedMCADMM, {}, 0),
-    (FedMAvg, {}, 0),
+    (FedMAvg, {}, BIAS_START_PASSES),
     (FedMAvg, {"solver_params": {"variant": "fedmc_admm"}}, BIAS_START_PASSES),
     (FedMCADMM, {"biased": False}, None),
 ])
@@ -211,7 +235,7 @@ def test_auto_start_exchanges_are_counted_in_the_first_rounds_bytes(cls, params,
     fixed strengths (the same protocol messages), the first record has exactly, over the
     clients ``p`` with ``k_p`` rated items (4-byte indices, 8-byte numbers): up, two sums,
     a count of users and ``k_p`` (index, count, sum), then ``k_p`` sums for the biases'
-    start and ``k_p`` per FedMAvg ``"fedmc_admm"`` pass; down, two numbers, and ``k_p`` per
+    start and ``k_p`` per FedMAvg pass (its biases' own ridges); down, two numbers, and ``k_p`` per
     pass. Without biases
     (``passes=None``) no start of the biases is exchanged."""
     rng = np.random.default_rng(0)
@@ -224,8 +248,9 @@ def test_auto_start_exchanges_are_counted_in_the_first_rounds_bytes(cls, params,
     auto = cls(**fixed).fit(X, clients=clients).history_[0]
     plain = cls(alpha_u=1.0, alpha_v=1.0, **fixed).fit(X, clients=clients).history_[0]
     start = (1 + (passes or 0)) if passes is not None else 0
+    degrees = cls is FedMAvg and not params  # (its "degrees" rule: one more sum per client)
     assert auto["bytes_uploaded"] - plain["bytes_uploaded"] == (
-        5 * 24 + k * (4 + 16) + 8 * k * start)
+        5 * (24 + 8 * degrees) + k * (4 + 16) + 8 * k * start)
     assert auto["bytes_downloaded"] - plain["bytes_downloaded"] == 5 * 16 + 8 * k * (passes or 0)
     # a warm start continues without a new start exchange: its rounds weigh the same
     warm = [cls(**strengths, warm_start=True, **fixed).fit(X, clients=clients)

@@ -9,11 +9,13 @@ from sklearn.model_selection import (
     HalvingGridSearchCV,
     KFold,
     ParameterGrid,
+    ParameterSampler,
     RandomizedSearchCV,
 )
 
 from sklearn_fedmf import FedBaseline, FedMAvg, FedMCADMM, FedMGS, RatingRegressor, RFRec
 from sklearn_fedmf.model_selection import default_search_space, train_test_split_ratings
+from sklearn_fedmf.model_selection._search import DefaultOr
 
 WITH_REGULARIZATION = (FedMCADMM, FedMAvg, FedMGS)
 def _subspaces(space):
@@ -40,7 +42,35 @@ def test_every_key_is_a_parameter_and_strengths_centre_on_the_defaults(cls):
     assert centre["alpha_u"] == [params["alpha_u"]]
     assert centre["alpha_v"] == [params["alpha_v"]]
     dists = default_search_space(cls(), kind="distributions")
-    assert isinstance(_subspaces(dists)[0]["alpha_u"], type(loguniform(1, 2)))
+    alpha_u = _subspaces(dists)[0]["alpha_u"]  # the default, or a log-uniform draw
+    assert isinstance(alpha_u, DefaultOr) and alpha_u.default == params["alpha_u"]
+    assert isinstance(alpha_u.distribution, type(loguniform(1, 2)))
+
+
+@pytest.mark.parametrize("cls", [*WITH_REGULARIZATION, RFRec, FedBaseline])
+def test_the_defaults_are_a_candidate_of_the_distributions(cls):
+    """The first sub-space is the defaults, each strength drawn at its default half the
+    time: a random search draws the defaults and candidates near them; every list of the
+    other sub-spaces holds its default too."""
+    defaults = cls().get_params()
+    space = default_search_space(cls, kind="distributions")
+    assert isinstance(space, list)
+    rng = np.random.RandomState(0)
+    for param, values in space[0].items():
+        if hasattr(values, "rvs"):
+            draws = [values.rvs(random_state=rng) for _ in range(400)]
+            assert 0.4 < np.mean([d == defaults[param] for d in draws]) < 0.6
+        else:
+            assert values == [defaults[param]]
+    for sub in space[1:]:
+        for param, values in sub.items():
+            if isinstance(values, list) and param != "regularization" and len(values) > 1:
+                assert defaults[param] in values
+    points = list(ParameterSampler(space, n_iter=600, random_state=0))
+    share = np.mean([p == {k: defaults[k] for k in p} for p in points])
+    # a sub-space drawn at random, then each of the two strengths at its default
+    expected = 1 / len(space) / 4
+    assert abs(share - expected) < 0.05
 
 
 @pytest.mark.parametrize("cls", [*WITH_REGULARIZATION, RFRec, FedBaseline])
@@ -132,7 +162,8 @@ def test_randomized_and_halving_searches_take_the_space(pairs):
     ranges = {"plain": (10 / 3, 30.0), "weighted": (0.1 / 3, 0.3)}
     for params in rand.cv_results_["params"]:
         low, high = ranges[params["estimator__regularization"]]
-        assert low <= params["estimator__alpha_u"] <= high
+        if params["estimator__alpha_u"] != "auto":  # (the default of "plain", drawn too)
+            assert low <= params["estimator__alpha_u"] <= high
     grid = default_search_space(FedMGS, n_points=1, include=["regularization", "biased"])
     halving = HalvingGridSearchCV(base, _prefixed(grid), resource="estimator__max_iter",
                                   max_resources=4, min_resources=2, factor=2, cv=cv,

@@ -173,14 +173,19 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         %(elastic_net)s
         The l2 part is smooth (in the gradient), the l1 part and ``positive`` act as a prox
         at every local step. ``"auto"`` (either): the fit runs on the centred ratings divided
-        by their root mean square ``s`` and scales the model back; ``alpha_u = 2
-        sqrt(n_ratings / n_users)`` and ``alpha_v = 2 n_ratings / n_items`` there (the
-        strengths per rating follow the rows' ratings); with ``biased=True`` the biases
-        start at their empirical-Bayes shrunk means
+        by their root mean square ``s`` and scales the model back; ``alpha_u = alpha_v =
+        0.5 (sqrt(sum_u n_u^2 / n) + sqrt(sum_j n_j^2 / n))`` there (``n_u``, ``n_j``: the
+        ratings of user ``u`` and item ``j``; ``n`` their total), a threshold on the
+        singular values of the factor part that grows with the rating pattern's noise,
+        heavy users and items included; with ``biased=True`` (and both ``"auto"``, plain)
+        the biases start at the biases-only model of their empirical-Bayes shrinkages and
+        keep those shrinkages as their ridges, not the factors' strengths
         (:mod:`sklearn_fedmf.completion._auto_strengths`; each client sends a few aggregates
-        once, listed in the privacy guide). ``variant="fedmc_admm"`` divides ``alpha_v`` by
-        ``p``, as its objective divides the data term. A fixed value of the other strength is
-        used as given (on the scaled ratings). The values used are
+        once, listed in the privacy guide). ``variant="fedmc_admm"`` keeps the
+        ratings-per-row rule ``alpha_u = 2 sqrt(n_ratings / n_users)``, ``alpha_v = 2
+        n_ratings / n_items``, divided by ``p`` as its objective divides the data term. A
+        fixed value of the other strength is used as given (on the scaled ratings). The
+        values used are
         ``alpha_u_`` and ``alpha_v_``. Measured across data sets (user guide, "Tuning");
         the papers' ``1e-6`` is in ``PAPER_SETTINGS``.
     regularization : {"plain", "weighted"}, default="plain"
@@ -372,7 +377,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
                 confidence=ctx.info["confidence"], init_scale=settings["init_scale"])
         item_bias, user_shrinkage = self._bias_start(ctx)
         shrinkages = None
-        if self._bias_start_passes():  # (the paper's variant, biased, plain, "auto")
+        if self._bias_start_passes():  # (biased, plain, "auto": the biases' own ridges)
             shrinkages, item_bias = variant_bias_settings(self._auto(ctx), ctx.X, item_bias)
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=ctx.info["rank"],
@@ -392,12 +397,18 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         )
 
     def _bias_start_passes(self):
-        """The ``"fedmc_admm"`` variant's ``BIAS_START_PASSES`` of
-        :func:`variant_bias_settings` when :meth:`_make_protocol` runs them, else 0."""
-        if (self._settings()["variant"] == "fedmc_admm" and self._biased and not self._implicit
+        """``BIAS_START_PASSES`` of :func:`variant_bias_settings` when :meth:`_make_protocol`
+        runs them (biased, plain, both strengths ``"auto"``; not ``"fedpalm"``, which has no
+        biases), else 0."""
+        if (self._settings()["variant"] != "fedpalm" and self._biased and not self._implicit
                 and self.regularization == "plain" and self.alpha_u == self.alpha_v == "auto"):
             return BIAS_START_PASSES
         return 0
+
+    def _auto_rule(self):
+        """``"degrees"`` (:func:`~._auto_strengths.degree_strengths`), except the paper-variant
+        ``"fedmc_admm"``, which keeps the ratings-per-row rule it was measured with."""
+        return "rows" if self._settings()["variant"] == "fedmc_admm" else "degrees"
 
     def _strengths(self, ctx):
         """``(alpha_u, alpha_v)`` of the protocol (``"auto"``: :mod:`._auto_strengths`; the
