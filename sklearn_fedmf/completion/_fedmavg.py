@@ -46,7 +46,7 @@ from ._fedmavg_protocol import (
     u_phase,
     w_phase,
 )
-from ._implicit import check_implicit_settings
+from ._implicit import IMPLICIT_SOLVER_SETTINGS, check_implicit_settings, implicit_cg_steps
 
 __all__ = ["FedMAvg"]
 
@@ -276,6 +276,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         **FederatedMFBase._solver_params,
         **FACTOR_SETTINGS,
         **IMPLICIT_SETTINGS,
+        **IMPLICIT_SOLVER_SETTINGS,
         "init_scale": (1.0, FACTOR_SETTINGS["init_scale"][1]),
         "variant": ("wang_chang", [StrOptions({"wang_chang", "fedpalm", "fedmc_admm"})]),
         "q_hat": (5, [Interval(Integral, 0, None, closed="left")]),
@@ -369,7 +370,8 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
                 or ("sampled_mean" if sampling == "weighted" else "weighted"),
                 d_factor=d_factor, client_weights=settings["client_weights"],
                 alpha_u=alpha_u, alpha_v=alpha_v,
-                confidence=ctx.info["confidence"], init_scale=settings["init_scale"])
+                confidence=ctx.info["confidence"], init_scale=settings["init_scale"],
+                cg_steps=implicit_cg_steps(settings))
         item_bias, user_shrinkage = self._bias_start(ctx)
         shrinkages = None
         if self._bias_start_passes():  # (the paper's variant, biased, plain, "auto")

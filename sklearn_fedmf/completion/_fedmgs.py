@@ -22,7 +22,12 @@ from ._base import (
 from ._fed_baseline import FedBaseline
 from ._fedmgs_implicit import make_implicit_protocol
 from ._fedmgs_protocol import AUTO_WEIGHTED, make_protocol
-from ._implicit import IMPLICIT_ALPHA, check_implicit_settings
+from ._implicit import (
+    IMPLICIT_ALPHA,
+    IMPLICIT_SOLVER_SETTINGS,
+    check_implicit_settings,
+    implicit_cg_steps,
+)
 
 __all__ = ["FedMGS"]
 
@@ -140,6 +145,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
         **FederatedMFBase._solver_params,
         **FACTOR_SETTINGS,
         **IMPLICIT_SETTINGS,
+        **IMPLICIT_SOLVER_SETTINGS,
         "c_factor": (0.51, [Interval(Real, 0, None, closed="neither")]),
         "d_factor": (0.501, [Interval(Real, 0, None, closed="neither")]),
         "sampling": ("uniform", [StrOptions({"uniform", "weighted"})]),
@@ -216,7 +222,8 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
             return make_implicit_protocol(
                 n_items=ctx.n_features, n_clients=ctx.n_clients,
                 n_components=ctx.info["rank"], alpha_u=alpha_u, alpha_v=alpha_v,
-                confidence=ctx.info["confidence"], init_scale=settings["init_scale"])
+                confidence=ctx.info["confidence"], init_scale=settings["init_scale"],
+                cg_steps=implicit_cg_steps(settings))
         auto = "auto" in (alpha_u, alpha_v)
         if ctx.warm and auto != ("ss" in self._federation.server_state):
             raise ValueError("warm_start cannot switch alpha_u or alpha_v between 'auto' and a "
