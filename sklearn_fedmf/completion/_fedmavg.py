@@ -192,7 +192,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
     loss : {"squared", "implicit"}, default="squared"
         %(loss)s
         FedMAvg under ``"implicit"`` (``_fedmavg_implicit``): each client solves its users
-        exactly against ``V`` and ``V^T V``; each sampled client takes ``Q2`` gradient steps
+        against ``V`` and ``V^T V`` (``implicit_solver``); each sampled client takes ``Q2`` gradient steps
         on its copy ``W_p`` of ``V`` (its own part of the weighted objective, the all-items
         term through its Gram ``U_p^T U_p``, one step ``1/(d_factor L_j)`` per item row) and
         uploads it; the server averages. ``variant="wang_chang"`` only; ``w_step`` does not
@@ -246,6 +246,13 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
           i.i.d. draws with replacement, probabilities ``omega_p`` (``client_weights``); a
           client drawn twice uploads once and counts twice in the mean (``history_`` then
           also has ``bytes_uploaded_draws``, the paper's count of one upload per draw).
+        - ``implicit_solver`` : {"cg", "cholesky"}, default="cholesky"
+          The users' solves under ``loss="implicit"``: ``"cg"``, ``cg_steps``
+          conjugate-gradient steps per user from its current factor, the matrix never formed
+          (Takacs, Pilaszy & Tikk 2011, as ``implicit``'s ALS); ``"cholesky"``, the exact
+          solve.
+        - ``cg_steps`` : int, default=3
+          Conjugate-gradient steps per user with ``implicit_solver="cg"``.
         %(solver_factor_shared)s
     %(secure_parameter)s
 

@@ -97,11 +97,12 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
     loss : {"squared", "implicit"}, default="squared"
         %(loss)s
         FedMGS under ``"implicit"`` (``_fedmgs_implicit``): each sampled client solves its
-        users exactly against ``V`` and ``V^T V`` and sends its per-item aggregates (now
-        confidence-weighted) and its Gram, the paper's message; the server's step is exact
-        in ``V`` (each item's gradient preconditioned by its curvature, both from the
-        aggregates). With every client sampled a round is one ALS sweep. ``"auto"``
-        strengths are ``IMPLICIT_ALPHA``; the groups of one client per user are not used.
+        users against ``V`` and ``V^T V`` and sends its per-item aggregates (now
+        confidence-weighted) and its Gram, the paper's message; the server solves each
+        item's system from the aggregates (its gradient preconditioned by its curvature).
+        With the exact solves (``implicit_solver="cholesky"``) and every client sampled a
+        round is one ALS sweep. ``"auto"`` strengths are ``IMPLICIT_ALPHA``; the groups of
+        one client per user are not used.
     %(run_parameters)s
 
         - ``c_factor`` : float, default=0.51
@@ -115,6 +116,13 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
           ``"weighted"``: i.i.d. draws with replacement, probabilities proportional to the
           clients' ratings (the paper's footnote); a client drawn twice sends its aggregates
           once and it is applied once.
+        - ``implicit_solver`` : {"cg", "cholesky"}, default="cholesky"
+          The users' and the items' solves under ``loss="implicit"``: ``"cg"``, ``cg_steps``
+          conjugate-gradient steps per row from its current factor, the matrix never formed
+          (Takacs, Pilaszy & Tikk 2011, as ``implicit``'s ALS); ``"cholesky"``, the exact
+          solve. The messages are the same.
+        - ``cg_steps`` : int, default=3
+          Conjugate-gradient steps per row with ``implicit_solver="cg"``.
         %(solver_factor_shared)s
     %(secure_parameter)s
 

@@ -1,0 +1,87 @@
+"""FedMGS's default ``loss="implicit"`` fit time beside ``implicit``'s ALS (issue 38).
+
+    python benchmarks/bench_implicit_als.py                    # ML-1M shape, 3 runs
+    python benchmarks/bench_implicit_als.py --runs 5 --threads 1
+    python benchmarks/bench_implicit_als.py --quick            # smoke run: 100,000 ratings
+
+The set: ``make_ratings(6040, 3706, 1_000_000, random_state=0)`` (MovieLens 1M's shape; no
+real 1M file ships with the repository), every rating an interaction. Each run fits, one
+after the other under the same load, ``implicit.als.AlternatingLeastSquares(factors=64,
+iterations=15)`` on the binary interactions and ``FedMGS(loss="implicit",
+random_state=0)`` with each row solver of ``--solvers`` (``solver_params={"implicit_solver":
+...}``; everything else the defaults: 10 clients, 10 rounds, rank 48 at 1M interactions).
+``--threads 0`` (default) leaves both at their defaults, every core (``implicit``'s
+``num_threads=0``, FedMGS's ``n_jobs=None``); ``--threads N`` gives ``num_threads=N`` and
+``n_jobs=N``. BLAS runs on one thread for both (``implicit``'s advice; FedMGS runs its own
+threads). Columns: median seconds over the runs, and the median of each run's ratio to
+ALS's seconds. The machine's load moves the seconds; the ratios of one run compare fits
+made under the same load. The accuracy of these fits: ``bench_topn.py``.
+"""
+
+import argparse
+import statistics
+import time
+import warnings
+
+from threadpoolctl import threadpool_limits
+
+from sklearn_fedmf import FedMGS
+from sklearn_fedmf.datasets import make_ratings
+from sklearn_fedmf.exceptions import FedMFWarning
+
+
+def fit_als(X, threads):
+    from implicit.als import AlternatingLeastSquares
+
+    binary = X.copy()
+    binary.data[:] = 1.0
+    model = AlternatingLeastSquares(factors=64, iterations=15, random_state=0,
+                                    num_threads=threads)
+    start = time.perf_counter()
+    model.fit(binary, show_progress=False)
+    return time.perf_counter() - start
+
+
+def fit_fedmgs(X, solver, threads):
+    est = FedMGS(loss="implicit", random_state=0, n_jobs=threads or None,
+                 solver_params={"implicit_solver": solver})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FedMFWarning)
+        start = time.perf_counter()
+        est.fit(X)
+    return time.perf_counter() - start
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="0: each library's default (every core); N: N threads each")
+    parser.add_argument("--solvers", default="cholesky,cg",
+                        help="FedMGS's implicit_solver values, comma-separated")
+    parser.add_argument("--quick", action="store_true", help="100,000 ratings, one run")
+    args = parser.parse_args()
+    shape = (2000, 1000, 100_000) if args.quick else (6040, 3706, 1_000_000)
+    X = make_ratings(*shape, random_state=0).X.tocsr()
+    solvers = args.solvers.split(",")
+    runs = 1 if args.quick else args.runs
+    seconds = {name: [] for name in ("ALS", *solvers)}
+    with threadpool_limits(1, "blas"):
+        fit_fedmgs(X[:200], solvers[0], args.threads)  # (compile the kernels once)
+        for _ in range(runs):
+            seconds["ALS"].append(fit_als(X, args.threads))
+            for solver in solvers:
+                seconds[solver].append(fit_fedmgs(X, solver, args.threads))
+    print(f"{X.shape[0]:,} x {X.shape[1]:,}, {X.nnz:,} interactions; threads: "
+          f"{args.threads or 'defaults'}; {runs} run(s)")
+    print(f"{'fit':<40}{'median s':>10}{'x ALS':>8}   runs (s)")
+    for name, values in seconds.items():
+        label = ("implicit ALS(factors=64, iterations=15)" if name == "ALS"
+                 else f'FedMGS(loss="implicit"), {name}')
+        ratio = statistics.median(v / a for v, a in zip(values, seconds["ALS"]))
+        print(f"{label:<40}{statistics.median(values):>10.2f}{ratio:>8.2f}   "
+              + " ".join(f"{v:.2f}" for v in values), flush=True)
+
+
+if __name__ == "__main__":
+    main()
