@@ -195,8 +195,8 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         against ``V`` and ``V^T V`` (``implicit_solver``); each sampled client takes ``Q2``
         gradient steps on its copy ``W_p`` of ``V`` (its own part of the weighted objective,
         the all-items term through its Gram ``U_p^T U_p``, one step ``1/(d_factor L_j)`` per
-        item row) and uploads it; the server averages. ``variant="wang_chang"`` only; ``w_step`` does not
-        apply; the groups of one client per user are not used.
+        item row) and uploads it; the server averages. ``variant="wang_chang"`` only;
+        ``w_step`` does not apply; the groups of one client per user are not used.
     %(run_parameters)s
 
         - ``variant`` : {"wang_chang", "fedpalm", "fedmc_admm"}, default="wang_chang"

@@ -49,10 +49,10 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._groups import offsets
 
 __all__ = ["CG_TINY", "IMPLICIT_ALPHA", "IMPLICIT_CONFIDENCE", "IMPLICIT_SOLVER_SETTINGS",
-           "check_implicit_settings", "check_interactions", "group_item_sums", "implicit_cg_steps", "implicit_item_gradient",
-           "implicit_item_sums", "implicit_objective", "implicit_rank", "implicit_user_factors",
-           "packed_size", "rated_w_steps", "resolve_confidence", "spd_cg", "spd_solve",
-           "unpack_gram"]
+           "check_implicit_settings", "check_interactions", "group_item_sums",
+           "implicit_cg_steps", "implicit_item_gradient", "implicit_item_sums",
+           "implicit_objective", "implicit_rank", "implicit_user_factors", "packed_size",
+           "rated_w_steps", "resolve_confidence", "spd_cg", "spd_solve", "unpack_gram"]
 
 # A conjugate-gradient solve stops once its residual's squared norm is below this (implicit's
 # ALS uses the same 1e-20).
