@@ -3,9 +3,14 @@
     python benchmarks/bench_implicit_als.py                    # ML-1M shape, 3 runs
     python benchmarks/bench_implicit_als.py --runs 5 --threads 1
     python benchmarks/bench_implicit_als.py --quick            # smoke run: 100,000 ratings
+    python benchmarks/bench_implicit_als.py --set ml-100k --path DIR/u.data --threads 1
+    python benchmarks/bench_implicit_als.py --set playcounts --path user_artists.dat
 
 The set: ``make_ratings(6040, 3706, 1_000_000, random_state=0)`` (MovieLens 1M's shape; no
-real 1M file ships with the repository), every rating an interaction. Each run fits, one
+real 1M file ships with the repository), every rating an interaction; ``--set`` also takes
+the embedded ``ml-latest-small``, ``ml-100k`` (``--path``: its ``u.data``) and
+``playcounts`` (``--path``: a tab-separated file with a header, user, item, count, as
+Last.fm hetrec 2011's ``user_artists.dat``). Each run fits, one
 after the other under the same load, ``implicit.als.AlternatingLeastSquares(factors=64,
 iterations=15)`` on the binary interactions and ``FedMGS(loss="implicit",
 random_state=0)`` with each row solver of ``--solvers`` (``solver_params={"implicit_solver":
@@ -23,11 +28,31 @@ import statistics
 import time
 import warnings
 
+import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from sklearn_fedmf import FedMGS
-from sklearn_fedmf.datasets import make_ratings
+from sklearn_fedmf.datasets import load_movielens, make_ratings, ratings_to_matrix
 from sklearn_fedmf.exceptions import FedMFWarning
+
+
+def load(name, path, quick):
+    """The interactions of ``--set`` (CSR, strengths as stored)."""
+    if quick:
+        return make_ratings(2000, 1000, 100_000, random_state=0).X.tocsr()
+    if name == "ml1m-shape":
+        return make_ratings(6040, 3706, 1_000_000, random_state=0).X.tocsr()
+    if name == "ml-latest-small":
+        frame = load_movielens(return_df=True).frame
+    elif path is None:
+        raise SystemExit(f"--set {name} reads --path FILE")
+    elif name == "ml-100k":
+        frame = pd.read_csv(path, sep="\t", header=None, usecols=[0, 1, 2],
+                            names=["userId", "movieId", "rating"])
+    else:
+        frame = pd.read_csv(path, sep="\t")
+        frame.columns = ["userId", "movieId", "rating", *frame.columns[3:]]
+    return ratings_to_matrix(frame[["userId", "movieId", "rating"]])[0].tocsr()
 
 
 def fit_als(X, threads):
@@ -62,20 +87,23 @@ def main():
                         help="0: each library's default (every core); N: N threads each")
     parser.add_argument("--solvers", default="cholesky,cg",
                         help="FedMGS's implicit_solver values, comma-separated")
+    parser.add_argument("--set", default="ml1m-shape",
+                        choices=("ml1m-shape", "ml-latest-small", "ml-100k", "playcounts"))
+    parser.add_argument("--path", default=None, help="the file of ml-100k or playcounts")
     parser.add_argument("--quick", action="store_true", help="100,000 ratings, one run")
     args = parser.parse_args()
-    shape = (2000, 1000, 100_000) if args.quick else (6040, 3706, 1_000_000)
-    X = make_ratings(*shape, random_state=0).X.tocsr()
+    X = load(args.set, args.path, args.quick)
     solvers = args.solvers.split(",")
     runs = 1 if args.quick else args.runs
     seconds = {name: [] for name in ("ALS", *solvers)}
     with threadpool_limits(1, "blas"):
-        fit_fedmgs(X[:200], solvers[0], args.threads)  # (compile the kernels once)
+        for solver in solvers:  # (compile, or load, each solver's kernels once)
+            fit_fedmgs(X[:200], solver, args.threads)
         for _ in range(runs):
             seconds["ALS"].append(fit_als(X, args.threads))
             for solver in solvers:
                 seconds[solver].append(fit_fedmgs(X, solver, args.threads))
-    print(f"{X.shape[0]:,} x {X.shape[1]:,}, {X.nnz:,} interactions; threads: "
+    print(f"{args.set}: {X.shape[0]:,} x {X.shape[1]:,}, {X.nnz:,} interactions; threads: "
           f"{args.threads or 'defaults'}; {runs} run(s)")
     print(f"{'fit':<40}{'median s':>10}{'x ALS':>8}   runs (s)")
     als = seconds["ALS"] if None not in seconds["ALS"] else None
