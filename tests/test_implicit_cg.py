@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from joblib import parallel_config
 
 from sklearn_fedmf import FedMAvg, FedMGS
 from sklearn_fedmf.completion._fedmgs_implicit import server_solve, share
@@ -135,6 +136,18 @@ def test_cg_fit_does_not_depend_on_n_jobs_and_differs_from_the_exact_one(cls):
     np.testing.assert_array_equal(one.user_factors_, two.user_factors_)
     exact = fit(cls, X, **{**params, "solver_params": CHOLESKY})
     assert not np.allclose(one.components_, exact.components_, rtol=1e-4)
+
+
+def test_cg_fit_is_the_same_on_worker_processes():
+    # loky pickles the blocks and broadcasts to processes: their arrays are copies (read-only
+    # there, of another alignment), the model must not move
+    X = interactions(seed=5, n_users=60)
+    params = dict(n_components=8, n_clients=4, max_iter=3, solver_params=CG)
+    one = fit(FedMGS, X, **params)
+    with parallel_config(backend="loky"):
+        two = fit(FedMGS, X, **params, n_jobs=2)
+    np.testing.assert_array_equal(one.components_, two.components_)
+    np.testing.assert_array_equal(one.user_factors_, two.user_factors_)
 
 
 def test_cg_fit_per_user_is_deterministic_and_close_to_the_exact_fit():

@@ -172,31 +172,36 @@ def spd_solve(A, b, L, out):
         out[i] = x / L[i, i]
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@njit(cache=True, nogil=True)
 def spd_cg(A, b, x, n_steps, res, p, Ap):
     """``n_steps`` conjugate-gradient steps on ``A x = b`` from ``x`` (in place; ``A``
     symmetric positive definite, ``res``, ``p``, ``Ap``: length-``r`` work buffers). In exact
     arithmetic the ``r``-th step is the solution; it stops early once the residual's squared
-    norm is below ``CG_TINY``. Returns the steps taken."""
+    norm is below ``CG_TINY``. Returns the steps taken. (Products by columns, ``A``'s rows
+    by symmetry: contiguous loops without reductions, which vectorize without fastmath.)"""
     r = A.shape[0]
-    rs = 0.0
     for a in range(r):  # res = b - A x
-        z = b[a]
-        for e in range(r):
-            z -= A[a, e] * x[e]
-        res[a] = z
-        p[a] = z
-        rs += z * z
+        res[a] = b[a]
+    for e in range(r):
+        xe = x[e]
+        for a in range(r):
+            res[a] -= A[e, a] * xe
+    rs = 0.0
+    for a in range(r):
+        p[a] = res[a]
+        rs += res[a] * res[a]
     for step in range(n_steps):
         if rs < CG_TINY:
             return step
+        for a in range(r):
+            Ap[a] = 0.0
+        for e in range(r):
+            pe = p[e]
+            for a in range(r):
+                Ap[a] += A[e, a] * pe
         pAp = 0.0
         for a in range(r):
-            z = 0.0
-            for e in range(r):
-                z += A[a, e] * p[e]
-            Ap[a] = z
-            pAp += p[a] * z
+            pAp += p[a] * Ap[a]
         if not pAp > 0.0:
             return step
         t = rs / pAp
