@@ -18,9 +18,11 @@ random_state=0)`` with each row solver of ``--solvers`` (``solver_params={"impli
 ``--threads 0`` (default) leaves both at their defaults, every core (``implicit``'s
 ``num_threads=0``, FedMGS's ``n_jobs=None``); ``--threads N`` gives ``num_threads=N`` and
 ``n_jobs=N``. BLAS runs on one thread for both (``implicit``'s advice; FedMGS runs its own
-threads). Columns: median seconds over the runs, and the median of each run's ratio to
-ALS's seconds. The machine's load moves the seconds; the ratios of one run compare fits
-made under the same load. The accuracy of these fits: ``bench_topn.py``.
+threads). Columns: median wall seconds over the runs and the median of each run's ratio to
+ALS's, then the same for the CPU seconds of the process (all its threads: with one thread
+each, the measure a loaded machine moves least). The machine's load moves the seconds; the
+ratios of one run compare fits made under the same load. The accuracy of these fits:
+``bench_topn.py``.
 """
 
 import argparse
@@ -65,9 +67,9 @@ def fit_als(X, threads):
     binary.data[:] = 1.0
     model = AlternatingLeastSquares(factors=64, iterations=15, random_state=0,
                                     num_threads=threads)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     model.fit(binary, show_progress=False)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def fit_fedmgs(X, solver, threads):
@@ -75,9 +77,9 @@ def fit_fedmgs(X, solver, threads):
                  solver_params={"implicit_solver": solver})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FedMFWarning)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         est.fit(X)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def main():
@@ -105,19 +107,23 @@ def main():
                 seconds[solver].append(fit_fedmgs(X, solver, args.threads))
     print(f"{args.set}: {X.shape[0]:,} x {X.shape[1]:,}, {X.nnz:,} interactions; threads: "
           f"{args.threads or 'defaults'}; {runs} run(s)")
-    print(f"{'fit':<40}{'median s':>10}{'x ALS':>8}   runs (s)")
     als = seconds["ALS"] if None not in seconds["ALS"] else None
     if als is None:
         print("implicit is not installed (the bench extra): no ALS row, no ratios")
+    print(f"{'fit':<40}{'median s':>10}{'x ALS':>8}{'cpu s':>8}{'x ALS':>8}   runs (s)")
     for name, values in seconds.items():
         if name == "ALS" and als is None:
             continue
         label = ("implicit ALS(factors=64, iterations=15)" if name == "ALS"
                  else f'FedMGS(loss="implicit"), {name}')
-        ratio = (f"{statistics.median(v / a for v, a in zip(values, als)):>8.2f}" if als
-                 else f"{'-':>8}")
-        print(f"{label:<40}{statistics.median(values):>10.2f}{ratio}   "
-              + " ".join(f"{v:.2f}" for v in values), flush=True)
+        cells = ""
+        for k in (0, 1):  # wall, then CPU seconds (the process's threads together)
+            ratio = (statistics.median(v[k] / a[k] for v, a in zip(values, als)) if als
+                     else None)
+            cells += (f"{statistics.median(v[k] for v in values):{10 - 2 * k}.2f}"
+                      + (f"{ratio:>8.2f}" if ratio is not None else f"{'-':>8}"))
+        print(f"{label:<40}{cells}   " + " ".join(f"{v[0]:.2f}" for v in values),
+              flush=True)
 
 
 if __name__ == "__main__":
