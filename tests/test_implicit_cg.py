@@ -136,6 +136,9 @@ def test_cg_fit_does_not_depend_on_n_jobs_and_differs_from_the_exact_one(cls):
     np.testing.assert_array_equal(one.user_factors_, two.user_factors_)
     exact = fit(cls, X, **{**params, "solver_params": CHOLESKY})
     assert not np.allclose(one.components_, exact.components_, rtol=1e-4)
+    # the same messages: the same bytes each round, up and down
+    for key in ("bytes_uploaded", "bytes_downloaded"):
+        assert [h[key] for h in one.history_] == [h[key] for h in exact.history_]
 
 
 def test_cg_fit_is_the_same_on_worker_processes():
