@@ -24,6 +24,13 @@ rounds). With one relevant item per user, recall@k equals HR@k. ``--one-client-p
 fits the federated rows with every user its own client (cross-device). A last line per set
 compares the best federated row (by HR@10) with ALS and most-popular.
 
+``--implicit-solver cholesky,cg`` fits the ``loss="implicit"`` rows once per row solver
+(``solver_params={"implicit_solver": ..., "cg_steps": --cg-steps}``; default: the
+estimators' own), the row's name telling which. ``--playcounts FILE`` adds a play-count set
+(set name ``playcounts``): a tab-separated file with a header and the columns user, item,
+count (Last.fm hetrec 2011's ``user_artists.dat``: 1,892 users, 17,632 artists, 92,834
+interactions; not in the repository), the counts as the strengths.
+
 Threads: ``--threads N`` (default 1) gives ``implicit`` ``num_threads=N`` and the federated
 estimators ``n_jobs=N``; BLAS runs on one thread for both (``implicit``'s advice), so the
 fit times compare the same thread count.
@@ -36,6 +43,9 @@ fit times compare the same thread count.
         --estimators FedMGS,FedMAvg           # issue 27's targets on MovieLens 1M
     python benchmarks/bench_topn.py --synthetic-ratings 1000000 --sets synthetic \
         --estimators FedMGS,FedMAvg
+    python benchmarks/bench_topn.py --sets movielens,ml-100k,playcounts --movielens-dir DIR \
+        --playcounts user_artists.dat --losses implicit --estimators FedMGS \
+        --implicit-solver cholesky,cg     # issue 38: the row solvers against ALS
 """
 
 import argparse
@@ -156,21 +166,46 @@ def run_set(label, frame, args):
         has_loss = "loss" in cls().get_params()  # (an estimator without implicit training)
         for loss in [loss for loss in (("implicit", "squared") if has_loss else ("squared",))
                      if loss in losses]:
-            reg = RatingRegressor(cls(random_state=0, n_jobs=args.threads,
-                                      **({"loss": loss} if has_loss else {}), **quick))
-            with warnings.catch_warnings(), threadpool_limits(1, "blas"):
-                warnings.simplefilter("ignore", FedMFWarning)  # (--quick does not converge)
-                start = time.perf_counter()
-                reg.fit(train[["userId", "movieId"]], train.rating.to_numpy(), clients=clients)
-                seconds = time.perf_counter() - start
-            mb = megabytes_per_round(reg.estimator_.history_)
-            for support in supports:
-                lists, _ = reg.recommend(test_users, n=max(KS), min_support=support)
-                report(f"{name} ({loss}, min_support={support})", lists, seconds, mb)
+            for solver, params in row_solvers(cls, loss, args):
+                reg = RatingRegressor(cls(random_state=0, n_jobs=args.threads,
+                                          **({"loss": loss} if has_loss else {}), **quick,
+                                          **({"solver_params": params} if params else {})))
+                with warnings.catch_warnings(), threadpool_limits(1, "blas"):
+                    warnings.simplefilter("ignore", FedMFWarning)  # (--quick: no convergence)
+                    start = time.perf_counter()
+                    reg.fit(train[["userId", "movieId"]], train.rating.to_numpy(),
+                            clients=clients)
+                    seconds = time.perf_counter() - start
+                mb = megabytes_per_round(reg.estimator_.history_)
+                for support in supports:
+                    lists, _ = reg.recommend(test_users, n=max(KS), min_support=support)
+                    report(f"{name} ({loss}{solver}, min_support={support})", lists, seconds,
+                           mb)
     for name, make in implicit_models(args.quick, args.threads).items():
         ids, seconds = fit_implicit(make, X, rows)
         report(name, item_ids[ids], seconds)
     summarize(results)
+
+
+def row_solvers(cls, loss, args):
+    """``(label, solver_params)`` of each ``--implicit-solver`` for an implicit row (the
+    estimator's default alone otherwise)."""
+    if loss != "implicit" or not args.implicit_solver or \
+            "implicit_solver" not in cls._solver_params:
+        return [("", None)]
+    rows = []
+    for solver in args.implicit_solver.split(","):
+        label = f", cg {args.cg_steps}" if solver == "cg" else f", {solver}"
+        rows.append((label, {"implicit_solver": solver, "cg_steps": args.cg_steps}))
+    return rows
+
+
+def playcount_frame(path):
+    """A play-count file (a header, then user, item, count; tab-separated) as (userId,
+    movieId, rating), the counts as the strengths."""
+    frame = pd.read_csv(path, sep="\t")
+    frame.columns = ["userId", "movieId", "rating", *frame.columns[3:]]
+    return frame[["userId", "movieId", "rating"]]
 
 
 def ratio(a, b):
@@ -200,9 +235,9 @@ def main():
     parser.add_argument("--quick", action="store_true", help="smoke run (seconds)")
     parser.add_argument("--sweep", default="", help="extra min_support values, e.g. 0,5,50")
     parser.add_argument("--seed", type=int, default=0, help="seed of the held-out ratings")
-    parser.add_argument("--sets", default="movielens,ml-100k,ml-1m,synthetic",
+    parser.add_argument("--sets", default="movielens,ml-100k,ml-1m,playcounts,synthetic",
                         help="comma-separated: movielens (ml-latest-small), ml-100k, ml-1m, "
-                             "synthetic")
+                             "playcounts (--playcounts), synthetic")
     parser.add_argument("--movielens-dir", action="append", default=None,
                         help="a folder of MovieLens 100K (its u.data: ml-100k) or 1M (its "
                              "ratings.dat: ml-1m); once per folder")
@@ -217,6 +252,14 @@ def main():
                         help="comma-separated subset, e.g. FedMGS,FedMAvg (default: all)")
     parser.add_argument("--one-client-per-user", action="store_true",
                         help="every user its own client (default: the estimators' n_clients)")
+    parser.add_argument("--implicit-solver", default="",
+                        help="comma-separated row solvers of the implicit rows: cg, cholesky "
+                             "(default: the estimators' own)")
+    parser.add_argument("--cg-steps", type=int, default=3,
+                        help="conjugate-gradient steps per row with --implicit-solver cg")
+    parser.add_argument("--playcounts", default=None,
+                        help="a play-count file (user, item, count; tab-separated, a header), "
+                             "e.g. Last.fm hetrec 2011's user_artists.dat: set playcounts")
     parser.add_argument("--synthetic-ratings", type=int, default=100_000,
                         help="ratings of the make_ratings set (1000000: the ML-1M shape)")
     args = parser.parse_args()
@@ -232,6 +275,11 @@ def main():
         else:
             frame = load_real(name, args.movielens_dir, return_df=True).frame
             run_set(name, frame[["userId", "movieId", "rating", "timestamp"]], args)
+    if "playcounts" in sets:
+        if args.playcounts is None:
+            print("\nplaycounts: skipped (pass --playcounts FILE)")
+        else:
+            run_set(f"play counts ({args.playcounts})", playcount_frame(args.playcounts), args)
     if "synthetic" in sets:
         frame = synthetic_frame(args.synthetic_ratings, args.seed)
         run_set(f"make_ratings ({args.synthetic_ratings:,} ratings)", frame, args)

@@ -41,6 +41,7 @@ SMOKE_RUNS = [
     ("bench_secure.py", ["--estimators", "--only", "FedBaseline", "--rounds", "default"],
      "rounds plain,"),
     ("bench_topn.py", [], "FedMGS (implicit, min_support=20)"),
+    ("bench_implicit_als.py", [], 'FedMGS(loss="implicit"), cg'),
     ("bench_fit_time.py", ["--runs", "1", "--estimators", "FedMAvg"], "FedMAvg (defaults)"),
 ]
 

@@ -139,18 +139,20 @@ def test_recorded_objective_is_the_dense_objective_at_the_fitted_factors(cls):
 
 
 def test_fedmgs_with_every_client_does_not_depend_on_the_partition():
-    # every round is one exact ALS sweep: the users' solves and the items' solves
+    # every round is one exact ALS sweep: the users' solves and the items' solves (the
+    # exact solver: conjugate-gradient steps start from the partition's users)
     X = interactions(seed=2)
-    one = fit(FedMGS, X, n_components=3, n_clients=1, max_iter=4)
+    exact = {"implicit_solver": "cholesky"}
+    one = fit(FedMGS, X, n_components=3, n_clients=1, max_iter=4, solver_params=exact)
     five = fit(FedMGS, X, n_components=3, n_clients=5, max_iter=4,
-               solver_params={"init_scale": 1.0})
+               solver_params={"init_scale": 1.0, **exact})
     # (the users' start differs with the partition; the first user solve removes it)
     np.testing.assert_allclose(five.components_, one.components_, rtol=1e-8, atol=1e-10)
     # one client per user (cross-device) is the same federation
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FedMFWarning)
-        per_user = FedMGS(loss="implicit", n_components=3, max_iter=4, random_state=0).fit(
-            X, clients=np.arange(X.shape[0]))
+        per_user = FedMGS(loss="implicit", n_components=3, max_iter=4, random_state=0,
+                          solver_params=exact).fit(X, clients=np.arange(X.shape[0]))
     np.testing.assert_allclose(per_user.components_, one.components_, rtol=1e-8, atol=1e-10)
     objectives = [h["objective"] for h in one.history_]
     assert all(b <= a * (1 + 1e-12) for a, b in zip(objectives, objectives[1:]))

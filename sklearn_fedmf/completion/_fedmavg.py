@@ -46,7 +46,7 @@ from ._fedmavg_protocol import (
     u_phase,
     w_phase,
 )
-from ._implicit import check_implicit_settings
+from ._implicit import IMPLICIT_SOLVER_SETTINGS, check_implicit_settings, implicit_cg_steps
 
 __all__ = ["FedMAvg"]
 
@@ -197,11 +197,11 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
     loss : {"squared", "implicit"}, default="squared"
         %(loss)s
         FedMAvg under ``"implicit"`` (``_fedmavg_implicit``): each client solves its users
-        exactly against ``V`` and ``V^T V``; each sampled client takes ``Q2`` gradient steps
-        on its copy ``W_p`` of ``V`` (its own part of the weighted objective, the all-items
-        term through its Gram ``U_p^T U_p``, one step ``1/(d_factor L_j)`` per item row) and
-        uploads it; the server averages. ``variant="wang_chang"`` only; ``w_step`` does not
-        apply; the groups of one client per user are not used.
+        against ``V`` and ``V^T V`` (``implicit_solver``); each sampled client takes ``Q2``
+        gradient steps on its copy ``W_p`` of ``V`` (its own part of the weighted objective,
+        the all-items term through its Gram ``U_p^T U_p``, one step ``1/(d_factor L_j)`` per
+        item row) and uploads it; the server averages. ``variant="wang_chang"`` only;
+        ``w_step`` does not apply; the groups of one client per user are not used.
     %(run_parameters)s
 
         - ``variant`` : {"wang_chang", "fedpalm", "fedmc_admm"}, default="wang_chang"
@@ -251,6 +251,13 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
           i.i.d. draws with replacement, probabilities ``omega_p`` (``client_weights``); a
           client drawn twice uploads once and counts twice in the mean (``history_`` then
           also has ``bytes_uploaded_draws``, the paper's count of one upload per draw).
+        - ``implicit_solver`` : {"cg", "cholesky"}, default="cholesky"
+          The users' solves under ``loss="implicit"``: ``"cg"``, ``cg_steps``
+          conjugate-gradient steps per user from its current factor, the matrix never formed
+          (Takacs, Pilaszy & Tikk 2011, as ``implicit``'s ALS); ``"cholesky"``, the exact
+          solve.
+        - ``cg_steps`` : int, default=3
+          Conjugate-gradient steps per user with ``implicit_solver="cg"``.
         %(solver_factor_shared)s
     %(secure_parameter)s
 
@@ -281,6 +288,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         **FederatedMFBase._solver_params,
         **FACTOR_SETTINGS,
         **IMPLICIT_SETTINGS,
+        **IMPLICIT_SOLVER_SETTINGS,
         "init_scale": (1.0, FACTOR_SETTINGS["init_scale"][1]),
         "variant": ("wang_chang", [StrOptions({"wang_chang", "fedpalm", "fedmc_admm"})]),
         "q_hat": (5, [Interval(Integral, 0, None, closed="left")]),
@@ -374,7 +382,8 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
                 or ("sampled_mean" if sampling == "weighted" else "weighted"),
                 d_factor=d_factor, client_weights=settings["client_weights"],
                 alpha_u=alpha_u, alpha_v=alpha_v,
-                confidence=ctx.info["confidence"], init_scale=settings["init_scale"])
+                confidence=ctx.info["confidence"], init_scale=settings["init_scale"],
+                cg_steps=implicit_cg_steps(settings))
         item_bias, user_shrinkage = self._bias_start(ctx)
         shrinkages = None
         if self._bias_start_passes():  # (biased, plain, "auto": the biases' own ridges)

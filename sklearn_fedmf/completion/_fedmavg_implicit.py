@@ -86,10 +86,13 @@ def server_init_uploads(server_state, uploads, *, n_clients, q2_first):
     return state, _with_gram(broadcast)
 
 
-def u_phase(state, block, broadcast, *, confidence, alpha_u, client_weights):
-    """The exact U step; keeps the broadcast for the W phase."""
+def u_phase(state, block, broadcast, *, confidence, alpha_u, client_weights, cg_steps=None):
+    """The U step (exact, or ``cg_steps`` conjugate-gradient steps from the current ``U``);
+    keeps the broadcast for the W phase."""
     U = implicit_user_factors(block.X, broadcast["Vt"], broadcast["VtV"],
-                              confidence=confidence, alpha_u=alpha_u)
+                              confidence=confidence, alpha_u=alpha_u,
+                              out=None if cg_steps is None else state["U"].copy(),
+                              cg_steps=cg_steps)
     omega = max(client_weight(block, client_weights), 1.0) / broadcast["total"]
     return {"U": U, "Vt": broadcast["Vt"], "q2": broadcast["q2"], "omega": omega}
 
@@ -184,11 +187,11 @@ def batched_init_client(group, broadcast, stream, *, init_scale, client_weights)
 
 
 def batched_client_update(state, group, broadcast, stream, active, selected, *, confidence,
-                          alpha_u, alpha_v, d_factor, client_weights):
+                          alpha_u, alpha_v, d_factor, client_weights, cg_steps=None):
     """:func:`client_update` of the group's active clients: one solve call for their users;
     the senders' W steps on their rated rows in one call, the others in closed form."""
     U = solve_active_users(state, group, broadcast, active, confidence=confidence,
-                           alpha_u=alpha_u)
+                           alpha_u=alpha_u, cg_steps=cg_steps)
     new = {**state, "U": U}
     senders = np.flatnonzero(active & selected)
     if not senders.size:
@@ -209,8 +212,9 @@ def batched_client_update(state, group, broadcast, stream, active, selected, *, 
 
 def make_implicit_protocol(*, n_items, n_clients, n_components, local_iter_v, q_hat,
                            q2_first, participation, aggregation, d_factor, client_weights,
-                           alpha_u, alpha_v, confidence, init_scale):
-    """FedMAvg's protocol under ``loss="implicit"`` (many clients run in groups)."""
+                           alpha_u, alpha_v, confidence, init_scale, cg_steps=None):
+    """FedMAvg's protocol under ``loss="implicit"`` (many clients run in groups); ``cg_steps``:
+    the users' solves by that many conjugate-gradient steps, None: exact."""
     metrics = partial(client_metrics, confidence=confidence, alpha_u=alpha_u)
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items, n_components=n_components,
@@ -221,7 +225,7 @@ def make_implicit_protocol(*, n_items, n_clients, n_components, local_iter_v, q_
         **round_phases(
             participation=participation, prepared=False,
             local_phase=partial(u_phase, confidence=confidence, alpha_u=alpha_u,
-                                client_weights=client_weights),
+                                client_weights=client_weights, cg_steps=cg_steps),
             w_phase=partial(w_phase, confidence=confidence, alpha_v=alpha_v,
                             d_factor=d_factor),
             keep=kept_state, gram=None, server_prepare=None,
@@ -234,7 +238,7 @@ def make_implicit_protocol(*, n_items, n_clients, n_components, local_iter_v, q_
                                 client_weights=client_weights),
             client_update=partial(batched_client_update, confidence=confidence,
                                   alpha_u=alpha_u, alpha_v=alpha_v, d_factor=d_factor,
-                                  client_weights=client_weights),
+                                  client_weights=client_weights, cg_steps=cg_steps),
             client_metrics=metrics,  # (a group's stacked rows sum as one client's)
             client_state=user_rows_state, with_client_states=with_user_rows),
     )

@@ -22,7 +22,12 @@ from ._base import (
 from ._fed_baseline import FedBaseline
 from ._fedmgs_implicit import make_implicit_protocol
 from ._fedmgs_protocol import AUTO_WEIGHTED, make_protocol
-from ._implicit import IMPLICIT_ALPHA, check_implicit_settings
+from ._implicit import (
+    IMPLICIT_ALPHA,
+    IMPLICIT_SOLVER_SETTINGS,
+    check_implicit_settings,
+    implicit_cg_steps,
+)
 
 __all__ = ["FedMGS"]
 
@@ -92,11 +97,12 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
     loss : {"squared", "implicit"}, default="squared"
         %(loss)s
         FedMGS under ``"implicit"`` (``_fedmgs_implicit``): each sampled client solves its
-        users exactly against ``V`` and ``V^T V`` and sends its per-item aggregates (now
-        confidence-weighted) and its Gram, the paper's message; the server's step is exact
-        in ``V`` (each item's gradient preconditioned by its curvature, both from the
-        aggregates). With every client sampled a round is one ALS sweep. ``"auto"``
-        strengths are ``IMPLICIT_ALPHA``; the groups of one client per user are not used.
+        users against ``V`` and ``V^T V`` and sends its per-item aggregates (now
+        confidence-weighted) and its Gram, the paper's message; the server solves each
+        item's system from the aggregates (its gradient preconditioned by its curvature).
+        With the exact solves (``implicit_solver="cholesky"``) and every client sampled a
+        round is one ALS sweep. ``"auto"`` strengths are ``IMPLICIT_ALPHA``; the groups of
+        one client per user are not used.
     %(run_parameters)s
 
         - ``c_factor`` : float, default=0.51
@@ -110,6 +116,13 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
           ``"weighted"``: i.i.d. draws with replacement, probabilities proportional to the
           clients' ratings (the paper's footnote); a client drawn twice sends its aggregates
           once and it is applied once.
+        - ``implicit_solver`` : {"cg", "cholesky"}, default="cholesky"
+          The users' and the items' solves under ``loss="implicit"``: ``"cg"``, ``cg_steps``
+          conjugate-gradient steps per row from its current factor, the matrix never formed
+          (Takacs, Pilaszy & Tikk 2011, as ``implicit``'s ALS); ``"cholesky"``, the exact
+          solve. The messages are the same.
+        - ``cg_steps`` : int, default=3
+          Conjugate-gradient steps per row with ``implicit_solver="cg"``.
         %(solver_factor_shared)s
     %(secure_parameter)s
 
@@ -140,6 +153,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
         **FederatedMFBase._solver_params,
         **FACTOR_SETTINGS,
         **IMPLICIT_SETTINGS,
+        **IMPLICIT_SOLVER_SETTINGS,
         "c_factor": (0.51, [Interval(Real, 0, None, closed="neither")]),
         "d_factor": (0.501, [Interval(Real, 0, None, closed="neither")]),
         "sampling": ("uniform", [StrOptions({"uniform", "weighted"})]),
@@ -216,7 +230,8 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
             return make_implicit_protocol(
                 n_items=ctx.n_features, n_clients=ctx.n_clients,
                 n_components=ctx.info["rank"], alpha_u=alpha_u, alpha_v=alpha_v,
-                confidence=ctx.info["confidence"], init_scale=settings["init_scale"])
+                confidence=ctx.info["confidence"], init_scale=settings["init_scale"],
+                cg_steps=implicit_cg_steps(settings))
         auto = "auto" in (alpha_u, alpha_v)
         if ctx.warm and auto != ("ss" in self._federation.server_state):
             raise ValueError("warm_start cannot switch alpha_u or alpha_v between 'auto' and a "

@@ -66,6 +66,7 @@ from ._implicit import (
     implicit_objective,
     implicit_user_factors,
     packed_size,
+    spd_cg,
     spd_solve,
 )
 
@@ -103,10 +104,13 @@ def init_client(block, broadcast, rng, *, init_scale, confidence):
     return {"U": U, "U_sent": U}, share(U, block.X, confidence=confidence)
 
 
-def u_phase(state, block, broadcast, *, confidence, alpha_u):
-    """The users' exact step against the broadcast ``V`` and ``V^T V``."""
+def u_phase(state, block, broadcast, *, confidence, alpha_u, cg_steps=None):
+    """The users' step against the broadcast ``V`` and ``V^T V``: exact, or ``cg_steps``
+    conjugate-gradient steps from their current factors."""
     U = implicit_user_factors(block.X, broadcast["Vt"], broadcast["VtV"],
-                              confidence=confidence, alpha_u=alpha_u)
+                              confidence=confidence, alpha_u=alpha_u,
+                              out=None if cg_steps is None else state["U"].copy(),
+                              cg_steps=cg_steps)
     return {**state, "U": U}
 
 
@@ -117,12 +121,14 @@ def change(state, block, broadcast, *, confidence):
     return message
 
 
-def client_update(state, block, broadcast, rng, selected, *, confidence, alpha_u):
+def client_update(state, block, broadcast, rng, selected, *, confidence, alpha_u,
+                  cg_steps=None):
     """FedMGS's client round (:func:`sklearn_fedmf._fedmgs_protocol.client_update`): the
     users' step, then the change of the aggregates."""
     return rounds.client_update(
         state, block, broadcast, rng, selected,
-        local_phase=partial(u_phase, confidence=confidence, alpha_u=alpha_u),
+        local_phase=partial(u_phase, confidence=confidence, alpha_u=alpha_u,
+                            cg_steps=cg_steps),
         share=partial(change, confidence=confidence))
 
 
@@ -233,19 +239,45 @@ def _solve_items(total, base, out):
         spd_solve(H, total[j, :r], L, out[j])
 
 
-def server_solve(total, grams, alpha_v):
+@njit(cache=True, nogil=True)
+def _cg_items(total, base, n_steps, out):
+    """:func:`_solve_items` by ``n_steps`` conjugate-gradient steps from ``out`` (in place):
+    ``2 r^2`` flops a step against the Cholesky's ``r^3 / 3``."""
+    r = base.shape[0]
+    H = np.empty((r, r))
+    res, p, Ap = np.empty(r), np.empty(r), np.empty(r)
+    for j in range(total.shape[0]):
+        k = r
+        for a in range(r):
+            for e in range(a, r):
+                H[a, e] = base[a, e] + total[j, k]
+                H[e, a] = H[a, e]
+                k += 1
+        spd_cg(H, total[j, :r], out[j], n_steps, res, p, Ap)
+
+
+def server_solve(total, grams, alpha_v, *, Vt=None, cg_steps=None):
     """``V`` minimizing the objective given the summed aggregates ``total`` (rows
-    ``[G2_j, triu(G1_j)]``) and Grams ``grams``: ``v_j = H_j^{-1} G2_j`` (module docstring)."""
+    ``[G2_j, triu(G1_j)]``) and Grams ``grams``: ``v_j = H_j^{-1} G2_j`` (module docstring);
+    with ``cg_steps``, that many conjugate-gradient steps on each item from its row of
+    ``Vt`` (the current ``V``, not changed) instead."""
     r = grams.shape[0]
+    base = np.ascontiguousarray(grams + alpha_v * np.eye(r))
+    if cg_steps is not None:
+        out = np.array(Vt, dtype=np.float64, order="C")
+        _cg_items(total, base, int(cg_steps), out)
+        return out
     out = np.empty((total.shape[0], r))
-    _solve_items(total, np.ascontiguousarray(grams + alpha_v * np.eye(r)), out)
+    _solve_items(total, base, out)
     return out
 
 
-def server_update(server_state, uploads, round_index, *, alpha_v):
-    """Add the uploaders' changes, then the exact step in ``V``."""
+def server_update(server_state, uploads, round_index, *, alpha_v, cg_steps=None):
+    """Add the uploaders' changes, then the step in ``V`` (exact, or ``cg_steps``
+    conjugate-gradient steps per item from the current ``V``)."""
     add_messages(server_state["sums"], server_state["grams"], uploads)
-    Vt = server_solve(server_state["sums"], server_state["grams"], alpha_v)
+    Vt = server_solve(server_state["sums"], server_state["grams"], alpha_v,
+                      Vt=server_state["Vt"], cg_steps=cg_steps)
     return {**server_state, "Vt": Vt}, _broadcast(Vt)
 
 
@@ -295,12 +327,14 @@ def group_state(group, U, **rows):
     return {"U": U, **rows, **layout, "items": layout["items"].astype(np.int64)}
 
 
-def solve_active_users(state, group, broadcast, active, *, confidence, alpha_u):
+def solve_active_users(state, group, broadcast, active, *, confidence, alpha_u,
+                       cg_steps=None):
     """The group's ``U`` with the users of its ``active`` clients solved (one compiled call;
-    the other rows as they were)."""
+    the other rows as they were; ``cg_steps``: conjugate-gradient steps from them)."""
     U = state["U"].copy()
     implicit_user_factors(group.X, broadcast["Vt"], broadcast["VtV"], confidence=confidence,
-                          alpha_u=alpha_u, rows=np.flatnonzero(active[state["owner"]]), out=U)
+                          alpha_u=alpha_u, rows=np.flatnonzero(active[state["owner"]]), out=U,
+                          cg_steps=cg_steps)
     return U
 
 
@@ -313,11 +347,11 @@ def batched_init_client(group, broadcast, stream, *, init_scale, confidence):
 
 
 def batched_client_update(state, group, broadcast, stream, active, selected, *, confidence,
-                          alpha_u):
+                          alpha_u, cg_steps=None):
     """:func:`client_update` of the group's active clients: one solve call for their users,
     one call for the senders' changes."""
     U = solve_active_users(state, group, broadcast, active, confidence=confidence,
-                           alpha_u=alpha_u)
+                           alpha_u=alpha_u, cg_steps=cg_steps)
     senders = np.flatnonzero(active & selected)
     new = {**state, "U": U}
     messages = _group_messages(new, group, senders, state["U_sent"], confidence)
@@ -335,16 +369,19 @@ with_client_states = partial(with_user_rows, keys=ROW_KEYS)
 
 
 def make_implicit_protocol(*, n_items, n_clients, n_components, alpha_u, alpha_v, confidence,
-                           init_scale):
-    """FedMGS's protocol under ``loss="implicit"`` (many clients run in groups)."""
+                           init_scale, cg_steps=None):
+    """FedMGS's protocol under ``loss="implicit"`` (many clients run in groups); ``cg_steps``:
+    the users' and the server's items' solves by that many conjugate-gradient steps, None:
+    exact."""
     metrics = partial(client_metrics, confidence=confidence, alpha_u=alpha_u)
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items, n_components=n_components,
                             init_scale=init_scale),
         init_client=partial(init_client, init_scale=init_scale, confidence=confidence),
         server_init_uploads=partial(server_init_uploads, n_clients=n_clients),
-        client_update=partial(client_update, confidence=confidence, alpha_u=alpha_u),
-        server_update=partial(server_update, alpha_v=alpha_v),
+        client_update=partial(client_update, confidence=confidence, alpha_u=alpha_u,
+                              cg_steps=cg_steps),
+        server_update=partial(server_update, alpha_v=alpha_v, cg_steps=cg_steps),
         client_metrics=metrics,
         combine_metrics=partial(combine_metrics, alpha_v=alpha_v),
         # (client_metrics sums over a group's stacked rows as over one client's)
@@ -352,7 +389,7 @@ def make_implicit_protocol(*, n_items, n_clients, n_components, alpha_u, alpha_v
             init_client=partial(batched_init_client, init_scale=init_scale,
                                 confidence=confidence),
             client_update=partial(batched_client_update, confidence=confidence,
-                                  alpha_u=alpha_u),
+                                  alpha_u=alpha_u, cg_steps=cg_steps),
             client_metrics=metrics,
             client_state=client_state, with_client_states=with_client_states),
     )
