@@ -95,7 +95,7 @@ class FedBlend(_BaseComposition):
     final_alpha : float, default=1e-3
         Strength of the ridge on the members' weights, toward the plain average ``1/K``, in
         the units of the mean squared validation error.
-    activity_weights : bool, default=False
+    activity_weights : bool, default=True
         Let each member's weight (and the intercept) vary linearly with ``z``, the user's
         centred log number of ratings (the Netflix Prize blends' "support"); still learned
         from summed statistics (the design gets the columns ``z`` and ``z p_k``).
@@ -186,7 +186,7 @@ class FedBlend(_BaseComposition):
             "callback", "random_state", "n_jobs", "verbose", "secure_aggregation")},
     }
 
-    def __init__(self, estimators=None, *, final_alpha=1e-3, activity_weights=False,
+    def __init__(self, estimators=None, *, final_alpha=1e-3, activity_weights=True,
                  refit=False, n_clients=10, clients_per_round=None, validation_fraction=0.1,
                  callback=None, random_state=None, n_jobs=None, verbose=0,
                  secure_aggregation=False):
@@ -533,6 +533,23 @@ class FedBlend(_BaseComposition):
         if cold.any():
             P[cold] = predict_pairs(model, np.full(n_items, -1), np.arange(n_items), self.mean_)
         return self._clip(P)
+
+    def transform(self, X):
+        """The rows' factors in the blended model: each member's fold-in factors scaled by
+        the row's weight for that member, side by side (with ``activity_weights``, then the
+        row's weights minus a cold row's).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_rows, n_items)
+            Observed ratings of the rows.
+
+        Returns
+        -------
+        U : ndarray of shape (n_rows, n_factors)
+            ``U @ V.T`` plus the biases is the blend's score; the members' ranks add up.
+        """
+        return self._factor_model(self._check_X(X)).user_factors
 
     def _predict_entries(self, Xc, model, pattern):
         rows = np.repeat(np.arange(pattern.shape[0]), np.diff(pattern.indptr))
