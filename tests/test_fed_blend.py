@@ -236,3 +236,20 @@ def test_refit_members_on_every_training_rating(X):
             if kept.get_params().get("early_stopping"):
                 assert member.n_iter_ == kept.best_iteration_
     assert any(r.get("refit") for r in blend.history_)
+
+
+def test_each_package_warning_once_per_fit_and_inputs_untouched(X):
+    X = X.copy().tolil()
+    X[:, :2] = 0  # two unrated items: every member warns (UnobservedItemsWarning)
+    X = X.tocsr()
+    X.eliminate_zeros()
+    before = [a.copy() for a in (X.data, X.indices, X.indptr)]
+    for a in (X.data, X.indices, X.indptr):
+        a.flags.writeable = False  # read-only input is accepted
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _blend().fit(X)
+    categories = [w.category for w in caught if issubclass(w.category, FedMFWarning)]
+    assert categories and len(categories) == len(set(categories)), categories
+    for a, b in zip((X.data, X.indices, X.indptr), before):
+        np.testing.assert_array_equal(a, b)

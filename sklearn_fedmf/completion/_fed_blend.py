@@ -16,11 +16,13 @@ top-N lists are the factor models' own.
 from __future__ import annotations
 
 import time
+import warnings
+from contextlib import contextmanager
 from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, _fit_context, clone
+from sklearn.base import BaseEstimator, TransformerMixin, _fit_context, clone
 from sklearn.utils import Bunch
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.metaestimators import _BaseComposition
@@ -36,6 +38,7 @@ from .._data import (
 from .._engine import make_entropy, nbytes, partition_rng
 from .._fit import FEDERATION_CONSTRAINTS, validation_split
 from .._pairs import FactorModel, predict_pairs, score_block
+from ..exceptions import FedMFWarning
 from ._fed_blend_stats import (
     blend_sse,
     client_blend_stats,
@@ -64,7 +67,7 @@ def default_members():
             ("fedmgs", FedMGS()), ("rfrec", RFRec())]
 
 
-class FedBlend(_BaseComposition):
+class FedBlend(TransformerMixin, _BaseComposition):
     """Federated blend of completion estimators: a ridge-weighted sum of their predictions.
 
     Like :class:`~sklearn.ensemble.StackingRegressor`, with a final linear model learned on
@@ -208,8 +211,19 @@ class FedBlend(_BaseComposition):
         return default_members() if self.estimators is None else self.estimators
 
     def get_params(self, deep=True):
-        """Parameters of the blend and, with ``deep``, of its members (``name__param``; the
-        default members' when ``estimators`` is None)."""
+        """Parameters of the blend and, with ``deep``, of its members.
+
+        Parameters
+        ----------
+        deep : bool, default=True
+            Also return the members (by name) and their parameters (``name__param``; the
+            default members' when ``estimators`` is None).
+
+        Returns
+        -------
+        params : dict
+            Parameter names mapped to their values.
+        """
         out = BaseEstimator.get_params(self, deep=False)
         if not deep:
             return out
@@ -226,8 +240,21 @@ class FedBlend(_BaseComposition):
 
     def set_params(self, **params):
         """Set the blend's parameters, a member (``name=estimator``) or a member's
-        (``name__param``). With ``estimators`` None, naming a default member first makes
-        the default list explicit."""
+        (``name__param``).
+
+        With ``estimators`` None, naming a default member first makes the default list
+        explicit (the members of :func:`default_members`).
+
+        Parameters
+        ----------
+        **params : dict
+            Parameters of the blend, members by name, or ``name__param`` of a member.
+
+        Returns
+        -------
+        self : FedBlend
+            The blend.
+        """
         if self.estimators is None and "estimators" not in params:
             names = {name for name, _ in default_members()}
             if any(key.split("__", 1)[0] in names for key in params):
@@ -280,6 +307,10 @@ class FedBlend(_BaseComposition):
         if X.nnz == 0:
             raise ValueError("X has no observed entry; there is nothing to fit.")
         eval_X = None if eval_set is None else check_like(eval_set, X, name="eval_set")
+        if clients is None and self.n_clients > X.shape[0]:
+            raise ValueError(
+                f"n_clients={self.n_clients} is larger than the number of rows "
+                f"(n_samples={X.shape[0]}); every client needs at least one row.")
         entropy = make_entropy(self.random_state)
         labels, codes, n_clients = resolve_clients(X.shape[0], clients, self.n_clients,
                                                    "random", partition_rng(entropy))
@@ -290,12 +321,13 @@ class FedBlend(_BaseComposition):
         self.n_users_, self.clients_, self.n_clients_ = X.shape[0], labels, n_clients
         self._entropy = entropy
         history, fitted = [], []
-        for name, est in members:
-            member = clone(est).set_params(**self._member_overrides(est, X.nnz, entropy))
-            member.fit(X_train, clients=labels,
-                       eval_set=X_valid if _validates(member) else None)
-            fitted.append((name, member))
-            history += [{**record, "member": name} for record in member.history_]
+        with _once_per_fit():
+            for name, est in members:
+                member = clone(est).set_params(**self._member_overrides(est, X.nnz, entropy))
+                member.fit(X_train, clients=labels,
+                           eval_set=X_valid if _validates(member) else None)
+                fitted.append((name, member))
+                history += [{**record, "member": name} for record in member.history_]
         self._set_members(fitted)
         # (each client: its users' rating counts; the server: their total)
         self._counts = np.diff(X.indptr)
@@ -587,6 +619,25 @@ class FedBlend(_BaseComposition):
         tags.input_tags.allow_nan = True
         tags.target_tags.required = False
         return tags
+
+
+@contextmanager
+def _once_per_fit():
+    """The members' package warnings, each category once per blend fit (the first message,
+    with how many members raised it); other warnings pass through as raised."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    first, times = {}, {}
+    for w in caught:
+        if not issubclass(w.category, FedMFWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            continue
+        first.setdefault(w.category, str(w.message))
+        times[w.category] = times.get(w.category, 0) + 1
+    for category, message in first.items():
+        more = f" (and {times[category] - 1} more of this kind)" if times[category] > 1 else ""
+        warnings.warn(f"FedBlend member: {message}{more}", category, stacklevel=4)
 
 
 def _validates(member):
