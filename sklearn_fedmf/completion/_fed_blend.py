@@ -335,6 +335,7 @@ class FedBlend(TransformerMixin, _BaseComposition):
         record = self._fit_weights(X, X_valid, codes, n_clients)
         if self.refit:
             self._refit_members(X, labels, entropy, history)
+        record["train_rmse"] = self._rmse_at(X, X)
         if eval_X is not None:
             self._score_eval(X, eval_X, record)
         history.append(record)
@@ -455,6 +456,10 @@ class FedBlend(TransformerMixin, _BaseComposition):
                         for record in again.history_]
             refitted.append((name, again))
         self._set_members(refitted)
+
+    def _rmse_at(self, X, ratings):
+        """The blend's RMSE at the stored entries of ``ratings`` (rows of the fit)."""
+        return -self._score_rows(X, ratings, self._factor_model())
 
     def _score_eval(self, X, eval_X, record):
         rows = np.repeat(np.arange(X.shape[0]), np.diff(eval_X.indptr))
@@ -610,7 +615,10 @@ class FedBlend(TransformerMixin, _BaseComposition):
         target = Xc if y is None else check_like(y, Xc, name="y")
         if target.nnz == 0:
             raise ValueError("There is no rating to score: the evaluated matrix is empty.")
-        pred = self._predict_entries(Xc, self._factor_model(Xc), target)
+        return self._score_rows(Xc, target, self._factor_model(Xc))
+
+    def _score_rows(self, Xc, target, model):
+        pred = self._predict_entries(Xc, model, target)
         return -float(np.sqrt(np.mean((pred - target.data) ** 2)))
 
     def __sklearn_tags__(self):
