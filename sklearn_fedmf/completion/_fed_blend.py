@@ -176,6 +176,7 @@ class FedBlend(TransformerMixin, _BaseComposition):
     True
     """
 
+    _solver_params: dict = {}  # (no solver constants: the members have theirs)
     _parameter_constraints: dict = {
         "estimators": [list, None],
         "final_alpha": [Interval(Real, 0, None, closed="left")],
