@@ -253,3 +253,51 @@ def test_each_package_warning_once_per_fit_and_inputs_untouched(X):
     assert categories and len(categories) == len(set(categories)), categories
     for a, b in zip((X.data, X.indices, X.indptr), before):
         np.testing.assert_array_equal(a, b)
+
+
+def test_fedmf_run_has_a_line_per_member(tmp_path, capsys):
+    import json
+    import re
+
+    from sklearn_fedmf.cli import main
+
+    argv = ["run", "--method", "blend", "--data", "synthetic:200x60x3000", "--clients", "5",
+            "--quiet", "--no-baselines", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    report = json.loads((tmp_path / "history.json").read_text())["results"]
+    blend, members = report[0], report[1:]
+    assert blend["estimator"] == "FedBlend"
+    assert [m["estimator"] for m in members] == [
+        "FedBaseline", "FedMCADMM", "FedMAvg", "FedMGS", "RFRec"]
+    # the blend's rounds and bytes are its members' plus its own exchange
+    assert blend["summary"]["rounds"] == sum(m["summary"]["rounds"] for m in members) + 1
+    assert blend["summary"]["bytes_uploaded"] > sum(
+        m["summary"]["bytes_uploaded"] for m in members)
+    for m in members:
+        name = m["label"].split()[0]
+        line = next(line for line in out.splitlines() if line.strip().startswith(name + " "))
+        assert f"{m['summary']['eval_rmse']:.4f}" in re.split(r"\s{2,}", line.strip())
+
+
+def test_fedmf_recommend_takes_the_blend(tmp_path, capsys):
+    import pandas as pd
+
+    from sklearn_fedmf.cli import main
+
+    rng = np.random.default_rng(0)
+    users, items = np.nonzero(rng.random((60, 25)) < 0.4)
+    pd.DataFrame({"userId": users, "movieId": items,
+                  "rating": rng.integers(1, 6, users.size)}).to_csv(tmp_path / "r.csv",
+                                                                    index=False)
+    argv = ["recommend", "--method", "blend", "--data", str(tmp_path / "r.csv"), "--clients",
+            "5", "--user", "3", "--top", "4", "--quiet", "--out", str(tmp_path), "--save",
+            str(tmp_path / "m.joblib")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "fitted FedBlend (ratings)" in out
+    import joblib
+
+    model = joblib.load(tmp_path / "m.joblib")
+    listed = [line.split()[1] for line in out.split("top-4 for user 3:")[1].splitlines()[2:6]]
+    assert listed == [str(i) for i in model.recommend(3, n=4)[0]]
