@@ -61,7 +61,7 @@ def test_each_member_holds_out_the_entries_it_would_hold_out_alone(X):
 
 
 def test_weights_are_the_centralized_ridge_on_the_validation_ratings(X):
-    blend = _blend(final_alpha=0.05).fit(X)
+    blend = _blend(final_alpha=30.0).fit(X)
     _, X_valid = _validation(blend, X)
     rows = np.repeat(np.arange(X.shape[0]), np.diff(X_valid.indptr))
     P = np.column_stack([_raw(m, rows, X_valid.indices) for m in blend.estimators_])
@@ -71,8 +71,7 @@ def test_weights_are_the_centralized_ridge_on_the_validation_ratings(X):
     K = len(blend.estimators_)
     pen = np.diag(np.r_[0.0, np.ones(K), 0.0, np.ones(K)])
     target = np.r_[0.0, np.full(K, 1 / K), np.zeros(K + 1)]
-    n = r.size
-    coef = np.linalg.solve(D.T @ D / n + 0.05 * pen, D.T @ r / n + 0.05 * pen @ target)
+    coef = np.linalg.solve(D.T @ D + 30.0 * pen, D.T @ r + 30.0 * pen @ target)
     np.testing.assert_allclose(blend.weights_, coef[1:K + 1], atol=1e-10)
     np.testing.assert_allclose(blend.activity_coef_, coef[K + 1:], atol=1e-10)
     assert blend.intercept_ == pytest.approx(coef[0], abs=1e-10)
@@ -301,3 +300,10 @@ def test_fedmf_recommend_takes_the_blend(tmp_path, capsys):
     model = joblib.load(tmp_path / "m.joblib")
     listed = [line.split()[1] for line in out.split("top-4 for user 3:")[1].splitlines()[2:6]]
     assert listed == [str(i) for i in model.recommend(3, n=4)[0]]
+
+
+def test_a_strong_ridge_is_the_plain_average(X):
+    blend = _blend(final_alpha=1e12).fit(X)
+    K = len(blend.estimators_)
+    np.testing.assert_allclose(blend.weights_, np.full(K, 1 / K), atol=1e-6)
+    np.testing.assert_allclose(blend.activity_coef_[1:], 0.0, atol=1e-6)

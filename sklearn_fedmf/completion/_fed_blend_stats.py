@@ -64,9 +64,9 @@ def blend_penalty(n_members, activity):
 def solve_blend(gram, cross, count, *, alpha, n_members, activity):
     """The ridge coefficients over the design's columns from the summed statistics."""
     diag, target = blend_penalty(n_members, activity)
-    n = max(float(count), 1.0)
-    A = gram / n + np.diag(alpha * diag)
-    b = cross / n + alpha * diag * target
+    n = max(float(count), 1.0)  # (both sides over the count: the same solution, scaled to 1)
+    A = (gram + np.diag(alpha * diag)) / n
+    b = (cross + alpha * diag * target) / n
     # (lstsq: a member identical to another, or a client-free column, leaves A singular)
     return np.linalg.lstsq(A, b, rcond=None)[0]
 
