@@ -128,7 +128,7 @@ METHODS = {
             "blend", "sklearn_fedmf.completion:FedBlend", "completion", "FedBlend",
             "each member's uploads; then, over its validation ratings, the sums D^T D, D^T r, "
             "r^T r and its count (D: the members' predictions)",
-            grid_={"final_alpha": [1e-4, 1e-3, 1e-2], "activity_weights": [False, True]},
+            grid_={"final_alpha": [1.0, 10.0, 100.0], "activity_weights": [False, True]},
         ),
         Method(
             "felb", "sklearn_fedmf.binary:Felb", "binary", "Felb",
