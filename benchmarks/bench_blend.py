@@ -3,6 +3,7 @@
     python benchmarks/bench_blend.py                      # ml-latest-small (embedded)
     python benchmarks/bench_blend.py --data small,100k:/work/data/ml-100k/u.data --refit
     python benchmarks/bench_blend.py --data 1m-shape      # make_ratings(6040, 3706, 1e6)
+    python benchmarks/bench_blend.py --quick              # smoke run (tests/test_benchmarks.py)
 
 Protocol (issue 37): an 80/20 random split of the ratings (``train_test_split``, seed 0),
 pairs of the test part whose user or item is not in the training part dropped; each member
@@ -64,6 +65,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="small")
     parser.add_argument("--refit", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: a fifth of ml-latest-small's ratings")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     warm = split(*load("small"))
@@ -71,6 +74,8 @@ def main():
     run(FedBlend(random_state=0), warm)  # compile every kernel once
     for name in args.data.split(","):
         data = split(*load(name))
+        if args.quick:
+            data = tuple(a[: len(a) // 5] for a in data)
         print(f"\n{name}: {len(data[1])} training ratings, {len(data[3])} test ratings")
         print(f"{'model':<22}{'test RMSE':>10}{'fit s':>9}")
         times = {}

@@ -38,6 +38,7 @@ SMOKE_RUNS = [
      "rounds plain,"),
     ("bench_topn.py", [], "FedMGS (implicit, min_support=20)"),
     ("bench_fit_time.py", ["--runs", "1", "--estimators", "FedMAvg"], "FedMAvg (defaults)"),
+    ("bench_blend.py", [], "fit time / slowest member"),
 ]
 
 
