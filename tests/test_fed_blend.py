@@ -226,36 +226,33 @@ def test_drop_and_refused_members(X):
         FedBlend([("mgs", "drop")]).fit(X)
 
 
-def test_refit_members_on_every_training_rating(X):
-    from sklearn_fedmf.completion._fed_blend import REFIT_MIN_WEIGHT
-
+def test_refit_members_on_every_training_rating(X, monkeypatch):
+    monkeypatch.setattr("sklearn_fedmf.completion._fed_blend.REFIT_MIN_SHARE", 0.0)  # all
     blend = _blend(refit=True).fit(X)
     validated = _blend().fit(X)
     np.testing.assert_array_equal(blend.weights_, validated.weights_)
-    weights = np.abs(validated._user_weights(validated._counts)[0]).max(axis=0)
     refitted = 0
-    for k, (name, member) in enumerate(blend.named_estimators_.items()):
+    for name, member in blend.named_estimators_.items():
         kept = validated.named_estimators_[name]
-        if getattr(kept, "factors_used_", True) and weights[k] >= REFIT_MIN_WEIGHT:
+        if getattr(kept, "factors_used_", True):
             refitted += 1
             assert member.mean_ == pytest.approx(X.data.mean())  # all the ratings
             if kept.get_params().get("early_stopping"):
                 assert member.n_iter_ == kept.best_iteration_
-        else:  # kept as validated
+        else:  # the validation kept its biases alone: kept as validated
             assert member.mean_ == kept.mean_ != pytest.approx(X.data.mean())
     assert refitted and sum(r.get("refit", False) for r in blend.history_) == sum(
-        m.n_iter_ for name, m in blend.named_estimators_.items()
-        if m.mean_ == pytest.approx(X.data.mean()))
+        m.n_iter_ for m in blend.estimators_ if m.mean_ == pytest.approx(X.data.mean()))
 
 
-def test_refit_skips_the_members_below_the_weight_threshold(X, monkeypatch):
+def test_refit_skips_the_members_below_the_weight_share(X, monkeypatch):
     validated = _blend().fit(X)
-    weights = np.abs(validated._user_weights(validated._counts)[0]).max(axis=0)
-    cut = float(np.sort(weights)[1]) + 1e-9  # the lightest two below, the other above
-    monkeypatch.setattr("sklearn_fedmf.completion._fed_blend.REFIT_MIN_WEIGHT", cut)
+    share = np.abs(validated.weights_) / np.abs(validated.weights_).sum()
+    cut = float(np.sort(share)[1]) + 1e-9  # the lightest two below, the other above
+    monkeypatch.setattr("sklearn_fedmf.completion._fed_blend.REFIT_MIN_SHARE", cut)
     blend = _blend(refit=True).fit(X)
     refit = {r["member"] for r in blend.history_ if r.get("refit")}
-    assert refit == {name for name, w in zip(blend.named_estimators_, weights) if w >= cut}
+    assert refit == {name for name, w in zip(blend.named_estimators_, share) if w >= cut}
     for name in set(blend.named_estimators_) - refit:
         np.testing.assert_array_equal(blend.named_estimators_[name].item_bias_,
                                       validated.named_estimators_[name].item_bias_)
