@@ -198,6 +198,10 @@ def test_nested_names_and_clone():
     copy = clone(blend)
     assert copy.get_params()["fedmgs__n_components"] == 3
     assert copy.estimators[0][1] is not blend.estimators[0][1]
+    # through RatingRegressor, as GridSearchCV sets a candidate on the default members
+    reg = RatingRegressor(FedBlend()).set_params(estimator__rfrec__n_components=7)
+    assert dict(reg.estimator.estimators)["rfrec"].n_components == 7
+    assert len(reg.estimator.estimators) == 5
 
 
 def test_grid_search_over_a_members_parameter(X):
