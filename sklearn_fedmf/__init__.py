@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "AggregatedBMF": ".binary",
     "FedBaseline": ".completion",
+    "FedBlend": ".completion",
     "FedMAvg": ".completion",
     "FedMCADMM": ".completion",
     "FedMGS": ".completion",

@@ -43,6 +43,7 @@ SMOKE_RUNS = [
     ("bench_topn.py", [], "FedMGS (implicit, min_support=20)"),
     ("bench_implicit_als.py", [], 'FedMGS(loss="implicit"), cg'),
     ("bench_fit_time.py", ["--runs", "1", "--estimators", "FedMAvg"], "FedMAvg (defaults)"),
+    ("bench_blend.py", [], "fit time / slowest member"),
 ]
 
 

@@ -173,10 +173,10 @@ def test_recommend_offers_only_rating_methods(tmp_path, capsys):
     parser = build_parser()
     recommend = parser._subparsers._group_actions[0].choices["recommend"]
     text = " ".join(recommend.format_help().split())
-    assert "fedmc-admm, fedmavg, fedmgs, rfrec, rfrecf, baseline" in text
+    assert "fedmc-admm, fedmavg, fedmgs, rfrec, rfrecf, baseline, blend" in text
     assert "felb" not in text
     assert set(RATING_METHODS) == {"fedmc-admm", "fedmavg", "fedmgs", "rfrec", "rfrecf",
-                                   "baseline"}
+                                   "baseline", "blend"}
     status, _, err = run(["recommend", "--method", "felb", "--data", "synthetic:40x20x300",
                           "--out", str(tmp_path)], capsys)
     assert status == 1 and "recommend takes a rating method: fedmc-admm" in err

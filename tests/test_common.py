@@ -17,6 +17,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from sklearn_fedmf import (
     AggregatedBMF,
     FedBaseline,
+    FedBlend,
     FederatedClustering,
     FedMAvg,
     FedMCADMM,
@@ -38,6 +39,8 @@ PREDICT_IS_A_MATRIX = (
 # one configuration of each estimator class: the README's fast `python -m pytest`
 CHECKED = [
     FedBaseline(n_clients=2, random_state=0),
+    FedBlend([("biases", FedBaseline(max_iter=5)), ("mgs", FedMGS(n_components=1, max_iter=20))],
+             n_clients=2, random_state=0),
     FedMCADMM(n_components=1, n_clients=2, max_iter=100, random_state=0),
     FedMAvg(n_components=1, n_clients=2, max_iter=100, random_state=0),
     FedMGS(n_components=1, n_clients=2, max_iter=100, random_state=0),

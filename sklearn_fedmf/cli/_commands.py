@@ -69,6 +69,31 @@ def fit_method(method, estimator, X_train, X_test=None, seen=None, *, label=None
             "history": history}
 
 
+def member_results(method, estimator):
+    """One row per member of a fitted :class:`~sklearn_fedmf.FedBlend` (none for another
+    estimator): its rounds, seconds and bytes within the blend's fit and its test RMSE, with
+    its weight in the label."""
+    if not hasattr(estimator, "named_estimators_"):
+        return []
+    rows = []
+    test = getattr(estimator, "member_eval_rmse_", {})
+    for (name, member), weight in zip(estimator.named_estimators_.items(),
+                                      estimator.weights_):
+        records = [r for r in estimator.history_ if r.get("member") == name]
+        summary = {"rounds": len(records),
+                   "seconds": float(sum(r.get("seconds", 0.0) for r in records)),
+                   "bytes_uploaded": int(sum(r.get("bytes_uploaded", 0) for r in records)),
+                   "bytes_downloaded": int(sum(r.get("bytes_downloaded", 0) for r in records)),
+                   "degenerate": False}
+        if name in test:
+            summary["eval_rmse"] = float(test[name])
+        rows.append({"method": method.name, "label": f"  {name} (weight {weight:+.2f})",
+                     "kind": method.kind, "settings": "member", "objective": method.name,
+                     "estimator": type(member).__name__, "params": {}, "summary": summary,
+                     "warnings": [], "degenerate": [], "history": []})
+    return rows
+
+
 def _objective_id(method, estimator):
     """Which objective ``history_`` records: shared only while the papers' settings hold."""
     params = estimator.get_params()
@@ -169,6 +194,7 @@ def cmd_run(args):
     for method, estimator, settings, label in fits:
         results.append(fit_method(method, estimator, X_train, X_test, seen, label=label,
                                   settings=settings))
+        results += member_results(method, estimator)
     print()
     print(format_table(results))
     setup = _setup(args, X, name, methods[0].kind)

@@ -114,6 +114,9 @@ def _fit(args):
     if save is not None and save.is_dir():
         raise CommandError(f"--save {args.save}: is a folder; give a file name")
     implicit = not getattr(args, "ratings", False)
+    if implicit and "loss" not in method.load()().get_params(deep=False):
+        _note(f"{method.label} blends rating models: it fits the ratings (as with --ratings)")
+        implicit = False
     make_estimator(method, args, settings="defaults")  # option errors before the data is loaded
     X, y, name = load_pairs(args)
     n_users, n_items = X.iloc[:, 0].nunique(), X.iloc[:, 1].nunique()

@@ -131,6 +131,12 @@ METHODS = {
             search=("alpha_u", "alpha_v"),
         ),
         Method(
+            "blend", "sklearn_fedmf.completion:FedBlend", "completion", "FedBlend",
+            "each member's uploads; then, over its validation ratings, the sums D^T D, D^T r, "
+            "r^T r and its count (D: the members' predictions)",
+            grid_={"final_alpha": [1.0, 10.0, 100.0], "activity_weights": [False, True]},
+        ),
+        Method(
             "felb", "sklearn_fedmf.binary:Felb", "binary", "Felb",
             "its item-factor copy V_i (optionally with local DP noise)", grid_=_FELB_GRID,
         ),
@@ -266,7 +272,8 @@ def check_value(method, param, value, where):
     try:
         estimator = cls(**merge_params(method.fixed, route_solver_params(cls, {param: value})))
         estimator._validate_params()
-        estimator._settings()  # (checks the solver_params keys)
+        if hasattr(estimator, "_settings"):  # (FedBlend has no solver_params)
+            estimator._settings()  # (checks the solver_params keys)
     except (TypeError, ValueError) as exc:  # sklearn's InvalidParameterError is both
         raise CommandError(f"{where}: {exc}") from None
 

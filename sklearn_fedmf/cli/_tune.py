@@ -256,6 +256,17 @@ def _plan(args, search, grid, prefix, X, y, params, added_defaults=False):
         clone(model).set_params(**{prefix + "max_iter": rounds}).fit(X_train, y_train)
         return time.perf_counter() - tic
 
+    if prefix + "max_iter" not in model.get_params():  # (FedBlend: its members' rounds)
+        workers = max(1, min(effective_n_jobs(args.jobs), n_fits))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tic = time.perf_counter()
+            clone(model).fit(X_train, y_train)  # (compiles the kernels too: an upper bound)
+            per_fit = time.perf_counter() - tic
+        return (f"plan: {shown}; estimated at most {_duration(per_fit * n_fits / workers)} "
+                f"(the first candidate on the first fold: {per_fit:.2g} s per fit; {n_fits} "
+                f"fits, {workers} worker" + ("s" if workers > 1 else "") + ")")
+
     longest = min(3, first.get(prefix + "max_iter", params.get("max_iter", 1)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -1,12 +1,13 @@
 """Federated matrix-completion estimators."""
 
 from ._fed_baseline import FedBaseline
+from ._fed_blend import FedBlend
 from ._fedmavg import FedMAvg
 from ._fedmc_admm import FedMCADMM
 from ._fedmgs import FedMGS
 from ._rfrec import RFRec
 
-__all__ = ["FedBaseline", "FedMAvg", "FedMCADMM", "FedMGS", "PAPER_SETTINGS", "RFRec"]
+__all__ = ["FedBaseline", "FedBlend", "FedMAvg", "FedMCADMM", "FedMGS", "PAPER_SETTINGS", "RFRec"]
 
 # The papers' settings, one parameter set away from the defaults (which are measured across
 # data sets: benchmarks/bench_defaults.py): no biases, the papers' (plain) regularization, for
