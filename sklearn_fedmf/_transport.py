@@ -111,9 +111,10 @@ entry, and each client runs
 ``client_secure_phase(phase, client, slot, message, rng, protocol.summable)`` on its slot
 (``rng``: ``client_generator(stream, client)``, or None without a stream). A failure leaves
 the slot as it was. A transport that can time each client's step (CPU seconds, in the
-client's task) returns them in ``PhaseResult.seconds`` (deployment costs in ``history_``). ``secure_slots`` is the dict of slots a local transport holds (None for a
-remote transport: the slots stay in the client processes, like the states); the engine keeps
-it across its calls.
+client's task) returns them in ``PhaseResult.seconds`` (deployment costs in ``history_``).
+``secure_slots`` is the dict of slots a local transport holds (None for a remote transport:
+the slots stay in the client processes, like the states); the engine keeps it across its
+calls.
 """
 
 from __future__ import annotations
