@@ -22,7 +22,19 @@ Cumulative exchanges (FedMC-ADMM, FedMGS, FedMAvg's Grams): the server needs eve
 last value, stale ones included. A client then sends the change of its encoded value since
 the last one that reached a sum (ring elements, so the change is exact), and the server
 keeps the running ring sum: its decoding is the sum of the clients' current encodings,
-within the encoding's bound however many rounds ran (nothing accumulates).
+within the encoding's bound however many rounds ran (nothing accumulates). To compute that
+change, a client whose upload is smaller than its encoding (a one-user FedMGS client: its
+few rated items against a dense vector over all items) keeps the upload it last sent, not
+the encoding, and re-encodes it when the next change is due: the same functions of the same
+values give the same ring elements (a digest of the encoding checks it), so the sums are
+those of the clients that keep their encodings, at a fraction of the memory.
+
+Memory on the server's side: the masked inputs arrive in batches of :data:`MASKED_BATCH`
+clients (one transport call each) and are added to the ring sum as they come; only a
+round's own are kept (the callback's ``uploads``), never the start's over every client.
+
+Each exchange also times what each party computes and counts what it sends
+(:mod:`sklearn_fedmf.secure._costs`): ``history_``'s ``secure`` records.
 """
 
 from __future__ import annotations
