@@ -7,6 +7,8 @@ Usage::
     python benchmarks/bench_secure.py --estimators            # fits, plain against secure
     python benchmarks/bench_secure.py --estimators --ml-1m --repeats 3  # the issue's target
     python benchmarks/bench_secure.py --estimators --ml-1m --rounds default  # whole fits
+    python benchmarks/bench_secure.py --deployment   # what each party pays per round
+    python benchmarks/bench_secure.py --deployment --ml-1m --only FedMGS  # the issue's shape
 
 Each client uploads a float vector of length ``d`` (standard normal); the default encoding
 (``clip = 2^16``, ``scale_bits = 24``, 64-bit ring). Every phase of the protocol runs in this
@@ -37,6 +39,26 @@ FedMGS and FedBaseline, and the final collection), ``round s`` its mean round
 the ratio tends to over many rounds. ``kB/client`` is the most one client
 sends and receives in a round's secure phases (keys, shares, masked vector, unmasking;
 ``history_``'s ``bytes_secure_client``), the mean over rounds.
+
+``--deployment``: what a deployment pays per round (issue 39), from ``history_``'s
+``secure`` records (:mod:`sklearn_fedmf.secure._costs`) of one secure fit per estimator on
+``make_ratings(--users, --items, --ratings)`` (2,000 x 1,000 x 100,000 by default; with
+``--ml-1m`` 6,040 x 3,706 x 1,000,000), one client per user, ``--per-round`` clients a round
+(200; 10% with ``--ml-1m``), ``--rounds`` rounds (5), each estimator's defaults otherwise.
+Per round (median over the rounds; ``max`` columns: the largest over them): ``server s``,
+the server's CPU seconds in its phase functions; ``client ms`` median / max, each client's
+CPU milliseconds over its phases and exchanges of the round (timed in its own task);
+``kB sent`` median / max per client; ``start``: the same for the fit's initial exchange over
+every client (FedMGS, FedMC-ADMM, FedBaseline), or ``-``. Then the simulation: ``plain s``
+and ``secure s``, the two fits' wall seconds, and ``floor s``, the protocol's floor of every
+exchange in the secure fit's ``history_`` (its X25519 agreements times the seconds of one
+agreement, plus its keystream bytes over the AES-256-CTR throughput, both measured at the
+start of the run with the module's own primitives), and ``ratio``, ``secure / (floor +
+plain)`` (the issue's target: at most 1.3); then the same in CPU seconds of the process
+(``time.process_time``; the primitives by the same clock), which a loaded machine does
+not inflate.
+Exchanges of a nested fit (RFRec's biases floor, a FedBaseline fit) are not in the outer
+fit's ``history_``: they count in ``secure s``, not in ``floor s``.
 """
 
 import argparse
@@ -116,6 +138,86 @@ def bench_estimators(X, max_iter, repeats, only=None):
               f"{per_client:>10.1f} {diff:>13.1e}", flush=True)
 
 
+def measure_primitives(clock, repeats=5):
+    """Seconds per X25519 agreement (with its HKDF, as :func:`~sklearn_fedmf.secure._crypto.agree`
+    runs it) and AES-256-CTR keystream bytes per second (``_keystream``, what ``add_prg``
+    expands), medians, by ``clock``."""
+    from sklearn_fedmf.secure._crypto import MASK_LABEL, _keystream, agree, public_key
+
+    rng = np.random.default_rng(0)
+    peers = [public_key(rng.bytes(32)) for _ in range(200)]
+    words = 1 << 20  # 8 MB of keystream
+    out = np.empty(words + 2, dtype="<u8")
+    per_agreement, throughput = [], []
+    for _ in range(repeats):
+        start = clock()
+        agree(rng.bytes(32), peers, MASK_LABEL)
+        per_agreement.append((clock() - start) / len(peers))
+        start = clock()
+        _keystream(rng.bytes(32), out, words)
+        throughput.append(8 * words / (clock() - start))
+    return float(np.median(per_agreement)), float(np.median(throughput))
+
+
+def _fit_timed(cls, params, X):
+    """The fitted estimator, its wall seconds and its process CPU seconds."""
+    est = cls(**params)
+    cpu = time.process_time()
+    wall = fit_seconds(est, X, np.arange(X.shape[0]))
+    return est, wall, time.process_time() - cpu
+
+
+def bench_deployment(X, per_round, max_iter, only=None):
+    from sklearn_fedmf.secure._costs import floor_seconds
+
+    primitives = {"wall": measure_primitives(time.perf_counter),
+                  "cpu": measure_primitives(time.process_time)}
+    n = X.shape[0]
+    print(f"{n:,} users (one client each) x {X.shape[1]:,} items, {X.nnz:,} ratings, "
+          f"{per_round} clients per round, {max_iter} rounds, defaults otherwise")
+    for kind, (agreement_s, keystream_bps) in primitives.items():
+        print(f"measured ({kind}): {agreement_s * 1e6:.1f} us per X25519 agreement (+HKDF), "
+              f"AES-256-CTR keystream {keystream_bps / 1e9:.2f} GB/s")
+    header = (f"{'estimator':<12} {'rounds':>6} {'server s':>9} {'client ms med/max':>18} "
+              f"{'kB sent med/max':>16} {'start: server s, client ms, kB':>31} "
+              f"{'plain s':>8} {'secure s':>9} {'floor s':>8} {'ratio':>6} "
+              f"{'cpu: plain':>10} {'secure':>7} {'floor':>7} {'ratio':>6}")
+    print(header)
+    print("-" * len(header))
+    for name, (cls, params, plain_extra, _) in ESTIMATORS.items():
+        if only is not None and name not in only:
+            continue
+        params = dict(params, n_clients=n, clients_per_round=per_round, random_state=0)
+        if "max_iter" in cls().get_params():
+            params["max_iter"] = max_iter
+        _, wall_plain, cpu_plain = _fit_timed(cls, dict(params, **plain_extra), X)
+        secure, wall_secure, cpu_secure = _fit_timed(cls, dict(params, secure_aggregation=True),
+                                                     X)
+        costs = [r["secure"] for r in secure.history_]
+        start = costs[0].get("start")
+        floor = {kind: sum(floor_seconds(c, *primitives[kind])
+                           for c in costs + ([start] if start else []))
+                 for kind in primitives}
+        server = np.median([c["server_s"] for c in costs])
+        client = (np.median([c["client_s_median"] for c in costs]) * 1e3,
+                  max(c["client_s_max"] for c in costs) * 1e3)
+        sent = (np.median([c["client_bytes_sent_median"] for c in costs]) / 1e3,
+                max(c["client_bytes_sent_max"] for c in costs) / 1e3)
+        if start is None:
+            start_text = "-"
+        else:
+            phases = start["phases"].values()
+            start_text = (f"{sum(p['server_s'] for p in phases):.2f}, "
+                          f"{sum(p['client_s_median'] for p in phases) * 1e3:.1f}, "
+                          f"{sum(p['client_bytes_sent_median'] for p in phases) / 1e3:.1f}")
+        print(f"{name:<12} {len(costs):>6} {server:>9.3f} "
+              f"{client[0]:>8.1f}/{client[1]:<9.1f} {sent[0]:>7.1f}/{sent[1]:<8.1f} "
+              f"{start_text:>31} {wall_plain:>8.2f} {wall_secure:>9.2f} {floor['wall']:>8.2f} "
+              f"{wall_secure / (floor['wall'] + wall_plain):>6.2f} {cpu_plain:>10.2f} "
+              f"{cpu_secure:>7.2f} {floor['cpu']:>7.2f} "
+              f"{cpu_secure / (floor['cpu'] + cpu_plain):>6.2f}", flush=True)
+
+
 def run(n, d, drop_fraction, neighbours, seed=0):
     rng = np.random.default_rng(seed)
     uploads = {c: rng.standard_normal(d) for c in range(n)}
@@ -148,17 +250,38 @@ def main():
                              "default 3 with --ml-1m, else 1)")
     parser.add_argument("--only", default=None,
                         help="comma-separated estimators (--estimators; default: all)")
+    parser.add_argument("--deployment", action="store_true",
+                        help="each party's seconds and bytes per round, and the floor")
+    parser.add_argument("--users", type=int, default=2000, help="users (--deployment)")
+    parser.add_argument("--items", type=int, default=1000, help="items (--deployment)")
+    parser.add_argument("--n-ratings", type=int, default=100_000,
+                        help="ratings (--deployment)")
+    parser.add_argument("--per-round", type=int, default=None,
+                        help="clients per round (--deployment; 200, or 10%% with --ml-1m)")
     args = parser.parse_args()
+    only = None if args.only is None else set(args.only.split(","))
+    unknown = set() if only is None else only - set(ESTIMATORS)
+    if unknown:
+        parser.error(f"unknown estimators {sorted(unknown)}; among {list(ESTIMATORS)}")
+    if args.deployment:
+        if args.ml_1m:
+            shape = (6040, 3706, 1_000_000)
+        elif args.quick:
+            shape = (200, 80, 3000)
+        else:
+            shape = (args.users, args.items, args.n_ratings)
+        X = make_ratings(*shape, random_state=0).X
+        per_round = args.per_round or (max(2, X.shape[0] // 10) if args.ml_1m or args.quick
+                                       else 200)
+        rounds = 2 if args.quick and args.rounds == "5" else int(args.rounds)
+        bench_deployment(X, per_round, rounds, only)
+        return
     if args.estimators:
         if args.ml_1m:
             X = make_ratings(6040, 3706, 1_000_000, random_state=0).X
         else:
             X = make_site_ratings("netflix-1m", n_ratings=args.ratings, random_state=0).X
         repeats = args.repeats or (3 if args.ml_1m else 1)
-        only = None if args.only is None else set(args.only.split(","))
-        unknown = set() if only is None else only - set(ESTIMATORS)
-        if unknown:
-            parser.error(f"unknown estimators {sorted(unknown)}; among {list(ESTIMATORS)}")
         if args.rounds != "default" and not args.rounds.isdigit():
             parser.error(f"--rounds must be a number or 'default', got {args.rounds!r}")
         bench_estimators(X, None if args.rounds == "default" else int(args.rounds), repeats,

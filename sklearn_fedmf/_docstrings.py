@@ -107,8 +107,11 @@ SHARED_PARAMETERS = {
         "model equals the plain fit's within the fixed-point encoding's bound. A\n"
         ":class:`~sklearn_fedmf.secure.SecureAggregation` sets the encoding and the neighbour\n"
         "degree. ``history_`` then holds ``bytes_secure`` and ``bytes_secure_client`` (bytes of\n"
-        "each phase). Needs ``cryptography``; an algorithm whose server needs more than sums\n"
-        "refuses it with a ``ValueError`` (see the user guide, secure aggregation)."),
+        "each phase) and ``secure``: what each party computed and sent per exchange and phase\n"
+        "(server seconds, clients' median and max seconds and bytes; the layout is in\n"
+        ":mod:`sklearn_fedmf.secure._costs`). Needs ``cryptography``; an algorithm whose\n"
+        "server needs more than sums refuses it with a ``ValueError`` (see the user guide,\n"
+        "secure aggregation)."),
     "on_client_error": (
         "An exception in a client's code raises a\n"
         ":class:`~sklearn_fedmf.exceptions.ClientError` naming the client and the round.\n"

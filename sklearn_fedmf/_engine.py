@@ -70,8 +70,10 @@ record), else a :class:`~sklearn_fedmf.exceptions.FederationError` is raised. Th
 a secure round also holds ``bytes_secure`` (``{phase: bytes}``, up and down, over its
 clients) and ``bytes_secure_client`` (``{phase: the most bytes one client sent and
 received}``), the phases being ``advertise_keys``, ``share_keys``, ``masked_input`` and
-``unmasking``; ``bytes_uploaded`` and ``bytes_downloaded`` count every phase. The callback's
-``uploads`` are then the masked inputs, all the server saw of the uploads.
+``unmasking``, and ``secure``: each party's seconds and bytes per exchange and phase
+(:mod:`sklearn_fedmf.secure._costs`); ``bytes_uploaded`` and ``bytes_downloaded`` count
+every phase. The callback's ``uploads`` are then the masked inputs, all the server saw of
+the uploads.
 
 Client failures: a client that raises :class:`~sklearn_fedmf.exceptions.ClientDropout`, or
 that ``dropout`` drops, is a simulated failure (counted in ``n_failed``). Any other exception
@@ -258,6 +260,7 @@ class FederationState:
     secure_slots: Any = None  # the local transport's secure slots (secure aggregation)
     secure_running: Any = None  # the server's running ring sum of a cumulative exchange
     secure_prepare_running: Any = None  # the same for the prepare phase's statistics
+    secure_start: Any = None  # the initial exchange's costs, for the next round's record
     secure: bool = False  # whether the uploads were summed securely (a warm start keeps it)
 
 
@@ -373,7 +376,7 @@ def initialize_federation(protocol, clients, *, entropy, n_jobs=None):
     uploads = {c: u for c, u in result.messages.items() if u is not None}
     init_bytes = (sum(nbytes(u) for u in uploads.values()),
                   nbytes(broadcast) * transport.n_clients)
-    running = None
+    running, start_costs = None, None
     if _secure(protocol, transport) and protocol.summable.init_client is not None:
         running = {} if protocol.summable.cumulative else None
         from .secure._rounds import secure_exchange, total_bytes
@@ -386,11 +389,13 @@ def initialize_federation(protocol, clients, *, entropy, n_jobs=None):
             server_state, outcome.sums, len(outcome.survivors))
         init_bytes = (init_bytes[0] + total_bytes(outcome.bytes_up),
                       init_bytes[1] + total_bytes(outcome.bytes_down))
+        start_costs = outcome.costs
     elif protocol.server_init_uploads is not None:
         server_state, broadcast = protocol.server_init_uploads(server_state, uploads)
     state = FederationState(server_state, transport.client_states, broadcast,
                             secure=protocol.secure is not None)
     state.secure_slots, state.secure_running = transport.secure_slots, running
+    state.secure_start = start_costs
     return state, init_bytes
 
 
@@ -643,6 +648,7 @@ def run_federation(
             if protocol.client_prepare is not None:
                 bytes_down += nbytes(broadcast) * recipients
                 bytes_up += sum(nbytes(s) for s in stats.values())
+            exchanges = []  # the round's secure exchanges
             if secure:  # every phase of the round's secure exchanges (masked inputs included)
                 exchanges = [e for e in (prepared, outcome) if e is not None]
                 bytes_up = sum(total_bytes(e.bytes_up) for e in exchanges)
@@ -686,6 +692,7 @@ def run_federation(
                                                  secure=(entropy, k, failures) if secure else None)
                     record.update(metrics)
                     if secure:  # every phase of their secure sum; the server saw masked ones
+                        exchanges.append(reports)
                         record["bytes_uploaded"] += total_bytes(reports.bytes_up)
                         record["bytes_downloaded"] += total_bytes(reports.bytes_down)
                         reports = reports.masked
@@ -696,6 +703,12 @@ def run_federation(
                         record.update({key: value for key, value in _evaluate(
                             plain_protocol, state, report, in_round=True).items()
                             if key.startswith("eval_")})
+            if secure:  # what each party computed and sent (secure/_costs.py)
+                from .secure._costs import round_costs
+
+                record["secure"] = round_costs([e.costs for e in exchanges],
+                                               start=state.secure_start)
+                state.secure_start = None
             if protocol.after_round is not None:
                 state.server_state, state.broadcast, stop = protocol.after_round(
                     state.server_state, state.broadcast, record)

@@ -110,13 +110,16 @@ the phases of :data:`SECURE_PHASES`; their ``broadcast`` is a
 entry, and each client runs
 ``client_secure_phase(phase, client, slot, message, rng, protocol.summable)`` on its slot
 (``rng``: ``client_generator(stream, client)``, or None without a stream). A failure leaves
-the slot as it was. ``secure_slots`` is the dict of slots a local transport holds (None for a
-remote transport: the slots stay in the client processes, like the states); the engine keeps
-it across its calls.
+the slot as it was. A transport that can time each client's step (CPU seconds, in the
+client's task) returns them in ``PhaseResult.seconds`` (deployment costs in ``history_``).
+``secure_slots`` is the dict of slots a local transport holds (None for a remote transport:
+the slots stay in the client processes, like the states); the engine keeps it across its
+calls.
 """
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from typing import Any, NamedTuple
@@ -136,10 +139,13 @@ SECURE_PHASES = ("secure_advertise_keys", "secure_share_keys", "secure_masked_in
 
 
 class PhaseResult(NamedTuple):
-    """What the clients of one ``Transport.run`` call sent, and who failed."""
+    """What the clients of one ``Transport.run`` call sent, and who failed; for a secure
+    phase, optionally each completed client's CPU seconds of its step (``{client: s}``,
+    timed in its own task: :mod:`sklearn_fedmf.secure._costs`), None when not measured."""
 
     messages: dict
     failures: dict
+    seconds: dict | None = None
 
 
 def _rng(entropy, *key):
@@ -237,9 +243,11 @@ def run_secure_phase(slots, protocol, phase, clients, broadcast, stream):
 
     if not isinstance(broadcast, PerClient):
         raise TypeError(f"The message of {phase} must be a PerClient.")
-    messages, failures = {}, {}
+    messages, failures, seconds = {}, {}, {}
+    clock = time.thread_time  # (the client's computation, not the machine's load)
     for client in clients:
         rng = None if stream is None else client_generator(stream, client)
+        tic = clock()
         try:
             slot, reply = client_secure_phase(phase, client, slots.get(client),
                                               broadcast.messages[client], rng,
@@ -247,9 +255,10 @@ def run_secure_phase(slots, protocol, phase, clients, broadcast, stream):
         except Exception as exc:  # reported to the engine, which raises or counts it
             failures[client] = exc
             continue
+        seconds[client] = clock() - tic
         slots[client] = slot
         messages[client] = reply
-    return PhaseResult(messages, failures)
+    return PhaseResult(messages, failures, seconds)
 
 
 def _run_clients(items, fn, phase, broadcast, stream):

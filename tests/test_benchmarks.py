@@ -40,6 +40,8 @@ SMOKE_RUNS = [
     # whole default fits, plain against secure (early stopping: 20,000 ratings validate)
     ("bench_secure.py", ["--estimators", "--only", "FedBaseline", "--rounds", "default"],
      "rounds plain,"),
+    # what each party pays per round, from history_'s secure records, beside the floor
+    ("bench_secure.py", ["--deployment", "--only", "FedMGS"], "FedMGS"),
     ("bench_topn.py", [], "FedMGS (implicit, min_support=20)"),
     ("bench_implicit_als.py", [], 'FedMGS(loss="implicit"), cg'),
     ("bench_fit_time.py", ["--runs", "1", "--estimators", "FedMAvg"], "FedMAvg (defaults)"),

@@ -355,7 +355,8 @@ def client_unmask(state, survivors):
     return replace(state, received=None, channels=None), UnmaskingShares(u, seed_shares, key_shares)
 
 
-def server_unmask(keys, shared, masked, uploads, threshold, encoding, decode=True):
+def server_unmask(keys, shared, masked, uploads, threshold, encoding, decode=True,
+                  summed=None):
     """The decoded sum of the survivors' vectors (its ring elements when ``decode`` is False).
 
     Parameters
@@ -372,6 +373,10 @@ def server_unmask(keys, shared, masked, uploads, threshold, encoding, decode=Tru
     encoding : FixedPointEncoding
     decode : bool, default=True
         False: return the ring sum (``uint64``) undecoded.
+    summed : ndarray of uint64 or None, default=None
+        The ring sum of the survivors' masked vectors when the server added them up as they
+        arrived (it is unmasked in place); ``masked`` then only names the survivors (its
+        values are not read).
 
     Returns
     -------
@@ -402,10 +407,12 @@ def server_unmask(keys, shared, masked, uploads, threshold, encoding, decode=Tru
         return _to_key(reconstruct(shares, threshold, weights=cache[points]))
 
     ring_bits = encoding.ring_bits
-    length = masked[survivors[0]].vector.size
-    total = np.zeros(length, dtype=np.uint64)
-    for u in survivors:
-        total += masked[u].vector
+    if summed is None:
+        total = np.zeros(masked[survivors[0]].vector.size, dtype=np.uint64)
+        for u in survivors:
+            total += masked[u].vector
+    else:
+        total = summed
     for v in survivors:
         add_prg(total, secret_of(v, "self_mask_shares"), -1)
     alive = set(survivors)

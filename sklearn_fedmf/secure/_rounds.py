@@ -22,19 +22,33 @@ Cumulative exchanges (FedMC-ADMM, FedMGS, FedMAvg's Grams): the server needs eve
 last value, stale ones included. A client then sends the change of its encoded value since
 the last one that reached a sum (ring elements, so the change is exact), and the server
 keeps the running ring sum: its decoding is the sum of the clients' current encodings,
-within the encoding's bound however many rounds ran (nothing accumulates).
+within the encoding's bound however many rounds ran (nothing accumulates). To compute that
+change, a client whose upload is smaller than its encoding (a one-user FedMGS client: its
+few rated items against a dense vector over all items) keeps the upload it last sent, not
+the encoding, and re-encodes it when the next change is due: the same functions of the same
+values give the same ring elements (a digest of the encoding checks it), so the sums are
+those of the clients that keep their encodings, at a fraction of the memory.
+
+Memory on the server's side: the masked inputs arrive in batches of :data:`MASKED_BATCH`
+clients (one transport call each) and are added to the ring sum as they come; only a
+round's own are kept (the callback's ``uploads``), never the start's over every client.
+
+Each exchange also times what each party computes and counts what it sends
+(:mod:`sklearn_fedmf.secure._costs`): ``history_``'s ``secure`` records.
 """
 
 from __future__ import annotations
 
 import math
+import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..exceptions import ClientFailureWarning, FederationError
+from ._costs import exchange_costs
 from ._encoding import FixedPointEncoding
 from ._protocol import (
     PHASES,
@@ -75,6 +89,10 @@ def default_neighbours(n_clients):
     degree = 2 * math.ceil(1.5 * math.log2(max(n_clients, 2)))
     return None if degree >= n_clients - 1 else degree
 
+
+# clients per transport call of the masked-input phase (their dense vectors are summed and
+# dropped after each call): 64 vectors of FedMGS's 801 kB at MovieLens-1M are 51 MB
+MASKED_BATCH = 64
 
 AUTO_CLIP = 2.0**16  # the clip of the automatic encoding
 MAX_SCALE_BITS = 36  # beyond, float64's rounding of the decoded sum dominates the error
@@ -174,6 +192,58 @@ def _unflatten(flat, layout):
     return sums
 
 
+def _digest(q):
+    """A check of ring elements ``q``: their count, sum and xor (mod 2^64)."""
+    return q.size, int(np.sum(q, dtype=np.uint64)), int(np.bitwise_xor.reduce(q)) if q.size else 0
+
+
+@dataclass(frozen=True)
+class _Source:
+    """What a client's summands of an exchange were computed from: its upload (a one-user
+    client's few rated items), the broadcast of an initial exchange, its weight and the
+    encoding. A cumulative exchange keeps it instead of the dense encoding it gave, and
+    :meth:`encoding_of` recomputes that encoding when the next change is due: the same
+    functions of the same values give the same ring elements (``digest`` checks it)."""
+
+    exchange: str
+    upload: Any
+    broadcast: Any
+    weight: Any
+    encoding: Any
+    digest: tuple = ()
+
+    def values(self, summable):
+        """The client's summands ``{name: array or number}``."""
+        if self.exchange == "report":
+            return self.upload
+        if self.exchange == "init":
+            return summable.init_client(self.upload, self.broadcast)
+        if self.exchange == "prepare":
+            return summable.prepare_client(self.upload, self.weight)
+        return summable.client(self.upload, self.weight)
+
+    def kept_for(self, q):
+        """What the client keeps of its encoding ``q``: this source when it is smaller, else
+        ``q`` itself (e.g. a site with many users, whose upload is as large)."""
+        from .._engine import nbytes
+
+        try:
+            compact = nbytes(self.upload) + nbytes(self.weight) < q.nbytes // 2
+        except TypeError:  # (an upload part whose size is unknown: keep the encoding)
+            compact = False
+        return replace(self, digest=_digest(q)) if compact else q
+
+    def encoding_of(self, summable):
+        """The ring elements this source was encoded to (checked against ``digest``)."""
+        flat, _ = _flatten(self.values(summable))
+        q = self.encoding.encode(flat)
+        if _digest(q) != self.digest:
+            raise FederationError("A client's re-encoded last upload differs from the one in "
+                                  "the running sum (its summands are not a deterministic "
+                                  "function of its upload); the running sum is lost.")
+        return q
+
+
 def client_secure_phase(phase, client, slot, message, rng, summable):
     """One client's step of a secure phase: ``(slot, reply)`` (module docstring).
 
@@ -198,15 +268,9 @@ def client_secure_phase(phase, client, slot, message, rng, summable):
             raise ValueError(f"Client {client} holds no upload for the secure sum.")
         else:
             upload, broadcast = slot.pop("upload"), slot.pop("broadcast", None)
-        if exchange == "report":
-            values = upload
-        elif exchange == "init":
-            values = summable.init_client(upload, broadcast)
-        elif exchange == "prepare":
-            values = summable.prepare_client(upload, message.get("weight"))
-        else:
-            values = summable.client(upload, message.get("weight"))
-        flat, layout = _flatten(values)
+        source = _Source(exchange, upload, broadcast if exchange == "init" else None,
+                         message.get("weight"), encoding)
+        flat, layout = _flatten(source.values(summable))
         vector = flat
         prepare = exchange == "prepare"
         if exchange != "report" and (summable.prepare_cumulative if prepare
@@ -214,8 +278,10 @@ def client_secure_phase(phase, client, slot, message, rng, summable):
             key = "committed_prepare" if prepare else "committed"  # (one running sum each)
             q = encoding.encode(flat)
             last = slot.get(key)
+            if isinstance(last, _Source):  # re-encoded on demand (module docstring)
+                last = last.encoding_of(summable)
             vector = q - last if last is not None else q.copy()  # uint64: mod 2^64
-            slot["pending"] = (key, q)
+            slot["pending"] = (key, source.kept_for(q))
         slot["secagg"], masked = client_masked_input(slot["secagg"], message["routed"], vector,
                                                      encoding)
         return slot, SecureInput(masked, layout)
@@ -237,6 +303,7 @@ class ExchangeResult:
     masked: dict
     bytes_up: dict
     bytes_down: dict
+    costs: dict | None = None  # each party's seconds and bytes (:mod:`._costs`)
 
 
 def run_secure_exchange(transport, clients, dropped, *, options, stream, server_rng, exchange,
@@ -273,6 +340,7 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
     Returns
     -------
     ExchangeResult
+        With ``costs``, the exchange's record of :mod:`sklearn_fedmf.secure._costs`.
 
     Raises
     ------
@@ -284,6 +352,7 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
     if len(clients) < 2:  # (the sum of one upload is that upload)
         raise SecureRoundFailed(f"Secure aggregation needs at least 2 uploads in a sum, got "
                                 f"{len(clients)}; raise clients_per_round.")
+    wall = time.perf_counter()
     members = sorted(set(clients) | set(dropped))
     n = len(members)
     encoding.check_clients(max(n, 1))
@@ -291,6 +360,12 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
     threshold = options.threshold(n)
     up = {p: {} for p in PHASES}
     down = {p: {} for p in PHASES}
+    # what each party computed (_costs): the clients' seconds as their transport reports them,
+    # the server's phase functions timed here (CPU seconds of this thread)
+    client_s = {p: {} for p in PHASES}
+    server_s = dict.fromkeys(PHASES, 0.0)
+    work = {"agreements": 0, "keystream_words": 0}
+    clock = time.thread_time
 
     def run(phase, who, messages, name, phase_stream=None):
         result = transport.run(phase, who, PerClient(messages), stream=phase_stream,
@@ -299,14 +374,21 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
             check(result, phase)
         replies = {c: m for c, m in result.messages.items() if m is not None}
         up[name].update({c: m.nbytes for c, m in replies.items()})
+        seconds = getattr(result, "seconds", None)
+        if seconds is not None:
+            client_s[name].update({c: seconds[c] for c in replies if c in seconds})
         return replies
 
     try:
         adverts = run("secure_advertise_keys", members,
                       dict.fromkeys(members, {"threshold": threshold}), "advertise_keys", stream)
+        tic = clock()
         keys = server_collect_keys(adverts, threshold, degree, server_rng)
         down["share_keys"] = {c: sum(a.nbytes for a in keys[c].values()) for c in keys}
+        server_s["advertise_keys"] += clock() - tic
         shares = run("secure_share_keys", list(keys), {c: keys[c] for c in keys}, "share_keys")
+        work["agreements"] += sum(len(keys[c]) - 1 for c in shares)  # (channel keys)
+        tic = clock()
         routed = server_route_shares(shares, threshold)
         gone = set(dropped)
         inputs = [c for c in routed if c not in gone]
@@ -317,14 +399,40 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
             if weights is not None:
                 messages[c]["weight"] = weights[c]
                 down["masked_input"][c] += 8
-        replies = run("secure_masked_input", inputs, messages, "masked_input")
-        masked = {c: r.masked for c, r in replies.items()}
+        server_s["share_keys"] += clock() - tic
+        # the masked inputs come in batches, summed as they arrive: the server never holds
+        # every client's dense vector at once (the start's exchange is over every client);
+        # only the round's are kept, for the callback (all the server saw of the uploads)
+        keep = exchange != "init"
+        masked, summed, layouts, words = {}, None, set(), 0
+        for start in range(0, len(inputs), MASKED_BATCH):
+            batch = inputs[start:start + MASKED_BATCH]
+            replies = run("secure_masked_input", batch, {c: messages[c] for c in batch},
+                          "masked_input")
+            tic = clock()
+            for c, reply in replies.items():
+                vector = reply.masked.vector
+                layouts.add(reply.layout)
+                if summed is None:
+                    summed, words = vector.copy(), vector.size
+                elif vector.size == words:
+                    summed += vector
+                else:  # (refused below, with the layouts)
+                    layouts.add(None)
+                masked[c] = reply.masked if keep else None
+            del replies
+            server_s["masked_input"] += clock() - tic
+        tic = clock()
         survivors = server_collect_masked(masked, routed, threshold)
+        server_s["masked_input"] += clock() - tic
     except FederationError as exc:
         if isinstance(exc, SecureRoundFailed) or type(exc) is not FederationError:
             raise
         raise SecureRoundFailed(str(exc)) from exc
-    layouts = {r.layout for r in replies.values()}
+    for c in masked:  # a mask seed with each peer that shared, the self mask and theirs
+        peers = len(routed[c].ciphertexts)
+        work["agreements"] += peers
+        work["keystream_words"] += (1 + peers) * words
     if len(layouts) > 1:
         raise FederationError("The clients' uploads for the secure sum differ in names or "
                               "shapes.")
@@ -333,9 +441,10 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
                     dict.fromkeys(survivors.clients, survivors), "unmasking")
     # (the clients of a cumulative exchange have committed their change: a failure below
     # this line leaves the running sum behind them, which no policy can repair)
+    tic = clock()
     try:
         total = server_unmask(keys, routed, masked, unmasking, threshold, encoding,
-                              decode=False)
+                              decode=False, summed=summed)
     except FederationError as exc:
         if running is not None:
             raise FederationError(f"{exc} The running sum of a cumulative exchange cannot "
@@ -350,7 +459,18 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
             running["total"] &= np.uint64((1 << encoding.ring_bits) - 1)
         total = running["total"]
     sums = _unflatten(encoding.decode(total), layout)
-    return ExchangeResult(sums, survivors.clients, masked, up, down)
+    server_s["unmasking"] += clock() - tic
+    alive = set(survivors.clients)
+    work["keystream_words"] += len(alive) * words  # the survivors' self masks
+    for v in set(routed) - alive:  # a dropped client's pairwise masks with its survivors
+        peers = sum(1 for u in keys[v] if u in alive)
+        work["agreements"] += peers
+        work["keystream_words"] += peers * words
+    costs = exchange_costs(exchange, members, survivors.clients, words, up, down, client_s,
+                           server_s, work, time.perf_counter() - wall)
+    if not keep:
+        masked = {}
+    return ExchangeResult(sums, survivors.clients, masked, up, down, costs)
 
 
 # ---- what the engine calls ---------------------------------------------------------------------
