@@ -138,7 +138,9 @@ def _fit(args):
         _note(message)
     kind = 'loss="implicit"' if implicit else 'loss="squared"'
     fitted = model.estimator_
-    print(f"fitted {method.label} ({kind}, rank {_rank(fitted)}, {fitted.n_clients_} clients, "
+    rank = (f", rank {fitted.components_.shape[0]}" if hasattr(fitted, "components_")
+            else "")  # (a blend has its members' ranks)
+    print(f"fitted {method.label} ({kind}{rank}, {fitted.n_clients_} clients, "
           f"{fitted.n_iter_} rounds, random_state={fitted.random_state}) in {seconds:.1f} s "
           "(compilation excluded: an untimed one-round fit first)")
     _print_held_out(model, X, y, args.seed, args.min_support)
@@ -147,10 +149,6 @@ def _fit(args):
         joblib.dump(model, save)
         print(f"wrote {save} (serve it with --model {save})")
     return model
-
-
-def _rank(estimator):
-    return getattr(estimator, "components_", np.empty((0, 0))).shape[0]
 
 
 def _format_list(shown, counts, min_support, known):
