@@ -319,7 +319,7 @@ def test_fedmf_recommend_takes_the_blend(tmp_path, capsys):
             str(tmp_path / "m.joblib")]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "fitted FedBlend (ratings)" in out
+    assert 'fitted FedBlend (loss="squared", 5 clients' in out
     import joblib
 
     model = joblib.load(tmp_path / "m.joblib")
