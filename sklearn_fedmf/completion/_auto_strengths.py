@@ -46,10 +46,11 @@ Three aggregates, each sent once by every client before round 1, set up the fit:
 
 What a client sends for them (privacy guide): its sum of squares (one number); the sum over
 its users of ``(sum of the row)^2 / n_u`` (one number); under FedMAvg's ``"degrees"`` rule
-(:func:`degree_strengths`), the sum over its users of ``n_u^2`` (one number); its count and sum of ratings per rated
-item (the items it rated, as FedMGS's aggregates and the weighted regularization's counts
-already show). A fixed strength sends none of them. These exchanges are counted in the first
-round's ``bytes_uploaded`` and ``bytes_downloaded`` (:func:`start_bytes`).
+(:func:`degree_strengths`), the sum over its users of ``n_u^2`` (one number); its count and
+sum of ratings per rated item (the items it rated, as FedMGS's aggregates and the weighted
+regularization's counts already show). A fixed strength sends none of them. These exchanges
+are counted in the first round's ``bytes_uploaded`` and ``bytes_downloaded``
+(:func:`start_bytes`).
 """
 
 from __future__ import annotations
