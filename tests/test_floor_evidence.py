@@ -99,7 +99,7 @@ def test_a_gain_within_the_validation_noise_drops_the_factor_part():
     assert not model.factors_used_
     assert not model.components_.any()
     messages = [str(w.message) for w in caught if issubclass(w.category, DegenerateFitWarning)]
-    assert len(messages) == 1 and "standard errors" in messages[0]
+    assert len(messages) == 1 and "standard error" in messages[0]
 
 
 def test_secure_aggregation_sums_the_same_evidence(low_rank):

@@ -23,7 +23,12 @@ Three aggregates, each sent once by every client before round 1, set up the fit:
    0.992 against ``BaselineOnly``'s 0.983) when right at 165 (MovieLens latest-small), and
    too strong there when right at 16 (0.887 against 0.882); a constant per row has the same
    problem the other way (``docs/guide/tuning.rst``). FedMC-ADMM's ``R(V)`` is not divided
-   by ``p``, so its ``alpha_v`` is this value over ``p``.
+   by ``p``, so its ``alpha_v`` is this value over ``p``. FedMAvg (``"wang_chang"``) uses
+   the ``"degrees"`` rule instead (:func:`degree_strengths`): on MovieLens 100K this rule's
+   ``alpha_v`` was 88, which held its factor part under a threshold of 39 and shrank the
+   item biases (which shared it) far past their own shrinkage, so its fits ended at the
+   biases-only model (issue 37); FedMAvg's biases now keep their empirical-Bayes
+   shrinkages as ridges (:func:`variant_bias_settings`).
 3. **A start at the biases.** The biases share the factors' strengths and, from zero, take
    hundreds of rounds to settle (measured: FedMAvg's biases alone were 0.03 RMSE short of
    Surprise's ``BaselineOnly`` after 100 rounds and 0.02 after 300). Each client sends its
@@ -41,10 +46,11 @@ Three aggregates, each sent once by every client before round 1, set up the fit:
 
 What a client sends for them (privacy guide): its sum of squares (one number); the sum over
 its users of ``(sum of the row)^2 / n_u`` (one number); under FedMAvg's ``"degrees"`` rule
-(:func:`degree_strengths`), the sum over its users of ``n_u^2`` (one number); its count and sum of ratings per rated
-item (the items it rated, as FedMGS's aggregates and the weighted regularization's counts
-already show). A fixed strength sends none of them. These exchanges are counted in the first
-round's ``bytes_uploaded`` and ``bytes_downloaded`` (:func:`start_bytes`).
+(:func:`degree_strengths`), the sum over its users of ``n_u^2`` (one number); its count and
+sum of ratings per rated item (the items it rated, as FedMGS's aggregates and the weighted
+regularization's counts already show). A fixed strength sends none of them. These exchanges
+are counted in the first round's ``bytes_uploaded`` and ``bytes_downloaded``
+(:func:`start_bytes`).
 """
 
 from __future__ import annotations
@@ -189,8 +195,9 @@ def auto_setup(X, item_strength=AUTO_ITEM, scale=True, rule="rows"):
 
 
 def variant_bias_settings(auto, X, item_bias):
-    """``((lambda_u, lambda_i), item_bias)`` of FedMAvg's ``variant="fedmc_admm"`` under
-    ``"auto"`` (``(None, item_bias)`` otherwise): its biases' ridges are their
+    """``((lambda_u, lambda_i), item_bias)`` of FedMAvg under ``"auto"`` (biased, plain;
+    ``variant="wang_chang"`` and ``"fedmc_admm"``; ``(None, item_bias)`` otherwise, and on a
+    deployment that reported only counts): its biases' ridges are their
     empirical-Bayes shrinkages, and ``b_i`` starts at the biases-only model of those
     shrinkages (``BIAS_START_PASSES`` more alternating exact steps from the start above,
     on the scaled training ratings ``X``; None on a warm start, which keeps its model).

@@ -428,47 +428,30 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
             return
         best = state.best_score * self._score_scale(ctx)  # (in rating units)
         secure = self._settings()["secure_aggregation"]
-        floor, floor_rmse, (up, down), (gain, noise) = biases_floor(
-            ctx, self._floor_class, self._validation_residual(ctx), n_jobs=ctx.info["n_jobs"],
-            secure_aggregation=secure)
-        keep = gain > FLOOR_Z * noise  # (the gain in validation MSE, over its noise)
-        if not keep and ctx.info.get("held_out"):  # biases on every training rating
+        floor, floor_rmse, (up, down), self._floor_evidence = biases_floor(
+            ctx, self, n_jobs=ctx.info["n_jobs"], secure_aggregation=secure)
+        gain, noise = self._floor_evidence  # (the gain in validation MSE, its standard error)
+        if gain <= FLOOR_Z * noise and ctx.info.get("held_out"):  # biases on every rating
             floor, more = floor_on_all_ratings(ctx, self._floor_class, n_jobs=ctx.info["n_jobs"],
                                                secure_aggregation=secure)
             up, down = up + more[0], down + more[1]
         self.history_[-1]["bytes_uploaded"] += up
         self.history_[-1]["bytes_downloaded"] += down
-        self._floor_evidence = (gain, noise)  # (gain in validation MSE, its standard error)
-        if keep:
+        if gain > FLOOR_Z * noise:  # the factor part's gain is larger than its noise
             return
         self.factors_used_ = False
         self._fallback = (
-            f"the factor part did not beat the biases alone on the validation ratings by more "
-            f"than {FLOOR_Z:g} standard errors (RMSE {best:.4g} at its best round "
-            f"{self.best_iteration_}, {floor_rmse:.4g} for the federated biases-only model; "
-            f"gain in mean squared error {gain:.3g}, standard error {noise:.3g}), so the fit "
-            "keeps the "
-            "biases alone (factors_used_ = False, factors set to zero); lower alpha_u and "
-            "alpha_v, or the data has no structure beyond the biases")
+            f"the factor part's validation gain over the biases was within {FLOOR_Z:g} standard "
+            f"error(s) (RMSE {best:.4g} at round {self.best_iteration_}, {floor_rmse:.4g} for "
+            f"the biases; MSE gain {gain:.3g}, standard error {noise:.3g}), so the fit keeps the "
+            "biases alone (factors_used_ = False, factors zero); lower alpha_u and alpha_v, or "
+            "the data has no structure beyond the biases")
         self.components_ = np.zeros_like(self.components_)
         self.user_factors_ = np.zeros_like(self.user_factors_)
         # (on the fit's scale: a class that divided the ratings multiplies its biases back)
         dtype, scale = self.item_bias_.dtype, ctx.info.get("rating_scale", 1.0)
         self.user_bias_ = (floor.user_bias_ / scale).astype(dtype)
         self.item_bias_ = ((floor.item_bias_ + (floor.mean_ - self._offset)) / scale).astype(dtype)
-
-    def _validation_residual(self, ctx):
-        """The kept model's residuals at the validation ratings (``ctx.info["eval_X"]``'s
-        order) in rating units, from the fitted attributes in the fit's units (before a
-        class scales them back): what each client computes on its own ratings."""
-        X_valid = ctx.info["eval_X"]
-        rows = np.repeat(np.arange(X_valid.shape[0]), np.diff(X_valid.indptr))
-        cols = X_valid.indices
-        prediction = np.einsum("ij,ji->i", self.user_factors_[rows],
-                               self.components_[:, cols], dtype=np.float64)
-        if self._biased:
-            prediction += self.user_bias_[rows] + self.item_bias_[cols]
-        return (X_valid.data - prediction) * ctx.info.get("rating_scale", 1.0)
 
     def _score_scale(self, ctx):
         """What the fit's validation scores are multiplied by in rating units (1: the

@@ -35,8 +35,8 @@ from .._engine import EarlyStopping
 from .._fit import validation_split
 from ..exceptions import FedMFWarning
 
-__all__ = ["EARLY_STOPPING_MIN_RATINGS", "FLOOR_Z", "biases_floor", "floor_evidence",
-           "floor_on_all_ratings", "split_validation"]
+__all__ = ["EARLY_STOPPING_MIN_RATINGS", "FLOOR_Z", "biases_floor", "client_paired_sums",
+           "floor_evidence", "floor_on_all_ratings", "split_validation", "validation_residual"]
 
 # "auto" early stopping needs this many ratings (HistGradientBoosting's 10,000 samples)
 EARLY_STOPPING_MIN_RATINGS = 10_000
@@ -77,23 +77,24 @@ def split_validation(ctx, settings, *, implicit, validation_keys):
     return X, eval_X, report_X, rule
 
 
-def biases_floor(ctx, floor_class, factor_residual, *, n_jobs, secure_aggregation=False):
+def biases_floor(ctx, model, *, n_jobs, secure_aggregation=False):
     """The federated biases-only model on the fit's clients' training ratings, its
     validation RMSE in rating units, the bytes ``(up, down)`` it cost, and the evidence
-    ``(gain, noise)`` of :func:`floor_evidence` for the factor model whose validation
-    residuals (in rating units, in ``ctx.info["eval_X"]``'s order) are ``factor_residual``.
+    ``(gain, noise)`` of :func:`floor_evidence` for the kept model ``model`` (its
+    :func:`validation_residual`).
 
     ``ctx.X`` and ``ctx.info["eval_X"]`` are the fit's (centred by ``offset``, divided by
     ``rating_scale`` where a class scales them). Each client sends six more numbers: the
     squared-error sum of the floor on its validation ratings and the five sums of the
-    paired comparison (module docstring). ``floor_class`` is
-    :class:`~sklearn_fedmf.FedBaseline` (passed in: it is itself a completion estimator).
+    paired comparison (module docstring). The floor is ``model._floor_class``,
+    :class:`~sklearn_fedmf.FedBaseline` (the class's: it is itself a completion estimator).
     With ``secure_aggregation`` (the fit's) the floor is fitted with it too, and the
     clients' sums (each over the validation count, which the server has from the reports'
     secure sums) reach the server as one secure sum.
     """
     offset, scale = ctx.info["offset"], ctx.info.get("rating_scale", 1.0)
-    floor, (up, down) = _fit_floor(ctx, ctx.X, floor_class, n_jobs, secure_aggregation)
+    factor_residual = validation_residual(model, ctx)
+    floor, (up, down) = _fit_floor(ctx, ctx.X, model._floor_class, n_jobs, secure_aggregation)
     X_valid = ctx.info["eval_X"]
     rows = np.repeat(np.arange(X_valid.shape[0]), np.diff(X_valid.indptr))
     residual = (X_valid.data * scale + offset
@@ -118,6 +119,20 @@ def biases_floor(ctx, floor_class, factor_residual, *, n_jobs, secure_aggregatio
         up += 8 * sums.shape[1] * n
     floor_rmse = float(np.sqrt(max(total[0], 0.0) / count))
     return floor, floor_rmse, (up, down), floor_evidence(total[1:], count)
+
+
+def validation_residual(model, ctx):
+    """The kept model's residuals at the validation ratings (``ctx.info["eval_X"]``'s
+    order) in rating units, from ``model``'s fitted attributes in the fit's units (before a
+    class scales them back): what each client computes on its own ratings."""
+    X_valid = ctx.info["eval_X"]
+    rows = np.repeat(np.arange(X_valid.shape[0]), np.diff(X_valid.indptr))
+    cols = X_valid.indices
+    prediction = np.einsum("ij,ji->i", model.user_factors_[rows], model.components_[:, cols],
+                           dtype=np.float64)
+    if model._biased:
+        prediction += model.user_bias_[rows] + model.item_bias_[cols]
+    return (X_valid.data - prediction) * ctx.info.get("rating_scale", 1.0)
 
 
 def client_paired_sums(factor_residual, floor_residual, rows, codes, n_clients):
