@@ -41,7 +41,12 @@ minimizer in ``V``, so ``local_iter_v`` more steps change nothing (the ratings' 
 With every client sampled a round is one sweep of Hu, Koren & Volinsky's ALS, whatever the
 partition: the federated model is the centralized one.
 
-Client work: O(interactions x r^2 + users x r^3); server work O(n_items x r^3).
+Client work: O(interactions x r^2 + users x r^3); server work O(n_items x r^3). With
+``cg_steps`` (``solver_params={"implicit_solver": "cg"}``) the users' and the items' exact
+solves become that many conjugate-gradient steps from their current factors (Takacs,
+Pilaszy & Tikk 2011): O(interactions x r x cg_steps) for the users, O(n_items x r^2 x
+cg_steps) for the server; the messages do not change, and the clients' aggregates,
+O(interactions x r^2), remain the bulk of a round.
 
 Many small clients (one per user) run in groups (:mod:`sklearn_fedmf._groups`): the batched
 phases below solve a group's active users in one compiled call and build every sender's

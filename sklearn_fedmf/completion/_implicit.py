@@ -254,7 +254,7 @@ def _user_cg_kernel(indptr, indices, data, rows, Vt, VtV, confidence, alpha, n_s
     # ``n_steps`` conjugate-gradient steps on each row's system from its current factor
     # (Takacs, Pilaszy & Tikk 2011), the matrix never formed: ``A p = (V^T V) p + alpha p +
     # sum_{i in I(u)} (c - 1) (v_i . p) v_i``, O(r^2 + |I(u)| r) a step instead of the
-    # Cholesky's O(|I(u)| r^2 + r^3). Every loop runs along contiguous rows without
+    # Cholesky's O(|I(u)| r^2 + r^3). The long loops run along contiguous rows without
     # reductions (the rated rows gathered both ways, V_u and V_u^T): they vectorize without
     # fastmath, whose reordered sums would follow the arrays' types and differ between a
     # worker's copies and the parent's (and the model with n_jobs).
