@@ -264,13 +264,16 @@ def _joined(arrays, chained):
 _FIELDS = {"rows": ("G", "grams"), "outer": ("x", "a")}
 
 
-def _segment(lo, pieces, chained=False):
+def _segment(lo, pieces, chained=False, items_chained=None):
+    """The pieces as one segment: views of their buffer where ``chained`` (``items_chained``
+    for the items, ``chained`` when None), else concatenations."""
     kind = pieces[0][0]
     _, rows, x, y = zip(*pieces)
     ptr = np.zeros(len(pieces) + 1, dtype=np.int64)
     np.cumsum([len(r) for r in rows], out=ptr[1:])
     first, second = _FIELDS[kind]
-    return {"kind": kind, "lo": lo, "ptr": ptr, "items": _joined(rows, chained),
+    items_chained = chained if items_chained is None else items_chained
+    return {"kind": kind, "lo": lo, "ptr": ptr, "items": _joined(rows, items_chained),
             first: _joined(x, chained), second: _joined(y, chained)}
 
 
@@ -341,13 +344,22 @@ def update_cache(segments, total, uploads):
         pieces = [_piece(uploads[c]) for c in (local + seg["lo"]).tolist()]
         mismatch = np.array([p[0] != seg["kind"] for p in pieces])
         if not mismatch.any():
-            # a group's uploads are consecutive views: one call on them as they are; other
-            # uploads one call each (concatenating them would copy every client's rows);
-            # either way the same updates in client order
-            spans = [tuple(_span(x) for x in piece[1:]) for piece in pieces]
-            if len(pieces) > 1 and all(_follows(x, y) for a, b in zip(spans, spans[1:])
-                                       for x, y in zip(a, b)):
-                calls = [(slice(None), _segment(0, pieces, chained=True))]
+            # compact uploads (one-user clients: a few numbers per rating) joined, one call
+            # (a copy of the round's ratings' x; one call per client, with the views' checks
+            # below, cost 3x the round); rows-form uploads of a group are consecutive views
+            # of its call's arrays: one call on them as they are, their items (views of the
+            # clients' fixed layout, with gaps) joined; other uploads one call each
+            # (concatenating them would copy every client's rows); the same updates in
+            # client order either way
+            if seg["kind"] == "outer":
+                chained = [False] * 3
+            else:
+                spans = [tuple(_span(x) for x in piece[1:]) for piece in pieces]
+                chained = [all(_follows(a[f], b[f]) for a, b in zip(spans, spans[1:]))
+                           for f in range(3)]
+            if seg["kind"] == "outer" or (len(pieces) > 1 and chained[1] and chained[2]):
+                calls = [(slice(None), _segment(0, pieces, chained=chained[1],
+                                                items_chained=chained[0]))]
             else:
                 calls = [(slice(q, q + 1), _one_segment(p)) for q, p in enumerate(pieces)]
             for part, new in calls:
