@@ -308,3 +308,58 @@ def test_zero_biases_are_a_degenerate_fit():
         warnings.simplefilter("error", DegenerateFitWarning)
         healthy = FedBaseline(n_clients=3, max_iter=2, random_state=0).fit(bias_ratings()[0])
     assert healthy.degenerate_ is None
+
+
+@pytest.mark.parametrize("rows_per_client", [1, 3])
+def test_batched_phases_equal_the_per_client_functions(rows_per_client):
+    """A group's phases give each client's per-client state and message, bit for bit (the
+    same sums in the same order), and leave inactive clients and their input unchanged."""
+    from sklearn_fedmf._groups import make_groups
+
+    X, _ = bias_ratings(n_users=60, n_items=25)
+    X.data -= X.data.mean()
+    codes = np.arange(X.shape[0]) // rows_per_client
+    n = codes[-1] + 1
+    rng = np.random.default_rng(0)
+    item_bias = rng.normal(size=X.shape[1])
+    for group in make_groups(X, codes, n, n_groups=3):
+        state, uploads = protocol.batched_init_client(group, None, None)
+        assert set(uploads) == set(range(group.start, group.stop))
+        for i in range(group.n_clients):
+            ref, ref_up = protocol.init_client(group.block(i), None, None)
+            got = protocol.client_state(state, group, i)
+            for key in ("U", "items", "inverse"):
+                np.testing.assert_array_equal(got[key], ref[key])
+                assert got[key].dtype == ref[key].dtype
+            for key in ("items", "counts", "sums"):
+                assert uploads[group.start + i][key].tobytes() == ref_up[key].tobytes()
+        active = rng.random(group.n_clients) < 0.7
+        selected = active & (rng.random(group.n_clients) < 0.7)
+        new, uploads = protocol.batched_client_update(state, group, item_bias, None, active,
+                                                      selected, alpha_u=2.0)
+        assert set(uploads) == {group.start + i for i in np.flatnonzero(selected)}
+        for i in range(group.n_clients):
+            before = protocol.client_state(state, group, i)
+            got = protocol.client_state(new, group, i)["U"]
+            if not active[i]:
+                np.testing.assert_array_equal(got, before["U"])
+                continue
+            ref, ref_up = protocol.client_update(before, group.block(i), item_bias, None,
+                                                 selected[i], alpha_u=2.0)
+            assert got.tobytes() == ref["U"].tobytes()
+            if selected[i]:
+                assert uploads[group.start + i]["sums"].tobytes() == ref_up["sums"].tobytes()
+        assert not np.shares_memory(new["U"], state["U"])  # the input state is untouched
+
+
+def test_grouped_fit_is_the_per_client_fit(monkeypatch):
+    """Many clients run in groups: the same biases, bit for bit, as one client at a time."""
+    X, _ = bias_ratings()
+    fits = []
+    for group_min in (10**9, 1):
+        monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", group_min)
+        fits.append(FedBaseline(n_clients=10, clients_per_round=0.5, max_iter=5,
+                                random_state=0).fit(X, clients=np.arange(X.shape[0])))
+    for key in ("user_bias_", "item_bias_"):
+        assert getattr(fits[0], key).tobytes() == getattr(fits[1], key).tobytes()
+    assert fits[0].history_[-1]["bytes_uploaded"] == fits[1].history_[-1]["bytes_uploaded"]

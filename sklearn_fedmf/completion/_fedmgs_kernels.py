@@ -340,19 +340,21 @@ def replace_outer(total, items, ptr, x, A, local, new_items, new_ptr, new_x, new
     per client; row ``j`` of ``total`` is ``[G2_j, vec(G1_j)]``): the same sums, product for
     product."""
     r = A.shape[1]
+    change = np.empty(r * r)  # the client's change of a a^T: the same on each of its items
     for q in range(len(local)):
         i = local[q]
         a, k, c = _matched_segment(items, ptr, i, new_items, new_ptr, q, mismatch)
         if k < 0:
             continue
+        for b in range(r):
+            for col in range(r):
+                change[b * r + col] = new_A[q, b] * new_A[q, col] - A[i, b] * A[i, col]
         for s in range(k):
             j = items[a + s]
             for col in range(r):
                 total[j, col] += new_x[c + s] * new_A[q, col] - x[a + s] * A[i, col]
-            for b in range(r):
-                for col in range(r):
-                    total[j, r + b * r + col] += (new_A[q, b] * new_A[q, col]
-                                                  - A[i, b] * A[i, col])
+            for col in range(r * r):
+                total[j, r + col] += change[col]
             x[a + s] = new_x[c + s]
         for col in range(r):
             A[i, col] = new_A[q, col]
@@ -362,14 +364,17 @@ def replace_outer(total, items, ptr, x, A, local, new_items, new_ptr, new_x, new
 def add_outer(total, items, ptr, x, A, sign):
     """:func:`add_rows` for cached aggregates held compactly."""
     r = A.shape[1]
+    outer = np.empty(r * r)  # a a^T: the same on each of the client's items
     for i in range(len(ptr) - 1):
+        for b in range(r):
+            for col in range(r):
+                outer[b * r + col] = sign * (A[i, b] * A[i, col])
         for s in range(ptr[i], ptr[i + 1]):
             j = items[s]
             for col in range(r):
                 total[j, col] += sign * (x[s] * A[i, col])
-            for b in range(r):
-                for col in range(r):
-                    total[j, r + b * r + col] += sign * (A[i, b] * A[i, col])
+            for col in range(r * r):
+                total[j, r + col] += outer[col]
 
 
 @_jit

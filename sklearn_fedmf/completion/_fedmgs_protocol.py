@@ -78,7 +78,7 @@ import numpy as np
 from .. import _biases
 from .. import _fedmgs_protocol as rounds
 from .._engine import FederatedProtocol, SummableUploads
-from .._groups import ImplicitRows
+from .._groups import ImplicitRows, offsets
 from .._prox import item_counts, prox_elastic_net, row_alpha
 from ..exceptions import FederationError
 from ._auto_strengths import start_item_biases, start_user_biases
@@ -264,13 +264,16 @@ def _joined(arrays, chained):
 _FIELDS = {"rows": ("G", "grams"), "outer": ("x", "a")}
 
 
-def _segment(lo, pieces, chained=False):
+def _segment(lo, pieces, chained=False, items_chained=None):
+    """The pieces as one segment: views of their buffer where ``chained`` (``items_chained``
+    for the items, ``chained`` when None), else concatenations."""
     kind = pieces[0][0]
     _, rows, x, y = zip(*pieces)
     ptr = np.zeros(len(pieces) + 1, dtype=np.int64)
     np.cumsum([len(r) for r in rows], out=ptr[1:])
     first, second = _FIELDS[kind]
-    return {"kind": kind, "lo": lo, "ptr": ptr, "items": _joined(rows, chained),
+    items_chained = chained if items_chained is None else items_chained
+    return {"kind": kind, "lo": lo, "ptr": ptr, "items": _joined(rows, items_chained),
             first: _joined(x, chained), second: _joined(y, chained)}
 
 
@@ -328,6 +331,20 @@ def gram_sum(segments):
                for seg in segments)
 
 
+def _replace_compact(seg, total, local, sent):
+    """:func:`update_cache` of a compact segment's clients ``local`` from their compact
+    uploads ``sent``, joined, in one call (a copy of their few numbers per rating; one call
+    per client, with the views' checks of the rows form, cost 3x the round at one client
+    per user): the same updates in client order. Returns the kernel's ``mismatch``."""
+    mismatch = np.zeros(len(sent), dtype=bool)
+    sizes = np.fromiter((len(u["items"]) for u in sent), dtype=np.int64, count=len(sent))
+    replace_outer(total, seg["items"], seg["ptr"], seg["x"], seg["a"], local,
+                  np.concatenate([u["items"] for u in sent]), offsets(sizes),
+                  np.concatenate([u["x"] for u in sent]),
+                  np.concatenate([u["a"] for u in sent]).reshape(len(sent), -1), mismatch)
+    return mismatch
+
+
 def update_cache(segments, total, uploads):
     """Replace the cached aggregates and Grams of the clients of ``uploads`` (sorted) and
     update ``total`` by their changes, in place, in client order. A client's rated items
@@ -338,16 +355,24 @@ def update_cache(segments, total, uploads):
     where = np.searchsorted([s["lo"] for s in segments], clients, side="right") - 1
     for g in np.unique(where).tolist():
         seg, local = segments[g], clients[where == g] - segments[g]["lo"]
-        pieces = [_piece(uploads[c]) for c in (local + seg["lo"]).tolist()]
-        mismatch = np.array([p[0] != seg["kind"] for p in pieces])
-        if not mismatch.any():
-            # a group's uploads are consecutive views: one call on them as they are; other
-            # uploads one call each (concatenating them would copy every client's rows);
-            # either way the same updates in client order
+        sent = [uploads[c] for c in (local + seg["lo"]).tolist()]
+        if seg["kind"] == "outer" and all("x" in u for u in sent):
+            mismatch = _replace_compact(seg, total, local, sent)
+            sent = []
+        pieces = [_piece(u) for u in sent]
+        if pieces:
+            mismatch = np.array([p[0] != seg["kind"] for p in pieces])
+        if pieces and not mismatch.any():
+            # rows-form uploads of a group are consecutive views of its call's arrays: one
+            # call on them as they are, their items (views of the clients' fixed layout,
+            # with gaps) joined; other uploads one call each (concatenating them would copy
+            # every client's rows); the same updates in client order either way
             spans = [tuple(_span(x) for x in piece[1:]) for piece in pieces]
-            if len(pieces) > 1 and all(_follows(x, y) for a, b in zip(spans, spans[1:])
-                                       for x, y in zip(a, b)):
-                calls = [(slice(None), _segment(0, pieces, chained=True))]
+            chained = [all(_follows(a[f], b[f]) for a, b in zip(spans, spans[1:]))
+                       for f in range(3)]
+            if len(pieces) > 1 and chained[1] and chained[2]:
+                calls = [(slice(None), _segment(0, pieces, chained=True,
+                                                items_chained=chained[0]))]
             else:
                 calls = [(slice(q, q + 1), _one_segment(p)) for q, p in enumerate(pieces)]
             for part, new in calls:
