@@ -9,6 +9,7 @@ Usage::
     python benchmarks/bench_secure.py --estimators --ml-1m --rounds default  # whole fits
     python benchmarks/bench_secure.py --deployment   # what each party pays per round
     python benchmarks/bench_secure.py --deployment --ml-1m --only FedMGS  # the issue's shape
+    python benchmarks/bench_secure.py --deployment --no-early-stopping  # without the floor
 
 Each client uploads a float vector of length ``d`` (standard normal); the default encoding
 (``clip = 2^16``, ``scale_bits = 24``, 64-bit ring). Every phase of the protocol runs in this
@@ -57,8 +58,10 @@ start of the run with the module's own primitives), and ``ratio``, ``secure / (f
 plain)`` (the issue's target: at most 1.3); then the same in CPU seconds of the process
 (``time.process_time``; the primitives by the same clock), which a loaded machine does
 not inflate.
-Exchanges of a nested fit (RFRec's biases floor, a FedBaseline fit) are not in the outer
-fit's ``history_``: they count in ``secure s``, not in ``floor s``.
+Exchanges of a nested fit (the biases floor of a validated fit, a FedBaseline fit over
+every client in every round) are not in the outer fit's ``history_``: they count in
+``secure s``, not in ``floor s``; ``--no-early-stopping`` fits without validation (no
+report exchanges, no floor).
 """
 
 import argparse
@@ -167,14 +170,15 @@ def _fit_timed(cls, params, X):
     return est, wall, time.process_time() - cpu
 
 
-def bench_deployment(X, per_round, max_iter, only=None):
+def bench_deployment(X, per_round, max_iter, only=None, early_stopping=True):
     from sklearn_fedmf.secure._costs import floor_seconds
 
     primitives = {"wall": measure_primitives(time.perf_counter),
                   "cpu": measure_primitives(time.process_time)}
     n = X.shape[0]
     print(f"{n:,} users (one client each) x {X.shape[1]:,} items, {X.nnz:,} ratings, "
-          f"{per_round} clients per round, {max_iter} rounds, defaults otherwise")
+          f"{per_round} clients per round, {max_iter} rounds, "
+          f"{'' if early_stopping else 'early_stopping=False, '}defaults otherwise")
     for kind, (agreement_s, keystream_bps) in primitives.items():
         print(f"measured ({kind}): {agreement_s * 1e6:.1f} us per X25519 agreement (+HKDF), "
               f"AES-256-CTR keystream {keystream_bps / 1e9:.2f} GB/s")
@@ -190,6 +194,8 @@ def bench_deployment(X, per_round, max_iter, only=None):
         params = dict(params, n_clients=n, clients_per_round=per_round, random_state=0)
         if "max_iter" in cls().get_params():
             params["max_iter"] = max_iter
+        if not early_stopping and "early_stopping" in cls().get_params():
+            params["early_stopping"] = False  # (no validation: no biases floor either)
         _, wall_plain, cpu_plain = _fit_timed(cls, dict(params, **plain_extra), X)
         secure, wall_secure, cpu_secure = _fit_timed(cls, dict(params, secure_aggregation=True),
                                                      X)
@@ -258,6 +264,9 @@ def main():
                         help="ratings (--deployment)")
     parser.add_argument("--per-round", type=int, default=None,
                         help="clients per round (--deployment; 200, or 10%% with --ml-1m)")
+    parser.add_argument("--no-early-stopping", action="store_true",
+                        help="early_stopping=False (--deployment): no validation reports and "
+                             "no biases floor, a nested fit over every client every round")
     args = parser.parse_args()
     only = None if args.only is None else set(args.only.split(","))
     unknown = set() if only is None else only - set(ESTIMATORS)
@@ -274,7 +283,7 @@ def main():
         per_round = args.per_round or (max(2, X.shape[0] // 10) if args.ml_1m or args.quick
                                        else 200)
         rounds = 2 if args.quick and args.rounds == "5" else int(args.rounds)
-        bench_deployment(X, per_round, rounds, only)
+        bench_deployment(X, per_round, rounds, only, not args.no_early_stopping)
         return
     if args.estimators:
         if args.ml_1m:
