@@ -15,6 +15,7 @@ from ._data import prepare_data
 from ._messages import CommandError, _note
 from ._registry import METHODS, _methods, make_estimator, settable
 from ._report import format_table, jsonable, output_folder, plot_histories
+from ._warm_up import warm_up
 
 # The yardsticks of a rating run (what a method must beat to be worth its rounds): the
 # global mean and this federated biases-only model.
@@ -130,23 +131,6 @@ def _baseline_estimator(args, verbose):
     if "verbose" in params:
         chosen["verbose"] = verbose
     return cls(**chosen)
-
-
-def warm_up(model, X, y=None, eval_set=None):
-    """One untimed one-round fit of a clone of ``model`` (an estimator, or a meta-estimator
-    such as ``RatingRegressor``) on the same data, so that compiling its kernels (numba, at
-    the first call) is not counted in the timed fit's seconds."""
-    from sklearn.base import clone
-
-    short = clone(model).set_params(**{
-        k: 1 if k.endswith("max_iter") else 0 for k in model.get_params()
-        if k.rsplit("__", 1)[-1] in ("max_iter", "verbose")})
-    fit_params = {}
-    if eval_set is not None and "eval_set" in inspect.signature(short.fit).parameters:
-        fit_params["eval_set"] = eval_set
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # (said by the timed fit)
-        short.fit(X, y, **fit_params)
 
 
 def _rows(methods, settings):

@@ -104,7 +104,7 @@ def _fit(args):
     import joblib
 
     from .._rating_regressor import RatingRegressor
-    from ._commands import warm_up
+    from ._warm_up import warm_up
 
     method = one_method(args.method, "recommend")
     if method.name not in RATING_METHODS:
