@@ -442,10 +442,9 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         self.factors_used_ = False
         self._fallback = (
             f"the factor part's validation gain over the biases was within {FLOOR_Z:g} standard "
-            f"error(s) (RMSE {best:.4g} at round {self.best_iteration_}, {floor_rmse:.4g} for "
-            f"the biases; MSE gain {gain:.3g}, standard error {noise:.3g}), so the fit keeps the "
-            "biases alone (factors_used_ = False, factors zero); lower alpha_u and alpha_v, or "
-            "the data has no structure beyond the biases")
+            f"error(s) (RMSE {best:.4g} at round {self.best_iteration_}, biases {floor_rmse:.4g}; "
+            f"MSE gain {gain:.3g}, standard error {noise:.3g}), so the fit keeps the biases alone "
+            "(factors_used_ = False); lower alpha_u and alpha_v, or the data lacks such structure")
         self.components_ = np.zeros_like(self.components_)
         self.user_factors_ = np.zeros_like(self.user_factors_)
         # (on the fit's scale: a class that divided the ratings multiplies its biases back)
