@@ -27,8 +27,9 @@ Three aggregates, each sent once by every client before round 1, set up the fit:
    the ``"degrees"`` rule instead (:func:`degree_strengths`): on MovieLens 100K this rule's
    ``alpha_v`` was 88, which held its factor part under a threshold of 39 and shrank the
    item biases (which shared it) far past their own shrinkage, so its fits ended at the
-   biases-only model (issue 37); FedMAvg's biases now keep their empirical-Bayes
-   shrinkages as ridges (:func:`variant_bias_settings`).
+   biases-only model (issue 37). FedMAvg's biases now start at the biases-only model of
+   their empirical-Bayes shrinkages (:func:`variant_bias_settings`) and share the factors'
+   (smaller) strengths.
 3. **A start at the biases.** The biases share the factors' strengths and, from zero, take
    hundreds of rounds to settle (measured: FedMAvg's biases alone were 0.03 RMSE short of
    Surprise's ``BaselineOnly`` after 100 rounds and 0.02 after 300). Each client sends its
@@ -196,8 +197,8 @@ def auto_setup(X, item_strength=AUTO_ITEM, scale=True, rule="rows"):
 
 def variant_bias_settings(auto, X, item_bias):
     """``((lambda_u, lambda_i), item_bias)`` of FedMAvg under ``"auto"`` (biased, plain;
-    ``variant="wang_chang"`` and ``"fedmc_admm"``; ``(None, item_bias)`` otherwise, and on a
-    deployment that reported only counts): its biases' ridges are their
+    ``(None, item_bias)`` otherwise, and on a deployment that reported only counts; the
+    ``"wang_chang"`` variant uses only the start): its biases' ridges are their
     empirical-Bayes shrinkages, and ``b_i`` starts at the biases-only model of those
     shrinkages (``BIAS_START_PASSES`` more alternating exact steps from the start above,
     on the scaled training ratings ``X``; None on a warm start, which keeps its model).
