@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..exceptions import ClientFailureWarning, FederationError
-from ._costs import exchange_costs
+from ._costs import exchange_costs, work_clock
 from ._encoding import FixedPointEncoding
 from ._protocol import (
     PHASES,
@@ -365,7 +365,7 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
     client_s = {p: {} for p in PHASES}
     server_s = dict.fromkeys(PHASES, 0.0)
     work = {"agreements": 0, "keystream_words": 0}
-    clock = time.thread_time
+    clock = work_clock
 
     def run(phase, who, messages, name, phase_stream=None):
         result = transport.run(phase, who, PerClient(messages), stream=phase_stream,
