@@ -632,7 +632,7 @@ def run_federation(
             if secure and uploads:
                 outcome, secure_record = secure_round(
                     protocol, transport, state, uploads, dropped - set(result.failures), drawn,
-                    entropy, k, failures, label)
+                    entropy, k, failures, label, keep_masked=callback is not None)
                 uploads = {} if outcome is None else outcome.masked
             if state.n_uploads is None:
                 state.n_uploads = np.zeros(n_clients, dtype=np.int64)

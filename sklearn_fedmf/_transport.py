@@ -119,7 +119,6 @@ calls.
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from typing import Any, NamedTuple
@@ -239,12 +238,13 @@ def hold_reports(protocol, slots, messages):
 
 def run_secure_phase(slots, protocol, phase, clients, broadcast, stream):
     """A secure phase on ``clients`` whose slots this process holds (module docstring)."""
+    from .secure._costs import work_clock
     from .secure._rounds import PerClient, client_secure_phase
 
     if not isinstance(broadcast, PerClient):
         raise TypeError(f"The message of {phase} must be a PerClient.")
     messages, failures, seconds = {}, {}, {}
-    clock = time.thread_time  # (the client's computation, not the machine's load)
+    clock = work_clock  # (the client's computation, not the machine's load)
     for client in clients:
         rng = None if stream is None else client_generator(stream, client)
         tic = clock()

@@ -228,3 +228,44 @@ def test_masked_inputs_in_batches_give_the_same_fit(monkeypatch, recorded):
     assert_same_fit(reference, batched)
     assert [r["bytes_secure"] for r in batched.history_] == [
         r["bytes_secure"] for r in reference.history_]
+
+
+def test_the_work_clock_leaves_out_garbage_collections():
+    """A collection scans the whole simulation's heap: it is not the work of the client
+    whose step happened to trigger it."""
+    import gc
+    import time
+
+    from sklearn_fedmf.secure._costs import work_clock
+
+    heap = [[i] for i in range(300_000)]
+    for a, b in zip(heap[::2], heap[1::2]):  # cycles for the collector to walk
+        a.append(b)
+        b.append(a)
+    work, cpu = work_clock(), time.thread_time()
+    gc.collect()
+    work, cpu = work_clock() - work, time.thread_time() - cpu
+    assert cpu > 0 and work < 0.2 * cpu
+    del heap
+
+
+def test_a_rounds_masked_inputs_are_held_for_a_callback_only(monkeypatch):
+    """Their dense vectors are summed as they arrive; the engine keeps them only for a
+    callback (its ``uploads``), and the model does not depend on it."""
+    held = []
+    secure_round = _rounds.secure_round
+
+    def recording(*args, **kwargs):
+        outcome, record = secure_round(*args, **kwargs)
+        held.append(list(outcome.masked.values()))
+        return outcome, record
+
+    monkeypatch.setattr(_rounds, "secure_round", recording)
+    quiet = fit(FedMGS)
+    assert held and all(v is None for masked in held for v in masked)
+    held.clear()
+    seen = []
+    watched = fit(FedMGS, callback=lambda k, info: seen.append(info["uploads"]))
+    assert all(v is not None for masked in held for v in masked)
+    assert len(seen) == 3 and all(len(u) == 10 for u in seen)  # (10 clients a round)
+    assert_same_fit(quiet, watched)

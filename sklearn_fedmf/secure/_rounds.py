@@ -30,8 +30,9 @@ values give the same ring elements (a digest of the encoding checks it), so the 
 those of the clients that keep their encodings, at a fraction of the memory.
 
 Memory on the server's side: the masked inputs arrive in batches of :data:`MASKED_BATCH`
-clients (one transport call each) and are added to the ring sum as they come; only a
-round's own are kept (the callback's ``uploads``), never the start's over every client.
+clients (one transport call each) and are added to the ring sum as they come; a round's
+own are kept only for a fit's callback (its ``uploads``), never the start's over every
+client.
 
 Each exchange also times what each party computes and counts what it sends
 (:mod:`sklearn_fedmf.secure._costs`): ``history_``'s ``secure`` records.
@@ -48,7 +49,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..exceptions import ClientFailureWarning, FederationError
-from ._costs import exchange_costs
+from ._costs import exchange_costs, work_clock
 from ._encoding import FixedPointEncoding
 from ._protocol import (
     PHASES,
@@ -308,7 +309,7 @@ class ExchangeResult:
 
 def run_secure_exchange(transport, clients, dropped, *, options, stream, server_rng, exchange,
                         weights=None, running=None, check=None, round_number=None,
-                        encoding=None):
+                        encoding=None, keep_masked=None):
     """Run the four secure phases over ``transport`` for one exchange of uploads.
 
     Parameters
@@ -336,6 +337,10 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
     round_number : int or None
     encoding : FixedPointEncoding or None
         None: ``options.encoding_for(transport.n_clients)``.
+    keep_masked : bool or None
+        Whether ``ExchangeResult.masked`` holds the masked inputs (else None for each
+        survivor; they are summed as they arrive either way). None: all but an ``"init"``
+        exchange's (over every client).
 
     Returns
     -------
@@ -365,7 +370,7 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
     client_s = {p: {} for p in PHASES}
     server_s = dict.fromkeys(PHASES, 0.0)
     work = {"agreements": 0, "keystream_words": 0}
-    clock = time.thread_time
+    clock = work_clock
 
     def run(phase, who, messages, name, phase_stream=None):
         result = transport.run(phase, who, PerClient(messages), stream=phase_stream,
@@ -402,8 +407,8 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
         server_s["share_keys"] += clock() - tic
         # the masked inputs come in batches, summed as they arrive: the server never holds
         # every client's dense vector at once (the start's exchange is over every client);
-        # only the round's are kept, for the callback (all the server saw of the uploads)
-        keep = exchange != "init"
+        # a round's are kept for a callback only (all the server saw of the uploads)
+        keep = exchange != "init" if keep_masked is None else keep_masked
         masked, summed, layouts, words = {}, None, set(), 0
         for start in range(0, len(inputs), MASKED_BATCH):
             batch = inputs[start:start + MASKED_BATCH]
@@ -468,8 +473,6 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
         work["keystream_words"] += peers * words
     costs = exchange_costs(exchange, members, survivors.clients, words, up, down, client_s,
                            server_s, work, time.perf_counter() - wall)
-    if not keep:
-        masked = {}
     return ExchangeResult(sums, survivors.clients, masked, up, down, costs)
 
 
@@ -483,7 +486,8 @@ def total_bytes(per_phase):
 
 
 def secure_exchange(protocol, transport, clients, dropped, entropy, key, failures,
-                    round_number, exchange, weights=None, running=None, encoding=None):
+                    round_number, exchange, weights=None, running=None, encoding=None,
+                    keep_masked=None):
     """One secure sum of a fit over the transport (:func:`run_secure_exchange`): the clients'
     keys from their ``SeedSequence(entropy, (6, *key, client))``, the server's graph from
     ``(7, *key)`` (``key``: ``(0,)`` at the start, ``(k + 1,)`` for round ``k``'s uploads,
@@ -498,7 +502,7 @@ def secure_exchange(protocol, transport, clients, dropped, entropy, key, failure
         server_rng=np.random.default_rng(np.random.SeedSequence(
             entropy, spawn_key=(_SECURE_SERVER, *key))),
         exchange=exchange, weights=weights, running=running, check=check,
-        round_number=round_number, encoding=encoding)
+        round_number=round_number, encoding=encoding, keep_masked=keep_masked)
 
 
 def secure_bytes(exchanges):
@@ -518,10 +522,12 @@ def secure_bytes(exchanges):
 
 
 def secure_round(protocol, transport, state, uploads, dropped, drawn, entropy, k, failures,
-                 label):
+                 label, keep_masked=True):
     """The secure sum of round ``k``'s held ``uploads`` (the engine's module docstring):
     ``(outcome, record entries)``, or ``(None, {"secure_failed": True})`` for a round skipped
-    below the threshold (``on_client_error="skip"``; else a ``FederationError``)."""
+    below the threshold (``on_client_error="skip"``; else a ``FederationError``).
+    ``keep_masked``: whether ``outcome.masked`` keeps the masked inputs (for a callback;
+    else None each: a round's dense vectors are not held)."""
     summable = protocol.summable
     clients = list(uploads)
     weights = None
@@ -532,7 +538,8 @@ def secure_round(protocol, transport, state, uploads, dropped, drawn, entropy, k
         outcome = secure_exchange(
             protocol, transport, clients, sorted(dropped), entropy, (k + 1,), failures, k + 1,
             "update", weights=weights,
-            running=state.secure_running if summable.cumulative else None)
+            running=state.secure_running if summable.cumulative else None,
+            keep_masked=keep_masked)
     except SecureRoundFailed as exc:
         if not failures.skip:
             raise FederationError(f"[{label}] round {k + 1}: {exc}") from exc
