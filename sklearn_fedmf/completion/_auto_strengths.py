@@ -22,7 +22,7 @@ Three aggregates, each sent once by every client before round 1, set up the fit:
    measured: per rating (linear) it was too weak at 12-16 ratings per user (Epinions-like:
    0.992 against ``BaselineOnly``'s 0.983) when right at 165 (MovieLens latest-small), and
    too strong there when right at 16 (0.887 against 0.882); a constant per row has the same
-   problem the other way (``docs/guide/tuning.rst``). FedMC-ADMM's ``R(V)`` is not divided
+   problem the other way (``docs/guide/defaults.rst``). FedMC-ADMM's ``R(V)`` is not divided
    by ``p``, so its ``alpha_v`` is this value over ``p``. FedMAvg (``"wang_chang"``) uses
    the ``"degrees"`` rule instead (:func:`degree_strengths`): on MovieLens 100K this rule's
    ``alpha_v`` was 88, which held its factor part under a threshold of 39 and shrank the
@@ -75,7 +75,7 @@ __all__ = ["AUTO_DEGREE", "AUTO_ITEM", "AUTO_USER", "AutoStrengthsMixin", "auto_
 
 # on ratings of unit mean square: alpha_u = AUTO_USER sqrt(ratings per user), alpha_v =
 # AUTO_ITEM (ratings per item); chosen on filmtrust, douban, epinions and MovieLens
-# latest-small (bench_accuracy.py --all-defaults; docs/guide/tuning.rst)
+# latest-small (bench_accuracy.py --all-defaults; docs/guide/defaults.rst)
 AUTO_USER = 2.0
 AUTO_ITEM = 2.0
 # the "degrees" rule (FedMAvg): sqrt(alpha_u alpha_v) = AUTO_DEGREE times the root mean

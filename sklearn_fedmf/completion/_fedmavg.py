@@ -186,7 +186,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         n_ratings / n_items``, divided by ``p`` as its objective divides the data term. A
         fixed value of the other strength is used as given (on the scaled ratings). The
         values used are
-        ``alpha_u_`` and ``alpha_v_``. Measured across data sets (user guide, "Tuning");
+        ``alpha_u_`` and ``alpha_v_``. Measured across data sets (user guide, "Defaults");
         the papers' ``1e-6`` is in ``PAPER_SETTINGS``.
     regularization : {"plain", "weighted"}, default="plain"
         %(regularization)s

@@ -131,7 +131,7 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
         empirical-Bayes shrunk means (:mod:`sklearn_fedmf.completion._auto_strengths`; each
         client sends a few aggregates once, listed in the privacy guide). A fixed value of the other
         strength is used as given (on the scaled ratings). The values used are ``alpha_u_``
-        and ``alpha_v_``. Measured across data sets (user guide, "Tuning"); the papers'
+        and ``alpha_v_``. Measured across data sets (user guide, "Defaults"); the papers'
         ``1e-6`` is in ``PAPER_SETTINGS``.
     regularization : {"plain", "weighted"}, default="plain"
         %(regularization)s

@@ -44,7 +44,7 @@ AUTO_BETA = 1.0  # beta="auto" = AUTO_BETA * initial_curvature(...), measured (b
 # alpha_v="auto": its strength per rating at the mean item (_auto_strengths' rule), measured:
 # the shared 2.0 leaves the factor part near the biases-only model on synthetic low-rank
 # ratings (test_fedmc_admm_auto_beta: 1.045 against the biases' 1.067), 0.3 recovers it
-# (0.916) while shrinking FedMAvg's site-like losses (docs/guide/tuning.rst)
+# (0.916) while shrinking FedMAvg's site-like losses (docs/guide/defaults.rst)
 AUTO_ITEM_ADMM = 0.3
 RESUM_EVERY = 20  # rounds between exact sums of the server's aggregate
 

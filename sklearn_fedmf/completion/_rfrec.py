@@ -90,7 +90,7 @@ AUTO_ADAM_LR = 0.05
 # their root mean square (``rating_scale_``), so a fit is the same model in any rating unit,
 # and both strengths are AUTO_ALPHA on that scale (a factor penalty in units of the ratings'
 # spread; the biases' shrinkage ``n / (n + alpha)`` is unitless either way). Strengths that
-# follow the ratings per user or per item lost on the site-like sets (docs/guide/tuning.rst,
+# follow the ratings per user or per item lost on the site-like sets (docs/guide/defaults.rst,
 # "RFRec's strengths").
 AUTO_ALPHA = 4.5
 
