@@ -98,6 +98,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._dispatch import resident_blocks
+from ._message_size import Broadcast, nbytes
 from ._early_stopping import EarlyStopping, _BestRound
 from ._progress import _Progress
 from ._transport import (
@@ -155,19 +156,6 @@ class Participation:
             if getattr(self, name) not in options:
                 raise ValueError(f"Participation.{name} must be one of {options}, got "
                                  f"{getattr(self, name)!r}.")
-
-
-@dataclass(frozen=True)
-class Broadcast:
-    """A broadcast with an uncounted part (module docstring).
-
-    ``message`` is what the server sends (None: nothing this round); ``simulation`` is state
-    that every client would hold or derive itself, carried for the simulation and never
-    counted as communication.
-    """
-
-    message: Any
-    simulation: Any = None
 
 
 @dataclass(frozen=True)
@@ -283,33 +271,6 @@ def partition_rng(entropy):
 def validation_rng(entropy, client):
     """Client ``client``'s generator for choosing its held-out validation ratings."""
     return _rng(entropy, _VALIDATION, client)
-
-
-def nbytes(obj):
-    """Size in bytes of what a message holds (arrays, sparse matrices, containers, scalars).
-
-    Only the ``message`` of a :class:`Broadcast` counts.
-    """
-    if obj is None:
-        return 0
-    if isinstance(obj, np.ndarray):
-        return obj.nbytes
-    if isinstance(obj, dict):  # (before issparse: one message per client, thousands a round)
-        total = 0
-        for v in obj.values():
-            total += v.nbytes if type(v) is np.ndarray else nbytes(v)
-        return total
-    if isinstance(obj, Broadcast):
-        return nbytes(obj.message)
-    if sp.issparse(obj):
-        return obj.data.nbytes + obj.indices.nbytes + obj.indptr.nbytes
-    if isinstance(obj, (list, tuple)):
-        return sum(nbytes(v) for v in obj)
-    if isinstance(obj, (int, float, np.number, bool)):
-        return 8
-    if isinstance(getattr(obj, "nbytes", None), (int, np.integer)):
-        return int(obj.nbytes)  # a message type that reports its own size
-    raise TypeError(f"Cannot count the bytes of a message part of type {type(obj).__name__}.")
 
 
 def _check_policy(on_client_error):

@@ -48,6 +48,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._message_size import nbytes
 from ..exceptions import ClientFailureWarning, FederationError
 from ._costs import exchange_costs, work_clock
 from ._encoding import FixedPointEncoding
@@ -226,8 +227,6 @@ class _Source:
     def kept_for(self, q):
         """What the client keeps of its encoding ``q``: this source when it is smaller, else
         ``q`` itself (e.g. a site with many users, whose upload is as large)."""
-        from .._engine import nbytes
-
         try:
             compact = nbytes(self.upload) + nbytes(self.weight) < q.nbytes // 2
         except TypeError:  # (an upload part whose size is unknown: keep the encoding)
