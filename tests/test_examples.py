@@ -56,6 +56,7 @@ def test_recommend_example_takes_the_csv_column_names(tmp_path, capsys, monkeypa
     assert "top-10 for user u" in out and (tmp_path / "recommend.png").exists()
 
 
+@pytest.mark.slow  # (a subprocess; tests/test_cli_main_job.py runs the main job in-process)
 def test_main_job_as_a_command(tmp_path):
     """``python -m sklearn_fedmf`` with the main job's defaults except the sizes."""
     argv = ["--data", "synthetic:150x50x2000", "--clients", "10", "--clients-per-round", "3",

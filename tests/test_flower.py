@@ -287,6 +287,7 @@ def test_every_message_the_server_receives_holds_only_the_upload(tmp_path, task_
                     "client_update": 3 * N_SITES, "client_metrics": 3 * N_SITES}
 
 
+@pytest.mark.slow  # (waits for the sites' time-outs)
 def test_a_site_that_errs_or_times_out_fails_as_in_the_simulation(tmp_path, task_identity):
     """A missing reply (timeout) or an error reply is the client's failure; the engine's
     policy then raises a ClientError naming the client and the round, as for a simulated
@@ -500,6 +501,7 @@ class _MaskedInputLost(LocalTransport):
         return super().run(phase, clients, broadcast, **kwargs)
 
 
+@pytest.mark.slow  # (waits for a site's time-out)
 def test_a_site_that_times_out_after_the_keys_is_a_dropout_of_the_secure_sum(tmp_path,
                                                                               task_identity):
     """Its masks are removed through the other sites' shares, whatever on_client_error says;
@@ -549,6 +551,9 @@ DEPLOY_PARAMS = dict(n_components=2, max_iter=3, alpha_u=0.1, alpha_v=0.1, rando
 SECURE_RUN = dict(secure_aggregation=True, max_iter=2)
 
 
+# slow: a SuperLink and SuperNode processes on 127.0.0.1 (~30 s of wall time); the fast set
+# keeps the in-process Flower tests (the same sites' code, messages and secure sums)
+@pytest.mark.slow
 @pytest.mark.flower
 def test_loopback_deployment_fits_the_simulated_model(tmp_path):
     """A plain fit and a secure one, two runs at once on one deployment: 56 to 76 s measured
