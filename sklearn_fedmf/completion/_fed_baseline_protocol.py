@@ -222,7 +222,7 @@ def batched_client_update(state, group, item_bias, stream, active, selected, *, 
     X = group.X
     rows = np.flatnonzero(active[state["owner"]])
     counts = np.diff(X.indptr)[rows]
-    entries, entry_ptr = segments(X.indptr[rows].astype(np.int64), counts)
+    entries, _ = segments(X.indptr[rows].astype(np.int64), counts)
     row_of = np.repeat(np.arange(len(rows)), counts)
     deviations = np.bincount(row_of, weights=X.data[entries] - item_bias[X.indices[entries]],
                              minlength=len(rows))
@@ -239,7 +239,7 @@ def batched_client_update(state, group, item_bias, stream, active, selected, *, 
 
 def client_state(group_state, group, i):
     """Client ``i``'s per-client state: its rows of ``U``, its items and entries' slots."""
-    items, item_ptr, X = group_state["items"], group_state["item_ptr"], group.X
+    items, item_ptr = group_state["items"], group_state["item_ptr"]
     a, b = group.entry_ptr[i], group.entry_ptr[i + 1]
     return {**user_rows_state(group_state, group, i),
             "items": items[item_ptr[i]:item_ptr[i + 1]].copy(),
