@@ -107,7 +107,7 @@ RESUM_EVERY = 20  # rounds between exact sums of the server's cached aggregates
 # variance over a factor entry's prior variance, estimated each round by the server at its
 # current model (:func:`auto_alpha`), times AUTO_C, capped at AUTO_MAX times the ratings'
 # standard deviation (the former constant 10 on ratings of deviation ~1). AUTO_C was chosen
-# on bench_defaults' "chosen" sets (docs/guide/tuning.rst).
+# on bench_defaults' "chosen" sets (docs/guide/defaults.rst).
 AUTO_C = 3.5
 AUTO_MAX = 10.0
 AUTO_WEIGHTED = 0.1  # "auto" with regularization="weighted" (per rating; the reference)
