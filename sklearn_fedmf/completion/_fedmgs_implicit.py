@@ -235,13 +235,21 @@ def _solve_items(total, base, out):
     r = base.shape[0]
     H, L = np.empty((r, r)), np.empty((r, r))
     for j in range(total.shape[0]):
-        k = r
-        for a in range(r):
-            for e in range(a, r):
-                H[a, e] = base[a, e] + total[j, k]
-                H[e, a] = H[a, e]
-                k += 1
+        _curvature(total[j], base, H)
         spd_solve(H, total[j, :r], L, out[j])
+
+
+@njit(cache=True, nogil=True)
+def _curvature(row, base, H):
+    """``H = base + G1_j``, ``G1_j`` unpacked from its upper triangle after ``G2_j`` in
+    ``row``."""
+    r = base.shape[0]
+    k = r
+    for a in range(r):
+        for e in range(a, r):
+            H[a, e] = base[a, e] + row[k]
+            H[e, a] = H[a, e]
+            k += 1
 
 
 @njit(cache=True, nogil=True)
@@ -252,12 +260,7 @@ def _cg_items(total, base, n_steps, out):
     H = np.empty((r, r))
     res, p, Ap = np.empty(r), np.empty(r), np.empty(r)
     for j in range(total.shape[0]):
-        k = r
-        for a in range(r):
-            for e in range(a, r):
-                H[a, e] = base[a, e] + total[j, k]
-                H[e, a] = H[a, e]
-                k += 1
+        _curvature(total[j], base, H)
         spd_cg(H, total[j, :r], out[j], n_steps, res, p, Ap)
 
 

@@ -204,16 +204,23 @@ def spd_cg(A, b, x, n_steps, res, p, Ap):
             pAp += p[a] * Ap[a]
         if not pAp > 0.0:
             return step
-        t = rs / pAp
-        new = 0.0
-        for a in range(r):
-            x[a] += t * p[a]
-            res[a] -= t * Ap[a]
-            new += res[a] * res[a]
-        for a in range(r):
-            p[a] = res[a] + (new / rs) * p[a]
-        rs = new
+        rs = _cg_update(x, res, p, Ap, rs, pAp)
     return n_steps
+
+
+@njit(cache=True, nogil=True)
+def _cg_update(x, res, p, Ap, rs, pAp):
+    """One conjugate-gradient update in place (the step along ``p``, the residual, the next
+    direction); returns the new squared residual norm."""
+    t = rs / pAp
+    new = 0.0
+    for a in range(x.shape[0]):
+        x[a] += t * p[a]
+        res[a] -= t * Ap[a]
+        new += res[a] * res[a]
+    for a in range(x.shape[0]):
+        p[a] = res[a] + (new / rs) * p[a]
+    return new
 
 
 @njit(cache=True, nogil=True)
@@ -302,15 +309,7 @@ def _user_cg_kernel(indptr, indices, data, rows, Vt, VtV, confidence, alpha, n_s
                 pAp += p[a] * Ap[a]
             if not pAp > 0.0:
                 break
-            step = rs / pAp
-            new = 0.0
-            for a in range(r):
-                x[a] += step * p[a]
-                res[a] -= step * Ap[a]
-                new += res[a] * res[a]
-            for a in range(r):
-                p[a] = res[a] + (new / rs) * p[a]
-            rs = new
+            rs = _cg_update(x, res, p, Ap, rs, pAp)
 
 
 @njit(cache=True, nogil=True)
