@@ -56,9 +56,11 @@ Every random draw comes from ``numpy.random.SeedSequence(entropy, spawn_key=(kin
 client))``, so results do not depend on ``n_jobs``, the joblib backend, the transport or the
 order in which clients finish.
 
-Secure aggregation: a protocol whose server needs only sums of uploads declares it with
-``summable`` (:class:`SummableUploads`); with ``secure`` set
-(:class:`~sklearn_fedmf.secure._rounds.SecureAggregation`) the uploads stay on the clients and
+How a round's uploads reach the server is the fit's exchange (:mod:`sklearn_fedmf._exchange`),
+chosen once from ``protocol.secure``: the plain exchange, or secure aggregation. A protocol
+whose server needs only sums of uploads declares it with ``summable``
+(:class:`SummableUploads`); with ``secure`` set
+(:class:`~sklearn_fedmf.secure.SecureAggregation`) the uploads stay on the clients and
 each round's (and, when declared, the initial and the prepare phase's) exchange is one
 secure sum: the four phases of SecAgg/SecAgg+ run as four transport calls
 (:mod:`sklearn_fedmf.secure._rounds`), and ``summable.server_update`` receives the sums.
@@ -91,7 +93,7 @@ import time
 import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -100,6 +102,7 @@ import scipy.sparse as sp
 from ._dispatch import resident_blocks
 from ._message_size import Broadcast, nbytes
 from ._early_stopping import EarlyStopping, _BestRound
+from ._exchange import exchange_for
 from ._progress import _Progress
 from ._transport import (
     LocalTransport,
@@ -245,11 +248,9 @@ class FederationState:
     n_uploads: Any = None  # per client: round uploads the server received (privacy accounting)
     best_round: int | None = None  # early stopping: the best validated round (kept state)
     best_score: float | None = None  # its validation RMSE
-    secure_slots: Any = None  # the local transport's secure slots (secure aggregation)
-    secure_running: Any = None  # the server's running ring sum of a cumulative exchange
-    secure_prepare_running: Any = None  # the same for the prepare phase's statistics
-    secure_start: Any = None  # the initial exchange's costs, for the next round's record
-    secure: bool = False  # whether the uploads were summed securely (a warm start keeps it)
+    # the fit's exchange (_exchange.py), plain or secure, with its own state (secure slots,
+    # running sums); a warm start continues it
+    exchange: Any = None
 
 
 def make_entropy(random_state):
@@ -335,46 +336,13 @@ def initialize_federation(protocol, clients, *, entropy, n_jobs=None):
                                   "has no state to continue from.") from exc
         raise _client_error("init_client", client, exc, None) from exc
     uploads = {c: u for c, u in result.messages.items() if u is not None}
-    init_bytes = (sum(nbytes(u) for u in uploads.values()),
-                  nbytes(broadcast) * transport.n_clients)
-    running, start_costs = None, None
-    if _secure(protocol, transport) and protocol.summable.init_client is not None:
-        running = {} if protocol.summable.cumulative else None
-        from .secure._rounds import secure_exchange, total_bytes
-
-        with transport.session(protocol):
-            outcome = secure_exchange(protocol, transport, sorted(uploads), (), entropy, (0,),
-                                      _Failures("raise", "initialization"), None, "init",
-                                      running=running)
-        server_state, broadcast = protocol.summable.server_init(
-            server_state, outcome.sums, len(outcome.survivors))
-        init_bytes = (init_bytes[0] + total_bytes(outcome.bytes_up),
-                      init_bytes[1] + total_bytes(outcome.bytes_down))
-        start_costs = outcome.costs
-    elif protocol.server_init_uploads is not None:
-        server_state, broadcast = protocol.server_init_uploads(server_state, uploads)
+    exchange = exchange_for(protocol)
+    server_state, broadcast, init_bytes = exchange.start(
+        protocol, transport, server_state, broadcast, uploads, entropy=entropy,
+        failures=_Failures("raise", "initialization"))
     state = FederationState(server_state, transport.client_states, broadcast,
-                            secure=protocol.secure is not None)
-    state.secure_slots, state.secure_running = transport.secure_slots, running
-    state.secure_start = start_costs
+                            exchange=exchange)
     return state, init_bytes
-
-
-def _secure(protocol, transport):
-    """Whether the fit sums its uploads securely (checked: the protocol and the transport
-    must allow it)."""
-    if protocol.secure is None:
-        return False
-    if not transport.runs_secure_phases:
-        raise ValueError(f"secure_aggregation=True: the transport {type(transport).__name__} "
-                         "does not run the secure-aggregation phases.")
-    if protocol.summable is None:
-        raise ValueError("secure_aggregation=True: this algorithm's server needs more than "
-                         "the sum of a round's uploads.")
-    if protocol.client_prepare is not None and protocol.summable.server_prepare is None:
-        raise ValueError("secure_aggregation=True: the statistics of this prepare phase are "
-                         "not summable; choose a setting without one.")
-    return True
 
 
 def _n_sampled(clients_per_round, n_clients):
@@ -512,29 +480,21 @@ def run_federation(
     state : FederationState
         With ``history`` extended by one record per round.
     """
+    exchange = exchange_for(protocol, state.exchange)  # chosen once; a warm start's is kept
     transport = as_transport(clients, n_jobs=n_jobs, client_states=state.client_states,
-                             secure_slots=state.secure_slots)
+                             secure_slots=exchange.slots)
     failures = _Failures(on_client_error, label)
-    secure = _secure(protocol, transport)
-    if secure != state.secure:
-        raise ValueError("warm_start cannot switch secure_aggregation on or off: the server's "
-                         "state is kept in another form; fit again without warm_start.")
     plain_protocol = protocol  # (the report transport's: its eval_* sums are diagnostics)
-    if secure and early_stopping is not None:  # the validation reports: secure sums too
-        protocol = replace(protocol, summable=replace(
-            protocol.summable, report_keys=tuple(early_stopping.report_keys)))
-    part = protocol.participation
+    protocol = exchange.begin(
+        protocol, transport, entropy=entropy, failures=failures, label=label,
+        keep_masked=callback is not None,
+        report_keys=None if early_stopping is None else early_stopping.report_keys)
+    state.exchange = exchange
     n_clients = transport.n_clients
-    if secure and (protocol.summable.cumulative or protocol.summable.prepare_cumulative):
-        protocol.secure.encoding_for(n_clients).check_clients(n_clients)  # the running sums
-        if state.secure_running is None and protocol.summable.cumulative:
-            state.secure_running = {}
     n_sampled = _n_sampled(clients_per_round, n_clients)
     omega = _sampling_weights(sampling, sampling_weights, n_clients)
-    init_up, init_down = init_bytes
     progress = _Progress(label, max_iter, verbose, protocol.progress_keys)
     previous_objective = _last_objective(state.history)
-    start_round = state.n_rounds
     keeper = None
     if early_stopping is not None:
         if state.client_states is None:
@@ -545,174 +505,193 @@ def run_federation(
             raise ValueError("early stopping scores every evaluated round; eval_every=0 "
                              "evaluates none. Set eval_every >= 1 or early_stopping=False.")
         keeper, tol = _BestRound(early_stopping, state), 0.0  # (tol: the validation's)
-
+    run = _Run(protocol, plain_protocol, transport, exchange, failures, entropy, n_sampled,
+               sampling, omega, dropout, eval_every, callback, early_stopping, keeper, report,
+               progress, init_bytes, state.n_rounds, state.n_rounds + max_iter - 1)
     with transport.session(protocol), (report.session(plain_protocol) if report is not None
                                        else nullcontext()):
-        for k in range(start_round, start_round + max_iter):
-            tic = time.perf_counter()
-            server_rng = _rng(entropy, _SERVER_ROUND, k)
-            sampled, counts = sample_clients(server_rng, n_clients, n_sampled, sampling, omega)
-            failing = server_rng.random(len(sampled)) < dropout if dropout else []
-            dropped = set(sampled[failing].tolist()) if dropout else set()
-            selected = set(sampled.tolist()) - dropped  # the clients whose uploads count
-            run = np.arange(n_clients) if part.computes == "all" else sampled
-            if dropped and part.dropped == "offline":
-                run = np.setdiff1d(run, sampled[failing], assume_unique=True)
-            members = run.tolist()  # (numpy, then one list: many clients per round are cheap)
-            broadcast, stats, n_failed, real = state.broadcast, {}, len(dropped), False
-            prepared = None  # the secure exchange of the prepare phase
-            if protocol.client_prepare is not None:
-                result = transport.run("client_prepare", members, broadcast,
-                                       stream=(entropy, _PREPARE_CLIENT, k), selected=selected,
-                                       round_number=k + 1)
-                n, real = failures.check(result, "client_prepare", k + 1)
-                n_failed += n
-                stats = {c: s for c, s in result.messages.items() if s is not None}
-                if result.failures:
-                    members = [c for c in members if c not in result.failures]
-                if secure:
-                    from .secure._rounds import secure_prepare
-
-                    broadcast, stats, prepared = secure_prepare(
-                        protocol, transport, state, stats, dropped - set(result.failures),
-                        entropy, k, failures, label)
-                else:
-                    state.server_state, broadcast = protocol.server_prepare(state.server_state,
-                                                                            stats, k)
-            result = transport.run("client_update", members, broadcast,
-                                   stream=(entropy, _UPDATE_CLIENT, k), selected=selected,
-                                   round_number=k + 1)
-            n, real_update = failures.check(result, "client_update", k + 1)
-            n_failed, real = n_failed + n, real or real_update
-            uploads = {c: result.messages[c] for c in sorted(selected)
-                       if result.messages.get(c) is not None}
-            drawn = dict(zip(sampled.tolist(), counts.tolist()))
-            outcome, secure_record = None, {}
-            if secure:
-                from .secure._rounds import secure_bytes, secure_round, total_bytes
-            if secure and uploads:
-                outcome, secure_record = secure_round(
-                    protocol, transport, state, uploads, dropped - set(result.failures), drawn,
-                    entropy, k, failures, label, keep_masked=callback is not None)
-                uploads = {} if outcome is None else outcome.masked
-            if state.n_uploads is None:
-                state.n_uploads = np.zeros(n_clients, dtype=np.int64)
-            state.n_uploads[list(uploads)] += 1
-            if real and not uploads and not any(c in result.messages for c in selected):
-                raise FederationError(
-                    f"[{label}] every sampled client failed in round {k + 1} "
-                    f"(clients {sorted(selected)}); see the ClientFailureWarning."
-                )
-            recipients = n_clients if part.receives == "all" else len(sampled)
-            bytes_down = nbytes(state.broadcast) * recipients
-            bytes_up = sum(nbytes(u) for u in uploads.values())
-            if protocol.client_prepare is not None:
-                bytes_down += nbytes(broadcast) * recipients
-                bytes_up += sum(nbytes(s) for s in stats.values())
-            exchanges = []  # the round's secure exchanges
-            if secure:  # every phase of the round's secure exchanges (masked inputs included)
-                exchanges = [e for e in (prepared, outcome) if e is not None]
-                bytes_up = sum(total_bytes(e.bytes_up) for e in exchanges)
-                bytes_down += sum(total_bytes(e.bytes_down) for e in exchanges)
-                secure_record.update(secure_bytes(exchanges))
-            if outcome is not None:
-                state.server_state, state.broadcast = protocol.summable.server_update(
-                    state.server_state, outcome.sums, len(outcome.survivors), k)
-            elif secure:  # no sum this round: a server that runs every round runs without
-                if part.server_update == "every_round":
-                    state.server_state, state.broadcast = protocol.summable.server_update(
-                        state.server_state, None, 0, k)
-            elif uploads or part.server_update == "every_round":
-                extra = {"counts": {c: drawn[c] for c in uploads}} if protocol.server_counts else {}
-                state.server_state, state.broadcast = protocol.server_update(
-                    state.server_state, uploads, k, **extra
-                )
-            seconds = time.perf_counter() - tic
-
-            record = {
-                "round": k + 1,
-                "n_sampled": n_sampled,
-                "n_failed": n_failed,
-                "bytes_uploaded": bytes_up + (init_up if k == start_round else 0),
-                "bytes_downloaded": bytes_down + (init_down if k == start_round else 0),
-                "seconds": seconds,
-                **secure_record,
-            }
-            if sampling == "weighted":
-                record["n_distinct"] = len(sampled)
-                record["bytes_uploaded_draws"] = record["bytes_uploaded"] + sum(
-                    (drawn[c] - 1) * nbytes(u) for c, u in uploads.items())
-            last = k == start_round + max_iter - 1
-            stop, patience_out, reports = False, False, None
-            if eval_every and ((k + 1) % eval_every == 0 or last):
-                if keeper is None:
-                    record.update(_evaluate(protocol, state, transport, in_round=True))
-                else:
-                    metrics, reports = _evaluate(protocol, state, transport, in_round=True,
-                                                 reports=early_stopping.report_keys,
-                                                 secure=(entropy, k, failures) if secure else None)
-                    record.update(metrics)
-                    if secure:  # every phase of their secure sum; the server saw masked ones
-                        exchanges.append(reports)
-                        record["bytes_uploaded"] += total_bytes(reports.bytes_up)
-                        record["bytes_downloaded"] += total_bytes(reports.bytes_down)
-                        reports = reports.masked
-                    else:  # the reports reach the server: two numbers per client
-                        record["bytes_uploaded"] += sum(nbytes(r) for r in reports.values())
-                    patience_out = keeper.update(state, record, k + 1)
-                    if report is not None:  # (after the update, which renames eval_*)
-                        record.update({key: value for key, value in _evaluate(
-                            plain_protocol, state, report, in_round=True).items()
-                            if key.startswith("eval_")})
-            if secure:  # what each party computed and sent (secure/_costs.py)
-                from .secure._costs import round_costs
-
-                record["secure"] = round_costs([e.costs for e in exchanges],
-                                               start=state.secure_start)
-                state.secure_start = None
-            if protocol.after_round is not None:
-                state.server_state, state.broadcast, stop = protocol.after_round(
-                    state.server_state, state.broadcast, record)
-                stop = bool(stop)
-            state.history.append(record)
-            state.n_rounds = k + 1
-            progress.update(record)
-
-            if callback is not None:
-                info = {
-                    "server_state": state.server_state,
-                    "broadcast": state.broadcast,
-                    "sampled": sampled,
-                    "counts": counts,
-                    "uploads": uploads,
-                    "stats": stats,
-                    "record": record,
-                }
-                if reports is not None:
-                    info["validation_reports"] = reports
-                stop = bool(callback(k + 1, info)) or stop
-            objective = record.get("objective")
-            if objective is not None:
-                if not np.isfinite(objective):
-                    progress.close(record)
-                    raise FloatingPointError(
-                        f"The objective became {objective} at round {k + 1}; the iterates "
-                        "diverged. Lower the step sizes or raise the regularization."
-                    )
-                if (
-                    tol
-                    and previous_objective is not None
-                    and abs(previous_objective - objective)
-                    <= tol * max(abs(previous_objective), 1e-300)
-                ):
-                    stop = True
-                previous_objective = objective
+        for k in range(run.start_round, run.last_round + 1):
+            record, seen = _round(run, state, k)
+            patience_out, seen["validation_reports"] = _evaluation(run, state, k, record)
+            stop = _keep_round(run, state, k, record, seen)
+            stop, previous_objective = _objective_check(run, record, previous_objective, tol,
+                                                        k, stop)
             if stop or patience_out:
                 break
     progress.close(state.history[-1] if state.history else None)
     if keeper is not None:
         keeper.restore(state)
     return state
+
+
+@dataclass
+class _Run:
+    """The settings of one :func:`run_federation` call, read by its round's steps."""
+
+    protocol: Any
+    plain_protocol: Any
+    transport: Any
+    exchange: Any
+    failures: Any
+    entropy: int
+    n_sampled: int
+    sampling: str
+    omega: Any
+    dropout: float
+    eval_every: int
+    callback: Any
+    early_stopping: Any
+    keeper: Any
+    report: Any
+    progress: Any
+    init_bytes: tuple
+    start_round: int
+    last_round: int
+
+
+def _draw(run, k):
+    """Round ``k``'s clients: ``(sampled, counts, dropped, selected, members)``: the sampled
+    clients and their draws, those that ``dropout`` drops, those whose uploads count, and
+    those that compute."""
+    n_clients = run.transport.n_clients
+    server_rng = _rng(run.entropy, _SERVER_ROUND, k)
+    sampled, counts = sample_clients(server_rng, n_clients, run.n_sampled, run.sampling,
+                                     run.omega)
+    failing = server_rng.random(len(sampled)) < run.dropout if run.dropout else []
+    dropped = set(sampled[failing].tolist()) if run.dropout else set()
+    selected = set(sampled.tolist()) - dropped  # the clients whose uploads count
+    part = run.protocol.participation
+    members = np.arange(n_clients) if part.computes == "all" else sampled
+    if dropped and part.dropped == "offline":
+        members = np.setdiff1d(members, sampled[failing], assume_unique=True)
+    # (numpy, then one list: many clients per round are cheap)
+    return sampled, counts, dropped, selected, members.tolist()
+
+
+def _round(run, state, k):
+    """Round ``k`` up to its record: the client phases, their exchanges and the server's
+    steps (the exchange runs those). Returns ``(record, seen)``, ``seen`` what the server
+    saw of the round for the callback."""
+    tic = time.perf_counter()
+    protocol, transport, exchange, failures = (run.protocol, run.transport, run.exchange,
+                                               run.failures)
+    sampled, counts, dropped, selected, members = _draw(run, k)
+    exchange.begin_round()
+    broadcast, stats, n_failed, real = state.broadcast, {}, len(dropped), False
+    if protocol.client_prepare is not None:
+        result = transport.run("client_prepare", members, broadcast,
+                               stream=(run.entropy, _PREPARE_CLIENT, k), selected=selected,
+                               round_number=k + 1)
+        n, real = failures.check(result, "client_prepare", k + 1)
+        n_failed += n
+        stats = {c: s for c, s in result.messages.items() if s is not None}
+        if result.failures:
+            members = [c for c in members if c not in result.failures]
+        broadcast, stats = exchange.prepare(protocol, transport, state, stats,
+                                            dropped - set(result.failures), k)
+    result = transport.run("client_update", members, broadcast,
+                           stream=(run.entropy, _UPDATE_CLIENT, k), selected=selected,
+                           round_number=k + 1)
+    n, real_update = failures.check(result, "client_update", k + 1)
+    n_failed, real = n_failed + n, real or real_update
+    uploads = {c: result.messages[c] for c in sorted(selected)
+               if result.messages.get(c) is not None}
+    if real and not uploads and not any(c in result.messages for c in selected):
+        raise FederationError(
+            f"[{failures.label}] every sampled client failed in round {k + 1} "
+            f"(clients {sorted(selected)}); see the ClientFailureWarning."
+        )
+    recipients = transport.n_clients if protocol.participation.receives == "all" else len(
+        sampled)
+    bytes_down = nbytes(state.broadcast) * recipients
+    if protocol.client_prepare is not None:
+        bytes_down += nbytes(broadcast) * recipients
+    drawn = dict(zip(sampled.tolist(), counts.tolist()))
+    uploads = exchange.update(protocol, transport, state, uploads,
+                              dropped - set(result.failures), drawn, k)
+    if state.n_uploads is None:
+        state.n_uploads = np.zeros(transport.n_clients, dtype=np.int64)
+    state.n_uploads[list(uploads)] += 1
+    seconds = time.perf_counter() - tic
+    first = k == run.start_round
+    bytes_up, exchanged_down = exchange.round_bytes()
+    record = {
+        "round": k + 1,
+        "n_sampled": run.n_sampled,
+        "n_failed": n_failed,
+        "bytes_uploaded": bytes_up + (run.init_bytes[0] if first else 0),
+        "bytes_downloaded": bytes_down + exchanged_down + (run.init_bytes[1] if first else 0),
+        "seconds": seconds,
+        **exchange.round_entries(),
+    }
+    if run.sampling == "weighted":
+        record["n_distinct"] = len(sampled)
+        record["bytes_uploaded_draws"] = record["bytes_uploaded"] + sum(
+            (drawn[c] - 1) * nbytes(u) for c, u in uploads.items())
+    return record, {"sampled": sampled, "counts": counts, "uploads": uploads, "stats": stats}
+
+
+def _evaluation(run, state, k, record):
+    """Round ``k``'s evaluation (every ``eval_every`` rounds and the last) into ``record``;
+    with early stopping the clients' validation reports reach the server through the
+    exchange (their bytes counted) and the best round is kept. Returns ``(patience_out,
+    reports)``, the reports as the server saw them (None without early stopping)."""
+    if not run.eval_every or not ((k + 1) % run.eval_every == 0 or k == run.last_round):
+        return False, None
+    if run.keeper is None:
+        record.update(_evaluate(run.protocol, state, run.transport, in_round=True))
+        return False, None
+    metrics, reports, (up, down) = _evaluate(
+        run.protocol, state, run.transport, in_round=True,
+        reports=run.early_stopping.report_keys, exchange=run.exchange)
+    record.update(metrics)
+    record["bytes_uploaded"] += up
+    record["bytes_downloaded"] += down
+    patience_out = run.keeper.update(state, record, k + 1)
+    if run.report is not None:  # (after the update, which renames eval_*)
+        record.update({key: value for key, value in _evaluate(
+            run.plain_protocol, state, run.report, in_round=True).items()
+            if key.startswith("eval_")})
+    return patience_out, reports
+
+
+def _keep_round(run, state, k, record, seen):
+    """The round's last steps: the exchange's records, ``after_round``, the history and
+    the callback (``seen``: what the server saw). Returns whether either asks to stop."""
+    run.exchange.close_round(record)
+    stop, protocol = False, run.protocol
+    if protocol.after_round is not None:
+        state.server_state, state.broadcast, stop = protocol.after_round(
+            state.server_state, state.broadcast, record)
+        stop = bool(stop)
+    state.history.append(record)
+    state.n_rounds = k + 1
+    run.progress.update(record)
+    if run.callback is not None:
+        info = {"server_state": state.server_state, "broadcast": state.broadcast, **seen,
+                "record": record}
+        if info["validation_reports"] is None:
+            del info["validation_reports"]
+        stop = bool(run.callback(k + 1, info)) or stop
+    return stop
+
+
+def _objective_check(run, record, previous, tol, k, stop):
+    """Refuse a diverged objective; stop when it changed by at most ``tol`` (relative).
+    Returns ``(stop, objective to compare the next one with)``."""
+    objective = record.get("objective")
+    if objective is None:
+        return stop, previous
+    if not np.isfinite(objective):
+        run.progress.close(record)
+        raise FloatingPointError(
+            f"The objective became {objective} at round {k + 1}; the iterates "
+            "diverged. Lower the step sizes or raise the regularization."
+        )
+    if tol and previous is not None and abs(previous - objective) <= tol * max(
+            abs(previous), 1e-300):
+        stop = True
+    return stop, objective
 
 
 def evaluate(protocol, state, clients, n_jobs=None):
@@ -726,12 +705,12 @@ def evaluate(protocol, state, clients, n_jobs=None):
         return _evaluate(protocol, state, transport)
 
 
-def _evaluate(protocol, state, transport, in_round=False, reports=None, secure=None):
+def _evaluate(protocol, state, transport, in_round=False, reports=None, exchange=None):
     """The combined metrics; with ``reports`` (two keys of ``client_metrics``) also each
-    client's validation report ``(sse, count)``, keyed by client (by a group's first client
-    for grouped clients, whose phase returns the group's sums); with ``secure`` (``(entropy,
-    round index, failures)``: the clients kept their reports) the secure sum's
-    ``ExchangeResult`` instead."""
+    client's validation report as the ``exchange`` delivered it (plain: ``(sse, count)``
+    keyed by client, by a group's first client for grouped clients, whose phase returns the
+    group's sums; secure: their masked inputs, the sums from their secure sum) and its bytes
+    ``(up, down)``."""
     round_number = state.n_rounds + 1 if in_round else (state.n_rounds or None)
     result = transport.run("client_metrics", list(range(transport.n_clients)), state.broadcast,
                            round_number=round_number)
@@ -741,20 +720,12 @@ def _evaluate(protocol, state, transport, in_round=False, reports=None, secure=N
     for metrics in result.messages.values():  # client order: n_jobs-independent
         for key, value in metrics.items():
             sums[key] = sums.get(key, 0.0) + value
-    outcome = None
-    if secure is not None:
-        from .secure._rounds import secure_reports
-
-        outcome = secure_reports(protocol, transport, list(result.messages), *secure,
-                                 round_number)
-        sums.update(outcome.sums)
-    combined = protocol.combine_metrics(state.server_state, sums)
     if reports is None:
-        return combined
-    if outcome is not None:
-        return combined, outcome
-    sse, count = reports
-    return combined, {c: (float(m[sse]), float(m[count])) for c, m in result.messages.items()}
+        return protocol.combine_metrics(state.server_state, sums)
+    summed, seen, report_bytes = exchange.reports(protocol, transport, result.messages,
+                                                  reports, round_number)
+    sums.update(summed)
+    return protocol.combine_metrics(state.server_state, sums), seen, report_bytes
 
 
 def _last_objective(history):

@@ -62,6 +62,7 @@ from ._engine import (
     run_federation,
     validation_rng,
 )
+from ._exchange import secure_options
 from ._groups import ClientGroup, GroupedTransport, GroupStates, make_groups, segments
 from ._joblib_backend import dask_client, fit_workers
 from ._kernels import parallel_kernels, rank_in_rows
@@ -350,10 +351,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
             raise ValueError(f"{name}: secure_aggregation=True cannot sum the statistics of "
                              "this setting's prepare phase (e.g. FedMAvg's w_step=\"global\" "
                              "or \"guarded\"); choose a setting without one (w_step=\"local\").")
-        from .secure._rounds import SecureAggregation
-
-        options = SecureAggregation() if option is True else option
-        return dataclasses.replace(protocol, secure=options)
+        return dataclasses.replace(protocol, secure=secure_options(option))
 
     def _settings(self):
         """Every setting of a fit by name: the class's declared defaults, its constructor

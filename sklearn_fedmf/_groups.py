@@ -57,16 +57,8 @@ from joblib import effective_n_jobs
 
 from ._data import ClientBlock
 from ._dispatch import dispatch, shared_thread_pools
-from ._transport import (
-    SECURE_PHASES,
-    PhaseResult,
-    Transport,
-    _holds,
-    _run_clients,
-    hold_reports,
-    hold_uploads,
-    run_secure_phase,
-)
+from ._exchange import SECURE_PHASES, keep_on_clients
+from ._transport import PhaseResult, Transport, _run_clients, run_secure_phase
 
 __all__ = ["BatchedPhases", "ClientGroup", "GroupStates", "GroupedTransport", "ImplicitRows",
            "make_groups", "user_rows_state", "with_user_rows"]
@@ -421,8 +413,5 @@ class GroupedTransport(Transport):
             for client in group_failures:
                 messages.pop(client, None)
             failures.update(group_failures)
-        if _holds(self._protocol, phase):
-            hold_uploads(self.secure_slots, messages, broadcast)
-        elif phase == "client_metrics":
-            hold_reports(self._protocol, self.secure_slots, messages)
+        keep_on_clients(self._protocol, phase, self.secure_slots, messages, broadcast)
         return PhaseResult(messages, failures)

@@ -99,12 +99,14 @@ client_states : list or None
     process (``LocalTransport`` only; None for a remote transport, whose client states never
     reach the server).
 
-Secure aggregation (:mod:`sklearn_fedmf.secure._rounds`)
---------------------------------------------------------
-When the session's protocol has ``secure`` set (``secure_aggregation=True``), a transport
-keeps every upload of ``client_update`` (and of ``init_client`` when the protocol's
-``summable.init_client`` is set) on its client, in the client's *secure slot*, and returns
-:data:`~sklearn_fedmf.secure._rounds.READY` in its place. The engine then calls ``run`` with
+Secure aggregation (:mod:`sklearn_fedmf._exchange`, :mod:`sklearn_fedmf.secure._rounds`)
+----------------------------------------------------------------------------------------
+What a client phase's messages become is the exchange's client side:
+:func:`~sklearn_fedmf._exchange.keep_on_clients`. When the session's protocol has ``secure``
+set (``secure_aggregation=True``), it keeps every upload of ``client_update`` (and of
+``init_client`` when the protocol's ``summable.init_client`` is set) on its client, in the
+client's *secure slot*, and returns :data:`~sklearn_fedmf.secure._rounds.READY` in its
+place. The fit's secure exchange then calls ``run`` with
 the phases of :data:`SECURE_PHASES`; their ``broadcast`` is a
 :class:`~sklearn_fedmf.secure._rounds.PerClient`, of which each client receives only its own
 entry, and each client runs
@@ -113,7 +115,7 @@ entry, and each client runs
 the slot as it was. A transport that can time each client's step (CPU seconds, in the
 client's task) returns them in ``PhaseResult.seconds`` (deployment costs in ``history_``).
 ``secure_slots`` is the dict of slots a local transport holds (None for a remote transport:
-the slots stay in the client processes, like the states); the engine keeps it across its
+the slots stay in the client processes, like the states); the exchange keeps it across its
 calls.
 """
 
@@ -121,20 +123,19 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
 from joblib import effective_n_jobs
 
 from ._dispatch import dispatch, resident_blocks, shared_thread_pools
+from ._exchange import SECURE_PHASES, client_exchange_phase, keep_on_clients
 
 __all__ = ["Transport", "LocalTransport", "PhaseResult", "client_generator",
            "PHASES", "SECURE_PHASES"]
 
 PHASES = ("init_client", "client_prepare", "client_update", "client_metrics")
-# the phases of secure aggregation (sklearn_fedmf.secure._rounds.SECURE_PHASES)
-SECURE_PHASES = ("secure_advertise_keys", "secure_share_keys", "secure_masked_input",
-                 "secure_unmask")
 
 
 class PhaseResult(NamedTuple):
@@ -201,64 +202,11 @@ class Transport(ABC):
         """Run ``phase`` on ``clients`` (module docstring)."""
 
 
-def _holds(protocol, phase):
-    """Whether the uploads of ``phase`` stay on the clients for a secure sum."""
-    if getattr(protocol, "secure", None) is None:
-        return False
-    summable = protocol.summable
-    return phase == "client_update" or (phase == "init_client"
-                                        and summable.init_client is not None) or (
-        phase == "client_prepare" and summable.prepare_client is not None)
-
-
-def hold_uploads(slots, messages, broadcast):
-    """Keep the uploads of ``messages`` (with the ``broadcast`` they answer) in the clients'
-    secure ``slots``; the engine gets ``READY`` in their place (module docstring)."""
-    from .secure._rounds import READY
-
-    for client, message in messages.items():
-        if message is not None:
-            slots[client] = {**slots.get(client, {}), "upload": message,
-                             "broadcast": broadcast}
-            messages[client] = READY
-    return messages
-
-
-def hold_reports(protocol, slots, messages):
-    """Under secure aggregation with early stopping, keep each client's validation report
-    (the keys ``protocol.summable.report_keys`` of its ``client_metrics``) in its secure
-    ``slots`` for a secure sum; the engine gets the other diagnostics only."""
-    summable = protocol.summable if getattr(protocol, "secure", None) is not None else None
-    keys = getattr(summable, "report_keys", ())
-    for client, message in (messages.items() if keys else ()):
-        slots[client] = {**slots.get(client, {}), "report": {k: message[k] for k in keys}}
-        messages[client] = {k: v for k, v in message.items() if k not in keys}
-    return messages
-
-
 def run_secure_phase(slots, protocol, phase, clients, broadcast, stream):
-    """A secure phase on ``clients`` whose slots this process holds (module docstring)."""
-    from .secure._costs import work_clock
-    from .secure._rounds import PerClient, client_secure_phase
-
-    if not isinstance(broadcast, PerClient):
-        raise TypeError(f"The message of {phase} must be a PerClient.")
-    messages, failures, seconds = {}, {}, {}
-    clock = work_clock  # (the client's computation, not the machine's load)
-    for client in clients:
-        rng = None if stream is None else client_generator(stream, client)
-        tic = clock()
-        try:
-            slot, reply = client_secure_phase(phase, client, slots.get(client),
-                                              broadcast.messages[client], rng,
-                                              protocol.summable)
-        except Exception as exc:  # reported to the engine, which raises or counts it
-            failures[client] = exc
-            continue
-        seconds[client] = clock() - tic
-        slots[client] = slot
-        messages[client] = reply
-    return PhaseResult(messages, failures, seconds)
+    """A secure phase on ``clients`` whose ``slots`` this process holds (module docstring)."""
+    generator = None if stream is None else partial(client_generator, stream)
+    return PhaseResult(*client_exchange_phase(slots, protocol, phase, clients, broadcast,
+                                              generator))
 
 
 def _run_clients(items, fn, phase, broadcast, stream):
@@ -332,7 +280,7 @@ class LocalTransport(Transport):
             self._protocol, self._n_jobs_eff = outer
 
     def run(self, phase, clients, broadcast, *, stream=None, selected=None, round_number=None):
-        if phase in SECURE_PHASES:
+        if phase in SECURE_PHASES:  # (the exchange's phases: _exchange.py)
             return run_secure_phase(self.secure_slots, self._protocol, phase, clients,
                                     broadcast, stream)
         fn = getattr(self._protocol, phase)
@@ -356,10 +304,7 @@ class LocalTransport(Transport):
             if keep:
                 states[client] = new_state
             messages[client] = message
-        if _holds(self._protocol, phase):
-            hold_uploads(self.secure_slots, messages, broadcast)
-        elif not keep:
-            hold_reports(self._protocol, self.secure_slots, messages)
+        keep_on_clients(self._protocol, phase, self.secure_slots, messages, broadcast)
         return PhaseResult(messages, failures)
 
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS
-from sklearn_fedmf._transport import SECURE_PHASES, LocalTransport
+from sklearn_fedmf._exchange import SECURE_PHASES, SecureExchange
+from sklearn_fedmf._transport import LocalTransport
 from sklearn_fedmf.datasets import make_ratings
 from sklearn_fedmf.exceptions import FederationError
 from sklearn_fedmf.secure import FixedPointEncoding, SecureAggregation, _rounds
@@ -253,14 +254,14 @@ def test_a_rounds_masked_inputs_are_held_for_a_callback_only(monkeypatch):
     """Their dense vectors are summed as they arrive; the engine keeps them only for a
     callback (its ``uploads``), and the model does not depend on it."""
     held = []
-    secure_round = _rounds.secure_round
+    update = SecureExchange.update
 
-    def recording(*args, **kwargs):
-        outcome, record = secure_round(*args, **kwargs)
-        held.append(list(outcome.masked.values()))
-        return outcome, record
+    def recording(self, *args, **kwargs):
+        masked = update(self, *args, **kwargs)
+        held.append(list(masked.values()))
+        return masked
 
-    monkeypatch.setattr(_rounds, "secure_round", recording)
+    monkeypatch.setattr(SecureExchange, "update", recording)
     quiet = fit(FedMGS)
     assert held and all(v is None for masked in held for v in masked)
     held.clear()

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS
+from sklearn_fedmf._exchange import SecureExchange
 from sklearn_fedmf._transport import LocalTransport
 from sklearn_fedmf.datasets import make_ratings, make_site_ratings
-from sklearn_fedmf.secure import _rounds as secure_rounds
 from sklearn_fedmf.secure._protocol import MaskedInput
 from sklearn_fedmf.secure._rounds import SecureInput
 
@@ -63,14 +63,14 @@ def test_no_plain_report_reaches_the_transport_or_the_callback(monkeypatch):
 
     monkeypatch.setattr(LocalTransport, "run", recording_run)
     report_bytes = []  # what each round's secure sum of the reports cost its clients
-    secure_reports = secure_rounds.secure_reports
+    secure_reports = SecureExchange.reports
 
-    def recording_reports(*args):
-        outcome = secure_reports(*args)
-        report_bytes.append(secure_rounds.total_bytes(outcome.bytes_up))
+    def recording_reports(self, *args):
+        outcome = secure_reports(self, *args)
+        report_bytes.append(outcome[2][0])  # (sums, masked reports, (bytes up, down))
         return outcome
 
-    monkeypatch.setattr(secure_rounds, "secure_reports", recording_reports)
+    monkeypatch.setattr(SecureExchange, "reports", recording_reports)
     seen = []
     model = fit(FedMGS, True, callback=lambda k, info: seen.append(info["validation_reports"]))
     metrics = [m for phase, messages in returned if phase == "client_metrics"

@@ -39,6 +39,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .._docstrings import SHARED_PARAMETERS, Substitution, federation_keys, solver_key
+from .._exchange import sum_securely
 from .._fit import FEDERATION_KEYS, FederatedEstimator, resolve_solver_params
 from ..exceptions import DataWarning
 from ._federated_clustering_protocol import (
@@ -555,13 +556,9 @@ def _total_cost(blocks, W, onehot, secure, seed, ctx):
     costs = [clustering_cost(b.X, W, onehot)[1].sum() for b in blocks]
     if secure is None:
         return sum(costs)
-    from ..secure import secure_sum
-
     total = ctx.info["scale"] * ctx.n_rows  # ||X||^2
-    result = secure_sum({p: np.array([c / total]) for p, c in enumerate(costs)},
-                        encoding=secure.encoding_for(len(costs)),
-                        neighbours=secure.degree(len(costs)),
-                        seed=np.random.SeedSequence(seed, spawn_key=(_COST_SUM,)))
+    result = sum_securely({p: np.array([c / total]) for p, c in enumerate(costs)}, secure,
+                          seed=np.random.SeedSequence(seed, spawn_key=(_COST_SUM,)))
     return float(result.sum[0]) * total
 
 

@@ -36,6 +36,7 @@ from .._data import (
     resolve_clients,
 )
 from .._engine import make_entropy, nbytes, partition_rng
+from .._exchange import sum_securely
 from .._fit import FEDERATION_CONSTRAINTS, validation_split
 from .._pairs import FactorModel, predict_pairs, score_block
 from ..exceptions import FedMFWarning
@@ -430,20 +431,17 @@ class FedBlend(TransformerMixin, _BaseComposition):
             up = sum(nbytes(u) for u in uploads.values())
             return (total["gram"], total["cross"], float(total["ss"][0]),
                     float(total["count"][0]), up, 0)
-        from ..secure import SecureAggregation, secure_sum
-
-        options = (SecureAggregation() if self.secure_aggregation is True
-                   else self.secure_aggregation)
-        kw = dict(encoding=options.encoding_for(n_clients),
-                  neighbours=options.degree(n_clients))
+        kw = dict(n_clients=n_clients)
         # the count first, then every statistic over it (kept within the encoding's range)
         # (a count in units of 1024 stays within the encoding's clip up to 67 million)
-        counts = secure_sum({c: u["count"] / 1024 for c, u in uploads.items()}, **kw,
-                            seed=np.random.SeedSequence(self._entropy, spawn_key=(_BLEND_SUM, 0)))
+        counts = sum_securely({c: u["count"] / 1024 for c, u in uploads.items()},
+                              self.secure_aggregation, **kw,
+                              seed=np.random.SeedSequence(self._entropy, spawn_key=(_BLEND_SUM, 0)))
         count = float(np.rint(counts.sum[0] * 1024))
         n = max(count, 1.0)
-        stats = secure_sum({c: stats_vector(u) / n for c, u in uploads.items()}, **kw,
-                           seed=np.random.SeedSequence(self._entropy, spawn_key=(_BLEND_SUM, 1)))
+        stats = sum_securely({c: stats_vector(u) / n for c, u in uploads.items()},
+                             self.secure_aggregation, **kw,
+                             seed=np.random.SeedSequence(self._entropy, spawn_key=(_BLEND_SUM, 1)))
         n_columns = uploads[0]["cross"].shape[0]
         gram, cross, ss = unpack_stats(stats.sum * n, n_columns)
         up = down = 0

@@ -32,6 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._engine import EarlyStopping
+from .._exchange import sum_securely
 from .._fit import validation_split
 from ..exceptions import FedMFWarning
 
@@ -106,12 +107,8 @@ def biases_floor(ctx, model, *, n_jobs, secure_aggregation=False):
     if secure_aggregation is False:
         total = sums.sum(axis=0)
     else:
-        from ..secure import SecureAggregation, secure_sum
-
-        options = SecureAggregation() if secure_aggregation is True else secure_aggregation
-        result = secure_sum({p: sums[p] / count for p in range(n)},
-                            encoding=options.encoding_for(n), neighbours=options.degree(n),
-                            seed=np.random.SeedSequence(ctx.entropy, spawn_key=(_FLOOR_SUM,)))
+        result = sum_securely({p: sums[p] / count for p in range(n)}, secure_aggregation,
+                              seed=np.random.SeedSequence(ctx.entropy, spawn_key=(_FLOOR_SUM,)))
         up += sum(sum(v.values()) for v in result.bytes_uploaded.values())
         down += sum(sum(v.values()) for v in result.bytes_downloaded.values())
         total = np.asarray(result.sum, dtype=np.float64) * count

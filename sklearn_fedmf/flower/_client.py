@@ -143,7 +143,8 @@ def _committed_state(context, accepted):
 
 
 def _run_phase(msg, context):
-    from .._transport import SECURE_PHASES, _holds, client_generator
+    from .._exchange import SECURE_PHASES, holds_upload
+    from .._transport import client_generator
 
     info = msg.content["phase"]
     phase = _PHASE_OF.get(msg.metadata.message_type) or str(info["name"])
@@ -172,7 +173,7 @@ def _run_phase(msg, context):
         put(context.state, "fedmf.pending", state)
         context.state["fedmf.seq"] = ConfigRecord({"pending": int(info["seq"])})
     content = RecordDict()
-    if message is not None and _holds(site.protocol, phase):
+    if message is not None and holds_upload(site.protocol, phase):
         # secure aggregation: the upload stays here, in the site's secure slot, until its
         # masked input is asked for; the server learns only that it is ready
         slot = take(context.state, SECURE_SLOT) or {}
@@ -188,7 +189,7 @@ def _secure_phase(context, site, phase, message):
     ``Context.state``, like its private state). Its keys, self-mask seed and share
     coefficients come from the OS (``rng=None``): the server, which draws the simulation's
     streams, must not know them. The sum, and so the model, does not depend on them."""
-    from ..secure._rounds import client_secure_phase
+    from .._exchange import client_secure_phase
 
     slot, reply = client_secure_phase(phase, site.client, take(context.state, SECURE_SLOT),
                                       message, None, site.protocol.summable)

@@ -19,8 +19,9 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
 from .._engine import Broadcast, make_entropy
+from .._exchange import READY, SECURE_PHASES
 from .._fit import merge_params, route_solver_params
-from .._transport import SECURE_PHASES, PhaseResult, Transport
+from .._transport import PhaseResult, Transport
 from ..exceptions import ClientDropout, ClientError, FederationError
 from ._client import HELLO, message_type
 from ._codec import put, take
@@ -191,8 +192,6 @@ class FlowerTransport(Transport):
         messages = {c: take(reply, "message") for c, reply in replies.items()}
         held = [c for c, reply in replies.items() if "held" in reply]
         if held:  # uploads the sites hold for the secure sum: the server learns they are ready
-            from ..secure._rounds import READY
-
             messages.update(dict.fromkeys(held, READY))
         if secure and phase != SECURE_PHASES[0]:
             for c, exc in failures.items():

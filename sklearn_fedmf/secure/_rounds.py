@@ -4,8 +4,9 @@ engine's transport.
 A protocol whose server needs only the sum of a round's uploads declares it with
 :class:`~sklearn_fedmf._engine.SummableUploads`. With ``secure_aggregation=True`` the
 transport keeps each client's upload on the client (the engine only learns that it is
-ready), and the engine runs the four phases of :mod:`sklearn_fedmf.secure._protocol` as
-four more transport calls::
+ready), and the fit's exchange (:class:`~sklearn_fedmf._exchange.SecureExchange`, which the
+engine calls) runs the four phases of :mod:`sklearn_fedmf.secure._protocol` as four more
+transport calls::
 
     secure_advertise_keys  -> KeyAdvertisement   (every client of the round, dropped ones too)
     secure_share_keys      -> EncryptedShares
@@ -42,14 +43,13 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from .._message_size import nbytes
-from ..exceptions import ClientFailureWarning, FederationError
+from ..exceptions import FederationError
 from ._costs import exchange_costs, work_clock
 from ._encoding import FixedPointEncoding
 from ._protocol import (
@@ -475,99 +475,6 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
     return ExchangeResult(sums, survivors.clients, masked, up, down, costs)
 
 
-# ---- what the engine calls ---------------------------------------------------------------------
-_SECURE_CLIENT, _SECURE_SERVER = 6, 7  # seed kinds: round k's exchange uses k + 1 (0: init)
-
-
-def total_bytes(per_phase):
-    """All the bytes of ``{phase: {client: bytes}}``."""
-    return sum(sum(v.values()) for v in per_phase.values())
-
-
-def secure_exchange(protocol, transport, clients, dropped, entropy, key, failures,
-                    round_number, exchange, weights=None, running=None, encoding=None,
-                    keep_masked=None):
-    """One secure sum of a fit over the transport (:func:`run_secure_exchange`): the clients'
-    keys from their ``SeedSequence(entropy, (6, *key, client))``, the server's graph from
-    ``(7, *key)`` (``key``: ``(0,)`` at the start, ``(k + 1,)`` for round ``k``'s uploads,
-    ``(k + 1, 1)`` for its prepare phase); the engine's failure policy ``failures``
-    applied to every phase."""
-    def check(result, phase):
-        failures.check(result, phase, round_number)
-
-    return run_secure_exchange(
-        transport, clients, dropped, options=protocol.secure,
-        stream=(entropy, _SECURE_CLIENT, *key),
-        server_rng=np.random.default_rng(np.random.SeedSequence(
-            entropy, spawn_key=(_SECURE_SERVER, *key))),
-        exchange=exchange, weights=weights, running=running, check=check,
-        round_number=round_number, encoding=encoding, keep_masked=keep_masked)
-
-
-def secure_bytes(exchanges):
-    """The byte counts of a round's secure exchanges for ``history_``: ``bytes_secure``
-    (``{phase: bytes up and down over the clients}``) and ``bytes_secure_client``
-    (``{phase: the most one client sent and received}``)."""
-    per_client = {p: {} for p in PHASES}
-    for outcome in exchanges:
-        for phase in PHASES:
-            both = per_client[phase]
-            for side in (outcome.bytes_up, outcome.bytes_down):
-                for c, b in side[phase].items():
-                    both[c] = both.get(c, 0) + b
-    return {"bytes_secure": {p: int(sum(v.values())) for p, v in per_client.items()},
-            "bytes_secure_client": {p: int(max(v.values(), default=0))
-                                    for p, v in per_client.items()}}
-
-
-def secure_round(protocol, transport, state, uploads, dropped, drawn, entropy, k, failures,
-                 label, keep_masked=True):
-    """The secure sum of round ``k``'s held ``uploads`` (the engine's module docstring):
-    ``(outcome, record entries)``, or ``(None, {"secure_failed": True})`` for a round skipped
-    below the threshold (``on_client_error="skip"``; else a ``FederationError``).
-    ``keep_masked``: whether ``outcome.masked`` keeps the masked inputs (for a callback;
-    else None each: a round's dense vectors are not held)."""
-    summable = protocol.summable
-    clients = list(uploads)
-    weights = None
-    if summable.weights is not None:
-        weights = summable.weights(state.server_state, clients,
-                                   {c: drawn.get(c, 1) for c in clients})
-    try:
-        outcome = secure_exchange(
-            protocol, transport, clients, sorted(dropped), entropy, (k + 1,), failures, k + 1,
-            "update", weights=weights,
-            running=state.secure_running if summable.cumulative else None,
-            keep_masked=keep_masked)
-    except SecureRoundFailed as exc:
-        if not failures.skip:
-            raise FederationError(f"[{label}] round {k + 1}: {exc}") from exc
-        warnings.warn(f"[{label}] round {k + 1}: {exc} on_client_error='skip': the round is "
-                      "skipped (history_'s secure_failed).", ClientFailureWarning, stacklevel=4)
-        return None, {"secure_failed": True}
-    return outcome, {}
-
-
-def secure_prepare(protocol, transport, state, stats, dropped, entropy, k, failures, label):
-    """The secure sum of round ``k``'s held prepare ``stats``: ``(message, masked stats,
-    outcome)``, the message from ``summable.server_prepare``. Below the threshold it raises
-    (``on_client_error`` cannot skip it: the round's update needs the message)."""
-    summable = protocol.summable
-    running = None
-    if summable.prepare_cumulative:
-        if state.secure_prepare_running is None:
-            state.secure_prepare_running = {}
-        running = state.secure_prepare_running
-    try:
-        outcome = secure_exchange(protocol, transport, list(stats), sorted(dropped), entropy,
-                                  (k + 1, 1), failures, k + 1, "prepare", running=running)
-    except SecureRoundFailed as exc:
-        raise FederationError(f"[{label}] round {k + 1}, prepare phase: {exc}") from exc
-    state.server_state, message = summable.server_prepare(state.server_state, outcome.sums,
-                                                          outcome.survivors, k)
-    return message, outcome.masked, outcome
-
-
 # ---- the validation reports (early stopping) ------------------------------------------------
 REPORT_CLIP = 2.0**24  # a client's squared-error sum and count (up to 16.7 million ratings)
 
@@ -582,16 +489,3 @@ def report_encoding(n_clients):
     while scale > 0 and FixedPointEncoding(REPORT_CLIP, scale).max_clients < n_clients:
         scale -= 1
     return FixedPointEncoding(REPORT_CLIP, scale)
-
-
-def secure_reports(protocol, transport, clients, entropy, k, failures, round_number):
-    """The secure sum of the validation reports that ``clients`` kept from their
-    ``client_metrics`` (the keys ``protocol.summable.report_keys``) in round ``k``: an
-    :class:`ExchangeResult` whose ``sums`` are the summed reports. Below the threshold it
-    raises (the round's validation needs every report)."""
-    try:
-        return secure_exchange(protocol, transport, sorted(clients), (), entropy, (k + 1, 2),
-                               failures, round_number, "report",
-                               encoding=report_encoding(transport.n_clients))
-    except SecureRoundFailed as exc:
-        raise FederationError(f"round {round_number}, validation reports: {exc}") from exc
