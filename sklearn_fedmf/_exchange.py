@@ -167,7 +167,8 @@ class SecureExchange:
         self.running = None  # the server's running ring sum of a cumulative exchange
         self.prepare_running = None  # the same for the prepare phase's statistics
         self.start_costs = None  # the start's exchange costs, for the next round's record
-        self._run = None
+        self._call = None  # (entropy, failures, label, keep_masked) of the running call
+        self.begin_round()
 
     # ---- a fit's call ------------------------------------------------------------------
     def check(self, protocol, transport):
@@ -189,7 +190,7 @@ class SecureExchange:
         keep their validation reports (``report_keys``) for a secure sum."""
         self.check(protocol, transport)
         self.slots = transport.secure_slots if self.slots is None else self.slots
-        self._run = (entropy, failures, label, keep_masked)
+        self._call = (entropy, failures, label, keep_masked)
         summable = protocol.summable
         if report_keys is not None:
             summable = replace(summable, report_keys=tuple(report_keys))
@@ -207,7 +208,7 @@ class SecureExchange:
         ``(7, *key)`` (``key``: ``(0,)`` at the start, ``(k + 1,)`` for round ``k``'s
         uploads, ``(k + 1, 1)`` for its prepare phase, ``(k + 1, 2)`` for its reports); the
         failure policy applied to every phase."""
-        entropy, failures = self._run[:2]
+        entropy, failures = self._call[:2]
 
         def check(result, phase):
             failures.check(result, phase, round_number)
@@ -232,7 +233,7 @@ class SecureExchange:
         init_up = sum(nbytes(u) for u in uploads.values())
         init_down = nbytes(broadcast) * transport.n_clients
         self.running = {} if summable.cumulative else None
-        self._run = (entropy, failures, "initialization", False)
+        self._call = (entropy, failures, "initialization", False)
         with transport.session(protocol):
             outcome = self._sum(transport, sorted(uploads), (), (0,), None, "init",
                                 running=self.running)
@@ -260,7 +261,7 @@ class SecureExchange:
             outcome = self._sum(transport, list(stats), sorted(dropped), (k + 1, 1), k + 1,
                                 "prepare", running=running)
         except SecureRoundFailed as exc:
-            raise FederationError(f"[{self._run[2]}] round {k + 1}, prepare phase: "
+            raise FederationError(f"[{self._call[2]}] round {k + 1}, prepare phase: "
                                   f"{exc}") from exc
         self._exchanges.append(outcome)
         state.server_state, message = summable.server_prepare(state.server_state, outcome.sums,
@@ -280,7 +281,7 @@ class SecureExchange:
             if summable.weights is not None:
                 weights = summable.weights(state.server_state, clients,
                                            {c: drawn.get(c, 1) for c in clients})
-            entropy, failures, label, keep_masked = self._run
+            _, failures, label, keep_masked = self._call
             try:
                 outcome = self._sum(
                     transport, clients, sorted(dropped), (k + 1,), k + 1, "update",
@@ -343,6 +344,7 @@ class SecureExchange:
         record["secure"] = round_costs([e.costs for e in self._exchanges],
                                        start=self.start_costs)
         self.start_costs = None
+        self.begin_round()  # (a fit keeps its exchange: not the round's masked inputs)
 
 
 def sum_securely(values, option, *, seed, n_clients=None):
