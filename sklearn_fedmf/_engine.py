@@ -306,11 +306,12 @@ class _Failures:
                 raise _client_error(phase, client, exc, round_number) from exc
             if not self.warned:
                 self.warned = True
+                # (stacklevel: past check, _round, run_federation and the fit skeleton)
                 warnings.warn(
                     f"[{self.label}] {_client_error(phase, client, exc, round_number)}; "
                     "on_client_error='skip': the client keeps its previous state and the "
                     "federation goes on (failures are counted in history_'s n_failed).",
-                    ClientFailureWarning, stacklevel=4,
+                    ClientFailureWarning, stacklevel=5,
                 )
         return len(result.failures), real
 

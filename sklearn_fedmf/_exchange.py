@@ -13,10 +13,10 @@ for every exchange of uploads and for what goes in the round's record.
 
 Interface (what the engine calls, in this order)::
 
-    begin(protocol, transport, *, entropy, failures, label, keep_masked, report_keys)
-        -> protocol            # checks; the protocol the clients run (with report_keys)
-    start(protocol, transport, server_state, broadcast, uploads, *, entropy)
+    start(protocol, transport, server_state, broadcast, uploads, *, entropy, failures)
         -> (server_state, broadcast, (bytes_up, bytes_down))  # initialize_federation
+    begin(protocol, transport, *, entropy, failures, label, keep_masked, report_keys)
+        -> protocol            # run_federation: checks; the protocol the clients run
     begin_round()
     prepare(protocol, transport, state, stats, dropped, k) -> (message, stats seen)
     update(protocol, transport, state, uploads, dropped, drawn, k) -> uploads seen

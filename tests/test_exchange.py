@@ -1,0 +1,127 @@
+"""The exchange seam (issue 36, point 1): secure aggregation enters a fit through
+``sklearn_fedmf._exchange`` only. Every secure sum of a fit is one call of
+``SecureExchange._sum`` (so a variant of the sum plugs in there, not in the round loop),
+and no other module outside ``secure/`` imports it."""
+
+import ast
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("cryptography")  # (the secure extra)
+
+from sklearn_fedmf import FedMAvg, FedMCADMM  # noqa: E402
+from sklearn_fedmf._exchange import PlainExchange, SecureExchange  # noqa: E402
+from sklearn_fedmf.datasets import make_ratings  # noqa: E402
+
+PACKAGE = Path(__file__).resolve().parents[1] / "sklearn_fedmf"
+
+
+def ratings():
+    return make_ratings(200, 60, 4000, random_state=0)["X"]
+
+
+def test_every_secure_sum_of_a_fit_goes_through_the_exchange(monkeypatch):
+    """The labels of the sums the exchange ran are those of the rounds' ``secure`` records
+    (start, update, validation reports), in order, then the biases floor's fit."""
+    calls = []
+    original = SecureExchange._sum
+
+    def recording(self, transport, clients, dropped, key, round_number, exchange, **kwargs):
+        calls.append((exchange, key))
+        return original(self, transport, clients, dropped, key, round_number, exchange,
+                        **kwargs)
+
+    monkeypatch.setattr(SecureExchange, "_sum", recording)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = FedMCADMM(n_components=2, n_clients=6, max_iter=4, random_state=0,
+                          early_stopping=True, validation_fraction=0.1,
+                          secure_aggregation=True).fit(ratings())
+    recorded = []
+    for record in model.history_:
+        start = record["secure"].get("start")
+        if start is not None:
+            recorded.append(start["label"])
+        recorded += [e["label"] for e in record["secure"]["exchanges"]]
+    labels = [label for label, _ in calls]
+    assert labels[:len(recorded)] == recorded
+    assert recorded.count("update") == recorded.count("report") == len(model.history_)
+    # one seed per sum of the fit: the start's, and each round's update and reports
+    assert len({key for _, key in calls[:len(recorded)]}) == len(recorded)
+    # then the biases floor's own secure fit (early stopping), through the same exchange
+    floor = labels[len(recorded):]
+    assert floor[0] == "init" and set(floor) <= {"init", "update"} and "update" in floor
+
+
+def test_a_variant_of_the_sum_reaches_the_model_without_the_round_loop(monkeypatch):
+    """A wrapper of ``_sum`` that changes what the server receives (here: one more added to
+    every entry of a round's sums) changes the fitted model: the loop takes the sums from the
+    exchange."""
+    X = ratings()
+    params = dict(n_components=2, n_clients=6, max_iter=3, random_state=0,
+                  secure_aggregation=True, solver_params={"w_step": "local"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = FedMAvg(**params).fit(X)
+        original = SecureExchange._sum
+
+        def doubled(self, *args, **kwargs):
+            result = original(self, *args, **kwargs)
+            if args[5] == "update":
+                result.sums = {k: v + 1.0 for k, v in result.sums.items()}
+            return result
+
+        monkeypatch.setattr(SecureExchange, "_sum", doubled)
+        changed = FedMAvg(**params).fit(X)
+    assert not np.allclose(reference.components_, changed.components_)
+
+
+def test_a_plain_fit_runs_the_plain_exchange_and_keeps_it_for_warm_start():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = FedMCADMM(n_components=2, n_clients=4, max_iter=2, random_state=0,
+                          warm_start=True).fit(ratings())
+    assert isinstance(model._federation.exchange, PlainExchange)
+    assert not any("secure" in key for r in model.history_ for key in r)
+
+
+def _secure_imports(path):
+    """``(line, inside a function)`` of each import of ``secure`` in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    inside = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inside.update(id(n) for n in ast.walk(node) if n is not node)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            names = [node.module or ""] if node.module else [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        if any("secure" in name.split(".") for name in names):
+            found.append((node.lineno, id(node) in inside))
+    return found
+
+
+def test_secure_aggregation_enters_through_the_exchange_module_only():
+    importing = {}
+    for path in PACKAGE.rglob("*.py"):
+        relative = path.relative_to(PACKAGE)
+        if relative.parts[0] == "secure":
+            continue
+        found = _secure_imports(path)
+        if found:
+            importing[str(relative)] = found
+    assert list(importing) == ["_exchange.py"]
+    assert not any(inside for found in importing.values() for _, inside in found)
+
+
+def test_the_import_reader_sees_imports_inside_functions(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("from .secure import a\n\ndef f():\n    from ..secure._rounds import b\n")
+    assert _secure_imports(path) == [(1, False), (4, True)]
