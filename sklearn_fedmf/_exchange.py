@@ -53,6 +53,7 @@ from ._message_size import nbytes
 from .exceptions import ClientFailureWarning, FederationError
 from .secure._aggregate import secure_sum
 from .secure._costs import round_costs, work_clock
+from .secure._crypto import load_primitives
 from .secure._protocol import PHASES
 from .secure._rounds import (
     READY,
@@ -162,6 +163,7 @@ class SecureExchange:
     secure = True
 
     def __init__(self, options):
+        load_primitives()  # (the secure extra: its clear error before any client's work)
         self.options = options
         self.slots = None  # the local transport's secure slots (kept across calls)
         self.running = None  # the server's running ring sum of a cumulative exchange

@@ -4,25 +4,31 @@
 and no other module outside ``secure/`` imports it."""
 
 import ast
+import os
+import subprocess
+import sys
 import warnings
+from importlib.util import find_spec
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-pytest.importorskip("cryptography")  # (the secure extra)
+from sklearn_fedmf import FedMAvg, FedMCADMM
+from sklearn_fedmf._exchange import PlainExchange, SecureExchange
+from sklearn_fedmf.datasets import make_ratings
 
-from sklearn_fedmf import FedMAvg, FedMCADMM  # noqa: E402
-from sklearn_fedmf._exchange import PlainExchange, SecureExchange  # noqa: E402
-from sklearn_fedmf.datasets import make_ratings  # noqa: E402
-
-PACKAGE = Path(__file__).resolve().parents[1] / "sklearn_fedmf"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "sklearn_fedmf"
+needs_secure = pytest.mark.skipif(find_spec("cryptography") is None,
+                                  reason="secure aggregation needs the secure extra")
 
 
 def ratings():
     return make_ratings(200, 60, 4000, random_state=0)["X"]
 
 
+@needs_secure
 def test_every_secure_sum_of_a_fit_goes_through_the_exchange(monkeypatch):
     """The labels of the sums the exchange ran are those of the rounds' ``secure`` records
     (start, update, validation reports), in order, then the biases floor's fit."""
@@ -56,6 +62,7 @@ def test_every_secure_sum_of_a_fit_goes_through_the_exchange(monkeypatch):
     assert floor[0] == "init" and set(floor) <= {"init", "update"} and "update" in floor
 
 
+@needs_secure
 def test_a_variant_of_the_sum_reaches_the_model_without_the_round_loop(monkeypatch):
     """A wrapper of ``_sum`` that changes what the server receives (here: one more added to
     every entry of a round's sums) changes the fitted model: the loop takes the sums from the
@@ -86,6 +93,30 @@ def test_a_plain_fit_runs_the_plain_exchange_and_keeps_it_for_warm_start():
                           warm_start=True).fit(ratings())
     assert isinstance(model._federation.exchange, PlainExchange)
     assert not any("secure" in key for r in model.history_ for key in r)
+
+
+def test_a_plain_fit_needs_no_cryptography_and_a_secure_one_names_its_extra():
+    """The engine imports the secure exchange; ``cryptography`` (the secure extra) is
+    imported by the first secure fit only (a fresh process in which it cannot be
+    imported)."""
+    script = """
+import sys, warnings
+sys.modules["cryptography"] = None  # (not installed)
+from sklearn_fedmf import FedMCADMM
+from sklearn_fedmf.datasets import make_ratings
+X = make_ratings(60, 30, 900, random_state=0)["X"]
+params = dict(n_components=2, n_clients=3, max_iter=2, random_state=0)
+warnings.simplefilter("ignore")
+FedMCADMM(**params).fit(X)
+try:
+    FedMCADMM(**params, secure_aggregation=True).fit(X)
+except ModuleNotFoundError as exc:
+    print(exc)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "pip install 'sklearn_fedmf[secure]'" in done.stdout
 
 
 def _secure_imports(path):

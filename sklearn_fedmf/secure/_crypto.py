@@ -14,22 +14,39 @@ import threading
 
 import numpy as np
 
-try:
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric.x25519 import (
-        X25519PrivateKey,
-        X25519PublicKey,
-    )
-    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-    from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
-    raise ModuleNotFoundError(
-        "Secure aggregation needs the 'cryptography' package: "
-        "pip install 'sklearn_fedmf[secure]'.", name="cryptography") from exc
-
 __all__ = ["KEY_BYTES", "random_bytes", "public_key", "agree", "prg", "add_prg", "encrypt",
-           "decrypt"]
+           "decrypt", "load_primitives"]
+
+# cryptography's primitives, imported on first use (load_primitives): the engine imports
+# this package (sklearn_fedmf._exchange), and a fit without secure aggregation needs neither
+# the optional package nor its import time (~0.3 s)
+hashes = serialization = X25519PrivateKey = X25519PublicKey = None
+Cipher = algorithms = modes = ChaCha20Poly1305 = HKDF = None
+_RAW = None
+
+
+def load_primitives():
+    """Import ``cryptography``'s primitives (once); a clear error without the ``secure``
+    extra."""
+    global hashes, serialization, X25519PrivateKey, X25519PublicKey, Cipher, algorithms
+    global modes, ChaCha20Poly1305, HKDF, _RAW
+    if _RAW is not None:
+        return
+    try:
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric.x25519 import (
+            X25519PrivateKey,
+            X25519PublicKey,
+        )
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+        from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+    except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
+        raise ModuleNotFoundError(
+            "Secure aggregation needs the 'cryptography' package: "
+            "pip install 'sklearn_fedmf[secure]'.", name="cryptography") from exc
+    _RAW = (serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
 
 KEY_BYTES = 32  # X25519 keys, HKDF outputs, PRG seeds and channel keys
 TAG_BYTES = 16  # ChaCha20-Poly1305's authentication tag
@@ -38,7 +55,6 @@ TAG_BYTES = 16  # ChaCha20-Poly1305's authentication tag
 MASK_LABEL = b"sklearn_fedmf secagg pairwise mask"
 CHANNEL_LABEL = b"sklearn_fedmf secagg channel"
 
-_RAW = (serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
 def random_bytes(rng, n):
@@ -50,6 +66,7 @@ def random_bytes(rng, n):
 
 def public_key(private):
     """The raw 32-byte X25519 public key of the raw 32-byte private key ``private``."""
+    load_primitives()
     return X25519PrivateKey.from_private_bytes(private).public_key().public_bytes(*_RAW)
 
 
@@ -59,6 +76,7 @@ def agree(private, peer_publics, label):
 
     Symmetric: ``agree(a, [public_key(b)], l) == agree(b, [public_key(a)], l)``.
     """
+    load_primitives()
     own = X25519PrivateKey.from_private_bytes(private)  # ~0.1 ms: once for all the peers
     return [HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=label).derive(
         own.exchange(X25519PublicKey.from_public_bytes(peer))) for peer in peer_publics]
@@ -81,6 +99,7 @@ def _keystream(seed, out, length):
     """The first ``length`` little-endian 64-bit words of the AES-256-CTR keystream under key
     ``seed`` (zero counter block: every seed of the protocol is fresh for one expansion),
     written into ``out`` (``uint64``, at least ``length + _SLACK_WORDS`` long)."""
+    load_primitives()
     encryptor = Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor()
     encryptor.update_into(_zeros(8 * length), memoryview(out).cast("B"))
     return out[:length]
@@ -126,10 +145,12 @@ def _nonce(sender, recipient):
 
 def encrypt(key, sender, recipient, plaintext):
     """ChaCha20-Poly1305 encryption of ``plaintext`` from ``sender`` to ``recipient``."""
+    load_primitives()
     return ChaCha20Poly1305(key).encrypt(_nonce(sender, recipient), plaintext, None)
 
 
 def decrypt(key, sender, recipient, ciphertext):
     """The plaintext of :func:`encrypt`; raises ``cryptography.exceptions.InvalidTag`` when the
     ciphertext was altered or is not from ``sender`` to ``recipient`` under ``key``."""
+    load_primitives()
     return ChaCha20Poly1305(key).decrypt(_nonce(sender, recipient), ciphertext, None)
