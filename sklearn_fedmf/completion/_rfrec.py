@@ -50,7 +50,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from .. import _biases
-from .._data import check_dense_size
+from .._data import center_and_scale, check_dense_size
 from .._docstrings import Substitution
 from .._engine import FederatedProtocol, Participation, SummableUploads
 from .._groups import GroupStates
@@ -479,11 +479,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         else:
             info.update(rating_scale=self.rating_scale_, alpha_u=self.alpha_u_,
                         alpha_v=self.alpha_v_)
-        scale = info["rating_scale"]
-        if scale != 1.0:
-            for held in (ctx.X, info["eval_X"], info["report_X"]):
-                if held is not None:
-                    held.data /= scale
+        center_and_scale(0.0, info["rating_scale"], ctx.X, info["eval_X"], info["report_X"])
         if rule is not None and self._settings()["variant"] == "rfrecf":
             # RFRecF's model changes on the server only when it averages (coin 1); between
             # averages each client's vectors fit its own copy, and the validation error of
