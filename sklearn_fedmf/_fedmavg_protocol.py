@@ -21,6 +21,7 @@ Flower clients by pickling; the family's steps are bound with :func:`functools.p
 from __future__ import annotations
 
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,12 +29,30 @@ from ._engine import Participation, SummableUploads
 from ._groups import ImplicitRows
 
 __all__ = [
-    "average_uploads", "check_aggregation", "client_prepare", "client_update",
+    "RoundRule", "average_uploads", "check_aggregation", "client_prepare", "client_update",
     "palm_client_update", "q2_schedule", "round_phases", "store_grams", "w_step_size",
     "weighted_sum", "weighted_upload", "upload_weights", "mean_of_sums",
 ]
 
 _GRAM_CHUNK = 4096  # Grams per stacked assignment in store_grams
+
+
+class RoundRule(NamedTuple):
+    """The settings of Wang & Chang's rounds that FedMAvg's completion and clustering
+    protocols share (their ``make_protocol`` takes them as one ``rule``): the local pairs
+    ``local_iter_u``, the server's ``local_iter_v`` steps (capped by ``q_hat``, see
+    :func:`q2_schedule`), ``participation``, ``aggregation``, the step factors ``c_factor``
+    and ``d_factor``, ``w_step`` and the ``variant``."""
+
+    local_iter_u: int
+    local_iter_v: int | None
+    q_hat: int
+    participation: str
+    aggregation: str
+    c_factor: float
+    d_factor: float
+    w_step: str
+    variant: str = "wang_chang"
 
 
 def q2_schedule(round_number, local_iter_v, q_hat):

@@ -73,7 +73,8 @@ __all__ = [
     "FitContext",
     "SIMULATION_SETTINGS",
     "merge_params", "refuse_moved_params", "resolve_solver_params", "route_solver_params",
-    "validation_split",
+    "validation_split", "check_params", "solver_keys", "fit_protocol", "run_rounds",
+    "collect_fit",
 ]
 
 # From this many clients on, a protocol with batched phases runs its clients in N_GROUPS
@@ -128,11 +129,16 @@ def route_solver_params(cls, params):
     """``params`` with the keys that ``cls`` declares in ``_solver_params`` moved into its
     ``solver_params`` dict (merged with one given there): how a flat ``NAME=VALUE`` setting
     (the command line's ``--set``) reaches a solver constant."""
-    solver = {key: value for key, value in params.items() if key in cls._solver_params}
+    solver = {key: value for key, value in params.items() if key in solver_keys(cls)}
     if not solver:
         return dict(params)
     kept = {key: value for key, value in params.items() if key not in solver}
     return merge_params(kept, {"solver_params": solver})
+
+
+def solver_keys(cls):
+    """The ``solver_params`` keys the estimator class ``cls`` declares."""
+    return tuple(cls._solver_params)
 
 
 def refuse_moved_params(init, moved):
@@ -431,7 +437,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         ctx = FitContext(X, n_rows, X.shape[1], n_clients, labels, codes, entropy, warm, info)
         self._check_warm_partition(ctx)
         ctx, early_stopping = self._validation_plan(ctx)
-        protocol = self._secure_protocol(self._make_protocol(ctx))
+        protocol = fit_protocol(self, ctx)
         blocks = self._make_groups(ctx) if self._grouped(protocol, ctx) else self._make_blocks(ctx)
         # The parallelism is across clients; BLAS threads on the small per-client products
         # only fight over the cores (measured: 100x slower dot products on a busy machine).
@@ -442,15 +448,10 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         threads = effective_n_jobs(ctx.info["n_jobs"]) if dask_client() is None else 1
         with threadpool_limits(limits=1, user_api="blas"), resident_blocks(blocks), \
                 parallel_kernels(threads):
-            # (a family without validation keeps the three-argument _run)
-            state = (self._run(protocol, blocks, ctx) if early_stopping is None
-                     else self._run(protocol, blocks, ctx, early_stopping))
+            state = run_rounds(self, protocol, blocks, ctx, early_stopping)
         self._federation, self._entropy = state, entropy
         self.clients_ = labels
-        self.n_clients_ = n_clients
-        self.n_iter_ = state.n_rounds
-        self.history_ = list(state.history)
-        self._collect(state, blocks, ctx)
+        collect_fit(self, state, blocks, ctx)
         self._check_result(state, blocks, ctx, state.history[start:])
         return self
 
@@ -595,3 +596,33 @@ def objective_not_decreasing(history):
         return (f"the objective did not decrease over the fit ({objectives[0]:.6g} after the "
                 f"first round, {objectives[-1]:.6g} after the last)")
     return None
+
+
+# ---- the steps of a fit as functions of the estimator: what the Flower server and sites run
+# (sklearn_fedmf.flower), the same code as ``FederatedEstimator._fit`` --------------------------
+def check_params(estimator):
+    """Validate the estimator's parameters, as ``fit`` does first."""
+    estimator._validate_params()
+
+
+def fit_protocol(estimator, ctx):
+    """The ``FederatedProtocol`` a fit of ``estimator`` runs for the context ``ctx`` (secure
+    when ``secure_aggregation`` asks for it)."""
+    return estimator._secure_protocol(estimator._make_protocol(ctx))
+
+
+def run_rounds(estimator, protocol, clients, ctx, early_stopping=None):
+    """Run the fit's rounds on ``clients`` (its blocks, or a transport); the final
+    ``FederationState``."""
+    if early_stopping is None:  # (a family without validation keeps the three-argument _run)
+        return estimator._run(protocol, clients, ctx)
+    return estimator._run(protocol, clients, ctx, early_stopping)
+
+
+def collect_fit(estimator, state, blocks, ctx):
+    """Set the fitted attributes from the final ``state`` (``n_clients_``, ``n_iter_``,
+    ``history_`` and the family's own)."""
+    estimator.n_clients_ = ctx.n_clients
+    estimator.n_iter_ = state.n_rounds
+    estimator.history_ = list(state.history)
+    estimator._collect(state, blocks, ctx)

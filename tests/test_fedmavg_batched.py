@@ -9,6 +9,7 @@ import scipy.sparse as sp
 from sklearn_fedmf import FedMAvg
 from sklearn_fedmf._data import split_clients
 from sklearn_fedmf._engine import nbytes
+from sklearn_fedmf._fedmavg_protocol import RoundRule
 from sklearn_fedmf._fit import route_solver_params
 from sklearn_fedmf._groups import ImplicitRows, make_groups
 from sklearn_fedmf._transport import client_generator
@@ -40,10 +41,11 @@ def assert_close(actual, desired):
 def protocol_of(n_items, n_clients, *, variant="wang_chang", participation="pcc",
                 w_step="global", biased=True, positive=False, l1_ratio=0.0, rank=3):
     return make_protocol(
-        n_items=n_items, n_clients=n_clients, n_components=rank, variant=variant,
-        local_iter_u=4, local_iter_v=None if variant == "wang_chang" else 3, q_hat=5,
-        participation=participation, aggregation="weighted", c_factor=0.51, d_factor=2.0,
-        w_step=w_step if variant == "wang_chang" else "local", client_weights="entries",
+        n_items=n_items, n_clients=n_clients, n_components=rank, rule=RoundRule(
+            variant=variant, local_iter_u=4, local_iter_v=None if variant == "wang_chang" else 3,
+            q_hat=5, participation=participation, aggregation="weighted", c_factor=0.51,
+            d_factor=2.0, w_step=w_step if variant == "wang_chang" else "local"),
+        client_weights="entries",
         alpha_u=0.3, alpha_v=0.5, l1_ratio=l1_ratio, positive=positive, init_scale=1.0,
         biased=biased)
 

@@ -26,7 +26,8 @@ from ..metrics._binary import check_binary, f1_boolean
 from ..privacy._local_dp import LocalDPMixin
 from ._elb import PROX_MODES, local_steps
 
-__all__ = ["BooleanFactorizationBase", "elb_solver_params", "fold_in", "single_threaded_blas"]
+__all__ = ["BooleanFactorizationBase", "check_binary_data", "elb_solver_params", "fold_in",
+           "single_threaded_blas"]
 
 # The constraints of the Elb steps' constants, keys of Felb's and AggregatedBMF's
 # ``solver_params`` (each class declares its own defaults: the paper's, Felb's or Elbmf's)
@@ -76,17 +77,23 @@ X : {array-like, sparse matrix} of shape (n_samples, n_features)
 y : Ignored
     Not used, present for API consistency by convention.""")
 
+def check_binary_data(estimator, X, *, reset):
+    """``X`` as the Boolean ``estimator`` fits or reads it (``binarize`` applied; a Flower
+    site's block too): binary, sparse accepted."""
+    X = validate_data(estimator, X, accept_sparse=True, dtype=[np.float64, np.float32],
+                      reset=reset)
+    if estimator.binarize is not None:  # as in BernoulliNB: x -> 1[x > threshold]
+        X = binarize(X, threshold=estimator.binarize)
+    return check_binary(X)
+
+
 class BooleanTransformerMixin:
     """What every Boolean factorization shares, federated or not: binary input (``binarize``
     maps it first), sparse input accepted, ``components_`` rows as output features and
     Boolean factors whatever the input dtype."""
 
     def _check_binary(self, X, reset):
-        X = validate_data(self, X, accept_sparse=True, dtype=[np.float64, np.float32],
-                          reset=reset)
-        if self.binarize is not None:  # as in BernoulliNB: x -> 1[x > threshold]
-            X = binarize(X, threshold=self.binarize)
-        return check_binary(X)
+        return check_binary_data(self, X, reset=reset)
 
     @property
     def _n_features_out(self):

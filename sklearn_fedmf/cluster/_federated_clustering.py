@@ -40,6 +40,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .._docstrings import SHARED_PARAMETERS, Substitution, federation_keys, solver_key
 from .._exchange import sum_securely
+from .._fedmavg_protocol import RoundRule
 from .._fit import FEDERATION_KEYS, FederatedEstimator, resolve_solver_params
 from ..exceptions import DataWarning
 from ._federated_clustering_protocol import (
@@ -387,14 +388,16 @@ class FederatedClustering(
             n_clients=ctx.n_clients, weights=blocks_rows.astype(float) / ctx.n_rows,
             n_total=ctx.n_rows, amplitude=np.sqrt(info["abs_mean"] / K),
             centers=info["centers"], box=None if onehot else (info["x_min"], info["x_max"]),
-            rho=rho, nu=nu, onehot=onehot, local_iter_u=self.local_iter_u,
-            local_iter_v=self.local_iter_v if self.local_iter_v or not mgs else 100,
-            q_hat=solver["q_hat"], participation=solver["participation"],
-            aggregation=solver["aggregation"]
-            or ("sampled_mean" if solver["sampling"] == "weighted" else "weighted"),
-            c_factor=solver["c_factor"], d_factor=solver["d_factor"] or (0.501 if mgs else 5.0),
-            w_step=solver["w_step"], tol=self.tol, schedule=self._sncp_schedule(ctx),
-            sampling=solver["sampling"], variant=solver["variant"],
+            rho=rho, nu=nu, onehot=onehot, rule=RoundRule(
+                local_iter_u=self.local_iter_u,
+                local_iter_v=self.local_iter_v if self.local_iter_v or not mgs else 100,
+                q_hat=solver["q_hat"], participation=solver["participation"],
+                aggregation=solver["aggregation"]
+                or ("sampled_mean" if solver["sampling"] == "weighted" else "weighted"),
+                c_factor=solver["c_factor"],
+                d_factor=solver["d_factor"] or (0.501 if mgs else 5.0), w_step=solver["w_step"],
+                variant=solver["variant"]),
+            tol=self.tol, schedule=self._sncp_schedule(ctx), sampling=solver["sampling"],
         )
 
     def _sncp_schedule(self, ctx):

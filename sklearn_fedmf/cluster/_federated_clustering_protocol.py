@@ -343,16 +343,17 @@ def combine_metrics(server_state, sums, *, n_total, nu):
 
 
 def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_total, amplitude,
-                  centers, box, rho, nu, onehot, local_iter_u, local_iter_v, q_hat,
-                  participation, aggregation, c_factor, d_factor, w_step, tol, schedule,
-                  sampling="uniform", variant="wang_chang"):
-    """Bind the hyperparameters to the pure functions above (``variant="fedpalm"``: FedMAvg's
+                  centers, box, rho, nu, onehot, rule, tol, schedule, sampling="uniform"):
+    """Bind the hyperparameters to the pure functions above (``rule``: the rounds'
+    :class:`~sklearn_fedmf._fedmavg_protocol.RoundRule`; ``variant="fedpalm"``: FedMAvg's
     rounds with Remark 1's local steps, ``local_iter_u`` pairs).
 
     Between rounds the server runs :func:`sncp_after_round` (``rel_change``, the ``tol`` stop
     and, with a ``schedule``, the raise of ``rho``); the server state then needs ``F_prev``,
     the objective at the initial state, before round 1 (:func:`start_rounds`).
     """
+    (local_iter_u, local_iter_v, q_hat, participation, aggregation, c_factor, d_factor, w_step,
+     variant) = rule
     if algorithm == "fedmavg":
         check_aggregation(aggregation, sampling)
     h_params = dict(n_total=n_total, nu=nu, c_factor=c_factor, local_iter_u=local_iter_u,

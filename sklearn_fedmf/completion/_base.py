@@ -21,6 +21,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._biases import free_item, free_user, init_item, user_step_view, with_user
 from .._data import (
+    center_and_scale,
     check_dense_size,
     check_like,
     check_ratings,
@@ -378,10 +379,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         else:  # warm start: the model keeps the centring of its first fit
             mean, rating_range = self.mean_, self.rating_range_
         offset = mean if settings["center"] and not self._implicit else 0.0
-        X = _shift(X, -offset)
-        for held in (eval_X, report_X):
-            if held is not None:
-                _shift(held, -offset)
+        center_and_scale(offset, 1.0, X, eval_X, report_X)
         _warn_unobserved(X)
         # n_ratings: the sum of the clients' rating counts (FedMC-ADMM and FedMGS "auto")
         info = {**ctx.info, "eval_X": eval_X, "report_X": report_X, "mean": mean,

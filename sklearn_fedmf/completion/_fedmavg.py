@@ -16,7 +16,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._docstrings import Substitution, toy_example
 from .._engine import FederatedProtocol
-from .._fedmavg_protocol import check_aggregation, q2_schedule, round_phases
+from .._fedmavg_protocol import RoundRule, check_aggregation, q2_schedule, round_phases
 from ._auto_strengths import BIAS_START_PASSES, AutoStrengthsMixin, variant_bias_settings
 from ._base import (
     COMPLETION_DOCS,
@@ -51,16 +51,18 @@ from ._implicit import IMPLICIT_SOLVER_SETTINGS, check_implicit_settings, implic
 __all__ = ["FedMAvg"]
 
 
-def make_protocol(*, n_items, n_clients, n_components, variant, local_iter_u, local_iter_v,
-                  q_hat, participation, aggregation, c_factor, d_factor, w_step, client_weights,
-                  alpha_u, alpha_v, l1_ratio, positive, init_scale, biased=False,
-                  weighted=False, item_bias=None, user_shrinkage=None, bias_shrinkages=None):
-    """Bind the hyperparameters to the pure functions (``biased``: rank
+def make_protocol(*, n_items, n_clients, n_components, rule, client_weights, alpha_u, alpha_v,
+                  l1_ratio, positive, init_scale, biased=False, weighted=False, item_bias=None,
+                  user_shrinkage=None, bias_shrinkages=None):
+    """Bind the hyperparameters to the pure functions (``rule``: the rounds'
+    :class:`~sklearn_fedmf._fedmavg_protocol.RoundRule`; ``biased``: rank
     ``n_components + 2`` with the augmented factors of ``_biases``; ``weighted``: each row's
     penalty scaled by its number of ratings; ``item_bias``, ``user_shrinkage``: the biases'
     start of the ``"auto"`` strengths, :mod:`._auto_strengths`; ``bias_shrinkages``:
     ``(lambda_u, lambda_i)``, the ridges of ``b_u`` and ``b_i`` when they are not the
     factors' strengths, ``variant="fedmc_admm"`` under ``"auto"``)."""
+    (local_iter_u, local_iter_v, q_hat, participation, aggregation, c_factor, d_factor, w_step,
+     variant) = rule
     prepared = variant == "wang_chang" and w_step in ("global", "guarded")
     u_params = dict(variant=variant, c_factor=c_factor, alpha_u=alpha_u, l1_ratio=l1_ratio,
                     positive=positive, local_iter_u=local_iter_u, client_weights=client_weights,
@@ -393,14 +395,15 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
                 # client per user on MovieLens 100K; test RMSE within 0.004 either way)
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=ctx.info["rank"],
-            variant=variant, local_iter_u=self.local_iter_u,
-            local_iter_v=self.local_iter_v if self.local_iter_v or not paper else 10,
-            q_hat=settings["q_hat"], participation=settings["participation"],
-            aggregation=settings["aggregation"]
-            or ("sampled_mean" if paper or sampling == "weighted" else "weighted"),
-            c_factor=settings["c_factor"] or (0.5 if paper else 0.51),
-            d_factor=d_factor,
-            w_step=w_step or ("guarded" if variant == "wang_chang" else "local"),
+            rule=RoundRule(
+                variant=variant, local_iter_u=self.local_iter_u,
+                local_iter_v=self.local_iter_v if self.local_iter_v or not paper else 10,
+                q_hat=settings["q_hat"], participation=settings["participation"],
+                aggregation=settings["aggregation"]
+                or ("sampled_mean" if paper or sampling == "weighted" else "weighted"),
+                c_factor=settings["c_factor"] or (0.5 if paper else 0.51),
+                d_factor=d_factor,
+                w_step=w_step or ("guarded" if variant == "wang_chang" else "local")),
             client_weights=settings["client_weights"], alpha_u=alpha_u,
             alpha_v=alpha_v, l1_ratio=settings["l1_ratio"], positive=settings["positive"],
             init_scale=settings["init_scale"],

@@ -55,6 +55,12 @@ from .._transport import client_generator
 from ._auto_strengths import start_user_biases
 from ._base import squared_error_of
 from ._fedmc_admm_kernels import (
+    ClientRows,
+    GroupOutput,
+    GroupRatings,
+    RoundSettings,
+    TermMessages,
+    TermStore,
     group_update,
     implicit_consensus,
     implicit_total,
@@ -437,11 +443,14 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     U_out = gs["U"].copy()
     deviation = np.empty((n, Vt.shape[1]))
     hist, coef = gs["h"].arrays
-    group_update(X.indptr, X.data, group.row_ptr, group.entry_ptr, act, gs["loc"], gs["E"],
-                 gs["e_ptr"], *gs["wy"].arrays, gs["w_at"], hist, coef, gs["h_at"], h_len,
-                 gs["U"], Vt, history.G, kk, n_clients, beta, local_iter, alpha_u, l1_ratio,
-                 positive, biased, w_update == "exact", eps, U_out, *wy.arrays, at, *h.arrays,
-                 h_base + hout_ptr[:-1], deviation, out_ptr[:-1])
+    group_update(GroupRatings(X.indptr, X.data, group.row_ptr, group.entry_ptr, gs["loc"],
+                              gs["E"], gs["e_ptr"]), act,
+                 ClientRows(*gs["wy"].arrays, gs["w_at"], hist, coef, gs["h_at"], h_len),
+                 gs["U"], Vt, history.G, kk,
+                 RoundSettings(n_clients, beta, local_iter, alpha_u, l1_ratio, positive, biased,
+                               w_update == "exact", eps),
+                 GroupOutput(U_out, *wy.arrays, at, *h.arrays, h_base + hout_ptr[:-1],
+                             deviation, out_ptr[:-1]))
     h.tail = h_base + nh
     if in_place:
         W_all, Y_all = wy.arrays[:2]
@@ -620,12 +629,16 @@ def _replace(server_state, parts, beta, accumulate):
         deviation = p.deviation
         if deviation is None:  # a dense message: no implicit row
             deviation = np.asarray(p.values[0], float) + np.asarray(p.values[1], float) / beta
-        message = (_read_only(a) for a in (p.clients, rows, p.e_ptr, deviation, p.hist, p.coef,
-                                          p.h_ptr))  # (one compiled signature for all parts)
-        replace_terms(*message, stored, beta,
-                      *store["rd"].arrays, store["rd_at"], store["rd_len"], *store["hc"].arrays,
-                      store["hc_at"], store["hc_len"], dst, h_base + p.h_ptr[:-1],
-                      server_state["S"], server_state["C"], accumulate)
+        messages = TermMessages(*(_read_only(a) for a in (
+            p.clients, rows, p.e_ptr, deviation, p.hist, p.coef, p.h_ptr)))  # (one signature)
+        replace_terms(messages, _term_store(store), dst, h_base + p.h_ptr[:-1],
+                      server_state["S"], server_state["C"], stored, beta, accumulate)
+
+
+def _term_store(store):
+    """The server's store as :func:`~._fedmc_admm_kernels.replace_terms` reads it."""
+    return TermStore(*store["rd"].arrays, store["rd_at"], store["rd_len"], *store["hc"].arrays,
+                     store["hc_at"], store["hc_len"])
 
 
 def _resum(server_state):
@@ -636,8 +649,7 @@ def _resum(server_state):
     store["hc"], store["hc_at"] = _Pool.holding(live), ptr[:-1].copy()
     for key in ("S", "C"):
         server_state[key] = np.zeros_like(server_state[key])
-    sum_terms(*store["rd"].arrays, store["rd_at"], store["rd_len"], *store["hc"].arrays,
-              store["hc_at"], store["hc_len"], server_state["S"], server_state["C"])
+    sum_terms(_term_store(store), server_state["S"], server_state["C"])
     server_state["since_exact"] = 0
 
 

@@ -10,6 +10,8 @@ order does not depend on ``n_jobs`` or the backend.
 ``tests/test_kernels.py`` checks them against dense numpy oracles.
 """
 
+from collections import namedtuple
+
 import numpy as np
 
 from .._kernels import (
@@ -26,7 +28,47 @@ from .._kernels import (
 )
 
 __all__ = ["linearized_cols", "squared_distance", "replace_and_accumulate", "group_update",
-           "implicit_consensus", "implicit_total", "replace_terms", "sum_terms"]
+           "implicit_consensus", "implicit_total", "replace_terms", "sum_terms", "GroupRatings",
+           "ClientRows", "RoundSettings", "GroupOutput", "TermMessages", "TermStore"]
+
+
+# The arrays of the group kernels travel in named tuples (numba takes one as one argument and
+# reads its fields at no cost); :func:`group_update` and :func:`replace_terms` use the names.
+class GroupRatings(namedtuple("GroupRatings", "indptr data row_ptr entry_ptr loc E e_ptr")):
+    """A group's ratings (CSR), its clients' rows and ratings, their explicit rows."""
+
+    __slots__ = ()
+
+
+class ClientRows(namedtuple("ClientRows", "W Y BW BY w_at hist coef h_at h_len")):
+    """The clients' explicit values and combinations, broadcasts and coefficients."""
+
+    __slots__ = ()
+
+
+class RoundSettings(namedtuple("RoundSettings", "n_clients beta n_steps alpha_u l1_ratio "
+                                                "positive biased exact eps")):
+    """The scalars of a client's round (``exact``: Remark 4.1's W update)."""
+
+    __slots__ = ()
+
+
+class GroupOutput(namedtuple("GroupOutput", "U W Y BW BY at hist coef h_ptr D d_ptr")):
+    """Where :func:`group_update` writes (``U_out``, ``W_out``, ..., ``out_at``, ...)."""
+
+    __slots__ = ()
+
+
+class TermMessages(namedtuple("TermMessages", "clients rows e_ptr D hist coef h_ptr")):
+    """The messages :func:`replace_terms` stores, concatenated."""
+
+    __slots__ = ()
+
+
+class TermStore(namedtuple("TermStore", "rows D rd_at rd_len hist coef hc_at hc_len")):
+    """The server's store of the terms (:func:`replace_terms`)."""
+
+    __slots__ = ()
 
 
 @_jit
@@ -306,14 +348,14 @@ def _one_rater_cols(u, lc, dat, Wc, target, L, beta, n_clients, n_steps, out):
 
 
 @_jit
-def _one_user(u, dat, Ec, Wc, Yc, BWc, BYc, hist, coef, G, V, free, n_clients, beta, n_steps,
-              alpha_u, l1_ratio, positive, eps, Bt, x, GW, P, Q, b, g, u_out, Wn, Yn, BWn, BYn,
-              Dn):
+def _one_user(client, G, V, settings, buffers, out):
     """:func:`group_update`'s linearized round for a client of one row ``u`` whose explicit
     rows are exactly its ``k`` rated items (rating ``s`` on row ``s``, ``dat[s]``), fused into
     two passes over its rows (``Dn``: the term's deviations, as :func:`group_update`).
-    ``u_out``'s columns past ``free`` are left to the caller (the biases' fixed ones). Returns
-    the W loop's ``L``.
+    ``client`` is ``(u, dat, Ec, Wc, Yc, BWc, BYc, hist, coef)`` (its slices of the group's
+    arrays), ``buffers`` the caller's scratch arrays and ``out`` ``(u_out, Wn, Yn, BWn, BYn,
+    Dn)``. ``u_out``'s columns past the free ones are left to the caller (the biases' fixed
+    ones). Returns the W loop's ``L``.
 
     One gather serves both Grams of (a): the rated items are all the explicit rows, so the
     U loop's Gram (the one :func:`~sklearn_fedmf._kernels._prox_grad_rows` gathers, with the
@@ -322,7 +364,13 @@ def _one_user(u, dat, Ec, Wc, Yc, BWc, BYc, hist, coef, G, V, free, n_clients, b
     :func:`linearized_cols`) with ``A`` and ``keep`` shared by the client's columns, so
     ``acc_N = alpha s_0 + delta D`` with two scalars that the same recursion gives once.
     """
+    u, dat, Ec, Wc, Yc, BWc, BYc, hist, coef = client
+    n_clients, beta, n_steps, alpha_u, l1_ratio, positive, biased, _, eps = settings
+    Bt, x, GW, P, Q, b, g = buffers
+    u_out, Wn, Yn, BWn, BYn, Dn = out
     k, r = Wc.shape
+    free = r - 1 if biased else r
+    positive = positive and not biased  # (the biases' U may be negative)
     # (a) U loop: the free columns' Gram and right side (ratings minus b_i with biases)
     for s in range(k):
         x[s] = dat[s] - Wc[s, r - 1] if free < r else dat[s]
@@ -405,11 +453,13 @@ def _frobenius(M, k):
 
 
 @_jit
-def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y, BW, BY, w_at,
-                 hist, coef, h_at, h_len, U, V, G, kk, n_clients, beta, n_steps, alpha_u,
-                 l1_ratio, positive, biased, exact, eps, U_out, W_out, Y_out, BW_out, BY_out,
-                 out_at, hist_out, coef_out, hout_ptr, D_out, d_ptr):
+def group_update(ratings, clients, rows, U, V, G, kk, settings, out):
     """One FedMC-ADMM round (Algorithm 1, step 3) of each client of ``clients`` in a group.
+
+    ``ratings`` is a :class:`GroupRatings`, ``rows`` a :class:`ClientRows`, ``settings`` a
+    :class:`RoundSettings` and ``out`` a :class:`GroupOutput` (``U_out`` below is
+    ``out.U``, ``W_out`` ``out.W``, and so on; ``out_at`` is ``out.at``, ``hout_ptr``
+    ``out.h_ptr``).
 
     Client ``c = clients[a]`` owns the group rows ``row_ptr[c]:row_ptr[c + 1]`` (ratings
     ``entry_ptr[c]:entry_ptr[c + 1]``); its ``k`` explicit rows are ``E[e_ptr[c]:e_ptr[c +
@@ -437,6 +487,10 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
     (beta v - y) / (L + beta)``, or Remark 4.1's ``v - y / beta`` (``exact``), as a map of the
     coefficients and of ``BW``, ``BY``.
     """
+    indptr, data, row_ptr, entry_ptr, loc, E, e_ptr = ratings
+    W, Y, BW, BY, w_at, hist, coef, h_at, h_len = rows
+    n_clients, beta, n_steps, alpha_u, l1_ratio, positive, biased, exact, eps = settings
+    U_out, W_out, Y_out, BW_out, BY_out, out_at, hist_out, coef_out, hout_ptr, D_out, d_ptr = out
     r = U.shape[1]
     GW = np.empty((r, r))
     UU = np.empty((r, r))
@@ -452,7 +506,6 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
     L_rows, l1_rows = np.empty((m_max, r)), np.empty((m_max, r))
     shrink_rows, ridge_rows = np.empty(m_max), np.zeros(m_max)
     free = r - 1 if biased else r
-    u_positive = positive and not biased
     if biased:
         dat = np.empty(s_max, data.dtype)
         Uf, outf = np.empty((m_max, r - 1), U.dtype), np.empty((m_max, r - 1), U.dtype)
@@ -475,11 +528,10 @@ def group_update(indptr, data, row_ptr, entry_ptr, clients, loc, E, e_ptr, W, Y,
         hc, cc = hist[h0:h0 + h_len[c]], coef[h0:h0 + h_len[c]]
         lc = loc[entry_ptr[c]:entry_ptr[c + 1]]
         if m == 1 and not exact and s1 - s0 == k and _gram_pays(k, free, n_steps):
-            L = _one_user(U[r0], data[s0:s1], Ec, Wc, Yc, BWc, BYc, hc, cc, G, V, free,
-                          n_clients, beta, n_steps, alpha_u, l1_ratio, u_positive, eps,
-                          Bt, xg, GW, P, Q, bg, gg, U_out[r0], W_out[o0:o0 + k],
-                          Y_out[o0:o0 + k], BW_out[o0:o0 + k], BY_out[o0:o0 + k],
-                          D_out[d0:d0 + k])
+            L = _one_user((U[r0], data[s0:s1], Ec, Wc, Yc, BWc, BYc, hc, cc), G, V, settings,
+                          (Bt, xg, GW, P, Q, bg, gg),
+                          (U_out[r0], W_out[o0:o0 + k], Y_out[o0:o0 + k], BW_out[o0:o0 + k],
+                           BY_out[o0:o0 + k], D_out[d0:d0 + k]))
             if biased:
                 U_out[r0, r - 1] = 1.0
             _map_coefficients(hc, cc, kk, L, beta, n_steps, exact, hist_out, coef_out,
@@ -651,11 +703,11 @@ def implicit_consensus(e_ptr, W, BW, E, hist, coef, h_ptr, V, G, kk):
 
 
 @_jit
-def replace_terms(clients, rows, e_ptr, D, hist, coef, h_ptr, stored, beta,
-                  store_rows, store_D, rd_at, rd_len, store_hist, store_coef, hc_at, hc_len, dst,
-                  h_dst, S, C, accumulate):
-    """Replace the server's terms ``Z_i = W_i + Y_i / beta`` of the ``clients`` (messages
-    concatenated as in :func:`group_update`'s outputs, ``e_ptr``/``h_ptr`` over the clients).
+def replace_terms(messages, store, dst, h_dst, S, C, stored, beta, accumulate):
+    """Replace the server's terms ``Z_i = W_i + Y_i / beta`` of the ``clients`` (a
+    :class:`TermMessages`: the messages concatenated as in :func:`group_update`'s outputs,
+    ``e_ptr``/``h_ptr`` over the clients) in the :class:`TermStore` ``store`` (its fields
+    ``store_rows``, ``store_D``, ``store_hist``, ``store_coef`` below).
 
     A term is stored as its broadcasts and coefficients ``coef[:, 0] + coef[:, 1] / beta`` (at
     ``h_dst[a]`` of ``store_hist``, ``store_coef``), valid on every row, and its explicit rows'
@@ -668,6 +720,8 @@ def replace_terms(clients, rows, e_ptr, D, hist, coef, h_ptr, stored, beta,
     in): ``C[t]`` sums the coefficients of broadcast ``t`` and ``S`` the deviations
     (:func:`implicit_total`). Only the rows and the broadcasts a client has are touched.
     """
+    clients, rows, e_ptr, D, hist, coef, h_ptr = messages
+    store_rows, store_D, rd_at, rd_len, store_hist, store_coef, hc_at, hc_len = store
     r = S.shape[1]
     for a in range(clients.size):
         c = clients[a]
@@ -725,8 +779,10 @@ def implicit_total(S, C, H, m, out):
 
 
 @_jit
-def sum_terms(rows, D, rd_at, rd_len, hist, coef, hc_at, hc_len, S, C):
-    """``S``, ``C`` of :func:`replace_terms` from every client's stored term (exact)."""
+def sum_terms(store, S, C):
+    """``S``, ``C`` of :func:`replace_terms` from every client's stored term (exact, the
+    :class:`TermStore` ``store``)."""
+    rows, D, rd_at, rd_len, hist, coef, hc_at, hc_len = store
     for c in range(rd_at.size):
         for q in range(hc_at[c], hc_at[c] + hc_len[c]):
             C[hist[q]] += coef[q]

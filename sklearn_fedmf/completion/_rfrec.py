@@ -50,7 +50,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
 from .. import _biases
-from .._data import check_dense_size
+from .._data import center_and_scale, check_dense_size
 from .._docstrings import Substitution
 from .._engine import FederatedProtocol, Participation, SummableUploads
 from .._groups import GroupStates
@@ -65,6 +65,8 @@ from ._rfrec_kernels import _errors_at, _sigmoid_fold_in
 from ._rfrec_protocol import (  # noqa: F401  (the tests import _coin and _pulled from here)
     _EXPLODE,
     ItemMatrixUpload,
+    RatingLink,
+    UploadNoise,
     _coin,
     _diverged,
     _pulled,
@@ -109,11 +111,13 @@ def auto_strengths(alpha_u, alpha_v, *, sum_squares, n_ratings):
 
 
 def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
-                  reg_consensus, alpha_u, alpha_v, p, pull_eta, optimizer, link, shift, span,
-                  init_std, clip_delta, noise_scale, simulate_uploads, biased=False,
+                  reg_consensus, alpha_u, alpha_v, p, pull_eta, optimizer, init_std,
+                  simulate_uploads, link, privacy, biased=False,
                   rating_scale=1.0, confidence=None):
     """Bind the hyperparameters to the pure functions of :mod:`._rfrec_protocol` and
-    :mod:`._rfrec_batched` (``alpha_v`` is split 1/N;
+    :mod:`._rfrec_batched` (``alpha_v`` is split 1/N; ``link``: a
+    :class:`~._rfrec_protocol.RatingLink`; ``privacy``: an
+    :class:`~._rfrec_protocol.UploadNoise`;
     ``biased``: rank ``n_components + 2`` with the augmented factors of ``_biases``;
     ``rating_scale``: the ratings were divided by it, the metrics are reported times it;
     ``confidence``: ``loss="implicit"``, :mod:`._rfrec_implicit`)."""
@@ -122,8 +126,7 @@ def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learni
                                                alpha_v / n_clients, p, pull_eta)
     step = dict(lr=learning_rate, reg=reg_consensus, reg_v=alpha_v / n_clients, p=p, eta=eta,
                 optimizer=optimizer, biased=biased)
-    privacy = dict(clip_delta=clip_delta, noise_scale=noise_scale)
-    link_ = dict(link=link, shift=shift, span=span)
+    privacy, link_ = privacy._asdict(), link._asdict()
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items,
                             n_components=_biases.n_factors(n_components, biased),
@@ -131,8 +134,8 @@ def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learni
         init_client=partial(init_client, init_std=init_std, optimizer=optimizer,
                             biased=biased, implicit=confidence is not None),
         client_update=partial(client_update, variant=variant, schedule=schedule,
-                              alpha_u=alpha_u, simulate=simulate_uploads, **step, **privacy,
-                              **link_, confidence=confidence),
+                              alpha_u=alpha_u, simulate=simulate_uploads, step=step,
+                              privacy=privacy, link=link_, confidence=confidence),
         server_update=partial(server_update, variant=variant, schedule=schedule, **step,
                               **privacy),
         client_metrics=partial(client_metrics, alpha_u=alpha_u, eta=eta, biased=biased,
@@ -479,11 +482,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         else:
             info.update(rating_scale=self.rating_scale_, alpha_u=self.alpha_u_,
                         alpha_v=self.alpha_v_)
-        scale = info["rating_scale"]
-        if scale != 1.0:
-            for held in (ctx.X, info["eval_X"], info["report_X"]):
-                if held is not None:
-                    held.data /= scale
+        center_and_scale(0.0, info["rating_scale"], ctx.X, info["eval_X"], info["report_X"])
         if rule is not None and self._settings()["variant"] == "rfrecf":
             # RFRecF's model changes on the server only when it averages (coin 1); between
             # averages each client's vectors fit its own copy, and the validation error of
@@ -660,9 +659,10 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             variant=settings["variant"], schedule=settings["schedule"],
             learning_rate=self._learning_rate(), reg_consensus=self.reg_consensus,
             alpha_u=ctx.info["alpha_u"], alpha_v=ctx.info["alpha_v"], p=settings["p"],
-            pull_eta=settings["pull_eta"], optimizer=settings["optimizer"], link=settings["link"],
-            shift=offset - lo, span=(hi - lo) or 1.0, init_std=settings["init_std"],
-            clip_delta=ctx.info["privacy"]["clip"], noise_scale=ctx.info["privacy"]["scale"] or 0.0,
+            pull_eta=settings["pull_eta"], optimizer=settings["optimizer"],
+            link=RatingLink(settings["link"], shift=offset - lo, span=(hi - lo) or 1.0),
+            init_std=settings["init_std"], privacy=UploadNoise(
+                ctx.info["privacy"]["clip"], noise_scale=ctx.info["privacy"]["scale"] or 0.0),
             # secure aggregation sums dense uploads, each clipped and noised by its client
             simulate_uploads=(settings["simulate_uploads"]
                               or settings["secure_aggregation"] is not False),

@@ -11,7 +11,16 @@ import numpy as np
 from .. import _biases
 from .._groups import BatchedPhases
 from .._transport import client_generator
-from ._rfrec_kernels import _NOTHING, _PULL, _STEP, _group_sums, _group_update
+from ._rfrec_kernels import (
+    _NOTHING,
+    _PULL,
+    _STEP,
+    AdamMoments,
+    GroupPairs,
+    StepSettings,
+    _group_sums,
+    _group_update,
+)
 from ._rfrec_protocol import AUTO_SAFETY, _action, _metrics, _upload
 
 __all__ = ["make_batched"]
@@ -76,39 +85,42 @@ def init_client_batched(group, broadcast, stream, *, init_std, optimizer, biased
 
 
 def client_update_batched(gs, group, broadcast, stream, active, selected, *, variant,
-                          schedule, lr, reg, alpha_u, reg_v, p, eta, optimizer, link, shift,
-                          span, clip_delta, noise_scale, simulate, biased=False):
+                          schedule, alpha_u, simulate, step, privacy, link):
     """:func:`client_update` for the ``active`` clients of ``group`` in one compiled call;
-    the uploads of the ``selected`` ones (a Python step per upload only)."""
+    the uploads of the ``selected`` ones (a Python step per upload only). ``step``,
+    ``privacy`` and ``link`` are the keyword groups of :func:`make_batched`."""
+    lr, reg, reg_v, p, eta = (step[key] for key in ("lr", "reg", "reg_v", "p", "eta"))
+    link, shift, span = link["link"], link["shift"], link["span"]
     bc = broadcast.simulation
     X, opt = group.X, gs["opt"]
     action = _action(variant, schedule, bc.coin)
-    step = action == "step"  # else RFRecF's main update: grad f / (1 - p), no psi
+    stepping = action == "step"  # else RFRecF's main update: grad f / (1 - p), no psi
     none_u, none_p = (np.empty((0, gs["U"].shape[1])),) * 2
-    _group_update(X.indptr, X.data, group.row_ptr, gs["pair_ptr"], gs["pair"], gs["cols"],
+    _group_update(GroupPairs(X.indptr, X.data, group.row_ptr, gs["pair_ptr"], gs["pair"],
+                             gs["cols"]),
                   gs["U"], gs["P"], bc.Vbar, np.ascontiguousarray(active), gs["pending"],
-                  _ACTION_CODE.get(action, _NOTHING), action == "upload_pull",
-                  0.0 if eta is None else eta, link == "sigmoid", shift, span, alpha_u, reg_v,
-                  reg if step else 0.0, 1.0 if step or p is None else 1 / (1 - p),
-                  AUTO_SAFETY if lr is None else lr, lr is None, opt is not None,
-                  np.zeros(0, dtype=np.int64) if opt is None else opt["t"],
-                  none_u if opt is None else opt["mU"], none_u if opt is None else opt["vU"],
-                  none_p if opt is None else opt["mP"], none_p if opt is None else opt["vP"],
-                  biased)
+                  StepSettings(_ACTION_CODE.get(action, _NOTHING), action == "upload_pull",
+                               0.0 if eta is None else eta, link == "sigmoid", shift, span,
+                               alpha_u, reg_v, reg if stepping else 0.0,
+                               1.0 if stepping or p is None else 1 / (1 - p),
+                               AUTO_SAFETY if lr is None else lr, lr is None, opt is not None,
+                               step["biased"]),
+                  AdamMoments(np.zeros(0, dtype=np.int64), none_u, none_u, none_p, none_p)
+                  if opt is None else AdamMoments(opt["t"], opt["mU"], opt["vU"], opt["mP"],
+                                                  opt["vP"]))
     if action not in ("step", "upload", "upload_pull"):
         return gs, {}
     uploads = {}
     ptr = gs["pair_ptr"]
     for i in np.flatnonzero(active & selected).tolist():
         cols, P = gs["cols"][ptr[i]:ptr[i + 1]], gs["P"][ptr[i]:ptr[i + 1]]
-        if not (clip_delta or simulate):  # (those make new arrays)
+        if not (privacy["clip_delta"] or simulate):  # (those make new arrays)
             P = P.view()
             P.flags.writeable = False
         uploads[group.start + i] = _upload(
             bc, cols, P,
-            client_generator(stream, group.start + i), action, simulate=simulate, lr=lr,
-            reg=reg, reg_v=reg_v, p=p, eta=eta, optimizer=optimizer, biased=biased,
-            clip_delta=clip_delta, noise_scale=noise_scale)
+            client_generator(stream, group.start + i), action, simulate=simulate, **step,
+            **privacy)
     return gs, uploads
 
 
@@ -169,7 +181,8 @@ def make_batched(*, init_std, optimizer, biased, variant, schedule, alpha_u, eta
         init_client=partial(init_client_batched, init_std=init_std, optimizer=optimizer,
                             biased=biased),
         client_update=partial(client_update_batched, variant=variant, schedule=schedule,
-                              alpha_u=alpha_u, simulate=simulate, **step, **privacy, **link),
+                              alpha_u=alpha_u, simulate=simulate, step=step, privacy=privacy,
+                              link=link),
         client_metrics=partial(client_metrics_batched, alpha_u=alpha_u, eta=eta,
                                biased=biased, **link),
         client_state=client_state_batched,

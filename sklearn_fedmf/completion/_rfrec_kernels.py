@@ -1,6 +1,8 @@
 """Numba kernels of RFRec / RFRecF: the per-entry gradients and sums of a client's fit term,
 the scatter of uploads into the server's average, and the fold-in through the sigmoid link."""
 
+from collections import namedtuple
+
 import numpy as np
 from numba import njit
 
@@ -176,11 +178,34 @@ def _descend(X, mX, vX, r, a, g, adam, lr, rate, bias2):
     else:
         X[r, a] = X[r, a] - lr * g
 
+# The arrays and scalars of :func:`_group_update` travel in named tuples (numba takes one as
+# one argument and reads its fields at no cost).
+class GroupPairs(namedtuple("GroupPairs", "indptr data row_ptr pair_ptr pair cols")):
+    """A group's ratings (CSR ``indptr``, ``data``), its clients' rows (``row_ptr``) and
+    stacked rated columns (``pair_ptr``, ``pair``, ``cols``: ``_rfrec_batched``'s layout)."""
+
+    __slots__ = ()
+
+
+class StepSettings(namedtuple("StepSettings", "action pull_after eta sigmoid shift span alpha_u "
+                                              "reg_v reg scale lr auto adam biased")):
+    """The scalars of a round's client step (:func:`_group_update`)."""
+
+    __slots__ = ()
+
+
+class AdamMoments(namedtuple("AdamMoments", "t mU vU mP vP")):
+    """Adam's step counts per client and moments stacked like ``U`` and ``P`` (empty arrays
+    without Adam)."""
+
+    __slots__ = ()
+
+
 @njit(cache=True, nogil=True)
-def _group_update(indptr, data, row_ptr, pair_ptr, pair, cols, U, P, Vbar, active, pending,
-                  action, pull_after, eta, sigmoid, shift, span, alpha_u, reg_v, reg, scale,
-                  lr, auto, adam, t, mU, vU, mP, vP, biased):
-    """``client_update``'s state change for every active client of a group, in place.
+def _group_update(pairs, U, P, Vbar, active, pending, settings, moments):
+    """``client_update``'s state change for every active client of a group, in place
+    (``pairs`` a :class:`GroupPairs`, ``settings`` a :class:`StepSettings`, ``moments``
+    :class:`AdamMoments`).
 
     Client ``i`` owns the rows ``row_ptr[i]:row_ptr[i + 1]`` of ``U`` and the rated columns
     ``pair_ptr[i]:pair_ptr[i + 1]`` of ``P``; per client, the same arithmetic as the
@@ -189,6 +214,10 @@ def _group_update(indptr, data, row_ptr, pair_ptr, pair, cols, U, P, Vbar, activ
     ``pull_after``: the client's pull is left pending (l2gd's upload round). With ``auto``,
     ``lr`` is the safety factor of the curvature steps.
     """
+    indptr, data, row_ptr, pair_ptr, pair, cols = pairs
+    (action, pull_after, eta, sigmoid, shift, span, alpha_u, reg_v, reg, scale, lr, auto, adam,
+     biased) = settings
+    t, mU, vU, mP, vP = moments
     d = U.shape[1]
     max_rows = 0
     max_pairs = 0

@@ -5,6 +5,7 @@ them into the engine's :class:`~sklearn_fedmf._engine.FederatedProtocol`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -29,6 +30,23 @@ _EXPLODE = 1e4  # objective above this many times sum(r^2) + nnz: the step size 
 AUTO_SAFETY = 1.0
 # Curvature of (sigmoid(z) - y)^2 over that of (z - y)^2: (2 s'^2 + 2 |s''|) / 2 <= 0.16.
 _SIGMOID_CURVATURE = 0.16
+
+
+class RatingLink(NamedTuple):
+    """How a score becomes a rating: ``link`` ``"identity"`` or ``"sigmoid"``, the latter
+    onto ``span * sigmoid(z) - shift`` (the ratings centred by ``shift``)."""
+
+    link: str = "identity"
+    shift: float = 0.0
+    span: float = 1.0
+
+
+class UploadNoise(NamedTuple):
+    """The local privacy of an upload: entries clipped to ``clip_delta`` (None: not) and
+    Laplace noise of scale ``noise_scale`` (0: none)."""
+
+    clip_delta: float | None = None
+    noise_scale: float = 0.0
 
 
 # ---- messages -------------------------------------------------------------------------------
@@ -239,11 +257,17 @@ def _pulled_group(gs, bc, eta):
     return P
 
 
-def client_update(state, block, broadcast, rng, selected, *, variant, schedule, lr, reg,
-                  alpha_u, reg_v, p, eta, optimizer, link, shift, span, clip_delta, noise_scale,
-                  simulate, biased=False, confidence=None):
+def client_update(state, block, broadcast, rng, selected, *, variant, schedule, alpha_u,
+                  simulate, step, privacy, link, confidence=None):
     """One round of one client: local step or pull, and the upload of ``V_(c)`` if due
-    (``confidence``: ``loss="implicit"``, the gradients of :mod:`._rfrec_implicit`)."""
+    (``confidence``: ``loss="implicit"``, the gradients of :mod:`._rfrec_implicit`).
+    ``step``, ``privacy`` and ``link`` are the keyword groups ``make_protocol`` binds: the
+    step's ``lr, reg, reg_v, p, eta, optimizer, biased``, the :class:`UploadNoise` and the
+    :class:`RatingLink` as dicts."""
+    lr, reg, reg_v, p, eta, optimizer, biased = (step[key] for key in (
+        "lr", "reg", "reg_v", "p", "eta", "optimizer", "biased"))
+    link, shift, span = link["link"], link["shift"], link["span"]
+    upload_params = {**step, **privacy}
     bc = broadcast.simulation
     X, cols = block.X, state["cols"]
     U, P = state["U"], _pulled(state, bc, eta)
@@ -284,9 +308,7 @@ def client_update(state, block, broadcast, rng, selected, *, variant, schedule, 
     new_state = {**state, "U": U, "P": P, "opt": opt, "pending": action == "upload_pull"}
     if not selected or action not in ("step", "upload", "upload_pull"):
         return new_state, None
-    return new_state, _upload(bc, cols, P, rng, action, simulate=simulate, lr=lr, reg=reg,
-                              reg_v=reg_v, p=p, eta=eta, optimizer=optimizer, biased=biased,
-                              clip_delta=clip_delta, noise_scale=noise_scale)
+    return new_state, _upload(bc, cols, P, rng, action, simulate=simulate, **upload_params)
 
 
 def _upload(bc, cols, P, rng, action, *, simulate, lr, reg, reg_v, p, eta, optimizer, biased,

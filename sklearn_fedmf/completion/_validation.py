@@ -35,9 +35,11 @@ from .._engine import EarlyStopping
 from .._exchange import sum_securely
 from .._fit import validation_split
 from ..exceptions import FedMFWarning
+from ._implicit import resolve_confidence
 
-__all__ = ["EARLY_STOPPING_MIN_RATINGS", "FLOOR_Z", "biases_floor", "client_paired_sums",
-           "floor_evidence", "floor_on_all_ratings", "split_validation", "validation_residual"]
+__all__ = ["EARLY_STOPPING_MIN_RATINGS", "FLOOR_Z", "aggregate_info", "biases_floor",
+           "client_paired_sums", "floor_evidence", "floor_on_all_ratings", "rating_scales",
+           "split_validation", "validation_residual"]
 
 # "auto" early stopping needs this many ratings (HistGradientBoosting's 10,000 samples)
 EARLY_STOPPING_MIN_RATINGS = 10_000
@@ -192,3 +194,33 @@ def _fit_floor(ctx, X, floor_class, n_jobs, secure_aggregation):
     up = sum(r["bytes_uploaded"] for r in floor.history_)
     down = sum(r["bytes_downloaded"] for r in floor.history_)
     return floor, (up, down)
+
+
+
+# ---- a fit's scales from the clients' aggregates (a Flower server and its sites) -----------
+def aggregate_info(estimator, *, n_users, mean, rating_range, n_ratings, sum_squares=None):
+    """What a completion estimator's fit learns from its clients' aggregates (rows, rating
+    count, sum and range; RFRec: the sum of squares) instead of the data: the ``info`` of
+    its ``FitContext``. Sets the attributes the protocol and the ratings' centring depend on
+    (``mean_``, ``rating_range_``, ``n_users_``; ``confidence_``, ``rating_scale_``)."""
+    estimator.n_users_ = int(n_users)
+    estimator.mean_ = float(mean)
+    estimator.rating_range_ = (float(rating_range[0]), float(rating_range[1]))
+    info = dict(eval_X=None, mean=estimator.mean_, rating_range=estimator.rating_range_,
+                offset=estimator._offset, n_ratings=int(n_ratings))
+    if estimator._implicit:  # the sites' mean strength sets "auto"'s confidence scale
+        info["confidence"] = estimator.confidence_ = resolve_confidence(
+            estimator._settings()["confidence"], float(mean))
+    info["rank"] = estimator._rank(int(n_ratings))  # (implicit: grows with the count)
+    if hasattr(estimator, "_scale_info"):  # RFRec: the scale the ratings are divided by
+        offset = info["offset"]  # sum (r - offset)^2 from the sums of r^2 and r
+        centred = (sum_squares or 0.0) - n_ratings * offset * (2 * float(mean) - offset)
+        info.update(estimator._scale_info(max(centred, 0.0), int(n_ratings)))
+        estimator.rating_scale_ = info["rating_scale"]
+    return info
+
+
+def rating_scales(estimator):
+    """``(offset, scale)`` of the fitted (or :func:`aggregate_info`-set) ``estimator``: a
+    fit's ratings are ``(r - offset) / scale`` (:func:`~sklearn_fedmf._data.center_and_scale`)."""
+    return estimator._offset, getattr(estimator, "rating_scale_", 1.0)

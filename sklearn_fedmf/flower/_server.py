@@ -20,7 +20,15 @@ from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
 from .._engine import Broadcast, make_entropy
 from .._exchange import READY, SECURE_PHASES
-from .._fit import merge_params, route_solver_params
+from .._fit import (
+    check_params,
+    collect_fit,
+    fit_protocol,
+    merge_params,
+    route_solver_params,
+    run_rounds,
+    solver_keys,
+)
 from .._transport import PhaseResult, Transport
 from ..exceptions import ClientDropout, ClientError, FederationError
 from ._client import HELLO, message_type
@@ -255,14 +263,14 @@ def connect(estimator, grid, *, min_nodes=2, timeout=120.0, wait=120.0):
     builds the protocol (as every site will, from the setup its init Message carries).
     Returns ``(transport, protocol, ctx)``: the engine's arguments.
     """
-    estimator._validate_params()
+    check_params(estimator)
     transport = FlowerTransport(grid, min_nodes=min_nodes, timeout=timeout, wait=wait)
     entropy = make_entropy(estimator.random_state)
     agg = dict(transport.aggregates(), n_items=transport.n_items,
                n_clients=transport.n_clients)
     ctx = fit_context(estimator, **agg, entropy=entropy)
     # (with secure_aggregation=True, the protocol that sums the uploads securely)
-    transport.protocol = protocol = estimator._secure_protocol(estimator._make_protocol(ctx))
+    transport.protocol = protocol = fit_protocol(estimator, ctx)
     transport.setup = dict(estimator=type(estimator).__name__,
                            params=travelling_params(estimator), entropy=entropy, **agg)
     return transport, protocol, ctx
@@ -284,12 +292,9 @@ def fit_on_grid(estimator, grid, *, min_nodes=2, timeout=120.0, wait=120.0):
     """
     transport, protocol, ctx = connect(estimator, grid, min_nodes=min_nodes, timeout=timeout,
                                        wait=wait)
-    state = estimator._run(protocol, transport, ctx)
-    estimator.n_clients_ = transport.n_clients
-    estimator.n_iter_ = state.n_rounds
-    estimator.history_ = list(state.history)
-    # the family's own attributes, from a server that holds no block and no client state
-    estimator._collect(dataclasses.replace(state, client_states=[]), [], ctx)
+    state = run_rounds(estimator, protocol, transport, ctx)
+    # the fitted attributes, from a server that holds no block and no client state
+    collect_fit(estimator, dataclasses.replace(state, client_states=[]), [], ctx)
     for name in ("user_factors_", "user_factors_relaxed_"):  # they stay on the sites
         estimator.__dict__.pop(name, None)
     init = transport.wire.get(0, {})
@@ -340,7 +345,7 @@ def server_app(estimator=None):
         cls = type(base)
         params = base.get_params(deep=False)
         # a key named like a parameter sets it; like a solver_params key, that key
-        given = {k: v for k, v in config.items() if k in params or k in cls._solver_params}
+        given = {k: v for k, v in config.items() if k in params or k in solver_keys(cls)}
         params = route_solver_params(cls, merge_params(params, given))
         fitted = fit_on_grid(cls(**params), grid,
                              min_nodes=int(config.get("min-nodes", 2)),

@@ -11,13 +11,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
+from sklearn.utils import get_tags
 
-from .._data import check_ratings, split_clients
-from .._fit import FitContext
+from .._data import center_and_scale, check_ratings, split_clients
+from .._fit import FitContext, fit_protocol
+from ..binary._base import check_binary_data
 from ..completion._base import FederatedMFBase
-from ..completion._implicit import resolve_confidence
+from ..completion._validation import aggregate_info, rating_scales
 from ..privacy import LocalDP
-from ..privacy._local_dp import LocalDPMixin
+from ..privacy._local_dp import LocalDPMixin, fit_privacy_settings
 
 __all__ = ["estimator_class", "fit_context", "load_site", "make_site_protocol", "site_block",
            "site_estimator", "split_sites", "travelling_params"]
@@ -86,24 +88,12 @@ def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, n
     estimator_class(type(estimator).__name__)  # a supported estimator
     estimator.n_features_in_ = int(n_items)
     if isinstance(estimator, FederatedMFBase):
-        estimator.n_users_ = int(n_users)
-        estimator.mean_ = float(mean)
-        estimator.rating_range_ = (float(rating_range[0]), float(rating_range[1]))
-        info = dict(eval_X=None, mean=estimator.mean_, rating_range=estimator.rating_range_,
-                    offset=estimator._offset, n_ratings=int(n_ratings))
-        if estimator._implicit:  # the sites' mean strength sets "auto"'s confidence scale
-            info["confidence"] = estimator.confidence_ = resolve_confidence(
-                estimator._settings()["confidence"], float(mean))
-        info["rank"] = estimator._rank(int(n_ratings))  # (implicit: grows with the count)
-        if hasattr(estimator, "_scale_info"):  # RFRec: the scale the sites divide by
-            offset = info["offset"]  # sum (r - offset)^2 from the sums of r^2 and r
-            centred = (sum_squares or 0.0) - n_ratings * offset * (2 * float(mean) - offset)
-            info.update(estimator._scale_info(max(centred, 0.0), int(n_ratings)))
-            estimator.rating_scale_ = info["rating_scale"]
+        info = aggregate_info(estimator, n_users=n_users, mean=mean, rating_range=rating_range,
+                              n_ratings=n_ratings, sum_squares=sum_squares)
     else:  # Felb
         info = {}
     if isinstance(estimator, LocalDPMixin):  # the upload noise
-        info["privacy"] = estimator._privacy_settings(int(n_items))
+        info["privacy"] = fit_privacy_settings(estimator, int(n_items))
     info["n_jobs"] = estimator.n_jobs  # (the sites do the clients' work: the engine ignores it)
     no_ratings = sp.csr_matrix((0, int(n_items)))  # the server holds none
     return FitContext(no_ratings, int(n_users), int(n_items), int(n_clients), None, None,
@@ -113,26 +103,25 @@ def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, n
 def make_site_protocol(estimator, **aggregates):
     """The estimator's protocol for the federation described by ``aggregates`` (the
     keywords of :func:`fit_context`), secure when ``secure_aggregation`` asks for it."""
-    return estimator._secure_protocol(estimator._make_protocol(fit_context(estimator,
-                                                                           **aggregates)))
+    return fit_protocol(estimator, fit_context(estimator, **aggregates))
 
 
 def site_block(estimator, X, X_eval=None):
     """The client block of a site's ratings, exactly as the simulation cuts it.
 
-    ``X`` holds the site's rows (users) over the federation's items; the ratings are
-    centred by ``estimator.mean_`` when the estimator centres. Binary data (Felb) is checked
-    as ``Felb.fit`` checks it.
+    ``X`` holds the site's rows (users) over the federation's items; the ratings are put on
+    the fit's scale as the estimator's fit puts its clients' (centred by ``mean_`` when the
+    estimator centres; RFRec: divided by ``rating_scale_``), ``estimator`` set by
+    :func:`fit_context`. Binary data (Felb) is checked as ``Felb.fit`` checks it.
     """
     codes = np.zeros(X.shape[0], dtype=np.intp)
     if not isinstance(estimator, FederatedMFBase):
         if X_eval is not None:
             raise ValueError(f"{type(estimator).__name__} takes no held-out data (eval-data).")
-        return split_clients(estimator._check_binary(X, reset=True), codes, 1)[0]
-    X = check_ratings(X, dtype=X.dtype if X.dtype in estimator._fit_dtypes else np.float64)
-    offset = estimator._offset
-    if offset:
-        X.data -= offset
+        return split_clients(check_binary_data(estimator, X, reset=True), codes, 1)[0]
+    # the dtypes the estimator's solver runs in (float32 where supported), as in its fit
+    kept = get_tags(estimator).transformer_tags.preserves_dtype
+    X = check_ratings(X, dtype=X.dtype if X.dtype in kept else np.float64)
     if X_eval is not None:
         X_eval = check_ratings(X_eval, name="eval-data", dtype=X.dtype)
         if X_eval.shape != X.shape:
@@ -140,13 +129,7 @@ def site_block(estimator, X, X_eval=None):
                 f"The held-out ratings have shape {X_eval.shape}, the site's ratings "
                 f"{X.shape}: they must cover the same rows and items."
             )
-        if offset:
-            X_eval.data -= offset
-    scale = getattr(estimator, "rating_scale_", 1.0)  # (RFRec's "auto" strengths)
-    if scale != 1.0:
-        X.data /= scale
-        if X_eval is not None:
-            X_eval.data /= scale
+    center_and_scale(*rating_scales(estimator), X, X_eval)
     return split_clients(X, codes, 1, X_eval)[0]
 
 

@@ -34,7 +34,8 @@ from ._mechanisms import (
     warn_unless_bounded,
 )
 
-__all__ = ["LocalDP", "LocalDPMixin", "privacy_settings", "read_privacy_spent"]
+__all__ = ["LocalDP", "LocalDPMixin", "fit_privacy_settings", "privacy_settings",
+           "read_privacy_spent"]
 
 # The estimators' former privacy parameters -> the LocalDP field that replaced each.
 MOVED_TO_LOCAL_DP = {
@@ -336,10 +337,7 @@ class LocalDPMixin(metaclass=ABCMeta):
 
     def _privacy_settings(self, n_items):
         """The validated :func:`privacy_settings` of this fit (``n_items`` columns)."""
-        shape, n_releases = self._privacy_upload(n_items)
-        return privacy_settings(self.privacy, mechanisms=self._privacy_mechanisms, shape=shape,
-                                n_releases=n_releases, entry_range=self._privacy_entry_range,
-                                owner=type(self).__name__)
+        return fit_privacy_settings(self, n_items)
 
     def _read_privacy_spent(self, settings, n_uploads):
         """``noise_scale_``, ``accountant_``, ``epsilon_`` and ``privacy_spent_``: the
@@ -348,3 +346,13 @@ class LocalDPMixin(metaclass=ABCMeta):
         clients = np.unique(getattr(self, "clients_", np.arange(len(n_uploads))))
         self.noise_scale_, self.accountant_, self.epsilon_, self.privacy_spent_ = (
             read_privacy_spent(settings, clients, n_uploads))
+
+
+def fit_privacy_settings(estimator, n_items):
+    """The validated :func:`privacy_settings` of a fit of the :class:`LocalDPMixin`
+    ``estimator`` on ``n_items`` columns (the fit's, and a Flower server's and site's)."""
+    shape, n_releases = estimator._privacy_upload(n_items)
+    return privacy_settings(estimator.privacy, mechanisms=estimator._privacy_mechanisms,
+                            shape=shape, n_releases=n_releases,
+                            entry_range=estimator._privacy_entry_range,
+                            owner=type(estimator).__name__)
