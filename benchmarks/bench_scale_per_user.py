@@ -15,7 +15,8 @@ but ``random_state=0`` and ``clients_per_round=0.01`` (1% of the clients per rou
 ``fit(X_train, clients=np.arange(n_users))``: one client per user, grouped
 (``GroupedTransport``). Each fit runs in a fresh Python process, so that its peak resident
 memory (its own ``ru_maxrss``, Linux: the training and test matrices included) is its own;
-``--timeout`` stops a fit that runs longer (the row then says so).
+``--timeout`` and ``--max-gb`` stop a fit that runs longer or grows larger (the row
+then says so).
 
 Columns: rounds run, fit seconds (wall) and CPU seconds (all threads), the process's resident
 memory before the fit and at its peak (GB), and the test RMSE of ``predict(X_train,
@@ -89,17 +90,30 @@ def run_one(name, shape, cache_dir):
             "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
-def run_in_subprocess(name, shape, cache_dir, timeout):
-    """One fit in a fresh Python; add its peak RSS (the child's own rusage)."""
+def run_in_subprocess(name, shape, cache_dir, timeout, max_gb):
+    """One fit in a fresh Python, stopped past ``timeout`` seconds or ``max_gb`` GB resident
+    (polled every 2 s: a shared machine's memory is not all this fit's)."""
+    import psutil
+
     spec = json.dumps({"name": name, "shape": shape, "cache_dir": str(cache_dir)})
     child = subprocess.Popen([sys.executable, __file__, "--worker", spec],
                              stdout=subprocess.PIPE, text=True)
-    try:
-        out, _ = child.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        child.kill()  # (this script's own child)
-        child.communicate()
-        return {"estimator": name, "error": f"stopped after {timeout:.0f} s"}
+    watched, start, error = psutil.Process(child.pid), time.perf_counter(), None
+    while child.poll() is None:
+        try:
+            rss = watched.memory_info().rss / 2**30
+        except psutil.NoSuchProcess:
+            break
+        if rss > max_gb:
+            error = f"stopped at {rss:.1f} GB resident, after {time.perf_counter() - start:.0f} s"
+        elif time.perf_counter() - start > timeout:
+            error = f"stopped after {timeout:.0f} s"
+        if error:
+            child.kill()  # (this script's own child)
+            child.communicate()
+            return {"estimator": name, "error": error}
+        time.sleep(2.0)
+    out, _ = child.communicate()
     if child.returncode != 0:
         return {"estimator": name, "error": f"exit code {child.returncode}"}
     return json.loads(out.strip().splitlines()[-1])
@@ -111,6 +125,8 @@ def main():
     parser.add_argument("--estimators", default=",".join(ESTIMATORS))
     parser.add_argument("--timeout", type=float, default=1500.0,
                         help="seconds after which a fit is stopped (default 25 minutes)")
+    parser.add_argument("--max-gb", type=float, default=16.0,
+                        help="resident GB past which a fit is stopped")
     parser.add_argument("--cache-dir", default=Path(os.environ.get(
         "XDG_CACHE_HOME", Path.home() / ".cache")) / "sklearn_fedmf_bench")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -129,7 +145,8 @@ def main():
     print(f"{'estimator':<11}{'rank':>5}{'rounds':>7}{'fit s':>8}{'cpu s':>8}"
           f"{'GB before':>10}{'peak GB':>9}{'test RMSE':>10}", flush=True)
     for name in args.estimators.split(","):
-        row = run_in_subprocess(name, args.shape, args.cache_dir, args.timeout)
+        row = run_in_subprocess(name, args.shape, args.cache_dir, args.timeout,
+                                args.max_gb)
         if "error" in row:
             print(f"{name:<11}{row['error']}", flush=True)
             continue
