@@ -154,7 +154,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
         **FACTOR_SETTINGS,
         **IMPLICIT_SETTINGS,
         **IMPLICIT_SOLVER_SETTINGS,
-        # CG by default here: the exact solves' HR@10 and NDCG@10 at 1.3 to 1.5 times less
+        # CG by default here: the exact solves' HR@10 and NDCG@10 at 1.1 to 1.5 times less
         # fit time (docs/guide/implicit.rst); FedMAvg keeps "cholesky" (CG lost 0.009 HR@10)
         "implicit_solver": ("cg", IMPLICIT_SOLVER_SETTINGS["implicit_solver"][1]),
         "c_factor": (0.51, [Interval(Real, 0, None, closed="neither")]),
