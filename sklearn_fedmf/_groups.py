@@ -1,4 +1,4 @@
-"""Many small clients at once: client groups, batched client phases, implicit row messages.
+"""Many small clients at once: client groups, batched client phases, lazy row messages.
 
 At one client per user (cross-device: 6,040 clients at the ML-1M shape, 480,189 at the
 Netflix shape) a client holds a handful of ratings, and calling a Python function per client
@@ -68,7 +68,7 @@ from ._transport import (
     run_secure_phase,
 )
 
-__all__ = ["BatchedPhases", "ClientGroup", "GroupStates", "GroupedTransport", "ImplicitRows",
+__all__ = ["BatchedPhases", "ClientGroup", "GroupStates", "GroupedTransport", "LazyRows",
            "make_groups", "user_rows_state", "with_user_rows"]
 
 
@@ -211,7 +211,7 @@ class BatchedPhases:
     client_prepare: Callable | None = None
 
 
-class ImplicitRows:
+class LazyRows:
     """A dense ``(n_rows, k)`` message held as ``scale * base`` with some rows replaced.
 
     A client that rated few items changes few rows of an item-side matrix: every other row of

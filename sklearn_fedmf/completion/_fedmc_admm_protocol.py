@@ -22,10 +22,10 @@ from ._auto_strengths import start_item_biases, start_user_biases
 from ._base import factor_metrics
 from ._fedmc_admm_batched import (
     FactorHistory,
-    ImplicitFactor,
+    LazyFactor,
     make_batched,
-    server_init_implicit,
-    server_update_implicit,
+    server_init_lazy,
+    server_update_lazy,
     unpack_broadcast,
 )
 from ._fedmc_admm_implicit import (
@@ -110,13 +110,13 @@ def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive, b
 def server_init_uploads(server_state, uploads, *, beta, n_clients):
     """Store ``Z_i = W_i^0 + Y_i^0 / beta`` for every client (``W_i^0 = V^0``).
 
-    Uploads of the batched phases (:mod:`._fedmc_admm_batched`) keep their implicit form: the
+    Uploads of the batched phases (:mod:`._fedmc_admm_batched`) keep their lazy form: the
     server then holds the same sum in ``O(ratings + rounds n r)`` instead of ``O(p n r)``.
     """
     first = next(iter(uploads.values()))["Y"]
     Vt = server_state["Vt"].astype(first.dtype, copy=False)
-    if isinstance(first, ImplicitFactor):
-        return server_init_implicit(Vt, uploads, beta=beta, n_clients=n_clients)
+    if isinstance(first, LazyFactor):
+        return server_init_lazy(Vt, uploads, beta=beta, n_clients=n_clients)
     Z = np.repeat(Vt[None], n_clients, axis=0)
     for i, upload in uploads.items():
         Z[i] += upload["Y"] / beta
@@ -243,8 +243,8 @@ def server_update(server_state, uploads, round_index, *, beta, n_clients, alpha_
     re-reading all ``p`` copies) and is recomputed exactly every ``RESUM_EVERY`` rounds, which
     bounds the rounding drift. Both orders are fixed: the result does not depend on ``n_jobs``.
     """
-    if server_state.get("history") is not None:  # implicit client copies (_fedmc_admm_batched)
-        total = server_update_implicit(server_state, uploads, round_index, beta=beta,
+    if server_state.get("history") is not None:  # lazy client copies (_fedmc_admm_batched)
+        total = server_update_lazy(server_state, uploads, round_index, beta=beta,
                                        resum_every=RESUM_EVERY)
         Vt = _server_prox(total.astype(server_state["Vt"].dtype, copy=False), None, beta=beta,
                           n_clients=n_clients, alpha_v=alpha_v, l1_ratio=l1_ratio,
