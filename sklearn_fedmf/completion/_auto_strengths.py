@@ -65,9 +65,6 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import _biases
 
-# (the module, not its names: it imports FedMAvg's protocol, which imports this module)
-from ._implicit import IMPLICIT_ALPHA
-
 __all__ = ["AUTO_DEGREE", "AUTO_ITEM", "AUTO_USER", "AutoStrengthsMixin", "auto_setup",
            "bias_shrinkages", "degree_strengths",
            "rating_moments", "start_bytes", "start_item_biases", "start_user_biases",
@@ -296,7 +293,7 @@ class AutoStrengthsMixin:
 
     def _uses_auto(self):
         # (loss="implicit": preferences, not ratings: no scale and no biases to start)
-        return "auto" in (self.alpha_u, self.alpha_v) and not self._implicit
+        return self._loss.uses_auto("auto" in (self.alpha_u, self.alpha_v))
 
     def _validation_plan(self, ctx):
         """The base's plan (validation split, centring), then the ``"auto"`` settings from
@@ -352,9 +349,9 @@ class AutoStrengthsMixin:
         deployed federation whose sites reported only their rating and user counts
         (``flower``) gets the same strengths per rating on unscaled ratings and the biases'
         start at 0."""
-        if "auto" in ctx.info or self._implicit:
-            return ctx.info.get("auto")
-        if not self._uses_auto():
+        if "auto" in ctx.info:
+            return ctx.info["auto"]
+        if not self._uses_auto():  # (loss="implicit" among them)
             return None
         n = float(ctx.info["n_ratings"])
         if self._auto_rule() == "degrees":  # (only counts: every row and column at the mean)
@@ -371,7 +368,7 @@ class AutoStrengthsMixin:
         (under ``loss="implicit"``, ``IMPLICIT_ALPHA``)."""
         if value != "auto":
             return float(value)
-        return IMPLICIT_ALPHA if self._implicit else self._auto(ctx)[name]
+        return self._loss.auto_strength(lambda: self._auto(ctx)[name])
 
     def _bias_start(self, ctx):
         """``(item_bias, user_shrinkage)`` of the protocol's start (None, None: at 0)."""

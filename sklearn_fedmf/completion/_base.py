@@ -40,14 +40,9 @@ from .._kernels import grad_rows, ridge_fold_in, squared_error
 from .._pairs import FactorModel, predict_pairs, score_block, top_n
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
 from ..exceptions import UnobservedItemsWarning
-from ._implicit import (
-    IMPLICIT_CONFIDENCE,
-    check_interactions,
-    implicit_rank,
-    implicit_user_factors,
-    resolve_confidence,
-)
-from ._validation import FLOOR_Z, biases_floor, floor_on_all_ratings, split_validation
+from ._implicit import IMPLICIT_CONFIDENCE
+from ._losses import LOSSES
+from ._validation import FLOOR_Z, biases_floor, floor_on_all_ratings
 
 __all__ = ["COMPLETION_DOCS", "FACTOR_SETTINGS", "FederatedMFBase", "FEDERATION_CONSTRAINTS",
             "FOLD_IN_DATA", "IMPLICIT_SETTINGS", "moved_to_solver_params"]
@@ -245,11 +240,19 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
     def _biased(self):
         """Whether the model has biases: ``biased``, except under ``loss="implicit"`` (whose
         preference scores have neither biases nor a mean)."""
-        return self.biased and not self._implicit
+        return self._loss.biased(self.biased)
 
     @property
-    def _implicit(self):
-        return getattr(self, "loss", "squared") == "implicit"
+    def _loss(self):
+        """The fit's loss (:mod:`._losses`; a class without ``loss`` fits ratings)."""
+        return LOSSES[getattr(self, "loss", "squared")]
+
+    # {loss: the protocol of a fit under that loss, ``function(estimator, ctx)``}: each class
+    # declares the losses it trains (read by ``_make_protocol``).
+    _protocols: dict = {}
+
+    def _make_protocol(self, ctx):
+        return self._protocols[self._loss.name](self, ctx)
 
     # What None means for a parameter whose default depends on ``loss``: ``{name: (under
     # "squared", under "implicit")}`` (each class its own; see _loss_default).
@@ -260,7 +263,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         default for the loss (``_loss_defaults``)."""
         value = getattr(self, name)
         if value is None:
-            return self._loss_defaults[name][int(self._implicit)]
+            return self._loss.pick(self._loss_defaults[name])
         return value
 
     def _rank(self, n_interactions=100_000):
@@ -270,8 +273,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
             return self.n_components
         default = self._loss_default("n_components")
         n_items = getattr(self, "n_features_in_", default)
-        return implicit_rank(default, n_interactions, n_items) if self._implicit else min(
-            default, n_items)
+        return self._loss.rank(default, n_interactions, n_items)
 
     def _engine_params(self):
         params = super()._engine_params()
@@ -339,12 +341,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
             )
         warn_if_zero_filled(X, missing_values)
         X = self._validate_ratings(X, reset=reset, fitting=True)
-        if self._implicit:
-            check_interactions(X)
-            if settings["l1_ratio"] or settings["positive"]:
-                raise ValueError(
-                    'loss="implicit" solves each user exactly (a ridge system); set '
-                    "solver_params['l1_ratio'] to 0 and solver_params['positive'] to False.")
+        self._loss.check_data(X, settings)
         n_items = X.shape[1]
         if self._rank() > n_items:
             raise ValueError(
@@ -367,17 +364,10 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         (``info["eval_X"]``) split off its training ratings (``X``), both centred by the
         training ratings' mean."""
         settings = self._settings()
-        X, eval_X, report_X, rule = split_validation(
-            ctx, settings, implicit=self._implicit, validation_keys=self._validation_keys)
-        if self._implicit:  # preference scores: no mean, no range (nothing is sent for them)
-            mean, rating_range = 0.0, (-np.inf, np.inf)
-        elif not ctx.warm:
-            # Each client sends only the sum and the count of its training ratings.
-            mean = float(X.data.mean())
-            rating_range = (float(X.data.min()), float(X.data.max()))
-        else:  # warm start: the model keeps the centring of its first fit
-            mean, rating_range = self.mean_, self.rating_range_
-        offset = mean if settings["center"] and not self._implicit else 0.0
+        X, eval_X, report_X, rule = self._loss.split_validation(ctx, settings,
+                                                                self._validation_keys)
+        mean, rating_range = self._loss.summary(X, ctx, self)
+        offset = mean if settings["center"] else 0.0  # (implicit: the mean is 0)
         X = _shift(X, -offset)
         for held in (eval_X, report_X):
             if held is not None:
@@ -388,17 +378,15 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
                 "rating_range": rating_range, "offset": offset, "n_ratings": X.nnz,
                 "validated": rule is not None,
                 # the validation ratings were held out of X (not the caller's eval_set)
-                "held_out": rule is not None and rule.rename}
-        if self._implicit:  # (warm start: the scale and the rank of the first fit)
-            info["confidence"] = self.confidence_ if ctx.warm else resolve_confidence(
-                settings["confidence"], float(X.data.mean()))
+                "held_out": rule is not None and rule.rename,
+                # (warm start: the confidence scale and the rank of the first fit)
+                **self._loss.fit_info(self, ctx, settings, X)}
         info["rank"] = self.components_.shape[0] if ctx.warm else self._rank(X.nnz)
         return replace(ctx, X=X, info=info), rule
 
     def _collect(self, state, blocks, ctx):
         self.mean_, self.rating_range_ = ctx.info["mean"], ctx.info["rating_range"]
-        if self._implicit:
-            self.confidence_ = ctx.info["confidence"]
+        self._loss.collect(self, ctx)
         self.n_users_ = ctx.n_rows
         V = self._read_components(state.server_state, state.broadcast)
         U = np.zeros((ctx.n_rows, V.shape[0]), dtype=ctx.X.dtype)
@@ -483,8 +471,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         zeros = np.zeros(sample.nnz)
         rms_uv = np.sqrt(squared_error(sample.indptr, sample.indices, zeros, U, Vt) / sample.nnz)
         # (under loss="implicit" the fitted target at a stored entry is the preference 1)
-        rms_data = 1.0 if self._implicit else np.sqrt(
-            np.mean(np.square(sample.data, dtype=np.float64)))
+        rms_data = self._loss.target_rms(sample)
         if rms_uv >= COLLAPSE_RATIO * rms_data:
             return None
         if self._biased:
@@ -547,10 +534,12 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         return self._fold_in_rows(Xc, Vt)
 
     def _fold_in_rows(self, Xc, Vt):
+        """The rows' factors against ``Vt``, as the loss solves them."""
+        return self._loss.fold_in(self, Xc, Vt)
+
+    def _fold_in_ratings(self, Xc, Vt):
+        """:meth:`_fold_in_rows` on ratings (squared loss)."""
         settings = self._settings()
-        if self._implicit:  # the exact minimizer over every item (_implicit)
-            return implicit_user_factors(Xc, Vt, Vt.T @ Vt, confidence=self.confidence_,
-                                         alpha_u=self._fold_in_alpha_u())
         U = np.zeros((Xc.shape[0], Vt.shape[1]))
         l1_ratio, positive = settings["l1_ratio"], settings["positive"]
         alpha_u = self._fold_in_alpha_u()
@@ -670,12 +659,10 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
     @property
     def _offset(self):
         """What was subtracted from the ratings before factorizing."""
-        return self.mean_ if self._settings()["center"] and not self._implicit else 0.0
+        return self.mean_ if self._settings()["center"] else 0.0  # (implicit: the mean is 0)
 
     def _clip(self, values):
-        if self.clip and not self._implicit:  # (preference scores have no range)
-            return np.clip(values, *self.rating_range_)
-        return values
+        return self._loss.clip(self, values)
 
     def score(self, X, y=None):
         """Negative RMSE (greater is better); under ``loss="implicit"`` NDCG at 10.
@@ -705,8 +692,10 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         Xc = self._check_X(X)
         if y is not None and not sp.issparse(y) and np.ndim(y) == 1:
             y = None
-        if self._implicit:
-            return self._ranking_score(Xc, y)
+        return self._loss.score(self, Xc, y)
+
+    def _rmse_score(self, Xc, y):
+        """``score`` under ``loss="squared"``: the negative RMSE at ``y``'s entries."""
         if y is None:
             target = Xc.copy()
             target.data += self._offset  # back to the rating scale

@@ -108,15 +108,27 @@ def auto_strengths(alpha_u, alpha_v, *, sum_squares, n_ratings):
                      for a in (alpha_u, alpha_v)))
 
 
-def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
-                  reg_consensus, alpha_u, alpha_v, p, pull_eta, optimizer, link, shift, span,
-                  init_std, clip_delta, noise_scale, simulate_uploads, biased=False,
-                  rating_scale=1.0, confidence=None):
+def make_protocol(**params):
     """Bind the hyperparameters to the pure functions of :mod:`._rfrec_protocol` and
     :mod:`._rfrec_batched` (``alpha_v`` is split 1/N;
     ``biased``: rank ``n_components + 2`` with the augmented factors of ``_biases``;
-    ``rating_scale``: the ratings were divided by it, the metrics are reported times it;
-    ``confidence``: ``loss="implicit"``, :mod:`._rfrec_implicit`)."""
+    ``rating_scale``: the ratings were divided by it, the metrics are reported times it)."""
+    return _bind(**params, confidence=None)
+
+
+def make_implicit_protocol(*, confidence, **params):
+    """RFRec's protocol under ``loss="implicit"`` with confidence scale ``confidence``
+    (:mod:`._rfrec_implicit`: every client owns all its columns, one block per client, and
+    its uploads are not summed)."""
+    return _bind(**params, confidence=confidence)
+
+
+def _bind(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
+          reg_consensus, alpha_u, alpha_v, p, pull_eta, optimizer, link, shift, span,
+          init_std, clip_delta, noise_scale, simulate_uploads, biased=False,
+          rating_scale=1.0, confidence):
+    """:func:`make_protocol` and :func:`make_implicit_protocol` (``confidence``: None on
+    ratings)."""
     p = None if variant == "rfrec" else p
     eta = None if p is None else pull_strength(learning_rate, reg_consensus,
                                                alpha_v / n_clients, p, pull_eta)
@@ -450,9 +462,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
 
     def _check_fit_data(self, X, *, reset, eval_set=None):
         settings = self._settings()
-        if self._implicit and settings["link"] != "identity":
-            raise ValueError('loss="implicit" needs link="identity" (the preferences are 0 '
-                             "and 1, not ratings to map into a range).")
+        self._loss.check_link(settings["link"])
         if self._biased and settings["link"] != "identity":
             raise ValueError("biased=True needs link='identity' (the biases are added to the "
                              "rating, outside any link); set biased=False for the sigmoid link.")
@@ -498,8 +508,9 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         sites get them from the sites' aggregates)."""
         scale, alpha_u, alpha_v = auto_strengths(self.alpha_u, self.alpha_v,
                                                  sum_squares=sum_squares, n_ratings=n_ratings)
-        if self._settings()["link"] != "identity" or self._implicit:
-            scale = 1.0  # (the link fits ratings scaled to [0, 1]; confidences read X as given)
+        scale = self._loss.rating_scale(scale)  # (implicit: confidences read X as given)
+        if self._settings()["link"] != "identity":
+            scale = 1.0  # (the link fits ratings scaled to [0, 1])
         return dict(rating_scale=scale, alpha_u=alpha_u, alpha_v=alpha_v)
 
     def _collect(self, state, blocks, ctx):
@@ -651,11 +662,23 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             return float(self.learning_rate)
         return AUTO_ADAM_LR if self._settings()["optimizer"] == "adam" else None
 
-    def _make_protocol(self, ctx):
+    def _squared_protocol(self, ctx):
+        """RFRec on ratings."""
+        return self._protocol(ctx, make_protocol)
+
+    def _implicit_protocol(self, ctx):
+        """RFRec under ``loss="implicit"`` (:mod:`._rfrec_implicit`)."""
+        return self._protocol(ctx, partial(make_implicit_protocol,
+                                           confidence=ctx.info["confidence"]))
+
+    _protocols = {"squared": _squared_protocol, "implicit": _implicit_protocol}
+
+    def _protocol(self, ctx, make):
+        """``make`` (the loss's protocol) bound to the fit's settings."""
         settings = self._settings()
         offset = ctx.info["offset"]
         lo, hi = ctx.info["rating_range"]
-        return make_protocol(
+        return make(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             variant=settings["variant"], schedule=settings["schedule"],
             learning_rate=self._learning_rate(), reg_consensus=self.reg_consensus,
@@ -667,12 +690,12 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             simulate_uploads=(settings["simulate_uploads"]
                               or settings["secure_aggregation"] is not False),
             biased=self._biased, rating_scale=ctx.info["rating_scale"],
-            confidence=ctx.info["confidence"] if self._implicit else None,
         )
 
     def _run(self, protocol, blocks, ctx, early_stopping=None):
-        if self._implicit and not ctx.warm and isinstance(blocks, list):
-            self._check_implicit_memory(ctx)
+        check = self._memory_checks[self._loss.name]
+        if check is not None and not ctx.warm and isinstance(blocks, list):
+            check(self, ctx)
         return super()._run(protocol, blocks, ctx, early_stopping)
 
     def _check_implicit_memory(self, ctx):
@@ -691,6 +714,9 @@ class RFRec(LocalDPMixin, FederatedMFBase):
                 "clients (n_clients, or fewer distinct labels in clients) or a lower "
                 "n_components.")
 
+    # {loss: the check that the clients' state fits in memory, or None}
+    _memory_checks = {"squared": None, "implicit": _check_implicit_memory}
+
     def _read_components(self, server_state, broadcast):
         return np.ascontiguousarray(server_state["Vbar"].T)
 
@@ -702,12 +728,10 @@ class RFRec(LocalDPMixin, FederatedMFBase):
     def _fold_in_alpha_u(self):
         return self.alpha_u_
 
-    def _fold_in_rows(self, Xc, Vt):
+    def _fold_in_ratings(self, Xc, Vt):
         """Each row's ``argmin_u sum_j (r_ij - link(u . vbar_j))^2 + alpha_u ||u||^2``, on the
         scale the fit ran on (ratings over ``rating_scale_``, the factors over its root, the
         biases over it; ``Vt``'s last column is the fixed ones when biased)."""
-        if self._implicit:  # (the weighted objective's exact minimizer)
-            return super()._fold_in_rows(Xc, Vt)
         U = np.zeros((Xc.shape[0], Vt.shape[1]))
         if self._settings()["link"] != "identity":
             shift, span = self._link_params()

@@ -15,7 +15,6 @@ import scipy.sparse as sp
 from .._data import check_ratings, split_clients
 from .._fit import FitContext
 from ..completion._base import FederatedMFBase
-from ..completion._implicit import resolve_confidence
 from ..privacy import LocalDP
 from ..privacy._local_dp import LocalDPMixin
 
@@ -91,9 +90,8 @@ def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, n
         estimator.rating_range_ = (float(rating_range[0]), float(rating_range[1]))
         info = dict(eval_X=None, mean=estimator.mean_, rating_range=estimator.rating_range_,
                     offset=estimator._offset, n_ratings=int(n_ratings))
-        if estimator._implicit:  # the sites' mean strength sets "auto"'s confidence scale
-            info["confidence"] = estimator.confidence_ = resolve_confidence(
-                estimator._settings()["confidence"], float(mean))
+        # (implicit: the sites' mean strength sets "auto"'s confidence scale)
+        info.update(estimator._loss.deployed_info(estimator, estimator._settings(), mean))
         info["rank"] = estimator._rank(int(n_ratings))  # (implicit: grows with the count)
         if hasattr(estimator, "_scale_info"):  # RFRec: the scale the sites divide by
             offset = info["offset"]  # sum (r - offset)^2 from the sums of r^2 and r
