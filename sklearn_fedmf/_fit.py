@@ -10,8 +10,8 @@ Every family (matrix completion, Boolean factorization, clustering) fits the sam
 which receives the :class:`FitContext` explicitly (instead of reading fitted attributes set
 just before):
 
-``_check_fit_data(X, reset, **fit_params) -> (X, info)``
-    Validate the data; ``info`` holds what the clients tell the server about it before round 1
+``_check_fit_data(X, *, reset, settings, **fit_params) -> (X, info)``
+    Validate the data (``settings``: the fit's, resolved once); ``info`` holds what the clients tell the server about it before round 1
     (aggregates such as the ratings' mean) and other validated fit inputs (``eval_set``).
 ``_make_blocks(ctx)``
     The per-client data blocks (default: CSR row blocks of ``ctx.X``).
@@ -36,12 +36,13 @@ import functools
 import inspect
 import warnings
 from abc import ABCMeta, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from numbers import Integral, Real
+from types import MappingProxyType
 
 import numpy as np
 import scipy.sparse as sp
-from joblib import effective_n_jobs
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils._param_validation import (
     HasMethods,
@@ -53,6 +54,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 from threadpoolctl import threadpool_limits
 
 from ._data import resolve_clients, split_clients
+from ._dispatch import workers_of
 from ._engine import (
     LocalTransport,
     initialize_federation,
@@ -241,6 +243,15 @@ class FitContext:
         True when the fit continues the previous one (``warm_start``).
     info : dict
         What ``_check_fit_data`` learned (aggregates the clients send once, ``eval_set``, ...).
+    settings : Mapping
+        Every setting of the fit by name (:meth:`FederatedEstimator._settings`), resolved
+        once at its start; the hooks read them here.
+    n_jobs : int or None
+        The fit's ``n_jobs`` (:meth:`FederatedEstimator._fit_n_jobs`), resolved once.
+    workers : int
+        How many workers that is under the joblib backend of the fit
+        (:func:`~sklearn_fedmf._dispatch.workers_of`, computed once: the transports and the
+        data split use it).
     """
 
     X: object
@@ -252,6 +263,9 @@ class FitContext:
     entropy: int
     warm: bool = False
     info: dict = field(default_factory=dict)
+    settings: Mapping = field(default_factory=dict)
+    n_jobs: int | None = None
+    workers: int = 1
 
 
 class FactorTransformerMixin(ClassNamePrefixFeaturesOutMixin, TransformerMixin):
@@ -339,7 +353,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         """``protocol`` with secure aggregation switched on when ``secure_aggregation`` asks
         for it (:mod:`sklearn_fedmf.secure._rounds`); a clear error when the algorithm's
         server needs more than sums."""
-        option = self._settings()["secure_aggregation"]
+        option = self.secure_aggregation  # (a parameter: no resolution of the settings)
         if option is False:
             return protocol
         name = type(self).__name__
@@ -368,13 +382,14 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
 
     # ---- hooks ----------------------------------------------------------------------------
     @abstractmethod
-    def _check_fit_data(self, X, *, reset, **fit_params):
-        """Validate ``X`` (and fit inputs); return ``(X, info)``."""
+    def _check_fit_data(self, X, *, reset, settings, **fit_params):
+        """Validate ``X`` (and fit inputs) under the fit's ``settings``; return
+        ``(X, info)``."""
 
     def _make_blocks(self, ctx):
         """The clients' data blocks, in client order."""
         return split_clients(ctx.X, ctx.codes, ctx.n_clients, ctx.info.get("eval_X"),
-                             n_jobs=ctx.info["n_jobs"])
+                             workers=ctx.workers)
 
     @abstractmethod
     def _make_protocol(self, ctx):
@@ -402,17 +417,18 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         ``history`` holds this fit's rounds)."""
         return None
 
-    def _engine_params(self):
-        """Round-loop settings passed to ``run_federation``."""
-        settings = self._settings()
+    def _engine_params(self, settings):
+        """Round-loop settings passed to ``run_federation``, from the fit's ``settings``."""
         return {name: settings[name] for name in (
             "max_iter", "tol", "clients_per_round", "dropout", "eval_every")}
 
     # ---- the skeleton ---------------------------------------------------------------------
     def _fit(self, X, clients=None, **fit_params):
-        settings = self._settings()
+        # every setting resolved once (parameters, solver_params checked): the hooks read them
+        # from the context
+        settings = MappingProxyType(self._settings())
         warm = bool(settings["warm_start"]) and hasattr(self, "_federation")
-        X, info = self._check_fit_data(X, reset=not warm, **fit_params)
+        X, info = self._check_fit_data(X, reset=not warm, settings=settings, **fit_params)
         n_rows = X.shape[0]
         if clients is None and self.n_clients > n_rows:
             raise ValueError(
@@ -429,8 +445,9 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
                 f"clients_per_round={per_round} is larger than the number of clients "
                 f"({n_clients})."
             )
-        info["n_jobs"] = self._fit_n_jobs(X)
-        ctx = FitContext(X, n_rows, X.shape[1], n_clients, labels, codes, entropy, warm, info)
+        n_jobs = self._fit_n_jobs(X)
+        ctx = FitContext(X, n_rows, X.shape[1], n_clients, labels, codes, entropy, warm, info,
+                         settings, n_jobs, workers_of(n_jobs))
         self._check_warm_partition(ctx)
         ctx, early_stopping = self._validation_plan(ctx)
         protocol = self._secure_protocol(self._make_protocol(ctx))
@@ -441,7 +458,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         # whose clients this thread runs itself (one batch) splits their row kernels over the
         # n_jobs threads (_kernels.parallel_kernels; the engine's workers never do).
         start = self._federation.n_rounds if warm else 0
-        threads = effective_n_jobs(ctx.info["n_jobs"]) if dask_client() is None else 1
+        threads = ctx.workers if dask_client() is None else 1
         with threadpool_limits(limits=1, user_api="blas"), resident_blocks(blocks), \
                 parallel_kernels(threads):
             # (a family without validation keeps the three-argument _run)
@@ -489,12 +506,13 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
 
     def _run(self, protocol, blocks, ctx, early_stopping=None):
         """Initialize (or continue) the federation and run its rounds."""
-        n_jobs = ctx.info["n_jobs"]
+        n_jobs = ctx.n_jobs
         clients = blocks
         grouped = isinstance(blocks, list) and blocks and isinstance(blocks[0], ClientGroup)
-        if grouped:
-            # one transport for the whole fit: it holds the group states
-            clients = GroupedTransport(blocks, n_jobs=n_jobs, client_states=(
+        # one transport for the whole fit, with the fit's workers: it holds the client states
+        if isinstance(blocks, list):  # (else the caller's transport: a deployed federation)
+            make = GroupedTransport if grouped else LocalTransport
+            clients = make(blocks, n_jobs=n_jobs, workers=ctx.workers, client_states=(
                 self._federation.client_states if ctx.warm else None))
         if ctx.warm:
             state, init_bytes = self._federation, (0, 0)
@@ -509,21 +527,23 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
             # as their held-out ratings
             report_X = ctx.info["report_X"]
             report_blocks = [b._replace(X_eval=report_X[b.rows]) for b in blocks]
-            report = (GroupedTransport(report_blocks, n_jobs=n_jobs,
+            report = (GroupedTransport(report_blocks, n_jobs=n_jobs, workers=ctx.workers,
                                        client_states=state.client_states) if grouped
-                      else LocalTransport(report_blocks, n_jobs=n_jobs,
+                      else LocalTransport(report_blocks, n_jobs=n_jobs, workers=ctx.workers,
                                           client_states=state.client_states))
+        settings = ctx.settings
         return run_federation(
-            protocol, clients, **self._engine_params(), entropy=ctx.entropy, n_jobs=n_jobs,
-            callback=self.callback, verbose=self.verbose, state=state, init_bytes=init_bytes,
-            label=type(self).__name__, on_client_error=self._settings()["on_client_error"],
-            early_stopping=early_stopping, report=report, **self._sampling_options(blocks),
+            protocol, clients, **self._engine_params(settings), entropy=ctx.entropy,
+            n_jobs=n_jobs, callback=self.callback, verbose=self.verbose, state=state,
+            init_bytes=init_bytes, label=type(self).__name__,
+            on_client_error=settings["on_client_error"], early_stopping=early_stopping,
+            report=report, **self._sampling_options(blocks, settings),
         )
 
-    def _sampling_options(self, blocks):
+    def _sampling_options(self, blocks, settings):
         """The engine's client sampling: with ``sampling="weighted"`` (the estimators that
         have it) i.i.d. draws with probabilities ``omega_p`` from :meth:`_client_weights`."""
-        if self._settings()["sampling"] == "uniform":
+        if settings["sampling"] == "uniform":
             return {}
         if blocks and isinstance(blocks[0], ClientGroup):
             nnz = np.concatenate([np.diff(g.entry_ptr) for g in blocks])
@@ -531,9 +551,10 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         else:
             nnz = np.array([getattr(b, "nnz", 0) for b in blocks])  # (samples: no entries)
             rows = np.array([b.n_rows for b in blocks])
-        return {"sampling": "weighted", "sampling_weights": self._client_weights(nnz, rows)}
+        return {"sampling": "weighted",
+                "sampling_weights": self._client_weights(nnz, rows, settings)}
 
-    def _client_weights(self, nnz, n_rows):
+    def _client_weights(self, nnz, n_rows, settings):
         """``omega_p`` of weighted sampling, up to a factor, from the clients' observed
         entries and rows: the entries."""
         return nnz
@@ -553,13 +574,13 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         return X
 
     # ---- degenerate results ---------------------------------------------------------------
-    def _tol_met(self, history):
+    def _tol_met(self, history, tol):
         """Whether the last two evaluated objectives of ``history`` meet ``tol``."""
         objectives = [r["objective"] for r in history if "objective" in r][-2:]
         if len(objectives) < 2:
             return False
         previous, last = objectives
-        return abs(previous - last) <= self._settings()["tol"] * max(abs(previous), 1e-300)
+        return abs(previous - last) <= tol * max(abs(previous), 1e-300)
 
     def _check_result(self, state, blocks, ctx, history):
         """Set ``converged_`` and ``degenerate_`` from this fit's rounds (``history``); warn
@@ -568,8 +589,9 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         ``converged_`` is False only when ``tol`` > 0 was never met although every round of
         ``max_iter`` ran (an early stop by ``callback`` counts as the caller's choice).
         """
-        tol, rounds = self._settings()["tol"], self._engine_params()["max_iter"]
-        self.converged_ = not (tol and len(history) >= rounds and not self._tol_met(history))
+        tol, rounds = ctx.settings["tol"], self._engine_params(ctx.settings)["max_iter"]
+        self.converged_ = not (tol and len(history) >= rounds
+                               and not self._tol_met(history, tol))
         self.degenerate_ = self._degenerate(state, blocks, ctx, history)
         # stacklevel 5: the caller of fit (through _fit_context, fit and _fit)
         name = type(self).__name__

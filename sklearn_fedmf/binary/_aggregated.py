@@ -197,7 +197,7 @@ class AggregatedBMF(BooleanFactorizationBase):
     def _privacy_upload(self, n_items):
         return (self.n_components, n_items), 1  # one-shot
 
-    def _engine_params(self):
+    def _engine_params(self, settings):
         return dict(max_iter=1)  # one-shot: a single upload of every V_i
 
     def _make_protocol(self, ctx):

@@ -328,7 +328,7 @@ class FederatedClustering(
         """
         return self._fit(X, clients)
 
-    def _check_fit_data(self, X, *, reset):
+    def _check_fit_data(self, X, *, reset, settings):
         # this fit's solver constants, kept for predict/transform/score (the K-means mode)
         self._solver = resolve_solver_params(self)
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=reset)
@@ -410,7 +410,7 @@ class FederatedClustering(
             * ctx.info["scale"],
         )
 
-    def _engine_params(self):
+    def _engine_params(self, settings):
         # every round is evaluated (SNCP needs F_s); tol is SNCP's own test (after_round)
         return dict(max_iter=self.max_iter, tol=0.0, eval_every=1,
                     clients_per_round=self.clients_per_round, dropout=self._solver["dropout"])
@@ -418,7 +418,7 @@ class FederatedClustering(
     def _before_rounds(self, protocol, state, blocks):
         return start_rounds(protocol, state, blocks, self.n_jobs)
 
-    def _sampling_options(self, blocks):
+    def _sampling_options(self, blocks, settings):
         """The paper's weighted sampling (``solver_params["sampling"]``): i.i.d. draws with
         probabilities ``omega_p = N_p / N``."""
         if self._solver["sampling"] == "uniform":
@@ -457,7 +457,7 @@ class FederatedClustering(
                 best = (cost, state)
         return best[1]
 
-    def _tol_met(self, history):
+    def _tol_met(self, history, tol):
         return bool(history) and history[-1].get("rel_change", np.inf) < self.tol
 
     def _collect(self, state, blocks, ctx):

@@ -307,7 +307,8 @@ class AutoStrengthsMixin:
             info["auto"] = None
             return replace(ctx, info=info), rule
         if not ctx.warm:
-            auto = auto_setup(ctx.X, self._auto_item, self._auto_scales, self._auto_rule())
+            auto = auto_setup(ctx.X, self._auto_item, self._auto_scales,
+                              self._auto_rule(ctx.settings))
         else:  # warm start: the first fit's scale and strengths; the model holds the biases
             if getattr(self, "_auto_settings", None) is None:
                 raise ValueError("warm_start cannot switch alpha_u or alpha_v between 'auto' "
@@ -329,13 +330,14 @@ class AutoStrengthsMixin:
                 or not (self._biased or self._auto_scales)):
             return super()._start_bytes(ctx)
         return start_bytes(ctx.X, ctx.codes, ctx.n_clients, self._biased,
-                           self._bias_start_passes(), self._auto_rule() == "degrees")
+                           self._bias_start_passes(ctx.settings),
+                           self._auto_rule(ctx.settings) == "degrees")
 
-    def _bias_start_passes(self):
+    def _bias_start_passes(self, settings):
         """More exchanges of the biases' start after the second (:func:`start_bytes`)."""
         return 0
 
-    def _auto_rule(self):
+    def _auto_rule(self, settings):
         """The strengths' rule of :func:`auto_setup`: ``"rows"`` (the ratings per row) or
         ``"degrees"`` (:func:`degree_strengths`)."""
         return "rows"
@@ -354,7 +356,7 @@ class AutoStrengthsMixin:
         if not self._uses_auto():  # (loss="implicit" among them)
             return None
         n = float(ctx.info["n_ratings"])
-        if self._auto_rule() == "degrees":  # (only counts: every row and column at the mean)
+        if self._auto_rule(ctx.settings) == "degrees":  # (only counts: every row and column at the mean)
             alpha_u, alpha_v = degree_strengths(n, n * n / ctx.n_rows, n * n / ctx.n_features)
         else:
             alpha_u = AUTO_USER * np.sqrt(n / ctx.n_rows)

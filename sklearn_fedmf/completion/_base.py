@@ -231,7 +231,8 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         self.secure_aggregation = secure_aggregation
 
     def _secure_refusal_reason(self):
-        if self._settings()["regularization"] == "weighted":
+        # (a parameter of the classes that have it; their default otherwise)
+        if getattr(self, "regularization", "plain") == "weighted":
             return ('regularization="weighted" sends each client\'s ratings per item once, '
                     'which are not summed; use regularization="plain"')
         return super()._secure_refusal_reason()
@@ -258,27 +259,27 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
     # "squared", under "implicit")}`` (each class its own; see _loss_default).
     _loss_defaults: dict = {"n_components": (5, 32), "max_iter": (100, 15)}
 
-    def _loss_default(self, name):
-        """The value of parameter ``name`` for this fit: its own, or when None the class's
-        default for the loss (``_loss_defaults``)."""
+    def _loss_default(self, name, settings):
+        """The value of parameter ``name`` for this fit (``settings``: the fit's): its own, or
+        when None the class's default for the loss (``_loss_defaults``)."""
         value = getattr(self, name)
         if value is None:
             return self._loss.pick(self._loss_defaults[name])
         return value
 
-    def _rank(self, n_interactions=100_000):
+    def _rank(self, settings, n_interactions=100_000):
         """The rank of a fit on ``n_interactions`` ratings: ``n_components``, or None's default
         for the loss (under ``loss="implicit"``, :func:`implicit_rank`), at most ``n_items``."""
         if self.n_components is not None:
             return self.n_components
-        default = self._loss_default("n_components")
+        default = self._loss_default("n_components", settings)
         n_items = getattr(self, "n_features_in_", default)
         return self._loss.rank(default, n_interactions, n_items)
 
-    def _engine_params(self):
-        params = super()._engine_params()
+    def _engine_params(self, settings):
+        params = super()._engine_params(settings)
         if params["max_iter"] is None:
-            params["max_iter"] = self._loss_default("max_iter")
+            params["max_iter"] = self._loss_default("max_iter", settings)
         return params
 
     # ---- where the factors are in the engine's states (every algorithm: "Vt" and "U") ----
@@ -318,10 +319,9 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         """
         return self._fit(X, clients, eval_set=eval_set)
 
-    def _validate_ratings(self, X, name="X", reset=False, fitting=False):
+    def _validate_ratings(self, X, missing_values, name="X", reset=False, fitting=False):
         """``X`` as canonical CSR ratings (``missing_values`` applied), not yet centred."""
         reject_duplicates(X, name)
-        missing_values = self._settings()["missing_values"]
         X = validate_data(
             self, X, accept_sparse=True, dtype=[np.float64, np.float32], reset=reset,
             ensure_all_finite="allow-nan" if np.isnan(missing_values) else True,
@@ -330,8 +330,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         dtype = X.dtype if fitting and X.dtype in self._fit_dtypes else np.float64
         return check_ratings(X, name=name, dtype=dtype, missing_values=missing_values)
 
-    def _check_fit_data(self, X, *, reset, eval_set=None):
-        settings = self._settings()
+    def _check_fit_data(self, X, *, reset, settings, eval_set=None):
         missing_values = settings["missing_values"]
         if self._biased and settings["positive"]:
             raise ValueError(
@@ -340,12 +339,12 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
                 "nonnegative factorization)."
             )
         warn_if_zero_filled(X, missing_values)
-        X = self._validate_ratings(X, reset=reset, fitting=True)
+        X = self._validate_ratings(X, missing_values, reset=reset, fitting=True)
         self._loss.check_data(X, settings)
         n_items = X.shape[1]
-        if self._rank() > n_items:
+        if self._rank(settings) > n_items:
             raise ValueError(
-                f"n_components={self._rank()} is larger than the number of items "
+                f"n_components={self._rank(settings)} is larger than the number of items "
                 f"({n_items}); the rank cannot exceed the number of columns."
             )
         eval_X = None
@@ -363,7 +362,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         """Early stopping's rule, and the context with each client's validation ratings
         (``info["eval_X"]``) split off its training ratings (``X``), both centred by the
         training ratings' mean."""
-        settings = self._settings()
+        settings = ctx.settings
         X, eval_X, report_X, rule = self._loss.split_validation(ctx, settings,
                                                                 self._validation_keys)
         mean, rating_range = self._loss.summary(X, ctx, self)
@@ -381,7 +380,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
                 "held_out": rule is not None and rule.rename,
                 # (warm start: the confidence scale and the rank of the first fit)
                 **self._loss.fit_info(self, ctx, settings, X)}
-        info["rank"] = self.components_.shape[0] if ctx.warm else self._rank(X.nnz)
+        info["rank"] = self.components_.shape[0] if ctx.warm else self._rank(settings, X.nnz)
         return replace(ctx, X=X, info=info), rule
 
     def _collect(self, state, blocks, ctx):
@@ -415,12 +414,12 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         if not validated or not self._biased or self._floor_class is None:
             return
         best = state.best_score * self._score_scale(ctx)  # (in rating units)
-        secure = self._settings()["secure_aggregation"]
+        secure = ctx.settings["secure_aggregation"]
         floor, floor_rmse, (up, down), self._floor_evidence = biases_floor(
-            ctx, self, n_jobs=ctx.info["n_jobs"], secure_aggregation=secure)
+            ctx, self, n_jobs=ctx.n_jobs, secure_aggregation=secure)
         gain, noise = self._floor_evidence  # (the gain in validation MSE, its standard error)
         if gain <= FLOOR_Z * noise and ctx.info.get("held_out"):  # biases on every rating
-            floor, more = floor_on_all_ratings(ctx, self._floor_class, n_jobs=ctx.info["n_jobs"],
+            floor, more = floor_on_all_ratings(ctx, self._floor_class, n_jobs=ctx.n_jobs,
                                                secure_aggregation=secure)
             up, down = up + more[0], down + more[1]
         self.history_[-1]["bytes_uploaded"] += up
@@ -488,7 +487,8 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
     # ---- fold-in, prediction, scoring ---------------------------------------------------
     def _check_X(self, X, name="X"):
         check_is_fitted(self)
-        return _shift(self._validate_ratings(X, name), -self._offset)
+        missing_values = self._settings()["missing_values"]  # (read live, as the parameters)
+        return _shift(self._validate_ratings(X, missing_values, name), -self._offset)
 
     @FOLD_IN_DATA
     def transform(self, X):

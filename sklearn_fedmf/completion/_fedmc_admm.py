@@ -282,7 +282,7 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
     def _beta(self, ctx):
         """``beta``: as given, or ``"auto"``: the loss's rule (``_auto_betas``)."""
         if self.beta == "auto":
-            init_scale = self._settings()["init_scale"]
+            init_scale = ctx.settings["init_scale"]
             if init_scale == 0 and not self._biased:
                 raise ValueError("beta='auto' scales with init_scale; init_scale=0 without "
                                  "biases needs an explicit beta.")
@@ -323,7 +323,7 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
 
     def _squared_protocol(self, ctx):
         """FedMC-ADMM on ratings (:mod:`._fedmc_admm_protocol`)."""
-        settings = self._settings()
+        settings = ctx.settings
         alpha_u, alpha_v = self._strengths(ctx)
         item_bias, user_shrinkage = self._bias_start(ctx)
         return make_protocol(
@@ -338,7 +338,7 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
 
     def _implicit_protocol(self, ctx):
         """FedMC-ADMM under ``loss="implicit"`` (:mod:`._fedmc_admm_implicit`)."""
-        settings = self._settings()
+        settings = ctx.settings
         alpha_u, alpha_v = self._strengths(ctx)
         return make_implicit_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
@@ -366,7 +366,7 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
         need = state_nbytes(n_clients=ctx.n_clients, n_items=ctx.n_features, n_factors=r,
                             itemsize=itemsize, grouped=grouped, nnz=ctx.X.nnz,
                             max_iter=self.max_iter,
-                            exact=self._settings()["w_update"] == "exact")
+                            exact=ctx.settings["w_update"] == "exact")
         if not local:  # only the server's Z_i in this process
             need //= 3
         available = _available_memory()

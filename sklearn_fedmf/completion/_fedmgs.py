@@ -222,7 +222,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
     def _implicit_protocol(self, ctx):
         """FedMGS under ``loss="implicit"`` (:mod:`._fedmgs_implicit`)."""
         alpha_u, alpha_v = self._strengths()
-        settings = self._settings()
+        settings = ctx.settings
         check_implicit_settings(self, ctx)
         return make_implicit_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients,
@@ -237,7 +237,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
         if ctx.warm and auto != ("ss" in self._federation.server_state):
             raise ValueError("warm_start cannot switch alpha_u or alpha_v between 'auto' and a "
                              "fixed strength; fit again without warm_start.")
-        settings = self._settings()
+        settings = ctx.settings
         item_bias, user_shrinkage = self._bias_start(ctx)
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=ctx.info["rank"],

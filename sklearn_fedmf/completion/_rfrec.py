@@ -460,14 +460,13 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             clients = np.arange(_num_samples(X))
         return self._fit(X, clients, eval_set=eval_set)
 
-    def _check_fit_data(self, X, *, reset, eval_set=None):
-        settings = self._settings()
+    def _check_fit_data(self, X, *, reset, settings, eval_set=None):
         self._loss.check_link(settings["link"])
         if self._biased and settings["link"] != "identity":
             raise ValueError("biased=True needs link='identity' (the biases are added to the "
                              "rating, outside any link); set biased=False for the sigmoid link.")
         # (the "auto" pull is capped at 1; reg_v only enters it, so 0 is exact here)
-        eta = pull_strength(self._learning_rate(), self.reg_consensus, 0.0, settings["p"],
+        eta = pull_strength(self._learning_rate(settings), self.reg_consensus, 0.0, settings["p"],
                             settings["pull_eta"])
         if settings["variant"] == "rfrecf" and eta > 1:
             warnings.warn(
@@ -475,7 +474,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
                 "/ p by default): each pull overshoots Vbar. Lower learning_rate or set "
                 "pull_eta <= 1.", ConfigurationWarning, stacklevel=5,  # the caller of fit
             )
-        X, info = super()._check_fit_data(X, reset=reset, eval_set=eval_set)
+        X, info = super()._check_fit_data(X, reset=reset, settings=settings, eval_set=eval_set)
         info["privacy"] = self._privacy_settings(X.shape[1])
         return X, info
 
@@ -485,7 +484,8 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         ctx, rule = super()._validation_plan(ctx)
         info = dict(ctx.info)
         if not ctx.warm:  # each client adds the sum of squares of its ratings to its sum
-            info.update(self._scale_info(float(np.vdot(ctx.X.data, ctx.X.data)), ctx.X.nnz))
+            info.update(self._scale_info(float(np.vdot(ctx.X.data, ctx.X.data)), ctx.X.nnz,
+                                         ctx.settings))
         else:
             info.update(rating_scale=self.rating_scale_, alpha_u=self.alpha_u_,
                         alpha_v=self.alpha_v_)
@@ -494,7 +494,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             for held in (ctx.X, info["eval_X"], info["report_X"]):
                 if held is not None:
                     held.data /= scale
-        if rule is not None and self._settings()["variant"] == "rfrecf":
+        if rule is not None and ctx.settings["variant"] == "rfrecf":
             # RFRecF's model changes on the server only when it averages (coin 1); between
             # averages each client's vectors fit its own copy, and the validation error of
             # the federated model drifts up for a run of coins 0 (mean 1 / p rounds). The
@@ -502,14 +502,14 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             rule = replace(rule, scored_if="coin")
         return replace(ctx, info=info), rule
 
-    def _scale_info(self, sum_squares, n_ratings):
+    def _scale_info(self, sum_squares, n_ratings, settings):
         """``rating_scale``, ``alpha_u`` and ``alpha_v`` of a fit from the sum of squares of
         the centred ratings and their count (:func:`auto_strengths`; a Flower server and its
         sites get them from the sites' aggregates)."""
         scale, alpha_u, alpha_v = auto_strengths(self.alpha_u, self.alpha_v,
                                                  sum_squares=sum_squares, n_ratings=n_ratings)
         scale = self._loss.rating_scale(scale)  # (implicit: confidences read X as given)
-        if self._settings()["link"] != "identity":
+        if settings["link"] != "identity":
             scale = 1.0  # (the link fits ratings scaled to [0, 1])
         return dict(rating_scale=scale, alpha_u=alpha_u, alpha_v=alpha_v)
 
@@ -518,8 +518,8 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         self.rating_scale_, self.alpha_u_, self.alpha_v_ = (
             info["rating_scale"], info["alpha_u"], info["alpha_v"])
         super()._collect(state, blocks, ctx)
-        self._check_diverged(ctx.X, info["offset"])
-        self._keep_personal(state)
+        self._check_diverged(ctx.X, info["offset"], ctx.settings)
+        self._keep_personal(state, ctx.settings)
         self.comm_rounds_ = state.server_state["comm_rounds"]
         self._read_privacy_spent(info["privacy"], state.n_uploads)
         scale = self.rating_scale_
@@ -532,7 +532,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
                 self.user_bias_ *= scale
             ctx.X.data *= scale  # (the end-of-fit checks read X in rating units)
 
-    def _keep_personal(self, state):
+    def _keep_personal(self, state, settings):
         """Every client's copy ``V_(c)`` as its rated columns over the shared ones: blocks of
         consecutive clients ``(first client, pair_ptr, cols)`` with their rows ``values``
         (grouped clients' blocks are their group's arrays, not copies), and the shared
@@ -542,9 +542,8 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         if not state.client_states:  # clients in their own processes keep their copies
             self._personal = None
             return
-        settings = self._settings()
         eta = None if settings["variant"] == "rfrec" else pull_strength(  # as make_protocol does
-            self._learning_rate(), self.reg_consensus, self.alpha_v_ / self.n_clients_,
+            self._learning_rate(settings), self.reg_consensus, self.alpha_v_ / self.n_clients_,
             settings["p"], settings["pull_eta"])
         replica = state.broadcast.simulation  # Vbar and the shared columns W
         states = state.client_states
@@ -619,7 +618,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         pred[np.diff(Xc.indptr)[rows] == 0] = self.mean_
         return self._clip(pred)
 
-    def _check_diverged(self, Xc, offset):
+    def _check_diverged(self, Xc, offset, settings):
         """Raise unless the federated model's training error on the centred training ratings
         ``Xc`` is finite and of the ratings' order (the objective is only checked on evaluated
         rounds, ``eval_every``)."""
@@ -632,35 +631,36 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         lo, hi = self.rating_range_
         # (entry by entry in a kernel: no nnz x d temporaries at the end of a large fit)
         sse, _ = _errors_at(Xc.indptr, Xc.indices, Xc.data, np.ascontiguousarray(U),
-                            np.ascontiguousarray(Vt), self._settings()["link"] == "sigmoid",
+                            np.ascontiguousarray(Vt), settings["link"] == "sigmoid",
                             offset - lo, (hi - lo) or 1.0)
         rmse = np.sqrt(sse / Xc.nnz)
         if not rmse <= _EXPLODE * (hi - lo + 1):
             raise FloatingPointError(_diverged(
                 f"the training RMSE of the federated model is {rmse:.4g} for ratings in "
-                f"[{lo:g}, {hi:g}]", self.learning_rate, self._settings()["optimizer"]))
+                f"[{lo:g}, {hi:g}]", self.learning_rate, settings["optimizer"]))
 
     _privacy_mechanisms = ("laplace",)  # the paper's
     _privacy_entry_range = 2.0  # an entry clipped to [-clip, clip] moves by up to 2 clip
 
     def _privacy_upload(self, n_items):
         # V_(c) (with the bias rows when biased), at most once per round
-        return (n_items, self.n_components + 2 * self._biased), self._engine_params()["max_iter"]
+        # (the privacy hook has no fit context: the one more resolution of an RFRec fit)
+        rounds = self._engine_params(self._settings())["max_iter"]
+        return (n_items, self.n_components + 2 * self._biased), rounds
 
-    def _loss_default(self, name):
+    def _loss_default(self, name, settings):
         """The base's, and RFRecF's ``max_iter=None``: the flips that make RFRec's fit steps
         in expectation, ``ceil(100 / (1 - p))``."""
-        value = super()._loss_default(name)
-        settings = self._settings()
+        value = super()._loss_default(name, settings)
         if name == "max_iter" and self.max_iter is None and settings["variant"] == "rfrecf":
             return int(np.ceil(value / (1 - settings["p"])))
         return value
 
-    def _learning_rate(self):
+    def _learning_rate(self, settings):
         """The step handed to the solver: None means per-block curvature steps (gd)."""
         if self.learning_rate != "auto":
             return float(self.learning_rate)
-        return AUTO_ADAM_LR if self._settings()["optimizer"] == "adam" else None
+        return AUTO_ADAM_LR if settings["optimizer"] == "adam" else None
 
     def _squared_protocol(self, ctx):
         """RFRec on ratings."""
@@ -675,13 +675,13 @@ class RFRec(LocalDPMixin, FederatedMFBase):
 
     def _protocol(self, ctx, make):
         """``make`` (the loss's protocol) bound to the fit's settings."""
-        settings = self._settings()
+        settings = ctx.settings
         offset = ctx.info["offset"]
         lo, hi = ctx.info["rating_range"]
         return make(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             variant=settings["variant"], schedule=settings["schedule"],
-            learning_rate=self._learning_rate(), reg_consensus=self.reg_consensus,
+            learning_rate=self._learning_rate(settings), reg_consensus=self.reg_consensus,
             alpha_u=ctx.info["alpha_u"], alpha_v=ctx.info["alpha_v"], p=settings["p"],
             pull_eta=settings["pull_eta"], optimizer=settings["optimizer"], link=settings["link"],
             shift=offset - lo, span=(hi - lo) or 1.0, init_std=settings["init_std"],
@@ -701,7 +701,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
     def _check_implicit_memory(self, ctx):
         """Under ``loss="implicit"`` every client keeps its whole ``V_(c)`` (with Adam, its
         two moments too): raise before the first round when they would not fit in memory."""
-        copies = 3 if self._settings()["optimizer"] == "adam" else 1
+        copies = 3 if ctx.settings["optimizer"] == "adam" else 1
         need = (copies * ctx.n_clients * ctx.n_features * self.n_components
                 * ctx.X.dtype.itemsize)
         available = _fedmc_admm._available_memory()

@@ -7,6 +7,7 @@ Nothing here imports ``flwr``, so ``fedmf flower-split`` works on any Python.
 from __future__ import annotations
 
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 import pandas as pd
@@ -83,6 +84,7 @@ def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, n
     this with the same values, so both make the same protocol.
     """
     estimator_class(type(estimator).__name__)  # a supported estimator
+    settings = MappingProxyType(estimator._settings())  # (resolved once, as a fit does)
     estimator.n_features_in_ = int(n_items)
     if isinstance(estimator, FederatedMFBase):
         estimator.n_users_ = int(n_users)
@@ -91,21 +93,22 @@ def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, n
         info = dict(eval_X=None, mean=estimator.mean_, rating_range=estimator.rating_range_,
                     offset=estimator._offset, n_ratings=int(n_ratings))
         # (implicit: the sites' mean strength sets "auto"'s confidence scale)
-        info.update(estimator._loss.deployed_info(estimator, estimator._settings(), mean))
-        info["rank"] = estimator._rank(int(n_ratings))  # (implicit: grows with the count)
+        info.update(estimator._loss.deployed_info(estimator, settings, mean))
+        info["rank"] = estimator._rank(settings, int(n_ratings))  # (implicit: grows with the count)
         if hasattr(estimator, "_scale_info"):  # RFRec: the scale the sites divide by
             offset = info["offset"]  # sum (r - offset)^2 from the sums of r^2 and r
             centred = (sum_squares or 0.0) - n_ratings * offset * (2 * float(mean) - offset)
-            info.update(estimator._scale_info(max(centred, 0.0), int(n_ratings)))
+            info.update(estimator._scale_info(max(centred, 0.0), int(n_ratings), settings))
             estimator.rating_scale_ = info["rating_scale"]
     else:  # Felb
         info = {}
     if isinstance(estimator, LocalDPMixin):  # the upload noise
         info["privacy"] = estimator._privacy_settings(int(n_items))
-    info["n_jobs"] = estimator.n_jobs  # (the sites do the clients' work: the engine ignores it)
     no_ratings = sp.csr_matrix((0, int(n_items)))  # the server holds none
     return FitContext(no_ratings, int(n_users), int(n_items), int(n_clients), None, None,
-                      int(entropy), False, info)
+                      int(entropy), False, info, settings,
+                      # (the sites do the clients' work: the engine ignores it)
+                      n_jobs=estimator.n_jobs)
 
 
 def make_site_protocol(estimator, **aggregates):
