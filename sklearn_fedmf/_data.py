@@ -230,8 +230,9 @@ PARALLEL_SPLIT_NNZ = 10_000_000  # below, threads cost more than they save (ML-1
 def split_clients(X, codes, n_clients, X_eval=None, workers=1):
     """Cut ``X`` (and ``X_eval``) into per-client CSR blocks, raising on empty clients.
 
-    With ``workers`` > 1 (a fit's :attr:`~sklearn_fedmf._fit.FitContext.workers`) the blocks of a large ``X`` are cut on threads (scipy's sparse kernels
-    release the GIL; 1.5x on the Netflix shape); they are the same blocks, in client order.
+    With ``workers`` > 1 (a fit's :attr:`~sklearn_fedmf._fit.FitContext.workers`) the blocks
+    of a large ``X`` are cut on threads (scipy's sparse kernels release the GIL; 1.5x on the
+    Netflix shape); they are the same blocks, in client order.
     """
     counts = np.bincount(codes, minlength=n_clients)
     if (counts == 0).any():

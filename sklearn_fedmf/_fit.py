@@ -11,7 +11,8 @@ which receives the :class:`FitContext` explicitly (instead of reading fitted att
 just before):
 
 ``_check_fit_data(X, *, reset, settings, **fit_params) -> (X, info)``
-    Validate the data (``settings``: the fit's, resolved once); ``info`` holds what the clients tell the server about it before round 1
+    Validate the data (``settings``: the fit's, resolved once); ``info`` (the fields of
+    :class:`FitInfo`) holds what the clients tell the server about it before round 1
     (aggregates such as the ratings' mean) and other validated fit inputs (``eval_set``).
 ``_make_blocks(ctx)``
     The per-client data blocks (default: CSR row blocks of ``ctx.X``).
@@ -71,7 +72,7 @@ from .exceptions import ConvergenceWarning, DegenerateFitWarning
 
 __all__ = [
     "FEDERATION_CONSTRAINTS", "FEDERATION_KEYS", "FactorTransformerMixin", "FederatedEstimator",
-    "FitContext",
+    "FitContext", "FitInfo",
     "SIMULATION_SETTINGS",
     "merge_params", "refuse_moved_params", "resolve_solver_params", "route_solver_params",
     "validation_split",
@@ -224,6 +225,66 @@ def _entries(X, mask, row_of):
 
 
 @dataclass(frozen=True)
+class FitInfo:
+    """What a fit learned about its data before round 1 (``FitContext.info``): the
+    aggregates the clients send once and the validated fit inputs, by family. A hook makes a
+    new one with :func:`dataclasses.replace`; an unknown name is an error.
+
+    Attributes
+    ----------
+    eval_X, report_X : csr_matrix or None
+        The held-out ratings scored each round (the validation ratings under early stopping),
+        and the ``eval_set`` reported beside a validation split off ``X``.
+    mean, rating_range, offset : float, tuple, float
+        The training ratings' mean and range, and what was subtracted from them.
+    n_ratings : int or None
+        The sum of the clients' rating counts.
+    validated, held_out : bool
+        Whether the fit validates, and whether its validation ratings came out of ``X``.
+    rank : int or None
+        The factors' rank (``n_components``, or its default for the loss and the data).
+    confidence : float or None
+        The confidence scale under ``loss="implicit"``.
+    auto : dict or None
+        The ``"auto"`` strengths' settings (:mod:`~sklearn_fedmf.completion._auto_strengths`).
+    rating_scale : float
+        What the ratings were divided by (1: not scaled).
+    alpha_u, alpha_v : float or None
+        RFRec's strengths on the scaled ratings.
+    privacy : dict or None
+        The upload noise (:func:`~sklearn_fedmf.privacy._local_dp.privacy_settings`).
+    deployed : bool
+        A deployed federation's context (:mod:`sklearn_fedmf.flower`), built from the sites'
+        aggregates: no data, no ``"auto"`` settings from it.
+    centers, scale, abs_mean, x_min, x_max
+        Clustering's start (``init`` centres), ``||X||^2 / N``, the mean absolute entry and the
+        entries' range.
+    """
+
+    eval_X: object = None
+    report_X: object = None
+    mean: float = 0.0
+    rating_range: tuple | None = None
+    offset: float = 0.0
+    n_ratings: int | None = None
+    validated: bool = False
+    held_out: bool = False
+    rank: int | None = None
+    confidence: float | None = None
+    auto: dict | None = None
+    rating_scale: float = 1.0
+    alpha_u: float | None = None
+    alpha_v: float | None = None
+    privacy: dict | None = None
+    deployed: bool = False
+    centers: object = None
+    scale: float | None = None
+    abs_mean: float | None = None
+    x_min: float | None = None
+    x_max: float | None = None
+
+
+@dataclass(frozen=True)
 class FitContext:
     """What one fit knows before its first round, handed to every hook.
 
@@ -241,8 +302,9 @@ class FitContext:
         Root seed of the federation.
     warm : bool
         True when the fit continues the previous one (``warm_start``).
-    info : dict
-        What ``_check_fit_data`` learned (aggregates the clients send once, ``eval_set``, ...).
+    info : FitInfo
+        What ``_check_fit_data`` learned (aggregates the clients send once, ``eval_set``, ...),
+        by name.
     settings : Mapping
         Every setting of the fit by name (:meth:`FederatedEstimator._settings`), resolved
         once at its start; the hooks read them here.
@@ -262,7 +324,7 @@ class FitContext:
     codes: np.ndarray
     entropy: int
     warm: bool = False
-    info: dict = field(default_factory=dict)
+    info: FitInfo = field(default_factory=FitInfo)
     settings: Mapping = field(default_factory=dict)
     n_jobs: int | None = None
     workers: int = 1
@@ -388,7 +450,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
 
     def _make_blocks(self, ctx):
         """The clients' data blocks, in client order."""
-        return split_clients(ctx.X, ctx.codes, ctx.n_clients, ctx.info.get("eval_X"),
+        return split_clients(ctx.X, ctx.codes, ctx.n_clients, ctx.info.eval_X,
                              workers=ctx.workers)
 
     @abstractmethod
@@ -446,8 +508,8 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
                 f"({n_clients})."
             )
         n_jobs = self._fit_n_jobs(X)
-        ctx = FitContext(X, n_rows, X.shape[1], n_clients, labels, codes, entropy, warm, info,
-                         settings, n_jobs, workers_of(n_jobs))
+        ctx = FitContext(X, n_rows, X.shape[1], n_clients, labels, codes, entropy, warm,
+                         FitInfo(**info), settings, n_jobs, workers_of(n_jobs))
         self._check_warm_partition(ctx)
         ctx, early_stopping = self._validation_plan(ctx)
         protocol = self._secure_protocol(self._make_protocol(ctx))
@@ -484,7 +546,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
 
     def _make_groups(self, ctx):
         """The clients' data stacked in groups (:func:`~sklearn_fedmf._groups.make_groups`)."""
-        return make_groups(ctx.X, ctx.codes, ctx.n_clients, ctx.info.get("eval_X"),
+        return make_groups(ctx.X, ctx.codes, ctx.n_clients, ctx.info.eval_X,
                            n_groups=N_GROUPS)
 
     def _check_warm_partition(self, ctx):
@@ -522,10 +584,10 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
             init_bytes = tuple(a + b for a, b in zip(init_bytes, self._start_bytes(ctx)))
             state = self._before_rounds(protocol, state, blocks)
         report = None
-        if early_stopping is not None and ctx.info.get("report_X") is not None:
+        if early_stopping is not None and ctx.info.report_X is not None:
             # the eval set beside the validation: the same clients and states, the eval set
             # as their held-out ratings
-            report_X = ctx.info["report_X"]
+            report_X = ctx.info.report_X
             report_blocks = [b._replace(X_eval=report_X[b.rows]) for b in blocks]
             report = (GroupedTransport(report_blocks, n_jobs=n_jobs, workers=ctx.workers,
                                        client_states=state.client_states) if grouped

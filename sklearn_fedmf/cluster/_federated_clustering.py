@@ -366,7 +366,7 @@ class FederatedClustering(
         """``rho`` and ``nu`` in absolute units (the parameters are relative to ||X||^2/N)."""
         if self._onehot:
             return 0.0, 0.0
-        return self._solver["rho0"] * ctx.info["scale"], self._solver["nu"] * ctx.info["scale"]
+        return self._solver["rho0"] * ctx.info.scale, self._solver["nu"] * ctx.info.scale
 
     def _secure_protocol(self, protocol):
         if (self._settings()["secure_aggregation"] is not False
@@ -384,8 +384,8 @@ class FederatedClustering(
         return make_protocol(
             algorithm=self.algorithm, n_features=ctx.n_features, n_clusters=K,
             n_clients=ctx.n_clients, weights=blocks_rows.astype(float) / ctx.n_rows,
-            n_total=ctx.n_rows, amplitude=np.sqrt(info["abs_mean"] / K),
-            centers=info["centers"], box=None if onehot else (info["x_min"], info["x_max"]),
+            n_total=ctx.n_rows, amplitude=np.sqrt(info.abs_mean / K),
+            centers=info.centers, box=None if onehot else (info.x_min, info.x_max),
             rho=rho, nu=nu, onehot=onehot, local_iter_u=self.local_iter_u,
             local_iter_v=self.local_iter_v if self.local_iter_v or not mgs else 100,
             q_hat=solver["q_hat"], participation=solver["participation"],
@@ -407,7 +407,7 @@ class FederatedClustering(
             rho_tol=rho_tol if rho_tol is not None else (5e-5 if mgs else 1e-5),
             growth=solver["rho_growth"], force_every=solver["rho_force_every"],
             rho_max=(rho_max if rho_max is not None else (1.0 if mgs else 100.0))
-            * ctx.info["scale"],
+            * ctx.info.scale,
         )
 
     def _engine_params(self, settings):
@@ -435,7 +435,7 @@ class FederatedClustering(
         """``n_init`` federations from spawned seeds; keep the lowest clustering cost."""
         starts = [ctx.entropy]
         kfed = isinstance(self.init, str) and self.init == "k-fed"
-        if (ctx.info["centers"] is None or kfed) and self.n_init > 1:  # spawned seeds
+        if (ctx.info.centers is None or kfed) and self.n_init > 1:  # spawned seeds
             starts += [int(c.generate_state(1, np.uint64)[0])
                        for c in np.random.SeedSequence(ctx.entropy).spawn(self.n_init - 1)]
         onehot = self._onehot
@@ -444,7 +444,7 @@ class FederatedClustering(
             seed_bytes = 0
             if kfed:  # each start seeds anew; the seeding's uploads count in round 1
                 centers, seed_bytes = kfed_centers(blocks, self.n_clusters, start)
-                ctx = replace(ctx, info={**ctx.info, "centers": centers})
+                ctx = replace(ctx, info=replace(ctx.info, centers=centers))
                 protocol = self._make_protocol(ctx)
             state = super()._run(protocol, blocks, replace(ctx, entropy=start))
             if state.history:
@@ -557,7 +557,7 @@ def _total_cost(blocks, W, onehot, secure, seed, ctx):
         return sum(costs)
     from ..secure import secure_sum
 
-    total = ctx.info["scale"] * ctx.n_rows  # ||X||^2
+    total = ctx.info.scale * ctx.n_rows  # ||X||^2
     result = secure_sum({p: np.array([c / total]) for p, c in enumerate(costs)},
                         encoding=secure.encoding_for(len(costs)),
                         neighbours=secure.degree(len(costs)),

@@ -259,27 +259,27 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
     # "squared", under "implicit")}`` (each class its own; see _loss_default).
     _loss_defaults: dict = {"n_components": (5, 32), "max_iter": (100, 15)}
 
-    def _loss_default(self, name, settings):
-        """The value of parameter ``name`` for this fit (``settings``: the fit's): its own, or
-        when None the class's default for the loss (``_loss_defaults``)."""
+    def _loss_default(self, name):
+        """The value of parameter ``name`` for this fit: its own, or when None the class's
+        default for the loss (``_loss_defaults``)."""
         value = getattr(self, name)
         if value is None:
             return self._loss.pick(self._loss_defaults[name])
         return value
 
-    def _rank(self, settings, n_interactions=100_000):
+    def _rank(self, n_interactions=100_000):
         """The rank of a fit on ``n_interactions`` ratings: ``n_components``, or None's default
         for the loss (under ``loss="implicit"``, :func:`implicit_rank`), at most ``n_items``."""
         if self.n_components is not None:
             return self.n_components
-        default = self._loss_default("n_components", settings)
+        default = self._loss_default("n_components")
         n_items = getattr(self, "n_features_in_", default)
         return self._loss.rank(default, n_interactions, n_items)
 
     def _engine_params(self, settings):
         params = super()._engine_params(settings)
         if params["max_iter"] is None:
-            params["max_iter"] = self._loss_default("max_iter", settings)
+            params["max_iter"] = self._loss_default("max_iter")
         return params
 
     # ---- where the factors are in the engine's states (every algorithm: "Vt" and "U") ----
@@ -342,9 +342,9 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         X = self._validate_ratings(X, missing_values, reset=reset, fitting=True)
         self._loss.check_data(X, settings)
         n_items = X.shape[1]
-        if self._rank(settings) > n_items:
+        if self._rank() > n_items:
             raise ValueError(
-                f"n_components={self._rank(settings)} is larger than the number of items "
+                f"n_components={self._rank()} is larger than the number of items "
                 f"({n_items}); the rank cannot exceed the number of columns."
             )
         eval_X = None
@@ -360,7 +360,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
 
     def _validation_plan(self, ctx):
         """Early stopping's rule, and the context with each client's validation ratings
-        (``info["eval_X"]``) split off its training ratings (``X``), both centred by the
+        (``info.eval_X``) split off its training ratings (``X``), both centred by the
         training ratings' mean."""
         settings = ctx.settings
         X, eval_X, report_X, rule = self._loss.split_validation(ctx, settings,
@@ -373,18 +373,18 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
                 _shift(held, -offset)
         _warn_unobserved(X)
         # n_ratings: the sum of the clients' rating counts (FedMC-ADMM and FedMGS "auto")
-        info = {**ctx.info, "eval_X": eval_X, "report_X": report_X, "mean": mean,
-                "rating_range": rating_range, "offset": offset, "n_ratings": X.nnz,
-                "validated": rule is not None,
-                # the validation ratings were held out of X (not the caller's eval_set)
-                "held_out": rule is not None and rule.rename,
-                # (warm start: the confidence scale and the rank of the first fit)
-                **self._loss.fit_info(self, ctx, settings, X)}
-        info["rank"] = self.components_.shape[0] if ctx.warm else self._rank(settings, X.nnz)
+        info = replace(
+            ctx.info, eval_X=eval_X, report_X=report_X, mean=mean, rating_range=rating_range,
+            offset=offset, n_ratings=X.nnz, validated=rule is not None,
+            # the validation ratings were held out of X (not the caller's eval_set)
+            held_out=rule is not None and rule.rename,
+            # (warm start: the confidence scale and the rank of the first fit)
+            **self._loss.fit_info(self, ctx, settings, X),
+            rank=self.components_.shape[0] if ctx.warm else self._rank(X.nnz))
         return replace(ctx, X=X, info=info), rule
 
     def _collect(self, state, blocks, ctx):
-        self.mean_, self.rating_range_ = ctx.info["mean"], ctx.info["rating_range"]
+        self.mean_, self.rating_range_ = ctx.info.mean, ctx.info.rating_range
         self._loss.collect(self, ctx)
         self.n_users_ = ctx.n_rows
         V = self._read_components(state.server_state, state.broadcast)
@@ -407,7 +407,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         biases-only model beats the kept model on the validation ratings, the fit keeps it."""
         scores = [-r["validation_rmse"] for r in state.history if "validation_rmse" in r]
         self.validation_score_ = np.array(scores)
-        validated = ctx.info.get("validated", False)  # (a warm fit without: its last round)
+        validated = ctx.info.validated  # (a warm fit without: its last round)
         self.best_iteration_ = state.best_round if validated else state.n_rounds
         self.best_validation_score_ = -state.best_score if validated else None
         self.factors_used_, self._fallback = True, None
@@ -418,7 +418,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         floor, floor_rmse, (up, down), self._floor_evidence = biases_floor(
             ctx, self, n_jobs=ctx.n_jobs, secure_aggregation=secure)
         gain, noise = self._floor_evidence  # (the gain in validation MSE, its standard error)
-        if gain <= FLOOR_Z * noise and ctx.info.get("held_out"):  # biases on every rating
+        if gain <= FLOOR_Z * noise and ctx.info.held_out:  # biases on every rating
             floor, more = floor_on_all_ratings(ctx, self._floor_class, n_jobs=ctx.n_jobs,
                                                secure_aggregation=secure)
             up, down = up + more[0], down + more[1]
@@ -435,7 +435,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         self.components_ = np.zeros_like(self.components_)
         self.user_factors_ = np.zeros_like(self.user_factors_)
         # (on the fit's scale: a class that divided the ratings multiplies its biases back)
-        dtype, scale = self.item_bias_.dtype, ctx.info.get("rating_scale", 1.0)
+        dtype, scale = self.item_bias_.dtype, ctx.info.rating_scale
         self.user_bias_ = (floor.user_bias_ / scale).astype(dtype)
         self.item_bias_ = ((floor.item_bias_ + (floor.mean_ - self._offset)) / scale).astype(dtype)
 

@@ -375,20 +375,20 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         variant, sampling = settings["variant"], settings["sampling"]
         alpha_u, alpha_v = self._strengths(ctx)
         check_implicit_settings(self, ctx)
-        q2 = self._loss_default("local_iter_v", settings)
+        q2 = self._loss_default("local_iter_v")
         if variant != "wang_chang":
             raise ValueError(f'loss="implicit" runs variant="wang_chang"; variant='
                              f'"{variant}" is a baseline of the ratings\' papers.')
         return make_implicit_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients,
-            n_components=ctx.info["rank"], local_iter_v=q2,
+            n_components=ctx.info.rank, local_iter_v=q2,
             q_hat=settings["q_hat"], q2_first=q2_schedule(1, q2, settings["q_hat"]),
             participation=settings["participation"],
             aggregation=settings["aggregation"]
             or ("sampled_mean" if sampling == "weighted" else "weighted"),
             d_factor=settings["d_factor"], client_weights=settings["client_weights"],
             alpha_u=alpha_u, alpha_v=alpha_v,
-            confidence=ctx.info["confidence"], init_scale=settings["init_scale"],
+            confidence=ctx.info.confidence, init_scale=settings["init_scale"],
             cg_steps=implicit_cg_steps(settings))
 
     def _squared_protocol(self, ctx):
@@ -406,7 +406,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
                 shrinkages = None  # one ridge (with their own, 11 to 14x slower at one
                 # client per user on MovieLens 100K; test RMSE within 0.004 either way)
         return make_protocol(
-            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=ctx.info["rank"],
+            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=ctx.info.rank,
             variant=variant, local_iter_u=self.local_iter_u,
             local_iter_v=self.local_iter_v if self.local_iter_v or not paper else 10,
             q_hat=settings["q_hat"], participation=settings["participation"],
@@ -446,7 +446,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         alpha_v = self._strength("alpha_v", ctx, self.alpha_v)
         auto = self._auto(ctx)
         if self.regularization == "weighted" and auto is not None:
-            n = ctx.info["n_ratings"]
+            n = ctx.info.n_ratings
             alpha_u = alpha_u * auto["n_users"] / n if self.alpha_u == "auto" else alpha_u
             alpha_v = alpha_v * auto["n_items"] / n if self.alpha_v == "auto" else alpha_v
         elif self.alpha_v == "auto" and ctx.settings["variant"] == "fedmc_admm":

@@ -292,7 +292,7 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
     def _ratings_beta(self, ctx, init_scale):
         """``beta="auto"`` on ratings: ``AUTO_BETA`` times :func:`initial_curvature`."""
         return AUTO_BETA * initial_curvature(
-            ctx.info["n_ratings"], ctx.n_features, ctx.n_clients, self.n_components,
+            ctx.info.n_ratings, ctx.n_features, ctx.n_clients, self.n_components,
             init_scale, self._biased,
         )
 
@@ -300,7 +300,7 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
         """``beta="auto"`` under ``loss="implicit"``: ``AUTO_BETA_IMPLICIT`` times
         :func:`~._fedmc_admm_implicit.implicit_initial_curvature`."""
         return AUTO_BETA_IMPLICIT * implicit_initial_curvature(
-            ctx.X, ctx.n_clients, self.n_components, init_scale, ctx.info["confidence"])
+            ctx.X, ctx.n_clients, self.n_components, init_scale, ctx.info.confidence)
 
     _auto_betas = {"squared": _ratings_beta, "implicit": _implicit_beta}
 
@@ -315,9 +315,9 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
             return alpha_u, alpha_v
         weighted = self.regularization == "weighted"
         if self.alpha_u == "auto" and weighted:
-            alpha_u *= auto["n_users"] / ctx.info["n_ratings"]
+            alpha_u *= auto["n_users"] / ctx.info.n_ratings
         if self.alpha_v == "auto":
-            alpha_v *= auto["n_items"] / ctx.info["n_ratings"] if weighted else (
+            alpha_v *= auto["n_items"] / ctx.info.n_ratings if weighted else (
                 1.0 / ctx.n_clients)
         return alpha_u, alpha_v
 
@@ -345,7 +345,7 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
             beta=self._beta(ctx), local_iter=self.local_iter, alpha_u=alpha_u,
             alpha_v=alpha_v, l1_ratio=settings["l1_ratio"], positive=settings["positive"],
             w_update=settings["w_update"], init_scale=settings["init_scale"],
-            dual_init=settings["dual_init"], confidence=ctx.info["confidence"],
+            dual_init=settings["dual_init"], confidence=ctx.info.confidence,
             weighted=self.regularization == "weighted",
         )
 

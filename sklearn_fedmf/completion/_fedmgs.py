@@ -226,8 +226,8 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
         check_implicit_settings(self, ctx)
         return make_implicit_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients,
-            n_components=ctx.info["rank"], alpha_u=alpha_u, alpha_v=alpha_v,
-            confidence=ctx.info["confidence"], init_scale=settings["init_scale"],
+            n_components=ctx.info.rank, alpha_u=alpha_u, alpha_v=alpha_v,
+            confidence=ctx.info.confidence, init_scale=settings["init_scale"],
             cg_steps=implicit_cg_steps(settings))
 
     def _squared_protocol(self, ctx):
@@ -240,12 +240,12 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
         settings = ctx.settings
         item_bias, user_shrinkage = self._bias_start(ctx)
         return make_protocol(
-            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=ctx.info["rank"],
+            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=ctx.info.rank,
             local_iter_u=self.local_iter_u, local_iter_v=self.local_iter_v,
             c_factor=settings["c_factor"], d_factor=settings["d_factor"],
             alpha_u=alpha_u, alpha_v=alpha_v, l1_ratio=settings["l1_ratio"],
             positive=settings["positive"], init_scale=settings["init_scale"], biased=self._biased,
-            weighted=self.regularization == "weighted", n_ratings=ctx.info["n_ratings"],
+            weighted=self.regularization == "weighted", n_ratings=ctx.info.n_ratings,
             item_bias=item_bias, user_shrinkage=user_shrinkage,
             rating_rms=None if item_bias is None else self._auto(ctx)["rms"],
         )

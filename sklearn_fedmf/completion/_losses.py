@@ -144,7 +144,7 @@ class ImplicitLoss(SquaredLoss):
         return {"confidence": estimator.confidence_}
 
     def collect(self, estimator, ctx):
-        estimator.confidence_ = ctx.info["confidence"]
+        estimator.confidence_ = ctx.info.confidence
 
     def target_rms(self, sample):
         """The fitted target at a stored entry is the preference 1."""

@@ -381,7 +381,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         "predict_with": ("global", [StrOptions({"global", "personal"})]),
     }
     _validation_keys = ("eval_rmse", ("eval_sse", "eval_n"))  # (its client_metrics' keys)
-    # max_iter=None: RFRec's rounds under either loss (RFRecF: see _loss_default)
+    # max_iter=None: RFRec's rounds under either loss (RFRecF: see _engine_params)
     _loss_defaults: dict = {**FederatedMFBase._loss_defaults, "max_iter": (100, 100)}
     _moved_params = moved_to_solver_params(_solver_params)
     _floor_class = FedBaseline  # the biases-only floor of a validated fit
@@ -482,16 +482,15 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         """The base's plan, then the centred training ratings divided by ``rating_scale``
         (``"auto"`` strengths; a warm start keeps the first fit's scale and strengths)."""
         ctx, rule = super()._validation_plan(ctx)
-        info = dict(ctx.info)
         if not ctx.warm:  # each client adds the sum of squares of its ratings to its sum
-            info.update(self._scale_info(float(np.vdot(ctx.X.data, ctx.X.data)), ctx.X.nnz,
-                                         ctx.settings))
+            info = replace(ctx.info, **self._scale_info(
+                float(np.vdot(ctx.X.data, ctx.X.data)), ctx.X.nnz, ctx.settings))
         else:
-            info.update(rating_scale=self.rating_scale_, alpha_u=self.alpha_u_,
-                        alpha_v=self.alpha_v_)
-        scale = info["rating_scale"]
+            info = replace(ctx.info, rating_scale=self.rating_scale_, alpha_u=self.alpha_u_,
+                           alpha_v=self.alpha_v_)
+        scale = info.rating_scale
         if scale != 1.0:
-            for held in (ctx.X, info["eval_X"], info["report_X"]):
+            for held in (ctx.X, info.eval_X, info.report_X):
                 if held is not None:
                     held.data /= scale
         if rule is not None and ctx.settings["variant"] == "rfrecf":
@@ -516,12 +515,12 @@ class RFRec(LocalDPMixin, FederatedMFBase):
     def _collect(self, state, blocks, ctx):
         info = ctx.info
         self.rating_scale_, self.alpha_u_, self.alpha_v_ = (
-            info["rating_scale"], info["alpha_u"], info["alpha_v"])
+            info.rating_scale, info.alpha_u, info.alpha_v)
         super()._collect(state, blocks, ctx)
-        self._check_diverged(ctx.X, info["offset"], ctx.settings)
+        self._check_diverged(ctx.X, info.offset, ctx.settings)
         self._keep_personal(state, ctx.settings)
         self.comm_rounds_ = state.server_state["comm_rounds"]
-        self._read_privacy_spent(info["privacy"], state.n_uploads)
+        self._read_privacy_spent(info.privacy, state.n_uploads)
         scale = self.rating_scale_
         if scale != 1.0:  # the model back in rating units (u . v and the biases times scale)
             root = np.sqrt(scale)
@@ -648,13 +647,13 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         rounds = self._engine_params(self._settings())["max_iter"]
         return (n_items, self.n_components + 2 * self._biased), rounds
 
-    def _loss_default(self, name, settings):
+    def _engine_params(self, settings):
         """The base's, and RFRecF's ``max_iter=None``: the flips that make RFRec's fit steps
         in expectation, ``ceil(100 / (1 - p))``."""
-        value = super()._loss_default(name, settings)
-        if name == "max_iter" and self.max_iter is None and settings["variant"] == "rfrecf":
-            return int(np.ceil(value / (1 - settings["p"])))
-        return value
+        params = super()._engine_params(settings)
+        if self.max_iter is None and settings["variant"] == "rfrecf":
+            params["max_iter"] = int(np.ceil(params["max_iter"] / (1 - settings["p"])))
+        return params
 
     def _learning_rate(self, settings):
         """The step handed to the solver: None means per-block curvature steps (gd)."""
@@ -669,27 +668,27 @@ class RFRec(LocalDPMixin, FederatedMFBase):
     def _implicit_protocol(self, ctx):
         """RFRec under ``loss="implicit"`` (:mod:`._rfrec_implicit`)."""
         return self._protocol(ctx, partial(make_implicit_protocol,
-                                           confidence=ctx.info["confidence"]))
+                                           confidence=ctx.info.confidence))
 
     _protocols = {"squared": _squared_protocol, "implicit": _implicit_protocol}
 
     def _protocol(self, ctx, make):
         """``make`` (the loss's protocol) bound to the fit's settings."""
         settings = ctx.settings
-        offset = ctx.info["offset"]
-        lo, hi = ctx.info["rating_range"]
+        offset = ctx.info.offset
+        lo, hi = ctx.info.rating_range
         return make(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             variant=settings["variant"], schedule=settings["schedule"],
             learning_rate=self._learning_rate(settings), reg_consensus=self.reg_consensus,
-            alpha_u=ctx.info["alpha_u"], alpha_v=ctx.info["alpha_v"], p=settings["p"],
+            alpha_u=ctx.info.alpha_u, alpha_v=ctx.info.alpha_v, p=settings["p"],
             pull_eta=settings["pull_eta"], optimizer=settings["optimizer"], link=settings["link"],
             shift=offset - lo, span=(hi - lo) or 1.0, init_std=settings["init_std"],
-            clip_delta=ctx.info["privacy"]["clip"], noise_scale=ctx.info["privacy"]["scale"] or 0.0,
+            clip_delta=ctx.info.privacy["clip"], noise_scale=ctx.info.privacy["scale"] or 0.0,
             # secure aggregation sums dense uploads, each clipped and noised by its client
             simulate_uploads=(settings["simulate_uploads"]
                               or settings["secure_aggregation"] is not False),
-            biased=self._biased, rating_scale=ctx.info["rating_scale"],
+            biased=self._biased, rating_scale=ctx.info.rating_scale,
         )
 
     def _run(self, protocol, blocks, ctx, early_stopping=None):

@@ -14,7 +14,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from .._data import check_ratings, split_clients
-from .._fit import FitContext
+from .._fit import FitContext, FitInfo
 from ..completion._base import FederatedMFBase
 from ..privacy import LocalDP
 from ..privacy._local_dp import LocalDPMixin
@@ -94,7 +94,7 @@ def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, n
                     offset=estimator._offset, n_ratings=int(n_ratings))
         # (implicit: the sites' mean strength sets "auto"'s confidence scale)
         info.update(estimator._loss.deployed_info(estimator, settings, mean))
-        info["rank"] = estimator._rank(settings, int(n_ratings))  # (implicit: grows with the count)
+        info["rank"] = estimator._rank(int(n_ratings))  # (implicit: grows with the count)
         if hasattr(estimator, "_scale_info"):  # RFRec: the scale the sites divide by
             offset = info["offset"]  # sum (r - offset)^2 from the sums of r^2 and r
             centred = (sum_squares or 0.0) - n_ratings * offset * (2 * float(mean) - offset)
@@ -106,7 +106,7 @@ def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, n
         info["privacy"] = estimator._privacy_settings(int(n_items))
     no_ratings = sp.csr_matrix((0, int(n_items)))  # the server holds none
     return FitContext(no_ratings, int(n_users), int(n_items), int(n_clients), None, None,
-                      int(entropy), False, info, settings,
+                      int(entropy), False, FitInfo(**info, deployed=True), settings,
                       # (the sites do the clients' work: the engine ignores it)
                       n_jobs=estimator.n_jobs)
 
