@@ -366,7 +366,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         X, eval_X, report_X, rule = self._loss.split_validation(ctx, settings,
                                                                 self._validation_keys)
         mean, rating_range = self._loss.summary(X, ctx, self)
-        offset = mean if settings["center"] else 0.0  # (implicit: the mean is 0)
+        offset = self._loss.offset(mean, settings["center"])
         X = _shift(X, -offset)
         for held in (eval_X, report_X):
             if held is not None:
@@ -659,7 +659,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
     @property
     def _offset(self):
         """What was subtracted from the ratings before factorizing."""
-        return self.mean_ if self._settings()["center"] else 0.0  # (implicit: the mean is 0)
+        return self._loss.offset(self.mean_, self._settings()["center"])
 
     def _clip(self, values):
         return self._loss.clip(self, values)

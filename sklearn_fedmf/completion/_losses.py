@@ -58,6 +58,11 @@ class SquaredLoss:
             return estimator.mean_, estimator.rating_range_
         return float(X.data.mean()), (float(X.data.min()), float(X.data.max()))
 
+    def offset(self, mean, center):
+        """What is subtracted from the ratings before factorizing: their mean when
+        ``center``."""
+        return mean if center else 0.0
+
     def fit_info(self, estimator, ctx, settings, X):
         """The loss's own entries of the fit's context (none)."""
         return {}
@@ -132,6 +137,11 @@ class ImplicitLoss(SquaredLoss):
     def summary(self, X, ctx, estimator):
         """Preference scores: no mean, no range (nothing is sent for them)."""
         return 0.0, (-np.inf, np.inf)
+
+    def offset(self, mean, center):
+        """Nothing: preferences are not centred (a deployment's sites may still report a
+        mean)."""
+        return 0.0
 
     def fit_info(self, estimator, ctx, settings, X):
         """The confidence scale (warm start: the first fit's)."""
