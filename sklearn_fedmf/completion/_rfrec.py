@@ -113,22 +113,37 @@ def make_protocol(**params):
     :mod:`._rfrec_batched` (``alpha_v`` is split 1/N;
     ``biased``: rank ``n_components + 2`` with the augmented factors of ``_biases``;
     ``rating_scale``: the ratings were divided by it, the metrics are reported times it)."""
-    return _bind(**params, confidence=None)
+    protocol, shared = _bind(**params, confidence=None, every_column=False)
+    step, privacy, link_ = shared["step"], shared["privacy"], shared["link"]
+    return replace(
+        protocol,
+        # dense uploads (simulate=True) are summable: each client clips and noises its own
+        summable=SummableUploads(
+            client=secure_summands,
+            server_update=partial(secure_server_update, variant=params["variant"],
+                                  schedule=params["schedule"], **step))
+        if params["simulate_uploads"] else None,
+        batched=make_batched(
+            init_std=params["init_std"], optimizer=params["optimizer"],
+            biased=params.get("biased", False), variant=params["variant"],
+            schedule=params["schedule"], alpha_u=params["alpha_u"], eta=step["eta"],
+            simulate=params["simulate_uploads"], step=step, privacy=privacy, link=link_))
 
 
 def make_implicit_protocol(*, confidence, **params):
     """RFRec's protocol under ``loss="implicit"`` with confidence scale ``confidence``
     (:mod:`._rfrec_implicit`: every client owns all its columns, one block per client, and
     its uploads are not summed)."""
-    return _bind(**params, confidence=confidence)
+    return _bind(**params, confidence=confidence, every_column=True)[0]
 
 
 def _bind(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
           reg_consensus, alpha_u, alpha_v, p, pull_eta, optimizer, link, shift, span,
           init_std, clip_delta, noise_scale, simulate_uploads, biased=False,
-          rating_scale=1.0, confidence):
-    """:func:`make_protocol` and :func:`make_implicit_protocol` (``confidence``: None on
-    ratings)."""
+          rating_scale=1.0, confidence, every_column):
+    """The protocol both losses share (``confidence``: None on ratings; ``every_column``:
+    each client starts every column of its ``V_(c)``), and its bound step, privacy and link
+    settings."""
     p = None if variant == "rfrec" else p
     eta = None if p is None else pull_strength(learning_rate, reg_consensus,
                                                alpha_v / n_clients, p, pull_eta)
@@ -141,7 +156,7 @@ def _bind(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
                             n_components=_biases.n_factors(n_components, biased),
                             init_std=init_std, p=p, optimizer=optimizer, biased=biased),
         init_client=partial(init_client, init_std=init_std, optimizer=optimizer,
-                            biased=biased, implicit=confidence is not None),
+                            biased=biased, implicit=every_column),
         client_update=partial(client_update, variant=variant, schedule=schedule,
                               alpha_u=alpha_u, simulate=simulate_uploads, **step, **privacy,
                               **link_, confidence=confidence),
@@ -156,17 +171,7 @@ def _bind(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
         # every client steps each round; only uploads are sampled or lost (Section 3.3)
         participation=Participation(computes="all", receives="all", dropped="upload_lost",
                                     server_update="every_round"),
-        # dense uploads (simulate=True) are summable: each client clips and noises its own
-        summable=SummableUploads(
-            client=secure_summands,
-            server_update=partial(secure_server_update, variant=variant, schedule=schedule,
-                                  **step)) if simulate_uploads and confidence is None else None,
-        # (implicit: every client owns all its columns, one block per client)
-        batched=None if confidence is not None else make_batched(
-            init_std=init_std, optimizer=optimizer, biased=biased, variant=variant,
-            schedule=schedule, alpha_u=alpha_u, eta=eta, simulate=simulate_uploads, step=step,
-            privacy=privacy, link=link_),
-    )
+    ), {"step": step, "privacy": privacy, "link": link_}
 
 
 # ---- estimator ----------------------------------------------------------------------------
