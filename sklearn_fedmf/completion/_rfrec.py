@@ -65,6 +65,8 @@ from ._rfrec_kernels import _errors_at, _sigmoid_fold_in
 from ._rfrec_protocol import (  # noqa: F401  (the tests import _coin and _pulled from here)
     _EXPLODE,
     ItemMatrixUpload,
+    PreferenceTerms,
+    RatingTerms,
     _coin,
     _diverged,
     _pulled,
@@ -74,6 +76,7 @@ from ._rfrec_protocol import (  # noqa: F401  (the tests import _coin and _pulle
     combine_metrics,
     init_client,
     init_server,
+    preference_metrics,
     pull_strength,
     secure_server_update,
     secure_summands,
@@ -108,49 +111,49 @@ def auto_strengths(alpha_u, alpha_v, *, sum_squares, n_ratings):
                      for a in (alpha_u, alpha_v)))
 
 
-def make_protocol(**params):
+def make_protocol(*, link, shift, span, **params):
     """Bind the hyperparameters to the pure functions of :mod:`._rfrec_protocol` and
     :mod:`._rfrec_batched` (``alpha_v`` is split 1/N;
     ``biased``: rank ``n_components + 2`` with the augmented factors of ``_biases``;
     ``rating_scale``: the ratings were divided by it, the metrics are reported times it)."""
-    protocol, shared = _bind(**params, confidence=None, every_column=False)
-    step, privacy, link_ = shared["step"], shared["privacy"], shared["link"]
+    link_, biased = dict(link=link, shift=shift, span=span), params.get("biased", False)
+    protocol, step, privacy = _bind(**params, terms=RatingTerms(**link_), every_column=False,
+                                    metrics=partial(client_metrics, biased=biased, **link_))
+    kw = {k: params[k] for k in ("init_std", "optimizer", "variant", "schedule", "alpha_u")}
     return replace(
         protocol,
         # dense uploads (simulate=True) are summable: each client clips and noises its own
         summable=SummableUploads(
             client=secure_summands,
-            server_update=partial(secure_server_update, variant=params["variant"],
-                                  schedule=params["schedule"], **step))
+            server_update=partial(secure_server_update, variant=kw["variant"],
+                                  schedule=kw["schedule"], **step))
         if params["simulate_uploads"] else None,
-        batched=make_batched(
-            init_std=params["init_std"], optimizer=params["optimizer"],
-            biased=params.get("biased", False), variant=params["variant"],
-            schedule=params["schedule"], alpha_u=params["alpha_u"], eta=step["eta"],
-            simulate=params["simulate_uploads"], step=step, privacy=privacy, link=link_))
+        batched=make_batched(**kw, biased=biased, eta=step["eta"], step=step, privacy=privacy,
+                             simulate=params["simulate_uploads"], link=link_))
 
 
-def make_implicit_protocol(*, confidence, **params):
+def make_implicit_protocol(*, confidence, link, shift, span, **params):
     """RFRec's protocol under ``loss="implicit"`` with confidence scale ``confidence``
     (:mod:`._rfrec_implicit`: every client owns all its columns, one block per client, and
-    its uploads are not summed)."""
-    return _bind(**params, confidence=confidence, every_column=True)[0]
+    its uploads are not summed; ``link`` is the identity)."""
+    return _bind(**params, terms=PreferenceTerms(confidence), every_column=True,
+                 metrics=partial(preference_metrics, confidence=confidence))[0]
 
 
 def _bind(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
-          reg_consensus, alpha_u, alpha_v, p, pull_eta, optimizer, link, shift, span,
-          init_std, clip_delta, noise_scale, simulate_uploads, biased=False,
-          rating_scale=1.0, confidence, every_column):
-    """The protocol both losses share (``confidence``: None on ratings; ``every_column``:
-    each client starts every column of its ``V_(c)``), and its bound step, privacy and link
-    settings."""
+          reg_consensus, alpha_u, alpha_v, p, pull_eta, optimizer, init_std, clip_delta,
+          noise_scale, simulate_uploads, biased=False, rating_scale=1.0, terms, metrics,
+          every_column):
+    """``(protocol, step, privacy)``: the protocol both losses share and its bound step and
+    privacy settings. The loss enters as the clients' data ``terms``
+    (:class:`~._rfrec_protocol.RatingTerms` or :class:`~._rfrec_protocol.PreferenceTerms`),
+    their ``metrics`` and ``every_column`` (each client starts every column of ``V_(c)``)."""
     p = None if variant == "rfrec" else p
     eta = None if p is None else pull_strength(learning_rate, reg_consensus,
                                                alpha_v / n_clients, p, pull_eta)
     step = dict(lr=learning_rate, reg=reg_consensus, reg_v=alpha_v / n_clients, p=p, eta=eta,
                 optimizer=optimizer, biased=biased)
     privacy = dict(clip_delta=clip_delta, noise_scale=noise_scale)
-    link_ = dict(link=link, shift=shift, span=span)
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items,
                             n_components=_biases.n_factors(n_components, biased),
@@ -159,11 +162,10 @@ def _bind(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
                             biased=biased, implicit=every_column),
         client_update=partial(client_update, variant=variant, schedule=schedule,
                               alpha_u=alpha_u, simulate=simulate_uploads, **step, **privacy,
-                              **link_, confidence=confidence),
+                              terms=terms),
         server_update=partial(server_update, variant=variant, schedule=schedule, **step,
                               **privacy),
-        client_metrics=partial(client_metrics, alpha_u=alpha_u, eta=eta, biased=biased,
-                               **link_, confidence=confidence),
+        client_metrics=partial(metrics, alpha_u=alpha_u, eta=eta),
         combine_metrics=partial(combine_metrics, n_clients=n_clients, reg=reg_consensus,
                                 alpha_v=alpha_v, lr=learning_rate,
                                 optimizer=optimizer, variant=variant,
@@ -171,7 +173,7 @@ def _bind(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
         # every client steps each round; only uploads are sampled or lost (Section 3.3)
         participation=Participation(computes="all", receives="all", dropped="upload_lost",
                                     server_update="every_round"),
-    ), {"step": step, "privacy": privacy, "link": link_}
+    ), step, privacy
 
 
 # ---- estimator ----------------------------------------------------------------------------
