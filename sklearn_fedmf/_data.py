@@ -15,7 +15,6 @@ from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
-from joblib import effective_n_jobs
 
 from .exceptions import DataWarning
 
@@ -246,11 +245,12 @@ def center_and_scale(offset, scale, *matrices):
             X.data /= scale
 
 
-def split_clients(X, codes, n_clients, X_eval=None, n_jobs=None):
+def split_clients(X, codes, n_clients, X_eval=None, workers=1):
     """Cut ``X`` (and ``X_eval``) into per-client CSR blocks, raising on empty clients.
 
-    With ``n_jobs`` > 1 the blocks of a large ``X`` are cut on threads (scipy's sparse kernels
-    release the GIL; 1.5x on the Netflix shape); they are the same blocks, in client order.
+    With ``workers`` > 1 (a fit's :attr:`~sklearn_fedmf._fit.FitContext.workers`) the blocks
+    of a large ``X`` are cut on threads (scipy's sparse kernels release the GIL; 1.5x on the
+    Netflix shape); they are the same blocks, in client order.
     """
     counts = np.bincount(codes, minlength=n_clients)
     if (counts == 0).any():
@@ -268,7 +268,7 @@ def split_clients(X, codes, n_clients, X_eval=None, n_jobs=None):
         Xt.sort_indices()
         return ClientBlock(rows, Xi, Ei, Xt)
 
-    workers = min(effective_n_jobs(n_jobs), n_clients) if X.nnz >= PARALLEL_SPLIT_NNZ else 1
+    workers = min(workers, n_clients) if X.nnz >= PARALLEL_SPLIT_NNZ else 1
     if workers <= 1:
         return [block(c) for c in range(n_clients)]
     with ThreadPoolExecutor(workers) as pool:

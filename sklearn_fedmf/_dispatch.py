@@ -24,13 +24,22 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from joblib import effective_n_jobs
 from sklearn import config_context, get_config
 from sklearn.utils.parallel import Parallel, delayed
 
 from ._joblib_backend import dask_client, uses_threads
 from .exceptions import FederationError
 
-__all__ = ["dispatch", "resident_blocks", "shared_thread_pools"]
+__all__ = ["dispatch", "resident_blocks", "shared_thread_pools", "workers_of"]
+
+
+def workers_of(n_jobs):
+    """How many workers ``n_jobs`` means under the active joblib backend (joblib's
+    ``effective_n_jobs``): the package's one computation of it, made once per fit
+    (:attr:`~sklearn_fedmf._fit.FitContext.workers`) and by a transport made without
+    ``workers``, once per session."""
+    return effective_n_jobs(n_jobs)
 
 # Below this much work (stored ratings plus rows) in a round, dispatching to workers costs
 # more than it saves; results do not depend on it (tests set it to 0 to exercise the workers).
@@ -54,9 +63,9 @@ def _batches(items, n_jobs, weights, homes=None, per_worker=2):
     return [items[a:b] for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
 
-def dispatch(task, items, weights, n_jobs, n_jobs_eff, *args, context="a client phase"):
+def dispatch(task, items, weights, workers, *args, context="a client phase"):
     """Run ``task(batch, *args)`` on batches of ``items`` (tuples ``(client, state, block,
-    ...)``); results in batch order.
+    ...)``) with ``workers`` workers (:func:`workers_of`); results in batch order.
 
     A single batch runs in this thread. Several run on a thread pool by default (or under
     joblib's threading backend), else through joblib with the configured backend. Inside
@@ -70,8 +79,8 @@ def dispatch(task, items, weights, n_jobs, n_jobs_eff, *args, context="a client 
     own_threads = placement is None and uses_threads()
     # A task on our own pool costs ~25 us: one per client while the clients are few (a round's
     # sample; best balance), else ~2 per worker as for joblib, whose tasks cost more.
-    few = own_threads and len(items) <= 8 * n_jobs_eff
-    batches = _batches(items, n_jobs_eff, weights, homes, per_worker=8 if few else 2)
+    few = own_threads and len(items) <= 8 * workers
+    batches = _batches(items, workers, weights, homes, per_worker=8 if few else 2)
     if len(batches) == 1:
         return [task(batches[0], *args)]
     if placement is not None:
@@ -85,9 +94,9 @@ def dispatch(task, items, weights, n_jobs, n_jobs_eff, *args, context="a client 
             with config_context(**config):
                 return task(batch, *args)
 
-        with _thread_pool(min(n_jobs_eff, len(batches))) as pool:
+        with _thread_pool(min(workers, len(batches))) as pool:
             return list(pool.map(run, batches))
-    return Parallel(n_jobs=n_jobs, prefer="threads")(delayed(task)(b, *args) for b in batches)
+    return Parallel(n_jobs=workers, prefer="threads")(delayed(task)(b, *args) for b in batches)
 
 
 # One thread pool for a whole engine call (a fit): starting one per round costs 0.3 ms.

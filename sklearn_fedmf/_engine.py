@@ -97,7 +97,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from ._dispatch import resident_blocks
 from ._message_size import Broadcast, nbytes

@@ -26,7 +26,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ._engine import Participation, SummableUploads
-from ._groups import ImplicitRows
+from ._groups import LazyRows
 
 __all__ = [
     "RoundRule", "average_uploads", "check_aggregation", "client_prepare", "client_update",
@@ -144,12 +144,12 @@ def store_grams(grams, stats):
 
 
 def weighted_sum(messages, weights):
-    """``sum_p w_p W_p`` of dense uploads and :class:`~sklearn_fedmf._groups.ImplicitRows`
-    (``scale * base`` but for the rated rows): an implicit upload costs its rated rows, the
+    """``sum_p w_p W_p`` of dense uploads and :class:`~sklearn_fedmf._groups.LazyRows`
+    (``scale * base`` but for the rated rows): a lazy upload costs its rated rows, the
     base is added once with the summed coefficients (one per column when the scale is)."""
     total, bases, same = None, {}, {}
     for message, weight in zip(messages, weights):
-        if isinstance(message, ImplicitRows):
+        if isinstance(message, LazyRows):
             if total is None:
                 total = np.zeros(message.shape)
             coef = message.add_to(total, weight)

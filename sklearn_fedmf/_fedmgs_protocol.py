@@ -9,11 +9,15 @@ the exact gradient at the clients' current factors. A family (matrix completion 
 :mod:`~sklearn_fedmf.cluster._federated_clustering_protocol`) gives its local phase, what it shares,
 its gradient and its proximal step (the prox of its regularizer, or the projection on its
 constraint).
+
+:func:`server_step` is FedMGS's server step, the one for every family, both losses and both
+exchanges: each binds how the received uploads become the sums of every client's latest
+aggregates (``fold``) and the step in the global factor from those sums (``step``).
 """
 
 from __future__ import annotations
 
-__all__ = ["client_update", "server_steps"]
+__all__ = ["client_update", "server_step", "server_steps"]
 
 
 def client_update(state, block, broadcast, rng, selected, *, local_phase, share):
@@ -30,3 +34,14 @@ def server_steps(W, n_steps, d, gradient, prox):
     for _ in range(n_steps):
         W = prox(W - gradient(W) / d, d)
     return W
+
+
+def server_step(server_state, *received, fold, step):
+    """FedMGS's server step: ``fold(server_state, *received)`` gives the state and the sums
+    of every client's latest aggregates (the plain server's cache updated by the uploaders'
+    changes, or the running sums a secure exchange delivered), then ``step(state, *sums)``
+    gives ``(new_state, broadcast)``, the new global factor from those sums alone (the
+    squared loss: ``Q2`` steps of :func:`server_steps`; the implicit loss: each item's
+    solve). ``received`` is what the engine passes a server update after the state:
+    ``(uploads, round_index)``, or ``(sums, n_summed, round_index)`` from a secure exchange."""
+    return step(*fold(server_state, *received))

@@ -10,8 +10,9 @@ Every family (matrix completion, Boolean factorization, clustering) fits the sam
 which receives the :class:`FitContext` explicitly (instead of reading fitted attributes set
 just before):
 
-``_check_fit_data(X, reset, **fit_params) -> (X, info)``
-    Validate the data; ``info`` holds what the clients tell the server about it before round 1
+``_check_fit_data(X, *, reset, settings, **fit_params) -> (X, info)``
+    Validate the data (``settings``: the fit's, resolved once); ``info`` (the fields of
+    :class:`FitInfo`) holds what the clients tell the server about it before round 1
     (aggregates such as the ratings' mean) and other validated fit inputs (``eval_set``).
 ``_make_blocks(ctx)``
     The per-client data blocks (default: CSR row blocks of ``ctx.X``).
@@ -36,12 +37,13 @@ import functools
 import inspect
 import warnings
 from abc import ABCMeta, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from numbers import Integral, Real
+from types import MappingProxyType
 
 import numpy as np
 import scipy.sparse as sp
-from joblib import effective_n_jobs
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils._param_validation import (
     HasMethods,
@@ -53,6 +55,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 from threadpoolctl import threadpool_limits
 
 from ._data import resolve_clients, split_clients
+from ._dispatch import workers_of
 from ._engine import (
     LocalTransport,
     initialize_federation,
@@ -70,7 +73,7 @@ from .exceptions import ConvergenceWarning, DegenerateFitWarning
 
 __all__ = [
     "FEDERATION_CONSTRAINTS", "FEDERATION_KEYS", "FactorTransformerMixin", "FederatedEstimator",
-    "FitContext",
+    "FitContext", "FitInfo",
     "SIMULATION_SETTINGS",
     "merge_params", "refuse_moved_params", "resolve_solver_params", "route_solver_params",
     "validation_split", "check_params", "solver_keys", "fit_protocol", "run_rounds",
@@ -229,6 +232,66 @@ def _entries(X, mask, row_of):
 
 
 @dataclass(frozen=True)
+class FitInfo:
+    """What a fit learned about its data before round 1 (``FitContext.info``): the
+    aggregates the clients send once and the validated fit inputs, by family. A hook makes a
+    new one with :func:`dataclasses.replace`; an unknown name is an error.
+
+    Attributes
+    ----------
+    eval_X, report_X : csr_matrix or None
+        The held-out ratings scored each round (the validation ratings under early stopping),
+        and the ``eval_set`` reported beside a validation split off ``X``.
+    mean, rating_range, offset : float, tuple, float
+        The training ratings' mean and range, and what was subtracted from them.
+    n_ratings : int or None
+        The sum of the clients' rating counts.
+    validated, held_out : bool
+        Whether the fit validates, and whether its validation ratings came out of ``X``.
+    rank : int or None
+        The factors' rank (``n_components``, or its default for the loss and the data).
+    confidence : float or None
+        The confidence scale under ``loss="implicit"``.
+    auto : dict or None
+        The ``"auto"`` strengths' settings (:mod:`~sklearn_fedmf.completion._auto_strengths`).
+    rating_scale : float
+        What the ratings were divided by (1: not scaled).
+    alpha_u, alpha_v : float or None
+        RFRec's strengths on the scaled ratings.
+    privacy : dict or None
+        The upload noise (:func:`~sklearn_fedmf.privacy._local_dp.privacy_settings`).
+    deployed : bool
+        A deployed federation's context (:mod:`sklearn_fedmf.flower`), built from the sites'
+        aggregates: no data, no ``"auto"`` settings from it.
+    centers, scale, abs_mean, x_min, x_max
+        Clustering's start (``init`` centres), ``||X||^2 / N``, the mean absolute entry and the
+        entries' range.
+    """
+
+    eval_X: object = None
+    report_X: object = None
+    mean: float = 0.0
+    rating_range: tuple | None = None
+    offset: float = 0.0
+    n_ratings: int | None = None
+    validated: bool = False
+    held_out: bool = False
+    rank: int | None = None
+    confidence: float | None = None
+    auto: dict | None = None
+    rating_scale: float = 1.0
+    alpha_u: float | None = None
+    alpha_v: float | None = None
+    privacy: dict | None = None
+    deployed: bool = False
+    centers: object = None
+    scale: float | None = None
+    abs_mean: float | None = None
+    x_min: float | None = None
+    x_max: float | None = None
+
+
+@dataclass(frozen=True)
 class FitContext:
     """What one fit knows before its first round, handed to every hook.
 
@@ -246,8 +309,18 @@ class FitContext:
         Root seed of the federation.
     warm : bool
         True when the fit continues the previous one (``warm_start``).
-    info : dict
-        What ``_check_fit_data`` learned (aggregates the clients send once, ``eval_set``, ...).
+    info : FitInfo
+        What ``_check_fit_data`` learned (aggregates the clients send once, ``eval_set``, ...),
+        by name.
+    settings : Mapping
+        Every setting of the fit by name (:meth:`FederatedEstimator._settings`), resolved
+        once at its start; the hooks read them here.
+    n_jobs : int or None
+        The fit's ``n_jobs`` (:meth:`FederatedEstimator._fit_n_jobs`), resolved once.
+    workers : int
+        How many workers that is under the joblib backend of the fit
+        (:func:`~sklearn_fedmf._dispatch.workers_of`, computed once: the transports and the
+        data split use it).
     """
 
     X: object
@@ -258,7 +331,10 @@ class FitContext:
     codes: np.ndarray
     entropy: int
     warm: bool = False
-    info: dict = field(default_factory=dict)
+    info: FitInfo = field(default_factory=FitInfo)
+    settings: Mapping = field(default_factory=dict)
+    n_jobs: int | None = None
+    workers: int = 1
 
 
 class FactorTransformerMixin(ClassNamePrefixFeaturesOutMixin, TransformerMixin):
@@ -346,7 +422,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         """``protocol`` with secure aggregation switched on when ``secure_aggregation`` asks
         for it (:mod:`sklearn_fedmf.secure._rounds`); a clear error when the algorithm's
         server needs more than sums."""
-        option = self._settings()["secure_aggregation"]
+        option = self.secure_aggregation  # (a parameter: no resolution of the settings)
         if option is False:
             return protocol
         name = type(self).__name__
@@ -372,13 +448,14 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
 
     # ---- hooks ----------------------------------------------------------------------------
     @abstractmethod
-    def _check_fit_data(self, X, *, reset, **fit_params):
-        """Validate ``X`` (and fit inputs); return ``(X, info)``."""
+    def _check_fit_data(self, X, *, reset, settings, **fit_params):
+        """Validate ``X`` (and fit inputs) under the fit's ``settings``; return
+        ``(X, info)``."""
 
     def _make_blocks(self, ctx):
         """The clients' data blocks, in client order."""
-        return split_clients(ctx.X, ctx.codes, ctx.n_clients, ctx.info.get("eval_X"),
-                             n_jobs=ctx.info["n_jobs"])
+        return split_clients(ctx.X, ctx.codes, ctx.n_clients, ctx.info.eval_X,
+                             workers=ctx.workers)
 
     @abstractmethod
     def _make_protocol(self, ctx):
@@ -406,17 +483,18 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         ``history`` holds this fit's rounds)."""
         return None
 
-    def _engine_params(self):
-        """Round-loop settings passed to ``run_federation``."""
-        settings = self._settings()
+    def _engine_params(self, settings):
+        """Round-loop settings passed to ``run_federation``, from the fit's ``settings``."""
         return {name: settings[name] for name in (
             "max_iter", "tol", "clients_per_round", "dropout", "eval_every")}
 
     # ---- the skeleton ---------------------------------------------------------------------
     def _fit(self, X, clients=None, **fit_params):
-        settings = self._settings()
+        # every setting resolved once (parameters, solver_params checked): the hooks read them
+        # from the context
+        settings = MappingProxyType(self._settings())
         warm = bool(settings["warm_start"]) and hasattr(self, "_federation")
-        X, info = self._check_fit_data(X, reset=not warm, **fit_params)
+        X, info = self._check_fit_data(X, reset=not warm, settings=settings, **fit_params)
         n_rows = X.shape[0]
         if clients is None and self.n_clients > n_rows:
             raise ValueError(
@@ -433,8 +511,9 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
                 f"clients_per_round={per_round} is larger than the number of clients "
                 f"({n_clients})."
             )
-        info["n_jobs"] = self._fit_n_jobs(X)
-        ctx = FitContext(X, n_rows, X.shape[1], n_clients, labels, codes, entropy, warm, info)
+        n_jobs = self._fit_n_jobs(X)
+        ctx = FitContext(X, n_rows, X.shape[1], n_clients, labels, codes, entropy, warm,
+                         FitInfo(**info), settings, n_jobs, workers_of(n_jobs))
         self._check_warm_partition(ctx)
         ctx, early_stopping = self._validation_plan(ctx)
         protocol = fit_protocol(self, ctx)
@@ -445,7 +524,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         # whose clients this thread runs itself (one batch) splits their row kernels over the
         # n_jobs threads (_kernels.parallel_kernels; the engine's workers never do).
         start = self._federation.n_rounds if warm else 0
-        threads = effective_n_jobs(ctx.info["n_jobs"]) if dask_client() is None else 1
+        threads = ctx.workers if dask_client() is None else 1
         with threadpool_limits(limits=1, user_api="blas"), resident_blocks(blocks), \
                 parallel_kernels(threads):
             state = run_rounds(self, protocol, blocks, ctx, early_stopping)
@@ -466,7 +545,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
 
     def _make_groups(self, ctx):
         """The clients' data stacked in groups (:func:`~sklearn_fedmf._groups.make_groups`)."""
-        return make_groups(ctx.X, ctx.codes, ctx.n_clients, ctx.info.get("eval_X"),
+        return make_groups(ctx.X, ctx.codes, ctx.n_clients, ctx.info.eval_X,
                            n_groups=N_GROUPS)
 
     def _check_warm_partition(self, ctx):
@@ -488,12 +567,13 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
 
     def _run(self, protocol, blocks, ctx, early_stopping=None):
         """Initialize (or continue) the federation and run its rounds."""
-        n_jobs = ctx.info["n_jobs"]
+        n_jobs = ctx.n_jobs
         clients = blocks
         grouped = isinstance(blocks, list) and blocks and isinstance(blocks[0], ClientGroup)
-        if grouped:
-            # one transport for the whole fit: it holds the group states
-            clients = GroupedTransport(blocks, n_jobs=n_jobs, client_states=(
+        # one transport for the whole fit, with the fit's workers: it holds the client states
+        if isinstance(blocks, list):  # (else the caller's transport: a deployed federation)
+            make = GroupedTransport if grouped else LocalTransport
+            clients = make(blocks, n_jobs=n_jobs, workers=ctx.workers, client_states=(
                 self._federation.client_states if ctx.warm else None))
         if ctx.warm:
             state, init_bytes = self._federation, (0, 0)
@@ -503,26 +583,28 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
             init_bytes = tuple(a + b for a, b in zip(init_bytes, self._start_bytes(ctx)))
             state = self._before_rounds(protocol, state, blocks)
         report = None
-        if early_stopping is not None and ctx.info.get("report_X") is not None:
+        if early_stopping is not None and ctx.info.report_X is not None:
             # the eval set beside the validation: the same clients and states, the eval set
             # as their held-out ratings
-            report_X = ctx.info["report_X"]
+            report_X = ctx.info.report_X
             report_blocks = [b._replace(X_eval=report_X[b.rows]) for b in blocks]
-            report = (GroupedTransport(report_blocks, n_jobs=n_jobs,
+            report = (GroupedTransport(report_blocks, n_jobs=n_jobs, workers=ctx.workers,
                                        client_states=state.client_states) if grouped
-                      else LocalTransport(report_blocks, n_jobs=n_jobs,
+                      else LocalTransport(report_blocks, n_jobs=n_jobs, workers=ctx.workers,
                                           client_states=state.client_states))
+        settings = ctx.settings
         return run_federation(
-            protocol, clients, **self._engine_params(), entropy=ctx.entropy, n_jobs=n_jobs,
-            callback=self.callback, verbose=self.verbose, state=state, init_bytes=init_bytes,
-            label=type(self).__name__, on_client_error=self._settings()["on_client_error"],
-            early_stopping=early_stopping, report=report, **self._sampling_options(blocks),
+            protocol, clients, **self._engine_params(settings), entropy=ctx.entropy,
+            n_jobs=n_jobs, callback=self.callback, verbose=self.verbose, state=state,
+            init_bytes=init_bytes, label=type(self).__name__,
+            on_client_error=settings["on_client_error"], early_stopping=early_stopping,
+            report=report, **self._sampling_options(blocks, settings),
         )
 
-    def _sampling_options(self, blocks):
+    def _sampling_options(self, blocks, settings):
         """The engine's client sampling: with ``sampling="weighted"`` (the estimators that
         have it) i.i.d. draws with probabilities ``omega_p`` from :meth:`_client_weights`."""
-        if self._settings()["sampling"] == "uniform":
+        if settings["sampling"] == "uniform":
             return {}
         if blocks and isinstance(blocks[0], ClientGroup):
             nnz = np.concatenate([np.diff(g.entry_ptr) for g in blocks])
@@ -530,9 +612,10 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         else:
             nnz = np.array([getattr(b, "nnz", 0) for b in blocks])  # (samples: no entries)
             rows = np.array([b.n_rows for b in blocks])
-        return {"sampling": "weighted", "sampling_weights": self._client_weights(nnz, rows)}
+        return {"sampling": "weighted",
+                "sampling_weights": self._client_weights(nnz, rows, settings)}
 
-    def _client_weights(self, nnz, n_rows):
+    def _client_weights(self, nnz, n_rows, settings):
         """``omega_p`` of weighted sampling, up to a factor, from the clients' observed
         entries and rows: the entries."""
         return nnz
@@ -552,13 +635,13 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         return X
 
     # ---- degenerate results ---------------------------------------------------------------
-    def _tol_met(self, history):
+    def _tol_met(self, history, tol):
         """Whether the last two evaluated objectives of ``history`` meet ``tol``."""
         objectives = [r["objective"] for r in history if "objective" in r][-2:]
         if len(objectives) < 2:
             return False
         previous, last = objectives
-        return abs(previous - last) <= self._settings()["tol"] * max(abs(previous), 1e-300)
+        return abs(previous - last) <= tol * max(abs(previous), 1e-300)
 
     def _check_result(self, state, blocks, ctx, history):
         """Set ``converged_`` and ``degenerate_`` from this fit's rounds (``history``); warn
@@ -567,8 +650,9 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         ``converged_`` is False only when ``tol`` > 0 was never met although every round of
         ``max_iter`` ran (an early stop by ``callback`` counts as the caller's choice).
         """
-        tol, rounds = self._settings()["tol"], self._engine_params()["max_iter"]
-        self.converged_ = not (tol and len(history) >= rounds and not self._tol_met(history))
+        tol, rounds = ctx.settings["tol"], self._engine_params(ctx.settings)["max_iter"]
+        self.converged_ = not (tol and len(history) >= rounds
+                               and not self._tol_met(history, tol))
         self.degenerate_ = self._degenerate(state, blocks, ctx, history)
         # stacklevel 5: the caller of fit (through _fit_context, fit and _fit)
         name = type(self).__name__
@@ -600,6 +684,12 @@ def objective_not_decreasing(history):
 
 # ---- the steps of a fit as functions of the estimator: what the Flower server and sites run
 # (sklearn_fedmf.flower), the same code as ``FederatedEstimator._fit`` --------------------------
+def fit_settings(estimator):
+    """Every setting of a fit of ``estimator`` by name, resolved once and read-only, as
+    ``fit`` holds them in its ``FitContext``."""
+    return MappingProxyType(estimator._settings())
+
+
 def check_params(estimator):
     """Validate the estimator's parameters, as ``fit`` does first."""
     estimator._validate_params()

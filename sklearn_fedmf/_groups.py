@@ -1,4 +1,4 @@
-"""Many small clients at once: client groups, batched client phases, implicit row messages.
+"""Many small clients at once: client groups, batched client phases, lazy row messages.
 
 At one client per user (cross-device: 6,040 clients at the ML-1M shape, 480,189 at the
 Netflix shape) a client holds a handful of ratings, and calling a Python function per client
@@ -53,14 +53,13 @@ from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
-from joblib import effective_n_jobs
 
 from ._data import ClientBlock
-from ._dispatch import dispatch, shared_thread_pools
+from ._dispatch import dispatch, shared_thread_pools, workers_of
 from ._exchange import SECURE_PHASES, keep_on_clients
 from ._transport import PhaseResult, Transport, _run_clients, run_secure_phase
 
-__all__ = ["BatchedPhases", "ClientGroup", "GroupStates", "GroupedTransport", "ImplicitRows",
+__all__ = ["BatchedPhases", "ClientGroup", "GroupStates", "GroupedTransport", "LazyRows",
            "make_groups", "user_rows_state", "with_user_rows"]
 
 
@@ -203,7 +202,7 @@ class BatchedPhases:
     client_prepare: Callable | None = None
 
 
-class ImplicitRows:
+class LazyRows:
     """A dense ``(n_rows, k)`` message held as ``scale * base`` with some rows replaced.
 
     A client that rated few items changes few rows of an item-side matrix: every other row of
@@ -343,17 +342,20 @@ class GroupedTransport(Transport):
         Workers for the client phases.
     client_states : GroupStates or None
         The states to continue from (warm start); None before ``init_client``.
+    workers : int or None
+        What ``n_jobs`` means, resolved by a fit; None: at each session.
     """
 
-    def __init__(self, groups, *, n_jobs=None, client_states=None, secure_slots=None):
-        self.groups, self.n_jobs = groups, n_jobs
+    def __init__(self, groups, *, n_jobs=None, client_states=None, secure_slots=None,
+                 workers=None):
+        self.groups, self.n_jobs, self.workers = groups, n_jobs, workers
         self.secure_slots = {} if secure_slots is None else secure_slots
         self.runs_secure_phases = True
         self._group_states = (client_states.group_states if client_states is not None
                               else [None] * len(groups))
         self._starts = np.array([g.start for g in groups])
         self._work = np.array([g.nnz + g.n_rows for g in groups], dtype=float)
-        self._protocol, self._n_jobs_eff = None, 1
+        self._protocol, self._workers = None, 1
 
     @property
     def n_clients(self):
@@ -369,14 +371,15 @@ class GroupedTransport(Transport):
     def session(self, protocol):
         if protocol.batched is None:
             raise ValueError("GroupedTransport needs a protocol with batched client phases.")
-        outer = self._protocol, self._n_jobs_eff
-        self._protocol, self._n_jobs_eff = protocol, effective_n_jobs(self.n_jobs)
+        outer = self._protocol, self._workers
+        self._protocol = protocol
+        self._workers = self.workers if self.workers is not None else workers_of(self.n_jobs)
         self._batched = protocol.batched
         try:
             with shared_thread_pools():
                 yield self
         finally:
-            self._protocol, self._n_jobs_eff = outer
+            self._protocol, self._workers = outer
 
     def run(self, phase, clients, broadcast, *, stream=None, selected=None, round_number=None):
         if phase in SECURE_PHASES:  # one client at a time: each has its own keys and message
@@ -401,8 +404,8 @@ class GroupedTransport(Transport):
             a, b = group.start, group.stop
             items.append((g, group, self._group_states[g], active[a:b], chosen[a:b] & active[a:b]))
         where = "initialization" if round_number is None else f"round {round_number}"
-        parts = dispatch(_run_group, items, self._work[touched], self.n_jobs, self._n_jobs_eff,
-                         phase, self._batched, getattr(self._protocol, phase), broadcast, stream,
+        parts = dispatch(_run_group, items, self._work[touched], self._workers, phase,
+                         self._batched, getattr(self._protocol, phase), broadcast, stream,
                          context=f"{phase} ({where})")
         if phase != "client_metrics":
             messages = dict.fromkeys(clients.tolist())  # the contract: None for silent clients

@@ -127,9 +127,8 @@ from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
-from joblib import effective_n_jobs
 
-from ._dispatch import dispatch, resident_blocks, shared_thread_pools
+from ._dispatch import dispatch, resident_blocks, shared_thread_pools, workers_of
 from ._exchange import SECURE_PHASES, client_exchange_phase, keep_on_clients
 
 __all__ = ["Transport", "LocalTransport", "PhaseResult", "client_generator",
@@ -251,15 +250,19 @@ class LocalTransport(Transport):
     client_states : list or None
         The states to continue from (warm start); None before ``init_client``. The list is
         updated in place.
+    workers : int or None
+        What ``n_jobs`` means, resolved by a fit (:attr:`~sklearn_fedmf._fit.FitContext.workers`);
+        None: resolved at each session (:func:`~sklearn_fedmf._dispatch.workers_of`).
     """
 
-    def __init__(self, blocks, *, n_jobs=None, client_states=None, secure_slots=None):
+    def __init__(self, blocks, *, n_jobs=None, client_states=None, secure_slots=None,
+                 workers=None):
         self.blocks = blocks
-        self.n_jobs = n_jobs
+        self.n_jobs, self.workers = n_jobs, workers
         self.secure_slots = {} if secure_slots is None else secure_slots
         self.runs_secure_phases = True
         self.client_states = [None] * len(blocks) if client_states is None else client_states
-        self._protocol, self._n_jobs_eff = None, 1
+        self._protocol, self._workers = None, 1
         nnz = np.array([getattr(b, "nnz", 0) for b in blocks], dtype=float)
         rows = np.array([getattr(b, "n_rows", 0) for b in blocks], dtype=float)
         self._weights = {"update": nnz + rows, "other": nnz + 1}
@@ -270,14 +273,15 @@ class LocalTransport(Transport):
 
     @contextmanager
     def session(self, protocol):
-        outer = self._protocol, self._n_jobs_eff
-        # workers of the backend active for this session (joblib's call is ~20 us: not per phase)
-        self._protocol, self._n_jobs_eff = protocol, effective_n_jobs(self.n_jobs)
+        outer = self._protocol, self._workers
+        # a fit's workers, else those of the backend active for this session
+        self._protocol = protocol
+        self._workers = self.workers if self.workers is not None else workers_of(self.n_jobs)
         try:
             with resident_blocks(self.blocks), shared_thread_pools():
                 yield self
         finally:
-            self._protocol, self._n_jobs_eff = outer
+            self._protocol, self._workers = outer
 
     def run(self, phase, clients, broadcast, *, stream=None, selected=None, round_number=None):
         if phase in SECURE_PHASES:  # (the exchange's phases: _exchange.py)
@@ -293,7 +297,7 @@ class LocalTransport(Transport):
         weights = self._weights["update" if phase in ("client_prepare", "client_update")
                                 else "other"][list(clients)]
         where = "initialization" if round_number is None else f"round {round_number}"
-        parts = dispatch(_run_clients, items, weights, self.n_jobs, self._n_jobs_eff, fn, phase,
+        parts = dispatch(_run_clients, items, weights, self._workers, fn, phase,
                          broadcast, stream, context=f"{phase} ({where})")
         keep = phase != "client_metrics"
         # batches are contiguous runs of the ascending clients: results come in client order

@@ -122,7 +122,7 @@ def test_blocks_cut_on_threads_are_the_blocks_cut_in_order(monkeypatch):
     eval_X.data += 1.0
     serial = split_clients(X, codes, 7, eval_X)
     monkeypatch.setattr(_data, "PARALLEL_SPLIT_NNZ", 0)
-    threaded = split_clients(X, codes, 7, eval_X, n_jobs=2)
+    threaded = split_clients(X, codes, 7, eval_X, workers=2)
     assert len(threaded) == len(serial) == 7
     for a, b in zip(serial, threaded):
         np.testing.assert_array_equal(a.rows, b.rows)

@@ -1,4 +1,4 @@
-"""FedMAvg's batched client phases (one compiled call per client group, implicit uploads)
+"""FedMAvg's batched client phases (one compiled call per client group, lazy uploads)
 give the per-client federation: same states, same uploads (rebuilt dense), same server update,
 same bytes; and a grouped fit is the per-client fit."""
 
@@ -11,7 +11,7 @@ from sklearn_fedmf._data import split_clients
 from sklearn_fedmf._engine import nbytes
 from sklearn_fedmf._fedmavg_protocol import RoundRule
 from sklearn_fedmf._fit import route_solver_params
-from sklearn_fedmf._groups import ImplicitRows, make_groups
+from sklearn_fedmf._groups import LazyRows, make_groups
 from sklearn_fedmf._transport import client_generator
 from sklearn_fedmf.completion._fedmavg import make_protocol
 
@@ -124,7 +124,7 @@ def test_batched_phases_equal_per_client(variant, participation, w_step, biased,
             (7, 1, k), active, selected)
         assert_same_uploads(batched_uploads, uploads, "W")
         if l1_ratio == 0.0:  # the unrated rows stay implicit
-            assert all(isinstance(u["W"], ImplicitRows) for u in batched_uploads.values())
+            assert all(isinstance(u["W"], LazyRows) for u in batched_uploads.values())
             assert all(u["W"].rows.size < X.shape[1] for u in batched_uploads.values())
         dense = {c: uploads[c] for c in sorted(batched_uploads)}
         counts = {c: 1 + c % 2 for c in dense}
@@ -184,7 +184,7 @@ def test_grouped_fit_equals_per_client_fit(params, rows_per_client, monkeypatch)
     uploads = []
     got = FedMAvg(**kw, callback=lambda k, info: uploads.append(info["uploads"])).fit(
         X, clients=clients)
-    assert any(isinstance(u["W"], ImplicitRows) for up in uploads for u in up.values())
+    assert any(isinstance(u["W"], LazyRows) for up in uploads for u in up.values())
     assert_close(got.components_, ref.components_)
     assert_close(got.user_factors_, ref.user_factors_)
     for a, b in zip(got.history_, ref.history_):
@@ -232,5 +232,5 @@ def test_positive_steps_from_a_signed_v_are_sent_dense():
     _, uploads, _, batched = run_phase(protocol, "client_update", blocks, groups,
                                        [s for s, _ in init], group_states, broadcast, (7, 1, 0),
                                        selected, selected)
-    assert batched and not any(isinstance(u["W"], ImplicitRows) for u in batched.values())
+    assert batched and not any(isinstance(u["W"], LazyRows) for u in batched.values())
     assert_same_uploads(batched, uploads, "W")

@@ -1,4 +1,4 @@
-"""FedMC-ADMM's batched client phases (``_fedmc_admm_batched``): the implicit client copies give
+"""FedMC-ADMM's batched client phases (``_fedmc_admm_batched``): the lazy client copies give
 the per-client simulation's iterates, messages and bytes; the memory check fires before a fit
 whose per-client state cannot fit."""
 
@@ -13,7 +13,7 @@ from sklearn_fedmf._data import split_clients
 from sklearn_fedmf._engine import initialize_federation, nbytes, run_federation
 from sklearn_fedmf._groups import GroupedTransport, GroupStates, make_groups
 from sklearn_fedmf.completion import _fedmc_admm
-from sklearn_fedmf.completion._fedmc_admm_batched import ClientUpload, ImplicitFactor
+from sklearn_fedmf.completion._fedmc_admm_batched import ClientUpload, LazyFactor
 from sklearn_fedmf.completion._fedmc_admm_protocol import client_update, make_protocol
 from sklearn_fedmf.exceptions import ClientFailureWarning
 
@@ -148,7 +148,7 @@ def test_batched_update_equals_per_client_function(w_update):
             assert_family_close([ref[key]], [after[key]])
         if selected[i]:
             upload = uploads[group.start + i]
-            assert isinstance(upload["W"], ImplicitFactor)
+            assert isinstance(upload["W"], LazyFactor)
             assert nbytes(upload) == nbytes(message)  # counted as the dense message
             assert_family_close([message["W"], message["Y"]],
                                 [sent[group.start + i]["W"], sent[group.start + i]["Y"]])

@@ -265,14 +265,14 @@ def test_failed_clients_lose_nothing(ratings):
 def _crash_client_0(monkeypatch):
     import sklearn_fedmf.completion._fedmc_admm_protocol as admm
 
-    original = admm.client_update
+    original = admm.ratings_client_update
 
     def flaky(state, block, Vt, rng, selected, **kw):
         if block.rows[0] == 0:  # the client holding row 0 always fails
             raise RuntimeError("simulated crash")
         return original(state, block, Vt, rng, selected, **kw)
 
-    monkeypatch.setattr(admm, "client_update", flaky)
+    monkeypatch.setattr(admm, "ratings_client_update", flaky)
 
 
 def test_an_exception_in_a_client_update_names_the_client_and_round(ratings, monkeypatch):

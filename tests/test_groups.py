@@ -1,5 +1,5 @@
 """The grouped simulation of many small clients (``_groups``): same federation as one block per
-client, failures still name their client, implicit row messages count and rebuild dense."""
+client, failures still name their client, lazy row messages count and rebuild dense."""
 
 from functools import partial
 
@@ -19,7 +19,7 @@ from sklearn_fedmf._groups import (
     BatchedPhases,
     GroupedTransport,
     GroupStates,
-    ImplicitRows,
+    LazyRows,
     make_groups,
     user_rows_state,
     with_user_rows,
@@ -215,13 +215,13 @@ def test_implicit_rows_rebuild_dense_and_count_dense():
     base = rng.normal(size=(9, 3))
     rows = np.array([1, 4, 7])
     values = rng.normal(size=(3, 3))
-    msg = ImplicitRows(base, 0.8, rows, values)
+    msg = LazyRows(base, 0.8, rows, values)
     dense = 0.8 * base
     dense[rows] = values
     np.testing.assert_array_equal(np.asarray(msg), dense)
     assert nbytes(msg) == dense.nbytes == msg.nbytes
     # an aggregate of several messages from their rated rows and one base coefficient
-    other = ImplicitRows(None, 0.0, np.array([0, 4]), rng.normal(size=(2, 3)), shape=(9, 3))
+    other = LazyRows(None, 0.0, np.array([0, 4]), rng.normal(size=(2, 3)), shape=(9, 3))
     out = np.zeros((9, 3))
     coef = msg.add_to(out, 0.3) + other.add_to(out, 0.7)
     np.testing.assert_allclose(out + coef * base, 0.3 * dense + 0.7 * np.asarray(other),

@@ -197,7 +197,7 @@ class AggregatedBMF(BooleanFactorizationBase):
     def _privacy_upload(self, n_items):
         return (self.n_components, n_items), 1  # one-shot
 
-    def _engine_params(self):
+    def _engine_params(self, settings):
         return dict(max_iter=1)  # one-shot: a single upload of every V_i
 
     def _make_protocol(self, ctx):
@@ -207,7 +207,7 @@ class AggregatedBMF(BooleanFactorizationBase):
             init_client=init_client,
             client_update=partial(client_update, n_components=self.n_components,
                                   local_iter=self.local_iter, solver=solver,
-                                  privacy=ctx.info["privacy"], cover=cover),
+                                  privacy=ctx.info.privacy, cover=cover),
             server_update=partial(server_update, aggregation=self.aggregation),
             client_metrics=client_metrics,
             combine_metrics=combine_metrics,
@@ -221,7 +221,7 @@ class AggregatedBMF(BooleanFactorizationBase):
         self.components_ = state.server_state["Vh"]
         self.user_factors_ = self._stack_rows(
             blocks, [s["U"] for s in state.client_states], self.n_components, bool)
-        self._read_privacy_spent(ctx.info["privacy"], state.n_uploads)
+        self._read_privacy_spent(ctx.info.privacy, state.n_uploads)
 
     def _solver(self):
         """``(Elbmf's step keywords, (cover solver, its options) or None)`` of this fit, read

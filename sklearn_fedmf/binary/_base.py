@@ -152,7 +152,7 @@ class BooleanFactorizationBase(
         """
         return self._fit(X, clients)
 
-    def _check_fit_data(self, X, *, reset):
+    def _check_fit_data(self, X, *, reset, settings):
         X = self._check_binary(X, reset=reset)
         if self.n_components > X.shape[1]:
             raise ValueError(

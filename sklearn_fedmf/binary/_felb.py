@@ -215,7 +215,7 @@ class Felb(BooleanFactorizationBase):
         return make_protocol(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             sync_every=self.sync_every, lam=self.lam, gamma=self.gamma,
-            privacy=ctx.info["privacy"], **solver,
+            privacy=ctx.info.privacy, **solver,
         )
 
     def _collect(self, state, blocks, ctx):
@@ -226,7 +226,7 @@ class Felb(BooleanFactorizationBase):
         self.components_ = Vh > 0.5
         self.user_factors_relaxed_ = U
         self.user_factors_ = U > 0.5
-        self._read_privacy_spent(ctx.info["privacy"], state.n_uploads)
+        self._read_privacy_spent(ctx.info.privacy, state.n_uploads)
 
     def _privacy_upload(self, n_items):
         return (self.n_components, n_items), self.max_iter  # V_i, at most once per round

@@ -330,7 +330,7 @@ class FederatedClustering(
         """
         return self._fit(X, clients)
 
-    def _check_fit_data(self, X, *, reset):
+    def _check_fit_data(self, X, *, reset, settings):
         # this fit's solver constants, kept for predict/transform/score (the K-means mode)
         self._solver = resolve_solver_params(self)
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=reset)
@@ -368,7 +368,7 @@ class FederatedClustering(
         """``rho`` and ``nu`` in absolute units (the parameters are relative to ||X||^2/N)."""
         if self._onehot:
             return 0.0, 0.0
-        return self._solver["rho0"] * ctx.info["scale"], self._solver["nu"] * ctx.info["scale"]
+        return self._solver["rho0"] * ctx.info.scale, self._solver["nu"] * ctx.info.scale
 
     def _secure_protocol(self, protocol):
         if (self._settings()["secure_aggregation"] is not False
@@ -386,8 +386,8 @@ class FederatedClustering(
         return make_protocol(
             algorithm=self.algorithm, n_features=ctx.n_features, n_clusters=K,
             n_clients=ctx.n_clients, weights=blocks_rows.astype(float) / ctx.n_rows,
-            n_total=ctx.n_rows, amplitude=np.sqrt(info["abs_mean"] / K),
-            centers=info["centers"], box=None if onehot else (info["x_min"], info["x_max"]),
+            n_total=ctx.n_rows, amplitude=np.sqrt(info.abs_mean / K),
+            centers=info.centers, box=None if onehot else (info.x_min, info.x_max),
             rho=rho, nu=nu, onehot=onehot, rule=RoundRule(
                 local_iter_u=self.local_iter_u,
                 local_iter_v=self.local_iter_v if self.local_iter_v or not mgs else 100,
@@ -411,10 +411,10 @@ class FederatedClustering(
             rho_tol=rho_tol if rho_tol is not None else (5e-5 if mgs else 1e-5),
             growth=solver["rho_growth"], force_every=solver["rho_force_every"],
             rho_max=(rho_max if rho_max is not None else (1.0 if mgs else 100.0))
-            * ctx.info["scale"],
+            * ctx.info.scale,
         )
 
-    def _engine_params(self):
+    def _engine_params(self, settings):
         # every round is evaluated (SNCP needs F_s); tol is SNCP's own test (after_round)
         return dict(max_iter=self.max_iter, tol=0.0, eval_every=1,
                     clients_per_round=self.clients_per_round, dropout=self._solver["dropout"])
@@ -422,7 +422,7 @@ class FederatedClustering(
     def _before_rounds(self, protocol, state, blocks):
         return start_rounds(protocol, state, blocks, self.n_jobs)
 
-    def _sampling_options(self, blocks):
+    def _sampling_options(self, blocks, settings):
         """The paper's weighted sampling (``solver_params["sampling"]``): i.i.d. draws with
         probabilities ``omega_p = N_p / N``."""
         if self._solver["sampling"] == "uniform":
@@ -439,7 +439,7 @@ class FederatedClustering(
         """``n_init`` federations from spawned seeds; keep the lowest clustering cost."""
         starts = [ctx.entropy]
         kfed = isinstance(self.init, str) and self.init == "k-fed"
-        if (ctx.info["centers"] is None or kfed) and self.n_init > 1:  # spawned seeds
+        if (ctx.info.centers is None or kfed) and self.n_init > 1:  # spawned seeds
             starts += [int(c.generate_state(1, np.uint64)[0])
                        for c in np.random.SeedSequence(ctx.entropy).spawn(self.n_init - 1)]
         onehot = self._onehot
@@ -448,7 +448,7 @@ class FederatedClustering(
             seed_bytes = 0
             if kfed:  # each start seeds anew; the seeding's uploads count in round 1
                 centers, seed_bytes = kfed_centers(blocks, self.n_clusters, start)
-                ctx = replace(ctx, info={**ctx.info, "centers": centers})
+                ctx = replace(ctx, info=replace(ctx.info, centers=centers))
                 protocol = self._make_protocol(ctx)
             state = super()._run(protocol, blocks, replace(ctx, entropy=start))
             if state.history:
@@ -461,7 +461,7 @@ class FederatedClustering(
                 best = (cost, state)
         return best[1]
 
-    def _tol_met(self, history):
+    def _tol_met(self, history, tol):
         return bool(history) and history[-1].get("rel_change", np.inf) < self.tol
 
     def _collect(self, state, blocks, ctx):
@@ -559,7 +559,7 @@ def _total_cost(blocks, W, onehot, secure, seed, ctx):
     costs = [clustering_cost(b.X, W, onehot)[1].sum() for b in blocks]
     if secure is None:
         return sum(costs)
-    total = ctx.info["scale"] * ctx.n_rows  # ||X||^2
+    total = ctx.info.scale * ctx.n_rows  # ||X||^2
     result = sum_securely({p: np.array([c / total]) for p, c in enumerate(costs)}, secure,
                           seed=np.random.SeedSequence(seed, spawn_key=(_COST_SUM,)))
     return float(result.sum[0]) * total

@@ -209,7 +209,15 @@ def aggregates(state, block, broadcast):
 
 
 def mgs_server_update(server_state, uploads, round_index, *, n_total, d_factor, q2, box):
-    """Rebuild ``G1 = (2/N) H H^T``, ``G2 = (2/N) X H^T`` and take ``Q2`` projected steps (32).
+    """Rebuild ``G1 = (2/N) H H^T``, ``G2 = (2/N) X H^T`` and take ``Q2`` projected steps (32):
+    FedMGS's server step (:func:`sklearn_fedmf._fedmgs_protocol.server_step`)."""
+    return mgs_round.server_step(server_state, uploads, round_index,
+                                 fold=partial(_mgs_fold, n_total=n_total),
+                                 step=partial(_mgs_steps, d_factor=d_factor, q2=q2, box=box))
+
+
+def _mgs_fold(server_state, uploads, round_index, *, n_total):
+    """``(state, G1, G2)``: the caches with the uploads, then their sums.
 
     The caches are updated in place (the server owns them); the sums are recomputed in client
     order, so no rounding drift accumulates.
@@ -219,7 +227,7 @@ def mgs_server_update(server_state, uploads, round_index, *, n_total, d_factor, 
         server_state["XtA"][p] = upload["XtA"]
     G1 = (2.0 / n_total) * server_state["AtA"].sum(axis=0)
     G2 = (2.0 / n_total) * server_state["XtA"].sum(axis=0)
-    return _mgs_steps(server_state, G1, G2, d_factor=d_factor, q2=q2, box=box)
+    return server_state, G1, G2
 
 
 def _mgs_steps(server_state, G1, G2, *, d_factor, q2, box):
@@ -252,7 +260,10 @@ def mgs_secure_init(server_state, sums, n_summed, *, n_clients, q2):
 def mgs_secure_update(server_state, sums, n_summed, round_index, *, d_factor, q2, box):
     """:func:`mgs_server_update` at the running sums ``G1``, ``G2`` of the latest
     aggregates."""
-    return _mgs_steps(server_state, sums["G1"], sums["G2"], d_factor=d_factor, q2=q2, box=box)
+    return mgs_round.server_step(
+        server_state, sums, n_summed, round_index,
+        fold=lambda state, sums, n_summed, round_index: (state, sums["G1"], sums["G2"]),
+        step=partial(_mgs_steps, d_factor=d_factor, q2=q2, box=box))
 
 
 # -- FedMAvg (Algorithm 1) --

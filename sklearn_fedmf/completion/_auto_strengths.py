@@ -65,9 +65,6 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import _biases
 
-# (the module, not its names: it imports FedMAvg's protocol, which imports this module)
-from ._implicit import IMPLICIT_ALPHA
-
 __all__ = ["AUTO_DEGREE", "AUTO_ITEM", "AUTO_USER", "AutoStrengthsMixin", "auto_setup",
            "bias_shrinkages", "degree_strengths",
            "rating_moments", "start_bytes", "start_item_biases", "start_user_biases",
@@ -279,7 +276,7 @@ _SCALED_RECORDS = {"objective": 2, "train_rmse": 1, "eval_rmse": 1, "eval_mae": 
 class AutoStrengthsMixin:
     """The estimator side of the rule, for a :class:`~._base.FederatedMFBase` subclass whose
     ``alpha_u``/``alpha_v`` may be ``"auto"``: scales the ratings in ``_check_fit_data``,
-    hands the strengths and the bias start to ``_make_protocol`` through ``ctx.info["auto"]``,
+    hands the strengths and the bias start to ``_make_protocol`` through ``ctx.info.auto``,
     and scales the fitted model back in ``_collect``."""
 
     # alpha_u and alpha_v may be "auto" (merged into each class's constraints)
@@ -296,68 +293,68 @@ class AutoStrengthsMixin:
 
     def _uses_auto(self):
         # (loss="implicit": preferences, not ratings: no scale and no biases to start)
-        return "auto" in (self.alpha_u, self.alpha_v) and not self._implicit
+        return self._loss.uses_auto("auto" in (self.alpha_u, self.alpha_v))
 
     def _validation_plan(self, ctx):
         """The base's plan (validation split, centring), then the ``"auto"`` settings from
         the training ratings, which the fit divides by their root mean square."""
         ctx, rule = super()._validation_plan(ctx)
-        info = dict(ctx.info)
         if not self._uses_auto():
             if ctx.warm and getattr(self, "_auto_settings", None) is not None:
                 raise ValueError("warm_start cannot switch alpha_u or alpha_v between 'auto' "
                                  "and a fixed strength; fit again without warm_start.")
-            info["auto"] = None
-            return replace(ctx, info=info), rule
+            return replace(ctx, info=replace(ctx.info, auto=None)), rule
         if not ctx.warm:
-            auto = auto_setup(ctx.X, self._auto_item, self._auto_scales, self._auto_rule())
+            auto = auto_setup(ctx.X, self._auto_item, self._auto_scales,
+                              self._auto_rule(ctx.settings))
         else:  # warm start: the first fit's scale and strengths; the model holds the biases
             if getattr(self, "_auto_settings", None) is None:
                 raise ValueError("warm_start cannot switch alpha_u or alpha_v between 'auto' "
                                  "and a fixed strength; fit again without warm_start.")
             auto = self._auto_settings
             ctx.X.data /= auto["scale"]
-        for held in (info["eval_X"], info.get("report_X")):
+        for held in (ctx.info.eval_X, ctx.info.report_X):
             if held is not None:
                 held.data /= auto["scale"]
-        info.update(auto=auto, rating_scale=auto["scale"])
-        return replace(ctx, info=info), rule
+        return replace(ctx, info=replace(ctx.info, auto=auto, rating_scale=auto["scale"])), rule
 
     def _start_bytes(self, ctx):
         """The ``"auto"`` start's exchanges (:func:`start_bytes`; none on a warm start,
         without the statistics (a deployment that reported only counts), or when the fit
         uses only the counts every deployment reports: no bias start and no scale)."""
-        auto = ctx.info.get("auto")
+        auto = ctx.info.auto
         if (ctx.warm or auto is None or auto.get("user_shrinkage") is None
                 or not (self._biased or self._auto_scales)):
             return super()._start_bytes(ctx)
         return start_bytes(ctx.X, ctx.codes, ctx.n_clients, self._biased,
-                           self._bias_start_passes(), self._auto_rule() == "degrees")
+                           self._bias_start_passes(ctx.settings),
+                           self._auto_rule(ctx.settings) == "degrees")
 
-    def _bias_start_passes(self):
+    def _bias_start_passes(self, settings):
         """More exchanges of the biases' start after the second (:func:`start_bytes`)."""
         return 0
 
-    def _auto_rule(self):
+    def _auto_rule(self, settings):
         """The strengths' rule of :func:`auto_setup`: ``"rows"`` (the ratings per row) or
         ``"degrees"`` (:func:`degree_strengths`)."""
         return "rows"
 
     def _score_scale(self, ctx):
         """The fit's records are on the scaled ratings: times this in rating units."""
-        return ctx.info.get("rating_scale", 1.0)
+        return ctx.info.rating_scale
 
     def _auto(self, ctx):
         """The fit's ``"auto"`` settings (None with fixed strengths). A protocol made for a
         deployed federation whose sites reported only their rating and user counts
         (``flower``) gets the same strengths per rating on unscaled ratings and the biases'
         start at 0."""
-        if "auto" in ctx.info or self._implicit:
-            return ctx.info.get("auto")
-        if not self._uses_auto():
+        if not ctx.info.deployed:
+            return ctx.info.auto
+        if not self._uses_auto():  # (loss="implicit" among them)
             return None
-        n = float(ctx.info["n_ratings"])
-        if self._auto_rule() == "degrees":  # (only counts: every row and column at the mean)
+        n = float(ctx.info.n_ratings)
+        # (only counts: every row and column at the mean)
+        if self._auto_rule(ctx.settings) == "degrees":
             alpha_u, alpha_v = degree_strengths(n, n * n / ctx.n_rows, n * n / ctx.n_features)
         else:
             alpha_u = AUTO_USER * np.sqrt(n / ctx.n_rows)
@@ -371,7 +368,7 @@ class AutoStrengthsMixin:
         (under ``loss="implicit"``, ``IMPLICIT_ALPHA``)."""
         if value != "auto":
             return float(value)
-        return IMPLICIT_ALPHA if self._implicit else self._auto(ctx)[name]
+        return self._loss.auto_strength(lambda: self._auto(ctx)[name])
 
     def _bias_start(self, ctx):
         """``(item_bias, user_shrinkage)`` of the protocol's start (None, None: at 0)."""

@@ -41,14 +41,9 @@ from .._kernels import grad_rows, ridge_fold_in, squared_error
 from .._pairs import FactorModel, predict_pairs, score_block, top_n
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
 from ..exceptions import UnobservedItemsWarning
-from ._implicit import (
-    IMPLICIT_CONFIDENCE,
-    check_interactions,
-    implicit_rank,
-    implicit_user_factors,
-    resolve_confidence,
-)
-from ._validation import FLOOR_Z, biases_floor, floor_on_all_ratings, split_validation
+from ._implicit import IMPLICIT_CONFIDENCE
+from ._losses import LOSSES
+from ._validation import FLOOR_Z, biases_floor, floor_on_all_ratings
 
 __all__ = ["COMPLETION_DOCS", "FACTOR_SETTINGS", "FederatedMFBase", "FEDERATION_CONSTRAINTS",
             "FOLD_IN_DATA", "IMPLICIT_SETTINGS", "moved_to_solver_params"]
@@ -237,7 +232,8 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         self.secure_aggregation = secure_aggregation
 
     def _secure_refusal_reason(self):
-        if self._settings()["regularization"] == "weighted":
+        # (a parameter of the classes that have it; their default otherwise)
+        if getattr(self, "regularization", "plain") == "weighted":
             return ('regularization="weighted" sends each client\'s ratings per item once, '
                     'which are not summed; use regularization="plain"')
         return super()._secure_refusal_reason()
@@ -246,11 +242,19 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
     def _biased(self):
         """Whether the model has biases: ``biased``, except under ``loss="implicit"`` (whose
         preference scores have neither biases nor a mean)."""
-        return self.biased and not self._implicit
+        return self._loss.biased(self.biased)
 
     @property
-    def _implicit(self):
-        return getattr(self, "loss", "squared") == "implicit"
+    def _loss(self):
+        """The fit's loss (:mod:`._losses`; a class without ``loss`` fits ratings)."""
+        return LOSSES[getattr(self, "loss", "squared")]
+
+    # {loss: the protocol of a fit under that loss, ``function(estimator, ctx)``}: each class
+    # declares the losses it trains (read by ``_make_protocol``).
+    _protocols: dict = {}
+
+    def _make_protocol(self, ctx):
+        return self._protocols[self._loss.name](self, ctx)
 
     # What None means for a parameter whose default depends on ``loss``: ``{name: (under
     # "squared", under "implicit")}`` (each class its own; see _loss_default).
@@ -261,7 +265,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         default for the loss (``_loss_defaults``)."""
         value = getattr(self, name)
         if value is None:
-            return self._loss_defaults[name][int(self._implicit)]
+            return self._loss.pick(self._loss_defaults[name])
         return value
 
     def _rank(self, n_interactions=100_000):
@@ -271,11 +275,10 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
             return self.n_components
         default = self._loss_default("n_components")
         n_items = getattr(self, "n_features_in_", default)
-        return implicit_rank(default, n_interactions, n_items) if self._implicit else min(
-            default, n_items)
+        return self._loss.rank(default, n_interactions, n_items)
 
-    def _engine_params(self):
-        params = super()._engine_params()
+    def _engine_params(self, settings):
+        params = super()._engine_params(settings)
         if params["max_iter"] is None:
             params["max_iter"] = self._loss_default("max_iter")
         return params
@@ -317,10 +320,9 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         """
         return self._fit(X, clients, eval_set=eval_set)
 
-    def _validate_ratings(self, X, name="X", reset=False, fitting=False):
+    def _validate_ratings(self, X, missing_values, name="X", reset=False, fitting=False):
         """``X`` as canonical CSR ratings (``missing_values`` applied), not yet centred."""
         reject_duplicates(X, name)
-        missing_values = self._settings()["missing_values"]
         X = validate_data(
             self, X, accept_sparse=True, dtype=[np.float64, np.float32], reset=reset,
             ensure_all_finite="allow-nan" if np.isnan(missing_values) else True,
@@ -329,8 +331,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         dtype = X.dtype if fitting and X.dtype in self._fit_dtypes else np.float64
         return check_ratings(X, name=name, dtype=dtype, missing_values=missing_values)
 
-    def _check_fit_data(self, X, *, reset, eval_set=None):
-        settings = self._settings()
+    def _check_fit_data(self, X, *, reset, settings, eval_set=None):
         missing_values = settings["missing_values"]
         if self._biased and settings["positive"]:
             raise ValueError(
@@ -339,13 +340,8 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
                 "nonnegative factorization)."
             )
         warn_if_zero_filled(X, missing_values)
-        X = self._validate_ratings(X, reset=reset, fitting=True)
-        if self._implicit:
-            check_interactions(X)
-            if settings["l1_ratio"] or settings["positive"]:
-                raise ValueError(
-                    'loss="implicit" solves each user exactly (a ridge system); set '
-                    "solver_params['l1_ratio'] to 0 and solver_params['positive'] to False.")
+        X = self._validate_ratings(X, missing_values, reset=reset, fitting=True)
+        self._loss.check_data(X, settings)
         n_items = X.shape[1]
         if self._rank() > n_items:
             raise ValueError(
@@ -365,38 +361,29 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
 
     def _validation_plan(self, ctx):
         """Early stopping's rule, and the context with each client's validation ratings
-        (``info["eval_X"]``) split off its training ratings (``X``), both centred by the
+        (``info.eval_X``) split off its training ratings (``X``), both centred by the
         training ratings' mean."""
-        settings = self._settings()
-        X, eval_X, report_X, rule = split_validation(
-            ctx, settings, implicit=self._implicit, validation_keys=self._validation_keys)
-        if self._implicit:  # preference scores: no mean, no range (nothing is sent for them)
-            mean, rating_range = 0.0, (-np.inf, np.inf)
-        elif not ctx.warm:
-            # Each client sends only the sum and the count of its training ratings.
-            mean = float(X.data.mean())
-            rating_range = (float(X.data.min()), float(X.data.max()))
-        else:  # warm start: the model keeps the centring of its first fit
-            mean, rating_range = self.mean_, self.rating_range_
-        offset = mean if settings["center"] and not self._implicit else 0.0
+        settings = ctx.settings
+        X, eval_X, report_X, rule = self._loss.split_validation(ctx, settings,
+                                                                self._validation_keys)
+        mean, rating_range = self._loss.summary(X, ctx, self)
+        offset = self._loss.offset(mean, settings["center"])
         center_and_scale(offset, 1.0, X, eval_X, report_X)
         _warn_unobserved(X)
         # n_ratings: the sum of the clients' rating counts (FedMC-ADMM and FedMGS "auto")
-        info = {**ctx.info, "eval_X": eval_X, "report_X": report_X, "mean": mean,
-                "rating_range": rating_range, "offset": offset, "n_ratings": X.nnz,
-                "validated": rule is not None,
-                # the validation ratings were held out of X (not the caller's eval_set)
-                "held_out": rule is not None and rule.rename}
-        if self._implicit:  # (warm start: the scale and the rank of the first fit)
-            info["confidence"] = self.confidence_ if ctx.warm else resolve_confidence(
-                settings["confidence"], float(X.data.mean()))
-        info["rank"] = self.components_.shape[0] if ctx.warm else self._rank(X.nnz)
+        info = replace(
+            ctx.info, eval_X=eval_X, report_X=report_X, mean=mean, rating_range=rating_range,
+            offset=offset, n_ratings=X.nnz, validated=rule is not None,
+            # the validation ratings were held out of X (not the caller's eval_set)
+            held_out=rule is not None and rule.rename,
+            # (warm start: the confidence scale and the rank of the first fit)
+            **self._loss.fit_info(self, ctx, settings, X),
+            rank=self.components_.shape[0] if ctx.warm else self._rank(X.nnz))
         return replace(ctx, X=X, info=info), rule
 
     def _collect(self, state, blocks, ctx):
-        self.mean_, self.rating_range_ = ctx.info["mean"], ctx.info["rating_range"]
-        if self._implicit:
-            self.confidence_ = ctx.info["confidence"]
+        self.mean_, self.rating_range_ = ctx.info.mean, ctx.info.rating_range
+        self._loss.collect(self, ctx)
         self.n_users_ = ctx.n_rows
         V = self._read_components(state.server_state, state.broadcast)
         U = np.zeros((ctx.n_rows, V.shape[0]), dtype=ctx.X.dtype)
@@ -418,19 +405,19 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         biases-only model beats the kept model on the validation ratings, the fit keeps it."""
         scores = [-r["validation_rmse"] for r in state.history if "validation_rmse" in r]
         self.validation_score_ = np.array(scores)
-        validated = ctx.info.get("validated", False)  # (a warm fit without: its last round)
+        validated = ctx.info.validated  # (a warm fit without: its last round)
         self.best_iteration_ = state.best_round if validated else state.n_rounds
         self.best_validation_score_ = -state.best_score if validated else None
         self.factors_used_, self._fallback = True, None
         if not validated or not self._biased or self._floor_class is None:
             return
         best = state.best_score * self._score_scale(ctx)  # (in rating units)
-        secure = self._settings()["secure_aggregation"]
+        secure = ctx.settings["secure_aggregation"]
         floor, floor_rmse, (up, down), self._floor_evidence = biases_floor(
-            ctx, self, n_jobs=ctx.info["n_jobs"], secure_aggregation=secure)
+            ctx, self, n_jobs=ctx.n_jobs, secure_aggregation=secure)
         gain, noise = self._floor_evidence  # (the gain in validation MSE, its standard error)
-        if gain <= FLOOR_Z * noise and ctx.info.get("held_out"):  # biases on every rating
-            floor, more = floor_on_all_ratings(ctx, self._floor_class, n_jobs=ctx.info["n_jobs"],
+        if gain <= FLOOR_Z * noise and ctx.info.held_out:  # biases on every rating
+            floor, more = floor_on_all_ratings(ctx, self._floor_class, n_jobs=ctx.n_jobs,
                                                secure_aggregation=secure)
             up, down = up + more[0], down + more[1]
         self.history_[-1]["bytes_uploaded"] += up
@@ -446,7 +433,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         self.components_ = np.zeros_like(self.components_)
         self.user_factors_ = np.zeros_like(self.user_factors_)
         # (on the fit's scale: a class that divided the ratings multiplies its biases back)
-        dtype, scale = self.item_bias_.dtype, ctx.info.get("rating_scale", 1.0)
+        dtype, scale = self.item_bias_.dtype, ctx.info.rating_scale
         self.user_bias_ = (floor.user_bias_ / scale).astype(dtype)
         self.item_bias_ = ((floor.item_bias_ + (floor.mean_ - self._offset)) / scale).astype(dtype)
 
@@ -481,8 +468,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         zeros = np.zeros(sample.nnz)
         rms_uv = np.sqrt(squared_error(sample.indptr, sample.indices, zeros, U, Vt) / sample.nnz)
         # (under loss="implicit" the fitted target at a stored entry is the preference 1)
-        rms_data = 1.0 if self._implicit else np.sqrt(
-            np.mean(np.square(sample.data, dtype=np.float64)))
+        rms_data = self._loss.target_rms(sample)
         if rms_uv >= COLLAPSE_RATIO * rms_data:
             return None
         if self._biased:
@@ -499,7 +485,8 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
     # ---- fold-in, prediction, scoring ---------------------------------------------------
     def _check_X(self, X, name="X"):
         check_is_fitted(self)
-        return _shift(self._validate_ratings(X, name), -self._offset)
+        missing_values = self._settings()["missing_values"]  # (read live, as the parameters)
+        return _shift(self._validate_ratings(X, missing_values, name), -self._offset)
 
     @FOLD_IN_DATA
     def transform(self, X):
@@ -545,10 +532,12 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         return self._fold_in_rows(Xc, Vt)
 
     def _fold_in_rows(self, Xc, Vt):
+        """The rows' factors against ``Vt``, as the loss solves them."""
+        return self._loss.fold_in(self, Xc, Vt)
+
+    def _fold_in_ratings(self, Xc, Vt):
+        """:meth:`_fold_in_rows` on ratings (squared loss)."""
         settings = self._settings()
-        if self._implicit:  # the exact minimizer over every item (_implicit)
-            return implicit_user_factors(Xc, Vt, Vt.T @ Vt, confidence=self.confidence_,
-                                         alpha_u=self._fold_in_alpha_u())
         U = np.zeros((Xc.shape[0], Vt.shape[1]))
         l1_ratio, positive = settings["l1_ratio"], settings["positive"]
         alpha_u = self._fold_in_alpha_u()
@@ -668,12 +657,10 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
     @property
     def _offset(self):
         """What was subtracted from the ratings before factorizing."""
-        return self.mean_ if self._settings()["center"] and not self._implicit else 0.0
+        return self._loss.offset(self.mean_, self._settings()["center"])
 
     def _clip(self, values):
-        if self.clip and not self._implicit:  # (preference scores have no range)
-            return np.clip(values, *self.rating_range_)
-        return values
+        return self._loss.clip(self, values)
 
     def score(self, X, y=None):
         """Negative RMSE (greater is better); under ``loss="implicit"`` NDCG at 10.
@@ -703,8 +690,10 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         Xc = self._check_X(X)
         if y is not None and not sp.issparse(y) and np.ndim(y) == 1:
             y = None
-        if self._implicit:
-            return self._ranking_score(Xc, y)
+        return self._loss.score(self, Xc, y)
+
+    def _rmse_score(self, Xc, y):
+        """``score`` under ``loss="squared"``: the negative RMSE at ``y``'s entries."""
         if y is None:
             target = Xc.copy()
             target.data += self._offset  # back to the rating scale

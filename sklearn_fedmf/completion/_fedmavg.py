@@ -357,44 +357,58 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         self.local_iter_v = local_iter_v
         self.regularization = regularization
 
-    def _make_protocol(self, ctx):
-        settings = self._settings()
-        variant, w_step, sampling = settings["variant"], settings["w_step"], settings["sampling"]
+    def _checked_settings(self, ctx):
+        """The fit's settings, the variant's and the aggregation's checked, with the
+        ``d_factor`` of the loss when None."""
+        settings = ctx.settings
+        variant, w_step = settings["variant"], settings["w_step"]
         if variant != "wang_chang" and w_step not in (None, "local"):
             raise ValueError(
                 f'variant="{variant}" uses its own local step d_i; w_step={w_step!r} '
                 'needs variant="wang_chang".'
             )
-        paper = variant == "fedmc_admm"
-        check_aggregation(settings["aggregation"], sampling)
-        d_factor = settings["d_factor"] or self._loss_defaults["d_factor"][int(self._implicit)]
+        check_aggregation(settings["aggregation"], settings["sampling"])
+        return {**settings, "d_factor": settings["d_factor"]
+                or self._loss.pick(self._loss_defaults["d_factor"])}
+
+    def _implicit_protocol(self, ctx):
+        """FedMAvg under ``loss="implicit"`` (:mod:`._fedmavg_implicit`)."""
+        settings = self._checked_settings(ctx)
+        variant, sampling = settings["variant"], settings["sampling"]
         alpha_u, alpha_v = self._strengths(ctx)
-        if self._implicit:
-            check_implicit_settings(self, ctx)
-            q2 = self._loss_default("local_iter_v")
-            if variant != "wang_chang":
-                raise ValueError(f'loss="implicit" runs variant="wang_chang"; variant='
-                                 f'"{variant}" is a baseline of the ratings\' papers.')
-            return make_implicit_protocol(
-                n_items=ctx.n_features, n_clients=ctx.n_clients,
-                n_components=ctx.info["rank"], local_iter_v=q2,
-                q_hat=settings["q_hat"], q2_first=q2_schedule(1, q2, settings["q_hat"]),
-                participation=settings["participation"],
-                aggregation=settings["aggregation"]
-                or ("sampled_mean" if sampling == "weighted" else "weighted"),
-                d_factor=d_factor, client_weights=settings["client_weights"],
-                alpha_u=alpha_u, alpha_v=alpha_v,
-                confidence=ctx.info["confidence"], init_scale=settings["init_scale"],
-                cg_steps=implicit_cg_steps(settings))
+        check_implicit_settings(self, ctx)
+        q2 = self._loss_default("local_iter_v")
+        if variant != "wang_chang":
+            raise ValueError(f'loss="implicit" runs variant="wang_chang"; variant='
+                             f'"{variant}" is a baseline of the ratings\' papers.')
+        return make_implicit_protocol(
+            n_items=ctx.n_features, n_clients=ctx.n_clients,
+            n_components=ctx.info.rank, local_iter_v=q2,
+            q_hat=settings["q_hat"], q2_first=q2_schedule(1, q2, settings["q_hat"]),
+            participation=settings["participation"],
+            aggregation=settings["aggregation"]
+            or ("sampled_mean" if sampling == "weighted" else "weighted"),
+            d_factor=settings["d_factor"], client_weights=settings["client_weights"],
+            alpha_u=alpha_u, alpha_v=alpha_v,
+            confidence=ctx.info.confidence, init_scale=settings["init_scale"],
+            cg_steps=implicit_cg_steps(settings))
+
+    def _squared_protocol(self, ctx):
+        """FedMAvg on ratings (:mod:`._fedmavg_protocol`)."""
+        settings = self._checked_settings(ctx)
+        variant, w_step, sampling = settings["variant"], settings["w_step"], settings["sampling"]
+        paper = variant == "fedmc_admm"
+        d_factor = settings["d_factor"]
+        alpha_u, alpha_v = self._strengths(ctx)
         item_bias, user_shrinkage = self._bias_start(ctx)
         shrinkages = None
-        if self._bias_start_passes():  # (biased, plain, "auto": the biases-only start)
+        if self._bias_start_passes(settings):  # (biased, plain, "auto": the biases-only start)
             shrinkages, item_bias = variant_bias_settings(self._auto(ctx), ctx.X, item_bias)
             if not paper:  # the factors' strengths on the biases: the batched kernels hold
                 shrinkages = None  # one ridge (with their own, 11 to 14x slower at one
                 # client per user on MovieLens 100K; test RMSE within 0.004 either way)
         return make_protocol(
-            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=ctx.info["rank"],
+            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=ctx.info.rank,
             rule=RoundRule(
                 variant=variant, local_iter_u=self.local_iter_u,
                 local_iter_v=self.local_iter_v if self.local_iter_v or not paper else 10,
@@ -411,19 +425,21 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
             item_bias=item_bias, user_shrinkage=user_shrinkage, bias_shrinkages=shrinkages,
         )
 
-    def _bias_start_passes(self):
+    _protocols = {"squared": _squared_protocol, "implicit": _implicit_protocol}
+
+    def _bias_start_passes(self, settings):
         """``BIAS_START_PASSES`` of :func:`variant_bias_settings` when :meth:`_make_protocol`
         runs them (biased, plain, both strengths ``"auto"``; not ``"fedpalm"``, which has no
         biases), else 0."""
-        if (self._settings()["variant"] != "fedpalm" and self._biased and not self._implicit
+        if (settings["variant"] != "fedpalm" and self._biased  # (implicit: unbiased)
                 and self.regularization == "plain" and self.alpha_u == self.alpha_v == "auto"):
             return BIAS_START_PASSES
         return 0
 
-    def _auto_rule(self):
+    def _auto_rule(self, settings):
         """``"degrees"`` (:func:`~._auto_strengths.degree_strengths`), except the paper-variant
         ``"fedmc_admm"``, which keeps the ratings-per-row rule it was measured with."""
-        return "rows" if self._settings()["variant"] == "fedmc_admm" else "degrees"
+        return "rows" if settings["variant"] == "fedmc_admm" else "degrees"
 
     def _strengths(self, ctx):
         """``(alpha_u, alpha_v)`` of the protocol (``"auto"``: :mod:`._auto_strengths`; the
@@ -433,10 +449,10 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         alpha_v = self._strength("alpha_v", ctx, self.alpha_v)
         auto = self._auto(ctx)
         if self.regularization == "weighted" and auto is not None:
-            n = ctx.info["n_ratings"]
+            n = ctx.info.n_ratings
             alpha_u = alpha_u * auto["n_users"] / n if self.alpha_u == "auto" else alpha_u
             alpha_v = alpha_v * auto["n_items"] / n if self.alpha_v == "auto" else alpha_v
-        elif self.alpha_v == "auto" and self._settings()["variant"] == "fedmc_admm":
+        elif self.alpha_v == "auto" and ctx.settings["variant"] == "fedmc_admm":
             alpha_v /= ctx.n_clients  # (its objective divides the data term, not h(V), by p)
         return alpha_u, alpha_v
 
@@ -444,5 +460,5 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         super()._collect(state, blocks, ctx)
         self.alpha_u_, self.alpha_v_ = self._strengths(ctx)
 
-    def _client_weights(self, nnz, n_rows):
-        return nnz if self._settings()["client_weights"] == "entries" else n_rows
+    def _client_weights(self, nnz, n_rows, settings):
+        return nnz if settings["client_weights"] == "entries" else n_rows

@@ -14,7 +14,7 @@ ratings:
   ``l1_ratio = 0`` each of the ``Q2`` steps maps the row ``v`` of ``V`` to
   ``(1 - ridge/d_p) v`` (``positive`` keeps it: ``max(s v, 0) = max(s, 0) v`` for ``v >= 0``).
   The upload ``W_p`` is then ``s_p V`` but for the rated rows, sent as
-  :class:`~sklearn_fedmf._groups.ImplicitRows` (bytes counted dense, as the paper's client
+  :class:`~sklearn_fedmf._groups.LazyRows` (bytes counted dense, as the paper's client
   sends them); the server's :func:`~sklearn_fedmf._fedmavg_protocol.weighted_sum` costs the
   rated rows. With an l1 part, or a negative ``V`` under ``positive``, the unrated rows are
   not a scaling of ``V``: those uploads are computed dense.
@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import _biases
 from .._fedmavg_protocol import w_step_size
-from .._groups import BatchedPhases, ImplicitRows, user_rows_state
+from .._groups import BatchedPhases, LazyRows, user_rows_state
 from .._transport import _rng
 from ._auto_strengths import start_user_biases
 from ._fedmavg_kernels import add_rows, partner_grams, rated_item_steps
@@ -43,8 +43,8 @@ from ._fedmavg_protocol import (
 __all__ = ["ItemRows", "make_batched"]
 
 
-class ItemRows(ImplicitRows):
-    """FedMAvg's implicit upload ``W_p``: ``scale * base`` with one scale per column (with
+class ItemRows(LazyRows):
+    """FedMAvg's lazy upload ``W_p``: ``scale * base`` with one scale per column (with
     biases each column block has its own step, and the column of ones stays 1), but for the
     rated rows. Its aggregation costs a compiled call over the rated rows."""
 
@@ -155,7 +155,7 @@ def _w_uploads(U, group, Vt, q2, omega, d_global, senders, *, variant, n_clients
                      d, np.ascontiguousarray(scale, dtype=float), q2, ridge, l1, positive, out_ptr,
                      items, values)
     free = _biases.free_item(Vt) if biased else Vt
-    implicit = not (alpha_v * l1_ratio) and not (positive and (free < 0).any())
+    lazy = not (alpha_v * l1_ratio) and not (positive and (free < 0).any())
     step = 1.0 - ridge / d
     shrink = (np.maximum(step, 0.0) if positive else step) ** q2  # per client and free column
     if biased:  # (the column of ones is not stepped)
@@ -163,7 +163,7 @@ def _w_uploads(U, group, Vt, q2, omega, d_global, senders, *, variant, n_clients
     uploads = {}
     for q, i in enumerate(senders.tolist()):
         rows, rated = items[out_ptr[q]:out_ptr[q + 1]], values[out_ptr[q]:out_ptr[q + 1]]
-        if implicit:
+        if lazy:
             W = ItemRows(Vt, shrink[q], rows, rated)
         else:
             W = _dense_upload(Vt, d[q], q2, ridge, alpha_v, l1_ratio, positive, biased)

@@ -53,7 +53,7 @@ from numba import njit
 
 from .._engine import FederatedProtocol
 from .._fedmavg_protocol import round_phases
-from .._groups import BatchedPhases, ImplicitRows, user_rows_state, with_user_rows
+from .._groups import BatchedPhases, LazyRows, user_rows_state, with_user_rows
 from ._fedmavg_protocol import EPS_LIPSCHITZ, client_weight, lambda_max
 from ._fedmavg_protocol import server_init_uploads as average_init_uploads
 from ._fedmavg_protocol import server_update as average_update
@@ -135,7 +135,7 @@ def server_update(server_state, uploads, round_index, counts=None, *, aggregatio
 
 
 # ---- the client phases for a group of clients (``_groups.BatchedPhases``) --------------------
-class TransformedRows(ImplicitRows):
+class TransformedRows(LazyRows):
     """A client's ``W_p``: ``base @ transform`` (``transform`` ``r x r``: the steps on the
     items it never saw) but for the rated ``rows``. The server's weighted sum adds the
     rated rows' differences and, once for all such messages, ``base @ (sum_p w_p

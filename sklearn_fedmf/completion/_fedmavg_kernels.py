@@ -6,7 +6,7 @@ rows are stacked in one CSR matrix (:mod:`sklearn_fedmf._groups`).
 ``Q2`` gradient steps (13) on the rows of its copy ``W_p`` of ``V`` that it rated. An item a
 client did not rate has a zero data gradient, so its row only shrinks by the ridge, the same
 closed form for every client: the caller keeps those rows implicit
-(:class:`~sklearn_fedmf._groups.ImplicitRows`), and a client's work is proportional to its
+(:class:`~sklearn_fedmf._groups.LazyRows`), and a client's work is proportional to its
 ratings, not to ``n_items``.
 
 Conventions of :mod:`sklearn_fedmf._kernels`: C-contiguous float64 factors, item factors
@@ -127,7 +127,7 @@ def rated_item_steps(indptr, indices, data, row_ptr, clients, U, Vt, biased, d, 
 @_jit
 def add_rows(out, rows, values, base, scale, weight):
     """``out[rows] += weight * (values - scale * base[rows])`` (``scale``: one per column): an
-    implicit message's rated rows into an aggregate."""
+    lazy message's rated rows into an aggregate."""
     for m in range(rows.shape[0]):
         j = rows[m]
         for a in range(out.shape[1]):

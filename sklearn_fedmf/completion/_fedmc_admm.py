@@ -30,7 +30,13 @@ from ._base import (
 )
 from ._fed_baseline import FedBaseline
 from ._fedmc_admm_implicit import AUTO_BETA_IMPLICIT, implicit_initial_curvature
-from ._fedmc_admm_protocol import AUTO_BETA, AUTO_ITEM_ADMM, initial_curvature, make_protocol
+from ._fedmc_admm_protocol import (
+    AUTO_BETA,
+    AUTO_ITEM_ADMM,
+    initial_curvature,
+    make_implicit_protocol,
+    make_protocol,
+)
 
 __all__ = ["FedMCADMM"]
 
@@ -274,20 +280,29 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
         self.regularization = regularization
 
     def _beta(self, ctx):
+        """``beta``: as given, or ``"auto"``: the loss's rule (``_auto_betas``)."""
         if self.beta == "auto":
-            init_scale = self._settings()["init_scale"]
+            init_scale = ctx.settings["init_scale"]
             if init_scale == 0 and not self._biased:
                 raise ValueError("beta='auto' scales with init_scale; init_scale=0 without "
                                  "biases needs an explicit beta.")
-            if self._implicit:
-                return AUTO_BETA_IMPLICIT * implicit_initial_curvature(
-                    ctx.X, ctx.n_clients, self.n_components, init_scale,
-                    ctx.info["confidence"])
-            return AUTO_BETA * initial_curvature(
-                ctx.info["n_ratings"], ctx.n_features, ctx.n_clients, self.n_components,
-                init_scale, self._biased,
-            )
+            return self._auto_betas[self._loss.name](self, ctx, init_scale)
         return float(self.beta)
+
+    def _ratings_beta(self, ctx, init_scale):
+        """``beta="auto"`` on ratings: ``AUTO_BETA`` times :func:`initial_curvature`."""
+        return AUTO_BETA * initial_curvature(
+            ctx.info.n_ratings, ctx.n_features, ctx.n_clients, self.n_components,
+            init_scale, self._biased,
+        )
+
+    def _implicit_beta(self, ctx, init_scale):
+        """``beta="auto"`` under ``loss="implicit"``: ``AUTO_BETA_IMPLICIT`` times
+        :func:`~._fedmc_admm_implicit.implicit_initial_curvature`."""
+        return AUTO_BETA_IMPLICIT * implicit_initial_curvature(
+            ctx.X, ctx.n_clients, self.n_components, init_scale, ctx.info.confidence)
+
+    _auto_betas = {"squared": _ratings_beta, "implicit": _implicit_beta}
 
     def _strengths(self, ctx):
         """``(alpha_u, alpha_v)`` of the protocol: ``"auto"`` is :mod:`._auto_strengths`'
@@ -300,14 +315,15 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
             return alpha_u, alpha_v
         weighted = self.regularization == "weighted"
         if self.alpha_u == "auto" and weighted:
-            alpha_u *= auto["n_users"] / ctx.info["n_ratings"]
+            alpha_u *= auto["n_users"] / ctx.info.n_ratings
         if self.alpha_v == "auto":
-            alpha_v *= auto["n_items"] / ctx.info["n_ratings"] if weighted else (
+            alpha_v *= auto["n_items"] / ctx.info.n_ratings if weighted else (
                 1.0 / ctx.n_clients)
         return alpha_u, alpha_v
 
-    def _make_protocol(self, ctx):
-        settings = self._settings()
+    def _squared_protocol(self, ctx):
+        """FedMC-ADMM on ratings (:mod:`._fedmc_admm_protocol`)."""
+        settings = ctx.settings
         alpha_u, alpha_v = self._strengths(ctx)
         item_bias, user_shrinkage = self._bias_start(ctx)
         return make_protocol(
@@ -317,9 +333,23 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
             w_update=settings["w_update"], init_scale=settings["init_scale"],
             dual_init=settings["dual_init"],
             biased=self._biased, weighted=self.regularization == "weighted",
-            confidence=ctx.info["confidence"] if self._implicit else None,
             item_bias=item_bias, user_shrinkage=user_shrinkage,
         )
+
+    def _implicit_protocol(self, ctx):
+        """FedMC-ADMM under ``loss="implicit"`` (:mod:`._fedmc_admm_implicit`)."""
+        settings = ctx.settings
+        alpha_u, alpha_v = self._strengths(ctx)
+        return make_implicit_protocol(
+            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
+            beta=self._beta(ctx), local_iter=self.local_iter, alpha_u=alpha_u,
+            alpha_v=alpha_v, l1_ratio=settings["l1_ratio"], positive=settings["positive"],
+            w_update=settings["w_update"], init_scale=settings["init_scale"],
+            dual_init=settings["dual_init"], confidence=ctx.info.confidence,
+            weighted=self.regularization == "weighted",
+        )
+
+    _protocols = {"squared": _squared_protocol, "implicit": _implicit_protocol}
 
     def _run(self, protocol, blocks, ctx, early_stopping=None):
         if not ctx.warm:
@@ -336,7 +366,7 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
         need = state_nbytes(n_clients=ctx.n_clients, n_items=ctx.n_features, n_factors=r,
                             itemsize=itemsize, grouped=grouped, nnz=ctx.X.nnz,
                             max_iter=self.max_iter,
-                            exact=self._settings()["w_update"] == "exact")
+                            exact=ctx.settings["w_update"] == "exact")
         if not local:  # only the server's Z_i in this process
             need //= 3
         available = _available_memory()

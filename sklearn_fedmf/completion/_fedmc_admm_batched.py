@@ -1,4 +1,4 @@
-"""FedMC-ADMM for many small clients: batched client phases on implicit item-side copies.
+"""FedMC-ADMM for many small clients: batched client phases on lazy item-side copies.
 
 Each client of Algorithm 1 keeps dense ``n_items x r`` copies ``W_i`` and ``Y_i`` and the
 server keeps ``Z_i = W_i + Y_i / beta`` for every client: ``O(p n r)`` memory, and per round
@@ -19,7 +19,7 @@ costs the same at round 100 as at round 1); the broadcasts are kept once
 ``L_W = ||W_i^T W_i||_F`` and the consensus gap without any dense row. The server keeps
 ``sum_i Z_i`` as ``sum_t C_t V^(k_t)``, every client's coefficients summed per broadcast,
 plus on each client's rated rows its term's deviation from its combination
-(:func:`~._fedmc_admm_kernels.implicit_total`).
+(:func:`~._fedmc_admm_kernels.lazy_total`).
 
 Nothing is done per client in Python in a round: a group's clients keep their explicit rows
 and coefficients concatenated in shared arrays (:class:`_Pool`), one compiled call per group
@@ -29,7 +29,7 @@ appended), and the group's messages travel as one :class:`GroupUpload` that the 
 with one compiled call (:func:`~._fedmc_admm_kernels.replace_terms`).
 
 The messages are still the paper's: a client sends its dense ``(W_i, Y_i)``; the engine and
-``callback`` see it as a :class:`ClientUpload` (a mapping of :class:`ImplicitFactor`:
+``callback`` see it as a :class:`ClientUpload` (a mapping of :class:`LazyFactor`:
 ``nbytes`` counts it dense, ``np.asarray`` rebuilds it; its arrays are read from the state
 and valid in their round: copy them to keep them),
 and the broadcast's message is ``V^k`` (the history rides in its uncounted simulation part:
@@ -62,14 +62,14 @@ from ._fedmc_admm_kernels import (
     TermMessages,
     TermStore,
     group_update,
-    implicit_consensus,
-    implicit_total,
+    lazy_consensus,
+    lazy_total,
     replace_terms,
     sum_terms,
 )
 
-__all__ = ["ClientUpload", "FactorHistory", "GroupUpload", "ImplicitFactor", "make_batched",
-           "server_init_implicit", "server_update_implicit", "unpack_broadcast"]
+__all__ = ["ClientUpload", "FactorHistory", "GroupUpload", "LazyFactor", "make_batched",
+           "server_init_lazy", "server_update_lazy", "unpack_broadcast"]
 
 
 class FactorHistory:
@@ -111,7 +111,7 @@ class FactorHistory:
         return out
 
 
-class ImplicitFactor:
+class LazyFactor:
     """A client's dense ``n_items x r`` item-side matrix (``W_i`` or ``Y_i``) held as its rows
     ``rows`` (``values``) and, elsewhere, ``sum_q coef[q] V^(hist[q])`` of ``history``.
 
@@ -152,7 +152,7 @@ class GroupUpload:
     instead of one per client): client ``a`` (``clients[a]``) has the explicit rows
     ``rows[e_ptr[a]:e_ptr[a + 1]]`` with, for each key, ``values[key]`` there and the
     coefficients ``coef[h_ptr[a]:h_ptr[a + 1], key]`` of the broadcasts ``hist`` elsewhere.
-    ``deviation`` (float64, or None to be formed from ``values`` where no row is implicit)
+    ``deviation`` (float64, or None to be formed from ``values`` where no row is lazy)
     holds, on the explicit rows, the server's term ``Z_i = W_i + Y_i / beta`` of the message
     minus the combination's: what the server stores of it, formed by the client's kernel
     while the rows are at hand.
@@ -174,7 +174,7 @@ class GroupUpload:
         self.hist, self.coef, self.h_ptr = hist, coef, h_ptr
         self.history, self.shape = history, (int(shape[0]), int(shape[1]))
         itemsize = np.dtype(values[0].dtype if dtype is None else dtype).itemsize
-        # each message counts as the paper's dense n_items x r matrix (ImplicitFactor.nbytes)
+        # each message counts as the paper's dense n_items x r matrix (LazyFactor.nbytes)
         self.client_nbytes = len(keys) * self.shape[0] * self.shape[1] * itemsize
 
     @property
@@ -193,11 +193,11 @@ class GroupUpload:
         return {c: ClientUpload(self, a) for a, c in enumerate(self.clients.tolist())}
 
     def factor(self, a, key):
-        """Client ``a``'s message ``key`` as an :class:`ImplicitFactor`."""
+        """Client ``a``'s message ``key`` as an :class:`LazyFactor`."""
         k = self.keys.index(key)
         e0, e1, q0, q1 = (int(v) for v in (self.e_ptr[a], self.e_ptr[a + 1], self.h_ptr[a],
                                            self.h_ptr[a + 1]))
-        return ImplicitFactor(self.rows[e0:e1], self.values[k][e0:e1], self.hist[q0:q1],
+        return LazyFactor(self.rows[e0:e1], self.values[k][e0:e1], self.hist[q0:q1],
                               self.coef[q0:q1, k], self.history, self.shape)
 
     def subset(self, keep):
@@ -213,7 +213,7 @@ class GroupUpload:
 
 
 class ClientUpload(Mapping):
-    """One client's message of a :class:`GroupUpload`: ``{key: ImplicitFactor}``, each made on
+    """One client's message of a :class:`GroupUpload`: ``{key: LazyFactor}``, each made on
     access (read-only arrays); :attr:`nbytes` counts the paper's dense matrices."""
 
     __slots__ = ("group", "index")
@@ -426,7 +426,7 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     Vt, history, kk = unpack_broadcast(broadcast)
     if history is None:
         raise ValueError("The batched FedMC-ADMM phases need the server's broadcast history "
-                         "(server_init_uploads of implicit uploads).")
+                         "(server_init_uploads of lazy uploads).")
     act = np.flatnonzero(active)
     X = group.X
     e_sizes, h_len = np.diff(gs["e_ptr"]), gs["h_len"]
@@ -490,7 +490,7 @@ def metrics_group(gs, group, broadcast, *, alpha_u, l1_ratio, biased):
     else:
         (W, _, BW, _), _ = gs["wy"].gather(gs["w_at"], np.diff(gs["e_ptr"]))
         (hist, coef), h_ptr = gs["h"].gather(gs["h_at"], gs["h_len"])
-        consensus = implicit_consensus(gs["e_ptr"], W, BW, gs["E"], hist,
+        consensus = lazy_consensus(gs["e_ptr"], W, BW, gs["E"], hist,
                                        np.ascontiguousarray(coef[:, 0]), h_ptr, Vt, history.G,
                                        kk)
     return {
@@ -535,7 +535,7 @@ def state_of(gs, group, i):
 
 def with_states(gs, group, states):
     """The group state with the per-client ``states`` of some clients: their copies are held
-    explicitly on every item (no implicit rows: their combinations are 0)."""
+    explicitly on every item (no lazy rows: their combinations are 0)."""
     U = gs["U"].copy()
     n, r = gs["V0"].shape
     parts = [_client_parts(gs, group, i) for i in range(group.n_clients)]
@@ -604,7 +604,7 @@ def _parts(uploads, keys, n_items):
 # broadcasts and coefficients (pool "hc" at "hc_at", "hc_len"), valid on every row, and its
 # explicit rows' deviations from that combination (pool "rd" at "rd_at", "rd_len" rows per
 # client). The server keeps sum_i Z_i as "C" (the coefficients per broadcast) and "S" (the
-# deviations summed per row): implicit_total. The server owns them and updates them in place.
+# deviations summed per row): lazy_total. The server owns them and updates them in place.
 def _replace(server_state, parts, beta, accumulate):
     """Store the terms of the clients of ``parts`` (``values`` ``(W, Y)``, coefficients ``(W,
     Y)``, their deviations) in place of their old ones; with ``accumulate`` the running sum
@@ -627,7 +627,7 @@ def _replace(server_state, parts, beta, accumulate):
             store["hc"], store["hc"].tail, store["hc_at"], store["hc_len"], h_sizes.sum())
         store["hc"].tail = h_base + int(h_sizes.sum())
         deviation = p.deviation
-        if deviation is None:  # a dense message: no implicit row
+        if deviation is None:  # a dense message: no lazy row
             deviation = np.asarray(p.values[0], float) + np.asarray(p.values[1], float) / beta
         messages = TermMessages(*(_read_only(a) for a in (
             p.clients, rows, p.e_ptr, deviation, p.hist, p.coef, p.h_ptr)))  # (one signature)
@@ -665,12 +665,12 @@ def _total(server_state):
     history = server_state["history"]
     _grow_coefficients(server_state)
     out = np.empty(server_state["S"].shape)
-    implicit_total(server_state["S"], server_state["C"], history.H, history.m, out)
+    lazy_total(server_state["S"], server_state["C"], history.H, history.m, out)
     return out
 
 
-def server_init_implicit(Vt, uploads, *, beta, n_clients):
-    """``server_init_uploads`` for implicit ``Y_i^0``: ``Z_i^0 = V^0 + Y_i^0 / beta`` of
+def server_init_lazy(Vt, uploads, *, beta, n_clients):
+    """``server_init_uploads`` for lazy ``Y_i^0``: ``Z_i^0 = V^0 + Y_i^0 / beta`` of
     every client as a coefficient and rows, and the broadcast ``V^0`` with the history."""
     history = FactorHistory(Vt)
     n, r = Vt.shape
@@ -694,7 +694,7 @@ def server_init_implicit(Vt, uploads, *, beta, n_clients):
     return server_state, Broadcast(Vt, (history, 0))
 
 
-def server_update_implicit(server_state, uploads, round_index, *, beta, resum_every):
+def server_update_lazy(server_state, uploads, round_index, *, beta, resum_every):
     """The sum of (P-16) over all clients, replacing the terms of the clients that sent
     ``uploads`` (their rated rows and coefficients: ``O(ratings)``, one compiled call per
     group), exact every ``resum_every`` rounds. Returns ``sum_i Z_i``."""

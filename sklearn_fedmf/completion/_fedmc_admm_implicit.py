@@ -41,6 +41,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
+from ._fedmc_admm_batched import unpack_broadcast
+from ._fedmc_admm_kernels import squared_distance
 from ._implicit import implicit_objective
 
 # beta="auto" under loss="implicit" is AUTO_BETA_IMPLICIT times implicit_initial_curvature:
@@ -49,7 +51,8 @@ from ._implicit import implicit_objective
 # (the user factors grow far beyond their start, and the curvature with them).
 AUTO_BETA_IMPLICIT = 10.0
 
-__all__ = ["AUTO_BETA_IMPLICIT", "confidences", "implicit_grad_u", "implicit_grad_v",
+__all__ = ["AUTO_BETA_IMPLICIT", "confidences", "implicit_client_metrics",
+           "implicit_client_update", "implicit_dual_start", "implicit_grad_u", "implicit_grad_v",
            "implicit_initial_curvature", "implicit_metrics", "implicit_u_loop",
            "implicit_w_exact", "implicit_w_loop"]
 
@@ -186,3 +189,42 @@ def implicit_initial_curvature(X, n_clients, n_components, init_scale, confidenc
     row = n_components * init_scale**2 / 3
     excess = confidence * float(np.sum(X.data)) / (n_items * n_clients)
     return row * (n_rows / n_clients + excess) / n_clients
+
+
+# ---- FedMC-ADMM's phases under loss="implicit" (bound by _fedmc_admm_protocol's
+# make_implicit_protocol) ----------------------------------------------------------------------
+def implicit_dual_start(X, U, Vt, n_clients, *, confidence):
+    """``Y_i^0 = -(1/p) grad_V f_i(U_i^0, V^0)`` on the weighted objective (``dual_init=
+    "paper"``), in ``X``'s dtype."""
+    return (implicit_grad_v(X, U, Vt, confidence=confidence) / -n_clients).astype(
+        X.dtype, copy=False)
+
+
+def implicit_client_update(state, block, Vt, rng, selected, *, n_clients, beta, local_iter,
+                           alpha_u, l1_ratio, positive, w_update, eps, weighted=False,
+                           confidence):
+    """One active round of client ``i`` (Algorithm 1, step 3) on the weighted objective (no
+    biases); uploads ``(W_i, Y_i)``. ``eps``: the floor of the steps' Lipschitz bounds."""
+    Vt = unpack_broadcast(Vt)[0]
+    X = block.X
+    alpha_u = row_alpha(alpha_u, X, weighted)
+    U = implicit_u_loop(state["U"], state["Wt"], X, local_iter, alpha_u, l1_ratio, positive,
+                        confidence=confidence, eps=eps)
+    if w_update == "linearized":
+        Wt = implicit_w_loop(U, state["Wt"], Vt, state["Yt"], X, local_iter, beta, n_clients,
+                             confidence=confidence, eps=eps)[0]
+    else:
+        Wt = implicit_w_exact(U, Vt, state["Yt"], X, beta, n_clients, confidence=confidence)
+    Yt = state["Yt"] + beta * (Wt - Vt)  # dual step with the OLD global V^k (Lemma 4.5)
+    return {"U": U, "Wt": Wt, "Yt": Yt}, {"W": Wt, "Y": Yt}
+
+
+def implicit_client_metrics(state, block, Vt, *, alpha_u, l1_ratio, alpha_v=0.0,
+                            weighted=False, confidence):
+    """Additive diagnostics of one client at the global ``V`` (:func:`implicit_metrics`)
+    and its consensus gap."""
+    Vt = unpack_broadcast(Vt)[0]
+    return {**implicit_metrics(state["U"], Vt, block, confidence=confidence,
+                               alpha_u=alpha_u, l1_ratio=l1_ratio, alpha_v=alpha_v,
+                               weighted=weighted),
+            "consensus": squared_distance(state["Wt"], Vt)}

@@ -28,7 +28,7 @@ from .._kernels import (
 )
 
 __all__ = ["linearized_cols", "squared_distance", "replace_and_accumulate", "group_update",
-           "implicit_consensus", "implicit_total", "replace_terms", "sum_terms", "GroupRatings",
+           "lazy_consensus", "lazy_total", "replace_terms", "sum_terms", "GroupRatings",
            "ClientRows", "RoundSettings", "GroupOutput", "TermMessages", "TermStore"]
 
 
@@ -257,7 +257,7 @@ def replace_and_accumulate(Z_i, total, W, Y, beta):
         z_i[k] = z
 
 
-# ---- many small clients: implicit item-side states (``_fedmc_admm_batched``) -----------------
+# ---- many small clients: lazy item-side states (``_fedmc_admm_batched``) -----------------
 # A client's copies W_i, Y_i are held as explicit rows (its rated items) plus, for every other
 # row, a combination sum_t c_t V^(h_t) of the broadcasts it received (the W loop and the dual
 # step act on an unrated row as the same affine map for every such row). ``H`` stacks those
@@ -669,8 +669,8 @@ def _map_coefficients(hc, cc, kk, L, beta, n_steps, exact, hist_out, coef_out, q
 
 
 @_jit
-def implicit_consensus(e_ptr, W, BW, E, hist, coef, h_ptr, V, G, kk):
-    """``sum_i ||W_i - V||_F^2`` over clients held implicitly (:func:`group_update`), with
+def lazy_consensus(e_ptr, W, BW, E, hist, coef, h_ptr, V, G, kk):
+    """``sum_i ||W_i - V||_F^2`` over clients held lazily (:func:`group_update`), with
     ``V = H[kk]``: per client the combination ``sum_q coef[q] H[hist[q]] - V`` over all rows
     (from the Gram blocks), corrected on its explicit rows (where the combination is
     ``BW``)."""
@@ -718,7 +718,7 @@ def replace_terms(messages, store, dst, h_dst, S, C, stored, beta, accumulate):
     ``hc_len`` then point there. With
     ``accumulate`` the sum takes the change, client by client (the old term out, the new one
     in): ``C[t]`` sums the coefficients of broadcast ``t`` and ``S`` the deviations
-    (:func:`implicit_total`). Only the rows and the broadcasts a client has are touched.
+    (:func:`lazy_total`). Only the rows and the broadcasts a client has are touched.
     """
     clients, rows, e_ptr, D, hist, coef, h_ptr = messages
     store_rows, store_D, rd_at, rd_len, store_hist, store_coef, hc_at, hc_len = store
@@ -764,7 +764,7 @@ def replace_terms(messages, store, dst, h_dst, S, C, stored, beta, accumulate):
 
 
 @_jit
-def implicit_total(S, C, H, m, out):
+def lazy_total(S, C, H, m, out):
     """``out = S + sum_t C[t] H[t]`` over the first ``m`` broadcasts: the sum of every
     client's ``Z_i``, its combination counted on all rows (``C``) and its explicit rows'
     deviations from it (``S``)."""

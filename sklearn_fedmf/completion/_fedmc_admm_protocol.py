@@ -22,18 +22,16 @@ from ._auto_strengths import start_item_biases, start_user_biases
 from ._base import factor_metrics
 from ._fedmc_admm_batched import (
     FactorHistory,
-    ImplicitFactor,
+    LazyFactor,
     make_batched,
-    server_init_implicit,
-    server_update_implicit,
+    server_init_lazy,
+    server_update_lazy,
     unpack_broadcast,
 )
 from ._fedmc_admm_implicit import (
-    implicit_grad_v,
-    implicit_metrics,
-    implicit_u_loop,
-    implicit_w_exact,
-    implicit_w_loop,
+    implicit_client_metrics,
+    implicit_client_update,
+    implicit_dual_start,
 )
 from ._fedmc_admm_kernels import linearized_cols, replace_and_accumulate, squared_distance
 
@@ -66,6 +64,14 @@ def initial_curvature(n_ratings, n_items, n_clients, n_components, init_scale, b
 
 
 # ---- pure solver functions ------------------------------------------------------------------
+def ratings_dual_start(X, U, Vt, n_clients):
+    """``Y_i^0 = -(1/p) grad_V f_i(U_i^0, V^0)`` on the ratings (``dual_init="paper"``)."""
+    Yt = np.empty_like(Vt)
+    grad_cols(X.indptr, X.indices, X.data, U, Vt, Yt)
+    Yt /= -n_clients
+    return Yt
+
+
 def init_server(rng, *, n_items, n_components, init_scale, biased=False, item_bias=None):
     """``V^0`` of rank ``n_components`` (:func:`~sklearn_fedmf._biases.random_item_factor`;
     ``item_bias``: ``[V^0; 1; b_i^0]``, the ``"auto"`` start of :mod:`._auto_strengths`)."""
@@ -76,8 +82,11 @@ def init_server(rng, *, n_items, n_components, init_scale, biased=False, item_bi
 
 
 def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive, biased=False,
-                weighted=False, confidence=None, user_shrinkage=None):
-    """Private ``U_i^0``, ``W_i^0 = V^0`` and ``Y_i^0 = -(1/p) grad_V f_i(U_i^0, V^0)``.
+                weighted=False, confidence=None, user_shrinkage=None,
+                dual_start=ratings_dual_start):
+    """Private ``U_i^0``, ``W_i^0 = V^0`` and ``Y_i^0 = -(1/p) grad_V f_i(U_i^0, V^0)``
+    (``dual_start``: the loss's; ``confidence``: :func:`implicit_dual_start` at it, the
+    entry of the tests written against dense references).
 
     Returns the client state and its one-time upload ``Y_i^0`` (eq. (16) needs every client's
     ``(W_i, Y_i)``, never-sampled
@@ -91,14 +100,10 @@ def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive, b
         U = np.maximum(U, 0.0)
     if biased:  # (user_shrinkage: b_u starts at its shrunk mean, the "auto" start)
         start_user_biases(_biases.init_user(U), block.X, Vt, user_shrinkage)
-    if dual_init == "paper" and confidence is not None:  # loss="implicit"
-        Yt = (implicit_grad_v(block.X, U, Vt, confidence=confidence) / -n_clients).astype(
-            dtype, copy=False)
-    elif dual_init == "paper":
-        Yt = np.empty_like(Vt)
-        X = block.X
-        grad_cols(X.indptr, X.indices, X.data, U, Vt, Yt)
-        Yt /= -n_clients
+    if confidence is not None:  # (the tests' entry; a fit binds dual_start)
+        dual_start = partial(implicit_dual_start, confidence=confidence)
+    if dual_init == "paper":
+        Yt = dual_start(block.X, U, Vt, n_clients)
     else:
         Yt = np.zeros_like(Vt)
     upload = {"Y": Yt}
@@ -110,13 +115,13 @@ def init_client(block, Vt, rng, *, n_clients, init_scale, dual_init, positive, b
 def server_init_uploads(server_state, uploads, *, beta, n_clients):
     """Store ``Z_i = W_i^0 + Y_i^0 / beta`` for every client (``W_i^0 = V^0``).
 
-    Uploads of the batched phases (:mod:`._fedmc_admm_batched`) keep their implicit form: the
+    Uploads of the batched phases (:mod:`._fedmc_admm_batched`) keep their lazy form: the
     server then holds the same sum in ``O(ratings + rounds n r)`` instead of ``O(p n r)``.
     """
     first = next(iter(uploads.values()))["Y"]
     Vt = server_state["Vt"].astype(first.dtype, copy=False)
-    if isinstance(first, ImplicitFactor):
-        return server_init_implicit(Vt, uploads, beta=beta, n_clients=n_clients)
+    if isinstance(first, LazyFactor):
+        return server_init_lazy(Vt, uploads, beta=beta, n_clients=n_clients)
     Z = np.repeat(Vt[None], n_clients, axis=0)
     for i, upload in uploads.items():
         Z[i] += upload["Y"] / beta
@@ -190,19 +195,30 @@ def u_loop_biased(U, Wt, X, n_steps, alpha_u, l1_ratio):
 
 def client_update(state, block, Vt, rng, selected, *, n_clients, beta, local_iter, alpha_u,
                   l1_ratio, positive, w_update, biased=False, weighted=False, confidence=None):
+    """One active round of client ``i`` under either loss: :func:`ratings_client_update`, or
+    with ``confidence`` :func:`~._fedmc_admm_implicit.implicit_client_update` (the entry of
+    the tests written against dense references; a fit's protocol binds its loss's)."""
+    if confidence is not None:
+        return implicit_client_update(
+            state, block, Vt, rng, selected, n_clients=n_clients, beta=beta,
+            local_iter=local_iter, alpha_u=alpha_u, l1_ratio=l1_ratio, positive=positive,
+            w_update=w_update, eps=EPS_LIPSCHITZ, weighted=weighted, confidence=confidence)
+    return ratings_client_update(state, block, Vt, rng, selected, n_clients=n_clients,
+                                 beta=beta, local_iter=local_iter, alpha_u=alpha_u,
+                                 l1_ratio=l1_ratio, positive=positive, w_update=w_update,
+                                 biased=biased, weighted=weighted)
+
+
+def ratings_client_update(state, block, Vt, rng, selected, *, n_clients, beta, local_iter,
+                          alpha_u, l1_ratio, positive, w_update, biased=False, weighted=False):
     """One active round of client ``i`` (Algorithm 1, step 3); uploads ``(W_i, Y_i)``.
 
     With biases ``W_i`` is the unconstrained copy of ``[V; 1; b_i]`` (only ``R(V)`` holds
     the indicator), so the W loop and the dual step are unchanged. Weighted regularization:
-    ``R_i`` scales each row's strength by its ratings; its prox stays a per-row shrink.
-    ``confidence`` (``loss="implicit"``): the steps of :mod:`._fedmc_admm_implicit`."""
+    ``R_i`` scales each row's strength by its ratings; its prox stays a per-row shrink."""
     Vt = unpack_broadcast(Vt)[0]
     X = block.X
     alpha_u = row_alpha(alpha_u, X, weighted)
-    if confidence is not None:
-        return _implicit_update(state, X, Vt, n_clients=n_clients, beta=beta,
-                                local_iter=local_iter, alpha_u=alpha_u, l1_ratio=l1_ratio,
-                                positive=positive, w_update=w_update, confidence=confidence)
     if biased:
         U = u_loop_biased(state["U"], state["Wt"], X, local_iter, alpha_u, l1_ratio)
     else:
@@ -212,20 +228,6 @@ def client_update(state, block, Vt, rng, selected, *, n_clients, beta, local_ite
                                n_clients)[0]
     else:
         Wt = w_exact(U, Vt, state["Yt"], X, beta, n_clients)
-    Yt = state["Yt"] + beta * (Wt - Vt)  # dual step with the OLD global V^k (Lemma 4.5)
-    return {"U": U, "Wt": Wt, "Yt": Yt}, {"W": Wt, "Y": Yt}
-
-
-def _implicit_update(state, X, Vt, *, n_clients, beta, local_iter, alpha_u, l1_ratio, positive,
-                     w_update, confidence):
-    """:func:`client_update`'s round on the weighted objective (no biases)."""
-    U = implicit_u_loop(state["U"], state["Wt"], X, local_iter, alpha_u, l1_ratio, positive,
-                        confidence=confidence, eps=EPS_LIPSCHITZ)
-    if w_update == "linearized":
-        Wt = implicit_w_loop(U, state["Wt"], Vt, state["Yt"], X, local_iter, beta, n_clients,
-                             confidence=confidence, eps=EPS_LIPSCHITZ)[0]
-    else:
-        Wt = implicit_w_exact(U, Vt, state["Yt"], X, beta, n_clients, confidence=confidence)
     Yt = state["Yt"] + beta * (Wt - Vt)  # dual step with the OLD global V^k (Lemma 4.5)
     return {"U": U, "Wt": Wt, "Yt": Yt}, {"W": Wt, "Y": Yt}
 
@@ -243,8 +245,8 @@ def server_update(server_state, uploads, round_index, *, beta, n_clients, alpha_
     re-reading all ``p`` copies) and is recomputed exactly every ``RESUM_EVERY`` rounds, which
     bounds the rounding drift. Both orders are fixed: the result does not depend on ``n_jobs``.
     """
-    if server_state.get("history") is not None:  # implicit client copies (_fedmc_admm_batched)
-        total = server_update_implicit(server_state, uploads, round_index, beta=beta,
+    if server_state.get("history") is not None:  # lazy client copies (_fedmc_admm_batched)
+        total = server_update_lazy(server_state, uploads, round_index, beta=beta,
                                        resum_every=RESUM_EVERY)
         Vt = _server_prox(total.astype(server_state["Vt"].dtype, copy=False), None, beta=beta,
                           n_clients=n_clients, alpha_v=alpha_v, l1_ratio=l1_ratio,
@@ -317,15 +319,10 @@ def _server_prox(total, counts, *, beta, n_clients, alpha_v, l1_ratio, positive,
 
 
 def client_metrics(state, block, Vt, *, alpha_u, l1_ratio, biased=False, alpha_v=0.0,
-                   weighted=False, confidence=None):
+                   weighted=False):
     """Additive diagnostics of one client at the global ``V`` (not its local copy; weighted
     regularization: with its share ``alpha_v/2 sum_j n_ji ||v_j||^2`` of ``p R(V)``)."""
     Vt = unpack_broadcast(Vt)[0]
-    if confidence is not None:
-        return {**implicit_metrics(state["U"], Vt, block, confidence=confidence,
-                                   alpha_u=alpha_u, l1_ratio=l1_ratio, alpha_v=alpha_v,
-                                   weighted=weighted),
-                "consensus": squared_distance(state["Wt"], Vt)}
     return {**factor_metrics(state["U"], Vt, block, alpha_u=alpha_u, l1_ratio=l1_ratio,
                              biased=biased, alpha_v=alpha_v, weighted=weighted),
             "consensus": squared_distance(state["Wt"], Vt)}
@@ -348,53 +345,84 @@ def combine_metrics(server_state, sums, *, n_clients, alpha_v, l1_ratio, biased=
     return record
 
 
-def make_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u, alpha_v,
-                  l1_ratio, positive, w_update, init_scale, dual_init, biased=False,
-                  weighted=False, confidence=None, item_bias=None, user_shrinkage=None):
-    """Bind the hyperparameters to the pure functions above (``biased``: the factors are
-    the augmented ``[U, b_u, 1]`` and ``[V; 1; b_i]`` of rank ``n_components + 2``;
-    ``confidence``: ``loss="implicit"`` with that confidence scale, no biases;
-    ``item_bias``, ``user_shrinkage``: the biases' ``"auto"`` start, :mod:`._auto_strengths`)."""
-    if confidence is not None:
-        confidence = float(confidence)
-    # Python floats: a numpy float64 scalar (e.g. from a GridSearchCV grid) would promote
-    # float32 arrays to float64 in every product.
+def _bind(*, n_items, n_clients, n_components, beta, local_iter, alpha_u, alpha_v, l1_ratio,
+          positive, w_update, init_scale, dual_init, biased, weighted, item_bias,
+          user_shrinkage):
+    """The hyperparameters as Python floats (a numpy float64 scalar, e.g. from a GridSearchCV
+    grid, would promote float32 arrays to float64 in every product) and the phases both
+    losses share."""
     beta, alpha_u, alpha_v, l1_ratio, init_scale = (
         float(v) for v in (beta, alpha_u, alpha_v, l1_ratio, init_scale))
     reg_v = dict(alpha_v=alpha_v, l1_ratio=l1_ratio, biased=biased)
-    reg_metrics = dict(alpha_v=alpha_v, weighted=weighted)
-    return FederatedProtocol(
+    shared = dict(
         init_server=partial(init_server, n_items=n_items, n_components=n_components,
                             init_scale=init_scale, biased=biased, item_bias=item_bias),
-        init_client=partial(init_client, n_clients=n_clients, init_scale=init_scale,
-                            dual_init=dual_init, positive=positive, biased=biased,
-                            weighted=weighted, confidence=confidence,
-                            user_shrinkage=user_shrinkage),
         server_init_uploads=partial(server_init_uploads, beta=beta, n_clients=n_clients),
-        client_update=partial(client_update, n_clients=n_clients, beta=beta,
-                              local_iter=local_iter, alpha_u=alpha_u, l1_ratio=l1_ratio,
-                              positive=positive, w_update=w_update, biased=biased,
-                              weighted=weighted, confidence=confidence),
         server_update=partial(server_update, beta=beta, n_clients=n_clients, positive=positive,
                               **reg_v),
-        client_metrics=partial(client_metrics, alpha_u=alpha_u, l1_ratio=l1_ratio,
-                               biased=biased, confidence=confidence, **reg_metrics),
         combine_metrics=partial(combine_metrics, n_clients=n_clients, weighted=weighted,
-                                **reg_v),
-        # (the weighted regularization's item counts are sent once per client, and implicit's
-        # steps are not written as sums yet: not summable)
-        summable=None if weighted or confidence is not None else SummableUploads(
+                                **reg_v))
+    init = dict(n_clients=n_clients, init_scale=init_scale, dual_init=dual_init,
+                positive=positive, biased=biased, weighted=weighted,
+                user_shrinkage=user_shrinkage)
+    update = dict(n_clients=n_clients, beta=beta, local_iter=local_iter, alpha_u=alpha_u,
+                  l1_ratio=l1_ratio, positive=positive, w_update=w_update, weighted=weighted)
+    return shared, init, update, dict(alpha_u=alpha_u, l1_ratio=l1_ratio, alpha_v=alpha_v,
+                                      weighted=weighted), reg_v
+
+
+def make_implicit_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u,
+                           alpha_v, l1_ratio, positive, w_update, init_scale, dual_init,
+                           confidence, weighted=False):
+    """FedMC-ADMM's protocol under ``loss="implicit"`` with confidence scale ``confidence``
+    (the client phases of :mod:`._fedmc_admm_implicit`; no biases, one block per client, not
+    summable: its steps are not written as sums yet)."""
+    confidence = float(confidence)
+    shared, init, update, metrics, _ = _bind(
+        n_items=n_items, n_clients=n_clients, n_components=n_components, beta=beta,
+        local_iter=local_iter, alpha_u=alpha_u, alpha_v=alpha_v, l1_ratio=l1_ratio,
+        positive=positive, w_update=w_update, init_scale=init_scale, dual_init=dual_init,
+        biased=False, weighted=weighted, item_bias=None, user_shrinkage=None)
+    return FederatedProtocol(
+        **shared,
+        init_client=partial(init_client, **init,
+                            dual_start=partial(implicit_dual_start, confidence=confidence)),
+        client_update=partial(implicit_client_update, **update, eps=EPS_LIPSCHITZ,
+                              confidence=confidence),
+        client_metrics=partial(implicit_client_metrics, **metrics, confidence=confidence),
+        summable=None, batched=None)
+
+
+def make_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u, alpha_v,
+                  l1_ratio, positive, w_update, init_scale, dual_init, biased=False,
+                  weighted=False, item_bias=None, user_shrinkage=None):
+    """Bind the hyperparameters to the pure functions above (``biased``: the factors are
+    the augmented ``[U, b_u, 1]`` and ``[V; 1; b_i]`` of rank ``n_components + 2``;
+    ``item_bias``, ``user_shrinkage``: the biases' ``"auto"`` start, :mod:`._auto_strengths`)."""
+    shared, init, update, metrics, reg_v = _bind(
+        n_items=n_items, n_clients=n_clients, n_components=n_components, beta=beta,
+        local_iter=local_iter, alpha_u=alpha_u, alpha_v=alpha_v, l1_ratio=l1_ratio,
+        positive=positive, w_update=w_update, init_scale=init_scale, dual_init=dual_init,
+        biased=biased, weighted=weighted, item_bias=item_bias, user_shrinkage=user_shrinkage)
+    beta = update["beta"]  # (as a Python float)
+    return FederatedProtocol(
+        **shared,
+        init_client=partial(init_client, **init),
+        client_update=partial(ratings_client_update, **update, biased=biased),
+        client_metrics=partial(client_metrics, **metrics, biased=biased),
+        # (the weighted regularization's item counts are sent once per client: not summable)
+        summable=None if weighted else SummableUploads(
             client=partial(secure_summands, beta=beta),
             server_update=partial(secure_server_update, beta=beta, n_clients=n_clients,
                                   positive=positive, **reg_v),
             cumulative=True,
             init_client=partial(secure_init_summands, beta=beta),
             server_init=partial(secure_server_init, n_clients=n_clients)),
-        # the batched phases run the plain regularization on ratings (weighted, implicit:
-        # one block per client; _fedmc_admm_implicit says why)
-        batched=None if weighted or confidence is not None else make_batched(
-            n_clients=n_clients, init_scale=init_scale, dual_init=dual_init,
+        # the batched phases run the plain regularization (weighted: one block per client;
+        # _fedmc_admm_batched says why)
+        batched=None if weighted else make_batched(
+            n_clients=n_clients, init_scale=init["init_scale"], dual_init=dual_init,
             positive=positive, biased=biased, beta=beta, local_iter=local_iter,
-            alpha_u=alpha_u, l1_ratio=l1_ratio, w_update=w_update, eps=EPS_LIPSCHITZ,
-            user_shrinkage=user_shrinkage),
+            alpha_u=update["alpha_u"], l1_ratio=update["l1_ratio"], w_update=w_update,
+            eps=EPS_LIPSCHITZ, user_shrinkage=user_shrinkage),
     )

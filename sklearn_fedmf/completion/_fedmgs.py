@@ -23,7 +23,6 @@ from ._fed_baseline import FedBaseline
 from ._fedmgs_implicit import make_implicit_protocol
 from ._fedmgs_protocol import AUTO_WEIGHTED, make_protocol
 from ._implicit import (
-    IMPLICIT_ALPHA,
     IMPLICIT_SOLVER_SETTINGS,
     check_implicit_settings,
     implicit_cg_steps,
@@ -217,43 +216,47 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
 
     def _strengths(self):
         """``(alpha_u, alpha_v)`` for the protocol: ``"auto"`` is the server's rule with the
-        plain penalties, ``AUTO_WEIGHTED`` per rating with the weighted ones."""
-        if self._implicit:
-            return tuple(IMPLICIT_ALPHA if a == "auto" else a for a in (self.alpha_u,
-                                                                       self.alpha_v))
-        if self.regularization == "plain":
-            return self.alpha_u, self.alpha_v
-        return tuple(AUTO_WEIGHTED if a == "auto" else a for a in (self.alpha_u, self.alpha_v))
+        plain penalties, ``AUTO_WEIGHTED`` per rating with the weighted ones (under
+        ``loss="implicit"``, ``IMPLICIT_ALPHA``)."""
+        auto = "auto" if self.regularization == "plain" else AUTO_WEIGHTED
+        return tuple(self._loss.auto_strength(lambda: auto) if a == "auto" else a
+                     for a in (self.alpha_u, self.alpha_v))
 
-    def _make_protocol(self, ctx):
+    def _implicit_protocol(self, ctx):
+        """FedMGS under ``loss="implicit"`` (:mod:`._fedmgs_implicit`)."""
         alpha_u, alpha_v = self._strengths()
-        if self._implicit:
-            settings = self._settings()
-            check_implicit_settings(self, ctx)
-            return make_implicit_protocol(
-                n_items=ctx.n_features, n_clients=ctx.n_clients,
-                n_components=ctx.info["rank"], alpha_u=alpha_u, alpha_v=alpha_v,
-                confidence=ctx.info["confidence"], init_scale=settings["init_scale"],
-                cg_steps=implicit_cg_steps(settings))
+        settings = ctx.settings
+        check_implicit_settings(self, ctx)
+        return make_implicit_protocol(
+            n_items=ctx.n_features, n_clients=ctx.n_clients,
+            n_components=ctx.info.rank, alpha_u=alpha_u, alpha_v=alpha_v,
+            confidence=ctx.info.confidence, init_scale=settings["init_scale"],
+            cg_steps=implicit_cg_steps(settings))
+
+    def _squared_protocol(self, ctx):
+        """FedMGS on ratings (:mod:`._fedmgs_protocol`)."""
+        alpha_u, alpha_v = self._strengths()
         auto = "auto" in (alpha_u, alpha_v)
         if ctx.warm and auto != ("ss" in self._federation.server_state):
             raise ValueError("warm_start cannot switch alpha_u or alpha_v between 'auto' and a "
                              "fixed strength; fit again without warm_start.")
-        settings = self._settings()
+        settings = ctx.settings
         item_bias, user_shrinkage = self._bias_start(ctx)
         return make_protocol(
-            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=ctx.info["rank"],
+            n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=ctx.info.rank,
             local_iter_u=self.local_iter_u, local_iter_v=self.local_iter_v,
             c_factor=settings["c_factor"], d_factor=settings["d_factor"],
             alpha_u=alpha_u, alpha_v=alpha_v, l1_ratio=settings["l1_ratio"],
             positive=settings["positive"], init_scale=settings["init_scale"], biased=self._biased,
-            weighted=self.regularization == "weighted", n_ratings=ctx.info["n_ratings"],
+            weighted=self.regularization == "weighted", n_ratings=ctx.info.n_ratings,
             item_bias=item_bias, user_shrinkage=user_shrinkage,
             rating_rms=None if item_bias is None else self._auto(ctx)["rms"],
         )
 
+    _protocols = {"squared": _squared_protocol, "implicit": _implicit_protocol}
+
     def _collect(self, state, blocks, ctx):
         super()._collect(state, blocks, ctx)
-        alpha = None if self._implicit else state.server_state.get("alpha")
+        alpha = state.server_state.get("alpha")  # (implicit: none, and no "auto" strength)
         self.alpha_u_, self.alpha_v_ = (alpha if a == "auto" else a for a in self._strengths())
 

@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _biases
-from .._groups import BatchedPhases, ImplicitRows, offsets, user_rows_state, with_user_rows
+from .._groups import BatchedPhases, LazyRows, offsets, user_rows_state, with_user_rows
 from .._kernels import row_tasks, split_rows
 from .._prox import row_alpha
 from .._transport import client_generator
@@ -164,7 +164,7 @@ def batched_init_client(group, Vt, stream, *, init_scale, positive, biased=False
                                  minlength=len(items)).astype(np.float64)
         for i in range(group.n_clients):
             a, b = item_ptr[i], item_ptr[i + 1]
-            uploads[group.start + i]["counts"] = ImplicitRows(None, 0.0, items[a:b],
+            uploads[group.start + i]["counts"] = LazyRows(None, 0.0, items[a:b],
                                                               counts[a:b], (X.shape[1],))
     return state, uploads
 

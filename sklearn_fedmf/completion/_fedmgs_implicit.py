@@ -281,11 +281,24 @@ def server_solve(total, grams, alpha_v, *, Vt=None, cg_steps=None):
 
 
 def server_update(server_state, uploads, round_index, *, alpha_v, cg_steps=None):
-    """Add the uploaders' changes, then the step in ``V`` (exact, or ``cg_steps``
-    conjugate-gradient steps per item from the current ``V``)."""
+    """FedMGS's server step (:func:`sklearn_fedmf._fedmgs_protocol.server_step`): add the
+    uploaders' changes (:func:`fold_changes`), then the step in ``V``
+    (:func:`implicit_step`)."""
+    return rounds.server_step(server_state, uploads, round_index, fold=fold_changes,
+                              step=partial(implicit_step, alpha_v=alpha_v, cg_steps=cg_steps))
+
+
+def fold_changes(server_state, uploads, round_index):
+    """``(state, sums, grams)``: the running sums with the uploaders' changes added (in
+    place, in client order)."""
     add_messages(server_state["sums"], server_state["grams"], uploads)
-    Vt = server_solve(server_state["sums"], server_state["grams"], alpha_v,
-                      Vt=server_state["Vt"], cg_steps=cg_steps)
+    return server_state, server_state["sums"], server_state["grams"]
+
+
+def implicit_step(server_state, total, grams, *, alpha_v, cg_steps=None):
+    """The implicit loss's step in ``V`` from the sums: exact, or ``cg_steps``
+    conjugate-gradient steps per item from the current ``V`` (:func:`server_solve`)."""
+    Vt = server_solve(total, grams, alpha_v, Vt=server_state["Vt"], cg_steps=cg_steps)
     return {**server_state, "Vt": Vt}, _broadcast(Vt)
 
 

@@ -78,7 +78,7 @@ import numpy as np
 from .. import _biases
 from .. import _fedmgs_protocol as rounds
 from .._engine import FederatedProtocol, SummableUploads
-from .._groups import ImplicitRows, offsets
+from .._groups import LazyRows, offsets
 from .._prox import item_counts, prox_elastic_net, row_alpha
 from ..exceptions import FederationError
 from ._auto_strengths import start_item_biases, start_user_biases
@@ -407,7 +407,7 @@ def server_init_uploads(server_state, uploads, *, n_clients, auto=False, n_ratin
         state["counts"] = counts = np.zeros(total.shape[0])
         for p in range(n_clients):  # (grouped clients send theirs on their rated items)
             sent = uploads[p]["counts"]
-            if isinstance(sent, ImplicitRows):
+            if isinstance(sent, LazyRows):
                 sent.add_to(counts)
             else:
                 counts += sent
@@ -422,39 +422,51 @@ def server_init_uploads(server_state, uploads, *, n_clients, auto=False, n_ratin
 
 def server_update(server_state, uploads, round_index, *, d_factor, local_iter_v, alpha_v,
                   l1_ratio, positive, biased=False, n_ratings=None, n_components=None):
-    """``Q2 = local_iter_v`` proximal-gradient steps on ``V`` with the exact gradient (32).
+    """``Q2 = local_iter_v`` proximal-gradient steps on ``V`` with the exact gradient (32):
+    FedMGS's server step (:func:`sklearn_fedmf._fedmgs_protocol.server_step`) on the plain
+    server's cache (:func:`fold_cache`), by :func:`squared_step`."""
+    return rounds.server_step(server_state, uploads, round_index, fold=fold_cache,
+                              step=partial(squared_step, d_factor=d_factor,
+                                           local_iter_v=local_iter_v, alpha_v=alpha_v,
+                                           l1_ratio=l1_ratio, positive=positive, biased=biased,
+                                           n_ratings=n_ratings, n_components=n_components))
+
+
+def fold_cache(server_state, uploads, round_index):
+    """The plain server's fold: ``(state, total, grams)``, its cache of every client's latest
+    aggregates with the uploaded clients' changes, their sums and Grams.
 
     The sums ``G1_j``, ``G2_j`` hold every client's latest aggregates, so the gradient of
     item ``j``'s row at any ``V`` is ``G1_j v_j - G2_j``: each step is exact for the clients'
     current factors (the sampled clients' new ones, the others' unchanged ones). The cache
     is updated in place (the server owns it and it is large): the sums take the uploaded
     clients' changes and are recomputed exactly every ``RESUM_EVERY`` rounds, which bounds
-    the rounding drift; both in client order. Weighted regularization (``server_state``
-    holds the item counts ``n_j``): the penalty ``alpha_v/2 sum_j n_j ||v_j||^2`` is taken
-    whole in the prox, an exact per-row shrink, and ``d`` holds the data's Lipschitz bound
-    only. ``alpha_v="auto"``: at the round's strength; then the next round's from the new
-    ``V`` (:func:`auto_alpha`), broadcast with it.
+    the rounding drift; both in client order. ``alpha_v="auto"``: the clients' sums of
+    squares too.
     """
     total = server_state["sums"]
-    auto = "ss" in server_state
-    if auto:
-        if alpha_v == "auto":
-            alpha_v = server_state["alpha"]
+    if "ss" in server_state:
         for c, upload in uploads.items():
             server_state["ss"][c] = _sum_squares(upload)
     segments = update_cache(server_state["segments"], total, uploads)
     if round_index % RESUM_EVERY == 0:
         total = cache_sum(segments, total.shape)
-    return _server_steps({**server_state, "segments": segments}, total, gram_sum(segments),
-                         alpha_v, d_factor=d_factor, local_iter_v=local_iter_v,
-                         l1_ratio=l1_ratio, positive=positive, biased=biased,
-                         n_ratings=n_ratings, n_components=n_components)
+    return {**server_state, "segments": segments}, total, gram_sum(segments)
 
 
-def _server_steps(server_state, total, grams, alpha_v, *, d_factor, local_iter_v, l1_ratio,
-                  positive, biased, n_ratings, n_components):
-    """The ``Q2`` steps of :func:`server_update` from the sums ``total`` of every client's
-    latest aggregates and ``grams`` of their Grams (``alpha_v``: the round's strength)."""
+def squared_step(server_state, total, grams, *, alpha_v, d_factor, local_iter_v, l1_ratio,
+                 positive, biased, n_ratings, n_components):
+    """The squared loss's step in ``V``: ``Q2`` proximal-gradient steps from the sums
+    ``total`` of every client's latest aggregates and ``grams`` of their Grams.
+
+    Weighted regularization (``server_state`` holds the item counts ``n_j``): the penalty
+    ``alpha_v/2 sum_j n_j ||v_j||^2`` is taken whole in the prox, an exact per-row shrink,
+    and ``d`` holds the data's Lipschitz bound only. ``alpha_v="auto"``: at the round's
+    strength; then the next round's from the new ``V`` (:func:`auto_alpha`), broadcast with
+    it.
+    """
+    if alpha_v == "auto":
+        alpha_v = server_state["alpha"]
     Vt = server_state["Vt"]
     auto = "ss" in server_state
     counts = server_state.get("counts")
@@ -539,17 +551,22 @@ def secure_server_init(server_state, sums, n_summed, *, n_clients, auto, n_ratin
     return state, {"Vt": Vt, "alpha": np.array([state["alpha"]])}
 
 
-def secure_server_update(server_state, sums, n_summed, round_index, *, alpha_v, n_ratings,
-                         **params):
-    """:func:`server_update` at the running sums of the clients' latest aggregates."""
+def secure_server_update(server_state, sums, n_summed, round_index, *, n_ratings, **step):
+    """:func:`server_update` at the running sums of the clients' latest aggregates
+    (:func:`fold_secure`)."""
+    return rounds.server_step(server_state, sums, n_summed, round_index,
+                              fold=partial(fold_secure, n_ratings=n_ratings),
+                              step=partial(squared_step, n_ratings=n_ratings, **step))
+
+
+def fold_secure(server_state, sums, n_summed, round_index, *, n_ratings):
+    """The secure server's fold: ``(state, total, grams)`` from the running sums the exchange
+    delivered (blocks unpacked; ``"auto"``: the sum of squares, times ``n_ratings``)."""
     total = _unpack_blocks(sums["sums"], sums["gram"].shape[0])
     state = {**server_state, "sums": total, "grams": sums["gram"]}
     if "ss" in server_state:
-        if alpha_v == "auto":
-            alpha_v = server_state["alpha"]
         state["ss"] = np.array([sums["ss"] * n_ratings])
-    return _server_steps(state, total, sums["gram"], alpha_v, n_ratings=n_ratings,
-                         **params)
+    return state, total, sums["gram"]
 
 
 def _metrics(state, block, broadcast, *, alpha_u, alpha_v, **params):

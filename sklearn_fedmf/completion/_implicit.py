@@ -88,7 +88,7 @@ def check_implicit_settings(estimator, ctx):
     if getattr(estimator, "regularization", "plain") != "plain":
         raise ValueError('loss="implicit" runs the plain penalties; set '
                          'regularization="plain".')
-    if ctx.info.get("eval_X") is not None:
+    if ctx.info.eval_X is not None:
         raise ValueError('eval_set is scored in rating units (RMSE), which loss="implicit" '
                          "does not predict; score held-out interactions with score(X, y).")
 

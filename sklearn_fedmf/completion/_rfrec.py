@@ -65,8 +65,8 @@ from ._rfrec_kernels import _errors_at, _sigmoid_fold_in
 from ._rfrec_protocol import (  # noqa: F401  (the tests import _coin and _pulled from here)
     _EXPLODE,
     ItemMatrixUpload,
-    RatingLink,
-    UploadNoise,
+    PreferenceTerms,
+    RatingTerms,
     _coin,
     _diverged,
     _pulled,
@@ -76,6 +76,7 @@ from ._rfrec_protocol import (  # noqa: F401  (the tests import _coin and _pulle
     combine_metrics,
     init_client,
     init_server,
+    preference_metrics,
     pull_strength,
     secure_server_update,
     secure_summands,
@@ -110,36 +111,61 @@ def auto_strengths(alpha_u, alpha_v, *, sum_squares, n_ratings):
                      for a in (alpha_u, alpha_v)))
 
 
-def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
-                  reg_consensus, alpha_u, alpha_v, p, pull_eta, optimizer, init_std,
-                  simulate_uploads, link, privacy, biased=False,
-                  rating_scale=1.0, confidence=None):
+def make_protocol(*, link, shift, span, **params):
     """Bind the hyperparameters to the pure functions of :mod:`._rfrec_protocol` and
-    :mod:`._rfrec_batched` (``alpha_v`` is split 1/N; ``link``: a
-    :class:`~._rfrec_protocol.RatingLink`; ``privacy``: an
-    :class:`~._rfrec_protocol.UploadNoise`;
+    :mod:`._rfrec_batched` (``alpha_v`` is split 1/N;
     ``biased``: rank ``n_components + 2`` with the augmented factors of ``_biases``;
-    ``rating_scale``: the ratings were divided by it, the metrics are reported times it;
-    ``confidence``: ``loss="implicit"``, :mod:`._rfrec_implicit`)."""
+    ``rating_scale``: the ratings were divided by it, the metrics are reported times it)."""
+    link_, biased = dict(link=link, shift=shift, span=span), params.get("biased", False)
+    protocol, step, privacy = _bind(**params, terms=RatingTerms(**link_), every_column=False,
+                                    metrics=partial(client_metrics, biased=biased, **link_))
+    kw = {k: params[k] for k in ("init_std", "optimizer", "variant", "schedule", "alpha_u")}
+    return replace(
+        protocol,
+        # dense uploads (simulate=True) are summable: each client clips and noises its own
+        summable=SummableUploads(
+            client=secure_summands,
+            server_update=partial(secure_server_update, variant=kw["variant"],
+                                  schedule=kw["schedule"], **step))
+        if params["simulate_uploads"] else None,
+        batched=make_batched(**kw, biased=biased, eta=step["eta"], step=step, privacy=privacy,
+                             simulate=params["simulate_uploads"], link=link_))
+
+
+def make_implicit_protocol(*, confidence, link, shift, span, **params):
+    """RFRec's protocol under ``loss="implicit"`` with confidence scale ``confidence``
+    (:mod:`._rfrec_implicit`: every client owns all its columns, one block per client, and
+    its uploads are not summed; ``link`` is the identity)."""
+    return _bind(**params, terms=PreferenceTerms(confidence), every_column=True,
+                 metrics=partial(preference_metrics, confidence=confidence))[0]
+
+
+def _bind(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
+          reg_consensus, alpha_u, alpha_v, p, pull_eta, optimizer, init_std, clip_delta,
+          noise_scale, simulate_uploads, biased=False, rating_scale=1.0, terms, metrics,
+          every_column):
+    """``(protocol, step, privacy)``: the protocol both losses share and its bound step and
+    privacy settings. The loss enters as the clients' data ``terms``
+    (:class:`~._rfrec_protocol.RatingTerms` or :class:`~._rfrec_protocol.PreferenceTerms`),
+    their ``metrics`` and ``every_column`` (each client starts every column of ``V_(c)``)."""
     p = None if variant == "rfrec" else p
     eta = None if p is None else pull_strength(learning_rate, reg_consensus,
                                                alpha_v / n_clients, p, pull_eta)
     step = dict(lr=learning_rate, reg=reg_consensus, reg_v=alpha_v / n_clients, p=p, eta=eta,
                 optimizer=optimizer, biased=biased)
-    privacy, link_ = privacy._asdict(), link._asdict()
+    privacy = dict(clip_delta=clip_delta, noise_scale=noise_scale)
     return FederatedProtocol(
         init_server=partial(init_server, n_items=n_items,
                             n_components=_biases.n_factors(n_components, biased),
                             init_std=init_std, p=p, optimizer=optimizer, biased=biased),
         init_client=partial(init_client, init_std=init_std, optimizer=optimizer,
-                            biased=biased, implicit=confidence is not None),
+                            biased=biased, implicit=every_column),
         client_update=partial(client_update, variant=variant, schedule=schedule,
-                              alpha_u=alpha_u, simulate=simulate_uploads, step=step,
-                              privacy=privacy, link=link_, confidence=confidence),
+                              alpha_u=alpha_u, simulate=simulate_uploads, **step, **privacy,
+                              terms=terms),
         server_update=partial(server_update, variant=variant, schedule=schedule, **step,
                               **privacy),
-        client_metrics=partial(client_metrics, alpha_u=alpha_u, eta=eta, biased=biased,
-                               **link_, confidence=confidence),
+        client_metrics=partial(metrics, alpha_u=alpha_u, eta=eta),
         combine_metrics=partial(combine_metrics, n_clients=n_clients, reg=reg_consensus,
                                 alpha_v=alpha_v, lr=learning_rate,
                                 optimizer=optimizer, variant=variant,
@@ -147,17 +173,7 @@ def make_protocol(*, n_items, n_clients, n_components, variant, schedule, learni
         # every client steps each round; only uploads are sampled or lost (Section 3.3)
         participation=Participation(computes="all", receives="all", dropped="upload_lost",
                                     server_update="every_round"),
-        # dense uploads (simulate=True) are summable: each client clips and noises its own
-        summable=SummableUploads(
-            client=secure_summands,
-            server_update=partial(secure_server_update, variant=variant, schedule=schedule,
-                                  **step)) if simulate_uploads and confidence is None else None,
-        # (implicit: every client owns all its columns, one block per client)
-        batched=None if confidence is not None else make_batched(
-            init_std=init_std, optimizer=optimizer, biased=biased, variant=variant,
-            schedule=schedule, alpha_u=alpha_u, eta=eta, simulate=simulate_uploads, step=step,
-            privacy=privacy, link=link_),
-    )
+    ), step, privacy
 
 
 # ---- estimator ----------------------------------------------------------------------------
@@ -372,7 +388,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         "predict_with": ("global", [StrOptions({"global", "personal"})]),
     }
     _validation_keys = ("eval_rmse", ("eval_sse", "eval_n"))  # (its client_metrics' keys)
-    # max_iter=None: RFRec's rounds under either loss (RFRecF: see _loss_default)
+    # max_iter=None: RFRec's rounds under either loss (RFRecF: see _engine_params)
     _loss_defaults: dict = {**FederatedMFBase._loss_defaults, "max_iter": (100, 100)}
     _moved_params = moved_to_solver_params(_solver_params)
     _floor_class = FedBaseline  # the biases-only floor of a validated fit
@@ -451,16 +467,13 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             clients = np.arange(_num_samples(X))
         return self._fit(X, clients, eval_set=eval_set)
 
-    def _check_fit_data(self, X, *, reset, eval_set=None):
-        settings = self._settings()
-        if self._implicit and settings["link"] != "identity":
-            raise ValueError('loss="implicit" needs link="identity" (the preferences are 0 '
-                             "and 1, not ratings to map into a range).")
+    def _check_fit_data(self, X, *, reset, settings, eval_set=None):
+        self._loss.check_link(settings["link"])
         if self._biased and settings["link"] != "identity":
             raise ValueError("biased=True needs link='identity' (the biases are added to the "
                              "rating, outside any link); set biased=False for the sigmoid link.")
         # (the "auto" pull is capped at 1; reg_v only enters it, so 0 is exact here)
-        eta = pull_strength(self._learning_rate(), self.reg_consensus, 0.0, settings["p"],
+        eta = pull_strength(self._learning_rate(settings), self.reg_consensus, 0.0, settings["p"],
                             settings["pull_eta"])
         if settings["variant"] == "rfrecf" and eta > 1:
             warnings.warn(
@@ -468,7 +481,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
                 "/ p by default): each pull overshoots Vbar. Lower learning_rate or set "
                 "pull_eta <= 1.", ConfigurationWarning, stacklevel=5,  # the caller of fit
             )
-        X, info = super()._check_fit_data(X, reset=reset, eval_set=eval_set)
+        X, info = super()._check_fit_data(X, reset=reset, settings=settings, eval_set=eval_set)
         info["privacy"] = self._privacy_settings(X.shape[1])
         return X, info
 
@@ -476,14 +489,14 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         """The base's plan, then the centred training ratings divided by ``rating_scale``
         (``"auto"`` strengths; a warm start keeps the first fit's scale and strengths)."""
         ctx, rule = super()._validation_plan(ctx)
-        info = dict(ctx.info)
         if not ctx.warm:  # each client adds the sum of squares of its ratings to its sum
-            info.update(self._scale_info(float(np.vdot(ctx.X.data, ctx.X.data)), ctx.X.nnz))
+            info = replace(ctx.info, **self._scale_info(
+                float(np.vdot(ctx.X.data, ctx.X.data)), ctx.X.nnz, ctx.settings))
         else:
-            info.update(rating_scale=self.rating_scale_, alpha_u=self.alpha_u_,
-                        alpha_v=self.alpha_v_)
-        center_and_scale(0.0, info["rating_scale"], ctx.X, info["eval_X"], info["report_X"])
-        if rule is not None and self._settings()["variant"] == "rfrecf":
+            info = replace(ctx.info, rating_scale=self.rating_scale_, alpha_u=self.alpha_u_,
+                           alpha_v=self.alpha_v_)
+        center_and_scale(0.0, info.rating_scale, ctx.X, info.eval_X, info.report_X)
+        if rule is not None and ctx.settings["variant"] == "rfrecf":
             # RFRecF's model changes on the server only when it averages (coin 1); between
             # averages each client's vectors fit its own copy, and the validation error of
             # the federated model drifts up for a run of coins 0 (mean 1 / p rounds). The
@@ -491,25 +504,26 @@ class RFRec(LocalDPMixin, FederatedMFBase):
             rule = replace(rule, scored_if="coin")
         return replace(ctx, info=info), rule
 
-    def _scale_info(self, sum_squares, n_ratings):
+    def _scale_info(self, sum_squares, n_ratings, settings):
         """``rating_scale``, ``alpha_u`` and ``alpha_v`` of a fit from the sum of squares of
         the centred ratings and their count (:func:`auto_strengths`; a Flower server and its
         sites get them from the sites' aggregates)."""
         scale, alpha_u, alpha_v = auto_strengths(self.alpha_u, self.alpha_v,
                                                  sum_squares=sum_squares, n_ratings=n_ratings)
-        if self._settings()["link"] != "identity" or self._implicit:
-            scale = 1.0  # (the link fits ratings scaled to [0, 1]; confidences read X as given)
+        scale = self._loss.rating_scale(scale)  # (implicit: confidences read X as given)
+        if settings["link"] != "identity":
+            scale = 1.0  # (the link fits ratings scaled to [0, 1])
         return dict(rating_scale=scale, alpha_u=alpha_u, alpha_v=alpha_v)
 
     def _collect(self, state, blocks, ctx):
         info = ctx.info
         self.rating_scale_, self.alpha_u_, self.alpha_v_ = (
-            info["rating_scale"], info["alpha_u"], info["alpha_v"])
+            info.rating_scale, info.alpha_u, info.alpha_v)
         super()._collect(state, blocks, ctx)
-        self._check_diverged(ctx.X, info["offset"])
-        self._keep_personal(state)
+        self._check_diverged(ctx.X, info.offset, ctx.settings)
+        self._keep_personal(state, ctx.settings)
         self.comm_rounds_ = state.server_state["comm_rounds"]
-        self._read_privacy_spent(info["privacy"], state.n_uploads)
+        self._read_privacy_spent(info.privacy, state.n_uploads)
         scale = self.rating_scale_
         if scale != 1.0:  # the model back in rating units (u . v and the biases times scale)
             root = np.sqrt(scale)
@@ -520,7 +534,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
                 self.user_bias_ *= scale
             ctx.X.data *= scale  # (the end-of-fit checks read X in rating units)
 
-    def _keep_personal(self, state):
+    def _keep_personal(self, state, settings):
         """Every client's copy ``V_(c)`` as its rated columns over the shared ones: blocks of
         consecutive clients ``(first client, pair_ptr, cols)`` with their rows ``values``
         (grouped clients' blocks are their group's arrays, not copies), and the shared
@@ -530,9 +544,8 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         if not state.client_states:  # clients in their own processes keep their copies
             self._personal = None
             return
-        settings = self._settings()
         eta = None if settings["variant"] == "rfrec" else pull_strength(  # as make_protocol does
-            self._learning_rate(), self.reg_consensus, self.alpha_v_ / self.n_clients_,
+            self._learning_rate(settings), self.reg_consensus, self.alpha_v_ / self.n_clients_,
             settings["p"], settings["pull_eta"])
         replica = state.broadcast.simulation  # Vbar and the shared columns W
         states = state.client_states
@@ -607,7 +620,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         pred[np.diff(Xc.indptr)[rows] == 0] = self.mean_
         return self._clip(pred)
 
-    def _check_diverged(self, Xc, offset):
+    def _check_diverged(self, Xc, offset, settings):
         """Raise unless the federated model's training error on the centred training ratings
         ``Xc`` is finite and of the ratings' order (the objective is only checked on evaluated
         rounds, ``eval_every``)."""
@@ -620,65 +633,77 @@ class RFRec(LocalDPMixin, FederatedMFBase):
         lo, hi = self.rating_range_
         # (entry by entry in a kernel: no nnz x d temporaries at the end of a large fit)
         sse, _ = _errors_at(Xc.indptr, Xc.indices, Xc.data, np.ascontiguousarray(U),
-                            np.ascontiguousarray(Vt), self._settings()["link"] == "sigmoid",
+                            np.ascontiguousarray(Vt), settings["link"] == "sigmoid",
                             offset - lo, (hi - lo) or 1.0)
         rmse = np.sqrt(sse / Xc.nnz)
         if not rmse <= _EXPLODE * (hi - lo + 1):
             raise FloatingPointError(_diverged(
                 f"the training RMSE of the federated model is {rmse:.4g} for ratings in "
-                f"[{lo:g}, {hi:g}]", self.learning_rate, self._settings()["optimizer"]))
+                f"[{lo:g}, {hi:g}]", self.learning_rate, settings["optimizer"]))
 
     _privacy_mechanisms = ("laplace",)  # the paper's
     _privacy_entry_range = 2.0  # an entry clipped to [-clip, clip] moves by up to 2 clip
 
     def _privacy_upload(self, n_items):
         # V_(c) (with the bias rows when biased), at most once per round
-        return (n_items, self.n_components + 2 * self._biased), self._engine_params()["max_iter"]
+        # (the privacy hook has no fit context: the one more resolution of an RFRec fit)
+        rounds = self._engine_params(self._settings())["max_iter"]
+        return (n_items, self.n_components + 2 * self._biased), rounds
 
-    def _loss_default(self, name):
+    def _engine_params(self, settings):
         """The base's, and RFRecF's ``max_iter=None``: the flips that make RFRec's fit steps
         in expectation, ``ceil(100 / (1 - p))``."""
-        value = super()._loss_default(name)
-        settings = self._settings()
-        if name == "max_iter" and self.max_iter is None and settings["variant"] == "rfrecf":
-            return int(np.ceil(value / (1 - settings["p"])))
-        return value
+        params = super()._engine_params(settings)
+        if self.max_iter is None and settings["variant"] == "rfrecf":
+            params["max_iter"] = int(np.ceil(params["max_iter"] / (1 - settings["p"])))
+        return params
 
-    def _learning_rate(self):
+    def _learning_rate(self, settings):
         """The step handed to the solver: None means per-block curvature steps (gd)."""
         if self.learning_rate != "auto":
             return float(self.learning_rate)
-        return AUTO_ADAM_LR if self._settings()["optimizer"] == "adam" else None
+        return AUTO_ADAM_LR if settings["optimizer"] == "adam" else None
 
-    def _make_protocol(self, ctx):
-        settings = self._settings()
-        offset = ctx.info["offset"]
-        lo, hi = ctx.info["rating_range"]
-        return make_protocol(
+    def _squared_protocol(self, ctx):
+        """RFRec on ratings."""
+        return self._protocol(ctx, make_protocol)
+
+    def _implicit_protocol(self, ctx):
+        """RFRec under ``loss="implicit"`` (:mod:`._rfrec_implicit`)."""
+        return self._protocol(ctx, partial(make_implicit_protocol,
+                                           confidence=ctx.info.confidence))
+
+    _protocols = {"squared": _squared_protocol, "implicit": _implicit_protocol}
+
+    def _protocol(self, ctx, make):
+        """``make`` (the loss's protocol) bound to the fit's settings."""
+        settings = ctx.settings
+        offset = ctx.info.offset
+        lo, hi = ctx.info.rating_range
+        return make(
             n_items=ctx.n_features, n_clients=ctx.n_clients, n_components=self.n_components,
             variant=settings["variant"], schedule=settings["schedule"],
-            learning_rate=self._learning_rate(), reg_consensus=self.reg_consensus,
-            alpha_u=ctx.info["alpha_u"], alpha_v=ctx.info["alpha_v"], p=settings["p"],
-            pull_eta=settings["pull_eta"], optimizer=settings["optimizer"],
-            link=RatingLink(settings["link"], shift=offset - lo, span=(hi - lo) or 1.0),
-            init_std=settings["init_std"], privacy=UploadNoise(
-                ctx.info["privacy"]["clip"], noise_scale=ctx.info["privacy"]["scale"] or 0.0),
+            learning_rate=self._learning_rate(settings), reg_consensus=self.reg_consensus,
+            alpha_u=ctx.info.alpha_u, alpha_v=ctx.info.alpha_v, p=settings["p"],
+            pull_eta=settings["pull_eta"], optimizer=settings["optimizer"], link=settings["link"],
+            shift=offset - lo, span=(hi - lo) or 1.0, init_std=settings["init_std"],
+            clip_delta=ctx.info.privacy["clip"], noise_scale=ctx.info.privacy["scale"] or 0.0,
             # secure aggregation sums dense uploads, each clipped and noised by its client
             simulate_uploads=(settings["simulate_uploads"]
                               or settings["secure_aggregation"] is not False),
-            biased=self._biased, rating_scale=ctx.info["rating_scale"],
-            confidence=ctx.info["confidence"] if self._implicit else None,
+            biased=self._biased, rating_scale=ctx.info.rating_scale,
         )
 
     def _run(self, protocol, blocks, ctx, early_stopping=None):
-        if self._implicit and not ctx.warm and isinstance(blocks, list):
-            self._check_implicit_memory(ctx)
+        check = self._memory_checks[self._loss.name]
+        if check is not None and not ctx.warm and isinstance(blocks, list):
+            check(self, ctx)
         return super()._run(protocol, blocks, ctx, early_stopping)
 
     def _check_implicit_memory(self, ctx):
         """Under ``loss="implicit"`` every client keeps its whole ``V_(c)`` (with Adam, its
         two moments too): raise before the first round when they would not fit in memory."""
-        copies = 3 if self._settings()["optimizer"] == "adam" else 1
+        copies = 3 if ctx.settings["optimizer"] == "adam" else 1
         need = (copies * ctx.n_clients * ctx.n_features * self.n_components
                 * ctx.X.dtype.itemsize)
         available = _fedmc_admm._available_memory()
@@ -691,6 +716,9 @@ class RFRec(LocalDPMixin, FederatedMFBase):
                 "clients (n_clients, or fewer distinct labels in clients) or a lower "
                 "n_components.")
 
+    # {loss: the check that the clients' state fits in memory, or None}
+    _memory_checks = {"squared": None, "implicit": _check_implicit_memory}
+
     def _read_components(self, server_state, broadcast):
         return np.ascontiguousarray(server_state["Vbar"].T)
 
@@ -702,12 +730,10 @@ class RFRec(LocalDPMixin, FederatedMFBase):
     def _fold_in_alpha_u(self):
         return self.alpha_u_
 
-    def _fold_in_rows(self, Xc, Vt):
+    def _fold_in_ratings(self, Xc, Vt):
         """Each row's ``argmin_u sum_j (r_ij - link(u . vbar_j))^2 + alpha_u ||u||^2``, on the
         scale the fit ran on (ratings over ``rating_scale_``, the factors over its root, the
         biases over it; ``Vt``'s last column is the fixed ones when biased)."""
-        if self._implicit:  # (the weighted objective's exact minimizer)
-            return super()._fold_in_rows(Xc, Vt)
         U = np.zeros((Xc.shape[0], Vt.shape[1]))
         if self._settings()["link"] != "identity":
             shift, span = self._link_params()

@@ -5,7 +5,6 @@ them into the engine's :class:`~sklearn_fedmf._engine.FederatedProtocol`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
@@ -30,23 +29,6 @@ _EXPLODE = 1e4  # objective above this many times sum(r^2) + nnz: the step size 
 AUTO_SAFETY = 1.0
 # Curvature of (sigmoid(z) - y)^2 over that of (z - y)^2: (2 s'^2 + 2 |s''|) / 2 <= 0.16.
 _SIGMOID_CURVATURE = 0.16
-
-
-class RatingLink(NamedTuple):
-    """How a score becomes a rating: ``link`` ``"identity"`` or ``"sigmoid"``, the latter
-    onto ``span * sigmoid(z) - shift`` (the ratings centred by ``shift``)."""
-
-    link: str = "identity"
-    shift: float = 0.0
-    span: float = 1.0
-
-
-class UploadNoise(NamedTuple):
-    """The local privacy of an upload: entries clipped to ``clip_delta`` (None: not) and
-    Laplace noise of scale ``noise_scale`` (0: none)."""
-
-    clip_delta: float | None = None
-    noise_scale: float = 0.0
 
 
 # ---- messages -------------------------------------------------------------------------------
@@ -257,17 +239,53 @@ def _pulled_group(gs, bc, eta):
     return P
 
 
-def client_update(state, block, broadcast, rng, selected, *, variant, schedule, alpha_u,
-                  simulate, step, privacy, link, confidence=None):
+@dataclass(frozen=True)
+class RatingTerms:
+    """The data term of a client's ratings (the squared error through ``link``): its
+    gradients and its ``learning_rate="auto"`` steps, for :func:`client_update`."""
+
+    link: str
+    shift: float
+    span: float
+
+    def grads(self, X, pair, U, P, Vbar, cols, *, alpha_u, reg_v, reg, scale):
+        """``scale * grad (f_c) + reg * (P - Vbar)`` (:func:`._rfrec_kernels._client_grads`)."""
+        gU, gP = np.empty_like(U), np.empty_like(P)
+        _client_grads(X.indptr, pair, X.data, U, P, Vbar, cols, self.link == "sigmoid",
+                      self.shift, self.span, alpha_u, reg_v, reg, scale, gU, gP)
+        return gU, gP
+
+    def steps(self, X, pair, U, P, *, alpha_u, reg_v, reg, scale):
+        """:func:`auto_steps`."""
+        return auto_steps(X, pair, U, P, alpha_u=alpha_u, reg_v=reg_v, reg=reg, scale=scale,
+                          sigmoid=self.link == "sigmoid")
+
+
+@dataclass(frozen=True)
+class PreferenceTerms:
+    """The data term under ``loss="implicit"`` (the weighted fit over every column of
+    :mod:`._rfrec_implicit`): its gradients and ``learning_rate="auto"`` steps."""
+
+    confidence: float
+
+    def grads(self, X, pair, U, P, Vbar, cols, *, alpha_u, reg_v, reg, scale):
+        """:func:`~._rfrec_implicit.implicit_client_grads`."""
+        return implicit_client_grads(X, pair, U, P, Vbar[cols], confidence=self.confidence,
+                                     alpha_u=alpha_u, reg_v=reg_v, reg=reg, scale=scale)
+
+    def steps(self, X, pair, U, P, *, alpha_u, reg_v, reg, scale):
+        """:func:`~._rfrec_implicit.implicit_auto_steps`."""
+        return implicit_auto_steps(X, pair, U, P, confidence=self.confidence,
+                                   alpha_u=alpha_u, reg_v=reg_v, reg=reg, scale=scale,
+                                   safety=AUTO_SAFETY)
+
+
+def client_update(state, block, broadcast, rng, selected, *, variant, schedule, lr, reg,
+                  alpha_u, reg_v, p, eta, optimizer, terms, clip_delta, noise_scale,
+                  simulate, biased=False):
     """One round of one client: local step or pull, and the upload of ``V_(c)`` if due
-    (``confidence``: ``loss="implicit"``, the gradients of :mod:`._rfrec_implicit`).
-    ``step``, ``privacy`` and ``link`` are the keyword groups ``make_protocol`` binds: the
-    step's ``lr, reg, reg_v, p, eta, optimizer, biased``, the :class:`UploadNoise` and the
-    :class:`RatingLink` as dicts."""
-    lr, reg, reg_v, p, eta, optimizer, biased = (step[key] for key in (
-        "lr", "reg", "reg_v", "p", "eta", "optimizer", "biased"))
-    link, shift, span = link["link"], link["shift"], link["span"]
-    upload_params = {**step, **privacy}
+    (``terms``: the loss's data term, :class:`RatingTerms` or, under ``loss="implicit"``,
+    :class:`PreferenceTerms`)."""
     bc = broadcast.simulation
     X, cols = block.X, state["cols"]
     U, P = state["U"], _pulled(state, bc, eta)
@@ -275,30 +293,14 @@ def client_update(state, block, broadcast, rng, selected, *, variant, schedule, 
     action = _action(variant, schedule, bc.coin)
     if action in ("step", "main"):
         step = action == "step"  # else RFRecF's main update: grad f / (1 - p), no psi
-        if confidence is not None:
-            gU, gP = implicit_client_grads(X, state["pair"], U, P, bc.Vbar[cols],
-                                           confidence=confidence, alpha_u=alpha_u,
-                                           reg_v=reg_v, reg=reg if step else 0.0,
-                                           scale=1.0 if step else 1 / (1 - p))
-        else:
-            gU, gP = np.empty_like(U), np.empty_like(P)
-            _client_grads(X.indptr, state["pair"], X.data, U, P, bc.Vbar, cols,
-                          link == "sigmoid", shift, span, alpha_u, reg_v,
-                          reg if step else 0.0, 1.0 if step else 1 / (1 - p), gU, gP)
+        data = dict(alpha_u=alpha_u, reg_v=reg_v, reg=reg if step else 0.0,
+                    scale=1.0 if step else 1 / (1 - p))
+        gU, gP = terms.grads(X, state["pair"], U, P, bc.Vbar, cols, **data)
         if opt is not None:
             opt["t"] += 1
         lr_u = lr_p = lr
-        if lr is None and confidence is not None:
-            lr_u, lr_p = implicit_auto_steps(X, state["pair"], U, P, confidence=confidence,
-                                             alpha_u=alpha_u, reg_v=reg_v,
-                                             reg=reg if step else 0.0,
-                                             scale=1.0 if step else 1 / (1 - p),
-                                             safety=AUTO_SAFETY)
-        elif lr is None:
-            lr_u, lr_p = auto_steps(X, state["pair"], U, P, alpha_u=alpha_u, reg_v=reg_v,
-                                    reg=reg if step else 0.0,
-                                    scale=1.0 if step else 1 / (1 - p),
-                                    sigmoid=link == "sigmoid")
+        if lr is None:
+            lr_u, lr_p = terms.steps(X, state["pair"], U, P, **data)
         U = _optimize(U, gU, opt, "U", lr_u, optimizer)
         P = _optimize(P, gP, opt, "P", lr_p, optimizer)
         if biased:  # (a pull keeps the ones: it mixes P with Vbar, both 1 there)
@@ -308,7 +310,9 @@ def client_update(state, block, broadcast, rng, selected, *, variant, schedule, 
     new_state = {**state, "U": U, "P": P, "opt": opt, "pending": action == "upload_pull"}
     if not selected or action not in ("step", "upload", "upload_pull"):
         return new_state, None
-    return new_state, _upload(bc, cols, P, rng, action, simulate=simulate, **upload_params)
+    return new_state, _upload(bc, cols, P, rng, action, simulate=simulate, lr=lr, reg=reg,
+                              reg_v=reg_v, p=p, eta=eta, optimizer=optimizer, biased=biased,
+                              clip_delta=clip_delta, noise_scale=noise_scale)
 
 
 def _upload(bc, cols, P, rng, action, *, simulate, lr, reg, reg_v, p, eta, optimizer, biased,
@@ -414,27 +418,35 @@ def _server_round(server_state, average, k, *, variant, schedule, lr, reg, reg_v
     return state, _broadcast(Vbar, W, W_opt, next_coin, sent)
 
 
-def client_metrics(state, block, broadcast, *, alpha_u, eta, link, shift, span, biased=False,
-                   confidence=None):
+def client_metrics(state, block, broadcast, *, alpha_u, eta, link, shift, span, biased=False):
     """Additive pieces of ``F`` (rated columns; the shared ones are added on the server),
-    and the errors of the federated model ``u_i . vbar_j`` on the training and eval entries
-    (``loss="implicit"``: the weighted fit over every column, errors of the preference 1)."""
+    and the errors of the federated model ``u_i . vbar_j`` on the training and eval entries."""
     bc = broadcast.simulation
     X, U, sigmoid = block.X, state["U"], link == "sigmoid"
     P = _pulled(state, bc, eta)
     fit, psi, sq, sse, ae = _client_sums(X.indptr, state["pair"], X.data, U, P, bc.W, bc.Vbar,
                                          state["cols"], sigmoid, shift, span)
-    if confidence is not None:  # (every column is the client's own: P is its whole V_(c))
-        fit = 2.0 * implicit_objective(X, U, P, confidence=confidence, alpha_u=0.0, alpha_v=0.0)
-        sse, ae = preference_errors(X, U, bc.Vbar)
-        out = _metrics(fit, psi, sq, sse, ae, U, X, None, bc.Vbar, alpha_u=alpha_u,
-                       sigmoid=False, shift=0.0, span=1.0, biased=False)
-        if block.X_eval is not None and block.X_eval.nnz:
-            out["eval_sse"], out["eval_ae"] = preference_errors(block.X_eval, U, bc.Vbar)
-            out["eval_n"] = block.X_eval.nnz
-        return out
     return _metrics(fit, psi, sq, sse, ae, U, X, block.X_eval, bc.Vbar, alpha_u=alpha_u,
                     sigmoid=sigmoid, shift=shift, span=span, biased=biased)
+
+
+def preference_metrics(state, block, broadcast, *, alpha_u, eta, confidence):
+    """:func:`client_metrics` under ``loss="implicit"``: the weighted fit over every column
+    (every column is the client's own: ``P`` is its whole ``V_(c)``), errors of the
+    preference 1."""
+    bc = broadcast.simulation
+    X, U = block.X, state["U"]
+    P = _pulled(state, bc, eta)
+    _, psi, sq, _, _ = _client_sums(X.indptr, state["pair"], X.data, U, P, bc.W, bc.Vbar,
+                                    state["cols"], False, 0.0, 1.0)
+    fit = 2.0 * implicit_objective(X, U, P, confidence=confidence, alpha_u=0.0, alpha_v=0.0)
+    sse, ae = preference_errors(X, U, bc.Vbar)
+    out = _metrics(fit, psi, sq, sse, ae, U, X, None, bc.Vbar, alpha_u=alpha_u,
+                   sigmoid=False, shift=0.0, span=1.0, biased=False)
+    if block.X_eval is not None and block.X_eval.nnz:
+        out["eval_sse"], out["eval_ae"] = preference_errors(block.X_eval, U, bc.Vbar)
+        out["eval_n"] = block.X_eval.nnz
+    return out
 
 
 def _metrics(fit, psi, sq, sse, ae, U, X, Y, Vbar, *, alpha_u, sigmoid, shift, span, biased):

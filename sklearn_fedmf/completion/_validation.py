@@ -35,7 +35,6 @@ from .._engine import EarlyStopping
 from .._exchange import sum_securely
 from .._fit import validation_split
 from ..exceptions import FedMFWarning
-from ._implicit import resolve_confidence
 
 __all__ = ["EARLY_STOPPING_MIN_RATINGS", "FLOOR_Z", "aggregate_info", "biases_floor",
            "client_paired_sums", "floor_evidence", "floor_on_all_ratings", "rating_scales",
@@ -54,7 +53,7 @@ def split_validation(ctx, settings, *, implicit, validation_keys):
     ``eval_set`` kept as a report beside them, and early stopping's rule (None: no
     validation). ``validation_keys`` is the class's ``(score key, report keys)``."""
     on, fraction = settings["early_stopping"], settings["validation_fraction"]
-    X, eval_X = ctx.X, ctx.info["eval_X"]
+    X, eval_X = ctx.X, ctx.info.eval_X
     if on == "auto":  # (eval_every=0: the caller asked for no evaluation)
         on = (not implicit and fraction is not None
               and X.nnz >= EARLY_STOPPING_MIN_RATINGS and settings["eval_every"] > 0)
@@ -86,7 +85,7 @@ def biases_floor(ctx, model, *, n_jobs, secure_aggregation=False):
     ``(gain, noise)`` of :func:`floor_evidence` for the kept model ``model`` (its
     :func:`validation_residual`).
 
-    ``ctx.X`` and ``ctx.info["eval_X"]`` are the fit's (centred by ``offset``, divided by
+    ``ctx.X`` and ``ctx.info.eval_X`` are the fit's (centred by ``offset``, divided by
     ``rating_scale`` where a class scales them). Each client sends six more numbers: the
     squared-error sum of the floor on its validation ratings and the five sums of the
     paired comparison (module docstring). The floor is ``model._floor_class``,
@@ -95,10 +94,10 @@ def biases_floor(ctx, model, *, n_jobs, secure_aggregation=False):
     clients' sums (each over the validation count, which the server has from the reports'
     secure sums) reach the server as one secure sum.
     """
-    offset, scale = ctx.info["offset"], ctx.info.get("rating_scale", 1.0)
+    offset, scale = ctx.info.offset, ctx.info.rating_scale
     factor_residual = validation_residual(model, ctx)
     floor, (up, down) = _fit_floor(ctx, ctx.X, model._floor_class, n_jobs, secure_aggregation)
-    X_valid = ctx.info["eval_X"]
+    X_valid = ctx.info.eval_X
     rows = np.repeat(np.arange(X_valid.shape[0]), np.diff(X_valid.indptr))
     residual = (X_valid.data * scale + offset
                 - (floor.user_bias_[rows] + floor.item_bias_[X_valid.indices] + floor.mean_))
@@ -121,17 +120,17 @@ def biases_floor(ctx, model, *, n_jobs, secure_aggregation=False):
 
 
 def validation_residual(model, ctx):
-    """The kept model's residuals at the validation ratings (``ctx.info["eval_X"]``'s
+    """The kept model's residuals at the validation ratings (``ctx.info.eval_X``'s
     order) in rating units, from ``model``'s fitted attributes in the fit's units (before a
     class scales them back): what each client computes on its own ratings."""
-    X_valid = ctx.info["eval_X"]
+    X_valid = ctx.info.eval_X
     rows = np.repeat(np.arange(X_valid.shape[0]), np.diff(X_valid.indptr))
     cols = X_valid.indices
     prediction = np.einsum("ij,ji->i", model.user_factors_[rows], model.components_[:, cols],
                            dtype=np.float64)
     if model._biased:
         prediction += model.user_bias_[rows] + model.item_bias_[cols]
-    return (X_valid.data - prediction) * ctx.info.get("rating_scale", 1.0)
+    return (X_valid.data - prediction) * ctx.info.rating_scale
 
 
 def client_paired_sums(factor_residual, floor_residual, rows, codes, n_clients):
@@ -172,7 +171,7 @@ def floor_on_all_ratings(ctx, floor_class, *, n_jobs, secure_aggregation=False):
     made; the held-out tenth only cost the floor accuracy (about 0.0015 RMSE on MovieLens,
     where the floor on all the ratings equals Surprise's ``BaselineOnly``)."""
     # (stacked, not added: a sum would drop a centred rating of exactly 0)
-    parts = [ctx.X.tocoo(), ctx.info["eval_X"].tocoo()]
+    parts = [ctx.X.tocoo(), ctx.info.eval_X.tocoo()]
     X = sp.csr_matrix((np.concatenate([p.data for p in parts]),
                        (np.concatenate([p.row for p in parts]),
                         np.concatenate([p.col for p in parts]))), shape=ctx.X.shape)
@@ -183,7 +182,7 @@ def _fit_floor(ctx, X, floor_class, n_jobs, secure_aggregation):
     """``floor_class`` fitted on the fit's clients with the ratings ``X`` (on the fit's
     scale), with the fit's ``secure_aggregation``, and the bytes ``(up, down)`` of its
     rounds."""
-    offset, scale = ctx.info["offset"], ctx.info.get("rating_scale", 1.0)
+    offset, scale = ctx.info.offset, ctx.info.rating_scale
     X = X.copy()
     X.data = X.data * scale + offset  # back to ratings: the floor centres them itself
     with warnings.catch_warnings():  # (what it would say, this fit has said)
@@ -198,24 +197,25 @@ def _fit_floor(ctx, X, floor_class, n_jobs, secure_aggregation):
 
 
 # ---- a fit's scales from the clients' aggregates (a Flower server and its sites) -----------
-def aggregate_info(estimator, *, n_users, mean, rating_range, n_ratings, sum_squares=None):
+def aggregate_info(estimator, settings, *, n_users, mean, rating_range, n_ratings,
+                   sum_squares=None):
     """What a completion estimator's fit learns from its clients' aggregates (rows, rating
-    count, sum and range; RFRec: the sum of squares) instead of the data: the ``info`` of
-    its ``FitContext``. Sets the attributes the protocol and the ratings' centring depend on
-    (``mean_``, ``rating_range_``, ``n_users_``; ``confidence_``, ``rating_scale_``)."""
+    count, sum and range; RFRec: the sum of squares) instead of the data: the fields of its
+    ``FitInfo`` (``settings``: the fit's, resolved once). Sets the attributes the protocol
+    and the ratings' centring depend on (``mean_``, ``rating_range_``, ``n_users_``;
+    ``confidence_``, ``rating_scale_``)."""
     estimator.n_users_ = int(n_users)
     estimator.mean_ = float(mean)
     estimator.rating_range_ = (float(rating_range[0]), float(rating_range[1]))
     info = dict(eval_X=None, mean=estimator.mean_, rating_range=estimator.rating_range_,
                 offset=estimator._offset, n_ratings=int(n_ratings))
-    if estimator._implicit:  # the sites' mean strength sets "auto"'s confidence scale
-        info["confidence"] = estimator.confidence_ = resolve_confidence(
-            estimator._settings()["confidence"], float(mean))
+    # (implicit: the sites' mean strength sets "auto"'s confidence scale)
+    info.update(estimator._loss.deployed_info(estimator, settings, mean))
     info["rank"] = estimator._rank(int(n_ratings))  # (implicit: grows with the count)
     if hasattr(estimator, "_scale_info"):  # RFRec: the scale the ratings are divided by
         offset = info["offset"]  # sum (r - offset)^2 from the sums of r^2 and r
         centred = (sum_squares or 0.0) - n_ratings * offset * (2 * float(mean) - offset)
-        info.update(estimator._scale_info(max(centred, 0.0), int(n_ratings)))
+        info.update(estimator._scale_info(max(centred, 0.0), int(n_ratings), settings))
         estimator.rating_scale_ = info["rating_scale"]
     return info
 

@@ -14,7 +14,7 @@ import scipy.sparse as sp
 from sklearn.utils import get_tags
 
 from .._data import center_and_scale, check_ratings, split_clients
-from .._fit import FitContext, fit_protocol
+from .._fit import FitContext, FitInfo, fit_protocol, fit_settings
 from ..binary._base import check_binary_data
 from ..completion._base import FederatedMFBase
 from ..completion._validation import aggregate_info, rating_scales
@@ -86,18 +86,21 @@ def fit_context(estimator, *, n_items, n_clients, n_users, mean, rating_range, n
     this with the same values, so both make the same protocol.
     """
     estimator_class(type(estimator).__name__)  # a supported estimator
+    settings = fit_settings(estimator)  # (resolved once, as a fit does)
     estimator.n_features_in_ = int(n_items)
     if isinstance(estimator, FederatedMFBase):
-        info = aggregate_info(estimator, n_users=n_users, mean=mean, rating_range=rating_range,
-                              n_ratings=n_ratings, sum_squares=sum_squares)
+        info = aggregate_info(estimator, settings, n_users=n_users, mean=mean,
+                              rating_range=rating_range, n_ratings=n_ratings,
+                              sum_squares=sum_squares)
     else:  # Felb
         info = {}
     if isinstance(estimator, LocalDPMixin):  # the upload noise
         info["privacy"] = fit_privacy_settings(estimator, int(n_items))
-    info["n_jobs"] = estimator.n_jobs  # (the sites do the clients' work: the engine ignores it)
     no_ratings = sp.csr_matrix((0, int(n_items)))  # the server holds none
     return FitContext(no_ratings, int(n_users), int(n_items), int(n_clients), None, None,
-                      int(entropy), False, info)
+                      int(entropy), False, FitInfo(**info, deployed=True), settings,
+                      # (the sites do the clients' work: the engine ignores it)
+                      n_jobs=estimator.n_jobs)
 
 
 def make_site_protocol(estimator, **aggregates):
