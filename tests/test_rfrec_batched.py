@@ -11,7 +11,6 @@ from sklearn_fedmf import RFRec
 from sklearn_fedmf._groups import GroupStates, make_groups
 from sklearn_fedmf._transport import client_generator
 from sklearn_fedmf.completion._rfrec import ItemMatrixUpload, make_protocol
-from sklearn_fedmf.completion._rfrec_protocol import RatingLink, UploadNoise
 from sklearn_fedmf.datasets import make_ratings
 
 RTOL = 1e-12
@@ -34,10 +33,7 @@ def protocol(n_items, n_clients, **kw):
                   alpha_v=1.0, p=0.5, pull_eta=None, optimizer="gd", link="identity",
                   shift=3.0, span=4.0, init_std=0.3, clip_delta=None, noise_scale=0.0,
                   simulate_uploads=False, biased=False)
-    params.update(kw)  # (the link's and the uploads' keys travel grouped)
-    link = RatingLink(*(params.pop(key) for key in ("link", "shift", "span")))
-    privacy = UploadNoise(*(params.pop(key) for key in ("clip_delta", "noise_scale")))
-    return make_protocol(**params, link=link, privacy=privacy)
+    return make_protocol(**{**params, **kw})
 
 
 def assert_state_equal(got, ref):
