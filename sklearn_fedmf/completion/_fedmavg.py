@@ -14,6 +14,7 @@ from numbers import Integral, Real
 
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..privacy._distributed_dp import DISTRIBUTED_DOCS, DistributedDP, DistributedDPMixin
 from .._docstrings import Substitution, toy_example
 from .._engine import FederatedProtocol
 from .._fedmavg_protocol import check_aggregation, q2_schedule, round_phases
@@ -134,9 +135,9 @@ def _only_set(**kwargs):
 
 
 # ---- estimator ----------------------------------------------------------------------------
-@Substitution(**COMPLETION_DOCS,
+@Substitution(**COMPLETION_DOCS, **DISTRIBUTED_DOCS,
               example=toy_example("FedMAvg", max_iter=300, alpha=0.01, bound=0.1))
-class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
+class FedMAvg(DistributedDPMixin, AutoStrengthsMixin, FederatedMFBase):
     """Federated matrix completion by model averaging (FedMAvg, Wang & Chang).
 
     Each client owns a block of rows (users). In a round every client (partial client
@@ -260,9 +261,11 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
           Conjugate-gradient steps per user with ``implicit_solver="cg"``.
         %(solver_factor_shared)s
     %(secure_parameter)s
+    %(distributed_privacy)s
 
     Attributes
     ----------
+    %(distributed_attributes)s
     %(factor_attributes)s
     history_ : list of dict
         One record per round: ``objective``, ``train_rmse``, ``eval_rmse``, bytes (the
@@ -313,6 +316,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         "local_iter_v": [Interval(Integral, 1, None, closed="left"), None],
         "regularization": [StrOptions({"plain", "weighted"})],
         **AutoStrengthsMixin._parameter_constraints,
+        "privacy": [DistributedDP, None],
     }
 
     def __init__(
@@ -341,6 +345,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         verbose=0,
         solver_params=None,
         secure_aggregation=False,
+        privacy=None,
     ):
         super().__init__(
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
@@ -351,6 +356,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
             solver_params=solver_params, loss=loss,
             secure_aggregation=secure_aggregation,
         )
+        self.privacy = privacy
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v
         self.regularization = regularization

@@ -10,6 +10,7 @@ from numbers import Integral, Real
 
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..privacy._distributed_dp import DISTRIBUTED_DOCS, DistributedDP, DistributedDPMixin
 from .._docstrings import Substitution, toy_example
 from ._auto_strengths import AutoStrengthsMixin
 from ._base import (
@@ -33,9 +34,9 @@ __all__ = ["FedMGS"]
 
 
 # ---- estimator ----------------------------------------------------------------------------
-@Substitution(**COMPLETION_DOCS,
+@Substitution(**COMPLETION_DOCS, **DISTRIBUTED_DOCS,
               example=toy_example("FedMGS", max_iter=300, alpha=0.01, bound=0.1))
-class FedMGS(AutoStrengthsMixin, FederatedMFBase):
+class FedMGS(DistributedDPMixin, AutoStrengthsMixin, FederatedMFBase):
     """Federated matrix completion by gradient sharing (FedMGS, Wang & Chang).
 
     Each round, the ``clients_per_round`` sampled clients take ``local_iter_u``
@@ -125,9 +126,11 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
           Conjugate-gradient steps per row with ``implicit_solver="cg"``.
         %(solver_factor_shared)s
     %(secure_parameter)s
+    %(distributed_privacy)s
 
     Attributes
     ----------
+    %(distributed_attributes)s
     %(factor_attributes)s
     history_ : list of dict
         One record per round (round 1's bytes include every client's initial aggregates
@@ -170,6 +173,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
         "local_iter_v": [Interval(Integral, 1, None, closed="left")],
         "regularization": [StrOptions({"plain", "weighted"})],
         **AutoStrengthsMixin._parameter_constraints,
+        "privacy": [DistributedDP, None],
     }
 
     def __init__(
@@ -198,6 +202,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
         verbose=0,
         solver_params=None,
         secure_aggregation=False,
+        privacy=None,
     ):
         super().__init__(
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
@@ -208,6 +213,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
             solver_params=solver_params, loss=loss,
             secure_aggregation=secure_aggregation,
         )
+        self.privacy = privacy
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v
         self.regularization = regularization

@@ -319,6 +319,7 @@ class LocalDPMixin(metaclass=ABCMeta):
     """
 
     _parameter_constraints: dict = {"privacy": [LocalDP, None]}
+    _distributed_privacy = False  # (RFRec: privacy=DistributedDP noises its secure sum)
     # read by FederatedEstimator: a removed parameter raises a TypeError naming its new place
     _moved_params = {old: f"privacy=LocalDP({new}=...)" for old, new in MOVED_TO_LOCAL_DP.items()}
     _privacy_mechanisms = MECHANISMS
@@ -337,6 +338,8 @@ class LocalDPMixin(metaclass=ABCMeta):
     def _privacy_settings(self, n_items):
         """The validated :func:`privacy_settings` of this fit (``n_items`` columns)."""
         shape, n_releases = self._privacy_upload(n_items)
+        if self._distributed_privacy and not isinstance(self.privacy, (LocalDP, type(None))):
+            return dict(_OFF)  # (DistributedDP: no noise on the uploads themselves)
         return privacy_settings(self.privacy, mechanisms=self._privacy_mechanisms, shape=shape,
                                 n_releases=n_releases, entry_range=self._privacy_entry_range,
                                 owner=type(self).__name__)
@@ -345,6 +348,8 @@ class LocalDPMixin(metaclass=ABCMeta):
         """``noise_scale_``, ``accountant_``, ``epsilon_`` and ``privacy_spent_``: the
         releases each client actually made."""
         # (a Flower server has no clients_: the sites keep their rows; engine order then)
+        if getattr(self, "_ddp_plan", None) is not None:  # (DistributedDP's, already read)
+            return
         clients = np.unique(getattr(self, "clients_", np.arange(len(n_uploads))))
         self.noise_scale_, self.accountant_, self.epsilon_, self.privacy_spent_ = (
             read_privacy_spent(settings, clients, n_uploads))
