@@ -149,6 +149,19 @@ def discrete_gaussian(rng, sigma, size):
     draws), kept with probability ``exp(-(|y| - sigma^2 / t)^2 / (2 sigma^2))``. The
     Bernoulli trials use float64 probabilities (exact sampling would use rationals).
 
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The draws' generator.
+    sigma : float > 0
+        The parameter (about the standard deviation for ``sigma >= 1``).
+    size : int
+        Number of draws.
+
+    Returns
+    -------
+    draws : ndarray of int64, shape (size,)
+
     Examples
     --------
     >>> import numpy as np
@@ -178,6 +191,21 @@ def ddg_rho(sensitivity, sigma_client, n_clients, dim):
     """The zCDP ``rho`` of a sum of ``n_clients`` discrete Gaussians ``N_Z(0, sigma_client^2)``
     over integer vectors of ``dim`` entries moved by at most ``sensitivity`` in L2 (Kairouz,
     Liu and Steinke 2021, Theorem 3): ``Delta^2 / (2 n sigma_c^2) + tau dim / 4``.
+
+    Parameters
+    ----------
+    sensitivity : float
+        L2 bound of the change of the integer sum between neighbours.
+    sigma_client : float
+        Each client's discrete Gaussian parameter.
+    n_clients : int
+        Clients in the sum.
+    dim : int
+        Entries of the vector.
+
+    Returns
+    -------
+    rho : float
 
     Examples
     --------
@@ -311,6 +339,19 @@ def distributed_noise(privacy, *, n_releases, n_rounds):
     """The :class:`DistributedNoise` of a fit whose clients release at most ``n_releases``
     sums each, over ``n_rounds`` rounds.
 
+    Parameters
+    ----------
+    privacy : DistributedDP
+        The fit's parameters.
+    n_releases : int
+        The most noisy sums a client is in (``target_epsilon`` covers them).
+    n_rounds : int
+        The most exchanges of a running sum (sizes the ring).
+
+    Returns
+    -------
+    noise : DistributedNoise
+
     Examples
     --------
     >>> from sklearn_fedmf.privacy import DistributedDP, distributed_noise
@@ -380,8 +421,11 @@ class DistributedDPMixin:
 
     def _settings(self):
         settings = super()._settings()
-        if self._distributed() and settings.get("early_stopping") == "auto":
-            settings["early_stopping"] = False  # (validation sums are not noised)
+        if self._distributed():
+            if settings.get("early_stopping") == "auto":
+                settings["early_stopping"] = False  # (validation sums are not noised)
+            if settings.get("secure_aggregation") is False:
+                settings["secure_aggregation"] = True  # (the noise is private only so)
         return settings
 
     def _secure_protocol(self, protocol):

@@ -489,6 +489,8 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
     sums = _unflatten(encoding.decode(total), layout)
     if options.noise is not None:  # a release of each client in the sum (its accounting)
         options.noise.record(survivors.clients, words, n)
+        if weights is not None and "weight" in sums:  # (the server sent them: exact)
+            sums["weight"] = float(sum(weights[c] for c in survivors.clients))
     server_s["unmasking"] += clock() - tic
     alive = set(survivors.clients)
     work["keystream_words"] += len(alive) * words  # the survivors' self masks
