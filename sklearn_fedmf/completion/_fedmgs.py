@@ -22,7 +22,7 @@ from ._base import (
 )
 from ._fed_baseline import FedBaseline
 from ._fedmgs_implicit import make_implicit_protocol
-from ._fedmgs_protocol import AUTO_WEIGHTED, make_protocol
+from ._fedmgs_protocol import AUTO_WEIGHTED, denoise_aggregates, make_protocol
 from ._implicit import (
     IMPLICIT_ALPHA,
     IMPLICIT_SOLVER_SETTINGS,
@@ -254,6 +254,12 @@ class FedMGS(DistributedDPMixin, AutoStrengthsMixin, FederatedMFBase):
             item_bias=item_bias, user_shrinkage=user_shrinkage,
             rating_rms=None if item_bias is None else self._auto(ctx)["rms"],
         )
+
+    @staticmethod
+    def _ddp_denoise(sums):
+        """Noisy sums (``privacy=DistributedDP``) made usable: each item's Gram block and the
+        Gram sum positive semidefinite, the sum of squares positive."""
+        return denoise_aggregates(sums)
 
     def _collect(self, state, blocks, ctx):
         super()._collect(state, blocks, ctx)

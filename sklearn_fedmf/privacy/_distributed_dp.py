@@ -50,7 +50,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from numbers import Real
+from functools import partial
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -104,6 +105,12 @@ class DistributedDP(BaseEstimator):
         dropout the protocol survives, and costs ``m / t`` times the variance when ``m``
         clients survive); a fraction of the exchange's clients, which an honest server
         enforces (an exchange with fewer survivors fails), for less noise.
+    max_releases : int or None, default=None
+        The most noisy sums a client's data enters: ``target_epsilon`` is calibrated for
+        that many, and a client that has sent as many sends zero (its update, or its change)
+        afterwards, noise only. None: every secure exchange of the fit (a client sampled in
+        every round); with ``clients_per_round`` a tenth of the clients, a cap near the
+        expected count buys about ``sqrt(10)`` times less noise.
 
     See Also
     --------
@@ -128,16 +135,19 @@ class DistributedDP(BaseEstimator):
         "noise": [Interval(Real, 0, None, closed="neither"), None],
         "clip": [Interval(Real, 0, None, closed="neither")],
         "min_survivors": [StrOptions({"threshold"}), Interval(Real, 0, 1, closed="right")],
+        "max_releases": [Interval(Integral, 1, None, closed="left"), None],
     }
 
     def __init__(self, mechanism="discrete_gaussian", *, target_epsilon=None,
-                 target_delta=1e-6, noise=None, clip=1.0, min_survivors="threshold"):
+                 target_delta=1e-6, noise=None, clip=1.0, min_survivors="threshold",
+                 max_releases=None):
         self.mechanism = mechanism
         self.target_epsilon = target_epsilon
         self.target_delta = target_delta
         self.noise = noise
         self.clip = clip
         self.min_survivors = min_survivors
+        self.max_releases = max_releases
 
 
 # ---- the sampler ---------------------------------------------------------------------------
@@ -234,6 +244,7 @@ class DistributedNoise:
     n_rounds: int
     delta: float
     min_survivors: object = "threshold"
+    max_releases: int | None = None
     releases: dict = field(default_factory=dict, compare=False, repr=False)
     largest: dict = field(default_factory=lambda: {"dim": 1, "members": 2}, compare=False,
                           repr=False)
@@ -275,15 +286,24 @@ class DistributedNoise:
         norm = float(np.linalg.norm(x))
         return x * (bound / norm) if norm > bound else x
 
-    def client_vector(self, flat, encoding, last, seed, survivors):
+    def may_release(self, released):
+        """Whether a client that has sent ``released`` noised inputs may send data again."""
+        return self.max_releases is None or released < self.max_releases
+
+    def client_vector(self, flat, encoding, last, seed, survivors, data=True):
         """A client's noised ring vector and its new committed encoding: ``(vector,
         committed)``. ``last`` is its committed encoding of a cumulative exchange (None: its
-        first, or a plain exchange): the change from it is clipped, not the value."""
+        first, or a plain exchange): the change from it is clipped, not the value.
+        ``data=False`` (past ``max_releases``): zero, noise only."""
         target = np.asarray(flat, dtype=np.float64)
-        if last is not None:
+        if not data:
+            target = np.zeros_like(target)
+        elif last is not None:
             target = target - encoding.decode(last)
         q = encoding.encode(self.clip_vector(target, encoding))
         committed = q if last is None else last + q  # (uint64: mod 2^64)
+        if not data and last is not None:
+            committed = last
         sigma_c = self.sigma_ring(encoding) / math.sqrt(survivors)
         rng = np.random.default_rng(seed)
         noise = discrete_gaussian(rng, sigma_c, q.size).view(np.uint64)
@@ -311,8 +331,9 @@ class DistributedNoise:
 
     def record(self, survivors, dim, n_members):
         """Count a decoded sum as one release of each of its ``survivors``."""
-        for c in survivors:
-            self.releases[c] = self.releases.get(c, 0) + 1
+        cap = math.inf if self.max_releases is None else self.max_releases
+        for c in survivors:  # (past the cap a client sends noise only: not a release)
+            self.releases[c] = min(self.releases.get(c, 0) + 1, cap)
         self.largest["dim"] = max(self.largest["dim"], int(dim))
         self.largest["members"] = max(self.largest["members"], int(n_members))
 
@@ -364,6 +385,8 @@ def distributed_noise(privacy, *, n_releases, n_rounds):
     if len(given) != 1:
         raise ValueError(f"DistributedDP takes exactly one of target_epsilon and noise; got "
                          f"{', '.join(given) or 'neither'}.")
+    if privacy.max_releases is not None:
+        n_releases = min(int(n_releases), int(privacy.max_releases))
     if privacy.noise is not None:
         multiplier = float(privacy.noise)
     else:
@@ -373,7 +396,8 @@ def distributed_noise(privacy, *, n_releases, n_rounds):
                                      max(int(n_releases), 1), accountant="rdp") * (1 + 1e-9)
     return DistributedNoise(clip=float(privacy.clip), multiplier=multiplier,
                             n_rounds=int(n_rounds), delta=float(privacy.target_delta),
-                            min_survivors=privacy.min_survivors)
+                            min_survivors=privacy.min_survivors,
+                            max_releases=privacy.max_releases)
 
 
 def distributed_spent(plan, encoding, clients, counts):
@@ -388,6 +412,20 @@ def distributed_spent(plan, encoding, clients, counts):
                                                  accountant="rdp")
     return {"client": np.asarray(clients), "n_releases": counts, "epsilon": epsilon,
             "delta": np.full(len(counts), plan.delta)}, z
+
+
+# ---- the server's post-processing of noisy sums -------------------------------------------
+def psd_project(blocks):
+    """Each symmetric ``(..., r, r)`` block with its negative eigenvalues set to 0: the
+    nearest positive semidefinite matrix (Frobenius). A noisy sum of Grams is indefinite; a
+    solve or gradient step on it diverges. Post-processing: no privacy cost."""
+    w, v = np.linalg.eigh(blocks)
+    return (v * np.maximum(w, 0.0)[..., None, :]) @ np.swapaxes(v, -1, -2)
+
+
+def _denoised(server_step, denoise, server_state, sums, *args, **kwargs):
+    return server_step(server_state, None if sums is None else denoise(sums), *args,
+                       **kwargs)
 
 
 # ---- the estimators' side ------------------------------------------------------------------
@@ -415,6 +453,9 @@ class DistributedDPMixin:
     the estimator's base in the class list): the fit's secure aggregation carries the noise
     (:meth:`_secure_protocol`), validation is off (its reports are not noised), and
     ``_read_distributed_spent`` sets ``privacy_spent_`` and ``noise_multiplier_``."""
+
+    # the estimator's post-processing of a noisy sums dict (None: none), e.g. Grams made PSD
+    _ddp_denoise = None
 
     def _distributed(self):
         return isinstance(getattr(self, "privacy", None), DistributedDP)
@@ -454,7 +495,14 @@ class DistributedDPMixin:
         plan = distributed_noise(self.privacy, n_releases=rounds * per_round + start,
                                  n_rounds=rounds * per_round + start)
         self._ddp_plan = plan
-        return dataclasses.replace(protocol, secure=dataclasses.replace(options, noise=plan))
+        summable = protocol.summable
+        if self._ddp_denoise is not None:  # the server's post-processing of the noisy sums
+            wrap = {name: partial(_denoised, getattr(summable, name), self._ddp_denoise)
+                    for name in ("server_update", "server_init", "server_prepare")
+                    if getattr(summable, name) is not None}
+            summable = dataclasses.replace(summable, **wrap)
+        return dataclasses.replace(protocol, summable=summable,
+                                   secure=dataclasses.replace(options, noise=plan))
 
     def _collect(self, state, blocks, ctx):
         super()._collect(state, blocks, ctx)

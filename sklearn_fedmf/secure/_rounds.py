@@ -284,10 +284,15 @@ def client_secure_phase(phase, client, slot, message, rng, summable):
                                                else summable.cumulative)
         noise = message.get("noise")
         if noise is not None:  # clipped, encoded and noised (privacy._distributed_dp)
-            plan, seed, survivors = noise
+            plan, seed, survivors, reference = noise
+            if reference is not None:  # (its update: the server adds the reference back)
+                flat = flat - _flatten(reference[0](reference[1], message.get("weight")))[0]
             key = "committed_prepare" if prepare else "committed"
             last = slot.get(key) if cumulative else None
-            vector, committed = plan.client_vector(flat, encoding, last, seed, survivors)
+            released = slot.get("dp_releases", 0)
+            vector, committed = plan.client_vector(flat, encoding, last, seed, survivors,
+                                                   data=plan.may_release(released))
+            slot["dp_releases"] = released + 1
             if cumulative:  # (the dense committed encoding: a clipped one cannot be rebuilt)
                 slot["pending"] = (key, committed)
         elif cumulative:
@@ -324,7 +329,7 @@ class ExchangeResult:
 
 def run_secure_exchange(transport, clients, dropped, *, options, stream, server_rng, exchange,
                         weights=None, running=None, check=None, round_number=None,
-                        encoding=None, keep_masked=None):
+                        encoding=None, keep_masked=None, reference=None):
     """Run the four secure phases over ``transport`` for one exchange of uploads.
 
     Parameters
@@ -356,6 +361,9 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
         Whether ``ExchangeResult.masked`` holds the masked inputs (else None for each
         survivor; they are summed as they arrive either way). None: all but an ``"init"``
         exchange's (over every client).
+    reference : tuple or None
+        With noise: ``(summable.reference, server_state)``; each client noises its summands
+        minus ``reference(server_state, weight)`` and the server adds the survivors' back.
 
     Returns
     -------
@@ -424,7 +432,8 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
                 down["masked_input"][c] += 8
             if options.noise is not None:  # the client's noise stream and share
                 messages[c]["noise"] = (options.noise, options.noise.seed(stream, c),
-                                        options.noise.survivors_needed(threshold, n))
+                                        options.noise.survivors_needed(threshold, n),
+                                        reference)
         server_s["share_keys"] += clock() - tic
         # the masked inputs come in batches, summed as they arrive: the server never holds
         # every client's dense vector at once (the start's exchange is over every client);
@@ -489,6 +498,11 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
     sums = _unflatten(encoding.decode(total), layout)
     if options.noise is not None:  # a release of each client in the sum (its accounting)
         options.noise.record(survivors.clients, words, n)
+        if reference is not None:  # the survivors' references, added back
+            for c in survivors.clients:
+                back = reference[0](reference[1], None if weights is None else weights[c])
+                for name, value in back.items():
+                    sums[name] = sums[name] + value
         if weights is not None and "weight" in sums:  # (the server sent them: exact)
             sums["weight"] = float(sum(weights[c] for c in survivors.clients))
     server_s["unmasking"] += clock() - tic
@@ -514,7 +528,7 @@ def total_bytes(per_phase):
 
 def secure_exchange(protocol, transport, clients, dropped, entropy, key, failures,
                     round_number, exchange, weights=None, running=None, encoding=None,
-                    keep_masked=None):
+                    keep_masked=None, reference=None):
     """One secure sum of a fit over the transport (:func:`run_secure_exchange`): the clients'
     keys from their ``SeedSequence(entropy, (6, *key, client))``, the server's graph from
     ``(7, *key)`` (``key``: ``(0,)`` at the start, ``(k + 1,)`` for round ``k``'s uploads,
@@ -529,7 +543,8 @@ def secure_exchange(protocol, transport, clients, dropped, entropy, key, failure
         server_rng=np.random.default_rng(np.random.SeedSequence(
             entropy, spawn_key=(_SECURE_SERVER, *key))),
         exchange=exchange, weights=weights, running=running, check=check,
-        round_number=round_number, encoding=encoding, keep_masked=keep_masked)
+        round_number=round_number, encoding=encoding, keep_masked=keep_masked,
+        reference=reference)
 
 
 def secure_bytes(exchanges):
@@ -566,7 +581,9 @@ def secure_round(protocol, transport, state, uploads, dropped, drawn, entropy, k
             protocol, transport, clients, sorted(dropped), entropy, (k + 1,), failures, k + 1,
             "update", weights=weights,
             running=state.secure_running if summable.cumulative else None,
-            keep_masked=keep_masked)
+            keep_masked=keep_masked,
+            reference=None if summable.reference is None or protocol.secure.noise is None
+            else (summable.reference, state.server_state))
     except SecureRoundFailed as exc:
         if not failures.skip:
             raise FederationError(f"[{label}] round {k + 1}: {exc}") from exc
