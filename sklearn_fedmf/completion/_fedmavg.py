@@ -14,7 +14,12 @@ from numbers import Integral, Real
 
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..privacy._distributed_dp import DISTRIBUTED_DOCS, DistributedDP, DistributedDPMixin
+from ..privacy._distributed_dp import (
+    DISTRIBUTED_DOCS,
+    DistributedDP,
+    DistributedDPMixin,
+    psd_project,
+)
 from .._docstrings import Substitution, toy_example
 from .._engine import FederatedProtocol
 from .._fedmavg_protocol import check_aggregation, q2_schedule, round_phases
@@ -442,6 +447,14 @@ class FedMAvg(DistributedDPMixin, AutoStrengthsMixin, FederatedMFBase):
         elif self.alpha_v == "auto" and self._settings()["variant"] == "fedmc_admm":
             alpha_v /= ctx.n_clients  # (its objective divides the data term, not h(V), by p)
         return alpha_u, alpha_v
+
+    _ddp_uniform_weights = True  # DistributedDP: the plain mean of the updates (clip: units of V)
+
+    @staticmethod
+    def _ddp_denoise(sums):
+        """A noisy Gram sum (``privacy=DistributedDP``) made positive semidefinite: the step
+        bound ``d`` of a round comes from its largest eigenvalue."""
+        return {**sums, "gram": psd_project(sums["gram"])} if "gram" in sums else sums
 
     def _collect(self, state, blocks, ctx):
         super()._collect(state, blocks, ctx)

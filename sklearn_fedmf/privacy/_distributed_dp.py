@@ -423,6 +423,10 @@ def psd_project(blocks):
     return (v * np.maximum(w, 0.0)[..., None, :]) @ np.swapaxes(v, -1, -2)
 
 
+def _uniform_weights(server_state, clients, counts):
+    return dict.fromkeys(clients, 1.0)
+
+
 def _denoised(server_step, denoise, server_state, sums, *args, **kwargs):
     return server_step(server_state, None if sums is None else denoise(sums), *args,
                        **kwargs)
@@ -456,6 +460,9 @@ class DistributedDPMixin:
 
     # the estimator's post-processing of a noisy sums dict (None: none), e.g. Grams made PSD
     _ddp_denoise = None
+    # whether the weighted sums weigh every client 1 (``clip`` then bounds its update, in the
+    # model's units; a weight that grows with the client's data would scale its sensitivity)
+    _ddp_uniform_weights = False
 
     def _distributed(self):
         return isinstance(getattr(self, "privacy", None), DistributedDP)
@@ -501,6 +508,8 @@ class DistributedDPMixin:
                     for name in ("server_update", "server_init", "server_prepare")
                     if getattr(summable, name) is not None}
             summable = dataclasses.replace(summable, **wrap)
+        if self._ddp_uniform_weights and summable.weights is not None:
+            summable = dataclasses.replace(summable, weights=_uniform_weights)
         return dataclasses.replace(protocol, summable=summable,
                                    secure=dataclasses.replace(options, noise=plan))
 
