@@ -158,3 +158,32 @@ def test_fit_is_deterministic_and_noisy():
     plain = RFRec(random_state=0, secure_aggregation=True, **kw).fit(X)
     assert not np.allclose(plain.components_, a.components_)
     assert a.privacy_spent_["epsilon"].max() <= 8.0 + 1e-6
+
+
+def test_past_max_releases_a_client_sends_noise_only():
+    plan = distributed_noise(DistributedDP(noise=1.0, clip=1.0, max_releases=2),
+                             n_releases=10, n_rounds=10)
+    enc = plan.encoding_for(4)
+    last = enc.encode(np.full(100, 0.01))
+    vector, committed = plan.client_vector(np.full(100, 0.05), enc, last,
+                                           np.random.SeedSequence(0), 2, data=False)
+    np.testing.assert_array_equal(committed, last)  # its value in the running sum stays
+    noise_only, _ = plan.client_vector(np.zeros(100), enc, None, np.random.SeedSequence(0), 2)
+    np.testing.assert_array_equal(vector, noise_only)  # the same draws, no data
+    assert plan.may_release(1) and not plan.may_release(2)
+    plan.record([0, 1], 100, 4)
+    plan.record([0], 100, 4)
+    plan.record([0], 100, 4)
+    assert plan.counts(3).tolist() == [2, 1, 0]  # a release past the cap carries no data
+
+
+def test_min_survivors_sizes_the_shares_and_the_server_refuses_fewer():
+    from sklearn_fedmf.secure._rounds import SecureRoundFailed
+
+    plan = distributed_noise(DistributedDP(noise=1.0, min_survivors=0.9), n_releases=1,
+                             n_rounds=1)
+    assert plan.survivors_needed(threshold=9, n_members=100) == 90
+    assert plan.survivors_needed(threshold=95, n_members=100) == 95
+    plan.check_survivors(range(90), 9, 100)
+    with pytest.raises(SecureRoundFailed, match="fewer than the 90"):
+        plan.check_survivors(range(89), 9, 100)

@@ -486,6 +486,10 @@ class DistributedDPMixin:
 
         name = type(self).__name__
         settings = self._settings()
+        if settings.get("warm_start") and hasattr(self, "_federation"):
+            raise ValueError(f"{name}: privacy=DistributedDP does not continue a fit "
+                             "(warm_start=True): its accounting covers one fit; set "
+                             "warm_start=False.")
         if settings.get("early_stopping") is True:
             raise ValueError(f"{name}: privacy=DistributedDP cannot validate (early_stopping"
                              "=True): the validation sums are not noised; set "
