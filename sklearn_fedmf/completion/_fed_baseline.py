@@ -14,8 +14,8 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._data import check_dense_size
-from ..privacy._distributed_dp import DISTRIBUTED_DOCS, DistributedDP, DistributedDPMixin
 from .._docstrings import Substitution
+from ..privacy._distributed_dp import DISTRIBUTED_DOCS, DistributedDP, DistributedDPMixin
 from ._base import (
     COMPLETION_DOCS,
     FOLD_IN_DATA,

@@ -14,15 +14,15 @@ from numbers import Integral, Real
 
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .._docstrings import Substitution, toy_example
+from .._engine import FederatedProtocol
+from .._fedmavg_protocol import check_aggregation, q2_schedule, round_phases
 from ..privacy._distributed_dp import (
     DISTRIBUTED_DOCS,
     DistributedDP,
     DistributedDPMixin,
     psd_project,
 )
-from .._docstrings import Substitution, toy_example
-from .._engine import FederatedProtocol
-from .._fedmavg_protocol import check_aggregation, q2_schedule, round_phases
 from ._auto_strengths import BIAS_START_PASSES, AutoStrengthsMixin, variant_bias_settings
 from ._base import (
     COMPLETION_DOCS,

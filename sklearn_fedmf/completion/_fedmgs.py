@@ -10,8 +10,8 @@ from numbers import Integral, Real
 
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..privacy._distributed_dp import DISTRIBUTED_DOCS, DistributedDP, DistributedDPMixin
 from .._docstrings import Substitution, toy_example
+from ..privacy._distributed_dp import DISTRIBUTED_DOCS, DistributedDP, DistributedDPMixin
 from ._auto_strengths import AutoStrengthsMixin
 from ._base import (
     COMPLETION_DOCS,
