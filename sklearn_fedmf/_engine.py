@@ -95,10 +95,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from ._dispatch import resident_blocks
-from ._early_stopping import EarlyStopping, _BestRound
 from ._message_size import Broadcast, nbytes
+from ._early_stopping import EarlyStopping, _BestRound
 from ._progress import _Progress
 from ._transport import (
     LocalTransport,

@@ -1,10 +1,10 @@
-"""Local and distributed differential privacy: the mechanisms a client applies to an upload, and accounting.
+"""Local and distributed differential privacy: the mechanisms a client applies, and accounting.
 
 An estimator that noises its uploads takes ``privacy=LocalDP(...)``
 (``sklearn_fedmf.privacy._local_dp``: the object, the settings of a fit and the reader of
 the budget spent); ``privacy=DistributedDP(...)`` noises the secure sum instead
-(``sklearn_fedmf.privacy._distributed_dp``). Clipping, Gaussian and Laplace noise, randomized response and their
-noise-scale formulas (classical and analytic Gaussian) are in
+(``sklearn_fedmf.privacy._distributed_dp``). Clipping, Gaussian and Laplace noise,
+randomized response and their noise-scale formulas (classical and analytic Gaussian) are in
 ``sklearn_fedmf.privacy._mechanisms``; the cost of a client's releases over a whole fit (PLD
 and RDP accountants of the optional ``dp-accounting``, or basic composition) and the
 calibration of noise to a target budget are in ``sklearn_fedmf.privacy._accounting``. What
