@@ -60,6 +60,8 @@ def main():
                         help="DistributedDP's L2 clip (default: per estimator, CLIP)")
     parser.add_argument("--epsilons", type=float, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--estimators", nargs="+", default=["FedMAvg", "FedMGS"])
+    parser.add_argument("--clip-only", action="store_true",
+                        help="also a row at no noise (noise=1e-9): what clipping alone costs")
     parser.add_argument("--min-survivors", default="threshold",
                         help='DistributedDP\'s min_survivors: "threshold" or a fraction')
     parser.add_argument("--max-releases", type=int, default=None,
@@ -89,6 +91,11 @@ def main():
         clip = args.clip if args.clip is not None else CLIP[name]
         cap = args.max_releases if args.max_releases is not None else MAX_RELEASES.get(name)
         print(f"| {name} | - | - | inf (plain) | {plain:.4f}{why} | {s:.1f} | | |", flush=True)
+        if args.clip_only:
+            err, s, why = fit(cls, X_train, X_test, common, **extra, privacy=DistributedDP(
+                noise=1e-9, clip=clip, min_survivors=survivors, max_releases=cap))
+            print(f"| {name} | {clip:g} | {cap} | inf (clip only) | {err:.4f}"
+                  f"{' ' + why if why else ''} | {s:.1f} | | |", flush=True)
         for eps in args.epsilons:
             ddp = DistributedDP(target_epsilon=eps, target_delta=DELTA, clip=clip,
                                 min_survivors=survivors, max_releases=cap)
