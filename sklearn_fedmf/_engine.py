@@ -195,6 +195,11 @@ class SummableUploads:
         Set by the engine in a fit with early stopping: the keys of ``client_metrics`` (a
         client's validation report) that the clients keep for one more secure sum per
         evaluation instead of sending them.
+    reference : callable or None
+        ``reference(server_state, weight) -> {name: array or number}``, the round's summands
+        of a client that did not move (e.g. ``w V`` for ``w W_p``): with noise on the sum
+        (``privacy=DistributedDP``) a client clips and noises its summands minus this, and
+        the server adds the survivors' references back. None: the summands themselves.
     """
 
     client: Callable
@@ -207,6 +212,7 @@ class SummableUploads:
     server_prepare: Callable | None = None
     prepare_cumulative: bool = False
     report_keys: tuple = ()
+    reference: Callable | None = None
 
 
 @dataclass(frozen=True)

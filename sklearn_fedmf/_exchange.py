@@ -54,6 +54,7 @@ from .exceptions import ClientFailureWarning, FederationError
 from .secure._aggregate import secure_sum
 from .secure._costs import round_costs, work_clock
 from .secure._crypto import load_primitives
+from .secure._encoding import FixedPointEncoding
 from .secure._protocol import PHASES
 from .secure._rounds import (
     READY,
@@ -68,7 +69,9 @@ from .secure._rounds import (
 
 __all__ = ["PlainExchange", "SecureExchange", "exchange_for", "secure_options",
            "sum_securely", "keep_on_clients", "client_exchange_phase", "holds_upload",
-           "total_bytes", "READY", "SECURE_PHASES", "PerClient", "client_secure_phase"]
+           "total_bytes", "READY", "SECURE_PHASES", "PerClient", "client_secure_phase",
+           # (for the noise on the sum, privacy._distributed_dp: the ring and its options)
+           "FixedPointEncoding", "SecureAggregation", "SecureRoundFailed"]
 
 _SECURE_CLIENT, _SECURE_SERVER = 6, 7  # seed kinds: round k's exchange uses k + 1 (0: init)
 
@@ -288,7 +291,10 @@ class SecureExchange:
                 outcome = self._sum(
                     transport, clients, sorted(dropped), (k + 1,), k + 1, "update",
                     weights=weights, running=self.running if summable.cumulative else None,
-                    keep_masked=keep_masked)
+                    keep_masked=keep_masked,
+                    # (noise on the sum: the clients noise their update from the reference)
+                    reference=None if summable.reference is None or self.options.noise is None
+                    else (summable.reference, state.server_state))
             except SecureRoundFailed as exc:
                 if not failures.skip:
                     raise FederationError(f"[{label}] round {k + 1}: {exc}") from exc

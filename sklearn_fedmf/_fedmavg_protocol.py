@@ -196,6 +196,13 @@ def weighted_upload(upload, weight):
     return {"W": weight * np.asarray(upload["W"], dtype=np.float64), "weight": float(weight)}
 
 
+def unmoved_upload(server_state, weight):
+    """The summands of a client whose copy did not move from the server's ``Vt``: with
+    noise on the sum each client clips and noises ``w_p (W_p - Vt)`` (its update)."""
+    return {"W": weight * np.asarray(server_state["Vt"], dtype=np.float64),
+            "weight": float(weight)}
+
+
 def upload_weights(server_state, clients, counts, *, aggregation):
     """Each sender's weight in :func:`average_uploads`, unnormalized: ``omega_p``
     (``"weighted"``) or its draws ``n_p`` (``"sampled_mean"``)."""
@@ -252,6 +259,7 @@ def round_phases(*, participation, prepared, local_phase, w_phase, keep, gram, s
             client=weighted_upload,
             server_update=partial(_server_from_sums, secure_update=secure_update),
             weights=partial(upload_weights, aggregation=aggregation),
+            reference=unmoved_upload,
             prepare_client=gram_summand if prepared else None,
             server_prepare=secure_prepare if prepared else None,
             prepare_cumulative=True),

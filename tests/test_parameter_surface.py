@@ -1,5 +1,6 @@
 """The completion estimators' parameter surface (issue 25): a constructor of at most 18
-parameters (23 once validation, the implicit loss and secure aggregation add theirs), the
+parameters (23 once validation, the implicit loss and secure aggregation add theirs; 24 with
+``privacy``, issue 39), the
 papers' constants in ``solver_params`` declared per class, the removed names refused with
 their new place, and the shared parameters described once."""
 
@@ -21,13 +22,13 @@ COMPLETION = [FedMCADMM, FedMAvg, FedMGS, RFRec, FedBaseline]
 IDS = [cls.__name__ for cls in COMPLETION]
 # the parameters the next issues add to every completion estimator
 COMING = ("validation_fraction", "early_stopping", "n_iter_no_change", "loss",
-          "secure_aggregation")
+          "secure_aggregation", "privacy")
 
 
 @pytest.mark.parametrize("cls", COMPLETION, ids=IDS)
 def test_constructor_leaves_room_for_the_coming_parameters(cls):
     params = cls().get_params()
-    assert len(set(params) | set(COMING)) <= 23  # (a coming one already added counts once)
+    assert len(set(params) | set(COMING)) <= 24  # (a coming one already added counts once)
     assert "solver_params" in params and params["solver_params"] is None
     assert not set(params) & set(cls._solver_params)  # a name lives in one place
 

@@ -15,6 +15,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._data import check_dense_size
 from .._docstrings import Substitution
+from ..privacy._distributed_dp import DISTRIBUTED_DOCS, DistributedDP, DistributedDPMixin
 from ._base import (
     COMPLETION_DOCS,
     FOLD_IN_DATA,
@@ -27,8 +28,8 @@ __all__ = ["FedBaseline"]
 
 
 
-@Substitution(**COMPLETION_DOCS)
-class FedBaseline(FederatedMFBase):
+@Substitution(**COMPLETION_DOCS, **DISTRIBUTED_DOCS)
+class FedBaseline(DistributedDPMixin, FederatedMFBase):
     """Federated biases-only model: ``mean + b_u + b_i``, fitted by alternating least squares.
 
     The federated counterpart of Surprise's ``BaselineOnly`` (``bsl_options={"method":
@@ -78,9 +79,11 @@ class FedBaseline(FederatedMFBase):
 
         %(solver_simulation)s
     %(secure_parameter)s
+    %(distributed_privacy)s
 
     Attributes
     ----------
+    %(distributed_attributes)s
     item_bias_ : ndarray of shape (n_items,)
         ``b_i``, the server's.
     user_bias_ : ndarray of shape (n_users,)
@@ -142,6 +145,7 @@ class FedBaseline(FederatedMFBase):
            if name not in ("n_components", "biased")},
         "alpha_u": [Interval(Real, 0, None, closed="left")],
         "alpha_v": [Interval(Real, 0, None, closed="left")],
+        "privacy": [DistributedDP, None],
     }
 
     def __init__(
@@ -161,6 +165,7 @@ class FedBaseline(FederatedMFBase):
         verbose=0,
         solver_params=None,
         secure_aggregation=False,
+        privacy=None,
     ):
         # (not the base's __init__, which would store the fixed class attributes above)
         self.alpha_u = alpha_u
@@ -177,6 +182,7 @@ class FedBaseline(FederatedMFBase):
         self.verbose = verbose
         self.solver_params = solver_params
         self.secure_aggregation = secure_aggregation
+        self.privacy = privacy
 
     def _make_protocol(self, ctx):
         return make_protocol(n_items=ctx.n_features, alpha_u=self.alpha_u,

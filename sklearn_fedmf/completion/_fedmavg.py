@@ -17,6 +17,12 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._docstrings import Substitution, toy_example
 from .._engine import FederatedProtocol
 from .._fedmavg_protocol import RoundRule, check_aggregation, q2_schedule, round_phases
+from ..privacy._distributed_dp import (
+    DISTRIBUTED_DOCS,
+    DistributedDP,
+    DistributedDPMixin,
+    psd_project,
+)
 from ._auto_strengths import BIAS_START_PASSES, AutoStrengthsMixin, variant_bias_settings
 from ._base import (
     COMPLETION_DOCS,
@@ -136,9 +142,9 @@ def _only_set(**kwargs):
 
 
 # ---- estimator ----------------------------------------------------------------------------
-@Substitution(**COMPLETION_DOCS,
+@Substitution(**COMPLETION_DOCS, **DISTRIBUTED_DOCS,
               example=toy_example("FedMAvg", max_iter=300, alpha=0.01, bound=0.1))
-class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
+class FedMAvg(DistributedDPMixin, AutoStrengthsMixin, FederatedMFBase):
     """Federated matrix completion by model averaging (FedMAvg, Wang & Chang).
 
     Each client owns a block of rows (users). In a round every client (partial client
@@ -262,9 +268,11 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
           Conjugate-gradient steps per user with ``implicit_solver="cg"``.
         %(solver_factor_shared)s
     %(secure_parameter)s
+    %(distributed_privacy)s
 
     Attributes
     ----------
+    %(distributed_attributes)s
     %(factor_attributes)s
     history_ : list of dict
         One record per round: ``objective``, ``train_rmse``, ``eval_rmse``, bytes (the
@@ -315,6 +323,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         "local_iter_v": [Interval(Integral, 1, None, closed="left"), None],
         "regularization": [StrOptions({"plain", "weighted"})],
         **AutoStrengthsMixin._parameter_constraints,
+        "privacy": [DistributedDP, None],
     }
 
     def __init__(
@@ -343,6 +352,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         verbose=0,
         solver_params=None,
         secure_aggregation=False,
+        privacy=None,
     ):
         super().__init__(
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
@@ -353,6 +363,7 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
             solver_params=solver_params, loss=loss,
             secure_aggregation=secure_aggregation,
         )
+        self.privacy = privacy
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v
         self.regularization = regularization
@@ -455,6 +466,14 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         elif self.alpha_v == "auto" and ctx.settings["variant"] == "fedmc_admm":
             alpha_v /= ctx.n_clients  # (its objective divides the data term, not h(V), by p)
         return alpha_u, alpha_v
+
+    _ddp_uniform_weights = True  # DistributedDP: the plain mean of the updates (clip: units of V)
+
+    @staticmethod
+    def _ddp_denoise(sums):
+        """A noisy Gram sum (``privacy=DistributedDP``) made positive semidefinite: the step
+        bound ``d`` of a round comes from its largest eigenvalue."""
+        return {**sums, "gram": psd_project(sums["gram"])} if "gram" in sums else sums
 
     def _collect(self, state, blocks, ctx):
         super()._collect(state, blocks, ctx)

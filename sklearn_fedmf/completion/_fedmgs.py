@@ -11,6 +11,7 @@ from numbers import Integral, Real
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._docstrings import Substitution, toy_example
+from ..privacy._distributed_dp import DISTRIBUTED_DOCS, DistributedDP, DistributedDPMixin
 from ._auto_strengths import AutoStrengthsMixin
 from ._base import (
     COMPLETION_DOCS,
@@ -21,7 +22,7 @@ from ._base import (
 )
 from ._fed_baseline import FedBaseline
 from ._fedmgs_implicit import make_implicit_protocol
-from ._fedmgs_protocol import AUTO_WEIGHTED, make_protocol
+from ._fedmgs_protocol import AUTO_WEIGHTED, denoise_aggregates, make_protocol
 from ._implicit import (
     IMPLICIT_SOLVER_SETTINGS,
     check_implicit_settings,
@@ -32,9 +33,9 @@ __all__ = ["FedMGS"]
 
 
 # ---- estimator ----------------------------------------------------------------------------
-@Substitution(**COMPLETION_DOCS,
+@Substitution(**COMPLETION_DOCS, **DISTRIBUTED_DOCS,
               example=toy_example("FedMGS", max_iter=300, alpha=0.01, bound=0.1))
-class FedMGS(AutoStrengthsMixin, FederatedMFBase):
+class FedMGS(DistributedDPMixin, AutoStrengthsMixin, FederatedMFBase):
     """Federated matrix completion by gradient sharing (FedMGS, Wang & Chang).
 
     Each round, the ``clients_per_round`` sampled clients take ``local_iter_u``
@@ -124,9 +125,11 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
           Conjugate-gradient steps per row with ``implicit_solver="cg"``.
         %(solver_factor_shared)s
     %(secure_parameter)s
+    %(distributed_privacy)s
 
     Attributes
     ----------
+    %(distributed_attributes)s
     %(factor_attributes)s
     history_ : list of dict
         One record per round (round 1's bytes include every client's initial aggregates
@@ -172,6 +175,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
         "local_iter_v": [Interval(Integral, 1, None, closed="left")],
         "regularization": [StrOptions({"plain", "weighted"})],
         **AutoStrengthsMixin._parameter_constraints,
+        "privacy": [DistributedDP, None],
     }
 
     def __init__(
@@ -200,6 +204,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
         verbose=0,
         solver_params=None,
         secure_aggregation=False,
+        privacy=None,
     ):
         super().__init__(
             n_components, alpha_u=alpha_u, alpha_v=alpha_v, biased=biased, n_clients=n_clients,
@@ -210,6 +215,7 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
             solver_params=solver_params, loss=loss,
             secure_aggregation=secure_aggregation,
         )
+        self.privacy = privacy
         self.local_iter_u = local_iter_u
         self.local_iter_v = local_iter_v
         self.regularization = regularization
@@ -254,6 +260,12 @@ class FedMGS(AutoStrengthsMixin, FederatedMFBase):
         )
 
     _protocols = {"squared": _squared_protocol, "implicit": _implicit_protocol}
+
+    @staticmethod
+    def _ddp_denoise(sums):
+        """Noisy sums (``privacy=DistributedDP``) made usable: each item's Gram block and the
+        Gram sum positive semidefinite, the sum of squares positive."""
+        return denoise_aggregates(sums)
 
     def _collect(self, state, blocks, ctx):
         super()._collect(state, blocks, ctx)

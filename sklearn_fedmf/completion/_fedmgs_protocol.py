@@ -533,6 +533,25 @@ def secure_summands(upload, weight=None, broadcast=None, *, n_items, auto, n_rat
     return out
 
 
+def denoise_aggregates(sums):
+    """Noisy secure sums (``privacy=DistributedDP``) post-processed: each item's block
+    ``sum u u^T`` and the Gram sum made positive semidefinite
+    (:func:`~sklearn_fedmf.privacy._distributed_dp.psd_project`), the sum of squares kept
+    above zero."""
+    from ..privacy._distributed_dp import psd_project
+
+    out = dict(sums)
+    r = out["gram"].shape[0]
+    total = _unpack_blocks(out["sums"], r)
+    blocks = psd_project(total[:, r:].reshape(-1, r, r))
+    out["sums"] = _pack_blocks(np.concatenate([total[:, :r], blocks.reshape(-1, r * r)],
+                                              axis=1), r)
+    out["gram"] = psd_project(out["gram"])
+    if "ss" in out:
+        out["ss"] = max(float(out["ss"]), np.finfo(np.float64).tiny)
+    return out
+
+
 def secure_server_init(server_state, sums, n_summed, *, n_clients, auto, n_ratings,
                        rating_rms=None):
     """:func:`server_init_uploads` from the secure sums (every client's)."""

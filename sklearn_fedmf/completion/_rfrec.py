@@ -56,7 +56,8 @@ from .._engine import FederatedProtocol, Participation, SummableUploads
 from .._groups import GroupStates
 from .._kernels import ridge_fold_in
 from ..exceptions import ConfigurationWarning
-from ..privacy._local_dp import LocalDPMixin
+from ..privacy._distributed_dp import DistributedDP, DistributedDPMixin
+from ..privacy._local_dp import LocalDP, LocalDPMixin
 from . import _fedmc_admm
 from ._base import COMPLETION_DOCS, IMPLICIT_SETTINGS, FederatedMFBase, moved_to_solver_params
 from ._fed_baseline import FedBaseline
@@ -178,7 +179,7 @@ def _bind(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
 
 # ---- estimator ----------------------------------------------------------------------------
 @Substitution(**COMPLETION_DOCS)
-class RFRec(LocalDPMixin, FederatedMFBase):
+class RFRec(DistributedDPMixin, LocalDPMixin, FederatedMFBase):
     """Regularized federated recommendation: RFRec and RFRecF (Liu et al., CIKM 2024).
 
     Each client keeps its users' vectors and its own copy ``V_(c)`` of the item matrix, tied to
@@ -396,6 +397,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
     _parameter_constraints: dict = {
         **FederatedMFBase._parameter_constraints,
         **LocalDPMixin._parameter_constraints,
+        "privacy": [LocalDP, DistributedDP, None],
         "n_clients": [Interval(Integral, 1, None, closed="left"), None],
         "reg_consensus": [Interval(Real, 0, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
@@ -642,6 +644,7 @@ class RFRec(LocalDPMixin, FederatedMFBase):
                 f"[{lo:g}, {hi:g}]", self.learning_rate, settings["optimizer"]))
 
     _privacy_mechanisms = ("laplace",)  # the paper's
+    _distributed_privacy = True  # privacy=DistributedDP: noise on the secure sum
     _privacy_entry_range = 2.0  # an entry clipped to [-clip, clip] moves by up to 2 clip
 
     def _privacy_upload(self, n_items):

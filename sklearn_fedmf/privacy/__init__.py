@@ -1,9 +1,10 @@
-"""Local differential privacy: the mechanisms a client applies to an upload, and accounting.
+"""Local and distributed differential privacy: the mechanisms a client applies, and accounting.
 
 An estimator that noises its uploads takes ``privacy=LocalDP(...)``
 (``sklearn_fedmf.privacy._local_dp``: the object, the settings of a fit and the reader of
-the budget spent). Clipping, Gaussian and Laplace noise, randomized response and their
-noise-scale formulas (classical and analytic Gaussian) are in
+the budget spent); ``privacy=DistributedDP(...)`` noises the secure sum instead
+(``sklearn_fedmf.privacy._distributed_dp``). Clipping, Gaussian and Laplace noise,
+randomized response and their noise-scale formulas (classical and analytic Gaussian) are in
 ``sklearn_fedmf.privacy._mechanisms``; the cost of a client's releases over a whole fit (PLD
 and RDP accountants of the optional ``dp-accounting``, or basic composition) and the
 calibration of noise to a target budget are in ``sklearn_fedmf.privacy._accounting``. What
@@ -19,6 +20,12 @@ from ._accounting import (
     epsilon_spent,
     privacy_spent,
     resolve_accountant,
+)
+from ._distributed_dp import (
+    DistributedDP,
+    ddg_rho,
+    discrete_gaussian,
+    distributed_noise,
 )
 from ._local_dp import LocalDP, privacy_settings, read_privacy_spent
 from ._mechanisms import (
@@ -47,6 +54,7 @@ __all__ = [
     "ACCOUNTANTS",
     "CALIBRATIONS",
     "MECHANISMS",
+    "DistributedDP",
     "LocalDP",
     "PrivacyWarning",
     "analytic_gaussian_sigma",
@@ -55,6 +63,9 @@ __all__ = [
     "check_privacy",
     "clip_entries",
     "compose_basic",
+    "ddg_rho",
+    "discrete_gaussian",
+    "distributed_noise",
     "epsilon_spent",
     "flip_probability",
     "gaussian_delta",

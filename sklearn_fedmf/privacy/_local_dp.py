@@ -320,6 +320,7 @@ class LocalDPMixin(metaclass=ABCMeta):
     """
 
     _parameter_constraints: dict = {"privacy": [LocalDP, None]}
+    _distributed_privacy = False  # (RFRec: privacy=DistributedDP noises its secure sum)
     # read by FederatedEstimator: a removed parameter raises a TypeError naming its new place
     _moved_params = {old: f"privacy=LocalDP({new}=...)" for old, new in MOVED_TO_LOCAL_DP.items()}
     _privacy_mechanisms = MECHANISMS
@@ -343,6 +344,8 @@ class LocalDPMixin(metaclass=ABCMeta):
         """``noise_scale_``, ``accountant_``, ``epsilon_`` and ``privacy_spent_``: the
         releases each client actually made."""
         # (a Flower server has no clients_: the sites keep their rows; engine order then)
+        if getattr(self, "_ddp_plan", None) is not None:  # (DistributedDP's, already read)
+            return
         clients = np.unique(getattr(self, "clients_", np.arange(len(n_uploads))))
         self.noise_scale_, self.accountant_, self.epsilon_, self.privacy_spent_ = (
             read_privacy_spent(settings, clients, n_uploads))
@@ -352,6 +355,8 @@ def fit_privacy_settings(estimator, n_items):
     """The validated :func:`privacy_settings` of a fit of the :class:`LocalDPMixin`
     ``estimator`` on ``n_items`` columns (the fit's, and a Flower server's and site's)."""
     shape, n_releases = estimator._privacy_upload(n_items)
+    if estimator._distributed_privacy and not isinstance(estimator.privacy, (LocalDP, type(None))):
+        return dict(_OFF)  # (DistributedDP: no noise on the uploads themselves)
     return privacy_settings(estimator.privacy, mechanisms=estimator._privacy_mechanisms,
                             shape=shape, n_releases=n_releases,
                             entry_range=estimator._privacy_entry_range,

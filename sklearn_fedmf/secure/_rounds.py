@@ -123,6 +123,10 @@ class SecureAggregation:
     neighbours : int, "auto" or None, default="auto"
         SecAgg+'s degree, even (:func:`default_neighbours` for ``"auto"``: the smallest even
         number >= ``3 log2(n)`` for ``n`` clients of an exchange); None: every pair (SecAgg).
+    noise : DistributedNoise or None, default=None
+        Distributed differential privacy (set by ``privacy=DistributedDP``): each client
+        clips its summands, encodes them and adds its share of discrete Gaussian noise
+        (:mod:`sklearn_fedmf.privacy._distributed_dp`); the server decodes the noisy sum.
 
     Examples
     --------
@@ -135,9 +139,12 @@ class SecureAggregation:
 
     encoding: FixedPointEncoding | None = None
     neighbours: Any = "auto"
+    noise: Any = None  # DistributedNoise (privacy=DistributedDP): noise on the sum
 
     def encoding_for(self, n_clients):
-        """The encoding of a fit with ``n_clients`` clients."""
+        """The encoding of a fit with ``n_clients`` clients (the noise's, with noise)."""
+        if self.noise is not None:
+            return self.noise.encoding_for(n_clients)
         return auto_encoding(n_clients) if self.encoding is None else self.encoding
 
     def degree(self, n_clients):
@@ -273,8 +280,22 @@ def client_secure_phase(phase, client, slot, message, rng, summable):
         flat, layout = _flatten(source.values(summable))
         vector = flat
         prepare = exchange == "prepare"
-        if exchange != "report" and (summable.prepare_cumulative if prepare
-                                     else summable.cumulative):
+        cumulative = exchange != "report" and (summable.prepare_cumulative if prepare
+                                               else summable.cumulative)
+        noise = message.get("noise")
+        if noise is not None:  # clipped, encoded and noised (privacy._distributed_dp)
+            plan, seed, survivors, reference = noise
+            if reference is not None:  # (its update: the server adds the reference back)
+                flat = flat - _flatten(reference[0](reference[1], message.get("weight")))[0]
+            key = "committed_prepare" if prepare else "committed"
+            last = slot.get(key) if cumulative else None
+            released = slot.get("dp_releases", 0)
+            vector, committed = plan.client_vector(flat, encoding, last, seed, survivors,
+                                                   data=plan.may_release(released))
+            slot["dp_releases"] = released + 1
+            if cumulative:  # (the dense committed encoding: a clipped one cannot be rebuilt)
+                slot["pending"] = (key, committed)
+        elif cumulative:
             key = "committed_prepare" if prepare else "committed"  # (one running sum each)
             q = encoding.encode(flat)
             last = slot.get(key)
@@ -308,7 +329,7 @@ class ExchangeResult:
 
 def run_secure_exchange(transport, clients, dropped, *, options, stream, server_rng, exchange,
                         weights=None, running=None, check=None, round_number=None,
-                        encoding=None, keep_masked=None):
+                        encoding=None, keep_masked=None, reference=None):
     """Run the four secure phases over ``transport`` for one exchange of uploads.
 
     Parameters
@@ -340,6 +361,9 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
         Whether ``ExchangeResult.masked`` holds the masked inputs (else None for each
         survivor; they are summed as they arrive either way). None: all but an ``"init"``
         exchange's (over every client).
+    reference : tuple or None
+        With noise: ``(summable.reference, server_state)``; each client noises its summands
+        minus ``reference(server_state, weight)`` and the server adds the survivors' back.
 
     Returns
     -------
@@ -353,6 +377,9 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
     """
     if encoding is None:
         encoding = options.encoding_for(transport.n_clients)
+    if options.noise is not None and exchange == "report":
+        raise ValueError("privacy=DistributedDP does not noise validation reports; fit "
+                         "without early stopping.")
     if len(clients) < 2:  # (the sum of one upload is that upload)
         raise SecureRoundFailed(f"Secure aggregation needs at least 2 uploads in a sum, got "
                                 f"{len(clients)}; raise clients_per_round.")
@@ -403,6 +430,10 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
             if weights is not None:
                 messages[c]["weight"] = weights[c]
                 down["masked_input"][c] += 8
+            if options.noise is not None:  # the client's noise stream and share
+                messages[c]["noise"] = (options.noise, options.noise.seed(stream, c),
+                                        options.noise.survivors_needed(threshold, n),
+                                        reference)
         server_s["share_keys"] += clock() - tic
         # the masked inputs come in batches, summed as they arrive: the server never holds
         # every client's dense vector at once (the start's exchange is over every client);
@@ -428,6 +459,8 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
             server_s["masked_input"] += clock() - tic
         tic = clock()
         survivors = server_collect_masked(masked, routed, threshold)
+        if options.noise is not None:  # the noise holds down to its survivors
+            options.noise.check_survivors(survivors.clients, threshold, n)
         server_s["masked_input"] += clock() - tic
     except FederationError as exc:
         if isinstance(exc, SecureRoundFailed) or type(exc) is not FederationError:
@@ -463,6 +496,15 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
             running["total"] &= np.uint64((1 << encoding.ring_bits) - 1)
         total = running["total"]
     sums = _unflatten(encoding.decode(total), layout)
+    if options.noise is not None:  # a release of each client in the sum (its accounting)
+        options.noise.record(survivors.clients, words, n)
+        if reference is not None:  # the survivors' references, added back
+            for c in survivors.clients:
+                back = reference[0](reference[1], None if weights is None else weights[c])
+                for name, value in back.items():
+                    sums[name] = sums[name] + value
+        if weights is not None and "weight" in sums:  # (the server sent them: exact)
+            sums["weight"] = float(sum(weights[c] for c in survivors.clients))
     server_s["unmasking"] += clock() - tic
     alive = set(survivors.clients)
     work["keystream_words"] += len(alive) * words  # the survivors' self masks

@@ -1,0 +1,537 @@
+"""Distributed differential privacy: noise on the secure sum, shared by the clients.
+
+``privacy=DistributedDP(...)`` (FedMAvg, FedMGS, RFRec, FedBaseline) switches secure
+aggregation on and has each client, at every secure exchange it takes part in,
+
+1. clip its whole upload of the exchange (the flat vector of its summands) to L2 norm
+   ``clip``, a little less so that the fixed-point rounding keeps the encoded vector within
+   ``clip * 2^s`` (``s`` the encoding's scale bits),
+2. encode it in the ring ``Z_{2^64}`` (deterministic rounding),
+3. add, in the ring, its share of discrete Gaussian noise: ``N_Z(0, sigma^2 / t)`` per entry
+   (Canonne, Kamath and Steinke's sampler), where ``sigma = multiplier * clip * 2^s`` is the
+   noise the sum needs and ``t`` the number of survivors the exchange is guaranteed (the
+   SecAgg threshold, or ``min_survivors``). Any ``m >= t`` survivors put ``m sigma^2 / t >=
+   sigma^2`` into the sum: the target noise holds whoever drops out.
+
+The server decodes the noisy sum; nothing else changes in the protocol.
+
+Accounting (Kairouz, Liu and Steinke, ICML 2021, Theorem 3): the sum of ``m`` independent
+``N_Z(0, sigma_c^2)`` added to integer vectors whose sum moves by at most ``Delta`` in L2 is
+``rho``-zCDP with ``rho = Delta^2 / (2 m sigma_c^2) + tau d / 4``, ``tau = 10 sum_{k<m}
+exp(-2 pi^2 sigma_c^2 k / (k + 1))``. zCDP is the Renyi curve ``alpha rho`` of a continuous
+Gaussian of multiplier ``1 / sqrt(2 rho)``, so each release is accounted as that Gaussian
+in dp-accounting's **RDP** accountant (the PLD of a continuous Gaussian is not proven for
+the discrete sum; RDP is). Here ``sigma_c`` is millions of ring units, so ``tau`` underflows
+to 0 and the margin over a continuous Gaussian of the same variance is nil (it is computed
+and included anyway, at the exchange's dimension and the fit's number of clients).
+
+Neighbouring fits differ in one user's whole data, *zero-out*: the user's client still takes
+part but its upload is zero (its noise share is still added). Its clipped upload moves the
+sum by at most ``clip``. (Replacing a user's data by another's moves it by ``2 clip``:
+give half the ``clip`` for that notion.)
+
+Cumulative exchanges (FedMGS, FedMAvg's Grams: the server keeps the running sum of every
+client's latest value). Each client sends the *change* of its committed value, clipped to
+``clip``, plus its noise share; its committed value moves by the clipped change, so the
+running sum is the sum of the committed values plus the noise of every exchange so far.
+Each exchange is one release of the clients in it (the server sees the running sum, a
+function of the noisy sums it received). Costs: the noise of the running sum grows with the
+number of exchanges (its variance after ``R`` exchanges is ``R`` times one), and a client
+whose value moves more than ``clip`` in one exchange lags behind it (the server works from
+the lagging committed values). A client keeps its dense committed encoding (the compact
+re-encoding of :mod:`sklearn_fedmf.secure._rounds` cannot rebuild a clipped one).
+
+Each release is counted on the server's side when its sum is decoded (the server knows who
+took part; no amplification by sampling is claimed), and ``privacy_spent_`` composes each
+client's releases.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from functools import partial
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from .._exchange import FixedPointEncoding, SecureAggregation, SecureRoundFailed
+from ._accounting import _require_dp_accounting, calibrate_noise, epsilon_spent
+
+__all__ = ["DistributedDP", "DistributedNoise", "DistributedDPMixin", "ddg_rho",
+           "discrete_gaussian", "distributed_noise"]
+
+DDP_MECHANISMS = ("discrete_gaussian",)
+_NOISE_KIND = 8  # seed kind of the clients' noise: SeedSequence(entropy, (8, *key, client))
+TAIL_SD = 11.0  # a sum's noise stays within 11 sd on 2^32 entries but with odds 1e-12
+_MAX_DIM = 2**32
+MAX_UNIT_BITS = 40  # clip * 2^s at most 2^40: float64 decodes the sums exactly enough
+MIN_UNIT_BITS = 16  # below, the rounding of an entry (1/2 unit) is not small against clip
+
+
+class DistributedDP(BaseEstimator):
+    """User-level differential privacy of a fit through noise on the secure sum.
+
+    Each client clips its whole upload of a secure exchange to L2 norm ``clip``, encodes it
+    in the secure-aggregation ring and adds its share of discrete Gaussian noise there; the
+    server only decodes the noisy sum of the survivors, which carries the noise of one
+    central Gaussian mechanism however many clients drop out down to the threshold. The
+    guarantee covers each user's whole data (zero-out neighbours, a client per user: each
+    user; a client of many users: all of them together) against the server and anyone who
+    sees the model or the sums; it does not hide who took part. Local DP
+    (:class:`~sklearn_fedmf.privacy.LocalDP`) noises each upload instead: the sum there
+    carries the noise of every client, here that of one mechanism.
+
+    Parameters
+    ----------
+    mechanism : {"discrete_gaussian"}, default="discrete_gaussian"
+        The noise each client adds in the ring (Kairouz, Liu and Steinke 2021).
+    target_epsilon : float or None, default=None
+        Budget of the whole fit (> 0): the noise is the smallest with which a client in
+        every secure exchange of the fit (``max_iter`` rounds, their prepare phase, the
+        start) spends at most ``(target_epsilon, target_delta)``.
+    target_delta : float, default=1e-6
+        ``delta`` of the whole fit, and the ``delta`` at which ``privacy_spent_`` reports.
+    noise : float or None, default=None
+        Instead of ``target_epsilon``: the noise multiplier itself (standard deviation of
+        the sum's noise over ``clip``; > 0).
+    clip : float, default=1.0
+        L2 bound of a client's whole upload of one exchange (of its change, in a cumulative
+        exchange), in the upload's units.
+    min_survivors : "threshold" or float in (0, 1], default="threshold"
+        The fewest clients an exchange sums: ``"threshold"``, the secure-aggregation
+        threshold ``t`` (each client adds variance ``sigma^2 / t``: the noise holds under any
+        dropout the protocol survives, and costs ``m / t`` times the variance when ``m``
+        clients survive); a fraction of the exchange's clients, which an honest server
+        enforces (an exchange with fewer survivors fails), for less noise.
+    max_releases : int or None, default=None
+        The most noisy sums a client's data enters: ``target_epsilon`` is calibrated for
+        that many, and a client that has sent as many sends zero (its update, or its change)
+        afterwards, noise only. None: every secure exchange of the fit (a client sampled in
+        every round); with ``clients_per_round`` a tenth of the clients, a cap near the
+        expected count buys about ``sqrt(10)`` times less noise.
+
+    See Also
+    --------
+    sklearn_fedmf.privacy.LocalDP : Noise on each upload.
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.completion import FedBaseline
+    >>> from sklearn_fedmf.datasets import make_ratings
+    >>> from sklearn_fedmf.privacy import DistributedDP
+    >>> X = make_ratings(40, 20, 300, random_state=0).X
+    >>> model = FedBaseline(n_clients=40, max_iter=3, random_state=0,
+    ...                     privacy=DistributedDP(target_epsilon=8.0, clip=5.0)).fit(X)
+    >>> bool(model.privacy_spent_["epsilon"].max() <= 8.0)
+    True
+    """
+
+    _parameter_constraints: dict = {
+        "mechanism": [StrOptions(set(DDP_MECHANISMS))],
+        "target_epsilon": [Interval(Real, 0, None, closed="neither"), None],
+        "target_delta": [Interval(Real, 0, 1, closed="neither")],
+        "noise": [Interval(Real, 0, None, closed="neither"), None],
+        "clip": [Interval(Real, 0, None, closed="neither")],
+        "min_survivors": [StrOptions({"threshold"}), Interval(Real, 0, 1, closed="right")],
+        "max_releases": [Interval(Integral, 1, None, closed="left"), None],
+    }
+
+    def __init__(self, mechanism="discrete_gaussian", *, target_epsilon=None,
+                 target_delta=1e-6, noise=None, clip=1.0, min_survivors="threshold",
+                 max_releases=None):
+        self.mechanism = mechanism
+        self.target_epsilon = target_epsilon
+        self.target_delta = target_delta
+        self.noise = noise
+        self.clip = clip
+        self.min_survivors = min_survivors
+        self.max_releases = max_releases
+
+
+# ---- the sampler ---------------------------------------------------------------------------
+def discrete_gaussian(rng, sigma, size):
+    """``size`` draws of the discrete Gaussian ``N_Z(0, sigma^2)`` (int64).
+
+    Canonne, Kamath and Steinke's rejection sampler (2020, Algorithm 3), vectorized: a
+    discrete Laplace of scale ``t = floor(sigma) + 1`` (the difference of two geometric
+    draws), kept with probability ``exp(-(|y| - sigma^2 / t)^2 / (2 sigma^2))``. The
+    Bernoulli trials use float64 probabilities (exact sampling would use rationals).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The draws' generator.
+    sigma : float > 0
+        The parameter (about the standard deviation for ``sigma >= 1``).
+    size : int
+        Number of draws.
+
+    Returns
+    -------
+    draws : ndarray of int64, shape (size,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_fedmf.privacy import discrete_gaussian
+    >>> z = discrete_gaussian(np.random.default_rng(0), 3.0, 20000)
+    >>> z.dtype, bool(abs(z.var() / 9.0 - 1) < 0.05)
+    (dtype('int64'), True)
+    """
+    if not sigma > 0:
+        raise ValueError(f"sigma must be > 0, got {sigma!r}.")
+    out = np.empty(size, dtype=np.int64)
+    todo = np.arange(size)
+    t = math.floor(sigma) + 1
+    p = -math.expm1(-1.0 / t)
+    while todo.size:
+        m = todo.size
+        y = rng.geometric(p, m) - rng.geometric(p, m)  # (both count trials: the 1s cancel)
+        keep = rng.random(m) < np.exp(-np.square(np.abs(y) - sigma * sigma / t)
+                                      / (2 * sigma * sigma))
+        out[todo[keep]] = y[keep]
+        todo = todo[~keep]
+    return out
+
+
+# ---- accounting --------------------------------------------------------------------------
+def ddg_rho(sensitivity, sigma_client, n_clients, dim):
+    """The zCDP ``rho`` of a sum of ``n_clients`` discrete Gaussians ``N_Z(0, sigma_client^2)``
+    over integer vectors of ``dim`` entries moved by at most ``sensitivity`` in L2 (Kairouz,
+    Liu and Steinke 2021, Theorem 3): ``Delta^2 / (2 n sigma_c^2) + tau dim / 4``.
+
+    Parameters
+    ----------
+    sensitivity : float
+        L2 bound of the change of the integer sum between neighbours.
+    sigma_client : float
+        Each client's discrete Gaussian parameter.
+    n_clients : int
+        Clients in the sum.
+    dim : int
+        Entries of the vector.
+
+    Returns
+    -------
+    rho : float
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.privacy import ddg_rho
+    >>> ddg_rho(10.0, 10.0, 4, 100) == 10.0**2 / (2 * 4 * 10.0**2)  # tau underflows
+    True
+    """
+    k = np.arange(1, max(int(n_clients), 1))
+    tau = 10.0 * float(np.sum(np.exp(-2 * math.pi**2 * sigma_client**2 * k / (k + 1))))
+    return sensitivity**2 / (2 * n_clients * sigma_client**2) + tau * dim / 4
+
+
+@dataclass(frozen=True)
+class DistributedNoise:
+    """The noise of one fit (built by :func:`distributed_noise`; the ``noise`` field of
+    :class:`~sklearn_fedmf.secure.SecureAggregation`).
+
+    ``multiplier`` is the sum's noise over ``clip``; ``n_rounds`` sizes the ring (a
+    cumulative running sum grows by at most ``clip`` per client and exchange, its noise by
+    one ``sigma^2`` per exchange); ``releases`` counts each client's decoded sums, and
+    ``dims``/``sizes`` the largest exchange, for the accountant.
+    """
+
+    clip: float
+    multiplier: float
+    n_rounds: int
+    delta: float
+    min_survivors: object = "threshold"
+    max_releases: int | None = None
+    releases: dict = field(default_factory=dict, compare=False, repr=False)
+    largest: dict = field(default_factory=lambda: {"dim": 1, "members": 2}, compare=False,
+                          repr=False)
+
+    # -- the ring
+    def encoding_for(self, n_clients):
+        """The fixed-point encoding: entries bounded by ``clip`` and ``s`` scale bits, the
+        most (``clip 2^s <= 2^40``) for which neither the sum of ``n_clients`` committed
+        values (``n_rounds`` clipped changes each) nor its noise (``TAIL_SD`` standard
+        deviations of ``n_rounds`` exchanges in which every client survives) can wrap the
+        64-bit ring."""
+        n, r = max(int(n_clients), 2), self.n_rounds + 1
+        units = n * r + n * r / 2 + TAIL_SD * self.multiplier * math.sqrt(n * r * n)
+        bits = min(MAX_UNIT_BITS, math.floor(62 - math.log2(units)))
+        if bits < MIN_UNIT_BITS:
+            raise ValueError(f"DistributedDP: {n} clients over {r} exchanges with noise "
+                             f"multiplier {self.multiplier:.3g} do not fit the 64-bit ring "
+                             f"with clip * 2^s >= 2^{MIN_UNIT_BITS}.")
+        scale = bits - math.ceil(math.log2(self.clip))
+        clip = 2.0**bits * 2.0**-scale
+        return FixedPointEncoding(clip=clip, scale_bits=scale)
+
+    def sigma_ring(self, encoding):
+        """Standard deviation of the sum's noise in ring units."""
+        return self.multiplier * self.clip * 2.0**encoding.scale_bits
+
+    def survivors_needed(self, threshold, n_members):
+        if self.min_survivors == "threshold":
+            return int(threshold)
+        return max(int(threshold), math.ceil(self.min_survivors * n_members))
+
+    # -- the client's side
+    def clip_vector(self, x, encoding):
+        """``x`` scaled to L2 norm at most ``clip - sqrt(d) 2^-(s+1)``: its rounding to the
+        ring stays within ``clip 2^s``."""
+        bound = self.clip - math.sqrt(x.size) * 2.0 ** -(encoding.scale_bits + 1)
+        norm = float(np.linalg.norm(x))
+        return x * (bound / norm) if norm > bound else x
+
+    def may_release(self, released):
+        """Whether a client that has sent ``released`` noised inputs may send data again."""
+        return self.max_releases is None or released < self.max_releases
+
+    def client_vector(self, flat, encoding, last, seed, survivors, data=True):
+        """A client's noised ring vector and its new committed encoding: ``(vector,
+        committed)``. ``last`` is its committed encoding of a cumulative exchange (None: its
+        first, or a plain exchange): the change from it is clipped, not the value.
+        ``data=False`` (past ``max_releases``): zero, noise only."""
+        target = np.asarray(flat, dtype=np.float64)
+        if not data:
+            target = np.zeros_like(target)
+        elif last is not None:
+            target = target - encoding.decode(last)
+        q = encoding.encode(self.clip_vector(target, encoding))
+        committed = q if last is None else last + q  # (uint64: mod 2^64)
+        if not data and last is not None:
+            committed = last
+        sigma_c = self.sigma_ring(encoding) / math.sqrt(survivors)
+        rng = np.random.default_rng(seed)
+        noise = discrete_gaussian(rng, sigma_c, q.size).view(np.uint64)
+        vector = q + noise
+        if encoding.ring_bits < 64:
+            mask = np.uint64((1 << encoding.ring_bits) - 1)
+            vector, committed = vector & mask, committed & mask
+        return vector, committed
+
+    def seed(self, stream, client):
+        """The client's noise stream of an exchange: ``SeedSequence(entropy, (8, *key,
+        client))`` from the exchange's key stream ``(entropy, 6, *key)``."""
+        return np.random.SeedSequence(stream[0], spawn_key=(_NOISE_KIND, *stream[2:], client))
+
+    # -- the server's side
+    def check_survivors(self, survivors, threshold, n_members):
+        """Raise when fewer clients than :meth:`survivors_needed` sent their input."""
+        need = self.survivors_needed(threshold, n_members)
+        if len(survivors) < need:
+            raise SecureRoundFailed(f"DistributedDP: only {len(survivors)} clients sent their "
+                                    f"noised input, fewer than the {need} whose noise the sum "
+                                    "needs.")
+
+    def record(self, survivors, dim, n_members):
+        """Count a decoded sum as one release of each of its ``survivors``."""
+        cap = math.inf if self.max_releases is None else self.max_releases
+        for c in survivors:  # (past the cap a client sends noise only: not a release)
+            self.releases[c] = min(self.releases.get(c, 0) + 1, cap)
+        self.largest["dim"] = max(self.largest["dim"], int(dim))
+        self.largest["members"] = max(self.largest["members"], int(n_members))
+
+    def counts(self, n_clients):
+        """Each client's releases, in client order."""
+        out = np.zeros(n_clients, dtype=np.int64)
+        for c, n in self.releases.items():
+            out[c] = n
+        return out
+
+    def effective_multiplier(self, encoding):
+        """The Gaussian multiplier ``1 / sqrt(2 rho)`` of one release: :func:`ddg_rho` bounds
+        any sum of ``m >= t`` shares ``N_Z(0, sigma^2 / t)`` (variance ``m sigma^2 / t >=
+        sigma^2``; ``tau`` is largest at the smallest share and the most clients, ``t = m =``
+        the largest exchange's clients, at its dimension)."""
+        sens = self.clip * 2.0**encoding.scale_bits
+        members = self.largest["members"]
+        rho = ddg_rho(sens, self.sigma_ring(encoding) / math.sqrt(members), members,
+                      self.largest["dim"])
+        return 1.0 / math.sqrt(2 * rho)
+
+
+def distributed_noise(privacy, *, n_releases, n_rounds):
+    """The :class:`DistributedNoise` of a fit whose clients release at most ``n_releases``
+    sums each, over ``n_rounds`` rounds.
+
+    Parameters
+    ----------
+    privacy : DistributedDP
+        The fit's parameters.
+    n_releases : int
+        The most noisy sums a client is in (``target_epsilon`` covers them).
+    n_rounds : int
+        The most exchanges of a running sum (sizes the ring).
+
+    Returns
+    -------
+    noise : DistributedNoise
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.privacy import DistributedDP, distributed_noise
+    >>> plan = distributed_noise(DistributedDP(noise=2.0, clip=1.0), n_releases=5, n_rounds=5)
+    >>> plan.multiplier
+    2.0
+    """
+    privacy._validate_params()
+    given = [n for n in ("target_epsilon", "noise") if getattr(privacy, n) is not None]
+    if len(given) != 1:
+        raise ValueError(f"DistributedDP takes exactly one of target_epsilon and noise; got "
+                         f"{', '.join(given) or 'neither'}.")
+    if privacy.max_releases is not None:
+        n_releases = min(int(n_releases), int(privacy.max_releases))
+    if privacy.noise is not None:
+        multiplier = float(privacy.noise)
+    else:
+        _require_dp_accounting("rdp")
+        # (tau's margin is nil at the ring's scale; 1e-9 more noise covers it)
+        multiplier = calibrate_noise("gaussian", privacy.target_epsilon, privacy.target_delta,
+                                     max(int(n_releases), 1), accountant="rdp") * (1 + 1e-9)
+    return DistributedNoise(clip=float(privacy.clip), multiplier=multiplier,
+                            n_rounds=int(n_rounds), delta=float(privacy.target_delta),
+                            min_survivors=privacy.min_survivors,
+                            max_releases=privacy.max_releases)
+
+
+def distributed_spent(plan, encoding, clients, counts):
+    """``privacy_spent_`` of a DistributedDP fit: each client's releases composed by the RDP
+    accountant as Gaussians of :meth:`DistributedNoise.effective_multiplier`."""
+    z = plan.effective_multiplier(encoding)
+    counts = np.asarray(counts, dtype=np.int64)
+    epsilon = np.zeros(len(counts))
+    for n in np.unique(counts):
+        if n:
+            epsilon[counts == n] = epsilon_spent("gaussian", z, int(n), plan.delta,
+                                                 accountant="rdp")
+    return {"client": np.asarray(clients), "n_releases": counts, "epsilon": epsilon,
+            "delta": np.full(len(counts), plan.delta)}, z
+
+
+# ---- the server's post-processing of noisy sums -------------------------------------------
+def psd_project(blocks):
+    """Each symmetric ``(..., r, r)`` block with its negative eigenvalues set to 0: the
+    nearest positive semidefinite matrix (Frobenius). A noisy sum of Grams is indefinite; a
+    solve or gradient step on it diverges. Post-processing: no privacy cost."""
+    w, v = np.linalg.eigh(blocks)
+    return (v * np.maximum(w, 0.0)[..., None, :]) @ np.swapaxes(v, -1, -2)
+
+
+def _uniform_weights(server_state, clients, counts):
+    return dict.fromkeys(clients, 1.0)
+
+
+def _denoised(server_step, denoise, server_state, sums, *args, **kwargs):
+    return server_step(server_state, None if sums is None else denoise(sums), *args,
+                       **kwargs)
+
+
+# ---- the estimators' side ------------------------------------------------------------------
+DISTRIBUTED_DOCS = {
+    "distributed_privacy": """\
+privacy : :class:`~sklearn_fedmf.privacy.DistributedDP` or None, default=None
+    User-level differential privacy by noise on the secure sum: each client clips its
+    upload of an exchange and adds its share of discrete Gaussian noise inside secure
+    aggregation (switched on by it; ``secure_aggregation`` may still set its options), so
+    the server decodes only a noisy sum. Validation (``early_stopping``) is off with it.
+    None: no noise.""",
+    "distributed_attributes": """\
+privacy_spent_ : dict of ndarray
+    With ``privacy=DistributedDP``: one entry per client, ``client``, ``n_releases`` (the
+    noisy sums it was in), ``epsilon`` at ``delta`` (the RDP accountant).
+noise_multiplier_ : float
+    With ``privacy=DistributedDP``: the Gaussian multiplier each release is accounted as.
+accountant_ : str
+    With ``privacy=DistributedDP``: ``"rdp"``.""",
+}
+
+
+class DistributedDPMixin:
+    """``privacy=DistributedDP(...)`` in an estimator whose server needs only sums (before
+    the estimator's base in the class list): the fit's secure aggregation carries the noise
+    (:meth:`_secure_protocol`), validation is off (its reports are not noised), and
+    ``_read_distributed_spent`` sets ``privacy_spent_`` and ``noise_multiplier_``."""
+
+    # the estimator's post-processing of a noisy sums dict (None: none), e.g. Grams made PSD
+    _ddp_denoise = None
+    # whether the weighted sums weigh every client 1 (``clip`` then bounds its update, in the
+    # model's units; a weight that grows with the client's data would scale its sensitivity)
+    _ddp_uniform_weights = False
+
+    def _distributed(self):
+        return isinstance(getattr(self, "privacy", None), DistributedDP)
+
+    def _settings(self):
+        settings = super()._settings()
+        if self._distributed():
+            if settings.get("early_stopping") == "auto":
+                settings["early_stopping"] = False  # (validation sums are not noised)
+            if settings.get("secure_aggregation") is False:
+                settings["secure_aggregation"] = True  # (the noise is private only so)
+        return settings
+
+    def _secure_protocol(self, protocol):
+        self._ddp_plan = None
+        if not self._distributed():
+            return super()._secure_protocol(protocol)
+        name = type(self).__name__
+        settings = self._settings()
+        if settings.get("warm_start") and hasattr(self, "_federation"):
+            raise ValueError(f"{name}: privacy=DistributedDP does not continue a fit "
+                             "(warm_start=True): its accounting covers one fit; set "
+                             "warm_start=False.")
+        if settings.get("early_stopping") is True:
+            raise ValueError(f"{name}: privacy=DistributedDP cannot validate (early_stopping"
+                             "=True): the validation sums are not noised; set "
+                             "early_stopping=False.")
+        if protocol.summable is None or (protocol.client_prepare is not None
+                                         and protocol.summable.server_prepare is None):
+            raise ValueError(f"{name}: privacy=DistributedDP needs secure aggregation, which "
+                             f"this setting cannot use: {self._secure_refusal_reason()}.")
+        option = settings["secure_aggregation"]
+        options = option if isinstance(option, SecureAggregation) else SecureAggregation()
+        rounds = int(self._engine_params(settings)["max_iter"])
+        per_round = 1 + (protocol.client_prepare is not None)
+        start = protocol.summable.init_client is not None
+        plan = distributed_noise(self.privacy, n_releases=rounds * per_round + start,
+                                 n_rounds=rounds * per_round + start)
+        self._ddp_plan = plan
+        summable = protocol.summable
+        if self._ddp_denoise is not None:  # the server's post-processing of the noisy sums
+            wrap = {name: partial(_denoised, getattr(summable, name), self._ddp_denoise)
+                    for name in ("server_update", "server_init", "server_prepare")
+                    if getattr(summable, name) is not None}
+            summable = dataclasses.replace(summable, **wrap)
+        if self._ddp_uniform_weights and summable.weights is not None:
+            summable = dataclasses.replace(summable, weights=_uniform_weights)
+        return dataclasses.replace(protocol, summable=summable,
+                                   secure=dataclasses.replace(options, noise=plan))
+
+    def _collect(self, state, blocks, ctx):
+        super()._collect(state, blocks, ctx)
+        self._read_distributed_spent(ctx.n_clients)
+
+    def _read_distributed_spent(self, n_clients):
+        """``noise_multiplier_`` and ``privacy_spent_`` of the fit (None without
+        DistributedDP: the caller's LocalDP attributes then)."""
+        plan = getattr(self, "_ddp_plan", None)
+        if plan is None:
+            return False
+        clients = np.unique(getattr(self, "clients_", np.arange(n_clients)))
+        encoding = plan.encoding_for(n_clients)
+        self.privacy_spent_, self.noise_multiplier_ = distributed_spent(
+            plan, encoding, clients, plan.counts(n_clients))
+        self.accountant_ = "rdp"
+        return True
+
+
+def refuse_distributed(privacy, owner):
+    """The error of an estimator that cannot take ``privacy=DistributedDP``."""
+    if isinstance(privacy, DistributedDP):
+        raise ValueError(f"{owner} does not support privacy=DistributedDP: its server needs "
+                         "more than the sum of the uploads (DistributedDP noises a secure "
+                         "sum); use FedMAvg, FedMGS, RFRec or FedBaseline, or LocalDP.")
