@@ -252,13 +252,15 @@ def v_step(V, V_prev, U, At, Vh, *, kappa, lam_t, beta, gamma, update="palm",
                       proximity=proximity), V
 
 
-def local_steps(U, U_prev, V, V_prev, A, At, Vh, *, t0, n_steps, lam, growth, lam_max,
-                rate_unit, sync_every, update_v=True, kappa, beta, update="palm",
-                prox_mode="exact_nonneg", step_scale=1.0, gamma=0.0, proximity="sequential"):
+def local_steps(U, U_prev, V, V_prev, A, At, Vh, *, t0, n_steps, update_v=True, kappa, beta,
+                update="palm", prox_mode="exact_nonneg", step_scale=1.0, gamma=0.0,
+                proximity="sequential", **schedule):
     """``n_steps`` Gauss-Seidel iPALM steps (U block then V block with the new U).
 
-    The quadratic weight of step ``t = t0 + s`` is ``lam_t = min(lam * growth**e, lam_max)``
-    with ``e = t`` (``rate_unit="local"``) or ``t // sync_every`` (``"sync"``).
+    ``schedule`` is the keyword group of the quadratic weight, every key required:
+    ``lam, growth, lam_max, rate_unit, sync_every`` (:func:`lam_schedule`); the weight of
+    step ``t = t0 + s`` is ``lam_t = min(lam * growth**e, lam_max)`` with ``e = t``
+    (``rate_unit="local"``) or ``t // sync_every`` (``"sync"``).
     ``update_v=False`` runs U-only steps (fold-in against a fixed ``V``); ``At`` (``A.T`` as
     CSR) is then not needed. The steps are :func:`u_step` and :func:`v_step`, fused into one
     compiled loop: called step by step, their small products left a client's update mostly
@@ -268,8 +270,7 @@ def local_steps(U, U_prev, V, V_prev, A, At, Vh, *, t0, n_steps, lam, growth, la
     memory, the layout the compiled V block works in); a ``V`` or ``Vh`` given in that order
     is used without a copy.
     """
-    lam_ts = np.array([lam_at(t if rate_unit == "local" else t // sync_every, lam, growth,
-                              lam_max) for t in range(t0, t0 + n_steps)], dtype=np.float64)
+    lam_ts = lam_schedule(t0, n_steps, **schedule)
     if not update_v:
         At = A[:0].T.tocsr()  # unused; an empty stand-in for the compiled signature
     if Vh is None or not gamma:
@@ -287,6 +288,13 @@ def local_steps(U, U_prev, V, V_prev, A, At, Vh, *, t0, n_steps, lam, growth, la
         _MODE_CODE[prox_mode], float(step_scale), float(gamma), proximity == "joint",
     )
     return U, U_prev, Vt.T, Vt_prev.T
+
+
+def lam_schedule(t0, n_steps, *, lam, growth, lam_max, rate_unit, sync_every):
+    """The quadratic weights ``lam_t`` of steps ``t0 .. t0 + n_steps - 1``
+    (:func:`local_steps`)."""
+    return np.array([lam_at(t if rate_unit == "local" else t // sync_every, lam, growth,
+                            lam_max) for t in range(t0, t0 + n_steps)], dtype=np.float64)
 
 
 # Items per tile of the V block: its buffers (a few 256 x k arrays) stay in the L1/L2 cache.

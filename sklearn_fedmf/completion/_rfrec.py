@@ -26,22 +26,17 @@ Every client steps each round (``Participation(computes="all")``); a client that
 sampled, or whose upload is lost, still receives ``Vbar`` (the upload-loss model of the paper's
 Section 3.3 and Table 3; the engine's ``Participation(dropped="upload_lost")``). The "offline"
 model, where a dropped client freezes, would break the shared-column representation and is not
-offered.
-
-Many clients (one per user): from ``sklearn_fedmf._fit.GROUP_MIN_CLIENTS`` clients on, the
-clients run in groups (:mod:`sklearn_fedmf._groups`): a group's states are stacked (its users'
-vectors, one row of ``P`` per rated (client, item) pair, Adam's moments alike) and each round
-is one compiled call per group, which updates the stacked arrays in place. Memory is then
-``(n_users + nnz) * d`` numbers (three times that with Adam) plus the data, with nothing per
-client; the model is the per-client simulation's (``tests/test_rfrec_batched.py``).
+offered. Many clients (one per user) run in groups: :mod:`._rfrec_batched`.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from numbers import Integral, Real
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -91,11 +86,9 @@ __all__ = ["RFRec", "ItemMatrixUpload"]
 AUTO_ADAM_LR = 0.05
 
 # alpha_u = alpha_v = "auto" (the defaults): the solver runs on the centred ratings divided by
-# their root mean square (``rating_scale_``), so a fit is the same model in any rating unit,
-# and both strengths are AUTO_ALPHA on that scale (a factor penalty in units of the ratings'
-# spread; the biases' shrinkage ``n / (n + alpha)`` is unitless either way). Strengths that
-# follow the ratings per user or per item lost on the site-like sets (docs/guide/defaults.rst,
-# "RFRec's strengths").
+# their root mean square (``rating_scale_``), the same model in any rating unit, with both
+# strengths AUTO_ALPHA on that scale; per-user or per-item strengths lost on the site-like
+# sets (docs/guide/defaults.rst, "RFRec's strengths").
 AUTO_ALPHA = 4.5
 
 
@@ -118,8 +111,8 @@ def make_protocol(*, link, shift, span, **params):
     ``biased``: rank ``n_components + 2`` with the augmented factors of ``_biases``;
     ``rating_scale``: the ratings were divided by it, the metrics are reported times it)."""
     link_, biased = dict(link=link, shift=shift, span=span), params.get("biased", False)
-    protocol, step, privacy = _bind(**params, terms=RatingTerms(**link_), every_column=False,
-                                    metrics=partial(client_metrics, biased=biased, **link_))
+    protocol, step, privacy = _bind(**params, loss=LossParts(
+        RatingTerms(**link_), partial(client_metrics, biased=biased, **link_), False))
     kw = {k: params[k] for k in ("init_std", "optimizer", "variant", "schedule", "alpha_u")}
     return replace(
         protocol,
@@ -137,18 +130,25 @@ def make_implicit_protocol(*, confidence, link, shift, span, **params):
     """RFRec's protocol under ``loss="implicit"`` with confidence scale ``confidence``
     (:mod:`._rfrec_implicit`: every client owns all its columns, one block per client, and
     its uploads are not summed; ``link`` is the identity)."""
-    return _bind(**params, terms=PreferenceTerms(confidence), every_column=True,
-                 metrics=partial(preference_metrics, confidence=confidence))[0]
+    return _bind(**params, loss=LossParts(
+        PreferenceTerms(confidence), partial(preference_metrics, confidence=confidence), True))[0]
+
+
+class LossParts(NamedTuple):
+    """What the loss puts in RFRec's protocol: the clients' data ``terms``
+    (:class:`~._rfrec_protocol.RatingTerms` or :class:`~._rfrec_protocol.PreferenceTerms`),
+    their ``metrics``, and ``every_column`` (each client starts every column of ``V_(c)``)."""
+
+    terms: Any
+    metrics: Callable
+    every_column: bool
 
 
 def _bind(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
           reg_consensus, alpha_u, alpha_v, p, pull_eta, optimizer, init_std, clip_delta,
-          noise_scale, simulate_uploads, biased=False, rating_scale=1.0, terms, metrics,
-          every_column):
+          noise_scale, simulate_uploads, biased=False, rating_scale=1.0, loss):
     """``(protocol, step, privacy)``: the protocol both losses share and its bound step and
-    privacy settings. The loss enters as the clients' data ``terms``
-    (:class:`~._rfrec_protocol.RatingTerms` or :class:`~._rfrec_protocol.PreferenceTerms`),
-    their ``metrics`` and ``every_column`` (each client starts every column of ``V_(c)``)."""
+    privacy settings; the loss enters through ``loss`` (:class:`LossParts`)."""
     p = None if variant == "rfrec" else p
     eta = None if p is None else pull_strength(learning_rate, reg_consensus,
                                                alpha_v / n_clients, p, pull_eta)
@@ -160,13 +160,13 @@ def _bind(*, n_items, n_clients, n_components, variant, schedule, learning_rate,
                             n_components=_biases.n_factors(n_components, biased),
                             init_std=init_std, p=p, optimizer=optimizer, biased=biased),
         init_client=partial(init_client, init_std=init_std, optimizer=optimizer,
-                            biased=biased, implicit=every_column),
+                            biased=biased, implicit=loss.every_column),
         client_update=partial(client_update, variant=variant, schedule=schedule,
                               alpha_u=alpha_u, simulate=simulate_uploads, **step, **privacy,
-                              terms=terms),
+                              terms=loss.terms),
         server_update=partial(server_update, variant=variant, schedule=schedule, **step,
                               **privacy),
-        client_metrics=partial(metrics, alpha_u=alpha_u, eta=eta),
+        client_metrics=partial(loss.metrics, alpha_u=alpha_u, eta=eta),
         combine_metrics=partial(combine_metrics, n_clients=n_clients, reg=reg_consensus,
                                 alpha_v=alpha_v, lr=learning_rate,
                                 optimizer=optimizer, variant=variant,

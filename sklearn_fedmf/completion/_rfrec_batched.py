@@ -1,6 +1,14 @@
 """RFRec's client phases for a group of clients (:class:`~sklearn_fedmf._groups.BatchedPhases`):
 the per-client functions of :mod:`._rfrec_protocol`, every client of a group in one compiled
-call (:mod:`._rfrec_kernels`)."""
+call (:mod:`._rfrec_kernels`).
+
+Many clients (one per user): from ``sklearn_fedmf._fit.GROUP_MIN_CLIENTS`` clients on, the
+clients run in groups (:mod:`sklearn_fedmf._groups`): a group's states are stacked (its users'
+vectors, one row of ``P`` per rated (client, item) pair, Adam's moments alike) and each round
+is one compiled call per group, which updates the stacked arrays in place. Memory is then
+``(n_users + nnz) * d`` numbers (three times that with Adam) plus the data, with nothing per
+client; the model is the per-client simulation's (``tests/test_rfrec_batched.py``).
+"""
 
 from __future__ import annotations
 
