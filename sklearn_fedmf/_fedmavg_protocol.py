@@ -12,7 +12,9 @@ runs them in the round's phases and holds what is the same in every family:
   Grams: :func:`client_prepare`, :func:`store_grams`) or ``"guarded"`` (:func:`w_step_size`);
 * the two aggregation rules (:func:`average_uploads`) and the check of their combination
   with the sampling (:func:`check_aggregation`);
-* the participation modes ``"pcc"`` and ``"pcp"`` (:func:`round_phases`).
+* the participation modes ``"pcc"`` and ``"pcp"`` (:func:`round_phases`), and under secure
+  aggregation the prepare phase's Grams from the sampled clients only
+  (:func:`sampled_prepare`).
 
 Every function is pure and module-level (the protocol travels to processes, Dask workers and
 Flower clients by pickling; the family's steps are bound with :func:`functools.partial`).
@@ -20,6 +22,7 @@ Flower clients by pickling; the family's steps are bound with :func:`functools.p
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 
 import numpy as np
@@ -29,7 +32,8 @@ from ._groups import ImplicitRows
 
 __all__ = [
     "average_uploads", "check_aggregation", "client_prepare", "client_update",
-    "palm_client_update", "q2_schedule", "round_phases", "store_grams", "w_step_size",
+    "palm_client_update", "q2_schedule", "round_phases", "sampled_prepare", "store_grams",
+    "w_step_size",
     "weighted_sum", "weighted_upload", "upload_weights", "mean_of_sums",
 ]
 
@@ -241,3 +245,50 @@ def round_phases(*, participation, prepared, local_phase, w_phase, keep, gram, s
 
 def _server_from_sums(server_state, sums, n_summed, round_index, *, secure_update):
     return secure_update(server_state, mean_of_sums(sums), round_index)
+
+
+# ---- secure aggregation: the Grams of the sampled clients only --------------------------------
+# Under "pcc" every client updates U_p each round; summing every client's Gram would be a
+# secure exchange over every client each round (issue 39: 28.8 of 49.9 CPU seconds of a
+# secure fit at 2,000 clients, 200 a round). Only the sampled clients send their Gram of the
+# round, and the server takes n / m times the sum of the m it receives: under uniform
+# sampling an unbiased estimate of the sum of every client's Gram that the plain fit's step
+# reads. (A running sum of each client's Gram as of its last sampled round, its start Gram
+# before, measured worse: train RMSE 1.018 against the plain fit's 0.831 after 8 rounds at
+# 30 of 300 clients; the start Grams of the random U_p^0 understate the bound.)
+def _selected_stats(client_prepare, state, block, broadcast, rng, selected):
+    new, stats = client_prepare(state, block, broadcast, rng, selected)
+    return new, (stats if selected else None)
+
+
+def _selected_group_stats(client_prepare, group_state, group, broadcast, stream, active,
+                          selected):
+    new, stats = client_prepare(group_state, group, broadcast, stream, active, selected)
+    return new, {c: s for c, s in stats.items() if selected[c - group.start]}
+
+
+def _scaled_prepare(server_prepare, server_state, sums, clients, round_index):
+    """The family's secure ``server_prepare`` on ``n / m`` times the sum of the ``m``
+    received Grams, with no client's start Gram added (``"unsent"``: none)."""
+    n_clients = len(server_state["grams"])
+    scale = n_clients / max(len(clients), 1)
+    state = {**server_state, "unsent": np.zeros(n_clients, dtype=bool)}
+    return server_prepare(state, {k: v * scale for k, v in sums.items()}, clients, round_index)
+
+
+def sampled_prepare(protocol):
+    """``protocol`` whose prepare phase (the Grams of the global W step) is a secure sum over
+    the sampled clients only, scaled to every client's (the comment above); every client
+    still computes its ``U_p``."""
+    if protocol.client_prepare is None or protocol.summable is None:
+        return protocol
+    batched = protocol.batched
+    if batched is not None and batched.client_prepare is not None:
+        batched = dataclasses.replace(batched, client_prepare=partial(
+            _selected_group_stats, batched.client_prepare))
+    summable = dataclasses.replace(
+        protocol.summable, prepare_cumulative=False,
+        server_prepare=partial(_scaled_prepare, protocol.summable.server_prepare))
+    return dataclasses.replace(
+        protocol, client_prepare=partial(_selected_stats, protocol.client_prepare),
+        batched=batched, summable=summable)
