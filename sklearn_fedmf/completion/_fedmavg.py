@@ -219,8 +219,8 @@ class FedMAvg(AutoStrengthsMixin, FederatedMFBase):
         - ``participation`` : {"pcc", "pcp"}, default="pcc"
           ``"pcc"``: every client updates ``U_p`` every round and only the sampled ones
           upload (partial client communication; the broadcast reaches all; under secure
-          aggregation and uniform sampling the global step reads ``n / m`` times the sum
-          of the ``m`` sampled clients' Grams, not every client's). ``"pcp"``: only
+          aggregation and uniform sampling the global step reads the sampled clients'
+          Grams only: the latest of each client that has sent one, scaled to all). ``"pcp"``: only
           the sampled clients compute (partial participation, the paper's Fig. 2a baseline).
         - ``aggregation`` : {"weighted", "sampled_mean"} or None, default=None
           ``"weighted"``: ``sum omega_p W_p / sum omega_p`` over the received copies (eq. (8)
