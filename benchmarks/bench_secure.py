@@ -45,7 +45,8 @@ sends and receives in a round's secure phases (keys, shares, masked vector, unma
 ``secure`` records (:mod:`sklearn_fedmf.secure._costs`) of one secure fit per estimator on
 ``make_ratings(--users, --items, --ratings)`` (2,000 x 1,000 x 100,000 by default; with
 ``--ml-1m`` 6,040 x 3,706 x 1,000,000), one client per user, ``--per-round`` clients a round
-(200; 10% with ``--ml-1m``), ``--rounds`` rounds (5), each estimator's defaults otherwise.
+(200; 10% with ``--ml-1m``), ``--rounds`` rounds (5; ``default``: each estimator's
+max_iter and early stopping), each estimator's defaults otherwise.
 Per round (median over the rounds; ``max`` columns: the largest over them): ``server s``,
 the server's CPU seconds in its phase functions; ``client ms`` median / max, each client's
 CPU milliseconds over its phases and exchanges of the round (timed in its own task);
@@ -219,7 +220,7 @@ def bench_deployment(X, per_round, max_iter, only=None, early_stopping=True):
                   "cpu": measure_primitives(time.process_time)}
     n = X.shape[0]
     print(f"{n:,} users (one client each) x {X.shape[1]:,} items, {X.nnz:,} ratings, "
-          f"{per_round} clients per round, {max_iter} rounds, "
+          f"{per_round} clients per round, {max_iter or 'default'} rounds, "
           f"{'' if early_stopping else 'early_stopping=False, '}defaults otherwise")
     for kind, (agreement_s, keystream_bps) in primitives.items():
         print(f"measured ({kind}): {agreement_s * 1e6:.1f} us per X25519 agreement (+HKDF), "
@@ -235,7 +236,7 @@ def bench_deployment(X, per_round, max_iter, only=None, early_stopping=True):
         if only is not None and name not in only:
             continue
         params = dict(params, n_clients=n, clients_per_round=per_round, random_state=0)
-        if "max_iter" in cls().get_params():
+        if "max_iter" in cls().get_params() and max_iter is not None:
             params["max_iter"] = max_iter
         if not early_stopping and "early_stopping" in cls().get_params():
             params["early_stopping"] = False  # (no validation: no biases floor either)
@@ -339,7 +340,9 @@ def main():
         X = make_ratings(*shape, random_state=0).X
         per_round = args.per_round or (max(2, X.shape[0] // 10) if args.ml_1m or args.quick
                                        else 200)
-        rounds = 2 if args.quick and args.rounds == "5" else int(args.rounds)
+        # ("default": each estimator's max_iter and early stopping, whole fits)
+        rounds = (None if args.rounds == "default" else
+                  2 if args.quick and args.rounds == "5" else int(args.rounds))
         bench_deployment(X, per_round, rounds, only, not args.no_early_stopping)
         return
     if args.estimators:
