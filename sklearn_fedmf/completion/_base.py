@@ -427,9 +427,8 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         if not validated or not self._biased or self._floor_class is None:
             return
         best = state.best_score * self._score_scale(ctx)  # (in rating units)
-        settings = self._settings()  # (the secure floor samples as the fit does)
-        floor_params = dict(n_jobs=ctx.info["n_jobs"], clients_per_round=settings[
-            "clients_per_round"], secure_aggregation=settings["secure_aggregation"])
+        floor_params = {"n_jobs": ctx.info["n_jobs"], **{key: self._settings()[key] for key in (
+            "clients_per_round", "secure_aggregation")}}  # (a secure floor samples as the fit)
         floor, floor_rmse, (up, down), self._floor_evidence = biases_floor(ctx, self,
                                                                            **floor_params)
         gain, noise = self._floor_evidence  # (the gain in validation MSE, its standard error)
