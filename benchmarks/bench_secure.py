@@ -45,7 +45,8 @@ sends and receives in a round's secure phases (keys, shares, masked vector, unma
 ``secure`` records (:mod:`sklearn_fedmf.secure._costs`) of one secure fit per estimator on
 ``make_ratings(--users, --items, --ratings)`` (2,000 x 1,000 x 100,000 by default; with
 ``--ml-1m`` 6,040 x 3,706 x 1,000,000), one client per user, ``--per-round`` clients a round
-(200; 10% with ``--ml-1m``), ``--rounds`` rounds (5), each estimator's defaults otherwise.
+(200; 10% with ``--ml-1m``), ``--rounds`` rounds (5; ``default``: each estimator's
+max_iter and early stopping), each estimator's defaults otherwise.
 Per round (median over the rounds; ``max`` columns: the largest over them): ``server s``,
 the server's CPU seconds in its phase functions; ``client ms`` median / max, each client's
 CPU milliseconds over its phases and exchanges of the round (timed in its own task);
@@ -58,10 +59,14 @@ start of the run with the module's own primitives), and ``ratio``, ``secure / (f
 plain)`` (the issue's target: at most 1.3); then the same in CPU seconds of the process
 (``time.process_time``; the primitives by the same clock), which a loaded machine does
 not inflate.
-Exchanges of a nested fit (the biases floor of a validated fit, a FedBaseline fit over
-every client in every round) are not in the outer fit's ``history_``: they count in
-``secure s``, not in ``floor s``; ``--no-early-stopping`` fits without validation (no
-report exchanges, no floor).
+The biases floor of a validated fit (a nested FedBaseline fit, under secure aggregation
+with the fit's ``clients_per_round``) is not in the outer fit's ``history_``: the bench
+records its fits and adds their exchanges (start and rounds) to ``floor s``, and the
+floor's one secure sum of the paired evidence over every client as its start exchange's
+agreements with the keystream of its 6 words (an estimate: ``secure_sum`` does not record
+costs). ``floor ex`` is the nested fits' largest exchange after their start, in clients,
+and ``x plain`` the secure fit's wall time over the plain one's. ``--no-early-stopping``
+fits without validation (no report exchanges, no floor).
 """
 
 import argparse
@@ -170,6 +175,44 @@ def _fit_timed(cls, params, X):
     return est, wall, time.process_time() - cpu
 
 
+def _recording_floors(floors):
+    """Patch the validation's floor fit to append each nested floor to ``floors``; returns
+    the original (to restore)."""
+    from sklearn_fedmf.completion import _validation
+
+    original = _validation._fit_floor
+
+    def recording(*args, **kwargs):
+        out = original(*args, **kwargs)
+        floors.append(out[0])
+        return out
+
+    _validation._fit_floor = recording
+    return original
+
+
+def _nested_floor(floors, primitives, evidence_sums):
+    """``({kind: floor seconds}, largest exchange after the start)`` of the nested floor
+    fits, with ``evidence_sums`` secure sums of 6 words over every client (module doc)."""
+    from sklearn_fedmf.secure._costs import floor_seconds
+
+    total, largest = {kind: 0.0 for kind in primitives}, 0
+    for floor in floors:
+        costs = [r["secure"] for r in floor.history_]
+        start = costs[0].get("start")
+        for kind, prims in primitives.items():
+            total[kind] += sum(floor_seconds(c, *prims) for c in costs + [start])
+        largest = max([largest] + [e["clients"] for c in costs for e in c["exchanges"]])
+    if floors and evidence_sums:
+        start = floors[0].history_[0]["secure"]["start"]
+        evidence = {"agreements": start["agreements"],
+                    "keystream_words": start["keystream_words"] * 6
+                    / start["vector_words"]}
+        for kind, prims in primitives.items():
+            total[kind] += evidence_sums * floor_seconds(evidence, *prims)
+    return total, largest
+
+
 def bench_deployment(X, per_round, max_iter, only=None, early_stopping=True):
     from sklearn_fedmf.secure._costs import floor_seconds
 
@@ -177,7 +220,7 @@ def bench_deployment(X, per_round, max_iter, only=None, early_stopping=True):
                   "cpu": measure_primitives(time.process_time)}
     n = X.shape[0]
     print(f"{n:,} users (one client each) x {X.shape[1]:,} items, {X.nnz:,} ratings, "
-          f"{per_round} clients per round, {max_iter} rounds, "
+          f"{per_round} clients per round, {max_iter or 'default'} rounds, "
           f"{'' if early_stopping else 'early_stopping=False, '}defaults otherwise")
     for kind, (agreement_s, keystream_bps) in primitives.items():
         print(f"measured ({kind}): {agreement_s * 1e6:.1f} us per X25519 agreement (+HKDF), "
@@ -185,24 +228,33 @@ def bench_deployment(X, per_round, max_iter, only=None, early_stopping=True):
     header = (f"{'estimator':<12} {'rounds':>6} {'server s':>9} {'client ms med/max':>18} "
               f"{'kB sent med/max':>16} {'start: server s, client ms, kB':>31} "
               f"{'plain s':>8} {'secure s':>9} {'floor s':>8} {'ratio':>6} "
-              f"{'cpu: plain':>10} {'secure':>7} {'floor':>7} {'ratio':>6}")
+              f"{'cpu: plain':>10} {'secure':>7} {'floor':>7} {'ratio':>6} "
+              f"{'floor ex':>8} {'x plain':>7}")
     print(header)
     print("-" * len(header))
     for name, (cls, params, plain_extra, _) in ESTIMATORS.items():
         if only is not None and name not in only:
             continue
         params = dict(params, n_clients=n, clients_per_round=per_round, random_state=0)
-        if "max_iter" in cls().get_params():
+        if "max_iter" in cls().get_params() and max_iter is not None:
             params["max_iter"] = max_iter
         if not early_stopping and "early_stopping" in cls().get_params():
             params["early_stopping"] = False  # (no validation: no biases floor either)
         _, wall_plain, cpu_plain = _fit_timed(cls, dict(params, **plain_extra), X)
-        secure, wall_secure, cpu_secure = _fit_timed(cls, dict(params, secure_aggregation=True),
-                                                     X)
+        floors = []  # the nested biases floors of the secure fit
+        original = _recording_floors(floors)
+        try:
+            secure, wall_secure, cpu_secure = _fit_timed(
+                cls, dict(params, secure_aggregation=True), X)
+        finally:
+            from sklearn_fedmf.completion import _validation
+
+            _validation._fit_floor = original
         costs = [r["secure"] for r in secure.history_]
         start = costs[0].get("start")
-        floor = {kind: sum(floor_seconds(c, *primitives[kind])
-                           for c in costs + ([start] if start else []))
+        nested, largest = _nested_floor(floors, primitives, evidence_sums=1 if floors else 0)
+        floor = {kind: nested[kind] + sum(floor_seconds(c, *primitives[kind])
+                                          for c in costs + ([start] if start else []))
                  for kind in primitives}
         server = np.median([c["server_s"] for c in costs])
         client = (np.median([c["client_s_median"] for c in costs]) * 1e3,
@@ -221,7 +273,13 @@ def bench_deployment(X, per_round, max_iter, only=None, early_stopping=True):
               f"{start_text:>31} {wall_plain:>8.2f} {wall_secure:>9.2f} {floor['wall']:>8.2f} "
               f"{wall_secure / (floor['wall'] + wall_plain):>6.2f} {cpu_plain:>10.2f} "
               f"{cpu_secure:>7.2f} {floor['cpu']:>7.2f} "
-              f"{cpu_secure / (floor['cpu'] + cpu_plain):>6.2f}", flush=True)
+              f"{cpu_secure / (floor['cpu'] + cpu_plain):>6.2f} "
+              f"{largest if floors else '-':>8} {wall_secure / wall_plain:>7.1f}", flush=True)
+        if floors:
+            print(f"  {name}: {len(secure.history_)} rounds, factors_used_="
+                  f"{secure.factors_used_}; nested floors: "
+                  + ", ".join(f"{len(f.history_)} rounds of {f.clients_per_round or n} clients"
+                              for f in floors), flush=True)
 
 
 def run(n, d, drop_fraction, neighbours, seed=0):
@@ -282,7 +340,9 @@ def main():
         X = make_ratings(*shape, random_state=0).X
         per_round = args.per_round or (max(2, X.shape[0] // 10) if args.ml_1m or args.quick
                                        else 200)
-        rounds = 2 if args.quick and args.rounds == "5" else int(args.rounds)
+        # ("default": each estimator's max_iter and early stopping, whole fits)
+        rounds = (None if args.rounds == "default" else
+                  2 if args.quick and args.rounds == "5" else int(args.rounds))
         bench_deployment(X, per_round, rounds, only, not args.no_early_stopping)
         return
     if args.estimators:

@@ -12,7 +12,9 @@ runs them in the round's phases and holds what is the same in every family:
   Grams: :func:`client_prepare`, :func:`store_grams`) or ``"guarded"`` (:func:`w_step_size`);
 * the two aggregation rules (:func:`average_uploads`) and the check of their combination
   with the sampling (:func:`check_aggregation`);
-* the participation modes ``"pcc"`` and ``"pcp"`` (:func:`round_phases`).
+* the participation modes ``"pcc"`` and ``"pcp"`` (:func:`round_phases`), and under secure
+  aggregation the prepare phase's Grams from the sampled clients only
+  (:func:`sampled_prepare`).
 
 Every function is pure and module-level (the protocol travels to processes, Dask workers and
 Flower clients by pickling; the family's steps are bound with :func:`functools.partial`).
@@ -20,6 +22,7 @@ Flower clients by pickling; the family's steps are bound with :func:`functools.p
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 from typing import NamedTuple
 
@@ -30,7 +33,8 @@ from ._groups import LazyRows
 
 __all__ = [
     "RoundRule", "average_uploads", "check_aggregation", "client_prepare", "client_update",
-    "palm_client_update", "q2_schedule", "round_phases", "store_grams", "w_step_size",
+    "palm_client_update", "q2_schedule", "round_phases", "sampled_prepare", "store_grams",
+    "w_step_size",
     "weighted_sum", "weighted_upload", "upload_weights", "mean_of_sums",
 ]
 
@@ -268,3 +272,59 @@ def round_phases(*, participation, prepared, local_phase, w_phase, keep, gram, s
 
 def _server_from_sums(server_state, sums, n_summed, round_index, *, secure_update):
     return secure_update(server_state, mean_of_sums(sums), round_index)
+
+
+# ---- secure aggregation: the Grams of the sampled clients only --------------------------------
+# Under "pcc" every client updates U_p each round; summing every client's Gram would be a
+# secure exchange over every client each round (issue 39: 28.8 of 49.9 CPU seconds of a
+# secure fit at 2,000 clients, 200 a round). Only the sampled clients send (the change of)
+# their Gram: the server's running sum holds the latest Gram of each client that has sent
+# one, and the step reads it times n / (the clients that have sent), the clients that have
+# not counted at the mean of those that have. Measured (make_ratings(600, 150, 30000), one
+# client per user, 60 a round, 80/20 test RMSE after 8, 30, 100 rounds): plain 0.8911,
+# 0.7584, 0.7238; this 0.8711, 0.7503, 0.7237; n / m times the round's m Grams alone 0.8933,
+# 0.7702, 0.7248; the running sum with the start Gram of the random U_p^0 for a client that
+# has not sent (no scaling) train RMSE 1.018 against the plain 0.831 at 300 clients, 30 a
+# round, 8 rounds: the start Grams understate the bound.
+def _selected_stats(client_prepare, state, block, broadcast, rng, selected):
+    new, stats = client_prepare(state, block, broadcast, rng, selected)
+    return new, (stats if selected else None)
+
+
+def _selected_group_stats(client_prepare, group_state, group, broadcast, stream, active,
+                          selected):
+    new, stats = client_prepare(group_state, group, broadcast, stream, active, selected)
+    return new, {c: s for c, s in stats.items() if selected[c - group.start]}
+
+
+def _scaled_prepare(server_prepare, server_state, sums, clients, round_index):
+    """The family's secure ``server_prepare`` on the running sum of the latest Grams of the
+    clients that have sent one, times ``n`` over their number (no start Gram added: the
+    family's ``"unsent"`` mask passed empty, this function keeps its own)."""
+    n_clients = len(server_state["grams"])
+    unsent = server_state.get("unsent")
+    unsent = np.ones(n_clients, dtype=bool) if unsent is None else unsent.copy()
+    unsent[list(clients)] = False
+    scale = n_clients / max(n_clients - int(unsent.sum()), 1)
+    state = {**server_state, "unsent": np.zeros(n_clients, dtype=bool)}
+    new, message = server_prepare(state, {k: v * scale for k, v in sums.items()}, clients,
+                                  round_index)
+    return {**new, "unsent": unsent}, message
+
+
+def sampled_prepare(protocol):
+    """``protocol`` whose prepare phase (the Grams of the global W step) is a secure running
+    sum over the sampled clients only, scaled to every client (the comment above); every
+    client still computes its ``U_p``."""
+    if protocol.client_prepare is None or protocol.summable is None:
+        return protocol
+    batched = protocol.batched
+    if batched is not None and batched.client_prepare is not None:
+        batched = dataclasses.replace(batched, client_prepare=partial(
+            _selected_group_stats, batched.client_prepare))
+    summable = dataclasses.replace(
+        protocol.summable, prepare_cumulative=True,
+        server_prepare=partial(_scaled_prepare, protocol.summable.server_prepare))
+    return dataclasses.replace(
+        protocol, client_prepare=partial(_selected_stats, protocol.client_prepare),
+        batched=batched, summable=summable)

@@ -50,7 +50,10 @@ def relative_difference(a, b):
 # (estimator, data, its parameters, the plain fit's extra parameters, fitted factor)
 CASES = {
     "FedMCADMM": (FedMCADMM, ratings, dict(n_components=3, local_iter=5), {}, "components_"),
-    # the default guarded W step: the clients' Grams in a second (prepare) exchange
+    # the default guarded W step: the clients' Grams in a second (prepare) exchange (with
+    # sampled clients the secure step reads the sampled clients' Grams, not the plain fit's
+    # every Gram: equal at full participation, close under sampling, issue 39;
+    # tests/test_secure_sampled_exchanges.py)
     "FedMAvg": (FedMAvg, ratings, dict(n_components=3), {}, "components_"),
     "FedMAvg-local": (FedMAvg, ratings, dict(n_components=3, solver_params={"w_step": "local"}),
                       {}, "components_"),
@@ -82,9 +85,14 @@ def fit_pair(name, **extra):
     return getattr(a, attribute), getattr(b, attribute), a, b
 
 
+# the algorithm of the secure fit is the plain one's at full participation only (above)
+FULL_ONLY = {"FedMAvg"}
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_secure_fit_equals_the_plain_fit(name):
-    plain, secure, _, fitted = fit_pair(name, clients_per_round=0.5)
+    plain, secure, _, fitted = fit_pair(
+        name, clients_per_round=None if name in FULL_ONLY else 0.5)
     if plain.dtype == bool:  # AggregatedBMF: integer counts, exact
         np.testing.assert_array_equal(plain, secure)
     else:
@@ -96,7 +104,8 @@ def test_secure_fit_equals_the_plain_fit(name):
                                   "Felb", "AggregatedBMF"])
 def test_secure_fit_equals_the_plain_fit_with_one_client_per_user(name, monkeypatch):
     monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1)  # grouped when batched
-    plain, secure, a, _ = fit_pair(name, n_clients=48, clients_per_round=0.25)
+    plain, secure, a, _ = fit_pair(name, n_clients=48,
+                                   clients_per_round=None if name in FULL_ONLY else 0.25)
     assert a.n_clients_ == 48
     if plain.dtype == bool:
         np.testing.assert_array_equal(plain, secure)

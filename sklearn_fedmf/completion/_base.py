@@ -412,13 +412,13 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         if not validated or not self._biased or self._floor_class is None:
             return
         best = state.best_score * self._score_scale(ctx)  # (in rating units)
-        secure = ctx.settings["secure_aggregation"]
-        floor, floor_rmse, (up, down), self._floor_evidence = biases_floor(
-            ctx, self, n_jobs=ctx.n_jobs, secure_aggregation=secure)
+        floor_params = {"n_jobs": ctx.n_jobs, **{key: ctx.settings[key] for key in (
+            "clients_per_round", "secure_aggregation")}}  # (a secure floor samples as the fit)
+        floor, floor_rmse, (up, down), self._floor_evidence = biases_floor(ctx, self,
+                                                                           **floor_params)
         gain, noise = self._floor_evidence  # (the gain in validation MSE, its standard error)
         if gain <= FLOOR_Z * noise and ctx.info.held_out:  # biases on every rating
-            floor, more = floor_on_all_ratings(ctx, self._floor_class, n_jobs=ctx.n_jobs,
-                                               secure_aggregation=secure)
+            floor, more = floor_on_all_ratings(ctx, self._floor_class, **floor_params)
             up, down = up + more[0], down + more[1]
         self.history_[-1]["bytes_uploaded"] += up
         self.history_[-1]["bytes_downloaded"] += down

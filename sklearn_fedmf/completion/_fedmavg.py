@@ -16,7 +16,13 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._docstrings import Substitution, toy_example
 from .._engine import FederatedProtocol
-from .._fedmavg_protocol import RoundRule, check_aggregation, q2_schedule, round_phases
+from .._fedmavg_protocol import (
+    RoundRule,
+    check_aggregation,
+    q2_schedule,
+    round_phases,
+    sampled_prepare,
+)
 from ..privacy._distributed_dp import (
     DISTRIBUTED_DOCS,
     DistributedDP,
@@ -226,7 +232,9 @@ class FedMAvg(DistributedDPMixin, AutoStrengthsMixin, FederatedMFBase):
           ``Q_hat`` of the diminishing schedule (only when ``local_iter_v`` is None).
         - ``participation`` : {"pcc", "pcp"}, default="pcc"
           ``"pcc"``: every client updates ``U_p`` every round and only the sampled ones
-          upload (partial client communication; the broadcast reaches all). ``"pcp"``: only
+          upload (partial client communication; the broadcast reaches all; under secure
+          aggregation and uniform sampling the global step reads the sampled clients'
+          Grams only: the latest of each client that has sent one, scaled to all). ``"pcp"``: only
           the sampled clients compute (partial participation, the paper's Fig. 2a baseline).
         - ``aggregation`` : {"weighted", "sampled_mean"} or None, default=None
           ``"weighted"``: ``sum omega_p W_p / sum omega_p`` over the received copies (eq. (8)
@@ -478,6 +486,18 @@ class FedMAvg(DistributedDPMixin, AutoStrengthsMixin, FederatedMFBase):
     def _collect(self, state, blocks, ctx):
         super()._collect(state, blocks, ctx)
         self.alpha_u_, self.alpha_v_ = self._strengths(ctx)
+
+    def _secure_protocol(self, protocol):
+        """Under secure aggregation, ``"pcc"`` and uniform sampling, the prepare phase's Grams
+        come from the sampled clients only
+        (:func:`~sklearn_fedmf._fedmavg_protocol.sampled_prepare`); ``"pcp"``'s running sum
+        is already over the sampled clients."""
+        protocol = super()._secure_protocol(protocol)
+        settings = self._settings()
+        if protocol.secure is None or settings["participation"] != "pcc" or (
+                settings["sampling"] != "uniform"):
+            return protocol
+        return sampled_prepare(protocol)
 
     def _client_weights(self, nnz, n_rows, settings):
         return nnz if settings["client_weights"] == "entries" else n_rows
