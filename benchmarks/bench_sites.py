@@ -179,10 +179,14 @@ def run_set(name, spec, quick):
              f"({b - rows[best][0]:+.4f})")
           + f"; FedBlend - best member: {b - min(v[0] for k, v in ours.items() if k != 'FedBlend'):+.4f}")
     if base is not None:
-        losers = [f"{k} {v[0]:.4f} (+{v[0] - base:.4f})" for k, v in ours.items()
+        losers = [f"{k} {v[0]:.5f} (+{v[0] - base:.5f})" for k, v in ours.items()
                   if v[0] > base]
         print(f"lose to BaselineOnly ({base:.4f}): " + (", ".join(losers) or "none"))
-        print(f"FedBlend - SVD: {b - rows['SVD'][0]:+.4f}")
+        print(f"FedBlend - SVD: {b - rows['SVD'][0]:+.4f}; SVD - BaselineOnly: "
+              f"{rows['SVD'][0] - base:+.4f}")
+    biases = rows["FedBaseline"][0]
+    print("factor part (kept: RMSE - FedBaseline's): " + ", ".join(
+        f"{k} {v[2]}: {v[0] - biases:+.4f}" for k, v in ours.items() if v[2] in ("True", "False")))
     weights = ", ".join(f"{k} {w:+.3f}" for k, w in zip(blend.named_estimators_,
                                                        blend.weights_))
     print(f"blend weights (average activity): {weights}; intercept {blend.intercept_:+.4f}")
