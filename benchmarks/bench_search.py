@@ -19,7 +19,6 @@ import os
 import time
 import warnings
 
-import numpy as np
 from bench_sites import load, rmse
 from sklearn.model_selection import KFold, RandomizedSearchCV
 

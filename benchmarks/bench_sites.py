@@ -5,8 +5,8 @@
     python benchmarks/bench_sites.py --quick          # smoke run on a fifth of latest-small
 
 Protocol (issue 37): an 80/20 random split of each set's ratings (``train_test_split`` on the
-rating indices, seed 0; the split of ``bench_blend.py``), test pairs whose user or item is
-not in the training part dropped, or the set's own test ratings when it ships them
+rating indices, seed 0 or ``--seed``; the split of ``bench_blend.py``), test pairs whose user
+or item is not in the training part dropped, or the set's own test ratings when it ships them
 (``NAME:TRAIN;TEST``, for example a random test drawn apart from self-selected training
 ratings). Every rating estimator (``FedBaseline``, ``FedMCADMM``, ``FedMAvg``, ``FedMGS``,
 ``RFRec``, ``FedBlend``) with all its defaults (``random_state=0`` only) through
@@ -33,8 +33,7 @@ import warnings
 
 import numpy as np
 
-from sklearn_fedmf import (FedBaseline, FedBlend, FedMAvg, FedMCADMM, FedMGS,
-                           RatingRegressor, RFRec)
+from sklearn_fedmf import FedBaseline, FedBlend, FedMAvg, FedMCADMM, FedMGS, RatingRegressor, RFRec
 from sklearn_fedmf.datasets import load_movielens
 
 MODELS = {"FedBaseline": FedBaseline, "FedMCADMM": FedMCADMM, "FedMAvg": FedMAvg,
@@ -57,8 +56,17 @@ def read_triples(path, movielens_ids=False):
             if movielens_ids and int(fields[0]) < 1:  # (u.data's 3 lines of a user 0)
                 continue
             rows.append((fields[0], fields[1], rating))
-    users, items, ratings = zip(*rows)
-    return np.array(users), np.array(items), np.array(ratings, dtype=float)
+    users, items, ratings = (np.array(column) for column in zip(*rows))
+    for ids in (users, items):  # numeric ids keep their numeric order (the users' clients)
+        try:
+            ids_numeric = ids.astype(np.int64)
+        except ValueError:
+            continue
+        if ids is users:
+            users = ids_numeric
+        else:
+            items = ids_numeric
+    return users, items, ratings.astype(float)
 
 
 def index(train, test=None):
@@ -74,7 +82,7 @@ def index(train, test=None):
     return tr, (np.column_stack([u_pos[known], i_pos[known]]), test[2][known])
 
 
-def load(spec):
+def load(spec, seed=0):
     """``(X_train, y_train, X_test, y_test, own_test)`` of a set ``NAME:PATH[;TEST]`` or
     ``small``."""
     if spec == "small":
@@ -92,7 +100,7 @@ def load(spec):
     from sklearn.model_selection import train_test_split
 
     idx = np.arange(len(triples[2]))
-    train, test = train_test_split(idx, test_size=0.2, random_state=0)
+    train, test = train_test_split(idx, test_size=0.2, random_state=seed)
     (X_tr, y_tr), (X_te, y_te) = index(tuple(a[train] for a in triples),
                                        tuple(a[test] for a in triples))
     return X_tr, y_tr, X_te, y_te, False
@@ -128,22 +136,22 @@ def fit_surprise(name, data):
     return rmse(pred, y_te), seconds
 
 
-def describe(name, X_tr, y_tr, X_te, own):
+def describe(name, X_tr, y_tr, X_te, own, seed=0):
     n_u, n_i = X_tr[:, 0].max() + 1, X_tr[:, 1].max() + 1
     scale = np.unique(y_tr)
     scale = (f"{scale.size} levels {scale.min():g}..{scale.max():g}" if scale.size <= 21
              else f"continuous {scale.min():g}..{scale.max():g}")
     print(f"\n## {name}: {n_u} users x {n_i} items, {len(y_tr)} training ratings "
           f"(density {len(y_tr) / (n_u * n_i):.2%}), {len(X_te)} test ratings "
-          f"({'its own test' if own else '80/20 random split, seed 0'}), {scale}")
+          f"({'its own test' if own else f'80/20 random split, seed {seed}'}), {scale}")
 
 
-def run_set(name, spec, quick):
-    X_tr, y_tr, X_te, y_te, own = load(spec)
+def run_set(name, spec, quick, seed=0):
+    X_tr, y_tr, X_te, y_te, own = load(spec, seed)
     if quick:
         X_tr, y_tr, X_te, y_te = X_tr[::5], y_tr[::5], X_te[::5], y_te[::5]
     data = (X_tr, y_tr, X_te, y_te)
-    describe(name, X_tr, y_tr, X_te, own)
+    describe(name, X_tr, y_tr, X_te, own, seed)
     rows = {}
     try:
         for peer in ("BaselineOnly", "SVD"):
@@ -163,7 +171,7 @@ def run_set(name, spec, quick):
         print(f"    ({label} {err:.4f} {seconds:.1f} s)", flush=True)
     base = rows.get("BaselineOnly", (None,))[0]
     best = min(rows, key=lambda k: rows[k][0])
-    print(f"\n| model | test RMSE | fit s | kept | z | - BaselineOnly |\n|---|---|---|---|---|---|")
+    print("\n| model | test RMSE | fit s | kept | z | - BaselineOnly |\n|---|---|---|---|---|---|")
     for label, (err, seconds, used, z) in rows.items():
         diff = "-" if base is None else f"{err - base:+.4f}"
         mark = "**" if label == best else ""
@@ -171,13 +179,15 @@ def run_set(name, spec, quick):
               f"| {diff} |")
     b = rows["FedBlend"][0]
     ours = {k: v for k, v in rows.items() if k in MODELS}
+    members_rmse = [v[0] for k, v in ours.items() if k != "FedBlend"]
+    slowest = max(v[1] for k, v in ours.items() if k != "FedBlend")
     best_ours = min(ours, key=lambda k: ours[k][0])
     print(f"\nbest: {best} {rows[best][0]:.4f}; best federated: {best_ours} "
           f"{rows[best_ours][0]:.4f}; FedBlend {b:.4f} "
           + ("is the best" if best == "FedBlend" else
              f"is {'within' if b - rows[best][0] <= TIE else 'NOT within'} {TIE} of the best "
              f"({b - rows[best][0]:+.4f})")
-          + f"; FedBlend - best member: {b - min(v[0] for k, v in ours.items() if k != 'FedBlend'):+.4f}")
+          + f"; FedBlend - best member: {b - min(members_rmse):+.4f}")
     if base is not None:
         losers = [f"{k} {v[0]:.5f} (+{v[0] - base:.5f})" for k, v in ours.items()
                   if v[0] > base]
@@ -196,7 +206,7 @@ def run_set(name, spec, quick):
                           f" (kept {bool(blend.named_estimators_[k].factors_used_)})")
         for k, v in blend.member_validation_rmse_.items())
     print(f"blend validation RMSE {blend.validation_rmse_:.4f}; members: {members}")
-    print(f"FedBlend fit / slowest member: {rows['FedBlend'][1] / max(v[1] for k, v in ours.items() if k != 'FedBlend'):.2f}")
+    print(f"FedBlend fit / slowest member: {rows['FedBlend'][1] / slowest:.2f}")
 
 
 def main():
@@ -204,6 +214,7 @@ def main():
     parser.add_argument("--data", default="", help="'small': the embedded ml-latest-small")
     parser.add_argument("--ratings", action="append", default=[],
                         help="NAME:PATH[;TEST] of a local rating file (never committed)")
+    parser.add_argument("--seed", type=int, default=0, help="the 80/20 split's seed")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: a fifth of ml-latest-small's ratings")
     args = parser.parse_args()
@@ -217,7 +228,7 @@ def main():
         warnings.simplefilter("ignore")
         RatingRegressor(FedBlend(random_state=0)).fit(warm[0][:20000], warm[1][:20000])
     for name, spec in specs:
-        run_set(name, spec, args.quick)
+        run_set(name, spec, args.quick, args.seed)
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
 
 
