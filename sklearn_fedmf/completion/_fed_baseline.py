@@ -45,7 +45,8 @@ class FedBaseline(FederatedMFBase):
     and every round is an exact block minimization of it, items first as in Surprise. With
     every client in every round the result does not depend on the partition into clients:
     after ``K`` rounds ``user_bias_`` is ``BaselineOnly``'s ``bu`` after ``K`` epochs and
-    ``item_bias_`` its ``bi`` after ``K + 1``. A client that is not sampled keeps its biases,
+    ``item_bias_`` its ``bi`` after ``K + 1`` (with its strengths, ``alpha_u=15,
+    alpha_v=10``; the default ``"auto"`` adapts them to the data). A client that is not sampled keeps its biases,
     so its part of the server's sums stays exact: partial participation is randomized block
     coordinate descent on the same objective.
 
@@ -58,10 +59,11 @@ class FedBaseline(FederatedMFBase):
         estimated from three sums each client sends once (its sum of squared centred
         ratings, the sum over its users of ``(sum of the row)^2 / n_u``, its number of users
         with a rating) and the per-item counts and sums of the start
-        (:mod:`._fed_baseline_protocol`, :func:`moment_strengths`); a ratio of variances, so
+        (``moment_strengths`` of :mod:`._fed_baseline_protocol`); a ratio of variances, so
         free of the ratings' unit. Measured on seven real sets (``benchmarks/results/
-        bench_sites-2026-12.md``): test RMSE 0.0045 (MovieLens 100K) to 0.057 (Jester)
-        below Surprise's strengths (15 and 10, the default before), on every set. A
+        bench_biases_auto-2026-12.md``): test RMSE 0.0045 (MovieLens 100K) to 0.057
+        (Jester) below Surprise's strengths (15 and 10, the default before), on every
+        set. A
         deployment whose sites report only counts (``flower``) uses 15 and 10. A warm start
         keeps the first fit's strengths.
     alpha_v : float or "auto", default="auto"
