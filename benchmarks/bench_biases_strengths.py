@@ -4,9 +4,10 @@ weaker ones, on real rating sets (issue 37's floor and the blend's biases member
     python benchmarks/bench_biases_strengths.py --ratings ml-100k:/path/u.data --data small
 
 The split of ``bench_sites.py`` (80/20, seed 0, or a set's own test). For each pair
-``(alpha_u, alpha_v)`` of ``--pairs``, ``RatingRegressor(FedBaseline(alpha_u=.., alpha_v=..,
-random_state=0))`` fitted on the training part: the test RMSE, and its difference from the
-defaults' in the last columns.
+``(alpha_u, alpha_v)`` of ``--pairs`` (numbers or ``auto``), ``RatingRegressor(FedBaseline(
+alpha_u=.., alpha_v=.., random_state=0))`` fitted on the training part: the test RMSE, and
+its difference from the first pair's in the next columns; the last column, the strengths the
+last fit used (``alpha_u_``, ``alpha_v_``: ``"auto"``'s values).
 """
 
 import argparse
@@ -26,11 +27,13 @@ def main():
     parser.add_argument("--data", default="", help="'small': the embedded ml-latest-small")
     parser.add_argument("--pairs", default=PAIRS, help="alpha_u:alpha_v,... (first: reference)")
     args = parser.parse_args()
-    pairs = [tuple(float(a) for a in p.split(":")) for p in args.pairs.split(",")]
+    pairs = [tuple(a if a == "auto" else float(a) for a in p.split(":"))
+             for p in args.pairs.split(",")]
     specs = args.ratings + [n for n in args.data.split(",") if n == "small"]
-    print("| set | " + " | ".join(f"({u:g}, {v:g})" for u, v in pairs) + " | "
-          + " | ".join(f"({u:g}, {v:g}) - first" for u, v in pairs[1:]) + " |")
-    print("|---" * (2 * len(pairs)) + "|")
+    names = [f"({u}, {v})" if "auto" in (u, v) else f"({u:g}, {v:g})" for u, v in pairs]
+    print("| set | " + " | ".join(names) + " | "
+          + " | ".join(f"{name} - first" for name in names[1:]) + " | last's strengths |")
+    print("|---" * (2 * len(pairs) + 1) + "|")
     for spec in specs:
         X_tr, y_tr, X_te, y_te, _ = load(spec)
         errors = []
@@ -40,9 +43,11 @@ def main():
                 model = FedBaseline(alpha_u=alpha_u, alpha_v=alpha_v, random_state=0)
                 reg = RatingRegressor(model).fit(X_tr, y_tr)
             errors.append(rmse(reg.predict(X_te), y_te))
+        used = f"{reg.estimator_.alpha_u_:.2f}, {reg.estimator_.alpha_v_:.2f}"
         name = "ml-latest-small" if spec == "small" else spec.split(":", 1)[0]
         print(f"| {name} | " + " | ".join(f"{e:.4f}" for e in errors) + " | "
-              + " | ".join(f"{e - errors[0]:+.4f}" for e in errors[1:]) + " |", flush=True)
+              + " | ".join(f"{e - errors[0]:+.4f}" for e in errors[1:]) + f" | {used} |",
+              flush=True)
 
 
 if __name__ == "__main__":

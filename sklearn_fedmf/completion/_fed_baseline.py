@@ -46,9 +46,9 @@ class FedBaseline(FederatedMFBase):
     every client in every round the result does not depend on the partition into clients:
     after ``K`` rounds ``user_bias_`` is ``BaselineOnly``'s ``bu`` after ``K`` epochs and
     ``item_bias_`` its ``bi`` after ``K + 1`` (with its strengths, ``alpha_u=15,
-    alpha_v=10``; the default ``"auto"`` adapts them to the data). A client that is not sampled keeps its biases,
-    so its part of the server's sums stays exact: partial participation is randomized block
-    coordinate descent on the same objective.
+    alpha_v=10``; the default ``"auto"`` adapts them to the data). A client that is not
+    sampled keeps its biases, so its part of the server's sums stays exact: partial
+    participation is randomized block coordinate descent on the same objective.
 
     Parameters
     ----------
