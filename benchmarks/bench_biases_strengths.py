@@ -1,5 +1,6 @@
-"""FedBaseline's strengths: its defaults (Surprise's ``BaselineOnly``: 15 and 10) against
-weaker ones, on real rating sets (issue 37's floor and the blend's biases member).
+"""FedBaseline's strengths: Surprise's ``BaselineOnly``'s (15 and 10, its defaults before
+``"auto"``) against weaker ones and ``"auto"``, on real rating sets (issue 37's floor and
+the blend's biases member).
 
     python benchmarks/bench_biases_strengths.py --ratings ml-100k:/path/u.data --data small
 
@@ -17,7 +18,7 @@ from bench_sites import load, rmse
 
 from sklearn_fedmf import FedBaseline, RatingRegressor
 
-PAIRS = "15:10,7.5:5,3.75:2.5,2:1,15:2.5,3.75:10"
+PAIRS = "15:10,7.5:5,3.75:2.5,2:1,15:2.5,3.75:10,auto:auto"
 
 
 def main():
