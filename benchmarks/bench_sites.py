@@ -23,7 +23,9 @@ the blend's weights and its members' validation RMSEs.
 semicolon separated; lines that do not parse are skipped; MovieLens ``u.data`` user ids
 below 1 dropped) from local files the repository does not ship: real data for measuring
 only. ``--data small`` is the embedded ml-latest-small. scikit-surprise is a benchmark-only
-extra (``pip install scikit-surprise``); without it its rows are left out.
+extra (``pip install scikit-surprise``); without it its rows are left out. ``--only
+FedBlend,BaselineOnly`` fits only the rows named (ours or Surprise's); the summary lines that
+need a missing row are left out.
 """
 
 import argparse
@@ -146,7 +148,7 @@ def describe(name, X_tr, y_tr, X_te, own, seed=0):
           f"({'its own test' if own else f'80/20 random split, seed {seed}'}), {scale}")
 
 
-def run_set(name, spec, quick, seed=0):
+def run_set(name, spec, quick, seed=0, only=None):
     X_tr, y_tr, X_te, y_te, own = load(spec, seed)
     if quick:
         X_tr, y_tr, X_te, y_te = X_tr[::5], y_tr[::5], X_te[::5], y_te[::5]
@@ -155,11 +157,15 @@ def run_set(name, spec, quick, seed=0):
     rows = {}
     try:
         for peer in ("BaselineOnly", "SVD"):
+            if only is not None and peer not in only:
+                continue
             rows[peer] = (*fit_surprise(peer, data), "-", "-")
     except ImportError:
         print("(scikit-surprise not installed: its rows are left out)")
     blend = None
     for label, cls in MODELS.items():
+        if only is not None and label not in only:
+            continue
         err, seconds, fitted = fit_ours(cls, data)
         used = getattr(fitted, "factors_used_", None)
         evidence = getattr(fitted, "_floor_evidence", None)
@@ -177,6 +183,10 @@ def run_set(name, spec, quick, seed=0):
         mark = "**" if label == best else ""
         print(f"| {mark}{label}{mark} | {mark}{err:.4f}{mark} | {seconds:.1f} | {used} | {z} "
               f"| {diff} |")
+    if blend is not None:
+        _blend_lines(blend)
+    if only is not None and not set(MODELS).issubset(rows):
+        return
     b = rows["FedBlend"][0]
     ours = {k: v for k, v in rows.items() if k in MODELS}
     members_rmse = [v[0] for k, v in ours.items() if k != "FedBlend"]
@@ -197,16 +207,19 @@ def run_set(name, spec, quick, seed=0):
     biases = rows["FedBaseline"][0]
     print("factor part (kept: RMSE - FedBaseline's): " + ", ".join(
         f"{k} {v[2]}: {v[0] - biases:+.4f}" for k, v in ours.items() if v[2] in ("True", "False")))
+    print(f"FedBlend fit / slowest member: {rows['FedBlend'][1] / slowest:.2f}")
+
+
+def _blend_lines(blend):
     weights = ", ".join(f"{k} {w:+.3f}" for k, w in zip(blend.named_estimators_,
                                                        blend.weights_))
-    print(f"blend weights (average activity): {weights}; intercept {blend.intercept_:+.4f}")
+    print(f"\nblend weights (average activity): {weights}; intercept {blend.intercept_:+.4f}")
     members = ", ".join(
         f"{k} {v:.4f}" + ("" if getattr(blend.named_estimators_[k], "factors_used_", None)
                           is None else
                           f" (kept {bool(blend.named_estimators_[k].factors_used_)})")
         for k, v in blend.member_validation_rmse_.items())
     print(f"blend validation RMSE {blend.validation_rmse_:.4f}; members: {members}")
-    print(f"FedBlend fit / slowest member: {rows['FedBlend'][1] / slowest:.2f}")
 
 
 def main():
@@ -215,9 +228,15 @@ def main():
     parser.add_argument("--ratings", action="append", default=[],
                         help="NAME:PATH[;TEST] of a local rating file (never committed)")
     parser.add_argument("--seed", type=int, default=0, help="the 80/20 split's seed")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated rows to fit (e.g. FedBlend); default: all")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: a fifth of ml-latest-small's ratings")
     args = parser.parse_args()
+    only = None if args.only is None else set(args.only.split(","))
+    unknown = (only or set()) - set(MODELS) - {"BaselineOnly", "SVD"}
+    if unknown:
+        parser.error(f"--only: unknown rows {sorted(unknown)}")
     specs = [(s.split(":", 1)[0], s) for s in args.ratings]
     specs += [("ml-latest-small", n) for n in args.data.split(",") if n == "small"]
     if args.quick:
@@ -228,7 +247,7 @@ def main():
         warnings.simplefilter("ignore")
         RatingRegressor(FedBlend(random_state=0)).fit(warm[0][:20000], warm[1][:20000])
     for name, spec in specs:
-        run_set(name, spec, args.quick, args.seed)
+        run_set(name, spec, args.quick, args.seed, only)
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
 
 
