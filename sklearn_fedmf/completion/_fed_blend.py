@@ -338,9 +338,9 @@ class FedBlend(TransformerMixin, _BaseComposition):
         with _once_per_fit():
             for name, est in members:
                 member = clone(est).set_params(**self._member_overrides(est, X.nnz, entropy))
-                _without_floor(member)
-                member.fit(X_train, clients=labels,
-                           eval_set=X_valid if _validates(member) else None)
+                with _floor_skipped(member):
+                    member.fit(X_train, clients=labels,
+                               eval_set=X_valid if _validates(member) else None)
                 fitted.append((name, member))
                 history += [{**record, "member": name} for record in member.history_]
         self._set_members(fitted)
@@ -681,11 +681,19 @@ def _validates(member):
     return bool(member.get_params(deep=False).get("early_stopping", False))
 
 
-def _without_floor(member):
-    """Skip ``member``'s biases floor in this fit (an instance attribute over its class's
-    ``_floor_class``; a clone gets the class's back, so a standalone fit keeps the floor).
-    Measured (``benchmarks/results/bench_blendfloor-2026-12.md``): with the floor, members
-    whose factor part falls back to the biases are copies of the biases member and the blend
-    loses their diversity (Jester +0.019 test RMSE)."""
-    if getattr(member, "_floor_class", None) is not None:
-        member._floor_class = None
+@contextmanager
+def _floor_skipped(member):
+    """``member``'s biases floor skipped for the fits inside (an instance attribute over its
+    class's ``_floor_class``, removed after them: the fitted member, its clones and every
+    standalone fit keep the floor). With the floor, the members whose factor part fell back
+    to the biases were copies of the biases member and the blend lost their diversity
+    (``benchmarks/results/bench_blendfloor-2026-12.md``: Jester 4.6310 -> 4.5969 test RMSE
+    without it)."""
+    if getattr(member, "_floor_class", None) is None:
+        yield
+        return
+    member._floor_class = None
+    try:
+        yield
+    finally:
+        del member._floor_class
