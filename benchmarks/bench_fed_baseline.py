@@ -122,7 +122,7 @@ def main():
         full = FedBaseline(n_clients=train.shape[0], max_iter=rounds, clip=False,
                            random_state=0).fit(train, eval_set=test)
     running = [r["eval_rmse"] for r in model.history_]
-    alone = sampled_only(train, test, rounds, 0.1)
+    alone = sampled_only(train, test, rounds, 0.1, model.alpha_u_, model.alpha_v_)
     print()
     print("one client per user, 10 % per round: test RMSE (unclipped) by round")
     print(f"{'server':<42}" + "".join(f"{f'r{r}':>8}" for r in marks))

@@ -96,7 +96,8 @@ def test_surprise_baseline_only_als(movielens_split):
         return surprise.BaselineOnly(bsl_options={"method": "als", "n_epochs": n_epochs},
                                      verbose=False).fit(trainset)
 
-    model = _fit(FedBaseline(max_iter=10, random_state=0), train)  # Surprise's defaults
+    # Surprise's defaults (FedBaseline's before "auto")
+    model = _fit(FedBaseline(alpha_u=15.0, alpha_v=10.0, max_iter=10, random_state=0), train)
     # the same iterates: b_u after 10 epochs, b_i after 11 (round k: user step k, item k+1)
     rated_users = np.flatnonzero(np.diff(train.indptr))
     rated_items = np.unique(train.indices)
@@ -111,7 +112,8 @@ def test_surprise_baseline_only_als(movielens_split):
     algo = baseline_only(10)
     theirs = np.array([algo.predict(u, i).est for u, i in zip(test_coo.row, test_coo.col)])
     surprise_rmse = np.sqrt(np.mean((theirs - test_coo.data) ** 2))
-    ours = -_fit(FedBaseline(random_state=0), train).score(train, test)
+    ours = -_fit(FedBaseline(alpha_u=15.0, alpha_v=10.0, random_state=0), train).score(
+        train, test)
     assert abs(ours - surprise_rmse) < 1e-3
     assert ours < 0.87  # (0.8661 measured; the global mean gives about 1.04)
 
@@ -170,9 +172,15 @@ def test_bytes_are_the_item_aggregates():
     model = FedBaseline(n_clients=4, max_iter=2, random_state=0).fit(X)
     k = sum(len(np.unique(X[model.clients_ == c].indices)) for c in range(4))
     # int32 item indices; init: int32 counts and float64 sums, then float64 changes
-    assert model.history_[0]["bytes_uploaded"] == k * (4 + 4 + 8) + k * (4 + 8)
+    assert model.history_[0]["bytes_uploaded"] == 4 * 24 + k * (4 + 4 + 8) + k * (4 + 8)
     assert model.history_[1]["bytes_uploaded"] == k * (4 + 8)
     assert model.history_[1]["bytes_downloaded"] == 4 * X.shape[1] * 8  # b_i to each client
+    # "auto": three float64 sums per client up, alpha_u down, in the first round's record
+    fixed = FedBaseline(alpha_u=15.0, alpha_v=10.0, n_clients=4, max_iter=2,
+                        random_state=0).fit(X)
+    assert model.history_[0]["bytes_uploaded"] - fixed.history_[0]["bytes_uploaded"] == 4 * 24
+    assert (model.history_[0]["bytes_downloaded"]
+            - fixed.history_[0]["bytes_downloaded"]) == 4 * 8
 
 
 def test_n_jobs_does_not_change_the_model():
@@ -190,9 +198,13 @@ def test_n_jobs_does_not_change_the_model():
 def test_partial_participation_reaches_the_same_model(partial):
     # a client that is not sampled (or drops out) keeps b_u, so its sums at the server stay
     # exact: randomized block coordinate descent on the same objective, to the same minimizer
+    # (Surprise's strengths: "auto" is about 0.1 on these nearly noise-free biases, where
+    # b_u + c, b_i - c is an almost flat direction that 60 rounds do not settle)
     X, _ = bias_ratings()
-    full = FedBaseline(n_clients=6, max_iter=60, random_state=0).fit(X)
-    partial = FedBaseline(n_clients=6, max_iter=400, random_state=0, **partial).fit(X)
+    strengths = dict(alpha_u=15.0, alpha_v=10.0)
+    full = FedBaseline(n_clients=6, max_iter=60, random_state=0, **strengths).fit(X)
+    partial = FedBaseline(n_clients=6, max_iter=400, random_state=0, **strengths,
+                          **partial).fit(X)
     np.testing.assert_allclose(partial.item_bias_, full.item_bias_, rtol=0, atol=1e-8)
     np.testing.assert_allclose(partial.user_bias_, full.user_bias_, rtol=0, atol=1e-8)
 
@@ -210,13 +222,12 @@ def test_warm_start_continues_the_rounds():
 def test_search_space_holds_the_defaults():
     space = default_search_space(FedBaseline())
     assert set(space) == {"alpha_u", "alpha_v"}
-    assert 15.0 in [round(a, 9) for a in space["alpha_u"]]
-    assert 10.0 in [round(a, 9) for a in space["alpha_v"]]
+    assert "auto" in space["alpha_u"] and "auto" in space["alpha_v"]
 
 
 def test_biases_only_data_fit_to_the_noise_level():
-    # rating-like noise, about 120 ratings per user and per item: the default shrinkage
-    # (alpha_u=15, alpha_v=10) then costs about 1 % over the noise
+    # rating-like noise, about 120 ratings per user and per item: Surprise's shrinkage
+    # (alpha_u=15, alpha_v=10) costs about 1 % over the noise, "auto" no more
     X, R = bias_ratings(n_users=300, n_items=300, density=0.5, noise=1.0, seed=1)
     train, test = train_test_split_ratings(X, 0.2, random_state=0)
     rmse = -FedBaseline(random_state=0).fit(train).score(train, test)
@@ -235,7 +246,7 @@ def test_transform_folds_in_the_user_bias():
     rows, items = np.nonzero(~np.isnan(new))
     dev = np.bincount(rows, weights=new[rows, items] - model.mean_ - model.item_bias_[items],
                       minlength=7)
-    np.testing.assert_allclose(B[:, 0], dev / (model.alpha_u + np.bincount(rows, minlength=7)),
+    np.testing.assert_allclose(B[:, 0], dev / (model.alpha_u_ + np.bincount(rows, minlength=7)),
                                rtol=0, atol=1e-12)
     np.testing.assert_allclose(model.inverse_transform(B), model.mean_ + B + model.item_bias_)
     np.testing.assert_allclose(model.fit_transform(X), model.transform(X))
@@ -363,3 +374,97 @@ def test_grouped_fit_is_the_per_client_fit(monkeypatch):
     for key in ("user_bias_", "item_bias_"):
         assert getattr(fits[0], key).tobytes() == getattr(fits[1], key).tobytes()
     assert fits[0].history_[-1]["bytes_uploaded"] == fits[1].history_[-1]["bytes_uploaded"]
+
+
+# ---- the "auto" strengths (empirical Bayes from summed moments) -----------------------------
+def random_effects(n_users, n_items, n_ratings, tau_u, tau_i, sigma, seed=0, item_weights=None):
+    """``x = b_u + b_i + e`` at ``n_ratings`` distinct random pairs (items drawn with
+    ``item_weights``), with the biases' and the noise's standard deviations given."""
+    rng = np.random.default_rng(seed)
+    pairs = set()
+    while len(pairs) < n_ratings:
+        users = rng.integers(n_users, size=n_ratings)
+        items = rng.choice(n_items, size=n_ratings, p=item_weights)
+        pairs.update(zip(users.tolist(), items.tolist()))
+    users, items = np.array(sorted(pairs)[:n_ratings]).T
+    x = (tau_u * rng.normal(size=n_users)[users] + tau_i * rng.normal(size=n_items)[items]
+         + sigma * rng.normal(size=users.size))
+    return sp.csr_matrix((x, (users, items)), shape=(n_users, n_items))
+
+
+@pytest.mark.parametrize("heavy_tail", [False, True])
+def test_auto_strengths_recover_noise_over_bias_variance(heavy_tail):
+    # the truth: alpha_u = sigma^2 / tau_u^2 = 2.25, alpha_v = sigma^2 / tau_i^2 = 4; with a
+    # heavy tail of items most items have one or two ratings (Ciao-like), where the one-way
+    # analyses of _auto_strengths.bias_shrinkages give a far too small alpha_v
+    weights = None
+    if heavy_tail:
+        weights = 1.0 / np.arange(1, 20_001) ** 0.9
+        weights /= weights.sum()
+    X = random_effects(3000, 20_000 if heavy_tail else 600, 60_000, tau_u=0.6, tau_i=0.45,
+                       sigma=0.9, item_weights=weights)
+    X.data -= X.data.mean()
+    alpha_u, alpha_v = protocol.moment_strengths(X)
+    assert alpha_u == pytest.approx(2.25, rel=0.15)
+    assert alpha_v == pytest.approx(4.0, rel=0.15)
+
+
+def test_auto_strengths_are_free_of_the_ratings_unit():
+    X = random_effects(400, 150, 8000, tau_u=0.6, tau_i=0.45, sigma=0.9)
+    ten = X.copy()
+    ten.data = 10.0 * ten.data + 3.0
+    one = FedBaseline(n_clients=5, max_iter=5, random_state=0).fit(X)
+    other = FedBaseline(n_clients=5, max_iter=5, random_state=0).fit(ten)
+    assert other.alpha_u_ == pytest.approx(one.alpha_u_, rel=1e-9)
+    assert other.alpha_v_ == pytest.approx(one.alpha_v_, rel=1e-9)
+    np.testing.assert_allclose(other.item_bias_, 10.0 * one.item_bias_, rtol=1e-9, atol=1e-9)
+
+
+def test_auto_strengths_beat_surprises_on_noisy_biases():
+    # Surprise's 15 and 10 over-shrink biases estimated from about 20 ratings each
+    X = random_effects(500, 400, 12_000, tau_u=0.6, tau_i=0.45, sigma=0.9, seed=1)
+    train, test = train_test_split_ratings(X, 0.2, random_state=0)
+    auto = -FedBaseline(random_state=0).fit(train).score(train, test)
+    surprise = -FedBaseline(alpha_u=15.0, alpha_v=10.0, random_state=0).fit(train).score(
+        train, test)
+    assert auto < surprise - 0.002
+
+
+def test_auto_is_the_fit_with_its_numbers():
+    # "auto" only chooses the numbers: the fit with them given is the same, bit for bit (so
+    # numbers keep their meaning); the numbers are the rule's on the fit's training ratings
+    X, _ = bias_ratings(noise=1.0)
+    auto = FedBaseline(n_clients=4, max_iter=5, random_state=0).fit(X)
+    fixed = FedBaseline(alpha_u=auto.alpha_u_, alpha_v=auto.alpha_v_, n_clients=4, max_iter=5,
+                        random_state=0).fit(X)
+    np.testing.assert_array_equal(auto.item_bias_, fixed.item_bias_)
+    np.testing.assert_array_equal(auto.user_bias_, fixed.user_bias_)
+    centred = X.copy()
+    centred.data -= auto.mean_
+    assert (auto.alpha_u_, auto.alpha_v_) == protocol.moment_strengths(centred)
+    # one strength given, the other "auto"
+    half = FedBaseline(alpha_u=15.0, n_clients=4, max_iter=5, random_state=0).fit(X)
+    assert (half.alpha_u_, half.alpha_v_) == (15.0, auto.alpha_v_)
+
+
+def test_auto_secure_equals_plain():
+    pytest.importorskip("cryptography", reason="secure aggregation's key agreement")
+    X, _ = bias_ratings(noise=1.0)
+    plain = FedBaseline(n_clients=4, max_iter=4, random_state=0).fit(X)
+    secure = FedBaseline(n_clients=4, max_iter=4, random_state=0,
+                         secure_aggregation=True).fit(X)
+    assert (secure.alpha_u_, secure.alpha_v_) == (plain.alpha_u_, plain.alpha_v_)
+    np.testing.assert_allclose(secure.item_bias_, plain.item_bias_, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(secure.user_bias_, plain.user_bias_, rtol=0, atol=1e-8)
+
+
+def test_strengths_from_moments_degenerate_cases():
+    # no rating or no variation: no shrinkage; every user with one rating (a user's bias and
+    # the noise cannot be told apart): finite, non-negative strengths
+    assert protocol.strengths_from_moments(n_ratings=0, n_users=0, n_items=0, sum_squares=0.0,
+                                           between_users=0.0, between_items=0.0) == (0.0, 0.0)
+    rng = np.random.default_rng(0)
+    X = sp.csr_matrix((rng.normal(size=2000), (np.arange(2000), rng.integers(50, size=2000))),
+                      shape=(2000, 50))
+    alpha_u, alpha_v = protocol.moment_strengths(X)
+    assert np.isfinite([alpha_u, alpha_v]).all() and min(alpha_u, alpha_v) >= 0

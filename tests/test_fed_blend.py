@@ -11,7 +11,7 @@ from sklearn.model_selection import GridSearchCV, KFold
 from sklearn_fedmf import FedBaseline, FedBlend, FedMCADMM, FedMGS, RatingRegressor, RFRec
 from sklearn_fedmf._fit import validation_split
 from sklearn_fedmf.completion._fed_blend_stats import blend_design
-from sklearn_fedmf.datasets import make_ratings
+from sklearn_fedmf.datasets import make_ratings, make_site_ratings
 from sklearn_fedmf.exceptions import FedMFWarning
 
 
@@ -332,3 +332,26 @@ def test_a_strong_ridge_is_the_plain_average(X):
     K = len(blend.estimators_)
     np.testing.assert_allclose(blend.weights_, np.full(K, 1 / K), atol=1e-6)
     np.testing.assert_allclose(blend.activity_coef_[1:], 0.0, atol=1e-6)
+
+
+def test_members_keep_their_factor_part_where_alone_the_floor_drops_it():
+    # Biases and noise only (no interaction): alone, with the blend's seed, clients and
+    # validation ratings, FedMGS's factor part does not beat the biases on validation and
+    # the floor drops it. Inside the blend it is kept and the weights decide; with an
+    # unshrunk ridge (final_alpha=0) the blend's validation error is a least-squares fit
+    # over the members' predictions, so it cannot exceed the biases member's.
+    X = make_site_ratings("douban", n_ratings=4000, interaction=0.0, random_state=0).X
+    members = [("biases", FedBaseline(max_iter=10)),
+               ("mgs", FedMGS(n_components=3, max_iter=15, early_stopping=True))]
+    blend = FedBlend(members, n_clients=4, random_state=0, refit=False,
+                     final_alpha=0.0).fit(X)
+    alone = FedMGS(n_components=3, max_iter=15, early_stopping=True, validation_fraction=0.1,
+                   random_state=blend._entropy).fit(X, clients=blend.clients_)
+    assert not alone.factors_used_ and not alone.components_.any()
+    member = blend.named_estimators_["mgs"]
+    assert member.factors_used_ and member.components_.any() and member.user_factors_.any()
+    assert member.best_iteration_ == alone.best_iteration_  # (the same fit up to the floor)
+    assert member._floor_class is FedBaseline  # (skipped during the blend's fit only)
+    rmse = blend.member_validation_rmse_
+    assert blend.validation_rmse_ <= rmse["biases"] + 1e-9
+    assert rmse["mgs"] != rmse["biases"]  # (not a copy of the biases member)

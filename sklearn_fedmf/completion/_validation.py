@@ -4,8 +4,9 @@ and the biases-only floor a factor model must beat.
 Each client holds out ``validation_fraction`` of its own ratings (``_fit.validation_split``);
 per evaluated round it reports its squared-error sum and count on them (two numbers), and the
 engine keeps the best round (:class:`~sklearn_fedmf._engine.EarlyStopping`). At the end the
-federated biases-only model (:class:`~sklearn_fedmf.FedBaseline`, Surprise's ``BaselineOnly``)
-is fitted on the same clients' training ratings, and the kept factor model is compared with it
+federated biases-only model (:class:`~sklearn_fedmf.FedBaseline`, Surprise's ``BaselineOnly``
+model, with its default ``"auto"`` strengths: empirical Bayes from the clients' sums) is
+fitted on the same clients' training ratings, and the kept factor model is compared with it
 on the validation ratings **with evidence**: the fit keeps the factor part only when its gain
 in validation mean squared error is larger than ``FLOOR_Z`` standard errors of that gain
 (:func:`floor_evidence`); otherwise it keeps the biases-only model, refitted on all the
@@ -180,8 +181,8 @@ def floor_on_all_ratings(ctx, floor_class, *, n_jobs, secure_aggregation=False,
                          clients_per_round=None):
     """The biases-only model refitted on every training rating, the validation ratings held
     out of them included, and its bytes: what a fit keeps when the floor wins. The choice is
-    made; the held-out tenth only cost the floor accuracy (about 0.0015 RMSE on MovieLens,
-    where the floor on all the ratings equals Surprise's ``BaselineOnly``)."""
+    made; the held-out tenth only cost the floor accuracy (about 0.0015 RMSE on MovieLens;
+    its ``"auto"`` strengths are estimated again on all the ratings)."""
     # (stacked, not added: a sum would drop a centred rating of exactly 0)
     parts = [ctx.X.tocoo(), ctx.info.eval_X.tocoo()]
     X = sp.csr_matrix((np.concatenate([p.data for p in parts]),
