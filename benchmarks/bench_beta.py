@@ -4,7 +4,7 @@ The paper gives no beta. Column ``j`` of a client's W step (P-15) has curvature
 ``(1/p) lambda_max(sum_t u_t u_t^T) <= (1/p) sum_t ||u_t||^2`` over the client's raters of
 ``j``, so a fixed number cannot suit data of every shape. ``beta="auto"`` is ``AUTO_BETA * b0``
 with ``b0`` that bound at the start, averaged over the rated columns
-(``sklearn_fedmf.completion._fedmc_admm_protocol.initial_curvature``: the raters per rated
+(``sklearn_fedmf.completion._fedmc_admm._fedmc_admm_protocol.initial_curvature``: the raters per rated
 column from ``ratings / (items p)``, the rows' squared norm from ``init_scale``, rank and the
 ones column of the biases). This script sweeps beta as a multiple of ``b0`` on
 
@@ -38,10 +38,10 @@ import warnings
 from pathlib import Path
 
 from sklearn_fedmf import FedMCADMM
-from sklearn_fedmf._fit import merge_params
 from sklearn_fedmf.completion import PAPER_SETTINGS
-from sklearn_fedmf.completion._fedmc_admm_protocol import initial_curvature
+from sklearn_fedmf.completion._fedmc_admm._fedmc_admm_protocol import initial_curvature
 from sklearn_fedmf.datasets import load_movielens, make_ratings
+from sklearn_fedmf.engine._fit import merge_params
 from sklearn_fedmf.exceptions import UnobservedItemsWarning
 from sklearn_fedmf.model_selection import train_test_split_ratings
 

@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 
 from sklearn_fedmf import FedBlend, RatingRegressor
-from sklearn_fedmf.completion._fed_blend import default_members
+from sklearn_fedmf.completion._fed_blend._fed_blend import default_members
 from sklearn_fedmf.datasets import load_movielens, make_ratings
 
 

@@ -28,9 +28,9 @@ import warnings
 import numpy as np
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS
-from sklearn_fedmf._fit import merge_params
 from sklearn_fedmf.completion import PAPER_SETTINGS
 from sklearn_fedmf.datasets import load_movielens
+from sklearn_fedmf.engine._fit import merge_params
 from sklearn_fedmf.exceptions import UnobservedItemsWarning
 from sklearn_fedmf.model_selection import train_test_split_ratings
 

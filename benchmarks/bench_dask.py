@@ -31,13 +31,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from run_all import RANK, cached_matrix  # noqa: E402  (the same cached matrices)
 
-from sklearn_fedmf._engine import nbytes  # noqa: E402
+from sklearn_fedmf.engine._federation import nbytes  # noqa: E402
 
 
 def fit(X, n_jobs, rounds, rank):
     from sklearn_fedmf import FedMCADMM
-    from sklearn_fedmf._fit import merge_params
     from sklearn_fedmf.completion import PAPER_SETTINGS
+    from sklearn_fedmf.engine._fit import merge_params
 
     model = FedMCADMM(**merge_params(PAPER_SETTINGS["FedMCADMM"], dict(
         n_components=rank, n_clients=100, clients_per_round=10, max_iter=rounds, random_state=0,

@@ -24,7 +24,7 @@ import warnings
 import numpy as np
 
 from sklearn_fedmf import FedBaseline
-from sklearn_fedmf.completion._fed_baseline_protocol import item_biases, user_biases
+from sklearn_fedmf.completion._fed_baseline._fed_baseline_protocol import item_biases, user_biases
 from sklearn_fedmf.datasets import load_movielens
 from sklearn_fedmf.exceptions import FedMFWarning
 from sklearn_fedmf.model_selection import train_test_split_ratings

@@ -24,8 +24,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from sklearn_fedmf import FedMCADMM
-from sklearn_fedmf._engine import _INIT_CLIENT, _INIT_SERVER, _SERVER_ROUND, _rng
 from sklearn_fedmf.datasets import make_ratings
+from sklearn_fedmf.engine._federation import _INIT_CLIENT, _INIT_SERVER, _SERVER_ROUND, _rng
 
 
 def reference_fedmc_admm(X, *, n_clients, clients_per_round, rank, local_iter, beta, alpha,

@@ -38,9 +38,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from sklearn_fedmf import RFRec
-from sklearn_fedmf._fit import merge_params
 from sklearn_fedmf.binary import Felb
 from sklearn_fedmf.datasets import load_movielens, make_binary_tiles
+from sklearn_fedmf.engine._fit import merge_params
 from sklearn_fedmf.model_selection import train_test_split_ratings
 from sklearn_fedmf.privacy import LocalDP, epsilon_spent, gaussian_sigma
 

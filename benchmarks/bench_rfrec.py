@@ -52,8 +52,8 @@ import numpy as np
 from joblib import Parallel, delayed
 
 from sklearn_fedmf import FedMCADMM, RFRec
-from sklearn_fedmf._fit import merge_params, route_solver_params
 from sklearn_fedmf.completion import PAPER_SETTINGS
+from sklearn_fedmf.engine._fit import merge_params, route_solver_params
 from sklearn_fedmf.model_selection import train_test_split_ratings
 
 try:

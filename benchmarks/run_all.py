@@ -95,7 +95,7 @@ def run_one(method, shape_name, n_jobs, rounds, quick, cache_dir, float32=False,
             clients="100"):
     """Fit one configuration in this process; return its figures."""
     import sklearn_fedmf
-    from sklearn_fedmf._fit import route_solver_params
+    from sklearn_fedmf.engine._fit import route_solver_params
 
     X = cached_matrix(shape_name, quick, cache_dir)
     if float32:  # (estimators without a float32 solver convert back to float64)

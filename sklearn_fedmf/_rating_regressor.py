@@ -21,9 +21,9 @@ from sklearn.utils.validation import (
     column_or_1d,
 )
 
-from ._data import check_int, factorize_ids
-from .exceptions import DataWarning
 from ._pairs import FactorModel, predict_pairs, top_n
+from .engine._client_data import check_int, factorize_ids
+from .exceptions import DataWarning
 
 __all__ = ["RatingRegressor"]
 

@@ -26,7 +26,7 @@ def rated_ratings(n=30, m=12, seed=0):
 @pytest.fixture(autouse=True)
 def always_dispatch_to_workers(monkeypatch):
     """Tests use small data: make the engine use its workers anyway when n_jobs > 1."""
-    monkeypatch.setattr("sklearn_fedmf._dispatch.MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr("sklearn_fedmf.engine._dispatch.MIN_PARALLEL_WORK", 0)
 
 
 @pytest.fixture
@@ -36,9 +36,9 @@ def ratings():
 
 def routed(cls):
     """``cls`` taking its ``solver_params`` keys flat, as ``fedmf --set`` does
-    (:func:`~sklearn_fedmf._fit.route_solver_params`): the oracle tests state their cases as
+    (:func:`~sklearn_fedmf.engine._fit.route_solver_params`): the oracle tests state their cases as
     one dict of settings."""
-    from sklearn_fedmf._fit import route_solver_params
+    from sklearn_fedmf.engine._fit import route_solver_params
 
     def make(*args, **params):
         return cls(*args, **route_solver_params(cls, params))
@@ -53,8 +53,8 @@ def paper(cls):
     stated for them, while the defaults are measured ones (``test_biases.py``,
     ``benchmarks/bench_defaults.py``). RFRec keeps its default step ("auto"). A test states
     its case flat: a key of the class's ``solver_params`` goes there (``routed``)."""
-    from sklearn_fedmf._fit import merge_params
     from sklearn_fedmf.completion import PAPER_SETTINGS
+    from sklearn_fedmf.engine._fit import merge_params
 
     settings = {k: v for k, v in PAPER_SETTINGS[cls.__name__].items() if k != "learning_rate"}
     make_routed = routed(cls)

@@ -8,9 +8,12 @@ import numpy as np
 import pytest
 from joblib import parallel_config
 
-from sklearn_fedmf import FedMCADMM, FedMGS, _data, _dispatch, _engine, _fit, _transport
-from sklearn_fedmf._data import check_ratings, split_clients
-from sklearn_fedmf._joblib_backend import fit_workers
+from sklearn_fedmf import FedMCADMM, FedMGS
+from sklearn_fedmf.engine import _client_data as _data
+from sklearn_fedmf.engine import _dispatch, _fit, _transport
+from sklearn_fedmf.engine import _federation as _engine
+from sklearn_fedmf.engine._client_data import check_ratings, split_clients
+from sklearn_fedmf.engine._joblib_backend import fit_workers
 
 
 def _problem():

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, RFRec
 from sklearn_fedmf._biases import init_item, init_user
-from sklearn_fedmf.completion._fedmc_admm_protocol import u_loop, u_loop_biased
+from sklearn_fedmf.completion._fedmc_admm._fedmc_admm_protocol import u_loop, u_loop_biased
 
 
 def small_ratings(n_users=24, n_items=10, density=0.6, seed=0):

@@ -14,7 +14,6 @@ from sklearn.datasets import load_digits
 from sklearn.metrics.pairwise import euclidean_distances
 
 from sklearn_fedmf import FederatedClustering
-from sklearn_fedmf._engine import nbytes
 from sklearn_fedmf.cluster._federated_clustering_protocol import (
     h_steps,
     local_centers,
@@ -24,6 +23,7 @@ from sklearn_fedmf.cluster._federated_clustering_protocol import (
     sncp_rho,
 )
 from sklearn_fedmf.datasets import partition_label_skew
+from sklearn_fedmf.engine._federation import nbytes
 from sklearn_fedmf.metrics import clustering_accuracy
 
 

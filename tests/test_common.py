@@ -25,8 +25,8 @@ from sklearn_fedmf import (
     Felb,
     RFRec,
 )
-from sklearn_fedmf._fit import objective_not_decreasing
 from sklearn_fedmf.binary import MEBF, Asso, GreConD
+from sklearn_fedmf.engine._fit import objective_not_decreasing
 from sklearn_fedmf.exceptions import ConvergenceWarning as FedMFConvergenceWarning
 from sklearn_fedmf.exceptions import DataWarning, DegenerateFitWarning, FedMFWarning
 

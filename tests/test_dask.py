@@ -23,11 +23,11 @@ from sklearn_fedmf import (  # noqa: E402
     FedMGS,
     Felb,
     RFRec,
-    _dispatch,  # noqa: E402
-    _engine,  # noqa: E402
 )
-from sklearn_fedmf._data import ClientBlock  # noqa: E402
 from sklearn_fedmf.datasets import make_binary_tiles, make_ratings  # noqa: E402
+from sklearn_fedmf.engine import _dispatch  # noqa: E402
+from sklearn_fedmf.engine import _federation as _engine  # noqa: E402
+from sklearn_fedmf.engine._client_data import ClientBlock  # noqa: E402
 from sklearn_fedmf.exceptions import FederationError  # noqa: E402
 
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from sklearn_fedmf import _early_stopping
-from sklearn_fedmf._early_stopping import snapshot
-from sklearn_fedmf._groups import GroupStates
+from sklearn_fedmf.engine import _early_stopping
+from sklearn_fedmf.engine._early_stopping import snapshot
+from sklearn_fedmf.engine._groups import GroupStates
 
 from .test_validation import FAST, SEED, ratings
 
@@ -43,7 +43,7 @@ def test_in_place_updates_after_the_copy_leave_it_unchanged(name, group_min, mon
     that round's values (a deep copy taken beside it), although the live state's arrays
     of that round were written in place since (checked: the test is not vacuous)."""
     if group_min is not None:
-        monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", group_min)
+        monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", group_min)
     checks = {"kept": 0, "written": 0}
     previous = {}
     keep = _early_stopping._BestRound._keep

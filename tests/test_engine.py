@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from sklearn_fedmf._engine import (
+from sklearn_fedmf.engine._federation import (
     _PREPARE_CLIENT,
     _UPDATE_CLIENT,
     Broadcast,
@@ -27,7 +27,7 @@ from sklearn_fedmf._engine import (
     nbytes,
     run_federation,
 )
-from sklearn_fedmf._transport import LocalTransport, PhaseResult, Transport, client_generator
+from sklearn_fedmf.engine._transport import LocalTransport, PhaseResult, Transport, client_generator
 from sklearn_fedmf.exceptions import (
     ClientDropout,
     ClientError,
@@ -453,7 +453,7 @@ def test_solver_params_are_declared_defaults_updated_and_checked():
 
     from sklearn.utils._param_validation import Interval, InvalidParameterError
 
-    from sklearn_fedmf._fit import FederatedEstimator, resolve_solver_params
+    from sklearn_fedmf.engine._fit import FederatedEstimator, resolve_solver_params
 
     class Toy(FederatedEstimator):
         _solver_params = {"step": (0.5, [Interval(Real, 0, None, closed="neither")]),

@@ -1,5 +1,5 @@
 """The exchange seam (issue 36, point 1): secure aggregation enters a fit through
-``sklearn_fedmf._exchange`` only. Every secure sum of a fit is one call of
+``sklearn_fedmf.engine._exchange`` only. Every secure sum of a fit is one call of
 ``SecureExchange._sum`` (so a variant of the sum plugs in there, not in the round loop),
 and no other module outside ``secure/`` imports it."""
 
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from sklearn_fedmf import FedMAvg, FedMCADMM
-from sklearn_fedmf._exchange import PlainExchange, SecureExchange
 from sklearn_fedmf.datasets import make_ratings
+from sklearn_fedmf.engine._exchange import PlainExchange, SecureExchange
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "sklearn_fedmf"

@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from sklearn_fedmf import FedBaseline, RatingRegressor
-from sklearn_fedmf.completion import _fed_baseline_protocol as protocol
+from sklearn_fedmf.completion._fed_baseline import _fed_baseline_protocol as protocol
 from sklearn_fedmf.datasets import load_movielens
 from sklearn_fedmf.exceptions import DegenerateFitWarning, FedMFWarning
 from sklearn_fedmf.model_selection import default_search_space, train_test_split_ratings
@@ -140,7 +140,7 @@ def test_uploads_hold_only_item_aggregates_on_rated_items():
 
 
 def _block(X, mask):
-    from sklearn_fedmf._data import ClientBlock
+    from sklearn_fedmf.engine._client_data import ClientBlock
 
     Xc = X[np.flatnonzero(mask)]
     Xc.data -= X.data.mean()
@@ -325,7 +325,7 @@ def test_zero_biases_are_a_degenerate_fit():
 def test_batched_phases_equal_the_per_client_functions(rows_per_client):
     """A group's phases give each client's per-client state and message, bit for bit (the
     same sums in the same order), and leave inactive clients and their input unchanged."""
-    from sklearn_fedmf._groups import make_groups
+    from sklearn_fedmf.engine._groups import make_groups
 
     X, _ = bias_ratings(n_users=60, n_items=25)
     X.data -= X.data.mean()
@@ -368,7 +368,7 @@ def test_grouped_fit_is_the_per_client_fit(monkeypatch):
     X, _ = bias_ratings()
     fits = []
     for group_min in (10**9, 1):
-        monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", group_min)
+        monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", group_min)
         fits.append(FedBaseline(n_clients=10, clients_per_round=0.5, max_iter=5,
                                 random_state=0).fit(X, clients=np.arange(X.shape[0])))
     for key in ("user_bias_", "item_bias_"):

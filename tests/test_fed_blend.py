@@ -9,9 +9,9 @@ from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, KFold
 
 from sklearn_fedmf import FedBaseline, FedBlend, FedMCADMM, FedMGS, RatingRegressor, RFRec
-from sklearn_fedmf._fit import validation_split
-from sklearn_fedmf.completion._fed_blend_stats import blend_design
+from sklearn_fedmf.completion._fed_blend._fed_blend_stats import blend_design
 from sklearn_fedmf.datasets import make_ratings, make_site_ratings
+from sklearn_fedmf.engine._fit import validation_split
 from sklearn_fedmf.exceptions import FedMFWarning
 
 
@@ -231,7 +231,7 @@ def test_drop_and_refused_members(X):
 
 
 def test_refit_members_on_every_training_rating(X, monkeypatch):
-    monkeypatch.setattr("sklearn_fedmf.completion._fed_blend.REFIT_MIN_SHARE", 0.0)  # all
+    monkeypatch.setattr("sklearn_fedmf.completion._fed_blend._fed_blend.REFIT_MIN_SHARE", 0.0)  # all
     blend = _blend(refit=True).fit(X)
     validated = _blend().fit(X)
     np.testing.assert_array_equal(blend.weights_, validated.weights_)
@@ -253,7 +253,7 @@ def test_refit_skips_the_members_below_the_weight_share(X, monkeypatch):
     validated = _blend().fit(X)
     share = np.abs(validated.weights_) / np.abs(validated.weights_).sum()
     cut = float(np.sort(share)[1]) + 1e-9  # the lightest two below, the other above
-    monkeypatch.setattr("sklearn_fedmf.completion._fed_blend.REFIT_MIN_SHARE", cut)
+    monkeypatch.setattr("sklearn_fedmf.completion._fed_blend._fed_blend.REFIT_MIN_SHARE", cut)
     blend = _blend(refit=True).fit(X)
     refit = {r["member"] for r in blend.history_ if r.get("refit")}
     assert refit == {name for name, w in zip(blend.named_estimators_, share) if w >= cut}

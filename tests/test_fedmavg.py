@@ -7,10 +7,10 @@ import pytest
 
 from sklearn_fedmf import FedMAvg as _FedMAvg
 from sklearn_fedmf import FedMGS as _FedMGS
-from sklearn_fedmf import _fedmavg_protocol
-from sklearn_fedmf._engine import nbytes
-from sklearn_fedmf._fedmavg_protocol import q2_schedule
-from sklearn_fedmf.completion._fedmavg_protocol import server_prepare
+from sklearn_fedmf.completion._fedmavg import _fedmavg_round as _fedmavg_protocol
+from sklearn_fedmf.completion._fedmavg._fedmavg_protocol import server_prepare
+from sklearn_fedmf.completion._fedmavg._fedmavg_round import q2_schedule
+from sklearn_fedmf.engine._federation import nbytes
 
 from .conftest import low_rank_ratings, paper
 

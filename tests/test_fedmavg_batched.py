@@ -7,13 +7,13 @@ import pytest
 import scipy.sparse as sp
 
 from sklearn_fedmf import FedMAvg
-from sklearn_fedmf._data import split_clients
-from sklearn_fedmf._engine import nbytes
-from sklearn_fedmf._fedmavg_protocol import RoundRule
-from sklearn_fedmf._fit import route_solver_params
-from sklearn_fedmf._groups import LazyRows, make_groups
-from sklearn_fedmf._transport import client_generator
-from sklearn_fedmf.completion._fedmavg import make_protocol
+from sklearn_fedmf.completion._fedmavg._fedmavg import make_protocol
+from sklearn_fedmf.completion._fedmavg._fedmavg_round import RoundRule
+from sklearn_fedmf.engine._client_data import split_clients
+from sklearn_fedmf.engine._federation import nbytes
+from sklearn_fedmf.engine._fit import route_solver_params
+from sklearn_fedmf.engine._groups import LazyRows, make_groups
+from sklearn_fedmf.engine._transport import client_generator
 
 RTOL = 1e-12
 
@@ -176,11 +176,11 @@ def test_grouped_fit_equals_per_client_fit(params, rows_per_client, monkeypatch)
     kw = dict(n_components=2, max_iter=4, clients_per_round=0.3, dropout=0.2, random_state=0,
               alpha_u=0.5, alpha_v=0.5, n_jobs=2)
     kw = route_solver_params(FedMAvg, {**kw, **params})
-    monkeypatch.setattr("sklearn_fedmf._dispatch.MIN_PARALLEL_WORK", 0)
-    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 10**9)
+    monkeypatch.setattr("sklearn_fedmf.engine._dispatch.MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 10**9)
     ref = FedMAvg(**kw).fit(X, clients=clients)
-    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1)
-    monkeypatch.setattr("sklearn_fedmf._fit.N_GROUPS", 5)
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 1)
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.N_GROUPS", 5)
     uploads = []
     got = FedMAvg(**kw, callback=lambda k, info: uploads.append(info["uploads"])).fit(
         X, clients=clients)
@@ -200,7 +200,7 @@ def test_grouped_warm_start_continues_like_per_client(monkeypatch):
               alpha_v=0.5, warm_start=True)
     fits = []
     for min_clients in (10**9, 1):
-        monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", min_clients)
+        monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", min_clients)
         model = FedMAvg(**kw).fit(X, clients=clients)
         fits.append(model.fit(X, clients=clients))
     ref, got = fits

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from sklearn_fedmf import FedMCADMM
-from sklearn_fedmf._fit import merge_params
 from sklearn_fedmf.completion import PAPER_SETTINGS
-from sklearn_fedmf.completion._fedmc_admm_protocol import AUTO_BETA, initial_curvature
+from sklearn_fedmf.completion._fedmc_admm._fedmc_admm_protocol import AUTO_BETA, initial_curvature
 from sklearn_fedmf.datasets import make_ratings
+from sklearn_fedmf.engine._fit import merge_params
 from sklearn_fedmf.model_selection import train_test_split_ratings
 
 from .conftest import low_rank_ratings

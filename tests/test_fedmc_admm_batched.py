@@ -9,12 +9,12 @@ import pytest
 import scipy.sparse as sp
 
 from sklearn_fedmf import FedMCADMM
-from sklearn_fedmf._data import split_clients
-from sklearn_fedmf._engine import initialize_federation, nbytes, run_federation
-from sklearn_fedmf._groups import GroupedTransport, GroupStates, make_groups
-from sklearn_fedmf.completion import _fedmc_admm
-from sklearn_fedmf.completion._fedmc_admm_batched import ClientUpload, LazyFactor
-from sklearn_fedmf.completion._fedmc_admm_protocol import client_update, make_protocol
+from sklearn_fedmf.completion._fedmc_admm import _fedmc_admm
+from sklearn_fedmf.completion._fedmc_admm._fedmc_admm_batched import ClientUpload, LazyFactor
+from sklearn_fedmf.completion._fedmc_admm._fedmc_admm_protocol import client_update, make_protocol
+from sklearn_fedmf.engine._client_data import split_clients
+from sklearn_fedmf.engine._federation import initialize_federation, nbytes, run_federation
+from sklearn_fedmf.engine._groups import GroupedTransport, GroupStates, make_groups
 from sklearn_fedmf.exceptions import ClientFailureWarning
 
 N_ROWS, N_ITEMS, N_CLIENTS = 40, 25, 30
@@ -215,9 +215,9 @@ def test_estimator_one_client_per_user_grouped_equals_per_client(monkeypatch):
     X[5, 3] = 2.0  # a user with a single rating
     params = dict(n_components=2, max_iter=8, clients_per_round=0.3, random_state=0,
                   alpha_u=0.1, alpha_v=0.01, solver_params={"dropout": 0.2, "eval_every": 0})
-    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 10**9)
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 10**9)
     ref = FedMCADMM(**params).fit(X, clients=np.arange(60))
-    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1)
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 1)
     got = FedMCADMM(**params).fit(X, clients=np.arange(60))
     assert isinstance(got._federation.client_states, GroupStates)
     np.testing.assert_allclose(got.components_, ref.components_, rtol=1e-12, atol=1e-13)
@@ -233,10 +233,10 @@ def test_estimator_one_client_per_user_grouped_equals_per_client(monkeypatch):
 
 @pytest.mark.parametrize("min_clients", [1, 10**9])
 def test_memory_error_before_the_fit_names_the_bytes(monkeypatch, min_clients):
-    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", min_clients)
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", min_clients)
     monkeypatch.setattr(_fedmc_admm, "_available_memory", lambda: 10_000)
     started = []
-    monkeypatch.setattr("sklearn_fedmf._fit.initialize_federation",
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.initialize_federation",
                         lambda *a, **k: started.append(1))
     X, _ = ratings()
     expected = _fedmc_admm.state_nbytes(
@@ -285,7 +285,7 @@ def test_memory_estimate_bounds_the_grouped_state():
 def test_weighted_regularization_runs_one_block_per_client(monkeypatch):
     # its per-row strengths are not in the batched phases: the fit keeps the per-client path
     assert protocol(True, "linearized", weighted=True).batched is None
-    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1)
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 1)
     X, _ = ratings()
     model = FedMCADMM(
         n_components=2, max_iter=2, regularization="weighted", random_state=0,

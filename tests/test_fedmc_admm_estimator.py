@@ -11,7 +11,7 @@ from sklearn.model_selection import GridSearchCV, GroupKFold, KFold
 from sklearn.pipeline import make_pipeline
 
 from sklearn_fedmf import FedMCADMM as _FedMCADMM
-from sklearn_fedmf._engine import nbytes
+from sklearn_fedmf.engine._federation import nbytes
 from sklearn_fedmf.exceptions import ClientError, ClientFailureWarning, UnobservedItemsWarning
 
 from .conftest import low_rank_ratings, paper
@@ -263,7 +263,7 @@ def test_failed_clients_lose_nothing(ratings):
 
 
 def _crash_client_0(monkeypatch):
-    import sklearn_fedmf.completion._fedmc_admm_protocol as admm
+    import sklearn_fedmf.completion._fedmc_admm._fedmc_admm_protocol as admm
 
     original = admm.ratings_client_update
 

@@ -19,10 +19,8 @@ from joblib import parallel_config
 from scipy.optimize import minimize
 
 from sklearn_fedmf import FedMCADMM as _FedMCADMM
-from sklearn_fedmf._data import check_ratings, split_clients
-from sklearn_fedmf._engine import evaluate, initialize_federation, nbytes, run_federation
 from sklearn_fedmf._prox import soft_threshold
-from sklearn_fedmf.completion._fedmc_admm_protocol import (
+from sklearn_fedmf.completion._fedmc_admm._fedmc_admm_protocol import (
     RESUM_EVERY,
     make_protocol,
     server_init_uploads,
@@ -31,6 +29,8 @@ from sklearn_fedmf.completion._fedmc_admm_protocol import (
     w_exact,
     w_loop_linearized,
 )
+from sklearn_fedmf.engine._client_data import check_ratings, split_clients
+from sklearn_fedmf.engine._federation import evaluate, initialize_federation, nbytes, run_federation
 
 from .conftest import paper
 

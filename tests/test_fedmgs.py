@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import sklearn_fedmf._kernels as kernels
-import sklearn_fedmf.completion._fedmgs_batched as fedmgs_batched
-import sklearn_fedmf.completion._fedmgs_protocol as fedmgs
+import sklearn_fedmf.completion._fedmgs._fedmgs_batched as fedmgs_batched
+import sklearn_fedmf.completion._fedmgs._fedmgs_protocol as fedmgs
 from sklearn_fedmf import FedMGS as _FedMGS
-from sklearn_fedmf._engine import nbytes
 from sklearn_fedmf.datasets import make_ratings
+from sklearn_fedmf.engine._federation import nbytes
 
 from .conftest import cached_aggregates, low_rank_ratings, paper
 from .test_fedmavg import lam_max, masked
@@ -147,7 +147,7 @@ def test_one_client_per_user_at_low_participation_descends(grouped, monkeypatch)
     block coordinate descent (the sampled users' rows, then V with the exact gradient at
     every client's factors), so the objective never increases. A server that summed the
     clients' last gradients, computed at old V, went up by a factor of 40 here."""
-    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1 if grouped else 10**9)
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 1 if grouped else 10**9)
     X = make_ratings(400, 60, 8000, noise=0.5, random_state=0).X
     model = _FedMGS(clients_per_round=0.02, max_iter=60, alpha_u=10.0, alpha_v=10.0,
                     random_state=0).fit(X, clients=np.arange(400))  # (a fixed objective)

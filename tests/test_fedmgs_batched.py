@@ -8,14 +8,18 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import sklearn_fedmf.completion._fedmgs_batched as batched
-import sklearn_fedmf.completion._fedmgs_protocol as fedmgs
+import sklearn_fedmf.completion._fedmgs._fedmgs_batched as batched
+import sklearn_fedmf.completion._fedmgs._fedmgs_protocol as fedmgs
 from sklearn_fedmf import FedMGS
 from sklearn_fedmf._biases import item_step_bounds
-from sklearn_fedmf._engine import nbytes
-from sklearn_fedmf._groups import make_groups
-from sklearn_fedmf._transport import client_generator
-from sklearn_fedmf.completion._fedmavg_protocol import EPS_LIPSCHITZ, lambda_max, prox_nonsmooth
+from sklearn_fedmf.completion._fedmavg._fedmavg_protocol import (
+    EPS_LIPSCHITZ,
+    lambda_max,
+    prox_nonsmooth,
+)
+from sklearn_fedmf.engine._federation import nbytes
+from sklearn_fedmf.engine._groups import make_groups
+from sklearn_fedmf.engine._transport import client_generator
 from sklearn_fedmf.exceptions import FederationError
 
 from .conftest import cached_aggregates
@@ -237,7 +241,7 @@ def test_sparse_cache_steps_as_the_dense_cache(biased, monkeypatch):
 
 
 def grouped(monkeypatch, on):
-    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1 if on else 10**9)
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 1 if on else 10**9)
 
 
 @pytest.mark.parametrize("biased", [True, False])

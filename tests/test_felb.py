@@ -7,10 +7,10 @@ import pytest
 import scipy.sparse as sp
 
 from sklearn_fedmf import AggregatedBMF, Felb
-from sklearn_fedmf._data import split_clients
 from sklearn_fedmf.binary import _elb, _felb_protocol
 from sklearn_fedmf.binary._aggregated import aggregate_boolean
 from sklearn_fedmf.datasets import make_binary_tiles
+from sklearn_fedmf.engine._client_data import split_clients
 from sklearn_fedmf.exceptions import PrivacyWarning
 from sklearn_fedmf.metrics import f1_boolean
 from sklearn_fedmf.privacy import LocalDP, gaussian_sigma

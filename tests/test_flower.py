@@ -24,9 +24,9 @@ from flwr.serverapp import Grid  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, Felb, RFRec  # noqa: E402
-from sklearn_fedmf._engine import FederatedProtocol  # noqa: E402
-from sklearn_fedmf._fit import route_solver_params  # noqa: E402
-from sklearn_fedmf._transport import LocalTransport  # noqa: E402
+from sklearn_fedmf.engine._federation import FederatedProtocol  # noqa: E402
+from sklearn_fedmf.engine._fit import route_solver_params  # noqa: E402
+from sklearn_fedmf.engine._transport import LocalTransport  # noqa: E402
 from sklearn_fedmf.flower import MESSAGE_TYPES, client_app, fit_on_grid, split_sites  # noqa: E402
 from sklearn_fedmf.flower._client import OTHER_PHASE  # noqa: E402
 from sklearn_fedmf.flower._codec import take  # noqa: E402
@@ -221,7 +221,7 @@ def test_implicit_fit_on_flower_equals_the_simulation(cls, tmp_path, task_identi
 def test_centred_fit_equals_run_federation_given_the_same_mean(tmp_path, task_identity):
     """With the server's mean the simulation and Flower run the same protocol on the same
     blocks: the engine's local transport and the Flower transport give the same history."""
-    from sklearn_fedmf._engine import initialize_federation, run_federation
+    from sklearn_fedmf.engine._federation import initialize_federation, run_federation
     from sklearn_fedmf.flower._sites import load_site, make_site_protocol, site_block
 
     X, Y, labels = ratings(1)
@@ -342,8 +342,8 @@ class ProtocolWithExtraPhase(FederatedProtocol):
 
 def test_any_other_phase_of_the_engine_goes_through_unchanged(tmp_path, task_identity,
                                                              monkeypatch):
-    from sklearn_fedmf._engine import initialize_federation
-    from sklearn_fedmf._transport import client_generator
+    from sklearn_fedmf.engine._federation import initialize_federation
+    from sklearn_fedmf.engine._transport import client_generator
     from sklearn_fedmf.exceptions import ClientError
     from sklearn_fedmf.flower._server import connect
 
@@ -491,7 +491,7 @@ class _MaskedInputLost(LocalTransport):
         self.site, self.round_number = site, round_number
 
     def run(self, phase, clients, broadcast, **kwargs):
-        from sklearn_fedmf._transport import PhaseResult
+        from sklearn_fedmf.engine._transport import PhaseResult
         from sklearn_fedmf.exceptions import ClientDropout
 
         if phase == "secure_masked_input" and kwargs["round_number"] == self.round_number:
@@ -507,7 +507,7 @@ def test_a_site_that_times_out_after_the_keys_is_a_dropout_of_the_secure_sum(tmp
     """Its masks are removed through the other sites' shares, whatever on_client_error says;
     the model is the simulation's with the same input lost. Below the threshold the round
     has no sum: a FederationError, or a skipped round with on_client_error="skip"."""
-    from sklearn_fedmf._engine import initialize_federation, run_federation
+    from sklearn_fedmf.engine._federation import initialize_federation, run_federation
     from sklearn_fedmf.exceptions import ClientFailureWarning, FederationError
     from sklearn_fedmf.flower._sites import load_site, make_site_protocol, site_block
 

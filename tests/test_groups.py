@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sklearn_fedmf._data import split_clients
-from sklearn_fedmf._engine import (
+from sklearn_fedmf.engine._client_data import split_clients
+from sklearn_fedmf.engine._federation import (
     FederatedProtocol,
     Participation,
     initialize_federation,
     nbytes,
     run_federation,
 )
-from sklearn_fedmf._groups import (
+from sklearn_fedmf.engine._groups import (
     BatchedPhases,
     GroupedTransport,
     GroupStates,
@@ -74,7 +74,7 @@ def _rows_of(group):
 
 
 def b_init(group, v, stream):
-    from sklearn_fedmf._transport import client_generator
+    from sklearn_fedmf.engine._transport import client_generator
 
     sizes = np.diff(group.row_ptr)
     U = np.concatenate([client_generator(stream, group.start + i).random(sizes[i])
@@ -84,7 +84,7 @@ def b_init(group, v, stream):
 
 
 def b_update(gs, group, v, stream, active, selected, step=0.1):
-    from sklearn_fedmf._transport import client_generator
+    from sklearn_fedmf.engine._transport import client_generator
 
     X = group.X
     if X.nnz and (X.data == BAD).any():
@@ -144,7 +144,7 @@ def fit(clients, protocol, n_clients, **kw):
 @pytest.mark.parametrize("participation", [Participation(), Participation(computes="all")])
 @pytest.mark.parametrize("n_jobs", [1, 2])
 def test_grouped_equals_one_block_per_client(participation, n_jobs, monkeypatch):
-    monkeypatch.setattr("sklearn_fedmf._dispatch.MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr("sklearn_fedmf.engine._dispatch.MIN_PARALLEL_WORK", 0)
     X, codes, n = data()
     protocol = make_protocol(X.shape[1], participation)
     kw = dict(clients_per_round=7, dropout=0.2, n_jobs=n_jobs)

@@ -9,14 +9,14 @@ import pytest
 import scipy.sparse as sp
 from joblib import parallel_backend
 
-import sklearn_fedmf.completion._fedmavg_implicit as mavg
-import sklearn_fedmf.completion._fedmgs_implicit as mgs
+import sklearn_fedmf.completion._fedmavg._fedmavg_implicit as mavg
+import sklearn_fedmf.completion._fedmgs._fedmgs_implicit as mgs
 from sklearn_fedmf import FedMAvg, FedMGS
-from sklearn_fedmf._data import split_clients
-from sklearn_fedmf._engine import nbytes
-from sklearn_fedmf._groups import make_groups
-from sklearn_fedmf._transport import client_generator
 from sklearn_fedmf.completion._implicit import implicit_user_factors, spd_solve
+from sklearn_fedmf.engine._client_data import split_clients
+from sklearn_fedmf.engine._federation import nbytes
+from sklearn_fedmf.engine._groups import make_groups
+from sklearn_fedmf.engine._transport import client_generator
 from sklearn_fedmf.exceptions import FedMFWarning
 
 RTOL = 1e-10
@@ -38,7 +38,7 @@ def clients_of(n_rows, rows_per_client, seed=0):
 
 
 def grouped(monkeypatch, on):
-    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1 if on else 10**9)
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 1 if on else 10**9)
 
 
 def assert_message_close(got, want):

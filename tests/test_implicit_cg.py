@@ -10,7 +10,7 @@ import scipy.sparse as sp
 from joblib import parallel_config
 
 from sklearn_fedmf import FedMAvg, FedMGS
-from sklearn_fedmf.completion._fedmgs_implicit import server_solve, share
+from sklearn_fedmf.completion._fedmgs._fedmgs_implicit import server_solve, share
 from sklearn_fedmf.completion._implicit import (
     implicit_objective,
     implicit_user_factors,

@@ -7,18 +7,18 @@ import pytest
 from joblib import parallel_config
 
 from sklearn_fedmf import FedMCADMM
-from sklearn_fedmf._data import ClientBlock
-from sklearn_fedmf.completion._fedmc_admm_implicit import (
+from sklearn_fedmf.completion._fedmc_admm._fedmc_admm_implicit import (
     implicit_grad_u,
     implicit_grad_v,
     implicit_w_exact,
 )
-from sklearn_fedmf.completion._fedmc_admm_protocol import (
+from sklearn_fedmf.completion._fedmc_admm._fedmc_admm_protocol import (
     EPS_LIPSCHITZ,
     client_update,
     init_client,
 )
 from sklearn_fedmf.completion._implicit import implicit_objective, implicit_user_factors
+from sklearn_fedmf.engine._client_data import ClientBlock
 from tests._implicit_reference import (
     dense_implicit_gradients,
     dense_implicit_objective,

@@ -9,8 +9,8 @@ import pytest
 import scipy.sparse as sp
 
 from sklearn_fedmf import FedMAvg, FedMGS
-from sklearn_fedmf.completion._fedmavg_implicit import w_bounds, w_steps
-from sklearn_fedmf.completion._fedmgs_implicit import server_solve, share
+from sklearn_fedmf.completion._fedmavg._fedmavg_implicit import w_bounds, w_steps
+from sklearn_fedmf.completion._fedmgs._fedmgs_implicit import server_solve, share
 from sklearn_fedmf.completion._implicit import (
     implicit_item_gradient,
     implicit_item_sums,

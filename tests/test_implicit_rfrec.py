@@ -8,8 +8,8 @@ from joblib import parallel_config
 
 from sklearn_fedmf import RFRec
 from sklearn_fedmf.completion._implicit import implicit_objective, implicit_user_factors
-from sklearn_fedmf.completion._rfrec import ItemMatrixUpload
-from sklearn_fedmf.completion._rfrec_implicit import implicit_client_grads
+from sklearn_fedmf.completion._rfrec._rfrec import ItemMatrixUpload
+from sklearn_fedmf.completion._rfrec._rfrec_implicit import implicit_client_grads
 from sklearn_fedmf.privacy import LocalDP
 from tests._implicit_reference import (
     dense_implicit_gradients,
@@ -150,7 +150,7 @@ def test_implicit_beats_most_popular_and_the_rating_loss():
 
 
 def test_state_beyond_memory_is_refused_before_the_first_round(monkeypatch):
-    from sklearn_fedmf.completion import _fedmc_admm
+    from sklearn_fedmf.completion._fedmc_admm import _fedmc_admm
 
     monkeypatch.setattr(_fedmc_admm, "_available_memory", lambda: 10_000)
     X = planted_interactions()  # 80 clients x 40 items x 2 factors x 8 bytes = 51,200 bytes

@@ -1,5 +1,5 @@
 """The numba kernels (``sklearn_fedmf._kernels`` and FedMC-ADMM's
-``sklearn_fedmf.completion._fedmc_admm_kernels``) against dense masked numpy oracles.
+``sklearn_fedmf.completion._fedmc_admm._fedmc_admm_kernels``) against dense masked numpy oracles.
 
 Every block has empty rows, empty columns and explicit zeros (observed ratings equal to 0,
 which must count as observations). Tests use small float64 blocks, so dense oracles are cheap.
@@ -22,7 +22,7 @@ from sklearn_fedmf._kernels import (
     squared_error,
     values_at,
 )
-from sklearn_fedmf.completion._fedmc_admm_kernels import (
+from sklearn_fedmf.completion._fedmc_admm._fedmc_admm_kernels import (
     linearized_cols,
     replace_and_accumulate,
     squared_distance,

@@ -12,9 +12,9 @@ import pytest
 
 from sklearn_fedmf import FedBaseline, FedMAvg, FedMCADMM, FedMGS, RFRec
 from sklearn_fedmf._docstrings import SHARED_PARAMETERS
-from sklearn_fedmf._fit import merge_params, route_solver_params
 from sklearn_fedmf.cli._registry import METHODS, make_estimator
 from sklearn_fedmf.completion import PAPER_SETTINGS
+from sklearn_fedmf.engine._fit import merge_params, route_solver_params
 
 from .test_docstrings import described_parameters
 
@@ -114,7 +114,7 @@ def test_the_command_line_sets_a_solver_key_by_its_name():
 def test_fit_settings_are_declared_not_probed():
     """The skeleton reads every setting through ``_settings``: the class's declared
     defaults, its parameters and its solver keys; no ``getattr`` fallback in ``_fit``."""
-    import sklearn_fedmf._fit as fit_module
+    import sklearn_fedmf.engine._fit as fit_module
 
     source = inspect.getsource(fit_module.FederatedEstimator)
     assert "getattr(self" not in source and "hasattr(self, name)" not in source

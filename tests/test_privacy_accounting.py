@@ -266,8 +266,12 @@ def test_privacy_spent_is_a_table_of_arrays():
 def test_engine_counts_the_uploads_that_reached_the_server():
     # offline dropout (Felb's and FedMC-ADMM's model): a dropped client neither computes nor
     # uploads; a client that returns no upload (None) made no release either
-    from sklearn_fedmf._data import split_clients
-    from sklearn_fedmf._engine import FederatedProtocol, initialize_federation, run_federation
+    from sklearn_fedmf.engine._client_data import split_clients
+    from sklearn_fedmf.engine._federation import (
+        FederatedProtocol,
+        initialize_federation,
+        run_federation,
+    )
 
     X = sp.csr_matrix(np.ones((8, 3)))
     blocks = split_clients(X, np.arange(8), 8)

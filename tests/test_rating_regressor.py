@@ -12,7 +12,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-import sklearn_fedmf._data as data
+import sklearn_fedmf.engine._client_data as data
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS, RatingRegressor, RFRec
 from sklearn_fedmf._pairs import FactorModel, predict_pairs, top_n
 from sklearn_fedmf.exceptions import DataWarning

@@ -12,9 +12,9 @@ import pytest
 import scipy.sparse as sp
 
 from sklearn_fedmf import RFRec as _RFRec
-from sklearn_fedmf._fit import route_solver_params
-from sklearn_fedmf.completion._rfrec import ItemMatrixUpload, _coin, _pulled
+from sklearn_fedmf.completion._rfrec._rfrec import ItemMatrixUpload, _coin, _pulled
 from sklearn_fedmf.datasets import make_ratings
+from sklearn_fedmf.engine._fit import route_solver_params
 from sklearn_fedmf.privacy import LocalDP
 
 

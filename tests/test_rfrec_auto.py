@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from sklearn_fedmf import RatingRegressor, RFRec
-from sklearn_fedmf.completion._rfrec import AUTO_ALPHA
+from sklearn_fedmf.completion._rfrec._rfrec import AUTO_ALPHA
 from sklearn_fedmf.datasets import make_site_ratings
 
 # (a few rounds leave the factor part negligible: the fits here check scales, not accuracy)

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import sklearn_fedmf._fit as fit_module
+import sklearn_fedmf.engine._fit as fit_module
 from sklearn_fedmf import RFRec
-from sklearn_fedmf._groups import GroupStates, make_groups
-from sklearn_fedmf._transport import client_generator
-from sklearn_fedmf.completion._rfrec import ItemMatrixUpload, make_protocol
+from sklearn_fedmf.completion._rfrec._rfrec import ItemMatrixUpload, make_protocol
 from sklearn_fedmf.datasets import make_ratings
+from sklearn_fedmf.engine._groups import GroupStates, make_groups
+from sklearn_fedmf.engine._transport import client_generator
 
 RTOL = 1e-12
 

@@ -78,7 +78,7 @@ def test_rfrecf_shared_columns_follow_grad_F_in_expectation(p):
     columns every client shares the expected change is a gradient step on ``F``,
     ``-a (2 reg_v W + reg (W - Vbar))`` with ``a = p / reg`` (the "auto" pull is 1). The
     former main step 1 / curvature set these columns to 0 on every main round."""
-    from sklearn_fedmf.completion._rfrec_protocol import _shared_op, pull_strength
+    from sklearn_fedmf.completion._rfrec._rfrec_protocol import _shared_op, pull_strength
 
     rng = np.random.default_rng(0)
     W, Vbar = rng.normal(size=(6, 3)), rng.normal(size=(6, 3))

@@ -5,7 +5,7 @@ import pytest
 import scipy.sparse as sp
 
 from sklearn_fedmf import RFRec
-from sklearn_fedmf._fit import merge_params
+from sklearn_fedmf.engine._fit import merge_params
 
 
 def ratings(n=12, m=8, seed=0):

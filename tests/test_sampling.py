@@ -5,11 +5,11 @@ import pytest
 from joblib import parallel_config
 
 from sklearn_fedmf import FederatedClustering, FedMAvg, FedMGS
-from sklearn_fedmf._engine import nbytes, sample_clients
-from sklearn_fedmf._fit import merge_params
 from sklearn_fedmf.cluster._federated_clustering_protocol import mavg_server_update
 from sklearn_fedmf.completion import PAPER_SETTINGS
-from sklearn_fedmf.completion._fedmavg_protocol import server_update
+from sklearn_fedmf.completion._fedmavg._fedmavg_protocol import server_update
+from sklearn_fedmf.engine._federation import nbytes, sample_clients
+from sklearn_fedmf.engine._fit import merge_params
 
 from .conftest import low_rank_ratings
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS
-from sklearn_fedmf._exchange import SECURE_PHASES, SecureExchange
-from sklearn_fedmf._transport import LocalTransport
 from sklearn_fedmf.datasets import make_ratings
+from sklearn_fedmf.engine._exchange import SECURE_PHASES, SecureExchange
+from sklearn_fedmf.engine._transport import LocalTransport
 from sklearn_fedmf.exceptions import FederationError
 from sklearn_fedmf.secure import FixedPointEncoding, SecureAggregation, _rounds
 from sklearn_fedmf.secure._costs import floor_seconds
@@ -45,7 +45,7 @@ def recorded(monkeypatch):
         return result
 
     monkeypatch.setattr(LocalTransport, "run", recording_run)
-    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 10**9)  # (LocalTransport)
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 10**9)  # (LocalTransport)
     return calls
 
 
@@ -177,7 +177,7 @@ def test_compact_state_gives_the_dense_encodings_sums_bit_for_bit(grouped, monke
     when its next change is due: the running sum, so the model, is the one of the clients
     that keep the encoding (with dropouts: a dropped client's change is not committed)."""
     if grouped:
-        monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1)
+        monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 1)
     kept = []
     original = _rounds._Source.kept_for
 

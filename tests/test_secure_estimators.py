@@ -21,9 +21,9 @@ from sklearn_fedmf import (
     Felb,
     RFRec,
 )
-from sklearn_fedmf._data import split_clients
-from sklearn_fedmf._engine import initialize_federation, run_federation
-from sklearn_fedmf.completion._fedmc_admm_protocol import make_protocol as admm_protocol
+from sklearn_fedmf.completion._fedmc_admm._fedmc_admm_protocol import make_protocol as admm_protocol
+from sklearn_fedmf.engine._client_data import split_clients
+from sklearn_fedmf.engine._federation import initialize_federation, run_federation
 from sklearn_fedmf.exceptions import ClientFailureWarning, FederationError
 from sklearn_fedmf.secure import SecureAggregation
 from sklearn_fedmf.secure._protocol import MaskedInput
@@ -103,7 +103,7 @@ def test_secure_fit_equals_the_plain_fit(name):
 @pytest.mark.parametrize("name", ["FedMCADMM", "FedMAvg", "FedMGS", "RFRec", "FedBaseline",
                                   "Felb", "AggregatedBMF"])
 def test_secure_fit_equals_the_plain_fit_with_one_client_per_user(name, monkeypatch):
-    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1)  # grouped when batched
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 1)  # grouped when batched
     plain, secure, a, _ = fit_pair(name, n_clients=48,
                                    clients_per_round=None if name in FULL_ONLY else 0.25)
     assert a.n_clients_ == 48
@@ -291,7 +291,7 @@ def test_a_sum_of_one_upload_is_refused():
 
 
 def test_fedmgs_sends_each_items_symmetric_block_as_its_triangle():
-    from sklearn_fedmf.completion._fedmgs_protocol import _pack_blocks, _unpack_blocks
+    from sklearn_fedmf.completion._fedmgs._fedmgs_protocol import _pack_blocks, _unpack_blocks
 
     rng = np.random.default_rng(0)
     n_items, r = 6, 4

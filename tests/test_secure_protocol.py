@@ -9,7 +9,7 @@ from scipy import stats
 
 pytest.importorskip("cryptography", reason="secure aggregation needs the 'secure' extra")
 
-from sklearn_fedmf._engine import nbytes  # noqa: E402
+from sklearn_fedmf.engine._federation import nbytes  # noqa: E402
 from sklearn_fedmf.exceptions import FederationError  # noqa: E402
 from sklearn_fedmf.secure import FixedPointEncoding, secure_sum  # noqa: E402
 from sklearn_fedmf.secure._crypto import TAG_BYTES, prg  # noqa: E402

@@ -109,7 +109,7 @@ def test_fedmavg_secure_gram_sum_over_the_sampled_clients(validated, grouped, mo
     the latest Grams of the clients that have sent, scaled to every client, estimates the
     plain step's sum over every client's Gram)."""
     if grouped:
-        monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1)
+        monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 1)
     params = dict(clients_per_round=PER_ROUND, max_iter=8, early_stopping=False)
     plain = fit(FedMAvg, validated, **params)
     secure = fit(FedMAvg, validated, **params, secure_aggregation=True)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS
-from sklearn_fedmf._exchange import SecureExchange
-from sklearn_fedmf._transport import LocalTransport
 from sklearn_fedmf.datasets import make_ratings, make_site_ratings
+from sklearn_fedmf.engine._exchange import SecureExchange
+from sklearn_fedmf.engine._transport import LocalTransport
 from sklearn_fedmf.secure._protocol import MaskedInput
 from sklearn_fedmf.secure._rounds import SecureInput
 
@@ -114,7 +114,7 @@ def test_the_biases_floor_is_a_secure_sum_too():
 def test_grouped_clients_report_their_group_sums_securely(monkeypatch):
     """One client per user, run in groups: each group's report is a summand of the secure
     sum (the group's own sums, as without secure aggregation)."""
-    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1)  # grouped when batched
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 1)  # grouped when batched
     seen = []
     params = dict(n_clients=60, clients_per_round=0.25, max_iter=15)
     plain = fit(FedMGS, False, **params)

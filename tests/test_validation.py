@@ -9,8 +9,8 @@ import scipy.sparse as sp
 from numpy.testing import assert_array_equal
 
 from sklearn_fedmf import FedBaseline, FedMAvg, FedMCADMM, FedMGS, RFRec
-from sklearn_fedmf._fit import validation_split
 from sklearn_fedmf.datasets import make_site_ratings
+from sklearn_fedmf.engine._fit import validation_split
 from sklearn_fedmf.exceptions import DegenerateFitWarning
 from sklearn_fedmf.model_selection import train_test_split_ratings
 
@@ -199,7 +199,7 @@ def test_early_stopping_with_client_groups(name, monkeypatch):
     one_per_user = np.arange(X.shape[0])
     params = dict(max_iter=40, early_stopping=True, validation_fraction=0.2,
                   n_iter_no_change=3, random_state=SEED)
-    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 1)
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 1)
     grouped = FAST[name](**params).fit(X, clients=one_per_user)
     assert type(grouped._federation.client_states).__name__ == "GroupStates"
     train, valid = validation_split(X, one_per_user, X.shape[0], 0.2, SEED)
@@ -210,7 +210,7 @@ def test_early_stopping_with_client_groups(name, monkeypatch):
     for a, b in zip(kept_state(grouped), kept_state(ref)):
         assert_array_equal(a, b)
     assert ref.history_[-1]["eval_rmse"] == -grouped.best_validation_score_
-    monkeypatch.setattr("sklearn_fedmf._fit.GROUP_MIN_CLIENTS", 10**9)
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 10**9)
     single = FAST[name](**params).fit(X, clients=one_per_user)
     assert single.best_iteration_ == grouped.best_iteration_
     for a, b in zip(kept_state(grouped), kept_state(single)):

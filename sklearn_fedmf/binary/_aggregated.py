@@ -17,8 +17,8 @@ from numbers import Integral
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._docstrings import SHARED_PARAMETERS, Substitution, federation_keys
-from .._engine import FederatedProtocol, Participation, SummableUploads
-from .._fit import FEDERATION_KEYS, resolve_solver_params
+from ..engine._federation import FederatedProtocol, Participation, SummableUploads
+from ..engine._fit import FEDERATION_KEYS, resolve_solver_params
 from ._aggregated_protocol import (
     aggregate_boolean,
     client_metrics,

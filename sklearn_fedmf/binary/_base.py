@@ -19,9 +19,9 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
-from .._data import check_dense_size
 from .._docstrings import Substitution
-from .._fit import FactorTransformerMixin, FederatedEstimator
+from ..engine._client_data import check_dense_size
+from ..engine._fit import FactorTransformerMixin, FederatedEstimator
 from ..metrics._binary import check_binary, f1_boolean
 from ..privacy._local_dp import LocalDPMixin
 from ._elb import PROX_MODES, local_steps
@@ -218,8 +218,8 @@ class BooleanFactorizationBase(
         """Boolean reconstruction of the rows of ``X``: ``transform(X) o components_``.
 
         Returns a dense bool array of shape (n_samples, n_features); above
-        ``sklearn_fedmf._data.MAX_DENSE_ENTRIES`` (50 million) entries it raises before any
-        work: use :meth:`transform` and the factors for large inputs
+        ``sklearn_fedmf.engine._client_data.MAX_DENSE_ENTRIES`` (50 million) entries it raises
+        before any work: use :meth:`transform` and the factors for large inputs
         (:mod:`sklearn_fedmf.metrics` scores them without densifying).
 
         Parameters

@@ -17,7 +17,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._docstrings import SHARED_PARAMETERS, Substitution, federation_keys
-from .._fit import FEDERATION_KEYS, resolve_solver_params
+from ..engine._fit import FEDERATION_KEYS, resolve_solver_params
 from ._base import ELB_CONSTRAINTS, BooleanFactorizationBase, elb_solver_params
 from ._felb_protocol import make_protocol
 

@@ -1,6 +1,6 @@
 """Felb's pure protocol functions (:class:`~sklearn_fedmf.Felb`, the algorithm in
 :mod:`._felb`): the client and server steps, the metrics and ``make_protocol``, which binds
-them into the engine's :class:`~sklearn_fedmf._engine.FederatedProtocol`."""
+them into the engine's :class:`~sklearn_fedmf.engine._federation.FederatedProtocol`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from functools import partial
 
 import numpy as np
 
-from .._engine import FederatedProtocol, Participation, SummableUploads
+from ..engine._federation import FederatedProtocol, Participation, SummableUploads
 from ..metrics._binary import factor_counts
 from ..privacy import privatize
 from ._elb import (

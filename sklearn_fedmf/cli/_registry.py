@@ -55,7 +55,7 @@ class Method:
     def papers(self):
         """The parameters of the papers' settings (``variant`` included; ``solver_params``
         merged key by key)."""
-        from .._fit import merge_params
+        from ..engine._fit import merge_params
 
         settings = {}
         if self.paper:
@@ -200,7 +200,7 @@ def make_estimator(method, args, *, verbose=0, settings="papers", strict_set=Tru
     naming the option (before anything is fitted); ``strict_set=False`` skips a ``--set``
     parameter the estimator does not have (``run`` applies each to the methods that have it).
     """
-    from .._fit import merge_params
+    from ..engine._fit import merge_params
 
     cls = method.load()
     params = cls().get_params()
@@ -266,7 +266,7 @@ def check_value(method, param, value, where):
     """Raise a one-line :class:`CommandError` naming ``where`` unless the estimator of
     ``method`` accepts ``value`` for ``param`` (its ``_parameter_constraints``, or its
     declared ``solver_params`` key)."""
-    from .._fit import merge_params, route_solver_params
+    from ..engine._fit import merge_params, route_solver_params
 
     cls = method.load()
     try:

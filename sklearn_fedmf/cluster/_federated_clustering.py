@@ -39,9 +39,9 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .._docstrings import SHARED_PARAMETERS, Substitution, federation_keys, solver_key
-from .._exchange import sum_securely
-from .._fedmavg_protocol import RoundRule
-from .._fit import FEDERATION_KEYS, FederatedEstimator, resolve_solver_params
+from ..completion._fedmavg._fedmavg_round import RoundRule
+from ..engine._exchange import sum_securely
+from ..engine._fit import FEDERATION_KEYS, FederatedEstimator, resolve_solver_params
 from ..exceptions import DataWarning
 from ._federated_clustering_protocol import (
     EPS,

@@ -1,8 +1,9 @@
 """The pure functions of :class:`~sklearn_fedmf.FederatedClustering`: the H and W steps of
 orthogonal NMF, the clustering family's parts of the FedMGS and FedMAvg client and server
 updates, ``make_protocol``, which binds them into the rounds written once for every family
-(:mod:`sklearn_fedmf._fedmgs_protocol`, :mod:`sklearn_fedmf._fedmavg_protocol`), and the
-SNCP schedule that raises ``rho`` between rounds (the protocol's ``after_round``)."""
+(:mod:`sklearn_fedmf.completion._fedmgs._fedmgs_round`,
+:mod:`sklearn_fedmf.completion._fedmavg._fedmavg_round`), and the SNCP schedule that raises ``rho``
+between rounds (the protocol's ``after_round``)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from .. import _fedmgs_protocol as mgs_round
-from .._engine import FederatedProtocol, SummableUploads, evaluate
-from .._fedmavg_protocol import (
+from ..completion._fedmavg._fedmavg_round import (
     average_uploads,
     check_aggregation,
     q2_schedule,
@@ -22,6 +21,8 @@ from .._fedmavg_protocol import (
     store_grams,
     w_step_size,
 )
+from ..completion._fedmgs import _fedmgs_round as mgs_round
+from ..engine._federation import FederatedProtocol, SummableUploads, evaluate
 
 EPS = 1e-300  # floor of a Lipschitz constant (an all-zero factor)
 
@@ -210,7 +211,7 @@ def aggregates(state, block, broadcast):
 
 def mgs_server_update(server_state, uploads, round_index, *, n_total, d_factor, q2, box):
     """Rebuild ``G1 = (2/N) H H^T``, ``G2 = (2/N) X H^T`` and take ``Q2`` projected steps (32):
-    FedMGS's server step (:func:`sklearn_fedmf._fedmgs_protocol.server_step`)."""
+    FedMGS's server step (:func:`sklearn_fedmf.completion._fedmgs._fedmgs_round.server_step`)."""
     return mgs_round.server_step(server_state, uploads, round_index,
                                  fold=partial(_mgs_fold, n_total=n_total),
                                  step=partial(_mgs_steps, d_factor=d_factor, q2=q2, box=box))
@@ -321,14 +322,15 @@ def palm_state(state, block, A):
 def mavg_server_update(server_state, uploads, round_index, counts=None, *, weights,
                        aggregation, local_iter_v, q_hat, box):
     """``W^{s+1} = P_W(average of the uploaded W_p)`` ((8)-(10);
-    :func:`~sklearn_fedmf._fedmavg_protocol.average_uploads`, ``counts``: client -> draws)."""
+    :func:`~sklearn_fedmf.completion._fedmavg._fedmavg_round.average_uploads`, ``counts``: client ->
+    draws)."""
     return mavg_from_mean(server_state, average_uploads(uploads, counts, weights, aggregation),
                           round_index, local_iter_v=local_iter_v, q_hat=q_hat, box=box)
 
 
 def mavg_from_mean(server_state, W, round_index, *, local_iter_v, q_hat, box):
     """The FedMAvg server's step from the mean ``W`` of the uploads (plain, or the ratio of
-    two secure sums, :func:`~sklearn_fedmf._fedmavg_protocol.mean_of_sums`)."""
+    two secure sums, :func:`~sklearn_fedmf.completion._fedmavg._fedmavg_round.mean_of_sums`)."""
     W = project_w(W, box)
     q2 = q2_schedule(round_index + 2, local_iter_v, q_hat)
     return {**server_state, "W": W}, {"W": W, "rho": server_state["rho"], "q2": q2}
@@ -356,8 +358,8 @@ def combine_metrics(server_state, sums, *, n_total, nu):
 def make_protocol(*, algorithm, n_features, n_clusters, n_clients, weights, n_total, amplitude,
                   centers, box, rho, nu, onehot, rule, tol, schedule, sampling="uniform"):
     """Bind the hyperparameters to the pure functions above (``rule``: the rounds'
-    :class:`~sklearn_fedmf._fedmavg_protocol.RoundRule`; ``variant="fedpalm"``: FedMAvg's
-    rounds with Remark 1's local steps, ``local_iter_u`` pairs).
+    :class:`~sklearn_fedmf.completion._fedmavg._fedmavg_round.RoundRule`; ``variant="fedpalm"``:
+    FedMAvg's rounds with Remark 1's local steps, ``local_iter_u`` pairs).
 
     Between rounds the server runs :func:`sncp_after_round` (``rel_change``, the ``tol`` stop
     and, with a ``schedule``, the raise of ``rho``); the server state then needs ``F_prev``,

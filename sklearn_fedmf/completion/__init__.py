@@ -1,11 +1,11 @@
 """Federated matrix-completion estimators."""
 
-from ._fed_baseline import FedBaseline
-from ._fed_blend import FedBlend
-from ._fedmavg import FedMAvg
-from ._fedmc_admm import FedMCADMM
-from ._fedmgs import FedMGS
-from ._rfrec import RFRec
+from ._fed_baseline._fed_baseline import FedBaseline
+from ._fed_blend._fed_blend import FedBlend
+from ._fedmavg._fedmavg import FedMAvg
+from ._fedmc_admm._fedmc_admm import FedMCADMM
+from ._fedmgs._fedmgs import FedMGS
+from ._rfrec._rfrec import RFRec
 
 __all__ = ["FedBaseline", "FedBlend", "FedMAvg", "FedMCADMM", "FedMGS", "PAPER_SETTINGS", "RFRec"]
 

@@ -4,7 +4,7 @@ A subclass supplies the algorithm (``_make_protocol``) and its extra parameter c
 where its states keep the factors when not under the shared names ``"Vt"`` and ``"U"``).
 Everything a user touches (validation, client partition, centring, warm start, fold-in,
 predict, score) lives here once; the fit itself is the skeleton of
-:class:`~sklearn_fedmf._fit.FederatedEstimator`.
+:class:`~sklearn_fedmf.engine._fit.FederatedEstimator`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,11 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._biases import free_item, free_user, init_item, user_step_view, with_user
-from .._data import (
+from .._docstrings import SHARED_PARAMETERS, Substitution, parameter_entries, solver_key
+from .._kernels import grad_rows, ridge_fold_in, squared_error
+from .._pairs import FactorModel, predict_pairs, score_block, top_n
+from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
+from ..engine._client_data import (
     center_and_scale,
     check_dense_size,
     check_like,
@@ -28,18 +32,14 @@ from .._data import (
     reject_duplicates,
     warn_if_zero_filled,
 )
-from .._docstrings import SHARED_PARAMETERS, Substitution, parameter_entries, solver_key
-from .._fit import (
+from ..engine._fit import (
     FEDERATION_CONSTRAINTS,
     SIMULATION_SETTINGS,
     FactorTransformerMixin,
     FederatedEstimator,
     objective_not_decreasing,
 )
-from .._groups import GroupStates
-from .._kernels import grad_rows, ridge_fold_in, squared_error
-from .._pairs import FactorModel, predict_pairs, score_block, top_n
-from .._prox import elastic_net_value, item_counts, prox_elastic_net, row_alpha
+from ..engine._groups import GroupStates
 from ..exceptions import UnobservedItemsWarning
 from ._implicit import IMPLICIT_CONFIDENCE
 from ._losses import LOSSES

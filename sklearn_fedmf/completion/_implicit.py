@@ -46,7 +46,7 @@ import numpy as np
 from numba import njit
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._groups import offsets
+from ..engine._groups import offsets
 
 __all__ = ["CG_TINY", "IMPLICIT_ALPHA", "IMPLICIT_CONFIDENCE", "IMPLICIT_SOLVER_SETTINGS",
            "check_implicit_settings", "check_interactions", "group_item_sums",

@@ -3,8 +3,8 @@ and the biases-only floor a factor model must beat.
 
 Each client holds out ``validation_fraction`` of its own ratings (``_fit.validation_split``);
 per evaluated round it reports its squared-error sum and count on them (two numbers), and the
-engine keeps the best round (:class:`~sklearn_fedmf._engine.EarlyStopping`). At the end the
-federated biases-only model (:class:`~sklearn_fedmf.FedBaseline`, Surprise's ``BaselineOnly``
+engine keeps the best round (:class:`~sklearn_fedmf.engine._federation.EarlyStopping`). At the end
+the federated biases-only model (:class:`~sklearn_fedmf.FedBaseline`, Surprise's ``BaselineOnly``
 model, with its default ``"auto"`` strengths: empirical Bayes from the clients' sums) is
 fitted on the same clients' training ratings, and the kept factor model is compared with it
 on the validation ratings **with evidence**: the fit keeps the factor part only when its gain
@@ -32,9 +32,9 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
-from .._engine import EarlyStopping, _n_sampled
-from .._exchange import sum_securely
-from .._fit import validation_split
+from ..engine._exchange import sum_securely
+from ..engine._federation import EarlyStopping, _n_sampled
+from ..engine._fit import validation_split
 from ..exceptions import FedMFWarning
 
 __all__ = ["EARLY_STOPPING_MIN_RATINGS", "FLOOR_EPOCHS", "FLOOR_Z", "aggregate_info",
@@ -253,5 +253,6 @@ def aggregate_info(estimator, settings, *, n_users, mean, rating_range, n_rating
 
 def rating_scales(estimator):
     """``(offset, scale)`` of the fitted (or :func:`aggregate_info`-set) ``estimator``: a
-    fit's ratings are ``(r - offset) / scale`` (:func:`~sklearn_fedmf._data.center_and_scale`)."""
+    fit's ratings are ``(r - offset) / scale``
+    (:func:`~sklearn_fedmf.engine._client_data.center_and_scale`)."""
     return estimator._offset, getattr(estimator, "rating_scale_", 1.0)

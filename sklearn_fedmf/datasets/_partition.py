@@ -15,8 +15,8 @@ import scipy.sparse as sp
 from sklearn.cluster import KMeans
 from sklearn.preprocessing import normalize
 
-from .._data import check_int
 from .._docstrings import Substitution
+from ..engine._client_data import check_int
 from ._synthetic import _check_generator
 
 __all__ = [

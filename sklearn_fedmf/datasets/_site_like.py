@@ -17,7 +17,7 @@ import scipy.sparse as sp
 from scipy.special import logsumexp
 from sklearn.utils import Bunch
 
-from .._data import check_int
+from ..engine._client_data import check_int
 from ._synthetic import _check_generator, _PairSampler, _user_counts
 
 __all__ = ["SITE_PRESETS", "make_site_ratings"]

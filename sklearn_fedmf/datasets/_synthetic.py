@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from scipy.special import logsumexp
 from sklearn.utils import Bunch, check_random_state
 
-from .._data import check_int
+from ..engine._client_data import check_int
 
 __all__ = ["make_ratings", "make_binary_ratings", "make_binary_tiles"]
 

@@ -143,8 +143,8 @@ def _committed_state(context, accepted):
 
 
 def _run_phase(msg, context):
-    from .._exchange import SECURE_PHASES, holds_upload
-    from .._transport import client_generator
+    from ..engine._exchange import SECURE_PHASES, holds_upload
+    from ..engine._transport import client_generator
 
     info = msg.content["phase"]
     phase = _PHASE_OF.get(msg.metadata.message_type) or str(info["name"])
@@ -189,7 +189,7 @@ def _secure_phase(context, site, phase, message):
     ``Context.state``, like its private state). Its keys, self-mask seed and share
     coefficients come from the OS (``rng=None``): the server, which draws the simulation's
     streams, must not know them. The sum, and so the model, does not depend on them."""
-    from .._exchange import client_secure_phase
+    from ..engine._exchange import client_secure_phase
 
     slot, reply = client_secure_phase(phase, site.client, take(context.state, SECURE_SLOT),
                                       message, None, site.protocol.summable)

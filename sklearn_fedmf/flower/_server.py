@@ -18,9 +18,9 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
-from .._engine import Broadcast, make_entropy
-from .._exchange import READY, SECURE_PHASES
-from .._fit import (
+from ..engine._exchange import READY, SECURE_PHASES
+from ..engine._federation import Broadcast, make_entropy
+from ..engine._fit import (
     check_params,
     collect_fit,
     fit_protocol,
@@ -29,7 +29,7 @@ from .._fit import (
     run_rounds,
     solver_keys,
 )
-from .._transport import PhaseResult, Transport
+from ..engine._transport import PhaseResult, Transport
 from ..exceptions import ClientDropout, ClientError, FederationError
 from ._client import HELLO, message_type
 from ._codec import put, take
@@ -66,7 +66,7 @@ def _for_sites(broadcast):
     that FedMC-ADMM's secure server attaches for grouped clients (one per user in this
     process), which a site, one client, never reads; it gets the message alone."""
     if isinstance(broadcast, Broadcast) and isinstance(broadcast.simulation, tuple):
-        from ..completion._fedmc_admm_batched import FactorHistory
+        from ..completion._fedmc_admm._fedmc_admm_batched import FactorHistory
 
         if broadcast.simulation and isinstance(broadcast.simulation[0], FactorHistory):
             return broadcast.message

@@ -13,11 +13,11 @@ import pandas as pd
 import scipy.sparse as sp
 from sklearn.utils import get_tags
 
-from .._data import center_and_scale, check_ratings, split_clients
-from .._fit import FitContext, FitInfo, fit_protocol, fit_settings
 from ..binary._base import check_binary_data
 from ..completion._base import FederatedMFBase
 from ..completion._validation import aggregate_info, rating_scales
+from ..engine._client_data import center_and_scale, check_ratings, split_clients
+from ..engine._fit import FitContext, FitInfo, fit_protocol, fit_settings
 from ..privacy import LocalDP
 from ..privacy._local_dp import LocalDPMixin, fit_privacy_settings
 

@@ -36,8 +36,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from .._data import check_int, factorize_ids
 from ..datasets._synthetic import _check_generator
+from ..engine._client_data import check_int, factorize_ids
 
 __all__ = [
     "hit_rate_at_k",

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from .._data import check_ratings
 from .._docstrings import Substitution
+from ..engine._client_data import check_ratings
 
 # the two metrics take the same inputs: their description is written once
 _INPUTS = Substitution(inputs=(

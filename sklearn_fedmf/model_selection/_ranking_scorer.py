@@ -7,8 +7,8 @@ from numbers import Real
 import numpy as np
 import pandas as pd
 
-from .._data import check_int
 from .._docstrings import Substitution, pairs_example
+from ..engine._client_data import check_int
 from ..metrics import (
     average_precision_at_k,
     hit_rate_at_k,

@@ -7,8 +7,8 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
-from .._data import check_int, check_ratings
 from ..datasets._synthetic import _check_generator
+from ..engine._client_data import check_int, check_ratings
 
 __all__ = ["train_test_split_ratings"]
 

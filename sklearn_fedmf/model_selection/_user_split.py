@@ -7,8 +7,8 @@ import numbers
 import numpy as np
 import pandas as pd
 
-from .._data import check_int
 from ..datasets._synthetic import _check_generator
+from ..engine._client_data import check_int
 from ._split import first_in_group, holdout_counts
 
 __all__ = ["leave_one_out_split", "per_user_holdout"]

@@ -58,7 +58,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._exchange import FixedPointEncoding, SecureAggregation, SecureRoundFailed
+from ..engine._exchange import FixedPointEncoding, SecureAggregation, SecureRoundFailed
 from ._accounting import _require_dp_accounting, calibrate_noise, epsilon_spent
 
 __all__ = ["DistributedDP", "DistributedNoise", "DistributedDPMixin", "ddg_rho",

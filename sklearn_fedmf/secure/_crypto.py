@@ -18,7 +18,7 @@ __all__ = ["KEY_BYTES", "random_bytes", "public_key", "agree", "prg", "add_prg",
            "decrypt", "load_primitives"]
 
 # cryptography's primitives, imported on first use (load_primitives): the engine imports
-# this package (sklearn_fedmf._exchange), and a fit without secure aggregation needs neither
+# this package (sklearn_fedmf.engine._exchange), and a fit without secure aggregation needs neither
 # the optional package nor its import time (~0.3 s)
 hashes = serialization = X25519PrivateKey = X25519PublicKey = None
 Cipher = algorithms = modes = ChaCha20Poly1305 = HKDF = None

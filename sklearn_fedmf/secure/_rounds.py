@@ -2,9 +2,9 @@
 engine's transport.
 
 A protocol whose server needs only the sum of a round's uploads declares it with
-:class:`~sklearn_fedmf._engine.SummableUploads`. With ``secure_aggregation=True`` the
+:class:`~sklearn_fedmf.engine._federation.SummableUploads`. With ``secure_aggregation=True`` the
 transport keeps each client's upload on the client (the engine only learns that it is
-ready), and the fit's exchange (:class:`~sklearn_fedmf._exchange.SecureExchange`, which the
+ready), and the fit's exchange (:class:`~sklearn_fedmf.engine._exchange.SecureExchange`, which the
 engine calls) runs the four phases of :mod:`sklearn_fedmf.secure._protocol` as four more
 transport calls::
 

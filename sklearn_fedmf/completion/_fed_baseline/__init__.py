@@ -1,0 +1,1 @@
+"""FedBaseline: the biases-only yardstick."""

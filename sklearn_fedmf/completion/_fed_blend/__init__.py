@@ -1,0 +1,1 @@
+"""FedBlend: members over one federation, blended from summed validation statistics."""

@@ -1,0 +1,1 @@
+"""FedMC-ADMM: estimator, protocol per loss, batched phases, kernels."""

@@ -1,0 +1,2 @@
+"""FedMGS: estimator, its round (shared with clustering), protocol per loss, batched phases,
+kernels."""

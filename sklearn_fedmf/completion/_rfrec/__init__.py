@@ -1,0 +1,1 @@
+"""RFRec and RFRecF: estimator, protocol per loss, batched phases, kernels."""
