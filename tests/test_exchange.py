@@ -148,7 +148,7 @@ def test_secure_aggregation_enters_through_the_exchange_module_only():
         found = _secure_imports(path)
         if found:
             importing[str(relative)] = found
-    assert list(importing) == ["_exchange.py"]
+    assert list(importing) == ["engine/_exchange.py"]
     assert not any(inside for found in importing.values() for _, inside in found)
 
 
