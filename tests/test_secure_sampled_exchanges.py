@@ -58,6 +58,7 @@ def test_floor_rounds():
                                         "max_iter": math.ceil(FLOOR_EPOCHS * 7 / 3)}
 
 
+@pytest.mark.slow  # a validated secure fit of 300 one-user clients: about 15 s each
 @pytest.mark.parametrize("cls", [RFRec, FedMGS])
 def test_validated_secure_fit_has_no_exchange_over_every_client_after_the_start(
         cls, validated, monkeypatch):
@@ -76,6 +77,7 @@ def test_validated_secure_fit_has_no_exchange_over_every_client_after_the_start(
             assert [e["clients"] for e in exchanges] == [PER_ROUND]
 
 
+@pytest.mark.slow  # a secure floor over every client of every round: about 30 s
 def test_secure_floor_at_full_participation_is_the_plain_one(validated, monkeypatch):
     """Every client a round: the secure fit's floor is the plain fit's, 20 rounds of every
     client, and the secure model and the evidence are the plain ones."""
