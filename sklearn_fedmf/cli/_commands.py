@@ -61,6 +61,12 @@ def fit_method(method, estimator, X_train, X_test=None, seen=None, *, label=None
         values = [r[key] for r in history if key in r]
         if values:
             summary[key] = float(values[-1])
+    if method.kind == "completion" and getattr(estimator, "factors_used_", True) is False:
+        # the floor kept the biases alone: the history is the dropped factor part's, so the
+        # scores are the kept model's (rows folded in on their training ratings)
+        summary["train_rmse"] = -float(estimator.score(X_train, X_train))
+        if X_test is not None:
+            summary["eval_rmse"] = -float(estimator.score(X_train, X_test))
     if method.kind == "completion" and "eval_rmse" not in summary and X_test is not None:
         summary["eval_rmse"] = -float(estimator.score(X_train, X_test))
     return {"method": method.name, "label": label or method.label, "kind": method.kind,
