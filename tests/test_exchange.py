@@ -16,7 +16,9 @@ import pytest
 
 from sklearn_fedmf import FedMAvg, FedMCADMM
 from sklearn_fedmf.datasets import make_ratings
+from sklearn_fedmf.engine import _exchange
 from sklearn_fedmf.engine._exchange import PlainExchange, SecureExchange
+from sklearn_fedmf.exceptions import ClientError, ClientFailureWarning
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "sklearn_fedmf"
@@ -156,3 +158,25 @@ def test_the_import_reader_sees_imports_inside_functions(tmp_path):
     path = tmp_path / "m.py"
     path.write_text("from .secure import a\n\ndef f():\n    from ..secure._rounds import b\n")
     assert _secure_imports(path) == [(1, False), (4, True)]
+
+
+def test_an_error_in_a_clients_secure_phase_surfaces_with_its_client_and_phase(monkeypatch):
+    """A client's exception inside a secure phase is not swallowed: it is raised as a
+    ClientError naming the client and the phase, chained to the original, or (skip) warned
+    once and counted in n_failed."""
+    real = _exchange.client_secure_phase
+
+    def failing(phase, client, slot, message, *args):
+        if phase == "secure_masked_input" and client == 2 and message["exchange"] == "update":
+            raise RuntimeError("disk full")  # (a round's sum: at the start every error raises)
+        return real(phase, client, slot, message, *args)
+
+    monkeypatch.setattr(_exchange, "client_secure_phase", failing)
+    params = dict(n_components=2, n_clients=8, max_iter=2, random_state=0,
+                  early_stopping=False, secure_aggregation=True)
+    with pytest.raises(ClientError, match="Client 2 failed in secure_masked_input .round") as info:
+        FedMCADMM(**params).fit(ratings())
+    assert isinstance(info.value.__cause__, RuntimeError)
+    with pytest.warns(ClientFailureWarning, match="disk full"):
+        est = FedMCADMM(**params, solver_params={"on_client_error": "skip"}).fit(ratings())
+    assert sum(r["n_failed"] for r in est.history_) >= 1

@@ -50,7 +50,7 @@ from dataclasses import replace
 import numpy as np
 
 from .._message_size import nbytes
-from ..exceptions import ClientFailureWarning, FederationError
+from ..exceptions import ClientDropout, ClientFailureWarning, FederationError
 from ..secure._aggregate import secure_sum
 from ..secure._costs import round_costs, work_clock
 from ..secure._crypto import load_primitives
@@ -216,7 +216,9 @@ class SecureExchange:
         entropy, failures = self._call[:2]
 
         def check(result, phase):
-            failures.check(result, phase, round_number)
+            failures.check(result, phase, round_number)  # (raises unless skipping)
+            self._failed.update(c for c, exc in result.failures.items()
+                                if not isinstance(exc, ClientDropout))
 
         return run_secure_exchange(
             transport, clients, dropped, options=self.options,
@@ -250,7 +252,7 @@ class SecureExchange:
 
     # ---- a round -------------------------------------------------------------------------
     def begin_round(self):
-        self._exchanges, self._entries = [], {}
+        self._exchanges, self._entries, self._failed = [], {}, set()
 
     def prepare(self, protocol, transport, state, stats, dropped, k):
         """The secure sum of round ``k``'s held prepare ``stats`` and ``server_prepare`` on
@@ -348,7 +350,10 @@ class SecureExchange:
                                               total_bytes(outcome.bytes_down))
 
     def close_round(self, record):
-        """What each party computed and sent (:mod:`sklearn_fedmf.secure._costs`)."""
+        """What each party computed and sent (:mod:`sklearn_fedmf.secure._costs`), and the
+        clients whose secure phases failed (skipped: ``on_client_error="skip"``) in
+        ``n_failed``."""
+        record["n_failed"] += len(self._failed)
         record["secure"] = round_costs([e.costs for e in self._exchanges],
                                        start=self.start_costs)
         self.start_costs = None
@@ -413,9 +418,9 @@ def client_exchange_phase(slots, protocol, phase, clients, broadcast, generator)
             slot, reply = client_secure_phase(phase, client, slots.get(client),
                                               broadcast.messages[client], rng,
                                               protocol.summable)
-        except Exception as exc:  # reported to the engine, which raises or counts it
-            failures[client] = exc
-            continue
+        except Exception as exc:  # client code may raise anything: the engine's failure
+            failures[client] = exc  # policy raises it as a ClientError naming the client and
+            continue                # phase (chained), or counts it with on_client_error="skip"
         seconds[client] = clock() - tic
         slots[client] = slot
         messages[client] = reply
