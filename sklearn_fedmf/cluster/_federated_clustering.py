@@ -370,14 +370,14 @@ class FederatedClustering(
             return 0.0, 0.0
         return self._solver["rho0"] * ctx.info.scale, self._solver["nu"] * ctx.info.scale
 
-    def _secure_protocol(self, protocol):
-        if (self._settings()["secure_aggregation"] is not False
+    def _secure_protocol(self, protocol, settings):
+        if (settings["secure_aggregation"] is not False
                 and isinstance(self.init, str) and self.init == "k-fed"):
             raise ValueError(
                 'FederatedClustering cannot sum init="k-fed" securely: each client sends its '
                 "local centres, which the server clusters (not a sum); set init=\"random\" or "
                 "give the initial centres as an array.")
-        return super()._secure_protocol(protocol)
+        return super()._secure_protocol(protocol, settings)
 
     def _make_protocol(self, ctx):
         info, K, blocks_rows = ctx.info, self.n_clusters, np.bincount(ctx.codes)

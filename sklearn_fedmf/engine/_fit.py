@@ -418,10 +418,10 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         """Why this estimator, with its settings, cannot sum its uploads securely."""
         return self._secure_refusal or "its server needs more than the sums of the uploads"
 
-    def _secure_protocol(self, protocol):
+    def _secure_protocol(self, protocol, settings):
         """``protocol`` with secure aggregation switched on when ``secure_aggregation`` asks
         for it (:mod:`sklearn_fedmf.secure._rounds`); a clear error when the algorithm's
-        server needs more than sums."""
+        server needs more than sums. ``settings``: the fit's, resolved once."""
         option = self.secure_aggregation  # (a parameter: no resolution of the settings)
         if option is False:
             return protocol
@@ -700,7 +700,7 @@ def check_params(estimator):
 def fit_protocol(estimator, ctx):
     """The ``FederatedProtocol`` a fit of ``estimator`` runs for the context ``ctx`` (secure
     when ``secure_aggregation`` asks for it)."""
-    return estimator._secure_protocol(estimator._make_protocol(ctx))
+    return estimator._secure_protocol(estimator._make_protocol(ctx), ctx.settings)
 
 
 def run_rounds(estimator, protocol, clients, ctx, early_stopping=None):

@@ -474,12 +474,11 @@ class DistributedDPMixin:
                 settings["secure_aggregation"] = True  # (the noise is private only so)
         return settings
 
-    def _secure_protocol(self, protocol):
+    def _secure_protocol(self, protocol, settings):
         self._ddp_plan = None
         if not self._distributed():
-            return super()._secure_protocol(protocol)
+            return super()._secure_protocol(protocol, settings)
         name = type(self).__name__
-        settings = self._settings()
         if settings.get("warm_start") and hasattr(self, "_federation"):
             raise ValueError(f"{name}: privacy=DistributedDP does not continue a fit "
                              "(warm_start=True): its accounting covers one fit; set "

@@ -487,13 +487,12 @@ class FedMAvg(DistributedDPMixin, AutoStrengthsMixin, FederatedMFBase):
         super()._collect(state, blocks, ctx)
         self.alpha_u_, self.alpha_v_ = self._strengths(ctx)
 
-    def _secure_protocol(self, protocol):
+    def _secure_protocol(self, protocol, settings):
         """Under secure aggregation, ``"pcc"`` and uniform sampling, the prepare phase's Grams
         come from the sampled clients only
         (:func:`~sklearn_fedmf.completion._fedmavg._fedmavg_round.sampled_prepare`); ``"pcp"``'s
         running sum is already over the sampled clients."""
-        protocol = super()._secure_protocol(protocol)
-        settings = self._settings()
+        protocol = super()._secure_protocol(protocol, settings)
         if protocol.secure is None or settings["participation"] != "pcc" or (
                 settings["sampling"] != "uniform"):
             return protocol
