@@ -355,3 +355,58 @@ def test_members_keep_their_factor_part_where_alone_the_floor_drops_it():
     rmse = blend.member_validation_rmse_
     assert blend.validation_rmse_ <= rmse["biases"] + 1e-9
     assert rmse["mgs"] != rmse["biases"]  # (not a copy of the biases member)
+
+
+def test_auto_ridge_concentrates_on_a_clearly_best_member():
+    # Strong low-rank structure: a rank-3 FedMGS validates far better than the biases model
+    # and than a one-round FedMCADMM. "auto" shrinks toward the members' evidence weights
+    # (here about all on FedMGS), so the blend's weight concentrates on it and, the prior
+    # being one member plus free intercepts, the blend validates no worse than that member.
+    # The old rule at a strong strength (toward 1/K) gives the poor members a third each and
+    # validates worse: the property depends on the prior.
+    X = make_ratings(200, 60, 6000, n_components=3, noise=0.1, random_state=1).X
+    members = [("biases", FedBaseline(max_iter=10)),
+               ("mgs", FedMGS(n_components=3, max_iter=40, early_stopping=True)),
+               ("admm", FedMCADMM(n_components=2, max_iter=1, early_stopping=False))]
+    auto = FedBlend(members, n_clients=4, random_state=0, refit=False).fit(X)
+    rmse = auto.member_validation_rmse_
+    assert rmse["mgs"] < 0.8 * min(rmse["biases"], rmse["admm"])  # (clearly the best)
+    share = np.abs(auto.weights_) / np.abs(auto.weights_).sum()
+    assert share[1] > 0.9
+    assert auto.validation_rmse_ <= rmse["mgs"] + 1e-9
+    assert auto.final_alpha_ >= 10.0 and auto.history_[-1]["final_alpha"] == auto.final_alpha_
+    flat = FedBlend(members, n_clients=4, random_state=0, refit=False,
+                    final_alpha=1e6).fit(X)
+    assert flat.validation_rmse_ > rmse["mgs"] + 0.01
+
+
+def test_auto_strength_is_generalized_cross_validation_from_the_sums():
+    # solve_blend's "gcv" against a brute-force GCV on an explicit design: the same strength
+    # (ridge toward the prior, the hat matrix's trace as the degrees of freedom).
+    from sklearn_fedmf.completion._fed_blend._fed_blend_stats import GCV_GRID, solve_blend
+
+    rng = np.random.default_rng(0)
+    n, K = 400, 3
+    truth = rng.normal(size=n)
+    P = truth[:, None] + rng.normal(scale=[0.3, 0.6, 0.9], size=(n, K))
+    r = truth + rng.normal(scale=0.5, size=n)
+    z = rng.normal(size=n)
+    D = blend_design(P, z)
+    coef, chosen = solve_blend(D.T @ D, D.T @ r, n, alpha="gcv", n_members=K, activity=True,
+                               target="soft", ss=float(r @ r), free_slope=False, info=True)
+    sse = ((r[:, None] - P) ** 2).sum(0)
+    prior = np.exp(-(sse - sse.min()) / (2 * sse.min() / n))
+    prior /= prior.sum()
+    pen = np.r_[0.0, np.ones(K), 1.0, np.ones(K)]
+    goal = np.r_[0.0, prior, np.zeros(K + 1)]
+    scores = {}
+    for a in GCV_GRID[1:-1] * n:  # (finite and positive: a plain solve)
+        A = D.T @ D + np.diag(a * pen)
+        theta = np.linalg.solve(A, D.T @ r + a * pen * goal)
+        df = np.trace(np.linalg.solve(A, D.T @ D))
+        scores[a] = np.sum((r - D @ theta) ** 2) / n / (1 - df / n) ** 2
+    best = min(scores, key=scores.get)
+    assert chosen["alpha"] == pytest.approx(best)
+    A = D.T @ D + np.diag(best * pen)
+    np.testing.assert_allclose(coef, np.linalg.solve(A, D.T @ r + best * pen * goal),
+                               atol=1e-10)

@@ -27,7 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context, clone
 from sklearn.utils import Bunch
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import _BaseComposition
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -58,6 +58,10 @@ __all__ = ["FedBlend", "default_members"]
 _BLEND_SUM = 10  # the blend's secure sums: their seed kind (the engine's are 0 to 7, the floor's 9)
 # refit=True refits a member only when it carries this share of the blend's weight
 REFIT_MIN_SHARE = 0.2
+# final_alpha="auto": the least strength generalized cross-validation may choose (the rule
+# before "auto"); below it, on Coat's 548 validation ratings, GCV chose 0.12 and the blend
+# lost 0.055 on test (bench_blend_rules-2026-12.md)
+AUTO_MIN_ALPHA = 10.0
 
 
 def default_members():
@@ -85,9 +89,10 @@ class FedBlend(TransformerMixin, _BaseComposition):
     the members' predictions and an intercept column): nothing else. The server adds them
     (one secure sum with ``secure_aggregation=True``) and solves::
 
-        min_w  sum (r - c - sum_k w_k p_k)^2 + final_alpha sum_k (w_k - 1/K)^2
+        min_w  sum (r - c - sum_k w_k p_k)^2 + final_alpha sum_k (w_k - w0_k)^2
 
-    (the weights shrink toward the plain average of the ``K`` members). The blended model is
+    with the prior weights ``w0`` the members' evidence weights (``final_alpha="auto"``) or
+    the plain average ``1/K`` (a number). The blended model is
     itself a factor model (the members' factors side by side, each scaled by its weight), so
     :class:`~sklearn_fedmf.RatingRegressor`, ``recommend`` and fold-in take it as they take
     any member.
@@ -101,13 +106,24 @@ class FedBlend(TransformerMixin, _BaseComposition):
         ``fedmcadmm``, ``fedmavg``, ``fedmgs`` and ``rfrec``. Nested parameters are named as
         in ``StackingRegressor``: ``fedmgs__n_components`` (setting one on the default
         members first makes the default list explicit).
-    final_alpha : float, default=10.0
-        Strength of the ridge on the members' weights, toward the plain average ``1/K``, in
+    final_alpha : "auto" or float, default="auto"
+        Strength of the ridge on the members' weights, in
         :class:`~sklearn.linear_model.Ridge`'s units (the sum of squared errors over the
-        validation ratings): it weighs like ``final_alpha`` validation ratings, so a small
-        validation set shrinks the weights more. Measured on ml-latest-small and ML-100K
-        (about 8,000 validation ratings each), from 0 to 10 the test RMSE moves by less
-        than 0.0004; at 80 it is 0.001 to 0.002 worse.
+        validation ratings: it weighs like ``final_alpha`` validation ratings).
+
+        - ``"auto"``: the weights shrink toward the members' evidence weights
+          ``w0_k ~ exp(-(SSE_k - SSE_min) / (2 SSE_min / n))`` (their validation errors
+          ``SSE``: about all on the best member when the validation set tells the members
+          apart, spread when it does not), the intercept's activity slope too (toward 0),
+          and the strength is chosen by generalized cross-validation from the same sums
+          (:func:`._fed_blend_stats.solve_blend`), at least ``AUTO_MIN_ALPHA`` (10), up to
+          the prior alone. Chosen on ciao, filmtrust, ML-100K and Jester, confirmed on
+          Coat, ciao-full, ml-latest-small and a second split
+          (``benchmarks/results/bench_blend_rules-2026-12.md``).
+        - A number: toward the plain average ``1/K``, the intercept's slope free (the rule
+          before ``"auto"``). Measured on ml-latest-small and ML-100K (about 8,000
+          validation ratings each), from 0 to 10 the test RMSE moves by less than 0.0004;
+          at 80 it is 0.001 to 0.002 worse.
     activity_weights : bool, default=True
         Let each member's weight (and the intercept) vary linearly with ``z``, the user's
         centred log number of ratings (the Netflix Prize blends' "support"); still learned
@@ -152,6 +168,8 @@ class FedBlend(TransformerMixin, _BaseComposition):
         Each member's weight (for a user of average activity with ``activity_weights``).
     intercept_ : float
         The blend's constant, added to ``mean_``.
+    final_alpha_ : float
+        The ridge's strength used (``inf``: the prior weights alone).
     activity_coef_ : ndarray of shape (n_members + 1,) or None
         With ``activity_weights``: the slopes in ``z`` of the intercept and of each weight.
     member_validation_rmse_ : dict
@@ -193,7 +211,7 @@ class FedBlend(TransformerMixin, _BaseComposition):
     _solver_params: dict = {}  # (no solver constants: the members have theirs)
     _parameter_constraints: dict = {
         "estimators": [list, None],
-        "final_alpha": [Interval(Real, 0, None, closed="left")],
+        "final_alpha": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
         "activity_weights": ["boolean"],
         "refit": ["boolean"],
         "n_clients": FEDERATION_CONSTRAINTS["n_clients"],
@@ -204,7 +222,7 @@ class FedBlend(TransformerMixin, _BaseComposition):
             "callback", "random_state", "n_jobs", "verbose", "secure_aggregation")},
     }
 
-    def __init__(self, estimators=None, *, final_alpha=10.0, activity_weights=True,
+    def __init__(self, estimators=None, *, final_alpha="auto", activity_weights=True,
                  refit=True, n_clients=10, clients_per_round=None, validation_fraction=0.1,
                  callback=None, random_state=None, n_jobs=None, verbose=0,
                  secure_aggregation=False):
@@ -408,8 +426,15 @@ class FedBlend(TransformerMixin, _BaseComposition):
             uploads[c] = client_blend_stats(P[at], r[at], None if z is None else z[at])
         gram, cross, ss, count, up, down = self._exchange(uploads, n_clients)
         K = len(self.estimators_)
-        coef = solve_blend(gram, cross, count, alpha=self.final_alpha, n_members=K,
-                           activity=self.activity_weights)
+        if self.final_alpha == "auto":
+            coef, chosen = solve_blend(gram, cross, count, alpha="gcv", n_members=K,
+                                       activity=self.activity_weights, target="soft", ss=ss,
+                                       free_slope=False, min_alpha=AUTO_MIN_ALPHA, info=True)
+            self.final_alpha_ = float(chosen["alpha"])
+        else:
+            coef = solve_blend(gram, cross, count, alpha=self.final_alpha, n_members=K,
+                               activity=self.activity_weights)
+            self.final_alpha_ = float(self.final_alpha)
         down += coef.nbytes * n_clients  # (the weights reach every client)
         self._coef = coef
         self.intercept_, self.weights_ = float(coef[0]), coef[1:K + 1].copy()
@@ -426,6 +451,7 @@ class FedBlend(TransformerMixin, _BaseComposition):
                 "validation_rmse": self.validation_rmse_,
                 "member_validation_rmse": dict(self.member_validation_rmse_),
                 "weights": dict(zip(self._names, self.weights_.tolist())),
+                "final_alpha": self.final_alpha_,
                 "intercept": self.intercept_}
 
     def _exchange(self, uploads, n_clients):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["blend_design", "blend_penalty", "blend_sse", "client_blend_stats", "member_sse",
-           "solve_blend", "stats_vector", "unpack_stats"]
+           "solve_blend", "stats_vector", "unpack_stats", "GCV_GRID"]
 
 
 def blend_design(P, z=None):
@@ -50,25 +50,71 @@ def unpack_stats(vector, n_columns):
             float(vector[k2 + n_columns]))
 
 
-def blend_penalty(n_members, activity):
+def blend_penalty(n_members, activity, target=None, free_slope=True):
     """``(diagonal, target)`` of the ridge penalty over the design's columns: the members'
-    weights toward ``1/K``, the activity slopes toward 0, the intercepts free."""
+    weights toward ``target`` (default ``1/K`` each), the members' activity slopes toward 0,
+    the intercept free, and the intercept's activity slope free (``free_slope``) or toward
+    0."""
     diag = np.concatenate([[0.0], np.ones(n_members)])
-    target = np.concatenate([[0.0], np.full(n_members, 1.0 / n_members)])
+    prior = np.full(n_members, 1.0 / n_members) if target is None else np.asarray(target)
+    target = np.concatenate([[0.0], prior])
     if activity:
-        diag = np.concatenate([diag, [0.0], np.ones(n_members)])
+        diag = np.concatenate([diag, [0.0 if free_slope else 1.0], np.ones(n_members)])
         target = np.concatenate([target, np.zeros(n_members + 1)])
     return diag, target
 
 
-def solve_blend(gram, cross, count, *, alpha, n_members, activity):
-    """The ridge coefficients over the design's columns from the summed statistics."""
-    diag, target = blend_penalty(n_members, activity)
-    n = max(float(count), 1.0)  # (both sides over the count: the same solution, scaled to 1)
+# the strengths generalized cross-validation tries, over the validation count (0: none; inf:
+# the prior alone)
+GCV_GRID = np.concatenate([[0.0], np.geomspace(1e-4, 10.0, 16), [np.inf]])
+
+
+def _ridge(gram, cross, n, alpha, diag, target):
+    if np.isinf(alpha):  # (the penalized columns at their target, the free ones fitted)
+        free = diag == 0
+        coef = target.astype(np.float64).copy()
+        rhs = cross[free] - gram[np.ix_(free, ~free)] @ coef[~free]
+        coef[free] = np.linalg.lstsq(gram[np.ix_(free, free)] / n, rhs / n, rcond=None)[0]
+        return coef, float(free.sum())
     A = (gram + np.diag(alpha * diag)) / n
     b = (cross + alpha * diag * target) / n
     # (lstsq: a member identical to another, or a client-free column, leaves A singular)
-    return np.linalg.lstsq(A, b, rcond=None)[0]
+    coef = np.linalg.lstsq(A, b, rcond=None)[0]
+    return coef, float(np.trace(np.linalg.lstsq(A, gram / n, rcond=None)[0]))
+
+
+def solve_blend(gram, cross, count, *, alpha, n_members, activity, target="mean", ss=None,
+                info=False, free_slope=True, min_alpha=0.0):
+    """The ridge coefficients over the design's columns from the summed statistics.
+
+    ``target="mean"`` shrinks the members' weights toward ``1/K``; ``"best"`` toward 1 on
+    the member of lowest validation error and 0 on the others. ``alpha="gcv"`` picks the
+    strength on :data:`GCV_GRID` (times the count) by generalized cross-validation,
+    ``RSS / (n (1 - df / n)^2)`` with ``df`` the trace of the ridge's hat matrix: both from
+    the sums (``ss`` needed). ``info``: also return ``{"alpha", "df"}``."""
+    n = max(float(count), 1.0)  # (both sides over the count: the same solution, scaled to 1)
+    prior = None
+    if target == "best":
+        prior = np.zeros(n_members)
+        prior[int(np.argmin(member_sse(gram, cross, 0.0, n_members)))] = 1.0
+    elif target == "soft":
+        sse = member_sse(gram, cross, ss, n_members)
+        sigma2 = max(sse.min() / n, 1e-300)
+        prior = np.exp(-(sse - sse.min()) / (2 * sigma2))
+        prior /= prior.sum()
+    diag, goal = blend_penalty(n_members, activity, prior, free_slope)
+    if alpha == "gcv":
+        best = None
+        for a in np.maximum(GCV_GRID * n, min_alpha):
+            coef, df = _ridge(gram, cross, n, a, diag, goal)
+            rss = max(blend_sse(gram, cross, ss, coef), 0.0)
+            gcv = rss / n / max(1.0 - df / n, 1e-12) ** 2
+            if best is None or gcv < best[0]:
+                best = (gcv, coef, a, df)
+        _, coef, alpha, df = best
+    else:
+        coef, df = _ridge(gram, cross, n, alpha, diag, goal)
+    return (coef, {"alpha": alpha, "df": df}) if info else coef
 
 
 def member_sse(gram, cross, ss, n_members):
