@@ -3,6 +3,7 @@
     python benchmarks/bench_blend.py                      # ml-latest-small (embedded)
     python benchmarks/bench_blend.py --data small,100k:/work/data/ml-100k/u.data --refit
     python benchmarks/bench_blend.py --data 1m-shape      # make_ratings(6040, 3706, 1e6)
+    python benchmarks/bench_blend.py --data 1m-shape --final-alpha 10   # and the old rule
     python benchmarks/bench_blend.py --quick              # smoke run (tests/test_benchmarks.py)
 
 Protocol (issue 37): an 80/20 random split of the ratings (``train_test_split``, seed 0),
@@ -65,6 +66,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="small")
     parser.add_argument("--refit", action="store_true")
+    parser.add_argument("--final-alpha", type=float, default=None,
+                        help="also FedBlend(final_alpha=VALUE) (the rule before 'auto': 10)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: a fifth of ml-latest-small's ratings")
     args = parser.parse_args()
@@ -87,6 +90,9 @@ def main():
         if args.refit:  # the other choice of refit
             other = not FedBlend().refit
             variants.append((f"FedBlend(refit={other})", FedBlend(refit=other, random_state=0)))
+        if args.final_alpha is not None:
+            variants.append((f"FedBlend(final_alpha={args.final_alpha:g})",
+                             FedBlend(final_alpha=args.final_alpha, random_state=0)))
         for label, est in variants:
             rmse, seconds, blend = run(est, data)
             print(f"{label:<22}{rmse:>10.4f}{seconds:>9.1f}")

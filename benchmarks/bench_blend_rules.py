@@ -128,7 +128,9 @@ def evaluate(name, seed, d, rules):
         zip(names, val, test_val, test_ref)))
     out = {"best member": min(test_ref)}
     for rule in rules:
-        target, alpha, act, opts = (*rule, activity, {})[:4] if len(rule) < 4 else rule
+        target, alpha = rule[:2]
+        act = rule[2] if len(rule) > 2 else activity
+        opts = rule[3] if len(rule) > 3 else {}
         cols = slice(None) if act else slice(0, K + 1)
         gram, cross = box["gram"][cols, cols], box["cross"][cols]
         coef, info = st.solve_blend(gram, cross, box["count"], ss=box["ss"], alpha=alpha,
