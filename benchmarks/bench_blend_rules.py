@@ -93,7 +93,6 @@ def run_set(name, spec, seed, rules, cache=None):
     R = reg._seen.astype(np.float64)  # (pattern only; values below)
     R.data = np.asarray(_matrix_values(reg, X_tr, y_tr))
     labels = blend.clients_
-    K = len(blend.estimators_)
     P_val, P_ref = [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
