@@ -213,7 +213,8 @@ def run_set(name, spec, quick, seed=0, only=None):
 def _blend_lines(blend):
     weights = ", ".join(f"{k} {w:+.3f}" for k, w in zip(blend.named_estimators_,
                                                        blend.weights_))
-    print(f"\nblend weights (average activity): {weights}; intercept {blend.intercept_:+.4f}")
+    print(f"\nblend weights (average activity): {weights}; intercept {blend.intercept_:+.4f}; "
+          f"ridge strength {getattr(blend, 'final_alpha_', blend.final_alpha):.3g}")
     members = ", ".join(
         f"{k} {v:.4f}" + ("" if getattr(blend.named_estimators_[k], "factors_used_", None)
                           is None else
