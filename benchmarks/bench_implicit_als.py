@@ -14,7 +14,9 @@ Last.fm hetrec 2011's ``user_artists.dat``). Each run fits, one
 after the other under the same load, ``implicit.als.AlternatingLeastSquares(factors=64,
 iterations=15)`` on the binary interactions and ``FedMGS(loss="implicit",
 random_state=0)`` with each row solver of ``--solvers`` (``solver_params={"implicit_solver":
-...}``; everything else the defaults: 10 clients, 10 rounds, rank 48 at 1M interactions).
+...}``, or ``SOLVER:CG_STEPS@MAX_ITER``, e.g. ``cg:3@10``, the former default; everything else
+the defaults: 10 clients, 5 rounds of 4 CG steps, rank 48 at 1M interactions; ALS has 64
+factors, its default: the comparison is of the two defaults).
 ``--threads 0`` (default) leaves both at their defaults, every core (``implicit``'s
 ``num_threads=0``, FedMGS's ``n_jobs=None``); ``--threads N`` gives ``num_threads=N`` and
 ``n_jobs=N``. BLAS runs on one thread for both (``implicit``'s advice; FedMGS runs its own
