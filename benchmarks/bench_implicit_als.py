@@ -14,7 +14,9 @@ Last.fm hetrec 2011's ``user_artists.dat``). Each run fits, one
 after the other under the same load, ``implicit.als.AlternatingLeastSquares(factors=64,
 iterations=15)`` on the binary interactions and ``FedMGS(loss="implicit",
 random_state=0)`` with each row solver of ``--solvers`` (``solver_params={"implicit_solver":
-...}``; everything else the defaults: 10 clients, 10 rounds, rank 48 at 1M interactions).
+...}``, or ``SOLVER:CG_STEPS@MAX_ITER``, e.g. ``cg:3@10``, the former default; everything else
+the defaults: 10 clients, 5 rounds of 4 CG steps, rank 48 at 1M interactions; ALS has 64
+factors, its default: the comparison is of the two defaults).
 ``--threads 0`` (default) leaves both at their defaults, every core (``implicit``'s
 ``num_threads=0``, FedMGS's ``n_jobs=None``); ``--threads N`` gives ``num_threads=N`` and
 ``n_jobs=N``. BLAS runs on one thread for both (``implicit``'s advice; FedMGS runs its own
@@ -72,9 +74,18 @@ def fit_als(X, threads):
     return time.perf_counter() - start, time.process_time() - cpu
 
 
+def variant(spec):
+    """``FedMGS`` parameters of a ``--solvers`` entry ``SOLVER[:CG_STEPS][@MAX_ITER]`` (e.g.
+    ``cg``, ``cg:3@10``, ``cholesky@10``): the row solver, and the defaults unless given."""
+    spec, _, rounds = spec.partition("@")
+    solver, _, steps = spec.partition(":")
+    params = {"solver_params": {"implicit_solver": solver,
+                                **({"cg_steps": int(steps)} if steps else {})}}
+    return {**params, **({"max_iter": int(rounds)} if rounds else {})}
+
+
 def fit_fedmgs(X, solver, threads):
-    est = FedMGS(loss="implicit", random_state=0, n_jobs=threads or None,
-                 solver_params={"implicit_solver": solver})
+    est = FedMGS(loss="implicit", random_state=0, n_jobs=threads or None, **variant(solver))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FedMFWarning)
         start, cpu = time.perf_counter(), time.process_time()
@@ -88,7 +99,8 @@ def main():
     parser.add_argument("--threads", type=int, default=0,
                         help="0: each library's default (every core); N: N threads each")
     parser.add_argument("--solvers", default="cholesky,cg",
-                        help="FedMGS's implicit_solver values, comma-separated")
+                        help="FedMGS's implicit_solver values, comma-separated; an entry "
+                        "SOLVER[:CG_STEPS][@MAX_ITER] also sets cg_steps and max_iter")
     parser.add_argument("--set", default="ml1m-shape",
                         choices=("ml1m-shape", "ml-latest-small", "ml-100k", "playcounts"))
     parser.add_argument("--path", default=None, help="the file of ml-100k or playcounts")

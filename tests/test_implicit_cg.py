@@ -21,7 +21,7 @@ from sklearn_fedmf.completion._implicit import (
 from sklearn_fedmf.exceptions import FedMFWarning
 
 CHOLESKY = {"implicit_solver": "cholesky"}
-CG = {"implicit_solver": "cg"}  # (cg_steps: its default, 3)
+CG = {"implicit_solver": "cg", "cg_steps": 3}  # (the steps these tests were written at)
 
 
 def spd_system(r, seed=0, condition=50.0):
