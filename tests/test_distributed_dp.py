@@ -187,3 +187,34 @@ def test_min_survivors_sizes_the_shares_and_the_server_refuses_fewer():
     plan.check_survivors(range(90), 9, 100)
     with pytest.raises(SecureRoundFailed, match="fewer than the 90"):
         plan.check_survivors(range(89), 9, 100)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
+@pytest.mark.parametrize("name,extra", [
+    ("FedMGS", {}),  # cumulative: running sums of clipped changes
+    ("FedMAvg", {}),  # a cumulative prepare exchange, a reference
+    ("RFRec", {"solver_params": {"dropout": 0.2}}),  # dropouts: members beyond survivors
+    ("FedBaseline", {}),
+])
+def test_unmasked_measurement_path_gives_the_secure_fits_model_bit_for_bit(name, extra):
+    # the benchmark's fast path (no keys, no masks) runs the same client and server
+    # functions; SecAgg+'s masks cancel exactly in the ring, so every fitted array is equal
+    from sklearn_fedmf import completion
+    from sklearn_fedmf.privacy._distributed_dp import _unmasked_for_measurement
+
+    X = make_ratings(40, 20, 300, random_state=0).X
+    cls = getattr(completion, name)
+    kw = dict(n_clients=40, clients_per_round=20, max_iter=3, random_state=0,
+              privacy=DistributedDP(target_epsilon=8.0, clip=5.0, min_survivors=0.5), **extra)
+    secure = cls(**kw).fit(X)
+    fast = cls(**kw, secure_aggregation=_unmasked_for_measurement()).fit(X)
+    fitted = [k for k, v in vars(secure).items() if k.endswith("_")
+              and isinstance(v, np.ndarray)]
+    assert {"components_", "item_bias_"} <= set(fitted)
+    for k in fitted:
+        np.testing.assert_array_equal(getattr(secure, k), getattr(fast, k), err_msg=k)
+    for k in ("n_releases", "epsilon"):
+        np.testing.assert_array_equal(secure.privacy_spent_[k], fast.privacy_spent_[k])
+    # and it refuses to run without noise (it would be a plain sum a server could read)
+    with pytest.raises(ValueError, match="measuring a DistributedDP fit"):
+        cls(**{**kw, "privacy": None}, secure_aggregation=_unmasked_for_measurement()).fit(X)

@@ -97,7 +97,10 @@ def exchange_for(protocol, previous=None):
         if secure is not None:
             previous.options = secure
         return previous
-    return PlainExchange() if secure is None else SecureExchange(secure)
+    if secure is None:
+        return PlainExchange()
+    # (privacy._distributed_dp's measurement-only options name their own exchange)
+    return getattr(secure, "_exchange_class", SecureExchange)(secure)
 
 
 def total_bytes(per_phase):

@@ -58,7 +58,13 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..engine._exchange import FixedPointEncoding, SecureAggregation, SecureRoundFailed
+from ..engine._exchange import (
+    _SECURE_CLIENT,
+    FixedPointEncoding,
+    SecureAggregation,
+    SecureExchange,
+    SecureRoundFailed,
+)
 from ._accounting import _require_dp_accounting, calibrate_noise, epsilon_spent
 
 __all__ = ["DistributedDP", "DistributedNoise", "DistributedDPMixin", "ddg_rho",
@@ -534,3 +540,95 @@ def refuse_distributed(privacy, owner):
         raise ValueError(f"{owner} does not support privacy=DistributedDP: its server needs "
                          "more than the sum of the uploads (DistributedDP noises a secure "
                          "sum); use FedMAvg, FedMGS, RFRec or FedBaseline, or LocalDP.")
+
+
+# ---- measurement only: the noisy sums without the masks -------------------------------------
+class _NoisySumsUnmasked(SecureExchange):
+    """The exchange of :func:`_unmasked_for_measurement`: each client's noisy ring vector is
+    computed by the same client function as in the secure phases
+    (:func:`~sklearn_fedmf.secure._rounds.client_ring_vector`: clipped, encoded, its noise
+    share from the same seed) and the server decodes their ring sum with the same function
+    (:func:`~sklearn_fedmf.secure._rounds.decode_sum`), but no keys are agreed and no masks
+    added: SecAgg+'s masks cancel exactly in the ring, so the decoded sum, and the model, are
+    those of the secure fit (``tests/test_distributed_dp.py`` checks it bit for bit). The
+    clients' slots are read in this process (a local transport); nothing is hidden from the
+    server, so this exists for measuring accuracy (``benchmarks/bench_distributed_dp.py``)
+    and runs only with noise."""
+
+    def check(self, protocol, transport):
+        super().check(protocol, transport)
+        if self.options.noise is None or transport.secure_slots is None:
+            raise ValueError("The unmasked noisy sums are for measuring a DistributedDP fit "
+                             "over a local transport only.")
+        self._summable = protocol.summable
+
+    def _sum(self, transport, clients, dropped, key, round_number, exchange, *, weights=None,
+             running=None, check=None, encoding=None, keep_masked=None, reference=None):
+        from ..secure._costs import exchange_costs
+        from ..secure._protocol import PHASES
+        from ..secure._rounds import (
+            ExchangeResult,
+            client_ring_vector,
+            commit_pending,
+            decode_sum,
+        )
+
+        options, noise = self.options, self.options.noise
+        if encoding is None:
+            encoding = options.encoding_for(transport.n_clients)
+        if exchange == "report":
+            raise ValueError("privacy=DistributedDP does not noise validation reports.")
+        if len(clients) < 2:
+            raise SecureRoundFailed(f"Secure aggregation needs at least 2 uploads in a sum, "
+                                    f"got {len(clients)}; raise clients_per_round.")
+        members = sorted(set(clients) | set(dropped))
+        n = len(members)
+        encoding.check_clients(max(n, 1))
+        threshold = options.threshold(n)
+        survivors = tuple(sorted(set(clients) - set(dropped)))
+        if len(survivors) < threshold:
+            raise SecureRoundFailed(f"Only {len(survivors)} clients sent their input, fewer "
+                                    f"than the threshold {threshold}.")
+        noise.check_survivors(survivors, threshold, n)
+        stream = (self._call[0], _SECURE_CLIENT, *key)
+        share = noise.survivors_needed(threshold, n)
+        total, layouts, slots = None, set(), self.slots
+        for c in survivors:  # (the secure path's client function, without the masks)
+            message = {"encoding": encoding, "exchange": exchange,
+                       "noise": (noise, noise.seed(stream, c), share, reference)}
+            if weights is not None:
+                message["weight"] = weights[c]
+            slot, vector, layout = client_ring_vector(c, dict(slots.get(c) or {}), message,
+                                                      self._summable)
+            slots[c] = commit_pending(slot)
+            layouts.add(layout)
+            total = vector.copy() if total is None else total + vector  # (uint64: mod 2^64)
+        if len(layouts) > 1:
+            raise ValueError("The clients' uploads for the sum differ in names or shapes.")
+        if encoding.ring_bits < 64:
+            total &= np.uint64((1 << encoding.ring_bits) - 1)
+        sums = decode_sum(total, layouts.pop(), survivors, encoding=encoding, noise=noise,
+                          running=running, reference=reference, weights=weights,
+                          words=total.size, n_members=n)
+        none = {p: {} for p in PHASES}
+        costs = exchange_costs(exchange, members, survivors, total.size, none, none, none,
+                               dict.fromkeys(PHASES, 0.0),
+                               {"agreements": 0, "keystream_words": 0}, 0.0)
+        return ExchangeResult(sums, survivors, dict.fromkeys(survivors), none, none, costs)
+
+
+@dataclass(frozen=True)
+class _UnmaskedMeasurement(SecureAggregation):
+    """Options whose exchange is :class:`_NoisySumsUnmasked` (measurement only)."""
+
+    _exchange_class = _NoisySumsUnmasked
+
+
+def _unmasked_for_measurement(options=None):
+    """``secure_aggregation=`` for measuring a ``privacy=DistributedDP`` fit fast: the same
+    model as the secure fit with ``options`` (default ``SecureAggregation()``), without
+    simulating the masks (:class:`_NoisySumsUnmasked`). Private: a deployment never runs it
+    (the server would see each client's noisy vector)."""
+    options = SecureAggregation() if options is None else options
+    return _UnmaskedMeasurement(**{f.name: getattr(options, f.name)
+                                   for f in dataclasses.fields(SecureAggregation)})
