@@ -105,7 +105,8 @@ def test_clipping_bound_holds_per_client():
 def test_epsilon_matches_an_independent_rdp_computation():
     X = make_ratings(40, 20, 300, random_state=0).X
     model = FedBaseline(n_clients=40, clients_per_round=20, max_iter=4, random_state=0,
-                        privacy=DistributedDP(target_epsilon=4.0, clip=5.0)).fit(X)
+                        privacy=DistributedDP(target_epsilon=4.0, clip=5.0,
+                                              max_releases=None)).fit(X)
     spent = model.privacy_spent_
     assert spent["n_releases"].max() <= 5 and spent["n_releases"].min() >= 1  # init + rounds
     assert spent["epsilon"].max() <= 4.0 + 1e-6
@@ -218,3 +219,33 @@ def test_unmasked_measurement_path_gives_the_secure_fits_model_bit_for_bit(name,
     # and it refuses to run without noise (it would be a plain sum a server could read)
     with pytest.raises(ValueError, match="measuring a DistributedDP fit"):
         cls(**{**kw, "privacy": None}, secure_aggregation=_unmasked_for_measurement()).fit(X)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
+def test_auto_defaults_cap_releases_at_the_binomial_quantile_with_exact_epsilon():
+    # the defaults: clip="auto" (the estimator's bound), max_releases="auto" (start + the
+    # 0.9 quantile of a client's sampled rounds); epsilon still exactly the RDP composition
+    from scipy.stats import binom
+
+    from sklearn_fedmf.privacy._distributed_dp import AUTO_CLIP
+
+    X = make_ratings(60, 20, 400, random_state=0).X
+    model = FedBaseline(n_clients=60, clients_per_round=12, max_iter=10, random_state=0,
+                        privacy=DistributedDP(target_epsilon=4.0)).fit(X)
+    plan = model._ddp_plan
+    cap = 1 + int(binom.ppf(0.9, 10, 12 / 60))  # (FedBaseline: a start, one exchange a round)
+    assert plan.max_releases == cap < 11
+    assert plan.clip == AUTO_CLIP["FedBaseline"]
+    spent = model.privacy_spent_
+    assert spent["n_releases"].max() == cap  # (some client was sampled more often)
+    # the multiplier is calibrated for cap releases: at cap, exactly the target; an
+    # independent RdpAccountant gives each client's epsilon
+    z = model.noise_multiplier_
+    for n in np.unique(spent["n_releases"]):
+        acc = dp_accounting.rdp.RdpAccountant()
+        acc.compose(dp_accounting.GaussianDpEvent(z), int(n))
+        np.testing.assert_allclose(spent["epsilon"][spent["n_releases"] == n],
+                                   acc.get_epsilon(1e-6), rtol=1e-9)
+    acc = dp_accounting.rdp.RdpAccountant()
+    acc.compose(dp_accounting.GaussianDpEvent(z), cap)
+    assert 4.0 * (1 - 1e-3) < acc.get_epsilon(1e-6) <= 4.0 + 1e-9
