@@ -249,3 +249,32 @@ def test_auto_defaults_cap_releases_at_the_binomial_quantile_with_exact_epsilon(
     acc = dp_accounting.rdp.RdpAccountant()
     acc.compose(dp_accounting.GaussianDpEvent(z), cap)
     assert 4.0 * (1 - 1e-3) < acc.get_epsilon(1e-6) <= 4.0 + 1e-9
+
+
+@pytest.mark.parametrize("summed", [False, True])
+def test_measurement_paths_sum_noise_has_the_accounted_variance(summed):
+    # the benchmark's summed noise (one draw of the survivors' total variance per entry)
+    # gives the decoded sum the variance the m shares give it: m sigma^2 / share
+    from types import SimpleNamespace
+
+    from sklearn_fedmf.engine._federation import SummableUploads
+    from sklearn_fedmf.privacy._distributed_dp import _NoisySumsUnmasked, _unmasked_for_measurement
+
+    plan = distributed_noise(DistributedDP(noise=1.5, clip=2.0, min_survivors=0.5),
+                             n_releases=1, n_rounds=1)
+    n, d = 12, 40_000
+    options = _unmasked_for_measurement(summed_noise=summed)
+    options = type(options)(**{**vars(options), "noise": plan})
+    exchange = _NoisySumsUnmasked(options)
+    exchange.slots = {c: {"upload": np.zeros(d)} for c in range(n)}
+    exchange._summable = SummableUploads(client=lambda upload, weight: {"x": upload},
+                                         server_update=None)
+    exchange._call = (7, None, "test", False)
+    transport = SimpleNamespace(n_clients=n)
+    result = exchange._sum(transport, list(range(n)), (), (1,), 1, "update")
+    share = plan.survivors_needed(options.threshold(n), n)
+    expected = (plan.multiplier * plan.clip) ** 2 * n / share
+    total = result.sums["x"]
+    assert abs(total.var() / expected - 1) < 5 * math.sqrt(2 / d)
+    assert abs(total.mean()) < 5 * math.sqrt(expected / d)
+    assert plan.counts(n).tolist() == [1] * n  # a release of each survivor
