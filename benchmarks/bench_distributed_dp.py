@@ -71,7 +71,7 @@ def main():
                         help="DistributedDP's L2 clip (default: 'auto')")
     parser.add_argument("--max-releases", type=int, default=None,
                         help="DistributedDP's max_releases (default: 'auto')")
-    parser.add_argument("--epsilons", type=float, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--epsilons", type=float, nargs="*", default=[1, 2, 4, 8, 16])
     parser.add_argument("--estimators", nargs="+", default=["FedMAvg", "FedMGS", "RFRec"])
     parser.add_argument("--clip-only", action="store_true",
                         help="also a row at no noise (noise=1e-9): what clipping alone costs")
@@ -128,8 +128,8 @@ def main():
             err, s, model = fit(cls, X_train, X_test, common, privacy=ddp,
                                 secure_aggregation=secure)
             if isinstance(model, str):
-                print(f"| {name} | DistributedDP | {label or eps:g} | nan {model} | | | | "
-                      f"{s:.1f} |", flush=True)
+                print(f"| {name} | DistributedDP | {label or f'{eps:g}'} | nan {model} | | | "
+                      f"| {s:.1f} |", flush=True)
                 continue
             plan = model._ddp_plan
             print(f"| {name} | DistributedDP | {label or f'{eps:g}'} | {err:.4f} | "
