@@ -30,6 +30,7 @@ aggregation (hours at this shape).
 """
 
 import argparse
+import json
 import time
 import warnings
 
@@ -77,6 +78,8 @@ def main():
                         help="also a row at no noise (noise=1e-9): what clipping alone costs")
     parser.add_argument("--min-survivors", default="0.9",
                         help='DistributedDP\'s min_survivors: "threshold" or a fraction')
+    parser.add_argument("--params", type=json.loads, default={},
+                        help="the estimators' parameters, JSON (e.g. '{\"local_iter_v\": 10}')")
     parser.add_argument("--no-reference", action="store_true",
                         help="skip the biases-only and non-private rows")
     how = parser.add_mutually_exclusive_group()
@@ -88,7 +91,7 @@ def main():
     X_train, X_test = train_test_split_ratings(data.X, 0.2, random_state=0)
     per_round = max(2, int(round(args.per_round * args.users)))
     common = dict(n_clients=args.users, clients_per_round=per_round, max_iter=args.rounds,
-                  random_state=0)
+                  random_state=0, **args.params)
     survivors = (args.min_survivors if args.min_survivors == "threshold"
                  else float(args.min_survivors))
     secure = (True if args.secure else
@@ -100,13 +103,14 @@ def main():
     print(f"make_ratings({args.users}, {args.items}, {args.ratings}), 80/20, one client per "
           f"user, {per_round} per round, {args.rounds} rounds, delta={DELTA:g}, "
           f"min_survivors={survivors}, DistributedDP clip={clip}, max_releases={cap} "
-          f"({path})")
+          f"({path}){', ' + json.dumps(args.params) if args.params else ''}")
     print()
     print("| estimator | privacy | epsilon | test RMSE | clip | releases cap | noise mult. "
           "| s |")
     print("|---|---|---|---|---|---|---|---|")
     if not args.no_reference:
-        err, s, _ = fit(FedBaseline, X_train, X_test, common)
+        base = {k: v for k, v in common.items() if k not in args.params}
+        err, s, _ = fit(FedBaseline, X_train, X_test, base)
         print(f"| FedBaseline (biases only) | none | inf | {err:.4f} | | | | {s:.1f} |",
               flush=True)
     for name in args.estimators:

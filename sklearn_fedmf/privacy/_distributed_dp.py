@@ -60,10 +60,16 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..engine._exchange import (
     _SECURE_CLIENT,
+    PHASES,
+    ExchangeResult,
     FixedPointEncoding,
     SecureAggregation,
     SecureExchange,
     SecureRoundFailed,
+    client_ring_vector,
+    commit_pending,
+    decode_sum,
+    exchange_costs,
 )
 from ._accounting import _require_dp_accounting, calibrate_noise, epsilon_spent
 
@@ -618,15 +624,6 @@ class _NoisySumsUnmasked(SecureExchange):
 
     def _sum(self, transport, clients, dropped, key, round_number, exchange, *, weights=None,
              running=None, check=None, encoding=None, keep_masked=None, reference=None):
-        from ..secure._costs import exchange_costs
-        from ..secure._protocol import PHASES
-        from ..secure._rounds import (
-            ExchangeResult,
-            client_ring_vector,
-            commit_pending,
-            decode_sum,
-        )
-
         options, noise = self.options, self.options.noise
         if encoding is None:
             encoding = options.encoding_for(transport.n_clients)
