@@ -2,24 +2,35 @@
 
 Usage::
 
-    python benchmarks/bench_distributed_dp.py                      # 1,000 x 500 x 50,000
-    python benchmarks/bench_distributed_dp.py --users 6040 --items 3706 --ratings 1000000
-    python benchmarks/bench_distributed_dp.py --epsilons 8 --estimators FedMAvg
+    python benchmarks/bench_distributed_dp.py                       # the ML-1M shape
+    python benchmarks/bench_distributed_dp.py --users 1000 --items 500 --ratings 50000
+    python benchmarks/bench_distributed_dp.py --epsilons 8 --estimators FedMAvg --secure
 
 ``make_ratings(--users, --items, --ratings, random_state=0)``, an 80/20 split of every
 user's ratings, one client per user, ``--per-round`` (10%) of the clients per round,
-``--rounds`` rounds, no validation. For each estimator and epsilon (``delta = 1e-6``):
+``--rounds`` rounds, no validation. Reference rows: ``FedBaseline`` (biases only) and each
+estimator's non-private plain fit at the same rounds (FedMAvg's also with the equal weights
+DistributedDP gives every client: ``weights=1``). For each estimator and epsilon (``delta =
+1e-6``):
 
-- ``DistributedDP(target_epsilon=eps, clip=--clip)`` (its fit runs secure aggregation);
-- ``LocalDP(target_epsilon=eps, target_delta=1e-6, clip=...)`` where the estimator takes
-  it (RFRec, Laplace on its clipped item factors); ``n/a`` elsewhere;
+- ``DistributedDP(target_epsilon=eps)`` at its defaults (``clip="auto"``,
+  ``max_releases="auto"``; ``--clip``, ``--max-releases`` override them);
+- ``LocalDP(target_epsilon=eps, target_delta=1e-6, clip=0.2)`` where the estimator takes it
+  (RFRec, Laplace on its clipped item factors; the paper's clip); ``n/a`` elsewhere.
 
-beside the non-private plain fit and ``FedBaseline`` (biases only) at the same rounds. Each
-fit's seconds are printed (a secure simulation at one client per user runs thousands of
-X25519 agreements per round).
+Speed (a measurement, not a deployment): by default the DistributedDP fits run the private
+measurement path ``_unmasked_for_measurement(summed_noise=True)`` of
+:mod:`sklearn_fedmf.privacy._distributed_dp`: the same client clip/encode and server decode
+as the secure exchange, without SecAgg+'s keys and masks (which cancel exactly in the ring:
+``tests/test_distributed_dp.py`` checks the model is the secure fit's bit for bit), and the
+survivors' noise shares drawn as one discrete Gaussian of their summed variance (the
+sampler ran 80% of a fit's time at one share per client and entry). ``--shares`` keeps one
+share per client (bit for bit the secure fit); ``--secure`` runs the real secure
+aggregation (hours at this shape).
 """
 
 import argparse
+import json
 import time
 import warnings
 
@@ -29,6 +40,7 @@ from sklearn_fedmf import FedBaseline, FedMAvg, FedMGS, RFRec
 from sklearn_fedmf.datasets import make_ratings
 from sklearn_fedmf.model_selection import train_test_split_ratings
 from sklearn_fedmf.privacy import DistributedDP, LocalDP
+from sklearn_fedmf.privacy._distributed_dp import _unmasked_for_measurement
 
 DELTA = 1e-6
 CLASSES = {"FedMAvg": FedMAvg, "FedMGS": FedMGS, "RFRec": RFRec, "FedBaseline": FedBaseline}
@@ -36,8 +48,8 @@ LOCAL = {"RFRec": 0.2}  # the estimators that take LocalDP, and its entry clip (
 
 
 def fit(cls, X, X_test, common, **kw):
-    """``(test RMSE, seconds, why it failed)``: RMSE of ``score(X, X_test)`` (each user's
-    factors folded in from its training ratings)."""
+    """``(test RMSE, seconds, model or why it failed)``: RMSE of ``score(X, X_test)`` (each
+    user's factors folded in from its training ratings)."""
     tic = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -46,79 +58,95 @@ def fit(cls, X, X_test, common, **kw):
             err = -model.score(X, X_test)
         except (ValueError, np.linalg.LinAlgError, FloatingPointError) as exc:
             return float("nan"), time.perf_counter() - tic, type(exc).__name__
-    return err, time.perf_counter() - tic, ""
+    return err, time.perf_counter() - tic, model
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--users", type=int, default=1000)
-    parser.add_argument("--items", type=int, default=500)
-    parser.add_argument("--ratings", type=int, default=50_000)
+    parser.add_argument("--users", type=int, default=6040)
+    parser.add_argument("--items", type=int, default=3706)
+    parser.add_argument("--ratings", type=int, default=1_000_000)
     parser.add_argument("--per-round", type=float, default=0.1)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--clip", type=float, default=None,
-                        help="DistributedDP's L2 clip (default: per estimator, CLIP)")
-    parser.add_argument("--epsilons", type=float, nargs="+", default=[1, 2, 4, 8, 16])
-    parser.add_argument("--estimators", nargs="+", default=["FedMAvg", "FedMGS"])
+                        help="DistributedDP's L2 clip (default: 'auto')")
+    parser.add_argument("--max-releases", type=int, default=None,
+                        help="DistributedDP's max_releases (default: 'auto')")
+    parser.add_argument("--epsilons", type=float, nargs="*", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--estimators", nargs="+", default=["FedMAvg", "FedMGS", "RFRec"])
     parser.add_argument("--clip-only", action="store_true",
                         help="also a row at no noise (noise=1e-9): what clipping alone costs")
-    parser.add_argument("--min-survivors", default="threshold",
+    parser.add_argument("--min-survivors", default="0.9",
                         help='DistributedDP\'s min_survivors: "threshold" or a fraction')
-    parser.add_argument("--max-releases", type=int, default=None,
-                        help="DistributedDP's max_releases (default: MAX_RELEASES)")
+    parser.add_argument("--params", type=json.loads, default={},
+                        help="the estimators' parameters, JSON (e.g. '{\"local_iter_v\": 10}')")
+    parser.add_argument("--no-reference", action="store_true",
+                        help="skip the biases-only and non-private rows")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--shares", action="store_true",
+                     help="one noise share per client (bit for bit the secure fit)")
+    how.add_argument("--secure", action="store_true", help="the real secure aggregation")
     args = parser.parse_args()
     data = make_ratings(args.users, args.items, args.ratings, random_state=0)
     X_train, X_test = train_test_split_ratings(data.X, 0.2, random_state=0)
     per_round = max(2, int(round(args.per_round * args.users)))
     common = dict(n_clients=args.users, clients_per_round=per_round, max_iter=args.rounds,
-                  random_state=0)
+                  random_state=0, **args.params)
     survivors = (args.min_survivors if args.min_survivors == "threshold"
                  else float(args.min_survivors))
+    secure = (True if args.secure else
+              _unmasked_for_measurement(summed_noise=not args.shares))
+    clip = "auto" if args.clip is None else args.clip
+    cap = "auto" if args.max_releases is None else args.max_releases
+    path = ("secure aggregation" if args.secure else "measurement path, one share per client"
+            if args.shares else "measurement path, summed noise")
     print(f"make_ratings({args.users}, {args.items}, {args.ratings}), 80/20, one client per "
           f"user, {per_round} per round, {args.rounds} rounds, delta={DELTA:g}, "
-          f"min_survivors={survivors}")
-    base, s, why = fit(FedBaseline, X_train, X_test, common)
-    print(f"FedBaseline (biases only, plain): test RMSE {base:.4f}{why} ({s:.1f} s)")
+          f"min_survivors={survivors}, DistributedDP clip={clip}, max_releases={cap} "
+          f"({path}){', ' + json.dumps(args.params) if args.params else ''}")
     print()
-    print("| estimator | clip | max_releases | epsilon | DistributedDP RMSE | s | LocalDP RMSE "
+    print("| estimator | privacy | epsilon | test RMSE | clip | releases cap | noise mult. "
           "| s |")
     print("|---|---|---|---|---|---|---|---|")
+    if not args.no_reference:
+        base = {k: v for k, v in common.items() if k not in args.params}
+        err, s, _ = fit(FedBaseline, X_train, X_test, base)
+        print(f"| FedBaseline (biases only) | none | inf | {err:.4f} | | | | {s:.1f} |",
+              flush=True)
     for name in args.estimators:
         cls = CLASSES[name]
-        extra = EXTRA.get(name, {})
-        plain, s, why = fit(cls, X_train, X_test, common, early_stopping=False, **extra) if (
-            name != "FedBaseline") else fit(cls, X_train, X_test, common)
-        clip = args.clip if args.clip is not None else CLIP[name]
-        cap = args.max_releases if args.max_releases is not None else MAX_RELEASES.get(name)
-        print(f"| {name} | - | - | inf (plain) | {plain:.4f}{why} | {s:.1f} | | |", flush=True)
-        if args.clip_only:
-            err, s, why = fit(cls, X_train, X_test, common, **extra, privacy=DistributedDP(
-                noise=1e-9, clip=clip, min_survivors=survivors, max_releases=cap))
-            print(f"| {name} | {clip:g} | {cap} | inf (clip only) | {err:.4f}"
-                  f"{' ' + why if why else ''} | {s:.1f} | | |", flush=True)
-        for eps in args.epsilons:
+        if not args.no_reference:
+            err, s, _ = fit(cls, X_train, X_test, common, early_stopping=False)
+            print(f"| {name} | none | inf | {err:.4f} | | | | {s:.1f} |", flush=True)
+            if name == "FedMAvg":  # (DistributedDP weighs every client's update 1)
+                err, s, _ = fit(cls, X_train, X_test, common, early_stopping=False,
+                                solver_params={"aggregation": "sampled_mean"})
+                print(f"| {name} (equal weights) | none | inf | {err:.4f} | | | | {s:.1f} |",
+                      flush=True)
+        runs = [("clip only", None)] if args.clip_only else []
+        runs += [(None, eps) for eps in args.epsilons]
+        for label, eps in runs:
             ddp = DistributedDP(target_epsilon=eps, target_delta=DELTA, clip=clip,
-                                min_survivors=survivors, max_releases=cap)
-            err, s, why = fit(cls, X_train, X_test, common, privacy=ddp, **extra)
-            local, ls = "n/a", ""
-            if name in LOCAL:
-                lerr, lsec, lwhy = fit(cls, X_train, X_test, common, early_stopping=False,
-                                       privacy=LocalDP(target_epsilon=eps, target_delta=DELTA,
-                                                       clip=LOCAL[name]))
-                local, ls = f"{lerr:.4f}{' ' + lwhy if lwhy else ''}", f"{lsec:.1f}"
-            print(f"| {name} | {clip:g} | {cap} | {eps:g} | {err:.4f}{' ' + why if why else ''} | "
-                  f"{s:.1f} | {local} | {ls} |", flush=True)
+                                min_survivors=survivors, max_releases=cap,
+                                noise=1e-9 if eps is None else None)
+            err, s, model = fit(cls, X_train, X_test, common, privacy=ddp,
+                                secure_aggregation=secure)
+            if isinstance(model, str):
+                print(f"| {name} | DistributedDP | {label or f'{eps:g}'} | nan {model} | | | "
+                      f"| {s:.1f} |", flush=True)
+                continue
+            plan = model._ddp_plan
+            print(f"| {name} | DistributedDP | {label or f'{eps:g}'} | {err:.4f} | "
+                  f"{plan.clip:g} | {plan.max_releases} | {model.noise_multiplier_:.3g} | "
+                  f"{s:.1f} |", flush=True)
+            if name in LOCAL and eps is not None:
+                err, s, model = fit(cls, X_train, X_test, common, early_stopping=False,
+                                    privacy=LocalDP(target_epsilon=eps, target_delta=DELTA,
+                                                    clip=LOCAL[name]))
+                why = f" {model}" if isinstance(model, str) else ""
+                print(f"| {name} | LocalDP | {eps:g} | {err:.4f}{why} | {LOCAL[name]:g} | | "
+                      f"| {s:.1f} |", flush=True)
 
-
-# DistributedDP's clip per estimator (L2 of a client's summands of one exchange: FedMAvg's
-# update W_p - V, FedMGS's change of its aggregates), chosen on make_ratings(300, 200, 15000)
-CLIP = {"FedMAvg": 0.1, "FedMGS": 0.3, "RFRec": 1.0, "FedBaseline": 5.0}
-# DistributedDP's max_releases per estimator: FedMGS's client is in the start's sum and in
-# the rounds it is sampled in (about 2 of 20 at 10%); FedMAvg's default "pcc" sums every
-# client's Gram change each round (a release per round: no cap; "pcp", which sums only the
-# sampled clients', fits 1.065 plain against 0.897 on make_ratings(1000, 500, 50000))
-MAX_RELEASES = {"FedMGS": 5}
-EXTRA = {}
 
 if __name__ == "__main__":
     main()

@@ -105,7 +105,8 @@ def test_clipping_bound_holds_per_client():
 def test_epsilon_matches_an_independent_rdp_computation():
     X = make_ratings(40, 20, 300, random_state=0).X
     model = FedBaseline(n_clients=40, clients_per_round=20, max_iter=4, random_state=0,
-                        privacy=DistributedDP(target_epsilon=4.0, clip=5.0)).fit(X)
+                        privacy=DistributedDP(target_epsilon=4.0, clip=5.0,
+                                              max_releases=None)).fit(X)
     spent = model.privacy_spent_
     assert spent["n_releases"].max() <= 5 and spent["n_releases"].min() >= 1  # init + rounds
     assert spent["epsilon"].max() <= 4.0 + 1e-6
@@ -187,3 +188,93 @@ def test_min_survivors_sizes_the_shares_and_the_server_refuses_fewer():
     plan.check_survivors(range(90), 9, 100)
     with pytest.raises(SecureRoundFailed, match="fewer than the 90"):
         plan.check_survivors(range(89), 9, 100)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
+@pytest.mark.parametrize("name,extra", [
+    ("FedMGS", {}),  # cumulative: running sums of clipped changes
+    ("FedMAvg", {}),  # a cumulative prepare exchange, a reference
+    ("RFRec", {"solver_params": {"dropout": 0.2}}),  # dropouts: members beyond survivors
+    ("FedBaseline", {}),
+])
+def test_unmasked_measurement_path_gives_the_secure_fits_model_bit_for_bit(name, extra):
+    # the benchmark's fast path (no keys, no masks) runs the same client and server
+    # functions; SecAgg+'s masks cancel exactly in the ring, so every fitted array is equal
+    from sklearn_fedmf import completion
+    from sklearn_fedmf.privacy._distributed_dp import _unmasked_for_measurement
+
+    X = make_ratings(40, 20, 300, random_state=0).X
+    cls = getattr(completion, name)
+    kw = dict(n_clients=40, clients_per_round=20, max_iter=3, random_state=0,
+              privacy=DistributedDP(target_epsilon=8.0, clip=5.0, min_survivors=0.5), **extra)
+    secure = cls(**kw).fit(X)
+    fast = cls(**kw, secure_aggregation=_unmasked_for_measurement()).fit(X)
+    fitted = [k for k, v in vars(secure).items() if k.endswith("_")
+              and isinstance(v, np.ndarray)]
+    assert {"components_", "item_bias_"} <= set(fitted)
+    for k in fitted:
+        np.testing.assert_array_equal(getattr(secure, k), getattr(fast, k), err_msg=k)
+    for k in ("n_releases", "epsilon"):
+        np.testing.assert_array_equal(secure.privacy_spent_[k], fast.privacy_spent_[k])
+    # and it refuses to run without noise (it would be a plain sum a server could read)
+    with pytest.raises(ValueError, match="measuring a DistributedDP fit"):
+        cls(**{**kw, "privacy": None}, secure_aggregation=_unmasked_for_measurement()).fit(X)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
+def test_auto_defaults_cap_releases_at_the_binomial_quantile_with_exact_epsilon():
+    # the defaults: clip="auto" (the estimator's bound), max_releases="auto" (start + the
+    # 0.9 quantile of a client's sampled rounds); epsilon still exactly the RDP composition
+    from scipy.stats import binom
+
+    from sklearn_fedmf.privacy._distributed_dp import AUTO_CLIP
+
+    X = make_ratings(60, 20, 400, random_state=0).X
+    model = FedBaseline(n_clients=60, clients_per_round=12, max_iter=10, random_state=0,
+                        privacy=DistributedDP(target_epsilon=4.0)).fit(X)
+    plan = model._ddp_plan
+    cap = 1 + int(binom.ppf(0.9, 10, 12 / 60))  # (FedBaseline: a start, one exchange a round)
+    assert plan.max_releases == cap < 11
+    assert plan.clip == AUTO_CLIP["FedBaseline"]
+    spent = model.privacy_spent_
+    assert spent["n_releases"].max() == cap  # (some client was sampled more often)
+    # the multiplier is calibrated for cap releases: at cap, exactly the target; an
+    # independent RdpAccountant gives each client's epsilon
+    z = model.noise_multiplier_
+    for n in np.unique(spent["n_releases"]):
+        acc = dp_accounting.rdp.RdpAccountant()
+        acc.compose(dp_accounting.GaussianDpEvent(z), int(n))
+        np.testing.assert_allclose(spent["epsilon"][spent["n_releases"] == n],
+                                   acc.get_epsilon(1e-6), rtol=1e-9)
+    acc = dp_accounting.rdp.RdpAccountant()
+    acc.compose(dp_accounting.GaussianDpEvent(z), cap)
+    assert 4.0 * (1 - 1e-3) < acc.get_epsilon(1e-6) <= 4.0 + 1e-9
+
+
+@pytest.mark.parametrize("summed", [False, True])
+def test_measurement_paths_sum_noise_has_the_accounted_variance(summed):
+    # the benchmark's summed noise (one draw of the survivors' total variance per entry)
+    # gives the decoded sum the variance the m shares give it: m sigma^2 / share
+    from types import SimpleNamespace
+
+    from sklearn_fedmf.engine._federation import SummableUploads
+    from sklearn_fedmf.privacy._distributed_dp import _NoisySumsUnmasked, _unmasked_for_measurement
+
+    plan = distributed_noise(DistributedDP(noise=1.5, clip=2.0, min_survivors=0.5),
+                             n_releases=1, n_rounds=1)
+    n, d = 12, 40_000
+    options = _unmasked_for_measurement(summed_noise=summed)
+    options = type(options)(**{**vars(options), "noise": plan})
+    exchange = _NoisySumsUnmasked(options)
+    exchange.slots = {c: {"upload": np.zeros(d)} for c in range(n)}
+    exchange._summable = SummableUploads(client=lambda upload, weight: {"x": upload},
+                                         server_update=None)
+    exchange._call = (7, None, "test", False)
+    transport = SimpleNamespace(n_clients=n)
+    result = exchange._sum(transport, list(range(n)), (), (1,), 1, "update")
+    share = plan.survivors_needed(options.threshold(n), n)
+    expected = (plan.multiplier * plan.clip) ** 2 * n / share
+    total = result.sums["x"]
+    assert abs(total.var() / expected - 1) < 5 * math.sqrt(2 / d)
+    assert abs(total.mean()) < 5 * math.sqrt(expected / d)
+    assert plan.counts(n).tolist() == [1] * n  # a release of each survivor

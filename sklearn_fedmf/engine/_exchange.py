@@ -52,17 +52,21 @@ import numpy as np
 from .._message_size import nbytes
 from ..exceptions import ClientDropout, ClientFailureWarning, FederationError
 from ..secure._aggregate import secure_sum
-from ..secure._costs import round_costs, work_clock
+from ..secure._costs import exchange_costs, round_costs, work_clock
 from ..secure._crypto import load_primitives
 from ..secure._encoding import FixedPointEncoding
 from ..secure._protocol import PHASES
 from ..secure._rounds import (
     READY,
     SECURE_PHASES,
+    ExchangeResult,
     PerClient,
     SecureAggregation,
     SecureRoundFailed,
+    client_ring_vector,
     client_secure_phase,
+    commit_pending,
+    decode_sum,
     report_encoding,
     run_secure_exchange,
 )
@@ -70,8 +74,11 @@ from ..secure._rounds import (
 __all__ = ["PlainExchange", "SecureExchange", "exchange_for", "secure_options",
            "sum_securely", "keep_on_clients", "client_exchange_phase", "holds_upload",
            "total_bytes", "READY", "SECURE_PHASES", "PerClient", "client_secure_phase",
-           # (for the noise on the sum, privacy._distributed_dp: the ring and its options)
-           "FixedPointEncoding", "SecureAggregation", "SecureRoundFailed"]
+           # (for the noise on the sum, privacy._distributed_dp: the ring and its options,
+           # and the exchange's own functions for its measurement path)
+           "FixedPointEncoding", "SecureAggregation", "SecureRoundFailed", "PHASES",
+           "ExchangeResult", "client_ring_vector", "commit_pending", "decode_sum",
+           "exchange_costs"]
 
 _SECURE_CLIENT, _SECURE_SERVER = 6, 7  # seed kinds: round k's exchange uses k + 1 (0: init)
 
@@ -97,7 +104,10 @@ def exchange_for(protocol, previous=None):
         if secure is not None:
             previous.options = secure
         return previous
-    return PlainExchange() if secure is None else SecureExchange(secure)
+    if secure is None:
+        return PlainExchange()
+    # (privacy._distributed_dp's measurement-only options name their own exchange)
+    return getattr(secure, "_exchange_class", SecureExchange)(secure)
 
 
 def total_bytes(per_phase):

@@ -251,6 +251,60 @@ class _Source:
         return q
 
 
+def client_ring_vector(client, slot, message, summable):
+    """A client's ring vector of a masked-input phase before its masks: ``(slot, vector,
+    layout)``. Its summands encoded (a cumulative exchange: their change since the last
+    committed encoding, held as ``slot["pending"]`` until :func:`commit_pending`), or, with
+    noise on the sum, clipped, encoded and noised (``privacy._distributed_dp``)."""
+    encoding = message["encoding"]
+    exchange = message["exchange"]
+    if exchange == "report":  # its validation report, kept from client_metrics
+        if "report" not in slot:
+            raise ValueError(f"Client {client} holds no validation report.")
+        upload, broadcast = slot.pop("report"), None
+    elif "upload" not in slot:
+        raise ValueError(f"Client {client} holds no upload for the secure sum.")
+    else:
+        upload, broadcast = slot.pop("upload"), slot.pop("broadcast", None)
+    source = _Source(exchange, upload, broadcast if exchange == "init" else None,
+                     message.get("weight"), encoding)
+    flat, layout = _flatten(source.values(summable))
+    vector = flat
+    prepare = exchange == "prepare"
+    cumulative = exchange != "report" and (summable.prepare_cumulative if prepare
+                                           else summable.cumulative)
+    noise = message.get("noise")
+    if noise is not None:  # clipped, encoded and noised (privacy._distributed_dp)
+        plan, seed, survivors, reference = noise
+        if reference is not None:  # (its update: the server adds the reference back)
+            flat = flat - _flatten(reference[0](reference[1], message.get("weight")))[0]
+        key = "committed_prepare" if prepare else "committed"
+        last = slot.get(key) if cumulative else None
+        released = slot.get("dp_releases", 0)
+        vector, committed = plan.client_vector(flat, encoding, last, seed, survivors,
+                                               data=plan.may_release(released))
+        slot["dp_releases"] = released + 1
+        if cumulative:  # (the dense committed encoding: a clipped one cannot be rebuilt)
+            slot["pending"] = (key, committed)
+    elif cumulative:
+        key = "committed_prepare" if prepare else "committed"  # (one running sum each)
+        q = encoding.encode(flat)
+        last = slot.get(key)
+        if isinstance(last, _Source):  # re-encoded on demand (module docstring)
+            last = last.encoding_of(summable)
+        vector = q - last if last is not None else q.copy()  # uint64: mod 2^64
+        slot["pending"] = (key, source.kept_for(q))
+    return slot, vector, layout
+
+
+def commit_pending(slot):
+    """The client's change is in the sum (it unmasked): the next one starts from here."""
+    if "pending" in slot:
+        key, q = slot.pop("pending")
+        slot[key] = q
+    return slot
+
+
 def client_secure_phase(phase, client, slot, message, rng, summable):
     """One client's step of a secure phase: ``(slot, reply)`` (module docstring).
 
@@ -265,53 +319,13 @@ def client_secure_phase(phase, client, slot, message, rng, summable):
         slot["secagg"], reply = client_share_keys(slot["secagg"], message)
         return slot, reply
     if phase == "secure_masked_input":
-        encoding = message["encoding"]
-        exchange = message["exchange"]
-        if exchange == "report":  # its validation report, kept from client_metrics
-            if "report" not in slot:
-                raise ValueError(f"Client {client} holds no validation report.")
-            upload, broadcast = slot.pop("report"), None
-        elif "upload" not in slot:
-            raise ValueError(f"Client {client} holds no upload for the secure sum.")
-        else:
-            upload, broadcast = slot.pop("upload"), slot.pop("broadcast", None)
-        source = _Source(exchange, upload, broadcast if exchange == "init" else None,
-                         message.get("weight"), encoding)
-        flat, layout = _flatten(source.values(summable))
-        vector = flat
-        prepare = exchange == "prepare"
-        cumulative = exchange != "report" and (summable.prepare_cumulative if prepare
-                                               else summable.cumulative)
-        noise = message.get("noise")
-        if noise is not None:  # clipped, encoded and noised (privacy._distributed_dp)
-            plan, seed, survivors, reference = noise
-            if reference is not None:  # (its update: the server adds the reference back)
-                flat = flat - _flatten(reference[0](reference[1], message.get("weight")))[0]
-            key = "committed_prepare" if prepare else "committed"
-            last = slot.get(key) if cumulative else None
-            released = slot.get("dp_releases", 0)
-            vector, committed = plan.client_vector(flat, encoding, last, seed, survivors,
-                                                   data=plan.may_release(released))
-            slot["dp_releases"] = released + 1
-            if cumulative:  # (the dense committed encoding: a clipped one cannot be rebuilt)
-                slot["pending"] = (key, committed)
-        elif cumulative:
-            key = "committed_prepare" if prepare else "committed"  # (one running sum each)
-            q = encoding.encode(flat)
-            last = slot.get(key)
-            if isinstance(last, _Source):  # re-encoded on demand (module docstring)
-                last = last.encoding_of(summable)
-            vector = q - last if last is not None else q.copy()  # uint64: mod 2^64
-            slot["pending"] = (key, source.kept_for(q))
+        slot, vector, layout = client_ring_vector(client, slot, message, summable)
         slot["secagg"], masked = client_masked_input(slot["secagg"], message["routed"], vector,
-                                                     encoding)
+                                                     message["encoding"])
         return slot, SecureInput(masked, layout)
     if phase == "secure_unmask":
         _, reply = client_unmask(slot.pop("secagg"), message)
-        if "pending" in slot:  # the change is in the sum: the next one starts from here
-            key, q = slot.pop("pending")
-            slot[key] = q
-        return slot, reply
+        return commit_pending(slot), reply
     raise ValueError(f"Unknown secure phase {phase!r}.")
 
 
@@ -325,6 +339,32 @@ class ExchangeResult:
     bytes_up: dict
     bytes_down: dict
     costs: dict | None = None  # each party's seconds and bytes (:mod:`._costs`)
+
+
+def decode_sum(total, layout, survivors, *, encoding, noise, running, reference, weights,
+               words, n_members):
+    """The server's sums ``{name: value}`` from the unmasked ring sum ``total`` of the
+    ``survivors``: added to the ``running`` ring sum of a cumulative exchange, decoded; with
+    ``noise`` (``privacy._distributed_dp``), a release of each survivor recorded and their
+    references added back."""
+    if running is not None:
+        if running.get("total") is None:
+            running["total"], running["layout"] = np.zeros_like(total), layout
+        running["total"] += total
+        if encoding.ring_bits < 64:
+            running["total"] &= np.uint64((1 << encoding.ring_bits) - 1)
+        total = running["total"]
+    sums = _unflatten(encoding.decode(total), layout)
+    if noise is not None:  # a release of each client in the sum (its accounting)
+        noise.record(survivors, words, n_members)
+        if reference is not None:  # the survivors' references, added back
+            for c in survivors:
+                back = reference[0](reference[1], None if weights is None else weights[c])
+                for name, value in back.items():
+                    sums[name] = sums[name] + value
+        if weights is not None and "weight" in sums:  # (the server sent them: exact)
+            sums["weight"] = float(sum(weights[c] for c in survivors))
+    return sums
 
 
 def run_secure_exchange(transport, clients, dropped, *, options, stream, server_rng, exchange,
@@ -487,24 +527,9 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
             raise FederationError(f"{exc} The running sum of a cumulative exchange cannot "
                                   "skip this round.") from exc
         raise
-    layout = layouts.pop()
-    if running is not None:
-        if running.get("total") is None:
-            running["total"], running["layout"] = np.zeros_like(total), layout
-        running["total"] += total
-        if encoding.ring_bits < 64:
-            running["total"] &= np.uint64((1 << encoding.ring_bits) - 1)
-        total = running["total"]
-    sums = _unflatten(encoding.decode(total), layout)
-    if options.noise is not None:  # a release of each client in the sum (its accounting)
-        options.noise.record(survivors.clients, words, n)
-        if reference is not None:  # the survivors' references, added back
-            for c in survivors.clients:
-                back = reference[0](reference[1], None if weights is None else weights[c])
-                for name, value in back.items():
-                    sums[name] = sums[name] + value
-        if weights is not None and "weight" in sums:  # (the server sent them: exact)
-            sums["weight"] = float(sum(weights[c] for c in survivors.clients))
+    sums = decode_sum(total, layouts.pop(), survivors.clients, encoding=encoding,
+                      noise=options.noise, running=running, reference=reference,
+                      weights=weights, words=words, n_members=n)
     server_s["unmasking"] += clock() - tic
     alive = set(survivors.clients)
     work["keystream_words"] += len(alive) * words  # the survivors' self masks
