@@ -76,6 +76,7 @@ from functools import partial
 import numpy as np
 
 from ... import _biases
+from ..._kernels import split_rows
 from ..._prox import item_counts, prox_elastic_net, row_alpha
 from ...engine._federation import FederatedProtocol, SummableUploads
 from ...engine._groups import LazyRows, offsets
@@ -95,6 +96,8 @@ from ._fedmgs_batched import group_layout, group_share, make_batched, unpack
 from ._fedmgs_kernels import (
     add_outer,
     add_rows,
+    ascending_runs,
+    outer_changes,
     outer_sum,
     quadratic_forms,
     replace_outer,
@@ -221,12 +224,13 @@ def client_update(state, block, broadcast, rng, selected, *, biased=False, **par
 # ---- the server's cache of every client's latest aggregates ---------------------------------
 # A client's aggregates are zero outside the items it rated, so the server keeps each
 # client's rated rows only (memory proportional to the ratings, not p n r^2) and the running
-# sums ``total`` (row j: [G2_j, vec(G1_j)]). Consecutive clients are stored together in
-# segments: dicts with the segment's first client ``lo``, ``ptr`` (client ``lo + i`` owns rows
-# ``ptr[i]:ptr[i + 1]``) and ``items``, and either (``kind="rows"``) ``G``, the rows, and
-# ``grams``, one Gram per client, or (``kind="outer"``, one-user clients with biases) ``x``
-# and ``a``, one ``a`` per client. A client's piece is ``(kind, items, G or x, gram or a)``,
-# the last with a leading axis.
+# sums ``total``, packed (row j: G2_j and the upper triangle of the symmetric G1_j, row by
+# row, as the secure sums carry them: ``_pack_blocks``; the step unpacks them once a round).
+# Consecutive clients are stored together in segments: dicts with the segment's first client
+# ``lo``, ``ptr`` (client ``lo + i`` owns rows ``ptr[i]:ptr[i + 1]``) and ``items``, and
+# either (``kind="rows"``) ``G``, the rows, and ``grams``, one Gram per client, or
+# (``kind="outer"``, one-user clients with biases) ``x`` and ``a``, one ``a`` per client. A
+# client's piece is ``(kind, items, G or x, gram or a)``, the last with a leading axis.
 def _piece(upload):
     """What the cache keeps of one upload (views of the message's arrays)."""
     if "x" in upload:
@@ -309,17 +313,28 @@ def cache_segments(pieces):
     return segments
 
 
+def packed_columns(r):
+    """Column ``p`` of the packed sums is column ``packed_columns(r)[p]`` of ``[G2_j,
+    vec(G1_j)]`` (``G2_j``, then ``G1_j``'s upper triangle row by row, as ``_pack_blocks``)."""
+    rows, cols = np.triu_indices(r)
+    return np.concatenate([np.arange(r), r + rows * r + cols])
+
+
 def _add(total, seg, sign=1.0):
-    """``total += sign *`` the segment's cached aggregates, in client order."""
+    """``total += sign *`` the segment's cached aggregates (packed), in client order (the
+    compact form by item ranges, which :func:`~sklearn_fedmf._kernels.split_rows` may give
+    to threads: each item's sum in the same order)."""
     if seg["kind"] == "rows":
-        add_rows(total, seg["items"], seg["G"], sign)
+        add_rows(total, seg["items"], seg["G"], sign, packed_columns(seg["grams"].shape[-1]))
     else:
-        add_outer(total, seg["items"], seg["ptr"], seg["x"], seg["a"], sign)
+        split_rows(add_outer, total.shape[0], total, seg["items"], seg["ptr"], seg["x"],
+                   seg["a"], sign, ascending_runs(seg["items"], seg["ptr"]))
 
 
-def cache_sum(segments, shape):
-    """The exact sums of the cached aggregates, in client order (independent of ``n_jobs``)."""
-    total = np.zeros(shape)
+def cache_sum(segments, n_items, r):
+    """The exact sums of the cached aggregates, packed, in client order (independent of
+    ``n_jobs``)."""
+    total = np.zeros((n_items, r + r * (r + 1) // 2))
     for seg in segments:
         _add(total, seg)
     return total
@@ -338,11 +353,23 @@ def _replace_compact(seg, total, local, sent):
     per user): the same updates in client order. Returns the kernel's ``mismatch``."""
     mismatch = np.zeros(len(sent), dtype=bool)
     sizes = np.fromiter((len(u["items"]) for u in sent), dtype=np.int64, count=len(sent))
-    replace_outer(total, seg["items"], seg["ptr"], seg["x"], seg["a"], local,
-                  np.concatenate([u["items"] for u in sent]), offsets(sizes),
-                  np.concatenate([u["x"] for u in sent]),
-                  np.concatenate([u["a"] for u in sent]).reshape(len(sent), -1), mismatch)
+    _replace_outer(seg, total, local, np.concatenate([u["items"] for u in sent]),
+                   offsets(sizes), np.concatenate([u["x"] for u in sent]),
+                   np.concatenate([u["a"] for u in sent]).reshape(len(sent), -1), mismatch)
     return mismatch
+
+
+def _replace_outer(seg, total, local, new_items, new_ptr, new_x, new_A, mismatch):
+    """:func:`._fedmgs_kernels.replace_outer` of a compact segment's clients ``local``: the
+    checks and each client's change of ``a a^T`` once, then the items by ranges (threads
+    inside ``parallel_kernels``: the server's update was serial while the 100-client round
+    ran on ``n_jobs`` workers), then the new ``a``."""
+    change = np.empty((len(local), new_A.shape[1] * (new_A.shape[1] + 1) // 2))
+    ascending = outer_changes(seg["items"], seg["ptr"], seg["a"], local, new_items, new_ptr,
+                              new_A, mismatch, change)
+    split_rows(replace_outer, total.shape[0], total, seg["items"], seg["ptr"], seg["x"],
+               seg["a"], local, new_ptr, new_x, new_A, mismatch, change, ascending)
+    seg["a"][local[~mismatch]] = new_A[~mismatch]
 
 
 def update_cache(segments, total, uploads):
@@ -379,11 +406,11 @@ def update_cache(segments, total, uploads):
                 if seg["kind"] == "rows":
                     seg["grams"][local[part]] = new["grams"]
                     replace_rows(total, seg["items"], seg["ptr"], seg["G"], local[part],
-                                 new["items"], new["ptr"], new["G"], mismatch[part])
+                                 new["items"], new["ptr"], new["G"], mismatch[part],
+                                 packed_columns(seg["grams"].shape[-1]))
                 else:
-                    replace_outer(total, seg["items"], seg["ptr"], seg["x"], seg["a"],
-                                  local[part], new["items"], new["ptr"], new["x"], new["a"],
-                                  mismatch[part])
+                    _replace_outer(seg, total, local[part], new["items"], new["ptr"],
+                                   new["x"], new["a"], mismatch[part])
         if mismatch.any():
             raise FederationError(
                 f"Client {int(local[mismatch][0] + seg['lo'])} sent its aggregates on other "
@@ -401,7 +428,7 @@ def server_init_uploads(server_state, uploads, *, n_clients, auto=False, n_ratin
     pieces = [_piece(uploads[p]) for p in range(n_clients)]
     r = pieces[0][3].shape[-1]
     segments = cache_segments(pieces)
-    total = cache_sum(segments, (server_state["Vt"].shape[0], r + r * r))
+    total = cache_sum(segments, server_state["Vt"].shape[0], r)
     state = {"Vt": server_state["Vt"], "segments": segments, "sums": total}
     if "counts" in uploads[0]:
         state["counts"] = counts = np.zeros(total.shape[0])
@@ -441,17 +468,22 @@ def fold_cache(server_state, uploads, round_index):
     current factors (the sampled clients' new ones, the others' unchanged ones). The cache
     is updated in place (the server owns it and it is large): the sums take the uploaded
     clients' changes and are recomputed exactly every ``RESUM_EVERY`` rounds, which bounds
-    the rounding drift; both in client order. ``alpha_v="auto"``: the clients' sums of
-    squares too.
+    the rounding drift; both in client order, each item's sums by item ranges (threads
+    inside ``parallel_kernels``, the same bits). The state keeps them packed; ``total`` is
+    their unpacked ``[G2_j, vec(G1_j)]``. ``alpha_v="auto"``: the clients' sums of squares
+    too.
     """
     total = server_state["sums"]
     if "ss" in server_state:
         for c, upload in uploads.items():
             server_state["ss"][c] = _sum_squares(upload)
     segments = update_cache(server_state["segments"], total, uploads)
+    grams = gram_sum(segments)
+    r = grams.shape[0]
     if round_index % RESUM_EVERY == 0:
-        total = cache_sum(segments, total.shape)
-    return {**server_state, "segments": segments}, total, gram_sum(segments)
+        total = cache_sum(segments, total.shape[0], r)
+    return ({**server_state, "segments": segments, "sums": total}, _unpack_blocks(total, r),
+            grams)
 
 
 def squared_step(server_state, total, grams, *, alpha_v, d_factor, local_iter_v, l1_ratio,
@@ -489,7 +521,7 @@ def squared_step(server_state, total, grams, *, alpha_v, d_factor, local_iter_v,
             free, local_iter_v, d, lambda W: np.matmul(G1, W[:, :, None])[:, :, 0] - G2,
             lambda Z, d: prox_elastic_net(Z, 1.0 / d, alpha, l1_ratio, positive))
     Vt = _biases.with_item(free) if biased else free
-    state = {**server_state, "Vt": Vt, "sums": total}
+    state = {**server_state, "Vt": Vt}
     if not auto:
         return state, Vt
     state["alpha"] = auto_alpha(free, total, float(state["ss"].sum()), n_ratings, n_components,
@@ -524,9 +556,7 @@ def secure_summands(upload, weight=None, broadcast=None, *, n_items, auto, n_rat
     """A client's aggregates over all items (blocks packed), its Gram and (``auto``) its sum of
     squares over ``n_ratings``, from its upload in either form."""
     kind, items, x, y = _piece(upload)
-    r = y.shape[-1]
-    sums = cache_sum([_segment(0, [(kind, items, x, y)])], (n_items, r + r * r))
-    out = {"sums": _pack_blocks(sums, r),
+    out = {"sums": cache_sum([_segment(0, [(kind, items, x, y)])], n_items, y.shape[-1]),
            "gram": np.asarray(y[0] if kind == "rows" else outer_sum(y), dtype=np.float64)}
     if auto:
         out["ss"] = _sum_squares(upload) / n_ratings
