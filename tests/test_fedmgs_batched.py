@@ -254,10 +254,10 @@ def test_compact_cache_update_by_item_ranges_is_the_serial_sum_bit_for_bit(monke
     split = []
     original = fedmgs.split_rows
 
-    def recording(kernel, n_rows, *args):
+    def recording(kernel, n_rows, calls):  # (the pending item-range calls, run together)
         if kernels.row_tasks(n_rows) > 1:
-            split.append(kernel.__name__)
-        return original(kernel, n_rows, *args)
+            split.extend(call[0].__name__ for call in calls)
+        return original(kernel, n_rows, calls)
 
     monkeypatch.setattr(fedmgs, "split_rows", recording)
     rng = np.random.default_rng(0)

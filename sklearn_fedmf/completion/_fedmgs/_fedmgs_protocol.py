@@ -320,23 +320,40 @@ def packed_columns(r):
     return np.concatenate([np.arange(r), r + rows * r + cols])
 
 
-def _add(total, seg, sign=1.0):
-    """``total += sign *`` the segment's cached aggregates (packed), in client order (the
-    compact form by item ranges, which :func:`~sklearn_fedmf._kernels.split_rows` may give
-    to threads: each item's sum in the same order)."""
-    if seg["kind"] == "rows":
-        add_rows(total, seg["items"], seg["G"], sign, packed_columns(seg["grams"].shape[-1]))
-    else:
-        split_rows(add_outer, total.shape[0], total, seg["items"], seg["ptr"], seg["x"],
-                   seg["a"], sign, ascending_runs(seg["items"], seg["ptr"]))
+# The compact segments' kernels work on item ranges: consecutive segments' calls are kept
+# and run together, each range by one task that takes every call in segment order (one
+# split_rows a round; one per segment cost more in threads than it saved), so that each
+# item's sums add in client order whatever the ranges and threads (the same bits).
+def _item_ranges(lo, hi, calls):
+    """Rows ``lo:hi`` of every pending call ``(kernel, args, done)``, in order."""
+    for kernel, args, _ in calls:
+        kernel(lo, hi, *args)
+
+
+def _flush(total, calls):
+    """Run the pending item-range calls (threads inside ``parallel_kernels``), then each
+    one's ``done``."""
+    if calls:
+        split_rows(_item_ranges, total.shape[0], calls)
+        for _, _, done in calls:
+            if done is not None:
+                done()
+        calls.clear()
 
 
 def cache_sum(segments, n_items, r):
     """The exact sums of the cached aggregates, packed, in client order (independent of
     ``n_jobs``)."""
     total = np.zeros((n_items, r + r * (r + 1) // 2))
+    pending = []
     for seg in segments:
-        _add(total, seg)
+        if seg["kind"] == "rows":
+            _flush(total, pending)
+            add_rows(total, seg["items"], seg["G"], 1.0, packed_columns(seg["grams"].shape[-1]))
+        else:
+            pending.append((add_outer, (total, seg["items"], seg["ptr"], seg["x"], seg["a"],
+                                        1.0, ascending_runs(seg["items"], seg["ptr"])), None))
+    _flush(total, pending)
     return total
 
 
@@ -346,30 +363,35 @@ def gram_sum(segments):
                for seg in segments)
 
 
-def _replace_compact(seg, total, local, sent):
+def _replace_compact(seg, total, local, sent, pending):
     """:func:`update_cache` of a compact segment's clients ``local`` from their compact
     uploads ``sent``, joined, in one call (a copy of their few numbers per rating; one call
     per client, with the views' checks of the rows form, cost 3x the round at one client
     per user): the same updates in client order. Returns the kernel's ``mismatch``."""
     mismatch = np.zeros(len(sent), dtype=bool)
-    sizes = np.fromiter((len(u["items"]) for u in sent), dtype=np.int64, count=len(sent))
-    _replace_outer(seg, total, local, np.concatenate([u["items"] for u in sent]),
-                   offsets(sizes), np.concatenate([u["x"] for u in sent]),
-                   np.concatenate([u["a"] for u in sent]).reshape(len(sent), -1), mismatch)
+    items, x, a = zip(*[(u["items"], u["x"], u["a"]) for u in sent])
+    _replace_outer(seg, total, local, np.concatenate(items),
+                   offsets(np.fromiter(map(len, items), dtype=np.int64, count=len(items))),
+                   np.concatenate(x), np.stack(a), mismatch, pending)
     return mismatch
 
 
-def _replace_outer(seg, total, local, new_items, new_ptr, new_x, new_A, mismatch):
-    """:func:`._fedmgs_kernels.replace_outer` of a compact segment's clients ``local``: the
-    checks and each client's change of ``a a^T`` once, then the items by ranges (threads
-    inside ``parallel_kernels``: the server's update was serial while the 100-client round
-    ran on ``n_jobs`` workers), then the new ``a``."""
+def _replace_outer(seg, total, local, new_items, new_ptr, new_x, new_A, mismatch, pending):
+    """:func:`._fedmgs_kernels.replace_outer` of a compact segment's clients ``local``, added
+    to ``pending``: the checks and each client's change of ``a a^T`` now, the items by
+    ranges with the other pending calls (threads inside ``parallel_kernels``: the server's
+    update was serial while the 100-client round ran on ``n_jobs`` workers), then the new
+    ``a``."""
     change = np.empty((len(local), new_A.shape[1] * (new_A.shape[1] + 1) // 2))
     ascending = outer_changes(seg["items"], seg["ptr"], seg["a"], local, new_items, new_ptr,
                               new_A, mismatch, change)
-    split_rows(replace_outer, total.shape[0], total, seg["items"], seg["ptr"], seg["x"],
-               seg["a"], local, new_ptr, new_x, new_A, mismatch, change, ascending)
-    seg["a"][local[~mismatch]] = new_A[~mismatch]
+
+    def done():
+        seg["a"][local[~mismatch]] = new_A[~mismatch]
+
+    pending.append((replace_outer, (total, seg["items"], seg["ptr"], seg["x"], seg["a"],
+                                    local, new_ptr, new_x, new_A, mismatch, change,
+                                    ascending), done))
 
 
 def update_cache(segments, total, uploads):
@@ -380,11 +402,12 @@ def update_cache(segments, total, uploads):
         return segments
     clients = np.fromiter(uploads, dtype=np.int64, count=len(uploads))
     where = np.searchsorted([s["lo"] for s in segments], clients, side="right") - 1
+    pending = []  # the compact segments' item-range calls, run together (_flush)
     for g in np.unique(where).tolist():
         seg, local = segments[g], clients[where == g] - segments[g]["lo"]
         sent = [uploads[c] for c in (local + seg["lo"]).tolist()]
         if seg["kind"] == "outer" and all("x" in u for u in sent):
-            mismatch = _replace_compact(seg, total, local, sent)
+            mismatch = _replace_compact(seg, total, local, sent, pending)
             sent = []
         pieces = [_piece(u) for u in sent]
         if pieces:
@@ -404,17 +427,20 @@ def update_cache(segments, total, uploads):
                 calls = [(slice(q, q + 1), _one_segment(p)) for q, p in enumerate(pieces)]
             for part, new in calls:
                 if seg["kind"] == "rows":
+                    _flush(total, pending)
                     seg["grams"][local[part]] = new["grams"]
                     replace_rows(total, seg["items"], seg["ptr"], seg["G"], local[part],
                                  new["items"], new["ptr"], new["G"], mismatch[part],
                                  packed_columns(seg["grams"].shape[-1]))
                 else:
                     _replace_outer(seg, total, local[part], new["items"], new["ptr"],
-                                   new["x"], new["a"], mismatch[part])
+                                   new["x"], new["a"], mismatch[part], pending)
         if mismatch.any():
+            _flush(total, pending)
             raise FederationError(
                 f"Client {int(local[mismatch][0] + seg['lo'])} sent its aggregates on other "
                 "items or in another form than before; its rated items are fixed.")
+    _flush(total, pending)
     return segments
 
 
