@@ -500,9 +500,11 @@ def fold_cache(server_state, uploads, round_index):
     too.
     """
     total = server_state["sums"]
-    if "ss" in server_state:
+    if "ss" in server_state:  # (_sum_squares inline: 604 uploads a round at one per user)
+        ss, dot = server_state["ss"], np.dot
         for c, upload in uploads.items():
-            server_state["ss"][c] = _sum_squares(upload)
+            sent = upload.get("ss")
+            ss[c] = dot(upload["x"], upload["x"]) if sent is None else sent
     segments = update_cache(server_state["segments"], total, uploads)
     grams = gram_sum(segments)
     r = grams.shape[0]
@@ -570,12 +572,12 @@ def _pack_blocks(sums, r):
 
 
 def _unpack_blocks(packed, r):
-    """The inverse of :func:`_pack_blocks` (the blocks made symmetric from their triangle)."""
+    """The inverse of :func:`_pack_blocks` (the blocks made symmetric from their triangle):
+    one gather of the packed columns."""
     rows, cols = np.triu_indices(r)
-    blocks = np.empty((packed.shape[0], r, r))
-    blocks[:, rows, cols] = packed[:, r:]
-    blocks[:, cols, rows] = packed[:, r:]
-    return np.concatenate([packed[:, :r], blocks.reshape(-1, r * r)], axis=1)
+    source = np.empty((r, r), dtype=np.intp)
+    source[rows, cols] = source[cols, rows] = r + np.arange(len(rows))
+    return packed.take(np.concatenate([np.arange(r), source.ravel()]), axis=1)
 
 
 def secure_summands(upload, weight=None, broadcast=None, *, n_items, auto, n_ratings):
