@@ -64,8 +64,10 @@ Many small clients (one per user). The server caches each client's rows on its r
 and keeps their running sums (``n_items x (r + r^2)``), updated by the uploaded clients'
 changes; a client with several users costs ``r + r^2`` numbers per rated item, a one-user
 client with biases ``k + r`` (12 bytes per rating with the item index: 1.2 GB for the
-Netflix shape's 100M ratings).
-Client groups (``_groups``) run their clients' phases in one compiled call
+Netflix shape's 100M ratings). The running sums hold each ``G1_j``'s upper triangle only
+(``r + r (r + 1) / 2`` numbers per item), and the one-user clients' changes are added by item
+ranges, which ``n_jobs`` threads share (each item's sum in client order: the same bits for
+any ``n_jobs``). Client groups (``_groups``) run their clients' phases in one compiled call
 (``_fedmgs_kernels``); the messages and bytes are those of the per-client functions.
 """
 
