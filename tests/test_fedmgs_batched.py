@@ -229,9 +229,9 @@ def test_sparse_cache_steps_as_the_dense_cache(biased, monkeypatch):
         state, broadcast = fedmgs.server_update(state, uploads, k, **kw)
         ref = dense_server_update(ref, uploads, **kw)
         np.testing.assert_allclose(broadcast, ref["Vt"], rtol=1e-12, atol=1e-14)
-        # (the server keeps each G1_j's upper triangle: the packed form of the secure sums)
-        np.testing.assert_allclose(state["sums"], fedmgs._pack_blocks(ref["cache"].sum(axis=0),
-                                                                      n_f), rtol=1e-12,
+        # (rows-form clients among them: the server's sums are not packed)
+        assert not fedmgs.packed_sums(state["segments"])
+        np.testing.assert_allclose(state["sums"], ref["cache"].sum(axis=0), rtol=1e-12,
                                    atol=1e-14)
         for p in range(n_clients):
             np.testing.assert_allclose(cached_aggregates(state["segments"], p, n_items),
@@ -311,6 +311,7 @@ def test_compact_cache_update_by_item_ranges_is_the_serial_sum_bit_for_bit(monke
         return state, out
 
     serial, serial_sums = run(1)
+    assert serial["sums"].shape == (n_items, r + r * (r + 1) // 2)  # packed
     assert not split
     parallel, parallel_sums = run(2)
     assert {"replace_outer", "add_outer"} <= set(split)

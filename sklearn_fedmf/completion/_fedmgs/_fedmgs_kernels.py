@@ -10,11 +10,12 @@ takes :func:`share_items`, item by item, whose items can be split over threads).
 :func:`client_items` lays those rated items out once per group; :func:`group_share_outer` is
 the compact form of a one-user client's aggregates (``a`` and its ratings);
 :func:`replace_rows`, :func:`add_rows` and their ``outer`` forms keep the server's running
-sums of the clients' latest aggregates (packed; the ``outer`` forms by item ranges, which
-may run on threads); :func:`quadratic_forms` gives the server's ``"auto"`` rule its
-sums. They follow the conventions of :mod:`sklearn_fedmf._kernels` (C-contiguous factors,
-item factors transposed) and its arithmetic, entry for entry, so that a group gives the
-per-client functions' iterates.
+sums of the clients' latest aggregates (the ``outer`` forms by item ranges, which may run
+on threads, and on packed sums when every client is a one-user client);
+:func:`quadratic_forms` gives the server's ``"auto"`` rule its sums. They follow the
+conventions of :mod:`sklearn_fedmf._kernels` (C-contiguous factors, item factors
+transposed) and its arithmetic, entry for entry, so that a group gives the per-client
+functions' iterates.
 """
 
 import numpy as np
@@ -290,39 +291,31 @@ def _matched_segment(items, ptr, i, new_items, new_ptr, q, mismatch):
     return a, k, new_ptr[q]
 
 
-# The server's running sums are kept packed: row j of ``total`` is ``G2_j`` then the upper
-# triangle of ``G1_j``, row by row (``r + r (r + 1) / 2`` numbers; ``packed_columns`` gives
-# each one's column in the full ``[G2_j, vec(G1_j)]``). ``G1_j`` is symmetric: a client's
-# ``a a^T`` has ``a_b a_c == a_c a_b`` exactly, so the lower triangle would repeat the same
-# sums (0.6 of the work and memory at rank 6; measured 2.3x faster at one client per user).
 @_jit
-def replace_rows(total, items, ptr, values, local, new_items, new_ptr, new_values, mismatch,
-                 full_of):
+def replace_rows(total, items, ptr, values, local, new_items, new_ptr, new_values, mismatch):
     """The server's cache update: for each client ``local[q]`` of a cached segment whose new
     rows ``new_items[new_ptr[q]:new_ptr[q + 1]]`` are its cached rows, ``total[rows] +=
-    new - cached`` (packed: column ``p`` of ``total`` is column ``full_of[p]`` of the rows)
-    and ``cached = new`` in one pass; ``mismatch[q]`` flags the others (left unchanged, for
-    the caller)."""
-    n_full = values.shape[1]
+    new - cached`` and ``cached = new`` in one pass; ``mismatch[q]`` flags the others
+    (left unchanged, for the caller)."""
+    r = values.shape[1]
     for q in range(len(local)):
         a, k, c = _matched_segment(items, ptr, local[q], new_items, new_ptr, q, mismatch)
         for s in range(k):  # (none when k = -1)
             j = items[a + s]
-            for p in range(len(full_of)):
-                col = full_of[p]
-                total[j, p] += new_values[c + s, col] - values[a + s, col]
-            for col in range(n_full):
-                values[a + s, col] = new_values[c + s, col]
+            for col in range(r):
+                v = new_values[c + s, col]
+                total[j, col] += v - values[a + s, col]
+                values[a + s, col] = v
 
 
 @_jit
-def add_rows(total, items, values, sign, full_of):
-    """``total[items[s]] += sign * values[s]`` (packed, as in :func:`replace_rows`) for every
-    cached row ``s``, in order."""
+def add_rows(total, items, values, sign):
+    """``total[items[s]] += sign * values[s]`` for every cached row ``s``, in order."""
+    r = values.shape[1]
     for s in range(len(items)):
         j = items[s]
-        for p in range(len(full_of)):
-            total[j, p] += sign * values[s, full_of[p]]
+        for col in range(r):
+            total[j, col] += sign * values[s, col]
 
 
 @_jit
@@ -377,11 +370,11 @@ def ascending_runs(items, ptr):
 
 
 @_jit
-def outer_changes(items, ptr, A, local, new_items, new_ptr, new_A, mismatch, change):
+def outer_changes(items, ptr, A, local, new_items, new_ptr, new_A, mismatch, change, packed):
     """What :func:`replace_outer` needs once per round: ``mismatch[q]`` as :func:`replace_rows`
     sets it and row ``q`` of ``change`` the change ``a' a'^T - a a^T`` of client
-    ``local[q]`` (upper triangle, row by row). Returns whether the matched clients' items
-    strictly ascend."""
+    ``local[q]`` (``packed``: its upper triangle, row by row; else all of it). Returns
+    whether the matched clients' items strictly ascend."""
     r = A.shape[1]
     ascending = True
     for q in range(len(local)):
@@ -392,7 +385,7 @@ def outer_changes(items, ptr, A, local, new_items, new_ptr, new_A, mismatch, cha
                 ascending = False
         t = 0
         for b in range(r):
-            for col in range(b, r):
+            for col in range(b if packed else 0, r):
                 change[q, t] = new_A[q, b] * new_A[q, col] - A[i, b] * A[i, col]
                 t += 1
     return ascending
@@ -402,10 +395,10 @@ def outer_changes(items, ptr, A, local, new_items, new_ptr, new_A, mismatch, cha
 def replace_outer(lo, hi, total, items, ptr, x, A, local, new_ptr, new_x, new_A, mismatch,
                   change, ascending):
     """:func:`replace_rows` for cached aggregates held compactly (``x`` and ``A``, one ``a``
-    per client), on the items ``lo <= j < hi`` (rows of the packed ``total`` and their
-    cached ``x``), after :func:`outer_changes`; ``A`` is only read (the caller stores
-    ``new_A`` once every range is done). Each item's sums take the same products in client
-    order whatever the ranges: they may run on threads
+    per client), on the items ``lo <= j < hi`` (rows of ``total``, packed or not as
+    ``change``, and their cached ``x``), after :func:`outer_changes`; ``A`` is only read
+    (the caller stores ``new_A`` once every range is done). Each item's sums take the same
+    products in client order whatever the ranges: they may run on threads
     (:func:`sklearn_fedmf._kernels.split_rows`) with the serial sums, bit for bit."""
     r = A.shape[1]
     n_tri = change.shape[1]
@@ -429,16 +422,18 @@ def replace_outer(lo, hi, total, items, ptr, x, A, local, new_ptr, new_x, new_A,
 @_jit
 def add_outer(lo, hi, total, items, ptr, x, A, sign, ascending):
     """:func:`add_rows` for cached aggregates held compactly, on the items ``lo <= j < hi``
-    (for threads, as :func:`replace_outer`)."""
+    (for threads, as :func:`replace_outer`; packed sums when ``total`` has ``r + r (r + 1) /
+    2`` columns)."""
     r = A.shape[1]
-    outer = np.empty(r * (r + 1) // 2)  # a a^T: the same on each of the client's items
+    packed = total.shape[1] < r + r * r
+    outer = np.empty(total.shape[1] - r)  # a a^T: the same on each of the client's items
     for i in range(len(ptr) - 1):
         s0, s1 = _item_span(items, ptr[i], ptr[i + 1] - ptr[i], lo, hi, ascending)
         if s1 <= s0:
             continue
         t = 0
         for b in range(r):
-            for col in range(b, r):
+            for col in range(b if packed else 0, r):
                 outer[t] = sign * (A[i, b] * A[i, col])
                 t += 1
         for s in range(ptr[i] + s0, ptr[i] + s1):
