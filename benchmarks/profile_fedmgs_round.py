@@ -1,6 +1,6 @@
 """CPU time per phase of FedMGS's round: one client per user against 100 clients (issue 38).
 
-    python benchmarks/profile_fedmgs_round.py [--n-jobs 1]
+    python benchmarks/profile_fedmgs_round.py [--n-jobs 1] [--quick]
 
 ML-1M shape (``run_all.py``'s cached matrix), rank 5, 10 local steps, 10% of the clients per
 round, 20 rounds. Each phase's CPU time (``time.process_time``, the whole process) is summed
@@ -66,6 +66,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-jobs", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="run_all's tiny ML-1M shape")
+    parser.add_argument("--cache-dir", default=Path(os.environ.get(
+        "XDG_CACHE_HOME", Path.home() / ".cache")) / "sklearn_fedmf" / "benchmarks")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     from run_all import cached_matrix
@@ -75,8 +78,7 @@ def main(argv=None):
 
     current, per_round = defaultdict(float), defaultdict(list)
     instrument(current)
-    X = cached_matrix("ml1m", False, os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")
-                      / Path("sklearn_fedmf/benchmarks"))
+    X = cached_matrix("ml1m", args.quick, args.cache_dir)
     for clients in ("100", "per-user"):
         def record(k, info, clients=clients):
             for _, _, label in PHASES:
