@@ -46,6 +46,7 @@ SMOKE_RUNS = [
     ("bench_implicit_als.py", [], 'FedMGS(loss="implicit"), cg'),
     ("bench_fit_time.py", ["--runs", "1", "--estimators", "FedMAvg"], "FedMAvg (defaults)"),
     ("bench_blend.py", [], "fit time / slowest member"),
+    ("profile_fedmgs_round.py", ["--cache-dir", "."], "replace_outer kernel"),
 ]
 
 

@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import sklearn_fedmf._kernels as kernels
 import sklearn_fedmf.completion._fedmgs._fedmgs_batched as batched
 import sklearn_fedmf.completion._fedmgs._fedmgs_protocol as fedmgs
 from sklearn_fedmf import FedMGS
 from sklearn_fedmf._biases import item_step_bounds
+from sklearn_fedmf._kernels import parallel_kernels
 from sklearn_fedmf.completion._fedmavg._fedmavg_protocol import (
     EPS_LIPSCHITZ,
     lambda_max,
@@ -227,6 +229,8 @@ def test_sparse_cache_steps_as_the_dense_cache(biased, monkeypatch):
         state, broadcast = fedmgs.server_update(state, uploads, k, **kw)
         ref = dense_server_update(ref, uploads, **kw)
         np.testing.assert_allclose(broadcast, ref["Vt"], rtol=1e-12, atol=1e-14)
+        # (rows-form clients among them: the server's sums are not packed)
+        assert not fedmgs.packed_sums(state["segments"])
         np.testing.assert_allclose(state["sums"], ref["cache"].sum(axis=0), rtol=1e-12,
                                    atol=1e-14)
         for p in range(n_clients):
@@ -238,6 +242,85 @@ def test_sparse_cache_steps_as_the_dense_cache(biased, monkeypatch):
     bad = {0: {**upload(0), "items": rated[0] + 1}}
     with pytest.raises(FederationError, match="Client 0"):
         fedmgs.server_update(state, bad, 8, **kw)
+
+
+def test_compact_cache_update_by_item_ranges_is_the_serial_sum_bit_for_bit(monkeypatch):
+    """The server's update of one-user clients' compact aggregates (and its exact re-sum) runs
+    by item ranges, on threads inside ``parallel_kernels``: its packed running sums and cached
+    ``x`` and ``a`` are, bit for bit, those of adding each client's change in client order
+    over the full ``[G2_j, vec(G1_j)]`` (the serial update), with or without threads, and
+    with a client whose items do not ascend (its items are then each tested)."""
+    monkeypatch.setattr(fedmgs, "RESUM_EVERY", 3)
+    split = []
+    original = fedmgs.split_rows
+
+    def recording(kernel, n_rows, calls):  # (the pending item-range calls, run together)
+        if kernels.row_tasks(n_rows) > 1:
+            split.extend(call[0].__name__ for call in calls)
+        return original(kernel, n_rows, calls)
+
+    monkeypatch.setattr(fedmgs, "split_rows", recording)
+    rng = np.random.default_rng(0)
+    n_clients, n_items, r = 300, 400, 4
+    rated = [np.sort(rng.choice(n_items, size=rng.integers(1, 60), replace=False))
+             for _ in range(n_clients)]
+    rated[5] = rated[5][::-1].copy()
+
+    def upload(p):
+        a = np.append(rng.normal(size=r - 1), 1.0)
+        return {"items": rated[p], "x": rng.normal(size=len(rated[p])), "a": a}
+
+    first = {p: upload(p) for p in range(n_clients)}
+    rounds = []
+    for k in range(1, 6):  # (client 5, whose items do not ascend, in rounds 2 and 4 only)
+        sampled = set(rng.choice(np.setdiff1d(np.arange(n_clients), [5]), 60, replace=False))
+        rounds.append({p: upload(p) for p in sorted(sampled | ({5} if k % 2 == 0 else set()))})
+
+    def reference():  # full sums, client by client, with numpy
+        cache = {p: (u["x"], u["a"]) for p, u in first.items()}
+        total = np.zeros((n_items, r + r * r))
+        for p in range(n_clients):
+            total[rated[p]] += np.hstack([np.multiply.outer(cache[p][0], cache[p][1]),
+                                          np.tile(np.multiply.outer(cache[p][1], cache[p][1])
+                                                  .ravel(), (len(rated[p]), 1))])
+        out = []
+        for k, uploads in enumerate(rounds, 1):
+            for p, u in uploads.items():
+                (x, a), (nx, na) = cache[p], (u["x"], u["a"])
+                total[rated[p], :r] += np.multiply.outer(nx, na) - np.multiply.outer(x, a)
+                total[rated[p], r:] += (np.multiply.outer(na, na)
+                                        - np.multiply.outer(a, a)).ravel()
+                cache[p] = (nx, na)
+            if k % 3 == 0:  # the exact re-sum, from zero in client order
+                total = np.zeros_like(total)
+                for p in range(n_clients):
+                    x, a = cache[p]
+                    total[rated[p]] += np.hstack([np.multiply.outer(x, a), np.tile(
+                        np.multiply.outer(a, a).ravel(), (len(rated[p]), 1))])
+            out.append(total.copy())
+        return out
+
+    def run(threads):
+        state, _ = fedmgs.server_init_uploads({"Vt": np.zeros((n_items, r + 1))}, first,
+                                              n_clients=n_clients)
+        out = []
+        with parallel_kernels(threads):
+            for k, uploads in enumerate(rounds, 1):
+                state, total, _ = fedmgs.fold_cache(state, uploads, k)
+                out.append(total.copy())
+        return state, out
+
+    serial, serial_sums = run(1)
+    assert serial["sums"].shape == (n_items, r + r * (r + 1) // 2)  # packed
+    assert not split
+    parallel, parallel_sums = run(2)
+    assert {"replace_outer", "add_outer"} <= set(split)
+    for a, b, c in zip(serial_sums, parallel_sums, reference()):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+    np.testing.assert_array_equal(serial["sums"], parallel["sums"])
+    for key in ("x", "a"):
+        np.testing.assert_array_equal(serial["segments"][0][key], parallel["segments"][0][key])
 
 
 def grouped(monkeypatch, on):

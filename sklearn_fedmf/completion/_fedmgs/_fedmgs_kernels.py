@@ -10,9 +10,10 @@ takes :func:`share_items`, item by item, whose items can be split over threads).
 :func:`client_items` lays those rated items out once per group; :func:`group_share_outer` is
 the compact form of a one-user client's aggregates (``a`` and its ratings);
 :func:`replace_rows`, :func:`add_rows` and their ``outer`` forms keep the server's running
-sums of the clients' latest aggregates; :func:`quadratic_forms` gives the server's
-``"auto"`` rule its sums. They follow
-the conventions of :mod:`sklearn_fedmf._kernels` (C-contiguous factors, item factors
+sums of the clients' latest aggregates (the ``outer`` forms by item ranges, which may run
+on threads, and on packed sums when every client is a one-user client);
+:func:`quadratic_forms` gives the server's ``"auto"`` rule its sums. They follow the
+conventions of :mod:`sklearn_fedmf._kernels` (C-contiguous factors, item factors
 transposed) and its arithmetic, entry for entry, so that a group gives the per-client
 functions' iterates.
 """
@@ -23,8 +24,8 @@ from ..._kernels import _gram_pays, _inline, _jit, _prox_entry, _row_gradient, _
 
 __all__ = [
     "client_items", "group_user_steps", "group_share", "group_share_outer", "replace_rows",
-    "replace_outer", "add_rows", "add_outer", "outer_sum", "row_outers", "row_totals",
-    "share_items", "quadratic_forms",
+    "replace_outer", "outer_changes", "ascending_runs", "add_rows", "add_outer", "outer_sum",
+    "row_outers", "row_totals", "share_items", "quadratic_forms",
 ]
 
 
@@ -334,47 +335,115 @@ def group_share_outer(indptr, indices, data, clients, U, cols, shift_col, out_pt
             out_x[dest + s] = data[s] - U[t, shift_col]
 
 
+@_inline
+def _first_at_least(items, lo, hi, value):
+    """The first position in ``lo:hi`` of the ascending ``items`` whose item is at least
+    ``value`` (``hi``: none)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if items[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@_inline
+def _item_span(items, a, k, lo, hi, ascending):
+    """The slots ``s0:s1`` of a client's ``k`` items from ``a`` that can be items ``lo:hi``:
+    by bisection when they ascend, else all of them (the caller tests each)."""
+    if not ascending:
+        return 0, k
+    return (_first_at_least(items, a, a + k, lo) - a,
+            _first_at_least(items, a, a + k, hi) - a)
+
+
 @_jit
-def replace_outer(total, items, ptr, x, A, local, new_items, new_ptr, new_x, new_A, mismatch):
-    """:func:`replace_rows` for cached aggregates held compactly (``x`` and ``A``, one ``a``
-    per client; row ``j`` of ``total`` is ``[G2_j, vec(G1_j)]``): the same sums, product for
-    product."""
+def ascending_runs(items, ptr):
+    """Whether every client's items ``items[ptr[i]:ptr[i + 1]]`` strictly ascend (the item
+    range kernels then find a range's items by bisection)."""
+    for i in range(len(ptr) - 1):
+        for s in range(ptr[i] + 1, ptr[i + 1]):
+            if items[s] <= items[s - 1]:
+                return False
+    return True
+
+
+@_jit
+def outer_changes(items, ptr, A, local, new_items, new_ptr, new_A, mismatch, change, packed):
+    """What :func:`replace_outer` needs once per round: ``mismatch[q]`` as :func:`replace_rows`
+    sets it and row ``q`` of ``change`` the change ``a' a'^T - a a^T`` of client
+    ``local[q]`` (``packed``: its upper triangle, row by row; else all of it). Returns
+    whether the matched clients' items strictly ascend."""
     r = A.shape[1]
-    change = np.empty(r * r)  # the client's change of a a^T: the same on each of its items
+    ascending = True
     for q in range(len(local)):
         i = local[q]
         a, k, c = _matched_segment(items, ptr, i, new_items, new_ptr, q, mismatch)
-        if k < 0:
-            continue
+        for s in range(1, k):  # (none when k = -1)
+            if items[a + s] <= items[a + s - 1]:
+                ascending = False
+        t = 0
         for b in range(r):
-            for col in range(r):
-                change[b * r + col] = new_A[q, b] * new_A[q, col] - A[i, b] * A[i, col]
-        for s in range(k):
-            j = items[a + s]
-            for col in range(r):
-                total[j, col] += new_x[c + s] * new_A[q, col] - x[a + s] * A[i, col]
-            for col in range(r * r):
-                total[j, r + col] += change[col]
-            x[a + s] = new_x[c + s]
-        for col in range(r):
-            A[i, col] = new_A[q, col]
+            for col in range(b if packed else 0, r):
+                change[q, t] = new_A[q, b] * new_A[q, col] - A[i, b] * A[i, col]
+                t += 1
+    return ascending
 
 
 @_jit
-def add_outer(total, items, ptr, x, A, sign):
-    """:func:`add_rows` for cached aggregates held compactly."""
+def replace_outer(lo, hi, total, items, ptr, x, A, local, new_ptr, new_x, new_A, mismatch,
+                  change, ascending):
+    """:func:`replace_rows` for cached aggregates held compactly (``x`` and ``A``, one ``a``
+    per client), on the items ``lo <= j < hi`` (rows of ``total``, packed or not as
+    ``change``, and their cached ``x``), after :func:`outer_changes`; ``A`` is only read
+    (the caller stores ``new_A`` once every range is done). Each item's sums take the same
+    products in client order whatever the ranges: they may run on threads
+    (:func:`sklearn_fedmf._kernels.split_rows`) with the serial sums, bit for bit."""
     r = A.shape[1]
-    outer = np.empty(r * r)  # a a^T: the same on each of the client's items
-    for i in range(len(ptr) - 1):
-        for b in range(r):
+    n_tri = change.shape[1]
+    for q in range(len(local)):
+        if mismatch[q]:
+            continue
+        i = local[q]
+        a, c = ptr[i], new_ptr[q]
+        s0, s1 = _item_span(items, a, ptr[i + 1] - a, lo, hi, ascending)
+        for s in range(s0, s1):
+            j = items[a + s]
+            if j < lo or j >= hi:
+                continue
             for col in range(r):
-                outer[b * r + col] = sign * (A[i, b] * A[i, col])
-        for s in range(ptr[i], ptr[i + 1]):
+                total[j, col] += new_x[c + s] * new_A[q, col] - x[a + s] * A[i, col]
+            for t in range(n_tri):
+                total[j, r + t] += change[q, t]
+            x[a + s] = new_x[c + s]
+
+
+@_jit
+def add_outer(lo, hi, total, items, ptr, x, A, sign, ascending):
+    """:func:`add_rows` for cached aggregates held compactly, on the items ``lo <= j < hi``
+    (for threads, as :func:`replace_outer`; packed sums when ``total`` has ``r + r (r + 1) /
+    2`` columns)."""
+    r = A.shape[1]
+    packed = total.shape[1] < r + r * r
+    outer = np.empty(total.shape[1] - r)  # a a^T: the same on each of the client's items
+    for i in range(len(ptr) - 1):
+        s0, s1 = _item_span(items, ptr[i], ptr[i + 1] - ptr[i], lo, hi, ascending)
+        if s1 <= s0:
+            continue
+        t = 0
+        for b in range(r):
+            for col in range(b if packed else 0, r):
+                outer[t] = sign * (A[i, b] * A[i, col])
+                t += 1
+        for s in range(ptr[i] + s0, ptr[i] + s1):
             j = items[s]
+            if j < lo or j >= hi:
+                continue
             for col in range(r):
                 total[j, col] += sign * (x[s] * A[i, col])
-            for col in range(r * r):
-                total[j, r + col] += outer[col]
+            for t in range(len(outer)):
+                total[j, r + t] += outer[t]
 
 
 @_jit

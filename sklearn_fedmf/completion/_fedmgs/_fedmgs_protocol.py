@@ -64,9 +64,12 @@ Many small clients (one per user). The server caches each client's rows on its r
 and keeps their running sums (``n_items x (r + r^2)``), updated by the uploaded clients'
 changes; a client with several users costs ``r + r^2`` numbers per rated item, a one-user
 client with biases ``k + r`` (12 bytes per rating with the item index: 1.2 GB for the
-Netflix shape's 100M ratings).
-Client groups (``_groups``) run their clients' phases in one compiled call
-(``_fedmgs_kernels``); the messages and bytes are those of the per-client functions.
+Netflix shape's 100M ratings). With one-user clients only, the running sums hold each
+``G1_j``'s upper triangle (``r + r (r + 1) / 2`` numbers per item), and the one-user
+clients' changes are added by item ranges, which ``n_jobs`` threads share (each item's sum
+in client order: the same bits for any ``n_jobs``). Client groups (``_groups``) run their
+clients' phases in one compiled call (``_fedmgs_kernels``); the messages and bytes are
+those of the per-client functions.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ from functools import partial
 import numpy as np
 
 from ... import _biases
+from ..._kernels import split_rows
 from ..._prox import item_counts, prox_elastic_net, row_alpha
 from ...engine._federation import FederatedProtocol, SummableUploads
 from ...engine._groups import LazyRows, offsets
@@ -95,6 +99,8 @@ from ._fedmgs_batched import group_layout, group_share, make_batched, unpack
 from ._fedmgs_kernels import (
     add_outer,
     add_rows,
+    ascending_runs,
+    outer_changes,
     outer_sum,
     quadratic_forms,
     replace_outer,
@@ -221,12 +227,13 @@ def client_update(state, block, broadcast, rng, selected, *, biased=False, **par
 # ---- the server's cache of every client's latest aggregates ---------------------------------
 # A client's aggregates are zero outside the items it rated, so the server keeps each
 # client's rated rows only (memory proportional to the ratings, not p n r^2) and the running
-# sums ``total`` (row j: [G2_j, vec(G1_j)]). Consecutive clients are stored together in
-# segments: dicts with the segment's first client ``lo``, ``ptr`` (client ``lo + i`` owns rows
-# ``ptr[i]:ptr[i + 1]``) and ``items``, and either (``kind="rows"``) ``G``, the rows, and
-# ``grams``, one Gram per client, or (``kind="outer"``, one-user clients with biases) ``x``
-# and ``a``, one ``a`` per client. A client's piece is ``(kind, items, G or x, gram or a)``,
-# the last with a leading axis.
+# sums ``total`` (row j: [G2_j, vec(G1_j)]; with one-user clients only, packed: G2_j and the
+# upper triangle of the symmetric G1_j row by row, as ``_pack_blocks``, see packed_sums).
+# Consecutive clients are stored together in segments: dicts with the segment's first client
+# ``lo``, ``ptr`` (client ``lo + i`` owns rows ``ptr[i]:ptr[i + 1]``) and ``items``, and
+# either (``kind="rows"``) ``G``, the rows, and ``grams``, one Gram per client, or
+# (``kind="outer"``, one-user clients with biases) ``x`` and ``a``, one ``a`` per client. A
+# client's piece is ``(kind, items, G or x, gram or a)``, the last with a leading axis.
 def _piece(upload):
     """What the cache keeps of one upload (views of the message's arrays)."""
     if "x" in upload:
@@ -309,19 +316,49 @@ def cache_segments(pieces):
     return segments
 
 
-def _add(total, seg, sign=1.0):
-    """``total += sign *`` the segment's cached aggregates, in client order."""
-    if seg["kind"] == "rows":
-        add_rows(total, seg["items"], seg["G"], sign)
-    else:
-        add_outer(total, seg["items"], seg["ptr"], seg["x"], seg["a"], sign)
+# The compact segments' kernels work on item ranges: consecutive segments' calls are kept
+# and run together, each range by one task that takes every call in segment order (one
+# split_rows a round; one per segment cost more in threads than it saved), so that each
+# item's sums add in client order whatever the ranges and threads (the same bits).
+def _item_ranges(lo, hi, calls):
+    """Rows ``lo:hi`` of every pending call ``(kernel, args, done)``, in order."""
+    for kernel, args, _ in calls:
+        kernel(lo, hi, *args)
 
 
-def cache_sum(segments, shape):
-    """The exact sums of the cached aggregates, in client order (independent of ``n_jobs``)."""
-    total = np.zeros(shape)
+def _flush(total, calls):
+    """Run the pending item-range calls (threads inside ``parallel_kernels``), then each
+    one's ``done``."""
+    if calls:
+        split_rows(_item_ranges, total.shape[0], calls)
+        for _, _, done in calls:
+            if done is not None:
+                done()
+        calls.clear()
+
+
+def packed_sums(segments):
+    """Whether the server keeps its sums packed: when every cached client is a one-user
+    client (compact form). Its ``G1_j`` are sums of ``a a^T``, whose ``a_b a_c`` is ``a_c
+    a_b`` exactly: the lower triangle would repeat the upper's sums (0.64 of the numbers at
+    rank 6; the update measured 2.3x faster). A rows-form client's update is 1.9x slower on
+    packed sums (its rows are full): those keep ``[G2_j, vec(G1_j)]``."""
+    return all(seg["kind"] == "outer" for seg in segments)
+
+
+def cache_sum(segments, n_items, r):
+    """The exact sums of the cached aggregates (packed as :func:`packed_sums` says), in client
+    order (independent of ``n_jobs``)."""
+    total = np.zeros((n_items, r + (r * (r + 1) // 2 if packed_sums(segments) else r * r)))
+    pending = []
     for seg in segments:
-        _add(total, seg)
+        if seg["kind"] == "rows":
+            _flush(total, pending)
+            add_rows(total, seg["items"], seg["G"], 1.0)
+        else:
+            pending.append((add_outer, (total, seg["items"], seg["ptr"], seg["x"], seg["a"],
+                                        1.0, ascending_runs(seg["items"], seg["ptr"])), None))
+    _flush(total, pending)
     return total
 
 
@@ -331,18 +368,35 @@ def gram_sum(segments):
                for seg in segments)
 
 
-def _replace_compact(seg, total, local, sent):
-    """:func:`update_cache` of a compact segment's clients ``local`` from their compact
-    uploads ``sent``, joined, in one call (a copy of their few numbers per rating; one call
-    per client, with the views' checks of the rows form, cost 3x the round at one client
-    per user): the same updates in client order. Returns the kernel's ``mismatch``."""
-    mismatch = np.zeros(len(sent), dtype=bool)
-    sizes = np.fromiter((len(u["items"]) for u in sent), dtype=np.int64, count=len(sent))
-    replace_outer(total, seg["items"], seg["ptr"], seg["x"], seg["a"], local,
-                  np.concatenate([u["items"] for u in sent]), offsets(sizes),
-                  np.concatenate([u["x"] for u in sent]),
-                  np.concatenate([u["a"] for u in sent]).reshape(len(sent), -1), mismatch)
-    return mismatch
+def _join_compact(sent):
+    """Compact uploads ``sent`` joined: ``(items, ptr, x, A)``, upload ``q``'s in
+    ``ptr[q]:ptr[q + 1]`` and ``A[q]`` (a copy of their few numbers per rating: one kernel
+    call per client, with the views' checks of the rows form, cost 3x the round at one
+    client per user)."""
+    items, x, a = zip(*[(u["items"], u["x"], u["a"]) for u in sent])
+    ptr = offsets(np.fromiter(map(len, items), dtype=np.int64, count=len(items)))
+    # (np.stack of 604 rows costs 10x their concatenation)
+    return np.concatenate(items), ptr, np.concatenate(x), np.concatenate(a).reshape(len(a), -1)
+
+
+def _replace_outer(seg, total, local, new_items, new_ptr, new_x, new_A, mismatch, pending):
+    """:func:`._fedmgs_kernels.replace_outer` of a compact segment's clients ``local``, added
+    to ``pending``: the checks and each client's change of ``a a^T`` now, the items by
+    ranges with the other pending calls (threads inside ``parallel_kernels``: the server's
+    update was serial while the 100-client round ran on ``n_jobs`` workers), then the new
+    ``a``."""
+    r = new_A.shape[1]
+    packed = total.shape[1] < r + r * r
+    change = np.empty((len(local), r * (r + 1) // 2 if packed else r * r))
+    ascending = outer_changes(seg["items"], seg["ptr"], seg["a"], local, new_items, new_ptr,
+                              new_A, mismatch, change, packed)
+
+    def done():
+        seg["a"][local[~mismatch]] = new_A[~mismatch]
+
+    pending.append((replace_outer, (total, seg["items"], seg["ptr"], seg["x"], seg["a"],
+                                    local, new_ptr, new_x, new_A, mismatch, change,
+                                    ascending), done))
 
 
 def update_cache(segments, total, uploads):
@@ -353,11 +407,27 @@ def update_cache(segments, total, uploads):
         return segments
     clients = np.fromiter(uploads, dtype=np.int64, count=len(uploads))
     where = np.searchsorted([s["lo"] for s in segments], clients, side="right") - 1
+    pending = []  # the compact segments' item-range calls, run together (_flush)
+    # every upload compact and in client order (one client per user): joined once, each
+    # segment's clients a run of them
+    joined = (_join_compact(uploads.values()) if np.all(np.diff(clients) > 0)
+              and all("x" in u for u in uploads.values()) else None)
     for g in np.unique(where).tolist():
-        seg, local = segments[g], clients[where == g] - segments[g]["lo"]
-        sent = [uploads[c] for c in (local + seg["lo"]).tolist()]
-        if seg["kind"] == "outer" and all("x" in u for u in sent):
-            mismatch = _replace_compact(seg, total, local, sent)
+        seg, members = segments[g], np.flatnonzero(where == g)
+        local = clients[members] - seg["lo"]
+        if seg["kind"] == "outer" and joined is not None:
+            q0, q1 = int(members[0]), int(members[-1]) + 1
+            items, ptr, x, A = joined
+            mismatch = np.zeros(q1 - q0, dtype=bool)
+            _replace_outer(seg, total, local, items, ptr[q0:q1 + 1], x, A[q0:q1], mismatch,
+                           pending)
+            sent = []
+        else:
+            sent = [uploads[c] for c in clients[members].tolist()]
+        if seg["kind"] == "outer" and sent and all("x" in u for u in sent):
+            mismatch = np.zeros(len(sent), dtype=bool)
+            items, ptr, x, A = _join_compact(sent)
+            _replace_outer(seg, total, local, items, ptr, x, A, mismatch, pending)
             sent = []
         pieces = [_piece(u) for u in sent]
         if pieces:
@@ -377,17 +447,19 @@ def update_cache(segments, total, uploads):
                 calls = [(slice(q, q + 1), _one_segment(p)) for q, p in enumerate(pieces)]
             for part, new in calls:
                 if seg["kind"] == "rows":
+                    _flush(total, pending)
                     seg["grams"][local[part]] = new["grams"]
                     replace_rows(total, seg["items"], seg["ptr"], seg["G"], local[part],
                                  new["items"], new["ptr"], new["G"], mismatch[part])
                 else:
-                    replace_outer(total, seg["items"], seg["ptr"], seg["x"], seg["a"],
-                                  local[part], new["items"], new["ptr"], new["x"], new["a"],
-                                  mismatch[part])
+                    _replace_outer(seg, total, local[part], new["items"], new["ptr"],
+                                   new["x"], new["a"], mismatch[part], pending)
         if mismatch.any():
+            _flush(total, pending)
             raise FederationError(
                 f"Client {int(local[mismatch][0] + seg['lo'])} sent its aggregates on other "
                 "items or in another form than before; its rated items are fixed.")
+    _flush(total, pending)
     return segments
 
 
@@ -401,7 +473,7 @@ def server_init_uploads(server_state, uploads, *, n_clients, auto=False, n_ratin
     pieces = [_piece(uploads[p]) for p in range(n_clients)]
     r = pieces[0][3].shape[-1]
     segments = cache_segments(pieces)
-    total = cache_sum(segments, (server_state["Vt"].shape[0], r + r * r))
+    total = cache_sum(segments, server_state["Vt"].shape[0], r)
     state = {"Vt": server_state["Vt"], "segments": segments, "sums": total}
     if "counts" in uploads[0]:
         state["counts"] = counts = np.zeros(total.shape[0])
@@ -441,17 +513,24 @@ def fold_cache(server_state, uploads, round_index):
     current factors (the sampled clients' new ones, the others' unchanged ones). The cache
     is updated in place (the server owns it and it is large): the sums take the uploaded
     clients' changes and are recomputed exactly every ``RESUM_EVERY`` rounds, which bounds
-    the rounding drift; both in client order. ``alpha_v="auto"``: the clients' sums of
-    squares too.
+    the rounding drift; both in client order, the one-user clients' by item ranges (threads
+    inside ``parallel_kernels``, the same bits). The state keeps them packed when
+    :func:`packed_sums`; ``total`` is their ``[G2_j, vec(G1_j)]``. ``alpha_v="auto"``: the
+    clients' sums of squares too.
     """
     total = server_state["sums"]
-    if "ss" in server_state:
+    if "ss" in server_state:  # (_sum_squares inline: 604 uploads a round at one per user)
+        ss, dot = server_state["ss"], np.dot
         for c, upload in uploads.items():
-            server_state["ss"][c] = _sum_squares(upload)
+            sent = upload.get("ss")
+            ss[c] = dot(upload["x"], upload["x"]) if sent is None else sent
     segments = update_cache(server_state["segments"], total, uploads)
+    grams = gram_sum(segments)
+    r = grams.shape[0]
     if round_index % RESUM_EVERY == 0:
-        total = cache_sum(segments, total.shape)
-    return {**server_state, "segments": segments}, total, gram_sum(segments)
+        total = cache_sum(segments, total.shape[0], r)
+    full = total if total.shape[1] == r + r * r else _unpack_blocks(total, r)
+    return {**server_state, "segments": segments, "sums": total}, full, grams
 
 
 def squared_step(server_state, total, grams, *, alpha_v, d_factor, local_iter_v, l1_ratio,
@@ -489,7 +568,7 @@ def squared_step(server_state, total, grams, *, alpha_v, d_factor, local_iter_v,
             free, local_iter_v, d, lambda W: np.matmul(G1, W[:, :, None])[:, :, 0] - G2,
             lambda Z, d: prox_elastic_net(Z, 1.0 / d, alpha, l1_ratio, positive))
     Vt = _biases.with_item(free) if biased else free
-    state = {**server_state, "Vt": Vt, "sums": total}
+    state = {**server_state, "Vt": Vt}
     if not auto:
         return state, Vt
     state["alpha"] = auto_alpha(free, total, float(state["ss"].sum()), n_ratings, n_components,
@@ -512,12 +591,12 @@ def _pack_blocks(sums, r):
 
 
 def _unpack_blocks(packed, r):
-    """The inverse of :func:`_pack_blocks` (the blocks made symmetric from their triangle)."""
+    """The inverse of :func:`_pack_blocks` (the blocks made symmetric from their triangle):
+    one gather of the packed columns."""
     rows, cols = np.triu_indices(r)
-    blocks = np.empty((packed.shape[0], r, r))
-    blocks[:, rows, cols] = packed[:, r:]
-    blocks[:, cols, rows] = packed[:, r:]
-    return np.concatenate([packed[:, :r], blocks.reshape(-1, r * r)], axis=1)
+    source = np.empty((r, r), dtype=np.intp)
+    source[rows, cols] = source[cols, rows] = r + np.arange(len(rows))
+    return packed.take(np.concatenate([np.arange(r), source.ravel()]), axis=1)
 
 
 def secure_summands(upload, weight=None, broadcast=None, *, n_items, auto, n_ratings):
@@ -525,8 +604,8 @@ def secure_summands(upload, weight=None, broadcast=None, *, n_items, auto, n_rat
     squares over ``n_ratings``, from its upload in either form."""
     kind, items, x, y = _piece(upload)
     r = y.shape[-1]
-    sums = cache_sum([_segment(0, [(kind, items, x, y)])], (n_items, r + r * r))
-    out = {"sums": _pack_blocks(sums, r),
+    sums = cache_sum([_segment(0, [(kind, items, x, y)])], n_items, r)
+    out = {"sums": sums if sums.shape[1] < r + r * r else _pack_blocks(sums, r),
            "gram": np.asarray(y[0] if kind == "rows" else outer_sum(y), dtype=np.float64)}
     if auto:
         out["ss"] = _sum_squares(upload) / n_ratings
