@@ -64,10 +64,32 @@ def random_bytes(rng, n):
     return os.urandom(n) if rng is None else rng.bytes(n)
 
 
-def public_key(private):
-    """The raw 32-byte X25519 public key of the raw 32-byte private key ``private``."""
+# Loading a raw private key costs about an X25519 agreement (OpenSSL derives its public key):
+# a key loaded to advertise its public half is kept here until its one agreement call takes
+# it (a client's keys between its phases; the simulation runs every client in this process).
+# Bounded: the keys of clients that dropped before their agreements are forgotten at the cap.
+_LOADED = {}
+_LOADED_CAP = 1 << 16
+
+
+def _private(private, keep=False):
+    """The loaded X25519 key of the raw ``private`` (taken from the kept ones if there);
+    ``keep``: kept for the next call."""
+    own = _LOADED.pop(private, None)
+    if own is None:
+        own = X25519PrivateKey.from_private_bytes(private)
+    if keep:
+        if len(_LOADED) >= _LOADED_CAP:
+            _LOADED.clear()
+        _LOADED[private] = own
+    return own
+
+
+def public_key(private, keep=False):
+    """The raw 32-byte X25519 public key of the raw 32-byte private key ``private``
+    (``keep``: the loaded key is kept for the :func:`agree` that uses it next)."""
     load_primitives()
-    return X25519PrivateKey.from_private_bytes(private).public_key().public_bytes(*_RAW)
+    return _private(private, keep).public_key().public_bytes(*_RAW)
 
 
 def agree(private, peer_publics, label):
@@ -77,7 +99,7 @@ def agree(private, peer_publics, label):
     Symmetric: ``agree(a, [public_key(b)], l) == agree(b, [public_key(a)], l)``.
     """
     load_primitives()
-    own = X25519PrivateKey.from_private_bytes(private)  # ~0.1 ms: once for all the peers
+    own = _private(private)  # (loaded once for all the peers)
     return [HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=label).derive(
         own.exchange(X25519PublicKey.from_public_bytes(peer))) for peer in peer_publics]
 
@@ -86,6 +108,7 @@ def agree(private, peer_publics, label):
 _SLACK_WORDS = 2  # AES's 16-byte block, in 64-bit words
 _ZEROS = [memoryview(bytes(0))]  # the largest zero plaintext made so far (read-only)
 _SCRATCH = threading.local()  # a keystream buffer per thread, reused across expansions
+_CTR = []  # the zero counter block's mode object, made once (immutable)
 
 
 def _zeros(n):
@@ -95,12 +118,20 @@ def _zeros(n):
     return _ZEROS[0][:n]
 
 
+def _ctr():
+    """The zero counter block's mode object, made once (immutable)."""
+    if not _CTR:
+        load_primitives()
+        _CTR.append(modes.CTR(bytes(16)))
+    return _CTR[0]
+
+
 def _keystream(seed, out, length):
     """The first ``length`` little-endian 64-bit words of the AES-256-CTR keystream under key
     ``seed`` (zero counter block: every seed of the protocol is fresh for one expansion),
     written into ``out`` (``uint64``, at least ``length + _SLACK_WORDS`` long)."""
-    load_primitives()
-    encryptor = Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor()
+    mode = _ctr()  # (first: it loads the primitives)
+    encryptor = Cipher(algorithms.AES(seed), mode).encryptor()
     encryptor.update_into(_zeros(8 * length), memoryview(out).cast("B"))
     return out[:length]
 
@@ -120,17 +151,24 @@ def prg(seed, length, ring_bits=64):
     return words
 
 
+_NATIVE = np.dtype("<u8") == np.dtype(np.uint64)  # (little-endian: the keystream's words)
+
+
 def add_prg(total, seed, sign=1):
     """``total += sign * PRG(seed)`` mod 2^64 in place (``total``: ``uint64``), without a new
     array per expansion. Reducing the result mod ``2^k`` afterwards gives the same as adding
     :func:`prg` ``(seed, len(total), k)``, since ``2^k`` divides ``2^64``."""
+    # (:func:`_keystream` inlined, with this thread's buffer and its byte view kept: a
+    # protocol's expansions are many and short, so their Python overhead is most of their cost)
     length = total.size
     scratch = getattr(_SCRATCH, "words", None)
     if scratch is None or scratch.size < length + _SLACK_WORDS:
         scratch = _SCRATCH.words = np.empty(length + _SLACK_WORDS, dtype="<u8")
-    words = _keystream(seed, scratch, length)
-    if words.dtype != np.uint64:
-        words = words.astype(np.uint64)
+        _SCRATCH.bytes = memoryview(scratch).cast("B")
+    mode = _ctr()
+    Cipher(algorithms.AES(seed), mode).encryptor().update_into(_zeros(8 * length),
+                                                               _SCRATCH.bytes)
+    words = scratch[:length] if _NATIVE else scratch[:length].astype(np.uint64)
     if sign > 0:
         np.add(total, words, out=total)
     else:

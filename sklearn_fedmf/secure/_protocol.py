@@ -185,13 +185,15 @@ def client_advertise_keys(client, threshold, rng=None):
     Returns ``(state, KeyAdvertisement)``. ``rng``: a numpy ``Generator`` (simulation,
     reproducible) or None (``os.urandom``).
     """
-    channel_private = random_bytes(rng, KEY_BYTES)
-    mask_private = random_bytes(rng, KEY_BYTES)
-    self_mask_seed = random_bytes(rng, KEY_BYTES)
-    mask_public = public_key(mask_private)
+    # (one draw: the same bytes as three, from a numpy Generator or the OS)
+    drawn = random_bytes(rng, 3 * KEY_BYTES)
+    channel_private, mask_private, self_mask_seed = (
+        drawn[i * KEY_BYTES:(i + 1) * KEY_BYTES] for i in range(3))
+    # (both loaded keys kept for their one agreement call each: share_keys, masked_input)
+    mask_public = public_key(mask_private, keep=True)
     state = ClientState(client, threshold, channel_private, mask_private, self_mask_seed, rng,
                         mask_public=mask_public)
-    return state, KeyAdvertisement(client, public_key(channel_private), mask_public)
+    return state, KeyAdvertisement(client, public_key(channel_private, keep=True), mask_public)
 
 
 def neighbour_graph(clients, degree, rng):
@@ -260,10 +262,11 @@ def client_share_keys(state, keys):
     channels = dict(zip(peers, agree(state.channel_private,
                                      [keys[v].channel_key for v in peers], CHANNEL_LABEL)))
     ciphertexts = {}
+    own = u.to_bytes(ID_BYTES, "little")
     for v in peers:
-        plaintext = (u.to_bytes(ID_BYTES, "little") + v.to_bytes(ID_BYTES, "little")
-                     + seed_shares[v + 1].to_bytes(SHARE_BYTES, "little")
-                     + key_shares[v + 1].to_bytes(SHARE_BYTES, "little"))
+        plaintext = b"".join((own, v.to_bytes(ID_BYTES, "little"),
+                              seed_shares[v + 1].to_bytes(SHARE_BYTES, "little"),
+                              key_shares[v + 1].to_bytes(SHARE_BYTES, "little")))
         ciphertexts[v] = encrypt(channels[v], u, v, plaintext)
     state = replace(state, keys=dict(keys), channels=channels,
                     own_shares=(seed_shares[u + 1], key_shares[u + 1]))
@@ -340,18 +343,20 @@ def client_unmask(state, survivors):
                          f"itself and at least {state.threshold} of the clients it shares with.")
     seed_shares = {u: state.own_shares[0]}
     key_shares = {}
+    own = u.to_bytes(ID_BYTES, "little")
+    seed_at, key_at = 2 * ID_BYTES, 2 * ID_BYTES + SHARE_BYTES
+    channels = state.channels
     for v, ciphertext in state.received.items():
-        plaintext = decrypt(state.channels[v], v, u, ciphertext)
-        sender = int.from_bytes(plaintext[:ID_BYTES], "little")
-        recipient = int.from_bytes(plaintext[ID_BYTES:2 * ID_BYTES], "little")
-        if (sender, recipient) != (v, u):
+        plaintext = decrypt(channels[v], v, u, ciphertext)
+        if plaintext[:seed_at] != v.to_bytes(ID_BYTES, "little") + own:
+            sender = int.from_bytes(plaintext[:ID_BYTES], "little")
+            recipient = int.from_bytes(plaintext[ID_BYTES:seed_at], "little")
             raise ValueError(f"A share routed from client {v} to {u} names {sender} -> "
                              f"{recipient}.")
-        body = plaintext[2 * ID_BYTES:]
         if v in alive:
-            seed_shares[v] = int.from_bytes(body[:SHARE_BYTES], "little")
+            seed_shares[v] = int.from_bytes(plaintext[seed_at:key_at], "little")
         else:
-            key_shares[v] = int.from_bytes(body[SHARE_BYTES:], "little")
+            key_shares[v] = int.from_bytes(plaintext[key_at:], "little")
     return replace(state, received=None, channels=None), UnmaskingShares(u, seed_shares, key_shares)
 
 

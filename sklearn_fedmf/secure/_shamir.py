@@ -31,12 +31,9 @@ def _random_elements(rng, prime, count):
         need = count - len(out)
         # (a candidate is accepted with probability prime / 2^n_bits > 1/2: draw twice the need)
         raw = random_bytes(rng, 2 * need * n_bytes)
-        for start in range(0, len(raw), n_bytes):
-            value = int.from_bytes(raw[start:start + n_bytes], "little") & top
-            if value < prime:
-                out.append(value)
-                if len(out) == count:
-                    break
+        accepted = [v for v in (int.from_bytes(raw[start:start + n_bytes], "little") & top
+                                for start in range(0, len(raw), n_bytes)) if v < prime]
+        out.extend(accepted[:count - len(out)])
     return out
 
 
