@@ -64,32 +64,10 @@ def random_bytes(rng, n):
     return os.urandom(n) if rng is None else rng.bytes(n)
 
 
-# Loading a raw private key costs about an X25519 agreement (OpenSSL derives its public key):
-# a key loaded to advertise its public half is kept here until its one agreement call takes
-# it (a client's keys between its phases; the simulation runs every client in this process).
-# Bounded: the keys of clients that dropped before their agreements are forgotten at the cap.
-_LOADED = {}
-_LOADED_CAP = 1 << 16
-
-
-def _private(private, keep=False):
-    """The loaded X25519 key of the raw ``private`` (taken from the kept ones if there);
-    ``keep``: kept for the next call."""
-    own = _LOADED.pop(private, None)
-    if own is None:
-        own = X25519PrivateKey.from_private_bytes(private)
-    if keep:
-        if len(_LOADED) >= _LOADED_CAP:
-            _LOADED.clear()
-        _LOADED[private] = own
-    return own
-
-
-def public_key(private, keep=False):
-    """The raw 32-byte X25519 public key of the raw 32-byte private key ``private``
-    (``keep``: the loaded key is kept for the :func:`agree` that uses it next)."""
+def public_key(private):
+    """The raw 32-byte X25519 public key of the raw 32-byte private key ``private``."""
     load_primitives()
-    return _private(private, keep).public_key().public_bytes(*_RAW)
+    return X25519PrivateKey.from_private_bytes(private).public_key().public_bytes(*_RAW)
 
 
 def agree(private, peer_publics, label):
@@ -99,7 +77,7 @@ def agree(private, peer_publics, label):
     Symmetric: ``agree(a, [public_key(b)], l) == agree(b, [public_key(a)], l)``.
     """
     load_primitives()
-    own = _private(private)  # (loaded once for all the peers)
+    own = X25519PrivateKey.from_private_bytes(private)  # ~0.1 ms: once for all the peers
     return [HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=label).derive(
         own.exchange(X25519PublicKey.from_public_bytes(peer))) for peer in peer_publics]
 

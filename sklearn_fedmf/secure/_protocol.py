@@ -189,11 +189,10 @@ def client_advertise_keys(client, threshold, rng=None):
     drawn = random_bytes(rng, 3 * KEY_BYTES)
     channel_private, mask_private, self_mask_seed = (
         drawn[i * KEY_BYTES:(i + 1) * KEY_BYTES] for i in range(3))
-    # (both loaded keys kept for their one agreement call each: share_keys, masked_input)
-    mask_public = public_key(mask_private, keep=True)
+    mask_public = public_key(mask_private)
     state = ClientState(client, threshold, channel_private, mask_private, self_mask_seed, rng,
                         mask_public=mask_public)
-    return state, KeyAdvertisement(client, public_key(channel_private, keep=True), mask_public)
+    return state, KeyAdvertisement(client, public_key(channel_private), mask_public)
 
 
 def neighbour_graph(clients, degree, rng):
