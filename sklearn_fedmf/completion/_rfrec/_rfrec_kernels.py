@@ -225,8 +225,8 @@ def _row_norms(A, r0, r1, out):
         out[r - r0], out[r - r0 + 1] = np.sqrt(n0), np.sqrt(n1)
         out[r - r0 + 2], out[r - r0 + 3] = np.sqrt(n2), np.sqrt(n3)
         r += 4
-    for r in range(r, r1):
-        out[r - r0] = _norm(A, r)
+    for rest in range(r, r1):
+        out[rest - r0] = _norm(A, rest)
 
 
 @njit(cache=True, nogil=True)
