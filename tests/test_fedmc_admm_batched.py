@@ -339,3 +339,28 @@ def test_grouped_federation_with_a_failing_client_equals_per_client():
         for c, message in uploads.items():
             assert_family_close([message["W"], message["Y"]],
                                 [seen_got[k][c]["W"], seen_got[k][c]["Y"]])
+
+
+def test_best_round_snapshot_copies_the_pools_into_its_previous_buffers():
+    # early stopping keeps a copy of the best round's states (engine._early_stopping): the
+    # pools of client rows and of the server's terms are copied into the previous copy's
+    # arrays (no second copy of every rating's rows at once), the data's layout is shared
+    from sklearn_fedmf.engine._early_stopping import snapshot
+
+    X, codes = ratings(1)
+    proto = protocol(True, "linearized")
+    transport = GroupedTransport(make_groups(X, codes, N_CLIENTS, n_groups=2))
+    state = fit(proto, transport, max_iter=2)
+    live = (state.client_states.group_states[0], state.server_state["store"])
+    first = snapshot(live)
+    assert first[0]["E"] is live[0]["E"] and first[0]["loc"] is live[0]["loc"]
+    for kept, now in zip(first, live):
+        pool = "wy" if "wy" in now else "rd"
+        for a, b in zip(kept[pool].arrays, now[pool].arrays):
+            assert not np.shares_memory(a, b)
+            np.testing.assert_array_equal(a, b)
+        assert kept[pool].tail == now[pool].tail
+    second = snapshot(live, first)
+    for kept, again in zip(first, second):
+        pool = "wy" if "wy" in kept else "rd"
+        assert all(a is b for a, b in zip(again[pool].arrays, kept[pool].arrays))

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 
@@ -253,7 +254,7 @@ def _read_only(a):
 
 
 # ---- per-client segments in shared append-only arrays --------------------------------------
-class _Pool:
+class _Pool(NamedTuple):
     """Arrays that hold variable-length per-client segments (``at``: each client's offset).
 
     A round appends its clients' new segments past ``tail`` and the new state keeps new
@@ -262,17 +263,32 @@ class _Pool:
     group every round. When the pool is full, :func:`_reserve` compacts it in place (the
     latest state's layout changes, its values do not; older states are then stale) or, for a
     state that is not the latest, copies its live segments to a new pool.
+
+    A named tuple of arrays (``tail`` lives in the one-element ``box``, shared by the states
+    that share the pool): early stopping's snapshot of the best round then copies the pool
+    into the previous snapshot's buffers, where an opaque object would be deep-copied anew
+    while the previous copy is still held (two copies of every client's rows at once).
     """
 
-    __slots__ = ("arrays", "tail")
+    arrays: list
+    box: np.ndarray
 
-    def __init__(self, arrays, tail):
-        self.arrays, self.tail = arrays, tail
+    @classmethod
+    def of(cls, arrays, tail):
+        return cls(list(arrays), np.array([tail], dtype=np.int64))
+
+    @property
+    def tail(self):
+        return int(self.box[0])
+
+    @tail.setter
+    def tail(self, value):
+        self.box[0] = value
 
     @classmethod
     def holding(cls, arrays):
         n = len(arrays[0])
-        pool = cls([np.empty((2 * n + 16,) + a.shape[1:], dtype=a.dtype) for a in arrays], n)
+        pool = cls.of([np.empty((2 * n + 16,) + a.shape[1:], dtype=a.dtype) for a in arrays], n)
         for dst, a in zip(pool.arrays, arrays):
             dst[:n] = a
         return pool
@@ -329,7 +345,7 @@ def _reserve(pool, used, at, sizes, n, moving=None):
         out = _pool_array(2 * (base + n) + 16, a.shape[1:], a.dtype, base)
         np.take(a, idx, axis=0, out=out[:base], mode="clip")  # ("raise" buffers out)
         arrays.append(out)
-    return _Pool(arrays, base), base, at
+    return _Pool.of(arrays, base), base, at
 
 
 # ---- the clients' side: batched phases -----------------------------------------------------
@@ -362,6 +378,8 @@ def _flat_state(U, E, e_ptr, loc, wy, hist, coef, h_len, V0, history):
     the pool of the explicit values of ``W_i``, ``Y_i`` and their combinations' values)."""
     h_at = _offsets(h_len)[:-1]
     h = _Pool.holding([hist, coef])
+    for fixed in (E, loc):  # (fixed by the data: early stopping's snapshots share them)
+        fixed.flags.writeable = False
     return {"U": U, "E": E, "e_ptr": e_ptr, "loc": loc, "wy": wy, "wy_used": wy.tail,
             "w_at": e_ptr[:-1].copy(), "h": h, "h_used": h.tail, "h_at": h_at,
             "h_len": h_len, "V0": V0, "history": history}
@@ -386,7 +404,7 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
     n = E.size  # the explicit rows go straight into the state's pool: no room past them
     # for the linearized round (it writes them in place), a round's for the exact one
     size = 2 * n + 16 if w_update == "exact" else n
-    wy = _Pool([_pool_array(size, (r,), t, n) for t in (dtype, dtype, float, float)], n)
+    wy = _Pool.of([_pool_array(size, (r,), t, n) for t in (dtype, dtype, float, float)], n)
     W, Y, BW, BY = (a[:n] for a in wy.arrays)
     np.take(Vt, E, axis=0, out=W, mode="clip")
     BW[:] = W
@@ -488,9 +506,9 @@ def metrics_group(gs, group, broadcast, *, alpha_u, l1_ratio, biased):
         consensus = sum(float(np.sum((np.asarray(state_of(gs, group, i)["Wt"]) - Vt) ** 2))
                         for i in range(group.n_clients))
     else:
-        (W, _, BW, _), _ = gs["wy"].gather(gs["w_at"], np.diff(gs["e_ptr"]))
+        W, _, BW, _ = gs["wy"].arrays  # (read in place: a gathered copy is 2 r per rating)
         (hist, coef), h_ptr = gs["h"].gather(gs["h_at"], gs["h_len"])
-        consensus = lazy_consensus(gs["e_ptr"], W, BW, gs["E"], hist,
+        consensus = lazy_consensus(gs["e_ptr"], gs["w_at"], W, BW, gs["E"], hist,
                                        np.ascontiguousarray(coef[:, 0]), h_ptr, Vt, history.G,
                                        kk)
     return {
@@ -677,9 +695,9 @@ def server_init_lazy(Vt, uploads, *, beta, n_clients):
     empty = np.zeros(n_clients, np.int64)
     parts = _parts(uploads, ("Y",), n)
     rows = sum(int(p.e_ptr[-1]) for p in parts)  # (the rated rows' store, made once to size)
-    store = {"rd": _Pool([np.empty(rows, np.int64), np.empty((rows, r))], 0),
+    store = {"rd": _Pool.of([np.empty(rows, np.int64), np.empty((rows, r))], 0),
              "rd_at": empty.copy(),
-             "rd_len": empty.copy(), "hc": _Pool([np.zeros(0, np.int64), np.zeros(0)], 0),
+             "rd_len": empty.copy(), "hc": _Pool.of([np.zeros(0, np.int64), np.zeros(0)], 0),
              "hc_at": empty.copy(), "hc_len": empty.copy()}
     server_state = {"Vt": Vt, "Z": None, "history": history, "store": store,
                     "S": np.zeros((n, r)), "C": np.zeros(4),

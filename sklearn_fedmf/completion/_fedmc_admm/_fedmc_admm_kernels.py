@@ -669,15 +669,17 @@ def _map_coefficients(hc, cc, kk, L, beta, n_steps, exact, hist_out, coef_out, q
 
 
 @_jit
-def lazy_consensus(e_ptr, W, BW, E, hist, coef, h_ptr, V, G, kk):
+def lazy_consensus(e_ptr, w_at, W, BW, E, hist, coef, h_ptr, V, G, kk):
     """``sum_i ||W_i - V||_F^2`` over clients held lazily (:func:`group_update`), with
     ``V = H[kk]``: per client the combination ``sum_q coef[q] H[hist[q]] - V`` over all rows
     (from the Gram blocks), corrected on its explicit rows (where the combination is
-    ``BW``)."""
+    ``BW``). Client ``a``'s explicit rows ``E[e_ptr[a]:e_ptr[a + 1]]`` have their values from
+    ``w_at[a]`` on in ``W`` and ``BW`` (read where the state holds them: no gathered copy)."""
     r = W.shape[1]
     total = 0.0
     for a in range(e_ptr.size - 1):
         e0, e1 = e_ptr[a], e_ptr[a + 1]
+        w0 = w_at[a] - e0
         q0, q1 = h_ptr[a], h_ptr[a + 1]
         n_q = q1 - q0 + 1
         hc = np.empty(n_q, np.int64)
@@ -694,9 +696,9 @@ def lazy_consensus(e_ptr, W, BW, E, hist, coef, h_ptr, V, G, kk):
         for e in range(e0, e1):
             j = E[e]
             for b in range(r):
-                d = W[e, b] - V[j, b]
+                d = W[w0 + e, b] - V[j, b]
                 total += d * d
-                d = BW[e, b] - V[j, b]
+                d = BW[w0 + e, b] - V[j, b]
                 quad -= d * d
         total += quad
     return total

@@ -160,7 +160,7 @@ def _norm(A, r):
     return np.sqrt(acc)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")  # (a call per coordinate costs more)
 def _adam(x, g, m, v, rate, bias2):
     """One Adam step of one coordinate (``_rfrec_protocol._optimize``) with ``rate = lr /
     (1 - beta1^t)`` and ``bias2 = 1 - beta2^t``; returns the new ``(x, m, v)``."""
@@ -169,7 +169,7 @@ def _adam(x, g, m, v, rate, bias2):
     return x - rate * m / (np.sqrt(v / bias2) + 1e-8), m, v
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _descend(X, mX, vX, r, a, g, adam, lr, rate, bias2):
     """Step ``X[r, a]`` along its gradient ``g``: Adam's step (moments ``mX``, ``vX``) or
     plain gradient descent with step ``lr``."""
@@ -202,6 +202,47 @@ class AdamMoments(namedtuple("AdamMoments", "t mU vU mP vP")):
 
 
 @njit(cache=True, nogil=True)
+def _pull_rows(P, q0, q1, Vbar, cols, eta):
+    """``P[q] <- P[q] - eta (P[q] - Vbar[cols[q]])`` for the rows ``q0:q1``."""
+    for q in range(q0, q1):
+        for a in range(P.shape[1]):
+            P[q, a] = P[q, a] - eta * (P[q, a] - Vbar[cols[q], a])
+
+
+@njit(cache=True, nogil=True)
+def _row_norms(A, r0, r1, out):
+    """``out[r - r0] = ||A[r]||`` (each summed in order), four rows at a time: four
+    independent sums keep the core busy where one waits on its additions."""
+    r = r0
+    while r + 4 <= r1:
+        n0 = n1 = n2 = n3 = 0.0
+        for a in range(A.shape[1]):
+            x0, x1, x2, x3 = A[r, a], A[r + 1, a], A[r + 2, a], A[r + 3, a]
+            n0 += x0 * x0
+            n1 += x1 * x1
+            n2 += x2 * x2
+            n3 += x3 * x3
+        out[r - r0], out[r - r0 + 1] = np.sqrt(n0), np.sqrt(n1)
+        out[r - r0 + 2], out[r - r0 + 3] = np.sqrt(n2), np.sqrt(n3)
+        r += 4
+    for rest in range(r, r1):
+        out[rest - r0] = _norm(A, rest)
+
+
+@njit(cache=True, nogil=True)
+def _scores4(U, r, P, qa, qb, qc, qd):
+    """The four scores ``U[r] . P[q]`` (each summed in order, as ``row_dot``), together."""
+    za = zb = zc = zd = 0.0
+    for a in range(U.shape[1]):
+        u = U[r, a]
+        za += u * P[qa, a]
+        zb += u * P[qb, a]
+        zc += u * P[qc, a]
+        zd += u * P[qd, a]
+    return za, zb, zc, zd
+
+
+@njit(cache=True, nogil=True)
 def _group_update(pairs, U, P, Vbar, active, pending, settings, moments):
     """``client_update``'s state change for every active client of a group, in place
     (``pairs`` a :class:`GroupPairs`, ``settings`` a :class:`StepSettings`, ``moments``
@@ -213,6 +254,10 @@ def _group_update(pairs, U, P, Vbar, active, pending, settings, moments):
     ``_client_grads`` with the ``auto_steps`` curvature steps (``auto``) or Adam, or a pull.
     ``pull_after``: the client's pull is left pending (l2gd's upload round). With ``auto``,
     ``lr`` is the safety factor of the curvature steps.
+
+    Every client steps every round, so this is a pass over all the ratings: the scores of a
+    row's entries are computed four at a time (independent sums, each in the per-client
+    order, so the values are the same bits) and the plain step has no call per coordinate.
     """
     indptr, data, row_ptr, pair_ptr, pair, cols = pairs
     (action, pull_after, eta, sigmoid, shift, span, alpha_u, reg_v, reg, scale, lr, auto, adam,
@@ -226,24 +271,21 @@ def _group_update(pairs, U, P, Vbar, active, pending, settings, moments):
         max_pairs = max(max_pairs, pair_ptr[i + 1] - pair_ptr[i])
     gU = np.empty((max_rows, d))
     gP = np.empty((max_pairs, d))
-    step_u = np.empty(max_rows)
-    step_p = np.empty(max_pairs)
+    step_u = np.zeros(max_rows)
+    step_p = np.zeros(max_pairs)
     u_norm = np.empty(max_rows)
     v_norm = np.empty(max_pairs)
+    z4 = np.empty(4)
     data_curv = 2.0 * scale * (0.16 if sigmoid else 1.0)
     for i in range(active.shape[0]):
         if not active[i]:
             continue
         r0, r1, q0, q1 = row_ptr[i], row_ptr[i + 1], pair_ptr[i], pair_ptr[i + 1]
         if pending[i]:
-            for q in range(q0, q1):
-                for a in range(d):
-                    P[q, a] = P[q, a] - eta * (P[q, a] - Vbar[cols[q], a])
+            _pull_rows(P, q0, q1, Vbar, cols, eta)
         pending[i] = pull_after
         if action == _PULL:
-            for q in range(q0, q1):
-                for a in range(d):
-                    P[q, a] = P[q, a] - eta * (P[q, a] - Vbar[cols[q], a])
+            _pull_rows(P, q0, q1, Vbar, cols, eta)
         if action != _STEP:
             continue
         gU[: r1 - r0] = 0.0
@@ -251,23 +293,31 @@ def _group_update(pairs, U, P, Vbar, active, pending, settings, moments):
         if auto:
             step_u[: r1 - r0] = 0.0
             step_p[: q1 - q0] = 0.0
-            for r in range(r0, r1):
-                u_norm[r - r0] = _norm(U, r)
-            for q in range(q0, q1):
-                v_norm[q - q0] = _norm(P, q)
+            _row_norms(U, r0, r1, u_norm)
+            _row_norms(P, q0, q1, v_norm)
         for r in range(r0, r1):
-            for s in range(indptr[r], indptr[r + 1]):
-                q = _pair_of(pair, s)
-                z = row_dot(U, r, P, q)
-                e, g = _residual(z, data[s], sigmoid, shift, span)
-                for a in range(d):
-                    gU[r - r0, a] += g * P[q, a]
-                    gP[q - q0, a] += g * U[r, a]
-                if auto:  # auto_steps' Gershgorin sums
-                    res = 1.0 if sigmoid else abs(z - data[s])
-                    cross = u_norm[r - r0] * v_norm[q - q0] + res
-                    step_u[r - r0] += v_norm[q - q0] ** 2 + cross
-                    step_p[q - q0] += u_norm[r - r0] ** 2 + cross
+            s, s1 = indptr[r], indptr[r + 1]
+            while s < s1:
+                k = 4 if s + 4 <= s1 else 1
+                if k == 4:
+                    z4[0], z4[1], z4[2], z4[3] = _scores4(
+                        U, r, P, _pair_of(pair, s), _pair_of(pair, s + 1),
+                        _pair_of(pair, s + 2), _pair_of(pair, s + 3))
+                else:
+                    z4[0] = row_dot(U, r, P, _pair_of(pair, s))
+                for c in range(s, s + k):
+                    q = _pair_of(pair, c)
+                    z = z4[c - s]
+                    e, g = _residual(z, data[c], sigmoid, shift, span)
+                    for a in range(d):
+                        gU[r - r0, a] += g * P[q, a]
+                        gP[q - q0, a] += g * U[r, a]
+                    if auto:  # auto_steps' Gershgorin sums
+                        res = 1.0 if sigmoid else abs(z - data[c])
+                        cross = u_norm[r - r0] * v_norm[q - q0] + res
+                        step_u[r - r0] += v_norm[q - q0] ** 2 + cross
+                        step_p[q - q0] += u_norm[r - r0] ** 2 + cross
+                s += k
         lr_u = lr
         lr_p = lr
         rate = bias2 = 1.0
@@ -286,9 +336,9 @@ def _group_update(pairs, U, P, Vbar, active, pending, settings, moments):
         for q in range(q0, q1):
             if auto:
                 lr_p = lr / max(data_curv * step_p[q - q0] + (2.0 * scale * reg_v + reg), 1e-12)
+            j = cols[q]
             for a in range(d):
-                g = scale * (gP[q - q0, a] + 2.0 * reg_v * P[q, a]) + reg * (P[q, a]
-                                                                          - Vbar[cols[q], a])
+                g = scale * (gP[q - q0, a] + 2.0 * reg_v * P[q, a]) + reg * (P[q, a] - Vbar[j, a])
                 _descend(P, mP, vP, q, a, g, adam, lr_p, rate, bias2)
             if biased:
                 P[q, d - 2] = 1.0
@@ -298,11 +348,33 @@ def _group_update(pairs, U, P, Vbar, active, pending, settings, moments):
 def _group_sums(indptr, data, row_ptr, pair_ptr, pair, cols, U, P, W, Vbar, pending, eta,
                 sigmoid, shift, span):
     """``_client_sums`` summed over the clients of a group, each client's columns pulled
-    first when its pull is pending (``_rfrec_protocol._pulled``)."""
+    first when its pull is pending (``_rfrec_protocol._pulled``).
+
+    With one row per client (``pair`` empty: column ``s`` is entry ``s``'s) and no pending
+    pull, an entry's fit and errors and its column's ``psi`` and ``sq`` terms are summed in
+    one pass (each sum in the same order as the two passes of the general case, so the same
+    bits; the five sums overlap instead of waiting on one another)."""
     d = U.shape[1]
     fit = sse = ae = psi = sq = 0.0
     p = np.empty(d)
     for i in range(row_ptr.shape[0] - 1):
+        if pair.shape[0] == 0 and row_ptr[i + 1] - row_ptr[i] == 1 and not pending[i]:
+            r = row_ptr[i]
+            for s in range(indptr[r], indptr[r + 1]):
+                j = cols[s]
+                z = zbar = 0.0
+                for a in range(d):
+                    pa, va, wa = P[s, a], Vbar[j, a], W[j, a]
+                    z += U[r, a] * pa
+                    zbar += U[r, a] * va
+                    psi += (pa - va) ** 2 - (wa - va) ** 2
+                    sq += pa ** 2 - wa ** 2
+                e = _residual(z, data[s], sigmoid, shift, span)[0]
+                ebar = _rating_error(zbar, data[s], sigmoid, shift, span)
+                fit += e * e
+                sse += ebar * ebar
+                ae += abs(ebar)
+            continue
         for r in range(row_ptr[i], row_ptr[i + 1]):
             for s in range(indptr[r], indptr[r + 1]):
                 q = _pair_of(pair, s)
