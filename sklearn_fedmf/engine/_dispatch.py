@@ -31,7 +31,21 @@ from sklearn.utils.parallel import Parallel, delayed
 from ..exceptions import FederationError
 from ._joblib_backend import dask_client, uses_threads
 
-__all__ = ["dispatch", "resident_blocks", "shared_thread_pools", "workers_of"]
+__all__ = ["client_call", "dispatch", "resident_blocks", "shared_thread_pools", "workers_of"]
+
+
+def client_call(fn, *args):
+    """``(fn(*args), None)``, or ``(None, exc)`` when the client code raised ``exc``.
+
+    The one place the engine catches what client code raises (anything: a client's data, a
+    user's callable, a transport). Nothing is lost: the exception goes back to the engine,
+    whose failure policy (``on_client_error``) raises it as a
+    :class:`~sklearn_fedmf.exceptions.ClientError` naming the client, phase and round, chained
+    to it, or counts the client as failed (``"skip"``, with a warning)."""
+    try:
+        return fn(*args), None
+    except Exception as exc:  # returned to the failure policy, never dropped
+        return None, exc
 
 
 def workers_of(n_jobs):

@@ -70,6 +70,7 @@ from ..secure._rounds import (
     report_encoding,
     run_secure_exchange,
 )
+from ._dispatch import client_call
 
 __all__ = ["PlainExchange", "SecureExchange", "exchange_for", "secure_options",
            "sum_securely", "keep_on_clients", "client_exchange_phase", "holds_upload",
@@ -424,13 +425,12 @@ def client_exchange_phase(slots, protocol, phase, clients, broadcast, generator)
     for client in clients:
         rng = None if generator is None else generator(client)
         tic = clock()
-        try:
-            slot, reply = client_secure_phase(phase, client, slots.get(client),
-                                              broadcast.messages[client], rng,
-                                              protocol.summable)
-        except Exception as exc:  # client code may raise anything: the engine's failure
-            failures[client] = exc  # policy raises it as a ClientError naming the client and
-            continue                # phase (chained), or counts it with on_client_error="skip"
+        result, exc = client_call(client_secure_phase, phase, client, slots.get(client),
+                                  broadcast.messages[client], rng, protocol.summable)
+        if exc is not None:
+            failures[client] = exc
+            continue
+        slot, reply = result
         seconds[client] = clock() - tic
         slots[client] = slot
         messages[client] = reply

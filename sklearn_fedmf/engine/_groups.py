@@ -55,7 +55,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._client_data import ClientBlock
-from ._dispatch import dispatch, shared_thread_pools, workers_of
+from ._dispatch import client_call, dispatch, shared_thread_pools, workers_of
 from ._exchange import SECURE_PHASES, keep_on_clients
 from ._transport import PhaseResult, Transport, _run_clients, run_secure_phase
 
@@ -289,23 +289,24 @@ def _run_group(items, phase, batched, fn, broadcast, stream):
     failures)`` per group."""
     out = []
     for g, group, state, active, selected in items:
-        try:
-            if phase == "init_client":
-                new_state, messages = batched.init_client(group, broadcast, stream)
-            elif phase == "client_metrics":
-                new_state, messages = state, {group.start: batched.client_metrics(
-                    state, group, broadcast)}
-            else:
-                new_state, messages = getattr(batched, phase)(state, group, broadcast, stream,
-                                                              active, selected)
-        except Exception as exc:  # client code may raise anything (as in _run_clients): the
-            # per-client re-run names the failing client for the engine, which raises a
-            # ClientError or skips per on_client_error; with no failing client, exc is re-raised
+        result, exc = client_call(_group_phase, phase, batched, group, state, broadcast,
+                                  stream, active, selected)
+        if exc is not None:  # the per-client re-run names the failing client for the engine;
+            # with no failing client, exc is raised again
             out.append((g, *_one_by_one(exc, group, state, active, selected, phase, batched,
                                         fn, broadcast, stream)))
             continue
-        out.append((g, new_state, messages, {}))
+        out.append((g, *result, {}))
     return out
+
+
+def _group_phase(phase, batched, group, state, broadcast, stream, active, selected):
+    """One group's ``phase`` through its batched functions: ``(new_state, messages)``."""
+    if phase == "init_client":
+        return batched.init_client(group, broadcast, stream)
+    if phase == "client_metrics":
+        return state, {group.start: batched.client_metrics(state, group, broadcast)}
+    return getattr(batched, phase)(state, group, broadcast, stream, active, selected)
 
 
 def _one_by_one(exc, group, state, active, selected, phase, batched, fn, broadcast, stream):

@@ -128,7 +128,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._dispatch import dispatch, resident_blocks, shared_thread_pools, workers_of
+from ._dispatch import client_call, dispatch, resident_blocks, shared_thread_pools, workers_of
 from ._exchange import SECURE_PHASES, client_exchange_phase, keep_on_clients
 
 __all__ = ["Transport", "LocalTransport", "PhaseResult", "client_generator",
@@ -217,19 +217,22 @@ def _run_clients(items, fn, phase, broadcast, stream):
     """
     out = []
     for client, state, block, selected in items:
-        try:
-            if phase == "client_metrics":
-                new_state, message = state, fn(state, block, broadcast)
-            elif phase == "init_client":
-                new_state, message = fn(block, broadcast, client_generator(stream, client))
-            else:
-                new_state, message = fn(state, block, broadcast,
-                                        client_generator(stream, client), selected)
-        except Exception as exc:  # reported to the engine, which raises or counts it
+        result, exc = client_call(_client_phase, phase, fn, client, state, block, broadcast,
+                                  stream, selected)
+        if exc is not None:
             out.append((client, state, None, exc))
             continue
-        out.append((client, new_state, message, None))
+        out.append((client, *result, None))
     return out
+
+
+def _client_phase(phase, fn, client, state, block, broadcast, stream, selected):
+    """One client's ``phase``: ``(new_state, message)``."""
+    if phase == "client_metrics":
+        return state, fn(state, block, broadcast)
+    if phase == "init_client":
+        return fn(block, broadcast, client_generator(stream, client))
+    return fn(state, block, broadcast, client_generator(stream, client), selected)
 
 
 class LocalTransport(Transport):
