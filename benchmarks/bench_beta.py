@@ -4,9 +4,10 @@ The paper gives no beta. Column ``j`` of a client's W step (P-15) has curvature
 ``(1/p) lambda_max(sum_t u_t u_t^T) <= (1/p) sum_t ||u_t||^2`` over the client's raters of
 ``j``, so a fixed number cannot suit data of every shape. ``beta="auto"`` is ``AUTO_BETA * b0``
 with ``b0`` that bound at the start, averaged over the rated columns
-(``sklearn_fedmf.completion._fedmc_admm._fedmc_admm_protocol.initial_curvature``: the raters per rated
-column from ``ratings / (items p)``, the rows' squared norm from ``init_scale``, rank and the
-ones column of the biases). This script sweeps beta as a multiple of ``b0`` on
+(``sklearn_fedmf.completion._fedmc_admm._fedmc_admm_protocol.initial_curvature``:
+the raters per rated column from ``ratings / (items p)``, the rows' squared norm from
+``init_scale``, rank and the ones column of the biases). This script sweeps beta as a
+multiple of ``b0`` on
 
 - synthetic low-rank ratings, the tests' recovery recipe with the paper's settings (400 x 100,
   rank 2, 4 clients; full participation for 200 rounds and 2 of 4 clients for 400 rounds;

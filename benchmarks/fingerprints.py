@@ -141,10 +141,10 @@ def run(names=None, dask=False):
                 def fit(m):
                     return m.fit(train, eval_set=test)
             elif kind == "pairs":
-                def fit(m):
+                def fit(m, X=X):
                     return m.fit(*X)
             else:
-                def fit(m):
+                def fit(m, X=X):
                     return m.fit(X)
             tic = time.perf_counter()
             try:

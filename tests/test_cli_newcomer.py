@@ -104,7 +104,7 @@ def test_every_command_prints_the_same_twice_and_with_its_defaults_spelled_out(
 
 def test_flower_split_writes_the_same_sites_twice(newcomer_csv, tmp_path, capsys):
     outputs = []
-    for k in range(2):
+    for _attempt in range(2):
         out, _ = run(["flower-split", "--data", str(newcomer_csv), "--out",
                       str(tmp_path / "sites")], capsys)
         outputs.append((out, sorted((p.name, p.read_bytes())

@@ -231,7 +231,8 @@ def test_drop_and_refused_members(X):
 
 
 def test_refit_members_on_every_training_rating(X, monkeypatch):
-    monkeypatch.setattr("sklearn_fedmf.completion._fed_blend._fed_blend.REFIT_MIN_SHARE", 0.0)  # all
+    # every member refits
+    monkeypatch.setattr("sklearn_fedmf.completion._fed_blend._fed_blend.REFIT_MIN_SHARE", 0.0)
     blend = _blend(refit=True).fit(X)
     validated = _blend().fit(X)
     np.testing.assert_array_equal(blend.weights_, validated.weights_)

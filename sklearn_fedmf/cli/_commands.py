@@ -200,9 +200,9 @@ def cmd_run(args):
 def run_topn(args, methods):
     """``fedmf run --task topn``: the leave-one-out protocol of the ranking papers. Each
     rating method through ``RatingRegressor``, with ``loss="implicit"`` (its defaults, the
-    options typed and ``--seed``) and on ratings (``--settings``), beside the most popular items; HR and
-    NDCG at 10 and 20 of full rankings, fit seconds (after an untimed one-round fit, so
-    compilation excluded) and megabytes moved per round."""
+    options typed and ``--seed``) and on ratings (``--settings``), beside the most popular
+    items; HR and NDCG at 10 and 20 of full rankings, fit seconds (after an untimed one-round
+    fit, so compilation excluded) and megabytes moved per round."""
     from .._rating_regressor import RatingRegressor
     from ..metrics import hit_rate_at_k, ndcg_at_k
     from ._data import _check_sizes, load_pairs
