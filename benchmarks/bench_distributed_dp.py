@@ -101,6 +101,8 @@ def main():
     parser.add_argument("--clip-quantile", type=float, default=None,
                         help="with --clip adaptive: the quantile (default: 'auto')")
     parser.add_argument("--scale", type=float, default=1.0, help="the ratings times this")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the fits' random_state (the split's stays 0)")
     parser.add_argument("--data", default=None,
                         help="a real set NAME:PATH instead of make_ratings")
     parser.add_argument("--max-releases", type=int, default=None,
@@ -130,7 +132,7 @@ def main():
     X_train, X_test = train_test_split_ratings(X, 0.2, random_state=0)
     per_round = max(2, int(round(args.per_round * args.users)))
     common = dict(n_clients=args.users, clients_per_round=per_round, max_iter=args.rounds,
-                  random_state=0, **args.params)
+                  random_state=args.seed, **args.params)
     survivors = (args.min_survivors if args.min_survivors == "threshold"
                  else float(args.min_survivors))
     secure = (True if args.secure else

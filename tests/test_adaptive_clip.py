@@ -146,3 +146,23 @@ def test_clips_in_history_are_the_public_function_of_the_counts(cls):
     assert "update" in kinds and len(model.history_) == 4
     assert model.history_[0]["dp_clip"]["update"] == start
     assert any(r["dp_clip"]["update"] != start for r in model.history_[1:])
+
+
+@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
+def test_auto_is_adaptive_for_fedmavg_and_the_constant_elsewhere():
+    # clip="auto": FedMAvg adapts from its constant (the measured choice); FedMGS and
+    # FedBaseline keep theirs; a number is the old fixed clip (no count, no dp_clip)
+    from sklearn_fedmf.privacy._distributed_dp import AUTO_CLIP
+
+    X = make_ratings(40, 20, 300, random_state=0).X
+    kw = dict(n_clients=40, clients_per_round=20, max_iter=2, random_state=0)
+    auto = FedMAvg(**kw, privacy=DistributedDP(target_epsilon=8.0)).fit(X)
+    assert auto._ddp_plan.adaptive.start == AUTO_CLIP["FedMAvg"]
+    assert auto._ddp_plan.adaptive.gamma("update") == 0.3
+    for cls in (FedMGS, FedBaseline):
+        model = cls(**kw, privacy=DistributedDP(target_epsilon=8.0)).fit(X)
+        assert model._ddp_plan.adaptive is None
+        assert model._ddp_plan.clip == AUTO_CLIP[cls.__name__]
+    fixed = FedMAvg(**kw, privacy=DistributedDP(target_epsilon=8.0, clip=10.0)).fit(X)
+    assert fixed._ddp_plan.adaptive is None and "dp_clip" not in fixed.history_[0]
+    assert fixed.noise_multiplier_ == pytest.approx(fixed._ddp_plan.multiplier, rel=1e-9)
