@@ -92,6 +92,18 @@ def test_upload_is_clipped_at_the_rounds_clip_and_the_bit_is_its_norms():
     np.testing.assert_array_equal(vector[-1:], noise)
 
 
+def test_a_count_of_pure_noise_barely_moves_the_clip():
+    # 29 clients, sigma_b = 51 (epsilon 1): the fraction's noise is 1.8; once settled, 40
+    # rounds of noise move log C by 0.3 * 1.8 / 0.3 / 35 ~ 0.05 each (a random walk of
+    # sd 0.3), where an unscaled step (1.8 each) would end 10 times off or more
+    rng = np.random.default_rng(0)
+    ada = AdaptiveClip(start=1.0, quantile=0.9, sigma_bit=51.0)
+    for _ in range(40):
+        ada.observe("prepare", 0.9 + rng.normal(0.0, 51.0 / 29), 29)
+    assert ada.rates["prepare"][0] is None  # (settled)
+    assert abs(math.log(ada.clip("prepare"))) < 3.0  # travel (<= 2.2) plus the walk
+
+
 @pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
 def test_epsilon_with_the_count_matches_an_independent_rdp_computation():
     X = make_ratings(40, 20, 300, random_state=0).X

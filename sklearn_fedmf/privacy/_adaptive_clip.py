@@ -13,7 +13,9 @@ It moves that exchange kind's clip toward the ``gamma``-quantile of the norms in
    crossed in 5 rounds;
 2. *settle*, the paper's geometric step, ``C <- C exp(-eta (f - gamma) / sqrt(gamma (1 -
    gamma)))`` with ``eta = 0.3`` (the paper's 0.2 is for thousands of rounds; the scaling
-   keeps a quantile far from 1/2 moving).
+   keeps a quantile far from 1/2 moving), divided by ``s / 0.05`` when the count's noise on
+   ``f``, ``s = sigma_b / n`` for ``n`` clients, is above 0.05: a count that is mostly noise
+   (29 clients at epsilon 1: ``s = 1.8``) barely moves the clip instead of walking it away.
 
 (Simulated over lognormal norms of log-sd 0.2 to 1.2 and starts 0.01 to 30 times the
 quantile, 200 clients a round, noise 0.04 on ``f``: after 10 rounds the true fraction at the
@@ -46,6 +48,7 @@ import numpy as np
 SPAN = 2.0**8  # the clips stay within [C0 / SPAN, C0 SPAN]
 LR = 0.25  # the travel's first step (log C moves by at most 1 a round)
 SETTLE_LR = 0.3  # the settling step's eta
+SETTLE_NOISE = 0.05  # above this noise on the fraction, the settling step shrinks
 BIT_NOISE = 4.0  # sigma_b over the fit's multiplier z
 
 # clip="adaptive" with clip_quantile="auto": each estimator's target quantile per exchange
@@ -137,8 +140,9 @@ class AdaptiveClip:
         elif last and eta is not None:
             eta = min(1.5 * eta, 1.0)
         self.rates[kind] = (eta, sign or last)
-        step = (eta * sign if eta is not None
-                else SETTLE_LR * miss / math.sqrt(gamma * (1.0 - gamma)))
+        noise = self.sigma_bit / max(int(n_data), 1)  # (the count's sd over n, at least)
+        step = (eta * sign if eta is not None else SETTLE_LR * miss / math.sqrt(
+            gamma * (1.0 - gamma)) / max(1.0, noise / SETTLE_NOISE))
         self.clips[kind] = min(max(clip * math.exp(-step), self.floor), self.ceiling)
         self.log.append({"exchange": kind, "clip": clip, "fraction": float(fraction),
                          "n": int(n_data)})
