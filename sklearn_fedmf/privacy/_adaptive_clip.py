@@ -132,6 +132,9 @@ class AdaptiveClip:
         """The server's update from one exchange's noisy fraction of clients at or below
         the clip (``n_data`` clients sent data), logged with the clip it was measured at."""
         clip, gamma = self.clip(kind), self.gamma(kind)
+        if not n_data:  # (every client past max_releases: the count is noise only)
+            self.log.append({"exchange": kind, "clip": clip, "fraction": math.nan, "n": 0})
+            return
         miss = float(fraction) - gamma
         sign = float(np.sign(miss))
         eta, last = self.rates.get(kind, (self.lr, 0.0))

@@ -368,12 +368,13 @@ class DistributedNoise:
         any sum of ``m >= t`` shares ``N_Z(0, sigma^2 / t)`` (variance ``m sigma^2 / t >=
         sigma^2``; ``tau`` is largest at the smallest share and the most clients, ``t = m =``
         the largest exchange's clients, at its dimension)."""
-        sens = self.clip * 2.0**encoding.scale_bits
+        clip = self.clip if self.adaptive is None else self.adaptive.floor  # (tau's largest)
         members = self.largest["members"]
-        rho = ddg_rho(sens, self.sigma_ring(encoding) / math.sqrt(members), members,
-                      self.largest["dim"])
+        rho = ddg_rho(clip * 2.0**encoding.scale_bits, self.sigma_ring(encoding, clip)
+                      / math.sqrt(members), members, self.largest["dim"])
         if self.adaptive is not None:  # the bit: moved by 1/2 unit, its own noise
-            rho += ddg_rho(sens / 2, self.adaptive.sigma_bit * sens / math.sqrt(members),
+            unit = self.clip * 2.0**encoding.scale_bits
+            rho += ddg_rho(unit / 2, self.adaptive.sigma_bit * unit / math.sqrt(members),
                            members, 1)
         return 1.0 / math.sqrt(2 * rho)
 
