@@ -8,14 +8,15 @@ encoding's unit ``2^bits``) with its own discrete Gaussian share, so the server 
 noisy count of clients at or below ``C`` beside the noisy sum (``f``, the noisy fraction).
 It moves that exchange kind's clip toward the ``gamma``-quantile of the norms in two phases:
 
-1. *travel*, until ``f - gamma`` first changes sign: ``C <- C exp(-eta sign(f - gamma))``,
+1. *travel*, until ``f - gamma`` first changes sign or is within twice the count's noise
+   on ``f`` (``s = sigma_b / n`` for ``n`` clients): ``C <- C exp(-eta sign(f - gamma))``,
    ``eta`` from 0.25, 1.5 times larger each round (at most 1): a clip 10 times off is
    crossed in 5 rounds;
 2. *settle*, the paper's geometric step, ``C <- C exp(-eta (f - gamma) / sqrt(gamma (1 -
    gamma)))`` with ``eta = 0.3`` (the paper's 0.2 is for thousands of rounds; the scaling
-   keeps a quantile far from 1/2 moving), divided by ``s / 0.05`` when the count's noise on
-   ``f``, ``s = sigma_b / n`` for ``n`` clients, is above 0.05: a count that is mostly noise
-   (29 clients at epsilon 1: ``s = 1.8``) barely moves the clip instead of walking it away.
+   keeps a quantile far from 1/2 moving), divided by ``s / 0.05`` when ``s`` is above 0.05
+   (the paper's ``sigma_b = m / 20``): a count that is mostly noise (29 clients at epsilon
+   1: ``s = 1.8``) barely moves the clip from its start instead of walking it away.
 
 (Simulated over lognormal norms of log-sd 0.2 to 1.2 and starts 0.01 to 30 times the
 quantile, 200 clients a round, noise 0.04 on ``f``: after 10 rounds the true fraction at the
@@ -137,13 +138,13 @@ class AdaptiveClip:
             return
         miss = float(fraction) - gamma
         sign = float(np.sign(miss))
+        noise = self.sigma_bit / n_data  # (the count's sd over n, at least)
         eta, last = self.rates.get(kind, (self.lr, 0.0))
-        if last and sign and sign != last:
+        if (last and sign and sign != last) or abs(miss) <= 2.0 * noise:
             eta = None  # (settled: from now on the geometric step)
         elif last and eta is not None:
             eta = min(1.5 * eta, 1.0)
         self.rates[kind] = (eta, sign or last)
-        noise = self.sigma_bit / max(int(n_data), 1)  # (the count's sd over n, at least)
         step = (eta * sign if eta is not None else SETTLE_LR * miss / math.sqrt(
             gamma * (1.0 - gamma)) / max(1.0, noise / SETTLE_NOISE))
         self.clips[kind] = min(max(clip * math.exp(-step), self.floor), self.ceiling)
