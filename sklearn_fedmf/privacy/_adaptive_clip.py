@@ -21,8 +21,9 @@ It moves that exchange kind's clip toward the ``gamma``-quantile of the norms in
 (Simulated over lognormal norms of log-sd 0.2, 0.6 and 1.2, starts 0.01 to 30 times the
 quantile, 200 clients a round, noise 0.04 on ``f``: from round 10 to 25 the true fraction at
 the clip is within 0.043, 0.021 and 0.015 of ``gamma`` on average; a test checks the same
-through the ring.) Each kind (``"init"``, ``"prepare"``, ``"update"``) has its own clip: their uploads differ in scale (FedMAvg's Gram change about
-1, its update ``W_p - V`` about 20 at the MovieLens-1M shape). The start's exchange, once per
+through the ring.) Each kind (``"init"``, ``"prepare"``, ``"update"``) has its own clip:
+their uploads differ in scale (FedMAvg's Gram change about 1, its update ``W_p - V`` about
+20 at the MovieLens-1M shape). The start's exchange, once per
 fit, uses the start clip ``C0``. The clips stay within ``[C0 / 2^8, C0 2^8]`` (the ring is
 sized for the top).
 
