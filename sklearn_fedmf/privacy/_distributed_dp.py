@@ -135,7 +135,7 @@ class DistributedDP(BaseEstimator):
         ``"adaptive"`` for FedMAvg; the constant for FedMGS (3), RFRec (1) and FedBaseline
         (5). Chosen at the MovieLens-1M shape at ``target_epsilon=8`` and checked on real
         sets (``benchmarks/results/bench_distributed_dp-2026-12.md``): FedMAvg's adaptive
-        clip matches its constant 10 there and beats it elsewhere (ML-100K 1.026 against
+        clip matches its constant 10 there and beats it elsewhere (ML-100K 1.019 against
         1.354 at epsilon 8), FedMGS's did not.
     clip_quantile : float in (0, 1) or "auto", default="auto"
         With ``clip="adaptive"``: the quantile of the clients' upload norms the clip tracks
@@ -519,8 +519,8 @@ def _denoised(server_step, denoise, server_state, sums, *args, **kwargs):
 AUTO_CLIP = {"FedMAvg": 10.0, "FedMGS": 3.0, "RFRec": 1.0, "FedBaseline": 5.0}
 # clip="auto" is clip="adaptive" (the constant its start) for these, the constant elsewhere:
 # FedMAvg's adaptive clip was as good at the ML-1M shape (3 seeds) and better on ML-100K,
-# FilmTrust, Jester, Ciao and Coat; FedMGS's was worse at ML-1M (by 0.003 to 0.007), at ratings
-# x2, on Jester and Ciao (benchmarks/results/bench_distributed_dp-2026-12.md)
+# FilmTrust, Jester, Ciao and Coat; FedMGS's was worse at ML-1M (by 0.0005 to 0.005), at
+# ratings x2, on FilmTrust and Jester (benchmarks/results/bench_distributed_dp-2026-12.md)
 AUTO_ADAPTIVE = frozenset({"FedMAvg"})
 
 DISTRIBUTED_DOCS = {
