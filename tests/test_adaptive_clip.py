@@ -178,3 +178,23 @@ def test_auto_is_adaptive_for_fedmavg_and_the_constant_elsewhere():
     fixed = FedMAvg(**kw, privacy=DistributedDP(target_epsilon=8.0, clip=10.0)).fit(X)
     assert fixed._ddp_plan.adaptive is None and "dp_clip" not in fixed.history_[0]
     assert fixed.noise_multiplier_ == pytest.approx(fixed._ddp_plan.multiplier, rel=1e-9)
+
+
+def test_the_counts_noise_has_the_accounted_variance():
+    # the bit coordinate of a sum of m shares N_Z(0, (sigma_b unit)^2 / t): variance
+    # m / t (sigma_b unit)^2, what the accountant assumes at t = m (2,000 sums; the sample
+    # variance's relative standard error is sqrt(2 / 2000) = 3.2%, 4 of them allowed)
+    plan = distributed_noise(DistributedDP(noise=0.5, clip="adaptive"), n_releases=1,
+                             n_rounds=1, auto_clip=1.0)
+    enc = plan.encoding_for(6)
+    unit = plan.clip * 2.0**enc.scale_bits
+    m, t, draws = 6, 4, 2000
+    counts = np.empty(draws)
+    for k in range(draws):
+        total = sum(plan.client_vector(np.zeros(3), enc, None,
+                                       np.random.SeedSequence(k, spawn_key=(c,)), t,
+                                       exchange="update")[0] for c in range(m))
+        counts[k] = float(total[-1:].view(np.int64)[0]) / unit - m / 2  # (every bit is 1)
+    expected = m / t * plan.adaptive.sigma_bit**2
+    assert abs(counts.var() / expected - 1) < 4 * math.sqrt(2 / draws)
+    assert abs(counts.mean()) < 4 * math.sqrt(expected / draws)
