@@ -5,8 +5,12 @@ Usage::
     python benchmarks/bench_distributed_dp.py                       # the ML-1M shape
     python benchmarks/bench_distributed_dp.py --users 1000 --items 500 --ratings 50000
     python benchmarks/bench_distributed_dp.py --epsilons 8 --estimators FedMAvg --secure
+    python benchmarks/bench_distributed_dp.py --clip adaptive --scale 2   # ratings x2 (0-10)
+    python benchmarks/bench_distributed_dp.py --data ml-100k:/work/data/ml-100k/u.data
 
-``make_ratings(--users, --items, --ratings, random_state=0)``, an 80/20 split of every
+``make_ratings(--users, --items, --ratings, random_state=0)`` (or a real set, ``--data
+NAME:PATH``, read as ``bench_sites.py`` reads it; its ratings of exactly 0 are dropped: a
+sparse matrix cannot hold them), its ratings times ``--scale``, an 80/20 split of every
 user's ratings, one client per user, ``--per-round`` (10%) of the clients per round,
 ``--rounds`` rounds, no validation. Reference rows: ``FedBaseline`` (biases only) and each
 estimator's non-private plain fit at the same rounds (FedMAvg's also with the equal weights
@@ -47,6 +51,30 @@ CLASSES = {"FedMAvg": FedMAvg, "FedMGS": FedMGS, "RFRec": RFRec, "FedBaseline": 
 LOCAL = {"RFRec": 0.2}  # the estimators that take LocalDP, and its entry clip (RFRec's paper)
 
 
+def read_set(spec):
+    """The rating matrix of a real set ``NAME:PATH`` (users and items indexed in the
+    order of their ids; ratings of exactly 0 dropped)."""
+    import scipy.sparse as sp
+    from bench_sites import read_triples
+
+    path = spec.split(":", 1)[1]
+    users, items, ratings = read_triples(path, movielens_ids=path.endswith("u.data"))
+    keep = ratings != 0
+    _, u = np.unique(users[keep], return_inverse=True)
+    _, i = np.unique(items[keep], return_inverse=True)
+    return sp.csr_matrix((ratings[keep], (u, i)))
+
+
+def clips_shown(model):
+    """An adaptive fit's clips: each exchange kind's first, median and last (history_)."""
+    kinds = {}
+    for record in model.history_:
+        for kind, clip in record.get("dp_clip", {}).items():
+            kinds.setdefault(kind, []).append(clip)
+    return "; ".join(f"{k} {c[0]:.3g}/{np.median(c):.3g}/{c[-1]:.3g}"
+                     for k, c in sorted(kinds.items()))
+
+
 def fit(cls, X, X_test, common, **kw):
     """``(test RMSE, seconds, model or why it failed)``: RMSE of ``score(X, X_test)`` (each
     user's factors folded in from its training ratings)."""
@@ -68,8 +96,15 @@ def main():
     parser.add_argument("--ratings", type=int, default=1_000_000)
     parser.add_argument("--per-round", type=float, default=0.1)
     parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--clip", type=float, default=None,
-                        help="DistributedDP's L2 clip (default: 'auto')")
+    parser.add_argument("--clip", default=None,
+                        help="DistributedDP's clip: a number or 'adaptive' (default: 'auto')")
+    parser.add_argument("--clip-quantile", type=float, default=None,
+                        help="with --clip adaptive: the quantile (default: 'auto')")
+    parser.add_argument("--scale", type=float, default=1.0, help="the ratings times this")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the fits' random_state (the split's stays 0)")
+    parser.add_argument("--data", default=None,
+                        help="a real set NAME:PATH instead of make_ratings")
     parser.add_argument("--max-releases", type=int, default=None,
                         help="DistributedDP's max_releases (default: 'auto')")
     parser.add_argument("--epsilons", type=float, nargs="*", default=[1, 2, 4, 8, 16])
@@ -87,22 +122,32 @@ def main():
                      help="one noise share per client (bit for bit the secure fit)")
     how.add_argument("--secure", action="store_true", help="the real secure aggregation")
     args = parser.parse_args()
-    data = make_ratings(args.users, args.items, args.ratings, random_state=0)
-    X_train, X_test = train_test_split_ratings(data.X, 0.2, random_state=0)
+    if args.data is None:
+        X, label = make_ratings(args.users, args.items, args.ratings, random_state=0).X, (
+            f"make_ratings({args.users}, {args.items}, {args.ratings})")
+    else:
+        X, label = read_set(args.data), args.data.split(":", 1)[0]
+        args.users = X.shape[0]
+    X = X.tocsr() * args.scale
+    X_train, X_test = train_test_split_ratings(X, 0.2, random_state=0)
     per_round = max(2, int(round(args.per_round * args.users)))
     common = dict(n_clients=args.users, clients_per_round=per_round, max_iter=args.rounds,
-                  random_state=0, **args.params)
+                  random_state=args.seed, **args.params)
     survivors = (args.min_survivors if args.min_survivors == "threshold"
                  else float(args.min_survivors))
     secure = (True if args.secure else
               _unmasked_for_measurement(summed_noise=not args.shares))
-    clip = "auto" if args.clip is None else args.clip
+    clip = ("auto" if args.clip is None else args.clip if args.clip in ("auto", "adaptive")
+            else float(args.clip))
+    quantile = "auto" if args.clip_quantile is None else args.clip_quantile
     cap = "auto" if args.max_releases is None else args.max_releases
     path = ("secure aggregation" if args.secure else "measurement path, one share per client"
             if args.shares else "measurement path, summed noise")
-    print(f"make_ratings({args.users}, {args.items}, {args.ratings}), 80/20, one client per "
+    print(f"{label}{f' x{args.scale:g}' if args.scale != 1 else ''} {X.shape}, {X.nnz} "
+          f"ratings, 80/20, one client per "
           f"user, {per_round} per round, {args.rounds} rounds, delta={DELTA:g}, "
-          f"min_survivors={survivors}, DistributedDP clip={clip}, max_releases={cap} "
+          f"min_survivors={survivors}, DistributedDP clip={clip}"
+          f"{f' quantile={quantile}' if clip == 'adaptive' else ''}, max_releases={cap} "
           f"({path}){', ' + json.dumps(args.params) if args.params else ''}")
     print()
     print("| estimator | privacy | epsilon | test RMSE | clip | releases cap | noise mult. "
@@ -127,6 +172,7 @@ def main():
         runs += [(None, eps) for eps in args.epsilons]
         for label, eps in runs:
             ddp = DistributedDP(target_epsilon=eps, target_delta=DELTA, clip=clip,
+                                clip_quantile=quantile,
                                 min_survivors=survivors, max_releases=cap,
                                 noise=1e-9 if eps is None else None)
             err, s, model = fit(cls, X_train, X_test, common, privacy=ddp,
@@ -136,8 +182,9 @@ def main():
                       f"| {s:.1f} |", flush=True)
                 continue
             plan = model._ddp_plan
+            shown = f"{plan.clip:g}" if plan.adaptive is None else clips_shown(model)
             print(f"| {name} | DistributedDP | {label or f'{eps:g}'} | {err:.4f} | "
-                  f"{plan.clip:g} | {plan.max_releases} | {model.noise_multiplier_:.3g} | "
+                  f"{shown} | {plan.max_releases} | {model.noise_multiplier_:.3g} | "
                   f"{s:.1f} |", flush=True)
             if name in LOCAL and eps is not None:
                 err, s, model = fit(cls, X_train, X_test, common, early_stopping=False,

@@ -13,7 +13,11 @@ aggregation on and has each client, at every secure exchange it takes part in,
    SecAgg threshold, or ``min_survivors``). Any ``m >= t`` survivors put ``m sigma^2 / t >=
    sigma^2`` into the sum: the target noise holds whoever drops out.
 
-The server decodes the noisy sum; nothing else changes in the protocol.
+The server decodes the noisy sum; nothing else changes in the protocol. With
+``clip="adaptive"`` (FedMAvg's ``"auto"``) ``clip`` is the current clip of the exchange's
+kind, and each vector ends with the client's noised bit "my norm is at most it", from which
+the server moves that clip (:mod:`._adaptive_clip`; each release is then the upload and the
+bit, two Gaussians composed).
 
 Accounting (Kairouz, Liu and Steinke, ICML 2021, Theorem 3): the sum of ``m`` independent
 ``N_Z(0, sigma_c^2)`` added to integer vectors whose sum moves by at most ``Delta`` in L2 is
@@ -72,6 +76,15 @@ from ..engine._exchange import (
     exchange_costs,
 )
 from ._accounting import _require_dp_accounting, calibrate_noise, epsilon_spent
+from ._adaptive_clip import (
+    AUTO_QUANTILE,
+    AdaptiveClip,
+    bit_coordinate,
+    bit_noise,
+    read_count,
+    update_multiplier,
+)
+from ._mechanisms import ddg_rho, discrete_gaussian  # (re-exported)
 
 __all__ = ["DistributedDP", "DistributedNoise", "DistributedDPMixin", "ddg_rho",
            "discrete_gaussian", "distributed_noise"]
@@ -110,13 +123,23 @@ class DistributedDP(BaseEstimator):
     noise : float or None, default=None
         Instead of ``target_epsilon``: the noise multiplier itself (standard deviation of
         the sum's noise over ``clip``; > 0).
-    clip : float or "auto", default="auto"
+    clip : float, "adaptive" or "auto", default="auto"
         L2 bound of a client's whole upload of one exchange (of its change, in a cumulative
-        exchange), in the upload's units. ``"auto"``: the estimator's bound
-        (:data:`AUTO_CLIP`), measured at the MovieLens-1M shape at ``target_epsilon=8``
-        (``benchmarks/results/bench_distributed_dp-2026-12.md``): a bound near the median
-        upload's norm lets the noise swamp the factors, one far below it shrinks them to
-        nothing.
+        exchange), in the upload's units. A number: that bound in every exchange.
+        ``"adaptive"``: a bound that follows the data (Andrew et al. 2021): each client also
+        sends, inside the secure sum and with its own noise, whether its upload's norm is
+        at most the exchange's clip, and the server moves each exchange kind's clip toward
+        the ``clip_quantile`` of the norms, starting from the estimator's constant
+        (:data:`AUTO_CLIP`); the count is paid from the budget (the upload's noise rises
+        by 0.8%) and the clips are public (``history_``'s ``"dp_clip"``). ``"auto"``:
+        ``"adaptive"`` for FedMAvg; the constant for FedMGS (3), RFRec (1) and FedBaseline
+        (5). Chosen at the MovieLens-1M shape at ``target_epsilon=8`` and checked on real
+        sets (``benchmarks/results/bench_distributed_dp-2026-12.md``): FedMAvg's adaptive
+        clip matches its constant 10 there and beats it elsewhere (ML-100K 1.019 against
+        1.354 at epsilon 8), FedMGS's did not.
+    clip_quantile : float in (0, 1) or "auto", default="auto"
+        With ``clip="adaptive"``: the quantile of the clients' upload norms the clip tracks
+        in every exchange kind; ``"auto"``: the estimator's (:data:`AUTO_QUANTILE`).
     min_survivors : "threshold" or float in (0, 1], default="threshold"
         The fewest clients an exchange sums: ``"threshold"``, the secure-aggregation
         threshold ``t`` (each client adds variance ``sigma^2 / t``: the noise holds under any
@@ -161,100 +184,24 @@ class DistributedDP(BaseEstimator):
         "target_epsilon": [Interval(Real, 0, None, closed="neither"), None],
         "target_delta": [Interval(Real, 0, 1, closed="neither")],
         "noise": [Interval(Real, 0, None, closed="neither"), None],
-        "clip": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "clip": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto", "adaptive"})],
+        "clip_quantile": [Interval(Real, 0, 1, closed="neither"), StrOptions({"auto"})],
         "min_survivors": [StrOptions({"threshold"}), Interval(Real, 0, 1, closed="right")],
         "max_releases": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"}),
                          None],
     }
 
     def __init__(self, mechanism="discrete_gaussian", *, target_epsilon=None,
-                 target_delta=1e-6, noise=None, clip="auto", min_survivors="threshold",
-                 max_releases="auto"):
+                 target_delta=1e-6, noise=None, clip="auto", clip_quantile="auto",
+                 min_survivors="threshold", max_releases="auto"):
         self.mechanism = mechanism
         self.target_epsilon = target_epsilon
         self.target_delta = target_delta
         self.noise = noise
         self.clip = clip
+        self.clip_quantile = clip_quantile
         self.min_survivors = min_survivors
         self.max_releases = max_releases
-
-
-# ---- the sampler ---------------------------------------------------------------------------
-def discrete_gaussian(rng, sigma, size):
-    """``size`` draws of the discrete Gaussian ``N_Z(0, sigma^2)`` (int64).
-
-    Canonne, Kamath and Steinke's rejection sampler (2020, Algorithm 3), vectorized: a
-    discrete Laplace of scale ``t = floor(sigma) + 1`` (the difference of two geometric
-    draws), kept with probability ``exp(-(|y| - sigma^2 / t)^2 / (2 sigma^2))``. The
-    Bernoulli trials use float64 probabilities (exact sampling would use rationals).
-
-    Parameters
-    ----------
-    rng : numpy.random.Generator
-        The draws' generator.
-    sigma : float > 0
-        The parameter (about the standard deviation for ``sigma >= 1``).
-    size : int
-        Number of draws.
-
-    Returns
-    -------
-    draws : ndarray of int64, shape (size,)
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_fedmf.privacy import discrete_gaussian
-    >>> z = discrete_gaussian(np.random.default_rng(0), 3.0, 20000)
-    >>> z.dtype, bool(abs(z.var() / 9.0 - 1) < 0.05)
-    (dtype('int64'), True)
-    """
-    if not sigma > 0:
-        raise ValueError(f"sigma must be > 0, got {sigma!r}.")
-    out = np.empty(size, dtype=np.int64)
-    todo = np.arange(size)
-    t = math.floor(sigma) + 1
-    p = -math.expm1(-1.0 / t)
-    while todo.size:
-        m = todo.size
-        y = rng.geometric(p, m) - rng.geometric(p, m)  # (both count trials: the 1s cancel)
-        keep = rng.random(m) < np.exp(-np.square(np.abs(y) - sigma * sigma / t)
-                                      / (2 * sigma * sigma))
-        out[todo[keep]] = y[keep]
-        todo = todo[~keep]
-    return out
-
-
-# ---- accounting --------------------------------------------------------------------------
-def ddg_rho(sensitivity, sigma_client, n_clients, dim):
-    """The zCDP ``rho`` of a sum of ``n_clients`` discrete Gaussians ``N_Z(0, sigma_client^2)``
-    over integer vectors of ``dim`` entries moved by at most ``sensitivity`` in L2 (Kairouz,
-    Liu and Steinke 2021, Theorem 3): ``Delta^2 / (2 n sigma_c^2) + tau dim / 4``.
-
-    Parameters
-    ----------
-    sensitivity : float
-        L2 bound of the change of the integer sum between neighbours.
-    sigma_client : float
-        Each client's discrete Gaussian parameter.
-    n_clients : int
-        Clients in the sum.
-    dim : int
-        Entries of the vector.
-
-    Returns
-    -------
-    rho : float
-
-    Examples
-    --------
-    >>> from sklearn_fedmf.privacy import ddg_rho
-    >>> ddg_rho(10.0, 10.0, 4, 100) == 10.0**2 / (2 * 4 * 10.0**2)  # tau underflows
-    True
-    """
-    k = np.arange(1, max(int(n_clients), 1))
-    tau = 10.0 * float(np.sum(np.exp(-2 * math.pi**2 * sigma_client**2 * k / (k + 1))))
-    return sensitivity**2 / (2 * n_clients * sigma_client**2) + tau * dim / 4
 
 
 @dataclass(frozen=True)
@@ -277,6 +224,7 @@ class DistributedNoise:
     releases: dict = field(default_factory=dict, compare=False, repr=False)
     largest: dict = field(default_factory=lambda: {"dim": 1, "members": 2}, compare=False,
                           repr=False)
+    adaptive: AdaptiveClip | None = field(default=None, compare=False, repr=False)
 
     # -- the ring
     def encoding_for(self, n_clients):
@@ -287,6 +235,8 @@ class DistributedNoise:
         64-bit ring."""
         n, r = max(int(n_clients), 2), self.n_rounds + 1
         units = n * r + n * r / 2 + TAIL_SD * self.multiplier * math.sqrt(n * r * n)
+        if self.adaptive is not None:  # (the clip's count: its own coordinate, not summed)
+            units = max(units, n / 2 + TAIL_SD * self.adaptive.sigma_bit * n)
         bits = min(MAX_UNIT_BITS, math.floor(62 - math.log2(units)))
         if bits < MIN_UNIT_BITS:
             raise ValueError(f"DistributedDP: {n} clients over {r} exchanges with noise "
@@ -296,9 +246,17 @@ class DistributedNoise:
         clip = 2.0**bits * 2.0**-scale
         return FixedPointEncoding(clip=clip, scale_bits=scale)
 
-    def sigma_ring(self, encoding):
-        """Standard deviation of the sum's noise in ring units."""
-        return self.multiplier * self.clip * 2.0**encoding.scale_bits
+    def sigma_ring(self, encoding, clip=None):
+        """Standard deviation of the sum's noise in ring units (at ``clip``, default the
+        plan's)."""
+        return self.multiplier * (self.clip if clip is None else clip) * 2.0**encoding.scale_bits
+
+    def clip_of(self, exchange):
+        """The clip of an exchange: the plan's, or with adaptive clipping the current clip of
+        the exchange's kind (``"init"``, ``"prepare"``, ``"update"``)."""
+        if self.adaptive is None or exchange is None:
+            return self.clip
+        return self.adaptive.clip(exchange)
 
     def survivors_needed(self, threshold, n_members):
         if self.min_survivors == "threshold":
@@ -306,10 +264,11 @@ class DistributedNoise:
         return max(int(threshold), math.ceil(self.min_survivors * n_members))
 
     # -- the client's side
-    def clip_vector(self, x, encoding):
+    def clip_vector(self, x, encoding, clip=None):
         """``x`` scaled to L2 norm at most ``clip - sqrt(d) 2^-(s+1)``: its rounding to the
-        ring stays within ``clip 2^s``."""
-        bound = self.clip - math.sqrt(x.size) * 2.0 ** -(encoding.scale_bits + 1)
+        ring stays within ``clip 2^s`` (``clip`` default the plan's)."""
+        clip = self.clip if clip is None else clip
+        bound = clip - math.sqrt(x.size) * 2.0 ** -(encoding.scale_bits + 1)
         norm = float(np.linalg.norm(x))
         return x * (bound / norm) if norm > bound else x
 
@@ -317,22 +276,32 @@ class DistributedNoise:
         """Whether a client that has sent ``released`` noised inputs may send data again."""
         return self.max_releases is None or released < self.max_releases
 
-    def client_vector(self, flat, encoding, last, seed, survivors, data=True):
+    def client_vector(self, flat, encoding, last, seed, survivors, data=True, exchange=None):
         """A client's noised ring vector and its new committed encoding: ``(vector,
         committed)``. ``last`` is its committed encoding of a cumulative exchange (None: its
         first, or a plain exchange): the change from it is clipped, not the value.
-        ``data=False`` (past ``max_releases``): zero, noise only."""
+        ``data=False`` (past ``max_releases``): zero, noise only. With adaptive clipping the
+        clip is the current one of ``exchange``'s kind, and the vector ends with the
+        client's noised bit ``norm <= clip`` (:mod:`._adaptive_clip`)."""
         target = np.asarray(flat, dtype=np.float64)
         if not data:
             target = np.zeros_like(target)
         elif last is not None:
             target = target - encoding.decode(last)
-        q = encoding.encode(self.clip_vector(target, encoding))
+        clip = self.clip_of(exchange)
+        q = encoding.encode(self.clip_vector(target, encoding, clip))
         committed = q if last is None else last + q  # (uint64: mod 2^64)
         if not data and last is not None:
             committed = last
-        vector = q + self.noise_share(seed, self.sigma_ring(encoding) / math.sqrt(survivors),
-                                      q.size)
+        vector = q + self.noise_share(seed, self.sigma_ring(encoding, clip)
+                                      / math.sqrt(survivors), q.size)
+        if self.adaptive is not None:  # the bit, with its own noise share (its own stream)
+            unit = self.clip * 2.0**encoding.scale_bits
+            bit = bit_coordinate(float(np.linalg.norm(target)), clip, unit, data)
+            stream = np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, 1))
+            share = self.noise_share(stream, self.adaptive.sigma_bit * unit
+                                     / math.sqrt(survivors), 1)
+            vector = np.append(vector, bit + share)
         if encoding.ring_bits < 64:
             mask = np.uint64((1 << encoding.ring_bits) - 1)
             vector, committed = vector & mask, committed & mask
@@ -356,6 +325,29 @@ class DistributedNoise:
                                     f"noised input, fewer than the {need} whose noise the sum "
                                     "needs.")
 
+    def take_count(self, total, survivors, exchange, encoding):
+        """The server's side of adaptive clipping: the ring sum without its bit coordinate,
+        the noisy count read from it and the exchange kind's clip updated (None: the sum as
+        it is)."""
+        if self.adaptive is None:
+            return total
+        cap = math.inf if self.max_releases is None else self.max_releases
+        n_data = sum(1 for c in survivors if self.releases.get(c, 0) < cap)
+        unit = self.clip * 2.0**encoding.scale_bits
+        self.adaptive.observe(exchange, read_count(total[-1], unit, n_data), n_data)
+        return total[:-1]
+
+    def summed_share(self, seed, encoding, ratio, size, exchange):
+        """The measurement path's noise of the sum, one draw of the survivors' summed
+        variance (``ratio = m / share`` times the sum's) per entry."""
+        sigma = self.sigma_ring(encoding, self.clip_of(exchange)) * math.sqrt(ratio)
+        if self.adaptive is None:
+            return self.noise_share(seed, sigma, size)
+        unit = self.clip * 2.0**encoding.scale_bits
+        bit = self.noise_share(np.random.SeedSequence(seed.entropy, spawn_key=(
+            *seed.spawn_key, 1)), self.adaptive.sigma_bit * unit * math.sqrt(ratio), 1)
+        return np.append(self.noise_share(seed, sigma, size - 1), bit)
+
     def record(self, survivors, dim, n_members):
         """Count a decoded sum as one release of each of its ``survivors``."""
         cap = math.inf if self.max_releases is None else self.max_releases
@@ -376,14 +368,19 @@ class DistributedNoise:
         any sum of ``m >= t`` shares ``N_Z(0, sigma^2 / t)`` (variance ``m sigma^2 / t >=
         sigma^2``; ``tau`` is largest at the smallest share and the most clients, ``t = m =``
         the largest exchange's clients, at its dimension)."""
-        sens = self.clip * 2.0**encoding.scale_bits
+        clip = self.clip if self.adaptive is None else self.adaptive.floor  # (tau's largest)
         members = self.largest["members"]
-        rho = ddg_rho(sens, self.sigma_ring(encoding) / math.sqrt(members), members,
-                      self.largest["dim"])
+        rho = ddg_rho(clip * 2.0**encoding.scale_bits, self.sigma_ring(encoding, clip)
+                      / math.sqrt(members), members, self.largest["dim"])
+        if self.adaptive is not None:  # the bit: moved by 1/2 unit, its own noise
+            unit = self.clip * 2.0**encoding.scale_bits
+            rho += ddg_rho(unit / 2, self.adaptive.sigma_bit * unit / math.sqrt(members),
+                           members, 1)
         return 1.0 / math.sqrt(2 * rho)
 
 
-def distributed_noise(privacy, *, n_releases, n_rounds, auto_clip=1.0, auto_releases=None):
+def distributed_noise(privacy, *, n_releases, n_rounds, auto_clip=1.0, auto_releases=None,
+                      auto_quantile=0.5, auto_adaptive=False):
     """The :class:`DistributedNoise` of a fit whose clients release at most ``n_releases``
     sums each, over ``n_rounds`` rounds.
 
@@ -400,6 +397,11 @@ def distributed_noise(privacy, *, n_releases, n_rounds, auto_clip=1.0, auto_rele
         :data:`AUTO_CLIP`).
     auto_releases : int or None
         The cap ``max_releases="auto"`` stands for (None: ``n_releases``).
+    auto_quantile : float or dict, default=0.5
+        The quantile ``clip_quantile="auto"`` stands for (an estimator passes its own,
+        :data:`AUTO_QUANTILE`).
+    auto_adaptive : bool, default=False
+        Whether ``clip="auto"`` is adaptive (from ``auto_clip``) or ``auto_clip`` itself.
 
     Returns
     -------
@@ -418,7 +420,8 @@ def distributed_noise(privacy, *, n_releases, n_rounds, auto_clip=1.0, auto_rele
         raise ValueError(f"DistributedDP takes exactly one of target_epsilon and noise; got "
                          f"{', '.join(given) or 'neither'}.")
     clip = privacy.clip
-    if clip == "auto":
+    adaptive = clip == "adaptive" or (clip == "auto" and auto_adaptive)
+    if clip in ("auto", "adaptive"):
         clip = auto_clip
     cap = privacy.max_releases
     if cap == "auto":
@@ -432,10 +435,17 @@ def distributed_noise(privacy, *, n_releases, n_rounds, auto_clip=1.0, auto_rele
         # (tau's margin is nil at the ring's scale; 1e-9 more noise covers it)
         multiplier = calibrate_noise("gaussian", privacy.target_epsilon, privacy.target_delta,
                                      max(int(n_releases), 1), accountant="rdp") * (1 + 1e-9)
+    ada = None
+    if adaptive:  # the count's noise is paid from the multiplier (_adaptive_clip)
+        quantile = (auto_quantile if privacy.clip_quantile == "auto"
+                    else float(privacy.clip_quantile))
+        sigma_bit = bit_noise(multiplier)
+        ada = AdaptiveClip(start=float(clip), quantile=quantile, sigma_bit=sigma_bit)
+        multiplier, clip = update_multiplier(multiplier, sigma_bit), ada.ceiling
     return DistributedNoise(clip=float(clip), multiplier=multiplier,
                             n_rounds=int(n_rounds), delta=float(privacy.target_delta),
                             min_survivors=privacy.min_survivors,
-                            max_releases=None if cap is None else int(cap))
+                            max_releases=None if cap is None else int(cap), adaptive=ada)
 
 
 def auto_releases(n_clients, per_round, rounds, exchanges_per_round, start, quantile=0.9):
@@ -480,6 +490,18 @@ def psd_project(blocks):
     return (v * np.maximum(w, 0.0)[..., None, :]) @ np.swapaxes(v, -1, -2)
 
 
+def _log_clips(after_round, adaptive, server_state, broadcast, record):
+    """``after_round`` of an adaptive-clip fit: the round's exchanges' clips (``"dp_clip"``,
+    ``{kind: clip}``) and noisy fractions at or below them (``"dp_clip_fraction"``) in its
+    ``history_`` record (the start's exchange in the first round's)."""
+    log = adaptive.pop_log()
+    record["dp_clip"] = {e["exchange"]: e["clip"] for e in log}
+    record["dp_clip_fraction"] = {e["exchange"]: e["fraction"] for e in log}
+    if after_round is None:
+        return server_state, broadcast, False
+    return after_round(server_state, broadcast, record)
+
+
 def _uniform_weights(server_state, clients, counts):
     return dict.fromkeys(clients, 1.0)
 
@@ -495,6 +517,11 @@ def _denoised(server_step, denoise, server_state, sums, *args, **kwargs):
 # (benchmarks/results/bench_distributed_dp-2026-12.md): FedMAvg's update W_p - V has median
 # norm 20 (its rated rows: 1.2 per row), FedMGS's aggregates about 1.5 per rated item
 AUTO_CLIP = {"FedMAvg": 10.0, "FedMGS": 3.0, "RFRec": 1.0, "FedBaseline": 5.0}
+# clip="auto" is clip="adaptive" (the constant its start) for these, the constant elsewhere:
+# FedMAvg's adaptive clip was as good at the ML-1M shape (3 seeds) and better on ML-100K,
+# FilmTrust, Jester, Ciao and Coat; FedMGS's was worse at ML-1M (by 0.0005 to 0.005), at
+# ratings x2, on FilmTrust and Jester (benchmarks/results/bench_distributed_dp-2026-12.md)
+AUTO_ADAPTIVE = frozenset({"FedMAvg"})
 
 DISTRIBUTED_DOCS = {
     "distributed_privacy": """\
@@ -566,12 +593,16 @@ class DistributedDPMixin:
         n = int(self.n_clients)
         cap = auto_releases(n, _n_sampled(settings["clients_per_round"], n), rounds, per_round,
                             start)
-        auto_clip = next((AUTO_CLIP[c.__name__] for c in type(self).__mro__
-                          if c.__name__ in AUTO_CLIP), 1.0)
+        owner = next((c.__name__ for c in type(self).__mro__ if c.__name__ in AUTO_CLIP), None)
         plan = distributed_noise(self.privacy, n_releases=rounds * per_round + start,
-                                 n_rounds=rounds * per_round + start, auto_clip=auto_clip,
-                                 auto_releases=cap)
+                                 n_rounds=rounds * per_round + start,
+                                 auto_clip=AUTO_CLIP.get(owner, 1.0), auto_releases=cap,
+                                 auto_quantile=AUTO_QUANTILE.get(owner, 0.5),
+                                 auto_adaptive=owner in AUTO_ADAPTIVE)
         self._ddp_plan = plan
+        if plan.adaptive is not None:  # the round's clips into history_ (public)
+            protocol = dataclasses.replace(protocol, after_round=partial(
+                _log_clips, protocol.after_round, plan.adaptive))
         summable = protocol.summable
         if self._ddp_denoise is not None:  # the server's post-processing of the noisy sums
             wrap = {name: partial(_denoised, getattr(summable, name), self._ddp_denoise)
@@ -668,13 +699,13 @@ class _NoisySumsUnmasked(SecureExchange):
             raise ValueError("The clients' uploads for the sum differ in names or shapes.")
         if summed:  # the survivors' shares' variance, one draw per entry
             seed = noise.seed(stream, transport.n_clients)  # (no client has that index)
-            total += noise.noise_share(seed, noise.sigma_ring(encoding) * math.sqrt(
-                len(survivors) / share), total.size)
+            total += noise.summed_share(seed, encoding, len(survivors) / share, total.size,
+                                        exchange)
         if encoding.ring_bits < 64:
             total &= np.uint64((1 << encoding.ring_bits) - 1)
         sums = decode_sum(total, layouts.pop(), survivors, encoding=encoding, noise=noise,
                           running=running, reference=reference, weights=weights,
-                          words=total.size, n_members=n)
+                          words=total.size, n_members=n, exchange=exchange)
         none = {p: {} for p in PHASES}
         costs = exchange_costs(exchange, members, survivors, total.size, none, none, none,
                                dict.fromkeys(PHASES, 0.0),

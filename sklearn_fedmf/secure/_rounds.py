@@ -282,7 +282,8 @@ def client_ring_vector(client, slot, message, summable):
         last = slot.get(key) if cumulative else None
         released = slot.get("dp_releases", 0)
         vector, committed = plan.client_vector(flat, encoding, last, seed, survivors,
-                                               data=plan.may_release(released))
+                                               data=plan.may_release(released),
+                                               exchange=exchange)
         slot["dp_releases"] = released + 1
         if cumulative:  # (the dense committed encoding: a clipped one cannot be rebuilt)
             slot["pending"] = (key, committed)
@@ -342,11 +343,13 @@ class ExchangeResult:
 
 
 def decode_sum(total, layout, survivors, *, encoding, noise, running, reference, weights,
-               words, n_members):
+               words, n_members, exchange=None):
     """The server's sums ``{name: value}`` from the unmasked ring sum ``total`` of the
     ``survivors``: added to the ``running`` ring sum of a cumulative exchange, decoded; with
     ``noise`` (``privacy._distributed_dp``), a release of each survivor recorded and their
     references added back."""
+    if noise is not None:  # (adaptive clipping: the count's coordinate, read and removed)
+        total = noise.take_count(total, survivors, exchange, encoding)
     if running is not None:
         if running.get("total") is None:
             running["total"], running["layout"] = np.zeros_like(total), layout
@@ -529,7 +532,7 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
         raise
     sums = decode_sum(total, layouts.pop(), survivors.clients, encoding=encoding,
                       noise=options.noise, running=running, reference=reference,
-                      weights=weights, words=words, n_members=n)
+                      weights=weights, words=words, n_members=n, exchange=exchange)
     server_s["unmasking"] += clock() - tic
     alive = set(survivors.clients)
     work["keystream_words"] += len(alive) * words  # the survivors' self masks
