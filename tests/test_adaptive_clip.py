@@ -9,6 +9,7 @@ from sklearn_fedmf.completion import FedBaseline, FedMAvg, FedMGS
 from sklearn_fedmf.datasets import make_ratings
 from sklearn_fedmf.privacy import DistributedDP, distributed_noise
 from sklearn_fedmf.privacy._adaptive_clip import SPAN, AdaptiveClip
+from sklearn_fedmf.secure import SecureAggregation
 
 dp_accounting = pytest.importorskip("dp_accounting")  # (the privacy extra: its accountant)
 
@@ -27,7 +28,7 @@ def _round(plan, enc, norms, d, seed):
                                   m, exchange="update")
         total = v.copy() if total is None else total + v
     assert total.size == d + 1  # the upload and the bit
-    plan.take_count(total, range(m), "update", enc)
+    plan.take_count(total, range(m), "update", enc, m)
     return clip
 
 
@@ -147,13 +148,15 @@ def test_clips_in_history_are_the_public_function_of_the_counts(cls):
     np.testing.assert_array_equal(model.components_, fast.components_)
     ada = model._ddp_plan.adaptive
     replay = AdaptiveClip(start=ada.start, quantile=ada.quantile, sigma_bit=ada.sigma_bit)
+    # (the count's noise: shares sized for max(threshold, 10) of the 20 survivors)
+    shares = model._ddp_plan.survivors_needed(SecureAggregation().threshold(20), 20)
     start = AUTO_CLIP[cls.__name__]
     kinds = set()
     for record in model.history_:
         for kind, clip in record["dp_clip"].items():
             assert clip == replay.clip(kind)
             assert start / SPAN <= clip <= start * SPAN
-            replay.observe(kind, record["dp_clip_fraction"][kind], 20)
+            replay.observe(kind, record["dp_clip_fraction"][kind], 20, math.sqrt(20 / shares))
             kinds.add(kind)
     assert "update" in kinds and len(model.history_) == 4
     assert model.history_[0]["dp_clip"]["update"] == start
@@ -198,3 +201,27 @@ def test_the_counts_noise_has_the_accounted_variance():
     expected = m / t * plan.adaptive.sigma_bit**2
     assert abs(counts.var() / expected - 1) < 4 * math.sqrt(2 / draws)
     assert abs(counts.mean()) < 4 * math.sqrt(expected / draws)
+
+
+def test_the_settling_step_shrinks_with_the_counts_noise_under_dropouts():
+    # shares sized for t = 4 of m = 16 survivors: the count's sd is sigma_b sqrt(m / t), twice
+    # sigma_b; the server passes that spread (the default min_survivors="threshold" sizes
+    # shares for the threshold) and the settling step is halved again
+    plan = distributed_noise(DistributedDP(noise=0.5, clip="adaptive"), n_releases=1,
+                             n_rounds=1, auto_clip=1.0)
+    enc = plan.encoding_for(16)
+    seen = []
+    plan.adaptive.observe = lambda kind, f, n, spread: seen.append(spread)
+    total = sum(plan.client_vector(np.zeros(3), enc, None,
+                                   np.random.SeedSequence(0, spawn_key=(c,)), 4,
+                                   exchange="update")[0] for c in range(16))
+    plan.take_count(total, range(16), "update", enc, 4)
+    assert seen == [2.0]
+    steps = []
+    for spread in (1.0, 2.0):
+        ada = AdaptiveClip(start=1.0, quantile=0.5, sigma_bit=10.0)
+        ada.rates["update"] = (None, 1.0)  # (settled)
+        ada.observe("update", 0.9, 100, spread)  # noise 0.1 and 0.2 on the fraction
+        steps.append(-math.log(ada.clip("update")))
+    assert steps[0] == pytest.approx(0.3 * 0.4 / 0.5 / 2) and steps[1] == pytest.approx(
+        steps[0] / 2)

@@ -9,7 +9,8 @@ noisy count of clients at or below ``C`` beside the noisy sum (``f``, the noisy 
 It moves that exchange kind's clip toward the ``gamma``-quantile of the norms in two phases:
 
 1. *travel*, until ``f - gamma`` first changes sign or is within twice the count's noise
-   on ``f`` (``s = sigma_b / n`` for ``n`` clients): ``C <- C exp(-eta sign(f - gamma))``,
+   on ``f`` (``s = sigma_b sqrt(m / t) / n`` for ``n`` clients with data among ``m``
+   survivors, each noise share sized for ``t``): ``C <- C exp(-eta sign(f - gamma))``,
    ``eta`` from 0.25, 1.5 times larger each round (at most 1): a clip 10 times off is
    crossed in 5 rounds;
 2. *settle*, the paper's geometric step, ``C <- C exp(-eta (f - gamma) / sqrt(gamma (1 -
@@ -129,16 +130,17 @@ class AdaptiveClip:
         """The clip of the next exchange of ``kind`` (None: a sum outside the kinds)."""
         return self.clips.get(kind, self.start)
 
-    def observe(self, kind, fraction, n_data):
+    def observe(self, kind, fraction, n_data, spread=1.0):
         """The server's update from one exchange's noisy fraction of clients at or below
-        the clip (``n_data`` clients sent data), logged with the clip it was measured at."""
+        the clip (``n_data`` clients sent data; the count's noise ``spread`` times
+        ``sigma_bit``), logged with the clip it was measured at."""
         clip, gamma = self.clip(kind), self.gamma(kind)
         if not n_data:  # (every client past max_releases: the count is noise only)
             self.log.append({"exchange": kind, "clip": clip, "fraction": math.nan, "n": 0})
             return
         miss = float(fraction) - gamma
         sign = float(np.sign(miss))
-        noise = self.sigma_bit / n_data  # (the count's sd over n, at least)
+        noise = spread * self.sigma_bit / n_data  # (the count's sd on the fraction)
         eta, last = self.rates.get(kind, (self.lr, 0.0))
         if (last and sign and sign != last) or abs(miss) <= 2.0 * noise:
             eta = None  # (settled: from now on the geometric step)

@@ -325,16 +325,20 @@ class DistributedNoise:
                                     f"noised input, fewer than the {need} whose noise the sum "
                                     "needs.")
 
-    def take_count(self, total, survivors, exchange, encoding):
+    def take_count(self, total, survivors, exchange, encoding, shares):
         """The server's side of adaptive clipping: the ring sum without its bit coordinate,
         the noisy count read from it and the exchange kind's clip updated (None: the sum as
-        it is)."""
+        it is). Each survivor added a share sized for ``shares`` survivors (also a client
+        past its release cap, in this coordinate), so the count's standard deviation is
+        ``sigma_b sqrt(m / shares)`` for ``m`` survivors: above ``sigma_b`` under dropouts
+        short of the threshold's worst case."""
         if self.adaptive is None:
             return total
         cap = math.inf if self.max_releases is None else self.max_releases
         n_data = sum(1 for c in survivors if self.releases.get(c, 0) < cap)
         unit = self.clip * 2.0**encoding.scale_bits
-        self.adaptive.observe(exchange, read_count(total[-1], unit, n_data), n_data)
+        spread = math.sqrt(len(survivors) / shares)
+        self.adaptive.observe(exchange, read_count(total[-1], unit, n_data), n_data, spread)
         return total[:-1]
 
     def summed_share(self, seed, encoding, ratio, size, exchange):
@@ -705,7 +709,7 @@ class _NoisySumsUnmasked(SecureExchange):
             total &= np.uint64((1 << encoding.ring_bits) - 1)
         sums = decode_sum(total, layouts.pop(), survivors, encoding=encoding, noise=noise,
                           running=running, reference=reference, weights=weights,
-                          words=total.size, n_members=n, exchange=exchange)
+                          words=total.size, n_members=n, exchange=exchange, shares=share)
         none = {p: {} for p in PHASES}
         costs = exchange_costs(exchange, members, survivors, total.size, none, none, none,
                                dict.fromkeys(PHASES, 0.0),

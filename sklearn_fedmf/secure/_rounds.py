@@ -343,13 +343,13 @@ class ExchangeResult:
 
 
 def decode_sum(total, layout, survivors, *, encoding, noise, running, reference, weights,
-               words, n_members, exchange=None):
+               words, n_members, exchange=None, shares=None):
     """The server's sums ``{name: value}`` from the unmasked ring sum ``total`` of the
     ``survivors``: added to the ``running`` ring sum of a cumulative exchange, decoded; with
     ``noise`` (``privacy._distributed_dp``), a release of each survivor recorded and their
-    references added back."""
+    references added back (``shares``: the survivors each client's noise was sized for)."""
     if noise is not None:  # (adaptive clipping: the count's coordinate, read and removed)
-        total = noise.take_count(total, survivors, exchange, encoding)
+        total = noise.take_count(total, survivors, exchange, encoding, shares)
     if running is not None:
         if running.get("total") is None:
             running["total"], running["layout"] = np.zeros_like(total), layout
@@ -532,7 +532,9 @@ def run_secure_exchange(transport, clients, dropped, *, options, stream, server_
         raise
     sums = decode_sum(total, layouts.pop(), survivors.clients, encoding=encoding,
                       noise=options.noise, running=running, reference=reference,
-                      weights=weights, words=words, n_members=n, exchange=exchange)
+                      weights=weights, words=words, n_members=n, exchange=exchange,
+                      shares=None if options.noise is None
+                      else options.noise.survivors_needed(threshold, n))
     server_s["unmasking"] += clock() - tic
     alive = set(survivors.clients)
     work["keystream_words"] += len(alive) * words  # the survivors' self masks
