@@ -407,7 +407,11 @@ def _item_sums_kernel(indptr, indices, data, U, U_old, items, confidence, G):
     for q in range(items.shape[0]):
         j = items[q]
         n = indptr[j + 1] - indptr[j]
+        for a in range(r):  # (every row written: G need not come zeroed)
+            G[q, a] = 0.0
         if n < SQUARE_FROM:
+            for k in range(r, G.shape[1]):
+                G[q, k] = 0.0
             for s in range(indptr[j], indptr[j + 1]):
                 u, o = U[indices[s]], U_old[indices[s]]
                 c = 1.0 + confidence * data[s]
@@ -432,7 +436,7 @@ def _item_sums_kernel(indptr, indices, data, U, U_old, items, confidence, G):
         k = r
         for a in range(r):  # the upper triangle, row by row
             for e in range(a, r):
-                G[q, k] += 0.5 * (M[a, e] + M[e, a])
+                G[q, k] = 0.5 * (M[a, e] + M[e, a])
                 k += 1
 
 
@@ -451,9 +455,12 @@ def unpack_gram(packed, r):
     return full
 
 
-def implicit_item_sums(X, U, *, confidence, U_old=None):
+def implicit_item_sums(X, U, *, confidence, U_old=None, Xt=None, out=None):
     """A client's per-item aggregates on the items its users interacted with (given
     ``U_old``: their change from the aggregates at ``U_old``).
+
+    ``Xt`` (``X`` transposed, CSR) and ``out`` (where to write ``G``, every row overwritten:
+    a message's memory reused round after round) are for a caller that keeps them.
 
     Returns
     -------
@@ -464,10 +471,10 @@ def implicit_item_sums(X, U, *, confidence, U_old=None):
         and the upper triangle, row by row, of the symmetric ``G1_j = sum_t (c_tj - 1) u_t
         u_t^T`` (:func:`unpack_gram` restores it).
     """
-    Xt = X.T.tocsr()  # (items as rows: O(interactions))
+    Xt = X.T.tocsr() if Xt is None else Xt  # (items as rows: O(interactions))
     items = np.flatnonzero(np.diff(Xt.indptr))
     r = U.shape[1]
-    G = np.zeros((items.size, packed_size(r)))
+    G = np.empty((items.size, packed_size(r))) if out is None else out
     if X.nnz:
         U = np.ascontiguousarray(U, dtype=np.float64)
         # (a first message: the change from zeros)
