@@ -65,6 +65,7 @@ draws, states, messages and bytes (to rounding).
 
 from __future__ import annotations
 
+import mmap
 import weakref
 from functools import partial
 
@@ -102,6 +103,17 @@ def _broadcast(Vt):
     return {"Vt": Vt, "VtV": Vt.T @ Vt}
 
 
+def mapped_zeros(shape):
+    """A float64 array of zeros in its own anonymous memory mapping: small pages, faulted
+    in as they are first written. (numpy asks the kernel for huge pages from 4 MB on; with
+    the kernel's default ``defrag=madvise`` each such fault may compact memory first: on
+    the loaded machine of issue 38, 0.5 s of system time for a fit's 290 MB of messages,
+    against 0.2 s in small pages, and no slower to fill.)"""
+    size = int(np.prod(shape))
+    return np.frombuffer(mmap.mmap(-1, max(8 * size, 1)), dtype=np.float64,
+                         count=size).reshape(shape)
+
+
 class MessageMemory:
     """The memory of the clients' messages in one fit, reused round after round.
 
@@ -127,7 +139,7 @@ class MessageMemory:
         entry = self._clients.get(id(X))
         if entry is None or entry[0]() is not X or entry[2].shape[1] != packed_size(r):
             Xt = X.T.tocsr()
-            G = np.empty((int(np.count_nonzero(np.diff(Xt.indptr))), packed_size(r)))
+            G = mapped_zeros((int(np.count_nonzero(np.diff(Xt.indptr))), packed_size(r)))
             entry = self._clients[id(X)] = (weakref.ref(X), Xt, G)
         return entry[1], entry[2]
 
