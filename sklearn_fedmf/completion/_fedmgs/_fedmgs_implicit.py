@@ -288,7 +288,8 @@ def server_init_uploads(server_state, uploads, *, n_clients):
     ``V^T V``."""
     Vt = server_state["Vt"]
     r = Vt.shape[1]
-    sums, grams = np.zeros((Vt.shape[0], packed_size(r))), np.zeros((r, r))
+    # (the sums in small pages, as the messages: mapped_zeros)
+    sums, grams = mapped_zeros((Vt.shape[0], packed_size(r))), np.zeros((r, r))
     return {"Vt": Vt, "sums": sums, "grams": grams}, _broadcast(Vt)
 
 
