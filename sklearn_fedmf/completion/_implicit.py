@@ -677,20 +677,44 @@ def _entry_scores(X, U, Vt):
 
 
 @njit(cache=True, nogil=True)
+def _data_term(c, s):
+    return (c - 1.0) * s * s - 2.0 * c * s + c
+
+
+@njit(cache=True, nogil=True)
 def _data_term_kernel(indptr, indices, data, U, Vt, confidence):
     # sum over the stored entries of (c - 1) s^2 - 2 c s + c, s = u_t . v_j (no fastmath, as
     # _user_cg_kernel: the same sum in every worker); no (entries x r)
-    # gathers (their einsum was a fifth of a fit's time under FedMGS's per-round objective)
+    # gathers (their einsum was a fifth of a fit's time under FedMGS's per-round objective).
+    # A row's scores four at a time: four independent chains (one was a latency-bound
+    # chain of r additions per entry), each summed in the same order: the same bits, twice
+    # as fast.
     total = 0.0
+    r = U.shape[1]
     for t in range(indptr.shape[0] - 1):
         u = U[t]
-        for k in range(indptr[t], indptr[t + 1]):
+        k, end = indptr[t], indptr[t + 1]
+        while k + 4 <= end:
+            v0, v1 = Vt[indices[k]], Vt[indices[k + 1]]
+            v2, v3 = Vt[indices[k + 2]], Vt[indices[k + 3]]
+            s0 = s1 = s2 = s3 = 0.0
+            for a in range(r):
+                ua = u[a]
+                s0 += ua * v0[a]
+                s1 += ua * v1[a]
+                s2 += ua * v2[a]
+                s3 += ua * v3[a]
+            total += _data_term(1.0 + confidence * data[k], s0)
+            total += _data_term(1.0 + confidence * data[k + 1], s1)
+            total += _data_term(1.0 + confidence * data[k + 2], s2)
+            total += _data_term(1.0 + confidence * data[k + 3], s3)
+            k += 4
+        for k in range(k, end):
             v = Vt[indices[k]]
             s = 0.0
-            for a in range(u.shape[0]):
+            for a in range(r):
                 s += u[a] * v[a]
-            c = 1.0 + confidence * data[k]
-            total += (c - 1.0) * s * s - 2.0 * c * s + c
+            total += _data_term(1.0 + confidence * data[k], s)
     return total
 
 
