@@ -292,10 +292,7 @@ def _user_cg_kernel(indptr, indices, data, rows, Vt, VtV, confidence, alpha, n_s
             z[t] = 1.0 + w[t]
         for a in range(r):
             res[a] = -res[a]
-        for t in range(n):
-            zt = z[t]
-            for a in range(r):
-                res[a] += zt * V_u[t, a]
+        _add_combination(V_u, z, n, r, res)
         rs = 0.0
         for a in range(r):
             p[a] = res[a]
@@ -318,20 +315,36 @@ def _apply(V_u, V_uT, w, VtV, alpha, p, n, z, out):
     r = p.shape[0]
     for a in range(r):
         out[a] = alpha * p[a]
-    for e in range(r):  # (V^T V symmetric: row e is column e)
-        pe = p[e]
-        for a in range(r):
-            out[a] += VtV[e, a] * pe
+    _add_combination(VtV, p, r, r, out)  # (V^T V symmetric: row e is column e)
     for t in range(n):
         z[t] = 0.0
-    for a in range(r):
-        pa = p[a]
-        for t in range(n):
-            z[t] += V_uT[a, t] * pa
+    _add_combination(V_uT, p, r, n, z)
     for t in range(n):
-        zt = w[t] * z[t]
-        for a in range(r):
-            out[a] += zt * V_u[t, a]
+        z[t] = w[t] * z[t]
+    _add_combination(V_u, z, n, r, out)
+
+
+@njit(cache=True, nogil=True)
+def _add_combination(M, coef, n_rows, n_cols, out):
+    # out[j] += coef[i] M[i, j] for i = 0, 1, ..., n_rows - 1 in turn: four rows per pass
+    # over out (each entry's additions in the same order, the same bits as one row a pass,
+    # with a quarter of out's loads and stores)
+    i = 0
+    while i + 4 <= n_rows:
+        c0, c1, c2, c3 = coef[i], coef[i + 1], coef[i + 2], coef[i + 3]
+        m0, m1, m2, m3 = M[i], M[i + 1], M[i + 2], M[i + 3]
+        for j in range(n_cols):
+            o = out[j]
+            o += m0[j] * c0
+            o += m1[j] * c1
+            o += m2[j] * c2
+            o += m3[j] * c3
+            out[j] = o
+        i += 4
+    for rest in range(i, n_rows):
+        ci, mi = coef[rest], M[rest]
+        for j in range(n_cols):
+            out[j] += mi[j] * ci
 
 
 def implicit_user_factors(X, Vt, VtV, *, confidence, alpha_u, rows=None, out=None,
@@ -709,12 +722,12 @@ def _data_term_kernel(indptr, indices, data, U, Vt, confidence):
             total += _data_term(1.0 + confidence * data[k + 2], s2)
             total += _data_term(1.0 + confidence * data[k + 3], s3)
             k += 4
-        for k in range(k, end):
-            v = Vt[indices[k]]
+        for rest in range(k, end):
+            v = Vt[indices[rest]]
             s = 0.0
             for a in range(r):
                 s += u[a] * v[a]
-            total += _data_term(1.0 + confidence * data[k], s)
+            total += _data_term(1.0 + confidence * data[rest], s)
     return total
 
 
