@@ -25,16 +25,24 @@ ALS's, then the same for the CPU seconds of the process (all its threads: with o
 each, the measure a loaded machine moves least). The machine's load moves the seconds; the
 ratios of one run compare fits made under the same load. The accuracy of these fits:
 ``bench_topn.py``.
+
+``--phases`` adds, after the runs, one fit of each ``--solvers`` entry on one thread with its
+process CPU seconds (user and system) and minor page faults split by phase: the users'
+steps, the clients' aggregates (the messages), the server's sums and solve, the recorded
+objective, and the rest (the engine, the first messages).
 """
 
 import argparse
+import resource
 import statistics
 import time
 import warnings
+from collections import defaultdict
 
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
+import sklearn_fedmf.completion._fedmgs._fedmgs_implicit as fedmgs_implicit
 from sklearn_fedmf import FedMGS
 from sklearn_fedmf.datasets import load_movielens, make_ratings, ratings_to_matrix
 from sklearn_fedmf.exceptions import FedMFWarning
@@ -93,6 +101,52 @@ def fit_fedmgs(X, solver, threads):
     return time.perf_counter() - start, time.process_time() - cpu
 
 
+# the functions of _fedmgs_implicit each phase of a round calls (--phases)
+PHASES = {"users' steps": "implicit_user_factors", "clients' aggregates": "implicit_item_sums",
+          "server: sums": "add_messages", "server: solve": "server_solve",
+          "objective": "implicit_objective"}
+
+
+def phase_profile(X, solver):
+    """``{phase: (user s, system s, minor faults)}`` of one fit on one thread, "total" and
+    "rest" included (the phases' functions wrapped for the fit)."""
+    spent = defaultdict(lambda: [0.0, 0.0, 0])
+    saved = {name: getattr(fedmgs_implicit, name) for name in PHASES.values()}
+
+    def timed(phase, fn):
+        def wrapper(*args, **kwargs):
+            before = resource.getrusage(resource.RUSAGE_SELF)
+            out = fn(*args, **kwargs)
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            spent[phase][0] += after.ru_utime - before.ru_utime
+            spent[phase][1] += after.ru_stime - before.ru_stime
+            spent[phase][2] += after.ru_minflt - before.ru_minflt
+            return out
+        return wrapper
+
+    try:
+        for phase, name in PHASES.items():
+            setattr(fedmgs_implicit, name, timed(phase, saved[name]))
+        timed("total", fit_fedmgs)(X, solver, 1)
+    finally:
+        for name, fn in saved.items():
+            setattr(fedmgs_implicit, name, fn)
+    total = spent.pop("total")
+    spent["rest"] = [total[k] - sum(v[k] for v in spent.values()) for k in range(3)]
+    return {**spent, "total": total}
+
+
+def print_phases(X, solvers):
+    for solver in solvers:
+        profile = phase_profile(X, solver)
+        total = sum(profile["total"][:2])
+        print(f'\nFedMGS(loss="implicit"), {solver}, one thread: CPU seconds by phase')
+        print(f"{'phase':<22}{'user s':>8}{'sys s':>8}{'share':>8}{'faults':>9}")
+        for phase, (user, system, faults) in profile.items():
+            print(f"{phase:<22}{user:8.2f}{system:8.2f}{(user + system) / total:8.0%}"
+                  f"{faults:9d}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -105,6 +159,8 @@ def main():
                         choices=("ml1m-shape", "ml-latest-small", "ml-100k", "playcounts"))
     parser.add_argument("--path", default=None, help="the file of ml-100k or playcounts")
     parser.add_argument("--quick", action="store_true", help="100,000 ratings, one run")
+    parser.add_argument("--phases", action="store_true",
+                        help="then one fit per solver with its CPU seconds by phase")
     args = parser.parse_args()
     X = load(args.set, args.path, args.quick)
     solvers = args.solvers.split(",")
@@ -136,6 +192,9 @@ def main():
                       + (f"{ratio:>8.2f}" if ratio is not None else f"{'-':>8}"))
         print(f"{label:<40}{cells}   " + " ".join(f"{v[0]:.2f}" for v in values),
               flush=True)
+    if args.phases:
+        with threadpool_limits(1, "blas"):
+            print_phases(X, solvers)
 
 
 if __name__ == "__main__":

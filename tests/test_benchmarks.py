@@ -44,6 +44,7 @@ SMOKE_RUNS = [
     ("bench_secure.py", ["--deployment", "--only", "FedMGS"], "FedMGS"),
     ("bench_topn.py", [], "FedMGS (implicit, min_support=20)"),
     ("bench_implicit_als.py", [], 'FedMGS(loss="implicit"), cg'),
+    ("bench_implicit_als.py", ["--phases", "--solvers", "cg"], "clients' aggregates"),
     ("bench_fit_time.py", ["--runs", "1", "--estimators", "FedMAvg"], "FedMAvg (defaults)"),
     ("bench_blend.py", [], "fit time / slowest member"),
     ("profile_fedmgs_round.py", ["--cache-dir", "."], "replace_outer kernel"),

@@ -2,6 +2,8 @@
 the Gram shortcuts against dense references that loop over every user-item pair, the
 federations' invariants (partition, n_jobs, privacy contract) and the estimator surface."""
 
+import gc
+import pickle
 import warnings
 
 import numpy as np
@@ -10,7 +12,11 @@ import scipy.sparse as sp
 
 from sklearn_fedmf import FedMAvg, FedMGS
 from sklearn_fedmf.completion._fedmavg._fedmavg_implicit import w_bounds, w_steps
-from sklearn_fedmf.completion._fedmgs._fedmgs_implicit import server_solve, share
+from sklearn_fedmf.completion._fedmgs._fedmgs_implicit import (
+    MessageMemory,
+    server_solve,
+    share,
+)
 from sklearn_fedmf.completion._implicit import (
     implicit_item_gradient,
     implicit_item_sums,
@@ -105,6 +111,37 @@ def test_fedmgs_change_message_is_the_difference_of_two_messages():
     np.testing.assert_allclose(change["gram"], new["gram"] - old["gram"], rtol=RTOL,
                                atol=1e-14)
 
+
+
+def test_message_memory_gives_the_fresh_message_in_one_array_round_after_round():
+    # items rated by 1 to 11 users: both ways of forming a row (direct, and the product)
+    X = interactions(seed=6, n_users=30, n_items=20)
+    assert {1, 2, 3} & set(np.diff(X.tocsc().indptr)) and np.diff(X.tocsc().indptr).max() >= 4
+    rng, memory = np.random.default_rng(0), MessageMemory()
+    U_old, arrays = np.zeros((30, 3)), []
+    for _ in range(3):
+        U = rng.normal(size=(30, 3))
+        fresh = share(U, X, confidence=1.5, U_old=U_old)
+        kept = share(U, X, confidence=1.5, U_old=U_old, memory=memory)
+        for key in ("items", "G", "gram"):
+            np.testing.assert_array_equal(kept[key], fresh[key])
+        arrays.append(kept["G"])
+        U_old = U
+    assert all(a is arrays[0] for a in arrays)
+    # another matrix has its own array; a copy (a protocol sent to a worker) starts empty
+    other = share(U, X[:10], confidence=1.5, memory=memory)
+    assert not np.shares_memory(other["G"], arrays[0])
+    assert pickle.loads(pickle.dumps(memory))._clients == {}
+
+
+def test_message_memory_goes_with_the_fit():
+    X = interactions(seed=7, n_users=30, n_items=20)
+    gc.collect()
+    before = sum(isinstance(o, MessageMemory) for o in gc.get_objects())
+    model = fit(FedMGS, X, n_components=3, n_clients=3, max_iter=2)
+    gc.collect()
+    assert model.n_iter_ == 2
+    assert sum(isinstance(o, MessageMemory) for o in gc.get_objects()) == before
 
 # ---- FedMAvg: the local W steps ------------------------------------------------------------
 def test_fedmavg_w_step_is_a_gradient_step_of_the_dense_local_objective():
