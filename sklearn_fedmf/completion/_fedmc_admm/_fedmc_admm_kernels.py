@@ -510,8 +510,8 @@ def group_update(ratings, clients, rows, U, V, G, kk, settings, out):
         dat = np.empty(s_max, data.dtype)
         Uf, outf = np.empty((m_max, r - 1), U.dtype), np.empty((m_max, r - 1), U.dtype)
         Wf = np.empty((k_max, r - 1), W.dtype)
-        # the free columns' own contiguous steps, and a run-time False for ``positive``: the
-        # U loop's _prox_grad_rows then has the types of the unbiased call (one compilation)
+        # contiguous steps and a run-time False (``positive``), and the transposed blocks
+        # indexed as ``indptr`` below: the per-client calls' types (one compilation each)
         Lf_rows, l1f_rows = np.empty((m_max, r - 1)), np.empty((m_max, r - 1))
         no_sign = bool(0)
     if exact:
@@ -610,7 +610,6 @@ def group_update(ratings, clients, rows, U, V, G, kk, settings, out):
         elif m == 1:
             _one_rater_cols(Uc[0], lc, data[s0:s1], Wp, tc, L, beta, n_clients, n_steps, Wn)
         else:
-            # (the index type of ``indptr``, as the per-client call's ``Xt``: one compilation)
             xt_ptr = np.zeros(k + 1, indptr.dtype)
             for s in range(s1 - s0):
                 xt_ptr[lc[s] + 1] += 1
