@@ -37,6 +37,7 @@ __all__ = [
     "parallel_kernels",
     "row_tasks",
     "split_rows",
+    "read_only",
 ]
 
 _jit = njit(cache=True, nogil=True, fastmath=False)
@@ -120,6 +121,21 @@ def split_rows(kernel, n_rows, *args):
     for helper in helpers:
         if not helper.cancel():  # (started: it may hold a piece)
             helper.result()
+
+
+def read_only(a, dtype=None):
+    """``a`` as a C-contiguous read-only array (of ``dtype``, if given): a view, copied only
+    to change its dtype or layout.
+
+    For a kernel's input arrays: numba compiles a signature per writeable flag, so inputs
+    that are sometimes read-only (a broadcast, a group's shared arrays) are passed read-only
+    always, and the kernel compiles once.
+    """
+    a = np.ascontiguousarray(a, dtype=dtype)
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
 
 
 @_inline
@@ -253,8 +269,8 @@ def ridge_fold_in(indptr, indices, data, Wt, alpha, out):
     solution is used via lstsq).
     """
     alpha = np.asarray(alpha, dtype=np.float64)
-    _ridge_fold_in(indptr, indices, data, Wt,
-                   np.ascontiguousarray(np.broadcast_to(alpha, (out.shape[0],))), out)
+    _ridge_fold_in(indptr, indices, data, Wt, read_only(np.broadcast_to(alpha, (out.shape[0],))),
+                   out)
 
 
 @_jit
@@ -406,11 +422,11 @@ def prox_grad_rows(indptr, indices, data, U, Wt, L, n_steps, l1, shrink, positiv
     n = U.shape[0]
 
     def per_row(a):
-        return np.ascontiguousarray(np.broadcast_to(np.asarray(a, dtype=np.float64), (n,)))
+        return read_only(np.broadcast_to(np.asarray(a, dtype=np.float64), (n,)))
 
     def per_entry(a):
         a = np.asarray(a, dtype=np.float64)
-        return np.ascontiguousarray(np.broadcast_to(a[:, None] if a.ndim == 1 else a, U.shape))
+        return read_only(np.broadcast_to(a[:, None] if a.ndim == 1 else a, U.shape))
 
     split_rows(_prox_grad_range, n, indptr, indices, data, U, Wt, per_entry(L), n_steps,
                per_entry(l1), per_row(shrink), positive, per_row(ridge), out)

@@ -22,6 +22,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
+from ._kernels import read_only
+
 __all__ = ["FactorModel", "predict_pairs", "score_block", "top_n", "BATCH_BYTES"]
 
 # Scratch memory of one scoring batch of ``top_n`` (the dense block of scores).
@@ -71,7 +73,7 @@ def _pair_kernel(users, items, U, Vt, bu, has_bu, bi, has_bi, offset, fallback, 
 
 
 def _bias(b):
-    return (np.zeros(1), False) if b is None else (np.ascontiguousarray(b, dtype=np.float64), True)
+    return read_only(np.zeros(1) if b is None else b, np.float64), b is not None
 
 
 def predict_pairs(model, users, items, fallback):
@@ -96,7 +98,7 @@ def predict_pairs(model, users, items, fallback):
     bi, has_bi = _bias(model.item_bias)
     out = np.empty(users.shape[0])
     modeled = np.empty(users.shape[0], dtype=np.bool_)
-    _pair_kernel(users, items, model.user_factors, np.ascontiguousarray(model.item_factors),
+    _pair_kernel(users, items, read_only(model.user_factors), read_only(model.item_factors),
                  bu, has_bu, bi, has_bi, float(model.offset), float(fallback), out, modeled)
     if model.link is not None:
         out[modeled] = model.link(out[modeled])

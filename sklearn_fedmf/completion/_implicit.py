@@ -46,6 +46,7 @@ import numpy as np
 from numba import njit
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .._kernels import read_only
 from ..engine._groups import offsets
 
 __all__ = ["CG_TINY", "IMPLICIT_ALPHA", "IMPLICIT_CONFIDENCE", "IMPLICIT_SOLVER_SETTINGS",
@@ -389,12 +390,12 @@ def implicit_user_factors(X, Vt, VtV, *, confidence, alpha_u, rows=None, out=Non
         _user_cg_kernel(X.indptr, X.indices, np.asarray(X.data, dtype=np.float64), rows,
                         np.ascontiguousarray(Vt, dtype=np.float64),
                         np.ascontiguousarray(VtV, dtype=np.float64), float(confidence),
-                        np.ascontiguousarray(alpha), int(cg_steps), out)
+                        read_only(alpha, np.float64), int(cg_steps), out)
     elif rows.size:
         _user_solve_kernel(X.indptr, X.indices, np.asarray(X.data, dtype=np.float64), rows,
                            np.ascontiguousarray(Vt, dtype=np.float64),
                            np.ascontiguousarray(VtV, dtype=np.float64), float(confidence),
-                           np.ascontiguousarray(alpha), out)
+                           read_only(alpha, np.float64), out)
     return out
 
 
@@ -678,7 +679,8 @@ def rated_w_steps(X, row_ptr, clients, U, Vt, scale, *, confidence, alpha_v, d_f
                           np.ascontiguousarray(U, dtype=np.float64),
                           np.ascontiguousarray(Vt, dtype=np.float64),
                           np.ascontiguousarray(scale, dtype=np.float64), float(confidence),
-                          float(alpha_v), float(d_factor), float(eps), int(n_steps), item_ptr,
+                          float(alpha_v), float(d_factor), float(eps), int(n_steps),
+                          read_only(item_ptr, np.int64),
                           slot, bool(single), items, out_ptr, values, transforms)
     return out_ptr, values, transforms
 

@@ -27,6 +27,7 @@ from functools import partial
 import numpy as np
 
 from ... import _biases
+from ..._kernels import read_only
 from ...engine._groups import BatchedPhases, LazyRows, user_rows_state
 from ...engine._transport import _rng
 from .._auto_strengths import start_user_biases
@@ -152,8 +153,8 @@ def _w_uploads(U, group, Vt, q2, omega, d_global, senders, *, variant, n_clients
     items, values = np.empty(n_entries, np.int64), np.empty((n_entries, Vt.shape[1]))
     X = group.X
     rated_item_steps(X.indptr, X.indices, X.data, group.row_ptr, senders, U, Vt, biased,
-                     d, np.ascontiguousarray(scale, dtype=float), q2, ridge, l1, positive, out_ptr,
-                     items, values)
+                     read_only(d), np.ascontiguousarray(scale, dtype=float), q2, ridge, l1,
+                     positive, out_ptr, items, values)
     free = _biases.free_item(Vt) if biased else Vt
     lazy = not (alpha_v * l1_ratio) and not (positive and (free < 0).any())
     step = 1.0 - ridge / d

@@ -510,6 +510,10 @@ def group_update(ratings, clients, rows, U, V, G, kk, settings, out):
         dat = np.empty(s_max, data.dtype)
         Uf, outf = np.empty((m_max, r - 1), U.dtype), np.empty((m_max, r - 1), U.dtype)
         Wf = np.empty((k_max, r - 1), W.dtype)
+        # contiguous steps and a run-time False (``positive``), and the transposed blocks
+        # indexed as ``indptr`` below: the per-client calls' types (one compilation each)
+        Lf_rows, l1f_rows = np.empty((m_max, r - 1)), np.empty((m_max, r - 1))
+        no_sign = bool(0)
     if exact:
         gram, rhs = np.empty((k_max, r, r)), np.empty((k_max, r))
         g, x = np.empty((r, r)), np.empty(r)
@@ -557,9 +561,10 @@ def group_update(ratings, clients, rows, U, V, G, kk, settings, out):
             for e in range(k):
                 for b in range(r - 1):
                     Wf[e, b] = Wc[e, b]
-            _prox_grad_rows(ipc, lc, dat[:s1 - s0], Uf[:m], Wf[:k], L_rows[:m, :r - 1],
-                            n_steps, l1_rows[:m, :r - 1], shrink_rows[:m], False,
-                            ridge_rows[:m], outf[:m])
+            Lf_rows[:m, :] = L_W
+            l1f_rows[:m, :] = l1
+            _prox_grad_rows(ipc, lc, dat[:s1 - s0], Uf[:m], Wf[:k], Lf_rows[:m], n_steps,
+                            l1f_rows[:m], shrink_rows[:m], no_sign, ridge_rows[:m], outf[:m])
             for t in range(m):
                 for b in range(r - 1):
                     U_out[r0 + t, b] = outf[t, b]
@@ -605,13 +610,13 @@ def group_update(ratings, clients, rows, U, V, G, kk, settings, out):
         elif m == 1:
             _one_rater_cols(Uc[0], lc, data[s0:s1], Wp, tc, L, beta, n_clients, n_steps, Wn)
         else:
-            xt_ptr = np.zeros(k + 1, np.int64)
+            xt_ptr = np.zeros(k + 1, indptr.dtype)
             for s in range(s1 - s0):
                 xt_ptr[lc[s] + 1] += 1
             for e in range(k):
                 xt_ptr[e + 1] += xt_ptr[e]
             fill = xt_ptr[:k].copy()
-            xt_ind = np.empty(s1 - s0, np.int64)
+            xt_ind = np.empty(s1 - s0, indptr.dtype)
             xt_dat = np.empty(s1 - s0, data.dtype)
             for t in range(m):  # rows ascending: each column's raters stay sorted
                 for s in range(ipc[t], ipc[t + 1]):

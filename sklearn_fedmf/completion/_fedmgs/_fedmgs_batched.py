@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ... import _biases
-from ..._kernels import row_tasks, split_rows
+from ..._kernels import read_only, row_tasks, split_rows
 from ..._prox import row_alpha
 from ...engine._groups import BatchedPhases, LazyRows, offsets, user_rows_state, with_user_rows
 from ...engine._transport import client_generator
@@ -189,7 +189,7 @@ def batched_client_update(state, group, broadcast, stream, active, selected, *, 
         norms2, lam = shift, lambda_max(Vt.T @ Vt)
     U = state["U"].copy()
     group_user_steps(X.indptr, X.indices, X.data, np.flatnonzero(active[state["owner"]]), W,
-                     shift, norms2, biased, lam, c_factor, np.ascontiguousarray(alpha), l1_ratio,
+                     shift, norms2, biased, lam, c_factor, read_only(alpha), l1_ratio,
                      local_iter_u, positive, EPS_LIPSCHITZ, _biases.TAU, U)
     state = {**state, "U": U}
     return state, group_share(state, group, np.flatnonzero(active & selected), biased,
