@@ -3,6 +3,7 @@ the biases floor of a validated fit samples the fit's ``clients_per_round``, and
 global step sums the sampled clients' Grams only; where the algorithm is the plain one's
 (full participation) the secure model still equals the plain model."""
 
+import copy
 import math
 import warnings
 
@@ -10,9 +11,15 @@ import numpy as np
 import pytest
 
 from sklearn_fedmf import FedBaseline, FedMAvg, FedMGS, RFRec
-from sklearn_fedmf.completion import _validation
-from sklearn_fedmf.completion._validation import FLOOR_EPOCHS, floor_rounds
-from sklearn_fedmf.datasets import make_ratings
+from sklearn_fedmf.completion import _base, _validation
+from sklearn_fedmf.completion._validation import (
+    FLOOR_EPOCHS,
+    FLOOR_EVIDENCE_ROUNDS,
+    FLOOR_Z,
+    evidence_clients,
+    floor_rounds,
+)
+from sklearn_fedmf.datasets import make_ratings, make_site_ratings
 
 N_USERS, PER_ROUND = 300, 30
 
@@ -58,11 +65,23 @@ def test_floor_rounds():
                                         "max_iter": math.ceil(FLOOR_EPOCHS * 7 / 3)}
 
 
+def recording_sums(monkeypatch):
+    """The clients of each one-off secure sum of the validation (the floor's evidence)."""
+    sums, original = [], _validation.sum_securely
+
+    def recording(values, option, **kwargs):
+        sums.append(sorted(values))
+        return original(values, option, **kwargs)
+
+    monkeypatch.setattr(_validation, "sum_securely", recording)
+    return sums
+
+
 @pytest.mark.slow  # a validated secure fit of 300 one-user clients: about 15 s each
 @pytest.mark.parametrize("cls", [RFRec, FedMGS])
 def test_validated_secure_fit_has_no_exchange_over_every_client_after_the_start(
         cls, validated, monkeypatch):
-    floors = recording_floors(monkeypatch)
+    floors, sums = recording_floors(monkeypatch), recording_sums(monkeypatch)
     model = fit(cls, validated, clients_per_round=PER_ROUND, max_iter=3,
                 secure_aggregation=True)
     assert model.best_validation_score_ is not None and floors  # validated, with a floor
@@ -75,61 +94,68 @@ def test_validated_secure_fit_has_no_exchange_over_every_client_after_the_start(
         assert floor.history_[0]["secure"]["start"]["clients"] == N_USERS  # its start
         for exchanges in round_exchanges(floor):
             assert [e["clients"] for e in exchanges] == [PER_ROUND]
+    # the evidence: FLOOR_EVIDENCE_ROUNDS secure sums of a round's clients, all distinct
+    assert [len(s) for s in sums] == [PER_ROUND] * FLOOR_EVIDENCE_ROUNDS
+    assert len(set().union(*map(set, sums))) == PER_ROUND * FLOOR_EVIDENCE_ROUNDS
 
 
-@pytest.mark.slow  # a secure floor over every client of every round: about 30 s
-def test_secure_floor_at_full_participation_is_the_plain_one(validated, monkeypatch):
-    """Every client a round: the secure fit's floor is the plain fit's, 20 rounds of every
-    client, and the secure model and the evidence are the plain ones."""
-    floors = recording_floors(monkeypatch)
-    params = dict(n_clients=8, max_iter=4)
-    plain = fit(FedMGS, validated, **params)
-    secure = fit(FedMGS, validated, **params, secure_aggregation=True)
-    assert [len(f.history_) for f in floors] == [20] * len(floors) and len(floors) >= 2
-    assert all(f.clients_per_round is None for f in floors)
-    assert secure.factors_used_ == plain.factors_used_
-    assert secure._floor_evidence == pytest.approx(plain._floor_evidence, rel=1e-5)
-    assert np.max(np.abs(secure.components_ - plain.components_)) <= (
-        1e-6 * np.max(np.abs(plain.components_)))
+def test_evidence_clients():
+    """Every client in one sum at full participation; else FLOOR_EVIDENCE_ROUNDS sums of
+    distinct clients, at most a round's each, the same for the same entropy."""
+    assert [b.tolist() for b in evidence_clients(7, None, 0)] == [list(range(7))]
+    assert [b.tolist() for b in evidence_clients(7, 1.0, 0)] == [list(range(7))]
+    batches = evidence_clients(300, 30, 5)
+    assert [b.size for b in batches] == [30] * FLOOR_EVIDENCE_ROUNDS
+    drawn = np.concatenate(batches)
+    assert np.unique(drawn).size == drawn.size and drawn.max() < 300
+    assert all(np.array_equal(a, b) for a, b in zip(batches, evidence_clients(300, 30, 5)))
+    assert not np.array_equal(drawn, np.concatenate(evidence_clients(300, 30, 6)))
+    # more rounds' clients than clients: every client once, in sums of at most a round's
+    covering = evidence_clients(10, 4, 0)
+    assert sorted(np.concatenate(covering).tolist()) == list(range(10))
+    assert [b.size for b in covering] == [4, 4, 2]
 
 
-def test_sampled_floor_is_close_to_the_floor_with_every_client(validated):
-    """``FLOOR_EPOCHS`` expected rounds per client reach the every-client floor's training
-    objective within 0.1 % (FedBaseline's randomized block coordinate descent)."""
-    full = fit(FedBaseline, validated)
-    sampled = fit(FedBaseline, validated, **floor_rounds(N_USERS, PER_ROUND, True))
-    fewer = fit(FedBaseline, validated, clients_per_round=PER_ROUND, max_iter=20)
-    best = full.history_[-1]["objective"]
-    assert sampled.history_[-1]["objective"] <= best * 1.001
-    assert fewer.history_[-1]["objective"] > sampled.history_[-1]["objective"]
+def _evidence_case(kind):
+    """Ratings with a clear gain of the factor part (low rank: about 11 standard errors) or
+    with none (biases and noise: about -3), and the fit's parameters: one client per user,
+    10 % a round."""
+    if kind == "gain":
+        X = make_ratings(400, 60, 12_000, n_components=2, noise=0.3, random_state=1).X
+    else:
+        X = make_site_ratings("douban", n_users=400, n_items=60, n_ratings=12_000,
+                              interaction=0.0, random_state=1).X
+    return X, dict(n_clients=X.shape[0], clients_per_round=40, max_iter=20, random_state=0)
 
 
-@pytest.mark.parametrize("grouped", [False, True])
-def test_fedmavg_secure_gram_sum_over_the_sampled_clients(validated, grouped, monkeypatch):
-    """pcc under secure aggregation: the prepare exchange of each round holds the round's
-    sampled clients only, and the fit stays close to the plain one (the global step from
-    the latest Grams of the clients that have sent, scaled to every client, estimates the
-    plain step's sum over every client's Gram)."""
-    if grouped:
-        monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 1)
-    params = dict(clients_per_round=PER_ROUND, max_iter=8, early_stopping=False)
-    plain = fit(FedMAvg, validated, **params)
-    secure = fit(FedMAvg, validated, **params, secure_aggregation=True)
-    for exchanges in round_exchanges(secure):
-        assert [(e["label"], e["clients"]) for e in exchanges] == [
-            ("prepare", PER_ROUND), ("update", PER_ROUND)]
-    a, b = plain.history_[-1]["train_rmse"], secure.history_[-1]["train_rmse"]
-    assert abs(a - b) <= 0.02 * a
-    # the algorithm differs from the plain one's (the step is estimated)
-    assert np.max(np.abs(secure.components_ - plain.components_)) > (
-        1e-6 * np.max(np.abs(plain.components_)))
+@pytest.mark.parametrize("kind", ["gain", "none"])
+def test_sampled_evidence_decides_as_every_client(kind, monkeypatch):
+    """The evidence of a secure fit that samples its clients, from FLOOR_EVIDENCE_ROUNDS
+    secure sums of a round's clients, keeps the decision of the evidence over every client
+    (the plain fit's) on a clear gain and on none: the same kept model and floor, only the
+    evidence's clients differ. Its gain is within its own noise of every client's, and its
+    standard error larger (a sample of the users)."""
+    X, params = _evidence_case(kind)
+    seen = {}
+    original = _validation.biases_floor
 
+    def capture(ctx, model, **kwargs):
+        out = original(ctx, model, **kwargs)  # (the model as compared: the fit goes on)
+        seen.update(ctx=ctx, model=copy.deepcopy(model), floor=out[0], out=out)
+        return out
 
-def test_fedmavg_pcp_secure_still_equals_plain(validated):
-    """pcp's Grams come from the sampled clients in the plain fit too: the same model."""
-    params = dict(clients_per_round=PER_ROUND, max_iter=4, early_stopping=False,
-                  solver_params={"participation": "pcp"})
-    plain = fit(FedMAvg, validated, **params)
-    secure = fit(FedMAvg, validated, **params, secure_aggregation=True)
-    assert np.max(np.abs(secure.components_ - plain.components_)) <= (
-        1e-6 * np.max(np.abs(plain.components_)))
+    monkeypatch.setattr(_base, "biases_floor", capture)
+    plain = fit(FedMGS, X, **params)
+    assert plain.factors_used_ == (kind == "gain")
+    # the same floor, its evidence summed securely over the sample of a secure sampled fit
+    monkeypatch.setattr(_validation, "_fit_floor", lambda *a, **k: (seen["floor"], (0, 0)))
+    sums = recording_sums(monkeypatch)
+    _, floor_rmse, _, (sampled_gain, sampled_noise) = original(
+        seen["ctx"], seen["model"], n_jobs=None, secure_aggregation=True,
+        clients_per_round=params["clients_per_round"])
+    assert [len(s) for s in sums] == [40] * FLOOR_EVIDENCE_ROUNDS
+    gain, noise = plain._floor_evidence
+    assert (sampled_gain > FLOOR_Z * sampled_noise) == plain.factors_used_
+    assert sampled_noise > noise
+    assert abs(sampled_gain - gain) < 2 * sampled_noise
+    assert abs(floor_rmse - seen["out"][1]) < 0.05 * seen["out"][1]  # the sample's RMSE
