@@ -94,26 +94,30 @@ def test_validated_secure_fit_has_no_exchange_over_every_client_after_the_start(
         assert floor.history_[0]["secure"]["start"]["clients"] == N_USERS  # its start
         for exchanges in round_exchanges(floor):
             assert [e["clients"] for e in exchanges] == [PER_ROUND]
-    # the evidence: FLOOR_EVIDENCE_ROUNDS secure sums of a round's clients, all distinct
-    assert [len(s) for s in sums] == [PER_ROUND] * FLOOR_EVIDENCE_ROUNDS
-    assert len(set().union(*map(set, sums))) == PER_ROUND * FLOOR_EVIDENCE_ROUNDS
+    # the evidence: secure sums of a round's clients each, together every client once
+    assert [len(s) for s in sums] == [PER_ROUND] * (N_USERS // PER_ROUND)
+    assert sorted(c for s in sums for c in s) == list(range(N_USERS))
 
 
-def test_evidence_clients():
-    """Every client in one sum at full participation; else FLOOR_EVIDENCE_ROUNDS sums of
-    distinct clients, at most a round's each, the same for the same entropy."""
+def test_evidence_clients(monkeypatch):
+    """Every client in one sum at full participation; else sums of at most a round's
+    clients: of every client once (FLOOR_EVIDENCE_ROUNDS=None), or of that many rounds'
+    distinct clients, the same for the same entropy."""
+    assert FLOOR_EVIDENCE_ROUNDS is None
     assert [b.tolist() for b in evidence_clients(7, None, 0)] == [list(range(7))]
     assert [b.tolist() for b in evidence_clients(7, 1.0, 0)] == [list(range(7))]
+    every = evidence_clients(10, 4, 0)
+    assert [b.size for b in every] == [4, 4, 2]
+    assert sorted(np.concatenate(every).tolist()) == list(range(10))
+    monkeypatch.setattr(_validation, "FLOOR_EVIDENCE_ROUNDS", 4)
     batches = evidence_clients(300, 30, 5)
-    assert [b.size for b in batches] == [30] * FLOOR_EVIDENCE_ROUNDS
+    assert [b.size for b in batches] == [30] * 4
     drawn = np.concatenate(batches)
     assert np.unique(drawn).size == drawn.size and drawn.max() < 300
     assert all(np.array_equal(a, b) for a, b in zip(batches, evidence_clients(300, 30, 5)))
     assert not np.array_equal(drawn, np.concatenate(evidence_clients(300, 30, 6)))
-    # more rounds' clients than clients: every client once, in sums of at most a round's
-    covering = evidence_clients(10, 4, 0)
-    assert sorted(np.concatenate(covering).tolist()) == list(range(10))
-    assert [b.size for b in covering] == [4, 4, 2]
+    # more rounds' clients than clients: every client once
+    assert sorted(np.concatenate(evidence_clients(10, 4, 0)).tolist()) == list(range(10))
 
 
 def _evidence_case(kind):
@@ -128,13 +132,15 @@ def _evidence_case(kind):
     return X, dict(n_clients=X.shape[0], clients_per_round=40, max_iter=20, random_state=0)
 
 
+@pytest.mark.parametrize("rounds", [None, 4])
 @pytest.mark.parametrize("kind", ["gain", "none"])
-def test_sampled_evidence_decides_as_every_client(kind, monkeypatch):
-    """The evidence of a secure fit that samples its clients, from FLOOR_EVIDENCE_ROUNDS
-    secure sums of a round's clients, keeps the decision of the evidence over every client
-    (the plain fit's) on a clear gain and on none: the same kept model and floor, only the
-    evidence's clients differ. Its gain is within its own noise of every client's, and its
-    standard error larger (a sample of the users)."""
+def test_sampled_evidence_decides_as_every_client(kind, rounds, monkeypatch):
+    """The evidence of a secure fit that samples its clients, from secure sums of a round's
+    clients each, keeps the decision of the evidence over every client (the plain fit's)
+    on a clear gain and on none: the same kept model and floor, only the evidence's sums
+    differ. Over every client (the default) the evidence is the plain one; from 4 rounds'
+    clients (FLOOR_EVIDENCE_ROUNDS=4) its gain is within its own noise of every client's,
+    and its standard error larger (a sample of the users)."""
     X, params = _evidence_case(kind)
     seen = {}
     original = _validation.biases_floor
@@ -147,15 +153,20 @@ def test_sampled_evidence_decides_as_every_client(kind, monkeypatch):
     monkeypatch.setattr(_base, "biases_floor", capture)
     plain = fit(FedMGS, X, **params)
     assert plain.factors_used_ == (kind == "gain")
-    # the same floor, its evidence summed securely over the sample of a secure sampled fit
+    # the same floor, its evidence summed securely as a secure sampled fit sums it
     monkeypatch.setattr(_validation, "_fit_floor", lambda *a, **k: (seen["floor"], (0, 0)))
+    monkeypatch.setattr(_validation, "FLOOR_EVIDENCE_ROUNDS", rounds)
     sums = recording_sums(monkeypatch)
     _, floor_rmse, _, (sampled_gain, sampled_noise) = original(
         seen["ctx"], seen["model"], n_jobs=None, secure_aggregation=True,
         clients_per_round=params["clients_per_round"])
-    assert [len(s) for s in sums] == [40] * FLOOR_EVIDENCE_ROUNDS
+    assert [len(s) for s in sums] == [40] * (rounds or 10)
     gain, noise = plain._floor_evidence
     assert (sampled_gain > FLOOR_Z * sampled_noise) == plain.factors_used_
+    if rounds is None:  # every client: the plain evidence (within the encoding)
+        assert (sampled_gain, sampled_noise) == pytest.approx((gain, noise), rel=1e-6)
+        assert floor_rmse == pytest.approx(seen["out"][1], rel=1e-6)
+        return
     assert sampled_noise > noise
     assert abs(sampled_gain - gain) < 2 * sampled_noise
     assert abs(floor_rmse - seen["out"][1]) < 0.05 * seen["out"][1]  # the sample's RMSE

@@ -25,13 +25,11 @@ and its (cluster-robust) variance ``sum_u (D_u + g n_u)^2 / N^2`` times ``m / (m
 secure aggregation covers them), beside the floor's squared-error sum.
 
 Under secure aggregation a fit that samples ``m`` of its ``n`` clients per round reaches no
-more than ``m`` clients in any exchange after its start (issue 39: a secure sum over every
-client costs each of them its key agreements): the floor samples as the fit
-(:func:`floor_rounds`), and the evidence comes from ``FLOOR_EVIDENCE_ROUNDS`` secure sums of
-``m`` distinct clients each (:func:`evidence_clients`), a uniform sample of the users whose
-sums also carry their validation count. Its gain is the sample's and its standard error the
-sample's, larger by about ``sqrt(n / (FLOOR_EVIDENCE_ROUNDS m))``: a gain of zero passes
-``FLOOR_Z`` as often as with every client, a small true gain less often.
+more than ``m`` clients in any exchange of its floor after the floor's start (issue 39: a
+secure sum over every client costs each of them its key agreements): the floor samples as
+the fit (:func:`floor_rounds`), and the clients' evidence sums reach the server in secure
+sums of ``m`` clients each (:func:`evidence_clients`), whose total is the sum over every
+client: the same decision.
 """
 
 from __future__ import annotations
@@ -66,14 +64,15 @@ FLOOR_Z = 1.0
 # after 4, 6, 8 and 10 expected rounds per client (at 5 % per round alike).
 FLOOR_EPOCHS = 8
 # Under secure aggregation a fit that samples m of its n clients sums the evidence of the
-# floor (floor_evidence) over this many secure sums of m clients each (of distinct clients,
-# every client when they cover it), not over every client at once (issue 39). Measured
-# (benchmarks/results/bench_secure-floorsum-2026-12.md, 10 % a round, one client per user,
-# 1,000 samples): on MovieLens 100K FedMGS's gain is 6.1 standard errors with every client,
-# and a sample of 1, 2, 3, 4 rounds' clients keeps the factor part in 89 %, 98 %, 99.9 %,
-# 100 % of the samples; four rounds' clients cost 28 % of the agreements of one sum over
-# every client at 2,000 clients, 200 a round.
-FLOOR_EVIDENCE_ROUNDS = 4
+# floor (floor_evidence) in secure sums of at most m clients each (issue 39): of every client
+# (None), or of this many sums' clients, a uniform sample. Every client: a sample of users
+# has the same expected z but a larger standard error, and on ml-latest-small (FedMGS's gain
+# 2.0 standard errors with every client, 0.0056 test RMSE over the floor; one client per
+# user, 10 % a round) samples of 1, 2, 4, 6 rounds' clients kept the factor part in 45 %,
+# 51 %, 64 %, 83 % of 1,000 draws; every client in sums of m costs ~70 % of the agreements of
+# one sum over every client at 2,000 clients (SecAgg+ degree 24 at 200 against 34 at 2,000),
+# a sample of 4 rounds 28 % (benchmarks/results/bench_secure-floorsum-2026-12.md).
+FLOOR_EVIDENCE_ROUNDS = None
 
 
 def split_validation(ctx, settings, *, implicit, validation_keys):
@@ -121,8 +120,9 @@ def biases_floor(ctx, model, *, n_jobs, secure_aggregation=False, clients_per_ro
     With ``secure_aggregation`` (the fit's) the floor is fitted with it too, with the fit's
     ``clients_per_round`` (:func:`floor_rounds`), and the clients' sums (each over the
     validation count, which the server has from the reports' secure sums) reach the server
-    as secure sums: of every client at full participation, else of the sample of
-    :func:`evidence_clients` (the floor's RMSE and the evidence are then the sample's).
+    as secure sums: one of every client at full participation, else those of
+    :func:`evidence_clients` (the floor's RMSE and the evidence are a sample's when they
+    do not cover every client).
     """
     offset, scale = ctx.info.offset, ctx.info.rating_scale
     factor_residual = validation_residual(model, ctx)
@@ -144,7 +144,7 @@ def biases_floor(ctx, model, *, n_jobs, secure_aggregation=False, clients_per_ro
     else:  # each over the validation count (the server has it from the reports)
         batches = evidence_clients(n, clients_per_round, ctx.entropy)
         # (a sample also sends its validation count: the sums are over its ratings)
-        words = sums.shape[1] - (len(batches) == 1 and batches[0].size == n)
+        words = sums.shape[1] - (sum(b.size for b in batches) == n)
         total = np.zeros(sums.shape[1])
         for j, batch in enumerate(batches):
             key = (_FLOOR_SUM,) if batch.size == n else (_FLOOR_SUM, 2 + j)
@@ -162,22 +162,24 @@ def biases_floor(ctx, model, *, n_jobs, secure_aggregation=False, clients_per_ro
 
 
 def evidence_clients(n_clients, clients_per_round, entropy):
-    """The clients whose sums make the floor's evidence under secure aggregation, as the
-    list of its secure sums' clients: every client in one sum when a round holds every
-    client; else ``FLOOR_EVIDENCE_ROUNDS`` sums of ``clients_per_round`` clients each (or
-    fewer, every client then), drawn uniformly without replacement from the fit's
-    ``entropy``, so that no exchange after the start reaches more clients than a round
-    (issue 39). The users of a uniform sample of clients are a sample of the users, and
-    the standard error of :func:`floor_evidence` is over users: a sample's sums estimate
-    the gain without bias and its standard error for that sample, larger by about
-    ``sqrt(n / sampled)``. ``FLOOR_Z`` keeps its meaning (a gain of zero passes as often);
-    a small gain passes less often (module docstring)."""
+    """The clients of the secure sums that make the floor's evidence under secure
+    aggregation, a list of arrays: every client in one sum when a round holds every client;
+    else sums of at most ``clients_per_round`` clients each, so that no exchange after the
+    start reaches more clients than a round (issue 39): of every client
+    (``FLOOR_EVIDENCE_ROUNDS=None``: the decision of one sum over every client), or of
+    ``FLOOR_EVIDENCE_ROUNDS`` rounds' clients drawn uniformly without replacement from the
+    fit's ``entropy``. A uniform sample of clients is a sample of the users, the units of
+    :func:`floor_evidence`'s standard error: its gain is unbiased and its standard error
+    that sample's, larger by about ``sqrt(n / sampled)``, so a gain of zero passes
+    ``FLOOR_Z`` as often and a small true gain less often (``FLOOR_EVIDENCE_ROUNDS``)."""
     n_sampled = _n_sampled(clients_per_round, n_clients)
     if n_sampled >= n_clients:
         return [np.arange(n_clients)]
-    rng = np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(_FLOOR_SUM, 1)))
-    drawn = rng.permutation(n_clients)[:FLOOR_EVIDENCE_ROUNDS * n_sampled]
-    return [np.sort(drawn[i:i + n_sampled]) for i in range(0, drawn.size, n_sampled)]
+    order = np.arange(n_clients)
+    if FLOOR_EVIDENCE_ROUNDS is not None and FLOOR_EVIDENCE_ROUNDS * n_sampled < n_clients:
+        rng = np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(_FLOOR_SUM, 1)))
+        order = rng.permutation(n_clients)[:FLOOR_EVIDENCE_ROUNDS * n_sampled]
+    return [np.sort(order[i:i + n_sampled]) for i in range(0, order.size, n_sampled)]
 
 
 def validation_residual(model, ctx):
