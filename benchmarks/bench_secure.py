@@ -62,10 +62,16 @@ not inflate.
 The biases floor of a validated fit (a nested FedBaseline fit, under secure aggregation
 with the fit's ``clients_per_round``) is not in the outer fit's ``history_``: the bench
 records its fits and adds their exchanges (start and rounds) to ``floor s``, and the
-floor's one secure sum of the paired evidence over every client as its start exchange's
-agreements with the keystream of its 6 words (an estimate: ``secure_sum`` does not record
-costs). ``floor ex`` is the nested fits' largest exchange after their start, in clients,
-and ``x plain`` the secure fit's wall time over the plain one's. ``--no-early-stopping``
+validation's one-off secure sums (the paired evidence; a sampled floor's start, summed in
+sums of a round's clients) at the floor of an exchange without dropouts (``2 n k``
+agreements, ``n (k + 2) d`` keystream words: ``secure_sum`` does not record costs).
+``floor ex`` is the largest of the nested fits' exchanges after their start and of those
+sums, in clients, and ``x plain`` the secure fit's wall time over the plain one's. Below
+each row, the secure fit's exchanges by kind (its own, its floors', the one-off sums): how
+many, clients per exchange in the simulation and in a deployment (where every client
+sends its validation report, not a group's), agreements and floor CPU seconds (a
+deployment's), and the simulation's wall seconds; then the largest exchange after the
+fit's start. ``--no-early-stopping``
 fits without validation (no report exchanges, no floor).
 """
 
@@ -193,7 +199,7 @@ def _recording_floors(floors):
 
 def _recording_sums(sums):
     """Patch the validation's one-off secure sums (:func:`sum_securely`: the floor's
-    evidence) to append ``(clients, vector words, wall s)`` of each to ``sums``; returns the
+    evidence, and a sampled floor's start) to append ``(clients, vector words, wall s)`` of each to ``sums``; returns the
     original (to restore)."""
     from sklearn_fedmf.completion import _validation
 
@@ -255,9 +261,10 @@ def exchange_table(name, secure, floors, sums, primitives, n_clients):
     add_fit("fit", secure)
     for j, floor in enumerate(floors):
         add_fit("floor" if j == 0 else "floor refit", floor)
-    for clients, words, wall in sums:
-        add("evidence sum", {"clients": clients, "vector_words": words, "wall_s": wall,
-                             **_sum_costs(clients, words)})
+    for clients, words, wall in sums:  # (a sampled floor's start: 2 words an item)
+        add("floor start sums" if words == 2 * secure.n_features_in_ else "evidence sum",
+            {"clients": clients, "vector_words": words, "wall_s": wall,
+             **_sum_costs(clients, words)})
     print(f"  {name}: exchanges of the secure fit (agreements and floor CPU s: a deployment's, "
           f"every client in a report; wall: the simulation's)")
     header = (f"  {'exchange':<20} {'count':>5} {'clients sim':>12} {'clients dep':>12} "
@@ -267,8 +274,7 @@ def exchange_table(name, secure, floors, sums, primitives, n_clients):
         span = lambda v: f"{min(v)}" if min(v) == max(v) else f"{min(v)}-{max(v)}"
         print(f"  {kind:<20} {count:>5} {span(clients):>12} {span(deployed):>12} "
               f"{agreements:>11,} {cpu:>11.2f} {wall:>8.1f}", flush=True)
-    after = [max(row[5]) for kind, row in rows.items() if not kind.endswith("start")
-             and kind != "fit start"]
+    after = [max(row[5]) for kind, row in rows.items() if kind != "fit start"]
     print(f"  {name}: largest exchange after the fit's start: {max(after, default=0)} clients "
           f"(a deployment's), of {n_clients}", flush=True)
 
@@ -283,8 +289,8 @@ def _nested_floor(floors, primitives, sums):
     for floor in floors:
         costs = [r["secure"] for r in floor.history_]
         start = costs[0].get("start")
-        for kind, prims in primitives.items():
-            total[kind] += sum(floor_seconds(c, *prims) for c in costs + [start])
+        for kind, prims in primitives.items():  # (a sampled floor's start: in ``sums``)
+            total[kind] += sum(floor_seconds(c, *prims) for c in costs + [start] if c)
         largest = max([largest] + [e["clients"] for c in costs for e in c["exchanges"]])
     for clients, words, _ in sums:
         for kind, prims in primitives.items():

@@ -91,12 +91,105 @@ def test_validated_secure_fit_has_no_exchange_over_every_client_after_the_start(
     for floor in floors:
         assert floor.clients_per_round == PER_ROUND
         assert len(floor.history_) == FLOOR_EPOCHS * N_USERS // PER_ROUND
-        assert floor.history_[0]["secure"]["start"]["clients"] == N_USERS  # its start
+        assert "start" not in floor.history_[0]["secure"]  # (summed before, in sums)
         for exchanges in round_exchanges(floor):
             assert [e["clients"] for e in exchanges] == [PER_ROUND]
-    # the evidence: secure sums of a round's clients each, together every client once
+    # each floor's start, then the evidence: secure sums of a round's clients each, each
+    # time every client once
+    per_sum = [PER_ROUND] * (N_USERS // PER_ROUND)
+    assert [len(s) for s in sums] == per_sum * (len(floors) + 1)
+    for k in range(len(floors) + 1):
+        part = sums[k * len(per_sum):(k + 1) * len(per_sum)]
+        assert sorted(c for s in part for c in s) == list(range(N_USERS))
+
+
+@pytest.mark.slow  # a secure floor over every client of every round: about 30 s
+def test_secure_floor_at_full_participation_is_the_plain_one(validated, monkeypatch):
+    """Every client a round: the secure fit's floor is the plain fit's, 20 rounds of every
+    client, and the secure model and the evidence are the plain ones."""
+    floors = recording_floors(monkeypatch)
+    params = dict(n_clients=8, max_iter=4)
+    plain = fit(FedMGS, validated, **params)
+    secure = fit(FedMGS, validated, **params, secure_aggregation=True)
+    assert [len(f.history_) for f in floors] == [20] * len(floors) and len(floors) >= 2
+    assert all(f.clients_per_round is None for f in floors)
+    assert secure.factors_used_ == plain.factors_used_
+    assert secure._floor_evidence == pytest.approx(plain._floor_evidence, rel=1e-5)
+    assert np.max(np.abs(secure.components_ - plain.components_)) <= (
+        1e-6 * np.max(np.abs(plain.components_)))
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_floor_start_in_sums_is_the_floors_own_start(validated, grouped, monkeypatch):
+    """A secure sampled floor whose start was summed in sums of a round's clients
+    (floor_start) is the floor that sums its own start over every client, within the
+    encoding; its clients send no start, and the sums' bytes are the first round's."""
+    if grouped:
+        monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 1)
+    params = dict(clients_per_round=PER_ROUND, max_iter=3, secure_aggregation=True)
+    own = fit(FedBaseline, validated, **params)
+    sums = recording_sums(monkeypatch)
+    codes = np.arange(N_USERS)
+    counts, rating_sums, (up, down) = _validation.floor_start(validated, codes, N_USERS,
+                                                              PER_ROUND, True, 7)
     assert [len(s) for s in sums] == [PER_ROUND] * (N_USERS // PER_ROUND)
-    assert sorted(c for s in sums for c in s) == list(range(N_USERS))
+    assert np.array_equal(np.rint(counts), np.bincount(validated.indices,
+                                                       minlength=validated.shape[1]))
+    given = FedBaseline(n_clients=N_USERS, random_state=0, **params)
+    given._given_start = counts, rating_sums, (up, down)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        given.fit(validated, clients=codes)
+    assert "start" in own.history_[0]["secure"] and "start" not in given.history_[0]["secure"]
+    assert type(given._federation.client_states).__name__ == (
+        "GroupStates" if grouped else "list")
+    scale = np.max(np.abs(own.item_bias_))
+    assert np.max(np.abs(given.item_bias_ - own.item_bias_)) <= 1e-9 * scale
+    assert np.max(np.abs(given.user_bias_ - own.user_bias_)) <= 1e-9 * scale
+    first = given.history_[0]
+    assert first["bytes_uploaded"] >= up and first["bytes_downloaded"] >= down
+
+
+def test_sampled_floor_is_close_to_the_floor_with_every_client(validated):
+    """``FLOOR_EPOCHS`` expected rounds per client reach the every-client floor's training
+    objective within 0.1 % (FedBaseline's randomized block coordinate descent)."""
+    full = fit(FedBaseline, validated)
+    sampled = fit(FedBaseline, validated, **floor_rounds(N_USERS, PER_ROUND, True))
+    fewer = fit(FedBaseline, validated, clients_per_round=PER_ROUND, max_iter=20)
+    best = full.history_[-1]["objective"]
+    assert sampled.history_[-1]["objective"] <= best * 1.001
+    assert fewer.history_[-1]["objective"] > sampled.history_[-1]["objective"]
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_fedmavg_secure_gram_sum_over_the_sampled_clients(validated, grouped, monkeypatch):
+    """pcc under secure aggregation: the prepare exchange of each round holds the round's
+    sampled clients only, and the fit stays close to the plain one (the global step from
+    the latest Grams of the clients that have sent, scaled to every client, estimates the
+    plain step's sum over every client's Gram)."""
+    if grouped:
+        monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 1)
+    params = dict(clients_per_round=PER_ROUND, max_iter=8, early_stopping=False)
+    plain = fit(FedMAvg, validated, **params)
+    secure = fit(FedMAvg, validated, **params, secure_aggregation=True)
+    for exchanges in round_exchanges(secure):
+        assert [(e["label"], e["clients"]) for e in exchanges] == [
+            ("prepare", PER_ROUND), ("update", PER_ROUND)]
+    a, b = plain.history_[-1]["train_rmse"], secure.history_[-1]["train_rmse"]
+    assert abs(a - b) <= 0.02 * a
+    # the algorithm differs from the plain one's (the step is estimated)
+    assert np.max(np.abs(secure.components_ - plain.components_)) > (
+        1e-6 * np.max(np.abs(plain.components_)))
+
+
+def test_fedmavg_pcp_secure_still_equals_plain(validated):
+    """pcp's Grams come from the sampled clients in the plain fit too: the same model."""
+    params = dict(clients_per_round=PER_ROUND, max_iter=4, early_stopping=False,
+                  solver_params={"participation": "pcp"})
+    plain = fit(FedMAvg, validated, **params)
+    secure = fit(FedMAvg, validated, **params, secure_aggregation=True)
+    assert np.max(np.abs(secure.components_ - plain.components_)) <= (
+        1e-6 * np.max(np.abs(plain.components_)))
 
 
 def test_evidence_clients(monkeypatch):

@@ -25,11 +25,13 @@ and its (cluster-robust) variance ``sum_u (D_u + g n_u)^2 / N^2`` times ``m / (m
 secure aggregation covers them), beside the floor's squared-error sum.
 
 Under secure aggregation a fit that samples ``m`` of its ``n`` clients per round reaches no
-more than ``m`` clients in any exchange of its floor after the floor's start (issue 39: a
-secure sum over every client costs each of them its key agreements): the floor samples as
-the fit (:func:`floor_rounds`), and the clients' evidence sums reach the server in secure
-sums of ``m`` clients each (:func:`evidence_clients`), whose total is the sum over every
-client: the same decision.
+more than ``m`` clients in any exchange of its floor (issue 39: a secure sum over every
+client costs each of them its key agreements, ``2 n k`` in all): the floor samples as the fit
+(:func:`floor_rounds`), its start (per-item counts and rating sums) is summed in secure sums
+of ``m`` clients each before it (:func:`floor_start`), and so are the clients' evidence sums
+(:func:`evidence_clients`). Together they hold every client once: the same floor and the
+same decision as one sum over every client, for ``2 n k_m`` agreements (``k_m``, the SecAgg+
+degree at ``m`` clients) instead of ``2 n k_n``.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from ..exceptions import FedMFWarning
 
 __all__ = ["EARLY_STOPPING_MIN_RATINGS", "FLOOR_EPOCHS", "FLOOR_EVIDENCE_ROUNDS", "FLOOR_Z",
            "aggregate_info", "biases_floor", "client_paired_sums", "evidence_clients", "floor_evidence",
-           "floor_on_all_ratings", "floor_rounds", "rating_scales",
+           "floor_on_all_ratings", "floor_rounds", "floor_start", "rating_scales",
            "split_validation", "validation_residual"]
 
 # "auto" early stopping needs this many ratings (HistGradientBoosting's 10,000 samples)
@@ -246,8 +248,8 @@ def floor_rounds(n_clients, clients_per_round, secure_aggregation):
     """The floor's ``{"clients_per_round", "max_iter"}``: with every client each round or
     without secure aggregation, the floor's own defaults (every client, 20 rounds); under
     secure aggregation a fit that samples ``m`` of its ``n`` clients samples as many in the
-    floor's rounds, ``ceil(FLOOR_EPOCHS n / m)`` of them, so that no exchange after the
-    floor's start reaches every client. (Partial participation is randomized block
+    floor's rounds, ``ceil(FLOOR_EPOCHS n / m)`` of them, so that no exchange of the floor
+    reaches every client (its start: :func:`floor_start`). (Partial participation is randomized block
     coordinate descent on the same objective: :class:`~sklearn_fedmf.FedBaseline`.) The
     plain floor keeps every client: its rounds cost no agreements, and it is the better
     yardstick."""
@@ -261,21 +263,67 @@ def floor_rounds(n_clients, clients_per_round, secure_aggregation):
 def _fit_floor(ctx, X, floor_class, n_jobs, secure_aggregation, clients_per_round=None):
     """``floor_class`` fitted on the fit's clients with the ratings ``X`` (on the fit's
     scale), with the fit's ``secure_aggregation`` (and then its ``clients_per_round``:
-    :func:`floor_rounds`), and the bytes ``(up, down)`` of its rounds."""
+    :func:`floor_rounds`, its start summed by :func:`floor_start` when it samples), and
+    the bytes ``(up, down)`` of its start and rounds."""
     offset, scale = ctx.info.offset, ctx.info.rating_scale
     X = X.copy()
     X.data = X.data * scale + offset  # back to ratings: the floor centres them itself
+    rounds = floor_rounds(ctx.n_clients, clients_per_round, secure_aggregation)
+    floor = floor_class(n_clients=ctx.n_clients, random_state=ctx.entropy, n_jobs=n_jobs,
+                        solver_params={"eval_every": 0}, secure_aggregation=secure_aggregation,
+                        **rounds)
+    if rounds:  # a secure sampled floor: its start in sums of a round's clients
+        floor._given_start = floor_start(X, ctx.codes, ctx.n_clients,
+                                         rounds["clients_per_round"], secure_aggregation,
+                                         ctx.entropy)
     with warnings.catch_warnings():  # (what it would say, this fit has said)
         warnings.simplefilter("ignore", FedMFWarning)
-        floor = floor_class(n_clients=ctx.n_clients, random_state=ctx.entropy, n_jobs=n_jobs,
-                            solver_params={"eval_every": 0},
-                            secure_aggregation=secure_aggregation,
-                            **floor_rounds(ctx.n_clients, clients_per_round,
-                                           secure_aggregation)).fit(X, clients=ctx.labels)
+        floor.fit(X, clients=ctx.labels)
+    floor._given_start = None  # (for this fit only)
     up = sum(r["bytes_uploaded"] for r in floor.history_)
     down = sum(r["bytes_downloaded"] for r in floor.history_)
     return floor, (up, down)
 
+
+
+def floor_start(X, codes, n_clients, clients_per_round, secure_aggregation, entropy):
+    """``(counts, sums, (up, down))``: the per-item counts and rating sums of the ratings
+    ``X`` (rows: the fit's, ``codes`` their clients) that start a secure sampled floor
+    (:class:`~sklearn_fedmf.FedBaseline`'s start), summed securely in sums of at most
+    ``clients_per_round`` clients each (every client once, :func:`evidence_clients`'s
+    partition), instead of one sum over every client after the fit's start (issue 39),
+    and their bytes. The same sums, so the same floor (within the encoding). Each client's
+    summand is dense over the items, as in the floor's own secure start."""
+    n_items = X.shape[1]
+    rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+    owner = codes[rows]
+    order = np.argsort(owner, kind="stable")
+    client_ptr = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=n_clients))])
+    items, values = X.indices[order], X.data[order]
+    counts, sums = np.zeros(n_items), np.zeros(n_items)
+    up = down = 0
+    # (every client once: the partition of evidence_clients with no sample)
+    batches = [np.arange(n_clients)[i:i + clients_per_round]
+               for i in range(0, n_clients, clients_per_round)]
+    for j, batch in enumerate(batches):
+        summands = {}
+        for p in batch.tolist():
+            a, b = client_ptr[p], client_ptr[p + 1]
+            summand = np.zeros(2 * n_items)
+            np.add.at(summand, items[a:b], 1.0)
+            np.add.at(summand, n_items + items[a:b], values[a:b])
+            summands[p] = summand
+        result = sum_securely(summands, secure_aggregation, seed=np.random.SeedSequence(
+            entropy, spawn_key=(_FLOOR_START, j)))
+        total = np.asarray(result.sum, dtype=np.float64)
+        counts += total[:n_items]
+        sums += total[n_items:]
+        up += sum(sum(v.values()) for v in result.bytes_uploaded.values())
+        down += sum(sum(v.values()) for v in result.bytes_downloaded.values())
+    return counts, sums, (up, down)
+
+
+_FLOOR_START = 10  # the sampled floor's start in sums: its seed kind
 
 
 # ---- a fit's scales from the clients' aggregates (a Flower server and its sites) -----------
