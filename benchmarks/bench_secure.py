@@ -199,8 +199,8 @@ def _recording_floors(floors):
 
 def _recording_sums(sums):
     """Patch the validation's one-off secure sums (:func:`sum_securely`: the floor's
-    evidence, and a sampled floor's start) to append ``(clients, vector words, wall s)`` of each to ``sums``; returns the
-    original (to restore)."""
+    evidence, and a sampled floor's start) to append ``(clients, vector words, wall s)`` of
+    each to ``sums``; returns the original (to restore)."""
     from sklearn_fedmf.completion import _validation
 
     original = _validation.sum_securely
@@ -270,8 +270,10 @@ def exchange_table(name, secure, floors, sums, primitives, n_clients):
     header = (f"  {'exchange':<20} {'count':>5} {'clients sim':>12} {'clients dep':>12} "
               f"{'agreements':>11} {'floor cpu s':>11} {'wall s':>8}")
     print(header)
+    def span(v):
+        return f"{min(v)}" if min(v) == max(v) else f"{min(v)}-{max(v)}"
+
     for kind, (count, clients, agreements, cpu, wall, deployed) in rows.items():
-        span = lambda v: f"{min(v)}" if min(v) == max(v) else f"{min(v)}-{max(v)}"
         print(f"  {kind:<20} {count:>5} {span(clients):>12} {span(deployed):>12} "
               f"{agreements:>11,} {cpu:>11.2f} {wall:>8.1f}", flush=True)
     after = [max(row[5]) for kind, row in rows.items() if kind != "fit start"]

@@ -47,8 +47,8 @@ from ..engine._fit import validation_split
 from ..exceptions import FedMFWarning
 
 __all__ = ["EARLY_STOPPING_MIN_RATINGS", "FLOOR_EPOCHS", "FLOOR_EVIDENCE_ROUNDS", "FLOOR_Z",
-           "aggregate_info", "biases_floor", "client_paired_sums", "evidence_clients", "floor_evidence",
-           "floor_on_all_ratings", "floor_rounds", "floor_start", "rating_scales",
+           "aggregate_info", "biases_floor", "client_paired_sums", "evidence_clients",
+           "floor_evidence", "floor_on_all_ratings", "floor_rounds", "floor_start", "rating_scales",
            "split_validation", "validation_residual"]
 
 # "auto" early stopping needs this many ratings (HistGradientBoosting's 10,000 samples)
@@ -249,10 +249,10 @@ def floor_rounds(n_clients, clients_per_round, secure_aggregation):
     without secure aggregation, the floor's own defaults (every client, 20 rounds); under
     secure aggregation a fit that samples ``m`` of its ``n`` clients samples as many in the
     floor's rounds, ``ceil(FLOOR_EPOCHS n / m)`` of them, so that no exchange of the floor
-    reaches every client (its start: :func:`floor_start`). (Partial participation is randomized block
-    coordinate descent on the same objective: :class:`~sklearn_fedmf.FedBaseline`.) The
-    plain floor keeps every client: its rounds cost no agreements, and it is the better
-    yardstick."""
+    reaches every client (its start: :func:`floor_start`). (Partial participation is
+    randomized block coordinate descent on the same objective:
+    :class:`~sklearn_fedmf.FedBaseline`.) The plain floor keeps every client: its rounds
+    cost no agreements, and it is the better yardstick."""
     n_sampled = _n_sampled(clients_per_round, n_clients)
     if secure_aggregation is False or n_sampled >= n_clients:
         return {}
