@@ -62,10 +62,16 @@ not inflate.
 The biases floor of a validated fit (a nested FedBaseline fit, under secure aggregation
 with the fit's ``clients_per_round``) is not in the outer fit's ``history_``: the bench
 records its fits and adds their exchanges (start and rounds) to ``floor s``, and the
-floor's one secure sum of the paired evidence over every client as its start exchange's
-agreements with the keystream of its 6 words (an estimate: ``secure_sum`` does not record
-costs). ``floor ex`` is the nested fits' largest exchange after their start, in clients,
-and ``x plain`` the secure fit's wall time over the plain one's. ``--no-early-stopping``
+validation's one-off secure sums (the paired evidence; a sampled floor's start, summed in
+sums of a round's clients) at the floor of an exchange without dropouts (``2 n k``
+agreements, ``n (k + 2) d`` keystream words: ``secure_sum`` does not record costs).
+``floor ex`` is the largest of the nested fits' exchanges after their start and of those
+sums, in clients, and ``x plain`` the secure fit's wall time over the plain one's. Below
+each row, the secure fit's exchanges by kind (its own, its floors', the one-off sums): how
+many, clients per exchange in the simulation and in a deployment (where every client
+sends its validation report, not a group's), agreements and floor CPU seconds (a
+deployment's), and the simulation's wall seconds; then the largest exchange after the
+fit's start. ``--no-early-stopping``
 fits without validation (no report exchanges, no floor).
 """
 
@@ -191,25 +197,107 @@ def _recording_floors(floors):
     return original
 
 
-def _nested_floor(floors, primitives, evidence_sums):
+def _recording_sums(sums):
+    """Patch the validation's one-off secure sums (:func:`sum_securely`: the floor's
+    evidence, and a sampled floor's start) to append ``(clients, vector words, wall s)`` of
+    each to ``sums``; returns the original (to restore)."""
+    from sklearn_fedmf.completion import _validation
+
+    original = _validation.sum_securely
+
+    def recording(values, option, **kwargs):
+        start = time.perf_counter()
+        out = original(values, option, **kwargs)
+        words = int(np.asarray(next(iter(values.values()))).size) if values else 0
+        sums.append((len(values), words, time.perf_counter() - start))
+        return out
+
+    _validation.sum_securely = recording
+    return original
+
+
+def _sum_costs(n, words):
+    """An exchange's floor without dropouts (:mod:`sklearn_fedmf.secure._costs`): each client
+    agrees a channel key and a mask seed with each of its ``k`` neighbours (``2 n k``) and
+    expands its self mask and ``k`` pairwise masks; the server expands every self mask
+    (``n (k + 2) d`` keystream words)."""
+    from sklearn_fedmf.secure import SecureAggregation
+
+    k = SecureAggregation().degree(n)
+    k = n - 1 if k is None or k >= n else k
+    return {"agreements": 2 * n * k, "keystream_words": n * (k + 2) * words}
+
+
+def exchange_table(name, secure, floors, sums, primitives, n_clients):
+    """The secure fit's exchanges (its own, its nested biases floors', its one-off sums),
+    grouped by kind: how many, clients per exchange (min-max; ``report``: the simulation's
+    and, after the slash, a deployment's, where every client reports), agreements and the
+    floor's CPU seconds of them (deployment: every client), and the simulation's wall
+    seconds."""
+    from sklearn_fedmf.secure._costs import floor_seconds
+
+    rows = {}  # kind -> [count, clients, agreements, floor cpu s, wall s, deployed clients]
+
+    def add(kind, record, deployed=None):
+        row = rows.setdefault(kind, [0, [], 0, 0.0, 0.0, []])
+        costs = record if deployed is None else _sum_costs(deployed, record["vector_words"])
+        row[0] += 1
+        row[1].append(record["clients"])
+        row[2] += costs["agreements"]
+        row[3] += floor_seconds(costs, *primitives["cpu"])
+        row[4] += record["wall_s"]
+        row[5].append(deployed or record["clients"])
+
+    def add_fit(prefix, estimator):
+        for i, r in enumerate(estimator.history_):
+            if i == 0 and "start" in r["secure"]:
+                add(f"{prefix} start", r["secure"]["start"])
+            for e in r["secure"]["exchanges"]:
+                # (grouped clients report their group's sums in the simulation; in a
+                # deployment every client reports)
+                add(f"{prefix} {e['label']}", e,
+                    n_clients if e["label"] == "report" else None)
+
+    add_fit("fit", secure)
+    for j, floor in enumerate(floors):
+        add_fit("floor" if j == 0 else "floor refit", floor)
+    for clients, words, wall in sums:  # (a sampled floor's start: 2 words an item)
+        add("floor start sums" if words == 2 * secure.n_features_in_ else "evidence sum",
+            {"clients": clients, "vector_words": words, "wall_s": wall,
+             **_sum_costs(clients, words)})
+    print(f"  {name}: exchanges of the secure fit (agreements and floor CPU s: a deployment's, "
+          f"every client in a report; wall: the simulation's)")
+    header = (f"  {'exchange':<20} {'count':>5} {'clients sim':>12} {'clients dep':>12} "
+              f"{'agreements':>11} {'floor cpu s':>11} {'wall s':>8}")
+    print(header)
+    def span(v):
+        return f"{min(v)}" if min(v) == max(v) else f"{min(v)}-{max(v)}"
+
+    for kind, (count, clients, agreements, cpu, wall, deployed) in rows.items():
+        print(f"  {kind:<20} {count:>5} {span(clients):>12} {span(deployed):>12} "
+              f"{agreements:>11,} {cpu:>11.2f} {wall:>8.1f}", flush=True)
+    after = [max(row[5]) for kind, row in rows.items() if kind != "fit start"]
+    print(f"  {name}: largest exchange after the fit's start: {max(after, default=0)} clients "
+          f"(a deployment's), of {n_clients}", flush=True)
+
+
+def _nested_floor(floors, primitives, sums):
     """``({kind: floor seconds}, largest exchange after the start)`` of the nested floor
-    fits, with ``evidence_sums`` secure sums of 6 words over every client (module doc)."""
+    fits and of the one-off secure sums ``sums`` (``(clients, words, wall s)`` each, their
+    floor from :func:`_sum_costs`: ``secure_sum`` does not record costs)."""
     from sklearn_fedmf.secure._costs import floor_seconds
 
     total, largest = {kind: 0.0 for kind in primitives}, 0
     for floor in floors:
         costs = [r["secure"] for r in floor.history_]
         start = costs[0].get("start")
-        for kind, prims in primitives.items():
-            total[kind] += sum(floor_seconds(c, *prims) for c in costs + [start])
+        for kind, prims in primitives.items():  # (a sampled floor's start: in ``sums``)
+            total[kind] += sum(floor_seconds(c, *prims) for c in costs + [start] if c)
         largest = max([largest] + [e["clients"] for c in costs for e in c["exchanges"]])
-    if floors and evidence_sums:
-        start = floors[0].history_[0]["secure"]["start"]
-        evidence = {"agreements": start["agreements"],
-                    "keystream_words": start["keystream_words"] * 6
-                    / start["vector_words"]}
+    for clients, words, _ in sums:
         for kind, prims in primitives.items():
-            total[kind] += evidence_sums * floor_seconds(evidence, *prims)
+            total[kind] += floor_seconds(_sum_costs(clients, words), *prims)
+        largest = max(largest, clients)
     return total, largest
 
 
@@ -241,18 +329,18 @@ def bench_deployment(X, per_round, max_iter, only=None, early_stopping=True):
         if not early_stopping and "early_stopping" in cls().get_params():
             params["early_stopping"] = False  # (no validation: no biases floor either)
         _, wall_plain, cpu_plain = _fit_timed(cls, dict(params, **plain_extra), X)
-        floors = []  # the nested biases floors of the secure fit
-        original = _recording_floors(floors)
+        floors, sums = [], []  # the nested biases floors and one-off sums of the secure fit
+        original = _recording_floors(floors), _recording_sums(sums)
         try:
             secure, wall_secure, cpu_secure = _fit_timed(
                 cls, dict(params, secure_aggregation=True), X)
         finally:
             from sklearn_fedmf.completion import _validation
 
-            _validation._fit_floor = original
+            _validation._fit_floor, _validation.sum_securely = original
         costs = [r["secure"] for r in secure.history_]
         start = costs[0].get("start")
-        nested, largest = _nested_floor(floors, primitives, evidence_sums=1 if floors else 0)
+        nested, largest = _nested_floor(floors, primitives, sums)
         floor = {kind: nested[kind] + sum(floor_seconds(c, *primitives[kind])
                                           for c in costs + ([start] if start else []))
                  for kind in primitives}
@@ -275,6 +363,7 @@ def bench_deployment(X, per_round, max_iter, only=None, early_stopping=True):
               f"{cpu_secure:>7.2f} {floor['cpu']:>7.2f} "
               f"{cpu_secure / (floor['cpu'] + cpu_plain):>6.2f} "
               f"{largest if floors else '-':>8} {wall_secure / wall_plain:>7.1f}", flush=True)
+        exchange_table(name, secure, floors, sums, primitives, n)
         if floors:
             print(f"  {name}: {len(secure.history_)} rounds, factors_used_="
                   f"{secure.factors_used_}; nested floors: "

@@ -23,6 +23,15 @@ and its (cluster-robust) variance ``sum_u (D_u + g n_u)^2 / N^2`` times ``m / (m
 ``m`` users with validation ratings. Each client sends five sums over its users, ``sum D_u``,
 ``sum D_u^2``, ``sum n_u D_u``, ``sum n_u^2`` and its count of such users (summable, so
 secure aggregation covers them), beside the floor's squared-error sum.
+
+Under secure aggregation a fit that samples ``m`` of its ``n`` clients per round reaches no
+more than ``m`` clients in any exchange of its floor (issue 39: a secure sum over every
+client costs each of them its key agreements, ``2 n k`` in all): the floor samples as the fit
+(:func:`floor_rounds`), its start (per-item counts and rating sums) is summed in secure sums
+of ``m`` clients each before it (:func:`floor_start`), and so are the clients' evidence sums
+(:func:`evidence_clients`). Together they hold every client once: the same floor and the
+same decision as one sum over every client, for ``2 n k_m`` agreements (``k_m``, the SecAgg+
+degree at ``m`` clients) instead of ``2 n k_n``.
 """
 
 from __future__ import annotations
@@ -37,9 +46,9 @@ from ..engine._federation import EarlyStopping, _n_sampled
 from ..engine._fit import validation_split
 from ..exceptions import FedMFWarning
 
-__all__ = ["EARLY_STOPPING_MIN_RATINGS", "FLOOR_EPOCHS", "FLOOR_Z", "aggregate_info",
-           "biases_floor", "client_paired_sums", "floor_evidence", "floor_on_all_ratings",
-           "floor_rounds", "rating_scales",
+__all__ = ["EARLY_STOPPING_MIN_RATINGS", "FLOOR_EPOCHS", "FLOOR_EVIDENCE_ROUNDS", "FLOOR_Z",
+           "aggregate_info", "biases_floor", "client_paired_sums", "evidence_clients",
+           "floor_evidence", "floor_on_all_ratings", "floor_rounds", "floor_start", "rating_scales",
            "split_validation", "validation_residual"]
 
 # "auto" early stopping needs this many ratings (HistGradientBoosting's 10,000 samples)
@@ -56,6 +65,16 @@ FLOOR_Z = 1.0
 # 0.00015, 0.0001 on MovieLens 100K and 0.0014, 0.0001, 0.00004, 0.00002 on ml-latest-small
 # after 4, 6, 8 and 10 expected rounds per client (at 5 % per round alike).
 FLOOR_EPOCHS = 8
+# Under secure aggregation a fit that samples m of its n clients sums the evidence of the
+# floor (floor_evidence) in secure sums of at most m clients each (issue 39): of every client
+# (None), or of this many sums' clients, a uniform sample. Every client, because a sample of
+# users has the same expected gain but a larger standard error: on ml-latest-small (FedMGS's gain
+# 2.0 standard errors with every client, 0.0056 test RMSE over the floor; one client per
+# user, 10 % a round) samples of 1, 2, 4, 6 rounds' clients kept the factor part in 45 %,
+# 51 %, 64 %, 83 % of 1,000 draws; every client in sums of m costs ~70 % of the agreements of
+# one sum over every client at 2,000 clients (SecAgg+ degree 24 at 200 against 34 at 2,000),
+# a sample of 4 rounds 28 % (benchmarks/results/bench_secure-floorsum-2026-12.md).
+FLOOR_EVIDENCE_ROUNDS = None
 
 
 def split_validation(ctx, settings, *, implicit, validation_keys):
@@ -103,7 +122,9 @@ def biases_floor(ctx, model, *, n_jobs, secure_aggregation=False, clients_per_ro
     With ``secure_aggregation`` (the fit's) the floor is fitted with it too, with the fit's
     ``clients_per_round`` (:func:`floor_rounds`), and the clients' sums (each over the
     validation count, which the server has from the reports' secure sums) reach the server
-    as one secure sum.
+    as secure sums: one of every client at full participation, else those of
+    :func:`evidence_clients` (the floor's RMSE and the evidence are a sample's when they
+    do not cover every client).
     """
     offset, scale = ctx.info.offset, ctx.info.rating_scale
     factor_residual = validation_residual(model, ctx)
@@ -114,21 +135,53 @@ def biases_floor(ctx, model, *, n_jobs, secure_aggregation=False, clients_per_ro
     residual = (X_valid.data * scale + offset
                 - (floor.user_bias_[rows] + floor.item_bias_[X_valid.indices] + floor.mean_))
     n, count = ctx.n_clients, residual.size
+    codes = ctx.codes[rows]
     sums = np.column_stack([
-        np.bincount(ctx.codes[rows], weights=np.square(residual), minlength=n),
-        client_paired_sums(factor_residual, residual, rows, ctx.codes, n)])
+        np.bincount(codes, weights=np.square(residual), minlength=n),
+        client_paired_sums(factor_residual, residual, rows, ctx.codes, n),
+        np.bincount(codes, minlength=n)])  # (the validation count of each client)
     if secure_aggregation is False:
         total = sums.sum(axis=0)
-    else:
-        result = sum_securely({p: sums[p] / count for p in range(n)}, secure_aggregation,
-                              seed=np.random.SeedSequence(ctx.entropy, spawn_key=(_FLOOR_SUM,)))
-        up += sum(sum(v.values()) for v in result.bytes_uploaded.values())
-        down += sum(sum(v.values()) for v in result.bytes_downloaded.values())
-        total = np.asarray(result.sum, dtype=np.float64) * count
-    if secure_aggregation is False:
-        up += 8 * sums.shape[1] * n
-    floor_rmse = float(np.sqrt(max(total[0], 0.0) / count))
-    return floor, floor_rmse, (up, down), floor_evidence(total[1:], count)
+        up += 8 * (sums.shape[1] - 1) * n  # (the count the server has from the reports)
+    else:  # each over the validation count (the server has it from the reports)
+        batches = evidence_clients(n, clients_per_round, ctx.entropy)
+        # (a sample also sends its validation count: the sums are over its ratings)
+        words = sums.shape[1] - (sum(b.size for b in batches) == n)
+        total = np.zeros(sums.shape[1])
+        for j, batch in enumerate(batches):
+            key = (_FLOOR_SUM,) if batch.size == n else (_FLOOR_SUM, 2 + j)
+            result = sum_securely({int(p): sums[p, :words] / count for p in batch},
+                                  secure_aggregation,
+                                  seed=np.random.SeedSequence(ctx.entropy, spawn_key=key))
+            up += sum(sum(v.values()) for v in result.bytes_uploaded.values())
+            down += sum(sum(v.values()) for v in result.bytes_downloaded.values())
+            total[:words] += np.asarray(result.sum, dtype=np.float64) * count
+        if words < sums.shape[1]:
+            total[-1] = count
+    sampled = float(np.rint(total[-1]))  # the validation ratings the sums are over
+    floor_rmse = float(np.sqrt(max(total[0], 0.0) / sampled)) if sampled > 0 else np.nan
+    return floor, floor_rmse, (up, down), floor_evidence(total[1:-1], sampled)
+
+
+def evidence_clients(n_clients, clients_per_round, entropy):
+    """The clients of the secure sums that make the floor's evidence under secure
+    aggregation, a list of arrays: every client in one sum when a round holds every client;
+    else sums of at most ``clients_per_round`` clients each, so that no exchange after the
+    start reaches more clients than a round (issue 39): of every client
+    (``FLOOR_EVIDENCE_ROUNDS=None``: the decision of one sum over every client), or of
+    ``FLOOR_EVIDENCE_ROUNDS`` rounds' clients drawn uniformly without replacement from the
+    fit's ``entropy``. A uniform sample of clients is a sample of the users, the units of
+    :func:`floor_evidence`'s standard error: its gain is unbiased and its standard error
+    that sample's, larger by about ``sqrt(n / sampled)``, so a gain of zero passes
+    ``FLOOR_Z`` as often and a small true gain less often (``FLOOR_EVIDENCE_ROUNDS``)."""
+    n_sampled = _n_sampled(clients_per_round, n_clients)
+    if n_sampled >= n_clients:
+        return [np.arange(n_clients)]
+    order = np.arange(n_clients)
+    if FLOOR_EVIDENCE_ROUNDS is not None and FLOOR_EVIDENCE_ROUNDS * n_sampled < n_clients:
+        rng = np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(_FLOOR_SUM, 1)))
+        order = rng.permutation(n_clients)[:FLOOR_EVIDENCE_ROUNDS * n_sampled]
+    return [np.sort(order[i:i + n_sampled]) for i in range(0, order.size, n_sampled)]
 
 
 def validation_residual(model, ctx):
@@ -195,11 +248,11 @@ def floor_rounds(n_clients, clients_per_round, secure_aggregation):
     """The floor's ``{"clients_per_round", "max_iter"}``: with every client each round or
     without secure aggregation, the floor's own defaults (every client, 20 rounds); under
     secure aggregation a fit that samples ``m`` of its ``n`` clients samples as many in the
-    floor's rounds, ``ceil(FLOOR_EPOCHS n / m)`` of them, so that no exchange after the
-    floor's start reaches every client. (Partial participation is randomized block
-    coordinate descent on the same objective: :class:`~sklearn_fedmf.FedBaseline`.) The
-    plain floor keeps every client: its rounds cost no agreements, and it is the better
-    yardstick."""
+    floor's rounds, ``ceil(FLOOR_EPOCHS n / m)`` of them, so that no exchange of the floor
+    reaches every client (its start: :func:`floor_start`). (Partial participation is
+    randomized block coordinate descent on the same objective:
+    :class:`~sklearn_fedmf.FedBaseline`.) The plain floor keeps every client: its rounds
+    cost no agreements, and it is the better yardstick."""
     n_sampled = _n_sampled(clients_per_round, n_clients)
     if secure_aggregation is False or n_sampled >= n_clients:
         return {}
@@ -210,21 +263,67 @@ def floor_rounds(n_clients, clients_per_round, secure_aggregation):
 def _fit_floor(ctx, X, floor_class, n_jobs, secure_aggregation, clients_per_round=None):
     """``floor_class`` fitted on the fit's clients with the ratings ``X`` (on the fit's
     scale), with the fit's ``secure_aggregation`` (and then its ``clients_per_round``:
-    :func:`floor_rounds`), and the bytes ``(up, down)`` of its rounds."""
+    :func:`floor_rounds`, its start summed by :func:`floor_start` when it samples), and
+    the bytes ``(up, down)`` of its start and rounds."""
     offset, scale = ctx.info.offset, ctx.info.rating_scale
     X = X.copy()
     X.data = X.data * scale + offset  # back to ratings: the floor centres them itself
-    with warnings.catch_warnings():  # (what it would say, this fit has said)
-        warnings.simplefilter("ignore", FedMFWarning)
-        floor = floor_class(n_clients=ctx.n_clients, random_state=ctx.entropy, n_jobs=n_jobs,
-                            solver_params={"eval_every": 0},
-                            secure_aggregation=secure_aggregation,
-                            **floor_rounds(ctx.n_clients, clients_per_round,
-                                           secure_aggregation)).fit(X, clients=ctx.labels)
+    rounds = floor_rounds(ctx.n_clients, clients_per_round, secure_aggregation)
+    floor = floor_class(n_clients=ctx.n_clients, random_state=ctx.entropy, n_jobs=n_jobs,
+                        solver_params={"eval_every": 0}, secure_aggregation=secure_aggregation,
+                        **rounds)
+    if rounds:  # a secure sampled floor: its start in sums of a round's clients
+        floor._given_start = floor_start(X, ctx.codes, ctx.n_clients,
+                                         rounds["clients_per_round"], secure_aggregation,
+                                         ctx.entropy)
+    try:
+        with warnings.catch_warnings():  # (what it would say, this fit has said)
+            warnings.simplefilter("ignore", FedMFWarning)
+            floor.fit(X, clients=ctx.labels)
+    finally:
+        floor._given_start = None  # (for this fit only)
     up = sum(r["bytes_uploaded"] for r in floor.history_)
     down = sum(r["bytes_downloaded"] for r in floor.history_)
     return floor, (up, down)
 
+
+def floor_start(X, codes, n_clients, clients_per_round, secure_aggregation, entropy):
+    """``(counts, sums, (up, down))``: the per-item counts and rating sums of the ratings
+    ``X`` (rows: the fit's, ``codes`` their clients) that start a secure sampled floor
+    (:class:`~sklearn_fedmf.FedBaseline`'s start), summed securely in sums of at most
+    ``clients_per_round`` clients each (every client once, in consecutive blocks), instead
+    of one sum over every client after the fit's start (issue 39), and their bytes. The
+    same sums, so the same floor (within the encoding). Each client's
+    summand is dense over the items, as in the floor's own secure start."""
+    n_items = X.shape[1]
+    rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+    owner = codes[rows]
+    order = np.argsort(owner, kind="stable")
+    client_ptr = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=n_clients))])
+    items, values = X.indices[order], X.data[order]
+    counts, sums = np.zeros(n_items), np.zeros(n_items)
+    up = down = 0
+    batches = [np.arange(n_clients)[i:i + clients_per_round]
+               for i in range(0, n_clients, clients_per_round)]
+    for j, batch in enumerate(batches):
+        summands = {}
+        for p in batch.tolist():
+            a, b = client_ptr[p], client_ptr[p + 1]
+            summand = np.zeros(2 * n_items)
+            np.add.at(summand, items[a:b], 1.0)
+            np.add.at(summand, n_items + items[a:b], values[a:b])
+            summands[p] = summand
+        result = sum_securely(summands, secure_aggregation, seed=np.random.SeedSequence(
+            entropy, spawn_key=(_FLOOR_START, j)))
+        total = np.asarray(result.sum, dtype=np.float64)
+        counts += total[:n_items]
+        sums += total[n_items:]
+        up += sum(sum(v.values()) for v in result.bytes_uploaded.values())
+        down += sum(sum(v.values()) for v in result.bytes_downloaded.values())
+    return counts, sums, (up, down)
+
+
+_FLOOR_START = 10  # the sampled floor's start in sums: its seed kind
 
 
 # ---- a fit's scales from the clients' aggregates (a Flower server and its sites) -----------

@@ -22,7 +22,7 @@ from .._base import (
     FederatedMFBase,
     moved_to_solver_params,
 )
-from ._fed_baseline_protocol import make_protocol, moment_strengths
+from ._fed_baseline_protocol import given_start, make_protocol, moment_strengths
 
 __all__ = ["FedBaseline"]
 
@@ -203,9 +203,19 @@ class FedBaseline(DistributedDPMixin, FederatedMFBase):
         self.secure_aggregation = secure_aggregation
         self.privacy = privacy
 
+    # Set by the biases floor of a secure sampled fit (completion._validation.floor_start)
+    # for the next fit only: the start's per-item counts and rating sums, already summed in
+    # sums of a round's clients, and their bytes; the fit's clients send no start.
+    _given_start = None
+
     def _make_protocol(self, ctx):
         alpha_u, alpha_v = self._strengths(ctx)
-        return make_protocol(n_items=ctx.n_features, alpha_u=alpha_u, alpha_v=alpha_v)
+        start = None
+        if self._given_start is not None and not ctx.warm:
+            counts, sums, _ = self._given_start
+            start = given_start(counts, sums, ctx.info.offset)
+        return make_protocol(n_items=ctx.n_features, alpha_u=alpha_u, alpha_v=alpha_v,
+                             start=start)
 
     def _uses_auto(self):
         return "auto" in (self.alpha_u, self.alpha_v)
@@ -229,9 +239,10 @@ class FedBaseline(DistributedDPMixin, FederatedMFBase):
     def _start_bytes(self, ctx):
         """``"auto"``: each client's three sums up and ``alpha_u`` down (8-byte numbers),
         before the start (whose per-item counts and sums the rule reuses)."""
+        given = (0, 0) if self._given_start is None or ctx.warm else self._given_start[2]
         if not self._uses_auto() or ctx.warm or ctx.X.nnz == 0:
-            return super()._start_bytes(ctx)
-        return 24 * ctx.n_clients, 8 * ctx.n_clients
+            return tuple(a + b for a, b in zip(super()._start_bytes(ctx), given))
+        return 24 * ctx.n_clients + given[0], 8 * ctx.n_clients + given[1]
 
     def _collect(self, state, blocks, ctx):
         strengths = self._strengths(ctx)  # (before the fitted attributes change)

@@ -69,6 +69,7 @@ in a few array operations (:func:`make_batched`), with the same states, messages
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -80,7 +81,7 @@ from ...engine._groups import BatchedPhases, offsets, segments, user_rows_state,
 from .._fedmavg import _fedmavg_protocol as _fedmavg
 from .._fedmgs._fedmgs_kernels import client_items
 
-__all__ = ["user_biases", "item_biases", "make_protocol", "moment_strengths",
+__all__ = ["user_biases", "item_biases", "given_start", "make_protocol", "moment_strengths",
            "strengths_from_moments"]
 
 # floor of a bias variance, as a fraction of the ratings' mean square: below it the data show
@@ -135,11 +136,33 @@ def strengths_from_moments(*, n_ratings, n_users, n_items, sum_squares, between_
 
 
 # ---- the protocol ---------------------------------------------------------------------------
-def init_server(rng, *, n_items):
-    """Zero sums, counts and biases; nothing is broadcast before the clients' counts arrive."""
+def init_server(rng, *, n_items, start=None):
+    """Zero sums, counts and biases; nothing is broadcast before the clients' counts arrive.
+    ``start``: the counts and sums of the start, summed before the fit (:func:`given_start`)."""
     state = {"Vt": _item_factor(np.zeros(n_items)), "sums": np.zeros(n_items),
              "counts": np.zeros(n_items)}
+    if start is not None:
+        state["counts"], state["sums"] = (np.array(a, dtype=np.float64) for a in start)
     return state, None
+
+
+def given_start(counts, sums, offset):
+    """The start's ``(counts, sums of x_ui)`` from per-item counts and sums of the ratings
+    ``r_ui`` summed before the fit (the biases floor of a secure sampled fit sums them in
+    sums of a round's clients: ``completion._validation.floor_start``), the ratings centred
+    by ``offset`` (the fit's mean, known after the sums)."""
+    counts = np.rint(counts)
+    return counts, np.asarray(sums, dtype=np.float64) - offset * counts
+
+
+def _without_upload(block, broadcast, rng):
+    """:func:`init_client` of a client that keeps its start (the server has its sums)."""
+    return init_client(block, broadcast, rng)[0], None
+
+
+def _without_group_uploads(group, broadcast, stream):
+    """:func:`batched_init_client` of clients that keep their start."""
+    return batched_init_client(group, broadcast, stream)[0], {}
 
 
 def init_client(block, broadcast, rng):
@@ -320,21 +343,29 @@ def make_batched(*, alpha_u):
         client_state=client_state, with_client_states=with_user_rows)
 
 
-def make_protocol(*, n_items, alpha_u, alpha_v):
-    """Bind the strengths to the pure functions above."""
+def make_protocol(*, n_items, alpha_u, alpha_v, start=None):
+    """Bind the strengths to the pure functions above. ``start``: the start's ``(counts,
+    sums)`` summed before the fit (:func:`given_start`): no client sends a start, the
+    server begins from them."""
+    init_client_, batched = init_client, make_batched(alpha_u=alpha_u)
+    summable_start = dict(init_client=partial(secure_init_summands, n_items=n_items),
+                          server_init=partial(secure_server_init, alpha_v=alpha_v))
+    if start is not None:
+        init_client_ = _without_upload
+        batched = replace(batched, init_client=_without_group_uploads)
+        summable_start = {}
     return FederatedProtocol(
-        init_server=partial(init_server, n_items=n_items),
-        init_client=init_client,
+        init_server=partial(init_server, n_items=n_items, start=start),
+        init_client=init_client_,
         server_init_uploads=partial(server_init_uploads, alpha_v=alpha_v),
         client_update=partial(client_update, alpha_u=alpha_u),
         server_update=partial(server_update, alpha_v=alpha_v),
         client_metrics=partial(client_metrics, alpha_u=alpha_u),
-        batched=make_batched(alpha_u=alpha_u),
+        batched=batched,
         combine_metrics=partial(_fedmavg.combine_metrics, loss_scale=1.0, alpha_v=alpha_v,
                                 l1_ratio=0.0, biased=True),
         summable=SummableUploads(
             client=partial(secure_summands, n_items=n_items),
             server_update=partial(secure_server_update, alpha_v=alpha_v),
-            init_client=partial(secure_init_summands, n_items=n_items),
-            server_init=partial(secure_server_init, alpha_v=alpha_v)),
+            **summable_start),
     )
