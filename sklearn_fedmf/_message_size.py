@@ -33,21 +33,56 @@ def nbytes(obj):
     """
     if obj is None:
         return 0
-    if isinstance(obj, np.ndarray):
+    kind = _KINDS.get(type(obj))
+    if kind is None:  # (the first message of its type: a round counts thousands)
+        kind = _kind(obj)
+    if kind is _ARRAY:
         return obj.nbytes
-    if isinstance(obj, dict):  # (before issparse: one message per client, thousands a round)
+    if kind is _DICT:  # (one message per client, thousands a round)
         total = 0
         for v in obj.values():
             total += v.nbytes if type(v) is np.ndarray else nbytes(v)
         return total
-    if isinstance(obj, Broadcast):
+    if kind is _BROADCAST:
         return nbytes(obj.message)
-    if sp.issparse(obj):
+    if kind is _SPARSE:
         return obj.data.nbytes + obj.indices.nbytes + obj.indptr.nbytes
-    if isinstance(obj, (list, tuple)):
-        return sum(nbytes(v) for v in obj)
-    if isinstance(obj, (int, float, np.number, bool)):
+    if kind is _SEQUENCE:
+        total = 0
+        for v in obj:
+            total += nbytes(v)
+        return total
+    if kind is _SCALAR:
         return 8
-    if isinstance(getattr(obj, "nbytes", None), (int, np.integer)):
-        return int(obj.nbytes)  # a message type that reports its own size
+    size = getattr(obj, "nbytes", None)  # a message type that reports its own size
+    if isinstance(size, (int, np.integer)):
+        return int(size)
     raise TypeError(f"Cannot count the bytes of a message part of type {type(obj).__name__}.")
+
+
+_ARRAY, _DICT, _BROADCAST, _SPARSE, _SEQUENCE, _SCALAR, _OWN = range(7)
+_KINDS = {}  # type -> how nbytes counts it (the checks below depend on the type alone)
+
+
+def _kind(obj):
+    """How :func:`nbytes` counts a message of ``type(obj)``, in the order of its checks;
+    remembered for the type (a type that reports no size of its own is not)."""
+    if isinstance(obj, np.ndarray):
+        kind = _ARRAY
+    elif isinstance(obj, dict):  # (before issparse)
+        kind = _DICT
+    elif isinstance(obj, Broadcast):
+        kind = _BROADCAST
+    elif sp.issparse(obj):
+        kind = _SPARSE
+    elif isinstance(obj, (list, tuple)):
+        kind = _SEQUENCE
+    elif isinstance(obj, (int, float, np.number, bool)):
+        kind = _SCALAR
+    elif isinstance(getattr(obj, "nbytes", None), (int, np.integer)):
+        kind = _OWN  # (its size is still read and checked per message)
+    else:
+        raise TypeError(
+            f"Cannot count the bytes of a message part of type {type(obj).__name__}.")
+    _KINDS[type(obj)] = kind
+    return kind
