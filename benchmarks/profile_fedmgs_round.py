@@ -47,13 +47,15 @@ FEDMCADMM = [
     (_ADMM + "batched", "group_update", "    group_update kernel"),
     (_ADMM + "batched", "GroupUpload.messages", "    GroupUpload.messages"),
     (_ADMM + "protocol", "ratings_client_update", "  client_update (per client)"),
-    (_ADMM + "batched", "server_update_lazy", "server: server_update_lazy"),
+    (_ADMM + "protocol", "server_update_lazy", "  server_update_lazy"),
+    (_ADMM + "protocol", "server_update", "server: server_update"),
     (_ADMM + "batched", "_parts", "  _parts"),
     (_ADMM + "batched", "_replace", "  _replace"),
     (_ADMM + "batched", "replace_terms", "    replace_terms kernel"),
     (_ADMM + "batched", "_resum", "  _resum"),
     (_ADMM + "batched", "_total", "  _total"),
-    (_ADMM + "protocol", "server_update", "server: server_update"),
+    (_ADMM + "protocol", "_server_prox", "  _server_prox"),
+    (_ADMM + "batched", "FactorHistory.append", "  FactorHistory.append"),
 ]
 _AVG = "completion._fedmavg._fedmavg_"
 FEDMAVG = [
