@@ -8,6 +8,11 @@ seconds. Record before a change, compare after::
     python benchmarks/fingerprints.py record before.json
     python benchmarks/fingerprints.py compare before.json        # exit status 1 on a change
     python benchmarks/fingerprints.py compare before.json --dask # the Dask cases too
+    python benchmarks/fingerprints.py record grouped.json --grouped  # (a file of its own)
+
+``--grouped`` fits instead one client per user on 700 users, enough for the engine to run the
+clients in groups (its batched phases: the cases above have too few clients for that), plain,
+with n_jobs 1 and 2 (~40 s).
 
 Only the public API is used, so the script runs on any layout of the package.
 """
@@ -88,6 +93,38 @@ def cases():
     out["FederatedClustering-secure"] = (lambda: FederatedClustering(
         n_clusters=3, n_clients=4, max_iter=4, random_state=0, algorithm="fedmavg",
         init="random", secure_aggregation=True), "binary")
+    return out
+
+
+def grouped_cases():
+    """One client per user on :func:`_grouped_ratings` (grouped clients): ``{name: make}``."""
+    out = {}
+    for name, cls in {"FedMCADMM": FedMCADMM, "FedMAvg": FedMAvg, "FedMGS": FedMGS,
+                      "RFRec": RFRec}.items():
+        for loss in ("squared", "implicit"):
+            for n_jobs in (1, 2):
+                out[f"{name}-{loss}-grouped-{n_jobs}"] = (
+                    lambda cls=cls, loss=loss, n_jobs=n_jobs: cls(
+                        loss=loss, max_iter=4, clients_per_round=0.2, random_state=0,
+                        n_jobs=n_jobs))
+    return out
+
+
+def _grouped_ratings():
+    return make_ratings(700, 150, 14000, n_components=3, random_state=0).X.tocsr()
+
+
+def run_grouped(names=None):
+    X = _grouped_ratings()
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, make in grouped_cases().items():
+            if names and name not in names:
+                continue
+            tic = time.perf_counter()
+            out[name] = fingerprint(make().fit(X, clients=np.arange(X.shape[0])))
+            print(f"{name:40s} {time.perf_counter() - tic:6.2f} s", file=sys.stderr)
     return out
 
 
@@ -181,7 +218,11 @@ def main(argv=None):
     parser.add_argument("file")
     parser.add_argument("--dask", action="store_true", help="the Dask cases too")
     parser.add_argument("--only", nargs="*", help="case names (default: every case)")
+    parser.add_argument("--grouped", action="store_true",
+                        help="only the grouped cases: one client per user on 700 users")
     args = parser.parse_args(argv)
+    if args.grouped and args.dask:
+        parser.error("--grouped runs in this process (Dask keeps one block per client)")
     cluster = None
     if args.dask:
         import distributed
@@ -190,7 +231,7 @@ def main(argv=None):
                                            host="127.0.0.1", dashboard_address=None)
         client = distributed.Client(cluster)
     try:
-        now = run(args.only, args.dask)
+        now = run_grouped(args.only) if args.grouped else run(args.only, args.dask)
     finally:
         if cluster is not None:
             client.close()
