@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from sklearn_fedmf import FedMAvg, FedMCADMM, FedMGS
+from sklearn_fedmf._message_size import nbytes
 from sklearn_fedmf.datasets import make_ratings
 from sklearn_fedmf.engine._exchange import SECURE_PHASES, SecureExchange
 from sklearn_fedmf.engine._transport import LocalTransport
@@ -270,3 +271,19 @@ def test_a_rounds_masked_inputs_are_held_for_a_callback_only(monkeypatch):
     assert all(v is not None for masked in held for v in masked)
     assert len(seen) == 3 and all(len(u) == 10 for u in seen)  # (10 clients a round)
     assert_same_fit(quiet, watched)
+
+
+def test_nbytes_checks_a_self_sized_type_per_message():
+    """nbytes remembers how each type is counted, yet reads and checks a size of its own per
+    message: an instance without an integer size still raises."""
+    class Message:
+        def __init__(self, size):
+            self.nbytes = size
+
+    assert nbytes(Message(40)) == 40
+    assert nbytes({"a": Message(8), "b": np.zeros(3)}) == 32
+    assert nbytes((Message(8), 1.0, None)) == 16
+    with pytest.raises(TypeError, match="Message"):
+        nbytes(Message(None))
+    with pytest.raises(TypeError, match="object"):
+        nbytes(object())
