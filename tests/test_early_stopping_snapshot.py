@@ -184,3 +184,37 @@ def test_spill_reads_back_into_the_live_buffers_with_aliases_and_order():
     for a, b in zip(arrays(out), arrays(reference)):
         assert_array_equal(a, b)
     assert out[0]["x"] == 1.5
+
+
+def test_a_copy_that_cannot_be_spilled_stays_in_memory(monkeypatch):
+    """When the spill file cannot be written (``OSError``: no room), the copy is kept in
+    memory and the fit is the same; the file is closed."""
+    import functools
+
+    import sklearn_fedmf.completion._validation as validation
+
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 1)
+    X = ratings(n_users=60)
+
+    def fit():
+        return FAST["FedMGS"](max_iter=25, early_stopping=True, validation_fraction=0.2,
+                              n_iter_no_change=3, tol=0.03, random_state=SEED).fit(
+                                  X, clients=np.arange(60))
+
+    reference = fitted(fit())
+    closed = []
+
+    def full(self, a):
+        raise OSError(28, "No space left on device")
+
+    close = _early_stopping._Spill.close
+    monkeypatch.setattr(_early_stopping._Spill, "write", full)
+    monkeypatch.setattr(_early_stopping._Spill, "close",
+                        lambda self: closed.append(1) or close(self))
+    monkeypatch.setattr(_early_stopping, "_SPILL_MIN", 0)
+    monkeypatch.setattr(validation, "EarlyStopping",
+                        functools.partial(_early_stopping.EarlyStopping, spill_bytes=0))
+    model = fit()
+    assert closed and model.best_iteration_ < len(model.history_)
+    for key, value in fitted(model).items():
+        assert_array_equal(value, reference[key], err_msg=key)

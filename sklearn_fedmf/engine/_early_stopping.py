@@ -63,12 +63,17 @@ class _BestRound:
         live = (state.server_state, state.broadcast, list(kept))
         limit = self.rule.spill_bytes
         if limit is not None and _copied_bytes(live, set()) >= limit:
-            if self.spill is None:
-                self.spill = _Spill()
-            self.spill.end = 0  # (the previous copy's place in the file is reused)
-            self.kept = snapshot(live, spill=self.spill)
-        else:
-            self.kept = snapshot(live, self.kept)
+            try:
+                if self.spill is None:
+                    self.spill = _Spill()
+                self.spill.end = 0  # (the previous copy's place in the file is reused)
+                self.kept = snapshot(live, spill=self.spill)
+                return
+            except OSError:  # (no room for the file: the copy stays in memory, as below)
+                if self.spill is not None:
+                    self.spill.close()
+                self.spill, self.kept = None, None
+        self.kept = snapshot(live, self.kept)
 
     def update(self, state, record, round_number):
         """Score the round's record; True when the fit should stop."""
