@@ -95,3 +95,126 @@ def test_snapshot_shares_constants_reuses_buffers_and_keeps_aliases():
     assert second[0]["Vt"][0, 0] == -1.0 and second[0]["F"] is first[0]["F"]
     for a, b in zip(arrays(second), arrays(copy.deepcopy(state))):
         assert_array_equal(a, b)
+
+
+def fitted(model):
+    """A fit's arrays (fitted attributes) and its validation RMSE per round."""
+    out = {k: v for k, v in vars(model).items() if k.endswith("_") and isinstance(v, np.ndarray)}
+    out["validation"] = np.array([r.get("validation_rmse", np.nan) for r in model.history_])
+    return out
+
+
+@pytest.mark.parametrize("name, group_min", MUTATING + [("FedMAvg", 1)])
+def test_a_spilled_copy_restores_the_same_fit(name, group_min, monkeypatch):
+    """With every best round's copy written to the spill file (``spill_bytes=0``, every
+    array spilled), the fit is the in-memory copy's, bit for bit; the copy held spilled
+    arrays (the test is not vacuous), and the best round is not the last (it was restored:
+    ``tol=0.03`` counts only improvements of the validation RMSE by 0.03 as new bests)."""
+    import functools
+
+    import sklearn_fedmf.completion._validation as validation
+
+    if group_min is not None:
+        monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", group_min)
+    X = ratings(n_users=60)
+    clients = np.arange(X.shape[0]) if group_min is not None else np.arange(60) % 4
+
+    def fit():
+        return FAST[name](max_iter=25, early_stopping=True, validation_fraction=0.2,
+                          n_iter_no_change=3, tol=0.03, random_state=SEED).fit(
+                              X, clients=clients)
+
+    reference = fitted(fit())
+    counts = {"written": 0, "read": 0}
+    write, read = _early_stopping._Spill.write, _early_stopping._Spill.read
+
+    def counted(method, key):
+        def wrapped(self, *args):
+            counts[key] += 1
+            return method(self, *args)
+        return wrapped
+
+    monkeypatch.setattr(_early_stopping._Spill, "write", counted(write, "written"))
+    monkeypatch.setattr(_early_stopping._Spill, "read", counted(read, "read"))
+    monkeypatch.setattr(_early_stopping, "_SPILL_MIN", 0)
+    monkeypatch.setattr(validation, "EarlyStopping",
+                        functools.partial(_early_stopping.EarlyStopping, spill_bytes=0))
+    model = fit()
+    spilled = fitted(model)
+    assert counts["written"] >= 2 and counts["read"] >= 1
+    assert model.best_iteration_ < len(model.history_)
+    assert spilled.keys() == reference.keys()
+    for key in reference:
+        assert_array_equal(spilled[key], reference[key], err_msg=key)
+
+
+def test_spill_reads_back_into_the_live_buffers_with_aliases_and_order():
+    spill = _early_stopping._Spill()
+    V = np.arange(6.0).reshape(2, 3)
+    F = np.asfortranarray(np.arange(12.0).reshape(3, 4))
+    layout = np.arange(4)
+    layout.flags.writeable = False
+
+    class Opaque:  # (an object the copy does not walk: deep-copied, holding V)
+        def __init__(self, a):
+            self.a = a
+
+    holder = Opaque(V)
+    state = ({"V": V, "F": F, "layout": layout, "holder": holder, "x": 1.5}, {"V": V},
+             [{"U": np.ones((2, 2)), "P": np.full(3, 7.0)}])
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_early_stopping, "_SPILL_MIN", 0)
+        kept = snapshot(state, spill=spill)
+    assert kept[0]["layout"] is layout
+    # V is shared with the opaque object: one in-memory copy, never a spilled one
+    assert isinstance(kept[0]["V"], np.ndarray) and kept[0]["holder"].a is kept[0]["V"]
+    assert isinstance(kept[0]["F"], _early_stopping._Spilled)
+    assert isinstance(kept[2][0]["P"], _early_stopping._Spilled)
+    reference = copy.deepcopy(state)
+    U_live, F_live = state[2][0]["U"], state[0]["F"]
+    U_live += 1.0  # the rounds after the copy write the live state in place
+    F_live[:] = -1.0
+    state[2][0]["P"] = np.zeros(5)  # (replaced by an array of another shape)
+    out = _early_stopping._unspill(kept, state, spill, {}, set())
+    spill.close()
+    assert out[2][0]["U"] is U_live and out[0]["F"] is F_live  # read into the live buffers
+    assert out[0]["F"].flags.f_contiguous
+    assert out[2][0]["P"] is not state[2][0]["P"]
+    assert out[0]["V"] is out[1]["V"] is out[0]["holder"].a
+    for a, b in zip(arrays(out), arrays(reference)):
+        assert_array_equal(a, b)
+    assert out[0]["x"] == 1.5
+
+
+def test_a_copy_that_cannot_be_spilled_stays_in_memory(monkeypatch):
+    """When the spill file cannot be written (``OSError``: no room), the copy is kept in
+    memory and the fit is the same; the file is closed."""
+    import functools
+
+    import sklearn_fedmf.completion._validation as validation
+
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_MIN_CLIENTS", 1)
+    X = ratings(n_users=60)
+
+    def fit():
+        return FAST["FedMGS"](max_iter=25, early_stopping=True, validation_fraction=0.2,
+                              n_iter_no_change=3, tol=0.03, random_state=SEED).fit(
+                                  X, clients=np.arange(60))
+
+    reference = fitted(fit())
+    closed = []
+
+    def full(self, a):
+        raise OSError(28, "No space left on device")
+
+    close = _early_stopping._Spill.close
+    monkeypatch.setattr(_early_stopping._Spill, "write", full)
+    monkeypatch.setattr(_early_stopping._Spill, "close",
+                        lambda self: closed.append(1) or close(self))
+    monkeypatch.setattr(_early_stopping, "_SPILL_MIN", 0)
+    monkeypatch.setattr(validation, "EarlyStopping",
+                        functools.partial(_early_stopping.EarlyStopping, spill_bytes=0))
+    model = fit()
+    assert closed and model.best_iteration_ < len(model.history_)
+    for key, value in fitted(model).items():
+        assert_array_equal(value, reference[key], err_msg=key)

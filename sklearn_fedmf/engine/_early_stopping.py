@@ -4,7 +4,10 @@ and every client keep (:func:`~sklearn_fedmf.engine._federation.run_federation`)
 from __future__ import annotations
 
 import copy
+import os
+import tempfile
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -37,6 +40,7 @@ class EarlyStopping:
     report_keys: tuple = ("sse_eval", "n_eval")
     rename: bool = True
     scored_if: str | None = None
+    spill_bytes: int | None = 2**32
 
 
 class _BestRound:
@@ -47,6 +51,7 @@ class _BestRound:
         self.rule = rule
         self.best, self.round = state.best_score, state.best_round  # (warm start: continued)
         self.kept, self.waited, self.first = None, 0, None
+        self.spill = None  # (the temporary file of a spilled copy)
         if self.best is not None:  # a warm start starts at its previous best: kept until beaten
             self._keep(state)
 
@@ -55,7 +60,20 @@ class _BestRound:
         # best's arrays are reused as buffers (it is replaced: no allocation per best round)
         states = state.client_states
         kept = states.group_states if isinstance(states, GroupStates) else states
-        self.kept = snapshot((state.server_state, state.broadcast, list(kept)), self.kept)
+        live = (state.server_state, state.broadcast, list(kept))
+        limit = self.rule.spill_bytes
+        if limit is not None and _copied_bytes(live, set()) >= limit:
+            try:
+                if self.spill is None:
+                    self.spill = _Spill()
+                self.spill.end = 0  # (the previous copy's place in the file is reused)
+                self.kept = snapshot(live, spill=self.spill)
+                return
+            except OSError:  # (no room for the file: the copy stays in memory, as below)
+                if self.spill is not None:
+                    self.spill.close()
+                self.spill, self.kept = None, None
+        self.kept = snapshot(live, self.kept)
 
     def update(self, state, record, round_number):
         """Score the round's record; True when the fit should stop."""
@@ -89,6 +107,12 @@ class _BestRound:
         server_state, broadcast, kept = self.kept
         states = state.client_states
         target = states.group_states if isinstance(states, GroupStates) else states
+        if self.spill is not None:  # read back into the live arrays: no second state at once
+            live = (state.server_state, state.broadcast, list(target))
+            server_state, broadcast, kept = _unspill(self.kept, live, self.spill, {}, set())
+            self.kept = None
+            self.spill.close()
+            self.spill = None
         target[:] = kept  # in place: the transport holds the same list
         state.server_state, state.broadcast = server_state, broadcast
 
@@ -106,7 +130,7 @@ def _constant(a):
 _ATOMS = (int, float, complex, bool, str, bytes, type(None), np.generic)
 
 
-def snapshot(obj, previous=None):
+def snapshot(obj, previous=None, spill=None):
     """A copy of a federation state (dicts, lists, tuples, named tuples of numpy arrays and
     scalars) that no later in-place update of ``obj`` changes, as ``copy.deepcopy`` gives it,
     at a lower cost: constant arrays (read-only, see :func:`_constant`: e.g. a client's
@@ -114,12 +138,149 @@ def snapshot(obj, previous=None):
     ``previous`` (an earlier snapshot of the same structure, no longer used) are reused as
     buffers where the shape and dtype match (a copy into them allocates nothing). An array
     reached twice (the server's ``V`` in its state and in the broadcast) is copied once, as
-    ``deepcopy``'s memo does; other objects are deep-copied with that memo."""
+    ``deepcopy``'s memo does; other objects are deep-copied with that memo.
+
+    With ``spill`` (a :class:`_Spill`), the arrays of at least 1 MiB are written to its file
+    and stand as :class:`_Spilled` in the copy (:func:`_unspill` reads them back); the
+    other objects are deep-copied first, so that none of them holds a spilled array (an
+    array they share with the rest keeps one copy, in memory)."""
     memo, used = {}, set()
-    return _snapshot(obj, previous, memo, used)
+    if spill is not None:
+        _copy_opaque(obj, memo)
+    return _snapshot(obj, previous, memo, used, spill)
 
 
-def _snapshot(obj, previous, memo, used):
+_SPILL_MIN = 2**20  # (smaller arrays stay in memory: a file write each is not worth it)
+
+
+class _Spilled(NamedTuple):
+    """An array of a spilled copy: its bytes at ``offset`` of the spill file."""
+
+    offset: int
+    shape: tuple
+    dtype: np.dtype
+    fortran: bool
+
+
+class _Spill:
+    """An unnamed temporary file (removed when closed) holding a copy's large arrays."""
+
+    def __init__(self):
+        self.file = tempfile.TemporaryFile()
+        self.end = 0
+
+    def write(self, a):
+        fortran = not a.flags.c_contiguous
+        _transfer(os.pwrite, self.file.fileno(), a.T if fortran else a, self.end)
+        out = _Spilled(self.end, a.shape, a.dtype, fortran)
+        self.end += a.nbytes
+        return out
+
+    def read(self, spilled, out=None):
+        if out is None:
+            out = np.empty(spilled.shape, spilled.dtype, order="F" if spilled.fortran else "C")
+        _transfer(os.preadv, self.file.fileno(), out.T if spilled.fortran else out,
+                  spilled.offset)
+        return out
+
+    def close(self):
+        self.file.close()
+
+
+def _transfer(call, fd, a, offset):
+    """Write (``os.pwrite``) or read (``os.preadv``) the C-contiguous ``a``'s bytes at
+    ``offset`` (each call moves at most about 2 GB)."""
+    view, done = memoryview(a.reshape(-1).view(np.uint8)), 0
+    while done < len(view):
+        part = view[done:]
+        n = call(fd, part, offset + done) if call is os.pwrite else call(fd, [part],
+                                                                         offset + done)
+        if n <= 0:
+            raise OSError(f"early stopping's spill file: {n} bytes moved at {offset + done}")
+        done += n
+
+
+def _spillable(a):
+    return (a.nbytes >= _SPILL_MIN and a.dtype.kind in "biufc"
+            and (a.flags.c_contiguous or a.flags.f_contiguous))
+
+
+def _containers(obj):
+    """The items of a container the copy walks (dict values, list and tuple items)."""
+    if type(obj) is dict:
+        return obj.values()
+    if _sequence(obj):
+        return obj
+    return None
+
+
+def _sequence(obj):
+    """A list, tuple or named tuple (what :func:`_snapshot` walks into)."""
+    return type(obj) is list or type(obj) is tuple or (isinstance(obj, tuple)
+                                                       and hasattr(obj, "_fields"))
+
+
+def _copied_bytes(obj, seen):
+    """The bytes of the arrays a copy of ``obj`` holds (constant arrays shared, an array
+    counted once; other objects not counted)."""
+    if id(obj) in seen or isinstance(obj, _ATOMS):
+        return 0
+    seen.add(id(obj))
+    if isinstance(obj, np.ndarray):
+        return 0 if obj.dtype == object or _constant(obj) else obj.nbytes
+    items = _containers(obj)
+    return 0 if items is None else sum(_copied_bytes(v, seen) for v in items)
+
+
+def _copy_opaque(obj, memo):
+    """Deep-copy, into ``memo``, the objects of ``obj`` that :func:`_snapshot` does not walk
+    (and the object arrays)."""
+    if isinstance(obj, _ATOMS) or id(obj) in memo:
+        return
+    if isinstance(obj, np.ndarray):
+        if obj.dtype == object:
+            copy.deepcopy(obj, memo)
+        return
+    items = _containers(obj)
+    if items is None:
+        copy.deepcopy(obj, memo)
+        return
+    for v in items:
+        _copy_opaque(v, memo)
+
+
+def _unspill(kept, live, spill, memo, used):
+    """``kept`` with its :class:`_Spilled` arrays read back, each into the array at the same
+    place of ``live`` (the state it replaces, whose arrays are then dropped) where that one
+    can hold it (writeable, owning its data, same shape, dtype and order, used once)."""
+    key = id(kept)
+    if key in memo:
+        return memo[key]
+    if isinstance(kept, _Spilled):
+        buffer = None
+        if (isinstance(live, np.ndarray) and live.flags.writeable and live.base is None
+                and id(live) not in used and live.shape == kept.shape
+                and live.dtype == kept.dtype
+                and (live.flags.f_contiguous if kept.fortran else live.flags.c_contiguous)):
+            used.add(id(live))
+            buffer = live
+        out = spill.read(kept, buffer)
+    elif type(kept) is dict:
+        before = live if type(live) is dict else {}
+        out = {k: _unspill(v, before.get(k), spill, memo, used) for k, v in kept.items()}
+    elif _sequence(kept):
+        same = type(live) is type(kept) and len(live) == len(kept)
+        items = [_unspill(v, live[i] if same else None, spill, memo, used)
+                 for i, v in enumerate(kept)]
+        out = items if type(kept) is list else (
+            tuple(items) if type(kept) is tuple else type(kept)(*items))
+    else:
+        return kept
+    memo[key] = out
+    return out
+
+
+def _snapshot(obj, previous, memo, used, spill=None):
     if isinstance(obj, _ATOMS):
         return obj
     key = id(obj)
@@ -130,6 +291,8 @@ def _snapshot(obj, previous, memo, used):
             out = copy.deepcopy(obj, memo)
         elif _constant(obj):
             out = obj
+        elif spill is not None and _spillable(obj):
+            out = spill.write(obj)
         elif (isinstance(previous, np.ndarray) and previous.flags.writeable
               and id(previous) not in used and previous.base is None
               and previous.dtype == obj.dtype and previous.shape == obj.shape
@@ -142,11 +305,10 @@ def _snapshot(obj, previous, memo, used):
             out = obj.copy(order="K")
     elif type(obj) is dict:
         before = previous if type(previous) is dict else {}
-        out = {k: _snapshot(v, before.get(k), memo, used) for k, v in obj.items()}
-    elif type(obj) is list or type(obj) is tuple or (isinstance(obj, tuple)
-                                                      and hasattr(obj, "_fields")):
+        out = {k: _snapshot(v, before.get(k), memo, used, spill) for k, v in obj.items()}
+    elif _sequence(obj):
         before = previous if type(previous) is type(obj) and len(previous) == len(obj) else ()
-        items = [_snapshot(v, before[i] if before else None, memo, used)
+        items = [_snapshot(v, before[i] if before else None, memo, used, spill)
                  for i, v in enumerate(obj)]
         out = items if type(obj) is list else (
             tuple(items) if type(obj) is tuple else type(obj)(*items))
