@@ -160,14 +160,11 @@ def measure_primitives(clock, repeats=5, degree=24):
     ``degree`` peers (HKDF included); the throughput of ``_keystream`` on an 8 MB buffer;
     and the fixed cost of one expansion (a fresh AES key and CTR context), ``add_prg`` of a
     2-word vector (which the protocol's validation reports are)."""
-    from sklearn_fedmf.secure._crypto import (
-        MASK_LABEL,
-        _keystream,
-        add_prg,
-        agree,
-        load_private,
-        public_key,
-    )
+    from sklearn_fedmf.secure import _crypto
+    from sklearn_fedmf.secure._crypto import MASK_LABEL, _keystream, add_prg, agree, public_key
+
+    # (a checkout before load_private, e.g. a "before" run: agree loads the raw key itself)
+    load_private = getattr(_crypto, "load_private", lambda key: key)
 
     rng = np.random.default_rng(0)
     peers = [public_key(rng.bytes(32)) for _ in range(200)]
@@ -217,11 +214,26 @@ def _recording_floors(floors):
     return original
 
 
+def _expansions(costs):
+    """The keystream expansions of a record (a round's ``"secure"`` entry or one exchange):
+    each exchange's keystream words over its vector's, one expansion per mask."""
+    if "exchanges" in costs:
+        return sum(_expansions(e) for e in costs["exchanges"])
+    words = costs.get("vector_words", 0)
+    return costs["keystream_words"] // words if words else 0
+
+
+def floor_seconds(costs, agreement_s, keystream_bps, expansion_s=0.0):
+    """:func:`~sklearn_fedmf.secure._costs.floor_seconds`, with each expansion's fixed cost
+    ``expansion_s`` (the module docstring's ``floor+exp``)."""
+    from sklearn_fedmf.secure._costs import floor_seconds as issue_floor
+
+    return issue_floor(costs, agreement_s, keystream_bps) + expansion_s * _expansions(costs)
+
+
 def _nested_floor(floors, primitives, evidence_sums):
     """``({kind: floor seconds}, largest exchange after the start)`` of the nested floor
     fits, with ``evidence_sums`` secure sums of 6 words over every client (module doc)."""
-    from sklearn_fedmf.secure._costs import floor_seconds
-
     total, largest = {kind: 0.0 for kind in primitives}, 0
     for floor in floors:
         costs = [r["secure"] for r in floor.history_]
@@ -240,8 +252,6 @@ def _nested_floor(floors, primitives, evidence_sums):
 
 
 def bench_deployment(X, per_round, max_iter, only=None, early_stopping=True):
-    from sklearn_fedmf.secure._costs import floor_seconds
-
     measured = {"wall": measure_primitives(time.perf_counter),
                 "cpu": measure_primitives(time.process_time)}
     # the issue's floor (agreements and keystream bytes) by both clocks, and in CPU seconds

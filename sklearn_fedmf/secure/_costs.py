@@ -59,7 +59,7 @@ import numpy as np
 
 from ._protocol import PHASES
 
-__all__ = ["exchange_costs", "round_costs", "expansions", "floor_seconds", "work_clock"]
+__all__ = ["exchange_costs", "round_costs", "floor_seconds", "work_clock"]
 
 _GC = threading.local()  # this thread's CPU seconds in garbage collections, and the current
 
@@ -158,24 +158,9 @@ def round_costs(exchanges, start=None):
     return out
 
 
-def expansions(costs):
-    """The keystream expansions of a record (a round's ``"secure"`` entry or one exchange):
-    each exchange's keystream words over its vector's, one expansion per mask."""
-    if "exchanges" in costs:
-        return sum(expansions(e) for e in costs["exchanges"])
-    words = costs.get("vector_words", 0)
-    return costs["keystream_words"] // words if words else 0
-
-
-def floor_seconds(costs, seconds_per_agreement, keystream_bytes_per_second,
-                  seconds_per_expansion=0.0):
+def floor_seconds(costs, seconds_per_agreement, keystream_bytes_per_second):
     """The protocol's floor of a record's secure work (a round's ``"secure"`` entry or one
     exchange): its agreements times the seconds of one X25519 agreement plus its keystream
-    bytes over the AES-CTR throughput, both measured on the machine at hand, plus, when
-    ``seconds_per_expansion`` is given, that fixed cost of each of its :func:`expansions`
-    (every mask needs its own AES key and CTR context, whatever its length)."""
-    seconds = (costs["agreements"] * seconds_per_agreement
-               + 8 * costs["keystream_words"] / keystream_bytes_per_second)
-    if seconds_per_expansion:
-        seconds += seconds_per_expansion * expansions(costs)
-    return seconds
+    bytes over the AES-CTR throughput, both measured on the machine at hand."""
+    return (costs["agreements"] * seconds_per_agreement
+            + 8 * costs["keystream_words"] / keystream_bytes_per_second)

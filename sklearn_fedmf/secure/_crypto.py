@@ -167,7 +167,10 @@ def add_prg(total, seed, sign=1):
 
 def _nonce(sender, recipient):
     # the channel key of a pair is the same both ways: the direction makes each nonce unique
-    return sender.to_bytes(6, "little") + recipient.to_bytes(6, "little")
+    # (6 little-endian bytes each, packed in one conversion)
+    if sender >> 48:
+        raise OverflowError(f"A client id must be below 2^48, got {sender}.")
+    return (sender | recipient << 48).to_bytes(12, "little")
 
 
 def channel_cipher(key):
