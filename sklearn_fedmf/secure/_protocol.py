@@ -296,15 +296,11 @@ def client_share_keys(state, keys):
                                      [keys[v].channel_key for v in peers], CHANNEL_LABEL)))
     ciphers = {v: channel_cipher(channels[v]) for v in peers}  # (kept to decrypt: _live)
     ciphertexts = {}
-    # the plaintext: sender and recipient ids (ID_BYTES each) and the two shares (SHARE_BYTES
-    # each), little-endian, packed in one integer and converted once
-    if max(keys) >> (8 * ID_BYTES) or u >> (8 * ID_BYTES):
-        raise OverflowError(f"Client ids must be below 2^{8 * ID_BYTES}.")
-    id_bits, share_bits = 8 * ID_BYTES, 8 * SHARE_BYTES
-    size = 2 * ID_BYTES + 2 * SHARE_BYTES
+    own = u.to_bytes(ID_BYTES, "little")
     for v in peers:
-        plaintext = (u | v << id_bits | seed_shares[v + 1] << 2 * id_bits
-                     | key_shares[v + 1] << (2 * id_bits + share_bits)).to_bytes(size, "little")
+        plaintext = b"".join((own, v.to_bytes(ID_BYTES, "little"),
+                              seed_shares[v + 1].to_bytes(SHARE_BYTES, "little"),
+                              key_shares[v + 1].to_bytes(SHARE_BYTES, "little")))
         ciphertexts[v] = encrypt(ciphers[v], u, v, plaintext)
     state = state.evolve(keys=dict(keys), channels=channels,
                          own_shares=(seed_shares[u + 1], key_shares[u + 1]))
