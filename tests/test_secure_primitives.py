@@ -203,6 +203,22 @@ def test_split_many_gives_each_secret_its_own_polynomial():
         split_many(secrets, points, 8, rng)
 
 
+@pytest.mark.parametrize("t", [1, 2, 13, 30])
+def test_two_polynomials_packed_evaluate_as_each_alone(t):
+    """split_many evaluates its polynomials two at a time packed in one integer: each value
+    is Horner's of its own polynomial, at small and at the largest points, with the largest
+    coefficients (where an overlap of the packed values would show first)."""
+    from sklearn_fedmf.secure._shamir import _evaluate_pair
+
+    rng = np.random.default_rng(t)
+    first = [PRIME - 1] * t
+    second = [int.from_bytes(rng.bytes(32), "little") for _ in range(t)]
+    points = [1, 2, 3, 2**31 + 7, 2**32]
+    values_first, values_second = _evaluate_pair(first, second, points, PRIME)
+    assert values_first == [evaluate(first, x) for x in points]
+    assert values_second == [evaluate(second, x) for x in points]
+
+
 def test_add_prg_adds_the_prg_in_place_for_any_ring():
     rng = np.random.default_rng(7)
     seeds = [rng.bytes(32) for _ in range(3)]

@@ -260,3 +260,41 @@ def test_secagg_plus_fails_when_a_secret_has_too_few_holders_left():
     neighbours = set(graph[0].ciphertexts)
     with pytest.raises(FederationError, match="client 0's secret, fewer than the threshold 2"):
         secure_sum(uploads, neighbours=2, seed=13, dropout={"unmasking": neighbours})
+
+
+def test_a_state_rebuilt_from_its_fields_gives_the_same_messages():
+    """A client's state keeps its loaded keys and channel ciphers outside its fields: a copy
+    through pickle (or a Flower site's codec, which rebuilds it from its fields) holds none of
+    them, loads them again from its keys, and sends byte for byte the same masked input and
+    unmasking shares as the state that kept them."""
+    import pickle
+    from dataclasses import fields
+
+    from sklearn_fedmf.secure._protocol import ClientState
+
+    encoding = FixedPointEncoding(clip=64.0, scale_bits=16)
+    n, threshold = 5, 3
+    states, adverts = {}, {}
+    for c in range(n):
+        states[c], adverts[c] = client_advertise_keys(c, threshold, np.random.default_rng([1, c]))
+    keys = server_collect_keys(adverts, threshold)
+    shares = {}
+    for c in range(n):
+        states[c], shares[c] = client_share_keys(states[c], keys[c])
+    routed = server_route_shares(shares, threshold)
+    kept = states[0]
+    assert "ciphers" in kept.__dict__["_transient"]  # (what the copies must do without)
+    copies = [pickle.loads(pickle.dumps(kept)),
+              ClientState(**{f.name: getattr(kept, f.name) for f in fields(kept)})]
+    assert all("_transient" not in copy.__dict__ for copy in copies)
+    vector = np.arange(7.0)
+    out = []
+    for state in [kept, *copies]:
+        assert all(getattr(state, f.name) == getattr(kept, f.name)
+                   for f in fields(kept) if f.name != "rng")  # (a Generator: by identity)
+        state, masked = client_masked_input(state, routed[0], vector, encoding)
+        _, reply = client_unmask(state, Survivors(tuple(range(n))))
+        out.append((masked.vector, reply))
+    for vector_copy, reply_copy in out[1:]:
+        np.testing.assert_array_equal(vector_copy, out[0][0])
+        assert reply_copy == out[0][1]

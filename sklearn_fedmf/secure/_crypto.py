@@ -14,8 +14,8 @@ import threading
 
 import numpy as np
 
-__all__ = ["KEY_BYTES", "random_bytes", "public_key", "agree", "prg", "add_prg", "encrypt",
-           "decrypt", "load_primitives"]
+__all__ = ["KEY_BYTES", "random_bytes", "load_private", "public_key", "agree", "prg", "add_prg",
+           "encrypt", "decrypt", "channel_cipher", "load_primitives"]
 
 # cryptography's primitives, imported on first use (load_primitives): the engine imports
 # this package (sklearn_fedmf.engine._exchange), and a fit without secure aggregation needs neither
@@ -64,20 +64,31 @@ def random_bytes(rng, n):
     return os.urandom(n) if rng is None else rng.bytes(n)
 
 
-def public_key(private):
-    """The raw 32-byte X25519 public key of the raw 32-byte private key ``private``."""
+def load_private(private):
+    """The X25519 private key of the raw 32 bytes ``private``. Loading derives its public key
+    (OpenSSL computes it on import: a scalar multiplication, ~ one agreement), so a party
+    loads each of its keys once and passes the loaded key to :func:`public_key` and
+    :func:`agree`."""
     load_primitives()
-    return X25519PrivateKey.from_private_bytes(private).public_key().public_bytes(*_RAW)
+    return X25519PrivateKey.from_private_bytes(private)
+
+
+def public_key(private):
+    """The raw 32-byte X25519 public key of the private key ``private`` (raw 32 bytes, or
+    loaded by :func:`load_private`)."""
+    if isinstance(private, bytes):
+        private = load_private(private)
+    return private.public_key().public_bytes(*_RAW)
 
 
 def agree(private, peer_publics, label):
-    """X25519 key agreement of ``private`` with each of ``peer_publics``, each followed by
-    HKDF-SHA256 to a 32-byte key for ``label`` (one list of keys).
+    """X25519 key agreement of ``private`` (raw 32 bytes, or loaded by :func:`load_private`)
+    with each of ``peer_publics``, each followed by HKDF-SHA256 to a 32-byte key for
+    ``label`` (one list of keys).
 
     Symmetric: ``agree(a, [public_key(b)], l) == agree(b, [public_key(a)], l)``.
     """
-    load_primitives()
-    own = X25519PrivateKey.from_private_bytes(private)  # ~0.1 ms: once for all the peers
+    own = load_private(private) if isinstance(private, bytes) else private
     return [HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=label).derive(
         own.exchange(X25519PublicKey.from_public_bytes(peer))) for peer in peer_publics]
 
@@ -156,17 +167,28 @@ def add_prg(total, seed, sign=1):
 
 def _nonce(sender, recipient):
     # the channel key of a pair is the same both ways: the direction makes each nonce unique
-    return sender.to_bytes(6, "little") + recipient.to_bytes(6, "little")
+    # (6 little-endian bytes each, packed in one conversion)
+    if sender >> 48:
+        raise OverflowError(f"A client id must be below 2^48, got {sender}.")
+    return (sender | recipient << 48).to_bytes(12, "little")
+
+
+def channel_cipher(key):
+    """The ChaCha20-Poly1305 cipher of the 32-byte channel key ``key`` (made once for a
+    channel's encryption and decryption)."""
+    load_primitives()
+    return ChaCha20Poly1305(key)
 
 
 def encrypt(key, sender, recipient, plaintext):
-    """ChaCha20-Poly1305 encryption of ``plaintext`` from ``sender`` to ``recipient``."""
-    load_primitives()
-    return ChaCha20Poly1305(key).encrypt(_nonce(sender, recipient), plaintext, None)
+    """ChaCha20-Poly1305 encryption of ``plaintext`` from ``sender`` to ``recipient``
+    (``key``: 32 bytes, or its :func:`channel_cipher`)."""
+    cipher = channel_cipher(key) if isinstance(key, bytes) else key
+    return cipher.encrypt(_nonce(sender, recipient), plaintext, None)
 
 
 def decrypt(key, sender, recipient, ciphertext):
     """The plaintext of :func:`encrypt`; raises ``cryptography.exceptions.InvalidTag`` when the
     ciphertext was altered or is not from ``sender`` to ``recipient`` under ``key``."""
-    load_primitives()
-    return ChaCha20Poly1305(key).decrypt(_nonce(sender, recipient), ciphertext, None)
+    cipher = channel_cipher(key) if isinstance(key, bytes) else key
+    return cipher.decrypt(_nonce(sender, recipient), ciphertext, None)

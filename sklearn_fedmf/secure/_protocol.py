@@ -41,7 +41,7 @@ they come from ``os.urandom``, as a deployment needs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -53,8 +53,10 @@ from ._crypto import (
     MASK_LABEL,
     add_prg,
     agree,
+    channel_cipher,
     decrypt,
     encrypt,
+    load_private,
     public_key,
     random_bytes,
 )
@@ -108,7 +110,7 @@ class EncryptedShares:
 
     @property
     def nbytes(self):
-        return ID_BYTES + sum(ID_BYTES + len(c) for c in self.ciphertexts.values())
+        return ID_BYTES * (1 + len(self.ciphertexts)) + sum(map(len, self.ciphertexts.values()))
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,37 @@ class ClientState:
     received: Mapping[int, bytes] | None = None
     mask_public: bytes | None = None  # its own advertised mask key (no recomputation)
 
+    # Its two private keys as loaded X25519 keys and its channels' ciphers, made once (loading
+    # a key computes its public key, a scalar multiplication): not fields, so never encoded,
+    # pickled or compared; a state rebuilt elsewhere (a Flower site's Context) makes them
+    # again from its fields, which hold the same keys.
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_transient"}
+
+    def _live(self):
+        return self.__dict__.setdefault("_transient", {})
+
+    def loaded(self, name):
+        """The loaded X25519 key of field ``name`` (``channel_private`` or ``mask_private``)."""
+        live = self._live()
+        if name not in live:
+            live[name] = load_private(getattr(self, name))
+        return live[name]
+
+    def evolve(self, **changes):
+        """:func:`dataclasses.replace` that keeps the loaded keys and ciphers: a copy of the
+        attributes (a state has no ``__post_init__`` to rerun), a fifth of ``replace``'s
+        time, which a client pays at each of its steps."""
+        if not changes.keys() <= _STATE_FIELDS:
+            raise TypeError(f"ClientState has no fields {sorted(changes.keys() - _STATE_FIELDS)}.")
+        new = object.__new__(ClientState)
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new
+
+
+_STATE_FIELDS = frozenset(f.name for f in fields(ClientState))
+
 
 def _to_int(key):
     return int.from_bytes(key, "little")
@@ -189,10 +222,11 @@ def client_advertise_keys(client, threshold, rng=None):
     drawn = random_bytes(rng, 3 * KEY_BYTES)
     channel_private, mask_private, self_mask_seed = (
         drawn[i * KEY_BYTES:(i + 1) * KEY_BYTES] for i in range(3))
-    mask_public = public_key(mask_private)
-    state = ClientState(client, threshold, channel_private, mask_private, self_mask_seed, rng,
-                        mask_public=mask_public)
-    return state, KeyAdvertisement(client, public_key(channel_private), mask_public)
+    state = ClientState(client, threshold, channel_private, mask_private, self_mask_seed, rng)
+    mask_public = public_key(state.loaded("mask_private"))
+    state = state.evolve(mask_public=mask_public)
+    return state, KeyAdvertisement(client, public_key(state.loaded("channel_private")),
+                                   mask_public)
 
 
 def neighbour_graph(clients, degree, rng):
@@ -249,7 +283,7 @@ def client_share_keys(state, keys):
     list ``keys`` (itself included) and encrypt each recipient's pair of shares for it.
     Returns ``(state, EncryptedShares)``."""
     u, t = state.client, state.threshold
-    own = state.mask_public or public_key(state.mask_private)
+    own = state.mask_public or public_key(state.loaded("mask_private"))
     if u not in keys or keys[u].mask_key != own:
         raise ValueError(f"The server's key list does not hold client {u}'s own keys.")
     if len(keys) < t:
@@ -258,17 +292,19 @@ def client_share_keys(state, keys):
     seed_shares, key_shares = split_many(
         [_to_int(state.self_mask_seed), _to_int(state.mask_private)], points, t, state.rng)
     peers = [v for v in keys if v != u]
-    channels = dict(zip(peers, agree(state.channel_private,
+    channels = dict(zip(peers, agree(state.loaded("channel_private"),
                                      [keys[v].channel_key for v in peers], CHANNEL_LABEL)))
+    ciphers = {v: channel_cipher(channels[v]) for v in peers}  # (kept to decrypt: _live)
     ciphertexts = {}
     own = u.to_bytes(ID_BYTES, "little")
     for v in peers:
         plaintext = b"".join((own, v.to_bytes(ID_BYTES, "little"),
                               seed_shares[v + 1].to_bytes(SHARE_BYTES, "little"),
                               key_shares[v + 1].to_bytes(SHARE_BYTES, "little")))
-        ciphertexts[v] = encrypt(channels[v], u, v, plaintext)
-    state = replace(state, keys=dict(keys), channels=channels,
-                    own_shares=(seed_shares[u + 1], key_shares[u + 1]))
+        ciphertexts[v] = encrypt(ciphers[v], u, v, plaintext)
+    state = state.evolve(keys=dict(keys), channels=channels,
+                         own_shares=(seed_shares[u + 1], key_shares[u + 1]))
+    state._live()["ciphers"] = ciphers
     return state, EncryptedShares(u, ciphertexts)
 
 
@@ -311,10 +347,10 @@ def client_masked_input(state, routed, vector, encoding):
     vector = np.ravel(vector)
     y = vector.copy() if vector.dtype == np.uint64 else encoding.encode(vector)
     add_prg(y, state.self_mask_seed)
-    _add_pairwise_masks(y, state.mask_private, peers, state.keys, u)
+    _add_pairwise_masks(y, state.loaded("mask_private"), peers, state.keys, u)
     if encoding.ring_bits < 64:
         y &= np.uint64((1 << encoding.ring_bits) - 1)
-    state = replace(state, received=dict(routed.ciphertexts))
+    state = state.evolve(received=dict(routed.ciphertexts))
     return state, MaskedInput(u, y, encoding.element_bytes)
 
 
@@ -344,7 +380,7 @@ def client_unmask(state, survivors):
     key_shares = {}
     own = u.to_bytes(ID_BYTES, "little")
     seed_at, key_at = 2 * ID_BYTES, 2 * ID_BYTES + SHARE_BYTES
-    channels = state.channels
+    channels = state._live().get("ciphers") or state.channels
     for v, ciphertext in state.received.items():
         plaintext = decrypt(channels[v], v, u, ciphertext)
         if plaintext[:seed_at] != v.to_bytes(ID_BYTES, "little") + own:
@@ -356,7 +392,9 @@ def client_unmask(state, survivors):
             seed_shares[v] = int.from_bytes(plaintext[seed_at:key_at], "little")
         else:
             key_shares[v] = int.from_bytes(plaintext[key_at:], "little")
-    return replace(state, received=None, channels=None), UnmaskingShares(u, seed_shares, key_shares)
+    state._live().clear()  # (the keys and ciphers of this exchange are spent)
+    return (state.evolve(received=None, channels=None),
+            UnmaskingShares(u, seed_shares, key_shares))
 
 
 def server_unmask(keys, shared, masked, uploads, threshold, encoding, decode=True,
@@ -421,7 +459,7 @@ def server_unmask(keys, shared, masked, uploads, threshold, encoding, decode=Tru
         add_prg(total, secret_of(v, "self_mask_shares"), -1)
     alive = set(survivors)
     for v in dropped:
-        private = secret_of(v, "mask_key_shares")
+        private = load_private(secret_of(v, "mask_key_shares"))  # (loaded once for both)
         if public_key(private) != keys[v][v].mask_key:
             raise FederationError(f"Secure aggregation failed: the shares of client {v}'s mask "
                                   f"key reconstruct another key.")
