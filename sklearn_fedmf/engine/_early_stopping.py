@@ -220,6 +220,12 @@ def _sequence(obj):
                                                        and hasattr(obj, "_fields"))
 
 
+def _like(obj, items):
+    """``items`` in the sequence type of ``obj`` (list, tuple or named tuple)."""
+    return items if type(obj) is list else (
+        tuple(items) if type(obj) is tuple else type(obj)(*items))
+
+
 def _copied_bytes(obj, seen):
     """The bytes of the arrays a copy of ``obj`` holds (constant arrays shared, an array
     counted once; other objects not counted)."""
@@ -270,10 +276,8 @@ def _unspill(kept, live, spill, memo, used):
         out = {k: _unspill(v, before.get(k), spill, memo, used) for k, v in kept.items()}
     elif _sequence(kept):
         same = type(live) is type(kept) and len(live) == len(kept)
-        items = [_unspill(v, live[i] if same else None, spill, memo, used)
-                 for i, v in enumerate(kept)]
-        out = items if type(kept) is list else (
-            tuple(items) if type(kept) is tuple else type(kept)(*items))
+        out = _like(kept, [_unspill(v, live[i] if same else None, spill, memo, used)
+                           for i, v in enumerate(kept)])
     else:
         return kept
     memo[key] = out
@@ -308,10 +312,8 @@ def _snapshot(obj, previous, memo, used, spill=None):
         out = {k: _snapshot(v, before.get(k), memo, used, spill) for k, v in obj.items()}
     elif _sequence(obj):
         before = previous if type(previous) is type(obj) and len(previous) == len(obj) else ()
-        items = [_snapshot(v, before[i] if before else None, memo, used, spill)
-                 for i, v in enumerate(obj)]
-        out = items if type(obj) is list else (
-            tuple(items) if type(obj) is tuple else type(obj)(*items))
+        out = _like(obj, [_snapshot(v, before[i] if before else None, memo, used, spill)
+                          for i, v in enumerate(obj)])
     else:
         return copy.deepcopy(obj, memo)  # (deepcopy records it in the memo)
     memo[key] = out
