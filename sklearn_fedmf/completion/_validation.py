@@ -153,8 +153,8 @@ def biases_floor(ctx, model, *, n_jobs, secure_aggregation=False, clients_per_ro
             result = sum_securely({int(p): sums[p, :words] / count for p in batch},
                                   secure_aggregation,
                                   seed=np.random.SeedSequence(ctx.entropy, spawn_key=key))
-            up += sum(sum(v.values()) for v in result.bytes_uploaded.values())
-            down += sum(sum(v.values()) for v in result.bytes_downloaded.values())
+            sent, received = result.total_bytes()
+            up, down = up + sent, down + received
             total[:words] += np.asarray(result.sum, dtype=np.float64) * count
         if words < sums.shape[1]:
             total[-1] = count
@@ -181,7 +181,13 @@ def evidence_clients(n_clients, clients_per_round, entropy):
     if FLOOR_EVIDENCE_ROUNDS is not None and FLOOR_EVIDENCE_ROUNDS * n_sampled < n_clients:
         rng = np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(_FLOOR_SUM, 1)))
         order = rng.permutation(n_clients)[:FLOOR_EVIDENCE_ROUNDS * n_sampled]
-    return [np.sort(order[i:i + n_sampled]) for i in range(0, order.size, n_sampled)]
+    return _blocks(order, n_sampled)
+
+
+def _blocks(clients, size):
+    """``clients`` in consecutive blocks of at most ``size``, each sorted: the clients of
+    one secure sum each."""
+    return [np.sort(clients[i:i + size]) for i in range(0, clients.size, size)]
 
 
 def validation_residual(model, ctx):
@@ -303,9 +309,7 @@ def floor_start(X, codes, n_clients, clients_per_round, secure_aggregation, entr
     items, values = X.indices[order], X.data[order]
     counts, sums = np.zeros(n_items), np.zeros(n_items)
     up = down = 0
-    batches = [np.arange(n_clients)[i:i + clients_per_round]
-               for i in range(0, n_clients, clients_per_round)]
-    for j, batch in enumerate(batches):
+    for j, batch in enumerate(_blocks(np.arange(n_clients), clients_per_round)):
         summands = {}
         for p in batch.tolist():
             a, b = client_ptr[p], client_ptr[p + 1]
@@ -318,8 +322,8 @@ def floor_start(X, codes, n_clients, clients_per_round, secure_aggregation, entr
         total = np.asarray(result.sum, dtype=np.float64)
         counts += total[:n_items]
         sums += total[n_items:]
-        up += sum(sum(v.values()) for v in result.bytes_uploaded.values())
-        down += sum(sum(v.values()) for v in result.bytes_downloaded.values())
+        sent, received = result.total_bytes()
+        up, down = up + sent, down + received
     return counts, sums, (up, down)
 
 

@@ -52,6 +52,11 @@ class SecureSumResult(NamedTuple):
     seconds: dict
     server_view: dict
 
+    def total_bytes(self):
+        """``(up, down)``: every client's bytes sent and received, over every phase."""
+        return tuple(sum(sum(per_client.values()) for per_client in side.values())
+                     for side in (self.bytes_uploaded, self.bytes_downloaded))
+
 
 _SERVER_KEY = 2**32  # above every client id
 

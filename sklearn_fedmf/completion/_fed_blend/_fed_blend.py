@@ -477,11 +477,8 @@ class FedBlend(TransformerMixin, _BaseComposition):
                              seed=np.random.SeedSequence(self._entropy, spawn_key=(_BLEND_SUM, 1)))
         n_columns = uploads[0]["cross"].shape[0]
         gram, cross, ss = unpack_stats(stats.sum * n, n_columns)
-        up = down = 0
-        for result in (counts, stats):
-            up += sum(sum(v.values()) for v in result.bytes_uploaded.values())
-            down += sum(sum(v.values()) for v in result.bytes_downloaded.values())
-        down += 8 * n_clients  # (the count, broadcast)
+        (up, down), (up_stats, down_stats) = counts.total_bytes(), stats.total_bytes()
+        up, down = up + up_stats, down + down_stats + 8 * n_clients  # (the count, broadcast)
         return gram, cross, ss, count, up, down
 
     def _refit_members(self, X, labels, history):
