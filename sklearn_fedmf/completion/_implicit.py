@@ -179,14 +179,12 @@ def spd_cg(A, b, x, n_steps, res, p, Ap):
     symmetric positive definite, ``res``, ``p``, ``Ap``: length-``r`` work buffers). In exact
     arithmetic the ``r``-th step is the solution; it stops early once the residual's squared
     norm is below ``CG_TINY``. Returns the steps taken. (Products by columns, ``A``'s rows
-    by symmetry: contiguous loops without reductions, which vectorize without fastmath.)"""
+    by symmetry: contiguous loops without reductions, which vectorize without fastmath;
+    four rows a pass, :func:`_add_combination`.)"""
     r = A.shape[0]
     for a in range(r):  # res = b - A x
         res[a] = b[a]
-    for e in range(r):
-        xe = x[e]
-        for a in range(r):
-            res[a] -= A[e, a] * xe
+    _add_combination(A, x, r, r, res, -1.0)
     rs = 0.0
     for a in range(r):
         p[a] = res[a]
@@ -196,10 +194,7 @@ def spd_cg(A, b, x, n_steps, res, p, Ap):
             return step
         for a in range(r):
             Ap[a] = 0.0
-        for e in range(r):
-            pe = p[e]
-            for a in range(r):
-                Ap[a] += A[e, a] * pe
+        _add_combination(A, p, r, r, Ap)
         pAp = 0.0
         for a in range(r):
             pAp += p[a] * Ap[a]
@@ -326,13 +321,15 @@ def _apply(V_u, V_uT, w, VtV, alpha, p, n, z, out):
 
 
 @njit(cache=True, nogil=True)
-def _add_combination(M, coef, n_rows, n_cols, out):
+def _add_combination(M, coef, n_rows, n_cols, out, sign=1.0):
     # out[j] += coef[i] M[i, j] for i = 0, 1, ..., n_rows - 1 in turn: four rows per pass
     # over out (each entry's additions in the same order, the same bits as one row a pass,
-    # with a quarter of out's loads and stores)
+    # with a quarter of out's loads and stores). ``sign=-1.0`` subtracts (exactly: ``o + m
+    # (-c)`` is ``o - m c``)
     i = 0
     while i + 4 <= n_rows:
-        c0, c1, c2, c3 = coef[i], coef[i + 1], coef[i + 2], coef[i + 3]
+        c0, c1 = sign * coef[i], sign * coef[i + 1]
+        c2, c3 = sign * coef[i + 2], sign * coef[i + 3]
         m0, m1, m2, m3 = M[i], M[i + 1], M[i + 2], M[i + 3]
         for j in range(n_cols):
             o = out[j]
@@ -343,7 +340,7 @@ def _add_combination(M, coef, n_rows, n_cols, out):
             out[j] = o
         i += 4
     for rest in range(i, n_rows):
-        ci, mi = coef[rest], M[rest]
+        ci, mi = sign * coef[rest], M[rest]
         for j in range(n_cols):
             out[j] += mi[j] * ci
 
@@ -424,18 +421,8 @@ def _item_sums_kernel(indptr, indices, data, U, U_old, items, confidence, G):
         for a in range(r):  # (every row written: G need not come zeroed)
             G[q, a] = 0.0
         if n < SQUARE_FROM:
-            for k in range(r, G.shape[1]):
-                G[q, k] = 0.0
-            for s in range(indptr[j], indptr[j + 1]):
-                u, o = U[indices[s]], U_old[indices[s]]
-                c = 1.0 + confidence * data[s]
-                k = r
-                for a in range(r):
-                    G[q, a] += c * (u[a] - o[a])
-                    w, wo = (c - 1.0) * u[a], (c - 1.0) * o[a]
-                    for e in range(a, r):  # the upper triangle, row by row
-                        G[q, k + e - a] += w * u[e] - wo * o[e]
-                    k += r - a
+            _add_packed_changes(indptr[j], indptr[j + 1], indices, data, U, U_old,
+                                confidence, G[q])
             continue
         for t in range(n):
             s = indptr[j] + t
@@ -452,6 +439,28 @@ def _item_sums_kernel(indptr, indices, data, U, U_old, items, confidence, G):
             for e in range(a, r):
                 G[q, k] = 0.5 * (M[a, e] + M[e, a])
                 k += 1
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _add_packed_changes(start, stop, indices, data, U, U_old, confidence, g):
+    # the entries start:stop of an item (its users ``indices``) added straight into its
+    # zeroed row ``g`` (from ``r``: written here), ``[c (u - o), triu((c - 1)(u u^T - o
+    # o^T))]``. Each triangle row by slices from 0 (``g[k:k + m]``, ``u[a:]``): the loops
+    # vectorize, 3x faster than by offset indices, the same arithmetic per entry.
+    r = U.shape[1]
+    g[r:] = 0.0
+    for s in range(start, stop):
+        u, o = U[indices[s]], U_old[indices[s]]
+        c = 1.0 + confidence * data[s]
+        k = r
+        for a in range(r):
+            g[a] += c * (u[a] - o[a])
+            w, wo = (c - 1.0) * u[a], (c - 1.0) * o[a]
+            m = r - a
+            t, ua, oa = g[k:k + m], u[a:], o[a:]  # (row a of the upper triangle)
+            for e in range(m):
+                t[e] += w * ua[e] - wo * oa[e]
+            k += m
 
 
 def packed_size(r):
@@ -526,9 +535,11 @@ def _group_item_sums_kernel(indptr, indices, data, row_ptr, clients, U, U_old, c
                 for a in range(r):
                     g[a] += c * d[a]
                     ua, oa = (c - 1.0) * u[a], (c - 1.0) * o[a]
-                    for e in range(a, r):  # the upper triangle, row by row
-                        g[k + e - a] += ua * u[e] - oa * o[e]
-                    k += r - a
+                    m = r - a  # (the upper triangle, row by row, by slices from 0: they
+                    tri, u_a, o_a = g[k:k + m], u[a:], o[a:]  # vectorize)
+                    for e in range(m):
+                        tri[e] += ua * u_a[e] - oa * o_a[e]
+                    k += m
 
 
 def group_item_sums(X, row_ptr, clients, U, U_old, *, confidence, item_ptr, slot, single):
