@@ -153,15 +153,18 @@ def main():
     print("| estimator | privacy | epsilon | test RMSE | clip | releases cap | noise mult. "
           "| s |")
     print("|---|---|---|---|---|---|---|---|")
+    table, plain, biases = {}, {}, None  # (the epsilon table printed last)
     if not args.no_reference:
         base = {k: v for k, v in common.items() if k not in args.params}
         err, s, _ = fit(FedBaseline, X_train, X_test, base)
+        biases = plain["FedBaseline"] = err
         print(f"| FedBaseline (biases only) | none | inf | {err:.4f} | | | | {s:.1f} |",
               flush=True)
     for name in args.estimators:
         cls = CLASSES[name]
-        if not args.no_reference:
+        if not args.no_reference and name != "FedBaseline":  # (its plain fit: the biases row)
             err, s, _ = fit(cls, X_train, X_test, common, early_stopping=False)
+            plain[name] = err
             print(f"| {name} | none | inf | {err:.4f} | | | | {s:.1f} |", flush=True)
             if name == "FedMAvg":  # (DistributedDP weighs every client's update 1)
                 err, s, _ = fit(cls, X_train, X_test, common, early_stopping=False,
@@ -177,6 +180,7 @@ def main():
                                 noise=1e-9 if eps is None else None)
             err, s, model = fit(cls, X_train, X_test, common, privacy=ddp,
                                 secure_aggregation=secure)
+            table.setdefault((name, "DistributedDP"), {})[eps] = err
             if isinstance(model, str):
                 print(f"| {name} | DistributedDP | {label or f'{eps:g}'} | nan {model} | | | "
                       f"| {s:.1f} |", flush=True)
@@ -191,8 +195,29 @@ def main():
                                     privacy=LocalDP(target_epsilon=eps, target_delta=DELTA,
                                                     clip=LOCAL[name]))
                 why = f" {model}" if isinstance(model, str) else ""
+                table.setdefault((name, "LocalDP"), {})[eps] = err
                 print(f"| {name} | LocalDP | {eps:g} | {err:.4f}{why} | {LOCAL[name]:g} | | "
                       f"| {s:.1f} |", flush=True)
+    epsilon_table(table, plain, biases, [e for e in args.epsilons])
+
+
+def epsilon_table(table, plain, biases, epsilons):
+    """Test RMSE per epsilon of every private row, and its distance to the estimator's own
+    non-private fit (``- plain``) and to the biases-only fit (``- biases``) when measured."""
+    if not table or not epsilons:
+        return
+    print()
+    print("| estimator | privacy | " + " | ".join(f"eps {e:g}" for e in epsilons) + " | no DP |")
+    print("|---|---|" + "---|" * (len(epsilons) + 1))
+    for (name, privacy), row in table.items():
+        cells = [row.get(e, float("nan")) for e in epsilons]
+        ref = plain.get(name)
+        print(f"| {name} | {privacy} | " + " | ".join(f"{c:.4f}" for c in cells)
+              + f" | {'' if ref is None else f'{ref:.4f}'} |")
+        for label, against in (("- plain", ref), ("- biases", biases)):
+            if against is not None:
+                print(f"| {name} | {privacy} {label} | "
+                      + " | ".join(f"{c - against:+.4f}" for c in cells) + " | |")
 
 
 if __name__ == "__main__":
