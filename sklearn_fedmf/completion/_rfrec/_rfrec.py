@@ -74,6 +74,7 @@ from ._rfrec_protocol import (  # noqa: F401  (the tests import _coin and _pulle
     init_server,
     preference_metrics,
     pull_strength,
+    secure_reference,
     secure_server_update,
     secure_summands,
     server_update,
@@ -120,7 +121,10 @@ def make_protocol(*, link, shift, span, **params):
         summable=SummableUploads(
             client=secure_summands,
             server_update=partial(secure_server_update, variant=kw["variant"],
-                                  schedule=kw["schedule"], **step))
+                                  schedule=kw["schedule"], **step),
+            # (DistributedDP clips each V_(c) minus this: only its rated columns)
+            reference=partial(secure_reference, variant=kw["variant"],
+                              schedule=kw["schedule"], **step))
         if params["simulate_uploads"] else None,
         batched=make_batched(**kw, biased=biased, eta=step["eta"], step=step, privacy=privacy,
                              simulate=params["simulate_uploads"], link=link_))
