@@ -384,7 +384,7 @@ class DistributedNoise:
 
 
 def distributed_noise(privacy, *, n_releases, n_rounds, auto_clip=1.0, auto_releases=None,
-                      auto_quantile=0.5, auto_adaptive=False):
+                      auto_quantile=0.5, auto_adaptive=False, per_round=None):
     """The :class:`DistributedNoise` of a fit whose clients release at most ``n_releases``
     sums each, over ``n_rounds`` rounds.
 
@@ -396,9 +396,10 @@ def distributed_noise(privacy, *, n_releases, n_rounds, auto_clip=1.0, auto_rele
         The most noisy sums a client is in (``target_epsilon`` covers them).
     n_rounds : int
         The most exchanges of a running sum (sizes the ring).
-    auto_clip : float, default=1.0
+    auto_clip : float or NoiseScaledClip, default=1.0
         The bound ``clip="auto"`` stands for (an estimator passes its own,
-        :data:`AUTO_CLIP`).
+        :data:`AUTO_CLIP`); a :class:`NoiseScaledClip` is resolved from the fit's multiplier
+        and ``per_round``.
     auto_releases : int or None
         The cap ``max_releases="auto"`` stands for (None: ``n_releases``).
     auto_quantile : float or dict, default=0.5
@@ -406,6 +407,8 @@ def distributed_noise(privacy, *, n_releases, n_rounds, auto_clip=1.0, auto_rele
         :data:`AUTO_QUANTILE`).
     auto_adaptive : bool, default=False
         Whether ``clip="auto"`` is adaptive (from ``auto_clip``) or ``auto_clip`` itself.
+    per_round : int or None
+        The clients of a round's sum (for a :class:`NoiseScaledClip`).
 
     Returns
     -------
@@ -439,6 +442,8 @@ def distributed_noise(privacy, *, n_releases, n_rounds, auto_clip=1.0, auto_rele
         # (tau's margin is nil at the ring's scale; 1e-9 more noise covers it)
         multiplier = calibrate_noise("gaussian", privacy.target_epsilon, privacy.target_delta,
                                      max(int(n_releases), 1), accountant="rdp") * (1 + 1e-9)
+    if isinstance(clip, NoiseScaledClip):  # (public: the budget's multiplier, the round's size)
+        clip = clip(multiplier, per_round)
     ada = None
     if adaptive:  # the count's noise is paid from the multiplier (_adaptive_clip)
         quantile = (auto_quantile if privacy.clip_quantile == "auto"
@@ -450,6 +455,29 @@ def distributed_noise(privacy, *, n_releases, n_rounds, auto_clip=1.0, auto_rele
                             n_rounds=int(n_rounds), delta=float(privacy.target_delta),
                             min_survivors=privacy.min_survivors,
                             max_releases=None if cap is None else int(cap), adaptive=ada)
+
+
+@dataclass(frozen=True)
+class NoiseScaledClip:
+    """A clip from public settings alone: the one at which the mean of a round's ``n``
+    uploads carries noise of standard deviation ``noise_of_mean`` per entry, ``C =
+    noise_of_mean n / z`` (``z`` the fit's multiplier). Where the noise dominates (a small
+    ``epsilon`` or few clients a round) it clips harder, trading the bias of clipping for
+    less noise; it depends on no client's data, so the accounting is that of a constant.
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.privacy._distributed_dp import NoiseScaledClip
+    >>> NoiseScaledClip(0.01)(multiplier=2.0, per_round=100)
+    0.5
+    """
+
+    noise_of_mean: float
+
+    def __call__(self, multiplier, per_round):
+        if per_round is None:
+            raise ValueError("A noise-scaled clip needs the clients of a round's sum.")
+        return self.noise_of_mean * float(per_round) / float(multiplier)
 
 
 def auto_releases(n_clients, per_round, rounds, exchanges_per_round, start, quantile=0.9):
@@ -506,6 +534,16 @@ def _log_clips(after_round, adaptive, server_state, broadcast, record):
     return after_round(server_state, broadcast, record)
 
 
+def _log_scaled_clip(after_round, clip, server_state, broadcast, record):
+    """``after_round`` of a fit whose clip is a :class:`NoiseScaledClip`: the clip every
+    exchange of the round used, ``"dp_clip"`` (``{"update": clip}``), in its ``history_``
+    record (public: a function of the fit's settings)."""
+    record["dp_clip"] = {"update": clip}
+    if after_round is None:
+        return server_state, broadcast, False
+    return after_round(server_state, broadcast, record)
+
+
 def _uniform_weights(server_state, clients, counts):
     return dict.fromkeys(clients, 1.0)
 
@@ -519,8 +557,12 @@ def _denoised(server_step, denoise, server_state, sums, *args, **kwargs):
 # clip="auto": each estimator's L2 bound of a client's upload of one exchange, measured at
 # make_ratings(6040, 3706, 1_000_000), one client per user, 604 a round, 20 rounds, epsilon 8
 # (benchmarks/results/bench_distributed_dp-2026-12.md): FedMAvg's update W_p - V has median
-# norm 20 (its rated rows: 1.2 per row), FedMGS's aggregates about 1.5 per rated item
-AUTO_CLIP = {"FedMAvg": 10.0, "FedMGS": 3.0, "RFRec": 1.0, "FedBaseline": 5.0}
+# norm 20 (its rated rows: 1.2 per row), FedMGS's aggregates about 1.5 per rated item.
+# RFRec's (its V_(c) minus the public shared columns, on ratings over rating_scale_) is
+# scaled to the noise: a round's mean carries noise of sd 0.0147 per entry, the clip 1 at
+# epsilon 8 with 94 clients a round (MovieLens 100K, where the deviations' median norm is 1.0)
+AUTO_CLIP = {"FedMAvg": 10.0, "FedMGS": 3.0, "RFRec": NoiseScaledClip(0.0147),
+             "FedBaseline": 5.0}
 # clip="auto" is clip="adaptive" (the constant its start) for these, the constant elsewhere:
 # FedMAvg's adaptive clip was as good at the ML-1M shape (3 seeds) and better on ML-100K,
 # FilmTrust, Jester, Ciao and Coat; FedMGS's was worse at ML-1M (by 0.0005 to 0.005), at
@@ -595,18 +637,21 @@ class DistributedDPMixin:
         per_round = 1 + (protocol.client_prepare is not None)
         start = int(protocol.summable.init_client is not None)
         n = int(self.n_clients)
-        cap = auto_releases(n, _n_sampled(settings["clients_per_round"], n), rounds, per_round,
-                            start)
+        sampled = _n_sampled(settings["clients_per_round"], n)
+        cap = auto_releases(n, sampled, rounds, per_round, start)
         owner = next((c.__name__ for c in type(self).__mro__ if c.__name__ in AUTO_CLIP), None)
         plan = distributed_noise(self.privacy, n_releases=rounds * per_round + start,
                                  n_rounds=rounds * per_round + start,
                                  auto_clip=AUTO_CLIP.get(owner, 1.0), auto_releases=cap,
                                  auto_quantile=AUTO_QUANTILE.get(owner, 0.5),
-                                 auto_adaptive=owner in AUTO_ADAPTIVE)
+                                 auto_adaptive=owner in AUTO_ADAPTIVE, per_round=sampled)
         self._ddp_plan = plan
         if plan.adaptive is not None:  # the round's clips into history_ (public)
             protocol = dataclasses.replace(protocol, after_round=partial(
                 _log_clips, protocol.after_round, plan.adaptive))
+        elif self.privacy.clip == "auto" and isinstance(AUTO_CLIP.get(owner), NoiseScaledClip):
+            protocol = dataclasses.replace(protocol, after_round=partial(
+                _log_scaled_clip, protocol.after_round, plan.clip))
         summable = protocol.summable
         if self._ddp_denoise is not None:  # the server's post-processing of the noisy sums
             wrap = {name: partial(_denoised, getattr(summable, name), self._ddp_denoise)
