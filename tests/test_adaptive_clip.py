@@ -164,9 +164,9 @@ def test_clips_in_history_are_the_public_function_of_the_counts(cls):
 
 
 @pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
-def test_auto_is_adaptive_for_fedmavg_and_the_constant_elsewhere():
-    # clip="auto": FedMAvg adapts from its constant (the measured choice); FedMGS and
-    # FedBaseline keep theirs; a number is the old fixed clip (no count, no dp_clip)
+def test_auto_is_adaptive_for_fedmavg_and_fedbaseline_and_the_constant_elsewhere():
+    # clip="auto": FedMAvg and FedBaseline adapt from their constants (the measured choice);
+    # FedMGS keeps its own; a number is the old fixed clip (no count, no dp_clip)
     from sklearn_fedmf.privacy._distributed_dp import AUTO_CLIP
 
     X = make_ratings(40, 20, 300, random_state=0).X
@@ -174,7 +174,11 @@ def test_auto_is_adaptive_for_fedmavg_and_the_constant_elsewhere():
     auto = FedMAvg(**kw, privacy=DistributedDP(target_epsilon=8.0)).fit(X)
     assert auto._ddp_plan.adaptive.start == AUTO_CLIP["FedMAvg"]
     assert auto._ddp_plan.adaptive.gamma("update") == 0.3
-    for cls in (FedMGS, FedBaseline):
+    base = FedBaseline(**kw, privacy=DistributedDP(target_epsilon=8.0)).fit(X)
+    assert base._ddp_plan.adaptive.start == AUTO_CLIP["FedBaseline"]
+    assert base._ddp_plan.adaptive.gamma("update") == 0.5
+    assert set(base.history_[0]["dp_clip"]) == {"init", "update"}
+    for cls in (FedMGS,):
         model = cls(**kw, privacy=DistributedDP(target_epsilon=8.0)).fit(X)
         assert model._ddp_plan.adaptive is None
         assert model._ddp_plan.clip == AUTO_CLIP[cls.__name__]
