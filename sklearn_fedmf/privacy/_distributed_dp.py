@@ -79,6 +79,7 @@ from ._accounting import _require_dp_accounting, calibrate_noise, epsilon_spent
 from ._adaptive_clip import (
     AUTO_QUANTILE,
     AdaptiveClip,
+    NoiseScaledClip,
     bit_coordinate,
     bit_noise,
     read_count,
@@ -132,11 +133,17 @@ class DistributedDP(BaseEstimator):
         the ``clip_quantile`` of the norms, starting from the estimator's constant
         (:data:`AUTO_CLIP`); the count is paid from the budget (the upload's noise rises
         by 0.8%) and the clips are public (``history_``'s ``"dp_clip"``). ``"auto"``:
-        ``"adaptive"`` for FedMAvg; the constant for FedMGS (3), RFRec (1) and FedBaseline
-        (5). Chosen at the MovieLens-1M shape at ``target_epsilon=8`` and checked on real
-        sets (``benchmarks/results/bench_distributed_dp-2026-12.md``): FedMAvg's adaptive
-        clip matches its constant 10 there and beats it elsewhere (ML-100K 1.019 against
-        1.354 at epsilon 8), FedMGS's did not.
+        ``"adaptive"`` for FedMAvg (from 10) and FedBaseline (from 5); the constant 3 for
+        FedMGS; for RFRec a clip from the settings alone, ``0.0147 n / z`` for ``n``
+        clients a round and the budget's multiplier ``z`` (:class:`NoiseScaledClip`: a
+        round's mean carries noise of sd 0.0147 per entry, on the ratings over
+        ``rating_scale_``; its upload is ``V_(c)`` minus the round's public shared
+        columns). Chosen at the MovieLens-1M shape and on MovieLens 100K and checked on
+        four real sets (``benchmarks/results/bench_distributed_dp-2026-12.md``): FedMAvg's
+        and FedBaseline's adaptive clips match or beat their constants there; FedMGS's did
+        not; RFRec's rule beats the former clip 1 of its whole ``V_(c)`` where its items
+        learn (ML-100K 1.015 against 1.044 at epsilon 8) and costs 0.002 to 0.003 where
+        they learn nothing even without noise (the ML-1M shape, Ciao).
     clip_quantile : float in (0, 1) or "auto", default="auto"
         With ``clip="adaptive"``: the quantile of the clients' upload norms the clip tracks
         in every exchange kind; ``"auto"``: the estimator's (:data:`AUTO_QUANTILE`).
@@ -455,29 +462,6 @@ def distributed_noise(privacy, *, n_releases, n_rounds, auto_clip=1.0, auto_rele
                             n_rounds=int(n_rounds), delta=float(privacy.target_delta),
                             min_survivors=privacy.min_survivors,
                             max_releases=None if cap is None else int(cap), adaptive=ada)
-
-
-@dataclass(frozen=True)
-class NoiseScaledClip:
-    """A clip from public settings alone: the one at which the mean of a round's ``n``
-    uploads carries noise of standard deviation ``noise_of_mean`` per entry, ``C =
-    noise_of_mean n / z`` (``z`` the fit's multiplier). Where the noise dominates (a small
-    ``epsilon`` or few clients a round) it clips harder, trading the bias of clipping for
-    less noise; it depends on no client's data, so the accounting is that of a constant.
-
-    Examples
-    --------
-    >>> from sklearn_fedmf.privacy._distributed_dp import NoiseScaledClip
-    >>> NoiseScaledClip(0.01)(multiplier=2.0, per_round=100)
-    0.5
-    """
-
-    noise_of_mean: float
-
-    def __call__(self, multiplier, per_round):
-        if per_round is None:
-            raise ValueError("A noise-scaled clip needs the clients of a round's sum.")
-        return self.noise_of_mean * float(per_round) / float(multiplier)
 
 
 def auto_releases(n_clients, per_round, rounds, exchanges_per_round, start, quantile=0.9):
