@@ -142,8 +142,8 @@ class DistributedDP(BaseEstimator):
         four real sets (``benchmarks/results/bench_distributed_dp-2026-12.md``): FedMAvg's
         and FedBaseline's adaptive clips match or beat their constants there; FedMGS's did
         not; RFRec's rule beats the former clip 1 of its whole ``V_(c)`` where its items
-        learn (ML-100K 1.015 against 1.044 at epsilon 8) and costs 0.002 to 0.003 where
-        they learn nothing even without noise (the ML-1M shape, Ciao).
+        learn (ML-100K 1.015 against 1.044 at epsilon 8) and costs 0.001 to 0.0035 where
+        they gain at most 0.0015 even without noise (the ML-1M shape, Ciao).
     clip_quantile : float in (0, 1) or "auto", default="auto"
         With ``clip="adaptive"``: the quantile of the clients' upload norms the clip tracks
         in every exchange kind; ``"auto"``: the estimator's (:data:`AUTO_QUANTILE`).
@@ -551,7 +551,7 @@ AUTO_CLIP = {"FedMAvg": 10.0, "FedMGS": 3.0, "RFRec": NoiseScaledClip(0.0147),
 # FedMAvg's adaptive clip was as good at the ML-1M shape (3 seeds) and better on ML-100K,
 # FilmTrust, Jester, Ciao and Coat; FedMGS's was worse at ML-1M (by 0.0005 to 0.005), at
 # ratings x2, on FilmTrust and Jester; FedBaseline's was better at the ML-1M shape (3 seeds,
-# epsilon 1 to 16) and ML-100K (4 of 5 epsilons, the fifth +0.0002) and in 17 of 20
+# epsilon 1 to 16: 14 of 15, one equal) and ML-100K (4 of 5 epsilons, the fifth +0.0002) and in 17 of 20
 # (set, epsilon) cells of the other four (benchmarks/results/bench_distributed_dp-2026-12.md)
 AUTO_ADAPTIVE = frozenset({"FedMAvg", "FedBaseline"})
 
