@@ -281,18 +281,20 @@ def test_measurement_paths_sum_noise_has_the_accounted_variance(summed):
 
 
 @pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
-def test_rfrec_clips_its_item_matrix_minus_the_public_shared_columns():
+@pytest.mark.parametrize("variant,rounds,clip", [("rfrec", 3, 1.0), ("rfrecf", 6, 2.0)])
+def test_rfrec_clips_its_item_matrix_minus_the_public_shared_columns(variant, rounds, clip):
     # each client clips V_(c) minus the round's shared columns (a client's upload without
     # ratings, public), so the clip bounds its rated columns only: a clip below the norm of
     # the public column of ones in every V_(c) (sqrt(n_items)) leaves the noise-free fit
-    # the plain secure fit; clipping the whole V_(c) there would shrink every upload
+    # the plain secure fit (RFRecF: its upload and pull rounds too); clipping the whole
+    # V_(c) there would shrink every upload
     from sklearn_fedmf.completion._rfrec._rfrec_protocol import secure_reference
 
     X = make_ratings(40, 20, 300, random_state=0).X
-    kw = dict(n_clients=40, clients_per_round=20, max_iter=3, random_state=0)
+    kw = dict(n_clients=40, clients_per_round=20, max_iter=rounds, random_state=0,
+              solver_params={"variant": variant})
     plain = RFRec(secure_aggregation=True, **kw).fit(X)
-    clip = 1.0
-    assert np.sqrt(X.shape[1]) > 4 * clip
+    assert np.sqrt(X.shape[1]) > 2 * clip
     model = RFRec(privacy=DistributedDP(noise=1e-9, clip=clip, max_releases=None),
                   **kw).fit(X)
     np.testing.assert_allclose(model.components_, plain.components_, atol=1e-7)
