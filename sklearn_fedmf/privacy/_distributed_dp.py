@@ -551,8 +551,8 @@ AUTO_CLIP = {"FedMAvg": 10.0, "FedMGS": 3.0, "RFRec": NoiseScaledClip(0.0147),
 # FedMAvg's adaptive clip was as good at the ML-1M shape (3 seeds) and better on ML-100K,
 # FilmTrust, Jester, Ciao and Coat; FedMGS's was worse at ML-1M (by 0.0005 to 0.005), at
 # ratings x2, on FilmTrust and Jester; FedBaseline's was better at the ML-1M shape (3 seeds,
-# epsilon 1 to 16: 14 of 15, one equal), on ML-100K (4 of 5 epsilons, the fifth +0.0002) and
-# in 17 of 20 (set, epsilon) cells of the other four
+# epsilon 1 to 16: 14 of 15, one equal), on ML-100K (12 of 15; at epsilon 1, where its count
+# is noise, worse in all 3 seeds) and in 17 of 20 (set, epsilon) cells of the other four
 # (benchmarks/results/bench_distributed_dp-2026-12.md)
 AUTO_ADAPTIVE = frozenset({"FedMAvg", "FedBaseline"})
 
