@@ -140,10 +140,11 @@ class DistributedDP(BaseEstimator):
         ``rating_scale_``; its upload is ``V_(c)`` minus the round's public shared
         columns). Chosen at the MovieLens-1M shape and on MovieLens 100K and checked on
         four real sets (``benchmarks/results/bench_distributed_dp-2026-12.md``): FedMAvg's
-        and FedBaseline's adaptive clips match or beat their constants there; FedMGS's did
-        not; RFRec's rule beats the former clip 1 of its whole ``V_(c)`` where its items
-        learn (ML-100K 1.015 against 1.044 at epsilon 8) and costs 0.001 to 0.0035 where
-        they gain at most 0.0015 even without noise (the ML-1M shape, Ciao).
+        and FedBaseline's adaptive clips match or beat their constants there (FedBaseline's
+        but at epsilon 1 on ML-100K); FedMGS's did not; RFRec's rule beats the former clip
+        1 of its whole ``V_(c)`` where its items learn (ML-100K 1.015 against 1.044 at
+        epsilon 8) and costs 0.001 to 0.0035 where they gain at most 0.0015 even without
+        noise (the ML-1M shape, Ciao).
     clip_quantile : float in (0, 1) or "auto", default="auto"
         With ``clip="adaptive"``: the quantile of the clients' upload norms the clip tracks
         in every exchange kind; ``"auto"``: the estimator's (:data:`AUTO_QUANTILE`).
