@@ -14,13 +14,17 @@ sparse matrix cannot hold them), its ratings times ``--scale``, an 80/20 split o
 user's ratings, one client per user, ``--per-round`` (10%) of the clients per round,
 ``--rounds`` rounds, no validation. Reference rows: ``FedBaseline`` (biases only) and each
 estimator's non-private plain fit at the same rounds (FedMAvg's also with the equal weights
-DistributedDP gives every client: ``weights=1``). For each estimator and epsilon (``delta =
+DistributedDP gives every client: ``weights=1``; ``--estimators FedBaseline``'s is the biases
+row). For each estimator (FedMAvg, FedMGS, RFRec, FedBaseline) and epsilon (``delta =
 1e-6``):
 
 - ``DistributedDP(target_epsilon=eps)`` at its defaults (``clip="auto"``,
   ``max_releases="auto"``; ``--clip``, ``--max-releases`` override them);
 - ``LocalDP(target_epsilon=eps, target_delta=1e-6, clip=0.2)`` where the estimator takes it
   (RFRec, Laplace on its clipped item factors; the paper's clip); ``n/a`` elsewhere.
+
+A last table gives each private row's test RMSE per epsilon and its distance to its
+estimator's plain fit (``- plain``) and to the biases (``- biases``), where measured.
 
 Speed (a measurement, not a deployment): by default the DistributedDP fits run the private
 measurement path ``_unmasked_for_measurement(summed_noise=True)`` of
@@ -153,15 +157,18 @@ def main():
     print("| estimator | privacy | epsilon | test RMSE | clip | releases cap | noise mult. "
           "| s |")
     print("|---|---|---|---|---|---|---|---|")
+    table, plain, biases = {}, {}, None  # (the epsilon table printed last)
     if not args.no_reference:
         base = {k: v for k, v in common.items() if k not in args.params}
         err, s, _ = fit(FedBaseline, X_train, X_test, base)
+        biases = plain["FedBaseline"] = err
         print(f"| FedBaseline (biases only) | none | inf | {err:.4f} | | | | {s:.1f} |",
               flush=True)
     for name in args.estimators:
         cls = CLASSES[name]
-        if not args.no_reference:
+        if not args.no_reference and name != "FedBaseline":  # (its plain fit: the biases row)
             err, s, _ = fit(cls, X_train, X_test, common, early_stopping=False)
+            plain[name] = err
             print(f"| {name} | none | inf | {err:.4f} | | | | {s:.1f} |", flush=True)
             if name == "FedMAvg":  # (DistributedDP weighs every client's update 1)
                 err, s, _ = fit(cls, X_train, X_test, common, early_stopping=False,
@@ -177,6 +184,7 @@ def main():
                                 noise=1e-9 if eps is None else None)
             err, s, model = fit(cls, X_train, X_test, common, privacy=ddp,
                                 secure_aggregation=secure)
+            table.setdefault((name, "DistributedDP"), {})[eps] = err
             if isinstance(model, str):
                 print(f"| {name} | DistributedDP | {label or f'{eps:g}'} | nan {model} | | | "
                       f"| {s:.1f} |", flush=True)
@@ -191,8 +199,29 @@ def main():
                                     privacy=LocalDP(target_epsilon=eps, target_delta=DELTA,
                                                     clip=LOCAL[name]))
                 why = f" {model}" if isinstance(model, str) else ""
+                table.setdefault((name, "LocalDP"), {})[eps] = err
                 print(f"| {name} | LocalDP | {eps:g} | {err:.4f}{why} | {LOCAL[name]:g} | | "
                       f"| {s:.1f} |", flush=True)
+    epsilon_table(table, plain, biases, [e for e in args.epsilons])
+
+
+def epsilon_table(table, plain, biases, epsilons):
+    """Test RMSE per epsilon of every private row, and its distance to the estimator's own
+    non-private fit (``- plain``) and to the biases-only fit (``- biases``) when measured."""
+    if not table or not epsilons:
+        return
+    print()
+    print("| estimator | privacy | " + " | ".join(f"eps {e:g}" for e in epsilons) + " | no DP |")
+    print("|---|---|" + "---|" * (len(epsilons) + 1))
+    for (name, privacy), row in table.items():
+        cells = [row.get(e, float("nan")) for e in epsilons]
+        ref = plain.get(name)
+        print(f"| {name} | {privacy} | " + " | ".join(f"{c:.4f}" for c in cells)
+              + f" | {'' if ref is None else f'{ref:.4f}'} |")
+        for label, against in (("- plain", ref), ("- biases", biases)):
+            if against is not None and not (label == "- biases" and name == "FedBaseline"):
+                print(f"| {name} | {privacy} {label} | "
+                      + " | ".join(f"{c - against:+.4f}" for c in cells) + " | |")
 
 
 if __name__ == "__main__":

@@ -164,9 +164,9 @@ def test_clips_in_history_are_the_public_function_of_the_counts(cls):
 
 
 @pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
-def test_auto_is_adaptive_for_fedmavg_and_the_constant_elsewhere():
-    # clip="auto": FedMAvg adapts from its constant (the measured choice); FedMGS and
-    # FedBaseline keep theirs; a number is the old fixed clip (no count, no dp_clip)
+def test_auto_is_adaptive_for_fedmavg_and_fedbaseline_and_the_constant_elsewhere():
+    # clip="auto": FedMAvg and FedBaseline adapt from their constants (the measured choice);
+    # FedMGS keeps its own; a number is the old fixed clip (no count, no dp_clip)
     from sklearn_fedmf.privacy._distributed_dp import AUTO_CLIP
 
     X = make_ratings(40, 20, 300, random_state=0).X
@@ -174,7 +174,11 @@ def test_auto_is_adaptive_for_fedmavg_and_the_constant_elsewhere():
     auto = FedMAvg(**kw, privacy=DistributedDP(target_epsilon=8.0)).fit(X)
     assert auto._ddp_plan.adaptive.start == AUTO_CLIP["FedMAvg"]
     assert auto._ddp_plan.adaptive.gamma("update") == 0.3
-    for cls in (FedMGS, FedBaseline):
+    base = FedBaseline(**kw, privacy=DistributedDP(target_epsilon=8.0)).fit(X)
+    assert base._ddp_plan.adaptive.start == AUTO_CLIP["FedBaseline"]
+    assert base._ddp_plan.adaptive.gamma("update") == 0.5
+    assert set(base.history_[0]["dp_clip"]) == {"init", "update"}
+    for cls in (FedMGS,):
         model = cls(**kw, privacy=DistributedDP(target_epsilon=8.0)).fit(X)
         assert model._ddp_plan.adaptive is None
         assert model._ddp_plan.clip == AUTO_CLIP[cls.__name__]
@@ -225,3 +229,41 @@ def test_the_settling_step_shrinks_with_the_counts_noise_under_dropouts():
         steps.append(-math.log(ada.clip("update")))
     assert steps[0] == pytest.approx(0.3 * 0.4 / 0.5 / 2) and steps[1] == pytest.approx(
         steps[0] / 2)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
+def test_noise_scaled_clip_is_public_logged_and_accounted_as_a_constant():
+    # RFRec's clip="auto": C = K n / z from the budget's multiplier z and the round's n
+    # clients alone (the same for other data), logged in history_; each client's epsilon is
+    # an independent dp_accounting composition of Gaussian(z) over its releases
+    from sklearn_fedmf.completion import RFRec
+    from sklearn_fedmf.privacy._distributed_dp import AUTO_CLIP, NoiseScaledClip
+
+    rule = AUTO_CLIP["RFRec"]
+    assert isinstance(rule, NoiseScaledClip)
+    clips = {}
+    for eps, per_round, seed in [(2.0, 10, 0), (8.0, 20, 0), (8.0, 20, 1)]:
+        X = make_ratings(40, 20, 300, random_state=seed).X
+        model = RFRec(n_clients=40, clients_per_round=per_round, max_iter=3, random_state=0,
+                      privacy=DistributedDP(target_epsilon=eps, max_releases=None)).fit(X)
+        plan, spent = model._ddp_plan, model.privacy_spent_
+        assert plan.adaptive is None
+        z = plan.multiplier
+        assert plan.clip == pytest.approx(rule.noise_of_mean * per_round / z, rel=1e-12)
+        assert [r["dp_clip"] for r in model.history_] == [{"update": plan.clip}] * 3
+        assert spent["n_releases"].max() > 0
+        for n in np.unique(spent["n_releases"][spent["n_releases"] > 0]):
+            acc = dp_accounting.rdp.RdpAccountant()
+            acc.compose(dp_accounting.GaussianDpEvent(z), int(n))
+            np.testing.assert_allclose(spent["epsilon"][spent["n_releases"] == n],
+                                       acc.get_epsilon(1e-6), rtol=1e-9)
+        acc = dp_accounting.rdp.RdpAccountant()
+        acc.compose(dp_accounting.GaussianDpEvent(z), 3)  # (calibrated for every round)
+        assert eps * (1 - 1e-6) < acc.get_epsilon(1e-6) <= eps + 1e-9
+        clips[eps, per_round, seed] = plan.clip
+    assert clips[8.0, 20, 0] == clips[8.0, 20, 1]  # (no data in it)
+    assert clips[2.0, 10, 0] < clips[8.0, 20, 0] / 2  # (more noise, fewer clients: smaller)
+    # a number still is the fixed clip, unlogged
+    fixed = RFRec(n_clients=40, clients_per_round=20, max_iter=2, random_state=0,
+                  privacy=DistributedDP(target_epsilon=8.0, clip=0.5)).fit(X)
+    assert fixed._ddp_plan.clip == 0.5 and "dp_clip" not in fixed.history_[0]

@@ -235,7 +235,7 @@ def test_auto_defaults_cap_releases_at_the_binomial_quantile_with_exact_epsilon(
     plan = model._ddp_plan
     cap = 1 + int(binom.ppf(0.9, 10, 12 / 60))  # (FedBaseline: a start, one exchange a round)
     assert plan.max_releases == cap < 11
-    assert plan.clip == AUTO_CLIP["FedBaseline"]
+    assert plan.adaptive.start == AUTO_CLIP["FedBaseline"]  # (its adaptive clip's start)
     spent = model.privacy_spent_
     assert spent["n_releases"].max() == cap  # (some client was sampled more often)
     # the multiplier is calibrated for cap releases: at cap, exactly the target; an
@@ -278,3 +278,31 @@ def test_measurement_paths_sum_noise_has_the_accounted_variance(summed):
     assert abs(total.var() / expected - 1) < 5 * math.sqrt(2 / d)
     assert abs(total.mean()) < 5 * math.sqrt(expected / d)
     assert plan.counts(n).tolist() == [1] * n  # a release of each survivor
+
+
+@pytest.mark.filterwarnings("ignore::sklearn_fedmf.exceptions.DegenerateFitWarning")
+@pytest.mark.parametrize("variant,rounds,clip", [("rfrec", 3, 1.0), ("rfrecf", 6, 2.0)])
+def test_rfrec_clips_its_item_matrix_minus_the_public_shared_columns(variant, rounds, clip):
+    # each client clips V_(c) minus the round's shared columns (a client's upload without
+    # ratings, public), so the clip bounds its rated columns only: a clip below the norm of
+    # the public column of ones in every V_(c) (sqrt(n_items)) leaves the noise-free fit
+    # the plain secure fit (RFRecF: its upload and pull rounds too); clipping the whole
+    # V_(c) there would shrink every upload
+    from sklearn_fedmf.completion._rfrec._rfrec_protocol import secure_reference
+
+    X = make_ratings(40, 20, 300, random_state=0).X
+    kw = dict(n_clients=40, clients_per_round=20, max_iter=rounds, random_state=0,
+              solver_params={"variant": variant})
+    plain = RFRec(secure_aggregation=True, **kw).fit(X)
+    assert np.sqrt(X.shape[1]) > 2 * clip
+    model = RFRec(privacy=DistributedDP(noise=1e-9, clip=clip, max_releases=None),
+                  **kw).fit(X)
+    np.testing.assert_allclose(model.components_, plain.components_, atol=1e-7)
+    np.testing.assert_allclose(model.item_bias_, plain.item_bias_, atol=1e-7)
+    # the reference is the shared columns after the round's step: at gd's auto step on a
+    # start of zero change (W = Vbar, no ridge) it is W itself
+    W = np.arange(12.0).reshape(6, 2)
+    ref = secure_reference({"W": W, "W_opt": None, "Vbar": W, "coin": (0, 0)}, None,
+                           variant="rfrec", schedule=None, lr=0.1, reg=1.0, reg_v=0.0, p=None,
+                           eta=None, optimizer="gd")
+    np.testing.assert_allclose(ref["V"], W)

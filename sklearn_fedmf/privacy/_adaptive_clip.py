@@ -1,4 +1,5 @@
-"""Adaptive clipping for DistributedDP: a clip that follows the data, paid from the budget.
+"""Clips for DistributedDP: one that follows the data, paid from the budget, and one from the
+settings alone (:class:`NoiseScaledClip`).
 
 Andrew, Thakkar, McMahan and Ramaswamy, "Differentially Private Learning with Adaptive
 Clipping" (NeurIPS 2021), inside the secure sum. At every exchange each client also sends
@@ -171,3 +172,26 @@ def read_count(last, unit, n_data):
     """The noisy fraction from the sum's bit coordinate ``last`` (a ring element)."""
     centred = float(np.array(last, dtype=np.uint64).view(np.int64)) / unit
     return (centred + n_data / 2.0) / max(n_data, 1)
+
+
+@dataclass(frozen=True)
+class NoiseScaledClip:
+    """A clip from public settings alone: the one at which the mean of a round's ``n``
+    uploads carries noise of standard deviation ``noise_of_mean`` per entry, ``C =
+    noise_of_mean n / z`` (``z`` the fit's multiplier). Where the noise dominates (a small
+    ``epsilon`` or few clients a round) it clips harder, trading the bias of clipping for
+    less noise; it depends on no client's data, so the accounting is that of a constant.
+
+    Examples
+    --------
+    >>> from sklearn_fedmf.privacy._adaptive_clip import NoiseScaledClip
+    >>> NoiseScaledClip(0.01)(multiplier=2.0, per_round=100)
+    0.5
+    """
+
+    noise_of_mean: float
+
+    def __call__(self, multiplier, per_round):
+        if per_round is None:
+            raise ValueError("A noise-scaled clip needs the clients of a round's sum.")
+        return self.noise_of_mean * float(per_round) / float(multiplier)

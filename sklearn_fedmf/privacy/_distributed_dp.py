@@ -79,6 +79,7 @@ from ._accounting import _require_dp_accounting, calibrate_noise, epsilon_spent
 from ._adaptive_clip import (
     AUTO_QUANTILE,
     AdaptiveClip,
+    NoiseScaledClip,
     bit_coordinate,
     bit_noise,
     read_count,
@@ -132,11 +133,18 @@ class DistributedDP(BaseEstimator):
         the ``clip_quantile`` of the norms, starting from the estimator's constant
         (:data:`AUTO_CLIP`); the count is paid from the budget (the upload's noise rises
         by 0.8%) and the clips are public (``history_``'s ``"dp_clip"``). ``"auto"``:
-        ``"adaptive"`` for FedMAvg; the constant for FedMGS (3), RFRec (1) and FedBaseline
-        (5). Chosen at the MovieLens-1M shape at ``target_epsilon=8`` and checked on real
-        sets (``benchmarks/results/bench_distributed_dp-2026-12.md``): FedMAvg's adaptive
-        clip matches its constant 10 there and beats it elsewhere (ML-100K 1.019 against
-        1.354 at epsilon 8), FedMGS's did not.
+        ``"adaptive"`` for FedMAvg (from 10) and FedBaseline (from 5); the constant 3 for
+        FedMGS; for RFRec a clip from the settings alone, ``0.0147 n / z`` for ``n``
+        clients a round and the budget's multiplier ``z`` (:class:`NoiseScaledClip`: a
+        round's mean carries noise of sd 0.0147 per entry, on the ratings over
+        ``rating_scale_``; its upload is ``V_(c)`` minus the round's public shared
+        columns). Chosen at the MovieLens-1M shape and on MovieLens 100K and checked on
+        four real sets (``benchmarks/results/bench_distributed_dp-2026-12.md``): FedMAvg's
+        and FedBaseline's adaptive clips match or beat their constants there (FedBaseline's
+        but at epsilon 1 on ML-100K); FedMGS's did not; RFRec's rule beats the former clip
+        1 of its whole ``V_(c)`` where its items learn (ML-100K 1.015 against 1.044 at
+        epsilon 8) and costs 0.001 to 0.0035 where they gain at most 0.0015 even without
+        noise (the ML-1M shape, Ciao).
     clip_quantile : float in (0, 1) or "auto", default="auto"
         With ``clip="adaptive"``: the quantile of the clients' upload norms the clip tracks
         in every exchange kind; ``"auto"``: the estimator's (:data:`AUTO_QUANTILE`).
@@ -384,7 +392,7 @@ class DistributedNoise:
 
 
 def distributed_noise(privacy, *, n_releases, n_rounds, auto_clip=1.0, auto_releases=None,
-                      auto_quantile=0.5, auto_adaptive=False):
+                      auto_quantile=0.5, auto_adaptive=False, per_round=None):
     """The :class:`DistributedNoise` of a fit whose clients release at most ``n_releases``
     sums each, over ``n_rounds`` rounds.
 
@@ -396,9 +404,10 @@ def distributed_noise(privacy, *, n_releases, n_rounds, auto_clip=1.0, auto_rele
         The most noisy sums a client is in (``target_epsilon`` covers them).
     n_rounds : int
         The most exchanges of a running sum (sizes the ring).
-    auto_clip : float, default=1.0
+    auto_clip : float or NoiseScaledClip, default=1.0
         The bound ``clip="auto"`` stands for (an estimator passes its own,
-        :data:`AUTO_CLIP`).
+        :data:`AUTO_CLIP`); a :class:`NoiseScaledClip` is resolved from the fit's multiplier
+        and ``per_round``.
     auto_releases : int or None
         The cap ``max_releases="auto"`` stands for (None: ``n_releases``).
     auto_quantile : float or dict, default=0.5
@@ -406,6 +415,8 @@ def distributed_noise(privacy, *, n_releases, n_rounds, auto_clip=1.0, auto_rele
         :data:`AUTO_QUANTILE`).
     auto_adaptive : bool, default=False
         Whether ``clip="auto"`` is adaptive (from ``auto_clip``) or ``auto_clip`` itself.
+    per_round : int or None
+        The clients of a round's sum (for a :class:`NoiseScaledClip`).
 
     Returns
     -------
@@ -439,6 +450,8 @@ def distributed_noise(privacy, *, n_releases, n_rounds, auto_clip=1.0, auto_rele
         # (tau's margin is nil at the ring's scale; 1e-9 more noise covers it)
         multiplier = calibrate_noise("gaussian", privacy.target_epsilon, privacy.target_delta,
                                      max(int(n_releases), 1), accountant="rdp") * (1 + 1e-9)
+    if isinstance(clip, NoiseScaledClip):  # (public: the budget's multiplier, the round's size)
+        clip = clip(multiplier, per_round)
     ada = None
     if adaptive:  # the count's noise is paid from the multiplier (_adaptive_clip)
         quantile = (auto_quantile if privacy.clip_quantile == "auto"
@@ -506,6 +519,16 @@ def _log_clips(after_round, adaptive, server_state, broadcast, record):
     return after_round(server_state, broadcast, record)
 
 
+def _log_scaled_clip(after_round, clip, server_state, broadcast, record):
+    """``after_round`` of a fit whose clip is a :class:`NoiseScaledClip`: the clip every
+    exchange of the round used, ``"dp_clip"`` (``{"update": clip}``), in its ``history_``
+    record (public: a function of the fit's settings)."""
+    record["dp_clip"] = {"update": clip}
+    if after_round is None:
+        return server_state, broadcast, False
+    return after_round(server_state, broadcast, record)
+
+
 def _uniform_weights(server_state, clients, counts):
     return dict.fromkeys(clients, 1.0)
 
@@ -519,13 +542,20 @@ def _denoised(server_step, denoise, server_state, sums, *args, **kwargs):
 # clip="auto": each estimator's L2 bound of a client's upload of one exchange, measured at
 # make_ratings(6040, 3706, 1_000_000), one client per user, 604 a round, 20 rounds, epsilon 8
 # (benchmarks/results/bench_distributed_dp-2026-12.md): FedMAvg's update W_p - V has median
-# norm 20 (its rated rows: 1.2 per row), FedMGS's aggregates about 1.5 per rated item
-AUTO_CLIP = {"FedMAvg": 10.0, "FedMGS": 3.0, "RFRec": 1.0, "FedBaseline": 5.0}
+# norm 20 (its rated rows: 1.2 per row), FedMGS's aggregates about 1.5 per rated item.
+# RFRec's (its V_(c) minus the public shared columns, on ratings over rating_scale_) is
+# scaled to the noise: a round's mean carries noise of sd 0.0147 per entry, the clip 1 at
+# epsilon 8 with 94 clients a round (MovieLens 100K, where the deviations' median norm is 1.0)
+AUTO_CLIP = {"FedMAvg": 10.0, "FedMGS": 3.0, "RFRec": NoiseScaledClip(0.0147),
+             "FedBaseline": 5.0}
 # clip="auto" is clip="adaptive" (the constant its start) for these, the constant elsewhere:
 # FedMAvg's adaptive clip was as good at the ML-1M shape (3 seeds) and better on ML-100K,
 # FilmTrust, Jester, Ciao and Coat; FedMGS's was worse at ML-1M (by 0.0005 to 0.005), at
-# ratings x2, on FilmTrust and Jester (benchmarks/results/bench_distributed_dp-2026-12.md)
-AUTO_ADAPTIVE = frozenset({"FedMAvg"})
+# ratings x2, on FilmTrust and Jester; FedBaseline's was better at the ML-1M shape (3 seeds,
+# epsilon 1 to 16: 14 of 15, one equal), on ML-100K (12 of 15; at epsilon 1, where its count
+# is noise, worse in all 3 seeds) and in 17 of 20 (set, epsilon) cells of the other four
+# (benchmarks/results/bench_distributed_dp-2026-12.md)
+AUTO_ADAPTIVE = frozenset({"FedMAvg", "FedBaseline"})
 
 DISTRIBUTED_DOCS = {
     "distributed_privacy": """\
@@ -595,18 +625,21 @@ class DistributedDPMixin:
         per_round = 1 + (protocol.client_prepare is not None)
         start = int(protocol.summable.init_client is not None)
         n = int(self.n_clients)
-        cap = auto_releases(n, _n_sampled(settings["clients_per_round"], n), rounds, per_round,
-                            start)
+        sampled = _n_sampled(settings["clients_per_round"], n)
+        cap = auto_releases(n, sampled, rounds, per_round, start)
         owner = next((c.__name__ for c in type(self).__mro__ if c.__name__ in AUTO_CLIP), None)
         plan = distributed_noise(self.privacy, n_releases=rounds * per_round + start,
                                  n_rounds=rounds * per_round + start,
                                  auto_clip=AUTO_CLIP.get(owner, 1.0), auto_releases=cap,
                                  auto_quantile=AUTO_QUANTILE.get(owner, 0.5),
-                                 auto_adaptive=owner in AUTO_ADAPTIVE)
+                                 auto_adaptive=owner in AUTO_ADAPTIVE, per_round=sampled)
         self._ddp_plan = plan
         if plan.adaptive is not None:  # the round's clips into history_ (public)
             protocol = dataclasses.replace(protocol, after_round=partial(
                 _log_clips, protocol.after_round, plan.adaptive))
+        elif self.privacy.clip == "auto" and isinstance(AUTO_CLIP.get(owner), NoiseScaledClip):
+            protocol = dataclasses.replace(protocol, after_round=partial(
+                _log_scaled_clip, protocol.after_round, plan.clip))
         summable = protocol.summable
         if self._ddp_denoise is not None:  # the server's post-processing of the noisy sums
             wrap = {name: partial(_denoised, getattr(summable, name), self._ddp_denoise)

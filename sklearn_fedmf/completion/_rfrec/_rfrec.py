@@ -74,6 +74,7 @@ from ._rfrec_protocol import (  # noqa: F401  (the tests import _coin and _pulle
     init_server,
     preference_metrics,
     pull_strength,
+    secure_reference,
     secure_server_update,
     secure_summands,
     server_update,
@@ -114,13 +115,13 @@ def make_protocol(*, link, shift, span, **params):
     protocol, step, privacy = _bind(**params, loss=LossParts(
         RatingTerms(**link_), partial(client_metrics, biased=biased, **link_), False))
     kw = {k: params[k] for k in ("init_std", "optimizer", "variant", "schedule", "alpha_u")}
+    bound = dict(variant=kw["variant"], schedule=kw["schedule"], **step)
     return replace(
         protocol,
         # dense uploads (simulate=True) are summable: each client clips and noises its own
         summable=SummableUploads(
-            client=secure_summands,
-            server_update=partial(secure_server_update, variant=kw["variant"],
-                                  schedule=kw["schedule"], **step))
+            client=secure_summands, server_update=partial(secure_server_update, **bound),
+            reference=partial(secure_reference, **bound))  # (DistributedDP: V_(c) minus it)
         if params["simulate_uploads"] else None,
         batched=make_batched(**kw, biased=biased, eta=step["eta"], step=step, privacy=privacy,
                              simulate=params["simulate_uploads"], link=link_))

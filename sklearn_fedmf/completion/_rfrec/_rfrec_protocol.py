@@ -373,6 +373,21 @@ def secure_summands(upload, weight):
     return {"V": upload}
 
 
+def secure_reference(server_state, weight, *, variant, schedule, lr, reg, reg_v, p, eta,
+                     optimizer, biased=False):
+    """The round's upload of a client with no rated column, public (the shared columns ``W``
+    after the round's step, from the broadcasts): with noise on the sum
+    (``privacy=DistributedDP``) each client clips and noises its ``V_(c)`` minus this, which
+    is zero outside its rated columns, instead of its whole ``V_(c)`` (whose norm is that of
+    the model's), and the server adds the survivors' back."""
+    s = server_state
+    W = s["W"]
+    if _action(variant, schedule, s["coin"]) == "step":  # (as _upload's shared columns)
+        W = _shared_op(W, s["W_opt"], s["Vbar"], "step", lr=lr, reg=reg, reg_v=reg_v, p=p,
+                       eta=eta, optimizer=optimizer, biased=biased)[0]
+    return {"V": W}
+
+
 def secure_server_update(server_state, sums, n_summed, k, *, variant, schedule, lr, reg, reg_v,
                          p, eta, optimizer, biased=False, **privacy):
     """:func:`server_update` with the average from the secure sum (None: no upload)."""
