@@ -191,6 +191,9 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         **SIMULATION_SETTINGS,
         "missing_values": (np.nan, [Real]),
         "center": (True, ["boolean"]),
+        # who reports the validation when a round samples its clients (EarlyStopping.panel)
+        "validation_panel": ("auto", [StrOptions({"auto"}), Interval(Integral, 1, None,
+                                                                   closed="left"), None]),
     }
     _default_settings: dict = {
         **FederatedEstimator._default_settings,

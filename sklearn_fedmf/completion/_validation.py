@@ -104,7 +104,8 @@ def split_validation(ctx, settings, *, implicit, validation_keys):
         X, eval_X = validation_split(X, ctx.codes, ctx.n_clients, fraction, ctx.entropy)
     score_key, report_keys = validation_keys
     rule = EarlyStopping(n_iter_no_change=settings["n_iter_no_change"], tol=settings["tol"],
-                         score_key=score_key, report_keys=report_keys, rename=held_out)
+                         score_key=score_key, report_keys=report_keys, rename=held_out,
+                         panel=settings["validation_panel"])
     return X, eval_X, report_X, rule
 
 

@@ -90,6 +90,7 @@ from __future__ import annotations
 
 import math
 import time
+from numbers import Integral
 import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -123,6 +124,12 @@ __all__ = [
 _INIT_CLIENT, _UPDATE_CLIENT, _SERVER_ROUND, _INIT_SERVER, _PARTITION = 0, 1, 2, 3, 4
 _PREPARE_CLIENT = 5
 _VALIDATION = 6
+_PANEL = 11  # early stopping's validation panel: its seed kind (the floor's, blend's: 9, 10)
+# The validation panel of a fit that samples its clients (EarlyStopping(panel="auto")): blocks
+# of a round's clients are added at its first evaluation until the validation MSE's relative
+# standard error, from the spread of the blocks' sums, is at most this
+# (benchmarks/results/bench_validation_sample-2026-12.md).
+PANEL_RELATIVE_SE = 0.02
 
 
 @dataclass(frozen=True)
@@ -253,6 +260,9 @@ class FederationState:
     n_uploads: Any = None  # per client: round uploads the server received (privacy accounting)
     best_round: int | None = None  # early stopping: the best validated round (kept state)
     best_score: float | None = None  # its validation RMSE
+    # early stopping's validation panel (its clients in the order they were added; None:
+    # every client, or not yet drawn): fixed at the first evaluation, kept by a warm start
+    panel: Any = None
     # the fit's exchange (_exchange.py), plain or secure, with its own state (secure slots,
     # running sums); a warm start continues it
     exchange: Any = None
@@ -511,9 +521,12 @@ def run_federation(
             raise ValueError("early stopping scores every evaluated round; eval_every=0 "
                              "evaluates none. Set eval_every >= 1 or early_stopping=False.")
         keeper, tol = _BestRound(early_stopping, state), 0.0  # (tol: the validation's)
+    # (every client in every round: every client reports, as before the panel)
+    panel = (early_stopping.panel if early_stopping is not None and n_sampled < n_clients
+             else None)
     run = _Run(protocol, plain_protocol, transport, exchange, failures, entropy, n_sampled,
                sampling, omega, dropout, eval_every, callback, early_stopping, keeper, report,
-               progress, init_bytes, state.n_rounds, state.n_rounds + max_iter - 1)
+               panel, progress, init_bytes, state.n_rounds, state.n_rounds + max_iter - 1)
     with transport.session(protocol), (report.session(plain_protocol) if report is not None
                                        else nullcontext()):
         for k in range(run.start_round, run.last_round + 1):
@@ -549,6 +562,7 @@ class _Run:
     early_stopping: Any
     keeper: Any
     report: Any
+    panel: Any  # early stopping's panel rule when the fit samples its clients, else None
     progress: Any
     init_bytes: tuple
     start_round: int
@@ -647,9 +661,12 @@ def _evaluation(run, state, k, record):
     if run.keeper is None:
         record.update(_evaluate(run.protocol, state, run.transport, in_round=True))
         return False, None
-    metrics, reports, (up, down) = _evaluate(
-        run.protocol, state, run.transport, in_round=True,
-        reports=run.early_stopping.report_keys, exchange=run.exchange)
+    if run.panel is None:
+        metrics, reports, (up, down) = _evaluate(
+            run.protocol, state, run.transport, in_round=True,
+            reports=run.early_stopping.report_keys, exchange=run.exchange)
+    else:
+        metrics, reports, (up, down) = _evaluate_panel(run, state)
     record.update(metrics)
     record["bytes_uploaded"] += up
     record["bytes_downloaded"] += down
@@ -718,6 +735,17 @@ def _evaluate(protocol, state, transport, in_round=False, reports=None, exchange
     group's sums; secure: their masked inputs, the sums from their secure sum) and its bytes
     ``(up, down)``."""
     round_number = state.n_rounds + 1 if in_round else (state.n_rounds or None)
+    result, sums = _metrics_of_all(transport, state, round_number)
+    if reports is None:
+        return protocol.combine_metrics(state.server_state, sums)
+    summed, seen, report_bytes = exchange.reports(protocol, transport, result.messages,
+                                                  reports, round_number)
+    sums.update(summed)
+    return protocol.combine_metrics(state.server_state, sums), seen, report_bytes
+
+
+def _metrics_of_all(transport, state, round_number):
+    """``client_metrics`` of every client and their sums: ``(result, sums)``."""
     result = transport.run("client_metrics", list(range(transport.n_clients)), state.broadcast,
                            round_number=round_number)
     for client, exc in result.failures.items():
@@ -726,12 +754,75 @@ def _evaluate(protocol, state, transport, in_round=False, reports=None, exchange
     for metrics in result.messages.values():  # client order: n_jobs-independent
         for key, value in metrics.items():
             sums[key] = sums.get(key, 0.0) + value
-    if reports is None:
-        return protocol.combine_metrics(state.server_state, sums)
-    summed, seen, report_bytes = exchange.reports(protocol, transport, result.messages,
-                                                  reports, round_number)
-    sums.update(summed)
-    return protocol.combine_metrics(state.server_state, sums), seen, report_bytes
+    return result, sums
+
+
+def _evaluate_panel(run, state):
+    """:func:`_evaluate` of a fit whose validation is a panel of clients: the simulation's
+    diagnostics over every client as before (uncounted), the validation report's keys summed
+    over the panel only (:func:`_panel_reports`); ``validation_clients`` in the record."""
+    round_number = state.n_rounds + 1
+    _, sums = _metrics_of_all(run.transport, state, round_number)
+    panel_sums, seen, report_bytes = _panel_reports(run, state, round_number)
+    sums.update(panel_sums)
+    metrics = run.protocol.combine_metrics(state.server_state, sums)
+    return {**metrics, "validation_clients": len(state.panel)}, seen, report_bytes
+
+
+def _panel_reports(run, state, round_number):
+    """The validation reports of early stopping's panel at one evaluation: ``(sums, reports
+    seen, (bytes up, bytes down))``, ``sums`` the report keys over the panel.
+
+    The panel's clients report in blocks of at most a round's clients (each block one secure
+    sum under secure aggregation, ``exchange.reports`` with ``part``). At the first
+    evaluation the panel is drawn (a permutation of the clients from ``SeedSequence(entropy,
+    (11,))``): an ``int`` rule takes that many clients; ``"auto"`` adds blocks until the
+    validation MSE's relative standard error, from the spread of the blocks' sums
+    (:func:`panel_enough`), is at most ``PANEL_RELATIVE_SE``, or every client reports. Then
+    the same clients report at every evaluation, so that the rounds' scores differ by the
+    model, not by who reported."""
+    transport, keys, rule = run.transport, run.early_stopping.report_keys, run.panel
+    first = state.panel is None
+    if first:
+        order = _rng(run.entropy, _PANEL).permutation(transport.n_clients)
+        limit = order.size if rule == "auto" else min(int(rule), order.size)
+    else:
+        order = np.asarray(state.panel)
+        limit = order.size
+    parts, seen, up, down, done = [], {}, 0, 0, 0
+    while done < limit:
+        block = np.sort(order[done:min(done + run.n_sampled, limit)]).tolist()
+        result = transport.run_each(block, state.broadcast, round_number=round_number)
+        for client, exc in result.failures.items():
+            raise _client_error("client_metrics", client, exc, round_number) from exc
+        summed, block_seen, (u, d) = run.exchange.reports(
+            run.protocol, transport, result.messages, keys, round_number, part=len(parts))
+        parts.append([summed[k] if k in summed else
+                      sum(m[k] for m in result.messages.values()) for k in keys])
+        seen.update(block_seen)
+        up, down, done = up + u, down + d, done + len(block)
+        if first and rule == "auto" and panel_enough(parts, PANEL_RELATIVE_SE):
+            break
+    if first:
+        state.panel = order[:done].copy()
+    totals = np.sum(parts, axis=0, dtype=np.float64)
+    return dict(zip(keys, totals.tolist())), seen, (up, down)
+
+
+def panel_enough(parts, target):
+    """Whether the blocks' validation sums ``parts`` (``[sse, count]`` each) give their
+    ratio, the panel's validation MSE, a relative standard error at most ``target``: the
+    ratio estimator's, from the spread of the blocks (at least two) around it."""
+    if len(parts) < 2:
+        return False
+    sse, count = np.asarray(parts, dtype=np.float64)[:, :2].T
+    total, n = sse.sum(), count.sum()
+    if total <= 0 or n <= 0:
+        return False
+    ratio = total / n
+    b = len(parts)
+    variance = b / (b - 1) * np.sum(np.square(sse - ratio * count)) / n**2
+    return bool(np.sqrt(variance) <= target * ratio)
 
 
 def _last_objective(history):
