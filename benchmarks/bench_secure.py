@@ -295,9 +295,11 @@ def exchange_table(name, secure, floors, sums, primitives, n_clients):
                 add(f"{prefix} start", r["secure"]["start"])
             for e in r["secure"]["exchanges"]:
                 # (grouped clients report their group's sums in the simulation; in a
-                # deployment every client reports)
+                # deployment every client reports; a validation panel's blocks are sums of
+                # their own clients' reports, in the simulation as in a deployment)
                 add(f"{prefix} {e['label']}", e,
-                    n_clients if e["label"] == "report" else None)
+                    n_clients if e["label"] == "report" and "validation_clients" not in r
+                    else None)
 
     add_fit("fit", secure)
     for j, floor in enumerate(floors):

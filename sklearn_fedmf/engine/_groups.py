@@ -363,6 +363,7 @@ class GroupedTransport(Transport):
         self._starts = np.array([g.start for g in groups])
         self._work = np.array([g.nnz + g.n_rows for g in groups], dtype=float)
         self._protocol, self._workers = None, 1
+        self._blocks = {}  # the per-client blocks run_each has cut
 
     @property
     def n_clients(self):
@@ -435,8 +436,11 @@ class GroupedTransport(Transport):
         for client in clients:
             g = int(np.searchsorted(self._starts, client, side="right")) - 1
             group, i = self.groups[g], client - self.groups[g].start
+            block = self._blocks.get(client)
+            if block is None:  # (cut once: a panel asks the same clients at every evaluation)
+                block = self._blocks[client] = group.block(i)
             items.append((client, batched.client_state(self._group_states[g], group, i),
-                          group.block(i)))
+                          block))
         messages, failures = {}, {}
         if not items:
             return PhaseResult(messages, failures)
