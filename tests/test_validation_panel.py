@@ -139,6 +139,9 @@ def test_secure_panel_equals_plain_in_sums_of_a_rounds_clients():
     assert secure.best_iteration_ == plain.best_iteration_
     np.testing.assert_allclose(secure.validation_score_, plain.validation_score_, rtol=1e-9)
     np.testing.assert_allclose(secure.components_, plain.components_, rtol=1e-6, atol=1e-9)
+    # the floor's evidence: every client's sums, over the count the server learns with them
+    assert secure.factors_used_ == plain.factors_used_
+    np.testing.assert_allclose(secure._floor_evidence, plain._floor_evidence, rtol=1e-6)
     for record in secure.history_:
         reports = [e for e in record["secure"]["exchanges"] if e["label"] == "report"]
         assert [e["clients"] for e in reports] == [8, 8, 8]

@@ -417,8 +417,11 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         best = state.best_score * self._score_scale(ctx)  # (in rating units)
         floor_params = {"n_jobs": ctx.n_jobs, **{key: ctx.settings[key] for key in (
             "clients_per_round", "secure_aggregation")}}  # (a secure floor samples as the fit)
-        floor, floor_rmse, (up, down), self._floor_evidence = biases_floor(ctx, self,
-                                                                           **floor_params)
+        known = None  # (a validation panel: the server knows its count, scaled to everyone)
+        if state.panel is not None and state.panel_count is not None:
+            known = state.panel_count * ctx.n_clients / len(state.panel)
+        floor, floor_rmse, (up, down), self._floor_evidence = biases_floor(
+            ctx, self, **floor_params, known_count=known)
         gain, noise = self._floor_evidence  # (the gain in validation MSE, its standard error)
         if gain <= FLOOR_Z * noise and ctx.info.held_out:  # biases on every rating
             floor, more = floor_on_all_ratings(ctx, self._floor_class, **floor_params)

@@ -263,6 +263,7 @@ class FederationState:
     # early stopping's validation panel (its clients in the order they were added; None:
     # every client, or not yet drawn): fixed at the first evaluation, kept by a warm start
     panel: Any = None
+    panel_count: float | None = None  # the panel's validation count (what the server knows)
     # the fit's exchange (_exchange.py), plain or secure, with its own state (secure slots,
     # running sums); a warm start continues it
     exchange: Any = None
@@ -661,12 +662,13 @@ def _evaluation(run, state, k, record):
     if run.keeper is None:
         record.update(_evaluate(run.protocol, state, run.transport, in_round=True))
         return False, None
-    if run.panel is None:
+    if run.panel is not None and not _panel_of_all(run, state):
+        metrics, reports, (up, down) = _evaluate_panel(run, state)
+    if run.panel is None or _panel_of_all(run, state):
+        # (every client reports: plain, the sums as before the panel, whatever its rule)
         metrics, reports, (up, down) = _evaluate(
             run.protocol, state, run.transport, in_round=True,
             reports=run.early_stopping.report_keys, exchange=run.exchange)
-    else:
-        metrics, reports, (up, down) = _evaluate_panel(run, state)
     record.update(metrics)
     record["bytes_uploaded"] += up
     record["bytes_downloaded"] += down
@@ -757,6 +759,15 @@ def _metrics_of_all(transport, state, round_number):
     return result, sums
 
 
+def _panel_of_all(run, state):
+    """Whether the panel holds every client in a plain fit: the evaluation is then the one
+    of every client (the same reports; the grouped simulation's batched sums, not one
+    per-client call each). Under secure aggregation the panel's blocks stay sums of at most
+    a round's clients."""
+    return (state.panel is not None and len(state.panel) == run.transport.n_clients
+            and not run.exchange.secure)
+
+
 def _evaluate_panel(run, state):
     """:func:`_evaluate` of a fit whose validation is a panel of clients: the simulation's
     diagnostics over every client as before (uncounted), the validation report's keys summed
@@ -806,6 +817,7 @@ def _panel_reports(run, state, round_number):
     if first:
         state.panel = order[:done].copy()
     totals = np.sum(parts, axis=0, dtype=np.float64)
+    state.panel_count = float(totals[1])
     return dict(zip(keys, totals.tolist())), seen, (up, down)
 
 
