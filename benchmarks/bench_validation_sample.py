@@ -19,9 +19,11 @@ defaults otherwise (``random_state=0``).
 ``eval_set`` report) at every round. ``--replay``: early stopping (``n_iter_no_change`` 10,
 the start-up rule, RFRecF's scored rounds) replayed on each trace with the validation RMSE of
 every client (main's rule) and of panels (``--draws`` panels per rule, drawn uniformly): the
-chosen round and the test RMSE there, against every client's. ``--fits``: whole fits with the
+chosen round and the test RMSE there, against every client's (in % of every client's: the
+records' units are the fit's, scaled by some classes), and the round of the best test RMSE. ``--fits``: whole fits with the
 package's rule (``"auto"``, the default) and with every client (``validation_panel=None``),
-their best round and test RMSE (the final model's, floor included).
+their best round and test RMSE (the final model's, floor included; ``--no-floor``: the kept
+round's factors, the floor switched off in both).
 """
 
 import argparse
@@ -121,9 +123,10 @@ def replay(path, draws, seed=0):
     data = np.load(path, allow_pickle=True)
     keys = sorted({k.rsplit("|", 1)[0] for k in data.files})
     rng = np.random.default_rng(seed)
-    print("| set / estimator | clients | m | every client: round, test | rule | panel "
-          "(mean clients) | same round % | mean |round diff| | test diff mean | p90 | max |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| set / estimator | clients | m | every client: round | best test round | rule | "
+          "panel (mean clients) | same round % | mean abs round diff | test diff % mean | "
+          "p90 | max |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for key in keys:
         sse, cnt = data[key + "|sse"], data[key + "|cnt"]
         tests, scored = data[key + "|test"], data[key + "|scored"]
@@ -140,13 +143,15 @@ def replay(path, draws, seed=0):
                 scores = np.sqrt(sse[:, panel].sum(1) / np.maximum(cnt[:, panel].sum(1), 1))
                 k = stopping(scores, scored)
                 rounds.append(k)
-                diffs.append(tests[k] - tests[k0])
+                diffs.append(100 * (tests[k] - tests[k0]) / tests[k0])
                 sizes.append(size)
             rounds, diffs = np.array(rounds), np.array(diffs)
-            print(f"| {key} | {n} | {m} | {k0 + 1}, {tests[k0]:.4f} | {rule} | "
+            best = int(np.argmin(tests))
+            print(f"| {key} | {n} | {m} | {k0 + 1} | {best + 1} "
+                  f"({100 * (tests[best] - tests[k0]) / tests[k0]:+.2f} %) | {rule} | "
                   f"{np.mean(sizes):.0f} | {100 * np.mean(rounds == k0):.0f} | "
-                  f"{np.mean(np.abs(rounds - k0)):.1f} | {diffs.mean():+.5f} | "
-                  f"{np.quantile(diffs, 0.9):+.5f} | {diffs.max():+.5f} |", flush=True)
+                  f"{np.mean(np.abs(rounds - k0)):.1f} | {diffs.mean():+.3f} | "
+                  f"{np.quantile(diffs, 0.9):+.3f} | {diffs.max():+.3f} |", flush=True)
 
 
 def _grow(target):
@@ -176,10 +181,13 @@ RULES = {
 }
 
 
-def fits(sets, only):
+def fits(sets, only, floor=True):
     print("| set | estimator | every client: best round, test RMSE, kept | panel: clients, "
           "best round, test RMSE, kept | fit s every / panel |")
     print("|---|---|---|---|---|")
+    if not floor:  # (the kept round's factors themselves: no fallback to the biases)
+        for cls in MODELS.values():
+            cls._floor_class = None
     for name, spec in sets:
         train, test = matrices(spec)
         n = train.shape[0]
@@ -220,13 +228,15 @@ def main(argv=None):
     parser.add_argument("--out", default="traces.npz")
     parser.add_argument("--only", default=None, help="estimators, comma separated")
     parser.add_argument("--draws", type=int, default=200)
+    parser.add_argument("--no-floor", action="store_true",
+                        help="--fits without the biases floor: the kept round's factors")
     args = parser.parse_args(argv)
     only = args.only.split(",") if args.only else None
     if args.replay:
         replay(args.replay, args.draws)
         return
     if args.fits:
-        fits(sets_of(args), only)
+        fits(sets_of(args), only, floor=not args.no_floor)
         return
     out = dict(np.load(args.out)) if os.path.exists(args.out) else {}
     for name, spec in sets_of(args):
