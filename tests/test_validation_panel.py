@@ -101,12 +101,16 @@ def test_auto_panel_stops_growing_at_the_target_standard_error(target, monkeypat
 
 def test_panel_enough_is_the_ratio_estimators_standard_error():
     # equal blocks: no spread, any target holds; one block never decides
-    assert panel_enough([[10.0, 5.0], [20.0, 10.0]], 1e-12)
-    assert not panel_enough([[10.0, 5.0]], 1.0)
+    assert panel_enough([[10.0, 5.0], [20.0, 10.0]], 1e-12, min_blocks=2)
+    assert not panel_enough([[10.0, 5.0]], 1.0, min_blocks=1)
     # two blocks of MSE 1 and 3 with 10 ratings each: ratio 2, residuals -10 and +10,
     # variance 2 / 1 * 200 / 400 = 1, relative standard error 1 / 2
     parts = [[10.0, 10.0], [30.0, 10.0]]
-    assert panel_enough(parts, 0.5) and not panel_enough(parts, 0.49)
+    assert panel_enough(parts, 0.5, min_blocks=2) and not panel_enough(parts, 0.49,
+                                                                       min_blocks=2)
+    # the default trusts the spread from PANEL_MIN_BLOCKS blocks on
+    assert not panel_enough(parts, 0.5)
+    assert panel_enough(parts * 2, 0.5)
 
 
 @pytest.mark.slow  # two grouped fits and two per-client ones

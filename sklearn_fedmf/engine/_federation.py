@@ -128,8 +128,10 @@ _PANEL = 11  # early stopping's validation panel: its seed kind (the floor's, bl
 # The validation panel of a fit that samples its clients (EarlyStopping(panel="auto")): blocks
 # of a round's clients are added at its first evaluation until the validation MSE's relative
 # standard error, from the spread of the blocks' sums, is at most this
-# (benchmarks/results/bench_validation_sample-2026-12.md).
+# (benchmarks/results/bench_validation_sample-2026-12.md); the spread is trusted from this many
+# blocks on (from 2 blocks, a tenth of the draws stopped there on a chance small spread).
 PANEL_RELATIVE_SE = 0.02
+PANEL_MIN_BLOCKS = 4
 
 
 @dataclass(frozen=True)
@@ -789,7 +791,8 @@ def _panel_reports(run, state, round_number):
     evaluation the panel is drawn (a permutation of the clients from ``SeedSequence(entropy,
     (11,))``): an ``int`` rule takes that many clients; ``"auto"`` adds blocks until the
     validation MSE's relative standard error, from the spread of the blocks' sums
-    (:func:`panel_enough`), is at most ``PANEL_RELATIVE_SE``, or every client reports. Then
+    (:func:`panel_enough`, from ``PANEL_MIN_BLOCKS`` blocks on), is at most
+    ``PANEL_RELATIVE_SE``, or every client reports. Then
     the same clients report at every evaluation, so that the rounds' scores differ by the
     model, not by who reported."""
     transport, keys, rule = run.transport, run.early_stopping.report_keys, run.panel
@@ -821,11 +824,12 @@ def _panel_reports(run, state, round_number):
     return dict(zip(keys, totals.tolist())), seen, (up, down)
 
 
-def panel_enough(parts, target):
+def panel_enough(parts, target, min_blocks=None):
     """Whether the blocks' validation sums ``parts`` (``[sse, count]`` each) give their
     ratio, the panel's validation MSE, a relative standard error at most ``target``: the
-    ratio estimator's, from the spread of the blocks (at least two) around it."""
-    if len(parts) < 2:
+    ratio estimator's, from the spread of the blocks around it, once there are
+    ``min_blocks`` of them (default ``PANEL_MIN_BLOCKS``; at least two)."""
+    if len(parts) < max(2, PANEL_MIN_BLOCKS if min_blocks is None else min_blocks):
         return False
     sse, count = np.asarray(parts, dtype=np.float64)[:, :2].T
     total, n = sse.sum(), count.sum()
