@@ -20,9 +20,9 @@ defaults otherwise (``random_state=0``).
 the start-up rule, RFRecF's scored rounds) replayed on each trace with the validation RMSE of
 every client (main's rule) and of panels (``--draws`` panels per rule, drawn uniformly): the
 chosen round and the test RMSE there, against every client's (in % of every client's: the
-records' units are the fit's, scaled by some classes), and the round of the best test RMSE. ``--fits``: whole fits with the
-package's rule (``"auto"``, the default) and with every client (``validation_panel=None``),
-their best round and test RMSE (the final model's, floor included; ``--no-floor``: the kept
+records' units are the fit's, scaled by some classes), and the round of the best test RMSE.
+``--fits``: whole fits with the package's rule (``"auto"``, the default) and with every
+client (``validation_panel=None``), their best round and test RMSE (the final model's, floor included; ``--no-floor``: the kept
 round's factors, the floor switched off in both).
 """
 
@@ -157,8 +157,8 @@ def replay(path, draws, seed=0):
 def _grow(target):
     """The package's ``"auto"`` panel with relative standard error ``target``, replayed on
     the first evaluation's reports (``sse``, ``cnt`` in the panel's order): blocks of ``m``
-    added until :func:`~sklearn_fedmf.engine._federation.panel_enough`."""
-    from sklearn_fedmf.engine._federation import panel_enough
+    added until :func:`~sklearn_fedmf.engine._panel.panel_enough`."""
+    from sklearn_fedmf.engine._panel import panel_enough
 
     def size_of(n, m, sse, cnt):
         parts, done = [], 0
@@ -177,7 +177,7 @@ RULES = {
     "2 rounds": lambda n, m, s, c: 2 * m,
     "4 rounds": lambda n, m, s, c: 4 * m,
     "half": lambda n, m, s, c: (n + 1) // 2,
-    **{f"SE {t:g}": _grow(t) for t in (0.02, 0.03, 0.05, 0.1)},
+    **{f"SE {t:g}": _grow(t) for t in (0.02, 0.05)},
 }
 
 

@@ -10,8 +10,8 @@ import pytest
 from numpy.testing import assert_array_equal
 
 from sklearn_fedmf import FedMAvg, FedMGS
-from sklearn_fedmf.engine._federation import PANEL_RELATIVE_SE, _PANEL, _rng, panel_enough
 from sklearn_fedmf.engine._fit import validation_split
+from sklearn_fedmf.engine._panel import _PANEL, PANEL_RELATIVE_SE, _rng, panel_enough
 
 from .test_validation import kept_state, model_arrays, ratings
 
@@ -83,7 +83,7 @@ def test_auto_panel_stops_growing_at_the_target_standard_error(target, monkeypat
     evaluation until their sums give the validation MSE a relative standard error of at
     most ``PANEL_RELATIVE_SE`` (the default, and a larger one that this toy reaches before
     every client): replayed from the first evaluation's reports."""
-    monkeypatch.setattr("sklearn_fedmf.engine._federation.PANEL_RELATIVE_SE", target)
+    monkeypatch.setattr("sklearn_fedmf.engine._panel.PANEL_RELATIVE_SE", target)
     seen = []
     model = fit(callback=lambda k, info: seen.append(info["validation_reports"]))
     order = _rng(model._entropy, _PANEL).permutation(N_USERS)

@@ -90,7 +90,6 @@ from __future__ import annotations
 
 import math
 import time
-from numbers import Integral
 import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -104,6 +103,7 @@ from ..exceptions import ClientDropout, ClientError, ClientFailureWarning, Feder
 from ._dispatch import resident_blocks
 from ._early_stopping import EarlyStopping, _BestRound
 from ._exchange import exchange_for
+from ._panel import panel_reports
 from ._round_progress import _Progress
 from ._transport import (
     LocalTransport,
@@ -124,14 +124,6 @@ __all__ = [
 _INIT_CLIENT, _UPDATE_CLIENT, _SERVER_ROUND, _INIT_SERVER, _PARTITION = 0, 1, 2, 3, 4
 _PREPARE_CLIENT = 5
 _VALIDATION = 6
-_PANEL = 11  # early stopping's validation panel: its seed kind (the floor's, blend's: 9, 10)
-# The validation panel of a fit that samples its clients (EarlyStopping(panel="auto")): blocks
-# of a round's clients are added at its first evaluation until the validation MSE's relative
-# standard error, from the spread of the blocks' sums, is at most this
-# (benchmarks/results/bench_validation_sample-2026-12.md); the spread is trusted from this many
-# blocks on (from 2 blocks, a tenth of the draws stopped there on a chance small spread).
-PANEL_RELATIVE_SE = 0.02
-PANEL_MIN_BLOCKS = 4
 
 
 @dataclass(frozen=True)
@@ -773,72 +765,14 @@ def _panel_of_all(run, state):
 def _evaluate_panel(run, state):
     """:func:`_evaluate` of a fit whose validation is a panel of clients: the simulation's
     diagnostics over every client as before (uncounted), the validation report's keys summed
-    over the panel only (:func:`_panel_reports`); ``validation_clients`` in the record."""
+    over the panel only (:func:`~sklearn_fedmf.engine._panel.panel_reports`);
+    ``validation_clients`` in the record."""
     round_number = state.n_rounds + 1
     _, sums = _metrics_of_all(run.transport, state, round_number)
-    panel_sums, seen, report_bytes = _panel_reports(run, state, round_number)
+    panel_sums, seen, report_bytes = panel_reports(run, state, round_number, _client_error)
     sums.update(panel_sums)
     metrics = run.protocol.combine_metrics(state.server_state, sums)
     return {**metrics, "validation_clients": len(state.panel)}, seen, report_bytes
-
-
-def _panel_reports(run, state, round_number):
-    """The validation reports of early stopping's panel at one evaluation: ``(sums, reports
-    seen, (bytes up, bytes down))``, ``sums`` the report keys over the panel.
-
-    The panel's clients report in blocks of at most a round's clients (each block one secure
-    sum under secure aggregation, ``exchange.reports`` with ``part``). At the first
-    evaluation the panel is drawn (a permutation of the clients from ``SeedSequence(entropy,
-    (11,))``): an ``int`` rule takes that many clients; ``"auto"`` adds blocks until the
-    validation MSE's relative standard error, from the spread of the blocks' sums
-    (:func:`panel_enough`, from ``PANEL_MIN_BLOCKS`` blocks on), is at most
-    ``PANEL_RELATIVE_SE``, or every client reports. Then
-    the same clients report at every evaluation, so that the rounds' scores differ by the
-    model, not by who reported."""
-    transport, keys, rule = run.transport, run.early_stopping.report_keys, run.panel
-    first = state.panel is None
-    if first:
-        order = _rng(run.entropy, _PANEL).permutation(transport.n_clients)
-        limit = order.size if rule == "auto" else min(int(rule), order.size)
-    else:
-        order = np.asarray(state.panel)
-        limit = order.size
-    parts, seen, up, down, done = [], {}, 0, 0, 0
-    while done < limit:
-        block = np.sort(order[done:min(done + run.n_sampled, limit)]).tolist()
-        result = transport.run_each(block, state.broadcast, round_number=round_number)
-        for client, exc in result.failures.items():
-            raise _client_error("client_metrics", client, exc, round_number) from exc
-        summed, block_seen, (u, d) = run.exchange.reports(
-            run.protocol, transport, result.messages, keys, round_number, part=len(parts))
-        parts.append([summed[k] if k in summed else
-                      sum(m[k] for m in result.messages.values()) for k in keys])
-        seen.update(block_seen)
-        up, down, done = up + u, down + d, done + len(block)
-        if first and rule == "auto" and panel_enough(parts, PANEL_RELATIVE_SE):
-            break
-    if first:
-        state.panel = order[:done].copy()
-    totals = np.sum(parts, axis=0, dtype=np.float64)
-    state.panel_count = float(totals[1])
-    return dict(zip(keys, totals.tolist())), seen, (up, down)
-
-
-def panel_enough(parts, target, min_blocks=None):
-    """Whether the blocks' validation sums ``parts`` (``[sse, count]`` each) give their
-    ratio, the panel's validation MSE, a relative standard error at most ``target``: the
-    ratio estimator's, from the spread of the blocks around it, once there are
-    ``min_blocks`` of them (default ``PANEL_MIN_BLOCKS``; at least two)."""
-    if len(parts) < max(2, PANEL_MIN_BLOCKS if min_blocks is None else min_blocks):
-        return False
-    sse, count = np.asarray(parts, dtype=np.float64)[:, :2].T
-    total, n = sse.sum(), count.sum()
-    if total <= 0 or n <= 0:
-        return False
-    ratio = total / n
-    b = len(parts)
-    variance = b / (b - 1) * np.sum(np.square(sse - ratio * count)) / n**2
-    return bool(np.sqrt(variance) <= target * ratio)
 
 
 def _last_objective(history):
