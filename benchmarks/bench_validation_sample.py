@@ -22,8 +22,8 @@ every client (main's rule) and of panels (``--draws`` panels per rule, drawn uni
 chosen round and the test RMSE there, against every client's (in % of every client's: the
 records' units are the fit's, scaled by some classes), and the round of the best test RMSE.
 ``--fits``: whole fits with the package's rule (``"auto"``, the default) and with every
-client (``validation_panel=None``), their best round and test RMSE (the final model's, floor included; ``--no-floor``: the kept
-round's factors, the floor switched off in both).
+client (``validation_panel=None``), their best round and test RMSE (the final model's, floor
+included; ``--no-floor``: the kept round's factors, the floor switched off in both).
 """
 
 import argparse
