@@ -79,7 +79,8 @@ agreements, ``n (k + 2) d`` keystream words: ``secure_sum`` does not record cost
 sums, in clients, and ``x plain`` the secure fit's wall time over the plain one's. Below
 each row, the secure fit's exchanges by kind (its own, its floors', the one-off sums): how
 many, clients per exchange in the simulation and in a deployment (where every client
-sends its validation report, not a group's), agreements and floor CPU seconds (a
+sends its validation report, not a group's; a validation panel's blocks: their
+clients), agreements and floor CPU seconds (a
 deployment's), and the simulation's wall seconds; then the largest exchange after the
 fit's start. ``--no-early-stopping``
 fits without validation (no report exchanges, no floor).
