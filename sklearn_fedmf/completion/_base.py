@@ -67,6 +67,7 @@ COMPLETION_DOCS: dict = {
         solver_key("partition", '{"random", "contiguous"}, default="random"'),
         solver_key("dropout", "float, default=0.0"),
         solver_key("eval_every", "int, default=1"),
+        solver_key("validation_panel", '"auto", int or None, default="auto"'),
         solver_key("missing_values", "float, default=np.nan"),
         solver_key("on_client_error", '{"raise", "skip"}, default="raise"'),
     ]),
