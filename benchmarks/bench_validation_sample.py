@@ -46,6 +46,12 @@ PATIENCE = 10
 
 
 def matrices(spec, seed=0):
+    if spec == "1m-shape":  # (no MovieLens 1M file: its shape, synthetic)
+        from sklearn_fedmf.datasets import make_ratings
+        from sklearn_fedmf.model_selection import train_test_split_ratings
+
+        X = make_ratings(6040, 3706, 1_000_000, random_state=0).X.tocsr()
+        return train_test_split_ratings(X, 0.2, random_state=seed)
     X_tr, y_tr, X_te, y_te, _ = load(spec, seed)
     shape = (int(X_tr[:, 0].max()) + 1, int(X_tr[:, 1].max()) + 1)
     train = sp.csr_matrix((y_tr, (X_tr[:, 0], X_tr[:, 1])), shape=shape)
@@ -212,7 +218,8 @@ def fits(sets, only, floor=True):
 
 
 def sets_of(args):
-    sets = [("ml-latest-small", "small")] if args.data == "small" else []
+    sets = {"small": [("ml-latest-small", "small")],
+            "1m-shape": [("ML-1M shape", "1m-shape")]}.get(args.data, [])
     for spec in args.ratings:
         sets.append((spec.split(":", 1)[0], spec))
     return sets
@@ -223,7 +230,8 @@ def main(argv=None):
     parser.add_argument("--trace", action="store_true")
     parser.add_argument("--replay", metavar="NPZ")
     parser.add_argument("--fits", action="store_true")
-    parser.add_argument("--data", choices=["small"], help="the embedded ml-latest-small")
+    parser.add_argument("--data", choices=["small", "1m-shape"],
+                        help="the embedded ml-latest-small, or make_ratings(6040, 3706, 1M)")
     parser.add_argument("--ratings", action="append", default=[], metavar="NAME:PATH")
     parser.add_argument("--out", default="traces.npz")
     parser.add_argument("--only", default=None, help="estimators, comma separated")
