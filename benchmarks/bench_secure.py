@@ -79,7 +79,8 @@ agreements, ``n (k + 2) d`` keystream words: ``secure_sum`` does not record cost
 sums, in clients, and ``x plain`` the secure fit's wall time over the plain one's. Below
 each row, the secure fit's exchanges by kind (its own, its floors', the one-off sums): how
 many, clients per exchange in the simulation and in a deployment (where every client
-sends its validation report, not a group's), agreements and floor CPU seconds (a
+sends its validation report, not a group's; a validation panel's blocks: their
+clients), agreements and floor CPU seconds (a
 deployment's), and the simulation's wall seconds; then the largest exchange after the
 fit's start. ``--no-early-stopping``
 fits without validation (no report exchanges, no floor).
@@ -295,9 +296,11 @@ def exchange_table(name, secure, floors, sums, primitives, n_clients):
                 add(f"{prefix} start", r["secure"]["start"])
             for e in r["secure"]["exchanges"]:
                 # (grouped clients report their group's sums in the simulation; in a
-                # deployment every client reports)
+                # deployment every client reports; a validation panel's blocks are sums of
+                # their own clients' reports, in the simulation as in a deployment)
                 add(f"{prefix} {e['label']}", e,
-                    n_clients if e["label"] == "report" else None)
+                    n_clients if e["label"] == "report" and "validation_clients" not in r
+                    else None)
 
     add_fit("fit", secure)
     for j, floor in enumerate(floors):

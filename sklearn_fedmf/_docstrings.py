@@ -163,6 +163,13 @@ SHARED_PARAMETERS = {
     "eval_every": (
         "Record the objective and RMSEs every ``eval_every`` rounds (0 never; each record\n"
         "costs one pass over every client's ratings)."),
+    "validation_panel": (
+        "Who reports early stopping's validation when a round samples its clients: a panel\n"
+        "drawn once from ``random_state``, in blocks of at most ``clients_per_round``\n"
+        "clients. ``\"auto\"``: grown at the first evaluation until the validation MSE's\n"
+        "relative standard error is at most 2 %; an int: that many clients; None: every\n"
+        "client at every evaluation. With every client in every round, every client\n"
+        "reports whatever it says (the user guide: Validation and early stopping)."),
     "missing_values": (
         "The placeholder of a missing rating in dense ``X`` (NaN by default; 0 for a matrix\n"
         "where 0 means \"not rated\"), as in :class:`~sklearn.impute.SimpleImputer`. In sparse\n"

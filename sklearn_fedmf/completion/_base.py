@@ -67,6 +67,7 @@ COMPLETION_DOCS: dict = {
         solver_key("partition", '{"random", "contiguous"}, default="random"'),
         solver_key("dropout", "float, default=0.0"),
         solver_key("eval_every", "int, default=1"),
+        solver_key("validation_panel", '"auto", int or None, default="auto"'),
         solver_key("missing_values", "float, default=np.nan"),
         solver_key("on_client_error", '{"raise", "skip"}, default="raise"'),
     ]),
@@ -191,6 +192,9 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         **SIMULATION_SETTINGS,
         "missing_values": (np.nan, [Real]),
         "center": (True, ["boolean"]),
+        # who reports the validation when a round samples its clients (EarlyStopping.panel)
+        "validation_panel": ("auto", [StrOptions({"auto"}), Interval(Integral, 1, None,
+                                                                   closed="left"), None]),
     }
     _default_settings: dict = {
         **FederatedEstimator._default_settings,
@@ -414,8 +418,11 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         best = state.best_score * self._score_scale(ctx)  # (in rating units)
         floor_params = {"n_jobs": ctx.n_jobs, **{key: ctx.settings[key] for key in (
             "clients_per_round", "secure_aggregation")}}  # (a secure floor samples as the fit)
-        floor, floor_rmse, (up, down), self._floor_evidence = biases_floor(ctx, self,
-                                                                           **floor_params)
+        known = None  # (a validation panel: the server knows its count, scaled to everyone)
+        if state.panel is not None and state.panel_count is not None:
+            known = state.panel_count * ctx.n_clients / len(state.panel)
+        floor, floor_rmse, (up, down), self._floor_evidence = biases_floor(
+            ctx, self, **floor_params, known_count=known)
         gain, noise = self._floor_evidence  # (the gain in validation MSE, its standard error)
         if gain <= FLOOR_Z * noise and ctx.info.held_out:  # biases on every rating
             floor, more = floor_on_all_ratings(ctx, self._floor_class, **floor_params)

@@ -104,11 +104,13 @@ def split_validation(ctx, settings, *, implicit, validation_keys):
         X, eval_X = validation_split(X, ctx.codes, ctx.n_clients, fraction, ctx.entropy)
     score_key, report_keys = validation_keys
     rule = EarlyStopping(n_iter_no_change=settings["n_iter_no_change"], tol=settings["tol"],
-                         score_key=score_key, report_keys=report_keys, rename=held_out)
+                         score_key=score_key, report_keys=report_keys, rename=held_out,
+                         panel=settings["validation_panel"])
     return X, eval_X, report_X, rule
 
 
-def biases_floor(ctx, model, *, n_jobs, secure_aggregation=False, clients_per_round=None):
+def biases_floor(ctx, model, *, n_jobs, secure_aggregation=False, clients_per_round=None,
+                 known_count=None):
     """The federated biases-only model on the fit's clients' training ratings, its
     validation RMSE in rating units, the bytes ``(up, down)`` it cost, and the evidence
     ``(gain, noise)`` of :func:`floor_evidence` for the kept model ``model`` (its
@@ -124,7 +126,10 @@ def biases_floor(ctx, model, *, n_jobs, secure_aggregation=False, clients_per_ro
     validation count, which the server has from the reports' secure sums) reach the server
     as secure sums: one of every client at full participation, else those of
     :func:`evidence_clients` (the floor's RMSE and the evidence are a sample's when they
-    do not cover every client).
+    do not cover every client). ``known_count``: what the server knows of the validation
+    count when only a panel of clients reported it (early stopping's panel: its count
+    scaled to every client), which the clients' sums are divided by; the count itself is
+    then summed with them. None: the count of every client's reports.
     """
     offset, scale = ctx.info.offset, ctx.info.rating_scale
     factor_residual = validation_residual(model, ctx)
@@ -145,17 +150,19 @@ def biases_floor(ctx, model, *, n_jobs, secure_aggregation=False, clients_per_ro
         up += 8 * (sums.shape[1] - 1) * n  # (the count the server has from the reports)
     else:  # each over the validation count (the server has it from the reports)
         batches = evidence_clients(n, clients_per_round, ctx.entropy)
-        # (a sample also sends its validation count: the sums are over its ratings)
-        words = sums.shape[1] - (sum(b.size for b in batches) == n)
+        # (a sample also sends its validation count: the sums are over its ratings; and so
+        # does every client when the server knows only a panel's count)
+        words = sums.shape[1] - (sum(b.size for b in batches) == n and known_count is None)
+        divisor = count if known_count is None else known_count
         total = np.zeros(sums.shape[1])
         for j, batch in enumerate(batches):
             key = (_FLOOR_SUM,) if batch.size == n else (_FLOOR_SUM, 2 + j)
-            result = sum_securely({int(p): sums[p, :words] / count for p in batch},
+            result = sum_securely({int(p): sums[p, :words] / divisor for p in batch},
                                   secure_aggregation,
                                   seed=np.random.SeedSequence(ctx.entropy, spawn_key=key))
             sent, received = result.total_bytes()
             up, down = up + sent, down + received
-            total[:words] += np.asarray(result.sum, dtype=np.float64) * count
+            total[:words] += np.asarray(result.sum, dtype=np.float64) * divisor
         if words < sums.shape[1]:
             total[-1] = count
     sampled = float(np.rint(total[-1]))  # the validation ratings the sums are over

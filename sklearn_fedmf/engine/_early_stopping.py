@@ -41,6 +41,9 @@ class EarlyStopping:
     rename: bool = True
     scored_if: str | None = None
     spill_bytes: int | None = 2**32
+    # who reports when a round samples its clients: None every client, an int that many,
+    # "auto" a panel sized from the reports (engine._panel.panel_reports)
+    panel: int | str | None = None
 
 
 class _BestRound:

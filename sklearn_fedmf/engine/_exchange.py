@@ -21,7 +21,7 @@ Interface (what the engine calls, in this order)::
     prepare(protocol, transport, state, stats, dropped, k) -> (message, stats seen)
     update(protocol, transport, state, uploads, dropped, drawn, k) -> uploads seen
     round_bytes() -> (bytes_up, bytes_down); round_entries() -> dict (the record's keys)
-    reports(protocol, transport, messages, keys, round_number)
+    reports(protocol, transport, messages, keys, round_number, part=None)
         -> (sums, reports seen, (bytes_up, bytes_down))    # early stopping's validation
     close_round(record)                                  # e.g. the "secure" cost record
 
@@ -160,7 +160,7 @@ class PlainExchange:
     def round_entries(self):
         return {}
 
-    def reports(self, protocol, transport, messages, keys, round_number):
+    def reports(self, protocol, transport, messages, keys, round_number, part=None):
         """Each client's validation report ``(sse, count)`` (two numbers it sends)."""
         sse, count = keys
         seen = {c: (float(m[sse]), float(m[count])) for c, m in messages.items()}
@@ -222,8 +222,9 @@ class SecureExchange:
         """One secure sum over the transport (:func:`run_secure_exchange`): the clients' keys
         from their ``SeedSequence(entropy, (6, *key, client))``, the server's graph from
         ``(7, *key)`` (``key``: ``(0,)`` at the start, ``(k + 1,)`` for round ``k``'s
-        uploads, ``(k + 1, 1)`` for its prepare phase, ``(k + 1, 2)`` for its reports); the
-        failure policy applied to every phase."""
+        uploads, ``(k + 1, 1)`` for its prepare phase, ``(k + 1, 2)`` for its reports and
+        ``(k + 1, 2, j)`` for block ``j`` of a validation panel's); the failure policy
+        applied to every phase."""
         entropy, failures = self._call[:2]
 
         def check(result, phase):
@@ -346,12 +347,14 @@ class SecureExchange:
                 "bytes_secure_client": {p: int(max(v.values(), default=0))
                                         for p, v in per_client.items()}}
 
-    def reports(self, protocol, transport, messages, keys, round_number):
+    def reports(self, protocol, transport, messages, keys, round_number, part=None):
         """The secure sum of the validation reports the clients kept from their
-        ``client_metrics``: ``(sums, masked reports, bytes)``. Below the threshold it raises
-        (the round's validation needs every report)."""
+        ``client_metrics``: ``(sums, masked reports, bytes)``; ``part``: the block of a
+        validation panel (its own seeds), None for every client. Below the threshold it
+        raises (the round's validation needs every report)."""
+        key = (round_number, 2) if part is None else (round_number, 2, part)
         try:
-            outcome = self._sum(transport, sorted(messages), (), (round_number, 2),
+            outcome = self._sum(transport, sorted(messages), (), key,
                                 round_number, "report",
                                 encoding=report_encoding(transport.n_clients))
         except SecureRoundFailed as exc:

@@ -103,6 +103,7 @@ from ..exceptions import ClientDropout, ClientError, ClientFailureWarning, Feder
 from ._dispatch import resident_blocks
 from ._early_stopping import EarlyStopping, _BestRound
 from ._exchange import exchange_for
+from ._panel import panel_reports
 from ._round_progress import _Progress
 from ._transport import (
     LocalTransport,
@@ -253,6 +254,10 @@ class FederationState:
     n_uploads: Any = None  # per client: round uploads the server received (privacy accounting)
     best_round: int | None = None  # early stopping: the best validated round (kept state)
     best_score: float | None = None  # its validation RMSE
+    # early stopping's validation panel (its clients in the order they were added; None:
+    # every client, or not yet drawn): fixed at the first evaluation, kept by a warm start
+    panel: Any = None
+    panel_count: float | None = None  # the panel's validation count (what the server knows)
     # the fit's exchange (_exchange.py), plain or secure, with its own state (secure slots,
     # running sums); a warm start continues it
     exchange: Any = None
@@ -511,9 +516,12 @@ def run_federation(
             raise ValueError("early stopping scores every evaluated round; eval_every=0 "
                              "evaluates none. Set eval_every >= 1 or early_stopping=False.")
         keeper, tol = _BestRound(early_stopping, state), 0.0  # (tol: the validation's)
+    # (every client in every round: every client reports, as before the panel)
+    panel = (early_stopping.panel if early_stopping is not None and n_sampled < n_clients
+             else None)
     run = _Run(protocol, plain_protocol, transport, exchange, failures, entropy, n_sampled,
                sampling, omega, dropout, eval_every, callback, early_stopping, keeper, report,
-               progress, init_bytes, state.n_rounds, state.n_rounds + max_iter - 1)
+               panel, progress, init_bytes, state.n_rounds, state.n_rounds + max_iter - 1)
     with transport.session(protocol), (report.session(plain_protocol) if report is not None
                                        else nullcontext()):
         for k in range(run.start_round, run.last_round + 1):
@@ -549,6 +557,7 @@ class _Run:
     early_stopping: Any
     keeper: Any
     report: Any
+    panel: Any  # early stopping's panel rule when the fit samples its clients, else None
     progress: Any
     init_bytes: tuple
     start_round: int
@@ -647,9 +656,13 @@ def _evaluation(run, state, k, record):
     if run.keeper is None:
         record.update(_evaluate(run.protocol, state, run.transport, in_round=True))
         return False, None
-    metrics, reports, (up, down) = _evaluate(
-        run.protocol, state, run.transport, in_round=True,
-        reports=run.early_stopping.report_keys, exchange=run.exchange)
+    if run.panel is not None and not _panel_of_all(run, state):
+        metrics, reports, (up, down) = _evaluate_panel(run, state)
+    if run.panel is None or _panel_of_all(run, state):
+        # (every client reports: plain, the sums as before the panel, whatever its rule)
+        metrics, reports, (up, down) = _evaluate(
+            run.protocol, state, run.transport, in_round=True,
+            reports=run.early_stopping.report_keys, exchange=run.exchange)
     record.update(metrics)
     record["bytes_uploaded"] += up
     record["bytes_downloaded"] += down
@@ -718,6 +731,17 @@ def _evaluate(protocol, state, transport, in_round=False, reports=None, exchange
     group's sums; secure: their masked inputs, the sums from their secure sum) and its bytes
     ``(up, down)``."""
     round_number = state.n_rounds + 1 if in_round else (state.n_rounds or None)
+    result, sums = _metrics_of_all(transport, state, round_number)
+    if reports is None:
+        return protocol.combine_metrics(state.server_state, sums)
+    summed, seen, report_bytes = exchange.reports(protocol, transport, result.messages,
+                                                  reports, round_number)
+    sums.update(summed)
+    return protocol.combine_metrics(state.server_state, sums), seen, report_bytes
+
+
+def _metrics_of_all(transport, state, round_number):
+    """``client_metrics`` of every client and their sums: ``(result, sums)``."""
     result = transport.run("client_metrics", list(range(transport.n_clients)), state.broadcast,
                            round_number=round_number)
     for client, exc in result.failures.items():
@@ -726,12 +750,29 @@ def _evaluate(protocol, state, transport, in_round=False, reports=None, exchange
     for metrics in result.messages.values():  # client order: n_jobs-independent
         for key, value in metrics.items():
             sums[key] = sums.get(key, 0.0) + value
-    if reports is None:
-        return protocol.combine_metrics(state.server_state, sums)
-    summed, seen, report_bytes = exchange.reports(protocol, transport, result.messages,
-                                                  reports, round_number)
-    sums.update(summed)
-    return protocol.combine_metrics(state.server_state, sums), seen, report_bytes
+    return result, sums
+
+
+def _panel_of_all(run, state):
+    """Whether the panel holds every client in a plain fit: the evaluation is then the one
+    of every client (the same reports; the grouped simulation's batched sums, not one
+    per-client call each). Under secure aggregation the panel's blocks stay sums of at most
+    a round's clients."""
+    return (state.panel is not None and len(state.panel) == run.transport.n_clients
+            and not run.exchange.secure)
+
+
+def _evaluate_panel(run, state):
+    """:func:`_evaluate` of a fit whose validation is a panel of clients: the simulation's
+    diagnostics over every client as before (uncounted), the validation report's keys summed
+    over the panel only (:func:`~sklearn_fedmf.engine._panel.panel_reports`);
+    ``validation_clients`` in the record."""
+    round_number = state.n_rounds + 1
+    _, sums = _metrics_of_all(run.transport, state, round_number)
+    panel_sums, seen, report_bytes = panel_reports(run, state, round_number, _client_error)
+    sums.update(panel_sums)
+    metrics = run.protocol.combine_metrics(state.server_state, sums)
+    return {**metrics, "validation_clients": len(state.panel)}, seen, report_bytes
 
 
 def _last_objective(history):

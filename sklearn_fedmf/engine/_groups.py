@@ -283,6 +283,12 @@ class GroupStates(Sequence):
         return self.batched.client_state(self.group_states[g], group, client - group.start)
 
 
+def _metrics_each(items, fn, broadcast):
+    """One task: ``client_metrics`` of single clients ``(client, state, block)`` with the
+    per-client function. Returns ``(client, message, error)`` each."""
+    return [(client, *client_call(fn, state, block, broadcast)) for client, state, block in items]
+
+
 def _run_group(items, phase, batched, fn, broadcast, stream):
     """One task: the batched ``phase`` on each group of ``items``; a group whose batched call
     raises is re-run client by client (module docstring). Returns ``(g, new_state, messages,
@@ -357,6 +363,7 @@ class GroupedTransport(Transport):
         self._starts = np.array([g.start for g in groups])
         self._work = np.array([g.nnz + g.n_rows for g in groups], dtype=float)
         self._protocol, self._workers = None, 1
+        self._blocks = {}  # the per-client blocks run_each has cut
 
     @property
     def n_clients(self):
@@ -418,4 +425,34 @@ class GroupedTransport(Transport):
                 messages.pop(client, None)
             failures.update(group_failures)
         keep_on_clients(self._protocol, phase, self.secure_slots, messages, broadcast)
+        return PhaseResult(messages, failures)
+
+    def run_each(self, clients, broadcast, *, round_number=None):
+        """``client_metrics`` of each of ``clients`` (ascending) with the per-client function
+        on its state read from its group's (``run`` returns each group's sums): early
+        stopping's validation panel, whose clients each send their own report."""
+        fn, batched = self._protocol.client_metrics, self._batched
+        items = []
+        for client in clients:
+            g = int(np.searchsorted(self._starts, client, side="right")) - 1
+            group, i = self.groups[g], client - self.groups[g].start
+            block = self._blocks.get(client)
+            if block is None:  # (cut once: a panel asks the same clients at every evaluation)
+                block = self._blocks[client] = group.block(i)
+            items.append((client, batched.client_state(self._group_states[g], group, i),
+                          block))
+        messages, failures = {}, {}
+        if not items:
+            return PhaseResult(messages, failures)
+        where = "initialization" if round_number is None else f"round {round_number}"
+        weights = np.array([b.nnz + 1 for _, _, b in items], dtype=float)
+        parts = dispatch(_metrics_each, items, weights, self._workers, fn, broadcast,
+                         context=f"client_metrics ({where})")
+        for client, message, error in (o for part in parts for o in part):
+            if error is not None:
+                failures[client] = error
+            else:
+                messages[client] = message
+        keep_on_clients(self._protocol, "client_metrics", self.secure_slots, messages,
+                        broadcast)
         return PhaseResult(messages, failures)

@@ -200,6 +200,12 @@ class Transport(ABC):
             round_number=None) -> PhaseResult:
         """Run ``phase`` on ``clients`` (module docstring)."""
 
+    def run_each(self, clients, broadcast, *, round_number=None) -> PhaseResult:
+        """``client_metrics`` of each of ``clients``, every client its own message (early
+        stopping's validation panel: each client's report reaches the exchange). A
+        transport whose ``run`` returns a group's sums overrides it."""
+        return self.run("client_metrics", clients, broadcast, round_number=round_number)
+
 
 def run_secure_phase(slots, protocol, phase, clients, broadcast, stream):
     """A secure phase on ``clients`` whose ``slots`` this process holds (module docstring)."""

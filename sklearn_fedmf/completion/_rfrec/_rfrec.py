@@ -317,6 +317,8 @@ class RFRec(DistributedDPMixin, LocalDPMixin, FederatedMFBase):
           receives ``Vbar``: the upload-loss model of Table 3).
         - ``eval_every`` : int, default=1
           %(eval_every)s
+        - ``validation_panel`` : "auto", int or None, default="auto"
+          %(validation_panel)s
         - ``partition`` : {"random", "contiguous"}, default="random"
           %(partition)s
         - ``missing_values`` : float, default=np.nan
