@@ -85,7 +85,8 @@ def test_auto_panel_stops_growing_at_the_target_standard_error(target, monkeypat
     every client): replayed from the first evaluation's reports."""
     monkeypatch.setattr("sklearn_fedmf.engine._panel.PANEL_RELATIVE_SE", target)
     seen = []
-    model = fit(callback=lambda k, info: seen.append(info["validation_reports"]))
+    model = fit(callback=lambda k, info: seen.append(info["validation_reports"]),
+                solver_params={"validation_panel": "auto"})
     order = _rng(model._entropy, _PANEL).permutation(N_USERS)
     first = seen[0]
     size = len(first)

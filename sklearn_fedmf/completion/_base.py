@@ -67,7 +67,7 @@ COMPLETION_DOCS: dict = {
         solver_key("partition", '{"random", "contiguous"}, default="random"'),
         solver_key("dropout", "float, default=0.0"),
         solver_key("eval_every", "int, default=1"),
-        solver_key("validation_panel", '"auto", int or None, default="auto"'),
+        solver_key("validation_panel", '"auto", int or None, default=None'),
         solver_key("missing_values", "float, default=np.nan"),
         solver_key("on_client_error", '{"raise", "skip"}, default="raise"'),
     ]),
@@ -193,7 +193,7 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         "missing_values": (np.nan, [Real]),
         "center": (True, ["boolean"]),
         # who reports the validation when a round samples its clients (EarlyStopping.panel)
-        "validation_panel": ("auto", [StrOptions({"auto"}), Interval(Integral, 1, None,
+        "validation_panel": (None, [StrOptions({"auto"}), Interval(Integral, 1, None,
                                                                    closed="left"), None]),
     }
     _default_settings: dict = {

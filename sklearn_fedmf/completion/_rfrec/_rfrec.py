@@ -317,7 +317,7 @@ class RFRec(DistributedDPMixin, LocalDPMixin, FederatedMFBase):
           receives ``Vbar``: the upload-loss model of Table 3).
         - ``eval_every`` : int, default=1
           %(eval_every)s
-        - ``validation_panel`` : "auto", int or None, default="auto"
+        - ``validation_panel`` : "auto", int or None, default=None
           %(validation_panel)s
         - ``partition`` : {"random", "contiguous"}, default="random"
           %(partition)s
