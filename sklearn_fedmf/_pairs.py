@@ -176,8 +176,8 @@ def top_n(model, users, n, *, seen=None, candidates=None, budget=BATCH_BYTES):
     cand = np.arange(n_items) if candidates is None else np.asarray(candidates, dtype=np.int64)
     col_pos = np.full(n_items, -1, dtype=np.int64)
     col_pos[cand] = np.arange(cand.shape[0])
-    if seen is None:
-        indptr, indices = np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if seen is None:  # (int32 as a CSR's: one compiled signature)
+        indptr, indices = np.zeros(1, dtype=np.int32), np.zeros(0, dtype=np.int32)
     else:
         indptr, indices = seen.indptr, seen.indices
     ranked = model if candidates is None else model._replace(

@@ -362,7 +362,8 @@ def _fused_local_steps(A_indptr, A_indices, A_data, At_indptr, At_indices, At_da
         Ubar = _extrapolate_kernel(U, U_prev, beta, mu, Ubar_buf) if extrapolate else U
         XGu = np.dot(Ubar, S)
         eta0 = 0.0 if mu else step_scale / max(norm_s, EPS_LIPSCHITZ)
-        U_new = _step_kernel(Ubar, XGu, Bu, eta0, mu, kappa, lam_t, 0.0, Ubar, False, mode,
+        # (a run-time False: a literal one compiled _step_kernel a second time)
+        U_new = _step_kernel(Ubar, XGu, Bu, eta0, mu, kappa, lam_t, 0.0, Ubar, bool(0), mode,
                              ubufs[s % 2])
         U_prev, U = U, U_new
         if not update_v:

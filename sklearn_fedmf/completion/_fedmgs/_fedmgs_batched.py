@@ -46,15 +46,17 @@ def group_layout(group):
     client of each row."""
     X = group.X
     single = group.n_rows == group.n_clients  # (every client owns at least one row)
-    if single:
-        items, item_ptr, slot = X.indices, X.indptr, np.empty(0, dtype=np.int32)
+    if single:  # (views of the data's indices; pointers int64 as client_items gives them)
+        items, item_ptr, slot = X.indices.view(), X.indptr.astype(np.int64), np.empty(0, np.int32)
     else:
         items, item_ptr, slot = client_items(X.indptr, X.indices, group.row_ptr, X.shape[1])
     owner = np.repeat(np.arange(group.n_clients), np.diff(group.row_ptr))
     layout = {"items": items, "item_ptr": item_ptr, "slot": slot, "single": single,
               "owner": owner}
-    for a in (slot, owner) if single else (items, item_ptr, slot, owner):
-        a.flags.writeable = False  # (fixed by the data: early stopping's snapshots share them)
+    # read-only: fixed by the data (early stopping's snapshots share them), and one numba
+    # signature (a flag per input) in either case
+    for a in (items, item_ptr, slot, owner):
+        a.flags.writeable = False
     if group.n_clients == 1 and not single:
         layout.update(_item_major(X))
     return layout
@@ -103,8 +105,10 @@ def group_share(state, group, clients, biased, sum_squares=False):
     # in one piece the row-major kernel below is 1.2-1.4x faster, measured)
     if "col_ptr" in state and len(clients) == 1 and row_tasks(len(items)) > 1:
         return {group.start: _share_item_major(state, X, U, cols, shift_col, G, sum_squares)}
+    # (read-only views: a layout that came through a copy, e.g. Flower's, is writeable)
     share_kernel(X.indptr, X.indices, X.data, group.row_ptr, clients, U, cols, shift_col,
-                 item_ptr, state["slot"], state["single"], out_ptr, G, grams, ss)
+                 read_only(item_ptr), read_only(state["slot"]), state["single"], out_ptr, G,
+                 grams, ss)
     uploads = {group.start + i: {"items": items[item_ptr[i]:item_ptr[i + 1]],
                                  "G": G[out_ptr[q]:out_ptr[q + 1]], "gram": grams[q]}
                for q, i in enumerate(clients.tolist())}

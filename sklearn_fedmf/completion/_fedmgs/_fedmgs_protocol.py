@@ -79,7 +79,7 @@ from functools import partial
 import numpy as np
 
 from ... import _biases
-from ..._kernels import split_rows
+from ..._kernels import read_only, split_rows
 from ..._prox import item_counts, prox_elastic_net, row_alpha
 from ...engine._federation import FederatedProtocol, SummableUploads
 from ...engine._groups import LazyRows, offsets
@@ -271,6 +271,14 @@ def _joined(arrays, chained):
 _FIELDS = {"rows": ("G", "grams"), "outer": ("x", "a")}
 
 
+def _items(a):
+    """Item indices as the cache's kernels take them: int32 (the clients' layouts are views
+    of their CSR indices, int32 for any data that fits in memory) and read-only, a view
+    unless a client sent another dtype (numba compiles a signature per dtype and writeable
+    flag: a cached segment may be a concatenation or a client's read-only view)."""
+    return read_only(a, np.int32)
+
+
 def _segment(lo, pieces, chained=False, items_chained=None):
     """The pieces as one segment: views of their buffer where ``chained`` (``items_chained``
     for the items, ``chained`` when None), else concatenations."""
@@ -280,7 +288,7 @@ def _segment(lo, pieces, chained=False, items_chained=None):
     np.cumsum([len(r) for r in rows], out=ptr[1:])
     first, second = _FIELDS[kind]
     items_chained = chained if items_chained is None else items_chained
-    return {"kind": kind, "lo": lo, "ptr": ptr, "items": _joined(rows, items_chained),
+    return {"kind": kind, "lo": lo, "ptr": ptr, "items": _items(_joined(rows, items_chained)),
             first: _joined(x, chained), second: _joined(y, chained)}
 
 
@@ -289,7 +297,7 @@ def _one_segment(piece):
     kind, rows, x, y = piece
     first, second = _FIELDS[kind]
     return {"kind": kind, "lo": 0, "ptr": np.array([0, len(rows)], dtype=np.int64),
-            "items": np.ascontiguousarray(rows), first: np.ascontiguousarray(x),
+            "items": _items(rows), first: np.ascontiguousarray(x),
             second: np.ascontiguousarray(y)}
 
 
@@ -354,10 +362,11 @@ def cache_sum(segments, n_items, r):
     for seg in segments:
         if seg["kind"] == "rows":
             _flush(total, pending)
-            add_rows(total, seg["items"], seg["G"], 1.0)
+            add_rows(total, _items(seg["items"]), seg["G"], 1.0)
         else:
-            pending.append((add_outer, (total, seg["items"], seg["ptr"], seg["x"], seg["a"],
-                                        1.0, ascending_runs(seg["items"], seg["ptr"])), None))
+            items = _items(seg["items"])
+            pending.append((add_outer, (total, items, seg["ptr"], seg["x"], seg["a"], 1.0,
+                                        ascending_runs(items, seg["ptr"])), None))
     _flush(total, pending)
     return total
 
@@ -376,7 +385,8 @@ def _join_compact(sent):
     items, x, a = zip(*[(u["items"], u["x"], u["a"]) for u in sent])
     ptr = offsets(np.fromiter(map(len, items), dtype=np.int64, count=len(items)))
     # (np.stack of 604 rows costs 10x their concatenation)
-    return np.concatenate(items), ptr, np.concatenate(x), np.concatenate(a).reshape(len(a), -1)
+    return (_items(np.concatenate(items)), ptr, np.concatenate(x),
+            np.concatenate(a).reshape(len(a), -1))
 
 
 def _replace_outer(seg, total, local, new_items, new_ptr, new_x, new_A, mismatch, pending):
@@ -388,13 +398,14 @@ def _replace_outer(seg, total, local, new_items, new_ptr, new_x, new_A, mismatch
     r = new_A.shape[1]
     packed = total.shape[1] < r + r * r
     change = np.empty((len(local), r * (r + 1) // 2 if packed else r * r))
-    ascending = outer_changes(seg["items"], seg["ptr"], seg["a"], local, new_items, new_ptr,
-                              new_A, mismatch, change, packed)
+    items = _items(seg["items"])
+    ascending = outer_changes(items, seg["ptr"], seg["a"], local, new_items, new_ptr, new_A,
+                              mismatch, change, packed)
 
     def done():
         seg["a"][local[~mismatch]] = new_A[~mismatch]
 
-    pending.append((replace_outer, (total, seg["items"], seg["ptr"], seg["x"], seg["a"],
+    pending.append((replace_outer, (total, items, seg["ptr"], seg["x"], seg["a"],
                                     local, new_ptr, new_x, new_A, mismatch, change,
                                     ascending), done))
 
@@ -449,8 +460,9 @@ def update_cache(segments, total, uploads):
                 if seg["kind"] == "rows":
                     _flush(total, pending)
                     seg["grams"][local[part]] = new["grams"]
-                    replace_rows(total, seg["items"], seg["ptr"], seg["G"], local[part],
-                                 new["items"], new["ptr"], new["G"], mismatch[part])
+                    replace_rows(total, _items(seg["items"]), seg["ptr"], seg["G"],
+                                 local[part], new["items"], new["ptr"], new["G"],
+                                 mismatch[part])
                 else:
                     _replace_outer(seg, total, local[part], new["items"], new["ptr"],
                                    new["x"], new["a"], mismatch[part], pending)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import _biases
+from ..._kernels import read_only
 from ...engine._federation import Broadcast
 from ...privacy import clip_entries, laplace_noise, mean_laplace_noise
 from .._implicit import implicit_objective
@@ -160,8 +161,8 @@ def init_client(block, broadcast, rng, *, init_std, optimizer, biased=False, imp
     column under ``loss="implicit"``: each has a data gradient, see :mod:`._rfrec_implicit`)."""
     bc = broadcast.simulation
     X = block.X
-    if implicit:
-        cols, pair = np.arange(bc.Vbar.shape[0]), X.indices
+    if implicit:  # (cols in the dtype of the data's indices, as np.unique gives them)
+        cols, pair = np.arange(bc.Vbar.shape[0], dtype=X.indices.dtype), X.indices
     else:
         cols, pair = np.unique(X.indices, return_inverse=True)
     U = init_std * rng.standard_normal((X.shape[0], bc.Vbar.shape[1]))
@@ -342,8 +343,8 @@ def _aggregate(uploads, W, rng, *, clip_delta, noise_scale):
         return total / n
     base = clip_entries(W, clip_delta) if clip_delta else W
     acc = np.zeros_like(W)
-    for up in uploads.values():
-        _scatter_delta(acc, up.cols, up.values, base)
+    for up in uploads.values():  # (values read-only: a group's are views of its P)
+        _scatter_delta(acc, up.cols, read_only(up.values), base)
     Vbar = base + acc / n
     if noise_scale:
         Vbar += mean_laplace_noise(n, noise_scale, W.shape, rng)
