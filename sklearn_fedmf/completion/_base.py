@@ -40,6 +40,7 @@ from ..engine._fit import (
     objective_not_decreasing,
 )
 from ..engine._groups import GroupStates
+from ..engine._page_out import paged_out
 from ..exceptions import UnobservedItemsWarning
 from ._implicit import IMPLICIT_CONFIDENCE
 from ._losses import LOSSES
@@ -421,12 +422,17 @@ class FederatedMFBase(FactorTransformerMixin, FederatedEstimator):
         known = None  # (a validation panel: the server knows its count, scaled to everyone)
         if state.panel is not None and state.panel_count is not None:
             known = state.panel_count * ctx.n_clients / len(state.panel)
-        floor, floor_rmse, (up, down), self._floor_evidence = biases_floor(
-            ctx, self, **floor_params, known_count=known)
-        gain, noise = self._floor_evidence  # (the gain in validation MSE, its standard error)
-        if gain <= FLOOR_Z * noise and ctx.info.held_out:  # biases on every rating
-            floor, more = floor_on_all_ratings(ctx, self._floor_class, **floor_params)
-            up, down = up + more[0], down + more[1]
+        # (the floor's fits read the data and the fitted attributes, not the federation's
+        # state: it leaves memory meanwhile, issue 38)
+        fitted = {k: v for k, v in vars(self).items() if k.endswith("_") and k[0] != "_"}
+        with paged_out((state.server_state, state.broadcast, state.client_states),
+                       keep=(ctx, fitted)):
+            floor, floor_rmse, (up, down), self._floor_evidence = biases_floor(
+                ctx, self, **floor_params, known_count=known)
+            gain, noise = self._floor_evidence  # (the gain in validation MSE, its std error)
+            if gain <= FLOOR_Z * noise and ctx.info.held_out:  # biases on every rating
+                floor, more = floor_on_all_ratings(ctx, self._floor_class, **floor_params)
+                up, down = up + more[0], down + more[1]
         self.history_[-1]["bytes_uploaded"] += up
         self.history_[-1]["bytes_downloaded"] += down
         if gain > FLOOR_Z * noise:  # the factor part's gain is larger than its noise
