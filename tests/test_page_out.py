@@ -91,3 +91,30 @@ def test_a_fit_with_its_state_paged_out_during_the_floor_is_the_same(name, monke
     assert out.keys() == ref.keys()
     for key in ref:
         assert_array_equal(out[key], ref[key], err_msg=key)
+
+
+def test_the_floors_stacked_ratings_are_the_triplets_canonical_matrix():
+    """``_validation._stacked`` (the floor on every rating's input, made without COO
+    triplets) is the canonical matrix of both parts' entries, explicit zeros kept."""
+    import scipy.sparse as sp
+
+    from sklearn_fedmf.completion._validation import _stacked
+    from sklearn_fedmf.engine._client_data import check_ratings
+
+    rng = np.random.default_rng(0)
+    M = sp.random(50, 30, density=0.4, random_state=1, format="csr")
+    M.data = np.round(rng.normal(size=M.nnz), 1)  # (some entries exactly 0)
+    held = rng.random(M.nnz) < 0.3
+    A, B = (sp.csr_matrix((M.data[m], M.indices[m], np.concatenate(
+        [[0], np.cumsum(np.add.reduceat(m.astype(int), M.indptr[:-1])
+                        * (np.diff(M.indptr) > 0))])), shape=M.shape) for m in (~held, held))
+    assert A.nnz + B.nnz == M.nnz and (M.data == 0).any()
+    parts = [A.tocoo(), B.tocoo()]
+    reference = check_ratings(sp.csr_matrix(
+        (np.concatenate([p.data for p in parts]),
+         (np.concatenate([p.row for p in parts]), np.concatenate([p.col for p in parts]))),
+        shape=M.shape))
+    got = _stacked(A, B)
+    assert got.has_canonical_format
+    for name in ("data", "indices", "indptr"):
+        assert_array_equal(getattr(got, name), getattr(reference, name), err_msg=name)
