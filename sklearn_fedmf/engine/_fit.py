@@ -514,6 +514,10 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         n_jobs = self._fit_n_jobs(X)
         ctx = FitContext(X, n_rows, X.shape[1], n_clients, labels, codes, entropy, warm,
                          FitInfo(**info), settings, n_jobs, workers_of(n_jobs))
+        # (the context holds the ratings: the validation split replaces them by their
+        # training part, and this name would keep the whole copy for the fit, 12 bytes a
+        # rating)
+        del X, info
         self._check_warm_partition(ctx)
         ctx, early_stopping = self._validation_plan(ctx)
         protocol = fit_protocol(self, ctx)
