@@ -317,6 +317,9 @@ def _fit_floor(ctx, X, floor_class, n_jobs, secure_aggregation, clients_per_roun
         floor._given_start = None  # (for this fit only)
     up = sum(r["bytes_uploaded"] for r in floor.history_)
     down = sum(r["bytes_downloaded"] for r in floor.history_)
+    # (its biases are what the fit reads: the federation's state, its clients' layout of
+    # about 12 bytes a rating, would stay held through the next floor's fit)
+    del floor._federation
     return floor, (up, down)
 
 
