@@ -258,3 +258,21 @@ def test_auto_start_exchanges_are_counted_in_the_first_rounds_bytes(cls, params,
     records = [model.fit(X, clients=clients).history_[-1] for model in warm]
     assert records[0]["bytes_uploaded"] == records[1]["bytes_uploaded"]
     assert records[0]["bytes_downloaded"] == records[1]["bytes_downloaded"]
+
+
+def test_start_bytes_counts_each_clients_rated_items_once():
+    """``start_bytes``' ``sum_p k_p`` (the items each client rated): with one row per client
+    it is the ratings' count (taken without the client-by-item product), with several rows
+    per client the distinct items of each, brute force."""
+    import scipy.sparse as sp
+
+    from sklearn_fedmf.completion._auto_strengths import start_bytes
+
+    X = sp.random(30, 12, density=0.4, random_state=0, format="csr")
+    index = X.indices.dtype.itemsize
+    for codes, n_clients in ((np.arange(30)[::-1].copy(), 30), (np.arange(30) % 4, 4)):
+        rated = sum(np.unique(X[codes == p].indices).size for p in range(n_clients))
+        up, down = start_bytes(X, codes, n_clients)
+        assert up == 24 * n_clients + rated * (index + 16) + 8 * rated
+        assert down == 16 * n_clients
+    assert sum(np.unique(X[np.arange(30) % 4 == p].indices).size for p in range(4)) < X.nnz
