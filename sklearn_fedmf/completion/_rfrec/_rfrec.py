@@ -86,10 +86,9 @@ __all__ = ["RFRec", "ItemMatrixUpload"]
 # every data set (the authors' code uses 0.1; measured in benchmarks/bench_defaults.py).
 AUTO_ADAM_LR = 0.05
 
-# alpha_u = alpha_v = "auto" (the defaults): the solver runs on the centred ratings divided by
-# their root mean square (``rating_scale_``), the same model in any rating unit, with both
-# strengths AUTO_ALPHA on that scale; per-user or per-item strengths lost on the site-like
-# sets (docs/guide/defaults.rst, "RFRec's strengths").
+# alpha_u = alpha_v = "auto" (the defaults): the solver runs on the centred ratings over their
+# RMS (``rating_scale_``), the same model in any rating unit, both strengths AUTO_ALPHA on that
+# scale; per-user or per-item ones lost on the site-like sets (docs/guide/defaults.rst).
 AUTO_ALPHA = 4.5
 
 
@@ -119,9 +118,8 @@ def make_protocol(*, link, shift, span, **params):
     return replace(
         protocol,
         # dense uploads (simulate=True) are summable: each client clips and noises its own
-        summable=SummableUploads(
-            client=secure_summands, server_update=partial(secure_server_update, **bound),
-            reference=partial(secure_reference, **bound))  # (DistributedDP: V_(c) minus it)
+        summable=SummableUploads(client=secure_summands, server_update=partial(
+            secure_server_update, **bound), reference=partial(secure_reference, **bound))
         if params["simulate_uploads"] else None,
         batched=make_batched(**kw, biased=biased, eta=step["eta"], step=step, privacy=privacy,
                              simulate=params["simulate_uploads"], link=link_))
