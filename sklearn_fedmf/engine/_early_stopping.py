@@ -12,6 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ._groups import GroupStates
+from ._page_out import move_bytes
 
 __all__ = ["EarlyStopping"]
 
@@ -192,15 +193,9 @@ class _Spill:
 
 def _transfer(call, fd, a, offset):
     """Write (``os.pwrite``) or read (``os.preadv``) the C-contiguous ``a``'s bytes at
-    ``offset`` (each call moves at most about 2 GB)."""
-    view, done = memoryview(a.reshape(-1).view(np.uint8)), 0
-    while done < len(view):
-        part = view[done:]
-        n = call(fd, part, offset + done) if call is os.pwrite else call(fd, [part],
-                                                                         offset + done)
-        if n <= 0:
-            raise OSError(f"early stopping's spill file: {n} bytes moved at {offset + done}")
-        done += n
+    ``offset`` (:func:`~._page_out.move_bytes`)."""
+    move_bytes(call, fd, memoryview(a.reshape(-1).view(np.uint8)), offset,
+               "early stopping's spill file")
 
 
 def _spillable(a):

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["PAGE_OUT_MIN_BYTES", "paged_out"]
+__all__ = ["PAGE_OUT_MIN_BYTES", "move_bytes", "paged_out"]
 
 # a state whose large arrays hold fewer bytes stays in memory (the file's write and read
 # cost more than the memory is worth)
@@ -75,17 +75,24 @@ def _libc():
     return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
 
-def _move(call, fd, start, length, offset):
-    """Write (``os.pwrite``) or read (``os.preadv``) the memory ``start:start + length`` at
-    ``offset`` of ``fd`` (each call moves at most about 2 GB)."""
-    view, done = memoryview((ctypes.c_char * length).from_address(start)).cast("B"), 0
-    while done < length:
+def move_bytes(call, fd, view, offset, what):
+    """Write (``os.pwrite``) or read (``os.preadv``) the bytes of ``view`` (a byte
+    memoryview) at ``offset`` of ``fd``, in as many calls as it takes (each moves at most
+    about 2 GB); ``what`` names the file in the error."""
+    done = 0
+    while done < len(view):
         part = view[done:]
         n = call(fd, part, offset + done) if call is os.pwrite else call(fd, [part],
                                                                          offset + done)
         if n <= 0:
-            raise OSError(f"the paged-out state's file: {n} bytes moved at {offset + done}")
+            raise OSError(f"{what}: {n} bytes moved at {offset + done}")
         done += n
+
+
+def _move(call, fd, start, length, offset):
+    """:func:`move_bytes` of the memory ``start:start + length``."""
+    view = memoryview((ctypes.c_char * length).from_address(start)).cast("B")
+    move_bytes(call, fd, view, offset, "the paged-out state's file")
 
 
 @contextmanager
