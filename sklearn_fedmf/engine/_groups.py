@@ -170,7 +170,7 @@ def make_groups(X, codes, n_clients, X_eval=None, n_groups=16):
     for a, b in zip(edges[:-1], edges[1:]):
         rows = order[bounds[a]:bounds[b]]
         Xg = _rows_of(X, rows)
-        Eg = X_eval[rows] if X_eval is not None else None
+        Eg = _rows_of(X_eval, rows) if X_eval is not None else None
         groups.append(ClientGroup(int(a), bounds[a:b + 1] - bounds[a], rows, Xg, Eg))
     return groups
 
