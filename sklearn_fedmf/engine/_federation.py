@@ -658,8 +658,7 @@ def _evaluation(run, state, k, record):
         return False, None
     if run.panel is not None and not _panel_of_all(run, state):
         metrics, reports, (up, down) = _evaluate_panel(run, state)
-    if run.panel is None or _panel_of_all(run, state):
-        # (every client reports: plain, the sums as before the panel, whatever its rule)
+    else:  # (every client reports: plain, the sums as before the panel, whatever its rule)
         metrics, reports, (up, down) = _evaluate(
             run.protocol, state, run.transport, in_round=True,
             reports=run.early_stopping.report_keys, exchange=run.exchange)
