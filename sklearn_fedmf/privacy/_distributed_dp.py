@@ -507,26 +507,28 @@ def psd_project(blocks):
     return (v * np.maximum(w, 0.0)[..., None, :]) @ np.swapaxes(v, -1, -2)
 
 
-def _log_clips(after_round, adaptive, server_state, broadcast, record):
-    """``after_round`` of an adaptive-clip fit: the round's exchanges' clips (``"dp_clip"``,
-    ``{kind: clip}``) and noisy fractions at or below them (``"dp_clip_fraction"``) in its
-    ``history_`` record (the start's exchange in the first round's)."""
+def _logged(after_round, entries, server_state, broadcast, record):
+    """``after_round`` of a fit whose clips are public: ``entries()`` (the round's
+    ``"dp_clip"`` and the like) into its ``history_`` record, then the protocol's own."""
+    record.update(entries())
+    if after_round is None:
+        return server_state, broadcast, False
+    return after_round(server_state, broadcast, record)
+
+
+def _adaptive_entries(adaptive):
+    """An adaptive-clip fit's round: its exchanges' clips (``"dp_clip"``, ``{kind: clip}``)
+    and noisy fractions at or below them (``"dp_clip_fraction"``; the start's exchange in
+    the first round's)."""
     log = adaptive.pop_log()
-    record["dp_clip"] = {e["exchange"]: e["clip"] for e in log}
-    record["dp_clip_fraction"] = {e["exchange"]: e["fraction"] for e in log}
-    if after_round is None:
-        return server_state, broadcast, False
-    return after_round(server_state, broadcast, record)
+    return {"dp_clip": {e["exchange"]: e["clip"] for e in log},
+            "dp_clip_fraction": {e["exchange"]: e["fraction"] for e in log}}
 
 
-def _log_scaled_clip(after_round, clip, server_state, broadcast, record):
-    """``after_round`` of a fit whose clip is a :class:`NoiseScaledClip`: the clip every
-    exchange of the round used, ``"dp_clip"`` (``{"update": clip}``), in its ``history_``
-    record (public: a function of the fit's settings)."""
-    record["dp_clip"] = {"update": clip}
-    if after_round is None:
-        return server_state, broadcast, False
-    return after_round(server_state, broadcast, record)
+def _scaled_entries(clip):
+    """A :class:`NoiseScaledClip` fit's round: the clip every exchange used (``"dp_clip"``,
+    ``{"update": clip}``; public, a function of the fit's settings)."""
+    return {"dp_clip": {"update": clip}}
 
 
 def _uniform_weights(server_state, clients, counts):
@@ -636,10 +638,10 @@ class DistributedDPMixin:
         self._ddp_plan = plan
         if plan.adaptive is not None:  # the round's clips into history_ (public)
             protocol = dataclasses.replace(protocol, after_round=partial(
-                _log_clips, protocol.after_round, plan.adaptive))
+                _logged, protocol.after_round, partial(_adaptive_entries, plan.adaptive)))
         elif self.privacy.clip == "auto" and isinstance(AUTO_CLIP.get(owner), NoiseScaledClip):
             protocol = dataclasses.replace(protocol, after_round=partial(
-                _log_scaled_clip, protocol.after_round, plan.clip))
+                _logged, protocol.after_round, partial(_scaled_entries, plan.clip)))
         summable = protocol.summable
         if self._ddp_denoise is not None:  # the server's post-processing of the noisy sums
             wrap = {name: partial(_denoised, getattr(summable, name), self._ddp_denoise)
