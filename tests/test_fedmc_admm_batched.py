@@ -364,3 +364,37 @@ def test_best_round_snapshot_copies_the_pools_into_its_previous_buffers():
     for kept, again in zip(first, second):
         pool = "wy" if "wy" in kept else "rd"
         assert all(a is b for a, b in zip(again[pool].arrays, kept[pool].arrays))
+
+
+@pytest.mark.parametrize("w_update", ["linearized", "exact"])
+def test_replayed_combination_rows_are_the_combinations(w_update):
+    """The values of a client's combinations on its explicit rows, made from the maps of
+    the rounds it took part in (``_combination_rows``, no longer held in the state), are
+    its combinations ``sum_q coef[q] H[hist[q]]`` there, after rounds where every client
+    took part several times (checked: each client has maps of at least 5 rounds)."""
+    from sklearn_fedmf.completion._fedmc_admm._fedmc_admm_kernels import _combination_rows
+
+    X, codes = ratings()
+    proto = protocol(True, w_update)
+    state = fit(proto, GroupedTransport(make_groups(X, codes, N_CLIENTS, n_groups=3)),
+                clients_per_round=N_CLIENTS, dropout=0.0, max_iter=6)
+    history, beta = state.server_state["history"], 0.05
+    checked = 0
+    for gs in state.client_states.group_states:
+        assert "BW" not in gs and len(gs["wy"].arrays) == 2  # (W and Y only)
+        for i in range(gs["e_ptr"].size - 1):
+            e0, e1, h0, n = gs["e_ptr"][i], gs["e_ptr"][i + 1], gs["h_at"][i], gs["h_len"][i]
+            hist, coef, maps = (a[h0:h0 + n] for a in gs["h"].arrays)
+            assert n >= 6 and gs["from_v0"][i]
+            E = gs["E"][e0:e1]
+            if E.size == 0:  # (a client whose rows hold no rating)
+                continue
+            BW, BY = (np.empty((E.size, history.H.shape[2])) for _ in range(2))
+            _combination_rows(E, hist, maps, gs["from_v0"][i], gs["V0"], history.H, BW, BY,
+                              beta)
+            for col, B in ((0, BW), (1, BY)):
+                expected = history.combine(hist, coef[:, col], np.float64)[E]
+                np.testing.assert_allclose(B, expected, rtol=1e-10,
+                                           atol=1e-10 * max(np.abs(expected).max(), 1.0))
+            checked += 1
+    assert checked >= N_CLIENTS - 3

@@ -65,15 +65,15 @@ def state_nbytes(*, n_clients, n_items, n_factors, itemsize, grouped, nnz=0, max
     """Bytes of FedMC-ADMM's item-side state, estimated before a fit.
 
     One block per client: every client's dense ``W_i`` and ``Y_i`` and the server's ``Z_i``,
-    ``3 p n r`` numbers. Grouped clients (:mod:`._fedmc_admm_batched`): ``W_i``, ``Y_i``, their
-    combinations' values there (float64), the server's ``Z_i`` on the rated rows (with their
-    row indices) and a round's deviations, where the linearized round writes them in place
+    ``3 p n r`` numbers. Grouped clients (:mod:`._fedmc_admm_batched`): ``W_i``, ``Y_i`` on
+    the rated rows, the server's ``Z_i`` there (with their row indices) and a round's
+    deviations, where the linearized round writes them in place
     (the ``exact`` one appends them to arrays of up to twice their size), and the broadcast
     history with its Gram blocks (allocated by doubling: up to twice ``max_iter + 1``
     broadcasts of ``n r`` numbers and their square of ``r x r`` float64 blocks).
     """
     if grouped:
-        per_factor = 4 * itemsize + 48 if exact else 2 * itemsize + 32
+        per_factor = (4 if exact else 2) * itemsize + 16
         rated = nnz * (n_factors * per_factor + 32)
         capacity = 2 * (max_iter + 1)
         return (rated + capacity * n_items * n_factors * itemsize

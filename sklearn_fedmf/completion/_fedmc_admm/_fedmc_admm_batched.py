@@ -12,21 +12,23 @@ scalars that are the same for every such item (the ``k = 0`` closed form of
 update). Starting from ``W_i^0 = V^0`` and ``Y_i^0 = 0`` there (the initial dual is a
 gradient on the rated items only), every unrated row of ``W_i`` and ``Y_i`` is therefore
 ``sum_t c_t V^(k_t)`` over the broadcasts ``V^(k_t)`` the client received. A client keeps its
-rated rows explicitly, two coefficients per round it took part in, and its combinations'
-values on its rated rows (the same map updates them, so a round reads no broadcast row and
-costs the same at round 100 as at round 1); the broadcasts are kept once
+rated rows explicitly, and per round it took part in two coefficients and the map of that
+round (four numbers): the values of its combinations on its rated rows, which a round reads,
+are made from them (a map per round it took part in, applied to the start; at a few
+rounds per client that costs less than reading them, ``2 r`` float64 numbers per rating,
+from the state); the broadcasts are kept once
 (:class:`FactorHistory`, ``O(rounds n r)``) with their Gram blocks, which give the client's
 ``L_W = ||W_i^T W_i||_F`` and the consensus gap without any dense row. The server keeps
 ``sum_i Z_i`` as ``sum_t C_t V^(k_t)``, every client's coefficients summed per broadcast,
 plus on each client's rated rows its term's deviation from its combination
-(:func:`~._fedmc_admm_kernels.lazy_total`).
+(:func:`~._fedmc_admm_server_kernels.lazy_total`).
 
 Nothing is done per client in Python in a round: a group's clients keep their explicit rows
 and coefficients concatenated in shared arrays (:class:`_Pool`), one compiled call per group
 reads them where they are and writes the new ones (the linearized round over the old rows,
 the exact round past the end, leaving its input state valid; the coefficients are
 appended), and the group's messages travel as one :class:`GroupUpload` that the server stores
-with one compiled call (:func:`~._fedmc_admm_kernels.replace_terms`).
+with one compiled call (:func:`~._fedmc_admm_server_kernels.replace_terms`).
 
 The messages are still the paper's: a client sends its dense ``(W_i, Y_i)``; the engine and
 ``callback`` see it as a :class:`ClientUpload` (a mapping of :class:`LazyFactor`:
@@ -60,10 +62,12 @@ from ._fedmc_admm_kernels import (
     GroupOutput,
     GroupRatings,
     RoundSettings,
-    TermMessages,
-    TermStore,
     group_update,
     lazy_consensus,
+)
+from ._fedmc_admm_server_kernels import (
+    TermMessages,
+    TermStore,
     lazy_total,
     replace_terms,
     sum_terms,
@@ -352,10 +356,11 @@ def _reserve(pool, used, at, sizes, n, moving=None):
 # A group state holds, for the group's clients in order: "U" (stacked rows); "E" the explicit
 # rows (client i's are E[e_ptr[i]:e_ptr[i + 1]]); "loc", for each rating (group.entry_ptr
 # order), the position of its item among the client's explicit rows; in the pool "wy" at
-# "w_at" (same sizes as E) the explicit values of W_i and Y_i and, in float64, the values of
-# their combinations on those rows (BW, BY: the update maps them as it maps the
-# coefficients, so a round reads no broadcast row); the broadcasts' indices and coefficients
-# (columns W, Y) in the pool "h" at "h_at", "h_len" entries per client.
+# "w_at" (same sizes as E) the explicit values of W_i and Y_i; the broadcasts' indices,
+# coefficients (columns W, Y) and the maps of the rounds that received them in the pool "h"
+# at "h_at", "h_len" entries per client; "from_v0", per client, whether its first broadcast
+# is its start (W_i^0 = V^0 = "V0"). The values of the combinations on the explicit rows are
+# made from these when a round reads them (_fedmc_admm_kernels._combination_rows).
 def _explicit_rows(group):
     """Each client's rated items (its explicit rows, concatenated; pointer ``e_ptr``) and,
     for each of its ratings, the position of the item among them."""
@@ -373,16 +378,16 @@ def _explicit_rows(group):
     return E, e_ptr.astype(np.int64), loc
 
 
-def _flat_state(U, E, e_ptr, loc, wy, hist, coef, h_len, V0, history):
+def _flat_state(U, E, e_ptr, loc, wy, hist, coef, maps, h_len, from_v0, V0, history):
     """A group state from its arrays (each client's segments concatenated in order; ``wy``
-    the pool of the explicit values of ``W_i``, ``Y_i`` and their combinations' values)."""
+    the pool of the explicit values of ``W_i`` and ``Y_i``)."""
     h_at = _offsets(h_len)[:-1]
-    h = _Pool.holding([hist, coef])
-    for fixed in (E, loc):  # (fixed by the data: early stopping's snapshots share them)
+    h = _Pool.holding([hist, coef, maps])
+    for fixed in (E, loc, from_v0):  # (fixed: early stopping's snapshots share them)
         fixed.flags.writeable = False
     return {"U": U, "E": E, "e_ptr": e_ptr, "loc": loc, "wy": wy, "wy_used": wy.tail,
             "w_at": e_ptr[:-1].copy(), "h": h, "h_used": h.tail, "h_at": h_at,
-            "h_len": h_len, "V0": V0, "history": history}
+            "h_len": h_len, "from_v0": from_v0, "V0": V0, "history": history}
 
 
 def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive, biased,
@@ -404,11 +409,9 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
     n = E.size  # the explicit rows go straight into the state's pool: no room past them
     # for the linearized round (it writes them in place), a round's for the exact one
     size = 2 * n + 16 if w_update == "exact" else n
-    wy = _Pool.of([_pool_array(size, (r,), t, n) for t in (dtype, dtype, float, float)], n)
-    W, Y, BW, BY = (a[:n] for a in wy.arrays)
+    wy = _Pool.of([_pool_array(size, (r,), dtype, n) for _ in range(2)], n)
+    W, Y = (a[:n] for a in wy.arrays)
     np.take(Vt, E, axis=0, out=W, mode="clip")
-    BW[:] = W
-    BY[:] = 0
     if dual_init == "paper":  # -(1/p) grad_V f_i on the rated items, entries in row order
         rows = np.repeat(np.arange(group.n_rows), np.diff(X.indptr))
         resid = np.einsum("sa,sa->s", U[rows], Vt[X.indices]) - X.data
@@ -421,7 +424,8 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
         Y[:] = 0
     nc = group.n_clients
     state = _flat_state(U, E, e_ptr, loc, wy, np.zeros(nc, np.int64),
-                        np.tile([1.0, 0.0], (nc, 1)), np.ones(nc, np.int64), Vt, None)
+                        np.tile([1.0, 0.0], (nc, 1)), np.zeros((nc, 4)), np.ones(nc, np.int64),
+                        np.ones(nc, dtype=bool), Vt, None)
     upload = GroupUpload(group.start + np.arange(nc), ("Y",), E, e_ptr, (_read_only(Y),), None,
                          np.zeros(0, np.int64), np.zeros((0, 1)), np.zeros(nc + 1, np.int64),
                          None, Vt.shape)
@@ -435,7 +439,7 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     :class:`GroupUpload` (``eps``: the floor of ``L_W`` and ``L_U``).
 
     The linearized round writes the clients' new explicit rows over their old ones (the
-    state is ``5 r`` numbers per rating: a copy per round would double the fit's memory;
+    state is ``2 r`` numbers per rating: a copy per round would double the fit's memory;
     the compiled call that writes comes after every allocation and raises nothing but
     ``MemoryError``), and its uploads' rows are gathered from the state when first read, in
     their round. ``w_update="exact"`` (whose solves raise on non-finite input) writes the
@@ -460,10 +464,11 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     h, h_base, h_at = _reserve(gs["h"], gs["h_used"], gs["h_at"], h_len, nh, act)
     U_out = gs["U"].copy()
     deviation = np.empty((n, Vt.shape[1]))
-    hist, coef = gs["h"].arrays
+    hist, coef, maps = gs["h"].arrays
     group_update(GroupRatings(X.indptr, X.data, group.row_ptr, group.entry_ptr, gs["loc"],
                               gs["E"], gs["e_ptr"]), act,
-                 ClientRows(*gs["wy"].arrays, gs["w_at"], hist, coef, gs["h_at"], h_len),
+                 ClientRows(*gs["wy"].arrays, gs["w_at"], hist, coef, maps, gs["h_at"], h_len,
+                            gs["from_v0"], gs["V0"], history.H),
                  gs["U"], Vt, history.G, kk,
                  RoundSettings(n_clients, beta, local_iter, alpha_u, l1_ratio, positive, biased,
                                w_update == "exact", eps),
@@ -489,7 +494,7 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     upload = GroupUpload(group.start + act, ("W", "Y"),
                          lambda: E[_segments(e_ptr[act], e_sizes[act])[0]], out_ptr,
                          values, _read_only(deviation),
-                         *(_read_only(a[h_base:h_base + nh]) for a in h.arrays),
+                         *(_read_only(a[h_base:h_base + nh]) for a in h.arrays[:2]),
                          hout_ptr, history, Vt.shape, dtype=wy.arrays[0].dtype)
     sends = selected[act]
     if not sends.all():
@@ -497,7 +502,7 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     return state, upload.messages()
 
 
-def metrics_group(gs, group, broadcast, *, alpha_u, l1_ratio, biased):
+def metrics_group(gs, group, broadcast, *, beta, alpha_u, l1_ratio, biased):
     """Batched ``client_metrics``: the sums of the group's clients."""
     Vt, history, kk = unpack_broadcast(broadcast)
     U, X = gs["U"], group.X
@@ -506,11 +511,11 @@ def metrics_group(gs, group, broadcast, *, alpha_u, l1_ratio, biased):
         consensus = sum(float(np.sum((np.asarray(state_of(gs, group, i)["Wt"]) - Vt) ** 2))
                         for i in range(group.n_clients))
     else:
-        W, _, BW, _ = gs["wy"].arrays  # (read in place: a gathered copy is 2 r per rating)
-        (hist, coef), h_ptr = gs["h"].gather(gs["h_at"], gs["h_len"])
-        consensus = lazy_consensus(gs["e_ptr"], gs["w_at"], W, BW, gs["E"], hist,
-                                       np.ascontiguousarray(coef[:, 0]), h_ptr, Vt, history.G,
-                                       kk)
+        W = gs["wy"].arrays[0]  # (read in place: a gathered copy is r per rating)
+        (hist, coef, maps), h_ptr = gs["h"].gather(gs["h_at"], gs["h_len"])
+        consensus = lazy_consensus(gs["e_ptr"], gs["w_at"], W, gs["E"], hist,
+                                   np.ascontiguousarray(coef[:, 0]), h_ptr, Vt, history.G, kk,
+                                   (maps, gs["from_v0"], gs["V0"], history.H, float(beta)))
     return {
         "loss": 0.5 * sse + elastic_net_value(_biases.free_user(U) if biased else U, alpha_u,
                                               l1_ratio),
@@ -523,13 +528,13 @@ def metrics_group(gs, group, broadcast, *, alpha_u, l1_ratio, biased):
 
 
 def _client_parts(gs, group, i):
-    """Client ``i``'s ``(E, loc, W, Y, BW, BY, hist, coef)``."""
+    """Client ``i``'s ``(E, loc, W, Y, hist, coef, maps, from_v0)``."""
     e0, e1 = gs["e_ptr"][i], gs["e_ptr"][i + 1]
     w0, h0 = gs["w_at"][i], gs["h_at"][i]
-    W, Y, BW, BY = (a[w0:w0 + e1 - e0] for a in gs["wy"].arrays)
-    hist, coef = (a[h0:h0 + gs["h_len"][i]] for a in gs["h"].arrays)
+    W, Y = (a[w0:w0 + e1 - e0] for a in gs["wy"].arrays)
+    hist, coef, maps = (a[h0:h0 + gs["h_len"][i]] for a in gs["h"].arrays)
     loc = gs["loc"][group.entry_ptr[i]:group.entry_ptr[i + 1]]
-    return gs["E"][e0:e1], loc, W, Y, BW, BY, hist, coef
+    return gs["E"][e0:e1], loc, W, Y, hist, coef, maps, gs["from_v0"][i:i + 1]
 
 
 def _dense(gs, E, values, hist, coef):
@@ -546,7 +551,7 @@ def _dense(gs, E, values, hist, coef):
 def state_of(gs, group, i):
     """Client ``i``'s per-client state ``{"U", "Wt", "Yt"}``, made dense."""
     a, b = group.row_ptr[i], group.row_ptr[i + 1]
-    E, _, W, Y, _, _, hist, coef = _client_parts(gs, group, i)
+    E, _, W, Y, hist, coef, _, _ = _client_parts(gs, group, i)
     return {"U": gs["U"][a:b].copy(), "Wt": _dense(gs, E, W, hist, coef[:, 0]),
             "Yt": _dense(gs, E, Y, hist, coef[:, 1])}
 
@@ -561,14 +566,15 @@ def with_states(gs, group, states):
         a, b = group.row_ptr[i], group.row_ptr[i + 1]
         U[a:b] = s["U"]
         lo, hi = group.X.indptr[a], group.X.indptr[b]
+        # (their combinations start at 0: from_v0 False)
         parts[i] = (np.arange(n, dtype=np.int64), group.X.indices[lo:hi].astype(np.int64),
-                    np.asarray(s["Wt"]), np.asarray(s["Yt"]), np.zeros((n, r)),
-                    np.zeros((n, r)), np.zeros(0, np.int64), np.zeros((0, 2)))
-    E, loc, W, Y, BW, BY, hist, coef = (np.concatenate(p) for p in zip(*parts))
+                    np.asarray(s["Wt"]), np.asarray(s["Yt"]), np.zeros(0, np.int64),
+                    np.zeros((0, 2)), np.zeros((0, 4)), np.zeros(1, dtype=bool))
+    E, loc, W, Y, hist, coef, maps, from_v0 = (np.concatenate(p) for p in zip(*parts))
     e_ptr = _offsets(np.array([p[0].size for p in parts], dtype=np.int64))
-    h_len = np.array([p[6].size for p in parts], dtype=np.int64)
-    return _flat_state(U, E, e_ptr, loc, _Pool.holding([W, Y, BW, BY]), hist, coef, h_len,
-                       gs["V0"], gs["history"])
+    h_len = np.array([p[4].size for p in parts], dtype=np.int64)
+    return _flat_state(U, E, e_ptr, loc, _Pool.holding([W, Y]), hist, coef, maps, h_len,
+                       from_v0, gs["V0"], gs["history"])
 
 
 def make_batched(*, n_clients, init_scale, dual_init, positive, biased, beta, local_iter,
@@ -581,7 +587,7 @@ def make_batched(*, n_clients, init_scale, dual_init, positive, biased, beta, lo
         client_update=partial(update_group, n_clients=n_clients, beta=beta,
                               local_iter=local_iter, alpha_u=alpha_u, l1_ratio=l1_ratio,
                               positive=positive, w_update=w_update, biased=biased, eps=eps),
-        client_metrics=partial(metrics_group, alpha_u=alpha_u, l1_ratio=l1_ratio,
+        client_metrics=partial(metrics_group, beta=beta, alpha_u=alpha_u, l1_ratio=l1_ratio,
                                biased=biased),
         client_state=state_of,
         with_client_states=with_states,
@@ -626,9 +632,9 @@ def _parts(uploads, keys, n_items):
 def _replace(server_state, parts, beta, accumulate):
     """Store the terms of the clients of ``parts`` (``values`` ``(W, Y)``, coefficients ``(W,
     Y)``, their deviations) in place of their old ones; with ``accumulate`` the running sum
-    takes the change (:func:`~._fedmc_admm_kernels.replace_terms`, one call per part). A client's
-    explicit rows overwrite its old ones (their number is fixed: its rated items); its
-    coefficients, one more each round it takes part in, are appended."""
+    takes the change (:func:`~._fedmc_admm_server_kernels.replace_terms`, one call per
+    part). A client's explicit rows overwrite its old ones (their number is fixed: its rated
+    items); its coefficients, one more each round it takes part in, are appended."""
     store = server_state["store"]
     for p in parts:
         sizes, h_sizes = np.diff(p.e_ptr), np.diff(p.h_ptr)
@@ -654,7 +660,7 @@ def _replace(server_state, parts, beta, accumulate):
 
 
 def _term_store(store):
-    """The server's store as :func:`~._fedmc_admm_kernels.replace_terms` reads it."""
+    """The server's store as :func:`~._fedmc_admm_server_kernels.replace_terms` reads it."""
     return TermStore(*store["rd"].arrays, store["rd_at"], store["rd_len"], *store["hc"].arrays,
                      store["hc_at"], store["hc_len"])
 

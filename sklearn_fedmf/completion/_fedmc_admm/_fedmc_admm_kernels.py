@@ -28,20 +28,20 @@ from ..._kernels import (
 )
 
 __all__ = ["linearized_cols", "squared_distance", "replace_and_accumulate", "group_update",
-           "lazy_consensus", "lazy_total", "replace_terms", "sum_terms", "GroupRatings",
-           "ClientRows", "RoundSettings", "GroupOutput", "TermMessages", "TermStore"]
+           "lazy_consensus", "GroupRatings", "ClientRows", "RoundSettings", "GroupOutput"]
 
 
 # The arrays of the group kernels travel in named tuples (numba takes one as one argument and
-# reads its fields at no cost); :func:`group_update` and :func:`replace_terms` use the names.
+# reads its fields at no cost); :func:`group_update` uses the names.
 class GroupRatings(namedtuple("GroupRatings", "indptr data row_ptr entry_ptr loc E e_ptr")):
     """A group's ratings (CSR), its clients' rows and ratings, their explicit rows."""
 
     __slots__ = ()
 
 
-class ClientRows(namedtuple("ClientRows", "W Y BW BY w_at hist coef h_at h_len")):
-    """The clients' explicit values and combinations, broadcasts and coefficients."""
+class ClientRows(namedtuple("ClientRows", "W Y w_at hist coef maps h_at h_len from_v0 V0 H")):
+    """The clients' explicit values, broadcasts, coefficients and maps (what makes their
+    combinations' values on the explicit rows: :func:`_combination_rows`)."""
 
     __slots__ = ()
 
@@ -53,20 +53,8 @@ class RoundSettings(namedtuple("RoundSettings", "n_clients beta n_steps alpha_u 
     __slots__ = ()
 
 
-class GroupOutput(namedtuple("GroupOutput", "U W Y BW BY at hist coef h_ptr D d_ptr")):
+class GroupOutput(namedtuple("GroupOutput", "U W Y at hist coef maps h_ptr D d_ptr")):
     """Where :func:`group_update` writes (``U_out``, ``W_out``, ..., ``out_at``, ...)."""
-
-    __slots__ = ()
-
-
-class TermMessages(namedtuple("TermMessages", "clients rows e_ptr D hist coef h_ptr")):
-    """The messages :func:`replace_terms` stores, concatenated."""
-
-    __slots__ = ()
-
-
-class TermStore(namedtuple("TermStore", "rows D rd_at rd_len hist coef hc_at hc_len")):
-    """The server's store of the terms (:func:`replace_terms`)."""
 
     __slots__ = ()
 
@@ -261,9 +249,35 @@ def replace_and_accumulate(Z_i, total, W, Y, beta):
 # A client's copies W_i, Y_i are held as explicit rows (its rated items) plus, for every other
 # row, a combination sum_t c_t V^(h_t) of the broadcasts it received (the W loop and the dual
 # step act on an unrated row as the same affine map for every such row). ``H`` stacks those
-# broadcasts (m, n_items, r) and ``G[t, u] = H[t]^T H[u]`` their Gram blocks. Besides its
-# explicit values, a client keeps the values of its combinations on its explicit rows
-# (``BW``, ``BY``): the same affine map updates them, so no round reads ``H``.
+# broadcasts (m, n_items, r) and ``G[t, u] = H[t]^T H[u]`` their Gram blocks. The values of
+# a client's combinations on its explicit rows (``BW``, ``BY``) are made when a round reads
+# them, by the affine maps of the rounds it took part in (kept with its coefficients, four
+# numbers each) from their start: the same arithmetic, in the same order, as updating them
+# round by round, without ``2 r`` float64 numbers per rating in the state
+# (:func:`_combination_rows`; at 1 % of the clients per round a client took part in a round
+# or two).
+
+
+@_jit
+def _combination_rows(Ec, hist, maps, from_v0, V0, H, BW, BY, beta):
+    """``BW``, ``BY``: the values of a client's combinations (``W`` and ``Y``) on its explicit
+    rows ``Ec``. They start as ``V0``'s rows and 0 (``from_v0``: its first broadcast is the
+    start, ``W_i^0 = V^0``) or as 0 (a client whose copies were set explicitly); each later
+    broadcast ``hist[q]`` carries the map ``maps[q] = (p, c_y, c_v, keep)`` of the round that
+    received it: ``w <- p w - c_y y + c_v v`` and ``y <- y + beta w - beta v`` (``keep`` 1)
+    or 0 (Remark 4.1's exact W update), with ``v`` the broadcast's row."""
+    k, r = BW.shape
+    first = 1 if from_v0 else 0
+    for e in range(k):
+        j = Ec[e]
+        for a in range(r):
+            bw = np.float64(V0[j, a]) if from_v0 else 0.0
+            by = 0.0
+            for q in range(first, hist.size):
+                v = H[hist[q], j, a]
+                bw = maps[q, 0] * bw - maps[q, 1] * by + maps[q, 2] * v
+                by = by + beta * bw - beta * v if maps[q, 3] != 0.0 else 0.0
+            BW[e, a], BY[e, a] = bw, by
 
 
 @_jit
@@ -466,20 +480,20 @@ def group_update(ratings, clients, rows, U, V, G, kk, settings, out):
     1]]`` with values ``W``, ``Y`` at ``w_at[c]:w_at[c] + k``; ``loc`` gives each of its
     ratings the position of its item in those rows; its implicit rows are ``sum_q coef[q, 0]
     H[hist[q]]`` (``W``) and ``sum_q coef[q, 1] H[hist[q]]`` (``Y``) over ``q`` in
-    ``h_at[c]:h_at[c] + h_len[c]``, whose values on the explicit rows are ``BW``, ``BY`` (at
-    ``w_at[c]``). ``V = H[kk]`` is the broadcast.
+    ``h_at[c]:h_at[c] + h_len[c]``, whose values on the explicit rows ``BW``, ``BY`` are made
+    from the maps ``maps`` there (:func:`_combination_rows`). ``V = H[kk]`` is the broadcast.
 
-    Writes the new ``U`` rows into ``U_out``, the new explicit rows and combination rows into
-    ``W_out``, ``Y_out``, ``BW_out``, ``BY_out`` at ``out_at[a]`` onwards and the new
-    broadcasts and coefficients into ``hist_out``, ``coef_out`` at ``hout_ptr[a]`` onwards
-    (the old entries, then one for ``kk``). The outputs may be the input arrays: at other
+    Writes the new ``U`` rows into ``U_out``, the new explicit rows into ``W_out``, ``Y_out``
+    at ``out_at[a]`` onwards and the new broadcasts, coefficients and maps into ``hist_out``,
+    ``coef_out``, ``maps_out`` at ``hout_ptr[a]`` onwards (the old entries, then one for
+    ``kk``). The outputs may be the input arrays: at other
     rows, or at the client's own rows (``out_at[a] == w_at[c]``: a client reads each of its
     rows before it writes it, and the W loops step from a copy). ``D_out`` receives, from
     ``d_ptr[a]``, the deviations ``(W - BW) + (Y - BY) / beta`` of the new term ``Z_i =
     W_i + Y_i / beta`` from its combination on the explicit rows: what the server stores of
-    it (:func:`replace_terms`), formed while the rows are at hand. The linearized round
-    divides only by floored or positive numbers and calls no checked solver, so it raises
-    nothing but ``MemoryError``.
+    it (:func:`~._fedmc_admm_server_kernels.replace_terms`), formed while the rows are at
+    hand. The linearized round divides only by floored or positive numbers and calls no
+    checked solver, so it raises nothing but ``MemoryError``.
 
     The explicit rows run the per-client kernels (:func:`u_loop` and :func:`linearized_cols`
     of the same arithmetic; :func:`_one_user` for a client of one row); every implicit row
@@ -488,9 +502,9 @@ def group_update(ratings, clients, rows, U, V, G, kk, settings, out):
     coefficients and of ``BW``, ``BY``.
     """
     indptr, data, row_ptr, entry_ptr, loc, E, e_ptr = ratings
-    W, Y, BW, BY, w_at, hist, coef, h_at, h_len = rows
+    W, Y, w_at, hist, coef, maps, h_at, h_len, from_v0, V0, H = rows
     n_clients, beta, n_steps, alpha_u, l1_ratio, positive, biased, exact, eps = settings
-    U_out, W_out, Y_out, BW_out, BY_out, out_at, hist_out, coef_out, hout_ptr, D_out, d_ptr = out
+    U_out, W_out, Y_out, out_at, hist_out, coef_out, maps_out, hout_ptr, D_out, d_ptr = out
     r = U.shape[1]
     GW = np.empty((r, r))
     UU = np.empty((r, r))
@@ -519,6 +533,7 @@ def group_update(ratings, clients, rows, U, V, G, kk, settings, out):
         g, x = np.empty((r, r)), np.empty(r)
     Bt, xg = np.empty((r, k_max)), np.empty(k_max)
     W_from = np.empty((k_max, r), W.dtype)  # the W loops' start (W_out may be W)
+    BW, BY = np.empty((k_max, r)), np.empty((k_max, r))  # (a client's combinations' rows)
     P, Q, bg, gg = np.empty((r, r)), np.empty((r, r)), np.empty(r), np.empty(r)
     for a in range(clients.size):
         c = clients[a]
@@ -528,18 +543,19 @@ def group_update(ratings, clients, rows, U, V, G, kk, settings, out):
         k = e_ptr[c + 1] - e_ptr[c]
         w0, h0, o0, d0 = w_at[c], h_at[c], out_at[a], d_ptr[a]
         Ec, Wc, Yc = E[e_ptr[c]:e_ptr[c + 1]], W[w0:w0 + k], Y[w0:w0 + k]
-        BWc, BYc = BW[w0:w0 + k], BY[w0:w0 + k]
-        hc, cc = hist[h0:h0 + h_len[c]], coef[h0:h0 + h_len[c]]
+        hc, cc, mc = hist[h0:h0 + h_len[c]], coef[h0:h0 + h_len[c]], maps[h0:h0 + h_len[c]]
+        BWc, BYc = BW[:k], BY[:k]  # (mapped in place below: read before written)
+        _combination_rows(Ec, hc, mc, from_v0[c], V0, H, BWc, BYc, beta)
         lc = loc[entry_ptr[c]:entry_ptr[c + 1]]
         if m == 1 and not exact and s1 - s0 == k and _gram_pays(k, free, n_steps):
             L = _one_user((U[r0], data[s0:s1], Ec, Wc, Yc, BWc, BYc, hc, cc), G, V, settings,
                           (Bt, xg, GW, P, Q, bg, gg),
-                          (U_out[r0], W_out[o0:o0 + k], Y_out[o0:o0 + k], BW_out[o0:o0 + k],
-                           BY_out[o0:o0 + k], D_out[d0:d0 + k]))
+                          (U_out[r0], W_out[o0:o0 + k], Y_out[o0:o0 + k], BWc, BYc,
+                           D_out[d0:d0 + k]))
             if biased:
                 U_out[r0, r - 1] = 1.0
-            _map_coefficients(hc, cc, kk, L, beta, n_steps, exact, hist_out, coef_out,
-                              hout_ptr[a])
+            _map_coefficients(hc, cc, mc, kk, L, beta, n_steps, exact, hist_out, coef_out,
+                              maps_out, hout_ptr[a])
             continue
         for t in range(m + 1):
             ip[t] = indptr[r0 + t] - s0
@@ -633,26 +649,30 @@ def group_update(ratings, clients, rows, U, V, G, kk, settings, out):
                 Y_out[o0 + e, b] = Yc[e, b] + beta * (Wn[e, b] - V[Ec[e], b])
         # the implicit rows: the same steps as a map of the coefficients, and of their values
         # on the explicit rows (the coefficient map applied to BW, BY and V there)
-        p_w, c_y, c_v = _map_coefficients(hc, cc, kk, L, beta, n_steps, exact, hist_out,
-                                          coef_out, hout_ptr[a])
+        p_w, c_y, c_v = _map_coefficients(hc, cc, mc, kk, L, beta, n_steps, exact, hist_out,
+                                          coef_out, maps_out, hout_ptr[a])
         for e in range(k):
             for b in range(r):
                 v = V[Ec[e], b]
                 bw = p_w * BWc[e, b] - c_y * BYc[e, b] + c_v * v
                 by = 0.0 if exact else BYc[e, b] + beta * bw - beta * v
-                BW_out[o0 + e, b], BY_out[o0 + e, b] = bw, by
+                BWc[e, b], BYc[e, b] = bw, by
                 D_out[d0 + e, b] = (Wn[e, b] - bw) + (Y_out[o0 + e, b] - by) / beta
 
 
 @_jit
-def _map_coefficients(hc, cc, kk, L, beta, n_steps, exact, hist_out, coef_out, q0):
+def _map_coefficients(hc, cc, mc, kk, L, beta, n_steps, exact, hist_out, coef_out, maps_out,
+                      q0):
     """A client's new broadcasts and coefficients at ``q0`` of ``hist_out``, ``coef_out``:
     the W steps and the dual step on an implicit row, as a map of the old ones ``hc``,
-    ``cc``, with one more for the broadcast ``kk``. Returns the map's ``(p, c_y, c_v)``: a
+    ``cc``, with one more for the broadcast ``kk``; ``maps_out`` takes the old maps ``mc``
+    and this one's (:func:`_combination_rows`). Returns the map's ``(p, c_y, c_v)``: a
     combination ``w`` of ``W_i`` becomes ``p w - c_y y + c_v v``."""
     n_old = hc.size
     for q in range(n_old):
         hist_out[q0 + q] = hc[q]
+        for b in range(4):
+            maps_out[q0 + q, b] = mc[q, b]
     hist_out[q0 + n_old] = kk
     if exact:  # Remark 4.1: w = v - y / beta, then y = y + beta (w - v) = 0
         for q in range(n_old):
@@ -660,7 +680,10 @@ def _map_coefficients(hc, cc, kk, L, beta, n_steps, exact, hist_out, coef_out, q
             coef_out[q0 + q, 1] = 0.0
         coef_out[q0 + n_old, 0] = 1.0
         coef_out[q0 + n_old, 1] = 0.0
-        return 0.0, 1.0 / beta, 1.0
+        p, c_y, c_v = 0.0, 1.0 / beta, 1.0
+        maps_out[q0 + n_old, 0], maps_out[q0 + n_old, 1] = p, c_y
+        maps_out[q0 + n_old, 2], maps_out[q0 + n_old, 3] = c_v, 0.0
+        return p, c_y, c_v
     _, inv_denom, pow_last, sigma_last = _unrated_map(L, beta, n_steps)
     c_last = sigma_last * inv_denom
     for q in range(n_old):
@@ -670,18 +693,27 @@ def _map_coefficients(hc, cc, kk, L, beta, n_steps, exact, hist_out, coef_out, q
     w = c_last * beta
     coef_out[q0 + n_old, 0] = w
     coef_out[q0 + n_old, 1] = beta * (w - 1.0)
+    maps_out[q0 + n_old, 0], maps_out[q0 + n_old, 1] = pow_last, c_last
+    maps_out[q0 + n_old, 2], maps_out[q0 + n_old, 3] = w, 1.0
     return pow_last, c_last, w
 
 
 @_jit
-def lazy_consensus(e_ptr, w_at, W, BW, E, hist, coef, h_ptr, V, G, kk):
+def lazy_consensus(e_ptr, w_at, W, E, hist, coef, h_ptr, V, G, kk, lazy):
     """``sum_i ||W_i - V||_F^2`` over clients held lazily (:func:`group_update`), with
     ``V = H[kk]``: per client the combination ``sum_q coef[q] H[hist[q]] - V`` over all rows
     (from the Gram blocks), corrected on its explicit rows (where the combination is
-    ``BW``). Client ``a``'s explicit rows ``E[e_ptr[a]:e_ptr[a + 1]]`` have their values from
-    ``w_at[a]`` on in ``W`` and ``BW`` (read where the state holds them: no gathered copy)."""
+    ``BW``, made by :func:`_combination_rows` from ``lazy``, ``(maps, from_v0, V0, H,
+    beta)``, the maps aligned with ``hist``). Client ``a``'s explicit rows ``E[e_ptr[a]:e_ptr[a
+    + 1]]`` have their values from ``w_at[a]`` on in ``W`` (read where the state holds them:
+    no gathered copy)."""
+    maps, from_v0, V0, H, beta = lazy
     r = W.shape[1]
     total = 0.0
+    k_max = 1
+    for a in range(e_ptr.size - 1):
+        k_max = max(k_max, e_ptr[a + 1] - e_ptr[a])
+    BW, BY = np.empty((k_max, r)), np.empty((k_max, r))
     for a in range(e_ptr.size - 1):
         e0, e1 = e_ptr[a], e_ptr[a + 1]
         w0 = w_at[a] - e0
@@ -691,6 +723,8 @@ def lazy_consensus(e_ptr, w_at, W, BW, E, hist, coef, h_ptr, V, G, kk):
         cc = np.empty(n_q)
         hc[:n_q - 1], cc[:n_q - 1] = hist[q0:q1], coef[q0:q1]
         hc[n_q - 1], cc[n_q - 1] = kk, -1.0
+        _combination_rows(E[e0:e1], hist[q0:q1], maps[q0:q1], from_v0[a], V0, H,
+                          BW[:e1 - e0], BY[:e1 - e0], beta)
         quad = 0.0
         for q in range(n_q):
             for q2 in range(n_q):
@@ -703,97 +737,7 @@ def lazy_consensus(e_ptr, w_at, W, BW, E, hist, coef, h_ptr, V, G, kk):
             for b in range(r):
                 d = W[w0 + e, b] - V[j, b]
                 total += d * d
-                d = BW[w0 + e, b] - V[j, b]
+                d = BW[e - e0, b] - V[j, b]
                 quad -= d * d
         total += quad
     return total
-
-
-@_jit
-def replace_terms(messages, store, dst, h_dst, S, C, stored, beta, accumulate):
-    """Replace the server's terms ``Z_i = W_i + Y_i / beta`` of the ``clients`` (a
-    :class:`TermMessages`: the messages concatenated as in :func:`group_update`'s outputs,
-    ``e_ptr``/``h_ptr`` over the clients) in the :class:`TermStore` ``store`` (its fields
-    ``store_rows``, ``store_D``, ``store_hist``, ``store_coef`` below).
-
-    A term is stored as its broadcasts and coefficients ``coef[:, 0] + coef[:, 1] / beta`` (at
-    ``h_dst[a]`` of ``store_hist``, ``store_coef``), valid on every row, and its explicit rows'
-    deviations ``D`` from that combination (:func:`group_update`'s ``D_out``; at ``dst[a]`` of
-    ``store_rows``, ``store_D``: the client's old rows when they are as many, read before
-    they are written; ``stored``: the rows there are the client's already, ``rows`` is not
-    read, and each row takes its change in one pass); ``rd_at``, ``rd_len``, ``hc_at``,
-    ``hc_len`` then point there. With
-    ``accumulate`` the sum takes the change, client by client (the old term out, the new one
-    in): ``C[t]`` sums the coefficients of broadcast ``t`` and ``S`` the deviations
-    (:func:`lazy_total`). Only the rows and the broadcasts a client has are touched.
-    """
-    clients, rows, e_ptr, D, hist, coef, h_ptr = messages
-    store_rows, store_D, rd_at, rd_len, store_hist, store_coef, hc_at, hc_len = store
-    r = S.shape[1]
-    for a in range(clients.size):
-        c = clients[a]
-        if accumulate:
-            q0, nq = hc_at[c], hc_len[c]
-            for q in range(q0, q0 + nq):
-                C[store_hist[q]] -= store_coef[q]
-            if not stored:  # (else each row takes its change below, in one pass)
-                o = rd_at[c]
-                for e in range(o, o + rd_len[c]):
-                    j = store_rows[e]
-                    for b in range(r):
-                        S[j, b] -= store_D[e, b]
-        q0, q1 = h_ptr[a], h_ptr[a + 1]
-        hd = h_dst[a] - q0
-        for q in range(q0, q1):
-            cq = coef[q, 0] + coef[q, 1] / beta
-            store_hist[hd + q], store_coef[hd + q] = hist[q], cq
-            if accumulate:
-                C[hist[q]] += cq
-        d = dst[a] - e_ptr[a]
-        for e in range(e_ptr[a], e_ptr[a + 1]):
-            if stored:
-                j = store_rows[d + e]
-                for b in range(r):
-                    z = D[e, b]
-                    if accumulate:
-                        S[j, b] += z - store_D[d + e, b]
-                    store_D[d + e, b] = z
-                continue
-            j = rows[e]
-            store_rows[d + e] = j
-            for b in range(r):
-                z = D[e, b]
-                store_D[d + e, b] = z
-                if accumulate:
-                    S[j, b] += z
-        rd_at[c], rd_len[c] = dst[a], e_ptr[a + 1] - e_ptr[a]
-        hc_at[c], hc_len[c] = h_dst[a], q1 - q0
-
-
-@_jit
-def lazy_total(S, C, H, m, out):
-    """``out = S + sum_t C[t] H[t]`` over the first ``m`` broadcasts: the sum of every
-    client's ``Z_i``, its combination counted on all rows (``C``) and its explicit rows'
-    deviations from it (``S``)."""
-    n, r = S.shape
-    o, s = out.reshape(n * r), S.reshape(n * r)
-    for i in range(n * r):
-        o[i] = s[i]
-    for t in range(m):
-        c, h = C[t], H[t].reshape(n * r)
-        for i in range(n * r):
-            o[i] += c * h[i]
-
-
-@_jit
-def sum_terms(store, S, C):
-    """``S``, ``C`` of :func:`replace_terms` from every client's stored term (exact, the
-    :class:`TermStore` ``store``)."""
-    rows, D, rd_at, rd_len, hist, coef, hc_at, hc_len = store
-    for c in range(rd_at.size):
-        for q in range(hc_at[c], hc_at[c] + hc_len[c]):
-            C[hist[q]] += coef[q]
-        for e in range(rd_at[c], rd_at[c] + rd_len[c]):
-            j = rows[e]
-            for b in range(S.shape[1]):
-                S[j, b] += D[e, b]
