@@ -363,15 +363,16 @@ def _reserve(pool, used, at, sizes, n, moving=None):
 # made from these when a round reads them (_fedmc_admm_kernels._combination_rows).
 def _explicit_rows(group):
     """Each client's rated items (its explicit rows, concatenated; pointer ``e_ptr``) and,
-    for each of its ratings, the position of the item among them."""
+    for each of its ratings, the position of the item among them (empty when that is the
+    rating's place among its client's, as with one row per client: 4 bytes a rating)."""
     X, n = group.X, group.X.shape[1]
     entry_ptr = group.entry_ptr
     owner = np.repeat(np.arange(group.n_clients), np.diff(entry_ptr))
     keys = owner * n + X.indices
     if keys.size and np.all(keys[1:] > keys[:-1]):  # one row per client: no sort needed
-        inverse = np.arange(keys.size)
-    else:
-        keys, inverse = np.unique(keys, return_inverse=True)
+        e_ptr = entry_ptr.astype(np.int64)
+        return X.indices.astype(X.indices.dtype), e_ptr, np.zeros(0, np.int32)
+    keys, inverse = np.unique(keys, return_inverse=True)
     e_ptr = np.searchsorted(keys, np.arange(group.n_clients + 1) * n)
     # (item indices as the data's, positions in 32 bits: 8 bytes a rating fewer)
     E = (keys % n).astype(X.indices.dtype)
@@ -417,7 +418,7 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
         rows = np.repeat(np.arange(group.n_rows), np.diff(X.indptr))
         resid = np.einsum("sa,sa->s", U[rows], Vt[X.indices]) - X.data
         owner = np.repeat(np.arange(group.n_clients), np.diff(group.entry_ptr))
-        at = e_ptr[owner] + loc
+        at = e_ptr[owner] + loc if loc.size else np.arange(X.nnz)
         grad = np.stack([np.bincount(at, resid * U[rows, a], minlength=e_ptr[-1])
                          for a in range(r)], axis=1).astype(dtype, copy=False)
         np.divide(grad, -n_clients, out=Y)
@@ -534,7 +535,8 @@ def _client_parts(gs, group, i):
     w0, h0 = gs["w_at"][i], gs["h_at"][i]
     W, Y = (a[w0:w0 + e1 - e0] for a in gs["wy"].arrays)
     hist, coef, maps = (a[h0:h0 + gs["h_len"][i]] for a in gs["h"].arrays)
-    loc = gs["loc"][group.entry_ptr[i]:group.entry_ptr[i + 1]]
+    a, b = group.entry_ptr[i], group.entry_ptr[i + 1]
+    loc = gs["loc"][a:b] if gs["loc"].size else np.arange(b - a, dtype=np.int32)
     return gs["E"][e0:e1], loc, W, Y, hist, coef, maps, gs["from_v0"][i:i + 1]
 
 

@@ -478,7 +478,8 @@ def group_update(ratings, clients, rows, U, V, G, kk, settings, out):
     Client ``c = clients[a]`` owns the group rows ``row_ptr[c]:row_ptr[c + 1]`` (ratings
     ``entry_ptr[c]:entry_ptr[c + 1]``); its ``k`` explicit rows are ``E[e_ptr[c]:e_ptr[c +
     1]]`` with values ``W``, ``Y`` at ``w_at[c]:w_at[c] + k``; ``loc`` gives each of its
-    ratings the position of its item in those rows; its implicit rows are ``sum_q coef[q, 0]
+    ratings the position of its item in those rows (empty: the rating's own position among
+    the client's); its implicit rows are ``sum_q coef[q, 0]
     H[hist[q]]`` (``W``) and ``sum_q coef[q, 1] H[hist[q]]`` (``Y``) over ``q`` in
     ``h_at[c]:h_at[c] + h_len[c]``, whose values on the explicit rows ``BW``, ``BY`` are made
     from the maps ``maps`` there (:func:`_combination_rows`). ``V = H[kk]`` is the broadcast.
@@ -533,6 +534,7 @@ def group_update(ratings, clients, rows, U, V, G, kk, settings, out):
         g, x = np.empty((r, r)), np.empty(r)
     Bt, xg = np.empty((r, k_max)), np.empty(k_max)
     W_from = np.empty((k_max, r), W.dtype)  # the W loops' start (W_out may be W)
+    ident = np.arange(s_max).astype(loc.dtype)  # (the positions when ``loc`` is empty)
     BW, BY = np.empty((k_max, r)), np.empty((k_max, r))  # (a client's combinations' rows)
     P, Q, bg, gg = np.empty((r, r)), np.empty((r, r)), np.empty(r), np.empty(r)
     for a in range(clients.size):
@@ -546,7 +548,7 @@ def group_update(ratings, clients, rows, U, V, G, kk, settings, out):
         hc, cc, mc = hist[h0:h0 + h_len[c]], coef[h0:h0 + h_len[c]], maps[h0:h0 + h_len[c]]
         BWc, BYc = BW[:k], BY[:k]  # (mapped in place below: read before written)
         _combination_rows(Ec, hc, mc, from_v0[c], V0, H, BWc, BYc, beta)
-        lc = loc[entry_ptr[c]:entry_ptr[c + 1]]
+        lc = loc[entry_ptr[c]:entry_ptr[c + 1]] if loc.size else ident[:s1 - s0]
         if m == 1 and not exact and s1 - s0 == k and _gram_pays(k, free, n_steps):
             L = _one_user((U[r0], data[s0:s1], Ec, Wc, Yc, BWc, BYc, hc, cc), G, V, settings,
                           (Bt, xg, GW, P, Q, bg, gg),
