@@ -19,6 +19,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ... import _biases
 from ..._docstrings import Substitution, toy_example
+from ...engine._federation import _n_sampled
 from ...engine._groups import ClientGroup
 from .._auto_strengths import AutoStrengthsMixin
 from .._base import (
@@ -61,20 +62,21 @@ def _available_memory():
 
 
 def state_nbytes(*, n_clients, n_items, n_factors, itemsize, grouped, nnz=0, max_iter=0,
-                 exact=False):
+                 exact=False, round_fraction=1.0):
     """Bytes of FedMC-ADMM's item-side state, estimated before a fit.
 
     One block per client: every client's dense ``W_i`` and ``Y_i`` and the server's ``Z_i``,
     ``3 p n r`` numbers. Grouped clients (:mod:`._fedmc_admm_batched`): ``W_i``, ``Y_i`` on
-    the rated rows, the server's ``Z_i`` there (with their row indices) and a round's
-    deviations, where the linearized round writes them in place
+    the rated rows, the server's ``Z_i`` there (with their item indices, and the clients'
+    positions) and a round's deviations (``round_fraction`` of the ratings: the sampled
+    clients'), where the linearized round writes them in place
     (the ``exact`` one appends them to arrays of up to twice their size), and the broadcast
     history with its Gram blocks (allocated by doubling: up to twice ``max_iter + 1``
     broadcasts of ``n r`` numbers and their square of ``r x r`` float64 blocks).
     """
     if grouped:
-        per_factor = (4 if exact else 2) * itemsize + 16
-        rated = nnz * (n_factors * per_factor + 32)
+        per_factor = (4 if exact else 2) * itemsize + 8 + 8 * round_fraction
+        rated = int(nnz * (n_factors * per_factor + 12))
         capacity = 2 * (max_iter + 1)
         return (rated + capacity * n_items * n_factors * itemsize
                 + capacity**2 * n_factors**2 * 8)
@@ -366,7 +368,9 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
         need = state_nbytes(n_clients=ctx.n_clients, n_items=ctx.n_features, n_factors=r,
                             itemsize=itemsize, grouped=grouped, nnz=ctx.X.nnz,
                             max_iter=self.max_iter,
-                            exact=ctx.settings["w_update"] == "exact")
+                            exact=ctx.settings["w_update"] == "exact",
+                            round_fraction=_n_sampled(ctx.settings["clients_per_round"],
+                                                      ctx.n_clients) / ctx.n_clients)
         if not local:  # only the server's Z_i in this process
             need //= 3
         available = _available_memory()
