@@ -258,6 +258,19 @@ def replace_and_accumulate(Z_i, total, W, Y, beta):
 # or two).
 
 
+@_inline
+def _combination_w(j, a, hist, maps, q0, q1, first, V0, H, beta):
+    """Entry ``(j, a)`` of the combination ``W`` of :func:`_combination_rows` (the same
+    arithmetic), for the entries ``q0:q1`` of ``hist``, ``maps``."""
+    bw = np.float64(V0[j, a]) if first == 1 else 0.0
+    by = 0.0
+    for q in range(q0 + first, q1):
+        v = H[hist[q], j, a]
+        bw = maps[q, 0] * bw - maps[q, 1] * by + maps[q, 2] * v
+        by = by + beta * bw - beta * v if maps[q, 3] != 0.0 else 0.0
+    return bw
+
+
 @_jit
 def _combination_rows(Ec, hist, maps, from_v0, V0, H, BW, BY, beta):
     """``BW``, ``BY``: the values of a client's combinations (``W`` and ``Y``) on its explicit
@@ -712,10 +725,6 @@ def lazy_consensus(e_ptr, w_at, W, E, hist, coef, h_ptr, V, G, kk, lazy):
     maps, from_v0, V0, H, beta = lazy
     r = W.shape[1]
     total = 0.0
-    k_max = 1
-    for a in range(e_ptr.size - 1):
-        k_max = max(k_max, e_ptr[a + 1] - e_ptr[a])
-    BW, BY = np.empty((k_max, r)), np.empty((k_max, r))
     for a in range(e_ptr.size - 1):
         e0, e1 = e_ptr[a], e_ptr[a + 1]
         w0 = w_at[a] - e0
@@ -725,8 +734,7 @@ def lazy_consensus(e_ptr, w_at, W, E, hist, coef, h_ptr, V, G, kk, lazy):
         cc = np.empty(n_q)
         hc[:n_q - 1], cc[:n_q - 1] = hist[q0:q1], coef[q0:q1]
         hc[n_q - 1], cc[n_q - 1] = kk, -1.0
-        _combination_rows(E[e0:e1], hist[q0:q1], maps[q0:q1], from_v0[a], V0, H,
-                          BW[:e1 - e0], BY[:e1 - e0], beta)
+        first = 1 if from_v0[a] else 0
         quad = 0.0
         for q in range(n_q):
             for q2 in range(n_q):
@@ -739,7 +747,7 @@ def lazy_consensus(e_ptr, w_at, W, E, hist, coef, h_ptr, V, G, kk, lazy):
             for b in range(r):
                 d = W[w0 + e, b] - V[j, b]
                 total += d * d
-                d = BW[e - e0, b] - V[j, b]
+                d = _combination_w(j, b, hist, maps, q0, q1, first, V0, H, beta) - V[j, b]
                 quad -= d * d
         total += quad
     return total
