@@ -263,11 +263,12 @@ def _state_bytes(obj):
     return _state_bytes(getattr(obj, "arrays", ()))
 
 
-def test_memory_estimate_bounds_the_grouped_state():
+@pytest.mark.parametrize("cache_rows", [True, False])
+def test_memory_estimate_bounds_the_grouped_state(cache_rows):
     X, _ = ratings()
     held = {}
     for w_update in ("linearized", "exact"):
-        proto = protocol(True, w_update, n_clients=N_ROWS)  # one client per row
+        proto = protocol(True, w_update, n_clients=N_ROWS, cache_rows=cache_rows)
         transport = GroupedTransport(make_groups(X, np.arange(N_ROWS), N_ROWS, n_groups=3))
         state = fit(proto, transport, max_iter=12, clients_per_round=N_ROWS, dropout=0.0)
         clients = sum(_state_bytes({k: v for k, v in gs.items() if k not in ("U", "V0")})
@@ -277,7 +278,7 @@ def test_memory_estimate_bounds_the_grouped_state():
             [server["store"], server["S"], server["C"], history.H, history.G])
         assert held[w_update] <= _fedmc_admm.state_nbytes(
             n_clients=N_ROWS, n_items=N_ITEMS, n_factors=5, itemsize=8, grouped=True,
-            nnz=X.nnz, max_iter=12, exact=w_update == "exact")
+            nnz=X.nnz, max_iter=12, exact=w_update == "exact", cache_rows=cache_rows)
     # the linearized round writes its rows in place; the exact one keeps room for a round
     assert held["linearized"] < held["exact"]
 
@@ -369,19 +370,20 @@ def test_best_round_snapshot_copies_the_pools_into_its_previous_buffers():
 @pytest.mark.parametrize("w_update", ["linearized", "exact"])
 def test_replayed_combination_rows_are_the_combinations(w_update):
     """The values of a client's combinations on its explicit rows, made from the maps of
-    the rounds it took part in (``_combination_rows``, no longer held in the state), are
-    its combinations ``sum_q coef[q] H[hist[q]]`` there, after rounds where every client
-    took part several times (checked: each client has maps of at least 5 rounds)."""
+    the rounds it took part in (``_combination_rows``: the state without ``cache_rows``),
+    are the ones the cached state holds, bit for bit, and its combinations ``sum_q coef[q]
+    H[hist[q]]`` there, after rounds where every client took part several times (checked:
+    each client has maps of at least 5 rounds)."""
     from sklearn_fedmf.completion._fedmc_admm._fedmc_admm_kernels import _combination_rows
 
     X, codes = ratings()
-    proto = protocol(True, w_update)
+    proto = protocol(True, w_update, cache_rows=True)
     state = fit(proto, GroupedTransport(make_groups(X, codes, N_CLIENTS, n_groups=3)),
                 clients_per_round=N_CLIENTS, dropout=0.0, max_iter=6)
     history, beta = state.server_state["history"], 0.05
     checked = 0
     for gs in state.client_states.group_states:
-        assert "BW" not in gs and len(gs["wy"].arrays) == 2  # (W and Y only)
+        assert len(gs["wy"].arrays) == 4  # (W, Y and their combinations' values)
         for i in range(gs["e_ptr"].size - 1):
             e0, e1, h0, n = gs["e_ptr"][i], gs["e_ptr"][i + 1], gs["h_at"][i], gs["h_len"][i]
             hist, coef, maps = (a[h0:h0 + n] for a in gs["h"].arrays)
@@ -392,9 +394,78 @@ def test_replayed_combination_rows_are_the_combinations(w_update):
             BW, BY = (np.empty((E.size, history.H.shape[2])) for _ in range(2))
             _combination_rows(E, hist, maps, gs["from_v0"][i], gs["V0"], history.H, BW, BY,
                               beta)
+            w0 = gs["w_at"][i]
             for col, B in ((0, BW), (1, BY)):
+                np.testing.assert_array_equal(B, gs["wy"].arrays[2 + col][w0:w0 + E.size])
                 expected = history.combine(hist, coef[:, col], np.float64)[E]
                 np.testing.assert_allclose(B, expected, rtol=1e-10,
                                            atol=1e-10 * max(np.abs(expected).max(), 1.0))
             checked += 1
     assert checked >= N_CLIENTS - 3
+
+
+@pytest.mark.parametrize("w_update, dropout", [("linearized", 0.2), ("exact", 0.0)])
+def test_made_combination_rows_give_the_cached_fit(w_update, dropout):
+    """A state that makes its combinations' values from the maps (``cache_rows=False``)
+    holds no float64 rows beside ``W_i``, ``Y_i`` and fits bit for bit as the cached one:
+    the same history (losses, consensus), uploads and final states."""
+    X, codes = ratings()
+    runs = {}
+    for cache_rows in (True, False):
+        seen = {}
+        proto = protocol(True, w_update, cache_rows=cache_rows)
+        state = fit(proto, GroupedTransport(make_groups(X, codes, N_CLIENTS, n_groups=3)),
+                    seen=seen, dropout=dropout, max_iter=8)
+        assert all(len(gs["wy"].arrays) == (4 if cache_rows else 2)
+                   for gs in state.client_states.group_states)
+        runs[cache_rows] = state, seen
+    (cached, seen_c), (made, seen_m) = runs[True], runs[False]
+    def records(history):  # (all but the rounds' timings)
+        return [{k: v for k, v in rec.items() if k != "seconds"} for rec in history]
+
+    assert records(made.history) == records(cached.history)
+    assert all("consensus_gap" in rec for rec in made.history)
+    assert seen_m.keys() == seen_c.keys() and any(seen_c.values())
+    for k in seen_c:
+        for c in seen_c[k]:
+            for key in seen_c[k][c]:
+                np.testing.assert_array_equal(seen_m[k][c][key], seen_c[k][c][key])
+    np.testing.assert_array_equal(made.server_state["Vt"], cached.server_state["Vt"])
+    for gm, gc in zip(made.client_states.group_states, cached.client_states.group_states):
+        np.testing.assert_array_equal(gm["U"], gc["U"])
+
+
+def test_cache_rows_auto_rule_and_equal_fits(monkeypatch):
+    """``solver_params["cache_rows"]="auto"`` holds the combinations' values when the state
+    with them takes at most half of the available memory and makes them otherwise; either
+    way (and forced either way) the one-client-per-user fit is the same, bit for bit."""
+    X, _ = ratings()
+    clients = np.arange(N_ROWS)
+    need = _fedmc_admm.state_nbytes(
+        n_clients=N_ROWS, n_items=N_ITEMS, n_factors=5, itemsize=8, grouped=True,
+        nnz=X.nnz, max_iter=6, round_fraction=0.5, cache_rows=True)
+    from sklearn_fedmf.engine import _fit
+
+    monkeypatch.setattr(_fit, "GROUP_MIN_CLIENTS", 2)  # (40 clients: grouped)
+    layouts, models = {}, {}
+    for name, available, setting in (("auto, room", 2 * need, "auto"),
+                                     ("auto, no room", 2 * need - 1, "auto"),
+                                     ("forced on", 0, True), ("forced off", 10**15, False)):
+        monkeypatch.setattr(_fedmc_admm, "_available_memory", lambda a=available: a)
+        seen = []
+        est = FedMCADMM(n_components=3, max_iter=6, clients_per_round=0.5, random_state=0,
+                        early_stopping=False, solver_params={"cache_rows": setting},
+                        callback=lambda k, info: seen.append(info))
+        # (the memory check itself: enough memory for the state without the caches)
+        monkeypatch.setattr(_fedmc_admm.FedMCADMM, "_check_memory", lambda *a: None)
+        est.fit(X, clients=clients)
+        groups = est._federation.client_states.group_states
+        layouts[name] = {len(gs["wy"].arrays) for gs in groups}
+        models[name] = (est.components_, est.history_)
+    assert layouts == {"auto, room": {4}, "auto, no room": {2}, "forced on": {4},
+                       "forced off": {2}}
+    ref_V, ref_history = models["auto, room"]
+    for V, history in models.values():
+        np.testing.assert_array_equal(V, ref_V)
+        assert [{k: v for k, v in rec.items() if k != "seconds"} for rec in history] == [
+            {k: v for k, v in rec.items() if k != "seconds"} for rec in ref_history]

@@ -62,7 +62,7 @@ def _available_memory():
 
 
 def state_nbytes(*, n_clients, n_items, n_factors, itemsize, grouped, nnz=0, max_iter=0,
-                 exact=False, round_fraction=1.0):
+                 exact=False, round_fraction=1.0, cache_rows=False):
     """Bytes of FedMC-ADMM's item-side state, estimated before a fit.
 
     One block per client: every client's dense ``W_i`` and ``Y_i`` and the server's ``Z_i``,
@@ -72,15 +72,25 @@ def state_nbytes(*, n_clients, n_items, n_factors, itemsize, grouped, nnz=0, max
     clients'), where the linearized round writes them in place
     (the ``exact`` one appends them to arrays of up to twice their size), and the broadcast
     history with its Gram blocks (allocated by doubling: up to twice ``max_iter + 1``
-    broadcasts of ``n r`` numbers and their square of ``r x r`` float64 blocks).
+    broadcasts of ``n r`` numbers and their square of ``r x r`` float64 blocks);
+    ``cache_rows``: with the combinations' values on the rated rows (two float64 a factor,
+    as ``W_i``, ``Y_i`` are appended).
     """
     if grouped:
-        per_factor = (4 if exact else 2) * itemsize + 8 + 8 * round_fraction
+        per_factor = (4 if exact else 2) * (itemsize + 8 * cache_rows) + 8 + 8 * round_fraction
         rated = int(nnz * (n_factors * per_factor + 12))
         capacity = 2 * (max_iter + 1)
         return (rated + capacity * n_items * n_factors * itemsize
                 + capacity**2 * n_factors**2 * 8)
     return 3 * n_clients * n_items * n_factors * itemsize
+
+
+def _protocol_caches_rows(protocol):
+    """Whether ``protocol``'s batched phases start states that hold the combinations'
+    values on the rated rows (``make_batched``'s ``cache_rows``)."""
+    batched = getattr(protocol, "batched", None)
+    init = getattr(batched, "init_client", None)
+    return bool(getattr(init, "keywords", {}).get("cache_rows", False))
 
 
 # ---- estimator ----------------------------------------------------------------------------
@@ -229,6 +239,9 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
         "init_scale": (0.1, FACTOR_SETTINGS["init_scale"][1]),
         "w_update": ("linearized", [StrOptions({"linearized", "exact"})]),
         "dual_init": ("paper", [StrOptions({"paper", "zeros"})]),
+        # one client per user: hold the combinations' values on the rated rows (True) or
+        # make them from the rounds' maps when read (False); "auto": _cache_rows' rule
+        "cache_rows": ("auto", [StrOptions({"auto"}), "boolean"]),
     }
     _moved_params = moved_to_solver_params(_solver_params)
     _floor_class = FedBaseline  # the biases-only floor of a validated fit
@@ -336,7 +349,32 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
             dual_init=settings["dual_init"],
             biased=self._biased, weighted=self.regularization == "weighted",
             item_bias=item_bias, user_shrinkage=user_shrinkage,
+            cache_rows=self._cache_rows(ctx),
         )
+
+    def _cache_rows(self, ctx):
+        """``solver_params["cache_rows"]``, or with ``"auto"``: hold the combinations' values
+        on the rated rows when the grouped state with them takes at most half of the
+        available memory (the other half for early stopping's copy of the best round, the
+        data and the biases floor). They cost ``2 r`` float64 numbers a rating (at the
+        Netflix shape 37 GiB of state instead of 12); made instead, the consensus metric of
+        every round reads a random broadcast row per rating and round a client took part
+        in: several times the metric's time (measured in
+        benchmarks/results/bench_scale_per_user-2026-12.md)."""
+        setting = ctx.settings["cache_rows"]
+        if setting != "auto":
+            return bool(setting)
+        need = state_nbytes(
+            n_clients=ctx.n_clients, n_items=ctx.n_features,
+            n_factors=_biases.n_factors(self.n_components, self._biased),
+            itemsize=ctx.X.dtype.itemsize, grouped=True, nnz=ctx.X.nnz, max_iter=self.max_iter,
+            exact=ctx.settings["w_update"] == "exact", round_fraction=self._round_fraction(ctx),
+            cache_rows=True)
+        return need <= _available_memory() / 2
+
+    @staticmethod
+    def _round_fraction(ctx):
+        return _n_sampled(ctx.settings["clients_per_round"], ctx.n_clients) / ctx.n_clients
 
     def _implicit_protocol(self, ctx):
         """FedMC-ADMM under ``loss="implicit"`` (:mod:`._fedmc_admm_implicit`)."""
@@ -355,10 +393,10 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
 
     def _run(self, protocol, blocks, ctx, early_stopping=None):
         if not ctx.warm:
-            self._check_memory(blocks, ctx)
+            self._check_memory(protocol, blocks, ctx)
         return super()._run(protocol, blocks, ctx, early_stopping)
 
-    def _check_memory(self, blocks, ctx):
+    def _check_memory(self, protocol, blocks, ctx):
         """Raise before the first round when the clients' and the server's item-side state
         would not fit in the available memory (Algorithm 1 keeps ``O(p n r)`` of it)."""
         local = isinstance(blocks, list)  # else a transport: the clients hold W_i, Y_i
@@ -369,8 +407,8 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
                             itemsize=itemsize, grouped=grouped, nnz=ctx.X.nnz,
                             max_iter=self.max_iter,
                             exact=ctx.settings["w_update"] == "exact",
-                            round_fraction=_n_sampled(ctx.settings["clients_per_round"],
-                                                      ctx.n_clients) / ctx.n_clients)
+                            round_fraction=self._round_fraction(ctx),
+                            cache_rows=_protocol_caches_rows(protocol))
         if not local:  # only the server's Z_i in this process
             need //= 3
         available = _available_memory()

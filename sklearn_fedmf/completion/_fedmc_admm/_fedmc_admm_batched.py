@@ -356,11 +356,14 @@ def _reserve(pool, used, at, sizes, n, moving=None):
 # A group state holds, for the group's clients in order: "U" (stacked rows); "E" the explicit
 # rows (client i's are E[e_ptr[i]:e_ptr[i + 1]]); "loc", for each rating (group.entry_ptr
 # order), the position of its item among the client's explicit rows; in the pool "wy" at
-# "w_at" (same sizes as E) the explicit values of W_i and Y_i; the broadcasts' indices,
+# "w_at" (same sizes as E) the explicit values of W_i and Y_i and, with cache_rows, in
+# float64, their combinations' values there (BW, BY: the update maps them as it maps the
+# coefficients, so a round reads no broadcast row); the broadcasts' indices,
 # coefficients (columns W, Y) and the maps of the rounds that received them in the pool "h"
 # at "h_at", "h_len" entries per client; "from_v0", per client, whether its first broadcast
-# is its start (W_i^0 = V^0 = "V0"). The values of the combinations on the explicit rows are
-# made from these when a round reads them (_fedmc_admm_kernels._combination_rows).
+# is its start (W_i^0 = V^0 = "V0"). Without cache_rows the values of the combinations on
+# the explicit rows are made from these when a round reads them
+# (_fedmc_admm_kernels._combination_rows).
 def _explicit_rows(group):
     """Each client's rated items (its explicit rows, concatenated; pointer ``e_ptr``) and,
     for each of its ratings, the position of the item among them (empty when that is the
@@ -393,9 +396,10 @@ def _flat_state(U, E, e_ptr, loc, wy, hist, coef, maps, h_len, from_v0, V0, hist
 
 
 def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive, biased,
-               w_update, user_shrinkage=None):
+               w_update, user_shrinkage=None, cache_rows=True):
     """Batched ``init_client``: ``U_i^0`` from each client's own generator, ``W_i^0 = V^0``
-    (coefficient 1 on broadcast 0), ``Y_i^0`` explicit on the rated items (0 elsewhere)."""
+    (coefficient 1 on broadcast 0), ``Y_i^0`` explicit on the rated items (0 elsewhere);
+    ``cache_rows``: the state holds the combinations' values on the rated rows."""
     X = group.X
     dtype = X.dtype
     Vt = Vt.astype(dtype, copy=False)
@@ -411,9 +415,13 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
     n = E.size  # the explicit rows go straight into the state's pool: no room past them
     # for the linearized round (it writes them in place), a round's for the exact one
     size = 2 * n + 16 if w_update == "exact" else n
-    wy = _Pool.of([_pool_array(size, (r,), dtype, n) for _ in range(2)], n)
-    W, Y = (a[:n] for a in wy.arrays)
+    types = (dtype, dtype, float, float) if cache_rows else (dtype, dtype)
+    wy = _Pool.of([_pool_array(size, (r,), t, n) for t in types], n)
+    W, Y = (a[:n] for a in wy.arrays[:2])
     np.take(Vt, E, axis=0, out=W, mode="clip")
+    if cache_rows:
+        wy.arrays[2][:n] = W
+        wy.arrays[3][:n] = 0
     if dual_init == "paper":  # -(1/p) grad_V f_i on the rated items, entries in row order
         rows = np.repeat(np.arange(group.n_rows), np.diff(X.indptr))
         resid = np.einsum("sa,sa->s", U[rows], Vt[X.indices]) - X.data
@@ -434,6 +442,15 @@ def init_group(group, Vt, stream, *, n_clients, init_scale, dual_init, positive,
     return state, upload.messages()
 
 
+def _rows_of(wy):
+    """``(W, Y, BW, BY, cached)`` of the pool ``wy`` (``BW``, ``BY`` empty when the state
+    does not hold the combinations' values)."""
+    if len(wy.arrays) == 4:
+        return (*wy.arrays, True)
+    empty = np.empty((0, wy.arrays[0].shape[1]))
+    return (*wy.arrays, empty, empty, False)
+
+
 def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, beta, local_iter,
                  alpha_u, l1_ratio, positive, w_update, biased, eps):
     """Batched ``client_update``: one compiled call for the group's active clients
@@ -441,7 +458,7 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     :class:`GroupUpload` (``eps``: the floor of ``L_W`` and ``L_U``).
 
     The linearized round writes the clients' new explicit rows over their old ones (the
-    state is ``2 r`` numbers per rating: a copy per round would double the fit's memory;
+    state is ``2 r`` numbers per rating, ``4 r`` with the combinations' values: a copy per round would double the fit's memory;
     the compiled call that writes comes after every allocation and raises nothing but
     ``MemoryError``), and its uploads' rows are gathered from the state when first read, in
     their round. ``w_update="exact"`` (whose solves raise on non-finite input) writes the
@@ -469,12 +486,12 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     hist, coef, maps = gs["h"].arrays
     group_update(GroupRatings(X.indptr, X.data, group.row_ptr, group.entry_ptr, gs["loc"],
                               gs["E"], gs["e_ptr"]), act,
-                 ClientRows(*gs["wy"].arrays, gs["w_at"], hist, coef, maps, gs["h_at"], h_len,
-                            gs["from_v0"], gs["V0"], history.H),
+                 ClientRows(*_rows_of(gs["wy"]), gs["w_at"], hist, coef, maps, gs["h_at"],
+                            h_len, gs["from_v0"], gs["V0"], history.H),
                  gs["U"], Vt, history.G, kk,
                  RoundSettings(n_clients, beta, local_iter, alpha_u, l1_ratio, positive, biased,
                                w_update == "exact", eps),
-                 GroupOutput(U_out, *wy.arrays, at, *h.arrays, h_base + hout_ptr[:-1],
+                 GroupOutput(U_out, *_rows_of(wy)[:4], at, *h.arrays, h_base + hout_ptr[:-1],
                              deviation, out_ptr[:-1]))
     h.tail = h_base + nh
     if in_place:
@@ -513,9 +530,10 @@ def metrics_group(gs, group, broadcast, *, beta, alpha_u, l1_ratio, biased):
         consensus = sum(float(np.sum((np.asarray(state_of(gs, group, i)["Wt"]) - Vt) ** 2))
                         for i in range(group.n_clients))
     else:
-        W = gs["wy"].arrays[0]  # (read in place: a gathered copy is r per rating)
+        # (read in place: a gathered copy is r or 2 r per rating; BW empty: made)
+        W, _, BW, _, _ = _rows_of(gs["wy"])
         (hist, coef, maps), h_ptr = gs["h"].gather(gs["h_at"], gs["h_len"])
-        consensus = lazy_consensus(gs["e_ptr"], gs["w_at"], W, gs["E"], hist,
+        consensus = lazy_consensus(gs["e_ptr"], gs["w_at"], W, BW, gs["E"], hist,
                                    np.ascontiguousarray(coef[:, 0]), h_ptr, Vt, history.G, kk,
                                    (maps, gs["from_v0"], gs["V0"], history.H, float(beta)))
     return {
@@ -530,14 +548,15 @@ def metrics_group(gs, group, broadcast, *, beta, alpha_u, l1_ratio, biased):
 
 
 def _client_parts(gs, group, i):
-    """Client ``i``'s ``(E, loc, W, Y, hist, coef, maps, from_v0)``."""
+    """Client ``i``'s ``(E, loc, W, Y, hist, coef, maps, from_v0, *cached)`` (``cached``:
+    ``BW``, ``BY`` when the state holds them, else empty)."""
     e0, e1 = gs["e_ptr"][i], gs["e_ptr"][i + 1]
     w0, h0 = gs["w_at"][i], gs["h_at"][i]
-    W, Y = (a[w0:w0 + e1 - e0] for a in gs["wy"].arrays)
+    W, Y, *cached = (a[w0:w0 + e1 - e0] for a in gs["wy"].arrays)
     hist, coef, maps = (a[h0:h0 + gs["h_len"][i]] for a in gs["h"].arrays)
     a, b = group.entry_ptr[i], group.entry_ptr[i + 1]
     loc = gs["loc"][a:b] if gs["loc"].size else np.arange(b - a, dtype=np.int32)
-    return gs["E"][e0:e1], loc, W, Y, hist, coef, maps, gs["from_v0"][i:i + 1]
+    return (gs["E"][e0:e1], loc, W, Y, hist, coef, maps, gs["from_v0"][i:i + 1], *cached)
 
 
 def _dense(gs, E, values, hist, coef):
@@ -554,7 +573,7 @@ def _dense(gs, E, values, hist, coef):
 def state_of(gs, group, i):
     """Client ``i``'s per-client state ``{"U", "Wt", "Yt"}``, made dense."""
     a, b = group.row_ptr[i], group.row_ptr[i + 1]
-    E, _, W, Y, hist, coef, _, _ = _client_parts(gs, group, i)
+    E, _, W, Y, hist, coef = _client_parts(gs, group, i)[:6]
     return {"U": gs["U"][a:b].copy(), "Wt": _dense(gs, E, W, hist, coef[:, 0]),
             "Yt": _dense(gs, E, Y, hist, coef[:, 1])}
 
@@ -565,6 +584,7 @@ def with_states(gs, group, states):
     U = gs["U"].copy()
     n, r = gs["V0"].shape
     parts = [_client_parts(gs, group, i) for i in range(group.n_clients)]
+    cached = len(gs["wy"].arrays) == 4
     for i, s in states.items():
         a, b = group.row_ptr[i], group.row_ptr[i + 1]
         U[a:b] = s["U"]
@@ -572,21 +592,24 @@ def with_states(gs, group, states):
         # (their combinations start at 0: from_v0 False)
         parts[i] = (np.arange(n, dtype=np.int64), group.X.indices[lo:hi].astype(np.int64),
                     np.asarray(s["Wt"]), np.asarray(s["Yt"]), np.zeros(0, np.int64),
-                    np.zeros((0, 2)), np.zeros((0, 4)), np.zeros(1, dtype=bool))
-    E, loc, W, Y, hist, coef, maps, from_v0 = (np.concatenate(p) for p in zip(*parts))
+                    np.zeros((0, 2)), np.zeros((0, 4)), np.zeros(1, dtype=bool)) + (
+                    (np.zeros((n, r)), np.zeros((n, r))) if cached else ())
+    E, loc, W, Y, hist, coef, maps, from_v0, *BW_BY = (np.concatenate(p) for p in zip(*parts))
     e_ptr = _offsets(np.array([p[0].size for p in parts], dtype=np.int64))
     h_len = np.array([p[4].size for p in parts], dtype=np.int64)
-    return _flat_state(U, E, e_ptr, loc, _Pool.holding([W, Y]), hist, coef, maps, h_len,
+    return _flat_state(U, E, e_ptr, loc, _Pool.holding([W, Y, *BW_BY]), hist, coef, maps, h_len,
                        from_v0, gs["V0"], gs["history"])
 
 
 def make_batched(*, n_clients, init_scale, dual_init, positive, biased, beta, local_iter,
-                 alpha_u, l1_ratio, w_update, eps, user_shrinkage=None):
-    """The :class:`~sklearn_fedmf.engine._groups.BatchedPhases` of FedMC-ADMM."""
+                 alpha_u, l1_ratio, w_update, eps, user_shrinkage=None, cache_rows=True):
+    """The :class:`~sklearn_fedmf.engine._groups.BatchedPhases` of FedMC-ADMM
+    (``cache_rows``: a new state holds its combinations' values on the rated rows)."""
     return BatchedPhases(
         init_client=partial(init_group, n_clients=n_clients, init_scale=init_scale,
                             dual_init=dual_init, positive=positive, biased=biased,
-                            w_update=w_update, user_shrinkage=user_shrinkage),
+                            w_update=w_update, user_shrinkage=user_shrinkage,
+                            cache_rows=cache_rows),
         client_update=partial(update_group, n_clients=n_clients, beta=beta,
                               local_iter=local_iter, alpha_u=alpha_u, l1_ratio=l1_ratio,
                               positive=positive, w_update=w_update, biased=biased, eps=eps),

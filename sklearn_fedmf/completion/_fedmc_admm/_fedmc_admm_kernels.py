@@ -39,9 +39,11 @@ class GroupRatings(namedtuple("GroupRatings", "indptr data row_ptr entry_ptr loc
     __slots__ = ()
 
 
-class ClientRows(namedtuple("ClientRows", "W Y w_at hist coef maps h_at h_len from_v0 V0 H")):
-    """The clients' explicit values, broadcasts, coefficients and maps (what makes their
-    combinations' values on the explicit rows: :func:`_combination_rows`)."""
+class ClientRows(namedtuple("ClientRows", "W Y BW BY cached w_at hist coef maps h_at h_len "
+                                          "from_v0 V0 H")):
+    """The clients' explicit values, their combinations' values there (``BW``, ``BY`` at
+    ``w_at`` when ``cached``, else empty and made from the maps: :func:`_combination_rows`),
+    broadcasts, coefficients and maps."""
 
     __slots__ = ()
 
@@ -53,7 +55,7 @@ class RoundSettings(namedtuple("RoundSettings", "n_clients beta n_steps alpha_u 
     __slots__ = ()
 
 
-class GroupOutput(namedtuple("GroupOutput", "U W Y at hist coef maps h_ptr D d_ptr")):
+class GroupOutput(namedtuple("GroupOutput", "U W Y BW BY at hist coef maps h_ptr D d_ptr")):
     """Where :func:`group_update` writes (``U_out``, ``W_out``, ..., ``out_at``, ...)."""
 
     __slots__ = ()
@@ -249,26 +251,15 @@ def replace_and_accumulate(Z_i, total, W, Y, beta):
 # A client's copies W_i, Y_i are held as explicit rows (its rated items) plus, for every other
 # row, a combination sum_t c_t V^(h_t) of the broadcasts it received (the W loop and the dual
 # step act on an unrated row as the same affine map for every such row). ``H`` stacks those
-# broadcasts (m, n_items, r) and ``G[t, u] = H[t]^T H[u]`` their Gram blocks. The values of
-# a client's combinations on its explicit rows (``BW``, ``BY``) are made when a round reads
-# them, by the affine maps of the rounds it took part in (kept with its coefficients, four
-# numbers each) from their start: the same arithmetic, in the same order, as updating them
-# round by round, without ``2 r`` float64 numbers per rating in the state
+# broadcasts (m, n_items, r) and ``G[t, u] = H[t]^T H[u]`` their Gram blocks. A client
+# also needs the values of its combinations on its explicit rows (``BW``, ``BY``): either
+# held in the state (``cached``: the same affine map updates them, so no round reads ``H``;
+# ``2 r`` float64 numbers per rating) or made when a round reads them, by the affine maps of
+# the rounds it took part in (kept with its coefficients, four numbers each) from their
+# start: the same arithmetic, in the same order, as updating them round by round
 # (:func:`_combination_rows`; at 1 % of the clients per round a client took part in a round
-# or two).
-
-
-@_inline
-def _combination_w(j, a, hist, maps, q0, q1, first, V0, H, beta):
-    """Entry ``(j, a)`` of the combination ``W`` of :func:`_combination_rows` (the same
-    arithmetic), for the entries ``q0:q1`` of ``hist``, ``maps``."""
-    bw = np.float64(V0[j, a]) if first == 1 else 0.0
-    by = 0.0
-    for q in range(q0 + first, q1):
-        v = H[hist[q], j, a]
-        bw = maps[q, 0] * bw - maps[q, 1] * by + maps[q, 2] * v
-        by = by + beta * bw - beta * v if maps[q, 3] != 0.0 else 0.0
-    return bw
+# or two, but each round read is a random row of ``H``: the metric of every client costs
+# several times the cached one, so the state keeps them when it has the memory).
 
 
 @_jit
@@ -278,19 +269,25 @@ def _combination_rows(Ec, hist, maps, from_v0, V0, H, BW, BY, beta):
     start, ``W_i^0 = V^0``) or as 0 (a client whose copies were set explicitly); each later
     broadcast ``hist[q]`` carries the map ``maps[q] = (p, c_y, c_v, keep)`` of the round that
     received it: ``w <- p w - c_y y + c_v v`` and ``y <- y + beta w - beta v`` (``keep`` 1)
-    or 0 (Remark 4.1's exact W update), with ``v`` the broadcast's row."""
+    or 0 (Remark 4.1's exact W update), with ``v`` the broadcast's row. Broadcast by
+    broadcast over the rows (the rows' reads of one broadcast are independent: they overlap
+    in memory); each entry's chain is the same."""
     k, r = BW.shape
-    first = 1 if from_v0 else 0
     for e in range(k):
         j = Ec[e]
         for a in range(r):
-            bw = np.float64(V0[j, a]) if from_v0 else 0.0
-            by = 0.0
-            for q in range(first, hist.size):
-                v = H[hist[q], j, a]
-                bw = maps[q, 0] * bw - maps[q, 1] * by + maps[q, 2] * v
-                by = by + beta * bw - beta * v if maps[q, 3] != 0.0 else 0.0
-            BW[e, a], BY[e, a] = bw, by
+            BW[e, a] = np.float64(V0[j, a]) if from_v0 else 0.0
+            BY[e, a] = 0.0
+    for q in range(1 if from_v0 else 0, hist.size):
+        p, c_y, c_v, keep = maps[q, 0], maps[q, 1], maps[q, 2], maps[q, 3]
+        Hq = H[hist[q]]
+        for e in range(k):
+            j = Ec[e]
+            for a in range(r):
+                v = Hq[j, a]
+                bw = p * BW[e, a] - c_y * BY[e, a] + c_v * v
+                BW[e, a] = bw
+                BY[e, a] = BY[e, a] + beta * bw - beta * v if keep != 0.0 else 0.0
 
 
 @_jit
@@ -516,9 +513,10 @@ def group_update(ratings, clients, rows, U, V, G, kk, settings, out):
     coefficients and of ``BW``, ``BY``.
     """
     indptr, data, row_ptr, entry_ptr, loc, E, e_ptr = ratings
-    W, Y, w_at, hist, coef, maps, h_at, h_len, from_v0, V0, H = rows
+    W, Y, BW, BY, cached, w_at, hist, coef, maps, h_at, h_len, from_v0, V0, H = rows
     n_clients, beta, n_steps, alpha_u, l1_ratio, positive, biased, exact, eps = settings
-    U_out, W_out, Y_out, out_at, hist_out, coef_out, maps_out, hout_ptr, D_out, d_ptr = out
+    U_out, W_out, Y_out, BW_out, BY_out, out_at, hist_out, coef_out, maps_out, hout_ptr, D_out, \
+        d_ptr = out
     r = U.shape[1]
     GW = np.empty((r, r))
     UU = np.empty((r, r))
@@ -548,7 +546,7 @@ def group_update(ratings, clients, rows, U, V, G, kk, settings, out):
     Bt, xg = np.empty((r, k_max)), np.empty(k_max)
     W_from = np.empty((k_max, r), W.dtype)  # the W loops' start (W_out may be W)
     ident = np.arange(s_max).astype(loc.dtype)  # (the positions when ``loc`` is empty)
-    BW, BY = np.empty((k_max, r)), np.empty((k_max, r))  # (a client's combinations' rows)
+    BWs, BYs = np.empty((k_max, r)), np.empty((k_max, r))  # (made: a client's combinations')
     P, Q, bg, gg = np.empty((r, r)), np.empty((r, r)), np.empty(r), np.empty(r)
     for a in range(clients.size):
         c = clients[a]
@@ -559,13 +557,18 @@ def group_update(ratings, clients, rows, U, V, G, kk, settings, out):
         w0, h0, o0, d0 = w_at[c], h_at[c], out_at[a], d_ptr[a]
         Ec, Wc, Yc = E[e_ptr[c]:e_ptr[c + 1]], W[w0:w0 + k], Y[w0:w0 + k]
         hc, cc, mc = hist[h0:h0 + h_len[c]], coef[h0:h0 + h_len[c]], maps[h0:h0 + h_len[c]]
-        BWc, BYc = BW[:k], BY[:k]  # (mapped in place below: read before written)
-        _combination_rows(Ec, hc, mc, from_v0[c], V0, H, BWc, BYc, beta)
+        if cached:  # (read, and their maps written at the output rows)
+            BWc, BYc = BW[w0:w0 + k], BY[w0:w0 + k]
+            BWn, BYn = BW_out[o0:o0 + k], BY_out[o0:o0 + k]
+        else:  # (made, then mapped in place below: each read before written)
+            BWc, BYc = BWs[:k], BYs[:k]
+            _combination_rows(Ec, hc, mc, from_v0[c], V0, H, BWc, BYc, beta)
+            BWn, BYn = BWc, BYc
         lc = loc[entry_ptr[c]:entry_ptr[c + 1]] if loc.size else ident[:s1 - s0]
         if m == 1 and not exact and s1 - s0 == k and _gram_pays(k, free, n_steps):
             L = _one_user((U[r0], data[s0:s1], Ec, Wc, Yc, BWc, BYc, hc, cc), G, V, settings,
                           (Bt, xg, GW, P, Q, bg, gg),
-                          (U_out[r0], W_out[o0:o0 + k], Y_out[o0:o0 + k], BWc, BYc,
+                          (U_out[r0], W_out[o0:o0 + k], Y_out[o0:o0 + k], BWn, BYn,
                            D_out[d0:d0 + k]))
             if biased:
                 U_out[r0, r - 1] = 1.0
@@ -671,7 +674,7 @@ def group_update(ratings, clients, rows, U, V, G, kk, settings, out):
                 v = V[Ec[e], b]
                 bw = p_w * BWc[e, b] - c_y * BYc[e, b] + c_v * v
                 by = 0.0 if exact else BYc[e, b] + beta * bw - beta * v
-                BWc[e, b], BYc[e, b] = bw, by
+                BWn[e, b], BYn[e, b] = bw, by
                 D_out[d0 + e, b] = (Wn[e, b] - bw) + (Y_out[o0 + e, b] - by) / beta
 
 
@@ -714,16 +717,22 @@ def _map_coefficients(hc, cc, mc, kk, L, beta, n_steps, exact, hist_out, coef_ou
 
 
 @_jit
-def lazy_consensus(e_ptr, w_at, W, E, hist, coef, h_ptr, V, G, kk, lazy):
+def lazy_consensus(e_ptr, w_at, W, BW, E, hist, coef, h_ptr, V, G, kk, lazy):
     """``sum_i ||W_i - V||_F^2`` over clients held lazily (:func:`group_update`), with
     ``V = H[kk]``: per client the combination ``sum_q coef[q] H[hist[q]] - V`` over all rows
     (from the Gram blocks), corrected on its explicit rows (where the combination is
-    ``BW``, made by :func:`_combination_rows` from ``lazy``, ``(maps, from_v0, V0, H,
-    beta)``, the maps aligned with ``hist``). Client ``a``'s explicit rows ``E[e_ptr[a]:e_ptr[a
-    + 1]]`` have their values from ``w_at[a]`` on in ``W`` (read where the state holds them:
-    no gathered copy)."""
+    ``BW``: held from ``w_at[a]`` on, or with ``BW`` empty made by :func:`_combination_rows`
+    from ``lazy``, ``(maps, from_v0, V0, H, beta)``, the maps aligned with ``hist``). Client
+    ``a``'s explicit rows ``E[e_ptr[a]:e_ptr[a + 1]]`` have their values from ``w_at[a]`` on
+    in ``W`` (read where the state holds them: no gathered copy)."""
     maps, from_v0, V0, H, beta = lazy
     r = W.shape[1]
+    cached = BW.shape[0] > 0 or e_ptr[-1] == 0
+    k_max = 1
+    if not cached:
+        for a in range(e_ptr.size - 1):
+            k_max = max(k_max, e_ptr[a + 1] - e_ptr[a])
+    BWs, BYs = np.empty((k_max, r)), np.empty((k_max, r))
     total = 0.0
     for a in range(e_ptr.size - 1):
         e0, e1 = e_ptr[a], e_ptr[a + 1]
@@ -734,7 +743,6 @@ def lazy_consensus(e_ptr, w_at, W, E, hist, coef, h_ptr, V, G, kk, lazy):
         cc = np.empty(n_q)
         hc[:n_q - 1], cc[:n_q - 1] = hist[q0:q1], coef[q0:q1]
         hc[n_q - 1], cc[n_q - 1] = kk, -1.0
-        first = 1 if from_v0[a] else 0
         quad = 0.0
         for q in range(n_q):
             for q2 in range(n_q):
@@ -742,12 +750,18 @@ def lazy_consensus(e_ptr, w_at, W, E, hist, coef, h_ptr, V, G, kk, lazy):
                 for b in range(r):
                     tr += G[hc[q], hc[q2], b, b]
                 quad += cc[q] * cc[q2] * tr
+        if cached:
+            Bc = BW[w0 + e0:w0 + e1]
+        else:
+            Bc = BWs[:e1 - e0]
+            _combination_rows(E[e0:e1], hist[q0:q1], maps[q0:q1], from_v0[a], V0, H, Bc,
+                              BYs[:e1 - e0], beta)
         for e in range(e0, e1):
             j = E[e]
             for b in range(r):
                 d = W[w0 + e, b] - V[j, b]
                 total += d * d
-                d = _combination_w(j, b, hist, maps, q0, q1, first, V0, H, beta) - V[j, b]
+                d = Bc[e - e0, b] - V[j, b]
                 quad -= d * d
         total += quad
     return total

@@ -395,10 +395,12 @@ def make_implicit_protocol(*, n_items, n_clients, n_components, beta, local_iter
 
 def make_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u, alpha_v,
                   l1_ratio, positive, w_update, init_scale, dual_init, biased=False,
-                  weighted=False, item_bias=None, user_shrinkage=None):
+                  weighted=False, item_bias=None, user_shrinkage=None, cache_rows=True):
     """Bind the hyperparameters to the pure functions above (``biased``: the factors are
     the augmented ``[U, b_u, 1]`` and ``[V; 1; b_i]`` of rank ``n_components + 2``;
-    ``item_bias``, ``user_shrinkage``: the biases' ``"auto"`` start, :mod:`._auto_strengths`)."""
+    ``item_bias``, ``user_shrinkage``: the biases' ``"auto"`` start, :mod:`._auto_strengths`;
+    ``cache_rows``: the batched phases' states hold their combinations' values on the rated
+    rows, :mod:`._fedmc_admm_batched`)."""
     shared, init, update, metrics, reg_v = _bind(
         n_items=n_items, n_clients=n_clients, n_components=n_components, beta=beta,
         local_iter=local_iter, alpha_u=alpha_u, alpha_v=alpha_v, l1_ratio=l1_ratio,
@@ -424,5 +426,5 @@ def make_protocol(*, n_items, n_clients, n_components, beta, local_iter, alpha_u
             n_clients=n_clients, init_scale=init["init_scale"], dual_init=dual_init,
             positive=positive, biased=biased, beta=beta, local_iter=local_iter,
             alpha_u=update["alpha_u"], l1_ratio=update["l1_ratio"], w_update=w_update,
-            eps=EPS_LIPSCHITZ, user_shrinkage=user_shrinkage),
+            eps=EPS_LIPSCHITZ, user_shrinkage=user_shrinkage, cache_rows=cache_rows),
     )
