@@ -26,6 +26,7 @@ from ..._kernels import (
     _row_gram,
     squared_distance,
 )
+from ._prefetch import prefetch
 
 __all__ = ["linearized_cols", "squared_distance", "replace_and_accumulate", "group_update",
            "lazy_consensus", "GroupRatings", "ClientRows", "RoundSettings", "GroupOutput"]
@@ -262,6 +263,9 @@ def replace_and_accumulate(Z_i, total, W, Y, beta):
 # several times the cached one, so the state keeps them when it has the memory).
 
 
+_AHEAD = 8  # rows prefetched ahead (measured: 8 and 16 alike, 32 slower)
+
+
 @_jit
 def _combination_rows(Ec, hist, maps, from_v0, V0, H, BW, BY, beta):
     """``BW``, ``BY``: the values of a client's combinations (``W`` and ``Y``) on its explicit
@@ -271,7 +275,7 @@ def _combination_rows(Ec, hist, maps, from_v0, V0, H, BW, BY, beta):
     received it: ``w <- p w - c_y y + c_v v`` and ``y <- y + beta w - beta v`` (``keep`` 1)
     or 0 (Remark 4.1's exact W update), with ``v`` the broadcast's row. Broadcast by
     broadcast over the rows (the rows' reads of one broadcast are independent: they overlap
-    in memory); each entry's chain is the same."""
+    in memory, the next rows prefetched); each entry's chain is the same."""
     k, r = BW.shape
     for e in range(k):
         j = Ec[e]
@@ -281,7 +285,11 @@ def _combination_rows(Ec, hist, maps, from_v0, V0, H, BW, BY, beta):
     for q in range(1 if from_v0 else 0, hist.size):
         p, c_y, c_v, keep = maps[q, 0], maps[q, 1], maps[q, 2], maps[q, 3]
         Hq = H[hist[q]]
+        for e in range(min(_AHEAD, k)):
+            prefetch(Hq, Ec[e], 0)
         for e in range(k):
+            if e + _AHEAD < k:  # (a random row of a large history: asked for ahead)
+                prefetch(Hq, Ec[e + _AHEAD], 0)
             j = Ec[e]
             for a in range(r):
                 v = Hq[j, a]
