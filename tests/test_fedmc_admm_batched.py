@@ -452,10 +452,8 @@ def test_cache_rows_auto_rule_and_equal_fits(monkeypatch):
                                      ("auto, no room", 2 * need - 1, "auto"),
                                      ("forced on", 0, True), ("forced off", 10**15, False)):
         monkeypatch.setattr(_fedmc_admm, "_available_memory", lambda a=available: a)
-        seen = []
         est = FedMCADMM(n_components=3, max_iter=6, clients_per_round=0.5, random_state=0,
-                        early_stopping=False, solver_params={"cache_rows": setting},
-                        callback=lambda k, info: seen.append(info))
+                        early_stopping=False, solver_params={"cache_rows": setting})
         # (the memory check itself: enough memory for the state without the caches)
         monkeypatch.setattr(_fedmc_admm.FedMCADMM, "_check_memory", lambda *a: None)
         est.fit(X, clients=clients)

@@ -178,6 +178,11 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
           ``r / 4``, which partial participation takes many rounds to unlearn on centred ratings.
         - ``dual_init`` : {"paper", "zeros"}, default="paper"
           ``Y_i^0 = -(1/p) grad_V f_i(U_i^0, V^0)`` (uploaded once by every client) or zero.
+        - ``cache_rows`` : "auto" or bool, default="auto"
+          Clients run in groups (many clients): hold each client's combinations' values on
+          its rated rows (``2 r`` float64 numbers a rating) or make them when a round reads
+          them (the same model, bit for bit; each evaluated round's metric then costs more).
+          ``"auto"`` holds them while that state takes at most half of the available memory.
         %(solver_confidence)s
         %(solver_l1_ratio)s
         %(solver_positive)s

@@ -458,11 +458,12 @@ def update_group(gs, group, broadcast, stream, active, selected, *, n_clients, b
     :class:`GroupUpload` (``eps``: the floor of ``L_W`` and ``L_U``).
 
     The linearized round writes the clients' new explicit rows over their old ones (the
-    state is ``2 r`` numbers per rating, ``4 r`` with the combinations' values: a copy per round would double the fit's memory;
-    the compiled call that writes comes after every allocation and raises nothing but
-    ``MemoryError``), and its uploads' rows are gathered from the state when first read, in
-    their round. ``w_update="exact"`` (whose solves raise on non-finite input) writes the
-    new rows past the pools' tails and leaves its input state unchanged.
+    state is ``2 r`` numbers per rating, ``4 r`` with the combinations' values: a copy per
+    round would double the fit's memory; the compiled call that writes comes after every
+    allocation and raises nothing but ``MemoryError``), and its uploads' rows are gathered
+    from the state when first read, in their round. ``w_update="exact"`` (whose solves raise
+    on non-finite input) writes the new rows past the pools' tails and leaves its input state
+    unchanged.
     """
     Vt, history, kk = unpack_broadcast(broadcast)
     if history is None:
