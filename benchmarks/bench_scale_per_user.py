@@ -21,7 +21,7 @@ then says so).
 Columns: rounds run, fit seconds (wall) and CPU seconds (all threads), the process's resident
 memory before the fit, at its peak during the rounds (``ru_maxrss`` when early stopping
 restores the best round: the federation's own peak, before the biases floor's fits that
-follow it) and at its peak (GB), and the test RMSE of ``predict(X_train,
+follow it), at the end of the fit (the fit's peak) and at its peak after the predict (GB), and the test RMSE of ``predict(X_train,
 at=X_test)`` (fold-in of each user's training ratings, as ``score`` does). The targets of
 issue 38: at most 3 minutes per fit at the ML-10M shape, 20 minutes and 16 GB at the
 Netflix shape, on two cores.
@@ -97,12 +97,13 @@ def run_one(name, shape, cache_dir, spill_gb=None):
         tic, cpu = time.perf_counter(), time.process_time()
         estimator.fit(train, clients=np.arange(train.shape[0]))
         seconds, cpu_seconds = time.perf_counter() - tic, time.process_time() - cpu
+    fit_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # (before predict)
     predicted = estimator.predict(train, at=test)
     rmse = float(np.sqrt(np.mean((predicted.data - test.data) ** 2)))
     return {"estimator": name, "rounds": len(estimator.history_), "seconds": seconds,
             "cpu_seconds": cpu_seconds, "before_gb": before, "rmse": rmse,
             "n_components": int(estimator.components_.shape[0]),
-            "rounds_gb": rounds_peak[0] if rounds_peak else float("nan"),
+            "rounds_gb": rounds_peak[0] if rounds_peak else float("nan"), "fit_gb": fit_gb,
             "warnings": sorted({str(w.message)[:80] for w in caught}),
             # (the process's own peak: ru_maxrss is in KiB on Linux)
             "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
@@ -169,7 +170,8 @@ def main():
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     del train, test
     print(f"{'estimator':<11}{'rank':>5}{'rounds':>7}{'fit s':>8}{'cpu s':>8}"
-          f"{'GB before':>10}{'rounds GB':>10}{'peak GB':>9}{'test RMSE':>10}", flush=True)
+          f"{'GB before':>10}{'rounds GB':>10}{'fit GB':>8}{'peak GB':>9}{'test RMSE':>10}",
+          flush=True)
     for name in args.estimators.split(","):
         row = run_in_subprocess(name, args.shape, args.cache_dir, args.timeout,
                                 args.max_gb, args.spill_gb)
@@ -178,6 +180,7 @@ def main():
             continue
         print(f"{name:<11}{row['n_components']:>5}{row['rounds']:>7}{row['seconds']:>8.1f}"
               f"{row['cpu_seconds']:>8.1f}{row['before_gb']:>10.2f}{row['rounds_gb']:>10.2f}"
+              f"{row['fit_gb']:>8.2f}"
               f"{row['peak_gb']:>9.2f}"
               f"{row['rmse']:>10.4f}   load {os.getloadavg()[0]:.1f}", flush=True)
         for message in row["warnings"]:

@@ -206,3 +206,46 @@ def test_grouped_state_is_proportional_to_the_ratings(grouped):
     ref = RFRec(n_components=4, max_iter=4, random_state=0, n_clients=None,
                 solver_params={"optimizer": "adam"}).fit(X)
     np.testing.assert_allclose(model.components_, ref.components_, rtol=RTOL, atol=1e-14)
+
+
+def test_grouped_fit_does_not_depend_on_workers_threads_or_backend(grouped, monkeypatch):
+    """One client per user (the groups' compiled calls on the fit's workers): the same model,
+    history and client states, bit for bit, with one worker, two, the default
+    (``n_jobs=None`` from ``THREADED_MIN_RATINGS`` ratings: numba's thread count, here 1 and
+    2) and joblib's loky processes."""
+    import numba
+    from joblib import parallel_config
+
+    from sklearn_fedmf.engine import _dispatch
+
+    X = make_ratings(300, 40, 4000, random_state=2).X
+    grouped(True)
+    monkeypatch.setattr(_dispatch, "MIN_PARALLEL_WORK", 0)  # (dispatch even these rounds)
+    monkeypatch.setattr(fit_module, "THREADED_MIN_RATINGS", 0)
+
+    def fit(n_jobs):
+        return RFRec(n_components=3, max_iter=6, clients_per_round=0.1, alpha_u=0.01,
+                     alpha_v=0.01, random_state=0, n_jobs=n_jobs).fit(
+                         X, clients=np.arange(X.shape[0]))
+
+    fits = [fit(1), fit(2)]
+    before = numba.get_num_threads()
+    try:
+        for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(threads)
+            fits.append(fit(None))
+    finally:
+        numba.set_num_threads(before)
+    with parallel_config(backend="loky", n_jobs=2):  # (the states cross processes)
+        fits.append(fit(2))
+    assert isinstance(fits[0]._federation.client_states, GroupStates)
+    strip = [{k: v for k, v in r.items() if k != "seconds"} for r in fits[0].history_]
+    for other in fits[1:]:
+        np.testing.assert_array_equal(other.components_, fits[0].components_)
+        np.testing.assert_array_equal(other.user_factors_, fits[0].user_factors_)
+        assert [{k: v for k, v in r.items() if k != "seconds"}
+                for r in other.history_] == strip
+        for gs, ref in zip(other._federation.client_states.group_states,
+                           fits[0]._federation.client_states.group_states):
+            np.testing.assert_array_equal(gs["P"], ref["P"])  # (the clients' own states)
+            np.testing.assert_array_equal(gs["U"], ref["U"])
