@@ -46,3 +46,15 @@ def _doctest_namespace(doctest_namespace):
     import numpy as np
 
     doctest_namespace["np"] = np
+
+
+def pytest_sessionstart(session):
+    """In each of several xdist workers: compile its share of the numba kernels first
+    (``tests/_warm_kernels.py``), so that two workers do not compile the same ones."""
+    workerinput = getattr(session.config, "workerinput", None)
+    if workerinput is None or workerinput["workercount"] < 2:
+        return
+    from tests._warm_kernels import warm_share
+
+    folder = Path(session.config.option.basetemp).parent
+    warm_share(folder, int(workerinput["workerid"].removeprefix("gw")), workerinput["workercount"])
