@@ -48,11 +48,18 @@ def _doctest_namespace(doctest_namespace):
     doctest_namespace["np"] = np
 
 
-def pytest_sessionstart(session):
-    """In each of several xdist workers: compile its share of the numba kernels first
-    (``tests/_warm_kernels.py``), so that two workers do not compile the same ones."""
+# The warm-up pays for itself when the selection uses most kernels (the fast set: about 2,400
+# tests), not on a single module's tests (test_common.py, the largest: about 600).
+WARM_UP_MIN_TESTS = 1000
+
+
+def pytest_collection_finish(session):
+    """In each of several xdist workers running a large selection: compile its share of the
+    numba kernels first (``tests/_warm_kernels.py``), so that two workers do not compile the
+    same ones."""
     workerinput = getattr(session.config, "workerinput", None)
-    if workerinput is None or workerinput["workercount"] < 2:
+    if (workerinput is None or workerinput["workercount"] < 2
+            or session.config.option.collectonly or len(session.items) < WARM_UP_MIN_TESTS):
         return
     from tests._warm_kernels import warm_share
 

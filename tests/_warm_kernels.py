@@ -3,14 +3,14 @@
 With a cold numba cache (a fresh clone: ``@njit(cache=True)`` writes to ``__pycache__``) the
 first call of a kernel compiles it, and two workers that reach a kernel at about the same time
 both compile it (the on-disk cache is read only when it is already there). Each worker therefore
-starts (root ``conftest.py``, ``pytest_sessionstart``) by running tiny fits, one *family* of
+starts (root ``conftest.py``, after its collection) by running tiny fits, one *family* of
 kernels at a time, and claims a family before it runs it (an exclusive file creation), so
 that the two workers compile different families side by side and then load each other's
 from the cache. Worker ``gw0`` takes the families in the order below and the other workers
 from the end, so that they meet in the middle. Nothing here asserts anything: a family that
 no longer compiles a kernel the tests use only costs its fit, and a kernel that no family
 reaches is compiled by its first test, as without this module. The fits are tiny, so the
-warm-up costs about a second with a warm cache.
+warm-up costs about two seconds with a warm cache.
 """
 
 import os
