@@ -46,3 +46,22 @@ def _doctest_namespace(doctest_namespace):
     import numpy as np
 
     doctest_namespace["np"] = np
+
+
+# The warm-up pays for itself when the selection uses most kernels (the fast set: about 2,400
+# tests), not on a single module's tests (test_common.py, the largest: about 600).
+WARM_UP_MIN_TESTS = 1000
+
+
+def pytest_collection_finish(session):
+    """In each of several xdist workers running a large selection: compile its share of the
+    numba kernels first (``tests/_warm_kernels.py``), so that two workers do not compile the
+    same ones."""
+    workerinput = getattr(session.config, "workerinput", None)
+    if (workerinput is None or workerinput["workercount"] < 2
+            or session.config.option.collectonly or len(session.items) < WARM_UP_MIN_TESTS):
+        return
+    from tests._warm_kernels import warm_share
+
+    folder = Path(session.config.option.basetemp).parent
+    warm_share(folder, int(workerinput["workerid"].removeprefix("gw")), workerinput["workercount"])

@@ -41,9 +41,9 @@ CHECKED = [
     FedBaseline(n_clients=2, random_state=0),
     FedBlend([("biases", FedBaseline(max_iter=5)), ("mgs", FedMGS(n_components=1, max_iter=20))],
              n_clients=2, random_state=0),
-    FedMCADMM(n_components=1, n_clients=2, max_iter=100, random_state=0),
-    FedMAvg(n_components=1, n_clients=2, max_iter=100, random_state=0),
-    FedMGS(n_components=1, n_clients=2, max_iter=100, random_state=0),
+    FedMCADMM(n_components=1, n_clients=2, max_iter=20, random_state=0),
+    FedMAvg(n_components=1, n_clients=2, max_iter=20, random_state=0),
+    FedMGS(n_components=1, n_clients=2, max_iter=20, random_state=0),
     RFRec(n_components=1, learning_rate=0.01, max_iter=20, random_state=0),
     # binarize=0.0 maps the checks' real-valued data to 0/1; the default rejects it
     Felb(n_components=2, n_clients=2, max_iter=3, sync_every=2, binarize=0.0, random_state=0),

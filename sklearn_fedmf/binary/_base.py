@@ -17,9 +17,9 @@ from sklearn.base import _fit_context
 from sklearn.preprocessing import binarize
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
-from threadpoolctl import threadpool_limits
 
 from .._docstrings import Substitution
+from .._threads import one_thread
 from ..engine._client_data import check_dense_size
 from ..engine._fit import FactorTransformerMixin, FederatedEstimator
 from ..metrics._binary import check_binary, f1_boolean
@@ -52,7 +52,7 @@ def single_threaded_blas():
     """One BLAS thread while the clients run: their products are small (k x k by k x m) and
     the parallelism is across clients; a multi-threaded BLAS on such shapes is up to 40x
     slower on a busy machine (as ``KMeans`` does for its Lloyd iterations)."""
-    return threadpool_limits(limits=1, user_api="blas")
+    return one_thread("blas")
 
 
 def fold_in(A, V, *, n_steps, **schedule):

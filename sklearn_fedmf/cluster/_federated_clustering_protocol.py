@@ -12,8 +12,8 @@ from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
-from threadpoolctl import threadpool_limits
 
+from .._threads import one_thread
 from ..completion._fedmavg._fedmavg_round import (
     average_uploads,
     check_aggregation,
@@ -485,7 +485,7 @@ def _fit_kmeans(model, X, sample_weight=None):
     """``model.fit(X)``, on one OpenMP thread when ``X`` is one chunk (``_KMEANS_CHUNK``)."""
     if X.shape[0] > _KMEANS_CHUNK:
         return model.fit(X, sample_weight=sample_weight)
-    with threadpool_limits(limits=1, user_api="openmp"):
+    with one_thread("openmp"):
         return model.fit(X, sample_weight=sample_weight)
 
 

@@ -52,9 +52,9 @@ from sklearn.utils._param_validation import (
     validate_parameter_constraints,
 )
 from sklearn.utils.validation import check_array, check_is_fitted
-from threadpoolctl import threadpool_limits
 
 from .._kernels import parallel_kernels, rank_in_rows
+from .._threads import one_thread
 from ..exceptions import ConvergenceWarning, DegenerateFitWarning
 from ._client_data import resolve_clients, split_clients
 from ._dispatch import workers_of
@@ -529,7 +529,7 @@ class FederatedEstimator(BaseEstimator, metaclass=ABCMeta):
         # n_jobs threads (_kernels.parallel_kernels; the engine's workers never do).
         start = self._federation.n_rounds if warm else 0
         threads = ctx.workers if dask_client() is None else 1
-        with threadpool_limits(limits=1, user_api="blas"), resident_blocks(blocks), \
+        with one_thread("blas"), resident_blocks(blocks), \
                 parallel_kernels(threads):
             state = run_rounds(self, protocol, blocks, ctx, early_stopping)
         self._federation, self._entropy = state, entropy
