@@ -21,10 +21,10 @@ then says so).
 Columns: rounds run, fit seconds (wall) and CPU seconds (all threads), the process's resident
 memory before the fit, at its peak during the rounds (``ru_maxrss`` when early stopping
 restores the best round: the federation's own peak, before the biases floor's fits that
-follow it), at the end of the fit (the fit's peak) and at its peak after the predict (GB), and the test RMSE of ``predict(X_train,
-at=X_test)`` (fold-in of each user's training ratings, as ``score`` does). The targets of
-issue 38: at most 3 minutes per fit at the ML-10M shape, 20 minutes and 16 GB at the
-Netflix shape, on two cores.
+follow it), at the end of the fit (the fit's peak) and at its peak after the predict (GB),
+and the test RMSE of ``predict(X_train, at=X_test)`` (fold-in of each user's training
+ratings, as ``score`` does). The targets of issue 38: at most 3 minutes per fit at the ML-10M
+shape, 20 minutes and 16 GB at the Netflix shape, on two cores.
 """
 
 import argparse
