@@ -292,18 +292,20 @@ def _per_item(state, clients, entries, entry_client, weights=None):
     return np.bincount(index, weights=weights, minlength=out_ptr[-1]), out_ptr
 
 
-def _uploads(group, state, clients, out_ptr, **fields):
-    """Client ``group.start + i``'s message: its items and its part of each field (views;
+def _uploads(group, state, clients, out_ptr, sums, counts=None):
+    """Client ``group.start + i``'s message: its items, (``counts``) and ``sums`` (views;
     one client per user makes tens of thousands a group, so the bounds are Python ints and
-    each message one ``dict(zip(...))``)."""
+    each message a dict display)."""
     items, item_ptr = state["items"], state["item_ptr"]
     ends = out_ptr.tolist()
-    columns = [[items[a:b] for a, b in zip(item_ptr[clients].tolist(),
-                                             item_ptr[clients + 1].tolist())]]
-    columns += [[v[a:b] for a, b in zip(ends[:-1], ends[1:])] for v in fields.values()]
-    names = ("items", *fields)
-    return {c: dict(zip(names, parts))
-            for c, parts in zip((clients + group.start).tolist(), zip(*columns))}
+    starts, ends = ends[:-1], ends[1:]
+    keys = (clients + group.start).tolist()
+    own = [items[a:b] for a, b in zip(item_ptr[clients].tolist(), item_ptr[clients + 1].tolist())]
+    part = [sums[a:b] for a, b in zip(starts, ends)]
+    if counts is None:
+        return {c: {"items": i, "sums": s} for c, i, s in zip(keys, own, part)}
+    return {c: {"items": i, "counts": counts[a:b], "sums": s}
+            for c, i, s, a, b in zip(keys, own, part, starts, ends)}
 
 
 def batched_init_client(group, broadcast, stream):
