@@ -322,9 +322,11 @@ def test_zero_biases_are_a_degenerate_fit():
 
 
 @pytest.mark.parametrize("rows_per_client", [1, 3])
-def test_batched_phases_equal_the_per_client_functions(rows_per_client):
+@pytest.mark.parametrize("participation", ["some", "all_active", "every"])
+def test_batched_phases_equal_the_per_client_functions(rows_per_client, participation):
     """A group's phases give each client's per-client state and message, bit for bit (the
-    same sums in the same order), and leave inactive clients and their input unchanged."""
+    same sums in the same order), and leave inactive clients and their input unchanged;
+    with every client active (and selected), the paths that take the group's rows whole."""
     from sklearn_fedmf.engine._groups import make_groups
 
     X, _ = bias_ratings(n_users=60, n_items=25)
@@ -346,6 +348,10 @@ def test_batched_phases_equal_the_per_client_functions(rows_per_client):
                 assert uploads[group.start + i][key].tobytes() == ref_up[key].tobytes()
         active = rng.random(group.n_clients) < 0.7
         selected = active & (rng.random(group.n_clients) < 0.7)
+        if participation != "some":
+            active[:] = True
+            selected = np.ones(group.n_clients, dtype=bool) if participation == "every" else (
+                np.arange(group.n_clients) % 2 == 0)
         new, uploads = protocol.batched_client_update(state, group, item_bias, None, active,
                                                       selected, alpha_u=2.0)
         assert set(uploads) == {group.start + i for i in np.flatnonzero(selected)}

@@ -118,7 +118,7 @@ def total_bytes(per_phase):
 
 def _plain_start(protocol, transport, server_state, broadcast, uploads):
     """The initial uploads in the clear: ``server_init_uploads`` on them, if declared."""
-    init_bytes = (sum(nbytes(u) for u in uploads.values()),
+    init_bytes = (sum(map(nbytes, uploads.values())),
                   nbytes(broadcast) * transport.n_clients)
     if protocol.server_init_uploads is not None:
         server_state, broadcast = protocol.server_init_uploads(server_state, uploads)
@@ -147,7 +147,7 @@ class PlainExchange:
         return message, stats
 
     def update(self, protocol, transport, state, uploads, dropped, drawn, k):
-        self._up += sum(nbytes(u) for u in uploads.values())
+        self._up += sum(map(nbytes, uploads.values()))  # (one per client)
         if uploads or protocol.participation.server_update == "every_round":
             extra = {"counts": {c: drawn[c] for c in uploads}} if protocol.server_counts else {}
             state.server_state, state.broadcast = protocol.server_update(

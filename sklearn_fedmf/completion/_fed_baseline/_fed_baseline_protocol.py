@@ -178,13 +178,21 @@ def init_client(block, broadcast, rng):
 
 
 def server_init_uploads(state, uploads, *, alpha_v):
-    """Every client's counts and sums into the server's; the first ``b_i``."""
-    sums, counts = state["sums"], state["counts"]
-    for upload in uploads.values():  # (client order: the sums do not depend on n_jobs)
-        items = upload["items"]
-        counts[items] += upload["counts"]
-        sums[items] += upload["sums"]
+    """Every client's counts and sums into the server's; the first ``b_i``. As
+    :func:`server_update`: one ``np.add.at`` per field over the uploads end to end (each
+    client's items are distinct, so each item takes its clients' values in client order, as
+    one ``+=`` per upload would; the sums do not depend on ``n_jobs``)."""
+    if uploads:
+        items, counts, sums = _end_to_end(uploads, ("items", "counts", "sums"))
+        np.add.at(state["counts"], items, counts)
+        np.add.at(state["sums"], items, sums)
     return _set_item_bias(state, alpha_v)
+
+
+def _end_to_end(uploads, keys):
+    """Each of ``keys`` over the uploads concatenated in client order."""
+    parts = list(uploads.values())
+    return [np.concatenate([u[key] for u in parts]) for key in keys]
 
 
 def client_update(state, block, item_bias, rng, selected, *, alpha_u):
@@ -208,9 +216,7 @@ def server_update(state, uploads, round_number, *, alpha_v):
     step per client (6,040 a round at one client per user)."""
     sums = state["sums"].copy()
     if uploads:
-        parts = list(uploads.values())
-        np.add.at(sums, np.concatenate([u["items"] for u in parts]),
-                  np.concatenate([u["sums"] for u in parts]))
+        np.add.at(sums, *_end_to_end(uploads, ("items", "sums")))
     return _set_item_bias({**state, "sums": sums}, alpha_v)
 
 
@@ -272,21 +278,34 @@ def _group_layout(group):
 def _per_item(state, clients, entries, entry_client, weights=None):
     """Per-item ``bincount`` of the entries of ``clients`` (local, ascending) into their
     clients' rated items, end to end: ``(sums, out_ptr)`` (each slot adds its entries in
-    entry order, as each client's own ``bincount`` does)."""
+    entry order, as each client's own ``bincount`` does). ``entries``: indices or, for every
+    entry, ``slice(None)``."""
     item_ptr = state["item_ptr"]
-    out_ptr = offsets(item_ptr[clients + 1] - item_ptr[clients])
-    position = np.empty(len(item_ptr) - 1, dtype=np.int64)  # (client -> its place)
-    position[clients] = np.arange(len(clients))
-    index = out_ptr[position[entry_client]] + state["slot"][entries]
+    if len(clients) == len(item_ptr) - 1:  # every client: the group's own layout
+        out_ptr, place = item_ptr, entry_client
+    else:
+        out_ptr = offsets(item_ptr[clients + 1] - item_ptr[clients])
+        place = np.empty(len(item_ptr) - 1, dtype=np.int64)  # (client -> its place)
+        place[clients] = np.arange(len(clients))
+        place = place[entry_client]
+    index = out_ptr[place] + state["slot"][entries]
     return np.bincount(index, weights=weights, minlength=out_ptr[-1]), out_ptr
 
 
-def _uploads(group, state, clients, out_ptr, **fields):
-    """Client ``group.start + i``'s message: its items and its part of each field."""
+def _uploads(group, state, clients, out_ptr, sums, counts=None):
+    """Client ``group.start + i``'s message: its items, (``counts``) and ``sums`` (views;
+    one client per user makes tens of thousands a group, so the bounds are Python ints and
+    each message a dict display)."""
     items, item_ptr = state["items"], state["item_ptr"]
-    return {group.start + i: {"items": items[item_ptr[i]:item_ptr[i + 1]],
-                              **{k: v[out_ptr[q]:out_ptr[q + 1]] for k, v in fields.items()}}
-            for q, i in enumerate(clients.tolist())}
+    ends = out_ptr.tolist()
+    starts, ends = ends[:-1], ends[1:]
+    keys = (clients + group.start).tolist()
+    own = [items[a:b] for a, b in zip(item_ptr[clients].tolist(), item_ptr[clients + 1].tolist())]
+    part = [sums[a:b] for a, b in zip(starts, ends)]
+    if counts is None:
+        return {c: {"items": i, "sums": s} for c, i, s in zip(keys, own, part)}
+    return {c: {"items": i, "counts": counts[a:b], "sums": s}
+            for c, i, s, a, b in zip(keys, own, part, starts, ends)}
 
 
 def batched_init_client(group, broadcast, stream):
@@ -294,10 +313,9 @@ def batched_init_client(group, broadcast, stream):
     X = group.X
     state = {"U": _biases.init_user(np.empty((group.n_rows, 2))), **_group_layout(group)}
     clients = np.arange(group.n_clients)
-    entries = np.arange(group.nnz)
     entry_client = np.repeat(state["owner"], np.diff(X.indptr))
-    counts, out_ptr = _per_item(state, clients, entries, entry_client)
-    sums, _ = _per_item(state, clients, entries, entry_client, X.data)
+    counts, out_ptr = _per_item(state, clients, slice(None), entry_client)
+    sums, _ = _per_item(state, clients, slice(None), entry_client, X.data)
     return state, _uploads(group, state, clients, out_ptr, counts=counts.astype(np.int32),
                            sums=sums)
 
@@ -305,22 +323,29 @@ def batched_init_client(group, broadcast, stream):
 def batched_client_update(state, group, item_bias, stream, active, selected, *, alpha_u):
     """:func:`client_update` of the group's active clients: their rows' ``b_u`` (the same
     row sums as :func:`~sklearn_fedmf._biases.user_biases`) and the selected clients'
-    changes of their per-item sums."""
+    changes of their per-item sums. With every client active and selected (a floor's
+    rounds) the rows and entries are the group's own, taken whole instead of gathered."""
     X = group.X
-    rows = np.flatnonzero(active[state["owner"]])
-    counts = np.diff(X.indptr)[rows]
-    entries, _ = segments(X.indptr[rows].astype(np.int64), counts)
-    row_of = np.repeat(np.arange(len(rows)), counts)
+    if active.all():
+        rows, entries, counts = slice(None), slice(None), np.diff(X.indptr)
+    else:
+        rows = np.flatnonzero(active[state["owner"]])
+        counts = np.diff(X.indptr)[rows]
+        entries, _ = segments(X.indptr[rows].astype(np.int64), counts)
+    row_of = np.repeat(np.arange(len(counts)), counts)
     deviations = np.bincount(row_of, weights=X.data[entries] - item_bias[X.indices[entries]],
-                             minlength=len(rows))
+                             minlength=len(counts))
     new = _shrunk_mean(deviations, counts, alpha_u)
     U = state["U"].copy()
     change = (U[rows, _biases.B_U] - new)[row_of]
     U[rows, _biases.B_U] = new
     clients = np.flatnonzero(active & selected)
-    sending = selected[state["owner"][rows]][row_of]  # (entries of the selected clients)
-    sums, out_ptr = _per_item(state, clients, entries[sending],
-                              state["owner"][rows][row_of][sending], change[sending])
+    entry_client = state["owner"][rows][row_of]
+    if len(clients) < group.n_clients:  # (the entries of the selected clients)
+        sending = selected[entry_client]
+        entries = (np.arange(X.nnz) if isinstance(entries, slice) else entries)[sending]
+        entry_client, change = entry_client[sending], change[sending]
+    sums, out_ptr = _per_item(state, clients, entries, entry_client, change)
     return {**state, "U": U}, _uploads(group, state, clients, out_ptr, sums=sums)
 
 
