@@ -2,15 +2,15 @@
 
     python benchmarks/bench_floor_per_user.py --shape ml10m --repeat 3 [--n-jobs 1]
 
-The fit is the plain floor's (``completion._validation._fit_floor`` without secure
-aggregation): ``FedBaseline`` with its defaults (every client in each of 20 rounds) but
-``random_state=0``, ``n_jobs`` (the fit's; default None) and ``solver_params={"eval_every":
-0}``, ``fit(X_train, clients=np.arange(n_users))`` on the training part of
-:mod:`bench_scale_per_user`'s cached split (grouped clients, ``GroupedTransport``). A default rating fit runs this twice. Each
-repeat runs in a fresh Python process (numba's compilations cached on disk by a first,
-unprinted run). Columns: CPU and wall seconds of the fit, and a digest of the fitted biases
-and of every round's byte counts (the same digest on two trees: the same model, bit for
-bit, and the same bytes). To compare trees, alternate runs with ``PYTHONPATH`` set to each.
+The fit is the plain floor's (``completion._validation._fit_floor`` without secure aggregation):
+``FedBaseline`` with its defaults (every client in each of 20 rounds) but ``random_state=0``,
+``n_jobs`` (the fit's; default None) and ``solver_params={"eval_every": 0}``, ``fit(X_train,
+clients=np.arange(n_users))`` on the training part of :mod:`bench_scale_per_user`'s cached split
+(grouped clients, ``GroupedTransport``). A default rating fit runs this twice. Each repeat runs in a
+fresh Python process (numba's compilations cached on disk by a first, unprinted run). Columns: CPU
+and wall seconds of the fit, and a digest of the fitted biases and of every round's byte counts (the
+same digest on two trees: the same model, bit for bit, and the same bytes). To compare trees,
+alternate runs with ``PYTHONPATH`` set to each.
 """
 
 import argparse
