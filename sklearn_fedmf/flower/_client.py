@@ -119,10 +119,10 @@ def _site(context, setup):
 
 
 def _serve(msg: Message, context: Context) -> Message:
-    from threadpoolctl import threadpool_limits
+    from .._threads import one_thread
 
     # one BLAS thread, as in the simulation: the same products, rounded the same way
-    with threadpool_limits(limits=1, user_api="blas"):
+    with one_thread("blas"):
         return _run_phase(msg, context)
 
 
