@@ -369,17 +369,17 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
         setting = ctx.settings["cache_rows"]
         if setting != "auto":
             return bool(setting)
-        need = state_nbytes(
+        return self._state_nbytes(ctx, grouped=True, cache_rows=True) <= _available_memory() / 2
+
+    def _state_nbytes(self, ctx, *, grouped, cache_rows):
+        """:func:`state_nbytes` of this fit's data and settings."""
+        return state_nbytes(
             n_clients=ctx.n_clients, n_items=ctx.n_features,
             n_factors=_biases.n_factors(self.n_components, self._biased),
-            itemsize=ctx.X.dtype.itemsize, grouped=True, nnz=ctx.X.nnz, max_iter=self.max_iter,
-            exact=ctx.settings["w_update"] == "exact", round_fraction=self._round_fraction(ctx),
-            cache_rows=True)
-        return need <= _available_memory() / 2
-
-    @staticmethod
-    def _round_fraction(ctx):
-        return _n_sampled(ctx.settings["clients_per_round"], ctx.n_clients) / ctx.n_clients
+            itemsize=ctx.X.dtype.itemsize, grouped=grouped, nnz=ctx.X.nnz,
+            max_iter=self.max_iter, exact=ctx.settings["w_update"] == "exact",
+            round_fraction=_n_sampled(ctx.settings["clients_per_round"], ctx.n_clients)
+            / ctx.n_clients, cache_rows=cache_rows)
 
     def _implicit_protocol(self, ctx):
         """FedMC-ADMM under ``loss="implicit"`` (:mod:`._fedmc_admm_implicit`)."""
@@ -408,12 +408,8 @@ class FedMCADMM(AutoStrengthsMixin, FederatedMFBase):
         grouped = local and bool(blocks) and isinstance(blocks[0], ClientGroup)
         r = _biases.n_factors(self.n_components, self._biased)
         itemsize = ctx.X.dtype.itemsize
-        need = state_nbytes(n_clients=ctx.n_clients, n_items=ctx.n_features, n_factors=r,
-                            itemsize=itemsize, grouped=grouped, nnz=ctx.X.nnz,
-                            max_iter=self.max_iter,
-                            exact=ctx.settings["w_update"] == "exact",
-                            round_fraction=self._round_fraction(ctx),
-                            cache_rows=_protocol_caches_rows(protocol))
+        need = self._state_nbytes(ctx, grouped=grouped,
+                                  cache_rows=_protocol_caches_rows(protocol))
         if not local:  # only the server's Z_i in this process
             need //= 3
         available = _available_memory()
