@@ -10,7 +10,12 @@ import scipy.sparse as sp
 
 from sklearn_fedmf import FedMCADMM
 from sklearn_fedmf.completion._fedmc_admm import _fedmc_admm
-from sklearn_fedmf.completion._fedmc_admm._fedmc_admm_batched import ClientUpload, LazyFactor
+from sklearn_fedmf.completion._fedmc_admm._fedmc_admm_batched import (
+    ClientUpload,
+    LazyFactor,
+    _Pool,
+    _reserve,
+)
 from sklearn_fedmf.completion._fedmc_admm._fedmc_admm_protocol import client_update, make_protocol
 from sklearn_fedmf.engine._client_data import split_clients
 from sklearn_fedmf.engine._federation import initialize_federation, nbytes, run_federation
@@ -182,6 +187,40 @@ def test_full_pool_is_compacted_in_place_and_its_input_keeps_its_values():
             for key in ("U", "Wt", "Yt"):
                 assert_family_close([a[key]], [b[key]])
     assert len(pool.arrays[0]) <= 2 * int(np.diff(gs["e_ptr"]).sum()) + 16
+
+
+def test_pool_of_growing_segments_is_not_compacted_at_every_call():
+    # The coefficients' pool: a client that takes part rewrites its whole segment past the
+    # tail, one entry longer. Compacting whenever the live entries fit would, once they near
+    # the pool's size, move them all at nearly every call; the pool must instead grow, so that
+    # the entries moved stay within a constant times those written.
+    rng = np.random.default_rng(0)
+    n_clients = 60
+    sizes = np.ones(n_clients, dtype=np.int64)
+    values = np.arange(n_clients, dtype=np.float64)  # client c's entries all hold c
+    pool = _Pool.holding([values])
+    at, used = np.arange(n_clients, dtype=np.int64), n_clients
+    moved = written = 0
+    for _ in range(300):
+        act = np.sort(rng.choice(n_clients, 6, replace=False))
+        n = int((sizes[act] + 1).sum())
+        new, base, new_at = _reserve(pool, used, at, sizes, n, act)
+        if new is not pool:  # a new pool took every other client's segment
+            moved += int(sizes.sum() - sizes[act].sum())
+        elif base < used:  # compacted in place: every live entry moved down
+            moved += int(sizes.sum())
+        old = [pool.arrays[0][at[c]:at[c] + sizes[c]].copy() for c in act]
+        offsets = base + np.concatenate([[0], np.cumsum(sizes[act] + 1)])
+        for c, o, seg in zip(act, offsets, old):
+            new.arrays[0][o:o + seg.size + 1] = np.append(seg, c)
+        new_at[act] = offsets[:-1]
+        sizes[act] += 1
+        new.tail = base + n
+        pool, used, at = new, new.tail, new_at
+        written += n
+    for c in range(n_clients):  # every client's segment kept its values
+        np.testing.assert_array_equal(pool.arrays[0][at[c]:at[c] + sizes[c]], c)
+    assert moved <= 2 * written
 
 
 def test_with_client_states_holds_a_dense_state_exactly():

@@ -317,19 +317,23 @@ def _reserve(pool, used, at, sizes, n, moving=None):
     ``used``): ``(pool, base, at)``, the new entries going to ``base:base + n``.
 
     That is ``pool`` itself when the state is its latest and it has room. A full pool of the
-    latest state whose live segments and the ``n`` new entries fit is compacted in place: the
-    segments move down in offset order and ``at`` is rewritten in place, so the state that
-    owns ``at`` keeps its values (under a new layout) and no second pool is made (a copy
-    would hold the old and the new pool at once: the per-user fit's peak). Else a new pool
+    latest state whose live segments and the ``n`` new entries fit, and whose live entries
+    then leave at least half their number free, is compacted in place: the segments move down
+    in offset order and ``at`` is rewritten in place, so the state that owns ``at`` keeps its
+    values (under a new layout) and no second pool is made (a copy would hold the old and the
+    new pool at once: the per-user fit's peak). Else a new pool, twice the size needed,
     holds the segments of every client but ``moving`` (whose old values the caller reads from
-    the arrays of ``pool``: a copy leaves them unchanged).
+    the arrays of ``pool``: a copy leaves them unchanged). The free half keeps the entries
+    moved within a constant times those written: a pool whose segments grow, as the
+    coefficients' do by one entry a round taken part in, was else compacted at nearly every
+    call once its live entries neared its size.
     """
     size = len(pool.arrays[0])
     if pool.tail == used:
         if used + n <= size:
             return pool, used, at.copy()
         live = int(sizes.sum())
-        if live + n <= size:
+        if live + n <= size and size - live >= live // 2:
             order = np.argsort(at, kind="stable")
             idx, ptr = _segments(at[order], sizes[order])
             for a in pool.arrays:  # idx is increasing and idx[j] >= j: a move down
