@@ -36,6 +36,11 @@ def nbytes(obj):
     kind = _KINDS.get(type(obj))
     if kind is None:  # (the first message of its type: a round counts thousands)
         kind = _kind(obj)
+    if kind is _OWN:  # (first: a batched phase's per-client messages, thousands a round)
+        size = getattr(obj, "nbytes", None)
+        if type(size) is int:
+            return size
+        return _own_size(obj, size)
     if kind is _ARRAY:
         return obj.nbytes
     if kind is _DICT:  # (one message per client, thousands a round)
@@ -52,9 +57,11 @@ def nbytes(obj):
         for v in obj:
             total += nbytes(v)
         return total
-    if kind is _SCALAR:
-        return 8
-    size = getattr(obj, "nbytes", None)  # a message type that reports its own size
+    return 8  # (_SCALAR)
+
+
+def _own_size(obj, size):
+    """The size a self-sized message reports, checked (``size``: its ``nbytes``)."""
     if isinstance(size, (int, np.integer)):
         return int(size)
     raise TypeError(f"Cannot count the bytes of a message part of type {type(obj).__name__}.")

@@ -626,7 +626,7 @@ def _round(run, state, k):
                               dropped - set(result.failures), drawn, k)
     if state.n_uploads is None:
         state.n_uploads = np.zeros(transport.n_clients, dtype=np.int64)
-    state.n_uploads[list(uploads)] += 1
+    state.n_uploads[np.fromiter(uploads, np.int64, len(uploads))] += 1
     seconds = time.perf_counter() - tic
     first = k == run.start_round
     bytes_up, exchanged_down = exchange.round_bytes()

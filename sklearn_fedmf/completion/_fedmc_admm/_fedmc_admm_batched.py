@@ -41,8 +41,11 @@ that these phases give the per-client functions' states, messages and fits.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from functools import partial
+from itertools import repeat
+from operator import attrgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -195,7 +198,8 @@ class GroupUpload:
         return self._values
 
     def messages(self):
-        return {c: ClientUpload(self, a) for a, c in enumerate(self.clients.tolist())}
+        n = self.clients.size  # (one object a client: made without a Python loop)
+        return dict(zip(self.clients.tolist(), map(ClientUpload, repeat(self, n), range(n))))
 
     def factor(self, a, key):
         """Client ``a``'s message ``key`` as an :class:`LazyFactor`."""
@@ -221,10 +225,10 @@ class ClientUpload(Mapping):
     """One client's message of a :class:`GroupUpload`: ``{key: LazyFactor}``, each made on
     access (read-only arrays); :attr:`nbytes` counts the paper's dense matrices."""
 
-    __slots__ = ("group", "index")
+    __slots__ = ("group", "index", "nbytes")
 
     def __init__(self, group, index):
-        self.group, self.index = group, index
+        self.group, self.index, self.nbytes = group, index, group.client_nbytes
 
     def __getitem__(self, key):
         if key not in self.group.keys:
@@ -236,10 +240,6 @@ class ClientUpload(Mapping):
 
     def __len__(self):
         return len(self.group.keys)
-
-    @property
-    def nbytes(self):
-        return self.group.client_nbytes
 
 
 def unpack_broadcast(broadcast):
@@ -630,18 +630,12 @@ def _parts(uploads, keys, n_items):
     """The messages of ``uploads`` as :class:`GroupUpload` parts: each group's taken whole
     (or the part of its clients present), a dense message (a client re-run alone) as a
     part explicit on every row."""
-    groups, dense = {}, []
-    for c, u in uploads.items():
-        if type(u) is ClientUpload:
-            entry = groups.get(id(u.group))
-            if entry is None:
-                groups[id(u.group)] = [u.group, 1]
-            else:
-                entry[1] += 1
-        else:
-            dense.append(c)
+    batched, dense = uploads.values(), []
+    if not set(map(type, batched)) <= {ClientUpload}:  # (a round's are: no Python loop)
+        dense = [c for c, u in uploads.items() if type(u) is not ClientUpload]
+        batched = [u for u in batched if type(u) is ClientUpload]
     parts = []
-    for group, count in groups.values():
+    for group, count in Counter(map(attrgetter("group"), batched)).items():
         if count < group.clients.size:
             group = group.subset(np.isin(group.clients, np.fromiter(uploads, np.int64)))
         parts.append(group)
