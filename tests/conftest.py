@@ -25,8 +25,11 @@ def rated_ratings(n=30, m=12, seed=0):
 
 @pytest.fixture(autouse=True)
 def always_dispatch_to_workers(monkeypatch):
-    """Tests use small data: make the engine use its workers anyway when n_jobs > 1."""
+    """Tests use small data: make the engine use its workers anyway when n_jobs > 1, and
+    split grouped clients into as many groups as they allow (tests/test_groups.py tests the
+    rule that sizes them by the data)."""
     monkeypatch.setattr("sklearn_fedmf.engine._dispatch.MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr("sklearn_fedmf.engine._fit.GROUP_RATINGS", 1)
 
 
 @pytest.fixture

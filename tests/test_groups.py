@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from sklearn_fedmf import FedMGS
+from sklearn_fedmf.engine import _fit
 from sklearn_fedmf.engine._client_data import split_clients
 from sklearn_fedmf.engine._federation import (
     FederatedProtocol,
@@ -177,6 +179,23 @@ def test_make_groups_covers_every_client_once():
             assert (block.X != ref[g.start + i].X).nnz == 0
     with pytest.raises(ValueError, match="own no rows"):
         make_groups(X, np.zeros(61, dtype=int), 2)
+
+
+def test_group_count_follows_the_stored_ratings(monkeypatch):
+    # a group holds at least GROUP_RATINGS ratings, at most N_GROUPS groups, whatever n_jobs
+    monkeypatch.setattr(_fit, "GROUP_RATINGS", 1_000)
+    assert [_fit.group_count(n) for n in (10, 999, 1_000, 5_999, 10**9)] == [
+        1, 1, 1, 5, _fit.N_GROUPS]
+    rng = np.random.default_rng(0)
+    X = sp.random(600, 40, density=0.25, format="csr", random_state=rng,
+                  data_rvs=lambda k: rng.integers(1, 6, k).astype(float))
+    X = X[np.diff(X.indptr) > 0]  # (every client holds a rating)
+    monkeypatch.setattr(_fit, "GROUP_MIN_CLIENTS", 1)
+    for n_jobs in (1, 2):
+        model = FedMGS(n_components=2, max_iter=2, clients_per_round=0.1, n_jobs=n_jobs,
+                       random_state=0).fit(X, clients=np.arange(X.shape[0]))
+        groups = model._federation.client_states.groups
+        assert len(groups) == _fit.group_count(X.nnz) == X.nnz // 1_000
 
 
 def test_a_failing_client_is_named_and_skipped_like_per_client():
