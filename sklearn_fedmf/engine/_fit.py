@@ -103,6 +103,7 @@ def group_count(n_ratings):
     (``GROUP_RATINGS`` a group at least, at most ``N_GROUPS``)."""
     return int(min(max(n_ratings // GROUP_RATINGS, 1), N_GROUPS))
 
+
 # Parameters every federated estimator shares (DESIGN section 4), validated the same way.
 FEDERATION_CONSTRAINTS: dict = {
     "n_clients": [Interval(Integral, 1, None, closed="left")],
