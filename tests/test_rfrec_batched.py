@@ -216,11 +216,8 @@ def test_grouped_fit_does_not_depend_on_workers_threads_or_backend(grouped, monk
     import numba
     from joblib import parallel_config
 
-    from sklearn_fedmf.engine import _dispatch
-
     X = make_ratings(300, 40, 4000, random_state=2).X
-    grouped(True)
-    monkeypatch.setattr(_dispatch, "MIN_PARALLEL_WORK", 0)  # (dispatch even these rounds)
+    grouped(True)  # (the suite's conftest dispatches even these rounds to the workers)
     monkeypatch.setattr(fit_module, "THREADED_MIN_RATINGS", 0)
 
     def fit(n_jobs):
